@@ -1,0 +1,56 @@
+// vtpu's single error policy: every failure is an exception derived from vtpu::Error and carries a
+// canonical code, after absl::StatusCode. Messages name the offending value and what was expected.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace vtpu {
+
+/// Canonical error codes (a subset of absl::StatusCode with the same meanings).
+enum class ErrorCode {
+  kInvalidArgument,    // the caller passed a bad value (shape, size, option, file content)
+  kResourceExhausted,  // out of HBM (or another bounded resource)
+  kDeadlineExceeded,   // a wait ran past its timeout
+  kAborted,            // another participant failed; this operation was abandoned
+  kFailedPrecondition, // the system is not in a state where the call makes sense
+  kUnimplemented,      // a backend does not support the operation
+  kInternal,           // an invariant broke: a bug in vtpu
+  kNotFound,           // a named file or entity does not exist
+};
+
+/// "InvalidArgument", "ResourceExhausted", ... as absl prints them.
+std::string_view error_code_name(ErrorCode code);
+
+/// Base of every exception vtpu throws. what() is "<CodeName>: <message>". Thread-compatible.
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message);
+  ErrorCode code() const noexcept { return code_; }
+  /// The message without the "<CodeName>: " prefix.
+  const std::string& message() const noexcept { return message_; }
+
+ private:
+  ErrorCode code_;
+  std::string message_;
+};
+
+#define VTPU_DEFINE_ERROR(Name, Code) \
+  class Name : public Error {         \
+   public:                            \
+    explicit Name(const std::string& message) : Error(ErrorCode::Code, message) {} \
+  }
+
+VTPU_DEFINE_ERROR(InvalidArgumentError, kInvalidArgument);
+VTPU_DEFINE_ERROR(ResourceExhaustedError, kResourceExhausted);
+VTPU_DEFINE_ERROR(DeadlineExceededError, kDeadlineExceeded);
+VTPU_DEFINE_ERROR(AbortedError, kAborted);
+VTPU_DEFINE_ERROR(FailedPreconditionError, kFailedPrecondition);
+VTPU_DEFINE_ERROR(UnimplementedError, kUnimplemented);
+VTPU_DEFINE_ERROR(InternalError, kInternal);
+VTPU_DEFINE_ERROR(NotFoundError, kNotFound);
+
+#undef VTPU_DEFINE_ERROR
+
+}  // namespace vtpu

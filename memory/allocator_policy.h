@@ -1,0 +1,77 @@
+// The allocator-policy interface: offset bookkeeping for one address range [0, capacity).
+//
+// A policy hands out offsets and keeps no bytes itself, so it can model a 32 GiB HBM without
+// touching memory. Backing storage, stats and buffer handles live in HbmArena. Every policy offers
+// the same walk over its chunks and the same consistency check, so that tests can verify any
+// policy after every operation (after TLSF's `tlsf_check` and `tlsf_walk_pool`).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace vtpu {
+
+/// One chunk of the address range as a policy sees it.
+struct ChunkInfo {
+  uint64_t offset = 0;      // bytes from the start of the range
+  uint64_t size_bytes = 0;  // chunk size in bytes (rounded; includes internal waste)
+  bool in_use = false;
+};
+
+/// A successful allocation: where it is, and how many bytes the policy set aside for it
+/// (>= the request: rounding and unsplit remainders are internal fragmentation).
+struct PolicyAllocation {
+  uint64_t offset = 0;
+  uint64_t chunk_bytes = 0;
+};
+
+/// Offset bookkeeping for one address range. Thread-compatible: HbmArena serialises calls.
+class AllocatorPolicy {
+ public:
+  virtual ~AllocatorPolicy() = default;
+
+  /// Short name used on the command line and in reports ("bfc", ...).
+  virtual std::string_view name() const = 0;
+  /// Size of the managed range in bytes.
+  virtual uint64_t capacity_bytes() const = 0;
+  /// The bytes the policy would set aside for a request of `size_bytes` before any split rule
+  /// (e.g. BFC rounds to 256 B). Throws InvalidArgumentError for 0.
+  virtual uint64_t rounded_bytes(uint64_t size_bytes) const = 0;
+
+  /// Finds room for `size_bytes` (> 0). Returns std::nullopt when no free chunk fits; never
+  /// throws for lack of space.
+  virtual std::optional<PolicyAllocation> allocate(uint64_t size_bytes) = 0;
+  /// Frees the chunk that allocate() returned at `offset`; returns its chunk bytes. Throws
+  /// InvalidArgumentError if `offset` is not the start of a chunk in use (double free, stray).
+  virtual uint64_t free(uint64_t offset) = 0;
+
+  /// Size in bytes of the largest chunk allocate() could hand out whole right now.
+  virtual uint64_t largest_free_block_bytes() const = 0;
+  /// Sum of the sizes of all free chunks, in bytes.
+  virtual uint64_t total_free_bytes() const = 0;
+  /// Calls `fn` for every chunk in address order, free and in use.
+  virtual void walk(const std::function<void(const ChunkInfo&)>& fn) const = 0;
+  /// Verifies every internal invariant (chunks tile the range, bins hold exactly the free
+  /// chunks, neighbours coalesced, counters agree). Throws InternalError describing the first
+  /// violation.
+  virtual void check_consistency() const = 0;
+};
+
+/// Options shared by all policies (each policy reads the fields it understands).
+struct PolicyOptions {
+  /// BFC: a free chunk is split on allocate only if it is at least 2x the request or the
+  /// remainder is at least this many bytes (TensorFlow's kMaxInternalFragmentation, 128 MiB).
+  uint64_t max_internal_fragmentation_bytes = uint64_t{128} << 20;
+};
+
+/// Creates a policy by name: "bfc". Throws InvalidArgumentError naming the unknown policy and
+/// listing the known ones.
+std::unique_ptr<AllocatorPolicy> make_allocator_policy(std::string_view name,
+                                                       uint64_t capacity_bytes,
+                                                       const PolicyOptions& options = {});
+
+}  // namespace vtpu

@@ -1,0 +1,97 @@
+// Best-fit with coalescing (BFC), after TensorFlow's tsl/framework/bfc_allocator.h.
+//
+// The range [0, capacity) is tiled by chunks, each either free or in use, linked to its address
+// neighbours:
+//
+//     0                                                              capacity
+//     | in use 512 | free 1 KiB | in use 256 | free 4 KiB .......... |
+//
+// Sizes are multiples of kMinAllocationBytes (256 B). Free chunks sit in one of kNumBins (21)
+// bins; bin b holds sizes in [256 * 2^b, 256 * 2^(b+1)), the last bin everything larger. Each bin
+// is ordered by (size, offset), so the first chunk >= the request in the first bin that has one is
+// the best fit, lowest address first. A found chunk is split when it is at least twice the
+// request or the remainder is at least max_internal_fragmentation_bytes; otherwise the whole chunk
+// is handed out and the rest is internal fragmentation (TensorFlow's rule). Free merges the chunk
+// with both neighbours at once when they are free, so no two free chunks are ever adjacent.
+//
+// Cost: allocate is O(kNumBins + log n), free O(log n), for n free chunks.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "memory/allocator_policy.h"
+
+namespace vtpu {
+
+/// BFC policy. Thread-compatible: the owning HbmArena serialises calls.
+class BfcPolicy final : public AllocatorPolicy {
+ public:
+  static constexpr uint64_t kMinAllocationBytes = 256;  // granularity, as in TensorFlow
+  static constexpr int kNumBins = 21;                   // 256 B .. 256 MiB and above
+
+  /// Manages [0, capacity_bytes rounded down to 256 B). Throws InvalidArgumentError when that is
+  /// less than 256 B.
+  explicit BfcPolicy(uint64_t capacity_bytes, const PolicyOptions& options = {});
+
+  std::string_view name() const override { return "bfc"; }
+  uint64_t capacity_bytes() const override { return capacity_bytes_; }
+  uint64_t rounded_bytes(uint64_t size_bytes) const override;
+  std::optional<PolicyAllocation> allocate(uint64_t size_bytes) override;
+  uint64_t free(uint64_t offset) override;
+  uint64_t largest_free_block_bytes() const override;
+  uint64_t total_free_bytes() const override { return total_free_bytes_; }
+  void walk(const std::function<void(const ChunkInfo&)>& fn) const override;
+  void check_consistency() const override;
+
+  /// Bin index for a chunk of `size_bytes` (a multiple of 256): floor(log2(size / 256)), capped.
+  static int bin_for_size(uint64_t size_bytes);
+
+  /// Per-bin totals, for the out-of-memory report.
+  struct BinStats {
+    uint64_t min_chunk_bytes = 0;  // smallest size the bin can hold
+    uint64_t num_free_chunks = 0;
+    uint64_t free_bytes = 0;
+    uint64_t largest_free_chunk_bytes = 0;
+  };
+  std::array<BinStats, kNumBins> bin_stats() const;
+
+ private:
+  using ChunkId = uint32_t;
+  static constexpr ChunkId kNoChunk = ~ChunkId{0};
+
+  struct Chunk {
+    uint64_t offset = 0;
+    uint64_t size_bytes = 0;
+    ChunkId prev = kNoChunk;  // address neighbours
+    ChunkId next = kNoChunk;
+    bool in_use = false;
+  };
+  struct BinKey {
+    uint64_t size_bytes;
+    uint64_t offset;
+    ChunkId id;
+    bool operator<(const BinKey& o) const {
+      return size_bytes != o.size_bytes ? size_bytes < o.size_bytes : offset < o.offset;
+    }
+  };
+
+  ChunkId new_chunk(uint64_t offset, uint64_t size_bytes);
+  void delete_chunk(ChunkId id);
+  void insert_free(ChunkId id);
+  void remove_free(ChunkId id);
+
+  uint64_t capacity_bytes_;
+  PolicyOptions options_;
+  std::vector<Chunk> chunks_;                         // indexed by ChunkId
+  std::vector<ChunkId> unused_ids_;                   // recycled slots of chunks_
+  std::array<std::set<BinKey>, kNumBins> bins_;       // free chunks only
+  std::unordered_map<uint64_t, ChunkId> in_use_;      // offset -> chunk, chunks in use only
+  uint64_t total_free_bytes_ = 0;
+  ChunkId head_ = kNoChunk;                           // the chunk at offset 0
+};
+
+}  // namespace vtpu

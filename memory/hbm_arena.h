@@ -1,0 +1,129 @@
+// One core's HBM: an allocator policy (offset bookkeeping) joined with backing storage (an mmap
+// reservation committed lazily, or none for metadata-only simulation), stats with JAX's keys, and
+// out-of-memory reports.
+//
+// The arena hands out buffer ids, not raw pointers, so that a later defragmenter can move live
+// buffers; data(id) resolves an id to its current address.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/error.h"
+#include "memory/allocator_policy.h"
+#include "memory/memory_stats.h"
+
+namespace vtpu {
+
+/// Identifies a live buffer within one arena. Never reused while the arena lives.
+using BufferId = uint64_t;
+
+struct ArenaOptions {
+  uint64_t capacity_bytes = uint64_t{16} << 30;  // bytes of HBM; default 16 GiB
+  std::string policy = "bfc";                    // allocator policy name
+  PolicyOptions policy_options;                  // policy tuning
+  bool backing = true;       // true: real bytes (lazy mmap); false: offsets only, data() is null
+  bool poison_freed = false; // fill freed chunks with 0xDB so stale reads show (costs a memset)
+  int core_id = 0;           // for messages and reports
+};
+
+/// A live buffer as the out-of-memory report lists it.
+struct LiveBufferInfo {
+  std::string label;
+  uint64_t offset = 0;
+  uint64_t size_bytes = 0;   // bytes requested
+  uint64_t chunk_bytes = 0;  // bytes the policy set aside
+};
+
+/// Everything known when an allocation fails. All sizes in bytes.
+struct OomReport {
+  int core_id = 0;
+  std::string policy;
+  std::string label;              // label of the failed request
+  uint64_t requested_bytes = 0;
+  uint64_t rounded_bytes = 0;
+  uint64_t bytes_in_use = 0;
+  uint64_t bytes_limit = 0;
+  uint64_t total_free_bytes = 0;
+  uint64_t largest_free_block_bytes = 0;
+  double fragmentation = 0.0;     // 1 - largest_free_block / total_free
+  std::vector<LiveBufferInfo> largest_live_buffers;  // up to 10, largest first
+
+  /// Multi-line human-readable report.
+  std::string to_string() const;
+};
+void to_json(nlohmann::json& j, const OomReport& r);
+
+/// Thrown when an arena cannot satisfy a request. Carries the full report.
+class OutOfMemoryError : public ResourceExhaustedError {
+ public:
+  explicit OutOfMemoryError(OomReport report);
+  const OomReport& report() const noexcept { return report_; }
+
+ private:
+  OomReport report_;
+};
+
+/// One core's HBM arena. Thread-safe: every method takes the arena's mutex.
+class HbmArena {
+ public:
+  /// Throws InvalidArgumentError for an unknown policy or a capacity below the policy minimum,
+  /// ResourceExhaustedError if the address space cannot be reserved.
+  explicit HbmArena(const ArenaOptions& options);
+  ~HbmArena();
+  HbmArena(const HbmArena&) = delete;
+  HbmArena& operator=(const HbmArena&) = delete;
+
+  /// Allocates `size_bytes` (>= 1). Throws InvalidArgumentError for 0 and OutOfMemoryError
+  /// (ResourceExhausted) with a full report when no free chunk fits.
+  BufferId allocate(uint64_t size_bytes, std::string label = {});
+  /// Frees a live buffer. Throws InvalidArgumentError for an unknown id.
+  void free(BufferId id);
+
+  /// Current address of a live buffer; nullptr for a metadata-only arena. Throws
+  /// InvalidArgumentError for an unknown id.
+  std::byte* data(BufferId id) const;
+  /// Requested size and current offset of a live buffer, in bytes.
+  uint64_t size_bytes(BufferId id) const;
+  uint64_t offset(BufferId id) const;
+
+  MemoryStats memory_stats() const;
+  /// Policy consistency plus: every live buffer sits at an in-use chunk; byte counters agree.
+  void check_consistency() const;
+  /// Calls `fn` for every chunk in address order (under the arena's lock: do not call back in).
+  void walk(const std::function<void(const ChunkInfo&)>& fn) const;
+
+  int core_id() const { return options_.core_id; }
+  uint64_t capacity_bytes() const { return capacity_bytes_; }
+  const std::string& policy_name() const { return options_.policy; }
+  bool has_backing() const { return static_cast<bool>(backing_); }
+
+ private:
+  struct Live {
+    uint64_t offset;
+    uint64_t size_bytes;
+    uint64_t chunk_bytes;
+    std::string label;
+  };
+  const Live& live_locked(BufferId id) const;
+  OomReport make_oom_report_locked(uint64_t size_bytes, const std::string& label) const;
+
+  ArenaOptions options_;
+  mutable std::mutex mu_;
+  std::unique_ptr<AllocatorPolicy> policy_;      // GUARDED_BY(mu_)
+  std::unique_ptr<class BackingStore> backing_;  // null when metadata-only
+  uint64_t capacity_bytes_ = 0;
+  std::unordered_map<BufferId, Live> live_;      // GUARDED_BY(mu_)
+  BufferId next_id_ = 1;                         // GUARDED_BY(mu_)
+  MemoryStats stats_;                            // GUARDED_BY(mu_), counters only
+};
+
+}  // namespace vtpu

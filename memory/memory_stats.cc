@@ -1,0 +1,31 @@
+#include "memory/memory_stats.h"
+
+#include <nlohmann/json.hpp>
+
+namespace vtpu {
+
+double fragmentation_ratio(uint64_t largest_free_block_bytes, uint64_t total_free_bytes) {
+  if (total_free_bytes == 0) return 0.0;
+  return 1.0 - static_cast<double>(largest_free_block_bytes) / static_cast<double>(total_free_bytes);
+}
+
+double MemoryStats::fragmentation() const {
+  return fragmentation_ratio(largest_free_block_bytes, total_free_bytes);
+}
+
+void to_json(nlohmann::json& j, const MemoryStats& s) {
+  j = nlohmann::json{{"bytes_in_use", s.bytes_in_use},
+                     {"peak_bytes_in_use", s.peak_bytes_in_use},
+                     {"bytes_limit", s.bytes_limit},
+                     {"largest_alloc_size", s.largest_alloc_size},
+                     {"largest_free_block_bytes", s.largest_free_block_bytes},
+                     {"num_allocs", s.num_allocs},
+                     {"num_frees", s.num_frees},
+                     {"num_live_buffers", s.num_live_buffers},
+                     {"bytes_requested", s.bytes_requested},
+                     {"total_free_bytes", s.total_free_bytes},
+                     {"num_ooms", s.num_ooms},
+                     {"fragmentation", s.fragmentation()}};
+}
+
+}  // namespace vtpu

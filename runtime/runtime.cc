@@ -1,0 +1,152 @@
+#include "runtime/runtime.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <numeric>
+#include <set>
+
+namespace vtpu {
+
+namespace {
+
+/// Completion state shared by the tasks of one SPMD launch.
+struct Launch {
+  std::mutex mu;
+  int remaining = 0;                // GUARDED_BY(mu)
+  std::exception_ptr first_error;   // GUARDED_BY(mu)
+  std::promise<void> done;
+};
+
+}  // namespace
+
+int CoreContext::core_id() const { return core_.core_id(); }
+int CoreContext::num_cores() const { return runtime_.num_cores(); }
+HbmArena& CoreContext::hbm() const { return core_.hbm(); }
+DeviceBuffer CoreContext::allocate(uint64_t size_bytes, std::string label) const {
+  return DeviceBuffer(core_.hbm_shared(), size_bytes, std::move(label));
+}
+
+Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
+  options_.validate();
+  cores_.reserve(static_cast<size_t>(options_.num_cores));
+  for (int i = 0; i < options_.num_cores; ++i) {
+    ArenaOptions a;
+    a.capacity_bytes = options_.hbm_bytes_per_core;
+    a.policy = options_.allocator;
+    a.backing = options_.hbm_backing;
+    a.core_id = i;
+#ifndef NDEBUG
+    a.poison_freed = options_.hbm_backing;
+#endif
+    cores_.push_back(std::make_unique<VirtualCore>(i, a));
+  }
+}
+
+Runtime::~Runtime() {
+  cores_.clear();  // each core drains its queue and joins
+}
+
+VirtualCore& Runtime::core(int core_id) {
+  if (core_id < 0 || core_id >= num_cores()) {
+    throw InvalidArgumentError("core id " + std::to_string(core_id) + " is out of range (expected 0.." +
+                               std::to_string(num_cores() - 1) + ")");
+  }
+  return *cores_[static_cast<size_t>(core_id)];
+}
+
+void Runtime::check_core_ids(const std::vector<int>& core_ids) const {
+  if (core_ids.empty()) throw InvalidArgumentError("run_spmd with an empty list of cores");
+  std::set<int> seen;
+  for (int id : core_ids) {
+    if (id < 0 || id >= num_cores()) {
+      throw InvalidArgumentError("core id " + std::to_string(id) +
+                                 " is out of range (expected 0.." + std::to_string(num_cores() - 1) +
+                                 ")");
+    }
+    if (!seen.insert(id).second) {
+      throw InvalidArgumentError("core id " + std::to_string(id) + " is listed twice in run_spmd");
+    }
+  }
+  for (const auto& c : cores_) {
+    if (c->on_core_thread()) {
+      throw FailedPreconditionError("run_spmd called from inside core " +
+                                    std::to_string(c->core_id()) +
+                                    "'s program; it would wait on itself");
+    }
+  }
+}
+
+std::future<void> Runtime::run_spmd_async(std::vector<int> core_ids, Program fn) {
+  check_core_ids(core_ids);
+  auto launch = std::make_shared<Launch>();
+  launch->remaining = static_cast<int>(core_ids.size());
+  std::future<void> result = launch->done.get_future();
+  auto program = std::make_shared<Program>(std::move(fn));
+  std::lock_guard lock(launch_mu_);
+  for (int id : core_ids) {
+    VirtualCore& core = *cores_[static_cast<size_t>(id)];
+    core.post([this, &core, launch, program] {
+      std::exception_ptr error;
+      try {
+        CoreContext ctx(*this, core);
+        (*program)(ctx);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      bool first = false;
+      if (error) {
+        std::lock_guard l(launch->mu);
+        if (!launch->first_error) {
+          launch->first_error = error;
+          first = true;
+        }
+      }
+      if (first) notify_abort(core.core_id(), error);
+      std::lock_guard l(launch->mu);
+      if (--launch->remaining == 0) {
+        if (launch->first_error) launch->done.set_exception(launch->first_error);
+        else launch->done.set_value();
+      }
+    });
+  }
+  return result;
+}
+
+std::future<void> Runtime::run_spmd_async(Program fn) {
+  std::vector<int> all(static_cast<size_t>(num_cores()));
+  std::iota(all.begin(), all.end(), 0);
+  return run_spmd_async(std::move(all), std::move(fn));
+}
+
+void Runtime::run_spmd(const std::vector<int>& core_ids, const Program& fn) {
+  run_spmd_async(core_ids, fn).get();
+}
+
+void Runtime::run_spmd(const Program& fn) { run_spmd_async(fn).get(); }
+
+DeviceBuffer Runtime::allocate(int core_id, uint64_t size_bytes, std::string label) {
+  return DeviceBuffer(core(core_id).hbm_shared(), size_bytes, std::move(label));
+}
+
+int Runtime::add_abort_handler(AbortHandler handler) {
+  std::lock_guard lock(abort_mu_);
+  const int id = next_handler_id_++;
+  abort_handlers_.emplace(id, std::move(handler));
+  return id;
+}
+
+void Runtime::remove_abort_handler(int id) {
+  std::lock_guard lock(abort_mu_);
+  abort_handlers_.erase(id);
+}
+
+void Runtime::notify_abort(int failed_core, const std::exception_ptr& error) {
+  std::vector<AbortHandler> handlers;
+  {
+    std::lock_guard lock(abort_mu_);
+    for (const auto& [id, h] : abort_handlers_) handlers.push_back(h);
+  }
+  for (const AbortHandler& h : handlers) h(failed_core, error);
+}
+
+}  // namespace vtpu

@@ -1,0 +1,73 @@
+// The Runtime: N virtual cores, each a thread with an HBM arena, and SPMD program launch.
+#pragma once
+
+#include <exception>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/core_context.h"
+#include "runtime/device_buffer.h"
+#include "runtime/runtime_options.h"
+#include "runtime/virtual_core.h"
+
+namespace vtpu {
+
+/// Owns the virtual cores. Thread-safe: any host thread may launch programs; programs are queued
+/// on every core in one global order, so two programs never interleave differently on two cores.
+/// Do not call run_spmd from inside a core's program (it would wait on itself): that throws
+/// FailedPreconditionError.
+class Runtime {
+ public:
+  using Program = std::function<void(CoreContext&)>;
+  /// Called (on the failing core's thread) when a program throws on `failed_core`, before the
+  /// other cores finish, so that collectives can wake their waiters with Aborted.
+  using AbortHandler = std::function<void(int failed_core, const std::exception_ptr& error)>;
+
+  /// Validates the options and starts options.num_cores cores. Throws InvalidArgumentError or
+  /// ResourceExhaustedError.
+  explicit Runtime(RuntimeOptions options);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  int num_cores() const { return static_cast<int>(cores_.size()); }
+  const RuntimeOptions& options() const { return options_; }
+  /// Throws InvalidArgumentError for an id outside [0, num_cores).
+  VirtualCore& core(int core_id);
+
+  /// Runs `fn` on every core (or on `core_ids`), waits for all of them, then rethrows the first
+  /// error any core threw. When a core throws, abort handlers run at once so that cores blocked
+  /// in collectives fail fast instead of waiting for their timeouts. The runtime does not own
+  /// `fn` beyond the call.
+  void run_spmd(const Program& fn);
+  void run_spmd(const std::vector<int>& core_ids, const Program& fn);
+  /// Asynchronous form: returns at once; the future holds the first error.
+  std::future<void> run_spmd_async(Program fn);
+  std::future<void> run_spmd_async(std::vector<int> core_ids, Program fn);
+
+  /// Allocates from the host side (e.g. to scatter data). Throws like CoreContext::allocate.
+  DeviceBuffer allocate(int core_id, uint64_t size_bytes, std::string label = {});
+
+  /// Registers a handler; returns an id for remove_abort_handler. Thread-safe.
+  int add_abort_handler(AbortHandler handler);
+  void remove_abort_handler(int id);
+
+ private:
+  void notify_abort(int failed_core, const std::exception_ptr& error);
+  void check_core_ids(const std::vector<int>& core_ids) const;
+
+  RuntimeOptions options_;
+  std::vector<std::unique_ptr<VirtualCore>> cores_;
+  std::mutex launch_mu_;  // orders program launches across cores
+  std::mutex abort_mu_;
+  std::map<int, AbortHandler> abort_handlers_;  // GUARDED_BY(abort_mu_)
+  int next_handler_id_ = 1;                     // GUARDED_BY(abort_mu_)
+};
+
+}  // namespace vtpu

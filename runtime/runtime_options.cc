@@ -1,0 +1,137 @@
+#include "runtime/runtime_options.h"
+
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/units.h"
+
+namespace vtpu {
+
+namespace {
+
+uint64_t bytes_field(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = j.at(key);
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_string()) return parse_bytes(v.get<std::string>());
+  throw InvalidArgumentError(std::string("options key '") + key + "' is " + v.dump() +
+                             " (expected a non-negative integer of bytes or a string like \"16G\")");
+}
+
+int64_t int_field(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_number_integer()) {
+    throw InvalidArgumentError(std::string("options key '") + key + "' is " + v.dump() +
+                               " (expected an integer)");
+  }
+  return v.get<int64_t>();
+}
+
+}  // namespace
+
+void RuntimeOptions::validate() const {
+  if (num_cores < 1 || num_cores > 1024) {
+    throw InvalidArgumentError("num_cores is " + std::to_string(num_cores) +
+                               " (expected 1..1024)");
+  }
+  if (hbm_bytes_per_core < 256) {
+    throw InvalidArgumentError("hbm_bytes_per_core is " + std::to_string(hbm_bytes_per_core) +
+                               " (expected at least 256 bytes)");
+  }
+  if (link_slot_bytes < 64 || link_slot_bytes % 64 != 0 || link_slot_bytes > (uint64_t{1} << 30)) {
+    throw InvalidArgumentError("link_slot_bytes is " + std::to_string(link_slot_bytes) +
+                               " (expected a multiple of 64 bytes in [64, 1 GiB])");
+  }
+  if (link_num_slots < 1 || link_num_slots > 1024) {
+    throw InvalidArgumentError("link_num_slots is " + std::to_string(link_num_slots) +
+                               " (expected 1..1024)");
+  }
+  if (collective_timeout.count() <= 0) {
+    throw InvalidArgumentError("collective_timeout_ms is " +
+                               std::to_string(collective_timeout.count()) + " (expected > 0)");
+  }
+}
+
+RuntimeOptions RuntimeOptions::from_json(const nlohmann::json& j) {
+  if (!j.is_object()) {
+    throw InvalidArgumentError("runtime options must be a JSON object, got " +
+                               std::string(j.type_name()));
+  }
+  static const std::set<std::string> kKnown = {
+      "num_cores",       "hbm_bytes_per_core", "allocator",           "hbm_backing",
+      "link_slot_bytes", "link_num_slots",     "collective_timeout_ms"};
+  for (const auto& [key, value] : j.items()) {
+    if (!kKnown.contains(key)) {
+      std::string known;
+      for (const std::string& k : kKnown) known += (known.empty() ? "" : ", ") + k;
+      throw InvalidArgumentError("unknown runtime option '" + key + "' (known: " + known + ")");
+    }
+  }
+  RuntimeOptions o;
+  if (j.contains("num_cores")) {
+    const int64_t n = int_field(j, "num_cores");
+    if (n < 1 || n > 1024) {
+      throw InvalidArgumentError("num_cores is " + std::to_string(n) + " (expected 1..1024)");
+    }
+    o.num_cores = static_cast<int>(n);
+  }
+  if (j.contains("hbm_bytes_per_core")) o.hbm_bytes_per_core = bytes_field(j, "hbm_bytes_per_core");
+  if (j.contains("allocator")) {
+    if (!j.at("allocator").is_string()) {
+      throw InvalidArgumentError("options key 'allocator' is " + j.at("allocator").dump() +
+                                 " (expected a policy name string such as \"bfc\")");
+    }
+    o.allocator = j.at("allocator").get<std::string>();
+  }
+  if (j.contains("hbm_backing")) {
+    if (!j.at("hbm_backing").is_boolean()) {
+      throw InvalidArgumentError("options key 'hbm_backing' is " + j.at("hbm_backing").dump() +
+                                 " (expected true or false)");
+    }
+    o.hbm_backing = j.at("hbm_backing").get<bool>();
+  }
+  if (j.contains("link_slot_bytes")) o.link_slot_bytes = bytes_field(j, "link_slot_bytes");
+  if (j.contains("link_num_slots")) {
+    const int64_t n = int_field(j, "link_num_slots");
+    if (n < 1 || n > 1024) {
+      throw InvalidArgumentError("link_num_slots is " + std::to_string(n) + " (expected 1..1024)");
+    }
+    o.link_num_slots = static_cast<int>(n);
+  }
+  if (j.contains("collective_timeout_ms")) {
+    o.collective_timeout = std::chrono::milliseconds(int_field(j, "collective_timeout_ms"));
+  }
+  o.validate();
+  return o;
+}
+
+RuntimeOptions RuntimeOptions::load_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw NotFoundError("cannot open runtime options file '" + path + "'");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InvalidArgumentError("runtime options file '" + path + "' is not valid JSON: " +
+                               e.what());
+  }
+  try {
+    return from_json(j);
+  } catch (const InvalidArgumentError& e) {
+    throw InvalidArgumentError("runtime options file '" + path + "': " + e.message());
+  }
+}
+
+nlohmann::json RuntimeOptions::to_json() const {
+  return nlohmann::json{{"num_cores", num_cores},
+                        {"hbm_bytes_per_core", hbm_bytes_per_core},
+                        {"allocator", allocator},
+                        {"hbm_backing", hbm_backing},
+                        {"link_slot_bytes", link_slot_bytes},
+                        {"link_num_slots", link_num_slots},
+                        {"collective_timeout_ms", collective_timeout.count()}};
+}
+
+}  // namespace vtpu

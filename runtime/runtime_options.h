@@ -1,0 +1,38 @@
+// Options that shape a Runtime: how many virtual cores, how much HBM each has, which allocator
+// policy, and the circular-buffer links that collectives use. Loadable from JSON.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace vtpu {
+
+/// JSON keys (all optional; unknown keys are an error):
+///   {"num_cores": 8, "hbm_bytes_per_core": "16G" | 17179869184, "allocator": "bfc",
+///    "hbm_backing": true, "link_slot_bytes": "1M" | 1048576, "link_num_slots": 4,
+///    "collective_timeout_ms": 30000}
+/// Plain data, thread-compatible.
+struct RuntimeOptions {
+  int num_cores = 8;                              // virtual TPU cores (threads), 1..1024
+  uint64_t hbm_bytes_per_core = uint64_t{16} << 30;  // HBM arena capacity, bytes; default 16 GiB
+  std::string allocator = "bfc";                  // allocator policy of every arena
+  bool hbm_backing = true;                        // false: metadata-only arenas (no bytes)
+  uint64_t link_slot_bytes = uint64_t{1} << 20;   // bytes per circular-buffer slot; default 1 MiB
+  int link_num_slots = 4;                         // slots per directed link; default 4
+  std::chrono::milliseconds collective_timeout{30000};  // every collective wait; default 30 s
+
+  /// Throws InvalidArgumentError naming the first field out of range and the accepted range.
+  void validate() const;
+
+  /// Parses and validates. Throws InvalidArgumentError naming the bad key or value.
+  static RuntimeOptions from_json(const nlohmann::json& j);
+  /// Reads a JSON file. Throws NotFoundError if it cannot be opened and InvalidArgumentError
+  /// (with the parser's position) if it is not valid JSON or fails validation.
+  static RuntimeOptions load_json_file(const std::string& path);
+  nlohmann::json to_json() const;
+};
+
+}  // namespace vtpu

@@ -1,0 +1,17 @@
+#include "runtime/virtual_core.h"
+
+namespace vtpu {
+
+VirtualCore::VirtualCore(int core_id, const ArenaOptions& arena_options)
+    : core_id_(core_id),
+      hbm_(std::make_shared<HbmArena>(arena_options)),
+      io_(1),
+      work_(boost::asio::make_work_guard(io_)),
+      thread_([this] { io_.run(); }) {}
+
+VirtualCore::~VirtualCore() {
+  work_.reset();  // drain: run() returns once the queue is empty
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace vtpu

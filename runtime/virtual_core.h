@@ -1,0 +1,49 @@
+// A virtual TPU core: one thread running its own in-order work queue (a boost::asio::io_context)
+// and owning its HBM arena.
+#pragma once
+
+#include <memory>
+#include <thread>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+
+#include "memory/hbm_arena.h"
+
+namespace vtpu {
+
+/// Thread-safe: post() may be called from any thread; work runs on the core's thread in the order
+/// posted. The destructor drains the queue, then joins the thread.
+class VirtualCore {
+ public:
+  /// Creates the arena (may throw InvalidArgumentError / ResourceExhaustedError) and starts the
+  /// core's thread.
+  VirtualCore(int core_id, const ArenaOptions& arena_options);
+  ~VirtualCore();
+  VirtualCore(const VirtualCore&) = delete;
+  VirtualCore& operator=(const VirtualCore&) = delete;
+
+  int core_id() const { return core_id_; }
+  HbmArena& hbm() { return *hbm_; }
+  const std::shared_ptr<HbmArena>& hbm_shared() const { return hbm_; }
+  boost::asio::io_context& io_context() { return io_; }
+
+  /// Queues `fn` to run on this core's thread after everything queued before it. `fn` must not
+  /// throw (wrap it); the runtime's run_spmd does.
+  template <typename F>
+  void post(F&& fn) {
+    boost::asio::post(io_, std::forward<F>(fn));
+  }
+  /// True when called from this core's own thread.
+  bool on_core_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+
+ private:
+  const int core_id_;
+  std::shared_ptr<HbmArena> hbm_;
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  std::thread thread_;  // declared last: started after, and joined before, everything above
+};
+
+}  // namespace vtpu
