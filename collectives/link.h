@@ -1,0 +1,61 @@
+// A Link is a directed channel from one core to another: a circular buffer of fixed-size slots
+// with a ready/consumed handshake. A full link blocks the sender (back-pressure) and an empty one
+// blocks the receiver; both block (never spin without bound) and both give up at a deadline.
+//
+// Algorithms see only this interface, so they run unchanged over any Transport (in-process ring
+// buffers today, MPI across hosts later), after Gloo's transport/pair.h.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "collectives/types.h"
+
+namespace vtpu {
+
+/// Link shape. Invariant: slot_bytes is a multiple of 64 so that every element type divides it.
+struct LinkOptions {
+  uint64_t slot_bytes = uint64_t{1} << 20;  // payload bytes per slot; default 1 MiB
+  int num_slots = 4;                        // slots in the circular buffer; default 4
+};
+
+using Deadline = std::chrono::steady_clock::time_point;
+
+/// One message as the receiver sees it: a view into the slot, valid until release_recv().
+struct ReceivedSlot {
+  const std::byte* data = nullptr;
+  uint64_t payload_bytes = 0;
+  Fingerprint fingerprint;
+};
+
+/// Directed link src -> dst. Thread-safe for one sending thread and one receiving thread at a
+/// time; abort() and reset() may be called from any thread (reset only when no one is waiting).
+class Link {
+ public:
+  virtual ~Link() = default;
+  virtual int src_core() const = 0;
+  virtual int dst_core() const = 0;
+  virtual uint64_t slot_bytes() const = 0;
+  virtual int num_slots() const = 0;
+
+  /// Sender: waits for a free slot and returns its payload area (slot_bytes() bytes). Throws
+  /// DeadlineExceededError at `deadline`, AbortedError if the link is aborted.
+  virtual std::byte* acquire_send_slot(Deadline deadline) = 0;
+  /// Sender: publishes the slot returned by acquire_send_slot with `payload_bytes` of data.
+  virtual void commit_send(const Fingerprint& fingerprint, uint64_t payload_bytes) = 0;
+
+  /// Receiver: waits for the oldest unread message. Throws like acquire_send_slot.
+  virtual ReceivedSlot acquire_recv_slot(Deadline deadline) = 0;
+  /// Receiver: hands the slot back to the sender.
+  virtual void release_recv() = 0;
+
+  /// Wakes every waiter, which then throws AbortedError carrying `reason`. Later waits also throw
+  /// until reset().
+  virtual void abort(const std::string& reason) = 0;
+  /// Empties the buffer and clears the abort. Only when no thread is using the link.
+  virtual void reset() = 0;
+};
+
+}  // namespace vtpu
