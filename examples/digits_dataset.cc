@@ -1,0 +1,142 @@
+#include "examples/digits_dataset.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string_view>
+
+#include "common/error.h"
+
+#ifndef VTPU_SOURCE_DIR
+#define VTPU_SOURCE_DIR "."
+#endif
+
+namespace vtpu::examples {
+
+namespace {
+
+constexpr uint64_t kSplitSeed = 0x5eed'd161'75ULL;  // fixed: the test split never moves
+
+struct GzCloser {
+  void operator()(gzFile f) const { gzclose(f); }
+};
+
+}  // namespace
+
+std::string default_digits_path() {
+  if (const char* dir = std::getenv("VTPU_DATA_DIR"); dir != nullptr && *dir != '\0') {
+    return std::string(dir) + "/digits.csv.gz";
+  }
+  return std::string(VTPU_SOURCE_DIR) + "/data/digits.csv.gz";
+}
+
+DigitsDataset load_digits_csv(const std::string& path) {
+  std::unique_ptr<gzFile_s, GzCloser> file(gzopen(path.c_str(), "rb"));
+  if (!file) {
+    throw NotFoundError("cannot open digits data file '" + path +
+                        "' (run scripts/fetch-data.sh to fetch it from Debian's python3-sklearn, "
+                        "or pass --data PATH)");
+  }
+  DigitsDataset ds;
+  std::string line;
+  char buf[4096];
+  int64_t line_no = 0;
+  auto bad = [&](const std::string& why) {
+    throw InvalidArgumentError("corrupt digits file '" + path + "' at line " +
+                               std::to_string(line_no) + ": " + why +
+                               " (expected 64 pixel values 0..16 then a label 0..9, "
+                               "comma-separated)");
+  };
+  bool eof = false;
+  while (!eof) {
+    line.clear();
+    // Read one whole line, however long.
+    while (true) {
+      if (gzgets(file.get(), buf, sizeof buf) == nullptr) {
+        int err = 0;
+        const char* msg = gzerror(file.get(), &err);
+        if (err != Z_OK && err != Z_STREAM_END) {
+          line_no += 1;
+          bad(std::string("read error: ") + msg);
+        }
+        eof = true;
+        break;
+      }
+      line += buf;
+      if (!line.empty() && line.back() == '\n') break;
+    }
+    if (line.empty()) break;
+    ++line_no;
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+    if (line.empty()) bad("empty line");
+    std::string_view rest = line;
+    int field = 0;
+    int values[DigitsDataset::kNumFeatures + 1];
+    while (true) {
+      const size_t comma = rest.find(',');
+      std::string_view tok = rest.substr(0, comma);
+      if (field > DigitsDataset::kNumFeatures) bad("more than 65 fields");
+      // Accept "5" and "5.0" (some exports write floats), nothing else.
+      double v = 0.0;
+      auto [ptr, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
+      if (ec != std::errc() || ptr != tok.data() + tok.size() || tok.empty()) {
+        bad("field " + std::to_string(field + 1) + " is '" + std::string(tok) +
+            "', not a number");
+      }
+      if (v != static_cast<int>(v)) {
+        bad("field " + std::to_string(field + 1) + " is " + std::string(tok) + ", not an integer");
+      }
+      values[field++] = static_cast<int>(v);
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+    if (field != DigitsDataset::kNumFeatures + 1) {
+      bad("has " + std::to_string(field) + " fields");
+    }
+    for (int i = 0; i < DigitsDataset::kNumFeatures; ++i) {
+      if (values[i] < 0 || values[i] > 16) {
+        bad("pixel " + std::to_string(i) + " is " + std::to_string(values[i]));
+      }
+      ds.pixels.push_back(static_cast<float>(values[i]) / 16.0f);
+    }
+    const int label = values[DigitsDataset::kNumFeatures];
+    if (label < 0 || label >= DigitsDataset::kNumClasses) bad("label is " + std::to_string(label));
+    ds.labels.push_back(label);
+  }
+  if (ds.num_rows() < 10) {
+    throw InvalidArgumentError("digits file '" + path + "' has " + std::to_string(ds.num_rows()) +
+                               " rows (expected at least 10; the real file has 1797)");
+  }
+  return ds;
+}
+
+DigitsSplit split_digits(const DigitsDataset& all, double train_fraction) {
+  if (!(train_fraction > 0.0 && train_fraction < 1.0)) {
+    throw InvalidArgumentError("train fraction " + std::to_string(train_fraction) +
+                               " (expected strictly between 0 and 1)");
+  }
+  std::vector<int64_t> order(static_cast<size_t>(all.num_rows()));
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 gen(kSplitSeed);
+  for (size_t i = order.size() - 1; i > 0; --i) {  // Fisher-Yates with a portable draw
+    std::swap(order[i], order[gen() % (i + 1)]);
+  }
+  const auto num_train = static_cast<size_t>(static_cast<double>(order.size()) * train_fraction);
+  DigitsSplit split;
+  for (size_t k = 0; k < order.size(); ++k) {
+    DigitsDataset& dst = k < num_train ? split.train : split.test;
+    const auto row = static_cast<size_t>(order[k]);
+    dst.pixels.insert(dst.pixels.end(),
+                      all.pixels.begin() + static_cast<std::ptrdiff_t>(row * 64),
+                      all.pixels.begin() + static_cast<std::ptrdiff_t>((row + 1) * 64));
+    dst.labels.push_back(all.labels[row]);
+  }
+  return split;
+}
+
+}  // namespace vtpu::examples

@@ -1,0 +1,293 @@
+#include "examples/mlp_trainer.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "sharding/sharded_array.h"
+
+namespace vtpu::examples {
+
+namespace {
+
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MatMap = Eigen::Map<RowMatrix>;
+using ConstMatMap = Eigen::Map<const RowMatrix>;
+using VecMap = Eigen::Map<Eigen::RowVectorXf>;
+
+constexpr int64_t kIn = DigitsDataset::kNumFeatures;
+constexpr int64_t kOut = DigitsDataset::kNumClasses;
+
+/// Offsets of the flat parameter vector [W1 (64 x H), b1 (H), W2 (H x 10), b2 (10)], in elements.
+struct Layout {
+  int64_t hidden;
+  int64_t w1() const { return 0; }
+  int64_t b1() const { return kIn * hidden; }
+  int64_t w2() const { return b1() + hidden; }
+  int64_t b2() const { return w2() + hidden * kOut; }
+  int64_t size() const { return b2() + kOut; }
+};
+
+std::vector<float> init_parameters(const Layout& l, uint64_t seed) {
+  // Glorot/Xavier uniform weights, zero biases (Glorot & Bengio 2010; PyTorch's
+  // xavier_uniform_). Draws use mt19937_64 raw output so every platform gives the same values.
+  std::vector<float> p(static_cast<size_t>(l.size()), 0.0f);
+  std::mt19937_64 gen(seed);
+  auto fill = [&](int64_t offset, int64_t fan_in, int64_t fan_out) {
+    const double bound = std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
+    for (int64_t i = 0; i < fan_in * fan_out; ++i) {
+      const double u = static_cast<double>(gen() >> 11) * 0x1.0p-53;  // [0, 1)
+      p[static_cast<size_t>(offset + i)] = static_cast<float>((2.0 * u - 1.0) * bound);
+    }
+  };
+  fill(l.w1(), kIn, l.hidden);
+  fill(l.w2(), l.hidden, kOut);
+  return p;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// Per-core state that lives across steps: the parameter replica, the gradient bucket and the
+/// activations, all in the core's HBM. Allocated once, as XLA's buffer assignment would.
+struct CoreState {
+  DeviceBuffer params;  // Layout::size() floats
+  DeviceBuffer grads;   // Layout::size() + 1 floats; the last is the local loss sum
+  DeviceBuffer z1;      // local_batch x hidden (pre-activation, then its gradient)
+  DeviceBuffer a1;      // local_batch x hidden
+  DeviceBuffer logits;  // local_batch x 10 (logits, then probabilities, then dZ2)
+};
+
+}  // namespace
+
+void MlpConfig::validate(int num_cores) const {
+  if (steps < 1) throw InvalidArgumentError("steps is " + std::to_string(steps) + " (expected >= 1)");
+  if (hidden < 1 || hidden > (1 << 20)) {
+    throw InvalidArgumentError("hidden is " + std::to_string(hidden) + " (expected 1..1048576)");
+  }
+  if (!(learning_rate > 0.0f) || !std::isfinite(learning_rate)) {
+    throw InvalidArgumentError("learning rate is " + std::to_string(learning_rate) +
+                               " (expected a finite value > 0)");
+  }
+  if (global_batch < 1) {
+    throw InvalidArgumentError("global batch is " + std::to_string(global_batch) + " (expected >= 1)");
+  }
+  if (global_batch % num_cores != 0) {
+    throw InvalidArgumentError("global batch " + std::to_string(global_batch) +
+                               " cannot be split evenly across " + std::to_string(num_cores) +
+                               " cores (expected a multiple of " + std::to_string(num_cores) +
+                               ", as PyTorch DDP and jax.device_put with a sharded batch need)");
+  }
+  if (log_every < 0) {
+    throw InvalidArgumentError("log_every is " + std::to_string(log_every) + " (expected >= 0)");
+  }
+}
+
+double mlp_accuracy(const std::vector<float>& parameters, int64_t hidden, const DigitsDataset& ds) {
+  if (ds.num_rows() == 0) return 0.0;
+  const Layout l{hidden};
+  ConstMatMap x(ds.pixels.data(), ds.num_rows(), kIn);
+  ConstMatMap w1(parameters.data() + l.w1(), kIn, hidden);
+  Eigen::Map<const Eigen::RowVectorXf> b1(parameters.data() + l.b1(), hidden);
+  ConstMatMap w2(parameters.data() + l.w2(), hidden, kOut);
+  Eigen::Map<const Eigen::RowVectorXf> b2(parameters.data() + l.b2(), kOut);
+  RowMatrix a1 = ((x * w1).rowwise() + b1).cwiseMax(0.0f);
+  RowMatrix logits = (a1 * w2).rowwise() + b2;
+  int64_t correct = 0;
+  for (int64_t i = 0; i < ds.num_rows(); ++i) {
+    Eigen::Index arg;
+    logits.row(i).maxCoeff(&arg);
+    correct += (arg == ds.labels[static_cast<size_t>(i)]);
+  }
+  return static_cast<double>(correct) / static_cast<double>(ds.num_rows());
+}
+
+MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig& config,
+                    const std::function<void(int64_t, double)>& on_log) {
+  const int n = runtime.num_cores();
+  config.validate(n);
+  const DigitsDataset& train = split.train;
+  if (train.num_rows() == 0) throw InvalidArgumentError("training split is empty");
+  const Layout layout{config.hidden};
+  const int64_t num_params = layout.size();
+  const int64_t local_batch = config.global_batch / n;
+  const float inv_batch = 1.0f / static_cast<float>(config.global_batch);
+
+  std::vector<int> cores(static_cast<size_t>(n));
+  std::iota(cores.begin(), cores.end(), 0);
+  Communicator comm(runtime, cores);
+  const Mesh mesh({n}, {"data"});
+  const NamedSharding batch_sharding(mesh, PartitionSpec({{"data"}}));
+
+  // Replicated parameters and per-core buffers.
+  const std::vector<float> init = init_parameters(layout, config.seed);
+  std::vector<CoreState> state(static_cast<size_t>(n));
+  runtime.run_spmd([&](CoreContext& ctx) {
+    CoreState& s = state[static_cast<size_t>(ctx.core_id())];
+    const auto f = sizeof(float);
+    s.params = ctx.allocate(static_cast<uint64_t>(num_params) * f, "mlp/params");
+    s.grads = ctx.allocate(static_cast<uint64_t>(num_params + 1) * f, "mlp/grads+loss");
+    s.z1 = ctx.allocate(static_cast<uint64_t>(local_batch * config.hidden) * f, "mlp/z1");
+    s.a1 = ctx.allocate(static_cast<uint64_t>(local_batch * config.hidden) * f, "mlp/a1");
+    s.logits = ctx.allocate(static_cast<uint64_t>(local_batch * kOut) * f, "mlp/logits");
+    std::memcpy(s.params.data(), init.data(), init.size() * f);
+  });
+
+  // Batch order: epoch-wise shuffles of the training rows, drawn from the seed; independent of
+  // the number of cores, so every core count sees the same global batches.
+  std::mt19937_64 order_gen(config.seed ^ 0x9e3779b97f4a7c15ULL);
+  std::vector<int64_t> order(static_cast<size_t>(train.num_rows()));
+  std::iota(order.begin(), order.end(), 0);
+  size_t cursor = order.size();
+
+  const int64_t batch = config.global_batch;
+  std::vector<float> host_x(static_cast<size_t>(batch * kIn));
+  std::vector<float> host_y(static_cast<size_t>(batch * kOut));
+  MlpResult result;
+  result.num_cores = n;
+  result.num_parameters = num_params;
+  result.losses.reserve(static_cast<size_t>(config.steps));
+  result.step_seconds.reserve(static_cast<size_t>(config.steps));
+
+  for (int64_t step = 0; step < config.steps; ++step) {
+    // Host input pipeline (not timed): the next global batch, one-hot labels.
+    std::fill(host_y.begin(), host_y.end(), 0.0f);
+    for (int64_t r = 0; r < batch; ++r) {
+      if (cursor == order.size()) {
+        for (size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[order_gen() % (i + 1)]);
+        cursor = 0;
+      }
+      const auto row = static_cast<size_t>(order[cursor++]);
+      std::memcpy(&host_x[static_cast<size_t>(r * kIn)], &train.pixels[row * kIn], kIn * sizeof(float));
+      host_y[static_cast<size_t>(r * kOut + train.labels[row])] = 1.0f;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    ShardedArray x = ShardedArray::device_put(runtime, host_x, {batch, kIn}, batch_sharding);
+    ShardedArray y = ShardedArray::device_put(runtime, host_y, {batch, kOut}, batch_sharding);
+    runtime.run_spmd([&](CoreContext& ctx) {
+      const int c = ctx.core_id();
+      CoreState& s = state[static_cast<size_t>(c)];
+      const int64_t b = local_batch;
+      const float* p = s.params.as<float>().data();
+      float* g = s.grads.as<float>().data();
+      ConstMatMap xb(x.local_data(c).data(), b, kIn);
+      ConstMatMap yb(y.local_data(c).data(), b, kOut);
+      ConstMatMap w1(p + layout.w1(), kIn, config.hidden);
+      Eigen::Map<const Eigen::RowVectorXf> b1(p + layout.b1(), config.hidden);
+      ConstMatMap w2(p + layout.w2(), config.hidden, kOut);
+      Eigen::Map<const Eigen::RowVectorXf> b2(p + layout.b2(), kOut);
+      MatMap z1(s.z1.as<float>().data(), b, config.hidden);
+      MatMap a1(s.a1.as<float>().data(), b, config.hidden);
+      MatMap logits(s.logits.as<float>().data(), b, kOut);
+      // Forward.
+      z1.noalias() = xb * w1;
+      z1.rowwise() += b1;
+      a1 = z1.cwiseMax(0.0f);
+      logits.noalias() = a1 * w2;
+      logits.rowwise() += b2;
+      // Softmax cross-entropy, stable: loss_i = logsumexp(z_i) - z_i[y_i].
+      double loss_sum = 0.0;
+      for (int64_t i = 0; i < b; ++i) {
+        auto row = logits.row(i);
+        const float mx = row.maxCoeff();
+        row.array() -= mx;
+        row = row.array().exp().matrix();
+        const float denom = row.sum();
+        Eigen::Index label;
+        yb.row(i).maxCoeff(&label);
+        loss_sum -= std::log(static_cast<double>(row(label)) / denom);
+        row /= denom;  // probabilities
+      }
+      // Backward: dZ2 = (P - Y) / B, scaled by the global batch so that the sum over cores is
+      // the gradient of the global mean.
+      logits = (logits - yb) * inv_batch;
+      MatMap dw1(g + layout.w1(), kIn, config.hidden);
+      VecMap db1(g + layout.b1(), config.hidden);
+      MatMap dw2(g + layout.w2(), config.hidden, kOut);
+      VecMap db2(g + layout.b2(), kOut);
+      dw2.noalias() = a1.transpose() * logits;
+      db2 = logits.colwise().sum();
+      a1.noalias() = logits * w2.transpose();               // dA1
+      z1 = (z1.array() > 0.0f).select(a1, 0.0f);            // dZ1
+      dw1.noalias() = xb.transpose() * z1;
+      db1 = z1.colwise().sum();
+      g[num_params] = static_cast<float>(loss_sum);
+      // One bucket, one all-reduce: gradients and the loss sum.
+      comm.all_reduce<float>(ctx, s.grads.as<float>());
+      // SGD on every replica (identical inputs, identical results).
+      float* pm = s.params.as<float>().data();
+      for (int64_t i = 0; i < num_params; ++i) pm[i] -= config.learning_rate * g[i];
+    });
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double loss =
+        static_cast<double>(state[0].grads.as<float>()[static_cast<size_t>(num_params)]) /
+        static_cast<double>(batch);
+    if (!std::isfinite(loss)) {
+      throw FailedPreconditionError("training diverged at step " + std::to_string(step) +
+                                    ": loss is " + std::to_string(loss) +
+                                    " (try a smaller learning rate)");
+    }
+    result.losses.push_back(loss);
+    result.step_seconds.push_back(seconds);
+    if (on_log && config.log_every > 0 &&
+        (step % config.log_every == 0 || step == config.steps - 1)) {
+      on_log(step, loss);
+    }
+  }
+
+  result.median_step_ms = 1e3 * median(result.step_seconds);
+  auto p0 = state[0].params.as<float>();
+  result.parameters.assign(p0.begin(), p0.end());
+  result.replicas_identical = true;
+  for (int c = 1; c < n; ++c) {
+    auto pc = state[static_cast<size_t>(c)].params.as<float>();
+    if (std::memcmp(pc.data(), p0.data(), p0.size_bytes()) != 0) result.replicas_identical = false;
+  }
+  result.test_accuracy = mlp_accuracy(result.parameters, config.hidden, split.test);
+  result.train_accuracy = mlp_accuracy(result.parameters, config.hidden, train);
+  for (int c = 0; c < n; ++c) {
+    result.hbm.push_back(runtime.core(c).hbm().memory_stats());
+    result.all_reduce.push_back(comm.stats(c));
+  }
+  return result;
+}
+
+void to_json(nlohmann::json& j, const MlpResult& r) {
+  nlohmann::json hbm = nlohmann::json::array();
+  for (size_t c = 0; c < r.hbm.size(); ++c) {
+    nlohmann::json s = r.hbm[c];
+    s["core"] = c;
+    hbm.push_back(s);
+  }
+  nlohmann::json ar = nlohmann::json::array();
+  for (size_t c = 0; c < r.all_reduce.size(); ++c) {
+    ar.push_back({{"core", c},
+                  {"num_collectives", r.all_reduce[c].num_collectives},
+                  {"bytes", r.all_reduce[c].bytes},
+                  {"seconds", r.all_reduce[c].seconds}});
+  }
+  j = nlohmann::json{{"num_cores", r.num_cores},
+                     {"num_parameters", r.num_parameters},
+                     {"losses", r.losses},
+                     {"final_loss", r.losses.empty() ? 0.0 : r.losses.back()},
+                     {"test_accuracy", r.test_accuracy},
+                     {"train_accuracy", r.train_accuracy},
+                     {"median_step_ms", r.median_step_ms},
+                     {"replicas_identical", r.replicas_identical},
+                     {"hbm", hbm},
+                     {"all_reduce", ar}};
+}
+
+}  // namespace vtpu::examples

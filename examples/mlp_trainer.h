@@ -1,0 +1,63 @@
+// Data-parallel MLP training on N virtual cores: the foundation's end-to-end example.
+//
+// Model: 64 -> hidden -> 10, ReLU, softmax cross-entropy, plain SGD, f32. Each step the host
+// draws a global batch (epoch-wise shuffled with the seed), device_puts it with the batch
+// dimension sharded over a 1-D mesh ('data'), and every core runs forward and backward on its
+// rows with Eigen mapped over its HBM buffers. The gradients of all parameters, plus the local
+// loss sum, are packed into one bucket and all-reduced (sum) in one collective, as PyTorch DDP
+// buckets gradients; every core then applies the same SGD update to its replica. Because the
+// all-reduce gives bit-identical sums on every core, the replicas never drift apart.
+//
+// The loss is mean cross-entropy over the global batch, so for a given seed and global batch the
+// losses match a single-core run up to f32 summation order.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "collectives/communicator.h"
+#include "examples/digits_dataset.h"
+#include "memory/memory_stats.h"
+#include "runtime/runtime.h"
+
+namespace vtpu::examples {
+
+struct MlpConfig {
+  int64_t steps = 500;        // SGD steps
+  int64_t global_batch = 64;  // rows per step over all cores; must be a multiple of the cores
+  int64_t hidden = 64;        // hidden units
+  float learning_rate = 0.2f;
+  uint64_t seed = 0;          // parameter init and batch order
+  int64_t log_every = 25;     // print the loss every this many steps (0: never)
+  /// Throws InvalidArgumentError naming the bad field; `num_cores` checks the batch split.
+  void validate(int num_cores) const;
+};
+
+/// What a run produced. Times in seconds unless the name says otherwise.
+struct MlpResult {
+  int num_cores = 0;
+  std::vector<double> losses;       // per step, mean cross-entropy of the global batch
+  std::vector<double> step_seconds; // per step wall time (device_put + SPMD step)
+  double median_step_ms = 0.0;
+  double test_accuracy = 0.0;       // on the held-out split
+  double train_accuracy = 0.0;
+  int64_t num_parameters = 0;
+  bool replicas_identical = false;  // every core's final parameters are bit-identical
+  std::vector<MemoryStats> hbm;     // per core, after training
+  std::vector<CollectiveStats> all_reduce;  // per core
+  std::vector<float> parameters;    // final parameters (core 0), flat [W1, b1, W2, b2]
+};
+void to_json(nlohmann::json& j, const MlpResult& r);
+
+/// Trains on `split.train`, evaluates on `split.test`. Calls `on_log(step, loss)` every
+/// config.log_every steps when given. Throws InvalidArgumentError for a bad config and
+/// OutOfMemoryError (ResourceExhausted, with the arena's report) when the model does not fit.
+MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig& config,
+                    const std::function<void(int64_t step, double loss)>& on_log = {});
+
+/// Fraction of rows whose argmax of the MLP's logits equals the label (host-side, Eigen).
+double mlp_accuracy(const std::vector<float>& parameters, int64_t hidden, const DigitsDataset& ds);
+
+}  // namespace vtpu::examples
