@@ -35,7 +35,10 @@ struct Layout {
   int64_t size() const { return b2() + kOut; }
 };
 
-std::vector<float> init_parameters(const Layout& l, uint64_t seed) {
+}  // namespace
+
+std::vector<float> mlp_init_parameters(int64_t hidden, uint64_t seed) {
+  const Layout l{hidden};
   // Glorot/Xavier uniform weights, zero biases (Glorot & Bengio 2010; PyTorch's
   // xavier_uniform_). Draws use mt19937_64 raw output so every platform gives the same values.
   std::vector<float> p(static_cast<size_t>(l.size()), 0.0f);
@@ -51,6 +54,22 @@ std::vector<float> init_parameters(const Layout& l, uint64_t seed) {
   fill(l.w2(), l.hidden, kOut);
   return p;
 }
+
+BatchSampler::BatchSampler(int64_t num_rows, uint64_t seed)
+    : gen_(seed ^ 0x9e3779b97f4a7c15ULL), order_(static_cast<size_t>(num_rows)) {
+  std::iota(order_.begin(), order_.end(), 0);
+  cursor_ = order_.size();
+}
+
+int64_t BatchSampler::next() {
+  if (cursor_ == order_.size()) {
+    for (size_t i = order_.size() - 1; i > 0; --i) std::swap(order_[i], order_[gen_() % (i + 1)]);
+    cursor_ = 0;
+  }
+  return order_[cursor_++];
+}
+
+namespace {
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
@@ -131,7 +150,7 @@ MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig&
   const NamedSharding batch_sharding(mesh, PartitionSpec({{"data"}}));
 
   // Replicated parameters and per-core buffers.
-  const std::vector<float> init = init_parameters(layout, config.seed);
+  const std::vector<float> init = mlp_init_parameters(config.hidden, config.seed);
   std::vector<CoreState> state(static_cast<size_t>(n));
   runtime.run_spmd([&](CoreContext& ctx) {
     CoreState& s = state[static_cast<size_t>(ctx.core_id())];
@@ -144,12 +163,8 @@ MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig&
     std::memcpy(s.params.data(), init.data(), init.size() * f);
   });
 
-  // Batch order: epoch-wise shuffles of the training rows, drawn from the seed; independent of
-  // the number of cores, so every core count sees the same global batches.
-  std::mt19937_64 order_gen(config.seed ^ 0x9e3779b97f4a7c15ULL);
-  std::vector<int64_t> order(static_cast<size_t>(train.num_rows()));
-  std::iota(order.begin(), order.end(), 0);
-  size_t cursor = order.size();
+  // Every core count sees the same global batches.
+  BatchSampler sampler(train.num_rows(), config.seed);
 
   const int64_t batch = config.global_batch;
   std::vector<float> host_x(static_cast<size_t>(batch * kIn));
@@ -164,11 +179,7 @@ MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig&
     // Host input pipeline (not timed): the next global batch, one-hot labels.
     std::fill(host_y.begin(), host_y.end(), 0.0f);
     for (int64_t r = 0; r < batch; ++r) {
-      if (cursor == order.size()) {
-        for (size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[order_gen() % (i + 1)]);
-        cursor = 0;
-      }
-      const auto row = static_cast<size_t>(order[cursor++]);
+      const auto row = static_cast<size_t>(sampler.next());
       std::memcpy(&host_x[static_cast<size_t>(r * kIn)], &train.pixels[row * kIn], kIn * sizeof(float));
       host_y[static_cast<size_t>(r * kOut + train.labels[row])] = 1.0f;
     }

@@ -13,6 +13,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <random>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -56,6 +58,24 @@ void to_json(nlohmann::json& j, const MlpResult& r);
 /// OutOfMemoryError (ResourceExhausted, with the arena's report) when the model does not fit.
 MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig& config,
                     const std::function<void(int64_t step, double loss)>& on_log = {});
+
+/// The initial flat parameters [W1 (64 x hidden), b1 (hidden), W2 (hidden x 10), b2 (10)]:
+/// Glorot/Xavier-uniform weights, zero biases, from mt19937_64(seed).
+std::vector<float> mlp_init_parameters(int64_t hidden, uint64_t seed);
+
+/// The global batches: epoch-wise Fisher-Yates shuffles of the training rows, drawn from the seed
+/// and independent of the core count. Thread-compatible.
+class BatchSampler {
+ public:
+  BatchSampler(int64_t num_rows, uint64_t seed);
+  /// The next row index.
+  int64_t next();
+
+ private:
+  std::mt19937_64 gen_;
+  std::vector<int64_t> order_;
+  size_t cursor_;
+};
 
 /// Fraction of rows whose argmax of the MLP's logits equals the label (host-side, Eigen).
 double mlp_accuracy(const std::vector<float>& parameters, int64_t hidden, const DigitsDataset& ds);

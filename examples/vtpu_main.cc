@@ -122,7 +122,8 @@ int main(int argc, char** argv) {
                "sharding)"};
   app.require_subcommand(1);
   CLI::App* train = app.add_subcommand("train", "Train an example model across virtual cores");
-  train->require_subcommand(1);
+  // No hard requirement here, so that `vtpu train nope` reports the unexpected "nope" by name.
+  train->require_subcommand(0, 1);
   CLI::App* mlp = train->add_subcommand(
       "mlp", "Data-parallel 64->H->10 MLP on the UCI handwritten digits (ReLU, softmax "
              "cross-entropy, SGD)");
@@ -151,6 +152,10 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);  // 0 for --help, non-zero for errors
+  }
+  if (*train && train->get_subcommands().empty()) {
+    std::fprintf(stderr, "vtpu train: expected a model name (mlp)\n%s", train->help().c_str());
+    return 2;
   }
   try {
     if (*mlp) return run_train_mlp(args);

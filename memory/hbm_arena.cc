@@ -107,7 +107,12 @@ void HbmArena::free(BufferId id) {
                                std::to_string(core_id()) + ", which is not live (double free?)");
   }
   const Live& b = it->second;
-  if (backing_ && options_.poison_freed) std::memset(backing_->data() + b.offset, 0xDB, b.chunk_bytes);
+  if (backing_ && options_.poison_freed) {
+    // The requested bytes rounded to 256 B: the bytes a stale reader could touch, without
+    // committing the pages of an unsplit remainder that was never used.
+    const uint64_t n = std::min(b.chunk_bytes, (b.size_bytes + 255) / 256 * 256);
+    std::memset(backing_->data() + b.offset, 0xDB, n);
+  }
   policy_->free(b.offset);
   stats_.bytes_in_use -= b.chunk_bytes;
   stats_.bytes_requested -= b.size_bytes;

@@ -31,7 +31,7 @@ struct ArenaOptions {
   std::string policy = "bfc";                    // allocator policy name
   PolicyOptions policy_options;                  // policy tuning
   bool backing = true;       // true: real bytes (lazy mmap); false: offsets only, data() is null
-  bool poison_freed = false; // fill freed chunks with 0xDB so stale reads show (costs a memset)
+  bool poison_freed = false; // fill a freed buffer's bytes with 0xDB so stale reads show (memset)
   int core_id = 0;           // for messages and reports
 };
 

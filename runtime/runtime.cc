@@ -46,6 +46,10 @@ Runtime::~Runtime() {
   cores_.clear();  // each core drains its queue and joins
 }
 
+const VirtualCore& Runtime::core(int core_id) const {
+  return const_cast<Runtime*>(this)->core(core_id);
+}
+
 VirtualCore& Runtime::core(int core_id) {
   if (core_id < 0 || core_id >= num_cores()) {
     throw InvalidArgumentError("core id " + std::to_string(core_id) + " is out of range (expected 0.." +
@@ -146,7 +150,14 @@ void Runtime::notify_abort(int failed_core, const std::exception_ptr& error) {
     std::lock_guard lock(abort_mu_);
     for (const auto& [id, h] : abort_handlers_) handlers.push_back(h);
   }
-  for (const AbortHandler& h : handlers) h(failed_core, error);
+  for (const AbortHandler& h : handlers) {
+    try {
+      h(failed_core, error);
+    } catch (...) {
+      // A handler must not throw; one that does must not kill the core's thread or leave the
+      // launch unfinished. The original error still reaches the caller.
+    }
+  }
 }
 
 }  // namespace vtpu

@@ -26,7 +26,8 @@ class Runtime {
  public:
   using Program = std::function<void(CoreContext&)>;
   /// Called (on the failing core's thread) when a program throws on `failed_core`, before the
-  /// other cores finish, so that collectives can wake their waiters with Aborted.
+  /// other cores finish, so that collectives can wake their waiters with Aborted. Must not throw
+  /// (an exception from a handler is swallowed) and must not block.
   using AbortHandler = std::function<void(int failed_core, const std::exception_ptr& error)>;
 
   /// Validates the options and starts options.num_cores cores. Throws InvalidArgumentError or
@@ -40,6 +41,7 @@ class Runtime {
   const RuntimeOptions& options() const { return options_; }
   /// Throws InvalidArgumentError for an id outside [0, num_cores).
   VirtualCore& core(int core_id);
+  const VirtualCore& core(int core_id) const;
 
   /// Runs `fn` on every core (or on `core_ids`), waits for all of them, then rethrows the first
   /// error any core threw. When a core throws, abort handlers run at once so that cores blocked

@@ -26,6 +26,7 @@ class VirtualCore {
 
   int core_id() const { return core_id_; }
   HbmArena& hbm() { return *hbm_; }
+  const HbmArena& hbm() const { return *hbm_; }
   const std::shared_ptr<HbmArena>& hbm_shared() const { return hbm_; }
   boost::asio::io_context& io_context() { return io_; }
 

@@ -1,0 +1,96 @@
+// NamedSharding: a Mesh plus a PartitionSpec, after jax.sharding.NamedSharding. It answers, for a
+// global array shape, which block of the array each device holds.
+//
+// Model. Dimension d with spec entry (a1, ..., ak) is cut into n = |a1| * ... * |ak| shards. A
+// device's shard index on d is row-major over its coordinates on those axes, in the listed order:
+// i = ((c_a1 * |a2| + c_a2) * |a3| + ...) + c_ak. Every shard has the padded size
+// c = ceil(dim / n) (GSPMD's rule, as torch.chunk), and shard i covers
+// [min(i * c, dim), min((i + 1) * c, dim)), so the last shards may be short or empty:
+//
+//     dim 5 over 4 shards: c = 2, sizes 2, 2, 1, 0
+//     dim 6 over 4 shards: c = 2, sizes 2, 2, 2, 0
+//
+// Devices that differ only on mesh axes the spec does not name hold the same block; their
+// replica id is row-major over those unnamed axes, in mesh axis order (as JAX numbers replicas).
+// With mode kStrict, every dimension must divide evenly (as jax.device_put demands).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sharding/index_range.h"
+#include "sharding/mesh.h"
+#include "sharding/partition_spec.h"
+
+namespace vtpu {
+
+/// How a NamedSharding treats a dimension that its shard count does not divide.
+enum class ShardingMode {
+  kPadded,  // ceil-division shards; trailing shards are short or empty (GSPMD, torch.chunk)
+  kStrict,  // throw InvalidArgumentError naming the dimension (jax.device_put's rule)
+};
+
+/// Immutable. Thread-safe.
+///
+/// Every method that takes `global_shape` (array dimensions, in elements) first checks it: it
+/// throws InvalidArgumentError when the spec has more entries than the shape has dimensions, a
+/// dimension is negative, or (kStrict) a dimension is not divisible by its shard count. Methods
+/// that take a `device` throw InvalidArgumentError when the device is not in the mesh.
+class NamedSharding {
+ public:
+  /// Throws InvalidArgumentError when the spec names an axis the mesh lacks (listing the mesh's
+  /// axes) or uses one axis twice anywhere in the spec.
+  NamedSharding(Mesh mesh, PartitionSpec spec, ShardingMode mode = ShardingMode::kPadded);
+
+  const Mesh& mesh() const { return mesh_; }
+  const PartitionSpec& spec() const { return spec_; }
+  ShardingMode mode() const { return mode_; }
+
+  /// Number of shards along array dimension `dim` (>= 0): the product of the sizes of the axes
+  /// its entry names; 1 for a None entry or a dim past the spec. Throws InvalidArgumentError for
+  /// dim < 0.
+  int64_t num_shards(int dim) const;
+  /// Checks `global_shape` as described above; returns normally when it is acceptable.
+  void check_shape(const std::vector<int64_t>& global_shape) const;
+  /// True when every dimension divides evenly by its shard count (no padding). Checks the shape
+  /// (rank and signs only).
+  bool is_even(const std::vector<int64_t>& global_shape) const;
+  /// The padded shard shape: ceil(global_shape[d] / num_shards(d)) per dimension.
+  std::vector<int64_t> shard_shape(const std::vector<int64_t>& global_shape) const;
+  /// Shard index of `device` along dimension `dim`, in [0, num_shards(dim)).
+  int64_t shard_index(int device, int dim) const;
+  /// The block `device` holds: per dimension [start, stop), clamped to the dimension, so a block
+  /// may be short or empty.
+  std::vector<IndexRange> index_ranges(int device, const std::vector<int64_t>& global_shape) const;
+  /// Logical (unpadded) shape of the block `device` holds: stop - start per dimension.
+  std::vector<int64_t> local_shape(int device, const std::vector<int64_t>& global_shape) const;
+  /// Replica id of `device`: row-major index over the mesh axes the spec does not name, in mesh
+  /// axis order; 0 when every axis is named.
+  int64_t replica_id(int device) const;
+  /// Number of devices holding each block: the product of the unnamed axes' sizes.
+  int64_t num_replicas() const;
+  /// True when no entry names an axis (or every named axis has size 1): every device holds the
+  /// whole array.
+  bool is_fully_replicated() const;
+
+  /// "NamedSharding(mesh=Mesh(x=4, y=2), spec=P('x', None))", with ", strict" before the closing
+  /// parenthesis in kStrict mode.
+  std::string to_string() const;
+
+  friend bool operator==(const NamedSharding& a, const NamedSharding& b) {
+    return a.mesh_ == b.mesh_ && a.spec_ == b.spec_ && a.mode_ == b.mode_;
+  }
+
+ private:
+  /// The rank and sign checks of check_shape, without the strict divisibility check.
+  void check_rank(const std::vector<int64_t>& global_shape) const;
+
+  Mesh mesh_;
+  PartitionSpec spec_;
+  ShardingMode mode_;
+  std::vector<std::vector<int>> dim_axes_;  // per spec entry: mesh axis indices, major first
+  std::vector<int> unnamed_axes_;           // mesh axis indices no entry names, in mesh order
+};
+
+}  // namespace vtpu

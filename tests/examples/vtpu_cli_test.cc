@@ -1,0 +1,108 @@
+// End-to-end checks of the `vtpu` program: it runs, prints what the README says, and rejects bad
+// input with a clear message and a non-zero exit, never a crash or a hang.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "test_data.h"
+
+namespace {
+
+struct CliRun {
+  int exit_code;
+  std::string output;  // stdout and stderr together
+};
+
+CliRun run_cli(const std::string& args) {
+  // `timeout` turns a hang into exit code 124 instead of a stuck test.
+  const std::string cmd = "timeout 60 " + std::string(VTPU_CLI_PATH) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed"};
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+std::string temp_file(const std::string& name, const std::string& content) {
+  const std::string path = (std::filesystem::temp_directory_path() / name).string();
+  std::ofstream(path) << content;
+  return path;
+}
+
+void expect_failure(const std::string& args, const std::string& needle) {
+  const CliRun r = run_cli(args);
+  EXPECT_NE(r.exit_code, 0) << args << "\n" << r.output;
+  EXPECT_LT(r.exit_code, 124) << "crashed or hung: " << args << "\n" << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << args << "\n" << r.output;
+}
+
+TEST(VtpuCliTest, TrainMlpJsonReportsEverything) {
+  VTPU_REQUIRE_DIGITS();
+  const CliRun r = run_cli("train mlp --cores 4 --steps 30 --batch 32 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["num_cores"], 4);
+  EXPECT_EQ(j["losses"].size(), 30u);
+  EXPECT_EQ(j["hbm"].size(), 4u);
+  for (const char* key : {"bytes_in_use", "peak_bytes_in_use", "bytes_limit", "largest_alloc_size",
+                          "largest_free_block_bytes", "num_allocs"}) {
+    EXPECT_TRUE(j["hbm"][0].contains(key)) << key;
+  }
+  EXPECT_EQ(j["hbm"][0]["bytes_limit"], 16ull << 30);
+  EXPECT_EQ(j["all_reduce"][0]["num_collectives"], 30);
+  EXPECT_GT(j["median_step_ms"].get<double>(), 0.0);
+  EXPECT_TRUE(j["replicas_identical"].get<bool>());
+}
+
+TEST(VtpuCliTest, TrainMlpTextOutput) {
+  VTPU_REQUIRE_DIGITS();
+  const CliRun r = run_cli("train mlp --cores 2 --steps 20 --log-every 5");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* needle : {"step      5  loss", "test accuracy", "median step time",
+                             "all-reduce per core", "peak_bytes_in_use"}) {
+    EXPECT_NE(r.output.find(needle), std::string::npos) << needle << "\n" << r.output;
+  }
+}
+
+TEST(VtpuCliTest, RejectsBadInput) {
+  VTPU_REQUIRE_DIGITS();
+  expect_failure("train mlp --cores 0", "--cores");
+  expect_failure("train mlp --cores 4 --batch 10", "cannot be split evenly across 4 cores");
+  expect_failure("train mlp --hbm-bytes 16K", "out of HBM on core");
+  expect_failure("train mlp --hbm-bytes lots", "invalid byte size 'lots'");
+  expect_failure("train mlp --data /nonexistent.csv.gz", "scripts/fetch-data.sh");
+  std::string rows;
+  for (int i = 0; i < 20; ++i) rows += "1,2,3\n";
+  expect_failure("train mlp --data " + temp_file("vtpu_cli_bad.csv", rows), "line 1");
+  expect_failure("train mlp --config " + temp_file("vtpu_bad.json", "{\"num_cores\": 4,"),
+                 "not valid JSON");
+  expect_failure("train mlp --config " + temp_file("vtpu_bad2.json", "{\"num_corez\": 4}"),
+                 "unknown runtime option 'num_corez'");
+  expect_failure("train mlp --config /nonexistent.json", "cannot open runtime options file");
+  expect_failure("train mlp --lr -1", "--lr");
+  expect_failure("train nope", "nope");
+}
+
+TEST(VtpuCliTest, ConfigFileSetsTheCores) {
+  VTPU_REQUIRE_DIGITS();
+  const std::string cfg = temp_file("vtpu_ok.json",
+                                    R"({"num_cores": 2, "hbm_bytes_per_core": "64M",
+                                        "link_slot_bytes": 4096, "link_num_slots": 2})");
+  const CliRun r = run_cli("train mlp --steps 5 --batch 8 --json --config " + cfg);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["num_cores"], 2);
+  EXPECT_EQ(j["hbm"][0]["bytes_limit"], 64ull << 20);
+}
+
+}  // namespace

@@ -1,0 +1,496 @@
+// Tests for memory/bfc_policy.h: bins, the split rules, coalescing and best fit on hand-worked
+// layouts, then randomized operations checked against an independent model after every step.
+#include "memory/bfc_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/units.h"
+#include "tests/memory/bfc_reference_model.h"
+
+namespace vtpu {
+namespace {
+
+using testing::BfcReferenceModel;
+using testing::expect_same_chunks;
+
+std::vector<ChunkInfo> walk_all(const AllocatorPolicy& p) {
+  std::vector<ChunkInfo> out;
+  p.walk([&](const ChunkInfo& c) { out.push_back(c); });
+  return out;
+}
+
+// Allocates and asserts the result, so that hand-worked layouts read top to bottom.
+PolicyAllocation must_allocate(BfcPolicy& p, uint64_t size_bytes) {
+  std::optional<PolicyAllocation> a = p.allocate(size_bytes);
+  EXPECT_TRUE(a.has_value()) << "allocate(" << size_bytes << ") failed";
+  p.check_consistency();
+  return a.value_or(PolicyAllocation{~uint64_t{0}, 0});
+}
+
+TEST(BfcPolicyTest, ConstructionRoundsCapacityDownTo256) {
+  BfcPolicy p(1000);
+  EXPECT_EQ(p.name(), "bfc");
+  EXPECT_EQ(p.capacity_bytes(), 768u);
+  EXPECT_EQ(p.total_free_bytes(), 768u);
+  EXPECT_EQ(p.largest_free_block_bytes(), 768u);
+  expect_same_chunks(walk_all(p), {{0, 768, false}});
+  p.check_consistency();
+}
+
+TEST(BfcPolicyTest, CapacityBelow256Throws) {
+  EXPECT_THROW(BfcPolicy(0), InvalidArgumentError);
+  try {
+    BfcPolicy p(255);
+    FAIL() << "accepted 255 bytes";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("255"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(BfcPolicy(256).capacity_bytes(), 256u);
+}
+
+TEST(BfcPolicyTest, FactoryMakesBfcAndRejectsUnknownNames) {
+  auto p = make_allocator_policy("bfc", 4096);
+  EXPECT_EQ(p->name(), "bfc");
+  EXPECT_EQ(p->capacity_bytes(), 4096u);
+  try {
+    make_allocator_policy("no-such-policy", 4096);
+    FAIL() << "unknown policy accepted";
+  } catch (const InvalidArgumentError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'no-such-policy'"), std::string::npos) << what;
+    EXPECT_NE(what.find("bfc"), std::string::npos) << what;
+  }
+}
+
+TEST(BfcPolicyTest, RoundedBytes) {
+  BfcPolicy p(kMiB);
+  EXPECT_EQ(p.rounded_bytes(1), 256u);
+  EXPECT_EQ(p.rounded_bytes(255), 256u);
+  EXPECT_EQ(p.rounded_bytes(256), 256u);
+  EXPECT_EQ(p.rounded_bytes(257), 512u);
+  EXPECT_EQ(p.rounded_bytes(1000), 1024u);
+  EXPECT_EQ(p.rounded_bytes(kMiB), kMiB);
+  // Larger than the whole range: a value that can never fit (and does not overflow).
+  EXPECT_GT(p.rounded_bytes(kMiB + 1), kMiB);
+  EXPECT_GT(p.rounded_bytes(std::numeric_limits<uint64_t>::max()), kMiB);
+  EXPECT_THROW(p.rounded_bytes(0), InvalidArgumentError);
+}
+
+TEST(BfcPolicyTest, BinForSizeBoundaries) {
+  // Bin b holds [256 * 2^b, 256 * 2^(b+1)); bin 20 holds everything from 256 MiB up.
+  EXPECT_EQ(BfcPolicy::bin_for_size(256), 0);
+  EXPECT_EQ(BfcPolicy::bin_for_size(511), 0);
+  EXPECT_EQ(BfcPolicy::bin_for_size(512), 1);
+  EXPECT_EQ(BfcPolicy::bin_for_size(768), 1);
+  EXPECT_EQ(BfcPolicy::bin_for_size(1023), 1);
+  EXPECT_EQ(BfcPolicy::bin_for_size(1024), 2);
+  EXPECT_EQ(BfcPolicy::bin_for_size(2047), 2);
+  EXPECT_EQ(BfcPolicy::bin_for_size(2048), 3);
+  EXPECT_EQ(BfcPolicy::bin_for_size(kMiB - 256), 11);
+  EXPECT_EQ(BfcPolicy::bin_for_size(kMiB), 12);
+  EXPECT_EQ(BfcPolicy::bin_for_size(128 * kMiB), 19);
+  EXPECT_EQ(BfcPolicy::bin_for_size(256 * kMiB - 256), 19);
+  EXPECT_EQ(BfcPolicy::bin_for_size(256 * kMiB), 20);
+  EXPECT_EQ(BfcPolicy::bin_for_size(512 * kMiB), 20);
+  EXPECT_EQ(BfcPolicy::bin_for_size(uint64_t{1} << 40), 20);
+  EXPECT_EQ(BfcPolicy::bin_for_size(std::numeric_limits<uint64_t>::max()), 20);
+  EXPECT_EQ(BfcPolicy::kNumBins, 21);
+  EXPECT_EQ(BfcPolicy::kMinAllocationBytes, 256u);
+}
+
+TEST(BfcPolicyTest, BinStatsMinimumSizes) {
+  BfcPolicy p(4096);
+  const auto stats = p.bin_stats();
+  EXPECT_EQ(stats[0].min_chunk_bytes, 256u);
+  EXPECT_EQ(stats[1].min_chunk_bytes, 512u);
+  EXPECT_EQ(stats[4].min_chunk_bytes, 4096u);
+  EXPECT_EQ(stats[20].min_chunk_bytes, 256 * kMiB);
+  // The whole 4 KiB range is one free chunk in bin 4.
+  for (int b = 0; b < BfcPolicy::kNumBins; ++b) {
+    SCOPED_TRACE("bin " + std::to_string(b));
+    EXPECT_EQ(stats[b].num_free_chunks, b == 4 ? 1u : 0u);
+    EXPECT_EQ(stats[b].free_bytes, b == 4 ? 4096u : 0u);
+    EXPECT_EQ(stats[b].largest_free_chunk_bytes, b == 4 ? 4096u : 0u);
+  }
+}
+
+TEST(BfcPolicyTest, SplitsWhenChunkIsAtLeastTwiceTheRequest) {
+  BfcPolicy p(4096);
+  // 4096 >= 2 * 1024: split into [0, 1024) in use and [1024, 4096) free.
+  PolicyAllocation a = must_allocate(p, 1000);
+  EXPECT_EQ(a.offset, 0u);
+  EXPECT_EQ(a.chunk_bytes, 1024u);
+  expect_same_chunks(walk_all(p), {{0, 1024, true}, {1024, 3072, false}});
+  EXPECT_EQ(p.total_free_bytes(), 3072u);
+  EXPECT_EQ(p.largest_free_block_bytes(), 3072u);
+  // 3072 < 2 * 2048 and the 1024 remainder is far below 128 MiB: no split, the whole chunk goes.
+  PolicyAllocation b = must_allocate(p, 2000);
+  EXPECT_EQ(b.offset, 1024u);
+  EXPECT_EQ(b.chunk_bytes, 3072u);
+  expect_same_chunks(walk_all(p), {{0, 1024, true}, {1024, 3072, true}});
+  EXPECT_EQ(p.total_free_bytes(), 0u);
+  EXPECT_EQ(p.largest_free_block_bytes(), 0u);
+  EXPECT_FALSE(p.allocate(1).has_value());
+  // Freeing returns the chunk bytes, not the request.
+  EXPECT_EQ(p.free(1024), 3072u);
+  EXPECT_EQ(p.free(0), 1024u);
+  expect_same_chunks(walk_all(p), {{0, 4096, false}});
+}
+
+TEST(BfcPolicyTest, SplitBoundaryAtExactlyTwice) {
+  {
+    BfcPolicy p(2048);
+    PolicyAllocation a = must_allocate(p, 1024);  // 2048 == 2 * 1024: split
+    EXPECT_EQ(a.chunk_bytes, 1024u);
+    expect_same_chunks(walk_all(p), {{0, 1024, true}, {1024, 1024, false}});
+  }
+  {
+    BfcPolicy p(2048);
+    PolicyAllocation a = must_allocate(p, 1025);  // rounds to 1280; 2048 < 2560: no split
+    EXPECT_EQ(a.chunk_bytes, 2048u);
+    expect_same_chunks(walk_all(p), {{0, 2048, true}});
+  }
+  {
+    BfcPolicy p(2048);
+    PolicyAllocation a = must_allocate(p, 2048);  // exact fit: nothing to split
+    EXPECT_EQ(a.chunk_bytes, 2048u);
+    expect_same_chunks(walk_all(p), {{0, 2048, true}});
+  }
+}
+
+TEST(BfcPolicyTest, SplitsWhenRemainderReachesMaxInternalFragmentation) {
+  // 4096 < 2 * 2560, so only the remainder rule can split; the remainder is 1536.
+  for (uint64_t threshold : {uint64_t{1024}, uint64_t{1536}, uint64_t{1792}, uint64_t{0}}) {
+    SCOPED_TRACE("threshold " + std::to_string(threshold));
+    PolicyOptions options;
+    options.max_internal_fragmentation_bytes = threshold;
+    BfcPolicy p(4096, options);
+    PolicyAllocation a = must_allocate(p, 2560);
+    EXPECT_EQ(a.offset, 0u);
+    if (threshold <= 1536) {
+      EXPECT_EQ(a.chunk_bytes, 2560u);
+      expect_same_chunks(walk_all(p), {{0, 2560, true}, {2560, 1536, false}});
+    } else {
+      EXPECT_EQ(a.chunk_bytes, 4096u);
+      expect_same_chunks(walk_all(p), {{0, 4096, true}});
+    }
+  }
+}
+
+TEST(BfcPolicyTest, DefaultMaxInternalFragmentationIs128MiB) {
+  EXPECT_EQ(PolicyOptions{}.max_internal_fragmentation_bytes, 128 * kMiB);
+  {
+    BfcPolicy p(kGiB);  // remainder 324 MiB >= 128 MiB: split although 1 GiB < 2 * 700 MiB
+    PolicyAllocation a = must_allocate(p, 700 * kMiB);
+    EXPECT_EQ(a.chunk_bytes, 700 * kMiB);
+    EXPECT_EQ(p.largest_free_block_bytes(), 324 * kMiB);
+  }
+  {
+    BfcPolicy p(kGiB);  // remainder exactly 128 MiB: split
+    PolicyAllocation a = must_allocate(p, 896 * kMiB);
+    EXPECT_EQ(a.chunk_bytes, 896 * kMiB);
+    EXPECT_EQ(p.largest_free_block_bytes(), 128 * kMiB);
+  }
+  {
+    BfcPolicy p(kGiB);  // remainder 128 MiB - 256 B: not split, all of 1 GiB handed out
+    PolicyAllocation a = must_allocate(p, 896 * kMiB + 256);
+    EXPECT_EQ(a.chunk_bytes, kGiB);
+    EXPECT_EQ(p.largest_free_block_bytes(), 0u);
+    EXPECT_EQ(p.total_free_bytes(), 0u);
+  }
+}
+
+// Sixteen 256-byte chunks in a 4 KiB range: [0, 256), [256, 512), ...
+BfcPolicy sixteen_slots(std::vector<uint64_t>* offsets) {
+  BfcPolicy p(4096);
+  for (int i = 0; i < 16; ++i) offsets->push_back(must_allocate(p, 256).offset);
+  return p;
+}
+
+TEST(BfcPolicyTest, SequentialAllocationsFillFromTheStart) {
+  std::vector<uint64_t> offsets;
+  BfcPolicy p = sixteen_slots(&offsets);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(offsets[i], 256u * i);
+  EXPECT_EQ(p.total_free_bytes(), 0u);
+  EXPECT_FALSE(p.allocate(1).has_value());
+}
+
+TEST(BfcPolicyTest, FreeCoalescesWithNeither_Next_Previous_AndBoth) {
+  std::vector<uint64_t> offsets;
+  BfcPolicy p = sixteen_slots(&offsets);
+  // Neither neighbour free: two separate 256-byte holes.
+  EXPECT_EQ(p.free(256), 256u);
+  EXPECT_EQ(p.free(768), 256u);
+  p.check_consistency();
+  EXPECT_EQ(p.total_free_bytes(), 512u);
+  EXPECT_EQ(p.largest_free_block_bytes(), 256u);
+  // Both neighbours free: [256, 1024) becomes one chunk.
+  EXPECT_EQ(p.free(512), 256u);
+  p.check_consistency();
+  EXPECT_EQ(p.largest_free_block_bytes(), 768u);
+  std::vector<ChunkInfo> walked = walk_all(p);
+  ASSERT_EQ(walked.size(), 14u);
+  EXPECT_EQ(walked[0].offset, 0u);
+  EXPECT_TRUE(walked[0].in_use);
+  EXPECT_EQ(walked[1].offset, 256u);
+  EXPECT_EQ(walked[1].size_bytes, 768u);
+  EXPECT_FALSE(walked[1].in_use);
+  EXPECT_EQ(walked[2].offset, 1024u);
+  EXPECT_TRUE(walked[2].in_use);
+  // Only the next neighbour free: [0, 256) absorbs [256, 1024).
+  EXPECT_EQ(p.free(0), 256u);
+  p.check_consistency();
+  EXPECT_EQ(p.largest_free_block_bytes(), 1024u);
+  // Only the previous neighbour free: [1024, 1280) merges into [0, 1024).
+  EXPECT_EQ(p.free(1024), 256u);
+  p.check_consistency();
+  EXPECT_EQ(p.largest_free_block_bytes(), 1280u);
+  EXPECT_EQ(p.total_free_bytes(), 1280u);
+  // The last chunk: previous is in use, no next.
+  EXPECT_EQ(p.free(3840), 256u);
+  p.check_consistency();
+  walked = walk_all(p);
+  ASSERT_EQ(walked.size(), 12u);
+  EXPECT_EQ(walked.front().offset, 0u);
+  EXPECT_EQ(walked.front().size_bytes, 1280u);
+  EXPECT_FALSE(walked.front().in_use);
+  EXPECT_EQ(walked.back().offset, 3840u);
+  EXPECT_EQ(walked.back().size_bytes, 256u);
+  EXPECT_FALSE(walked.back().in_use);
+  // Free everything else: one chunk again.
+  for (uint64_t off = 1280; off < 3840; off += 256) p.free(off);
+  p.check_consistency();
+  expect_same_chunks(walk_all(p), {{0, 4096, false}});
+  EXPECT_EQ(p.largest_free_block_bytes(), 4096u);
+}
+
+// Layout used by the best-fit tests (8 KiB range, all offsets in bytes):
+//   [0,1024) hole  [1024,1280) s1  [1280,1792) hole  [1792,2048) s3
+//   [2048,2816) hole  [2816,3072) s5  [3072,3584) hole  [3584,3840) s7  [3840,8192) tail
+// The holes are 1024, 512, 768 and 512 bytes; the separators and the tail stay in use.
+BfcPolicy best_fit_layout() {
+  BfcPolicy p(8192);
+  const uint64_t sizes[] = {1024, 256, 512, 256, 768, 256, 512, 256, 4352};
+  std::vector<uint64_t> offsets;
+  for (uint64_t s : sizes) {
+    PolicyAllocation a = must_allocate(p, s);
+    EXPECT_EQ(a.chunk_bytes, s);  // every split happens (or the tail fits exactly)
+    offsets.push_back(a.offset);
+  }
+  EXPECT_EQ(offsets, (std::vector<uint64_t>{0, 1024, 1280, 1792, 2048, 2816, 3072, 3584, 3840}));
+  for (uint64_t hole : {0, 1280, 2048, 3072}) p.free(hole);
+  p.check_consistency();
+  return p;
+}
+
+TEST(BfcPolicyTest, BestFitLayoutStats) {
+  BfcPolicy p = best_fit_layout();
+  EXPECT_EQ(p.total_free_bytes(), 2816u);
+  EXPECT_EQ(p.largest_free_block_bytes(), 1024u);
+  const auto stats = p.bin_stats();
+  EXPECT_EQ(stats[0].num_free_chunks, 0u);
+  EXPECT_EQ(stats[1].num_free_chunks, 3u);  // 512, 768, 512
+  EXPECT_EQ(stats[1].free_bytes, 1792u);
+  EXPECT_EQ(stats[1].largest_free_chunk_bytes, 768u);
+  EXPECT_EQ(stats[2].num_free_chunks, 1u);  // 1024
+  EXPECT_EQ(stats[2].free_bytes, 1024u);
+  EXPECT_EQ(stats[2].largest_free_chunk_bytes, 1024u);
+  for (int b = 3; b < BfcPolicy::kNumBins; ++b) EXPECT_EQ(stats[b].num_free_chunks, 0u);
+}
+
+TEST(BfcPolicyTest, BestFitChoosesSmallestFittingChunkThenLowestOffset) {
+  BfcPolicy p = best_fit_layout();
+  // 512 B: the two 512-byte holes fit exactly; the lower one (1280) wins over 3072, and both win
+  // over the lower-addressed 1024-byte hole that first fit would take.
+  PolicyAllocation a = must_allocate(p, 500);
+  EXPECT_EQ(a.offset, 1280u);
+  EXPECT_EQ(a.chunk_bytes, 512u);
+  a = must_allocate(p, 512);
+  EXPECT_EQ(a.offset, 3072u);
+  EXPECT_EQ(a.chunk_bytes, 512u);
+  // 768 B: no 512 left; the 768-byte hole is smaller than the 1024-byte one.
+  a = must_allocate(p, 513);
+  EXPECT_EQ(a.offset, 2048u);
+  EXPECT_EQ(a.chunk_bytes, 768u);
+  // 256 B: only the 1024-byte hole is left; 1024 >= 2 * 256, so it splits.
+  a = must_allocate(p, 1);
+  EXPECT_EQ(a.offset, 0u);
+  EXPECT_EQ(a.chunk_bytes, 256u);
+  EXPECT_EQ(p.largest_free_block_bytes(), 768u);
+  a = must_allocate(p, 700);
+  EXPECT_EQ(a.offset, 256u);
+  EXPECT_EQ(a.chunk_bytes, 768u);
+  EXPECT_EQ(p.total_free_bytes(), 0u);
+  EXPECT_FALSE(p.allocate(1).has_value());
+}
+
+TEST(BfcPolicyTest, BestFitSearchesHigherBinsWhenTheRequestBinHasNoFit) {
+  BfcPolicy p = best_fit_layout();
+  EXPECT_EQ(must_allocate(p, 768).offset, 2048u);  // the 768-byte hole, exact
+  // 768 B is bin 1, which now holds only the two 512-byte holes: the search moves on to bin 2 and
+  // takes the 1024-byte hole whole (1024 < 2 * 768, remainder 256 < 128 MiB).
+  PolicyAllocation a = must_allocate(p, 600);
+  EXPECT_EQ(a.offset, 0u);
+  EXPECT_EQ(a.chunk_bytes, 1024u);
+  // 1024 bytes are still free, but in two 512-byte holes: a 768-byte request fails.
+  EXPECT_EQ(p.total_free_bytes(), 1024u);
+  EXPECT_EQ(p.largest_free_block_bytes(), 512u);
+  EXPECT_FALSE(p.allocate(513).has_value());
+  p.check_consistency();
+}
+
+TEST(BfcPolicyTest, BestFitWithinOneBinPrefersSmallerOverLowerAddress) {
+  // Holes of 1536 (offset 0) and 1280 (higher offset), both in bin 2: a 1024-byte request takes
+  // the 1280-byte hole. Neither is >= 2 * 1024, so the chunk is handed out whole.
+  BfcPolicy p(8192);
+  for (uint64_t s : {1536, 256, 1280, 256}) must_allocate(p, s);
+  must_allocate(p, 8192 - 1536 - 256 - 1280 - 256);  // tail, exact
+  p.free(0);
+  p.free(1792);
+  PolicyAllocation a = must_allocate(p, 1024);
+  EXPECT_EQ(a.offset, 1792u);
+  EXPECT_EQ(a.chunk_bytes, 1280u);
+}
+
+TEST(BfcPolicyTest, AllocateZeroOrTooLarge) {
+  BfcPolicy p(4096);
+  EXPECT_THROW(p.allocate(0), InvalidArgumentError);
+  EXPECT_FALSE(p.allocate(4097).has_value());
+  EXPECT_FALSE(p.allocate(std::numeric_limits<uint64_t>::max()).has_value());
+  p.check_consistency();
+  expect_same_chunks(walk_all(p), {{0, 4096, false}});
+  PolicyAllocation a = must_allocate(p, 4096);
+  EXPECT_EQ(a.chunk_bytes, 4096u);
+}
+
+// Expects free(offset) to throw InvalidArgumentError naming the offset and to change nothing.
+void expect_bad_free(BfcPolicy& p, uint64_t offset) {
+  SCOPED_TRACE("free(" + std::to_string(offset) + ")");
+  const std::vector<ChunkInfo> before = walk_all(p);
+  const uint64_t free_before = p.total_free_bytes();
+  try {
+    p.free(offset);
+    ADD_FAILURE() << "free accepted";
+  } catch (const InvalidArgumentError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("offset " + std::to_string(offset)), std::string::npos) << what;
+  }
+  p.check_consistency();
+  expect_same_chunks(walk_all(p), before);
+  EXPECT_EQ(p.total_free_bytes(), free_before);
+}
+
+TEST(BfcPolicyTest, DoubleFreeAndStrayOffsetsThrow) {
+  BfcPolicy p(8192);
+  const uint64_t a = must_allocate(p, 1024).offset;  // [0, 1024)
+  const uint64_t b = must_allocate(p, 1024).offset;  // [1024, 2048)
+  ASSERT_EQ(b, 1024u);
+  expect_bad_free(p, a + 256);   // inside a live chunk
+  expect_bad_free(p, 2048);      // start of the free tail
+  expect_bad_free(p, 5000);      // inside the free tail, not aligned
+  expect_bad_free(p, 1u << 20);  // beyond the range
+  EXPECT_EQ(p.free(a), 1024u);
+  expect_bad_free(p, a);  // double free (now the start of a free chunk)
+  EXPECT_EQ(p.free(b), 1024u);
+  expect_bad_free(p, b);  // double free after coalescing: 1024 is inside the single free chunk
+  expect_same_chunks(walk_all(p), {{0, 8192, false}});
+}
+
+// Randomized: allocate/free against BfcReferenceModel, with check_consistency() and a full walk
+// comparison after every operation. Parameter: the seed.
+class BfcPolicyRandomTest : public ::testing::TestWithParam<uint32_t> {};
+
+TEST_P(BfcPolicyRandomTest, MatchesReferenceModel) {
+  const uint32_t seed = GetParam();
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](uint64_t lo, uint64_t hi) {
+    return std::uniform_int_distribution<uint64_t>(lo, hi)(rng);
+  };
+  // Capacity 64 KiB .. 2 MiB, not a multiple of 256; the threshold varies so that both split
+  // rules fire: 0 (always split), small, medium, and the default (only the 2x rule matters).
+  const uint64_t capacity = uniform(64 * kKiB, 2 * kMiB) + uniform(0, 255);
+  const uint64_t thresholds[] = {0, 1024, 16 * kKiB,
+                                 PolicyOptions{}.max_internal_fragmentation_bytes};
+  PolicyOptions options;
+  options.max_internal_fragmentation_bytes = thresholds[seed % 4];
+  BfcPolicy policy(capacity, options);
+  BfcReferenceModel model(capacity, options.max_internal_fragmentation_bytes);
+  ASSERT_EQ(policy.capacity_bytes(), model.capacity_bytes());
+  std::vector<uint64_t> live;  // offsets of live chunks
+
+  auto random_size = [&]() -> uint64_t {
+    const uint64_t kind = uniform(0, 99);
+    if (kind < 55) return uniform(1, 2048);
+    if (kind < 85) return uniform(2049, 32 * kKiB);
+    if (kind < 97) return uniform(32 * kKiB, capacity / 4);
+    return uniform(capacity / 4, capacity + 1024);  // often fails
+  };
+
+  constexpr int kOps = 2000;
+  int num_allocs = 0, num_failures = 0, num_frees = 0;
+  for (int op = 0; op < kOps; ++op) {
+    SCOPED_TRACE("seed " + std::to_string(seed) + " op " + std::to_string(op));
+    const uint64_t r = uniform(0, 99);
+    if (live.empty() || (r < 52 && live.size() < 120)) {
+      const uint64_t size = random_size();
+      const std::optional<PolicyAllocation> expected = model.predict_allocate(size);
+      const std::optional<PolicyAllocation> got = policy.allocate(size);
+      ASSERT_EQ(got.has_value(), expected.has_value()) << "allocate(" << size << ")";
+      if (got) {
+        ASSERT_EQ(got->offset, expected->offset) << "allocate(" << size << ")";
+        ASSERT_EQ(got->chunk_bytes, expected->chunk_bytes) << "allocate(" << size << ")";
+        ASSERT_GE(got->chunk_bytes, size);
+        ASSERT_EQ(got->offset % 256, 0u);
+        ASSERT_NO_FATAL_FAILURE(model.take(got->offset, got->chunk_bytes));
+        live.push_back(got->offset);
+        ++num_allocs;
+      } else {
+        ++num_failures;
+      }
+    } else if (r < 98) {
+      const size_t i = uniform(0, live.size() - 1);
+      const uint64_t offset = live[i];
+      live[i] = live.back();
+      live.pop_back();
+      const uint64_t expected_bytes = model.chunk_bytes(offset);
+      ASSERT_EQ(policy.free(offset), expected_bytes);
+      model.give_back(offset);
+      ++num_frees;
+    } else {
+      // A stray or repeated free: any offset that is not the start of a live chunk.
+      uint64_t offset = uniform(0, capacity);
+      if (model.is_live(offset)) offset += 1;
+      ASSERT_THROW(policy.free(offset), InvalidArgumentError) << "offset " << offset;
+    }
+    ASSERT_NO_THROW(policy.check_consistency());
+    ASSERT_EQ(policy.total_free_bytes(), model.total_free_bytes());
+    ASSERT_EQ(policy.largest_free_block_bytes(), model.largest_free_bytes());
+    ASSERT_EQ(policy.total_free_bytes() + model.used_bytes(), policy.capacity_bytes());
+    ASSERT_NO_FATAL_FAILURE(expect_same_chunks(walk_all(policy), model.chunks()));
+  }
+  // The run exercised both outcomes.
+  EXPECT_GT(num_allocs, 300);
+  EXPECT_GT(num_frees, 300);
+  EXPECT_GT(num_failures, 0);
+  // Free everything: full coalescing leaves one chunk spanning the range.
+  for (uint64_t offset : live) {
+    ASSERT_EQ(policy.free(offset), model.chunk_bytes(offset));
+    model.give_back(offset);
+    ASSERT_NO_THROW(policy.check_consistency());
+  }
+  expect_same_chunks(walk_all(policy), {{0, policy.capacity_bytes(), false}});
+  EXPECT_EQ(policy.largest_free_block_bytes(), policy.capacity_bytes());
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, BfcPolicyRandomTest, ::testing::Range<uint32_t>(0, 50));
+
+}  // namespace
+}  // namespace vtpu

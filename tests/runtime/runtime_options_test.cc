@@ -1,0 +1,287 @@
+// Tests for runtime/runtime_options.h: defaults, JSON loading of every key, and the errors that
+// name the bad key or value.
+#include "runtime/runtime_options.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "common/error.h"
+
+namespace vtpu {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+constexpr uint64_t kKiB = 1024, kMiB = kKiB << 10, kGiB = kMiB << 10;
+
+TEST(RuntimeOptionsTest, Defaults) {
+  const RuntimeOptions o;
+  EXPECT_EQ(o.num_cores, 8);
+  EXPECT_EQ(o.hbm_bytes_per_core, 16 * kGiB);
+  EXPECT_EQ(o.allocator, "bfc");
+  EXPECT_TRUE(o.hbm_backing);
+  EXPECT_EQ(o.link_slot_bytes, kMiB);
+  EXPECT_EQ(o.link_num_slots, 4);
+  EXPECT_EQ(o.collective_timeout, 30000ms);
+  EXPECT_NO_THROW(o.validate());
+}
+
+TEST(RuntimeOptionsTest, EmptyObjectGivesDefaults) {
+  const RuntimeOptions o = RuntimeOptions::from_json(json::object());
+  EXPECT_EQ(o.num_cores, 8);
+  EXPECT_EQ(o.hbm_bytes_per_core, 16 * kGiB);
+  EXPECT_EQ(o.allocator, "bfc");
+  EXPECT_TRUE(o.hbm_backing);
+  EXPECT_EQ(o.link_slot_bytes, kMiB);
+  EXPECT_EQ(o.link_num_slots, 4);
+  EXPECT_EQ(o.collective_timeout, 30000ms);
+}
+
+TEST(RuntimeOptionsTest, EveryKeyWithIntegerBytes) {
+  const RuntimeOptions o = RuntimeOptions::from_json(json::parse(R"({
+    "num_cores": 4, "hbm_bytes_per_core": 1073741824, "allocator": "bfc",
+    "hbm_backing": false, "link_slot_bytes": 65536, "link_num_slots": 8,
+    "collective_timeout_ms": 1500})"));
+  EXPECT_EQ(o.num_cores, 4);
+  EXPECT_EQ(o.hbm_bytes_per_core, kGiB);
+  EXPECT_EQ(o.allocator, "bfc");
+  EXPECT_FALSE(o.hbm_backing);
+  EXPECT_EQ(o.link_slot_bytes, 64 * kKiB);
+  EXPECT_EQ(o.link_num_slots, 8);
+  EXPECT_EQ(o.collective_timeout, 1500ms);
+}
+
+TEST(RuntimeOptionsTest, EveryKeyWithStringBytes) {
+  const RuntimeOptions o = RuntimeOptions::from_json(json::parse(R"({
+    "num_cores": 1024, "hbm_bytes_per_core": "16G", "allocator": "bfc",
+    "hbm_backing": true, "link_slot_bytes": "64K", "link_num_slots": 1024,
+    "collective_timeout_ms": 1})"));
+  EXPECT_EQ(o.num_cores, 1024);
+  EXPECT_EQ(o.hbm_bytes_per_core, 17179869184u);
+  EXPECT_TRUE(o.hbm_backing);
+  EXPECT_EQ(o.link_slot_bytes, 65536u);
+  EXPECT_EQ(o.link_num_slots, 1024);
+  EXPECT_EQ(o.collective_timeout, 1ms);
+  EXPECT_EQ(RuntimeOptions::from_json(json{{"hbm_bytes_per_core", "32GiB"}}).hbm_bytes_per_core,
+            32 * kGiB);
+  EXPECT_EQ(RuntimeOptions::from_json(json{{"link_slot_bytes", "1G"}}).link_slot_bytes, kGiB);
+  EXPECT_EQ(RuntimeOptions::from_json(json{{"hbm_bytes_per_core", "256"}}).hbm_bytes_per_core,
+            256u);
+}
+
+TEST(RuntimeOptionsTest, IntegersBuiltInCppAreAccepted) {
+  // Regression: a positive integer built in C++ is stored by nlohmann as a signed number and was
+  // rejected as "expected a non-negative integer of bytes".
+  const RuntimeOptions o =
+      RuntimeOptions::from_json(json{{"hbm_bytes_per_core", 4096}, {"link_slot_bytes", 128}});
+  EXPECT_EQ(o.hbm_bytes_per_core, 4096u);
+  EXPECT_EQ(o.link_slot_bytes, 128u);
+}
+
+TEST(RuntimeOptionsTest, ToJsonRoundTrips) {
+  RuntimeOptions o;
+  o.num_cores = 3;
+  o.hbm_bytes_per_core = 5 * kMiB + 256;
+  o.hbm_backing = false;
+  o.link_slot_bytes = 4096;
+  o.link_num_slots = 2;
+  o.collective_timeout = 250ms;
+  const json j = o.to_json();
+  EXPECT_EQ(j.at("num_cores").get<int>(), 3);
+  EXPECT_EQ(j.at("hbm_bytes_per_core").get<uint64_t>(), 5 * kMiB + 256);
+  EXPECT_EQ(j.at("allocator").get<std::string>(), "bfc");
+  EXPECT_FALSE(j.at("hbm_backing").get<bool>());
+  EXPECT_EQ(j.at("link_slot_bytes").get<uint64_t>(), 4096u);
+  EXPECT_EQ(j.at("link_num_slots").get<int>(), 2);
+  EXPECT_EQ(j.at("collective_timeout_ms").get<int64_t>(), 250);
+  EXPECT_EQ(j.size(), 7u);
+  const RuntimeOptions back = RuntimeOptions::from_json(j);
+  EXPECT_EQ(back.num_cores, 3);
+  EXPECT_EQ(back.hbm_bytes_per_core, 5 * kMiB + 256);
+  EXPECT_FALSE(back.hbm_backing);
+  EXPECT_EQ(back.link_slot_bytes, 4096u);
+  EXPECT_EQ(back.link_num_slots, 2);
+  EXPECT_EQ(back.collective_timeout, 250ms);
+  // Also through text, where positive integers parse as unsigned.
+  const RuntimeOptions text = RuntimeOptions::from_json(json::parse(j.dump()));
+  EXPECT_EQ(text.hbm_bytes_per_core, 5 * kMiB + 256);
+  EXPECT_EQ(text.collective_timeout, 250ms);
+}
+
+// Expects from_json(j) to throw InvalidArgumentError whose message contains every needle.
+void expect_rejected(const json& j, std::initializer_list<std::string> needles) {
+  SCOPED_TRACE(j.dump());
+  try {
+    RuntimeOptions::from_json(j);
+    ADD_FAILURE() << "accepted";
+  } catch (const InvalidArgumentError& e) {
+    for (const std::string& needle : needles) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+          << "missing '" << needle << "' in: " << e.what();
+    }
+  }
+}
+
+TEST(RuntimeOptionsTest, UnknownKeyIsNamedWithTheKnownOnes) {
+  expect_rejected(json{{"num_core", 4}},
+                  {"'num_core'", "num_cores", "hbm_bytes_per_core", "collective_timeout_ms"});
+  expect_rejected(json{{"num_cores", 4}, {"HBM", "1G"}}, {"'HBM'"});
+}
+
+TEST(RuntimeOptionsTest, NotAnObject) {
+  expect_rejected(json::array({1, 2}), {"JSON object", "array"});
+  expect_rejected(json(8), {"JSON object", "number"});
+  expect_rejected(json(nullptr), {"JSON object", "null"});
+}
+
+TEST(RuntimeOptionsTest, WrongTypesNameTheKeyAndValue) {
+  expect_rejected(json{{"num_cores", "8"}}, {"'num_cores'", "\"8\"", "integer"});
+  expect_rejected(json{{"num_cores", 2.5}}, {"'num_cores'", "2.5"});
+  expect_rejected(json{{"num_cores", true}}, {"'num_cores'", "true"});
+  expect_rejected(json{{"hbm_bytes_per_core", true}}, {"'hbm_bytes_per_core'", "true"});
+  expect_rejected(json{{"hbm_bytes_per_core", 1.5e9}}, {"'hbm_bytes_per_core'"});
+  expect_rejected(json{{"hbm_bytes_per_core", -1}}, {"'hbm_bytes_per_core'", "-1"});
+  expect_rejected(json::parse(R"({"hbm_bytes_per_core": -4096})"),
+                  {"'hbm_bytes_per_core'", "-4096"});
+  expect_rejected(json{{"hbm_bytes_per_core", "12Q"}}, {"'12Q'", "unknown suffix"});
+  expect_rejected(json{{"link_slot_bytes", json::array()}}, {"'link_slot_bytes'", "[]"});
+  expect_rejected(json{{"allocator", 3}}, {"'allocator'", "3"});
+  expect_rejected(json{{"hbm_backing", "yes"}}, {"'hbm_backing'", "\"yes\""});
+  expect_rejected(json{{"hbm_backing", 1}}, {"'hbm_backing'", "1"});
+  expect_rejected(json{{"link_num_slots", nullptr}}, {"'link_num_slots'", "null"});
+  expect_rejected(json{{"collective_timeout_ms", "30s"}}, {"'collective_timeout_ms'", "\"30s\""});
+}
+
+TEST(RuntimeOptionsTest, OutOfRangeValuesNameTheFieldAndRange) {
+  expect_rejected(json{{"num_cores", 0}}, {"num_cores is 0", "1..1024"});
+  expect_rejected(json{{"num_cores", 1025}}, {"num_cores is 1025", "1..1024"});
+  expect_rejected(json{{"num_cores", -3}}, {"num_cores is -3"});
+  expect_rejected(json{{"num_cores", 4294967297LL}}, {"num_cores is 4294967297"});
+  // Regression: a value above INT64_MAX was read as a negative number and misreported.
+  expect_rejected(json::parse(R"({"num_cores": 18446744073709551615})"),
+                  {"'num_cores'", "18446744073709551615"});
+  expect_rejected(json{{"hbm_bytes_per_core", 255}}, {"hbm_bytes_per_core is 255", "256"});
+  expect_rejected(json{{"hbm_bytes_per_core", "0"}}, {"hbm_bytes_per_core is 0"});
+  expect_rejected(json{{"link_slot_bytes", 100}}, {"link_slot_bytes is 100", "multiple of 64"});
+  expect_rejected(json{{"link_slot_bytes", 0}}, {"link_slot_bytes is 0"});
+  expect_rejected(json{{"link_slot_bytes", "2G"}}, {"link_slot_bytes is 2147483648", "1 GiB"});
+  expect_rejected(json{{"link_num_slots", 0}}, {"link_num_slots is 0", "1..1024"});
+  expect_rejected(json{{"link_num_slots", 1025}}, {"link_num_slots is 1025"});
+  expect_rejected(json{{"collective_timeout_ms", 0}}, {"collective_timeout_ms is 0", "> 0"});
+  expect_rejected(json{{"collective_timeout_ms", -5}}, {"collective_timeout_ms is -5"});
+}
+
+TEST(RuntimeOptionsTest, ValidateChecksEachField) {
+  auto expect_invalid = [](RuntimeOptions o, const std::string& needle) {
+    try {
+      o.validate();
+      ADD_FAILURE() << "validate accepted (" << needle << ")";
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  RuntimeOptions o;
+  o.num_cores = 0;
+  expect_invalid(o, "num_cores is 0");
+  o = {};
+  o.hbm_bytes_per_core = 100;
+  expect_invalid(o, "hbm_bytes_per_core is 100");
+  o = {};
+  o.link_slot_bytes = 65;
+  expect_invalid(o, "link_slot_bytes is 65");
+  o = {};
+  o.link_slot_bytes = (uint64_t{1} << 30) + 64;
+  expect_invalid(o, "link_slot_bytes is 1073741888");
+  o = {};
+  o.link_num_slots = -1;
+  expect_invalid(o, "link_num_slots is -1");
+  o = {};
+  o.collective_timeout = -1ms;
+  expect_invalid(o, "collective_timeout_ms is -1");
+  // Edges that are valid.
+  o = {};
+  o.num_cores = 1;
+  o.hbm_bytes_per_core = 256;
+  o.link_slot_bytes = 64;
+  o.link_num_slots = 1;
+  o.collective_timeout = 1ms;
+  EXPECT_NO_THROW(o.validate());
+}
+
+// A file in the test's temporary directory, removed at the end of the test.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& contents) {
+    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = std::filesystem::temp_directory_path() / ("vtpu_options_" + std::string(info->name()) +
+                                                      "_" + std::to_string(::getpid()) + ".json");
+    std::ofstream(path_) << contents;
+  }
+  ~TempFile() { std::filesystem::remove(path_); }
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+TEST(RuntimeOptionsTest, LoadJsonFile) {
+  TempFile file(R"({"num_cores": 2, "hbm_bytes_per_core": "64M", "hbm_backing": false})");
+  const RuntimeOptions o = RuntimeOptions::load_json_file(file.path());
+  EXPECT_EQ(o.num_cores, 2);
+  EXPECT_EQ(o.hbm_bytes_per_core, 64 * kMiB);
+  EXPECT_FALSE(o.hbm_backing);
+  EXPECT_EQ(o.link_num_slots, 4);
+}
+
+TEST(RuntimeOptionsTest, MalformedJsonFileNamesThePath) {
+  TempFile file(R"({"num_cores": 2,})");
+  try {
+    RuntimeOptions::load_json_file(file.path());
+    FAIL() << "malformed JSON accepted";
+  } catch (const InvalidArgumentError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(file.path()), std::string::npos) << what;
+    EXPECT_NE(what.find("not valid JSON"), std::string::npos) << what;
+  }
+}
+
+TEST(RuntimeOptionsTest, EmptyFileIsMalformed) {
+  TempFile file("");
+  EXPECT_THROW(RuntimeOptions::load_json_file(file.path()), InvalidArgumentError);
+}
+
+TEST(RuntimeOptionsTest, BadValueInFileNamesThePathAndKey) {
+  TempFile file(R"({"num_cores": 2, "link_num_slots": 0})");
+  try {
+    RuntimeOptions::load_json_file(file.path());
+    FAIL() << "link_num_slots 0 accepted";
+  } catch (const InvalidArgumentError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(file.path()), std::string::npos) << what;
+    EXPECT_NE(what.find("link_num_slots is 0"), std::string::npos) << what;
+    EXPECT_EQ(what.rfind("InvalidArgument: ", 0), 0u) << what;  // one prefix, not two
+    EXPECT_EQ(what.find("InvalidArgument: ", 1), std::string::npos) << what;
+  }
+}
+
+TEST(RuntimeOptionsTest, MissingFileIsNotFound) {
+  const std::string path = "/nonexistent/vtpu/options.json";
+  try {
+    RuntimeOptions::load_json_file(path);
+    FAIL() << "missing file loaded";
+  } catch (const NotFoundError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace vtpu

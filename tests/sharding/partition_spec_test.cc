@@ -1,0 +1,151 @@
+#include "sharding/partition_spec.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+
+namespace vtpu {
+namespace {
+
+using Entries = std::vector<PartitionSpec::Entry>;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(PartitionSpecTest, CppConstruction) {
+  const PartitionSpec empty{};
+  EXPECT_EQ(empty.size(), 0u);
+  EXPECT_TRUE(empty.empty());
+  EXPECT_EQ(empty.to_string(), "P()");
+
+  const PartitionSpec xy({{"x"}, {"y"}});
+  EXPECT_EQ(xy.entries(), (Entries{{"x"}, {"y"}}));
+  EXPECT_EQ(xy.to_string(), "P('x', 'y')");
+
+  const PartitionSpec none_y({{}, {"y"}});
+  EXPECT_EQ(none_y.size(), 2u);
+  EXPECT_TRUE(none_y.entry(0).empty());
+  EXPECT_THAT(none_y.entry(1), ElementsAre("y"));
+  EXPECT_EQ(none_y.to_string(), "P(None, 'y')");
+
+  const PartitionSpec tuple({{"x", "y"}});
+  EXPECT_EQ(tuple.size(), 1u);
+  EXPECT_THAT(tuple.entry(0), ElementsAre("x", "y"));
+  EXPECT_EQ(tuple.to_string(), "P(('x', 'y'))");
+
+  EXPECT_EQ(PartitionSpec({{"x"}}).to_string(), "P('x')");
+  EXPECT_EQ(PartitionSpec({{"x"}, {}, {"x", "y"}}).to_string(), "P('x', None, ('x', 'y'))");
+}
+
+TEST(PartitionSpecTest, EntriesPastTheEndAreNone) {
+  const PartitionSpec p({{"x"}});
+  EXPECT_THAT(p.entry(0), ElementsAre("x"));
+  EXPECT_TRUE(p.entry(1).empty());
+  EXPECT_TRUE(p.entry(100).empty());
+}
+
+TEST(PartitionSpecTest, AxesListsEveryName) {
+  EXPECT_THAT(PartitionSpec({{"x"}, {}, {"y", "z"}}).axes(), ElementsAre("x", "y", "z"));
+  EXPECT_THAT(PartitionSpec({{"x"}, {"x"}}).axes(), ElementsAre("x", "x"));  // kept; see header
+  EXPECT_TRUE(PartitionSpec{}.axes().empty());
+}
+
+TEST(PartitionSpecTest, EqualityAndNormalized) {
+  EXPECT_EQ(PartitionSpec({{"x"}}), PartitionSpec::parse("P('x')"));
+  EXPECT_FALSE(PartitionSpec({{"x"}}) == PartitionSpec({{"x"}, {}}));
+  EXPECT_EQ(PartitionSpec({{"x"}, {}, {}}).normalized(), PartitionSpec({{"x"}}));
+  EXPECT_EQ(PartitionSpec({{}, {}}).normalized(), PartitionSpec{});
+  EXPECT_EQ(PartitionSpec({{}, {"y"}}).normalized(), PartitionSpec({{}, {"y"}}));
+}
+
+TEST(PartitionSpecTest, ParsesEveryForm) {
+  struct Case {
+    const char* text;
+    Entries want;
+  };
+  const Case cases[] = {
+      {"P('x', None)", {{"x"}, {}}},
+      {"('x','y'), None", {{"x", "y"}, {}}},
+      {"x,y", {{"x"}, {"y"}}},
+      {"", {}},
+      {"   ", {}},
+      {"P()", {}},
+      {"PartitionSpec('data', 'model')", {{"data"}, {"model"}}},
+      {"P(\"x\", None, ('x', \"y\"))", {{"x"}, {}, {"x", "y"}}},
+      {"  P ( 'x' , ( 'y' , 'z' ) , )  ", {{"x"}, {"y", "z"}}},
+      {"P('x',)", {{"x"}}},
+      {"('x',)", {{"x"}}},
+      {"('x')", {{"x"}}},
+      {"()", {{}}},
+      {"None, None", {{}, {}}},
+      {"P(None)", {{}}},
+      {"x_1, _y", {{"x_1"}, {"_y"}}},
+      {"P, x", {{"P"}, {"x"}}},      // P not followed by '(' is an axis name
+      {"Nonesuch", {{"Nonesuch"}}},  // only the exact word None is None
+      {"'None'", {{"None"}}},        // a quoted None is an axis name
+      {"'data parallel'", {{"data parallel"}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.text);
+    EXPECT_EQ(PartitionSpec::parse(c.text).entries(), c.want);
+  }
+}
+
+TEST(PartitionSpecTest, ToStringParsesBack) {
+  const PartitionSpec specs[] = {
+      PartitionSpec{},
+      PartitionSpec({{"x"}}),
+      PartitionSpec({{}, {"y"}}),
+      PartitionSpec({{"x", "y"}, {}, {"z"}}),
+      PartitionSpec({{"a b"}, {"None"}}),
+  };
+  for (const PartitionSpec& p : specs) {
+    SCOPED_TRACE(p.to_string());
+    EXPECT_EQ(PartitionSpec::parse(p.to_string()), p);
+  }
+}
+
+TEST(PartitionSpecTest, ParseErrorsNameThePosition) {
+  struct Case {
+    const char* text;
+    const char* want;  // substring of the message
+  };
+  const Case cases[] = {
+      {"P('x'", "expected ',' or ')' at position 5, found end of text"},
+      {"P('x') y", "expected end of text after the closing ')' at position 7, found 'y'"},
+      {"x y", "expected ',' or end of text at position 2, found 'y'"},
+      {"'x", "expected a closing ' at position 0"},
+      {"P('')", "expected a non-empty axis name at position 2"},
+      {"((x, y))", "tuples do not nest"},
+      {"(x, None)", "None cannot appear inside a tuple"},
+      {"x,,y", "expected an axis name, None or '(' at position 2, found ','"},
+      {"3", "expected an axis name, None or '(' at position 0, found '3'"},
+      {"(x y)", "expected ',' or ')' in a tuple of axis names at position 3, found 'y'"},
+      {"P(", "at position 2, found end of text"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.text);
+    try {
+      PartitionSpec::parse(c.text);
+      ADD_FAILURE() << "expected InvalidArgumentError";
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(c.want));
+      EXPECT_THAT(e.what(), HasSubstr(std::string("\"") + c.text + "\""));
+    }
+  }
+}
+
+TEST(PartitionSpecTest, BadNamesAreRejected) {
+  EXPECT_THROW(PartitionSpec({{""}}), InvalidArgumentError);
+  EXPECT_THROW(PartitionSpec({{"x"}, {"y", ""}}), InvalidArgumentError);
+  try {
+    PartitionSpec({{"it's"}});
+    ADD_FAILURE() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("quote"));
+    EXPECT_THAT(e.what(), HasSubstr("entry 0"));
+  }
+}
+
+}  // namespace
+}  // namespace vtpu
