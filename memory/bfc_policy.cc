@@ -27,7 +27,8 @@ int BfcPolicy::bin_for_size(uint64_t size_bytes) {
 
 uint64_t BfcPolicy::rounded_bytes(uint64_t size_bytes) const {
   if (size_bytes == 0) throw InvalidArgumentError("allocation of 0 bytes (expected >= 1)");
-  if (size_bytes > capacity_bytes_) return capacity_bytes_ + kMinAllocationBytes;  // never fits
+  constexpr uint64_t kMaxRounded = ~uint64_t{0} / kMinAllocationBytes * kMinAllocationBytes;
+  if (size_bytes > kMaxRounded) return kMaxRounded;  // saturate: can never fit, never overflows
   return (size_bytes + kMinAllocationBytes - 1) / kMinAllocationBytes * kMinAllocationBytes;
 }
 

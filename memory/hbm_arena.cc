@@ -200,7 +200,6 @@ OomReport HbmArena::make_oom_report_locked(uint64_t size_bytes, const std::strin
   r.label = label;
   r.requested_bytes = size_bytes;
   r.rounded_bytes = policy_->rounded_bytes(size_bytes);
-  if (r.rounded_bytes > capacity_bytes_) r.rounded_bytes = size_bytes;  // never fits anyway
   r.bytes_in_use = stats_.bytes_in_use;
   r.bytes_limit = capacity_bytes_;
   r.total_free_bytes = policy_->total_free_bytes();

@@ -65,7 +65,7 @@ def blas_library():
     """Path of the BLAS shared library this process loaded (Linux only)."""
     try:
         with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "blas" in line}
+            paths = {line.split()[-1] for line in f if "libblas" in line}
     except OSError:
         return "unknown"
     return ",".join(sorted(os.path.realpath(p) for p in paths)) or "none"

@@ -80,6 +80,7 @@ TEST(BfcPolicyTest, RoundedBytes) {
   EXPECT_EQ(p.rounded_bytes(kMiB), kMiB);
   // Larger than the whole range: a value that can never fit (and does not overflow).
   EXPECT_GT(p.rounded_bytes(kMiB + 1), kMiB);
+  EXPECT_EQ(p.rounded_bytes(kMiB + 1), kMiB + 256);  // larger than capacity: still rounded
   EXPECT_GT(p.rounded_bytes(std::numeric_limits<uint64_t>::max()), kMiB);
   EXPECT_THROW(p.rounded_bytes(0), InvalidArgumentError);
 }

@@ -538,9 +538,9 @@ TEST(HbmArenaTest, OomReportForRequestLargerThanTheArena) {
     arena.allocate(2 * kMiB + 1);
     FAIL();
   } catch (const OutOfMemoryError& e) {
-    // No rounding is reported for a request that can never fit.
+    // The report gives the true rounding (256 B granularity) even when the request can never fit.
     EXPECT_EQ(e.report().requested_bytes, 2 * kMiB + 1);
-    EXPECT_EQ(e.report().rounded_bytes, 2 * kMiB + 1);
+    EXPECT_EQ(e.report().rounded_bytes, 2 * kMiB + 256);
     EXPECT_EQ(e.report().total_free_bytes, kMiB);
     EXPECT_EQ(e.report().largest_free_block_bytes, kMiB);
     EXPECT_TRUE(e.report().largest_live_buffers.empty());
