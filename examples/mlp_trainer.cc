@@ -78,14 +78,10 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/// Per-core state that lives across steps: the parameter replica, the gradient bucket and the
-/// activations, all in the core's HBM. Allocated once, as XLA's buffer assignment would.
+/// What outlives the SPMD program on each core: the parameter replica and the gradient bucket.
 struct CoreState {
   DeviceBuffer params;  // Layout::size() floats
-  DeviceBuffer grads;   // Layout::size() + 1 floats; the last is the local loss sum
-  DeviceBuffer z1;      // local_batch x hidden (pre-activation, then its gradient)
-  DeviceBuffer a1;      // local_batch x hidden
-  DeviceBuffer logits;  // local_batch x 10 (logits, then probabilities, then dZ2)
+  DeviceBuffer grads;   // Layout::size() + 1 floats; the last is the global loss sum
 };
 
 }  // namespace
@@ -141,66 +137,83 @@ MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig&
   const Layout layout{config.hidden};
   const int64_t num_params = layout.size();
   const int64_t local_batch = config.global_batch / n;
-  const float inv_batch = 1.0f / static_cast<float>(config.global_batch);
+  const int64_t batch = config.global_batch;
+  const float inv_batch = 1.0f / static_cast<float>(batch);
 
   std::vector<int> cores(static_cast<size_t>(n));
   std::iota(cores.begin(), cores.end(), 0);
   Communicator comm(runtime, cores);
+
+  // The training rows go to every core once (replicated, P() on a 1-D mesh), as a device-side
+  // input pipeline would hold them; each step, core c takes rows [c*b, (c+1)*b) of the global
+  // batch from its replica. So the host is not on the step's critical path.
   const Mesh mesh({n}, {"data"});
-  const NamedSharding batch_sharding(mesh, PartitionSpec({{"data"}}));
+  const NamedSharding replicated(mesh, PartitionSpec{});
+  std::vector<float> one_hot(static_cast<size_t>(train.num_rows() * kOut), 0.0f);
+  for (int64_t r = 0; r < train.num_rows(); ++r) {
+    one_hot[static_cast<size_t>(r * kOut + train.labels[static_cast<size_t>(r)])] = 1.0f;
+  }
+  const ShardedArray train_x =
+      ShardedArray::device_put(runtime, train.pixels, {train.num_rows(), kIn}, replicated);
+  const ShardedArray train_y =
+      ShardedArray::device_put(runtime, one_hot, {train.num_rows(), kOut}, replicated);
 
-  // Replicated parameters and per-core buffers.
   const std::vector<float> init = mlp_init_parameters(config.hidden, config.seed);
-  std::vector<CoreState> state(static_cast<size_t>(n));
-  runtime.run_spmd([&](CoreContext& ctx) {
-    CoreState& s = state[static_cast<size_t>(ctx.core_id())];
-    const auto f = sizeof(float);
-    s.params = ctx.allocate(static_cast<uint64_t>(num_params) * f, "mlp/params");
-    s.grads = ctx.allocate(static_cast<uint64_t>(num_params + 1) * f, "mlp/grads+loss");
-    s.z1 = ctx.allocate(static_cast<uint64_t>(local_batch * config.hidden) * f, "mlp/z1");
-    s.a1 = ctx.allocate(static_cast<uint64_t>(local_batch * config.hidden) * f, "mlp/a1");
-    s.logits = ctx.allocate(static_cast<uint64_t>(local_batch * kOut) * f, "mlp/logits");
-    std::memcpy(s.params.data(), init.data(), init.size() * f);
-  });
-
-  // Every core count sees the same global batches.
-  BatchSampler sampler(train.num_rows(), config.seed);
-
-  const int64_t batch = config.global_batch;
-  std::vector<float> host_x(static_cast<size_t>(batch * kIn));
-  std::vector<float> host_y(static_cast<size_t>(batch * kOut));
   MlpResult result;
   result.num_cores = n;
   result.num_parameters = num_params;
-  result.losses.reserve(static_cast<size_t>(config.steps));
-  result.step_seconds.reserve(static_cast<size_t>(config.steps));
+  result.losses.assign(static_cast<size_t>(config.steps), 0.0);
+  result.step_seconds.assign(static_cast<size_t>(config.steps), 0.0);
+  std::vector<CoreState> state(static_cast<size_t>(n));
 
-  for (int64_t step = 0; step < config.steps; ++step) {
-    // Host input pipeline (not timed): the next global batch, one-hot labels.
-    std::fill(host_y.begin(), host_y.end(), 0.0f);
-    for (int64_t r = 0; r < batch; ++r) {
-      const auto row = static_cast<size_t>(sampler.next());
-      std::memcpy(&host_x[static_cast<size_t>(r * kIn)], &train.pixels[row * kIn], kIn * sizeof(float));
-      host_y[static_cast<size_t>(r * kOut + train.labels[row])] = 1.0f;
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    ShardedArray x = ShardedArray::device_put(runtime, host_x, {batch, kIn}, batch_sharding);
-    ShardedArray y = ShardedArray::device_put(runtime, host_y, {batch, kOut}, batch_sharding);
-    runtime.run_spmd([&](CoreContext& ctx) {
-      const int c = ctx.core_id();
-      CoreState& s = state[static_cast<size_t>(c)];
-      const int64_t b = local_batch;
-      const float* p = s.params.as<float>().data();
-      float* g = s.grads.as<float>().data();
-      ConstMatMap xb(x.local_data(c).data(), b, kIn);
-      ConstMatMap yb(y.local_data(c).data(), b, kOut);
-      ConstMatMap w1(p + layout.w1(), kIn, config.hidden);
-      Eigen::Map<const Eigen::RowVectorXf> b1(p + layout.b1(), config.hidden);
-      ConstMatMap w2(p + layout.w2(), config.hidden, kOut);
-      Eigen::Map<const Eigen::RowVectorXf> b2(p + layout.b2(), kOut);
-      MatMap z1(s.z1.as<float>().data(), b, config.hidden);
-      MatMap a1(s.a1.as<float>().data(), b, config.hidden);
-      MatMap logits(s.logits.as<float>().data(), b, kOut);
+  // One SPMD program runs every step, as a jitted training loop would.
+  runtime.run_spmd([&](CoreContext& ctx) {
+    const int c = ctx.core_id();
+    CoreState& s = state[static_cast<size_t>(c)];
+    const int64_t b = local_batch;
+    const int64_t h = config.hidden;
+    const auto f = sizeof(float);
+    // Buffers live across steps, allocated once, as XLA's buffer assignment would.
+    s.params = ctx.allocate(static_cast<uint64_t>(num_params) * f, "mlp/params");
+    s.grads = ctx.allocate(static_cast<uint64_t>(num_params + 1) * f, "mlp/grads+loss");
+    DeviceBuffer xbuf = ctx.allocate(static_cast<uint64_t>(b * kIn) * f, "mlp/x");
+    DeviceBuffer ybuf = ctx.allocate(static_cast<uint64_t>(b * kOut) * f, "mlp/y");
+    DeviceBuffer z1buf = ctx.allocate(static_cast<uint64_t>(b * h) * f, "mlp/z1");
+    DeviceBuffer a1buf = ctx.allocate(static_cast<uint64_t>(b * h) * f, "mlp/a1");
+    DeviceBuffer logitsbuf = ctx.allocate(static_cast<uint64_t>(b * kOut) * f, "mlp/logits");
+    std::memcpy(s.params.data(), init.data(), init.size() * f);
+
+    float* p = s.params.as<float>().data();
+    float* g = s.grads.as<float>().data();
+    const float* data_x = train_x.local_data(c).data();
+    const float* data_y = train_y.local_data(c).data();
+    MatMap xb(xbuf.as<float>().data(), b, kIn);
+    MatMap yb(ybuf.as<float>().data(), b, kOut);
+    ConstMatMap w1(p + layout.w1(), kIn, h);
+    Eigen::Map<const Eigen::RowVectorXf> b1(p + layout.b1(), h);
+    ConstMatMap w2(p + layout.w2(), h, kOut);
+    Eigen::Map<const Eigen::RowVectorXf> b2(p + layout.b2(), kOut);
+    MatMap z1(z1buf.as<float>().data(), b, h);
+    MatMap a1(a1buf.as<float>().data(), b, h);
+    MatMap logits(logitsbuf.as<float>().data(), b, kOut);
+    MatMap dw1(g + layout.w1(), kIn, h);
+    VecMap db1(g + layout.b1(), h);
+    MatMap dw2(g + layout.w2(), h, kOut);
+    VecMap db2(g + layout.b2(), kOut);
+    Eigen::Map<Eigen::VectorXf> params(p, num_params);
+    Eigen::Map<const Eigen::VectorXf> grads(g, num_params);
+    BatchSampler sampler(train.num_rows(), config.seed);  // same batches on every core count
+
+    for (int64_t step = 0; step < config.steps; ++step) {
+      const auto t0 = std::chrono::steady_clock::now();
+      // This core's rows of the global batch.
+      for (int64_t r = 0; r < config.global_batch; ++r) {
+        const int64_t row = sampler.next();
+        const int64_t local = r - c * b;
+        if (local < 0 || local >= b) continue;
+        std::memcpy(&xb(local, 0), data_x + row * kIn, kIn * f);
+        std::memcpy(&yb(local, 0), data_y + row * kOut, kOut * f);
+      }
       // Forward.
       z1.noalias() = xb * w1;
       z1.rowwise() += b1;
@@ -211,8 +224,7 @@ MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig&
       double loss_sum = 0.0;
       for (int64_t i = 0; i < b; ++i) {
         auto row = logits.row(i);
-        const float mx = row.maxCoeff();
-        row.array() -= mx;
+        row.array() -= row.maxCoeff();
         row = row.array().exp().matrix();
         const float denom = row.sum();
         Eigen::Index label;
@@ -223,40 +235,34 @@ MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig&
       // Backward: dZ2 = (P - Y) / B, scaled by the global batch so that the sum over cores is
       // the gradient of the global mean.
       logits = (logits - yb) * inv_batch;
-      MatMap dw1(g + layout.w1(), kIn, config.hidden);
-      VecMap db1(g + layout.b1(), config.hidden);
-      MatMap dw2(g + layout.w2(), config.hidden, kOut);
-      VecMap db2(g + layout.b2(), kOut);
       dw2.noalias() = a1.transpose() * logits;
       db2 = logits.colwise().sum();
-      a1.noalias() = logits * w2.transpose();               // dA1
-      z1 = (z1.array() > 0.0f).select(a1, 0.0f);            // dZ1
+      a1.noalias() = logits * w2.transpose();                  // dA1
+      z1 = (z1.array() > 0.0f).select(a1, 0.0f);               // dZ1
       dw1.noalias() = xb.transpose() * z1;
       db1 = z1.colwise().sum();
       g[num_params] = static_cast<float>(loss_sum);
-      // One bucket, one all-reduce: gradients and the loss sum.
+      // One bucket, one all-reduce: the gradients and the loss sum.
       comm.all_reduce<float>(ctx, s.grads.as<float>());
       // SGD on every replica (identical inputs, identical results).
-      float* pm = s.params.as<float>().data();
-      for (int64_t i = 0; i < num_params; ++i) pm[i] -= config.learning_rate * g[i];
-    });
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double loss =
-        static_cast<double>(state[0].grads.as<float>()[static_cast<size_t>(num_params)]) /
-        static_cast<double>(batch);
-    if (!std::isfinite(loss)) {
-      throw FailedPreconditionError("training diverged at step " + std::to_string(step) +
-                                    ": loss is " + std::to_string(loss) +
-                                    " (try a smaller learning rate)");
+      params -= config.learning_rate * grads;
+      const double loss = static_cast<double>(g[num_params]) / static_cast<double>(batch);
+      if (!std::isfinite(loss)) {
+        throw FailedPreconditionError("training diverged at step " + std::to_string(step) +
+                                      ": loss is " + std::to_string(loss) +
+                                      " (try a smaller learning rate)");
+      }
+      if (c == 0) {
+        result.step_seconds[static_cast<size_t>(step)] =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        result.losses[static_cast<size_t>(step)] = loss;
+        if (on_log && config.log_every > 0 &&
+            (step % config.log_every == 0 || step == config.steps - 1)) {
+          on_log(step, loss);
+        }
+      }
     }
-    result.losses.push_back(loss);
-    result.step_seconds.push_back(seconds);
-    if (on_log && config.log_every > 0 &&
-        (step % config.log_every == 0 || step == config.steps - 1)) {
-      on_log(step, loss);
-    }
-  }
+  });
 
   result.median_step_ms = 1e3 * median(result.step_seconds);
   auto p0 = state[0].params.as<float>();

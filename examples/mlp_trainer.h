@@ -1,12 +1,13 @@
 // Data-parallel MLP training on N virtual cores: the foundation's end-to-end example.
 //
-// Model: 64 -> hidden -> 10, ReLU, softmax cross-entropy, plain SGD, f32. Each step the host
-// draws a global batch (epoch-wise shuffled with the seed), device_puts it with the batch
-// dimension sharded over a 1-D mesh ('data'), and every core runs forward and backward on its
-// rows with Eigen mapped over its HBM buffers. The gradients of all parameters, plus the local
-// loss sum, are packed into one bucket and all-reduced (sum) in one collective, as PyTorch DDP
-// buckets gradients; every core then applies the same SGD update to its replica. Because the
-// all-reduce gives bit-identical sums on every core, the replicas never drift apart.
+// Model: 64 -> hidden -> 10, ReLU, softmax cross-entropy, plain SGD, f32. The training rows are
+// device_put once to every core (replicated over a 1-D mesh 'data'), and one SPMD program runs
+// all steps. Each step's global batch (epoch-wise shuffles drawn from the seed) is split across
+// the cores: core c takes rows [c*B/N, (c+1)*B/N) into its HBM and runs forward and backward with
+// Eigen mapped over its HBM buffers. The gradients of all parameters, plus the local loss sum,
+// are packed into one bucket and all-reduced (sum) in one collective, as PyTorch DDP buckets
+// gradients; every core then applies the same SGD update to its replica. Because the all-reduce
+// gives bit-identical sums on every core, the replicas never drift apart.
 //
 // The loss is mean cross-entropy over the global batch, so for a given seed and global batch the
 // losses match a single-core run up to f32 summation order.
@@ -41,7 +42,8 @@ struct MlpConfig {
 struct MlpResult {
   int num_cores = 0;
   std::vector<double> losses;       // per step, mean cross-entropy of the global batch
-  std::vector<double> step_seconds; // per step wall time (device_put + SPMD step)
+  std::vector<double> step_seconds; // per step wall time on core 0: batch rows, forward,
+                                    // backward, all-reduce, SGD
   double median_step_ms = 0.0;
   double test_accuracy = 0.0;       // on the held-out split
   double train_accuracy = 0.0;

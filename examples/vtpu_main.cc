@@ -35,8 +35,8 @@ struct TrainArgs {
 void print_mlp_report(const MlpResult& r, const MlpConfig& c) {
   std::printf("final loss %.4f   test accuracy %.4f   train accuracy %.4f\n", r.losses.back(),
               r.test_accuracy, r.train_accuracy);
-  std::printf("median step time %.3f ms over %zu steps (device_put of the batch + forward, "
-              "backward, all-reduce, SGD on every core)\n",
+  std::printf("median step time %.3f ms over %zu steps (batch rows into HBM, forward, backward, "
+              "all-reduce, SGD)\n",
               r.median_step_ms, r.step_seconds.size());
   uint64_t calls = 0, bytes = 0;
   double seconds = 0;

@@ -64,8 +64,10 @@ class AllocatorPolicy {
 /// Options shared by all policies (each policy reads the fields it understands).
 struct PolicyOptions {
   /// BFC: a free chunk is split on allocate only if it is at least 2x the request or the
-  /// remainder is at least this many bytes (TensorFlow's kMaxInternalFragmentation, 128 MiB).
-  uint64_t max_internal_fragmentation_bytes = uint64_t{128} << 20;
+  /// remainder is at least this many bytes. Unset: TensorFlow's 128 MiB scaled to the arena,
+  /// min(128 MiB, capacity / 128), so a 16 GiB arena gets exactly TensorFlow's value and a
+  /// 1200 MiB arena 9.375 MiB (an unsplit 50 MiB remainder there would be 4% of the arena).
+  std::optional<uint64_t> max_internal_fragmentation_bytes;
 };
 
 /// Creates a policy by name: "bfc". Throws InvalidArgumentError naming the unknown policy and

@@ -1,5 +1,6 @@
 #include "memory/bfc_policy.h"
 
+#include <algorithm>
 #include <bit>
 #include <sstream>
 #include <string>
@@ -10,13 +11,18 @@ namespace vtpu {
 
 BfcPolicy::BfcPolicy(uint64_t capacity_bytes, const PolicyOptions& options)
     : capacity_bytes_(capacity_bytes / kMinAllocationBytes * kMinAllocationBytes),
-      options_(options) {
+      max_internal_fragmentation_bytes_(options.max_internal_fragmentation_bytes.value_or(
+          default_max_internal_fragmentation_bytes(capacity_bytes_))) {
   if (capacity_bytes_ == 0) {
     throw InvalidArgumentError("BFC capacity " + std::to_string(capacity_bytes) +
                                " bytes is below the 256-byte minimum chunk");
   }
   head_ = new_chunk(0, capacity_bytes_);
   insert_free(head_);
+}
+
+uint64_t BfcPolicy::default_max_internal_fragmentation_bytes(uint64_t capacity_bytes) {
+  return std::min(uint64_t{128} << 20, capacity_bytes / 128);
 }
 
 int BfcPolicy::bin_for_size(uint64_t size_bytes) {
@@ -69,7 +75,7 @@ std::optional<PolicyAllocation> BfcPolicy::allocate(uint64_t size_bytes) {
     remove_free(id);
     Chunk& c = chunks_[id];
     const uint64_t remainder = c.size_bytes - rounded;
-    if (c.size_bytes >= 2 * rounded || remainder >= options_.max_internal_fragmentation_bytes) {
+    if (c.size_bytes >= 2 * rounded || remainder >= max_internal_fragmentation_bytes_) {
       if (remainder > 0) {
         const ChunkId rest = new_chunk(c.offset + rounded, remainder);  // may reallocate chunks_
         Chunk& cur = chunks_[id];
@@ -156,23 +162,26 @@ void BfcPolicy::check_consistency() const {
   bool prev_free = false;
   for (ChunkId id = head_; id != kNoChunk; id = chunks_[id].next) {
     const Chunk& c = chunks_[id];
-    std::ostringstream where;
-    where << "chunk at offset " << c.offset << " size " << c.size_bytes;
+    auto where = [&c] {  // built only on failure: this loop runs after every test operation
+      std::ostringstream os;
+      os << "chunk at offset " << c.offset << " size " << c.size_bytes;
+      return os;
+    };
     if (c.offset != expected_offset)
-      fail(where.str() + " does not start where the previous one ends (" +
+      fail(where().str() + " does not start where the previous one ends (" +
            std::to_string(expected_offset) + ")");
     if (c.size_bytes == 0 || c.size_bytes % kMinAllocationBytes != 0)
-      fail(where.str() + " has a size that is not a positive multiple of 256");
-    if (c.prev != prev) fail(where.str() + " has a wrong prev link");
+      fail(where().str() + " has a size that is not a positive multiple of 256");
+    if (c.prev != prev) fail(where().str() + " has a wrong prev link");
     if (!c.in_use) {
-      if (prev_free) fail(where.str() + " is free next to a free neighbour (not coalesced)");
+      if (prev_free) fail(where().str() + " is free next to a free neighbour (not coalesced)");
       if (!bins_[bin_for_size(c.size_bytes)].contains(BinKey{c.size_bytes, c.offset, id}))
-        fail(where.str() + " is free but not in its bin");
+        fail(where().str() + " is free but not in its bin");
       free_bytes += c.size_bytes;
       ++num_free;
     } else {
       auto it = in_use_.find(c.offset);
-      if (it == in_use_.end() || it->second != id) fail(where.str() + " is in use but not indexed");
+      if (it == in_use_.end() || it->second != id) fail(where().str() + " is in use but not indexed");
       ++num_in_use;
     }
     prev_free = !c.in_use;

@@ -11,7 +11,8 @@
 // is ordered by (size, offset), so the first chunk >= the request in the first bin that has one is
 // the best fit, lowest address first. A found chunk is split when it is at least twice the
 // request or the remainder is at least max_internal_fragmentation_bytes; otherwise the whole chunk
-// is handed out and the rest is internal fragmentation (TensorFlow's rule). Free merges the chunk
+// is handed out and the rest is internal fragmentation (TensorFlow's rule; TensorFlow's threshold
+// is 128 MiB, ours defaults to min(128 MiB, capacity / 128), see PolicyOptions). Free merges the chunk
 // with both neighbours at once when they are free, so no two free chunks are ever adjacent.
 //
 // Cost: allocate is O(kNumBins + log n), free O(log n), for n free chunks.
@@ -46,6 +47,11 @@ class BfcPolicy final : public AllocatorPolicy {
   uint64_t total_free_bytes() const override { return total_free_bytes_; }
   void walk(const std::function<void(const ChunkInfo&)>& fn) const override;
   void check_consistency() const override;
+
+  /// The split threshold in use (PolicyOptions::max_internal_fragmentation_bytes, resolved).
+  uint64_t max_internal_fragmentation_bytes() const { return max_internal_fragmentation_bytes_; }
+  /// The default threshold for a capacity: min(128 MiB, capacity_bytes / 128).
+  static uint64_t default_max_internal_fragmentation_bytes(uint64_t capacity_bytes);
 
   /// Bin index for a chunk of `size_bytes` (a multiple of 256): floor(log2(size / 256)), capped.
   static int bin_for_size(uint64_t size_bytes);
@@ -85,7 +91,7 @@ class BfcPolicy final : public AllocatorPolicy {
   void remove_free(ChunkId id);
 
   uint64_t capacity_bytes_;
-  PolicyOptions options_;
+  uint64_t max_internal_fragmentation_bytes_;
   std::vector<Chunk> chunks_;                         // indexed by ChunkId
   std::vector<ChunkId> unused_ids_;                   // recycled slots of chunks_
   std::array<std::set<BinKey>, kNumBins> bins_;       // free chunks only

@@ -18,6 +18,14 @@
 namespace vtpu {
 namespace {
 
+// TensorFlow's fixed 128 MiB split threshold: on the small ranges of these hand-worked cases only
+// the 2x rule then decides whether a chunk is split.
+PolicyOptions tensorflow_threshold() {
+  PolicyOptions o;
+  o.max_internal_fragmentation_bytes = uint64_t{128} << 20;
+  return o;
+}
+
 using testing::BfcReferenceModel;
 using testing::expect_same_chunks;
 
@@ -81,7 +89,11 @@ TEST(BfcPolicyTest, RoundedBytes) {
   // Larger than the whole range: a value that can never fit (and does not overflow).
   EXPECT_GT(p.rounded_bytes(kMiB + 1), kMiB);
   EXPECT_EQ(p.rounded_bytes(kMiB + 1), kMiB + 256);  // larger than capacity: still rounded
-  EXPECT_GT(p.rounded_bytes(std::numeric_limits<uint64_t>::max()), kMiB);
+  // Saturates at the largest multiple of 256 instead of overflowing.
+  EXPECT_EQ(p.rounded_bytes(std::numeric_limits<uint64_t>::max()),
+            std::numeric_limits<uint64_t>::max() - 255);
+  EXPECT_EQ(p.rounded_bytes(std::numeric_limits<uint64_t>::max() - 300),
+            std::numeric_limits<uint64_t>::max() - 255);
   EXPECT_THROW(p.rounded_bytes(0), InvalidArgumentError);
 }
 
@@ -124,7 +136,7 @@ TEST(BfcPolicyTest, BinStatsMinimumSizes) {
 }
 
 TEST(BfcPolicyTest, SplitsWhenChunkIsAtLeastTwiceTheRequest) {
-  BfcPolicy p(4096);
+  BfcPolicy p(4096, tensorflow_threshold());
   // 4096 >= 2 * 1024: split into [0, 1024) in use and [1024, 4096) free.
   PolicyAllocation a = must_allocate(p, 1000);
   EXPECT_EQ(a.offset, 0u);
@@ -148,19 +160,19 @@ TEST(BfcPolicyTest, SplitsWhenChunkIsAtLeastTwiceTheRequest) {
 
 TEST(BfcPolicyTest, SplitBoundaryAtExactlyTwice) {
   {
-    BfcPolicy p(2048);
+    BfcPolicy p(2048, tensorflow_threshold());
     PolicyAllocation a = must_allocate(p, 1024);  // 2048 == 2 * 1024: split
     EXPECT_EQ(a.chunk_bytes, 1024u);
     expect_same_chunks(walk_all(p), {{0, 1024, true}, {1024, 1024, false}});
   }
   {
-    BfcPolicy p(2048);
+    BfcPolicy p(2048, tensorflow_threshold());
     PolicyAllocation a = must_allocate(p, 1025);  // rounds to 1280; 2048 < 2560: no split
     EXPECT_EQ(a.chunk_bytes, 2048u);
     expect_same_chunks(walk_all(p), {{0, 2048, true}});
   }
   {
-    BfcPolicy p(2048);
+    BfcPolicy p(2048, tensorflow_threshold());
     PolicyAllocation a = must_allocate(p, 2048);  // exact fit: nothing to split
     EXPECT_EQ(a.chunk_bytes, 2048u);
     expect_same_chunks(walk_all(p), {{0, 2048, true}});
@@ -186,22 +198,34 @@ TEST(BfcPolicyTest, SplitsWhenRemainderReachesMaxInternalFragmentation) {
   }
 }
 
-TEST(BfcPolicyTest, DefaultMaxInternalFragmentationIs128MiB) {
-  EXPECT_EQ(PolicyOptions{}.max_internal_fragmentation_bytes, 128 * kMiB);
+TEST(BfcPolicyTest, DefaultMaxInternalFragmentationScalesWithCapacity) {
+  // min(128 MiB, capacity / 128): TensorFlow's value from 16 GiB up.
+  EXPECT_EQ(BfcPolicy(16 * kGiB).max_internal_fragmentation_bytes(), 128 * kMiB);
+  EXPECT_EQ(BfcPolicy(64 * kGiB).max_internal_fragmentation_bytes(), 128 * kMiB);
+  EXPECT_EQ(BfcPolicy(1200 * kMiB).max_internal_fragmentation_bytes(), 1200 * kMiB / 128);
+  EXPECT_EQ(BfcPolicy(kMiB).max_internal_fragmentation_bytes(), 8 * kKiB);
+  PolicyOptions explicit_tf;
+  explicit_tf.max_internal_fragmentation_bytes = 128 * kMiB;
+  EXPECT_EQ(BfcPolicy(kGiB, explicit_tf).max_internal_fragmentation_bytes(), 128 * kMiB);
+}
+
+TEST(BfcPolicyTest, TensorFlowThresholdOf128MiB) {
+  PolicyOptions tf;
+  tf.max_internal_fragmentation_bytes = 128 * kMiB;
   {
-    BfcPolicy p(kGiB);  // remainder 324 MiB >= 128 MiB: split although 1 GiB < 2 * 700 MiB
+    BfcPolicy p(kGiB, tf);  // remainder 324 MiB >= 128 MiB: split although 1 GiB < 2 * 700 MiB
     PolicyAllocation a = must_allocate(p, 700 * kMiB);
     EXPECT_EQ(a.chunk_bytes, 700 * kMiB);
     EXPECT_EQ(p.largest_free_block_bytes(), 324 * kMiB);
   }
   {
-    BfcPolicy p(kGiB);  // remainder exactly 128 MiB: split
+    BfcPolicy p(kGiB, tf);  // remainder exactly 128 MiB: split
     PolicyAllocation a = must_allocate(p, 896 * kMiB);
     EXPECT_EQ(a.chunk_bytes, 896 * kMiB);
     EXPECT_EQ(p.largest_free_block_bytes(), 128 * kMiB);
   }
   {
-    BfcPolicy p(kGiB);  // remainder 128 MiB - 256 B: not split, all of 1 GiB handed out
+    BfcPolicy p(kGiB, tf);  // remainder 128 MiB - 256 B: not split, all of 1 GiB handed out
     PolicyAllocation a = must_allocate(p, 896 * kMiB + 256);
     EXPECT_EQ(a.chunk_bytes, kGiB);
     EXPECT_EQ(p.largest_free_block_bytes(), 0u);
@@ -278,7 +302,7 @@ TEST(BfcPolicyTest, FreeCoalescesWithNeither_Next_Previous_AndBoth) {
 //   [2048,2816) hole  [2816,3072) s5  [3072,3584) hole  [3584,3840) s7  [3840,8192) tail
 // The holes are 1024, 512, 768 and 512 bytes; the separators and the tail stay in use.
 BfcPolicy best_fit_layout() {
-  BfcPolicy p(8192);
+  BfcPolicy p(8192, tensorflow_threshold());
   const uint64_t sizes[] = {1024, 256, 512, 256, 768, 256, 512, 256, 4352};
   std::vector<uint64_t> offsets;
   for (uint64_t s : sizes) {
@@ -351,7 +375,7 @@ TEST(BfcPolicyTest, BestFitSearchesHigherBinsWhenTheRequestBinHasNoFit) {
 TEST(BfcPolicyTest, BestFitWithinOneBinPrefersSmallerOverLowerAddress) {
   // Holes of 1536 (offset 0) and 1280 (higher offset), both in bin 2: a 1024-byte request takes
   // the 1280-byte hole. Neither is >= 2 * 1024, so the chunk is handed out whole.
-  BfcPolicy p(8192);
+  BfcPolicy p(8192, tensorflow_threshold());
   for (uint64_t s : {1536, 256, 1280, 256}) must_allocate(p, s);
   must_allocate(p, 8192 - 1536 - 256 - 1280 - 256);  // tail, exact
   p.free(0);
@@ -418,12 +442,11 @@ TEST_P(BfcPolicyRandomTest, MatchesReferenceModel) {
   // Capacity 64 KiB .. 2 MiB, not a multiple of 256; the threshold varies so that both split
   // rules fire: 0 (always split), small, medium, and the default (only the 2x rule matters).
   const uint64_t capacity = uniform(64 * kKiB, 2 * kMiB) + uniform(0, 255);
-  const uint64_t thresholds[] = {0, 1024, 16 * kKiB,
-                                 PolicyOptions{}.max_internal_fragmentation_bytes};
+  const uint64_t thresholds[] = {0, 1024, 16 * kKiB, 128 * kMiB};
   PolicyOptions options;
   options.max_internal_fragmentation_bytes = thresholds[seed % 4];
   BfcPolicy policy(capacity, options);
-  BfcReferenceModel model(capacity, options.max_internal_fragmentation_bytes);
+  BfcReferenceModel model(capacity, *options.max_internal_fragmentation_bytes);
   ASSERT_EQ(policy.capacity_bytes(), model.capacity_bytes());
   std::vector<uint64_t> live;  // offsets of live chunks
 

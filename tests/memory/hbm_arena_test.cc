@@ -155,7 +155,9 @@ TEST(HbmArenaTest, StatsAfterAllocationsAndFrees) {
 }
 
 TEST(HbmArenaTest, UnsplitChunkCountsWholeInBytesInUse) {
-  HbmArena arena(metadata_only(kMiB));
+  ArenaOptions o = metadata_only(kMiB);
+  o.policy_options.max_internal_fragmentation_bytes = 128 * kMiB;  // TensorFlow's value
+  HbmArena arena(o);
   // 600 KiB < 1 MiB < 2 * 600 KiB and the 424 KiB remainder < 128 MiB: the whole 1 MiB goes.
   const BufferId id = arena.allocate(600 * kKiB);
   MemoryStats s = arena.memory_stats();
@@ -255,7 +257,7 @@ TEST(HbmArenaTest, BackedDataWritesAndReads) {
   arena.check_consistency();
 }
 
-TEST(HbmArenaTest, PoisonFreedFillsFreedChunkWith0xDB) {
+TEST(HbmArenaTest, PoisonFreedFillsTheFreedBytesWith0xDB) {
   ArenaOptions o = backed(64 * kKiB);
   o.poison_freed = true;
   HbmArena arena(o);
@@ -266,7 +268,26 @@ TEST(HbmArenaTest, PoisonFreedFillsFreedChunkWith0xDB) {
   const BufferId b = arena.allocate(1024);  // best fit, lowest offset: the same bytes
   ASSERT_EQ(arena.offset(b), 0u);
   std::byte* q = arena.data(b);
+  // The requested 1000 bytes rounded to the 256-byte granule are poisoned.
   for (size_t i = 0; i < 1024; ++i) ASSERT_EQ(q[i], std::byte(0xDB)) << i;
+}
+
+TEST(HbmArenaTest, PoisonSkipsTheUnsplitRemainderOfAChunk) {
+  ArenaOptions o = backed(64 * kKiB);
+  o.poison_freed = true;
+  o.policy_options.max_internal_fragmentation_bytes = 128 * kMiB;  // TensorFlow's value
+  HbmArena arena(o);
+  // 40 KiB of a 64 KiB chunk: 64 < 2 * 40 and the remainder is small, so the whole chunk is
+  // handed out; only the 40 KiB asked for are poisoned on free, the never-used 24 KiB stay zero
+  // (and uncommitted).
+  const BufferId a = arena.allocate(40 * kKiB);
+  ASSERT_EQ(arena.memory_stats().bytes_in_use, 64 * kKiB);
+  std::fill(arena.data(a), arena.data(a) + 40 * kKiB, std::byte(0x11));
+  arena.free(a);
+  const BufferId b = arena.allocate(64 * kKiB);
+  const std::byte* q = arena.data(b);
+  for (size_t i = 0; i < 40 * kKiB; ++i) ASSERT_EQ(q[i], std::byte(0xDB)) << i;
+  for (size_t i = 40 * kKiB; i < 64 * kKiB; ++i) ASSERT_EQ(q[i], std::byte{0}) << i;
 }
 
 TEST(HbmArenaTest, WalkReportsChunksInAddressOrder) {
@@ -353,13 +374,12 @@ TEST(HbmArenaTest, EightSixteenGiBArenasAtOnce) {
 
 // ---- The fragmentation case from the spec ----
 
-// 1200 MiB; 250, 50, 250, 50, 250, 50, 250, 50 MiB back to back. The spec needs every chunk split
-// exactly; with the default 128 MiB threshold the fourth 250 MiB request would take the whole
-// 300 MiB chunk left at that point (see DefaultThresholdKeepsTheLastRemainder), so this arena
-// uses a small max_internal_fragmentation_bytes.
+// 1200 MiB; 250, 50, 250, 50, 250, 50, 250, 50 MiB back to back, with the default options. The
+// default split threshold for 1200 MiB is 9.375 MiB, so the 50 MiB remainder of the last 300 MiB
+// chunk is split off; under TensorFlow's fixed 128 MiB it would not be (see
+// TensorFlowThresholdKeepsTheLastRemainder).
 ArenaOptions spec_arena_options() {
   ArenaOptions o = metadata_only(1200 * kMiB);
-  o.policy_options.max_internal_fragmentation_bytes = kMiB;
   o.core_id = 3;
   return o;
 }
@@ -434,11 +454,13 @@ TEST(HbmArenaTest, SpecFragmentationCase) {
   arena.check_consistency();
 }
 
-TEST(HbmArenaTest, DefaultThresholdKeepsTheLastRemainder) {
-  // The same sequence under TensorFlow's default (128 MiB): after 900 MiB, one 300 MiB chunk is
-  // left; 300 < 2 * 250 and its 50 MiB remainder < 128 MiB, so the fourth 250 MiB buffer gets all
-  // 300 MiB and the last 50 MiB request finds nothing free.
-  HbmArena arena(metadata_only(1200 * kMiB));
+TEST(HbmArenaTest, TensorFlowThresholdKeepsTheLastRemainder) {
+  // The same sequence under TensorFlow's fixed 128 MiB threshold: after 900 MiB, one 300 MiB
+  // chunk is left; 300 < 2 * 250 and its 50 MiB remainder < 128 MiB, so the fourth 250 MiB buffer
+  // gets all 300 MiB and the last 50 MiB request finds nothing free.
+  ArenaOptions tf = metadata_only(1200 * kMiB);
+  tf.policy_options.max_internal_fragmentation_bytes = 128 * kMiB;
+  HbmArena arena(tf);
   for (int i = 0; i < 3; ++i) {
     arena.allocate(250 * kMiB);
     arena.allocate(50 * kMiB);
@@ -550,6 +572,7 @@ TEST(HbmArenaTest, OomReportForRequestLargerThanTheArena) {
     FAIL();
   } catch (const OutOfMemoryError& e) {
     EXPECT_EQ(e.report().requested_bytes, UINT64_MAX);
+    EXPECT_EQ(e.report().rounded_bytes, UINT64_MAX - 255);  // saturates at the last granule
   }
   // A request that rounds up reports the rounded size.
   arena.allocate(kMiB / 2);
@@ -582,7 +605,7 @@ TEST_P(HbmArenaRandomTest, MatchesReferenceModel) {
       (seed / 2) % 2 == 0 ? 4 * kKiB : 128 * kMiB;
   HbmArena arena(options);
   BfcReferenceModel model(options.capacity_bytes,
-                          options.policy_options.max_internal_fragmentation_bytes);
+                          *options.policy_options.max_internal_fragmentation_bytes);
   ASSERT_EQ(arena.capacity_bytes(), model.capacity_bytes());
 
   struct Live {
@@ -637,8 +660,7 @@ TEST_P(HbmArenaRandomTest, MatchesReferenceModel) {
         } catch (const OutOfMemoryError& e) {
           const OomReport& r = e.report();
           ASSERT_EQ(r.requested_bytes, size);
-          ASSERT_EQ(r.rounded_bytes,
-                    size > model.capacity_bytes() ? size : BfcReferenceModel::round_up(size));
+          ASSERT_EQ(r.rounded_bytes, BfcReferenceModel::round_up(size));
           ASSERT_EQ(r.bytes_in_use, bytes_in_use);
           ASSERT_EQ(r.total_free_bytes, model.total_free_bytes());
           ASSERT_EQ(r.largest_free_block_bytes, model.largest_free_bytes());

@@ -386,6 +386,32 @@ TEST(RuntimeTest, EveryRegisteredHandlerIsCalled) {
   EXPECT_EQ(b.load(), 1);
 }
 
+TEST(RuntimeTest, AThrowingAbortHandlerDoesNotKillTheCore) {
+  Runtime rt(small_options(3));
+  std::atomic<int> later_handler_core{-1};
+  rt.add_abort_handler(
+      [](int, const std::exception_ptr&) { throw std::logic_error("bad handler"); });
+  rt.add_abort_handler([&](int core, const std::exception_ptr&) { later_handler_core = core; });
+  // The program's error, not the handler's, reaches the caller; the next handler still runs.
+  EXPECT_THROW(rt.run_spmd([](CoreContext& ctx) {
+    if (ctx.core_id() == 2) throw DeadlineExceededError("slow");
+  }),
+               DeadlineExceededError);
+  EXPECT_EQ(later_handler_core.load(), 2);
+  // Core 2's thread is alive: it runs the next program.
+  std::atomic<int> ran{0};
+  rt.run_spmd([&](CoreContext&) { ran.fetch_add(1); });
+  EXPECT_EQ(ran.load(), 3);
+}
+
+TEST(RuntimeTest, ConstAccessors) {
+  Runtime rt(small_options(2));
+  const Runtime& crt = rt;
+  EXPECT_EQ(crt.core(1).core_id(), 1);
+  EXPECT_EQ(&crt.core(1).hbm(), &rt.core(1).hbm());
+  EXPECT_THROW(crt.core(2), InvalidArgumentError);
+}
+
 TEST(RuntimeTest, RunSpmdFromInsideAProgramFailsWithFailedPrecondition) {
   Runtime rt(small_options(2));
   std::vector<std::string> messages;
