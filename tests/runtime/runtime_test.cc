@@ -25,26 +25,7 @@
 #include "common/error.h"
 #include "runtime/device_buffer.h"
 
-#if defined(__SANITIZE_THREAD__)
-#define VTPU_TEST_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define VTPU_TEST_TSAN 1
-#endif
-#endif
-
-#ifdef VTPU_TEST_TSAN
-// run_spmd hands a core's exception to the host through an exception_ptr. libstdc++ counts its
-// references with atomics compiled into libstdc++.so, which TSan does not instrument, so a core
-// dropping the last reference after the host read the exception is reported as a race (a known
-// false positive; ArangoDB and ex-actor suppress it the same way). When libstdc++ tail-calls the
-// destructor, the release frame is missing and only the exception's destructor names it.
-extern "C" const char* __tsan_default_suppressions() {
-  return "race:__exception_ptr\n"
-         "race:std::logic_error::~logic_error\n"
-         "race:std::runtime_error::~runtime_error\n";
-}
-#endif
+// TSan suppressions for exception_ptr live in common/tsan_default_suppressions.cc.
 
 namespace vtpu {
 namespace {
