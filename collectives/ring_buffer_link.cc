@@ -1,6 +1,7 @@
 #include "collectives/ring_buffer_link.h"
 
 #include <string>
+#include <thread>
 
 #include "common/error.h"
 
@@ -47,6 +48,13 @@ void RingBufferLink::wait(Ready ready, Deadline deadline, const char* what) {
     if (aborted_.load(std::memory_order_acquire)) throw_aborted();
     if (ready()) return;
     cpu_relax();
+  }
+  // Virtual cores usually outnumber CPUs: hand the CPU to the peer we are waiting for before
+  // paying for a futex sleep and wake-up.
+  for (int i = 0; i < kYieldIterations; ++i) {
+    if (aborted_.load(std::memory_order_acquire)) throw_aborted();
+    if (ready()) return;
+    std::this_thread::yield();
   }
   std::unique_lock lock(mu_);
   waiters_.fetch_add(1, std::memory_order_seq_cst);

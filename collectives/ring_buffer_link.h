@@ -8,7 +8,9 @@
 // head_ counts slots released by the receiver, tail_ slots committed by the sender; the buffer is
 // full when tail_ - head_ == num_slots and empty when they are equal. A waiter first polls briefly
 // (kSpinIterations, so that a ping-pong between two running threads avoids a futex round trip),
-// then sleeps on a condition variable with the caller's deadline.
+// then yields the CPU a bounded number of times (kYieldIterations: with more virtual cores than
+// CPUs the peer it waits for may need this CPU), then sleeps on a condition variable with the
+// caller's deadline. Every phase is bounded; nothing spins without limit.
 #pragma once
 
 #include <atomic>
@@ -23,7 +25,8 @@ namespace vtpu {
 /// Thread-safe for one sender and one receiver thread (see Link).
 class RingBufferLink final : public Link {
  public:
-  static constexpr int kSpinIterations = 256;
+  static constexpr int kSpinIterations = 64;   // pause-polls before yielding
+  static constexpr int kYieldIterations = 16;  // sched_yield-polls before sleeping
 
   /// Throws InvalidArgumentError if slot_bytes is not a positive multiple of 64 or num_slots < 1.
   RingBufferLink(int src_core, int dst_core, const LinkOptions& options);

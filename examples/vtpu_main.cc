@@ -3,10 +3,12 @@
 //   vtpu train mlp [--cores N] [--steps S] [--batch B] [--hidden H] [--lr LR] [--seed K]
 //                  [--data FILE] [--hbm-bytes SIZE] [--config FILE] [--log-every K] [--json]
 //
-// Exit codes: 0 success; 1 a vtpu error (the message names the value and what was expected);
-// 2 bad command-line usage (CLI11's message).
+// Exit codes: 0 success (and --help); 1 a vtpu error while running (the message names the value
+// and what was expected: a bad data or config file, out of HBM, ...); 2 bad command-line usage.
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 
@@ -101,10 +103,12 @@ int run_train_mlp(const TrainArgs& args) {
   const MlpResult result = vtpu::examples::train_mlp(runtime, split, args.mlp, log);
   if (args.json) {
     nlohmann::json j = result;
+    char lr[32];  // the f32 value as the user wrote it, not its double expansion
+    std::snprintf(lr, sizeof lr, "%.7g", static_cast<double>(args.mlp.learning_rate));
     j["config"] = {{"steps", args.mlp.steps},
                    {"global_batch", args.mlp.global_batch},
                    {"hidden", args.mlp.hidden},
-                   {"learning_rate", args.mlp.learning_rate},
+                   {"learning_rate", std::strtod(lr, nullptr)},
                    {"seed", args.mlp.seed},
                    {"data", args.data_path},
                    {"runtime", options.to_json()}};
@@ -137,13 +141,30 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   mlp->add_option("--hidden", args.mlp.hidden, "Hidden units")->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  mlp->add_option("--lr", args.mlp.learning_rate, "SGD learning rate")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  mlp->add_option("--lr", args.mlp.learning_rate, "SGD learning rate (> 0)")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            const double v = std::strtod(s.c_str(), nullptr);
+            return v > 0.0 && std::isfinite(v) ? std::string()
+                                               : "learning rate " + s + " must be a finite number > 0";
+          },
+          "> 0"));
   mlp->add_option("--seed", args.mlp.seed, "Seed for parameter init and batch order")
       ->capture_default_str();
   mlp->add_option("--data", args.data_path, "digits.csv.gz from Debian python3-sklearn")
       ->capture_default_str();
-  mlp->add_option("--hbm-bytes", args.hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)");
+  mlp->add_option("--hbm-bytes", args.hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)")
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            try {
+              vtpu::parse_bytes(s);
+              return std::string();
+            } catch (const vtpu::Error& e) {
+              return e.message();
+            }
+          },
+          "SIZE"));
   mlp->add_option("--config", args.config_path, "RuntimeOptions JSON file");
   mlp->add_option("--log-every", args.mlp.log_every, "Print the loss every K steps (0: never)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
@@ -151,7 +172,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);  // 0 for --help, non-zero for errors
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::fprintf(stderr, "vtpu: usage error: %s\nRun with --help for the options.\n", e.what());
+    return 2;
   }
   if (*train && train->get_subcommands().empty()) {
     std::fprintf(stderr, "vtpu train: expected a model name (mlp)\n%s", train->help().c_str());

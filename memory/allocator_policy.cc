@@ -3,16 +3,22 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/strings.h"
 #include "memory/bfc_policy.h"
 
 namespace vtpu {
+
+const std::vector<std::string>& known_allocator_policies() {
+  static const std::vector<std::string> kNames = {"bfc"};
+  return kNames;
+}
 
 std::unique_ptr<AllocatorPolicy> make_allocator_policy(std::string_view name,
                                                        uint64_t capacity_bytes,
                                                        const PolicyOptions& options) {
   if (name == "bfc") return std::make_unique<BfcPolicy>(capacity_bytes, options);
   throw InvalidArgumentError("unknown allocator policy '" + std::string(name) +
-                             "' (expected one of: bfc)");
+                             "' (expected one of: " + join(known_allocator_policies()) + ")");
 }
 
 }  // namespace vtpu

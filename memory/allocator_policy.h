@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace vtpu {
 
@@ -69,6 +70,9 @@ struct PolicyOptions {
   /// 1200 MiB arena 9.375 MiB (an unsplit 50 MiB remainder there would be 4% of the arena).
   std::optional<uint64_t> max_internal_fragmentation_bytes;
 };
+
+/// Names make_allocator_policy accepts, e.g. {"bfc"}.
+const std::vector<std::string>& known_allocator_policies();
 
 /// Creates a policy by name: "bfc". Throws InvalidArgumentError naming the unknown policy and
 /// listing the known ones.

@@ -1,12 +1,15 @@
 #include "runtime/runtime_options.h"
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/strings.h"
 #include "common/units.h"
+#include "memory/allocator_policy.h"
 
 namespace vtpu {
 
@@ -53,6 +56,11 @@ void RuntimeOptions::validate() const {
     throw InvalidArgumentError("link_num_slots is " + std::to_string(link_num_slots) +
                                " (expected 1..1024)");
   }
+  const auto& policies = known_allocator_policies();
+  if (std::find(policies.begin(), policies.end(), allocator) == policies.end()) {
+    throw InvalidArgumentError("allocator is '" + allocator + "' (expected one of: " +
+                               join(policies) + ")");
+  }
   if (collective_timeout.count() <= 0) {
     throw InvalidArgumentError("collective_timeout_ms is " +
                                std::to_string(collective_timeout.count()) + " (expected > 0)");
@@ -69,9 +77,8 @@ RuntimeOptions RuntimeOptions::from_json(const nlohmann::json& j) {
       "link_slot_bytes", "link_num_slots",     "collective_timeout_ms"};
   for (const auto& [key, value] : j.items()) {
     if (!kKnown.contains(key)) {
-      std::string known;
-      for (const std::string& k : kKnown) known += (known.empty() ? "" : ", ") + k;
-      throw InvalidArgumentError("unknown runtime option '" + key + "' (known: " + known + ")");
+      throw InvalidArgumentError("unknown runtime option '" + key + "' (known: " + join(kKnown) +
+                                 ")");
     }
   }
   RuntimeOptions o;

@@ -3,6 +3,7 @@
 #   BUILD_DIR         build tree (default <repo>/build)
 #   CMAKE_BUILD_TYPE  build type (default Release)
 #   JOBS              parallel build jobs (default 2)
+# Arguments are build targets (default: everything), e.g. scripts/build.sh vtpu_cli
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -20,4 +21,6 @@ if [[ ! -f "$build_dir/CMakeCache.txt" || ! -f "$build_dir/Makefile" && ! -f "$b
       || "$cached_type" != "$build_type" ]]; then
   cmake -S "$repo" -B "$build_dir" -DCMAKE_BUILD_TYPE="$build_type"
 fi
-cmake --build "$build_dir" -j"${JOBS:-2}"
+targets=()
+for t in "$@"; do targets+=(--target "$t"); done
+cmake --build "$build_dir" -j"${JOBS:-2}" "${targets[@]}"

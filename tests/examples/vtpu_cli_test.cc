@@ -39,10 +39,10 @@ std::string temp_file(const std::string& name, const std::string& content) {
   return path;
 }
 
-void expect_failure(const std::string& args, const std::string& needle) {
+// Exit code 2: command-line usage error; 1: a vtpu error found while running.
+void expect_failure(const std::string& args, const std::string& needle, int exit_code) {
   const CliRun r = run_cli(args);
-  EXPECT_NE(r.exit_code, 0) << args << "\n" << r.output;
-  EXPECT_LT(r.exit_code, 124) << "crashed or hung: " << args << "\n" << r.output;
+  EXPECT_EQ(r.exit_code, exit_code) << args << "\n" << r.output;
   EXPECT_NE(r.output.find(needle), std::string::npos) << args << "\n" << r.output;
 }
 
@@ -76,21 +76,25 @@ TEST(VtpuCliTest, TrainMlpTextOutput) {
 
 TEST(VtpuCliTest, RejectsBadInput) {
   VTPU_REQUIRE_DIGITS();
-  expect_failure("train mlp --cores 0", "--cores");
-  expect_failure("train mlp --cores 4 --batch 10", "cannot be split evenly across 4 cores");
-  expect_failure("train mlp --hbm-bytes 16K", "out of HBM on core");
-  expect_failure("train mlp --hbm-bytes lots", "invalid byte size 'lots'");
-  expect_failure("train mlp --data /nonexistent.csv.gz", "scripts/fetch-data.sh");
+  expect_failure("train mlp --cores 0", "--cores", 2);
+  expect_failure("train mlp --cores 4 --batch 10", "cannot be split evenly across 4 cores", 1);
+  expect_failure("train mlp --hbm-bytes 16K", "out of HBM on core", 1);
+  expect_failure("train mlp --hbm-bytes lots", "invalid byte size 'lots'", 2);
+  expect_failure("train mlp --data /nonexistent.csv.gz", "scripts/fetch-data.sh", 1);
   std::string rows;
   for (int i = 0; i < 20; ++i) rows += "1,2,3\n";
-  expect_failure("train mlp --data " + temp_file("vtpu_cli_bad.csv", rows), "line 1");
+  expect_failure("train mlp --data " + temp_file("vtpu_cli_bad.csv", rows), "line 1", 1);
   expect_failure("train mlp --config " + temp_file("vtpu_bad.json", "{\"num_cores\": 4,"),
-                 "not valid JSON");
+                 "not valid JSON", 1);
   expect_failure("train mlp --config " + temp_file("vtpu_bad2.json", "{\"num_corez\": 4}"),
-                 "unknown runtime option 'num_corez'");
-  expect_failure("train mlp --config /nonexistent.json", "cannot open runtime options file");
-  expect_failure("train mlp --lr -1", "--lr");
-  expect_failure("train nope", "nope");
+                 "unknown runtime option 'num_corez'", 1);
+  expect_failure("train mlp --config " + temp_file("vtpu_bad3.json", "{\"allocator\": \"best\"}"),
+                 "allocator is 'best' (expected one of: bfc)", 1);
+  expect_failure("train mlp --config /nonexistent.json", "cannot open runtime options file", 1);
+  expect_failure("train mlp --lr -1", "learning rate -1 must be a finite number > 0", 2);
+  expect_failure("train mlp --bogus", "usage error", 2);
+  expect_failure("train nope", "nope", 2);
+  expect_failure("", "A subcommand is required", 2);
 }
 
 TEST(VtpuCliTest, ConfigFileSetsTheCores) {
