@@ -154,9 +154,11 @@ MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig&
     one_hot[static_cast<size_t>(r * kOut + train.labels[static_cast<size_t>(r)])] = 1.0f;
   }
   const ShardedArray train_x =
-      ShardedArray::device_put(runtime, train.pixels, {train.num_rows(), kIn}, replicated);
+      ShardedArray::device_put(runtime, train.pixels, {train.num_rows(), kIn}, replicated,
+                               "mlp/train_pixels");
   const ShardedArray train_y =
-      ShardedArray::device_put(runtime, one_hot, {train.num_rows(), kOut}, replicated);
+      ShardedArray::device_put(runtime, one_hot, {train.num_rows(), kOut}, replicated,
+                               "mlp/train_labels");
 
   const std::vector<float> init = mlp_init_parameters(config.hidden, config.seed);
   MlpResult result;

@@ -37,7 +37,8 @@ ShardedArray::ShardedArray(std::vector<int64_t> global_shape, NamedSharding shar
       buffers_(std::move(buffers)) {}
 
 ShardedArray ShardedArray::device_put(Runtime& runtime, std::span<const float> host,
-                                      std::vector<int64_t> global_shape, NamedSharding sharding) {
+                                      std::vector<int64_t> global_shape, NamedSharding sharding,
+                                      const std::string& label) {
   sharding.check_shape(global_shape);
   const int64_t n = num_elements_of(global_shape);
   if (host.size() != static_cast<size_t>(n)) {
@@ -68,7 +69,7 @@ ShardedArray ShardedArray::device_put(Runtime& runtime, std::span<const float> h
     int64_t block_elements = 1;
     for (const IndexRange& r : boxes[i]) block_elements *= r.size();
     buffers[i] = runtime.allocate(devices[i], static_cast<uint64_t>(block_elements) * sizeof(float),
-                                  "device_put/shard");
+                                  label);
   }
   parallel_over(devices.size(), [&](size_t i) {
     extract_block(host, global_shape, boxes[i], buffers[i].as<float>());

@@ -30,14 +30,15 @@ class ShardedArray {
  public:
   /// Copies the row-major host array `host` of shape `global_shape` onto the mesh: every device
   /// in sharding.mesh() (a Runtime core id) gets its block in a buffer labelled
-  /// "device_put/shard" on that core. The host-side copies run in parallel with oneTBB.
+  /// `label` (default "device_put/shard") on that core. The host-side copies run in parallel with oneTBB.
   /// Throws InvalidArgumentError when the shape does not fit the sharding (see
   /// NamedSharding::check_shape), host.size() != product(global_shape), or a mesh device is not a
   /// core of `runtime` (id >= runtime.num_cores()); FailedPreconditionError when a core's arena
   /// has no backing bytes (hbm_backing=false); OutOfMemoryError (ResourceExhausted) when a block
   /// does not fit, in which case nothing stays allocated.
   static ShardedArray device_put(Runtime& runtime, std::span<const float> host,
-                                 std::vector<int64_t> global_shape, NamedSharding sharding);
+                                 std::vector<int64_t> global_shape, NamedSharding sharding,
+                                 const std::string& label = "device_put/shard");
 
   /// Adopts existing buffers, e.g. the output of a collective: buffers[i] belongs to
   /// sharding.mesh().devices()[i] and must lie on that core and hold exactly that device's block
