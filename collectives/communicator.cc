@@ -37,9 +37,15 @@ Communicator::Communicator(Runtime& runtime, std::vector<int> group, Communicato
     }
     rank_of_core_[static_cast<size_t>(c)] = static_cast<int>(i);
   }
-  if (options_.timeout.count() <= 0) {
+  if (options_.timeout.count() <= 0 || options_.timeout > RuntimeOptions::kMaxCollectiveTimeout) {
     throw InvalidArgumentError("collective timeout is " + std::to_string(options_.timeout.count()) +
-                               " ms (expected > 0)");
+                               " ms (expected 1.." +
+                               std::to_string(RuntimeOptions::kMaxCollectiveTimeout.count()) + ")");
+  }
+  if (group_.size() > 1 && options_.link.num_slots < 2) {
+    throw InvalidArgumentError("link num_slots is " + std::to_string(options_.link.num_slots) +
+                               " (expected >= 2: ring steps hold a received slot while they wait "
+                               "for a send slot, so a link needs double buffering)");
   }
   if (!options_.transport) options_.transport = std::make_shared<InProcessTransport>();
   const size_t n = group_.size();
@@ -153,6 +159,13 @@ void run_all_reduce(Link& prev, Link& next, const Fingerprint& fp,
                     const std::function<void(const Fingerprint&)>& on_mismatch, int rank,
                     int nranks, const void* send, void* recv, uint64_t count) {
   RingPrimitives<T> prims(prev, next, fp, timeout, on_mismatch);
+  if (count == 0) {
+    // Nothing to reduce, but the fingerprints must still meet: one empty message round the ring,
+    // so that a core calling with 0 elements while its peers pass N fails at once.
+    prims.send(nullptr, 0);
+    prims.recv(nullptr, 0);
+    return;
+  }
   ring_all_reduce<T>(prims, rank, nranks, static_cast<const T*>(send), static_cast<T*>(recv),
                      count);
 }

@@ -13,22 +13,31 @@ inline void cpu_relax() {
   __builtin_ia32_pause();
 #endif
 }
+uint64_t checked_buffer_bytes(const LinkOptions& o) {
+  if (o.slot_bytes == 0 || o.slot_bytes % 64 != 0) {
+    throw InvalidArgumentError("link slot_bytes is " + std::to_string(o.slot_bytes) +
+                               " (expected a positive multiple of 64)");
+  }
+  if (o.num_slots < 1) {
+    throw InvalidArgumentError("link num_slots is " + std::to_string(o.num_slots) +
+                               " (expected >= 1)");
+  }
+  constexpr uint64_t kMaxBufferBytes = uint64_t{1} << 40;
+  if (o.slot_bytes > kMaxBufferBytes / static_cast<uint64_t>(o.num_slots)) {
+    throw InvalidArgumentError("link buffer of " + std::to_string(o.num_slots) + " slots x " +
+                               std::to_string(o.slot_bytes) + " bytes exceeds 1 TiB");
+  }
+  return o.slot_bytes * static_cast<uint64_t>(o.num_slots);
+}
+
 }  // namespace
 
 RingBufferLink::RingBufferLink(int src_core, int dst_core, const LinkOptions& options)
     : src_(src_core),
       dst_(dst_core),
       slot_bytes_(options.slot_bytes),
-      num_slots_(options.num_slots) {
-  if (slot_bytes_ == 0 || slot_bytes_ % 64 != 0) {
-    throw InvalidArgumentError("link slot_bytes is " + std::to_string(slot_bytes_) +
-                               " (expected a positive multiple of 64)");
-  }
-  if (num_slots_ < 1) {
-    throw InvalidArgumentError("link num_slots is " + std::to_string(num_slots_) +
-                               " (expected >= 1)");
-  }
-  storage_.resize(slot_bytes_ * static_cast<uint64_t>(num_slots_));
+      num_slots_(options.num_slots),
+      storage_(checked_buffer_bytes(options)) {
   meta_.resize(static_cast<size_t>(num_slots_));
 }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "collectives/link.h"
+#include "memory/backing_store.h"
 
 namespace vtpu {
 
@@ -28,7 +29,9 @@ class RingBufferLink final : public Link {
   static constexpr int kSpinIterations = 64;   // pause-polls before yielding
   static constexpr int kYieldIterations = 16;  // sched_yield-polls before sleeping
 
-  /// Throws InvalidArgumentError if slot_bytes is not a positive multiple of 64 or num_slots < 1.
+  /// Throws InvalidArgumentError if slot_bytes is not a positive multiple of 64, num_slots < 1,
+  /// or the buffer (slot_bytes * num_slots) exceeds 1 TiB; ResourceExhaustedError if its address
+  /// space cannot be reserved. The slots are an mmap reservation committed page by page on use.
   RingBufferLink(int src_core, int dst_core, const LinkOptions& options);
 
   int src_core() const override { return src_; }
@@ -55,7 +58,7 @@ class RingBufferLink final : public Link {
   const int src_, dst_;
   const uint64_t slot_bytes_;
   const int num_slots_;
-  std::vector<std::byte> storage_;  // num_slots * slot_bytes
+  BackingStore storage_;            // num_slots * slot_bytes, committed lazily as slots are used
   std::vector<SlotMeta> meta_;      // one per slot
   alignas(64) std::atomic<uint64_t> head_{0};  // written by the receiver
   alignas(64) std::atomic<uint64_t> tail_{0};  // written by the sender

@@ -14,8 +14,19 @@ struct Launch {
   std::mutex mu;
   int remaining = 0;                // GUARDED_BY(mu)
   std::exception_ptr first_error;   // GUARDED_BY(mu)
+  bool first_error_aborted = false; // GUARDED_BY(mu)
   std::promise<void> done;
 };
+
+bool is_aborted(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const AbortedError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
 
 }  // namespace
 
@@ -99,10 +110,17 @@ std::future<void> Runtime::run_spmd_async(std::vector<int> core_ids, Program fn)
       }
       bool first = false;
       if (error) {
+        // The root cause wins: an Aborted error is only a consequence of another core's failure,
+        // so it is replaced by the first error that is not Aborted, whichever core finishes first.
+        const bool aborted = is_aborted(error);
         std::lock_guard l(launch->mu);
         if (!launch->first_error) {
           launch->first_error = error;
+          launch->first_error_aborted = aborted;
           first = true;
+        } else if (launch->first_error_aborted && !aborted) {
+          launch->first_error = error;
+          launch->first_error_aborted = false;
         }
       }
       if (first) notify_abort(core.core_id(), error);
@@ -145,12 +163,10 @@ void Runtime::remove_abort_handler(int id) {
 }
 
 void Runtime::notify_abort(int failed_core, const std::exception_ptr& error) {
-  std::vector<AbortHandler> handlers;
-  {
-    std::lock_guard lock(abort_mu_);
-    for (const auto& [id, h] : abort_handlers_) handlers.push_back(h);
-  }
-  for (const AbortHandler& h : handlers) {
+  // Handlers run under abort_mu_, so remove_abort_handler() cannot return while its handler is
+  // running: an owner (a Communicator) may be destroyed right after removing itself.
+  std::lock_guard lock(abort_mu_);
+  for (const auto& [id, h] : abort_handlers_) {
     try {
       h(failed_core, error);
     } catch (...) {

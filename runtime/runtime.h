@@ -27,7 +27,8 @@ class Runtime {
   using Program = std::function<void(CoreContext&)>;
   /// Called (on the failing core's thread) when a program throws on `failed_core`, before the
   /// other cores finish, so that collectives can wake their waiters with Aborted. Must not throw
-  /// (an exception from a handler is swallowed) and must not block.
+  /// (an exception from a handler is swallowed), must not block, and must not call
+  /// add_abort_handler / remove_abort_handler (handlers run under the registry's lock).
   using AbortHandler = std::function<void(int failed_core, const std::exception_ptr& error)>;
 
   /// Validates the options and starts options.num_cores cores. Throws InvalidArgumentError or
@@ -44,7 +45,7 @@ class Runtime {
   const VirtualCore& core(int core_id) const;
 
   /// Runs `fn` on every core (or on `core_ids`), waits for all of them, then rethrows the first
-  /// error any core threw. When a core throws, abort handlers run at once so that cores blocked
+  /// error any core threw (preferring a root cause over the Aborted errors it caused). When a core throws, abort handlers run at once so that cores blocked
   /// in collectives fail fast instead of waiting for their timeouts. The runtime does not own
   /// `fn` beyond the call.
   void run_spmd(const Program& fn);
@@ -56,7 +57,8 @@ class Runtime {
   /// Allocates from the host side (e.g. to scatter data). Throws like CoreContext::allocate.
   DeviceBuffer allocate(int core_id, uint64_t size_bytes, std::string label = {});
 
-  /// Registers a handler; returns an id for remove_abort_handler. Thread-safe.
+  /// Registers a handler; returns an id for remove_abort_handler. Thread-safe. After
+  /// remove_abort_handler returns, the handler is not running and will not run again.
   int add_abort_handler(AbortHandler handler);
   void remove_abort_handler(int id);
 

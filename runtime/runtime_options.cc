@@ -52,18 +52,20 @@ void RuntimeOptions::validate() const {
     throw InvalidArgumentError("link_slot_bytes is " + std::to_string(link_slot_bytes) +
                                " (expected a multiple of 64 bytes in [64, 1 GiB])");
   }
-  if (link_num_slots < 1 || link_num_slots > 1024) {
+  if (link_num_slots < 2 || link_num_slots > 1024) {
     throw InvalidArgumentError("link_num_slots is " + std::to_string(link_num_slots) +
-                               " (expected 1..1024)");
+                               " (expected 2..1024: ring steps hold a received slot while they "
+                               "wait for a send slot, so a link needs double buffering)");
   }
   const auto& policies = known_allocator_policies();
   if (std::find(policies.begin(), policies.end(), allocator) == policies.end()) {
     throw InvalidArgumentError("allocator is '" + allocator + "' (expected one of: " +
                                join(policies) + ")");
   }
-  if (collective_timeout.count() <= 0) {
+  if (collective_timeout.count() <= 0 || collective_timeout > kMaxCollectiveTimeout) {
     throw InvalidArgumentError("collective_timeout_ms is " +
-                               std::to_string(collective_timeout.count()) + " (expected > 0)");
+                               std::to_string(collective_timeout.count()) + " (expected 1.." +
+                               std::to_string(kMaxCollectiveTimeout.count()) + ", at most 7 days)");
   }
 }
 
@@ -107,13 +109,18 @@ RuntimeOptions RuntimeOptions::from_json(const nlohmann::json& j) {
   if (j.contains("link_slot_bytes")) o.link_slot_bytes = bytes_field(j, "link_slot_bytes");
   if (j.contains("link_num_slots")) {
     const int64_t n = int_field(j, "link_num_slots");
-    if (n < 1 || n > 1024) {
-      throw InvalidArgumentError("link_num_slots is " + std::to_string(n) + " (expected 1..1024)");
+    if (n < 2 || n > 1024) {
+      throw InvalidArgumentError("link_num_slots is " + std::to_string(n) + " (expected 2..1024)");
     }
     o.link_num_slots = static_cast<int>(n);
   }
   if (j.contains("collective_timeout_ms")) {
-    o.collective_timeout = std::chrono::milliseconds(int_field(j, "collective_timeout_ms"));
+    const int64_t ms = int_field(j, "collective_timeout_ms");
+    if (ms <= 0 || ms > kMaxCollectiveTimeout.count()) {
+      throw InvalidArgumentError("collective_timeout_ms is " + std::to_string(ms) + " (expected 1.." +
+                                 std::to_string(kMaxCollectiveTimeout.count()) + ", at most 7 days)");
+    }
+    o.collective_timeout = std::chrono::milliseconds(ms);
   }
   o.validate();
   return o;
@@ -125,7 +132,7 @@ RuntimeOptions RuntimeOptions::load_json_file(const std::string& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // syntax errors and number overflow alike
     throw InvalidArgumentError("runtime options file '" + path + "' is not valid JSON: " +
                                e.what());
   }

@@ -21,8 +21,10 @@ struct RuntimeOptions {
   std::string allocator = "bfc";                  // allocator policy of every arena
   bool hbm_backing = true;                        // false: metadata-only arenas (no bytes)
   uint64_t link_slot_bytes = uint64_t{1} << 20;   // bytes per circular-buffer slot; default 1 MiB
-  int link_num_slots = 4;                         // slots per directed link; default 4
-  std::chrono::milliseconds collective_timeout{30000};  // every collective wait; default 30 s
+  int link_num_slots = 4;                         // slots per directed link, 2..1024; default 4
+  std::chrono::milliseconds collective_timeout{30000};  // every collective wait; default 30 s,
+                                                        // at most kMaxCollectiveTimeout
+  static constexpr std::chrono::milliseconds kMaxCollectiveTimeout{7LL * 24 * 3600 * 1000};
 
   /// Throws InvalidArgumentError naming the first field out of range and the accepted range.
   void validate() const;

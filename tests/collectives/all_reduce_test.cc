@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <limits>
+#include <memory>
 #include <chrono>
 #include <cstring>
 #include <numeric>
@@ -288,6 +290,99 @@ TEST(AllReduceTest, BadArguments) {
                                         std::span<float>(c.data() + 2, 4)),
                  InvalidArgumentError);
   });
+}
+
+}  // namespace
+}  // namespace vtpu
+
+namespace vtpu {
+namespace {
+
+// Regression: a core calling with 0 elements while its peers passed 10 returned at once and left
+// the others waiting for the full timeout; now the fingerprints meet and both sides fail fast.
+TEST(AllReduceRegressionTest, ZeroElementsOnOneCoreIsADesyncNotATimeout) {
+  RuntimeOptions o = small_options(4);
+  o.collective_timeout = std::chrono::seconds(20);
+  Runtime rt(o);
+  Communicator comm(rt, {0, 1, 2, 3});
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    rt.run_spmd([&](CoreContext& ctx) {
+      std::vector<float> v(ctx.core_id() == 2 ? 0 : 10, 1.0f);
+      comm.all_reduce<float>(ctx, std::span<float>(v));
+    });
+    FAIL() << "expected an error";
+  } catch (const InvalidArgumentError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("f32[0]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("f32[10]"), std::string::npos) << msg;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  comm.reset();
+  rt.run_spmd([&](CoreContext& ctx) {  // 0 elements everywhere is fine
+    std::vector<float> v;
+    comm.all_reduce<float>(ctx, std::span<float>(v));
+  });
+}
+
+// Regression: with one slot per link every ring step held its received slot while waiting for a
+// send slot that its successor held the same way, so every all-reduce deadlocked. One slot is now
+// rejected up front.
+TEST(AllReduceRegressionTest, OneSlotLinksAreRejected) {
+  RuntimeOptions o = small_options(2);
+  o.link_num_slots = 1;
+  EXPECT_THROW(o.validate(), InvalidArgumentError);
+  o.link_num_slots = 2;
+  Runtime rt(o);
+  CommunicatorOptions c = CommunicatorOptions::from_runtime(o);
+  c.link.num_slots = 1;
+  EXPECT_THROW(Communicator(rt, {0, 1}, c), InvalidArgumentError);
+  c.timeout = std::chrono::milliseconds(std::numeric_limits<int64_t>::max());
+  c.link.num_slots = 2;
+  EXPECT_THROW(Communicator(rt, {0, 1}, c), InvalidArgumentError);  // deadline would overflow
+}
+
+// Regression: the error run_spmd rethrew for one desync was Aborted or InvalidArgument at random,
+// whichever core finished first. The root cause now wins.
+TEST(AllReduceRegressionTest, RootCauseWinsOverTheAbortsItCaused) {
+  Runtime rt(small_options(8));
+  std::vector<int> group(8);
+  std::iota(group.begin(), group.end(), 0);
+  Communicator comm(rt, group);
+  for (int run = 0; run < 20; ++run) {
+    comm.reset();
+    EXPECT_THROW(rt.run_spmd([&](CoreContext& ctx) {
+      std::vector<float> v(ctx.core_id() == 5 ? 11 : 10, 1.0f);
+      comm.all_reduce<float>(ctx, std::span<float>(v));
+    }),
+                 InvalidArgumentError)
+        << "run " << run;
+  }
+}
+
+// Regression: the runtime called abort handlers after releasing its lock, so a Communicator
+// destroyed meanwhile was called through a dangling pointer (ASan: heap-use-after-free).
+TEST(AllReduceRegressionTest, CommunicatorsComeAndGoWhileOtherCoresFail) {
+  Runtime rt(small_options(4));
+  std::atomic<bool> stop{false};
+  std::thread failing([&] {
+    while (!stop.load()) {
+      try {
+        rt.run_spmd({0}, [](CoreContext&) { throw InvalidArgumentError("x"); });
+      } catch (const InvalidArgumentError&) {
+      }
+    }
+  });
+  for (int i = 0; i < 300; ++i) {
+    auto comm = std::make_unique<Communicator>(rt, std::vector<int>{2, 3});
+    rt.run_spmd({2, 3}, [&](CoreContext& ctx) {
+      std::vector<float> v(4, 1.0f);
+      comm->all_reduce<float>(ctx, std::span<float>(v));
+      for (float x : v) ASSERT_EQ(x, 2.0f);
+    });
+  }
+  stop = true;
+  failing.join();
 }
 
 }  // namespace

@@ -173,9 +173,14 @@ TEST(RuntimeOptionsTest, OutOfRangeValuesNameTheFieldAndRange) {
   expect_rejected(json{{"link_slot_bytes", 100}}, {"link_slot_bytes is 100", "multiple of 64"});
   expect_rejected(json{{"link_slot_bytes", 0}}, {"link_slot_bytes is 0"});
   expect_rejected(json{{"link_slot_bytes", "2G"}}, {"link_slot_bytes is 2147483648", "1 GiB"});
-  expect_rejected(json{{"link_num_slots", 0}}, {"link_num_slots is 0", "1..1024"});
+  expect_rejected(json{{"link_num_slots", 0}}, {"link_num_slots is 0", "2..1024"});
+  // One slot deadlocks the ring (each step holds a received slot while it waits to send).
+  expect_rejected(json{{"link_num_slots", 1}}, {"link_num_slots is 1", "2..1024"});
   expect_rejected(json{{"link_num_slots", 1025}}, {"link_num_slots is 1025"});
-  expect_rejected(json{{"collective_timeout_ms", 0}}, {"collective_timeout_ms is 0", "> 0"});
+  expect_rejected(json{{"collective_timeout_ms", 0}}, {"collective_timeout_ms is 0", "1..604800000"});
+  // Regression: a huge timeout overflowed the deadline arithmetic (now() + timeout).
+  expect_rejected(json{{"collective_timeout_ms", INT64_MAX}},
+                  {"collective_timeout_ms is 9223372036854775807", "at most 7 days"});
   expect_rejected(json{{"collective_timeout_ms", -5}}, {"collective_timeout_ms is -5"});
 }
 
@@ -211,8 +216,10 @@ TEST(RuntimeOptionsTest, ValidateChecksEachField) {
   o.num_cores = 1;
   o.hbm_bytes_per_core = 256;
   o.link_slot_bytes = 64;
-  o.link_num_slots = 1;
+  o.link_num_slots = 2;
   o.collective_timeout = 1ms;
+  EXPECT_NO_THROW(o.validate());
+  o.collective_timeout = RuntimeOptions::kMaxCollectiveTimeout;
   EXPECT_NO_THROW(o.validate());
 }
 
