@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <numeric>
@@ -21,6 +23,26 @@ namespace vtpu::examples {
 namespace {
 
 constexpr uint64_t kSplitSeed = 0x5eed'd161'75ULL;  // fixed: the test split never moves
+
+constexpr size_t kMaxFileBytes = size_t{64} << 20;  // uncompressed
+constexpr size_t kMaxLineBytes = 4096;               // a real line is under 200 bytes
+
+/// A field for an error message: at most 24 characters, non-printable bytes as \xNN.
+std::string printable(std::string_view tok) {
+  std::string out;
+  for (size_t i = 0; i < tok.size() && i < 24; ++i) {
+    const auto c = static_cast<unsigned char>(tok[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    }
+  }
+  if (tok.size() > 24) out += "...";
+  return out;
+}
 
 struct GzCloser {
   void operator()(gzFile f) const { gzclose(f); }
@@ -42,9 +64,33 @@ DigitsDataset load_digits_csv(const std::string& path) {
                         "' (run scripts/fetch-data.sh to fetch it from Debian's python3-sklearn, "
                         "or pass --data PATH)");
   }
+  // Read everything (decompressing if gzipped) with a cap, so that a gzip bomb or /dev/zero fails
+  // fast instead of filling RAM or looping forever. The real file is about 300 KB.
+  std::string text;
+  char buf[1 << 16];
+  while (true) {
+    const int n = gzread(file.get(), buf, sizeof buf);
+    if (n < 0) {
+      int err = 0;
+      throw InvalidArgumentError("corrupt digits file '" + path +
+                                 "': " + gzerror(file.get(), &err));
+    }
+    if (n == 0) {
+      int err = 0;
+      const char* msg = gzerror(file.get(), &err);
+      if (err != Z_OK && err != Z_STREAM_END) {
+        throw InvalidArgumentError("corrupt digits file '" + path + "': " + msg);
+      }
+      break;
+    }
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxFileBytes) {
+      throw InvalidArgumentError("digits file '" + path + "' is larger than " +
+                                 std::to_string(kMaxFileBytes) +
+                                 " bytes uncompressed (the real file is about 300 KB)");
+    }
+  }
   DigitsDataset ds;
-  std::string line;
-  char buf[4096];
   int64_t line_no = 0;
   auto bad = [&](const std::string& why) {
     throw InvalidArgumentError("corrupt digits file '" + path + "' at line " +
@@ -52,28 +98,19 @@ DigitsDataset load_digits_csv(const std::string& path) {
                                " (expected 64 pixel values 0..16 then a label 0..9, "
                                "comma-separated)");
   };
-  bool eof = false;
-  while (!eof) {
-    line.clear();
-    // Read one whole line, however long.
-    while (true) {
-      if (gzgets(file.get(), buf, sizeof buf) == nullptr) {
-        int err = 0;
-        const char* msg = gzerror(file.get(), &err);
-        if (err != Z_OK && err != Z_STREAM_END) {
-          line_no += 1;
-          bad(std::string("read error: ") + msg);
-        }
-        eof = true;
-        break;
-      }
-      line += buf;
-      if (!line.empty() && line.back() == '\n') break;
-    }
-    if (line.empty()) break;
+  std::string_view all = text;
+  while (!all.empty()) {
+    const size_t nl = all.find('\n');
+    std::string_view line = all.substr(0, nl);
+    all.remove_prefix(nl == std::string_view::npos ? all.size() : nl + 1);
     ++line_no;
-    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty()) bad("empty line");
+    if (line.size() > kMaxLineBytes) {
+      bad("line is " + std::to_string(line.size()) + " bytes long (at most " +
+          std::to_string(kMaxLineBytes) + ")");
+    }
+    if (line.find('\0') != std::string_view::npos) bad("contains a NUL byte (binary data)");
     std::string_view rest = line;
     int field = 0;
     int values[DigitsDataset::kNumFeatures + 1];
@@ -84,12 +121,12 @@ DigitsDataset load_digits_csv(const std::string& path) {
       // Accept "5" and "5.0" (some exports write floats), nothing else.
       double v = 0.0;
       auto [ptr, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), v);
-      if (ec != std::errc() || ptr != tok.data() + tok.size() || tok.empty()) {
-        bad("field " + std::to_string(field + 1) + " is '" + std::string(tok) +
-            "', not a number");
+      if (ec != std::errc() || ptr != tok.data() + tok.size() || tok.empty() || !std::isfinite(v)) {
+        bad("field " + std::to_string(field + 1) + " is '" + printable(tok) + "', not a number");
       }
-      if (v != static_cast<int>(v)) {
-        bad("field " + std::to_string(field + 1) + " is " + std::string(tok) + ", not an integer");
+      if (v < -1e6 || v > 1e6 || v != std::floor(v)) {  // range first: the cast below is then safe
+        bad("field " + std::to_string(field + 1) + " is " + printable(tok) +
+            ", not a small integer");
       }
       values[field++] = static_cast<int>(v);
       if (comma == std::string_view::npos) break;
@@ -119,6 +156,10 @@ DigitsSplit split_digits(const DigitsDataset& all, double train_fraction) {
   if (!(train_fraction > 0.0 && train_fraction < 1.0)) {
     throw InvalidArgumentError("train fraction " + std::to_string(train_fraction) +
                                " (expected strictly between 0 and 1)");
+  }
+  if (all.num_rows() < 2) {
+    throw InvalidArgumentError("cannot split " + std::to_string(all.num_rows()) +
+                               " rows into train and test (expected at least 2)");
   }
   std::vector<int64_t> order(static_cast<size_t>(all.num_rows()));
   std::iota(order.begin(), order.end(), 0);

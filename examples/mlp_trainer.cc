@@ -56,7 +56,11 @@ std::vector<float> mlp_init_parameters(int64_t hidden, uint64_t seed) {
 }
 
 BatchSampler::BatchSampler(int64_t num_rows, uint64_t seed)
-    : gen_(seed ^ 0x9e3779b97f4a7c15ULL), order_(static_cast<size_t>(num_rows)) {
+    : gen_(seed ^ 0x9e3779b97f4a7c15ULL), order_(static_cast<size_t>(std::max<int64_t>(num_rows, 0))) {
+  if (num_rows < 1) {
+    throw InvalidArgumentError("batch sampler over " + std::to_string(num_rows) +
+                               " rows (expected >= 1)");
+  }
   std::iota(order_.begin(), order_.end(), 0);
   cursor_ = order_.size();
 }
@@ -87,6 +91,9 @@ struct CoreState {
 }  // namespace
 
 void MlpConfig::validate(int num_cores) const {
+  if (num_cores < 1) {
+    throw InvalidArgumentError("num_cores is " + std::to_string(num_cores) + " (expected >= 1)");
+  }
   if (steps < 1) throw InvalidArgumentError("steps is " + std::to_string(steps) + " (expected >= 1)");
   if (hidden < 1 || hidden > (1 << 20)) {
     throw InvalidArgumentError("hidden is " + std::to_string(hidden) + " (expected 1..1048576)");
@@ -112,18 +119,28 @@ void MlpConfig::validate(int num_cores) const {
 double mlp_accuracy(const std::vector<float>& parameters, int64_t hidden, const DigitsDataset& ds) {
   if (ds.num_rows() == 0) return 0.0;
   const Layout l{hidden};
-  ConstMatMap x(ds.pixels.data(), ds.num_rows(), kIn);
+  if (static_cast<int64_t>(parameters.size()) != l.size()) {
+    throw InvalidArgumentError("MLP has " + std::to_string(parameters.size()) +
+                               " parameters, expected " + std::to_string(l.size()) +
+                               " for hidden " + std::to_string(hidden));
+  }
   ConstMatMap w1(parameters.data() + l.w1(), kIn, hidden);
   Eigen::Map<const Eigen::RowVectorXf> b1(parameters.data() + l.b1(), hidden);
   ConstMatMap w2(parameters.data() + l.w2(), hidden, kOut);
   Eigen::Map<const Eigen::RowVectorXf> b2(parameters.data() + l.b2(), kOut);
-  RowMatrix a1 = ((x * w1).rowwise() + b1).cwiseMax(0.0f);
-  RowMatrix logits = (a1 * w2).rowwise() + b2;
+  // Blocks of rows, so that host memory stays O(block x hidden) for any dataset size.
+  constexpr int64_t kBlockRows = 64;
   int64_t correct = 0;
-  for (int64_t i = 0; i < ds.num_rows(); ++i) {
-    Eigen::Index arg;
-    logits.row(i).maxCoeff(&arg);
-    correct += (arg == ds.labels[static_cast<size_t>(i)]);
+  for (int64_t r0 = 0; r0 < ds.num_rows(); r0 += kBlockRows) {
+    const int64_t rows = std::min(kBlockRows, ds.num_rows() - r0);
+    ConstMatMap x(ds.pixels.data() + r0 * kIn, rows, kIn);
+    const RowMatrix a1 = ((x * w1).rowwise() + b1).cwiseMax(0.0f);
+    const RowMatrix logits = (a1 * w2).rowwise() + b2;
+    for (int64_t i = 0; i < rows; ++i) {
+      Eigen::Index arg;
+      logits.row(i).maxCoeff(&arg);
+      correct += (arg == ds.labels[static_cast<size_t>(r0 + i)]);
+    }
   }
   return static_cast<double>(correct) / static_cast<double>(ds.num_rows());
 }

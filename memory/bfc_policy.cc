@@ -66,6 +66,7 @@ void BfcPolicy::remove_free(ChunkId id) {
 }
 
 std::optional<PolicyAllocation> BfcPolicy::allocate(uint64_t size_bytes) {
+  if (size_bytes > capacity_bytes_) return std::nullopt;  // also keeps rounding below 2^64
   const uint64_t rounded = rounded_bytes(size_bytes);
   if (rounded > total_free_bytes_) return std::nullopt;
   for (int b = bin_for_size(rounded); b < kNumBins; ++b) {

@@ -89,8 +89,25 @@ TEST(DigitsDatasetTest, CorruptFilesNameTheLineAndField) {
   expect_corrupt(row(3, 17), "pixel 0 is 17");
   expect_corrupt("1,2,3\n", "has 3 fields");
   expect_corrupt(row(3).substr(0, 4) + "x," + row(3).substr(4), "not a number");
-  expect_corrupt(row(3) .replace(0, 1, "1.5"), "not an integer");
+  expect_corrupt(row(3).replace(0, 1, "1.5"), "not a small integer");
+  expect_corrupt(row(3).replace(0, 1, "2147483648"), "not a small integer");  // no UB cast
+  expect_corrupt(row(3).replace(0, 1, "nan"), "not a number");
+  // Regression: NUL bytes were silently dropped and could glue two half lines together.
+  expect_corrupt(std::string("1,2\0junk\n", 10), "NUL byte");
+  expect_corrupt(std::string(5000, '1') + "\n", "bytes long");
   expect_corrupt("\n", "empty line");
+}
+
+// Regression: /dev/zero made the reader loop forever; endless input now stops at a size cap.
+TEST(DigitsDatasetTest, EndlessInputStopsAtTheSizeCap) {
+  try {
+    load_digits_csv("/dev/zero");
+    FAIL();
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("larger than"), std::string::npos) << e.what();
+  }
+  DigitsDataset empty;
+  EXPECT_THROW(split_digits(empty), InvalidArgumentError);  // was a division by zero
 }
 
 TEST(DigitsDatasetTest, TooFewRowsAndTruncatedGzip) {
