@@ -210,20 +210,10 @@ void Communicator::all_reduce_bytes(CoreContext& ctx, DataType dtype, const void
           "shape and op, in the same order)");
     };
     try {
-      switch (dtype) {
-        case DataType::kF32:
-          run_all_reduce<float>(prev, next, fp, options_.timeout, on_mismatch, rank, n, send, recv, count);
-          break;
-        case DataType::kF64:
-          run_all_reduce<double>(prev, next, fp, options_.timeout, on_mismatch, rank, n, send, recv, count);
-          break;
-        case DataType::kS32:
-          run_all_reduce<int32_t>(prev, next, fp, options_.timeout, on_mismatch, rank, n, send, recv, count);
-          break;
-        case DataType::kS64:
-          run_all_reduce<int64_t>(prev, next, fp, options_.timeout, on_mismatch, rank, n, send, recv, count);
-          break;
-      }
+      visit_data_type(dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        run_all_reduce<T>(prev, next, fp, options_.timeout, on_mismatch, rank, n, send, recv, count);
+      });
     } catch (...) {
       rethrow_with_context(rank, fp);
     }

@@ -23,6 +23,22 @@ template <> constexpr DataType data_type_of<double>() { return DataType::kF64; }
 template <> constexpr DataType data_type_of<int32_t>() { return DataType::kS32; }
 template <> constexpr DataType data_type_of<int64_t>() { return DataType::kS64; }
 
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+/// Calls fn(TypeTag<T>{}) with the C++ type of `t`, so that typed code is written once.
+template <typename Fn>
+decltype(auto) visit_data_type(DataType t, Fn&& fn) {
+  switch (t) {
+    case DataType::kF32: return fn(TypeTag<float>{});
+    case DataType::kF64: return fn(TypeTag<double>{});
+    case DataType::kS32: return fn(TypeTag<int32_t>{});
+    case DataType::kS64: return fn(TypeTag<int64_t>{});
+  }
+  return fn(TypeTag<float>{});  // unreachable: every enumerator is handled above
+}
+
 /// What a core believes the current collective is. Every message of a collective carries the
 /// sender's fingerprint, and the receiver compares it with its own, so that cores calling
 /// different collectives (a desync) or the same one with different shapes fail at once instead of

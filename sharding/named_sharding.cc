@@ -8,15 +8,11 @@
 
 namespace vtpu {
 
-namespace {
-
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "(";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + (shape.size() == 1 ? ",)" : ")");
 }
-
-}  // namespace
 
 NamedSharding::NamedSharding(Mesh mesh, PartitionSpec spec, ShardingMode mode)
     : mesh_(std::move(mesh)), spec_(std::move(spec)), mode_(mode) {

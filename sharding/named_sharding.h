@@ -25,6 +25,9 @@
 
 namespace vtpu {
 
+/// A shape as Python prints a tuple: "(5, 10)", "(8,)", "()".
+std::string shape_text(const std::vector<int64_t>& shape);
+
 /// How a NamedSharding treats a dimension that its shard count does not divide.
 enum class ShardingMode {
   kPadded,  // ceil-division shards; trailing shards are short or empty (GSPMD, torch.chunk)

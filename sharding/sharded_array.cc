@@ -12,12 +12,6 @@ namespace vtpu {
 
 namespace {
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + (shape.size() == 1 ? ",)" : ")");
-}
-
 /// Runs fn(i) for i in [0, n) on oneTBB's workers. An exception from fn is rethrown to the
 /// caller (oneTBB cancels the remaining work and rethrows the first one).
 template <typename Fn>
