@@ -43,7 +43,8 @@ struct CollectiveStats {
 /// collective, or anywhere in a run_spmd program), the group is aborted: cores waiting inside a
 /// collective wake at once with AbortedError carrying the cause, and later collectives fail with
 /// AbortedError until reset(). Thread-safe: each core calls from its own thread; abort() from any
-/// thread; reset() only when no collective is running.
+/// thread; reset() only when no collective is running. A Communicator must not outlive its
+/// Runtime (it unregisters its abort handler on destruction).
 class Communicator {
  public:
   /// `group` lists distinct core ids of `runtime`; rank i is group[i] and the ring runs in that
