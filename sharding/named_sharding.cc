@@ -8,6 +8,10 @@
 
 namespace vtpu {
 
+namespace {
+constexpr int64_t kMaxDimension = int64_t{1} << 62;
+}  // namespace
+
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "(";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -72,6 +76,12 @@ void NamedSharding::check_rank(const std::vector<int64_t>& global_shape) const {
       throw InvalidArgumentError("dimension " + std::to_string(d) + " of shape " +
                                  shape_text(global_shape) + " is negative (expected >= 0)");
     }
+    // Regression: dimensions near INT64_MAX overflowed the ceil division and the index ranges.
+    if (global_shape[d] > kMaxDimension) {
+      throw InvalidArgumentError("dimension " + std::to_string(d) + " of shape " +
+                                 shape_text(global_shape) + " is " +
+                                 std::to_string(global_shape[d]) + " (expected at most 2^62)");
+    }
   }
 }
 
@@ -105,7 +115,7 @@ std::vector<int64_t> NamedSharding::shard_shape(const std::vector<int64_t>& glob
   std::vector<int64_t> shape(global_shape.size());
   for (size_t d = 0; d < global_shape.size(); ++d) {
     const int64_t n = num_shards(static_cast<int>(d));
-    shape[d] = (global_shape[d] + n - 1) / n;
+    shape[d] = global_shape[d] / n + (global_shape[d] % n != 0);
   }
   return shape;
 }

@@ -360,5 +360,13 @@ TEST_F(NamedShardingTest, RandomShardingsMatchTheReferenceAndTileTheArray) {
   }
 }
 
+
+// Regression: a dimension near INT64_MAX overflowed shard_shape (a negative shard size).
+TEST(NamedShardingRegressionTest, HugeDimensionsAreRejectedNotWrapped) {
+  const NamedSharding s(Mesh({8}, {"x"}), PartitionSpec({{"x"}}));
+  EXPECT_THROW(s.shard_shape({INT64_MAX}), InvalidArgumentError);
+  EXPECT_EQ(s.shard_shape({int64_t{1} << 62}), (std::vector<int64_t>{int64_t{1} << 59}));
+}
+
 }  // namespace
 }  // namespace vtpu
