@@ -9,7 +9,8 @@ namespace vtpu {
 
 namespace {
 
-constexpr int64_t kMaxElements = int64_t{1} << 62;
+// 2^60 elements: the byte size of an f32 or f64 array (<= 2^63) then never wraps.
+constexpr int64_t kMaxElements = int64_t{1} << 60;
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "(";
@@ -28,7 +29,7 @@ int64_t num_elements_of(const std::vector<int64_t>& shape) {
     }
     if (n != 0 && shape[d] > kMaxElements / n) {
       throw InvalidArgumentError("shape " + shape_text(shape) +
-                                 " has more than 2^62 elements (expected fewer)");
+                                 " has more than 2^60 elements (expected fewer)");
     }
     n *= shape[d];
   }

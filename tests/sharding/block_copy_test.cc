@@ -38,6 +38,9 @@ TEST(BlockCopyTest, NumElements) {
   EXPECT_EQ(num_elements_of({3, 0, int64_t{1} << 62}), 0);
   EXPECT_THROW(num_elements_of({2, -1}), InvalidArgumentError);
   EXPECT_THROW(num_elements_of({int64_t{1} << 40, int64_t{1} << 40}), InvalidArgumentError);
+  // Regression: 2^62 f32 elements made from_buffers' expected byte size wrap to 0.
+  EXPECT_EQ(num_elements_of({int64_t{1} << 60}), int64_t{1} << 60);
+  EXPECT_THROW(num_elements_of({int64_t{1} << 62}), InvalidArgumentError);
 }
 
 TEST(BlockCopyTest, HandWorked2d) {
