@@ -47,11 +47,11 @@ void BM_AllReduce(benchmark::State& state) {
     state.SetIterationTime(s / kInner);
   }
   const double n = cores;
-  state.counters["algbw_GBps"] = benchmark::Counter(
-      static_cast<double>(bytes) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["busbw_GBps"] = benchmark::Counter(
-      static_cast<double>(bytes) * 1e-9 * 2.0 * (n - 1) / n,
-      benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["algbw_GBps"] = benchmark::Counter(static_cast<double>(bytes) * 1e-9,
+                                                    benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["busbw_GBps"] =
+      benchmark::Counter(static_cast<double>(bytes) * 1e-9 * 2.0 * (n - 1) / n,
+                         benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel("f32 sum, ring");
 }
 

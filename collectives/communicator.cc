@@ -22,7 +22,8 @@ Communicator::Communicator(Runtime& runtime, std::vector<int> group)
 
 Communicator::Communicator(Runtime& runtime, std::vector<int> group, CommunicatorOptions options)
     : runtime_(runtime), group_(std::move(group)), options_(std::move(options)) {
-  if (group_.empty()) throw InvalidArgumentError("communicator group is empty (expected >= 1 core)");
+  if (group_.empty())
+    throw InvalidArgumentError("communicator group is empty (expected >= 1 core)");
   rank_of_core_.assign(static_cast<size_t>(runtime_.num_cores()), -1);
   for (size_t i = 0; i < group_.size(); ++i) {
     const int c = group_[i];
@@ -88,8 +89,8 @@ std::string Communicator::group_string() const {
 int Communicator::rank_of(int core_id) const {
   if (core_id < 0 || core_id >= static_cast<int>(rank_of_core_.size()) ||
       rank_of_core_[static_cast<size_t>(core_id)] < 0) {
-    throw InvalidArgumentError("core " + std::to_string(core_id) + " is not in communicator group " +
-                               group_string());
+    throw InvalidArgumentError("core " + std::to_string(core_id) +
+                               " is not in communicator group " + group_string());
   }
   return rank_of_core_[static_cast<size_t>(core_id)];
 }
@@ -172,8 +173,8 @@ void run_all_reduce(Link& prev, Link& next, const Fingerprint& fp,
 
 }  // namespace
 
-void Communicator::all_reduce_bytes(CoreContext& ctx, DataType dtype, const void* send,
-                                    void* recv, uint64_t count, ReduceOp op) {
+void Communicator::all_reduce_bytes(CoreContext& ctx, DataType dtype, const void* send, void* recv,
+                                    uint64_t count, ReduceOp op) {
   const int rank = rank_of(ctx.core_id());
   const auto start = std::chrono::steady_clock::now();
   const uint64_t elem = data_type_bytes(dtype);
@@ -182,8 +183,9 @@ void Communicator::all_reduce_bytes(CoreContext& ctx, DataType dtype, const void
     const auto* s = static_cast<const std::byte*>(send);
     const auto* r = static_cast<const std::byte*>(recv);
     if (s < r + nbytes && r < s + nbytes) {
-      throw InvalidArgumentError("all_reduce send and recv buffers partially overlap (expected "
-                                 "the same buffer for in place, or disjoint buffers)");
+      throw InvalidArgumentError(
+          "all_reduce send and recv buffers partially overlap (expected "
+          "the same buffer for in place, or disjoint buffers)");
     }
   }
   const size_t ri = static_cast<size_t>(rank);
@@ -212,7 +214,8 @@ void Communicator::all_reduce_bytes(CoreContext& ctx, DataType dtype, const void
     try {
       visit_data_type(dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        run_all_reduce<T>(prev, next, fp, options_.timeout, on_mismatch, rank, n, send, recv, count);
+        run_all_reduce<T>(prev, next, fp, options_.timeout, on_mismatch, rank, n, send, recv,
+                          count);
       });
     } catch (...) {
       rethrow_with_context(rank, fp);

@@ -103,14 +103,14 @@ class Communicator {
   Runtime& runtime_;
   const std::vector<int> group_;
   CommunicatorOptions options_;
-  std::vector<int> rank_of_core_;             // core id -> rank, -1 if not a member
-  std::vector<std::unique_ptr<Link>> links_;  // links_[i]: rank i -> rank i+1
-  std::vector<uint64_t> sequence_;            // per rank; written only by that rank's core
+  std::vector<int> rank_of_core_;                     // core id -> rank, -1 if not a member
+  std::vector<std::unique_ptr<Link>> links_;          // links_[i]: rank i -> rank i+1
+  std::vector<uint64_t> sequence_;                    // per rank; written only by that rank's core
   std::unique_ptr<std::atomic<uint64_t>[]> entered_;  // per rank: collectives entered
-  std::vector<CollectiveStats> stats_;        // per rank; written only by that rank's core
+  std::vector<CollectiveStats> stats_;                // per rank; written only by that rank's core
   std::atomic<bool> aborted_{false};
   mutable std::mutex abort_mu_;
-  std::string abort_reason_;                  // GUARDED_BY(abort_mu_)
+  std::string abort_reason_;  // GUARDED_BY(abort_mu_)
   int abort_handler_id_ = 0;
 };
 

@@ -33,9 +33,10 @@ void ring_all_reduce(RingPrimitives<T>& prims, int rank, int nranks, const T* se
   const uint64_t n = static_cast<uint64_t>(nranks);
   const uint64_t piece = prims.slot_elements();
   const uint64_t loop_elements = n * piece;
-  auto mod = [n](int64_t x) { return static_cast<uint64_t>(((x % static_cast<int64_t>(n)) +
-                                                           static_cast<int64_t>(n)) %
-                                                          static_cast<int64_t>(n)); };
+  auto mod = [n](int64_t x) {
+    return static_cast<uint64_t>(((x % static_cast<int64_t>(n)) + static_cast<int64_t>(n)) %
+                                 static_cast<int64_t>(n));
+  };
   const int64_t r = rank;
   for (uint64_t base = 0; base < count; base += loop_elements) {
     // Split this loop's elements into n chunks; the tail loop shares its rest evenly (ceil).

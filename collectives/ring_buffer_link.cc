@@ -93,8 +93,11 @@ void RingBufferLink::wake() {
 
 std::byte* RingBufferLink::acquire_send_slot(Deadline deadline) {
   const uint64_t tail = tail_.load(std::memory_order_relaxed);
-  wait([&] { return tail - head_.load(std::memory_order_seq_cst) < static_cast<uint64_t>(num_slots_); },
-       deadline, "waiting for a free slot (receiver has not consumed)");
+  wait(
+      [&] {
+        return tail - head_.load(std::memory_order_seq_cst) < static_cast<uint64_t>(num_slots_);
+      },
+      deadline, "waiting for a free slot (receiver has not consumed)");
   return storage_.data() + (tail % static_cast<uint64_t>(num_slots_)) * slot_bytes_;
 }
 

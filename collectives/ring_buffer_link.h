@@ -58,8 +58,8 @@ class RingBufferLink final : public Link {
   const int src_, dst_;
   const uint64_t slot_bytes_;
   const int num_slots_;
-  BackingStore storage_;            // num_slots * slot_bytes, committed lazily as slots are used
-  std::vector<SlotMeta> meta_;      // one per slot
+  BackingStore storage_;        // num_slots * slot_bytes, committed lazily as slots are used
+  std::vector<SlotMeta> meta_;  // one per slot
   alignas(64) std::atomic<uint64_t> head_{0};  // written by the receiver
   alignas(64) std::atomic<uint64_t> tail_{0};  // written by the sender
   std::atomic<bool> aborted_{false};

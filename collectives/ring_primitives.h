@@ -11,10 +11,9 @@
 #include <span>
 #include <string>
 
-#include "common/error.h"
-
 #include "collectives/link.h"
 #include "collectives/types.h"
+#include "common/error.h"
 
 namespace vtpu {
 
@@ -23,10 +22,18 @@ namespace vtpu {
 template <typename T>
 inline void reduce_into(T* out, const T* acc, const T* local, uint64_t n, ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: for (uint64_t i = 0; i < n; ++i) out[i] = acc[i] + local[i]; break;
-    case ReduceOp::kProd: for (uint64_t i = 0; i < n; ++i) out[i] = acc[i] * local[i]; break;
-    case ReduceOp::kMax: for (uint64_t i = 0; i < n; ++i) out[i] = std::max(acc[i], local[i]); break;
-    case ReduceOp::kMin: for (uint64_t i = 0; i < n; ++i) out[i] = std::min(acc[i], local[i]); break;
+    case ReduceOp::kSum:
+      for (uint64_t i = 0; i < n; ++i) out[i] = acc[i] + local[i];
+      break;
+    case ReduceOp::kProd:
+      for (uint64_t i = 0; i < n; ++i) out[i] = acc[i] * local[i];
+      break;
+    case ReduceOp::kMax:
+      for (uint64_t i = 0; i < n; ++i) out[i] = std::max(acc[i], local[i]);
+      break;
+    case ReduceOp::kMin:
+      for (uint64_t i = 0; i < n; ++i) out[i] = std::min(acc[i], local[i]);
+      break;
   }
 }
 
@@ -98,7 +105,8 @@ class RingPrimitives {
     if (s.payload_bytes != n * sizeof(T)) {
       throw InternalError("ring step expected " + std::to_string(n * sizeof(T)) +
                           " payload bytes from core " + std::to_string(prev_.src_core()) +
-                          ", got " + std::to_string(s.payload_bytes) + " (" + fp_.to_string() + ")");
+                          ", got " + std::to_string(s.payload_bytes) + " (" + fp_.to_string() +
+                          ")");
     }
     return reinterpret_cast<const T*>(s.data);
   }

@@ -4,14 +4,22 @@ namespace vtpu {
 
 std::string_view error_code_name(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kInvalidArgument: return "InvalidArgument";
-    case ErrorCode::kResourceExhausted: return "ResourceExhausted";
-    case ErrorCode::kDeadlineExceeded: return "DeadlineExceeded";
-    case ErrorCode::kAborted: return "Aborted";
-    case ErrorCode::kFailedPrecondition: return "FailedPrecondition";
-    case ErrorCode::kUnimplemented: return "Unimplemented";
-    case ErrorCode::kInternal: return "Internal";
-    case ErrorCode::kNotFound: return "NotFound";
+    case ErrorCode::kInvalidArgument:
+      return "InvalidArgument";
+    case ErrorCode::kResourceExhausted:
+      return "ResourceExhausted";
+    case ErrorCode::kDeadlineExceeded:
+      return "DeadlineExceeded";
+    case ErrorCode::kAborted:
+      return "Aborted";
+    case ErrorCode::kFailedPrecondition:
+      return "FailedPrecondition";
+    case ErrorCode::kUnimplemented:
+      return "Unimplemented";
+    case ErrorCode::kInternal:
+      return "Internal";
+    case ErrorCode::kNotFound:
+      return "NotFound";
   }
   return "Unknown";
 }

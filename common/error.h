@@ -10,14 +10,14 @@ namespace vtpu {
 
 /// Canonical error codes (a subset of absl::StatusCode with the same meanings).
 enum class ErrorCode {
-  kInvalidArgument,    // the caller passed a bad value (shape, size, option, file content)
-  kResourceExhausted,  // out of HBM (or another bounded resource)
-  kDeadlineExceeded,   // a wait ran past its timeout
-  kAborted,            // another participant failed; this operation was abandoned
-  kFailedPrecondition, // the system is not in a state where the call makes sense
-  kUnimplemented,      // a backend does not support the operation
-  kInternal,           // an invariant broke: a bug in vtpu
-  kNotFound,           // a named file or entity does not exist
+  kInvalidArgument,     // the caller passed a bad value (shape, size, option, file content)
+  kResourceExhausted,   // out of HBM (or another bounded resource)
+  kDeadlineExceeded,    // a wait ran past its timeout
+  kAborted,             // another participant failed; this operation was abandoned
+  kFailedPrecondition,  // the system is not in a state where the call makes sense
+  kUnimplemented,       // a backend does not support the operation
+  kInternal,            // an invariant broke: a bug in vtpu
+  kNotFound,            // a named file or entity does not exist
 };
 
 /// "InvalidArgument", "ResourceExhausted", ... as absl prints them.
@@ -36,9 +36,9 @@ class Error : public std::runtime_error {
   std::string message_;
 };
 
-#define VTPU_DEFINE_ERROR(Name, Code) \
-  class Name : public Error {         \
-   public:                            \
+#define VTPU_DEFINE_ERROR(Name, Code)                                              \
+  class Name : public Error {                                                      \
+   public:                                                                         \
     explicit Name(const std::string& message) : Error(ErrorCode::Code, message) {} \
   }
 

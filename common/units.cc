@@ -25,17 +25,27 @@ uint64_t parse_bytes(std::string_view text) {
   if (ec != std::errc() || ptr == s.data()) return fail("no leading number");
   std::string suffix(ptr, s.data() + s.size());
   for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (suffix.size() >= 3 && suffix.substr(suffix.size() - 2) == "IB") suffix.resize(suffix.size() - 2);
-  else if (suffix.size() >= 2 && suffix.back() == 'B') suffix.pop_back();
-  else if (suffix == "B") suffix.clear();
+  if (suffix.size() >= 3 && suffix.substr(suffix.size() - 2) == "IB")
+    suffix.resize(suffix.size() - 2);
+  else if (suffix.size() >= 2 && suffix.back() == 'B')
+    suffix.pop_back();
+  else if (suffix == "B")
+    suffix.clear();
   unsigned shift = 0;
-  if (suffix.empty()) shift = 0;
-  else if (suffix == "K") shift = 10;
-  else if (suffix == "M") shift = 20;
-  else if (suffix == "G") shift = 30;
-  else if (suffix == "T") shift = 40;
-  else return fail("unknown suffix");
-  if (shift > 0 && value > (std::numeric_limits<uint64_t>::max() >> shift)) return fail("too large");
+  if (suffix.empty())
+    shift = 0;
+  else if (suffix == "K")
+    shift = 10;
+  else if (suffix == "M")
+    shift = 20;
+  else if (suffix == "G")
+    shift = 30;
+  else if (suffix == "T")
+    shift = 40;
+  else
+    return fail("unknown suffix");
+  if (shift > 0 && value > (std::numeric_limits<uint64_t>::max() >> shift))
+    return fail("too large");
   return value << shift;
 }
 

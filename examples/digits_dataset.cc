@@ -25,7 +25,7 @@ namespace {
 constexpr uint64_t kSplitSeed = 0x5eed'd161'75ULL;  // fixed: the test split never moves
 
 constexpr size_t kMaxFileBytes = size_t{64} << 20;  // uncompressed
-constexpr size_t kMaxLineBytes = 4096;               // a real line is under 200 bytes
+constexpr size_t kMaxLineBytes = 4096;              // a real line is under 200 bytes
 
 /// A field for an error message: at most 24 characters, non-printable bytes as \xNN.
 std::string printable(std::string_view tok) {
@@ -172,8 +172,7 @@ DigitsSplit split_digits(const DigitsDataset& all, double train_fraction) {
   for (size_t k = 0; k < order.size(); ++k) {
     DigitsDataset& dst = k < num_train ? split.train : split.test;
     const auto row = static_cast<size_t>(order[k]);
-    dst.pixels.insert(dst.pixels.end(),
-                      all.pixels.begin() + static_cast<std::ptrdiff_t>(row * 64),
+    dst.pixels.insert(dst.pixels.end(), all.pixels.begin() + static_cast<std::ptrdiff_t>(row * 64),
                       all.pixels.begin() + static_cast<std::ptrdiff_t>((row + 1) * 64));
     dst.labels.push_back(all.labels[row]);
   }

@@ -5,10 +5,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
-
-#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "sharding/sharded_array.h"
@@ -56,7 +55,8 @@ std::vector<float> mlp_init_parameters(int64_t hidden, uint64_t seed) {
 }
 
 BatchSampler::BatchSampler(int64_t num_rows, uint64_t seed)
-    : gen_(seed ^ 0x9e3779b97f4a7c15ULL), order_(static_cast<size_t>(std::max<int64_t>(num_rows, 0))) {
+    : gen_(seed ^ 0x9e3779b97f4a7c15ULL),
+      order_(static_cast<size_t>(std::max<int64_t>(num_rows, 0))) {
   if (num_rows < 1) {
     throw InvalidArgumentError("batch sampler over " + std::to_string(num_rows) +
                                " rows (expected >= 1)");
@@ -94,7 +94,8 @@ void MlpConfig::validate(int num_cores) const {
   if (num_cores < 1) {
     throw InvalidArgumentError("num_cores is " + std::to_string(num_cores) + " (expected >= 1)");
   }
-  if (steps < 1) throw InvalidArgumentError("steps is " + std::to_string(steps) + " (expected >= 1)");
+  if (steps < 1)
+    throw InvalidArgumentError("steps is " + std::to_string(steps) + " (expected >= 1)");
   if (hidden < 1 || hidden > (1 << 20)) {
     throw InvalidArgumentError("hidden is " + std::to_string(hidden) + " (expected 1..1048576)");
   }
@@ -103,7 +104,8 @@ void MlpConfig::validate(int num_cores) const {
                                " (expected a finite value > 0)");
   }
   if (global_batch < 1) {
-    throw InvalidArgumentError("global batch is " + std::to_string(global_batch) + " (expected >= 1)");
+    throw InvalidArgumentError("global batch is " + std::to_string(global_batch) +
+                               " (expected >= 1)");
   }
   if (global_batch % num_cores != 0) {
     throw InvalidArgumentError("global batch " + std::to_string(global_batch) +
@@ -170,12 +172,10 @@ MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig&
   for (int64_t r = 0; r < train.num_rows(); ++r) {
     one_hot[static_cast<size_t>(r * kOut + train.labels[static_cast<size_t>(r)])] = 1.0f;
   }
-  const ShardedArray train_x =
-      ShardedArray::device_put(runtime, train.pixels, {train.num_rows(), kIn}, replicated,
-                               "mlp/train_pixels");
-  const ShardedArray train_y =
-      ShardedArray::device_put(runtime, one_hot, {train.num_rows(), kOut}, replicated,
-                               "mlp/train_labels");
+  const ShardedArray train_x = ShardedArray::device_put(
+      runtime, train.pixels, {train.num_rows(), kIn}, replicated, "mlp/train_pixels");
+  const ShardedArray train_y = ShardedArray::device_put(runtime, one_hot, {train.num_rows(), kOut},
+                                                        replicated, "mlp/train_labels");
 
   const std::vector<float> init = mlp_init_parameters(config.hidden, config.seed);
   MlpResult result;
@@ -256,8 +256,8 @@ MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig&
       logits = (logits - yb) * inv_batch;
       dw2.noalias() = a1.transpose() * logits;
       db2 = logits.colwise().sum();
-      a1.noalias() = logits * w2.transpose();                  // dA1
-      z1 = (z1.array() > 0.0f).select(a1, 0.0f);               // dZ1
+      a1.noalias() = logits * w2.transpose();     // dA1
+      z1 = (z1.array() > 0.0f).select(a1, 0.0f);  // dZ1
       dw1.noalias() = xb.transpose() * z1;
       db1 = z1.colwise().sum();
       g[num_params] = static_cast<float>(loss_sum);

@@ -15,10 +15,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json_fwd.hpp>
 #include <random>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "collectives/communicator.h"
 #include "examples/digits_dataset.h"
@@ -32,8 +31,8 @@ struct MlpConfig {
   int64_t global_batch = 64;  // rows per step over all cores; must be a multiple of the cores
   int64_t hidden = 64;        // hidden units
   float learning_rate = 0.2f;
-  uint64_t seed = 0;          // parameter init and batch order
-  int64_t log_every = 25;     // print the loss every this many steps (0: never)
+  uint64_t seed = 0;       // parameter init and batch order
+  int64_t log_every = 25;  // print the loss every this many steps (0: never)
   /// Throws InvalidArgumentError naming the bad field; `num_cores` checks the batch split.
   void validate(int num_cores) const;
 };
@@ -41,17 +40,17 @@ struct MlpConfig {
 /// What a run produced. Times in seconds unless the name says otherwise.
 struct MlpResult {
   int num_cores = 0;
-  std::vector<double> losses;       // per step, mean cross-entropy of the global batch
-  std::vector<double> step_seconds; // per step wall time on core 0: batch rows, forward,
-                                    // backward, all-reduce, SGD
+  std::vector<double> losses;        // per step, mean cross-entropy of the global batch
+  std::vector<double> step_seconds;  // per step wall time on core 0: batch rows, forward,
+                                     // backward, all-reduce, SGD
   double median_step_ms = 0.0;
-  double test_accuracy = 0.0;       // on the held-out split
+  double test_accuracy = 0.0;  // on the held-out split
   double train_accuracy = 0.0;
   int64_t num_parameters = 0;
-  bool replicas_identical = false;  // every core's final parameters are bit-identical
-  std::vector<MemoryStats> hbm;     // per core, after training
+  bool replicas_identical = false;          // every core's final parameters are bit-identical
+  std::vector<MemoryStats> hbm;             // per core, after training
   std::vector<CollectiveStats> all_reduce;  // per core
-  std::vector<float> parameters;    // final parameters (core 0), flat [W1, b1, W2, b2]
+  std::vector<float> parameters;            // final parameters (core 0), flat [W1, b1, W2, b2]
 };
 void to_json(nlohmann::json& j, const MlpResult& r);
 

@@ -10,9 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
-#include <optional>
-
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "common/error.h"
 #include "common/units.h"
@@ -37,9 +36,10 @@ struct TrainArgs {
 void print_mlp_report(const MlpResult& r, const MlpConfig& c) {
   std::printf("final loss %.4f   test accuracy %.4f   train accuracy %.4f\n", r.losses.back(),
               r.test_accuracy, r.train_accuracy);
-  std::printf("median step time %.3f ms over %zu steps (batch rows into HBM, forward, backward, "
-              "all-reduce, SGD)\n",
-              r.median_step_ms, r.step_seconds.size());
+  std::printf(
+      "median step time %.3f ms over %zu steps (batch rows into HBM, forward, backward, "
+      "all-reduce, SGD)\n",
+      r.median_step_ms, r.step_seconds.size());
   uint64_t calls = 0, bytes = 0;
   double seconds = 0;
   for (const auto& s : r.all_reduce) {
@@ -48,11 +48,12 @@ void print_mlp_report(const MlpResult& r, const MlpConfig& c) {
     seconds += s.seconds;
   }
   const double n = static_cast<double>(r.all_reduce.size());
-  std::printf("all-reduce per core: %.0f calls, %s (%llu bytes) reduced, %.3f ms in all-reduce "
-              "(mean over cores)\n",
-              static_cast<double>(calls) / n,
-              vtpu::format_bytes(static_cast<uint64_t>(static_cast<double>(bytes) / n)).c_str(),
-              static_cast<unsigned long long>(static_cast<double>(bytes) / n), 1e3 * seconds / n);
+  std::printf(
+      "all-reduce per core: %.0f calls, %s (%llu bytes) reduced, %.3f ms in all-reduce "
+      "(mean over cores)\n",
+      static_cast<double>(calls) / n,
+      vtpu::format_bytes(static_cast<uint64_t>(static_cast<double>(bytes) / n)).c_str(),
+      static_cast<unsigned long long>(static_cast<double>(bytes) / n), 1e3 * seconds / n);
   std::printf("replicas identical after training: %s\n", r.replicas_identical ? "yes" : "NO");
   std::printf("HBM per core (bytes; keys as in jax Device.memory_stats()):\n");
   std::printf("%5s %14s %18s %14s %19s %25s %11s\n", "core", "bytes_in_use", "peak_bytes_in_use",
@@ -82,19 +83,20 @@ int run_train_mlp(const TrainArgs& args) {
   const vtpu::examples::DigitsSplit split = vtpu::examples::split_digits(all);
   vtpu::Runtime runtime(options);
   if (!args.json) {
-    std::printf("vtpu train mlp: %d virtual cores, %s HBM each (%s), digits %s: %lld train / "
-                "%lld test rows\n",
-                options.num_cores, vtpu::format_bytes(options.hbm_bytes_per_core).c_str(),
-                options.allocator.c_str(), args.data_path.c_str(),
-                static_cast<long long>(split.train.num_rows()),
-                static_cast<long long>(split.test.num_rows()));
-    std::printf("model 64->%lld->10, global batch %lld (%lld per core), lr %g, %lld steps, "
-                "seed %llu\n",
-                static_cast<long long>(args.mlp.hidden),
-                static_cast<long long>(args.mlp.global_batch),
-                static_cast<long long>(args.mlp.global_batch / options.num_cores),
-                static_cast<double>(args.mlp.learning_rate), static_cast<long long>(args.mlp.steps),
-                static_cast<unsigned long long>(args.mlp.seed));
+    std::printf(
+        "vtpu train mlp: %d virtual cores, %s HBM each (%s), digits %s: %lld train / "
+        "%lld test rows\n",
+        options.num_cores, vtpu::format_bytes(options.hbm_bytes_per_core).c_str(),
+        options.allocator.c_str(), args.data_path.c_str(),
+        static_cast<long long>(split.train.num_rows()),
+        static_cast<long long>(split.test.num_rows()));
+    std::printf(
+        "model 64->%lld->10, global batch %lld (%lld per core), lr %g, %lld steps, "
+        "seed %llu\n",
+        static_cast<long long>(args.mlp.hidden), static_cast<long long>(args.mlp.global_batch),
+        static_cast<long long>(args.mlp.global_batch / options.num_cores),
+        static_cast<double>(args.mlp.learning_rate), static_cast<long long>(args.mlp.steps),
+        static_cast<unsigned long long>(args.mlp.seed));
     std::fflush(stdout);
   }
   auto log = [&](int64_t step, double loss) {
@@ -105,12 +107,9 @@ int run_train_mlp(const TrainArgs& args) {
     nlohmann::json j = result;
     char lr[32];  // the f32 value as the user wrote it, not its double expansion
     std::snprintf(lr, sizeof lr, "%.7g", static_cast<double>(args.mlp.learning_rate));
-    j["config"] = {{"steps", args.mlp.steps},
-                   {"global_batch", args.mlp.global_batch},
-                   {"hidden", args.mlp.hidden},
-                   {"learning_rate", std::strtod(lr, nullptr)},
-                   {"seed", args.mlp.seed},
-                   {"data", args.data_path},
+    j["config"] = {{"steps", args.mlp.steps},     {"global_batch", args.mlp.global_batch},
+                   {"hidden", args.mlp.hidden},   {"learning_rate", std::strtod(lr, nullptr)},
+                   {"seed", args.mlp.seed},       {"data", args.data_path},
                    {"runtime", options.to_json()}};
     std::cout << j.dump(2) << std::endl;
   } else {
@@ -122,32 +121,38 @@ int run_train_mlp(const TrainArgs& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"vtpu: a virtual TPU pod on one machine (virtual cores, HBM arenas, collectives, "
-               "sharding)"};
+  CLI::App app{
+      "vtpu: a virtual TPU pod on one machine (virtual cores, HBM arenas, collectives, "
+      "sharding)"};
   app.require_subcommand(1);
   CLI::App* train = app.add_subcommand("train", "Train an example model across virtual cores");
   // No hard requirement here, so that `vtpu train nope` reports the unexpected "nope" by name.
   train->require_subcommand(0, 1);
   CLI::App* mlp = train->add_subcommand(
-      "mlp", "Data-parallel 64->H->10 MLP on the UCI handwritten digits (ReLU, softmax "
-             "cross-entropy, SGD)");
+      "mlp",
+      "Data-parallel 64->H->10 MLP on the UCI handwritten digits (ReLU, softmax "
+      "cross-entropy, SGD)");
   TrainArgs args;
   mlp->add_option("--cores", args.cores, "Virtual cores (default 8, or num_cores of --config)")
       ->check(CLI::Range(1, 1024));
-  mlp->add_option("--steps", args.mlp.steps, "SGD steps")->capture_default_str()
+  mlp->add_option("--steps", args.mlp.steps, "SGD steps")
+      ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
   mlp->add_option("--batch", args.mlp.global_batch,
                   "Global batch (rows per step over all cores; a multiple of --cores)")
-      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  mlp->add_option("--hidden", args.mlp.hidden, "Hidden units")->capture_default_str()
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  mlp->add_option("--hidden", args.mlp.hidden, "Hidden units")
+      ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   mlp->add_option("--lr", args.mlp.learning_rate, "SGD learning rate (> 0)")
       ->capture_default_str()
       ->check(CLI::Validator(
           [](std::string& s) {
             const double v = std::strtod(s.c_str(), nullptr);
-            return v > 0.0 && std::isfinite(v) ? std::string()
-                                               : "learning rate " + s + " must be a finite number > 0";
+            return v > 0.0 && std::isfinite(v)
+                       ? std::string()
+                       : "learning rate " + s + " must be a finite number > 0";
           },
           "> 0"));
   mlp->add_option("--seed", args.mlp.seed, "Seed for parameter init and batch order")
@@ -167,7 +172,8 @@ int main(int argc, char** argv) {
           "SIZE"));
   mlp->add_option("--config", args.config_path, "RuntimeOptions JSON file");
   mlp->add_option("--log-every", args.mlp.log_every, "Print the loss every K steps (0: never)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   mlp->add_flag("--json", args.json, "Print the result as JSON (with the per-step losses)");
   try {
     app.parse(argc, argv);

@@ -19,8 +19,8 @@ BackingStore::BackingStore(uint64_t size_bytes) : size_bytes_(size_bytes) {
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
     throw ResourceExhaustedError("could not reserve " + std::to_string(size_bytes) + " bytes (" +
-                                 format_bytes(size_bytes) + ") of address space for HBM: " +
-                                 std::strerror(errno));
+                                 format_bytes(size_bytes) +
+                                 ") of address space for HBM: " + std::strerror(errno));
   }
   base_ = static_cast<std::byte*>(p);
 }

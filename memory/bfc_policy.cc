@@ -182,7 +182,8 @@ void BfcPolicy::check_consistency() const {
       ++num_free;
     } else {
       auto it = in_use_.find(c.offset);
-      if (it == in_use_.end() || it->second != id) fail(where().str() + " is in use but not indexed");
+      if (it == in_use_.end() || it->second != id)
+        fail(where().str() + " is in use but not indexed");
       ++num_in_use;
     }
     prev_free = !c.in_use;
@@ -195,14 +196,16 @@ void BfcPolicy::check_consistency() const {
   uint64_t binned = 0;
   for (int b = 0; b < kNumBins; ++b) {
     for (const BinKey& k : bins_[b]) {
-      if (bin_for_size(k.size_bytes) != b) fail("a chunk of " + std::to_string(k.size_bytes) +
-                                                " bytes sits in bin " + std::to_string(b));
+      if (bin_for_size(k.size_bytes) != b)
+        fail("a chunk of " + std::to_string(k.size_bytes) + " bytes sits in bin " +
+             std::to_string(b));
       if (chunks_[k.id].in_use) fail("an in-use chunk sits in a bin");
     }
     binned += bins_[b].size();
   }
-  if (binned != num_free) fail("bins hold " + std::to_string(binned) + " chunks, walk found " +
-                               std::to_string(num_free) + " free chunks");
+  if (binned != num_free)
+    fail("bins hold " + std::to_string(binned) + " chunks, walk found " + std::to_string(num_free) +
+         " free chunks");
   if (num_in_use != in_use_.size()) fail("in-use index size disagrees with the walk");
   if (free_bytes != total_free_bytes_)
     fail("free-byte counter " + std::to_string(total_free_bytes_) + " != walked " +

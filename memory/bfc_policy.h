@@ -12,8 +12,8 @@
 // the best fit, lowest address first. A found chunk is split when it is at least twice the
 // request or the remainder is at least max_internal_fragmentation_bytes; otherwise the whole chunk
 // is handed out and the rest is internal fragmentation (TensorFlow's rule; TensorFlow's threshold
-// is 128 MiB, ours defaults to min(128 MiB, capacity / 128), see PolicyOptions). Free merges the chunk
-// with both neighbours at once when they are free, so no two free chunks are ever adjacent.
+// is 128 MiB, ours defaults to min(128 MiB, capacity / 128), see PolicyOptions). Free merges the
+// chunk with both neighbours at once when they are free, so no two free chunks are ever adjacent.
 //
 // Cost: allocate is O(kNumBins + log n), free O(log n), for n free chunks.
 #pragma once
@@ -92,12 +92,12 @@ class BfcPolicy final : public AllocatorPolicy {
 
   uint64_t capacity_bytes_;
   uint64_t max_internal_fragmentation_bytes_;
-  std::vector<Chunk> chunks_;                         // indexed by ChunkId
-  std::vector<ChunkId> unused_ids_;                   // recycled slots of chunks_
-  std::array<std::set<BinKey>, kNumBins> bins_;       // free chunks only
-  std::unordered_map<uint64_t, ChunkId> in_use_;      // offset -> chunk, chunks in use only
+  std::vector<Chunk> chunks_;                     // indexed by ChunkId
+  std::vector<ChunkId> unused_ids_;               // recycled slots of chunks_
+  std::array<std::set<BinKey>, kNumBins> bins_;   // free chunks only
+  std::unordered_map<uint64_t, ChunkId> in_use_;  // offset -> chunk, chunks in use only
   uint64_t total_free_bytes_ = 0;
-  ChunkId head_ = kNoChunk;                           // the chunk at offset 0
+  ChunkId head_ = kNoChunk;  // the chunk at offset 0
 };
 
 }  // namespace vtpu

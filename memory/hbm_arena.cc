@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <iomanip>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "common/units.h"
 #include "memory/backing_store.h"

@@ -11,11 +11,10 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <unordered_map>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "common/error.h"
 #include "memory/allocator_policy.h"
@@ -30,9 +29,9 @@ struct ArenaOptions {
   uint64_t capacity_bytes = uint64_t{16} << 30;  // bytes of HBM; default 16 GiB
   std::string policy = "bfc";                    // allocator policy name
   PolicyOptions policy_options;                  // policy tuning
-  bool backing = true;       // true: real bytes (lazy mmap); false: offsets only, data() is null
-  bool poison_freed = false; // fill a freed buffer's bytes with 0xDB so stale reads show (memset)
-  int core_id = 0;           // for messages and reports
+  bool backing = true;        // true: real bytes (lazy mmap); false: offsets only, data() is null
+  bool poison_freed = false;  // fill a freed buffer's bytes with 0xDB so stale reads show (memset)
+  int core_id = 0;            // for messages and reports
 };
 
 /// A live buffer as the out-of-memory report lists it.
@@ -47,14 +46,14 @@ struct LiveBufferInfo {
 struct OomReport {
   int core_id = 0;
   std::string policy;
-  std::string label;              // label of the failed request
+  std::string label;  // label of the failed request
   uint64_t requested_bytes = 0;
   uint64_t rounded_bytes = 0;
   uint64_t bytes_in_use = 0;
   uint64_t bytes_limit = 0;
   uint64_t total_free_bytes = 0;
   uint64_t largest_free_block_bytes = 0;
-  double fragmentation = 0.0;     // 1 - largest_free_block / total_free
+  double fragmentation = 0.0;                        // 1 - largest_free_block / total_free
   std::vector<LiveBufferInfo> largest_live_buffers;  // up to 10, largest first
 
   /// Multi-line human-readable report.
@@ -121,9 +120,9 @@ class HbmArena {
   std::unique_ptr<AllocatorPolicy> policy_;      // GUARDED_BY(mu_)
   std::unique_ptr<class BackingStore> backing_;  // null when metadata-only
   uint64_t capacity_bytes_ = 0;
-  std::unordered_map<BufferId, Live> live_;      // GUARDED_BY(mu_)
-  BufferId next_id_ = 1;                         // GUARDED_BY(mu_)
-  MemoryStats stats_;                            // GUARDED_BY(mu_), counters only
+  std::unordered_map<BufferId, Live> live_;  // GUARDED_BY(mu_)
+  BufferId next_id_ = 1;                     // GUARDED_BY(mu_)
+  MemoryStats stats_;                        // GUARDED_BY(mu_), counters only
 };
 
 }  // namespace vtpu

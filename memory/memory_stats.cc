@@ -6,7 +6,8 @@ namespace vtpu {
 
 double fragmentation_ratio(uint64_t largest_free_block_bytes, uint64_t total_free_bytes) {
   if (total_free_bytes == 0) return 0.0;
-  return 1.0 - static_cast<double>(largest_free_block_bytes) / static_cast<double>(total_free_bytes);
+  return 1.0 -
+         static_cast<double>(largest_free_block_bytes) / static_cast<double>(total_free_bytes);
 }
 
 double MemoryStats::fragmentation() const {

@@ -4,8 +4,7 @@
 
 namespace vtpu {
 
-DeviceBuffer::DeviceBuffer(std::shared_ptr<HbmArena> arena, uint64_t size_bytes,
-                           std::string label)
+DeviceBuffer::DeviceBuffer(std::shared_ptr<HbmArena> arena, uint64_t size_bytes, std::string label)
     : arena_(std::move(arena)), size_bytes_(size_bytes) {
   if (!arena_) throw InvalidArgumentError("DeviceBuffer needs an arena, got null");
   if (size_bytes > 0) id_ = arena_->allocate(size_bytes, std::move(label));

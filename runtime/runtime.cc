@@ -12,9 +12,9 @@ namespace {
 /// Completion state shared by the tasks of one SPMD launch.
 struct Launch {
   std::mutex mu;
-  int remaining = 0;                // GUARDED_BY(mu)
-  std::exception_ptr first_error;   // GUARDED_BY(mu)
-  bool first_error_aborted = false; // GUARDED_BY(mu)
+  int remaining = 0;                 // GUARDED_BY(mu)
+  std::exception_ptr first_error;    // GUARDED_BY(mu)
+  bool first_error_aborted = false;  // GUARDED_BY(mu)
   std::promise<void> done;
 };
 
@@ -63,8 +63,9 @@ const VirtualCore& Runtime::core(int core_id) const {
 
 VirtualCore& Runtime::core(int core_id) {
   if (core_id < 0 || core_id >= num_cores()) {
-    throw InvalidArgumentError("core id " + std::to_string(core_id) + " is out of range (expected 0.." +
-                               std::to_string(num_cores() - 1) + ")");
+    throw InvalidArgumentError("core id " + std::to_string(core_id) +
+                               " is out of range (expected 0.." + std::to_string(num_cores() - 1) +
+                               ")");
   }
   return *cores_[static_cast<size_t>(core_id)];
 }
@@ -75,8 +76,8 @@ void Runtime::check_core_ids(const std::vector<int>& core_ids) const {
   for (int id : core_ids) {
     if (id < 0 || id >= num_cores()) {
       throw InvalidArgumentError("core id " + std::to_string(id) +
-                                 " is out of range (expected 0.." + std::to_string(num_cores() - 1) +
-                                 ")");
+                                 " is out of range (expected 0.." +
+                                 std::to_string(num_cores() - 1) + ")");
     }
     if (!seen.insert(id).second) {
       throw InvalidArgumentError("core id " + std::to_string(id) + " is listed twice in run_spmd");
@@ -126,8 +127,10 @@ std::future<void> Runtime::run_spmd_async(std::vector<int> core_ids, Program fn)
       if (first) notify_abort(core.core_id(), error);
       std::lock_guard l(launch->mu);
       if (--launch->remaining == 0) {
-        if (launch->first_error) launch->done.set_exception(launch->first_error);
-        else launch->done.set_value();
+        if (launch->first_error)
+          launch->done.set_exception(launch->first_error);
+        else
+          launch->done.set_value();
       }
     });
   }

@@ -45,9 +45,9 @@ class Runtime {
   const VirtualCore& core(int core_id) const;
 
   /// Runs `fn` on every core (or on `core_ids`), waits for all of them, then rethrows the first
-  /// error any core threw (preferring a root cause over the Aborted errors it caused). When a core throws, abort handlers run at once so that cores blocked
-  /// in collectives fail fast instead of waiting for their timeouts. The runtime does not own
-  /// `fn` beyond the call.
+  /// error any core threw (preferring a root cause over the Aborted errors it caused). When a core
+  /// throws, abort handlers run at once so that cores blocked in collectives fail fast instead of
+  /// waiting for their timeouts. The runtime does not own `fn` beyond the call.
   void run_spmd(const Program& fn);
   void run_spmd(const std::vector<int>& core_ids, const Program& fn);
   /// Asynchronous form: returns at once; the future holds the first error.

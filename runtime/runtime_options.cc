@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <fstream>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "common/error.h"
 #include "common/strings.h"
@@ -23,8 +22,9 @@ uint64_t bytes_field(const nlohmann::json& j, const char* key) {
     return static_cast<uint64_t>(v.get<int64_t>());
   }
   if (v.is_string()) return parse_bytes(v.get<std::string>());
-  throw InvalidArgumentError(std::string("options key '") + key + "' is " + v.dump() +
-                             " (expected a non-negative integer of bytes or a string like \"16G\")");
+  throw InvalidArgumentError(
+      std::string("options key '") + key + "' is " + v.dump() +
+      " (expected a non-negative integer of bytes or a string like \"16G\")");
 }
 
 int64_t int_field(const nlohmann::json& j, const char* key) {
@@ -41,8 +41,7 @@ int64_t int_field(const nlohmann::json& j, const char* key) {
 
 void RuntimeOptions::validate() const {
   if (num_cores < 1 || num_cores > 1024) {
-    throw InvalidArgumentError("num_cores is " + std::to_string(num_cores) +
-                               " (expected 1..1024)");
+    throw InvalidArgumentError("num_cores is " + std::to_string(num_cores) + " (expected 1..1024)");
   }
   if (hbm_bytes_per_core < 256) {
     throw InvalidArgumentError("hbm_bytes_per_core is " + std::to_string(hbm_bytes_per_core) +
@@ -59,8 +58,8 @@ void RuntimeOptions::validate() const {
   }
   const auto& policies = known_allocator_policies();
   if (std::find(policies.begin(), policies.end(), allocator) == policies.end()) {
-    throw InvalidArgumentError("allocator is '" + allocator + "' (expected one of: " +
-                               join(policies) + ")");
+    throw InvalidArgumentError("allocator is '" + allocator +
+                               "' (expected one of: " + join(policies) + ")");
   }
   if (collective_timeout.count() <= 0 || collective_timeout > kMaxCollectiveTimeout) {
     throw InvalidArgumentError("collective_timeout_ms is " +
@@ -75,8 +74,8 @@ RuntimeOptions RuntimeOptions::from_json(const nlohmann::json& j) {
                                std::string(j.type_name()));
   }
   static const std::set<std::string> kKnown = {
-      "num_cores",       "hbm_bytes_per_core", "allocator",           "hbm_backing",
-      "link_slot_bytes", "link_num_slots",     "collective_timeout_ms"};
+      "num_cores",      "hbm_bytes_per_core",   "allocator", "hbm_backing", "link_slot_bytes",
+      "link_num_slots", "collective_timeout_ms"};
   for (const auto& [key, value] : j.items()) {
     if (!kKnown.contains(key)) {
       throw InvalidArgumentError("unknown runtime option '" + key + "' (known: " + join(kKnown) +
@@ -117,8 +116,9 @@ RuntimeOptions RuntimeOptions::from_json(const nlohmann::json& j) {
   if (j.contains("collective_timeout_ms")) {
     const int64_t ms = int_field(j, "collective_timeout_ms");
     if (ms <= 0 || ms > kMaxCollectiveTimeout.count()) {
-      throw InvalidArgumentError("collective_timeout_ms is " + std::to_string(ms) + " (expected 1.." +
-                                 std::to_string(kMaxCollectiveTimeout.count()) + ", at most 7 days)");
+      throw InvalidArgumentError("collective_timeout_ms is " + std::to_string(ms) +
+                                 " (expected 1.." + std::to_string(kMaxCollectiveTimeout.count()) +
+                                 ", at most 7 days)");
     }
     o.collective_timeout = std::chrono::milliseconds(ms);
   }
@@ -133,8 +133,8 @@ RuntimeOptions RuntimeOptions::load_json_file(const std::string& path) {
   try {
     j = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {  // syntax errors and number overflow alike
-    throw InvalidArgumentError("runtime options file '" + path + "' is not valid JSON: " +
-                               e.what());
+    throw InvalidArgumentError("runtime options file '" + path +
+                               "' is not valid JSON: " + e.what());
   }
   try {
     return from_json(j);

@@ -4,9 +4,8 @@
 
 #include <chrono>
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json_fwd.hpp>
+#include <string>
 
 namespace vtpu {
 
@@ -16,12 +15,12 @@ namespace vtpu {
 ///    "collective_timeout_ms": 30000}
 /// Plain data, thread-compatible.
 struct RuntimeOptions {
-  int num_cores = 8;                              // virtual TPU cores (threads), 1..1024
+  int num_cores = 8;                                 // virtual TPU cores (threads), 1..1024
   uint64_t hbm_bytes_per_core = uint64_t{16} << 30;  // HBM arena capacity, bytes; default 16 GiB
-  std::string allocator = "bfc";                  // allocator policy of every arena
-  bool hbm_backing = true;                        // false: metadata-only arenas (no bytes)
-  uint64_t link_slot_bytes = uint64_t{1} << 20;   // bytes per circular-buffer slot; default 1 MiB
-  int link_num_slots = 4;                         // slots per directed link, 2..1024; default 4
+  std::string allocator = "bfc";                     // allocator policy of every arena
+  bool hbm_backing = true;                           // false: metadata-only arenas (no bytes)
+  uint64_t link_slot_bytes = uint64_t{1} << 20;  // bytes per circular-buffer slot; default 1 MiB
+  int link_num_slots = 4;                        // slots per directed link, 2..1024; default 4
   std::chrono::milliseconds collective_timeout{30000};  // every collective wait; default 30 s,
                                                         // at most kMaxCollectiveTimeout
   static constexpr std::chrono::milliseconds kMaxCollectiveTimeout{7LL * 24 * 3600 * 1000};

@@ -2,12 +2,11 @@
 // and owning its HBM arena.
 #pragma once
 
-#include <memory>
-#include <thread>
-
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <memory>
+#include <thread>
 
 #include "memory/hbm_arena.h"
 

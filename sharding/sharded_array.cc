@@ -62,8 +62,8 @@ ShardedArray ShardedArray::device_put(Runtime& runtime, std::span<const float> h
     boxes[i] = sharding.index_ranges(devices[i], global_shape);
     int64_t block_elements = 1;
     for (const IndexRange& r : boxes[i]) block_elements *= r.size();
-    buffers[i] = runtime.allocate(devices[i], static_cast<uint64_t>(block_elements) * sizeof(float),
-                                  label);
+    buffers[i] =
+        runtime.allocate(devices[i], static_cast<uint64_t>(block_elements) * sizeof(float), label);
   }
   parallel_over(devices.size(), [&](size_t i) {
     extract_block(host, global_shape, boxes[i], buffers[i].as<float>());

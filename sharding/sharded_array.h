@@ -30,8 +30,8 @@ class ShardedArray {
  public:
   /// Copies the row-major host array `host` of shape `global_shape` onto the mesh: every device
   /// in sharding.mesh() (a Runtime core id) gets its block in a buffer labelled
-  /// `label` (default "device_put/shard") on that core. The host-side copies run in parallel with oneTBB.
-  /// Throws InvalidArgumentError when the shape does not fit the sharding (see
+  /// `label` (default "device_put/shard") on that core. The host-side copies run in parallel with
+  /// oneTBB. Throws InvalidArgumentError when the shape does not fit the sharding (see
   /// NamedSharding::check_shape), host.size() != product(global_shape), or a mesh device is not a
   /// core of `runtime` (id >= runtime.num_cores()); FailedPreconditionError when a core's arena
   /// has no backing bytes (hbm_backing=false); OutOfMemoryError (ResourceExhausted) when a block

@@ -1,10 +1,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <limits>
-#include <memory>
 #include <chrono>
 #include <cstring>
+#include <limits>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -103,10 +103,13 @@ TEST(AllReduceTest, RandomFloatsAreBitIdenticalAcrossCoresAndRuns) {
       comm.all_reduce<float>(ctx, std::span<float>(buf));  // in place
       out[static_cast<size_t>(ctx.core_id())] = buf;
     });
-    for (int c = 1; c < kCores; ++c) ASSERT_EQ(0, std::memcmp(out[c].data(), out[0].data(), kCount * 4));
+    for (int c = 1; c < kCores; ++c)
+      ASSERT_EQ(0, std::memcmp(out[c].data(), out[0].data(), kCount * 4));
     for (uint64_t i = 0; i < kCount; ++i) ASSERT_NEAR(out[0][i], reference[i], 1e-5);
-    if (run == 0) first = out;
-    else ASSERT_EQ(0, std::memcmp(first[0].data(), out[0].data(), kCount * 4)) << "run " << run;
+    if (run == 0)
+      first = out;
+    else
+      ASSERT_EQ(0, std::memcmp(first[0].data(), out[0].data(), kCount * 4)) << "run " << run;
   }
 }
 
@@ -276,10 +279,11 @@ TEST(AllReduceTest, BadArguments) {
   EXPECT_THROW(Communicator(rt, {0, 0}), InvalidArgumentError);
   EXPECT_THROW(Communicator(rt, {0, 2}), InvalidArgumentError);
   Communicator comm(rt, {1});
-  EXPECT_THROW(rt.run_spmd({0}, [&](CoreContext& ctx) {
-    std::vector<float> v(4);
-    comm.all_reduce<float>(ctx, std::span<float>(v));
-  }),
+  EXPECT_THROW(rt.run_spmd({0},
+                           [&](CoreContext& ctx) {
+                             std::vector<float> v(4);
+                             comm.all_reduce<float>(ctx, std::span<float>(v));
+                           }),
                InvalidArgumentError);
   rt.run_spmd({1}, [&](CoreContext& ctx) {
     std::vector<float> a(4), b(5);

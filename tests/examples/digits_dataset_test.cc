@@ -54,10 +54,12 @@ TEST(DigitsDatasetTest, SplitIsFixedDisjointAndCoversEveryRow) {
   // Every original row appears exactly once across the two halves.
   std::multiset<std::vector<float>> original, split;
   for (int64_t i = 0; i < ds.num_rows(); ++i)
-    original.insert(std::vector<float>(ds.pixels.begin() + i * 64, ds.pixels.begin() + (i + 1) * 64));
+    original.insert(
+        std::vector<float>(ds.pixels.begin() + i * 64, ds.pixels.begin() + (i + 1) * 64));
   for (const DigitsDataset* d : {&a.train, &a.test})
     for (int64_t i = 0; i < d->num_rows(); ++i)
-      split.insert(std::vector<float>(d->pixels.begin() + i * 64, d->pixels.begin() + (i + 1) * 64));
+      split.insert(
+          std::vector<float>(d->pixels.begin() + i * 64, d->pixels.begin() + (i + 1) * 64));
   EXPECT_EQ(original, split);
 }
 

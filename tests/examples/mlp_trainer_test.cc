@@ -129,8 +129,8 @@ TEST_F(MlpTrainerTest, LossesMatchTheSingleCoreRunForEveryCoreCount) {
     const int64_t p = 75 * c.hidden + 10, b = c.global_batch / n;
     const int64_t rows = split_.train.num_rows();
     auto round = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
-    const int64_t live = round(4 * rows * 64) + round(4 * rows * 10) + round(4 * p) +
-                         round(4 * (p + 1));
+    const int64_t live =
+        round(4 * rows * 64) + round(4 * rows * 10) + round(4 * p) + round(4 * (p + 1));
     const int64_t peak = live + round(4 * b * 64) + round(4 * b * 10) +
                          2 * round(4 * b * c.hidden) + round(4 * b * 10);
     for (const MemoryStats& s : r.hbm) {

@@ -1,10 +1,10 @@
 // Where the example tests find the real digits data (fetched by scripts/fetch-data.sh).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <string>
-
-#include <gtest/gtest.h>
 
 namespace vtpu::examples::testing {
 
@@ -12,9 +12,9 @@ inline std::string digits_path() { return std::string(VTPU_SOURCE_DIR) + "/data/
 
 // The tests need the real file; a missing file is a failure with the fix in the message, not a
 // silent skip.
-#define VTPU_REQUIRE_DIGITS()                                                              \
-  ASSERT_TRUE(std::filesystem::exists(::vtpu::examples::testing::digits_path()))           \
-      << "missing " << ::vtpu::examples::testing::digits_path()                            \
+#define VTPU_REQUIRE_DIGITS()                                                    \
+  ASSERT_TRUE(std::filesystem::exists(::vtpu::examples::testing::digits_path())) \
+      << "missing " << ::vtpu::examples::testing::digits_path()                  \
       << ": run scripts/fetch-data.sh (scripts/test.sh does it for you)"
 
 }  // namespace vtpu::examples::testing

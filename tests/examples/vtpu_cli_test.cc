@@ -7,9 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "test_data.h"
 

@@ -177,7 +177,8 @@ TEST(RuntimeOptionsTest, OutOfRangeValuesNameTheFieldAndRange) {
   // One slot deadlocks the ring (each step holds a received slot while it waits to send).
   expect_rejected(json{{"link_num_slots", 1}}, {"link_num_slots is 1", "2..1024"});
   expect_rejected(json{{"link_num_slots", 1025}}, {"link_num_slots is 1025"});
-  expect_rejected(json{{"collective_timeout_ms", 0}}, {"collective_timeout_ms is 0", "1..604800000"});
+  expect_rejected(json{{"collective_timeout_ms", 0}},
+                  {"collective_timeout_ms is 0", "1..604800000"});
   // Regression: a huge timeout overflowed the deadline arithmetic (now() + timeout).
   expect_rejected(json{{"collective_timeout_ms", INT64_MAX}},
                   {"collective_timeout_ms is 9223372036854775807", "at most 7 days"});

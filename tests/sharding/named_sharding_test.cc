@@ -360,7 +360,6 @@ TEST_F(NamedShardingTest, RandomShardingsMatchTheReferenceAndTileTheArray) {
   }
 }
 
-
 // Regression: a dimension near INT64_MAX overflowed shard_shape (a negative shard size).
 TEST(NamedShardingRegressionTest, HugeDimensionsAreRejectedNotWrapped) {
   const NamedSharding s(Mesh({8}, {"x"}), PartitionSpec({{"x"}}));
