@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "expect_invalid.h"
 
 namespace vtpu {
 namespace {
@@ -12,15 +13,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 /// Expects `fn` to throw InvalidArgumentError whose message contains every one of `parts`.
-template <typename Fn>
-void expect_invalid(Fn fn, std::initializer_list<const char*> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected InvalidArgumentError";
-  } catch (const InvalidArgumentError& e) {
-    for (const char* p : parts) EXPECT_THAT(e.what(), HasSubstr(p));
-  }
-}
+using vtpu::testing::expect_invalid;
 
 TEST(MeshTest, DefaultIdsAreRowMajor) {
   const Mesh mesh({4, 2}, {"x", "y"});

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "common/error.h"
+#include "expect_invalid.h"
 
 namespace vtpu {
 
@@ -25,15 +26,7 @@ using ::testing::HasSubstr;
 
 PartitionSpec P(const char* text) { return PartitionSpec::parse(text); }
 
-template <typename Fn>
-void expect_invalid(Fn fn, std::initializer_list<const char*> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected InvalidArgumentError";
-  } catch (const InvalidArgumentError& e) {
-    for (const char* p : parts) EXPECT_THAT(e.what(), HasSubstr(p));
-  }
-}
+using vtpu::testing::expect_invalid;
 
 class NamedShardingTest : public ::testing::Test {
  protected:
