@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +29,16 @@ struct ChunkInfo {
 struct PolicyAllocation {
   uint64_t offset = 0;
   uint64_t chunk_bytes = 0;
+};
+
+/// Free-space totals of one size class of a policy that keeps segregated free lists (BFC's bins,
+/// TLSF's first-level classes, buddy orders). All sizes in bytes.
+struct BinStats {
+  uint64_t min_chunk_bytes = 0;  // smallest chunk size the bin holds
+  uint64_t max_chunk_bytes = 0;  // largest chunk size the bin holds (UINT64_MAX: unbounded)
+  uint64_t num_free_chunks = 0;
+  uint64_t free_bytes = 0;
+  uint64_t largest_free_chunk_bytes = 0;
 };
 
 /// Offset bookkeeping for one address range. Thread-compatible: HbmArena serialises calls.
@@ -60,7 +71,28 @@ class AllocatorPolicy {
   /// chunks, neighbours coalesced, counters agree). Throws InternalError describing the first
   /// violation.
   virtual void check_consistency() const = 0;
+
+  /// Per-size-class free-space totals, smallest class first, for out-of-memory reports. Empty for
+  /// a policy without size classes (first_fit, planned).
+  virtual std::vector<BinStats> bin_stats() const { return {}; }
+
+  /// Whether rebuild() can place chunks at new offsets (false for `planned`, whose offsets are
+  /// fixed by a heap plan). Defragmentation is skipped for a policy that returns false.
+  virtual bool can_relocate() const { return true; }
+  /// The alignment in bytes that rebuild() requires of the offset of a chunk of `chunk_bytes`
+  /// (a value allocate() or rounded_bytes() produced): the granularity for bfc, tlsf and
+  /// first_fit, the block size itself for buddy.
+  virtual uint64_t placement_alignment(uint64_t chunk_bytes) const = 0;
+  /// Resets the policy to hold exactly the chunks in `in_use` (address order, non-overlapping,
+  /// inside the range, each offset a multiple of placement_alignment(size), each size one the
+  /// policy can hand out) and everything else free, fully coalesced. Defragmentation computes a
+  /// compacted layout and installs it with this. Cost O(n log n) or better for n chunks. Throws
+  /// InvalidArgumentError naming the first chunk that breaks those rules (the policy is then
+  /// unchanged), FailedPreconditionError if !can_relocate().
+  virtual void rebuild(std::span<const ChunkInfo> in_use) = 0;
 };
+
+class HeapPlan;  // memory/heap_planner.h
 
 /// Options shared by all policies (each policy reads the fields it understands).
 struct PolicyOptions {
@@ -69,6 +101,8 @@ struct PolicyOptions {
   /// min(128 MiB, capacity / 128), so a 16 GiB arena gets exactly TensorFlow's value and a
   /// 1200 MiB arena 9.375 MiB (an unsplit 50 MiB remainder there would be 4% of the arena).
   std::optional<uint64_t> max_internal_fragmentation_bytes;
+  /// planned: the offsets to hand out, from the heap planner (required by that policy).
+  std::shared_ptr<const HeapPlan> heap_plan;
 };
 
 /// Names make_allocator_policy accepts, e.g. {"bfc"}.

@@ -145,15 +145,63 @@ void BfcPolicy::walk(const std::function<void(const ChunkInfo&)>& fn) const {
   }
 }
 
-std::array<BfcPolicy::BinStats, BfcPolicy::kNumBins> BfcPolicy::bin_stats() const {
-  std::array<BinStats, kNumBins> out{};
+std::vector<BinStats> BfcPolicy::bin_stats() const {
+  std::vector<BinStats> out(kNumBins);
   for (int b = 0; b < kNumBins; ++b) {
     out[b].min_chunk_bytes = kMinAllocationBytes << b;
+    out[b].max_chunk_bytes = b + 1 < kNumBins ? (kMinAllocationBytes << (b + 1)) - kMinAllocationBytes
+                                              : UINT64_MAX;
     out[b].num_free_chunks = bins_[b].size();
     for (const BinKey& k : bins_[b]) out[b].free_bytes += k.size_bytes;
     out[b].largest_free_chunk_bytes = bins_[b].empty() ? 0 : bins_[b].rbegin()->size_bytes;
   }
   return out;
+}
+
+void BfcPolicy::rebuild(std::span<const ChunkInfo> in_use) {
+  uint64_t end = 0;
+  for (const ChunkInfo& c : in_use) {
+    if (c.offset < end || c.size_bytes == 0 || c.size_bytes % kMinAllocationBytes != 0 ||
+        c.offset % kMinAllocationBytes != 0 || c.size_bytes > capacity_bytes_ ||
+        c.offset > capacity_bytes_ - c.size_bytes) {
+      throw InvalidArgumentError(
+          "BFC rebuild: chunk at offset " + std::to_string(c.offset) + " of " +
+          std::to_string(c.size_bytes) +
+          " bytes is out of order, overlapping, outside the range or not a multiple of 256 B "
+          "(expected address order within [0, " + std::to_string(capacity_bytes_) + "))");
+    }
+    end = c.offset + c.size_bytes;
+  }
+  chunks_.clear();
+  unused_ids_.clear();
+  for (auto& bin : bins_) bin.clear();
+  in_use_.clear();
+  total_free_bytes_ = 0;
+  head_ = kNoChunk;
+  ChunkId prev = kNoChunk;
+  auto append = [&](uint64_t offset, uint64_t size, bool used) {
+    const ChunkId id = new_chunk(offset, size);
+    chunks_[id].prev = prev;
+    if (prev == kNoChunk) {
+      head_ = id;
+    } else {
+      chunks_[prev].next = id;
+    }
+    prev = id;
+    if (used) {
+      chunks_[id].in_use = true;
+      in_use_.emplace(offset, id);
+    } else {
+      insert_free(id);
+    }
+  };
+  uint64_t cursor = 0;
+  for (const ChunkInfo& c : in_use) {
+    if (c.offset > cursor) append(cursor, c.offset - cursor, false);
+    append(c.offset, c.size_bytes, true);
+    cursor = c.offset + c.size_bytes;
+  }
+  if (cursor < capacity_bytes_) append(cursor, capacity_bytes_ - cursor, false);
 }
 
 void BfcPolicy::check_consistency() const {

@@ -56,14 +56,10 @@ class BfcPolicy final : public AllocatorPolicy {
   /// Bin index for a chunk of `size_bytes` (a multiple of 256): floor(log2(size / 256)), capped.
   static int bin_for_size(uint64_t size_bytes);
 
-  /// Per-bin totals, for the out-of-memory report.
-  struct BinStats {
-    uint64_t min_chunk_bytes = 0;  // smallest size the bin can hold
-    uint64_t num_free_chunks = 0;
-    uint64_t free_bytes = 0;
-    uint64_t largest_free_chunk_bytes = 0;
-  };
-  std::array<BinStats, kNumBins> bin_stats() const;
+  /// Per-bin totals (kNumBins entries, bin 0 first), for the out-of-memory report.
+  std::vector<BinStats> bin_stats() const override;
+  uint64_t placement_alignment(uint64_t) const override { return kMinAllocationBytes; }
+  void rebuild(std::span<const ChunkInfo> in_use) override;
 
  private:
   using ChunkId = uint32_t;
