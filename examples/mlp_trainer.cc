@@ -201,6 +201,17 @@ MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig&
     DeviceBuffer a1buf = ctx.allocate(static_cast<uint64_t>(b * h) * f, "mlp/a1");
     DeviceBuffer logitsbuf = ctx.allocate(static_cast<uint64_t>(b * kOut) * f, "mlp/logits");
     std::memcpy(s.params.data(), init.data(), init.size() * f);
+    // The step below keeps raw pointers into these buffers for the whole run: pin them so that
+    // defragmentation (on an allocation by anyone else on this core) never moves them.
+    const BufferPin pins[] = {s.params.pin(),
+                              s.grads.pin(),
+                              xbuf.pin(),
+                              ybuf.pin(),
+                              z1buf.pin(),
+                              a1buf.pin(),
+                              logitsbuf.pin(),
+                              train_x.buffer(c).pin(),
+                              train_y.buffer(c).pin()};
 
     float* p = s.params.as<float>().data();
     float* g = s.grads.as<float>().data();

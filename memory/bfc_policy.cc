@@ -149,8 +149,8 @@ std::vector<BinStats> BfcPolicy::bin_stats() const {
   std::vector<BinStats> out(kNumBins);
   for (int b = 0; b < kNumBins; ++b) {
     out[b].min_chunk_bytes = kMinAllocationBytes << b;
-    out[b].max_chunk_bytes = b + 1 < kNumBins ? (kMinAllocationBytes << (b + 1)) - kMinAllocationBytes
-                                              : UINT64_MAX;
+    out[b].max_chunk_bytes =
+        b + 1 < kNumBins ? (kMinAllocationBytes << (b + 1)) - kMinAllocationBytes : UINT64_MAX;
     out[b].num_free_chunks = bins_[b].size();
     for (const BinKey& k : bins_[b]) out[b].free_bytes += k.size_bytes;
     out[b].largest_free_chunk_bytes = bins_[b].empty() ? 0 : bins_[b].rbegin()->size_bytes;
@@ -168,7 +168,8 @@ void BfcPolicy::rebuild(std::span<const ChunkInfo> in_use) {
           "BFC rebuild: chunk at offset " + std::to_string(c.offset) + " of " +
           std::to_string(c.size_bytes) +
           " bytes is out of order, overlapping, outside the range or not a multiple of 256 B "
-          "(expected address order within [0, " + std::to_string(capacity_bytes_) + "))");
+          "(expected address order within [0, " +
+          std::to_string(capacity_bytes_) + "))");
     }
     end = c.offset + c.size_bytes;
   }

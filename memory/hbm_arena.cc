@@ -1,6 +1,8 @@
 #include "memory/hbm_arena.h"
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cstring>
 #include <iomanip>
 #include <nlohmann/json.hpp>
@@ -24,6 +26,11 @@ std::string OomReport::to_string() const {
   os << "out of HBM on core " << core_id << " (policy " << policy << "): cannot allocate "
      << bytes_text(requested_bytes);
   if (!label.empty()) os << " for '" << label << "'";
+  if (!array_text.empty() && requested_bytes != logical_bytes) {
+    os << "\n  array:              " << array_text << ": " << bytes_text(logical_bytes)
+       << " logical, " << bytes_text(requested_bytes) << " padded (" << std::fixed
+       << std::setprecision(2) << expansion() << "x)";
+  }
   os << "\n  rounded request:    " << bytes_text(rounded_bytes)
      << "\n  bytes in use:       " << bytes_text(bytes_in_use) << " of limit "
      << bytes_text(bytes_limit) << "\n  total free:         " << bytes_text(total_free_bytes)
@@ -32,6 +39,12 @@ std::string OomReport::to_string() const {
      << " (1 - largest free block / total free)";
   if (rounded_bytes <= total_free_bytes) {
     os << "\n  note: total free >= request, so this failure is due to fragmentation";
+    if (defragmented) {
+      os << " that defragmentation could not remove (" << pinned_buffers << " pinned buffer"
+         << (pinned_buffers == 1 ? "" : "s") << ")";
+    }
+  } else if (requested_bytes > bytes_limit) {
+    os << "\n  note: the request exceeds the arena's limit of " << bytes_text(bytes_limit);
   }
   if (!largest_live_buffers.empty()) {
     os << "\n  largest live buffers:";
@@ -40,10 +53,40 @@ std::string OomReport::to_string() const {
          << "  " << (b.label.empty() ? "(unlabelled)" : b.label);
     }
   }
+  if (!bins.empty()) {
+    os << "\n  free space by bin:\n    " << std::setw(12) << "chunk sizes" << std::setw(14)
+       << "free chunks" << std::setw(14) << "free bytes" << std::setw(14) << "largest";
+    for (const BinStats& b : bins) {
+      if (b.num_free_chunks == 0) continue;
+      const std::string range =
+          format_bytes(b.min_chunk_bytes) + (b.max_chunk_bytes == UINT64_MAX ? "+" : "");
+      os << "\n    " << std::setw(12) << (">=" + range) << std::setw(14) << b.num_free_chunks
+         << std::setw(14) << format_bytes(b.free_bytes) << std::setw(14)
+         << format_bytes(b.largest_free_chunk_bytes);
+    }
+  }
+  if (!occupancy_map.empty()) {
+    os << "\n  occupancy ('#' used, '+' internal waste, '.' free; offset 0 on the left):\n    ["
+       << occupancy_map << "]";
+  }
   return os.str();
 }
 
+double OomReport::expansion() const {
+  return logical_bytes == 0
+             ? 1.0
+             : static_cast<double>(requested_bytes) / static_cast<double>(logical_bytes);
+}
+
 void to_json(nlohmann::json& j, const OomReport& r) {
+  nlohmann::json bins = nlohmann::json::array();
+  for (const BinStats& b : r.bins) {
+    bins.push_back({{"min_chunk_bytes", b.min_chunk_bytes},
+                    {"max_chunk_bytes", b.max_chunk_bytes},
+                    {"num_free_chunks", b.num_free_chunks},
+                    {"free_bytes", b.free_bytes},
+                    {"largest_free_chunk_bytes", b.largest_free_chunk_bytes}});
+  }
   nlohmann::json live = nlohmann::json::array();
   for (const LiveBufferInfo& b : r.largest_live_buffers) {
     live.push_back({{"label", b.label},
@@ -61,7 +104,15 @@ void to_json(nlohmann::json& j, const OomReport& r) {
                      {"total_free_bytes", r.total_free_bytes},
                      {"largest_free_block_bytes", r.largest_free_block_bytes},
                      {"fragmentation", r.fragmentation},
-                     {"largest_live_buffers", live}};
+                     {"largest_live_buffers", live},
+                     {"logical_bytes", r.logical_bytes},
+                     {"padded_bytes", r.requested_bytes},
+                     {"expansion", r.expansion()},
+                     {"array", r.array_text},
+                     {"bins", bins},
+                     {"occupancy_map", r.occupancy_map},
+                     {"defragmented", r.defragmented},
+                     {"pinned_buffers", r.pinned_buffers}};
 }
 
 OutOfMemoryError::OutOfMemoryError(OomReport report)
@@ -83,17 +134,37 @@ BufferId HbmArena::allocate(uint64_t size_bytes, std::string label) {
                                " (expected >= 1 byte)");
   }
   std::lock_guard lock(mu_);
+  return allocate_locked(size_bytes, size_bytes, std::move(label), {});
+}
+
+BufferId HbmArena::allocate_locked(uint64_t size_bytes, uint64_t logical_bytes, std::string label,
+                                   const std::string& array_text) {
   std::optional<PolicyAllocation> a = policy_->allocate(size_bytes);
+  bool defragmented = false;
+  if (!a && options_.auto_defragment && policy_->can_relocate() && size_bytes <= capacity_bytes_ &&
+      policy_->rounded_bytes(size_bytes) <= policy_->total_free_bytes()) {
+    defragment_locked();
+    defragmented = true;
+    a = policy_->allocate(size_bytes);
+  }
   if (!a) {
     ++stats_.num_ooms;
-    throw OutOfMemoryError(make_oom_report_locked(size_bytes, label));
+    if (size_bytes <= capacity_bytes_ &&
+        policy_->rounded_bytes(size_bytes) <= policy_->total_free_bytes()) {
+      ++stats_.num_fragmentation_ooms;
+    }
+    OomReport report = make_oom_report_locked(size_bytes, logical_bytes, label, array_text);
+    report.defragmented = defragmented;
+    throw OutOfMemoryError(std::move(report));
   }
   const BufferId id = next_id_++;
-  live_.emplace(id, Live{a->offset, size_bytes, a->chunk_bytes, std::move(label)});
+  live_.emplace(id, Live{a->offset, size_bytes, a->chunk_bytes, logical_bytes, stats_.num_allocs,
+                         std::move(label)});
   stats_.bytes_in_use += a->chunk_bytes;
   stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
   stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, a->chunk_bytes);
   stats_.bytes_requested += size_bytes;
+  stats_.logical_bytes_in_use += logical_bytes;
   ++stats_.num_allocs;
   return id;
 }
@@ -115,6 +186,7 @@ void HbmArena::free(BufferId id) {
   policy_->free(b.offset);
   stats_.bytes_in_use -= b.chunk_bytes;
   stats_.bytes_requested -= b.size_bytes;
+  stats_.logical_bytes_in_use -= b.logical_bytes;
   ++stats_.num_frees;
   live_.erase(it);
 }
@@ -192,8 +264,15 @@ void HbmArena::walk(const std::function<void(const ChunkInfo&)>& fn) const {
   policy_->walk(fn);
 }
 
-OomReport HbmArena::make_oom_report_locked(uint64_t size_bytes, const std::string& label) const {
+OomReport HbmArena::make_oom_report_locked(uint64_t size_bytes, uint64_t logical_bytes,
+                                           const std::string& label,
+                                           const std::string& array_text) const {
   OomReport r;
+  r.logical_bytes = logical_bytes;
+  r.array_text = array_text;
+  r.bins = policy_->bin_stats();
+  r.occupancy_map = occupancy_map_locked();
+  for (const auto& [id, b] : live_) r.pinned_buffers += b.pins > 0 ? 1 : 0;
   r.core_id = core_id();
   r.policy = options_.policy;
   r.label = label;
@@ -216,6 +295,190 @@ OomReport HbmArena::make_oom_report_locked(uint64_t size_bytes, const std::strin
   all.resize(n);
   r.largest_live_buffers = std::move(all);
   return r;
+}
+
+DefragmentResult HbmArena::defragment() {
+  std::lock_guard lock(mu_);
+  return defragment_locked();
+}
+
+DefragmentResult HbmArena::defragment_locked() {
+  DefragmentResult result;
+  if (!policy_->can_relocate()) {
+    result.supported = false;
+    return result;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  result.largest_free_before = policy_->largest_free_block_bytes();
+
+  struct Entry {
+    Live* live;
+    uint64_t new_offset;
+    uint64_t new_chunk_bytes;
+  };
+  std::vector<Entry> entries;
+  entries.reserve(live_.size());
+  std::vector<std::pair<uint64_t, uint64_t>> pinned;  // [offset, end) of pinned chunks
+  for (auto& [id, b] : live_) {
+    entries.push_back({&b, b.offset, b.chunk_bytes});
+    if (b.pins > 0) pinned.emplace_back(b.offset, b.offset + b.chunk_bytes);
+  }
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& x, const Entry& y) { return x.live->offset < y.live->offset; });
+  std::sort(pinned.begin(), pinned.end());
+  result.pinned_buffers = pinned.size();
+
+  // Slide each unpinned buffer, in address order, to the lowest aligned offset at or above the end
+  // of the previously placed unpinned buffer that overlaps no pinned chunk (it may land below a
+  // pinned buffer it used to sit above). That offset is never above the buffer's old one, since
+  // the old place is itself such an offset, so a destination never reaches a later source.
+  auto align_up = [](uint64_t x, uint64_t a) { return (x + a - 1) / a * a; };
+  uint64_t cursor = 0;
+  size_t p = 0;  // first pinned range that may still lie at or above the cursor
+  for (Entry& e : entries) {
+    const Live& b = *e.live;
+    if (b.pins == 0) {
+      const uint64_t size = policy_->rounded_bytes(b.size_bytes);
+      const uint64_t align = policy_->placement_alignment(size);
+      uint64_t t = align_up(cursor, align);
+      for (;;) {
+        while (p < pinned.size() && pinned[p].second <= t) ++p;
+        if (p < pinned.size() && pinned[p].first < t + size) {
+          t = align_up(pinned[p].second, align);
+          continue;
+        }
+        break;
+      }
+      if (t < b.offset || (t == b.offset && size < b.chunk_bytes)) {
+        e.new_offset = t;
+        e.new_chunk_bytes = size;
+      }
+      cursor = e.new_offset + e.new_chunk_bytes;
+    }
+  }
+  std::vector<ChunkInfo> layout;
+  layout.reserve(entries.size());
+  for (const Entry& e : entries) layout.push_back({e.new_offset, e.new_chunk_bytes, true});
+  std::sort(layout.begin(), layout.end(),
+            [](const ChunkInfo& x, const ChunkInfo& y) { return x.offset < y.offset; });
+  policy_->rebuild(layout);  // validates first: on error nothing has changed
+
+  // Lowest address first: a buffer's destination never reaches the source of a later one.
+  std::byte* base = backing_ ? backing_->data() : nullptr;
+  for (Entry& e : entries) {
+    Live& b = *e.live;
+    if (e.new_offset != b.offset) {
+      if (base != nullptr) std::memmove(base + e.new_offset, base + b.offset, b.size_bytes);
+      ++result.buffers_moved;
+      result.bytes_moved += b.size_bytes;
+    }
+    stats_.bytes_in_use -= b.chunk_bytes - e.new_chunk_bytes;
+    b.offset = e.new_offset;
+    b.chunk_bytes = e.new_chunk_bytes;
+  }
+  result.largest_free_after = policy_->largest_free_block_bytes();
+  result.duration_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count());
+  ++stats_.num_defragmentations;
+  stats_.defrag_buffers_moved += result.buffers_moved;
+  stats_.defrag_bytes_moved += result.bytes_moved;
+  stats_.defrag_time_ns += result.duration_ns;
+  return result;
+}
+
+void HbmArena::pin(BufferId id) {
+  std::lock_guard lock(mu_);
+  auto it = live_.find(id);
+  if (it == live_.end()) live_locked(id);  // throws the unknown-id error
+  ++it->second.pins;
+}
+
+void HbmArena::unpin(BufferId id) {
+  std::lock_guard lock(mu_);
+  auto it = live_.find(id);
+  if (it == live_.end()) return;  // freed while pinned; ids are never reused
+  if (it->second.pins == 0) {
+    throw FailedPreconditionError("unpin of buffer id " + std::to_string(id) + " on core " +
+                                  std::to_string(core_id()) + ", which is not pinned");
+  }
+  --it->second.pins;
+}
+
+bool HbmArena::is_pinned(BufferId id) const {
+  std::lock_guard lock(mu_);
+  return live_locked(id).pins > 0;
+}
+
+std::string HbmArena::occupancy_map() const {
+  std::lock_guard lock(mu_);
+  return occupancy_map_locked();
+}
+
+std::string HbmArena::occupancy_map_locked() const {
+  constexpr int kWidth = OomReport::kOccupancyMapWidth;
+  // Bytes of each kind (0 used, 1 waste, 2 free) per cell; cell i covers
+  // [i * capacity / kWidth, (i + 1) * capacity / kWidth).
+  std::vector<std::array<long double, 3>> cells(kWidth, {0, 0, 0});
+  const long double cell_bytes = static_cast<long double>(capacity_bytes_) / kWidth;
+  auto add = [&](uint64_t begin, uint64_t end, int kind) {
+    if (begin >= end) return;
+    int first = static_cast<int>(static_cast<long double>(begin) / cell_bytes);
+    for (int i = std::min(first, kWidth - 1); i < kWidth; ++i) {
+      const long double lo = std::max<long double>(begin, i * cell_bytes);
+      const long double hi = std::min<long double>(end, (i + 1) * cell_bytes);
+      if (hi <= lo) break;
+      cells[i][kind] += hi - lo;
+    }
+  };
+  std::unordered_map<uint64_t, uint64_t> requested;  // chunk offset -> requested bytes
+  for (const auto& [id, b] : live_) requested.emplace(b.offset, b.size_bytes);
+  policy_->walk([&](const ChunkInfo& c) {
+    if (!c.in_use) {
+      add(c.offset, c.offset + c.size_bytes, 2);
+      return;
+    }
+    auto it = requested.find(c.offset);
+    const uint64_t used = it == requested.end() ? c.size_bytes : std::min(it->second, c.size_bytes);
+    add(c.offset, c.offset + used, 0);
+    add(c.offset + used, c.offset + c.size_bytes, 1);
+  });
+  std::string map(kWidth, ' ');
+  static constexpr char kSymbol[3] = {'#', '+', '.'};
+  for (int i = 0; i < kWidth; ++i) {
+    int best = 0;
+    for (int k = 1; k < 3; ++k) {
+      if (cells[i][k] > cells[i][best]) best = k;
+    }
+    map[i] = kSymbol[best];
+  }
+  return map;
+}
+
+BufferPin::BufferPin(std::shared_ptr<HbmArena> arena, BufferId id)
+    : arena_(std::move(arena)), id_(id) {
+  arena_->pin(id_);
+}
+
+BufferPin& BufferPin::operator=(BufferPin&& o) noexcept {
+  if (this != &o) {
+    reset();
+    arena_ = std::move(o.arena_);
+    id_ = o.id_;
+    o.id_ = 0;
+  }
+  return *this;
+}
+
+void BufferPin::reset() noexcept {
+  if (arena_) {
+    try {
+      arena_->unpin(id_);
+    } catch (...) {  // cannot happen: this pin's count is still held
+    }
+    arena_.reset();
+    id_ = 0;
+  }
 }
 
 }  // namespace vtpu

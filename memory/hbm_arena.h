@@ -2,8 +2,10 @@
 // reservation committed lazily, or none for metadata-only simulation), stats with JAX's keys, and
 // out-of-memory reports.
 //
-// The arena hands out buffer ids, not raw pointers, so that a later defragmenter can move live
-// buffers; data(id) resolves an id to its current address.
+// The arena hands out buffer ids, not raw pointers, so that defragmentation can move live buffers;
+// data(id) resolves an id to its current address. A pointer from data() stays valid until the
+// arena next compacts (defragment(), or an allocation that triggers auto-defragmentation); pin the
+// buffer (pin()/BufferPin) for as long as an operation holds its address, and it is never moved.
 #pragma once
 
 #include <cstddef>
@@ -27,11 +29,26 @@ using BufferId = uint64_t;
 
 struct ArenaOptions {
   uint64_t capacity_bytes = uint64_t{16} << 30;  // bytes of HBM; default 16 GiB
+  std::string name;                              // pool name for messages ("" = unnamed)
   std::string policy = "bfc";                    // allocator policy name
   PolicyOptions policy_options;                  // policy tuning
   bool backing = true;        // true: real bytes (lazy mmap); false: offsets only, data() is null
   bool poison_freed = false;  // fill a freed buffer's bytes with 0xDB so stale reads show (memset)
   int core_id = 0;            // for messages and reports
+  /// On an allocation that fails although total free >= the rounded request, compact the arena
+  /// and retry once, as the TPU runtime does. Ignored by policies that cannot relocate (planned).
+  bool auto_defragment = true;
+};
+
+/// What one compaction did. Sizes in bytes.
+struct DefragmentResult {
+  uint64_t buffers_moved = 0;
+  uint64_t bytes_moved = 0;     // requested bytes of the moved buffers (what was copied)
+  uint64_t pinned_buffers = 0;  // live buffers left in place because they were pinned
+  uint64_t largest_free_before = 0;
+  uint64_t largest_free_after = 0;
+  uint64_t duration_ns = 0;
+  bool supported = true;  // false: the policy cannot relocate (planned); nothing was done
 };
 
 /// A live buffer as the out-of-memory report lists it.
@@ -46,15 +63,25 @@ struct LiveBufferInfo {
 struct OomReport {
   int core_id = 0;
   std::string policy;
-  std::string label;  // label of the failed request
-  uint64_t requested_bytes = 0;
-  uint64_t rounded_bytes = 0;
+  std::string label;             // label of the failed request
+  uint64_t requested_bytes = 0;  // bytes asked of the policy (padded bytes for an array)
+  uint64_t rounded_bytes = 0;    // after the policy's rounding
+  uint64_t logical_bytes = 0;    // array bytes before tile padding (== requested otherwise)
+  std::string array_text;        // "f32[256,512]{1,0:T(8,128)}" for an array, else empty
   uint64_t bytes_in_use = 0;
   uint64_t bytes_limit = 0;
   uint64_t total_free_bytes = 0;
   uint64_t largest_free_block_bytes = 0;
   double fragmentation = 0.0;                        // 1 - largest_free_block / total_free
   std::vector<LiveBufferInfo> largest_live_buffers;  // up to 10, largest first
+  std::vector<BinStats> bins;                        // per size class (bfc, tlsf, buddy)
+  std::string occupancy_map;                         // kOccupancyMapWidth characters
+  bool defragmented = false;                         // auto-defragmentation ran and did not help
+  uint64_t pinned_buffers = 0;                       // live buffers pinned at the time
+
+  static constexpr int kOccupancyMapWidth = 100;
+  /// requested / logical: the tile-padding expansion factor (1 for non-arrays).
+  double expansion() const;
 
   /// Multi-line human-readable report.
   std::string to_string() const;
@@ -71,7 +98,34 @@ class OutOfMemoryError : public ResourceExhaustedError {
   OomReport report_;
 };
 
+class HbmArena;
+
+/// Pins a buffer for its lifetime (RAII over HbmArena::pin/unpin). Move-only. Keeps the arena
+/// alive. Thread-compatible.
+class BufferPin {
+ public:
+  BufferPin() = default;
+  BufferPin(std::shared_ptr<HbmArena> arena, BufferId id);
+  ~BufferPin() { reset(); }
+  BufferPin(BufferPin&& o) noexcept : arena_(std::move(o.arena_)), id_(o.id_) { o.id_ = 0; }
+  BufferPin& operator=(BufferPin&& o) noexcept;
+  BufferPin(const BufferPin&) = delete;
+  BufferPin& operator=(const BufferPin&) = delete;
+  /// Unpins now (no-op when empty).
+  void reset() noexcept;
+
+ private:
+  std::shared_ptr<HbmArena> arena_;
+  BufferId id_ = 0;
+};
+
 /// One core's HBM arena. Thread-safe: every method takes the arena's mutex.
+///
+/// Defragmentation (after the TPU runtime's on-OOM compaction) slides every unpinned live buffer
+/// toward offset 0 in address order, around pinned buffers, shrinking each chunk to the policy's
+/// rounded size; contents move with memmove, lowest address first, which is safe because no
+/// buffer ever moves up. With nothing pinned, bfc, tlsf and first_fit end with one free block, so
+/// a request that fits in total free always succeeds after it; buddy keeps its alignment holes.
 class HbmArena {
  public:
   /// Throws InvalidArgumentError for an unknown policy or a capacity below the policy minimum,
@@ -94,6 +148,22 @@ class HbmArena {
   uint64_t size_bytes(BufferId id) const;
   uint64_t offset(BufferId id) const;
 
+  /// Compacts the arena now (see the class comment). Keeps every byte of every buffer.
+  DefragmentResult defragment();
+
+  /// Pins a live buffer: defragmentation never moves it until a matching unpin(). Pins nest.
+  /// Throws InvalidArgumentError for an unknown id.
+  void pin(BufferId id);
+  /// Undoes one pin(). A no-op for a buffer freed meanwhile (ids are never reused); throws
+  /// FailedPreconditionError for a live buffer that is not pinned.
+  void unpin(BufferId id);
+  bool is_pinned(BufferId id) const;
+
+  /// A 100-character picture of the arena: '#' bytes in use, '+' internal waste (chunk bytes
+  /// beyond the request: rounding, unsplit remainders), '.' free. Each character covers
+  /// capacity/100 bytes and shows whichever of the three holds most of them.
+  std::string occupancy_map() const;
+
   MemoryStats memory_stats() const;
   /// Policy consistency plus: every live buffer sits at an in-use chunk; byte counters agree.
   void check_consistency() const;
@@ -110,10 +180,18 @@ class HbmArena {
     uint64_t offset;
     uint64_t size_bytes;
     uint64_t chunk_bytes;
+    uint64_t logical_bytes;
+    uint64_t seq;  // allocation sequence number (num_allocs when it was made)
     std::string label;
+    int pins = 0;
   };
+  BufferId allocate_locked(uint64_t size_bytes, uint64_t logical_bytes, std::string label,
+                           const std::string& array_text);
   const Live& live_locked(BufferId id) const;
-  OomReport make_oom_report_locked(uint64_t size_bytes, const std::string& label) const;
+  DefragmentResult defragment_locked();
+  std::string occupancy_map_locked() const;
+  OomReport make_oom_report_locked(uint64_t size_bytes, uint64_t logical_bytes,
+                                   const std::string& label, const std::string& array_text) const;
 
   ArenaOptions options_;
   mutable std::mutex mu_;

@@ -26,6 +26,13 @@ void to_json(nlohmann::json& j, const MemoryStats& s) {
                      {"bytes_requested", s.bytes_requested},
                      {"total_free_bytes", s.total_free_bytes},
                      {"num_ooms", s.num_ooms},
+                     {"num_fragmentation_ooms", s.num_fragmentation_ooms},
+                     {"logical_bytes_in_use", s.logical_bytes_in_use},
+                     {"padding_bytes_in_use", s.bytes_requested - s.logical_bytes_in_use},
+                     {"num_defragmentations", s.num_defragmentations},
+                     {"defrag_buffers_moved", s.defrag_buffers_moved},
+                     {"defrag_bytes_moved", s.defrag_bytes_moved},
+                     {"defrag_time_ns", s.defrag_time_ns},
                      {"fragmentation", s.fragmentation()}};
 }
 

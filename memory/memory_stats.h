@@ -20,11 +20,18 @@ struct MemoryStats {
   uint64_t largest_free_block_bytes = 0;  // largest chunk an allocation could get right now
   uint64_t num_allocs = 0;                // allocations since creation (cumulative)
   // vtpu extras (not in JAX):
-  uint64_t num_frees = 0;         // frees since creation (cumulative)
-  uint64_t num_live_buffers = 0;  // buffers allocated and not yet freed
-  uint64_t bytes_requested = 0;   // sum of the sizes callers asked for, live buffers
-  uint64_t total_free_bytes = 0;  // sum of all free chunks
-  uint64_t num_ooms = 0;          // allocations that failed with out-of-memory
+  uint64_t num_frees = 0;               // frees since creation (cumulative)
+  uint64_t num_live_buffers = 0;        // buffers allocated and not yet freed
+  uint64_t bytes_requested = 0;         // sum of the sizes callers asked for, live buffers
+  uint64_t total_free_bytes = 0;        // sum of all free chunks
+  uint64_t num_ooms = 0;                // allocations that failed with out-of-memory
+  uint64_t num_fragmentation_ooms = 0;  // ... of which total free >= the rounded request
+  uint64_t logical_bytes_in_use = 0;    // live buffers' logical bytes (arrays: before tile
+                                        // padding; equals bytes_requested without arrays)
+  uint64_t num_defragmentations = 0;    // compactions run (explicit and automatic)
+  uint64_t defrag_buffers_moved = 0;    // buffers relocated by all compactions
+  uint64_t defrag_bytes_moved = 0;      // bytes copied by all compactions
+  uint64_t defrag_time_ns = 0;          // wall time spent compacting, nanoseconds
 
   /// 1 - largest_free_block / total_free; 0 when nothing is free.
   double fragmentation() const;

@@ -44,4 +44,10 @@ std::byte* DeviceBuffer::data() const {
   return p;
 }
 
+BufferPin DeviceBuffer::pin() const {
+  if (!arena_) throw FailedPreconditionError("pin() on an empty DeviceBuffer");
+  if (id_ == 0) return {};
+  return BufferPin(arena_, id_);
+}
+
 }  // namespace vtpu

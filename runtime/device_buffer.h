@@ -50,6 +50,11 @@ class DeviceBuffer {
     return {reinterpret_cast<T*>(data()), size_bytes_ / sizeof(T)};
   }
 
+  /// Pins the buffer so that defragmentation never moves it while the returned pin lives; hold
+  /// one for as long as an operation keeps a pointer from data(). An empty pin for 0 bytes.
+  /// Throws FailedPreconditionError on an empty handle.
+  BufferPin pin() const;
+
   /// The arena's id for this buffer (0 for a 0-byte buffer).
   BufferId id() const { return id_; }
   HbmArena* arena() const { return arena_.get(); }

@@ -42,14 +42,15 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
   cores_.reserve(static_cast<size_t>(options_.num_cores));
   for (int i = 0; i < options_.num_cores; ++i) {
     ArenaOptions a;
-    a.capacity_bytes = options_.hbm_bytes_per_core;
+    a.name = "default";
     a.policy = options_.allocator;
     a.backing = options_.hbm_backing;
-    a.core_id = i;
+    a.auto_defragment = options_.auto_defragment;
 #ifndef NDEBUG
     a.poison_freed = options_.hbm_backing;
 #endif
-    cores_.push_back(std::make_unique<VirtualCore>(i, a));
+    cores_.push_back(std::make_unique<VirtualCore>(
+        i, options_.hbm_bytes_per_core, ArenaLimit::fraction(options_.hbm_memory_fraction), a));
   }
 }
 

@@ -37,6 +37,15 @@ int64_t int_field(const nlohmann::json& j, const char* key) {
   return v.get<int64_t>();
 }
 
+bool bool_field(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_boolean()) {
+    throw InvalidArgumentError(std::string("options key '") + key + "' is " + v.dump() +
+                               " (expected true or false)");
+  }
+  return v.get<bool>();
+}
+
 }  // namespace
 
 void RuntimeOptions::validate() const {
@@ -56,6 +65,10 @@ void RuntimeOptions::validate() const {
                                " (expected 2..1024: ring steps hold a received slot while they "
                                "wait for a send slot, so a link needs double buffering)");
   }
+  if (!(hbm_memory_fraction > 0.0 && hbm_memory_fraction <= 1.0)) {
+    throw InvalidArgumentError("hbm_memory_fraction is " + std::to_string(hbm_memory_fraction) +
+                               " (expected 0 < fraction <= 1 of each core's total HBM)");
+  }
   const auto& policies = known_allocator_policies();
   if (std::find(policies.begin(), policies.end(), allocator) == policies.end()) {
     throw InvalidArgumentError("allocator is '" + allocator +
@@ -74,8 +87,9 @@ RuntimeOptions RuntimeOptions::from_json(const nlohmann::json& j) {
                                std::string(j.type_name()));
   }
   static const std::set<std::string> kKnown = {
-      "num_cores",      "hbm_bytes_per_core",   "allocator", "hbm_backing", "link_slot_bytes",
-      "link_num_slots", "collective_timeout_ms"};
+      "num_cores",       "hbm_bytes_per_core", "hbm_memory_fraction",
+      "allocator",       "auto_defragment",    "hbm_backing",
+      "link_slot_bytes", "link_num_slots",     "collective_timeout_ms"};
   for (const auto& [key, value] : j.items()) {
     if (!kKnown.contains(key)) {
       throw InvalidArgumentError("unknown runtime option '" + key + "' (known: " + join(kKnown) +
@@ -98,13 +112,16 @@ RuntimeOptions RuntimeOptions::from_json(const nlohmann::json& j) {
     }
     o.allocator = j.at("allocator").get<std::string>();
   }
-  if (j.contains("hbm_backing")) {
-    if (!j.at("hbm_backing").is_boolean()) {
-      throw InvalidArgumentError("options key 'hbm_backing' is " + j.at("hbm_backing").dump() +
-                                 " (expected true or false)");
+  if (j.contains("hbm_memory_fraction")) {
+    if (!j.at("hbm_memory_fraction").is_number()) {
+      throw InvalidArgumentError("options key 'hbm_memory_fraction' is " +
+                                 j.at("hbm_memory_fraction").dump() +
+                                 " (expected a number in (0, 1])");
     }
-    o.hbm_backing = j.at("hbm_backing").get<bool>();
+    o.hbm_memory_fraction = j.at("hbm_memory_fraction").get<double>();
   }
+  if (j.contains("hbm_backing")) o.hbm_backing = bool_field(j, "hbm_backing");
+  if (j.contains("auto_defragment")) o.auto_defragment = bool_field(j, "auto_defragment");
   if (j.contains("link_slot_bytes")) o.link_slot_bytes = bytes_field(j, "link_slot_bytes");
   if (j.contains("link_num_slots")) {
     const int64_t n = int_field(j, "link_num_slots");
@@ -146,7 +163,9 @@ RuntimeOptions RuntimeOptions::load_json_file(const std::string& path) {
 nlohmann::json RuntimeOptions::to_json() const {
   return nlohmann::json{{"num_cores", num_cores},
                         {"hbm_bytes_per_core", hbm_bytes_per_core},
+                        {"hbm_memory_fraction", hbm_memory_fraction},
                         {"allocator", allocator},
+                        {"auto_defragment", auto_defragment},
                         {"hbm_backing", hbm_backing},
                         {"link_slot_bytes", link_slot_bytes},
                         {"link_num_slots", link_num_slots},

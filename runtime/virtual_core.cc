@@ -2,9 +2,11 @@
 
 namespace vtpu {
 
-VirtualCore::VirtualCore(int core_id, const ArenaOptions& arena_options)
+VirtualCore::VirtualCore(int core_id, uint64_t hbm_total_bytes,
+                         const ArenaLimit& default_arena_limit, const ArenaOptions& arena_options)
     : core_id_(core_id),
-      hbm_(std::make_shared<HbmArena>(arena_options)),
+      device_(hbm_total_bytes, core_id),
+      hbm_(device_.create_arena(default_arena_limit, arena_options)),
       io_(1),
       work_(boost::asio::make_work_guard(io_)),
       thread_([this] { io_.run(); }) {}

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "memory/hbm_arena.h"
+#include "memory/hbm_device.h"
 
 namespace vtpu {
 
@@ -16,17 +17,23 @@ namespace vtpu {
 /// posted. The destructor drains the queue, then joins the thread.
 class VirtualCore {
  public:
-  /// Creates the arena (may throw InvalidArgumentError / ResourceExhaustedError) and starts the
-  /// core's thread.
-  VirtualCore(int core_id, const ArenaOptions& arena_options);
+  /// Creates the core's HBM device of `hbm_total_bytes` and its default arena (limit
+  /// `default_arena_limit`, options `arena_options`; may throw InvalidArgumentError /
+  /// ResourceExhaustedError), then starts the core's thread.
+  VirtualCore(int core_id, uint64_t hbm_total_bytes, const ArenaLimit& default_arena_limit,
+              const ArenaOptions& arena_options);
   ~VirtualCore();
   VirtualCore(const VirtualCore&) = delete;
   VirtualCore& operator=(const VirtualCore&) = delete;
 
   int core_id() const { return core_id_; }
+  /// The default arena (what allocations without a named pool use).
   HbmArena& hbm() { return *hbm_; }
   const HbmArena& hbm() const { return *hbm_; }
   const std::shared_ptr<HbmArena>& hbm_shared() const { return hbm_; }
+  /// The core's whole HBM: create further arenas (pools) here.
+  HbmDevice& hbm_device() { return device_; }
+  const HbmDevice& hbm_device() const { return device_; }
   boost::asio::io_context& io_context() { return io_; }
 
   /// Queues `fn` to run on this core's thread after everything queued before it. `fn` must not
@@ -40,6 +47,7 @@ class VirtualCore {
 
  private:
   const int core_id_;
+  HbmDevice device_;
   std::shared_ptr<HbmArena> hbm_;
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;

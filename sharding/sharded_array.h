@@ -65,7 +65,9 @@ class ShardedArray {
   std::vector<IndexRange> index_ranges(int device) const;
   /// Logical shape of the block `device` holds (may contain 0).
   std::vector<int64_t> local_shape(int device) const;
-  /// The block's elements, row-major over local_shape(device); empty for an empty block.
+  /// The block's elements, row-major over local_shape(device); empty for an empty block. The span
+  /// stays valid until the core's arena compacts; hold `buffer(device).pin()` while using it
+  /// across allocations.
   std::span<const float> local_data(int device) const;
   std::span<float> local_data(int device);
   /// The buffer of `device` (on core `device`).

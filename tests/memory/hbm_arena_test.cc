@@ -193,7 +193,14 @@ TEST(HbmArenaTest, MemoryStatsJsonHasJaxKeys) {
   EXPECT_EQ(j.at("total_free_bytes").get<uint64_t>(), kMiB - 3072);
   EXPECT_EQ(j.at("num_ooms").get<uint64_t>(), 0u);
   EXPECT_NEAR(j.at("fragmentation").get<double>(), 1024.0 / 1045504.0, 1e-15);
-  EXPECT_EQ(j.size(), 12u);
+  EXPECT_EQ(j.at("logical_bytes_in_use").get<uint64_t>(), 3000u);
+  EXPECT_EQ(j.at("padding_bytes_in_use").get<uint64_t>(), 0u);
+  EXPECT_EQ(j.at("num_fragmentation_ooms").get<uint64_t>(), 0u);
+  EXPECT_EQ(j.at("num_defragmentations").get<uint64_t>(), 0u);
+  EXPECT_EQ(j.at("defrag_buffers_moved").get<uint64_t>(), 0u);
+  EXPECT_EQ(j.at("defrag_bytes_moved").get<uint64_t>(), 0u);
+  EXPECT_EQ(j.at("defrag_time_ns").get<uint64_t>(), 0u);
+  EXPECT_EQ(j.size(), 19u);
 }
 
 TEST(HbmArenaTest, FragmentationRatio) {
@@ -381,6 +388,7 @@ TEST(HbmArenaTest, EightSixteenGiBArenasAtOnce) {
 ArenaOptions spec_arena_options() {
   ArenaOptions o = metadata_only(1200 * kMiB);
   o.core_id = 3;
+  o.auto_defragment = false;  // defragment_test.cc runs the same case with it
   return o;
 }
 
@@ -601,6 +609,7 @@ TEST_P(HbmArenaRandomTest, MatchesReferenceModel) {
   ArenaOptions options = with_backing ? backed(uniform(64 * kKiB, 512 * kKiB))
                                       : metadata_only(uniform(64 * kKiB, 4 * kMiB));
   options.core_id = static_cast<int>(seed);
+  options.auto_defragment = false;  // the model predicts plain BFC placement
   options.policy_options.max_internal_fragmentation_bytes =
       (seed / 2) % 2 == 0 ? 4 * kKiB : 128 * kMiB;
   HbmArena arena(options);

@@ -94,6 +94,8 @@ TEST(RuntimeOptionsTest, ToJsonRoundTrips) {
   o.link_slot_bytes = 4096;
   o.link_num_slots = 2;
   o.collective_timeout = 250ms;
+  o.hbm_memory_fraction = 0.5;
+  o.auto_defragment = false;
   const json j = o.to_json();
   EXPECT_EQ(j.at("num_cores").get<int>(), 3);
   EXPECT_EQ(j.at("hbm_bytes_per_core").get<uint64_t>(), 5 * kMiB + 256);
@@ -102,7 +104,9 @@ TEST(RuntimeOptionsTest, ToJsonRoundTrips) {
   EXPECT_EQ(j.at("link_slot_bytes").get<uint64_t>(), 4096u);
   EXPECT_EQ(j.at("link_num_slots").get<int>(), 2);
   EXPECT_EQ(j.at("collective_timeout_ms").get<int64_t>(), 250);
-  EXPECT_EQ(j.size(), 7u);
+  EXPECT_EQ(j.at("hbm_memory_fraction").get<double>(), 0.5);
+  EXPECT_FALSE(j.at("auto_defragment").get<bool>());
+  EXPECT_EQ(j.size(), 9u);
   const RuntimeOptions back = RuntimeOptions::from_json(j);
   EXPECT_EQ(back.num_cores, 3);
   EXPECT_EQ(back.hbm_bytes_per_core, 5 * kMiB + 256);
@@ -110,6 +114,8 @@ TEST(RuntimeOptionsTest, ToJsonRoundTrips) {
   EXPECT_EQ(back.link_slot_bytes, 4096u);
   EXPECT_EQ(back.link_num_slots, 2);
   EXPECT_EQ(back.collective_timeout, 250ms);
+  EXPECT_EQ(back.hbm_memory_fraction, 0.5);
+  EXPECT_FALSE(back.auto_defragment);
   // Also through text, where positive integers parse as unsigned.
   const RuntimeOptions text = RuntimeOptions::from_json(json::parse(j.dump()));
   EXPECT_EQ(text.hbm_bytes_per_core, 5 * kMiB + 256);
@@ -158,6 +164,8 @@ TEST(RuntimeOptionsTest, WrongTypesNameTheKeyAndValue) {
   expect_rejected(json{{"hbm_backing", 1}}, {"'hbm_backing'", "1"});
   expect_rejected(json{{"link_num_slots", nullptr}}, {"'link_num_slots'", "null"});
   expect_rejected(json{{"collective_timeout_ms", "30s"}}, {"'collective_timeout_ms'", "\"30s\""});
+  expect_rejected(json{{"hbm_memory_fraction", "0.5"}}, {"'hbm_memory_fraction'", "\"0.5\""});
+  expect_rejected(json{{"auto_defragment", 0}}, {"'auto_defragment'", "0"});
 }
 
 TEST(RuntimeOptionsTest, OutOfRangeValuesNameTheFieldAndRange) {
@@ -183,6 +191,8 @@ TEST(RuntimeOptionsTest, OutOfRangeValuesNameTheFieldAndRange) {
   expect_rejected(json{{"collective_timeout_ms", INT64_MAX}},
                   {"collective_timeout_ms is 9223372036854775807", "at most 7 days"});
   expect_rejected(json{{"collective_timeout_ms", -5}}, {"collective_timeout_ms is -5"});
+  expect_rejected(json{{"hbm_memory_fraction", 0}}, {"hbm_memory_fraction is 0", "0 < fraction"});
+  expect_rejected(json{{"hbm_memory_fraction", 1.25}}, {"hbm_memory_fraction is 1.25"});
 }
 
 TEST(RuntimeOptionsTest, ValidateChecksEachField) {

@@ -16,16 +16,23 @@ namespace {
 
 using namespace std::chrono_literals;
 
-ArenaOptions tiny_arena(int core_id) {
+constexpr uint64_t kTinyBytes = 64 * 1024;
+
+ArenaOptions tiny_arena() {
   ArenaOptions o;
-  o.capacity_bytes = 64 * 1024;
   o.backing = false;
-  o.core_id = core_id;
   return o;
 }
 
+// A core whose whole 64 KiB device is its default arena.
+std::unique_ptr<VirtualCore> tiny_core(int core_id, uint64_t total_bytes = kTinyBytes,
+                                       ArenaOptions o = tiny_arena()) {
+  return std::make_unique<VirtualCore>(core_id, total_bytes, ArenaLimit::fraction(1.0), o);
+}
+
 TEST(VirtualCoreTest, OwnsAnArenaWithItsCoreId) {
-  VirtualCore core(7, tiny_arena(7));
+  auto core_ptr = tiny_core(7);
+  VirtualCore& core = *core_ptr;
   EXPECT_EQ(core.core_id(), 7);
   EXPECT_EQ(core.hbm().core_id(), 7);
   EXPECT_EQ(core.hbm().capacity_bytes(), 64u * 1024);
@@ -33,7 +40,8 @@ TEST(VirtualCoreTest, OwnsAnArenaWithItsCoreId) {
 }
 
 TEST(VirtualCoreTest, RunsPostedWorkInOrderOnItsOwnThread) {
-  VirtualCore core(0, tiny_arena(0));
+  auto core_ptr = tiny_core(0);
+  VirtualCore& core = *core_ptr;
   EXPECT_FALSE(core.on_core_thread());
   std::vector<int> order;  // touched only on the core's thread until `done`
   std::vector<std::thread::id> threads;
@@ -61,7 +69,8 @@ TEST(VirtualCoreTest, RunsPostedWorkInOrderOnItsOwnThread) {
 TEST(VirtualCoreTest, DestructorDrainsTheQueue) {
   std::atomic<int> ran{0};
   {
-    VirtualCore core(0, tiny_arena(0));
+    auto core_ptr = tiny_core(0);
+    VirtualCore& core = *core_ptr;
     for (int i = 0; i < 10; ++i) {
       core.post([&] {
         std::this_thread::sleep_for(2ms);
@@ -73,18 +82,29 @@ TEST(VirtualCoreTest, DestructorDrainsTheQueue) {
 }
 
 TEST(VirtualCoreTest, ArenaErrorsPropagateFromTheConstructor) {
-  ArenaOptions o = tiny_arena(0);
-  o.capacity_bytes = 100;
-  EXPECT_THROW({ VirtualCore core(0, o); }, InvalidArgumentError);
-  o = tiny_arena(0);
+  EXPECT_THROW(tiny_core(0, 100), InvalidArgumentError);  // below BFC's 256 B chunk
+  EXPECT_THROW(tiny_core(0, 0), InvalidArgumentError);
+  ArenaOptions o = tiny_arena();
   o.policy = "no-such-policy";
-  EXPECT_THROW({ VirtualCore core(0, o); }, InvalidArgumentError);
+  EXPECT_THROW(tiny_core(0, kTinyBytes, o), InvalidArgumentError);
+}
+
+TEST(VirtualCoreTest, DefaultArenaTakesItsFractionAndLeavesRoomForPools) {
+  VirtualCore core(1, 1000 * 1024, ArenaLimit::fraction(0.75), tiny_arena());
+  EXPECT_EQ(core.hbm().capacity_bytes(), 750u * 1024);
+  EXPECT_EQ(core.hbm_device().total_bytes(), 1000u * 1024);
+  auto pool = core.hbm_device().create_arena(ArenaLimit::fraction(0.25), tiny_arena());
+  EXPECT_EQ(pool->capacity_bytes(), 250u * 1024);
+  EXPECT_EQ(pool->core_id(), 1);
+  EXPECT_THROW(core.hbm_device().create_arena(ArenaLimit::bytes(256), tiny_arena()),
+               ResourceExhaustedError);
 }
 
 TEST(VirtualCoreTest, ArenaOutlivesTheCoreThroughSharedOwnership) {
   std::shared_ptr<HbmArena> arena;
   {
-    VirtualCore core(2, tiny_arena(2));
+    auto core_ptr = tiny_core(2);
+    VirtualCore& core = *core_ptr;
     arena = core.hbm_shared();
   }
   const BufferId id = arena->allocate(1000);
