@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install the Debian packages needed to build and test vtpu. Idempotent: when
 # everything is already installed it prints one line and never touches apt.
+# libprotobuf-dev + protobuf-compiler build the pprof profile.proto (memory/);
+# golang-go provides `go tool pprof`, which the memory profile tests run.
 #
 # Usage: scripts/install-deps.sh [--bench] [--mpi]
 #   --bench   also install python3-torch (PyTorch DDP comparison, bench/ddp/)
@@ -9,13 +11,13 @@ set -euo pipefail
 
 pkgs=(build-essential cmake g++ libtbb-dev libboost-dev nlohmann-json3-dev
       libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev libcli11-dev
-      zlib1g-dev)
+      zlib1g-dev libprotobuf-dev protobuf-compiler golang-go)
 
 for arg in "$@"; do
   case "$arg" in
     --bench) pkgs+=(python3-torch) ;;
     --mpi) pkgs+=(libopenmpi-dev openmpi-bin) ;;
-    -h|--help) sed -n '2,7s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,9s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "install-deps: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
