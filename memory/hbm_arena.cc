@@ -158,8 +158,8 @@ BufferId HbmArena::allocate_locked(uint64_t size_bytes, uint64_t logical_bytes, 
     throw OutOfMemoryError(std::move(report));
   }
   const BufferId id = next_id_++;
-  live_.emplace(id, Live{a->offset, size_bytes, a->chunk_bytes, logical_bytes, stats_.num_allocs,
-                         std::move(label)});
+  live_.emplace(id, Live{a->offset, size_bytes, a->chunk_bytes, logical_bytes,
+                         stats_.num_allocs + 1, std::move(label)});
   stats_.bytes_in_use += a->chunk_bytes;
   stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
   stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, a->chunk_bytes);
@@ -408,6 +408,31 @@ void HbmArena::unpin(BufferId id) {
 bool HbmArena::is_pinned(BufferId id) const {
   std::lock_guard lock(mu_);
   return live_locked(id).pins > 0;
+}
+
+std::vector<MemoryChunkRecord> HbmArena::chunk_records() const {
+  std::lock_guard lock(mu_);
+  std::unordered_map<uint64_t, const Live*> by_offset;
+  by_offset.reserve(live_.size());
+  for (const auto& [id, b] : live_) by_offset.emplace(b.offset, &b);
+  std::vector<MemoryChunkRecord> out;
+  policy_->walk([&](const ChunkInfo& c) {
+    MemoryChunkRecord r;
+    r.core_id = core_id();
+    r.offset = c.offset;
+    r.chunk_bytes = c.size_bytes;
+    r.in_use = c.in_use;
+    if (c.in_use) {
+      auto it = by_offset.find(c.offset);
+      if (it != by_offset.end()) {
+        r.requested_bytes = it->second->size_bytes;
+        r.label = it->second->label;
+        r.alloc_seq = it->second->seq;
+      }
+    }
+    out.push_back(std::move(r));
+  });
+  return out;
 }
 
 std::string HbmArena::occupancy_map() const {

@@ -20,6 +20,7 @@
 
 #include "common/error.h"
 #include "memory/allocator_policy.h"
+#include "memory/memory_profile.h"
 #include "memory/memory_stats.h"
 
 namespace vtpu {
@@ -163,6 +164,10 @@ class HbmArena {
   /// beyond the request: rounding, unsplit remainders), '.' free. Each character covers
   /// capacity/100 bytes and shows whichever of the three holds most of them.
   std::string occupancy_map() const;
+
+  /// Every chunk in address order, in use (with label, requested bytes and allocation sequence
+  /// number, from 1) or free: the input of encode_pprof() and memory_snapshot_json().
+  std::vector<MemoryChunkRecord> chunk_records() const;
 
   MemoryStats memory_stats() const;
   /// Policy consistency plus: every live buffer sits at an in-use chunk; byte counters agree.

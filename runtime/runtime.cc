@@ -180,4 +180,21 @@ void Runtime::notify_abort(int failed_core, const std::exception_ptr& error) {
   }
 }
 
+std::vector<MemoryChunkRecord> Runtime::memory_chunk_records() const {
+  std::vector<MemoryChunkRecord> all;
+  for (const auto& core : cores_) {
+    std::vector<MemoryChunkRecord> one = core->hbm().chunk_records();
+    all.insert(all.end(), std::make_move_iterator(one.begin()), std::make_move_iterator(one.end()));
+  }
+  return all;
+}
+
+void Runtime::save_device_memory_profile(const std::string& path) const {
+  write_pprof(path, memory_chunk_records());
+}
+
+void Runtime::save_memory_snapshot(const std::string& path) const {
+  write_memory_snapshot(path, memory_chunk_records());
+}
+
 }  // namespace vtpu

@@ -57,6 +57,16 @@ class Runtime {
   /// Allocates from the host side (e.g. to scatter data). Throws like CoreContext::allocate.
   DeviceBuffer allocate(int core_id, uint64_t size_bytes, std::string label = {});
 
+  /// The chunks of every core's default arena, core 0 first (see HbmArena::chunk_records).
+  std::vector<MemoryChunkRecord> memory_chunk_records() const;
+  /// Writes a gzipped pprof profile of the live buffers of every core, as
+  /// jax.profiler.save_device_memory_profile does (see memory/memory_profile.h). Throws as
+  /// write_pprof(). Thread-safe; buffers allocated or freed meanwhile may or may not appear.
+  void save_device_memory_profile(const std::string& path) const;
+  /// Writes the JSON chunk snapshot of every core (memory_snapshot_json). Throws as
+  /// write_memory_snapshot().
+  void save_memory_snapshot(const std::string& path) const;
+
   /// Registers a handler; returns an id for remove_abort_handler. Thread-safe. After
   /// remove_abort_handler returns, the handler is not running and will not run again.
   int add_abort_handler(AbortHandler handler);

@@ -12,9 +12,11 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -757,6 +759,52 @@ TEST(DeviceBufferTest, DebugBuildsPoisonFreedBytes) {
   for (size_t i = 0; i < 1024; ++i) ASSERT_EQ(again.data()[i], std::byte{0xDB}) << i;
 }
 #endif
+
+}  // namespace
+}  // namespace vtpu
+
+namespace vtpu {
+namespace {
+
+TEST(RuntimeMemoryProfileTest, ChunkRecordsAndFilesCoverEveryCore) {
+  RuntimeOptions o;
+  o.num_cores = 2;
+  o.hbm_bytes_per_core = 1 << 20;
+  Runtime rt(o);
+  DeviceBuffer a = rt.allocate(0, 1000, "weights");
+  DeviceBuffer b = rt.allocate(1, 3000, "acts");
+  DeviceBuffer c = rt.allocate(1, 256, "bias");
+  const std::vector<MemoryChunkRecord> records = rt.memory_chunk_records();
+  // Core 0: weights (1024-byte chunk) + one free chunk; core 1: acts (3072), bias (256), free.
+  ASSERT_EQ(records.size(), 5u);
+  EXPECT_EQ(records[0].core_id, 0);
+  EXPECT_EQ(records[0].label, "weights");
+  EXPECT_EQ(records[0].requested_bytes, 1000u);
+  EXPECT_EQ(records[0].chunk_bytes, 1024u);
+  EXPECT_EQ(records[0].alloc_seq, 1u);
+  EXPECT_FALSE(records[1].in_use);
+  EXPECT_EQ(records[1].chunk_bytes, (1u << 20) - 1024);
+  EXPECT_EQ(records[2].core_id, 1);
+  EXPECT_EQ(records[2].label, "acts");
+  EXPECT_EQ(records[3].label, "bias");
+  EXPECT_EQ(records[3].offset, 3072u);
+  EXPECT_EQ(records[3].alloc_seq, 2u);  // per core, from 1
+
+  const std::string dir = ::testing::TempDir();
+  const std::string prof = dir + "/vtpu_runtime_profile.prof";
+  const std::string snap = dir + "/vtpu_runtime_snapshot.json";
+  rt.save_device_memory_profile(prof);
+  rt.save_memory_snapshot(snap);
+  std::ifstream in(prof, std::ios::binary);
+  unsigned char magic[2] = {0, 0};
+  in.read(reinterpret_cast<char*>(magic), 2);
+  EXPECT_EQ(magic[0], 0x1f);  // gzip
+  EXPECT_EQ(magic[1], 0x8b);
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(snap));
+  ASSERT_EQ(j.at("segments").size(), 2u);
+  EXPECT_EQ(j.at("segments")[1].at("blocks").size(), 3u);
+  EXPECT_THROW(rt.save_memory_snapshot(dir + "/no/such/dir/x.json"), Error);
+}
 
 }  // namespace
 }  // namespace vtpu
