@@ -70,7 +70,7 @@ class HeapPlan {
   const std::vector<BufferInterval>& intervals() const { return intervals_; }
   /// Offset in bytes of interval i, in interval order.
   const std::vector<uint64_t>& offsets() const { return offsets_; }
-  /// Bytes interval i occupies: its bytes rounded up to the alignment.
+  /// Bytes interval i (< size()) occupies: its bytes rounded up to the alignment.
   uint64_t placed_bytes(size_t i) const;
   size_t size() const { return intervals_.size(); }
   uint64_t alignment_bytes() const { return alignment_bytes_; }
@@ -112,7 +112,8 @@ class HeapPlan {
 /// heap kept. Zero intervals give an empty plan with heap_bytes 0.
 /// Throws InvalidArgumentError naming the interval (index and label) for bytes == 0 (an arena
 /// never allocates 0 bytes, so a plan holds only real buffers), start > end, or bytes that
-/// overflow when rounded to the alignment; and for alignment_bytes == 0.
+/// overflow when rounded to the alignment; for alignment_bytes == 0; and when the heap would pass
+/// 2^64 bytes. Thread-safe (no shared state).
 HeapPlan plan_heap(std::vector<BufferInterval> intervals, const HeapPlannerOptions& options = {});
 
 }  // namespace vtpu

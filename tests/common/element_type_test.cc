@@ -12,19 +12,17 @@ namespace vtpu {
 namespace {
 
 TEST(ElementTypeTest, SizesFollowXla) {
-  EXPECT_EQ(element_size_bytes(ElementType::kPred), 1u);
-  EXPECT_EQ(element_size_bytes(ElementType::kS8), 1u);
-  EXPECT_EQ(element_size_bytes(ElementType::kU8), 1u);
-  EXPECT_EQ(element_size_bytes(ElementType::kS16), 2u);
-  EXPECT_EQ(element_size_bytes(ElementType::kU16), 2u);
-  EXPECT_EQ(element_size_bytes(ElementType::kF16), 2u);
-  EXPECT_EQ(element_size_bytes(ElementType::kBf16), 2u);
-  EXPECT_EQ(element_size_bytes(ElementType::kS32), 4u);
-  EXPECT_EQ(element_size_bytes(ElementType::kU32), 4u);
-  EXPECT_EQ(element_size_bytes(ElementType::kF32), 4u);
-  EXPECT_EQ(element_size_bytes(ElementType::kS64), 8u);
-  EXPECT_EQ(element_size_bytes(ElementType::kU64), 8u);
-  EXPECT_EQ(element_size_bytes(ElementType::kF64), 8u);
+  const struct {
+    ElementType type;
+    uint64_t bytes;
+  } want[] = {{ElementType::kPred, 1}, {ElementType::kS8, 1},  {ElementType::kU8, 1},
+              {ElementType::kS16, 2},  {ElementType::kU16, 2}, {ElementType::kF16, 2},
+              {ElementType::kBf16, 2}, {ElementType::kS32, 4}, {ElementType::kU32, 4},
+              {ElementType::kF32, 4},  {ElementType::kS64, 8}, {ElementType::kU64, 8},
+              {ElementType::kF64, 8}};
+  for (const auto& w : want) {
+    EXPECT_EQ(element_size_bytes(w.type), w.bytes) << element_type_name(w.type);
+  }
 }
 
 TEST(ElementTypeTest, NamesAreXlaLowerCase) {

@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "memory/hbm_arena.h"
+#include "tests/memory/bfc_reference_model.h"  // expect_same_chunks
 #include "tests/memory/plan_replay.h"
 #include "tests/sharding/expect_invalid.h"
 
@@ -21,6 +22,7 @@ namespace vtpu {
 namespace {
 
 using testing::expect_invalid;
+using testing::expect_same_chunks;
 using ::testing::HasSubstr;
 
 // x 1000 B live [0,2], y 300 B live [1,3], z 2000 B live [3,4]; 256-byte alignment.
@@ -45,15 +47,6 @@ std::vector<ChunkInfo> walk_all(const AllocatorPolicy& p) {
   std::vector<ChunkInfo> out;
   p.walk([&](const ChunkInfo& c) { out.push_back(c); });
   return out;
-}
-
-void expect_chunks(const std::vector<ChunkInfo>& got, const std::vector<ChunkInfo>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(got[i].offset, want[i].offset) << "chunk " << i;
-    EXPECT_EQ(got[i].size_bytes, want[i].size_bytes) << "chunk " << i;
-    EXPECT_EQ(got[i].in_use, want[i].in_use) << "chunk " << i;
-  }
 }
 
 PolicyAllocation must_allocate(PlannedPolicy& p, uint64_t size_bytes) {
@@ -90,8 +83,8 @@ TEST(PlannedPolicyTest, HandsOutPlannedOffsetsInAllocationOrderAndWraps) {
   PolicyAllocation y = must_allocate(p, 300);
   EXPECT_EQ(y.offset, 2048u);
   EXPECT_EQ(y.chunk_bytes, 512u);
-  expect_chunks(walk_all(p),
-                {{0, 1024, true}, {1024, 1024, false}, {2048, 512, true}, {2560, 1536, false}});
+  expect_same_chunks(
+      walk_all(p), {{0, 1024, true}, {1024, 1024, false}, {2048, 512, true}, {2560, 1536, false}});
   EXPECT_EQ(p.total_free_bytes(), 4096u - 1536u);
   EXPECT_EQ(p.largest_free_block_bytes(), 1536u);
   EXPECT_EQ(p.free(0), 1024u);
@@ -99,14 +92,14 @@ TEST(PlannedPolicyTest, HandsOutPlannedOffsetsInAllocationOrderAndWraps) {
   PolicyAllocation z = must_allocate(p, 2000);
   EXPECT_EQ(z.offset, 0u);
   EXPECT_EQ(z.chunk_bytes, 2048u);
-  expect_chunks(walk_all(p), {{0, 2048, true}, {2048, 512, true}, {2560, 1536, false}});
+  expect_same_chunks(walk_all(p), {{0, 2048, true}, {2048, 512, true}, {2560, 1536, false}});
   // The last buffer wraps the cursor: the next allocate starts the next step.
   EXPECT_EQ(p.allocation_index(), 0u);
   EXPECT_EQ(p.num_replays(), 1u);
   EXPECT_EQ(p.free(2048), 512u);
   EXPECT_EQ(p.free(0), 2048u);
   p.check_consistency();
-  expect_chunks(walk_all(p), {{0, 4096, false}});
+  expect_same_chunks(walk_all(p), {{0, 4096, false}});
   EXPECT_EQ(must_allocate(p, 1000).offset, 0u);
   EXPECT_EQ(p.allocation_index(), 1u);
 }

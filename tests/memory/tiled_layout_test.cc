@@ -22,6 +22,15 @@ constexpr ElementType kF32 = ElementType::kF32;
 constexpr ElementType kBf16 = ElementType::kBf16;
 constexpr ElementType kS8 = ElementType::kS8;
 
+// Expects the logical and padded bytes of `dims` under the TPU default layout.
+void expect_default_bytes(ElementType type, const Dims& dims, uint64_t logical, uint64_t padded) {
+  const ArrayBytes b = array_bytes(type, dims);
+  const std::string shape =
+      shape_to_string(type, dims, tpu_default_layout(type, static_cast<int64_t>(dims.size())));
+  EXPECT_EQ(b.logical_bytes, logical) << shape;
+  EXPECT_EQ(b.padded_bytes, padded) << shape;
+}
+
 TEST(TiledLayoutTest, DefaultLayoutsPerElementType) {
   EXPECT_EQ(tpu_default_layout(kF32, 2).to_string(), "{1,0:T(8,128)}");
   EXPECT_EQ(tpu_default_layout(ElementType::kS32, 2).to_string(), "{1,0:T(8,128)}");
@@ -80,40 +89,28 @@ TEST(TiledLayoutTest, Bf16PacksRowPairsWithoutExtraPadding) {
   // (8,128)(2,1): the second tile splits the 8x128 tile into (4,128,2,1), no padding.
   EXPECT_EQ(tiled_physical_dimensions(Dims{8, 128}, tpu_default_layout(kBf16, 2)),
             (std::vector<uint64_t>{1, 1, 4, 128, 2, 1}));
-  ArrayBytes b = array_bytes(kBf16, Dims{8, 128});
-  EXPECT_EQ(b.logical_bytes, 2048u);
-  EXPECT_EQ(b.padded_bytes, 2048u);
-  b = array_bytes(kBf16, Dims{512, 1024});
-  EXPECT_EQ(b.logical_bytes, 1'048'576u);
-  EXPECT_EQ(b.padded_bytes, 1'048'576u);
+  expect_default_bytes(kBf16, {8, 128}, 2048, 2048);
+  expect_default_bytes(kBf16, {512, 1024}, 1'048'576, 1'048'576);
   // bf16[9,130]: 2 x 2 tiles of 1024 elements, 2 bytes each.
-  b = array_bytes(kBf16, Dims{9, 130});
-  EXPECT_EQ(b.logical_bytes, 2340u);
-  EXPECT_EQ(b.padded_bytes, 8192u);
+  expect_default_bytes(kBf16, {9, 130}, 2340, 8192);
   // bf16[3,5]: one tile.
-  EXPECT_EQ(array_bytes(kBf16, Dims{3, 5}).padded_bytes, 2048u);
+  expect_default_bytes(kBf16, {3, 5}, 30, 2048);
 }
 
 TEST(TiledLayoutTest, S8AndPredPackFourRows) {
   EXPECT_EQ(tiled_physical_dimensions(Dims{3, 5}, tpu_default_layout(kS8, 2)),
             (std::vector<uint64_t>{1, 1, 2, 128, 4, 1}));
-  ArrayBytes b = array_bytes(kS8, Dims{3, 5});
-  EXPECT_EQ(b.logical_bytes, 15u);
-  EXPECT_EQ(b.padded_bytes, 1024u);
-  b = array_bytes(kS8, Dims{32, 256});
-  EXPECT_EQ(b.logical_bytes, 8192u);
-  EXPECT_EQ(b.padded_bytes, 8192u);
+  expect_default_bytes(kS8, {3, 5}, 15, 1024);
+  expect_default_bytes(kS8, {32, 256}, 8192, 8192);
   // s8[33,100]: 5 row tiles x 1 column tile of 1024 one-byte elements.
-  b = array_bytes(kS8, Dims{33, 100});
-  EXPECT_EQ(b.logical_bytes, 3300u);
-  EXPECT_EQ(b.padded_bytes, 5120u);
-  EXPECT_EQ(array_bytes(ElementType::kPred, Dims{3, 5}).padded_bytes, 1024u);
+  expect_default_bytes(kS8, {33, 100}, 3300, 5120);
+  expect_default_bytes(ElementType::kPred, {3, 5}, 15, 1024);
 }
 
 TEST(TiledLayoutTest, SixtyFourBitTypesUseEightByteElements) {
-  EXPECT_EQ(array_bytes(ElementType::kS64, Dims{8, 128}).padded_bytes, 8192u);
-  EXPECT_EQ(array_bytes(ElementType::kF64, Dims{3, 5}).padded_bytes, 8192u);
-  EXPECT_EQ(array_bytes(ElementType::kF64, Dims{3, 5}).logical_bytes, 120u);
+  expect_default_bytes(ElementType::kS64, {8, 128}, 8192, 8192);
+  expect_default_bytes(ElementType::kU64, {8, 129}, 8256, 16384);
+  expect_default_bytes(ElementType::kF64, {3, 5}, 120, 8192);
 }
 
 TEST(TiledLayoutTest, RankZeroAndRankOne) {
