@@ -36,6 +36,8 @@ struct Layout {
 
 }  // namespace
 
+int64_t mlp_num_parameters(int64_t hidden) { return Layout{hidden}.size(); }
+
 std::vector<float> mlp_init_parameters(int64_t hidden, uint64_t seed) {
   const Layout l{hidden};
   // Glorot/Xavier uniform weights, zero biases (Glorot & Bengio 2010; PyTorch's

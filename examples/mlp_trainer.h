@@ -60,6 +60,9 @@ void to_json(nlohmann::json& j, const MlpResult& r);
 MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig& config,
                     const std::function<void(int64_t step, double loss)>& on_log = {});
 
+/// Parameters of the 64 -> hidden -> 10 MLP: 64 * hidden + hidden + hidden * 10 + 10 (elements).
+int64_t mlp_num_parameters(int64_t hidden);
+
 /// The initial flat parameters [W1 (64 x hidden), b1 (hidden), W2 (hidden x 10), b2 (10)]:
 /// Glorot/Xavier-uniform weights, zero biases, from mt19937_64(seed).
 std::vector<float> mlp_init_parameters(int64_t hidden, uint64_t seed);
