@@ -137,6 +137,19 @@ BufferId HbmArena::allocate(uint64_t size_bytes, std::string label) {
   return allocate_locked(size_bytes, size_bytes, std::move(label), {});
 }
 
+BufferId HbmArena::allocate_array(ElementType type, std::span<const int64_t> dims,
+                                  const std::optional<Layout>& layout, std::string label) {
+  const Layout l = layout ? *layout : tpu_default_layout(type, static_cast<int64_t>(dims.size()));
+  const ArrayBytes bytes = array_bytes(type, dims, l);
+  const std::string text = shape_to_string(type, dims, l);
+  if (bytes.padded_bytes == 0) {
+    throw InvalidArgumentError("array " + text + " on core " + std::to_string(core_id()) +
+                               " has no elements (expected at least one)");
+  }
+  std::lock_guard lock(mu_);
+  return allocate_locked(bytes.padded_bytes, bytes.logical_bytes, std::move(label), text);
+}
+
 BufferId HbmArena::allocate_locked(uint64_t size_bytes, uint64_t logical_bytes, std::string label,
                                    const std::string& array_text) {
   std::optional<PolicyAllocation> a = policy_->allocate(size_bytes);

@@ -14,6 +14,8 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -22,6 +24,7 @@
 #include "memory/allocator_policy.h"
 #include "memory/memory_profile.h"
 #include "memory/memory_stats.h"
+#include "memory/tiled_layout.h"
 
 namespace vtpu {
 
@@ -30,7 +33,6 @@ using BufferId = uint64_t;
 
 struct ArenaOptions {
   uint64_t capacity_bytes = uint64_t{16} << 30;  // bytes of HBM; default 16 GiB
-  std::string name;                              // pool name for messages ("" = unnamed)
   std::string policy = "bfc";                    // allocator policy name
   PolicyOptions policy_options;                  // policy tuning
   bool backing = true;        // true: real bytes (lazy mmap); false: offsets only, data() is null
@@ -39,6 +41,7 @@ struct ArenaOptions {
   /// On an allocation that fails although total free >= the rounded request, compact the arena
   /// and retry once, as the TPU runtime does. Ignored by policies that cannot relocate (planned).
   bool auto_defragment = true;
+  std::string name;  // pool name for messages ("" = unnamed)
 };
 
 /// What one compaction did. Sizes in bytes.
@@ -139,6 +142,17 @@ class HbmArena {
   /// Allocates `size_bytes` (>= 1). Throws InvalidArgumentError for 0 and OutOfMemoryError
   /// (ResourceExhausted) with a full report when no free chunk fits.
   BufferId allocate(uint64_t size_bytes, std::string label = {});
+  /// Allocates an array of `type` and logical shape `dims` stored in `layout` (default: the TPU
+  /// default layout, tpu_default_layout) and charges the arena its PADDED bytes (XLA's tiled
+  /// layout rules, memory/tiled_layout.h); stats count the logical bytes separately
+  /// (logical_bytes_in_use). Example: f32[256,512,128,2] holds 134,217,728 logical bytes but
+  /// takes 8,589,934,592. Throws InvalidArgumentError for a bad shape or layout (and for a
+  /// zero-element array), OutOfMemoryError whose report gives the logical and padded bytes and the
+  /// expansion factor.
+  BufferId allocate_array(ElementType type, std::span<const int64_t> dims,
+                          const std::optional<Layout>& layout = std::nullopt,
+                          std::string label = {});
+
   /// Frees a live buffer. Throws InvalidArgumentError for an unknown id.
   void free(BufferId id);
 

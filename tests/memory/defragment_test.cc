@@ -15,6 +15,7 @@
 #include "common/units.h"
 #include "memory/allocator_policy.h"
 #include "memory/hbm_arena.h"
+#include "memory/heap_planner.h"
 
 namespace vtpu {
 namespace {
@@ -301,6 +302,26 @@ TEST(OccupancyMapTest, OomReportCarriesBinsMapAndJson) {
     EXPECT_EQ(j.at("defragmented"), true);
     EXPECT_EQ(j.at("expansion"), 1.0);
   }
+}
+
+}  // namespace
+}  // namespace vtpu
+
+namespace vtpu {
+namespace {
+
+TEST(DefragmentTest, PlannedPolicyIsNeverCompacted) {
+  const std::vector<BufferInterval> intervals = {{1024, 0, 1, "a"}, {2048, 1, 2, "b"}};
+  ArenaOptions o = options(64 * 1024, /*backing=*/false, "planned");
+  o.policy_options.heap_plan = std::make_shared<const HeapPlan>(plan_heap(intervals));
+  HbmArena arena(o);
+  const BufferId a = arena.allocate(1024);
+  const uint64_t offset = arena.offset(a);
+  const DefragmentResult r = arena.defragment();
+  EXPECT_FALSE(r.supported);
+  EXPECT_EQ(r.buffers_moved, 0u);
+  EXPECT_EQ(arena.offset(a), offset);
+  EXPECT_EQ(arena.memory_stats().num_defragmentations, 0u);
 }
 
 }  // namespace
