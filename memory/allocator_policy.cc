@@ -8,6 +8,54 @@
 
 namespace vtpu {
 
+uint64_t round_up_to_granule(uint64_t size_bytes, uint64_t granule_bytes) {
+  if (size_bytes == 0) throw InvalidArgumentError("allocation of 0 bytes (expected >= 1)");
+  const uint64_t max_rounded = ~uint64_t{0} / granule_bytes * granule_bytes;
+  if (size_bytes > max_rounded) return max_rounded;  // saturate: can never fit, never overflows
+  return (size_bytes + granule_bytes - 1) / granule_bytes * granule_bytes;
+}
+
+uint64_t capacity_in_granules(std::string_view policy, uint64_t capacity_bytes,
+                              uint64_t granule_bytes) {
+  const uint64_t rounded = capacity_bytes / granule_bytes * granule_bytes;
+  if (rounded == 0) {
+    throw InvalidArgumentError(std::string(policy) + " capacity " + std::to_string(capacity_bytes) +
+                               " bytes is below the " + std::to_string(granule_bytes) +
+                               "-byte minimum chunk");
+  }
+  return rounded;
+}
+
+void check_rebuild_input(const AllocatorPolicy& policy, std::string_view policy_label,
+                         std::span<const ChunkInfo> in_use, std::string_view size_rule,
+                         const std::function<bool(uint64_t)>& is_valid_size) {
+  const uint64_t capacity = policy.capacity_bytes();
+  uint64_t end = 0;  // where the previous chunk ends
+  for (size_t i = 0; i < in_use.size(); ++i) {
+    const ChunkInfo& c = in_use[i];
+    auto fail = [&](const std::string& rule) {
+      throw InvalidArgumentError(std::string(policy_label) + " rebuild: chunk " +
+                                 std::to_string(i) + " at offset " + std::to_string(c.offset) +
+                                 " of " + std::to_string(c.size_bytes) + " bytes " + rule);
+    };
+    if (!is_valid_size(c.size_bytes)) {
+      fail("has a size the policy cannot hand out (expected " + std::string(size_rule) + ")");
+    }
+    if (c.size_bytes > capacity || c.offset > capacity - c.size_bytes) {
+      fail("lies outside the range (expected within [0, " + std::to_string(capacity) + "))");
+    }
+    if (c.offset < end) {
+      fail("is out of address order or overlaps the previous chunk, which ends at " +
+           std::to_string(end));
+    }
+    const uint64_t alignment = policy.placement_alignment(c.size_bytes);
+    if (c.offset % alignment != 0) {
+      fail("is not placed at a multiple of " + std::to_string(alignment) + " bytes");
+    }
+    end = c.offset + c.size_bytes;
+  }
+}
+
 const std::vector<std::string>& known_allocator_policies() {
   static const std::vector<std::string> kNames = {"bfc"};
   return kNames;
