@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "common/strings.h"
 #include "memory/bfc_policy.h"
+#include "memory/tlsf_policy.h"
 
 namespace vtpu {
 
@@ -57,7 +58,7 @@ void check_rebuild_input(const AllocatorPolicy& policy, std::string_view policy_
 }
 
 const std::vector<std::string>& known_allocator_policies() {
-  static const std::vector<std::string> kNames = {"bfc"};
+  static const std::vector<std::string> kNames = {"bfc", "tlsf"};
   return kNames;
 }
 
@@ -65,6 +66,7 @@ std::unique_ptr<AllocatorPolicy> make_allocator_policy(std::string_view name,
                                                        uint64_t capacity_bytes,
                                                        const PolicyOptions& options) {
   if (name == "bfc") return std::make_unique<BfcPolicy>(capacity_bytes, options);
+  if (name == "tlsf") return std::make_unique<TlsfPolicy>(capacity_bytes);
   throw InvalidArgumentError("unknown allocator policy '" + std::string(name) +
                              "' (expected one of: " + join(known_allocator_policies()) + ")");
 }
