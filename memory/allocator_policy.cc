@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "common/strings.h"
 #include "memory/bfc_policy.h"
+#include "memory/buddy_policy.h"
 #include "memory/first_fit_policy.h"
 #include "memory/tlsf_policy.h"
 
@@ -59,7 +60,7 @@ void check_rebuild_input(const AllocatorPolicy& policy, std::string_view policy_
 }
 
 const std::vector<std::string>& known_allocator_policies() {
-  static const std::vector<std::string> kNames = {"bfc", "tlsf", "first_fit"};
+  static const std::vector<std::string> kNames = {"bfc", "tlsf", "first_fit", "buddy"};
   return kNames;
 }
 
@@ -69,6 +70,7 @@ std::unique_ptr<AllocatorPolicy> make_allocator_policy(std::string_view name,
   if (name == "bfc") return std::make_unique<BfcPolicy>(capacity_bytes, options);
   if (name == "tlsf") return std::make_unique<TlsfPolicy>(capacity_bytes);
   if (name == "first_fit") return std::make_unique<FirstFitPolicy>(capacity_bytes);
+  if (name == "buddy") return std::make_unique<BuddyPolicy>(capacity_bytes);
   throw InvalidArgumentError("unknown allocator policy '" + std::string(name) +
                              "' (expected one of: " + join(known_allocator_policies()) + ")");
 }
