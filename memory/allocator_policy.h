@@ -124,11 +124,11 @@ struct PolicyOptions {
   std::shared_ptr<const HeapPlan> heap_plan;
 };
 
-/// Names make_allocator_policy accepts, e.g. {"bfc"}.
+/// Names make_allocator_policy accepts: {"bfc", "tlsf", "first_fit", "buddy"}.
 const std::vector<std::string>& known_allocator_policies();
 
-/// Creates a policy by name: "bfc". Throws InvalidArgumentError naming the unknown policy and
-/// listing the known ones.
+/// Creates a policy by name: "bfc", "tlsf", "first_fit" or "buddy". Throws InvalidArgumentError
+/// naming the unknown policy and listing the known ones.
 std::unique_ptr<AllocatorPolicy> make_allocator_policy(std::string_view name,
                                                        uint64_t capacity_bytes,
                                                        const PolicyOptions& options = {});
