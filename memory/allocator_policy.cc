@@ -59,6 +59,17 @@ void check_rebuild_input(const AllocatorPolicy& policy, std::string_view policy_
   }
 }
 
+void for_each_tile(uint64_t capacity_bytes, std::span<const ChunkInfo> in_use,
+                   const std::function<void(uint64_t, uint64_t, bool)>& fn) {
+  uint64_t cursor = 0;
+  for (const ChunkInfo& c : in_use) {
+    if (c.offset > cursor) fn(cursor, c.offset - cursor, false);
+    fn(c.offset, c.size_bytes, true);
+    cursor = c.offset + c.size_bytes;
+  }
+  if (cursor < capacity_bytes) fn(cursor, capacity_bytes - cursor, false);
+}
+
 const std::vector<std::string>& known_allocator_policies() {
   static const std::vector<std::string> kNames = {"bfc", "tlsf", "first_fit", "buddy"};
   return kNames;

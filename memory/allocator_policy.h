@@ -111,6 +111,12 @@ void check_rebuild_input(const AllocatorPolicy& policy, std::string_view policy_
                          std::span<const ChunkInfo> in_use, std::string_view size_rule,
                          const std::function<bool(uint64_t)>& is_valid_size);
 
+/// For rebuild(): calls `fn(offset, size_bytes, in_use)` for every tile of [0, capacity_bytes) in
+/// address order: each chunk of `in_use` (checked by check_rebuild_input) and each gap between
+/// them as a free tile.
+void for_each_tile(uint64_t capacity_bytes, std::span<const ChunkInfo> in_use,
+                   const std::function<void(uint64_t, uint64_t, bool)>& fn);
+
 class HeapPlan;  // memory/heap_planner.h
 
 /// Options shared by all policies (each policy reads the fields it understands).

@@ -177,13 +177,7 @@ void BfcPolicy::rebuild(std::span<const ChunkInfo> in_use) {
       insert_free(id);
     }
   };
-  uint64_t cursor = 0;
-  for (const ChunkInfo& c : in_use) {
-    if (c.offset > cursor) append(cursor, c.offset - cursor, false);
-    append(c.offset, c.size_bytes, true);
-    cursor = c.offset + c.size_bytes;
-  }
-  if (cursor < capacity_bytes_) append(cursor, capacity_bytes_ - cursor, false);
+  for_each_tile(capacity_bytes_, in_use, append);
 }
 
 void BfcPolicy::check_consistency() const {

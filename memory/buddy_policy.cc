@@ -119,13 +119,13 @@ void BuddyPolicy::rebuild(std::span<const ChunkInfo> in_use) {
   for (auto& list : free_) list.clear();
   nonempty_orders_ = 0;
   total_free_bytes_ = 0;
-  uint64_t cursor = 0;
-  for (const ChunkInfo& c : in_use) {
-    insert_free_range(cursor, c.offset);
-    blocks_[c.offset] = Block{order_of(c.size_bytes), true};
-    cursor = c.offset + c.size_bytes;
-  }
-  insert_free_range(cursor, capacity_bytes_);
+  for_each_tile(capacity_bytes_, in_use, [this](uint64_t offset, uint64_t size, bool used) {
+    if (used) {
+      blocks_[offset] = Block{order_of(size), true};
+    } else {
+      insert_free_range(offset, offset + size);
+    }
+  });
 }
 
 void BuddyPolicy::check_consistency() const {

@@ -96,13 +96,13 @@ void FirstFitPolicy::rebuild(std::span<const ChunkInfo> in_use) {
   in_use_.clear();
   free_sizes_.clear();
   total_free_bytes_ = 0;
-  uint64_t cursor = 0;
-  for (const ChunkInfo& c : in_use) {
-    if (c.offset > cursor) insert_free(cursor, c.offset - cursor);
-    in_use_.emplace_hint(in_use_.end(), c.offset, c.size_bytes);
-    cursor = c.offset + c.size_bytes;
-  }
-  if (cursor < capacity_bytes_) insert_free(cursor, capacity_bytes_ - cursor);
+  for_each_tile(capacity_bytes_, in_use, [this](uint64_t offset, uint64_t size, bool used) {
+    if (used) {
+      in_use_.emplace_hint(in_use_.end(), offset, size);
+    } else {
+      insert_free(offset, size);
+    }
+  });
 }
 
 void FirstFitPolicy::check_consistency() const {
