@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/units.h"
+#include "memory/hbm_arena.h"
 #include "tests/memory/policy_test_util.h"
 
 namespace vtpu {
@@ -74,7 +75,50 @@ TEST(AllocatorPolicyTest, RebuildRejectsAChunkNamingItAndTheRule) {
       "chunk 1 at offset 0 of 256 bytes is out of address order or overlaps "
       "the previous chunk, which ends at 256");
   p->rebuild(std::vector<ChunkInfo>{{0, 256, true}, {256, 3840, true}});  // touching is fine
-  testing::expect_chunks(testing::walk_all(*p), {{0, 256, true}, {256, 3840, true}});
+  testing::expect_same_chunks(testing::walk_all(*p), {{0, 256, true}, {256, 3840, true}});
+}
+
+// Every policy behind an HbmArena, chosen by ArenaOptions::policy: the registry, the arena's
+// consistency check and the out-of-memory path work with each. The sequence is a = 1000 B,
+// b = 3000 B, free a, c = 200 B; offsets and chunk bytes worked by hand from each policy's rule.
+TEST(AllocatorPolicyTest, EveryPolicyRunsInsideAnHbmArena) {
+  struct Case {
+    std::string policy;
+    uint64_t b_offset, a_chunk_bytes, b_chunk_bytes, c_chunk_bytes;
+  };
+  const Case cases[] = {
+      {"bfc", 1024, 1024, 3072, 256},        // best fit; the 1 KiB hole splits for c
+      {"tlsf", 1024, 1024, 3072, 256},       // c comes from list (0, 4), the 1 KiB hole
+      {"first_fit", 1024, 1024, 3072, 256},  // c takes the lowest hole
+      {"buddy", 4096, 1024, 4096, 256},      // b needs a 4 KiB block: the free one at 4096
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.policy);
+    HbmArena arena(ArenaOptions{
+        .capacity_bytes = kMiB, .policy = k.policy, .policy_options = {}, .backing = false});
+    EXPECT_EQ(arena.policy_name(), k.policy);
+    const BufferId a = arena.allocate(1000, "a");
+    const BufferId b = arena.allocate(3000, "b");
+    EXPECT_EQ(arena.offset(a), 0u);
+    EXPECT_EQ(arena.offset(b), k.b_offset);
+    EXPECT_EQ(arena.memory_stats().bytes_in_use, k.a_chunk_bytes + k.b_chunk_bytes);
+    arena.free(a);
+    const BufferId c = arena.allocate(200, "c");
+    EXPECT_EQ(arena.offset(c), 0u);
+    EXPECT_EQ(arena.memory_stats().bytes_in_use, k.b_chunk_bytes + k.c_chunk_bytes);
+    arena.check_consistency();
+    try {
+      arena.allocate(kMiB, "too big");
+      ADD_FAILURE() << "1 MiB fitted next to live buffers";
+    } catch (const OutOfMemoryError& e) {
+      EXPECT_EQ(e.report().policy, k.policy);
+      EXPECT_EQ(e.report().total_free_bytes, kMiB - k.b_chunk_bytes - k.c_chunk_bytes);
+    }
+    arena.free(b);
+    arena.free(c);
+    arena.check_consistency();
+    EXPECT_EQ(arena.memory_stats().largest_free_block_bytes, kMiB);
+  }
 }
 
 }  // namespace

@@ -209,4 +209,15 @@ class FreeSpaceModel {
   std::map<uint64_t, uint64_t> used_;  // offset -> chunk bytes of live chunks
 };
 
+/// Compares a walk() with the expected chunks, entry by entry.
+inline void expect_same_chunks(const std::vector<ChunkInfo>& walked,
+                               const std::vector<ChunkInfo>& expected) {
+  ASSERT_EQ(walked.size(), expected.size()) << "number of chunks";
+  for (size_t i = 0; i < walked.size(); ++i) {
+    ASSERT_EQ(walked[i].offset, expected[i].offset) << "chunk " << i;
+    ASSERT_EQ(walked[i].size_bytes, expected[i].size_bytes) << "chunk " << i;
+    ASSERT_EQ(walked[i].in_use, expected[i].in_use) << "chunk " << i;
+  }
+}
+
 }  // namespace vtpu::testing

@@ -9,6 +9,7 @@
 #include <bit>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -24,17 +25,6 @@ inline std::vector<ChunkInfo> walk_all(const AllocatorPolicy& p) {
   std::vector<ChunkInfo> out;
   p.walk([&](const ChunkInfo& c) { out.push_back(c); });
   return out;
-}
-
-/// Compares a walk() with the expected chunks, entry by entry.
-inline void expect_chunks(const std::vector<ChunkInfo>& walked,
-                          const std::vector<ChunkInfo>& expected) {
-  ASSERT_EQ(walked.size(), expected.size()) << "number of chunks";
-  for (size_t i = 0; i < walked.size(); ++i) {
-    ASSERT_EQ(walked[i].offset, expected[i].offset) << "chunk " << i;
-    ASSERT_EQ(walked[i].size_bytes, expected[i].size_bytes) << "chunk " << i;
-    ASSERT_EQ(walked[i].in_use, expected[i].in_use) << "chunk " << i;
-  }
 }
 
 /// Allocates, expects success and a consistent policy, so that hand-worked layouts read top to
@@ -67,7 +57,7 @@ void expect_rejected_unchanged(AllocatorPolicy& p, Fn&& fn, const std::string& n
   const uint64_t largest_before = p.largest_free_block_bytes();
   expect_invalid_argument(fn, needle);
   p.check_consistency();
-  expect_chunks(walk_all(p), before);
+  expect_same_chunks(walk_all(p), before);
   EXPECT_EQ(p.total_free_bytes(), free_before);
   EXPECT_EQ(p.largest_free_block_bytes(), largest_before);
 }
@@ -76,6 +66,24 @@ void expect_rejected_unchanged(AllocatorPolicy& p, Fn&& fn, const std::string& n
 inline void expect_bad_free(AllocatorPolicy& p, uint64_t offset) {
   expect_rejected_unchanged(
       p, [&] { p.free(offset); }, "offset " + std::to_string(offset));
+}
+
+/// On a fresh 8 KiB policy: two 1 KiB chunks at 0 and 1024, then frees of offsets that are not
+/// the start of a chunk in use (inside a chunk, a free chunk, unaligned, beyond the range, double
+/// frees before and after merging) must throw and change nothing.
+inline void expect_double_and_stray_frees_rejected(AllocatorPolicy& p) {
+  ASSERT_EQ(p.capacity_bytes(), 8192u);
+  ASSERT_EQ(must_allocate(p, 1024).offset, 0u);
+  ASSERT_EQ(must_allocate(p, 1024).offset, 1024u);
+  expect_bad_free(p, 256);       // inside a live chunk
+  expect_bad_free(p, 2048);      // start of free space
+  expect_bad_free(p, 5000);      // inside free space, not aligned
+  expect_bad_free(p, 1u << 20);  // beyond the range
+  EXPECT_EQ(p.free(0), 1024u);
+  expect_bad_free(p, 0);  // double free
+  EXPECT_EQ(p.free(1024), 1024u);
+  expect_bad_free(p, 1024);  // double free after merging
+  expect_same_chunks(walk_all(p), {{0, 8192, false}});
 }
 
 /// rebuild(in_use) must throw InvalidArgumentError containing `needle` and change nothing.
@@ -155,15 +163,65 @@ inline void run_random_operations(AllocatorPolicy& policy, FreeSpaceModel& model
     ASSERT_EQ(policy.total_free_bytes(), model.total_free_bytes());
     ASSERT_EQ(policy.largest_free_block_bytes(), model.largest_free_block_bytes());
     ASSERT_EQ(policy.total_free_bytes() + model.used_bytes(), capacity);
-    ASSERT_NO_FATAL_FAILURE(expect_chunks(walk_all(policy), model.chunks()));
+    ASSERT_NO_FATAL_FAILURE(expect_same_chunks(walk_all(policy), model.chunks()));
   }
   for (uint64_t offset : live) {
     ASSERT_EQ(policy.free(offset), model.chunk_bytes(offset));
     model.give_back(offset);
     ASSERT_NO_THROW(policy.check_consistency());
   }
-  ASSERT_NO_FATAL_FAILURE(expect_chunks(walk_all(policy), model.chunks()));
+  ASSERT_NO_FATAL_FAILURE(expect_same_chunks(walk_all(policy), model.chunks()));
   EXPECT_EQ(policy.total_free_bytes(), capacity);
+}
+
+/// The rebuild rules every policy shares: chunks out of address order, overlapping, or outside
+/// the range (also where offset + size would wrap past 2^64) must be rejected, naming the rule,
+/// and change nothing. Each chunk's size is valid for every policy (a power of two >= 256).
+inline void expect_order_and_range_enforced_by_rebuild(AllocatorPolicy& p) {
+  const uint64_t capacity = p.capacity_bytes();
+  ASSERT_GE(capacity, 2048u);
+  expect_bad_rebuild(p, {{1024, 256, true}, {512, 256, true}},
+                     "chunk 1 at offset 512 of 256 bytes is out of address order or overlaps the "
+                     "previous chunk, which ends at 1280");
+  expect_bad_rebuild(p, {{0, 1024, true}, {768, 256, true}}, "which ends at 1024");
+  expect_bad_rebuild(
+      p, {{capacity - 256, 512, true}},
+      "lies outside the range (expected within [0, " + std::to_string(capacity) + "))");
+  const uint64_t two_to_63 = uint64_t{1} << 63;
+  expect_bad_rebuild(p, {{two_to_63, two_to_63, true}}, "outside the range");
+  expect_bad_rebuild(p, {{~uint64_t{0} - 255, 256, true}}, "outside the range");
+}
+
+/// An AllocateCheck that expects exactly what `predict` (a FreeSpaceModel prediction) returns.
+inline AllocateCheck exactly(std::optional<PolicyAllocation> (FreeSpaceModel::*predict)(uint64_t)
+                                 const) {
+  return [predict](uint64_t size_bytes, const std::optional<PolicyAllocation>& got,
+                   const FreeSpaceModel& model) {
+    const std::optional<PolicyAllocation> expected = (model.*predict)(size_bytes);
+    ASSERT_EQ(got.has_value(), expected.has_value());
+    if (!got) return;
+    ASSERT_EQ(got->offset, expected->offset);
+    ASSERT_EQ(got->chunk_bytes, expected->chunk_bytes);
+  };
+}
+
+/// The randomized test of `policy` for one seed: a capacity drawn from the seed (64 KiB .. 2 MiB,
+/// not a multiple of 256; every fifth seed 1 GiB .. 2^50 bytes of offsets, so that large size
+/// classes take part), 2000 operations of run_random_operations, and a run that exercised
+/// successes, failures and frees.
+inline void run_random_test(const std::string& policy, FreeChunks free_chunks, uint32_t seed,
+                            const AllocateCheck& check) {
+  std::mt19937_64 rng(seed ^ 0x5eed);
+  const uint64_t capacity =
+      seed % 5 == 4 ? std::uniform_int_distribution<uint64_t>(uint64_t{1} << 30, 1ull << 50)(rng)
+                    : std::uniform_int_distribution<uint64_t>(64 << 10, 2 << 20)(rng);
+  const std::unique_ptr<AllocatorPolicy> p = make_allocator_policy(policy, capacity);
+  FreeSpaceModel model(capacity, free_chunks);
+  RandomRunCounts counts;
+  ASSERT_NO_FATAL_FAILURE(run_random_operations(*p, model, seed, 2000, check, &counts));
+  EXPECT_GT(counts.num_allocs, 300);
+  EXPECT_GT(counts.num_frees, 300);
+  EXPECT_GT(counts.num_failures, 0);
 }
 
 }  // namespace vtpu::testing

@@ -16,16 +16,14 @@
 
 #include "common/error.h"
 #include "common/units.h"
-#include "memory/hbm_arena.h"
 #include "tests/memory/free_space_model.h"
 #include "tests/memory/policy_test_util.h"
 
 namespace vtpu {
 namespace {
 
-using testing::expect_bad_free;
 using testing::expect_bad_rebuild;
-using testing::expect_chunks;
+using testing::expect_same_chunks;
 using testing::FreeChunks;
 using testing::FreeSpaceModel;
 using testing::must_allocate;
@@ -135,7 +133,7 @@ TEST(TlsfPolicyTest, ConstructionAndCapacityErrors) {
   EXPECT_EQ(p.name(), "tlsf");
   EXPECT_EQ(p.capacity_bytes(), 768u);
   EXPECT_EQ(p.placement_alignment(4096), 256u);
-  expect_chunks(walk_all(p), {{0, 768, false}});
+  expect_same_chunks(walk_all(p), {{0, 768, false}});
   p.check_consistency();
   testing::expect_invalid_argument([] { TlsfPolicy q(0); }, "capacity 0 bytes");
   testing::expect_invalid_argument([] { TlsfPolicy q(255); }, "capacity 255 bytes");
@@ -157,9 +155,9 @@ TEST(TlsfPolicyTest, SplitsAndFreeCoalescesWithNeither_Next_Previous_AndBoth) {
   PolicyAllocation a = must_allocate(p, 1000);
   EXPECT_EQ(a.offset, 0u);
   EXPECT_EQ(a.chunk_bytes, 1024u);
-  expect_chunks(walk_all(p), {{0, 1024, true}, {1024, 3072, false}});
+  expect_same_chunks(walk_all(p), {{0, 1024, true}, {1024, 3072, false}});
   EXPECT_EQ(p.free(0), 1024u);
-  expect_chunks(walk_all(p), {{0, 4096, false}});
+  expect_same_chunks(walk_all(p), {{0, 4096, false}});
   for (uint64_t i = 0; i < 16; ++i) EXPECT_EQ(must_allocate(p, 256).offset, 256 * i);
   EXPECT_FALSE(p.allocate(1).has_value());
   EXPECT_EQ(p.free(256), 256u);  // neither neighbour free
@@ -173,10 +171,10 @@ TEST(TlsfPolicyTest, SplitsAndFreeCoalescesWithNeither_Next_Previous_AndBoth) {
   std::vector<ChunkInfo> expected = {{0, 1280, false}};
   for (uint64_t off = 1280; off < 3840; off += 256) expected.push_back({off, 256, true});
   expected.push_back({3840, 256, false});
-  expect_chunks(walk_all(p), expected);
+  expect_same_chunks(walk_all(p), expected);
   EXPECT_EQ(p.largest_free_block_bytes(), 1280u);
   for (uint64_t off = 1280; off < 3840; off += 256) p.free(off);
-  expect_chunks(walk_all(p), {{0, 4096, false}});
+  expect_same_chunks(walk_all(p), {{0, 4096, false}});
   p.check_consistency();
 }
 
@@ -225,12 +223,12 @@ TEST(TlsfPolicyTest, GoodFitNotBestFit) {
   PolicyAllocation a = must_allocate(p, 16500);
   EXPECT_EQ(a.offset, 16896u);
   EXPECT_EQ(a.chunk_bytes, 16640u);
-  expect_chunks(walk_all(p), {{0, 16640, false},
-                              {16640, 256, true},
-                              {16896, 16640, true},
-                              {33536, 512, false},
-                              {34048, 256, true},
-                              {34304, 64 * kKiB - 34304, true}});
+  expect_same_chunks(walk_all(p), {{0, 16640, false},
+                                   {16640, 256, true},
+                                   {16896, 16640, true},
+                                   {33536, 512, false},
+                                   {34048, 256, true},
+                                   {34304, 64 * kKiB - 34304, true}});
   // Now only (2, 0) could serve 16640 B, and TLSF does not search a request's own list.
   EXPECT_FALSE(p.allocate(16640).has_value());
   EXPECT_EQ(p.largest_free_block_bytes(), 16640u);
@@ -238,13 +236,13 @@ TEST(TlsfPolicyTest, GoodFitNotBestFit) {
   PolicyAllocation b = must_allocate(p, 16384);
   EXPECT_EQ(b.offset, 0u);
   EXPECT_EQ(b.chunk_bytes, 16384u);
-  expect_chunks(walk_all(p), {{0, 16384, true},
-                              {16384, 256, false},
-                              {16640, 256, true},
-                              {16896, 16640, true},
-                              {33536, 512, false},
-                              {34048, 256, true},
-                              {34304, 64 * kKiB - 34304, true}});
+  expect_same_chunks(walk_all(p), {{0, 16384, true},
+                                   {16384, 256, false},
+                                   {16640, 256, true},
+                                   {16896, 16640, true},
+                                   {33536, 512, false},
+                                   {34048, 256, true},
+                                   {34304, 64 * kKiB - 34304, true}});
 }
 
 TEST(TlsfPolicyTest, ListsAreLastInFirstOut) {
@@ -272,25 +270,13 @@ TEST(TlsfPolicyTest, SizesNearTwoToThe64) {
   EXPECT_EQ(p.total_free_bytes(), kTwoTo63 / 2 - 512);
   EXPECT_EQ(p.free(0), kTwoTo63);
   EXPECT_EQ(p.free(kTwoTo63), kTwoTo63 / 2 + 256);
-  expect_chunks(walk_all(p), {{0, capacity, false}});
+  expect_same_chunks(walk_all(p), {{0, capacity, false}});
   p.check_consistency();
 }
 
 TEST(TlsfPolicyTest, DoubleFreeAndStrayOffsetsThrow) {
   TlsfPolicy p(8192);
-  const uint64_t a = must_allocate(p, 1024).offset;
-  const uint64_t b = must_allocate(p, 1024).offset;
-  ASSERT_EQ(a, 0u);
-  ASSERT_EQ(b, 1024u);
-  expect_bad_free(p, a + 256);   // inside a live block
-  expect_bad_free(p, 2048);      // start of the free tail
-  expect_bad_free(p, 5000);      // inside the free tail, not aligned
-  expect_bad_free(p, 1u << 20);  // beyond the range
-  EXPECT_EQ(p.free(a), 1024u);
-  expect_bad_free(p, a);  // double free
-  EXPECT_EQ(p.free(b), 1024u);
-  expect_bad_free(p, b);  // double free after coalescing
-  expect_chunks(walk_all(p), {{0, 8192, false}});
+  testing::expect_double_and_stray_frees_rejected(p);
 }
 
 TEST(TlsfPolicyTest, RebuildInstallsALayout) {
@@ -298,20 +284,21 @@ TEST(TlsfPolicyTest, RebuildInstallsALayout) {
   must_allocate(p, 3000);
   p.rebuild(std::vector<ChunkInfo>{{256, 512, true}, {1024, 256, true}, {32768, 32768, true}});
   p.check_consistency();
-  expect_chunks(walk_all(p), {{0, 256, false},
-                              {256, 512, true},
-                              {768, 256, false},
-                              {1024, 256, true},
-                              {1280, 31488, false},
-                              {32768, 32768, true}});
+  expect_same_chunks(walk_all(p), {{0, 256, false},
+                                   {256, 512, true},
+                                   {768, 256, false},
+                                   {1024, 256, true},
+                                   {1280, 31488, false},
+                                   {32768, 32768, true}});
   EXPECT_EQ(p.total_free_bytes(), 256u + 256 + 31488);
   EXPECT_EQ(p.largest_free_block_bytes(), 31488u);
   EXPECT_EQ(p.free(256), 512u);
-  expect_chunks(walk_all(p),
-                {{0, 1024, false}, {1024, 256, true}, {1280, 31488, false}, {32768, 32768, true}});
+  expect_same_chunks(
+      walk_all(p),
+      {{0, 1024, false}, {1024, 256, true}, {1280, 31488, false}, {32768, 32768, true}});
   EXPECT_EQ(must_allocate(p, 1024).offset, 0u);  // list (0, 4) holds exactly [0, 1024)
   p.rebuild({});
-  expect_chunks(walk_all(p), {{0, 64 * kKiB, false}});
+  expect_same_chunks(walk_all(p), {{0, 64 * kKiB, false}});
   p.check_consistency();
 }
 
@@ -323,36 +310,14 @@ TEST(TlsfPolicyTest, RebuildRejectsBadInputAndChangesNothing) {
   expect_bad_rebuild(p, {{0, 0, true}}, "chunk 0 at offset 0 of 0 bytes has a size the policy");
   expect_bad_rebuild(p, {{256, 256, true}, {512, 300, true}}, "chunk 1 at offset 512 of 300");
   expect_bad_rebuild(p, {{100, 256, true}}, "is not placed at a multiple of 256 bytes");
-  expect_bad_rebuild(p, {{1024, 256, true}, {512, 256, true}}, "which ends at 1280");
-  expect_bad_rebuild(p, {{0, 1024, true}, {768, 256, true}}, "overlaps the previous chunk");
-  expect_bad_rebuild(p, {{7936, 512, true}}, "outside the range (expected within [0, 8192))");
-  expect_bad_rebuild(p, {{kTwoTo63, kTwoTo63, true}}, "outside the range");
-}
-
-TEST(TlsfPolicyTest, RunsInsideAnHbmArena) {
-  HbmArena arena(ArenaOptions{
-      .capacity_bytes = kMiB, .policy = "tlsf", .policy_options = {}, .backing = false});
-  EXPECT_EQ(arena.policy_name(), "tlsf");
-  const BufferId a = arena.allocate(1000, "a");
-  const BufferId b = arena.allocate(3000, "b");
-  EXPECT_EQ(arena.offset(a), 0u);
-  EXPECT_EQ(arena.offset(b), 1024u);
-  EXPECT_EQ(arena.memory_stats().bytes_in_use, 1024u + 3072);
-  arena.free(a);
-  const BufferId c = arena.allocate(1024, "c");  // list (0, 4) holds the 1 KiB hole at 0
-  EXPECT_EQ(arena.offset(c), 0u);
-  arena.check_consistency();
-  EXPECT_THROW(arena.allocate(kMiB, "too big"), OutOfMemoryError);
-  arena.free(b);
-  arena.free(c);
-  EXPECT_EQ(arena.memory_stats().largest_free_block_bytes, kMiB);
+  testing::expect_order_and_range_enforced_by_rebuild(p);
 }
 
 // Randomized: TLSF's choice among lists is deterministic but its order within a list depends on
 // history, so each answer is checked for the rule instead: nullopt exactly when no free block sits
 // in a list at or above the first list whose blocks all fit; otherwise a block from the lowest
 // such list, split to the rounded size. Free space, the largest block and the walk must match the
-// model exactly. Every fifth seed uses a huge range (up to 2^50 bytes of offsets).
+// model exactly.
 class TlsfPolicyRandomTest : public ::testing::TestWithParam<uint32_t> {};
 
 void expect_tlsf_choice(uint64_t size, const std::optional<PolicyAllocation>& got,
@@ -381,19 +346,7 @@ void expect_tlsf_choice(uint64_t size, const std::optional<PolicyAllocation>& go
 }
 
 TEST_P(TlsfPolicyRandomTest, FollowsTheTlsfRule) {
-  const uint32_t seed = GetParam();
-  std::mt19937_64 rng(seed ^ 0x715f);
-  const uint64_t capacity = seed % 5 == 4
-                                ? std::uniform_int_distribution<uint64_t>(kGiB, 1ull << 50)(rng)
-                                : std::uniform_int_distribution<uint64_t>(64 * kKiB, 2 * kMiB)(rng);
-  TlsfPolicy policy(capacity);
-  FreeSpaceModel model(capacity, FreeChunks::kCoalesced);
-  testing::RandomRunCounts counts;
-  ASSERT_NO_FATAL_FAILURE(
-      testing::run_random_operations(policy, model, seed, 2000, expect_tlsf_choice, &counts));
-  EXPECT_GT(counts.num_allocs, 300);
-  EXPECT_GT(counts.num_frees, 300);
-  EXPECT_GT(counts.num_failures, 0);
+  testing::run_random_test("tlsf", FreeChunks::kCoalesced, GetParam(), expect_tlsf_choice);
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, TlsfPolicyRandomTest, ::testing::Range<uint32_t>(0, 50));
