@@ -92,6 +92,31 @@ class AllocatorPolicy {
   virtual void rebuild(std::span<const ChunkInfo> in_use) = 0;
 };
 
+/// For rounded_bytes(): `size_bytes` rounded up to a multiple of `granule_bytes` (a power of two).
+/// Sizes above the largest multiple of the granule below 2^64 saturate to it: such a request can
+/// never fit, and the rounding never overflows. Throws InvalidArgumentError for 0.
+uint64_t round_up_to_granule(uint64_t size_bytes, uint64_t granule_bytes);
+
+/// For constructors: `capacity_bytes` rounded down to a multiple of `granule_bytes`. Throws
+/// InvalidArgumentError naming `policy` ("BFC") and the value when that is less than one granule.
+uint64_t capacity_in_granules(std::string_view policy, uint64_t capacity_bytes,
+                              uint64_t granule_bytes);
+
+/// For rebuild(): checks `in_use` against the rules in AllocatorPolicy::rebuild (address order,
+/// non-overlapping, inside [0, policy.capacity_bytes()), offsets multiples of
+/// policy.placement_alignment(size)) and `is_valid_size(size)`, which says whether the policy can
+/// hand out a chunk of that size (`size_rule` describes it: "a positive multiple of 256"). Throws
+/// InvalidArgumentError naming `policy_label`, the first bad chunk and the rule it breaks.
+void check_rebuild_input(const AllocatorPolicy& policy, std::string_view policy_label,
+                         std::span<const ChunkInfo> in_use, std::string_view size_rule,
+                         const std::function<bool(uint64_t)>& is_valid_size);
+
+/// For rebuild(): calls `fn(offset, size_bytes, in_use)` for every tile of [0, capacity_bytes) in
+/// address order: each chunk of `in_use` (checked by check_rebuild_input) and each gap between
+/// them as a free tile.
+void for_each_tile(uint64_t capacity_bytes, std::span<const ChunkInfo> in_use,
+                   const std::function<void(uint64_t, uint64_t, bool)>& fn);
+
 class HeapPlan;  // memory/heap_planner.h
 
 /// Options shared by all policies (each policy reads the fields it understands).
@@ -105,11 +130,11 @@ struct PolicyOptions {
   std::shared_ptr<const HeapPlan> heap_plan;
 };
 
-/// Names make_allocator_policy accepts, e.g. {"bfc"}.
+/// Names make_allocator_policy accepts: {"bfc", "tlsf", "first_fit", "buddy"}.
 const std::vector<std::string>& known_allocator_policies();
 
-/// Creates a policy by name: "bfc". Throws InvalidArgumentError naming the unknown policy and
-/// listing the known ones.
+/// Creates a policy by name: "bfc", "tlsf", "first_fit" or "buddy". Throws InvalidArgumentError
+/// naming the unknown policy and listing the known ones.
 std::unique_ptr<AllocatorPolicy> make_allocator_policy(std::string_view name,
                                                        uint64_t capacity_bytes,
                                                        const PolicyOptions& options = {});

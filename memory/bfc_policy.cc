@@ -10,13 +10,9 @@
 namespace vtpu {
 
 BfcPolicy::BfcPolicy(uint64_t capacity_bytes, const PolicyOptions& options)
-    : capacity_bytes_(capacity_bytes / kMinAllocationBytes * kMinAllocationBytes),
+    : capacity_bytes_(capacity_in_granules("BFC", capacity_bytes, kMinAllocationBytes)),
       max_internal_fragmentation_bytes_(options.max_internal_fragmentation_bytes.value_or(
           default_max_internal_fragmentation_bytes(capacity_bytes_))) {
-  if (capacity_bytes_ == 0) {
-    throw InvalidArgumentError("BFC capacity " + std::to_string(capacity_bytes) +
-                               " bytes is below the 256-byte minimum chunk");
-  }
   head_ = new_chunk(0, capacity_bytes_);
   insert_free(head_);
 }
@@ -32,10 +28,7 @@ int BfcPolicy::bin_for_size(uint64_t size_bytes) {
 }
 
 uint64_t BfcPolicy::rounded_bytes(uint64_t size_bytes) const {
-  if (size_bytes == 0) throw InvalidArgumentError("allocation of 0 bytes (expected >= 1)");
-  constexpr uint64_t kMaxRounded = ~uint64_t{0} / kMinAllocationBytes * kMinAllocationBytes;
-  if (size_bytes > kMaxRounded) return kMaxRounded;  // saturate: can never fit, never overflows
-  return (size_bytes + kMinAllocationBytes - 1) / kMinAllocationBytes * kMinAllocationBytes;
+  return round_up_to_granule(size_bytes, kMinAllocationBytes);
 }
 
 BfcPolicy::ChunkId BfcPolicy::new_chunk(uint64_t offset, uint64_t size_bytes) {
@@ -159,20 +152,8 @@ std::vector<BinStats> BfcPolicy::bin_stats() const {
 }
 
 void BfcPolicy::rebuild(std::span<const ChunkInfo> in_use) {
-  uint64_t end = 0;
-  for (const ChunkInfo& c : in_use) {
-    if (c.offset < end || c.size_bytes == 0 || c.size_bytes % kMinAllocationBytes != 0 ||
-        c.offset % kMinAllocationBytes != 0 || c.size_bytes > capacity_bytes_ ||
-        c.offset > capacity_bytes_ - c.size_bytes) {
-      throw InvalidArgumentError(
-          "BFC rebuild: chunk at offset " + std::to_string(c.offset) + " of " +
-          std::to_string(c.size_bytes) +
-          " bytes is out of order, overlapping, outside the range or not a multiple of 256 B "
-          "(expected address order within [0, " +
-          std::to_string(capacity_bytes_) + "))");
-    }
-    end = c.offset + c.size_bytes;
-  }
+  check_rebuild_input(*this, "BFC", in_use, "a positive multiple of 256",
+                      [](uint64_t size) { return size > 0 && size % kMinAllocationBytes == 0; });
   chunks_.clear();
   unused_ids_.clear();
   for (auto& bin : bins_) bin.clear();
@@ -196,13 +177,7 @@ void BfcPolicy::rebuild(std::span<const ChunkInfo> in_use) {
       insert_free(id);
     }
   };
-  uint64_t cursor = 0;
-  for (const ChunkInfo& c : in_use) {
-    if (c.offset > cursor) append(cursor, c.offset - cursor, false);
-    append(c.offset, c.size_bytes, true);
-    cursor = c.offset + c.size_bytes;
-  }
-  if (cursor < capacity_bytes_) append(cursor, capacity_bytes_ - cursor, false);
+  for_each_tile(capacity_bytes_, in_use, append);
 }
 
 void BfcPolicy::check_consistency() const {

@@ -88,7 +88,7 @@ TEST(VtpuCliTest, RejectsBadInput) {
   expect_failure("train mlp --config " + temp_file("vtpu_bad2.json", "{\"num_corez\": 4}"),
                  "unknown runtime option 'num_corez'", 1);
   expect_failure("train mlp --config " + temp_file("vtpu_bad3.json", "{\"allocator\": \"best\"}"),
-                 "allocator is 'best' (expected one of: bfc)", 1);
+                 "allocator is 'best' (expected one of: bfc, tlsf, first_fit, buddy)", 1);
   expect_failure("train mlp --config /nonexistent.json", "cannot open runtime options file", 1);
   expect_failure("train mlp --lr -1", "learning rate -1 must be a finite number > 0", 2);
   expect_failure("train mlp --bogus", "usage error", 2);

@@ -1,0 +1,137 @@
+// Two-Level Segregated Fit (TLSF), after M. Masmano, I. Ripoll, A. Crespo and J. Real, "TLSF: a
+// New Dynamic Memory Allocator for Real-Time Systems", ECRTS 2004, and M. Conte's tlsf 3.x
+// (github.com/mattconte/tlsf).
+//
+// The range [0, capacity) is tiled by blocks, each free or in use, linked to its address
+// neighbours. Sizes are multiples of kGranuleBytes (256 B). Free blocks sit in segregated lists
+// indexed by two levels:
+//
+//     first level fl  = the power of two of the size: sizes below 8 KiB form class 0, sizes in
+//                       [2^(12+fl), 2^(13+fl)) form class fl >= 1;
+//     second level sl = which of kNumSecondLevel (32) equal slices of that class (the next
+//                       kSecondLevelBits (5) bits of the size; in class 0 simply size / 256).
+//
+//     fl_bitmap_:  ...0 1 0 1 1      bit fl set <=> sl_bitmap_[fl] != 0
+//     sl_bitmap_[fl]: ...0 0 1 0     bit sl set <=> list (fl, sl) is not empty
+//     free_heads_[fl][sl] -> block <-> block <-> ...  (doubly linked, newest first)
+//
+// free() files a block with mapping_insert (the list whose slice holds its size). allocate()
+// rounds the request to 256 B, then mapping_search rounds it up to the next list boundary, so
+// that every block of the list it lands in is large enough; the first non-empty list at or above
+// it is found with two bit scans (std::countr_zero), and its head block is taken. The remainder
+// (a multiple of 256 B, so always >= the granularity when non-zero) is split off and filed as a
+// free block. free() merges the block with both physical neighbours at once when they are free,
+// so no two free blocks are ever adjacent (immediate coalescing).
+//
+// Cost: allocate and free are O(1): a bounded number of bit scans and list operations plus one
+// hash lookup (offset -> block, since a policy keeps no bytes in which to put a block header).
+// largest_free_block_bytes() is O(length of the highest non-empty list), bin_stats() and
+// check_consistency() are O(n) for n blocks. Metadata is O(n) plus a fixed 52 x 32 list table.
+// Measured (Release, shared 2-core EPYC VM, thread CPU time, steady state with requests
+// log-uniform in 256 B .. 1 MiB on a 64 GiB range): one allocate+free pair costs about 190 ns
+// with 1k live buffers, 270 ns with 10k and 1.9 us with 100k, where cache misses dominate; about
+// half of it is the std::unordered_map offset index (an open-addressing table measured 1.5-3.5x
+// faster in isolation).
+//
+// Good fit, not best fit (the paper's term): when the best-fitting free block lies in a list at or
+// above the searched one, TLSF returns a block of that same list, so at most 1/32 of the size
+// class away from the best fit (above 8 KiB; below, lists hold one size each and the fit is
+// exact). But blocks in the request's own list are skipped even when one would fit, because the
+// list also holds smaller blocks: allocate() may return nullopt although largest_free_block_bytes()
+// >= the request (the price of O(1); Conte's tlsf behaves alike). A request of exactly a list's
+// lower bound is searched in that list.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "memory/allocator_policy.h"
+
+namespace vtpu {
+
+/// TLSF policy. Thread-compatible: the owning HbmArena serialises calls.
+class TlsfPolicy final : public AllocatorPolicy {
+ public:
+  static constexpr uint64_t kGranuleBytes = 256;  // as BFC: the HBM allocation granule
+  static constexpr int kGranuleBits = 8;          // log2(kGranuleBytes)
+  static constexpr int kSecondLevelBits = 5;
+  static constexpr int kNumSecondLevel = 1 << kSecondLevelBits;             // 32 lists per class
+  static constexpr int kFirstLevelShift = kSecondLevelBits + kGranuleBits;  // 13
+  static constexpr uint64_t kSmallBlockBytes = uint64_t{1} << kFirstLevelShift;  // 8 KiB
+  static constexpr int kNumFirstLevel = 64 - kFirstLevelShift + 1;  // 52: up to 2^64 - 256 B
+
+  /// A segregated list: first-level class and second-level slice.
+  struct ListIndex {
+    int fl = 0;
+    int sl = 0;
+    bool operator==(const ListIndex&) const = default;
+  };
+
+  /// Manages [0, capacity_bytes rounded down to 256 B). Throws InvalidArgumentError when that is
+  /// less than 256 B.
+  explicit TlsfPolicy(uint64_t capacity_bytes);
+
+  std::string_view name() const override { return "tlsf"; }
+  uint64_t capacity_bytes() const override { return capacity_bytes_; }
+  uint64_t rounded_bytes(uint64_t size_bytes) const override;
+  std::optional<PolicyAllocation> allocate(uint64_t size_bytes) override;
+  uint64_t free(uint64_t offset) override;
+  uint64_t largest_free_block_bytes() const override;
+  uint64_t total_free_bytes() const override { return total_free_bytes_; }
+  void walk(const std::function<void(const ChunkInfo&)>& fn) const override;
+  void check_consistency() const override;
+  /// Per first-level class (class 0 first), up to the class that holds the capacity.
+  std::vector<BinStats> bin_stats() const override;
+  uint64_t placement_alignment(uint64_t) const override { return kGranuleBytes; }
+  void rebuild(std::span<const ChunkInfo> in_use) override;
+
+  /// The list a free block of `size_bytes` (> 0) is filed in (Conte's mapping_insert).
+  static ListIndex mapping_insert(uint64_t size_bytes);
+  /// The first list whose blocks are all >= `size_bytes` (a positive multiple of 256):
+  /// `size_bytes` rounded up to the next list boundary, then mapping_insert (Conte's
+  /// mapping_search). nullopt when that boundary is 2^64 or more (no list can hold the request).
+  static std::optional<ListIndex> mapping_search(uint64_t size_bytes);
+  /// Smallest and largest chunk size of first-level class `fl` (multiples of 256).
+  static uint64_t class_min_bytes(int fl);
+  static uint64_t class_max_bytes(int fl);
+
+ private:
+  using BlockId = uint32_t;
+  static constexpr BlockId kNoBlock = ~BlockId{0};
+
+  struct Block {
+    uint64_t offset = 0;
+    uint64_t size_bytes = 0;
+    BlockId prev_phys = kNoBlock;  // address neighbours
+    BlockId next_phys = kNoBlock;
+    BlockId prev_free = kNoBlock;  // list neighbours, free blocks only
+    BlockId next_free = kNoBlock;
+    bool in_use = false;
+  };
+
+  BlockId new_block(uint64_t offset, uint64_t size_bytes);
+  void delete_block(BlockId id) { unused_ids_.push_back(id); }
+  void insert_free(BlockId id);
+  void remove_free(BlockId id);
+  /// Head of the first non-empty list at or after `index`, kNoBlock if none (the two bit scans).
+  BlockId find_suitable(ListIndex index) const;
+  /// Makes `next` (a free block) disappear into its physical predecessor `id`.
+  void absorb_next(BlockId id, BlockId next);
+  /// Forgets every block: no blocks, empty lists (the start of the constructor and rebuild()).
+  void reset();
+
+  uint64_t capacity_bytes_;
+  std::vector<Block> blocks_;        // indexed by BlockId
+  std::vector<BlockId> unused_ids_;  // recycled slots of blocks_
+  uint64_t fl_bitmap_ = 0;
+  std::array<uint32_t, kNumFirstLevel> sl_bitmap_{};
+  std::array<std::array<BlockId, kNumSecondLevel>, kNumFirstLevel> free_heads_;
+  std::unordered_map<uint64_t, BlockId> in_use_;  // offset -> block, blocks in use only
+  uint64_t total_free_bytes_ = 0;
+  BlockId head_ = kNoBlock;  // the block at offset 0
+};
+
+}  // namespace vtpu

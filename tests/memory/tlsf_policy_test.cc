@@ -1,0 +1,355 @@
+// Tests for memory/tlsf_policy.h: the two-level mapping against list bounds computed from the
+// definition, good fit (not best fit) and LIFO lists on hand-worked layouts, splitting,
+// coalescing, errors, rebuild, then randomized operations checked for TLSF's rule against the
+// independent FreeSpaceModel.
+#include "memory/tlsf_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/units.h"
+#include "tests/memory/free_space_model.h"
+#include "tests/memory/policy_test_util.h"
+
+namespace vtpu {
+namespace {
+
+using testing::expect_bad_rebuild;
+using testing::expect_same_chunks;
+using testing::FreeChunks;
+using testing::FreeSpaceModel;
+using testing::must_allocate;
+using testing::walk_all;
+using ListIndex = TlsfPolicy::ListIndex;
+
+constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+constexpr uint64_t kTwoTo63 = uint64_t{1} << 63;
+
+// The lower bound of every TLSF list, in list order, from the definition rather than bit tricks:
+// below 8 KiB one list per 256 B (list 0 holds [0, 256) and stays empty); each power-of-two class
+// [2^k, 2^(k+1)), k = 13..63, cut into 32 equal slices.
+const std::vector<uint64_t>& list_lower_bounds() {
+  static const std::vector<uint64_t> bounds = [] {
+    std::vector<uint64_t> b;
+    for (uint64_t s = 0; s < 8192; s += 256) b.push_back(s);
+    for (int k = 13; k < 64; ++k) {
+      const uint64_t base = uint64_t{1} << k;
+      for (uint64_t i = 0; i < 32; ++i) b.push_back(base + i * (base / 32));
+    }
+    return b;
+  }();
+  return bounds;
+}
+
+// Position in list order of the list that files a free block of `size_bytes`.
+size_t list_of_block(uint64_t size_bytes) {
+  const auto& b = list_lower_bounds();
+  return std::upper_bound(b.begin(), b.end(), size_bytes) - b.begin() - 1;
+}
+
+// Position of the first list all of whose blocks are >= `size_bytes`; the number of lists if none.
+size_t first_list_at_least(uint64_t size_bytes) {
+  const auto& b = list_lower_bounds();
+  return std::lower_bound(b.begin(), b.end(), size_bytes) - b.begin();
+}
+
+size_t position(ListIndex i) { return static_cast<size_t>(i.fl) * 32 + i.sl; }
+
+TEST(TlsfPolicyTest, MappingAtHandPickedBoundaries) {
+  EXPECT_EQ(TlsfPolicy::mapping_insert(256), (ListIndex{0, 1}));
+  EXPECT_EQ(TlsfPolicy::mapping_insert(7936), (ListIndex{0, 31}));
+  EXPECT_EQ(TlsfPolicy::mapping_insert(8192), (ListIndex{1, 0}));
+  EXPECT_EQ(TlsfPolicy::mapping_insert(8448), (ListIndex{1, 1}));
+  EXPECT_EQ(TlsfPolicy::mapping_insert(16384), (ListIndex{2, 0}));
+  EXPECT_EQ(TlsfPolicy::mapping_insert(16640), (ListIndex{2, 0}));  // slices of 512 from here
+  EXPECT_EQ(TlsfPolicy::mapping_insert(16896), (ListIndex{2, 1}));
+  EXPECT_EQ(TlsfPolicy::mapping_insert(kTwoTo63), (ListIndex{51, 0}));
+  EXPECT_EQ(TlsfPolicy::mapping_insert(kMax - 255), (ListIndex{51, 31}));
+  EXPECT_EQ(TlsfPolicy::mapping_search(256), (ListIndex{0, 1}));
+  EXPECT_EQ(TlsfPolicy::mapping_search(8448), (ListIndex{1, 1}));
+  EXPECT_EQ(TlsfPolicy::mapping_search(16384), (ListIndex{2, 0}));  // a list's own lower bound
+  EXPECT_EQ(TlsfPolicy::mapping_search(16640), (ListIndex{2, 1}));  // rounded up past (2, 0)
+  EXPECT_EQ(TlsfPolicy::mapping_search(kTwoTo63 + 256), (ListIndex{51, 1}));
+  const uint64_t last_bound = kMax - (kTwoTo63 / 32) + 1;  // 2^64 - 2^58
+  EXPECT_EQ(TlsfPolicy::mapping_search(last_bound), (ListIndex{51, 31}));
+  EXPECT_EQ(TlsfPolicy::mapping_search(last_bound + 256), std::nullopt);  // boundary 2^64
+  EXPECT_EQ(TlsfPolicy::mapping_search(kMax - 255), std::nullopt);
+}
+
+TEST(TlsfPolicyTest, MappingAgreesWithListBoundsEverywhere) {
+  std::vector<uint64_t> sizes;
+  for (uint64_t s = 256; s <= 4 * kMiB; s += 256) sizes.push_back(s);
+  for (uint64_t bound : list_lower_bounds()) {
+    for (uint64_t s : {bound - 256, bound, bound + 256}) {
+      if (s >= 256 && s <= kMax - 255) sizes.push_back(s);
+    }
+  }
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 100000; ++i) {
+    const int bits = std::uniform_int_distribution<int>(9, 64)(rng);
+    const uint64_t hi = bits == 64 ? kMax : (uint64_t{1} << bits);
+    sizes.push_back(std::uniform_int_distribution<uint64_t>(1, hi / 256)(rng) * 256);
+  }
+  for (uint64_t s : sizes) {
+    if (s > kMax - 255) continue;
+    SCOPED_TRACE("size " + std::to_string(s));
+    const ListIndex insert = TlsfPolicy::mapping_insert(s);
+    ASSERT_EQ(position(insert), list_of_block(s));
+    const std::optional<ListIndex> search = TlsfPolicy::mapping_search(s);
+    const size_t expected = first_list_at_least(s);
+    if (expected == list_lower_bounds().size()) {
+      ASSERT_FALSE(search.has_value());
+    } else {
+      ASSERT_TRUE(search.has_value());
+      ASSERT_EQ(position(*search), expected);
+    }
+    // The size class bounds agree with the lists.
+    ASSERT_GE(s, TlsfPolicy::class_min_bytes(insert.fl));
+    ASSERT_LE(s, TlsfPolicy::class_max_bytes(insert.fl));
+  }
+}
+
+TEST(TlsfPolicyTest, ClassBounds) {
+  EXPECT_EQ(TlsfPolicy::class_min_bytes(0), 256u);
+  EXPECT_EQ(TlsfPolicy::class_max_bytes(0), 8192u - 256);
+  EXPECT_EQ(TlsfPolicy::class_min_bytes(1), 8192u);
+  EXPECT_EQ(TlsfPolicy::class_max_bytes(1), 16384u - 256);
+  EXPECT_EQ(TlsfPolicy::class_min_bytes(51), kTwoTo63);
+  EXPECT_EQ(TlsfPolicy::class_max_bytes(51), kMax - 255);
+  EXPECT_EQ(TlsfPolicy::kNumFirstLevel, 52);
+  EXPECT_EQ(TlsfPolicy::kNumSecondLevel, 32);
+}
+
+TEST(TlsfPolicyTest, ConstructionAndCapacityErrors) {
+  TlsfPolicy p(1000);
+  EXPECT_EQ(p.name(), "tlsf");
+  EXPECT_EQ(p.capacity_bytes(), 768u);
+  EXPECT_EQ(p.placement_alignment(4096), 256u);
+  expect_same_chunks(walk_all(p), {{0, 768, false}});
+  p.check_consistency();
+  testing::expect_invalid_argument([] { TlsfPolicy q(0); }, "capacity 0 bytes");
+  testing::expect_invalid_argument([] { TlsfPolicy q(255); }, "capacity 255 bytes");
+  EXPECT_EQ(TlsfPolicy(256).capacity_bytes(), 256u);
+}
+
+TEST(TlsfPolicyTest, RoundedBytes) {
+  TlsfPolicy p(kMiB);
+  EXPECT_EQ(p.rounded_bytes(1), 256u);
+  EXPECT_EQ(p.rounded_bytes(257), 512u);
+  EXPECT_EQ(p.rounded_bytes(kMiB + 1), kMiB + 256);
+  EXPECT_EQ(p.rounded_bytes(kMax), kMax - 255);
+  EXPECT_THROW(p.rounded_bytes(0), InvalidArgumentError);
+  EXPECT_THROW(p.allocate(0), InvalidArgumentError);
+}
+
+TEST(TlsfPolicyTest, SplitsAndFreeCoalescesWithNeither_Next_Previous_AndBoth) {
+  TlsfPolicy p(4096);
+  PolicyAllocation a = must_allocate(p, 1000);
+  EXPECT_EQ(a.offset, 0u);
+  EXPECT_EQ(a.chunk_bytes, 1024u);
+  expect_same_chunks(walk_all(p), {{0, 1024, true}, {1024, 3072, false}});
+  EXPECT_EQ(p.free(0), 1024u);
+  expect_same_chunks(walk_all(p), {{0, 4096, false}});
+  for (uint64_t i = 0; i < 16; ++i) EXPECT_EQ(must_allocate(p, 256).offset, 256 * i);
+  EXPECT_FALSE(p.allocate(1).has_value());
+  EXPECT_EQ(p.free(256), 256u);  // neither neighbour free
+  EXPECT_EQ(p.free(768), 256u);
+  EXPECT_EQ(p.free(512), 256u);  // both: [256, 1024)
+  p.check_consistency();
+  EXPECT_EQ(p.largest_free_block_bytes(), 768u);
+  EXPECT_EQ(p.free(0), 256u);     // next only: [0, 1024)
+  EXPECT_EQ(p.free(1024), 256u);  // previous only: [0, 1280)
+  EXPECT_EQ(p.free(3840), 256u);  // the last block
+  std::vector<ChunkInfo> expected = {{0, 1280, false}};
+  for (uint64_t off = 1280; off < 3840; off += 256) expected.push_back({off, 256, true});
+  expected.push_back({3840, 256, false});
+  expect_same_chunks(walk_all(p), expected);
+  EXPECT_EQ(p.largest_free_block_bytes(), 1280u);
+  for (uint64_t off = 1280; off < 3840; off += 256) p.free(off);
+  expect_same_chunks(walk_all(p), {{0, 4096, false}});
+  p.check_consistency();
+}
+
+// 64 KiB with holes of 16640 B at 0 (list (2, 0): [16384, 16896)) and 17152 B at 16896 (list
+// (2, 1): [16896, 17408)), separated and followed by chunks in use.
+TlsfPolicy good_fit_layout() {
+  TlsfPolicy p(64 * kKiB);
+  const uint64_t sizes[] = {16640, 256, 17152, 256, 64 * kKiB - 34304};
+  uint64_t expected_offset = 0;
+  for (uint64_t s : sizes) {  // one free block at a time: each request takes the tail's start
+    EXPECT_EQ(must_allocate(p, s).offset, expected_offset);
+    expected_offset += s;
+  }
+  p.free(0);
+  p.free(16896);
+  p.check_consistency();
+  return p;
+}
+
+TEST(TlsfPolicyTest, BinStatsPerFirstLevelClass) {
+  TlsfPolicy fresh(64 * kKiB);
+  std::vector<BinStats> stats = fresh.bin_stats();
+  ASSERT_EQ(stats.size(), 5u);  // classes 0..4; 64 KiB is the smallest size of class 4
+  EXPECT_EQ(stats[4].min_chunk_bytes, 64 * kKiB);
+  EXPECT_EQ(stats[4].max_chunk_bytes, 128 * kKiB - 256);
+  EXPECT_EQ(stats[4].num_free_chunks, 1u);
+  EXPECT_EQ(stats[4].largest_free_chunk_bytes, 64 * kKiB);
+  TlsfPolicy p = good_fit_layout();
+  stats = p.bin_stats();
+  ASSERT_EQ(stats.size(), 5u);
+  for (int fl = 0; fl < 5; ++fl) {
+    SCOPED_TRACE("class " + std::to_string(fl));
+    EXPECT_EQ(stats[fl].min_chunk_bytes, fl == 0 ? 256u : uint64_t{4096} << fl);
+    EXPECT_EQ(stats[fl].max_chunk_bytes, (uint64_t{8192} << fl) - 256);
+    EXPECT_EQ(stats[fl].num_free_chunks, fl == 2 ? 2u : 0u);
+    EXPECT_EQ(stats[fl].free_bytes, fl == 2 ? 16640u + 17152 : 0u);
+    EXPECT_EQ(stats[fl].largest_free_chunk_bytes, fl == 2 ? 17152u : 0u);
+  }
+}
+
+TEST(TlsfPolicyTest, GoodFitNotBestFit) {
+  TlsfPolicy p = good_fit_layout();
+  EXPECT_EQ(p.largest_free_block_bytes(), 17152u);
+  // 16640 B searches from list (2, 1), skipping the exact 16640-byte hole in (2, 0) that best fit
+  // would take; the 17152-byte hole is split and 512 B stay free.
+  PolicyAllocation a = must_allocate(p, 16500);
+  EXPECT_EQ(a.offset, 16896u);
+  EXPECT_EQ(a.chunk_bytes, 16640u);
+  expect_same_chunks(walk_all(p), {{0, 16640, false},
+                                   {16640, 256, true},
+                                   {16896, 16640, true},
+                                   {33536, 512, false},
+                                   {34048, 256, true},
+                                   {34304, 64 * kKiB - 34304, true}});
+  // Now only (2, 0) could serve 16640 B, and TLSF does not search a request's own list.
+  EXPECT_FALSE(p.allocate(16640).has_value());
+  EXPECT_EQ(p.largest_free_block_bytes(), 16640u);
+  // 16384 B is the lower bound of (2, 0): every block there fits, so that list is searched.
+  PolicyAllocation b = must_allocate(p, 16384);
+  EXPECT_EQ(b.offset, 0u);
+  EXPECT_EQ(b.chunk_bytes, 16384u);
+  expect_same_chunks(walk_all(p), {{0, 16384, true},
+                                   {16384, 256, false},
+                                   {16640, 256, true},
+                                   {16896, 16640, true},
+                                   {33536, 512, false},
+                                   {34048, 256, true},
+                                   {34304, 64 * kKiB - 34304, true}});
+}
+
+TEST(TlsfPolicyTest, ListsAreLastInFirstOut) {
+  TlsfPolicy p(8192);
+  for (uint64_t s : {512, 256, 512, 256, 8192 - 1536}) must_allocate(p, s);
+  p.free(0);
+  p.free(768);  // both 512-byte holes sit in list (0, 2); 768 went in last
+  EXPECT_EQ(must_allocate(p, 512).offset, 768u);
+  EXPECT_EQ(must_allocate(p, 512).offset, 0u);
+}
+
+TEST(TlsfPolicyTest, SizesNearTwoToThe64) {
+  TlsfPolicy p(kMax);  // 2^64 - 256 bytes: one block in the last list, (51, 31)
+  const uint64_t capacity = kMax - 255;
+  EXPECT_EQ(p.capacity_bytes(), capacity);
+  EXPECT_EQ(p.bin_stats().size(), 52u);
+  EXPECT_FALSE(p.allocate(kMax).has_value());
+  EXPECT_FALSE(p.allocate(capacity + 1).has_value());
+  // The whole range cannot be had: its own list is never searched (the boundary above is 2^64).
+  EXPECT_FALSE(p.allocate(capacity).has_value());
+  EXPECT_EQ(must_allocate(p, kTwoTo63).offset, 0u);         // (51, 0) is a lower bound: searched
+  PolicyAllocation b = must_allocate(p, kTwoTo63 / 2 + 1);  // searched from (50, 1)
+  EXPECT_EQ(b.offset, kTwoTo63);
+  EXPECT_EQ(b.chunk_bytes, kTwoTo63 / 2 + 256);
+  EXPECT_EQ(p.total_free_bytes(), kTwoTo63 / 2 - 512);
+  EXPECT_EQ(p.free(0), kTwoTo63);
+  EXPECT_EQ(p.free(kTwoTo63), kTwoTo63 / 2 + 256);
+  expect_same_chunks(walk_all(p), {{0, capacity, false}});
+  p.check_consistency();
+}
+
+TEST(TlsfPolicyTest, DoubleFreeAndStrayOffsetsThrow) {
+  TlsfPolicy p(8192);
+  testing::expect_double_and_stray_frees_rejected(p);
+}
+
+TEST(TlsfPolicyTest, RebuildInstallsALayout) {
+  TlsfPolicy p(64 * kKiB);
+  must_allocate(p, 3000);
+  p.rebuild(std::vector<ChunkInfo>{{256, 512, true}, {1024, 256, true}, {32768, 32768, true}});
+  p.check_consistency();
+  expect_same_chunks(walk_all(p), {{0, 256, false},
+                                   {256, 512, true},
+                                   {768, 256, false},
+                                   {1024, 256, true},
+                                   {1280, 31488, false},
+                                   {32768, 32768, true}});
+  EXPECT_EQ(p.total_free_bytes(), 256u + 256 + 31488);
+  EXPECT_EQ(p.largest_free_block_bytes(), 31488u);
+  EXPECT_EQ(p.free(256), 512u);
+  expect_same_chunks(
+      walk_all(p),
+      {{0, 1024, false}, {1024, 256, true}, {1280, 31488, false}, {32768, 32768, true}});
+  EXPECT_EQ(must_allocate(p, 1024).offset, 0u);  // list (0, 4) holds exactly [0, 1024)
+  p.rebuild({});
+  expect_same_chunks(walk_all(p), {{0, 64 * kKiB, false}});
+  p.check_consistency();
+}
+
+TEST(TlsfPolicyTest, RebuildRejectsBadInputAndChangesNothing) {
+  TlsfPolicy p(8192);
+  must_allocate(p, 1000);
+  must_allocate(p, 256);
+  p.free(0);
+  expect_bad_rebuild(p, {{0, 0, true}}, "chunk 0 at offset 0 of 0 bytes has a size the policy");
+  expect_bad_rebuild(p, {{256, 256, true}, {512, 300, true}}, "chunk 1 at offset 512 of 300");
+  expect_bad_rebuild(p, {{100, 256, true}}, "is not placed at a multiple of 256 bytes");
+  testing::expect_order_and_range_enforced_by_rebuild(p);
+}
+
+// Randomized: TLSF's choice among lists is deterministic but its order within a list depends on
+// history, so each answer is checked for the rule instead: nullopt exactly when no free block sits
+// in a list at or above the first list whose blocks all fit; otherwise a block from the lowest
+// such list, split to the rounded size. Free space, the largest block and the walk must match the
+// model exactly.
+class TlsfPolicyRandomTest : public ::testing::TestWithParam<uint32_t> {};
+
+void expect_tlsf_choice(uint64_t size, const std::optional<PolicyAllocation>& got,
+                        const FreeSpaceModel& model) {
+  if (size > model.capacity_bytes()) {
+    ASSERT_FALSE(got.has_value());
+    return;
+  }
+  const uint64_t rounded = FreeSpaceModel::round_up(size);
+  const size_t first = first_list_at_least(rounded);
+  size_t lowest = SIZE_MAX;  // the lowest non-empty list at or above `first`
+  for (const auto& [offset, bytes] : model.free_intervals()) {
+    const size_t list = list_of_block(bytes);
+    if (list >= first) lowest = std::min(lowest, list);
+  }
+  if (lowest == SIZE_MAX) {
+    ASSERT_FALSE(got.has_value()) << "no list at or above " << first << " holds a block";
+    return;
+  }
+  ASSERT_TRUE(got.has_value()) << "list " << lowest << " holds a block";
+  ASSERT_EQ(got->chunk_bytes, rounded);
+  auto it = model.free_intervals().find(got->offset);
+  ASSERT_NE(it, model.free_intervals().end())
+      << "offset " << got->offset << " starts no free block";
+  ASSERT_EQ(list_of_block(it->second), lowest) << "block of " << it->second << " bytes";
+}
+
+TEST_P(TlsfPolicyRandomTest, FollowsTheTlsfRule) {
+  testing::run_random_test("tlsf", FreeChunks::kCoalesced, GetParam(), expect_tlsf_choice);
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, TlsfPolicyRandomTest, ::testing::Range<uint32_t>(0, 50));
+
+}  // namespace
+}  // namespace vtpu
