@@ -73,7 +73,8 @@ std::optional<PolicyAllocation> BfcPolicy::allocate(uint64_t size_bytes) {
     auto it = bins_[b].lower_bound(BinKey{rounded, 0, 0});
     if (it == bins_[b].end()) continue;
     const ChunkId id = it->id;
-    remove_free(id);
+    bins_[b].erase(it);  // remove_free(id) without a second search
+    total_free_bytes_ -= chunks_[id].size_bytes;
     Chunk& c = chunks_[id];
     const uint64_t remainder = c.size_bytes - rounded;
     if (c.size_bytes >= 2 * rounded || remainder >= max_internal_fragmentation_bytes_) {
@@ -91,21 +92,20 @@ std::optional<PolicyAllocation> BfcPolicy::allocate(uint64_t size_bytes) {
     }
     Chunk& cur = chunks_[id];
     cur.in_use = true;
-    in_use_.emplace(cur.offset, id);
+    in_use_.insert(cur.offset, id);
     return PolicyAllocation{cur.offset, cur.size_bytes};
   }
   return std::nullopt;
 }
 
 uint64_t BfcPolicy::free(uint64_t offset) {
-  auto it = in_use_.find(offset);
-  if (it == in_use_.end()) {
+  const std::optional<ChunkId> found = in_use_.erase(offset);
+  if (!found) {
     throw InvalidArgumentError("BFC free of offset " + std::to_string(offset) +
                                ", which is not the start of a chunk in use (double free or a "
                                "stray offset)");
   }
-  ChunkId id = it->second;
-  in_use_.erase(it);
+  ChunkId id = *found;
   const uint64_t freed = chunks_[id].size_bytes;
   chunks_[id].in_use = false;
   // Merge with the next neighbour: it disappears into this chunk.
@@ -149,8 +149,8 @@ std::vector<BinStats> BfcPolicy::bin_stats() const {
   std::vector<BinStats> out(kNumBins);
   for (int b = 0; b < kNumBins; ++b) {
     out[b].min_chunk_bytes = kMinAllocationBytes << b;
-    out[b].max_chunk_bytes = b + 1 < kNumBins ? (kMinAllocationBytes << (b + 1)) - kMinAllocationBytes
-                                              : UINT64_MAX;
+    out[b].max_chunk_bytes =
+        b + 1 < kNumBins ? (kMinAllocationBytes << (b + 1)) - kMinAllocationBytes : UINT64_MAX;
     out[b].num_free_chunks = bins_[b].size();
     for (const BinKey& k : bins_[b]) out[b].free_bytes += k.size_bytes;
     out[b].largest_free_chunk_bytes = bins_[b].empty() ? 0 : bins_[b].rbegin()->size_bytes;
@@ -168,7 +168,8 @@ void BfcPolicy::rebuild(std::span<const ChunkInfo> in_use) {
           "BFC rebuild: chunk at offset " + std::to_string(c.offset) + " of " +
           std::to_string(c.size_bytes) +
           " bytes is out of order, overlapping, outside the range or not a multiple of 256 B "
-          "(expected address order within [0, " + std::to_string(capacity_bytes_) + "))");
+          "(expected address order within [0, " +
+          std::to_string(capacity_bytes_) + "))");
     }
     end = c.offset + c.size_bytes;
   }
@@ -190,7 +191,7 @@ void BfcPolicy::rebuild(std::span<const ChunkInfo> in_use) {
     prev = id;
     if (used) {
       chunks_[id].in_use = true;
-      in_use_.emplace(offset, id);
+      in_use_.insert(offset, id);
     } else {
       insert_free(id);
     }
@@ -229,9 +230,8 @@ void BfcPolicy::check_consistency() const {
       free_bytes += c.size_bytes;
       ++num_free;
     } else {
-      auto it = in_use_.find(c.offset);
-      if (it == in_use_.end() || it->second != id)
-        fail(where().str() + " is in use but not indexed");
+      const std::optional<ChunkId> indexed = in_use_.find(c.offset);
+      if (indexed != id) fail(where().str() + " is in use but not indexed");
       ++num_in_use;
     }
     prev_free = !c.in_use;
