@@ -44,6 +44,7 @@ std::string_view size_distribution_name(SizeDistribution d);
 SizeDistribution parse_size_distribution(std::string_view name);
 
 /// Parameters of every distribution; `distribution` picks which block is used. Sizes in bytes.
+/// Plain data, thread-compatible.
 struct SizeOptions {
   SizeDistribution distribution = SizeDistribution::kLogNormal;
   struct Uniform {
@@ -90,11 +91,14 @@ class SizeSampler {
 };
 
 /// Uniform integer in [lo, hi] (lo <= hi) by rejection, unbiased and the same on every platform.
+/// Thread-safe for distinct engines.
 uint64_t uniform_uint64(std::mt19937_64& rng, uint64_t lo, uint64_t hi);
 
-/// `count` sizes in bytes from `options` with engine std::mt19937_64(seed).
+/// `count` sizes in bytes from `options` with engine std::mt19937_64(seed). Throws
+/// InvalidArgumentError for invalid options. Thread-safe.
 std::vector<uint64_t> sample_sizes(const SizeOptions& options, size_t count, uint64_t seed);
 
+/// Parameters of make_steady_state_workload. Plain data, thread-compatible.
 struct SteadyStateOptions {
   uint64_t live_buffers = 1000;  // L: buffers live after the fill, >= 1
   uint64_t pairs = 100000;       // K: free+alloc pairs after the fill

@@ -33,7 +33,7 @@
 
 namespace vtpu {
 
-/// Order statistics of latency samples, in nanoseconds.
+/// Order statistics of latency samples, in nanoseconds. Plain data, thread-compatible.
 struct LatencySummary {
   uint64_t samples = 0;
   double median_ns = 0;
@@ -85,6 +85,7 @@ class ReplayProgram {
   uint64_t skipped_events_ = 0;
 };
 
+/// How replay_benchmark runs. Plain data, thread-compatible.
 struct ReplayOptions {
   uint64_t capacity_bytes = 16 * kGiB;  // per core, bytes; default 16 GiB
   PolicyOptions policy_options;         // passed to make_allocator_policy
@@ -96,6 +97,7 @@ struct ReplayOptions {
   int clock_overhead_reads = 100000;    // back-to-back reads for the clock overhead
 };
 
+/// What replay_benchmark measured. Plain data, thread-compatible.
 struct ReplayResult {
   std::string policy;
   bool through_arena = false;
