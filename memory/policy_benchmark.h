@@ -14,6 +14,9 @@
 //      back-to-back reads, measured just before), clamped at 0. Percentiles are nearest-rank.
 //   4. Throughput pass: the same events again on a fresh policy, with no clock read inside the
 //      timed part; ops_per_second = timed ops / wall time. It is the figure without timer cost.
+//      The pass repeats (each time on a fresh policy) until the timed parts add up to
+//      min_throughput_seconds (at most 1000 passes), and the median pass is reported, so that a
+//      short trace is not at the mercy of one preemption.
 // An alloc that fails is counted as an OOM (the arena's OutOfMemoryError is caught); the free of
 // its id later is skipped and counted. Results depend on the machine and its load: compare
 // policies measured side by side in one run.
@@ -94,6 +97,7 @@ struct ReplayOptions {
   int ops_per_sample = 1;               // ops per latency sample (2: a free+alloc pair); >= 1
   bool measure_latency = true;          // run the latency pass
   bool measure_throughput = true;       // run the throughput pass
+  double min_throughput_seconds = 0.2;  // repeat the throughput pass until this much timed time
   int clock_overhead_reads = 100000;    // back-to-back reads for the clock overhead
 };
 
@@ -106,7 +110,8 @@ struct ReplayResult {
   int ops_per_sample = 1;
   LatencySummary latency;          // per sample of ops_per_sample ops, ns, clock cost subtracted
   double clock_overhead_ns = 0;    // subtracted from every sample
-  double timed_seconds = 0;        // wall time of the timed part in the throughput pass
+  int throughput_passes = 0;       // throughput passes run (>= 1 when measured)
+  double timed_seconds = 0;        // wall time of the timed part in the median throughput pass
   double ops_per_second = 0;       // timed_ops / timed_seconds
   uint64_t num_ooms = 0;           // failed allocs over warm-up and timed part (one pass)
   uint64_t skipped_frees = 0;      // frees of ids whose alloc failed

@@ -117,8 +117,10 @@ TEST(PolicyBenchmarkTest, RejectsBadOptions) {
   o.ops_per_sample = 1;
   o.timed_from_event = 2;
   EXPECT_THROW(replay_benchmark("bfc", p, o), InvalidArgumentError);
-  o.timed_from_event = 1;  // nothing timed is allowed
-  EXPECT_EQ(replay_benchmark("bfc", p, o).timed_ops, 0u);
+  o.timed_from_event = 1;  // nothing timed is allowed, and does not repeat the pass forever
+  const ReplayResult nothing = replay_benchmark("bfc", p, o);
+  EXPECT_EQ(nothing.timed_ops, 0u);
+  EXPECT_EQ(nothing.throughput_passes, 1);
   o.timed_from_event = 0;
   o.capacity_bytes = 1;  // below BFC's 256 B minimum
   EXPECT_THROW(replay_benchmark("bfc", p, o), InvalidArgumentError);
@@ -161,6 +163,7 @@ TEST(PolicyBenchmarkTest, SteadyStateCountsOnEveryPolicyAndThroughTheArena) {
       EXPECT_EQ(r.latency.samples, 5000u);  // one per pair
       EXPECT_EQ(r.num_ooms, 0u);
       EXPECT_EQ(r.skipped_frees, 0u);
+      EXPECT_GE(r.throughput_passes, 1);
       EXPECT_GE(r.peak_bytes_in_use, peak);  // chunks are at least the requests
       expect_sane(r);
       const nlohmann::json j = r;
