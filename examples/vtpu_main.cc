@@ -2,6 +2,8 @@
 //
 //   vtpu train mlp [--cores N] [--steps S] [--batch B] [--hidden H] [--lr LR] [--seed K]
 //                  [--data FILE] [--hbm-bytes SIZE] [--config FILE] [--log-every K] [--json]
+//   vtpu bench memory [--allocators A,B] [--live L1,L2] [--pairs K] [--workload W]
+//                     [--trace FILE] [--capacity SIZE] [--via policy,arena] [--seed S] [--json]
 //
 // Exit codes: 0 success (and --help); 1 a vtpu error while running (the message names the value
 // and what was expected: a bad data or config file, out of HBM, ...); 2 bad command-line usage.
@@ -12,11 +14,18 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "common/error.h"
+#include "common/strings.h"
 #include "common/units.h"
 #include "examples/digits_dataset.h"
 #include "examples/mlp_trainer.h"
+#include "memory/alloc_workload.h"
+#include "memory/allocator_policy.h"
+#include "memory/policy_benchmark.h"
+#include "memory/trace.h"
 #include "runtime/runtime.h"
 
 namespace {
@@ -118,6 +127,159 @@ int run_train_mlp(const TrainArgs& args) {
   return 0;
 }
 
+struct BenchMemoryArgs {
+  std::vector<std::string> allocators = vtpu::known_allocator_policies();
+  std::vector<uint64_t> live = {1000, 10000, 100000};
+  uint64_t pairs = 200000;
+  std::string workload = "lognormal";
+  std::string trace_path;
+  std::string capacity = "16GiB";
+  std::vector<std::string> via = {"policy", "arena"};
+  uint64_t seed = 1;
+  bool json = false;
+};
+
+// Accepts what vtpu::parse_bytes accepts ("16GiB", "512M", "4096").
+CLI::Validator bytes_validator() {
+  return CLI::Validator(
+      [](std::string& s) {
+        try {
+          vtpu::parse_bytes(s);
+          return std::string();
+        } catch (const vtpu::Error& e) {
+          return e.message();
+        }
+      },
+      "SIZE");
+}
+
+// Checks what CLI11 cannot: names against the policy registry, the capacity against every policy
+// and the workload size. Returns a message for a usage error, empty when the arguments are fine.
+std::string check_bench_memory_args(const BenchMemoryArgs& args) {
+  const uint64_t capacity = vtpu::parse_bytes(args.capacity);
+  for (const std::string& name : args.allocators) {
+    try {
+      vtpu::make_allocator_policy(name, capacity);
+    } catch (const vtpu::InvalidArgumentError& e) {
+      return "--capacity " + args.capacity + " for policy " + name + ": " + e.message();
+    }
+  }
+  for (uint64_t live : args.live) {
+    if (live == 0) return "--live: 0 live buffers (expected >= 1)";
+    if (live > vtpu::kMaxWorkloadEvents || args.pairs > (vtpu::kMaxWorkloadEvents - live) / 2)
+      return "--live " + std::to_string(live) + " with --pairs " + std::to_string(args.pairs) +
+             " exceeds " + std::to_string(vtpu::kMaxWorkloadEvents) + " events";
+  }
+  return {};
+}
+
+void print_bench_row(const vtpu::ReplayResult& r, const std::string& workload) {
+  std::printf("%-10s %-6s %10s %9llu %9.1f %9.1f %10.1f %10.1f %8.1f %8.2f %6llu\n",
+              r.policy.c_str(), r.through_arena ? "arena" : "policy", workload.c_str(),
+              static_cast<unsigned long long>(r.latency.samples), r.latency.median_ns,
+              r.latency.p99_ns, r.latency.p9999_ns, r.latency.max_ns, r.clock_overhead_ns,
+              r.ops_per_second * 1e-6, static_cast<unsigned long long>(r.num_ooms));
+  std::fflush(stdout);
+}
+
+int run_bench_memory(const BenchMemoryArgs& args) {
+  vtpu::ReplayOptions options;
+  options.capacity_bytes = vtpu::parse_bytes(args.capacity);
+  nlohmann::json results = nlohmann::json::array();
+  nlohmann::json config = {{"allocators", args.allocators},
+                           {"via", args.via},
+                           {"capacity_bytes", options.capacity_bytes},
+                           {"clock", "std::chrono::steady_clock"},
+                           {"percentiles", "nearest-rank"}};
+  auto header = [&] {
+    if (args.json) return;
+    std::printf("%-10s %-6s %10s %9s %9s %9s %10s %10s %8s %8s %6s\n", "policy", "via",
+                args.trace_path.empty() ? "live" : "trace", "samples", "median_ns", "p99_ns",
+                "p99.99_ns", "max_ns", "clock_ns", "Mops/s", "ooms");
+  };
+  auto record = [&](const vtpu::ReplayResult& r, const std::string& workload,
+                    nlohmann::json extra) {
+    if (args.json) {
+      nlohmann::json j = r;
+      j.update(extra);
+      results.push_back(std::move(j));
+    } else {
+      print_bench_row(r, workload);
+    }
+  };
+  if (!args.trace_path.empty()) {
+    const vtpu::Trace trace = vtpu::read_trace(args.trace_path);
+    const vtpu::ReplayProgram program(trace.events, args.trace_path);
+    options.ops_per_sample = 1;
+    config["trace"] = args.trace_path;
+    config["trace_header"] = trace.header;
+    config["events"] = trace.events.size();
+    config["latency_unit"] = "op";
+    if (!args.json) {
+      std::printf(
+          "vtpu bench memory: replay of %s (%zu events, %zu allocs and frees, %llu oom/defragment "
+          "events skipped) on %zu core(s), capacity %s per core\n"
+          "latency per op (one alloc or one free): steady_clock read between ops, its median "
+          "cost (clock_ns) subtracted; nearest-rank percentiles. Mops/s: allocs + frees per "
+          "second in a second pass without clock reads.\n",
+          args.trace_path.c_str(), trace.events.size(), program.ops().size(),
+          static_cast<unsigned long long>(program.skipped_events()), program.cores().size(),
+          vtpu::format_bytes(options.capacity_bytes).c_str());
+    }
+    header();
+    for (const std::string& policy : args.allocators) {
+      for (const std::string& via : args.via) {
+        options.through_arena = via == "arena";
+        const vtpu::ReplayResult r = vtpu::replay_benchmark(policy, program, options);
+        record(r, "trace", nlohmann::json::object());
+      }
+    }
+  } else {
+    vtpu::SteadyStateOptions w;
+    w.pairs = args.pairs;
+    w.seed = args.seed;
+    w.sizes.distribution = vtpu::parse_size_distribution(args.workload);
+    const std::string sizes = vtpu::describe_sizes(w.sizes);
+    config["workload"] = args.workload;
+    config["sizes"] = sizes;
+    config["pairs"] = args.pairs;
+    config["seed"] = args.seed;
+    config["latency_unit"] = "free+alloc pair";
+    if (!args.json) {
+      std::printf(
+          "vtpu bench memory: steady state, %s; fill to L live buffers, then %llu free+alloc "
+          "pairs (a random live buffer freed, a new one allocated); capacity %s; seed %llu\n"
+          "latency per free+alloc pair: steady_clock read between pairs, its median cost "
+          "(clock_ns) subtracted; nearest-rank percentiles. Mops/s: allocs + frees per second "
+          "in a second pass without clock reads.\n",
+          sizes.c_str(), static_cast<unsigned long long>(args.pairs),
+          vtpu::format_bytes(options.capacity_bytes).c_str(),
+          static_cast<unsigned long long>(args.seed));
+    }
+    header();
+    // Policies side by side at each live count, so that their ratios come from one stretch of
+    // machine load.
+    for (uint64_t live : args.live) {
+      w.live_buffers = live;
+      const std::vector<vtpu::TraceEvent> events = vtpu::make_steady_state_workload(w);
+      const vtpu::ReplayProgram program(events, "steady-state workload");
+      options.timed_from_event = live;
+      options.ops_per_sample = 2;
+      for (const std::string& policy : args.allocators) {
+        for (const std::string& via : args.via) {
+          options.through_arena = via == "arena";
+          const vtpu::ReplayResult r = vtpu::replay_benchmark(policy, program, options);
+          record(r, std::to_string(live), {{"live_buffers", live}});
+        }
+      }
+    }
+  }
+  if (args.json) {
+    std::cout << nlohmann::json{{"config", config}, {"results", results}}.dump(2) << std::endl;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -160,21 +322,63 @@ int main(int argc, char** argv) {
   mlp->add_option("--data", args.data_path, "digits.csv.gz from Debian python3-sklearn")
       ->capture_default_str();
   mlp->add_option("--hbm-bytes", args.hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)")
-      ->check(CLI::Validator(
-          [](std::string& s) {
-            try {
-              vtpu::parse_bytes(s);
-              return std::string();
-            } catch (const vtpu::Error& e) {
-              return e.message();
-            }
-          },
-          "SIZE"));
+      ->check(bytes_validator());
   mlp->add_option("--config", args.config_path, "RuntimeOptions JSON file");
   mlp->add_option("--log-every", args.mlp.log_every, "Print the loss every K steps (0: never)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   mlp->add_flag("--json", args.json, "Print the result as JSON (with the per-step losses)");
+
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(0, 1);
+  CLI::App* memory = bench->add_subcommand(
+      "memory",
+      "Allocator policy latency and throughput: a steady-state workload at several live "
+      "buffer counts, or a trace replay");
+  BenchMemoryArgs bench_args;
+  memory
+      ->add_option("--allocators", bench_args.allocators,
+                   "Comma-separated policies (default: every known policy: " +
+                       vtpu::join(vtpu::known_allocator_policies(), ",") + ")")
+      ->delimiter(',')
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            for (const std::string& k : vtpu::known_allocator_policies())
+              if (s == k) return std::string();
+            return "unknown allocator policy '" + s +
+                   "' (expected one of: " + vtpu::join(vtpu::known_allocator_policies()) + ")";
+          },
+          "POLICY"));
+  CLI::Option* live_opt =
+      memory->add_option("--live", bench_args.live, "Comma-separated live buffer counts L")
+          ->delimiter(',')
+          ->capture_default_str()
+          ->check(CLI::Range(uint64_t{1}, vtpu::kMaxWorkloadEvents));
+  CLI::Option* pairs_opt =
+      memory->add_option("--pairs", bench_args.pairs, "Timed free+alloc pairs per run")
+          ->capture_default_str()
+          ->check(CLI::Range(uint64_t{1}, vtpu::kMaxWorkloadEvents / 2));
+  CLI::Option* workload_opt =
+      memory->add_option("--workload", bench_args.workload, "Size distribution")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"uniform", "lognormal", "bimodal"}));
+  memory
+      ->add_option("--trace", bench_args.trace_path,
+                   "Replay a vtpu trace (JSON Lines) instead of the steady-state workload")
+      ->excludes(live_opt)
+      ->excludes(pairs_opt)
+      ->excludes(workload_opt);
+  memory->add_option("--capacity", bench_args.capacity, "Bytes per policy, e.g. 16GiB, 512M")
+      ->capture_default_str()
+      ->check(bytes_validator());
+  memory
+      ->add_option("--via", bench_args.via,
+                   "Comma-separated: policy (bare), arena (metadata-only HbmArena over it)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::IsMember({"policy", "arena"}));
+  memory->add_option("--seed", bench_args.seed, "Workload seed")->capture_default_str();
+  memory->add_flag("--json", bench_args.json, "Print the configuration and results as JSON");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -186,8 +390,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "vtpu train: expected a model name (mlp)\n%s", train->help().c_str());
     return 2;
   }
+  if (*bench && bench->get_subcommands().empty()) {
+    std::fprintf(stderr, "vtpu bench: expected a benchmark name (memory)\n%s",
+                 bench->help().c_str());
+    return 2;
+  }
+  if (*memory) {
+    if (const std::string problem = check_bench_memory_args(bench_args); !problem.empty()) {
+      std::fprintf(stderr, "vtpu: usage error: %s\nRun with --help for the options.\n",
+                   problem.c_str());
+      return 2;
+    }
+  }
   try {
     if (*mlp) return run_train_mlp(args);
+    if (*memory) return run_bench_memory(bench_args);
   } catch (const vtpu::Error& e) {
     std::fprintf(stderr, "vtpu: error: %s\n", e.what());
     return 1;

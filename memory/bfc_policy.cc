@@ -66,7 +66,8 @@ std::optional<PolicyAllocation> BfcPolicy::allocate(uint64_t size_bytes) {
     auto it = bins_[b].lower_bound(BinKey{rounded, 0, 0});
     if (it == bins_[b].end()) continue;
     const ChunkId id = it->id;
-    remove_free(id);
+    bins_[b].erase(it);  // remove_free(id) without a second search
+    total_free_bytes_ -= chunks_[id].size_bytes;
     Chunk& c = chunks_[id];
     const uint64_t remainder = c.size_bytes - rounded;
     if (c.size_bytes >= 2 * rounded || remainder >= max_internal_fragmentation_bytes_) {
@@ -84,21 +85,20 @@ std::optional<PolicyAllocation> BfcPolicy::allocate(uint64_t size_bytes) {
     }
     Chunk& cur = chunks_[id];
     cur.in_use = true;
-    in_use_.emplace(cur.offset, id);
+    in_use_.insert(cur.offset, id);
     return PolicyAllocation{cur.offset, cur.size_bytes};
   }
   return std::nullopt;
 }
 
 uint64_t BfcPolicy::free(uint64_t offset) {
-  auto it = in_use_.find(offset);
-  if (it == in_use_.end()) {
+  const std::optional<ChunkId> found = in_use_.erase(offset);
+  if (!found) {
     throw InvalidArgumentError("BFC free of offset " + std::to_string(offset) +
                                ", which is not the start of a chunk in use (double free or a "
                                "stray offset)");
   }
-  ChunkId id = it->second;
-  in_use_.erase(it);
+  ChunkId id = *found;
   const uint64_t freed = chunks_[id].size_bytes;
   chunks_[id].in_use = false;
   // Merge with the next neighbour: it disappears into this chunk.
@@ -172,7 +172,7 @@ void BfcPolicy::rebuild(std::span<const ChunkInfo> in_use) {
     prev = id;
     if (used) {
       chunks_[id].in_use = true;
-      in_use_.emplace(offset, id);
+      in_use_.insert(offset, id);
     } else {
       insert_free(id);
     }
@@ -205,9 +205,8 @@ void BfcPolicy::check_consistency() const {
       free_bytes += c.size_bytes;
       ++num_free;
     } else {
-      auto it = in_use_.find(c.offset);
-      if (it == in_use_.end() || it->second != id)
-        fail(where().str() + " is in use but not indexed");
+      const std::optional<ChunkId> indexed = in_use_.find(c.offset);
+      if (indexed != id) fail(where().str() + " is in use but not indexed");
       ++num_in_use;
     }
     prev_free = !c.in_use;

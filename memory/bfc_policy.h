@@ -15,16 +15,19 @@
 // is 128 MiB, ours defaults to min(128 MiB, capacity / 128), see PolicyOptions). Free merges the
 // chunk with both neighbours at once when they are free, so no two free chunks are ever adjacent.
 //
-// Cost: allocate is O(kNumBins + log n), free O(log n), for n free chunks.
+// Cost: allocate is O(kNumBins + log n), free O(log n), for n free chunks. Free finds its chunk
+// through OffsetIndex, a flat open-addressing hash (memory/offset_index.h): usually one cache
+// line, where std::unordered_map cost a bucket load, a node load and a malloc or free per call
+// (measured: 1.8x faster free+alloc pairs at 100k live buffers, bench/memory_bench.cc).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <set>
-#include <unordered_map>
 #include <vector>
 
 #include "memory/allocator_policy.h"
+#include "memory/offset_index.h"
 
 namespace vtpu {
 
@@ -88,10 +91,10 @@ class BfcPolicy final : public AllocatorPolicy {
 
   uint64_t capacity_bytes_;
   uint64_t max_internal_fragmentation_bytes_;
-  std::vector<Chunk> chunks_;                     // indexed by ChunkId
-  std::vector<ChunkId> unused_ids_;               // recycled slots of chunks_
-  std::array<std::set<BinKey>, kNumBins> bins_;   // free chunks only
-  std::unordered_map<uint64_t, ChunkId> in_use_;  // offset -> chunk, chunks in use only
+  std::vector<Chunk> chunks_;                    // indexed by ChunkId
+  std::vector<ChunkId> unused_ids_;              // recycled slots of chunks_
+  std::array<std::set<BinKey>, kNumBins> bins_;  // free chunks only
+  OffsetIndex in_use_;                           // offset -> chunk, chunks in use only
   uint64_t total_free_bytes_ = 0;
   ChunkId head_ = kNoChunk;  // the chunk at offset 0
 };

@@ -108,4 +108,85 @@ TEST(VtpuCliTest, ConfigFileSetsTheCores) {
   EXPECT_EQ(j["hbm"][0]["bytes_limit"], 64ull << 20);
 }
 
+TEST(VtpuCliTest, BenchMemoryTable) {
+  const CliRun r = run_cli(
+      "bench memory --allocators bfc --live 100,300 --pairs 2000 --workload uniform "
+      "--capacity 64MiB --seed 3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* needle :
+       {"uniform sizes in [256, 65536] B", "2000 free+alloc pairs", "capacity 64.00 MiB", "seed 3",
+        "median_ns", "p99.99_ns", "Mops/s", "ooms"}) {
+    EXPECT_NE(r.output.find(needle), std::string::npos) << needle << "\n" << r.output;
+  }
+  // One row per live count and path, in that order.
+  size_t rows = 0;
+  for (const char* row : {"bfc        policy        100", "bfc        arena         100",
+                          "bfc        policy        300", "bfc        arena         300"}) {
+    const size_t at = r.output.find(row);
+    EXPECT_NE(at, std::string::npos) << row << "\n" << r.output;
+    rows += at != std::string::npos;
+  }
+  EXPECT_EQ(rows, 4u);
+}
+
+TEST(VtpuCliTest, BenchMemoryJsonCoversEveryKnownPolicy) {
+  const CliRun r =
+      run_cli("bench memory --live 50 --pairs 1000 --workload bimodal --via policy --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["config"]["workload"], "bimodal");
+  EXPECT_EQ(j["config"]["latency_unit"], "free+alloc pair");
+  EXPECT_EQ(j["config"]["capacity_bytes"], 16ull << 30);
+  ASSERT_GE(j["results"].size(), 1u);
+  EXPECT_EQ(j["results"][0]["policy"], "bfc");
+  for (const auto& result : j["results"]) {
+    EXPECT_EQ(result["via"], "policy");
+    EXPECT_EQ(result["live_buffers"], 50);
+    EXPECT_EQ(result["latency"]["samples"], 1000);
+    EXPECT_EQ(result["timed_ops"], 2000);
+    EXPECT_EQ(result["num_ooms"], 0);
+    EXPECT_GT(result["ops_per_second"].get<double>(), 0.0);
+  }
+}
+
+TEST(VtpuCliTest, BenchMemoryReplaysATrace) {
+  const std::string trace = std::string(VTPU_SHARED_DIR) + "/traces/pytorch_mlp_train.jsonl";
+  const CliRun r = run_cli("bench memory --allocators bfc --trace " + trace + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["config"]["latency_unit"], "op");
+  EXPECT_EQ(j["config"]["trace_header"]["format"], "vtpu-trace");
+  ASSERT_EQ(j["results"].size(), 2u);  // policy and arena
+  for (const auto& result : j["results"]) {
+    EXPECT_EQ(result["latency"]["samples"], j["config"]["events"]);
+    EXPECT_EQ(result["num_ooms"], 0);
+    EXPECT_GE(result["peak_bytes_in_use"].get<uint64_t>(), 920064u);  // README peak live bytes
+  }
+  const CliRun text = run_cli("bench memory --allocators bfc --via arena --trace " + trace);
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("latency per op"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("bfc        arena       trace"), std::string::npos) << text.output;
+}
+
+TEST(VtpuCliTest, BenchMemoryRejectsBadInput) {
+  expect_failure("bench memory --allocators bfc,nope", "unknown allocator policy 'nope'", 2);
+  expect_failure("bench memory --live 0", "--live", 2);
+  expect_failure("bench memory --live 10,abc", "--live", 2);
+  expect_failure("bench memory --pairs 0", "--pairs", 2);
+  expect_failure("bench memory --workload gaussian", "--workload", 2);
+  expect_failure("bench memory --capacity lots", "invalid byte size 'lots'", 2);
+  expect_failure("bench memory --capacity 100", "below the 256-byte minimum", 2);
+  expect_failure("bench memory --via gpu", "--via", 2);
+  expect_failure("bench memory --trace x.jsonl --live 5", "excludes", 2);
+  expect_failure("bench memory --live 100000000 --pairs 60000000", "exceeds", 2);
+  expect_failure("bench", "expected a benchmark name (memory)", 2);
+  expect_failure("bench nope", "nope", 2);
+  // A trace that cannot be read is an error found while running, like a bad --data file.
+  expect_failure("bench memory --trace /nonexistent.jsonl", "cannot open trace file", 1);
+  const std::string bad = temp_file("vtpu_bad_trace.jsonl",
+                                    "{\"format\": \"vtpu-trace\", \"version\": 1}\n"
+                                    "{\"t_us\": 0, \"op\": \"free\", \"id\": 4}\n");
+  expect_failure("bench memory --trace " + bad, "vtpu_bad_trace.jsonl:2: free of id 4", 1);
+}
+
 }  // namespace

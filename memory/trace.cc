@@ -1,0 +1,400 @@
+#include "memory/trace.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <fstream>
+#include <istream>
+#include <limits>
+#include <optional>
+#include <ostream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "common/error.h"
+
+namespace vtpu {
+
+namespace {
+
+constexpr int kFormatVersion = 1;
+constexpr size_t kMaxQuotedChars = 80;  // longest value quoted in an error message
+
+using Json = nlohmann::json;
+
+// A JSON value for an error message, cut to kMaxQuotedChars.
+std::string quote(const Json& value) {
+  std::string s = value.dump(-1, ' ', false, Json::error_handler_t::replace);
+  if (s.size() > kMaxQuotedChars) s = s.substr(0, kMaxQuotedChars) + "...";
+  return s;
+}
+
+std::string number_text(double v) {
+  Json j = v;
+  return j.dump();
+}
+
+std::optional<TraceOp> parse_op(std::string_view name) {
+  if (name == "alloc") return TraceOp::kAlloc;
+  if (name == "free") return TraceOp::kFree;
+  if (name == "oom") return TraceOp::kOom;
+  if (name == "defragment") return TraceOp::kDefragment;
+  return std::nullopt;
+}
+
+// The keys an event of `op` may carry.
+bool key_allowed(TraceOp op, std::string_view key) {
+  if (key == "t_us" || key == "core" || key == "op") return true;
+  switch (op) {
+    case TraceOp::kAlloc:
+    case TraceOp::kOom:
+      return key == "id" || key == "bytes" || key == "label";
+    case TraceOp::kFree:
+      return key == "id";
+    case TraceOp::kDefragment:
+      return key == "bytes_moved" || key == "buffers_moved" || key == "duration_us";
+  }
+  return false;
+}
+
+// Problems with the values of one event taken alone; empty when there are none. The reader and
+// the writer share this, so both enforce exactly the same rules.
+std::string value_problem(const TraceEvent& e) {
+  if (!std::isfinite(e.t_us) || e.t_us < 0)
+    return "t_us is " + number_text(e.t_us) + " (expected a finite number >= 0)";
+  if (e.core < 0) return "core is " + std::to_string(e.core) + " (expected an integer >= 0)";
+  switch (e.op) {
+    case TraceOp::kAlloc:
+    case TraceOp::kOom:
+      if (e.bytes == 0) return "bytes is 0 (expected an integer >= 1)";
+      if (e.bytes_moved != 0 || e.buffers_moved != 0 || e.duration_us != 0.0)
+        return std::string(trace_op_name(e.op)) + " event carries defragment fields";
+      return {};
+    case TraceOp::kFree:
+      if (e.bytes != 0 || !e.label.empty() || e.bytes_moved != 0 || e.buffers_moved != 0 ||
+          e.duration_us != 0.0)
+        return "free event carries fields other than id";
+      return {};
+    case TraceOp::kDefragment:
+      if (!std::isfinite(e.duration_us) || e.duration_us < 0)
+        return "duration_us is " + number_text(e.duration_us) + " (expected a finite number >= 0)";
+      if (e.id != 0 || e.bytes != 0 || !e.label.empty())
+        return "defragment event carries id, bytes or label";
+      return {};
+  }
+  return "op " + std::to_string(static_cast<int>(e.op)) +
+         " is not one of alloc, free, oom, defragment";
+}
+
+void check_header(const Json& header, const std::string& where) {
+  if (!header.is_object())
+    throw InvalidArgumentError(where + "trace header is " + quote(header) +
+                               " (expected a JSON object)");
+  auto format = header.find("format");
+  if (format == header.end() || !format->is_string() || *format != "vtpu-trace")
+    throw InvalidArgumentError(where + "trace header \"format\" is " +
+                               (format == header.end() ? std::string("missing") : quote(*format)) +
+                               " (expected \"vtpu-trace\")");
+  auto version = header.find("version");
+  if (version == header.end() || !version->is_number_integer() || *version != kFormatVersion)
+    throw InvalidArgumentError(
+        where + "trace header \"version\" is " +
+        (version == header.end() ? std::string("missing") : quote(*version)) +
+        " (expected the integer " + std::to_string(kFormatVersion) +
+        ", the only version this reader knows)");
+}
+
+}  // namespace
+
+// The rules that need the events before: live ids per core and per-core time order.
+class TraceChecker {
+ public:
+  // Empty when `e` may follow the events applied so far.
+  std::string problem(const TraceEvent& e) const {
+    if (std::string p = value_problem(e); !p.empty()) return p;
+    auto it = cores_.find(e.core);
+    if (it == cores_.end()) {
+      if (e.op == TraceOp::kFree)
+        return "free of id " + std::to_string(e.id) + ", which is not live on core " +
+               std::to_string(e.core);
+      if (e.op == TraceOp::kDefragment && e.buffers_moved > 0)
+        return "defragment moved " + std::to_string(e.buffers_moved) + " buffers but core " +
+               std::to_string(e.core) + " has none live";
+      return {};
+    }
+    const CoreState& c = it->second;
+    if (e.t_us < c.last_t_us)
+      return "t_us " + number_text(e.t_us) + " is earlier than the previous event on core " +
+             std::to_string(e.core) + " (" + number_text(c.last_t_us) +
+             "; expected non-decreasing time per core)";
+    switch (e.op) {
+      case TraceOp::kAlloc:
+      case TraceOp::kOom:
+        if (c.live.contains(e.id))
+          return std::string(trace_op_name(e.op)) + " of id " + std::to_string(e.id) +
+                 ", which is already live on core " + std::to_string(e.core);
+        break;
+      case TraceOp::kFree:
+        if (!c.live.contains(e.id))
+          return "free of id " + std::to_string(e.id) + ", which is not live on core " +
+                 std::to_string(e.core);
+        break;
+      case TraceOp::kDefragment:
+        if (e.buffers_moved > c.live.size())
+          return "defragment moved " + std::to_string(e.buffers_moved) + " buffers but core " +
+                 std::to_string(e.core) + " has only " + std::to_string(c.live.size()) + " live";
+        break;
+    }
+    return {};
+  }
+
+  // Records `e`, which problem() accepted.
+  void apply(const TraceEvent& e) {
+    CoreState& c = cores_[e.core];
+    c.last_t_us = e.t_us;
+    if (e.op == TraceOp::kAlloc) c.live.insert(e.id);
+    if (e.op == TraceOp::kFree) c.live.erase(e.id);
+    ++num_events_;
+  }
+
+  uint64_t num_events() const { return num_events_; }
+
+ private:
+  struct CoreState {
+    double last_t_us = 0.0;
+    std::unordered_set<uint64_t> live;
+  };
+  std::unordered_map<int, CoreState> cores_;
+  uint64_t num_events_ = 0;
+};
+
+std::string_view trace_op_name(TraceOp op) {
+  switch (op) {
+    case TraceOp::kAlloc:
+      return "alloc";
+    case TraceOp::kFree:
+      return "free";
+    case TraceOp::kOom:
+      return "oom";
+    case TraceOp::kDefragment:
+      return "defragment";
+  }
+  return "unknown";
+}
+
+Json default_trace_header() { return Json{{"format", "vtpu-trace"}, {"version", kFormatVersion}}; }
+
+namespace {
+
+// Parses one event object; `where` is "name:line: ". Throws InvalidArgumentError.
+TraceEvent parse_event(const Json& j, const std::string& where) {
+  auto fail = [&](const std::string& what) { throw InvalidArgumentError(where + what); };
+  auto op_it = j.find("op");
+  if (op_it == j.end()) fail("missing field \"op\" in " + quote(j));
+  if (!op_it->is_string())
+    fail("field \"op\" is " + quote(*op_it) + " (expected one of alloc, free, oom, defragment)");
+  const std::optional<TraceOp> op = parse_op(op_it->get_ref<const std::string&>());
+  if (!op) fail("unknown op " + quote(*op_it) + " (expected one of alloc, free, oom, defragment)");
+  for (const auto& [key, value] : j.items()) {
+    if (!key_allowed(*op, key))
+      fail("unexpected field \"" + key + "\" in a " + std::string(trace_op_name(*op)) +
+           " event (value " + quote(value) + ")");
+  }
+  auto get_uint = [&](const char* key, bool required, uint64_t minimum) -> uint64_t {
+    auto it = j.find(key);
+    if (it == j.end()) {
+      if (required) fail("missing field \"" + std::string(key) + "\" in " + quote(j));
+      return 0;
+    }
+    const bool non_negative_integer =
+        it->is_number_unsigned() || (it->is_number_integer() && it->get<int64_t>() >= 0);
+    if (!non_negative_integer || it->get<uint64_t>() < minimum)
+      fail("field \"" + std::string(key) + "\" is " + quote(*it) +
+           " (expected an integer >= " + std::to_string(minimum) + " and < 2^64)");
+    return it->get<uint64_t>();
+  };
+  auto get_time = [&](const char* key) -> double {
+    auto it = j.find(key);
+    if (it == j.end()) fail("missing field \"" + std::string(key) + "\" in " + quote(j));
+    if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < 0)
+      fail("field \"" + std::string(key) + "\" is " + quote(*it) +
+           " (expected a finite number >= 0)");
+    return it->get<double>();
+  };
+
+  TraceEvent e;
+  e.op = *op;
+  e.t_us = get_time("t_us");
+  if (auto it = j.find("core"); it != j.end()) {
+    const bool ok =
+        it->is_number_integer() && it->get<int64_t>() >= 0 &&
+        (it->is_number_unsigned() ? it->get<uint64_t>() <= INT_MAX : it->get<int64_t>() <= INT_MAX);
+    if (!ok) fail("field \"core\" is " + quote(*it) + " (expected an integer in [0, 2^31))");
+    e.core = static_cast<int>(it->get<int64_t>());
+  }
+  switch (*op) {
+    case TraceOp::kAlloc:
+    case TraceOp::kOom:
+      e.id = get_uint("id", true, 0);
+      e.bytes = get_uint("bytes", true, 1);
+      if (auto it = j.find("label"); it != j.end()) {
+        if (!it->is_string()) fail("field \"label\" is " + quote(*it) + " (expected a string)");
+        e.label = it->get<std::string>();
+      }
+      break;
+    case TraceOp::kFree:
+      e.id = get_uint("id", true, 0);
+      break;
+    case TraceOp::kDefragment:
+      e.bytes_moved = get_uint("bytes_moved", true, 0);
+      e.buffers_moved = get_uint("buffers_moved", true, 0);
+      e.duration_us = get_time("duration_us");
+      break;
+  }
+  return e;
+}
+
+bool is_blank(const std::string& line) {
+  return std::all_of(line.begin(), line.end(),
+                     [](char c) { return c == ' ' || c == '\t' || c == '\r'; });
+}
+
+}  // namespace
+
+Trace read_trace(std::istream& in, const std::string& name) {
+  Trace trace;
+  trace.header = default_trace_header();
+  TraceChecker checker;
+  std::string line;
+  uint64_t line_number = 0;
+  bool seen_content = false;
+  std::vector<std::string> keys;  // top-level keys of the current line, for duplicate detection
+  while (std::getline(in, line)) {
+    ++line_number;
+    if (is_blank(line)) continue;
+    const std::string where = name + ":" + std::to_string(line_number) + ": ";
+    keys.clear();
+    std::string duplicate;
+    auto detect_duplicates = [&](int depth, Json::parse_event_t event, Json& parsed) {
+      if (depth == 1 && event == Json::parse_event_t::key) {
+        const std::string& key = parsed.get_ref<const std::string&>();
+        if (std::find(keys.begin(), keys.end(), key) != keys.end() && duplicate.empty())
+          duplicate = key;
+        keys.push_back(key);
+      }
+      return true;
+    };
+    Json j;
+    try {
+      j = Json::parse(line, detect_duplicates);
+    } catch (const Json::parse_error& e) {
+      throw InvalidArgumentError(where + "not valid JSON (" + e.what() + "): " + quote(Json(line)));
+    }
+    if (!j.is_object())
+      throw InvalidArgumentError(where + "expected a JSON object, got " + quote(j));
+    if (!duplicate.empty())
+      throw InvalidArgumentError(where + "duplicate field \"" + duplicate + "\"");
+    if (!seen_content && j.contains("format")) {
+      check_header(j, where);
+      trace.header = std::move(j);
+      seen_content = true;
+      continue;
+    }
+    if (j.contains("format"))
+      throw InvalidArgumentError(where +
+                                 "a header object (with \"format\") is only allowed as the first "
+                                 "line");
+    seen_content = true;
+    TraceEvent e = parse_event(j, where);
+    if (std::string p = checker.problem(e); !p.empty()) throw InvalidArgumentError(where + p);
+    checker.apply(e);
+    trace.events.push_back(std::move(e));
+  }
+  if (in.bad())
+    throw InvalidArgumentError(name + ": read error after line " + std::to_string(line_number));
+  return trace;
+}
+
+Trace read_trace(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw NotFoundError("cannot open trace file '" + path + "'");
+  return read_trace(in, path);
+}
+
+void validate_trace_events(std::span<const TraceEvent> events, const std::string& name) {
+  TraceChecker checker;
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (std::string p = checker.problem(events[i]); !p.empty())
+      throw InvalidArgumentError(name + ": event " + std::to_string(i) + ": " + p);
+    checker.apply(events[i]);
+  }
+}
+
+std::string to_json_line(const TraceEvent& e) {
+  if (std::string p = value_problem(e); !p.empty())
+    throw InvalidArgumentError("cannot write trace event: " + p);
+  nlohmann::ordered_json j;
+  j["t_us"] = e.t_us;
+  j["core"] = e.core;
+  j["op"] = trace_op_name(e.op);
+  switch (e.op) {
+    case TraceOp::kAlloc:
+    case TraceOp::kOom:
+      j["id"] = e.id;
+      j["bytes"] = e.bytes;
+      if (!e.label.empty()) j["label"] = e.label;
+      break;
+    case TraceOp::kFree:
+      j["id"] = e.id;
+      break;
+    case TraceOp::kDefragment:
+      j["bytes_moved"] = e.bytes_moved;
+      j["buffers_moved"] = e.buffers_moved;
+      j["duration_us"] = e.duration_us;
+      break;
+  }
+  // Invalid UTF-8 in a label is replaced (U+FFFD) rather than thrown mid-trace.
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+TraceWriter::TraceWriter(std::ostream& out, Json header)
+    : out_(&out), name_("trace stream"), checker_(std::make_unique<TraceChecker>()) {
+  write_header(header);
+}
+
+TraceWriter::TraceWriter(const std::string& path, Json header)
+    : name_("'" + path + "'"), checker_(std::make_unique<TraceChecker>()) {
+  check_header(header, "");  // before truncating the file
+  owned_ = std::make_unique<std::ofstream>(path, std::ios::out | std::ios::trunc);
+  out_ = owned_.get();
+  if (!*out_) throw NotFoundError("cannot open trace file '" + path + "' for writing");
+  write_header(header);
+}
+
+void TraceWriter::write_header(const Json& header) {
+  check_header(header, "");
+  *out_ << header.dump(-1, ' ', false, Json::error_handler_t::replace) << '\n';
+  if (!*out_) throw InternalError("writing the trace header to " + name_ + " failed");
+}
+
+TraceWriter::~TraceWriter() = default;
+
+void TraceWriter::write(const TraceEvent& event) {
+  if (std::string p = checker_->problem(event); !p.empty())
+    throw InvalidArgumentError("cannot write event " + std::to_string(checker_->num_events()) +
+                               " to " + name_ + ": " + p);
+  *out_ << to_json_line(event) << '\n';
+  if (!*out_)
+    throw InternalError("writing event " + std::to_string(checker_->num_events()) + " to " + name_ +
+                        " failed");
+  checker_->apply(event);
+}
+
+void TraceWriter::flush() {
+  out_->flush();
+  if (!*out_) throw InternalError("flushing " + name_ + " failed");
+}
+
+uint64_t TraceWriter::num_events() const { return checker_->num_events(); }
+
+}  // namespace vtpu

@@ -1,0 +1,447 @@
+// Tests for memory/trace.h: every rule of the format rejected with the file name, line number and
+// offending value; writer -> reader round trips; and the three real PyTorch traces, whose alloc
+// counts and peak live bytes (from /work/shared/traces/README.md) are recomputed here from the
+// events.
+#include "memory/trace.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace vtpu {
+namespace {
+
+Trace read_text(const std::string& text, const std::string& name = "t.jsonl") {
+  std::istringstream in(text);
+  return read_trace(in, name);
+}
+
+// Expects read_trace of `text` to throw InvalidArgumentError whose message contains every needle.
+void expect_rejected(const std::string& text, const std::vector<std::string>& needles) {
+  try {
+    read_text(text);
+    ADD_FAILURE() << "accepted:\n" << text;
+  } catch (const InvalidArgumentError& e) {
+    for (const std::string& needle : needles)
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+          << "missing '" << needle << "' in: " << e.what() << "\ninput:\n"
+          << text;
+  }
+}
+
+constexpr char kHeader[] = R"({"format": "vtpu-trace", "version": 1})"
+                           "\n";
+
+TEST(TraceTest, ReadsAllOpsWithDefaults) {
+  const Trace t = read_text(
+      std::string(R"({"format": "vtpu-trace", "version": 1, "source": "unit test", "n": [1, 2]})") +
+      "\n" +
+      R"({"t_us": 12.5, "core": 0, "op": "alloc", "id": 17, "bytes": 4096, "label": "layer3/grad"}
+{"t_us": 13, "op": "alloc", "id": 18, "bytes": 1}
+{"t_us": 14, "core": 1, "op": "oom", "id": 5, "bytes": 1073741824, "label": "big"}
+{"t_us": 15, "core": 0, "op": "defragment", "bytes_moved": 4096, "buffers_moved": 1, "duration_us": 2.5}
+{"t_us": 19.0, "core": 0, "op": "free", "id": 17}
+)");
+  EXPECT_EQ(t.header["source"], "unit test");  // extra header fields are kept
+  EXPECT_EQ(t.header["n"], nlohmann::json({1, 2}));
+  ASSERT_EQ(t.events.size(), 5u);
+  const TraceEvent& a = t.events[0];
+  EXPECT_EQ(a.t_us, 12.5);
+  EXPECT_EQ(a.core, 0);
+  EXPECT_EQ(a.op, TraceOp::kAlloc);
+  EXPECT_EQ(a.id, 17u);
+  EXPECT_EQ(a.bytes, 4096u);
+  EXPECT_EQ(a.label, "layer3/grad");
+  EXPECT_EQ(t.events[1].core, 0);  // default
+  EXPECT_EQ(t.events[1].label, "");
+  EXPECT_EQ(t.events[2].op, TraceOp::kOom);
+  EXPECT_EQ(t.events[2].core, 1);
+  EXPECT_EQ(t.events[2].bytes, uint64_t{1} << 30);
+  EXPECT_EQ(t.events[3].op, TraceOp::kDefragment);
+  EXPECT_EQ(t.events[3].bytes_moved, 4096u);
+  EXPECT_EQ(t.events[3].buffers_moved, 1u);
+  EXPECT_EQ(t.events[3].duration_us, 2.5);
+  EXPECT_EQ(t.events[4].op, TraceOp::kFree);
+  EXPECT_EQ(t.events[4].id, 17u);
+}
+
+TEST(TraceTest, HeaderIsOptionalAndDefaulted) {
+  const Trace t = read_text(R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8})");
+  EXPECT_EQ(t.header, default_trace_header());
+  EXPECT_EQ(t.events.size(), 1u);
+  EXPECT_EQ(read_text("").events.size(), 0u);
+  EXPECT_EQ(read_text(kHeader).events.size(), 0u);
+}
+
+TEST(TraceTest, BlankLinesAreSkippedButCounted) {
+  const std::string text = std::string("\n") + kHeader + "  \t\r\n" +
+                           R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8})" + "\n\n" +
+                           R"({"t_us": 1, "op": "free", "id": 1})" + "\n";
+  expect_rejected(text, {"t.jsonl:6:", "free of id 1"});  // line 6 despite three blank lines
+  const Trace t = read_text(std::string("\n") + kHeader + "\n" +
+                            R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8})" + "\r\n\n");
+  EXPECT_EQ(t.header, default_trace_header());  // leading blank lines: still the first line
+  EXPECT_EQ(t.events.size(), 1u);
+}
+
+TEST(TraceTest, IdsMayBeReusedAfterFreeAndArePerCore) {
+  const Trace t = read_text(R"({"t_us": 0, "op": "alloc", "id": 1, "bytes": 8}
+{"t_us": 0, "core": 1, "op": "alloc", "id": 1, "bytes": 8}
+{"t_us": 1, "op": "free", "id": 1}
+{"t_us": 1, "op": "alloc", "id": 1, "bytes": 16}
+{"t_us": 0.5, "core": 1, "op": "free", "id": 1}
+)");
+  EXPECT_EQ(t.events.size(), 5u);  // core 1's clock is separate from core 0's
+}
+
+TEST(TraceTest, RejectsMalformedLines) {
+  expect_rejected(R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8)",
+                  {"t.jsonl:1:", "not valid JSON"});
+  expect_rejected(std::string(kHeader) + "[1, 2]\n",
+                  {"t.jsonl:2:", "expected a JSON object", "[1,2]"});
+  expect_rejected("17\n", {"t.jsonl:1:", "expected a JSON object", "17"});
+  expect_rejected(R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8, "id": 1})",
+                  {"t.jsonl:1:", "duplicate field \"id\""});
+}
+
+TEST(TraceTest, RejectsBadHeaders) {
+  expect_rejected(R"({"format": "pprof", "version": 1})",
+                  {"t.jsonl:1:", "\"pprof\"", "vtpu-trace"});
+  expect_rejected(R"({"format": "vtpu-trace", "version": 2})", {"t.jsonl:1:", "version", "2"});
+  expect_rejected(R"({"format": "vtpu-trace"})", {"t.jsonl:1:", "version", "missing"});
+  expect_rejected(R"({"format": "vtpu-trace", "version": "1"})", {"t.jsonl:1:", "\"1\""});
+  expect_rejected(std::string(kHeader) + kHeader, {"t.jsonl:2:", "only allowed as the first line"});
+}
+
+TEST(TraceTest, RejectsMissingAndIllTypedFields) {
+  const std::string h = kHeader;
+  expect_rejected(h + R"({"t_us": 0, "id": 0, "bytes": 8})",
+                  {"t.jsonl:2:", "missing field \"op\""});
+  expect_rejected(h + R"({"t_us": 0, "op": 3, "id": 0, "bytes": 8})",
+                  {"t.jsonl:2:", "\"op\" is 3"});
+  expect_rejected(h + R"({"t_us": 0, "op": "malloc", "id": 0, "bytes": 8})",
+                  {"t.jsonl:2:", "unknown op \"malloc\""});
+  expect_rejected(h + R"({"op": "alloc", "id": 0, "bytes": 8})",
+                  {"t.jsonl:2:", "missing field \"t_us\""});
+  expect_rejected(h + R"({"t_us": "0", "op": "alloc", "id": 0, "bytes": 8})",
+                  {"\"t_us\" is \"0\""});
+  expect_rejected(h + R"({"t_us": -1.5, "op": "alloc", "id": 0, "bytes": 8})",
+                  {"\"t_us\" is -1.5"});
+  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "bytes": 8})", {"missing field \"id\""});
+  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 0})", {"missing field \"bytes\""});
+  expect_rejected(h + R"({"t_us": 0, "op": "free"})", {"missing field \"id\""});
+  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8, "label": 7})",
+                  {"\"label\" is 7", "expected a string"});
+  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8, "byte": 8})",
+                  {"t.jsonl:2:", "unexpected field \"byte\""});
+  expect_rejected(h + R"({"t_us": 0, "op": "free", "id": 0, "bytes": 8})",
+                  {"unexpected field \"bytes\" in a free event"});
+  expect_rejected(h + R"({"t_us": 0, "op": "defragment", "bytes_moved": 0, "buffers_moved": 0})",
+                  {"missing field \"duration_us\""});
+  expect_rejected(
+      h + R"({"t_us": 0, "op": "defragment", "bytes_moved": -1, "buffers_moved": 0, "duration_us": 1})",
+      {"\"bytes_moved\" is -1"});
+}
+
+TEST(TraceTest, RejectsNegativeAndNonIntegerNumbers) {
+  const std::string h = kHeader;
+  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": -4096})",
+                  {"t.jsonl:2:", "\"bytes\" is -4096"});
+  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 4096.0})",
+                  {"\"bytes\" is 4096.0"});
+  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 1e3})",
+                  {"\"bytes\" is 1000.0"});
+  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 0})",
+                  {"\"bytes\" is 0", "expected an integer >= 1"});
+  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": -3, "bytes": 8})", {"\"id\" is -3"});
+  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 2.5, "bytes": 8})", {"\"id\" is 2.5"});
+  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 18446744073709551616, "bytes": 8})",
+                  {"\"id\" is"});  // 2^64 does not fit
+  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": "7", "bytes": 8})", {"\"id\" is \"7\""});
+  // The largest id is fine.
+  EXPECT_EQ(read_text(R"({"t_us": 0, "op": "alloc", "id": 18446744073709551615, "bytes": 8})")
+                .events[0]
+                .id,
+            ~uint64_t{0});
+}
+
+TEST(TraceTest, RejectsBadCores) {
+  const std::string h = kHeader;
+  expect_rejected(h + R"({"t_us": 0, "core": -1, "op": "alloc", "id": 0, "bytes": 8})",
+                  {"t.jsonl:2:", "\"core\" is -1"});
+  expect_rejected(h + R"({"t_us": 0, "core": 1.5, "op": "alloc", "id": 0, "bytes": 8})",
+                  {"\"core\" is 1.5"});
+  expect_rejected(h + R"({"t_us": 0, "core": 2147483648, "op": "alloc", "id": 0, "bytes": 8})",
+                  {"\"core\" is 2147483648"});
+}
+
+TEST(TraceTest, RejectsLiveSetViolations) {
+  const std::string h = kHeader;
+  const std::string a = R"({"t_us": 0, "op": "alloc", "id": 17, "bytes": 8})"
+                        "\n";
+  expect_rejected(h + R"({"t_us": 0, "op": "free", "id": 17})",
+                  {"t.jsonl:2:", "free of id 17", "not live on core 0"});
+  expect_rejected(h + a + a, {"t.jsonl:3:", "alloc of id 17", "already live on core 0"});
+  expect_rejected(h + a + R"({"t_us": 1, "op": "free", "id": 17})" + "\n" +
+                      R"({"t_us": 2, "op": "free", "id": 17})",
+                  {"t.jsonl:4:", "free of id 17"});  // double free
+  expect_rejected(h + a + R"({"t_us": 1, "core": 1, "op": "free", "id": 17})",
+                  {"t.jsonl:3:", "not live on core 1"});  // ids are per core
+  expect_rejected(h + a + R"({"t_us": 1, "op": "oom", "id": 17, "bytes": 8})",
+                  {"t.jsonl:3:", "oom of id 17", "already live"});
+  expect_rejected(
+      h + a +
+          R"({"t_us": 1, "op": "defragment", "bytes_moved": 8, "buffers_moved": 2, "duration_us": 1})",
+      {"t.jsonl:3:", "moved 2 buffers", "only 1 live"});
+  // An oom does not make its id live.
+  expect_rejected(h + R"({"t_us": 0, "op": "oom", "id": 3, "bytes": 8})" + "\n" +
+                      R"({"t_us": 1, "op": "free", "id": 3})",
+                  {"t.jsonl:3:", "free of id 3"});
+}
+
+TEST(TraceTest, RejectsTimeGoingBackwardsOnOneCore) {
+  const std::string h = kHeader;
+  expect_rejected(h + R"({"t_us": 5, "op": "alloc", "id": 0, "bytes": 8})" + "\n" +
+                      R"({"t_us": 4.5, "op": "alloc", "id": 1, "bytes": 8})",
+                  {"t.jsonl:3:", "t_us 4.5 is earlier", "core 0", "(5"});
+  // Equal times are fine; another core may be behind.
+  EXPECT_EQ(read_text(R"({"t_us": 5, "op": "alloc", "id": 0, "bytes": 8}
+{"t_us": 5, "op": "alloc", "id": 1, "bytes": 8}
+{"t_us": 1, "core": 3, "op": "alloc", "id": 0, "bytes": 8})")
+                .events.size(),
+            3u);
+}
+
+TEST(TraceTest, MissingFileIsNotFound) {
+  EXPECT_THROW(read_trace("/nonexistent/trace.jsonl"), NotFoundError);
+}
+
+TEST(TraceTest, ErrorNamesTheFile) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "vtpu_bad_trace.jsonl").string();
+  std::ofstream(path) << kHeader << R"({"t_us": 0, "op": "free", "id": 9})"
+                      << "\n";
+  try {
+    read_trace(path);
+    FAIL() << "accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ":2:"), std::string::npos) << e.what();
+  }
+}
+
+std::vector<TraceEvent> sample_events() {
+  std::vector<TraceEvent> events;
+  auto add = [&](double t, int core, TraceOp op, uint64_t id, uint64_t bytes, std::string label) {
+    TraceEvent e;
+    e.t_us = t;
+    e.core = core;
+    e.op = op;
+    e.id = id;
+    e.bytes = bytes;
+    e.label = std::move(label);
+    events.push_back(e);
+  };
+  add(0.0, 0, TraceOp::kAlloc, 17, 4096, "layer3/grad");
+  add(0.1, 0, TraceOp::kAlloc, ~uint64_t{0}, uint64_t{1} << 40, "quote \" and \\ and \xc3\xa9");
+  add(0.30000000000000004, 2, TraceOp::kAlloc, 17, 1, "");
+  add(1e-300, 1, TraceOp::kOom, 5, 999, "too big");
+  TraceEvent d;
+  d.t_us = 12345.678901234567;
+  d.core = 0;
+  d.op = TraceOp::kDefragment;
+  d.bytes_moved = 4096;
+  d.buffers_moved = 2;
+  d.duration_us = 3.25;
+  events.push_back(d);
+  add(12346, 0, TraceOp::kFree, 17, 0, "");
+  add(12346, 2, TraceOp::kFree, 17, 0, "");
+  return events;
+}
+
+TEST(TraceTest, WriterReaderRoundTripIsExact) {
+  nlohmann::json header = default_trace_header();
+  header["source"] = "round trip";
+  std::ostringstream out;
+  {
+    TraceWriter w(out, header);
+    for (const TraceEvent& e : sample_events()) w.write(e);
+    EXPECT_EQ(w.num_events(), sample_events().size());
+  }
+  std::istringstream in(out.str());
+  const Trace t = read_trace(in, "round trip");
+  EXPECT_EQ(t.header, header);
+  EXPECT_EQ(t.events, sample_events());  // doubles included, bit for bit
+}
+
+TEST(TraceTest, WriterToFileRoundTrip) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "vtpu_trace_rt.jsonl").string();
+  {
+    TraceWriter w(path);
+    for (const TraceEvent& e : sample_events()) w.write(e);
+    w.flush();
+  }
+  EXPECT_EQ(read_trace(path).events, sample_events());
+  EXPECT_THROW(TraceWriter("/nonexistent/dir/x.jsonl"), NotFoundError);
+}
+
+TEST(TraceTest, JsonLineKeyOrderAndOmissions) {
+  TraceEvent e;
+  e.t_us = 12.5;
+  e.op = TraceOp::kAlloc;
+  e.id = 17;
+  e.bytes = 4096;
+  e.label = "layer3/grad";
+  EXPECT_EQ(to_json_line(e),
+            R"({"t_us":12.5,"core":0,"op":"alloc","id":17,"bytes":4096,"label":"layer3/grad"})");
+  e.label.clear();
+  EXPECT_EQ(to_json_line(e), R"({"t_us":12.5,"core":0,"op":"alloc","id":17,"bytes":4096})");
+  TraceEvent f;
+  f.t_us = 19.0;
+  f.op = TraceOp::kFree;
+  f.id = 17;
+  EXPECT_EQ(to_json_line(f), R"({"t_us":19.0,"core":0,"op":"free","id":17})");
+}
+
+TEST(TraceTest, WriterRefusesWhatAReaderWouldReject) {
+  std::ostringstream out;
+  TraceWriter w(out);
+  const size_t header_size = out.str().size();
+  TraceEvent free17;
+  free17.op = TraceOp::kFree;
+  free17.id = 17;
+  EXPECT_THROW(w.write(free17), InvalidArgumentError);  // not live
+  TraceEvent zero;
+  zero.bytes = 0;
+  EXPECT_THROW(w.write(zero), InvalidArgumentError);
+  TraceEvent late;
+  late.bytes = 8;
+  late.t_us = 5;
+  w.write(late);
+  TraceEvent early = late;
+  early.id = 1;
+  early.t_us = 4;
+  EXPECT_THROW(w.write(early), InvalidArgumentError);
+  TraceEvent negative_core = late;
+  negative_core.id = 2;
+  negative_core.core = -1;
+  EXPECT_THROW(w.write(negative_core), InvalidArgumentError);
+  TraceEvent nan_time = late;
+  nan_time.id = 3;
+  nan_time.t_us = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW(w.write(nan_time), InvalidArgumentError);
+  TraceEvent free_with_bytes = late;
+  free_with_bytes.op = TraceOp::kFree;
+  free_with_bytes.id = 0;
+  EXPECT_THROW(w.write(free_with_bytes), InvalidArgumentError);
+  EXPECT_EQ(w.num_events(), 1u);
+  // Only the accepted event was written after the header.
+  const std::string written = out.str().substr(header_size);
+  EXPECT_EQ(std::count(written.begin(), written.end(), '\n'), 1);
+  EXPECT_THROW(TraceWriter(out, nlohmann::json{{"format", "other"}}), InvalidArgumentError);
+}
+
+TEST(TraceTest, ValidateEventsNamesTheEventIndex) {
+  std::vector<TraceEvent> events = sample_events();
+  validate_trace_events(events, "sample");
+  events.push_back(events.back());  // a second free of the same id
+  try {
+    validate_trace_events(events, "sample");
+    FAIL() << "accepted a double free";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("sample: event 7: free of id 17"), std::string::npos)
+        << e.what();
+  }
+}
+
+// The real traces: counts and peak live bytes from /work/shared/traces/README.md. Peak live
+// bytes is recomputed here from the raw JSON lines, independently of the reader's validation.
+struct RealTrace {
+  const char* file;
+  uint64_t allocs;
+  uint64_t peak_live_bytes;
+};
+
+class RealTraceTest : public ::testing::TestWithParam<RealTrace> {};
+
+TEST_P(RealTraceTest, CountsAndPeakMatchTheReadme) {
+  const std::string path = std::string(VTPU_SHARED_DIR) + "/traces/" + GetParam().file;
+  ASSERT_TRUE(std::filesystem::exists(path)) << "missing " << path;
+  const Trace t = read_trace(path);
+  EXPECT_EQ(t.header["format"], "vtpu-trace");
+  EXPECT_TRUE(t.header.contains("source"));
+  uint64_t allocs = 0, frees = 0, live = 0, peak = 0;
+  std::map<uint64_t, uint64_t> sizes;  // id -> bytes, live only
+  for (const TraceEvent& e : t.events) {
+    EXPECT_EQ(e.core, 0);
+    if (e.op == TraceOp::kAlloc) {
+      ++allocs;
+      sizes[e.id] = e.bytes;
+      live += e.bytes;
+      peak = std::max(peak, live);
+    } else if (e.op == TraceOp::kFree) {
+      ++frees;
+      live -= sizes.at(e.id);
+      sizes.erase(e.id);
+    }
+  }
+  EXPECT_EQ(allocs, GetParam().allocs);
+  EXPECT_EQ(peak, GetParam().peak_live_bytes);
+  EXPECT_LE(frees, allocs);
+
+  // The same from the raw lines with nlohmann alone, so a reader bug cannot hide in both.
+  std::ifstream in(path);
+  std::string line;
+  uint64_t raw_allocs = 0, raw_live = 0, raw_peak = 0;
+  std::map<uint64_t, uint64_t> raw_sizes;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (!j.contains("op")) continue;
+    if (j["op"] == "alloc") {
+      ++raw_allocs;
+      raw_sizes[j["id"].get<uint64_t>()] = j["bytes"].get<uint64_t>();
+      raw_live += j["bytes"].get<uint64_t>();
+      raw_peak = std::max(raw_peak, raw_live);
+    } else if (j["op"] == "free") {
+      raw_live -= raw_sizes.at(j["id"].get<uint64_t>());
+    }
+  }
+  EXPECT_EQ(raw_allocs, GetParam().allocs);
+  EXPECT_EQ(raw_peak, GetParam().peak_live_bytes);
+
+  // Round trip of a real trace through the writer.
+  std::ostringstream out;
+  {
+    TraceWriter w(out, t.header);
+    for (const TraceEvent& e : t.events) w.write(e);
+  }
+  std::istringstream back(out.str());
+  const Trace again = read_trace(back, "rewritten");
+  EXPECT_EQ(again.header, t.header);
+  EXPECT_EQ(again.events, t.events);
+}
+
+INSTANTIATE_TEST_SUITE_P(SharedTraces, RealTraceTest,
+                         ::testing::Values(RealTrace{"pytorch_mlp_train.jsonl", 4012, 920064},
+                                           RealTrace{"pytorch_cnn_train.jsonl", 11116, 41094944},
+                                           RealTrace{"pytorch_transformer_train.jsonl", 11889,
+                                                     161507712}),
+                         [](const ::testing::TestParamInfo<RealTrace>& info) {
+                           std::string name = info.param.file;
+                           name = name.substr(0, name.find('.'));
+                           std::erase_if(name, [](char c) { return c == '_'; });
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace vtpu
