@@ -294,6 +294,12 @@ MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig&
         }
       }
     }
+    if (config.at_peak) {
+      float token = 0.0f;  // all-reduce as a barrier: timeouts and aborts included
+      comm.all_reduce<float>(ctx, std::span<float>(&token, 1));
+      if (c == 0) config.at_peak(runtime);
+      comm.all_reduce<float>(ctx, std::span<float>(&token, 1));
+    }
   });
 
   result.median_step_ms = 1e3 * median(result.step_seconds);

@@ -33,6 +33,11 @@ struct MlpConfig {
   float learning_rate = 0.2f;
   uint64_t seed = 0;       // parameter init and batch order
   int64_t log_every = 25;  // print the loss every this many steps (0: never)
+  /// Called once, on core 0, after the last step while every core's training buffers (dataset,
+  /// parameters, gradient bucket, activations) are still live: the moment to save a device
+  /// memory profile. The other cores wait for it (two all-reduces of one float act as barriers,
+  /// so a failure aborts them instead of hanging).
+  std::function<void(Runtime&)> at_peak;
   /// Throws InvalidArgumentError naming the bad field; `num_cores` checks the batch split.
   void validate(int num_cores) const;
 };

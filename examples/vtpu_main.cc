@@ -2,8 +2,12 @@
 //
 //   vtpu train mlp [--cores N] [--steps S] [--batch B] [--hidden H] [--lr LR] [--seed K]
 //                  [--data FILE] [--hbm-bytes SIZE] [--config FILE] [--log-every K] [--json]
+//                  [--allocator P] [--memory-profile FILE] [--memory-snapshot FILE]
+//                  [--memory-events FILE]
 //   vtpu bench memory [--allocators A,B] [--live L1,L2] [--pairs K] [--workload W]
 //                     [--trace FILE] [--capacity SIZE] [--via policy,arena] [--seed S] [--json]
+//   vtpu bench fragmentation [--allocators A,B] [--defrag on,off] [--workloads N] [--ops K]
+//                            [--occupancy F] [--capacity SIZE] [--seed S] [--json]
 //
 // Exit codes: 0 success (and --help); 1 a vtpu error while running (the message names the value
 // and what was expected: a bad data or config file, out of HBM, ...); 2 bad command-line usage.
@@ -24,6 +28,7 @@
 #include "examples/mlp_trainer.h"
 #include "memory/alloc_workload.h"
 #include "memory/allocator_policy.h"
+#include "memory/fragmentation_check.h"
 #include "memory/policy_benchmark.h"
 #include "memory/trace.h"
 #include "runtime/runtime.h"
@@ -35,6 +40,10 @@ using vtpu::examples::MlpResult;
 
 struct TrainArgs {
   std::optional<int> cores;
+  std::string allocator;
+  std::string memory_profile;   // pprof path
+  std::string memory_snapshot;  // JSON snapshot path
+  std::string memory_events;    // event-log trace path
   std::string hbm_bytes;
   std::string config_path;
   std::string data_path = vtpu::examples::default_digits_path();
@@ -85,8 +94,17 @@ int run_train_mlp(const TrainArgs& args) {
   if (!args.config_path.empty()) options = vtpu::RuntimeOptions::load_json_file(args.config_path);
   if (args.cores) options.num_cores = *args.cores;
   if (!args.hbm_bytes.empty()) options.hbm_bytes_per_core = vtpu::parse_bytes(args.hbm_bytes);
+  if (!args.allocator.empty()) options.allocator = args.allocator;
+  if (!args.memory_events.empty()) options.record_memory_events = true;
   options.validate();
   args.mlp.validate(options.num_cores);
+  MlpConfig mlp = args.mlp;
+  if (!args.memory_profile.empty() || !args.memory_snapshot.empty()) {
+    mlp.at_peak = [&args](vtpu::Runtime& rt) {
+      if (!args.memory_profile.empty()) rt.save_device_memory_profile(args.memory_profile);
+      if (!args.memory_snapshot.empty()) rt.save_memory_snapshot(args.memory_snapshot);
+    };
+  }
 
   const vtpu::examples::DigitsDataset all = vtpu::examples::load_digits_csv(args.data_path);
   const vtpu::examples::DigitsSplit split = vtpu::examples::split_digits(all);
@@ -111,7 +129,8 @@ int run_train_mlp(const TrainArgs& args) {
   auto log = [&](int64_t step, double loss) {
     if (!args.json) std::printf("step %6lld  loss %.6f\n", static_cast<long long>(step), loss);
   };
-  const MlpResult result = vtpu::examples::train_mlp(runtime, split, args.mlp, log);
+  const MlpResult result = vtpu::examples::train_mlp(runtime, split, mlp, log);
+  if (!args.memory_events.empty()) runtime.save_memory_event_log(args.memory_events);
   if (args.json) {
     nlohmann::json j = result;
     char lr[32];  // the f32 value as the user wrote it, not its double expansion
@@ -280,6 +299,73 @@ int run_bench_memory(const BenchMemoryArgs& args) {
   return 0;
 }
 
+struct BenchFragmentationArgs {
+  std::vector<std::string> allocators = {"bfc"};
+  std::vector<std::string> defrag = {"on", "off"};
+  int workloads = 1000;
+  int ops = 2000;
+  double occupancy = 0.95;
+  std::string capacity = "64MiB";
+  uint64_t seed = 1;
+  bool json = false;
+};
+
+int run_bench_fragmentation(const BenchFragmentationArgs& args) {
+  nlohmann::json results = nlohmann::json::array();
+  if (!args.json) {
+    std::printf(
+        "vtpu bench fragmentation: %d seeded workloads x %d allocations per policy, arena %s "
+        "held at up to %.0f%% occupancy (live requested bytes), log-normal sizes (median 64 KiB, "
+        "sigma 1.5, 256 B..4 MiB); seeds %llu..%llu\n"
+        "false OOM: a failed allocation although total free >= the rounded request\n",
+        args.workloads, args.ops, args.capacity.c_str(), 100.0 * args.occupancy,
+        static_cast<unsigned long long>(args.seed),
+        static_cast<unsigned long long>(args.seed + static_cast<uint64_t>(args.workloads) - 1));
+    std::printf("%-10s %-7s %10s %11s %10s %9s %14s %9s %11s %10s %8s\n", "policy", "defrag",
+                "workloads", "allocs", "false_oom", "true_oom", "wl_false_oom", "defrags",
+                "moved_MiB", "defrag_ms", "wall_s");
+  }
+  for (const std::string& policy : args.allocators) {
+    for (const std::string& d : args.defrag) {
+      vtpu::FragmentationCheckOptions o;
+      o.policy = policy;
+      o.auto_defragment = d == "on";
+      o.workloads = args.workloads;
+      o.ops = args.ops;
+      o.occupancy = args.occupancy;
+      o.capacity_bytes = vtpu::parse_bytes(args.capacity);
+      o.first_seed = args.seed;
+      const vtpu::FragmentationCheckResult r = vtpu::run_fragmentation_check(o);
+      if (args.json) {
+        results.push_back({{"policy", policy},
+                           {"auto_defragment", o.auto_defragment},
+                           {"workloads", r.workloads},
+                           {"allocations", r.allocations},
+                           {"false_ooms", r.false_ooms},
+                           {"true_ooms", r.true_ooms},
+                           {"workloads_with_false_oom", r.workloads_with_false_oom},
+                           {"defragmentations", r.defragmentations},
+                           {"defrag_bytes_moved", r.bytes_moved},
+                           {"defrag_time_ns", r.defrag_time_ns},
+                           {"max_occupancy", r.max_occupancy},
+                           {"wall_seconds", r.wall_seconds}});
+      } else {
+        std::printf("%-10s %-7s %10d %11llu %10llu %9llu %14d %9llu %11.1f %10.1f %8.2f\n",
+                    policy.c_str(), d.c_str(), r.workloads,
+                    static_cast<unsigned long long>(r.allocations),
+                    static_cast<unsigned long long>(r.false_ooms),
+                    static_cast<unsigned long long>(r.true_ooms), r.workloads_with_false_oom,
+                    static_cast<unsigned long long>(r.defragmentations),
+                    static_cast<double>(r.bytes_moved) / (1 << 20),
+                    static_cast<double>(r.defrag_time_ns) * 1e-6, r.wall_seconds);
+        std::fflush(stdout);
+      }
+    }
+  }
+  if (args.json) std::cout << nlohmann::json{{"results", results}}.dump(2) << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -324,6 +410,18 @@ int main(int argc, char** argv) {
   mlp->add_option("--hbm-bytes", args.hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)")
       ->check(bytes_validator());
   mlp->add_option("--config", args.config_path, "RuntimeOptions JSON file");
+  mlp->add_option("--allocator", args.allocator,
+                  "HBM allocator policy: " + vtpu::join(vtpu::known_allocator_policies(), "|") +
+                      " (default bfc, or allocator of --config)")
+      ->check(CLI::IsMember(vtpu::known_allocator_policies()));
+  mlp->add_option("--memory-profile", args.memory_profile,
+                  "Write a pprof device memory profile (gzipped profile.proto, as "
+                  "jax.profiler.save_device_memory_profile) after the last step");
+  mlp->add_option("--memory-snapshot", args.memory_snapshot,
+                  "Write a JSON snapshot of every core's chunks after the last step");
+  mlp->add_option("--memory-events", args.memory_events,
+                  "Record every core's alloc/free/oom/defragment events and write them as a "
+                  "vtpu trace (JSON Lines)");
   mlp->add_option("--log-every", args.mlp.log_every, "Print the loss every K steps (0: never)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -379,6 +477,34 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"policy", "arena"}));
   memory->add_option("--seed", bench_args.seed, "Workload seed")->capture_default_str();
   memory->add_flag("--json", bench_args.json, "Print the configuration and results as JSON");
+  CLI::App* frag = bench->add_subcommand(
+      "fragmentation",
+      "Seeded random workloads near a target occupancy: out-of-memory failures that total free "
+      "bytes would have covered (false OOMs), with and without auto-defragmentation");
+  BenchFragmentationArgs frag_args;
+  frag->add_option("--allocators", frag_args.allocators, "Comma-separated policies")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::IsMember(vtpu::known_allocator_policies()));
+  frag->add_option("--defrag", frag_args.defrag, "Comma-separated: on, off")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
+  frag->add_option("--workloads", frag_args.workloads, "Seeded workloads per policy")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  frag->add_option("--ops", frag_args.ops, "Allocations per workload")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000000));
+  frag->add_option("--occupancy", frag_args.occupancy,
+                   "Upper bound of live requested bytes / capacity, in (0, 1]")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-9, 1.0));
+  frag->add_option("--capacity", frag_args.capacity, "Arena bytes, e.g. 64MiB")
+      ->capture_default_str()
+      ->check(bytes_validator());
+  frag->add_option("--seed", frag_args.seed, "First seed")->capture_default_str();
+  frag->add_flag("--json", frag_args.json, "Print the results as JSON");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -391,7 +517,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (*bench && bench->get_subcommands().empty()) {
-    std::fprintf(stderr, "vtpu bench: expected a benchmark name (memory)\n%s",
+    std::fprintf(stderr, "vtpu bench: expected a benchmark name (memory, fragmentation)\n%s",
                  bench->help().c_str());
     return 2;
   }
@@ -405,6 +531,7 @@ int main(int argc, char** argv) {
   try {
     if (*mlp) return run_train_mlp(args);
     if (*memory) return run_bench_memory(bench_args);
+    if (*frag) return run_bench_fragmentation(frag_args);
   } catch (const vtpu::Error& e) {
     std::fprintf(stderr, "vtpu: error: %s\n", e.what());
     return 1;

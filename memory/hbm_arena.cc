@@ -118,7 +118,8 @@ void to_json(nlohmann::json& j, const OomReport& r) {
 OutOfMemoryError::OutOfMemoryError(OomReport report)
     : ResourceExhaustedError(report.to_string()), report_(std::move(report)) {}
 
-HbmArena::HbmArena(const ArenaOptions& options) : options_(options) {
+HbmArena::HbmArena(const ArenaOptions& options)
+    : options_(options), epoch_(options.event_epoch.value_or(std::chrono::steady_clock::now())) {
   policy_ = make_allocator_policy(options.policy, options.capacity_bytes, options.policy_options);
   capacity_bytes_ = policy_->capacity_bytes();
   if (options.backing) backing_ = std::make_unique<BackingStore>(capacity_bytes_);
@@ -166,11 +167,27 @@ BufferId HbmArena::allocate_locked(uint64_t size_bytes, uint64_t logical_bytes, 
         policy_->rounded_bytes(size_bytes) <= policy_->total_free_bytes()) {
       ++stats_.num_fragmentation_ooms;
     }
+    if (options_.record_events) {
+      TraceEvent e;
+      e.op = TraceOp::kOom;
+      e.id = next_id_;  // the id the buffer would have had; never handed out
+      e.bytes = size_bytes;
+      e.label = label;
+      record_locked(std::move(e));
+    }
     OomReport report = make_oom_report_locked(size_bytes, logical_bytes, label, array_text);
     report.defragmented = defragmented;
     throw OutOfMemoryError(std::move(report));
   }
   const BufferId id = next_id_++;
+  if (options_.record_events) {
+    TraceEvent e;
+    e.op = TraceOp::kAlloc;
+    e.id = id;
+    e.bytes = size_bytes;
+    e.label = label;
+    record_locked(std::move(e));
+  }
   live_.emplace(id, Live{a->offset, size_bytes, a->chunk_bytes, logical_bytes,
                          stats_.num_allocs + 1, std::move(label)});
   stats_.bytes_in_use += a->chunk_bytes;
@@ -197,6 +214,12 @@ void HbmArena::free(BufferId id) {
     std::memset(backing_->data() + b.offset, 0xDB, n);
   }
   policy_->free(b.offset);
+  if (options_.record_events) {
+    TraceEvent e;
+    e.op = TraceOp::kFree;
+    e.id = id;
+    record_locked(std::move(e));
+  }
   stats_.bytes_in_use -= b.chunk_bytes;
   stats_.bytes_requested -= b.size_bytes;
   stats_.logical_bytes_in_use -= b.logical_bytes;
@@ -393,6 +416,14 @@ DefragmentResult HbmArena::defragment_locked() {
   result.duration_ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
           .count());
+  if (options_.record_events) {
+    TraceEvent e;
+    e.op = TraceOp::kDefragment;
+    e.bytes_moved = result.bytes_moved;
+    e.buffers_moved = result.buffers_moved;
+    e.duration_us = static_cast<double>(result.duration_ns) / 1000.0;
+    record_locked(std::move(e));
+  }
   ++stats_.num_defragmentations;
   stats_.defrag_buffers_moved += result.buffers_moved;
   stats_.defrag_bytes_moved += result.bytes_moved;
@@ -421,6 +452,32 @@ void HbmArena::unpin(BufferId id) {
 bool HbmArena::is_pinned(BufferId id) const {
   std::lock_guard lock(mu_);
   return live_locked(id).pins > 0;
+}
+
+void HbmArena::record_locked(TraceEvent e) {
+  e.core = core_id();
+  e.t_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - epoch_).count();
+  // steady_clock never goes back, but an epoch shared across arenas may lie after this arena's
+  // first events only if a caller passed a future epoch; keep t_us monotonic and non-negative.
+  const double floor = events_.empty() ? 0.0 : events_.back().t_us;
+  e.t_us = std::max(e.t_us, floor);
+  events_.push_back(std::move(e));
+}
+
+std::vector<TraceEvent> HbmArena::event_log() const {
+  std::lock_guard lock(mu_);
+  return events_;
+}
+
+void HbmArena::write_event_log(const std::string& path) const {
+  const std::vector<TraceEvent> events = event_log();
+  nlohmann::json header = default_trace_header();
+  header["source"] =
+      "vtpu HbmArena event log, core " + std::to_string(core_id()) + ", policy " + options_.policy;
+  TraceWriter writer(path, header);
+  for (const TraceEvent& e : events) writer.write(e);
+  writer.flush();
 }
 
 std::vector<MemoryChunkRecord> HbmArena::chunk_records() const {

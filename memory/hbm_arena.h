@@ -8,6 +8,7 @@
 // buffer (pin()/BufferPin) for as long as an operation holds its address, and it is never moved.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -25,6 +26,7 @@
 #include "memory/memory_profile.h"
 #include "memory/memory_stats.h"
 #include "memory/tiled_layout.h"
+#include "memory/trace.h"
 
 namespace vtpu {
 
@@ -41,7 +43,13 @@ struct ArenaOptions {
   /// On an allocation that fails although total free >= the rounded request, compact the arena
   /// and retry once, as the TPU runtime does. Ignored by policies that cannot relocate (planned).
   bool auto_defragment = true;
-  std::string name;  // pool name for messages ("" = unnamed)
+  std::string name = {};  // pool name for messages ("" = unnamed)
+  /// Keep an event log (alloc, free, oom, defragment with timestamps) in the vtpu trace format
+  /// (memory/trace.h), so any run can be replayed. It grows by one event per operation.
+  bool record_events = false;
+  /// Time zero of the event log's t_us; unset: the arena's creation. A Runtime gives all its
+  /// cores one epoch so their logs merge into one trace.
+  std::optional<std::chrono::steady_clock::time_point> event_epoch = {};
 };
 
 /// What one compaction did. Sizes in bytes.
@@ -179,6 +187,13 @@ class HbmArena {
   /// capacity/100 bytes and shows whichever of the three holds most of them.
   std::string occupancy_map() const;
 
+  /// The events recorded so far (empty unless ArenaOptions::record_events), in order. Event ids
+  /// are BufferIds and `core` is the arena's core id.
+  std::vector<TraceEvent> event_log() const;
+  /// Writes the event log as a trace file (header, then one JSON line per event). Throws as
+  /// TraceWriter.
+  void write_event_log(const std::string& path) const;
+
   /// Every chunk in address order, in use (with label, requested bytes and allocation sequence
   /// number, from 1) or free: the input of encode_pprof() and memory_snapshot_json().
   std::vector<MemoryChunkRecord> chunk_records() const;
@@ -220,6 +235,9 @@ class HbmArena {
   std::unordered_map<BufferId, Live> live_;  // GUARDED_BY(mu_)
   BufferId next_id_ = 1;                     // GUARDED_BY(mu_)
   MemoryStats stats_;                        // GUARDED_BY(mu_), counters only
+  std::chrono::steady_clock::time_point epoch_;
+  std::vector<TraceEvent> events_;  // GUARDED_BY(mu_)
+  void record_locked(TraceEvent e);
 };
 
 }  // namespace vtpu

@@ -1,7 +1,9 @@
 #include "runtime/runtime.h"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
 
@@ -40,12 +42,15 @@ DeviceBuffer CoreContext::allocate(uint64_t size_bytes, std::string label) const
 Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
   options_.validate();
   cores_.reserve(static_cast<size_t>(options_.num_cores));
+  const auto epoch = std::chrono::steady_clock::now();  // t_us = 0 of every core's event log
   for (int i = 0; i < options_.num_cores; ++i) {
     ArenaOptions a;
     a.name = "default";
     a.policy = options_.allocator;
     a.backing = options_.hbm_backing;
     a.auto_defragment = options_.auto_defragment;
+    a.record_events = options_.record_memory_events;
+    a.event_epoch = epoch;
 #ifndef NDEBUG
     a.poison_freed = options_.hbm_backing;
 #endif
@@ -195,6 +200,23 @@ void Runtime::save_device_memory_profile(const std::string& path) const {
 
 void Runtime::save_memory_snapshot(const std::string& path) const {
   write_memory_snapshot(path, memory_chunk_records());
+}
+
+void Runtime::save_memory_event_log(const std::string& path) const {
+  std::vector<TraceEvent> all;
+  for (const auto& core : cores_) {
+    std::vector<TraceEvent> one = core->hbm().event_log();
+    all.insert(all.end(), std::make_move_iterator(one.begin()), std::make_move_iterator(one.end()));
+  }
+  // One timeline: each core's events are already in time order; a stable sort keeps them so.
+  std::stable_sort(all.begin(), all.end(),
+                   [](const TraceEvent& a, const TraceEvent& b) { return a.t_us < b.t_us; });
+  nlohmann::json header = default_trace_header();
+  header["source"] = "vtpu Runtime memory event log, " + std::to_string(num_cores()) +
+                     " cores, policy " + options_.allocator;
+  TraceWriter writer(path, header);
+  for (const TraceEvent& e : all) writer.write(e);
+  writer.flush();
 }
 
 }  // namespace vtpu

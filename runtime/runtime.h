@@ -66,6 +66,9 @@ class Runtime {
   /// Writes the JSON chunk snapshot of every core (memory_snapshot_json). Throws as
   /// write_memory_snapshot().
   void save_memory_snapshot(const std::string& path) const;
+  /// Writes every core's arena event log as one trace (memory/trace.h), events ordered by time.
+  /// Empty (header only) unless RuntimeOptions::record_memory_events. Throws as TraceWriter.
+  void save_memory_event_log(const std::string& path) const;
 
   /// Registers a handler; returns an id for remove_abort_handler. Thread-safe. After
   /// remove_abort_handler returns, the handler is not running and will not run again.

@@ -87,9 +87,10 @@ RuntimeOptions RuntimeOptions::from_json(const nlohmann::json& j) {
                                std::string(j.type_name()));
   }
   static const std::set<std::string> kKnown = {
-      "num_cores",       "hbm_bytes_per_core", "hbm_memory_fraction",
-      "allocator",       "auto_defragment",    "hbm_backing",
-      "link_slot_bytes", "link_num_slots",     "collective_timeout_ms"};
+      "num_cores",           "hbm_bytes_per_core", "hbm_memory_fraction",
+      "allocator",           "auto_defragment",    "hbm_backing",
+      "link_slot_bytes",     "link_num_slots",     "collective_timeout_ms",
+      "record_memory_events"};
   for (const auto& [key, value] : j.items()) {
     if (!kKnown.contains(key)) {
       throw InvalidArgumentError("unknown runtime option '" + key + "' (known: " + join(kKnown) +
@@ -122,6 +123,9 @@ RuntimeOptions RuntimeOptions::from_json(const nlohmann::json& j) {
   }
   if (j.contains("hbm_backing")) o.hbm_backing = bool_field(j, "hbm_backing");
   if (j.contains("auto_defragment")) o.auto_defragment = bool_field(j, "auto_defragment");
+  if (j.contains("record_memory_events")) {
+    o.record_memory_events = bool_field(j, "record_memory_events");
+  }
   if (j.contains("link_slot_bytes")) o.link_slot_bytes = bytes_field(j, "link_slot_bytes");
   if (j.contains("link_num_slots")) {
     const int64_t n = int_field(j, "link_num_slots");
@@ -166,6 +170,7 @@ nlohmann::json RuntimeOptions::to_json() const {
                         {"hbm_memory_fraction", hbm_memory_fraction},
                         {"allocator", allocator},
                         {"auto_defragment", auto_defragment},
+                        {"record_memory_events", record_memory_events},
                         {"hbm_backing", hbm_backing},
                         {"link_slot_bytes", link_slot_bytes},
                         {"link_num_slots", link_num_slots},

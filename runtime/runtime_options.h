@@ -11,7 +11,8 @@ namespace vtpu {
 
 /// JSON keys (all optional; unknown keys are an error):
 ///   {"num_cores": 8, "hbm_bytes_per_core": "16G" | 17179869184, "allocator": "bfc",
-///    "hbm_memory_fraction": 1.0, "auto_defragment": true, "hbm_backing": true,
+///    "hbm_memory_fraction": 1.0, "auto_defragment": true, "record_memory_events": false,
+///    "hbm_backing": true,
 ///    "link_slot_bytes": "1M" | 1048576, "link_num_slots": 4, "collective_timeout_ms": 30000}
 /// Plain data, thread-compatible.
 struct RuntimeOptions {
@@ -21,9 +22,10 @@ struct RuntimeOptions {
   /// arenas made with HbmDevice::create_arena. Always a fraction of the total (jaxlib >= 0.4.1's
   /// rule for XLA_PYTHON_CLIENT_MEM_FRACTION; JAX's GPU default is 0.75, TPUs use all, so 1.0).
   double hbm_memory_fraction = 1.0;
-  std::string allocator = "bfc";  // allocator policy of every arena
-  bool auto_defragment = true;    // compact an arena when a request fails for fragmentation
-  bool hbm_backing = true;        // false: metadata-only arenas (no bytes)
+  std::string allocator = "bfc";      // allocator policy of every arena
+  bool auto_defragment = true;        // compact an arena when a request fails for fragmentation
+  bool record_memory_events = false;  // arenas keep an event log (Runtime::save_memory_event_log)
+  bool hbm_backing = true;            // false: metadata-only arenas (no bytes)
   uint64_t link_slot_bytes = uint64_t{1} << 20;  // bytes per circular-buffer slot; default 1 MiB
   int link_num_slots = 4;                        // slots per directed link, 2..1024; default 4
   std::chrono::milliseconds collective_timeout{30000};  // every collective wait; default 30 s,

@@ -106,7 +106,7 @@ TEST(RuntimeOptionsTest, ToJsonRoundTrips) {
   EXPECT_EQ(j.at("collective_timeout_ms").get<int64_t>(), 250);
   EXPECT_EQ(j.at("hbm_memory_fraction").get<double>(), 0.5);
   EXPECT_FALSE(j.at("auto_defragment").get<bool>());
-  EXPECT_EQ(j.size(), 9u);
+  EXPECT_EQ(j.size(), 10u);
   const RuntimeOptions back = RuntimeOptions::from_json(j);
   EXPECT_EQ(back.num_cores, 3);
   EXPECT_EQ(back.hbm_bytes_per_core, 5 * kMiB + 256);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "memory/trace.h"
 #include "runtime/device_buffer.h"
 
 // TSan suppressions for exception_ptr live in common/tsan_default_suppressions.cc.
@@ -804,6 +805,36 @@ TEST(RuntimeMemoryProfileTest, ChunkRecordsAndFilesCoverEveryCore) {
   ASSERT_EQ(j.at("segments").size(), 2u);
   EXPECT_EQ(j.at("segments")[1].at("blocks").size(), 3u);
   EXPECT_THROW(rt.save_memory_snapshot(dir + "/no/such/dir/x.json"), Error);
+}
+
+}  // namespace
+}  // namespace vtpu
+
+namespace vtpu {
+namespace {
+
+TEST(RuntimeMemoryProfileTest, EventLogMergesEveryCore) {
+  RuntimeOptions o;
+  o.num_cores = 3;
+  o.hbm_bytes_per_core = 1 << 20;
+  o.record_memory_events = true;
+  Runtime rt(o);
+  rt.run_spmd([](CoreContext& ctx) {
+    DeviceBuffer a = ctx.allocate(4096 * (ctx.core_id() + 1), "act");
+    DeviceBuffer b = ctx.allocate(256, "tmp");
+  });
+  const std::string path = ::testing::TempDir() + "/vtpu_runtime_events.jsonl";
+  rt.save_memory_event_log(path);
+  const Trace t = read_trace(path);
+  ASSERT_EQ(t.events.size(), 3u * 4u);  // two allocs and two frees per core
+  std::vector<int> per_core(3, 0);
+  for (size_t i = 0; i < t.events.size(); ++i) {
+    ++per_core[static_cast<size_t>(t.events[i].core)];
+    if (i > 0) {
+      EXPECT_GE(t.events[i].t_us, t.events[i - 1].t_us);
+    }
+  }
+  EXPECT_EQ(per_core, (std::vector<int>{4, 4, 4}));
 }
 
 }  // namespace
