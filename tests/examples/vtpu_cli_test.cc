@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "test_data.h"
@@ -43,6 +44,49 @@ void expect_failure(const std::string& args, const std::string& needle, int exit
   const CliRun r = run_cli(args);
   EXPECT_EQ(r.exit_code, exit_code) << args << "\n" << r.output;
   EXPECT_NE(r.output.find(needle), std::string::npos) << args << "\n" << r.output;
+}
+
+TEST(VtpuCliTest, TrainMlpWritesMemoryProfileSnapshotAndEventLog) {
+  VTPU_REQUIRE_DIGITS();
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string prof = (dir / "vtpu_cli_mlp.prof").string();
+  const std::string snap = (dir / "vtpu_cli_mlp_snapshot.json").string();
+  const std::string events = (dir / "vtpu_cli_mlp_events.jsonl").string();
+  const CliRun r = run_cli("train mlp --cores 2 --steps 5 --batch 32 --allocator first_fit --json" +
+                           std::string(" --memory-profile ") + prof + " --memory-snapshot " + snap +
+                           " --memory-events " + events);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["config"]["runtime"]["allocator"], "first_fit");
+  EXPECT_EQ(j["config"]["runtime"]["record_memory_events"], true);
+  // The snapshot is taken after the last step, while the training buffers are live: each core
+  // holds its copy of the dataset, the parameters, the gradient bucket and the step buffers.
+  const nlohmann::json s = nlohmann::json::parse(std::ifstream(snap));
+  ASSERT_EQ(s["segments"].size(), 2u);
+  std::set<std::string> labels;
+  for (const auto& b : s["segments"][1]["blocks"]) {
+    if (b.contains("label")) labels.insert(b["label"].get<std::string>());
+  }
+  for (const char* l : {"mlp/train_pixels", "mlp/params", "mlp/grads+loss", "mlp/x", "mlp/z1"}) {
+    EXPECT_TRUE(labels.contains(l)) << l;
+  }
+  std::ifstream p(prof, std::ios::binary);
+  EXPECT_EQ(p.get(), 0x1f);  // gzip
+  EXPECT_EQ(p.get(), 0x8b);
+  // The event log: a header and, for each core, as many frees as allocs (everything is freed).
+  std::ifstream e(events);
+  std::string line;
+  std::getline(e, line);
+  EXPECT_EQ(nlohmann::json::parse(line)["format"], "vtpu-trace");
+  int allocs[2] = {0, 0}, frees[2] = {0, 0};
+  while (std::getline(e, line)) {
+    const nlohmann::json ev = nlohmann::json::parse(line);
+    const int core = ev.value("core", 0);
+    (ev["op"] == "alloc" ? allocs : frees)[core] += 1;
+  }
+  EXPECT_GT(allocs[0], 5);
+  EXPECT_EQ(allocs[0], frees[0]);
+  EXPECT_EQ(allocs[1], frees[1]);
 }
 
 TEST(VtpuCliTest, TrainMlpJsonReportsEverything) {
