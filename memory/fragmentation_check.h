@@ -4,7 +4,7 @@
 //
 // It backs the target for auto-defragmentation: with bfc and auto-defragmentation on,
 // zero false OOMs over 1000 workloads at up to 95% occupancy. Run it with
-// `vtpu bench memory --fragmentation-check` (examples/vtpu_main.cc).
+// `vtpu bench fragmentation` (examples/vtpu_main.cc).
 //
 // One workload (seed s): a metadata-only arena of `capacity_bytes` with the given policy, and
 // `ops` steps with engine std::mt19937_64(s). Each step draws a size from `sizes` (capped at the
