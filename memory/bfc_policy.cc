@@ -143,12 +143,16 @@ std::optional<PolicyAllocation> BfcPolicy::allocate(uint64_t size_bytes) {
     Chunk& r = chunks_[rest];
     r.prev = id;
     r.next = cur.next;
-    if (cur.next != kNoChunk) chunks_[cur.next].prev = rest;
+    if (cur.next != kNoChunk) chunks_[cur.next].prev = rest;  // its prev_free stays true
     cur.next = rest;
+    cur.next_free = true;
     cur.set_size_bytes(rounded);
     insert_free(rest);
+  } else if (chunks_[id].next != kNoChunk) {
+    chunks_[chunks_[id].next].prev_free = false;
   }
   Chunk& cur = chunks_[id];
+  if (cur.prev != kNoChunk) chunks_[cur.prev].next_free = false;
   cur.set_in_use(true);
   in_use_.insert(cur.offset, id);
   return PolicyAllocation{cur.offset, cur.size_bytes()};
@@ -164,9 +168,10 @@ uint64_t BfcPolicy::free(uint64_t offset) {
   ChunkId id = *found;
   const uint64_t freed = chunks_[id].size_bytes();
   chunks_[id].set_in_use(false);
-  // Merge with the next neighbour: it disappears into this chunk.
-  const ChunkId next = chunks_[id].next;
-  if (next != kNoChunk && !chunks_[next].in_use()) {
+  // Merge with the next neighbour: it disappears into this chunk. The one after it is in use
+  // (coalesced) and its prev_free stays true.
+  if (chunks_[id].next_free) {
+    const ChunkId next = chunks_[id].next;
     remove_free(next);
     Chunk& c = chunks_[id];
     const Chunk& n = chunks_[next];
@@ -175,9 +180,10 @@ uint64_t BfcPolicy::free(uint64_t offset) {
     if (n.next != kNoChunk) chunks_[n.next].prev = id;
     chunks_.remove(next);
   }
-  // Merge into the previous neighbour: this chunk disappears into it.
-  const ChunkId prev = chunks_[id].prev;
-  if (prev != kNoChunk && !chunks_[prev].in_use()) {
+  // Merge into the previous neighbour: this chunk disappears into it. Otherwise tell the
+  // previous neighbour that its next is free now.
+  if (chunks_[id].prev_free) {
+    const ChunkId prev = chunks_[id].prev;
     remove_free(prev);
     Chunk& p = chunks_[prev];
     const Chunk& c = chunks_[id];
@@ -186,7 +192,12 @@ uint64_t BfcPolicy::free(uint64_t offset) {
     if (c.next != kNoChunk) chunks_[c.next].prev = prev;
     chunks_.remove(id);
     id = prev;
+  } else if (chunks_[id].prev != kNoChunk) {
+    chunks_[chunks_[id].prev].next_free = true;
   }
+  Chunk& merged = chunks_[id];
+  merged.next_free = false;  // its next neighbour, if any, is in use
+  if (merged.next != kNoChunk) chunks_[merged.next].prev_free = true;
   insert_free(id);
   return freed;
 }
@@ -240,6 +251,8 @@ void BfcPolicy::rebuild(std::span<const ChunkInfo> in_use) {
       head_ = id;
     } else {
       chunks_[prev].next = id;
+      chunks_[prev].next_free = !used;
+      chunks_[id].prev_free = !chunks_[prev].in_use();
     }
     prev = id;
     if (used) {
@@ -275,6 +288,9 @@ void BfcPolicy::check_consistency() const {
     if (size == 0 || size % kMinAllocationBytes != 0)
       fail(where(id) + " has a size that is not a positive multiple of 256");
     if (c.prev != prev) fail(where(id) + " has a wrong prev link");
+    if (c.prev_free != prev_free ||
+        c.next_free != (c.next != kNoChunk && !chunks_[c.next].in_use()))
+      fail(where(id) + " has a prev_free or next_free flag that disagrees with its neighbour");
     if (!c.in_use()) {
       if (prev_free) fail(where(id) + " is free next to a free neighbour (not coalesced)");
       if (size <= kMaxSmallChunkBytes) {
@@ -334,6 +350,7 @@ void BfcPolicy::check_consistency() const {
     fail("free-chunk index holds " + std::to_string(indexed) + " chunks, walk found " +
          std::to_string(num_free) + " free chunks");
   if (num_in_use != in_use_.size()) fail("in-use index size disagrees with the walk");
+  in_use_.check_consistency();
   if (free_bytes != total_free_bytes_)
     fail("free-byte counter " + std::to_string(total_free_bytes_) + " != walked " +
          std::to_string(free_bytes));

@@ -114,12 +114,17 @@ std::optional<PolicyAllocation> TlsfPolicy::allocate(uint64_t size_bytes) {
     Block& r = blocks_[rest];
     r.prev_phys = id;
     r.next_phys = cur.next_phys;
-    if (cur.next_phys != kNoBlock) blocks_[cur.next_phys].prev_phys = rest;
+    if (cur.next_phys != kNoBlock) blocks_[cur.next_phys].prev_phys = rest;  // its flag stays 1
     cur.next_phys = rest;
     cur.set_size_bytes(rounded);
     insert_free(rest);
+  } else if (blocks_[id].next_phys != kNoBlock) {
+    blocks_[blocks_[id].next_phys].prev_phys_is_free = 0;
   }
   Block& cur = blocks_[id];
+  if (cur.prev_phys != kNoBlock) blocks_[cur.prev_phys].next_phys_is_free = 0;
+  cur.prev_phys_is_free = 0;  // both neighbours are in use: coalescing, or the split-off rest
+  cur.next_phys_is_free = remainder > 0 ? 1 : 0;
   cur.set_in_use(true);
   in_use_.insert(cur.offset, id);
   return PolicyAllocation{cur.offset, rounded};  // TLSF always splits: the chunk is the request
@@ -156,19 +161,26 @@ uint64_t TlsfPolicy::free(uint64_t offset) {
                                "stray offset)");
   }
   BlockId id = *found;
-  const uint64_t freed = blocks_[id].size_bytes();
-  blocks_[id].set_in_use(false);
-  const BlockId next = blocks_[id].next_phys;
-  if (next != kNoBlock && !blocks_[next].in_use()) {
+  Block& b = blocks_[id];
+  const uint64_t freed = b.size_bytes();
+  const bool prev_is_free = b.prev_phys_is_free != 0;
+  const bool next_is_free = b.next_phys_is_free != 0;
+  b.set_in_use(false);
+  if (next_is_free) {  // the block after it is in use (coalesced) and keeps its flag at 1
+    const BlockId next = b.next_phys;
     remove_free(next);
     absorb_next(id, next);
   }
   const BlockId prev = blocks_[id].prev_phys;
-  if (prev != kNoBlock && !blocks_[prev].in_use()) {
+  if (prev_is_free) {
     remove_free(prev);
     absorb_next(prev, id);
     id = prev;
+  } else if (prev != kNoBlock) {
+    blocks_[prev].next_phys_is_free = 1;
   }
+  const BlockId next = blocks_[id].next_phys;
+  if (next != kNoBlock) blocks_[next].prev_phys_is_free = 1;
   insert_free(id);
   return freed;
 }
@@ -220,6 +232,11 @@ void TlsfPolicy::rebuild(std::span<const ChunkInfo> in_use) {
       head_ = id;
     } else {
       blocks_[prev].next_phys = id;
+      if (blocks_[prev].in_use()) blocks_[prev].next_phys_is_free = used ? 0 : 1;
+    }
+    if (used) {
+      blocks_[id].prev_phys_is_free = prev != kNoBlock && !blocks_[prev].in_use() ? 1 : 0;
+      blocks_[id].next_phys_is_free = 0;  // until a free tile follows
     }
     prev = id;
     if (used) {
@@ -256,6 +273,10 @@ void TlsfPolicy::check_consistency() const {
     if (b.prev_phys != prev) fail(where(id) + " has a wrong prev_phys link");
     if (b.in_use()) {
       if (in_use_.find(b.offset) != id) fail(where(id) + " is in use but not indexed");
+      const bool next_free = b.next_phys != kNoBlock && !blocks_[b.next_phys].in_use();
+      if (b.prev_phys_is_free != (prev_free ? 1u : 0u) ||
+          b.next_phys_is_free != (next_free ? 1u : 0u))
+        fail(where(id) + " has a neighbour flag that disagrees with its neighbour");
       ++num_in_use;
     } else {
       if (prev_free) fail(where(id) + " is free next to a free neighbour (not coalesced)");
@@ -302,6 +323,7 @@ void TlsfPolicy::check_consistency() const {
     fail("lists hold " + std::to_string(num_listed) + " blocks, the walk found " +
          std::to_string(num_free) + " free blocks");
   if (num_in_use != in_use_.size()) fail("in-use index size disagrees with the walk");
+  in_use_.check_consistency();
   if (free_bytes != total_free_bytes_)
     fail("free-byte counter " + std::to_string(total_free_bytes_) + " != walked " +
          std::to_string(free_bytes));
