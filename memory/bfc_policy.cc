@@ -12,7 +12,8 @@ BfcPolicy::BfcPolicy(uint64_t capacity_bytes, const PolicyOptions& options)
     : capacity_bytes_(capacity_in_granules("BFC", capacity_bytes, kMinAllocationBytes)),
       max_internal_fragmentation_bytes_(options.max_internal_fragmentation_bytes.value_or(
           default_max_internal_fragmentation_bytes(capacity_bytes_))),
-      class_heaps_(kNumSmallClasses) {
+      class_tops_(kNumSmallClasses, HeapEntry{0, kNoChunk}),
+      class_rest_(kNumSmallClasses) {
   head_ = new_chunk(0, capacity_bytes_);
   insert_free(head_);
 }
@@ -35,7 +36,9 @@ void BfcPolicy::reset() {
   chunks_.clear();
   class_words_ = 0;
   class_bits_.fill(0);
-  for (auto& heap : class_heaps_) heap.clear();
+  std::fill(class_tops_.begin(), class_tops_.end(), HeapEntry{0, kNoChunk});
+  for (auto& rest : class_rest_) rest.clear();
+  class_has_rest_.fill(0);
   large_.clear();
   in_use_.clear();
   total_free_bytes_ = 0;
@@ -52,48 +55,56 @@ int BfcPolicy::first_class_at_least(int cls) const {
   return w * 64 + std::countr_zero(class_bits_[w]);
 }
 
-void BfcPolicy::heap_place(std::vector<HeapEntry>& heap, uint32_t pos, HeapEntry e) {
+void BfcPolicy::heap_place(int cls, uint32_t pos, HeapEntry e) {
   // Up while the parent is larger, else down while a child is smaller (only one can happen).
-  while (pos > 0 && heap[(pos - 1) / 2].offset > e.offset) {
+  while (pos > 0 && heap_at(cls, (pos - 1) / 2).offset > e.offset) {
     const uint32_t parent = (pos - 1) / 2;
-    heap[pos] = heap[parent];
-    chunks_[heap[pos].id].heap_pos = pos;
+    const HeapEntry moved = heap_at(cls, parent);
+    heap_at(cls, pos) = moved;
+    chunks_[moved.id].heap_pos = pos;
     pos = parent;
   }
-  const auto n = static_cast<uint32_t>(heap.size());
+  const uint32_t n = heap_size(cls);
   for (;;) {
     uint32_t child = 2 * pos + 1;
     if (child >= n) break;
-    if (child + 1 < n && heap[child + 1].offset < heap[child].offset) ++child;
-    if (heap[child].offset >= e.offset) break;
-    heap[pos] = heap[child];
-    chunks_[heap[pos].id].heap_pos = pos;
+    if (child + 1 < n && heap_at(cls, child + 1).offset < heap_at(cls, child).offset) ++child;
+    const HeapEntry moved = heap_at(cls, child);
+    if (moved.offset >= e.offset) break;
+    heap_at(cls, pos) = moved;
+    chunks_[moved.id].heap_pos = pos;
     pos = child;
   }
-  heap[pos] = e;
+  heap_at(cls, pos) = e;
   chunks_[e.id].heap_pos = pos;
 }
 
 void BfcPolicy::heap_push(int cls, ChunkId id) {
-  std::vector<HeapEntry>& heap = class_heaps_[cls];
-  if (heap.empty()) {
+  const HeapEntry e{chunks_[id].offset, id};
+  if (class_tops_[cls].id == kNoChunk) {  // the common case: the class was empty
+    class_tops_[cls] = e;
+    chunks_[id].heap_pos = 0;
     class_bits_[cls / 64] |= uint64_t{1} << (cls % 64);
     class_words_ |= uint64_t{1} << (cls / 64);
+    return;
   }
-  heap.emplace_back();
-  heap_place(heap, static_cast<uint32_t>(heap.size() - 1), HeapEntry{chunks_[id].offset, id});
+  class_rest_[cls].push_back(e);
+  class_has_rest_[cls / 64] |= uint64_t{1} << (cls % 64);
+  heap_place(cls, heap_size(cls) - 1, e);
 }
 
 void BfcPolicy::heap_remove(int cls, uint32_t pos) {
-  std::vector<HeapEntry>& heap = class_heaps_[cls];
-  const HeapEntry last = heap.back();
-  heap.pop_back();
-  if (pos < heap.size()) {
-    heap_place(heap, pos, last);
-  } else if (heap.empty()) {
+  if (((class_has_rest_[cls / 64] >> (cls % 64)) & 1) == 0) {  // the only entry: pos is 0
+    class_tops_[cls].id = kNoChunk;
     class_bits_[cls / 64] &= ~(uint64_t{1} << (cls % 64));
     if (class_bits_[cls / 64] == 0) class_words_ &= ~(uint64_t{1} << (cls / 64));
+    return;
   }
+  std::vector<HeapEntry>& rest = class_rest_[cls];
+  const HeapEntry last = rest.back();
+  rest.pop_back();
+  if (rest.empty()) class_has_rest_[cls / 64] &= ~(uint64_t{1} << (cls % 64));
+  if (pos < heap_size(cls)) heap_place(cls, pos, last);
 }
 
 void BfcPolicy::insert_free(ChunkId id) {
@@ -126,7 +137,7 @@ std::optional<PolicyAllocation> BfcPolicy::allocate(uint64_t size_bytes) {
   ChunkId id;
   const int cls = rounded <= kMaxSmallChunkBytes ? first_class_at_least(small_class(rounded)) : -1;
   if (cls >= 0) {
-    id = class_heaps_[cls].front().id;
+    id = class_tops_[cls].id;
     heap_remove(cls, 0);
   } else {
     auto it = large_.lower_bound(LargeKey{rounded, 0, 0});
@@ -231,9 +242,7 @@ std::vector<BinStats> BfcPolicy::bin_stats() const {
     s.largest_free_chunk_bytes = std::max(s.largest_free_chunk_bytes, size);
   };
   for (int cls = 0; cls < kNumSmallClasses; ++cls) {
-    if (!class_heaps_[cls].empty()) {
-      add((cls + uint64_t{1}) * kMinAllocationBytes, class_heaps_[cls].size());
-    }
+    if (heap_size(cls) != 0) add((cls + uint64_t{1}) * kMinAllocationBytes, heap_size(cls));
   }
   for (const LargeKey& k : large_) add(k.size_bytes, 1);
   return out;
@@ -294,9 +303,9 @@ void BfcPolicy::check_consistency() const {
     if (!c.in_use()) {
       if (prev_free) fail(where(id) + " is free next to a free neighbour (not coalesced)");
       if (size <= kMaxSmallChunkBytes) {
-        const std::vector<HeapEntry>& heap = class_heaps_[small_class(size)];
-        if (c.heap_pos >= heap.size() || heap[c.heap_pos].id != id ||
-            heap[c.heap_pos].offset != c.offset)
+        const int cls = small_class(size);
+        if (c.heap_pos >= heap_size(cls) || heap_at(cls, c.heap_pos).id != id ||
+            heap_at(cls, c.heap_pos).offset != c.offset)
           fail(where(id) + " is free but not at its position in its class heap");
       } else if (!large_.contains(LargeKey{size, c.offset, id})) {
         fail(where(id) + " is free but not in the large set");
@@ -319,21 +328,25 @@ void BfcPolicy::check_consistency() const {
   // mark exactly the non-empty classes; the large set holds only free large chunks.
   uint64_t indexed = 0;
   for (int cls = 0; cls < kNumSmallClasses; ++cls) {
-    const std::vector<HeapEntry>& heap = class_heaps_[cls];
+    const uint32_t n = heap_size(cls);
     auto name = [cls] { return "class " + std::to_string(cls); };  // built only on failure
-    if (((class_bits_[cls / 64] >> (cls % 64)) & 1) != (heap.empty() ? 0u : 1u))
+    if (((class_bits_[cls / 64] >> (cls % 64)) & 1) != (n == 0 ? 0u : 1u))
       fail(name() + " disagrees with its bitmap bit");
-    for (size_t i = 0; i < heap.size(); ++i) {
-      const ChunkId id = heap[i].id;
+    if (((class_has_rest_[cls / 64] >> (cls % 64)) & 1) != (class_rest_[cls].empty() ? 0u : 1u) ||
+        (n == 0 && !class_rest_[cls].empty()))
+      fail(name() + " has entries beyond its top that its bitmaps disagree with");
+    for (uint32_t i = 0; i < n; ++i) {
+      const ChunkId id = heap_at(cls, i).id;
       if (id >= chunks_.id_limit() || !reached[id])
         fail(name() + " holds a chunk not in the range");
       const Chunk& c = chunks_[id];
       if (c.in_use() || small_class(c.size_bytes()) != cls || c.heap_pos != i)
         fail(name() + " holds " + where(id) + ", in use, of another size or at a stale position");
-      if (i > 0 && heap[(i - 1) / 2].offset > heap[i].offset)
-        fail(name() + " breaks the heap order at " + where(id));
+      if (heap_at(cls, i).offset != c.offset ||
+          (i > 0 && heap_at(cls, (i - 1) / 2).offset > c.offset))
+        fail(name() + " breaks the heap order or holds a stale offset at " + where(id));
     }
-    indexed += heap.size();
+    indexed += n;
   }
   for (int w = 0; w < kClassWords; ++w) {
     if (((class_words_ >> w) & 1) != (class_bits_[w] != 0 ? 1u : 0u))
