@@ -169,6 +169,15 @@ std::optional<PolicyAllocation> BfcPolicy::allocate(uint64_t size_bytes) {
   return PolicyAllocation{cur.offset, cur.size_bytes()};
 }
 
+void BfcPolicy::absorb_next(ChunkId id, ChunkId next) {
+  Chunk& c = chunks_[id];
+  const Chunk& n = chunks_[next];
+  c.set_size_bytes(c.size_bytes() + n.size_bytes());
+  c.next = n.next;
+  if (n.next != kNoChunk) chunks_[n.next].prev = id;
+  chunks_.remove(next);
+}
+
 uint64_t BfcPolicy::free(uint64_t offset) {
   const std::optional<ChunkId> found = in_use_.erase(offset);
   if (!found) {
@@ -184,24 +193,14 @@ uint64_t BfcPolicy::free(uint64_t offset) {
   if (chunks_[id].next_free) {
     const ChunkId next = chunks_[id].next;
     remove_free(next);
-    Chunk& c = chunks_[id];
-    const Chunk& n = chunks_[next];
-    c.set_size_bytes(c.size_bytes() + n.size_bytes());
-    c.next = n.next;
-    if (n.next != kNoChunk) chunks_[n.next].prev = id;
-    chunks_.remove(next);
+    absorb_next(id, next);
   }
   // Merge into the previous neighbour: this chunk disappears into it. Otherwise tell the
   // previous neighbour that its next is free now.
   if (chunks_[id].prev_free) {
     const ChunkId prev = chunks_[id].prev;
     remove_free(prev);
-    Chunk& p = chunks_[prev];
-    const Chunk& c = chunks_[id];
-    p.set_size_bytes(p.size_bytes() + c.size_bytes());
-    p.next = c.next;
-    if (c.next != kNoChunk) chunks_[c.next].prev = prev;
-    chunks_.remove(id);
+    absorb_next(prev, id);
     id = prev;
   } else if (chunks_[id].prev != kNoChunk) {
     chunks_[chunks_[id].prev].next_free = true;

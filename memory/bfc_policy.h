@@ -40,16 +40,19 @@
 // large chunks.
 //
 // Cost: allocate and free are O(1) plus O(log k) heap steps for small chunks, O(log n_large) for
-// large ones. Free finds its chunk through OffsetIndex, a flat open-addressing hash
-// (memory/offset_index.h). largest_free_block_bytes() is O(1), bin_stats() O(4096 + n_large),
-// check_consistency() O(n). Metadata: one 32-byte record per chunk (ChunkPool: 32-bit ids, the
-// in-use flag in the size's low bit), 16 bytes per free small chunk in the heaps, a std::set node
-// per free large chunk, 16 bytes per in-use chunk in the index at most half full, and a fixed
-// 4096-class table (~100 KiB). Limits: offsets and sizes keep the full 64-bit range; at most
-// 2^32 - 1 chunks (ChunkPool). What one allocate+free pair costs at 1k, 10k and 100k live buffers
-// is measured by `vtpu bench memory` and bench/memory_bench.cc: at 100k live the records and the
-// index no longer fit the caches, and the cache misses of a random free dominate (see the
-// README's benchmarks).
+// large ones. Free finds its chunk through OffsetIndex, a flat hash with one cache line per
+// operation (memory/offset_index.h), and each chunk keeps whether its address neighbours are free,
+// so free() reads no neighbour record unless it merges. largest_free_block_bytes() is O(1),
+// bin_stats() O(4096 + n_large), check_consistency() O(n). Metadata: one 32-byte record per chunk
+// (ChunkPool: 32-bit ids, the in-use flag in the size's low bit), 16 bytes per further free chunk
+// of a class, a std::set node per free large chunk, 26-51 bytes of index per chunk in use (64-byte
+// buckets of 5 slots, at most half full), and a fixed 4096-class table (~160 KiB). Limits: offsets
+// and sizes keep the full 64-bit range; at most 2^32 - 1 chunks (ChunkPool).
+// Speed (README, "Benchmarks"): with 1k live buffers everything sits in L2 and a free+alloc pair
+// costs about 70-100 ns on the shared 2-core VM this was measured on; with 100k the 7 MiB of
+// records and index no longer fit the caches, and the pair is bound by its chain of dependent cache
+// misses (the buffer's index bucket, then its record), each ~250-350 ns there
+// (BM_DependentLoad in bench/memory_bench.cc).
 #pragma once
 
 #include <array>
@@ -159,6 +162,8 @@ class BfcPolicy final : public AllocatorPolicy {
   const HeapEntry& heap_at(int cls, uint32_t pos) const {
     return pos == 0 ? class_tops_[cls] : class_rest_[cls][pos - 1];
   }
+  /// Makes `next` (out of the free index) disappear into its address predecessor `id`.
+  void absorb_next(ChunkId id, ChunkId next);
   /// Forgets every chunk (the start of the constructor and rebuild()).
   void reset();
 

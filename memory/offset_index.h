@@ -19,10 +19,11 @@
 // offset, so offsets that are all multiples of 256 still spread evenly.
 //
 // Why not linear probing with 16-byte slots (the previous version) or std::unordered_map: the
-// former's probe and backward-shift loops branch on every slot, which mispredicts; measured 45 ns
-// per erase+insert pair with 1k keys against 20 ns here. The latter allocates one node per entry
-// and chains them from a bucket array, so a lookup is a bucket load, a node load and a modulo, plus
-// a malloc or free per insert or erase.
+// former's probe and backward-shift loops branch on every slot, which mispredicts: measured on a
+// shared 2-core EPYC VM, 57 ns per erase+insert pair with 1k keys against 23 ns here, and about
+// even at 100k keys, where both are one cache miss per operation. The latter allocates one node
+// per entry and chains them from a bucket array, so a lookup is a bucket load, a node load and a
+// modulo, plus a malloc or free per insert or erase.
 #pragma once
 
 #include <bit>

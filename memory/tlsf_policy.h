@@ -37,16 +37,20 @@
 // exact). A request of exactly a list's lower bound is searched in that list.
 //
 // Cost: allocate and free are O(1): a bounded number of bit scans and list operations plus one
-// OffsetIndex operation (memory/offset_index.h: a flat open-addressing hash from offset to block,
-// since a policy keeps no bytes in which to put a block header); the exact-list fallback above is
-// the one exception. largest_free_block_bytes() is O(length of the highest non-empty list),
-// bin_stats() and check_consistency() are O(n) for n blocks. Metadata: one 32-byte record per block
-// (ChunkPool, 32-bit ids; the in-use flag lives in the low bit of the size, which is a multiple of
-// 256), 16 bytes per in-use block in the index at most half full, and a fixed 52 x 32 list table.
-// Limits: offsets and sizes keep the full 64-bit range; at most 2^32 - 1 blocks (ChunkPool).
-// What one allocate+free pair costs at 1k, 10k and 100k live buffers is measured by
-// `vtpu bench memory` and bench/memory_bench.cc; at 100k live the records and the index no longer
-// fit the caches, and the few cache misses per operation dominate (see the README's benchmarks).
+// OffsetIndex operation (memory/offset_index.h: a flat hash from offset to block, one cache line
+// per operation, since a policy keeps no bytes in which to put a block header); the exact-list
+// fallback above is the one exception. A block in use keeps whether its address neighbours are
+// free, so free() reads no neighbour record unless it merges. largest_free_block_bytes() is
+// O(length of the highest non-empty list), bin_stats() and check_consistency() are O(n) for n
+// blocks. Metadata: one 32-byte record per block (ChunkPool, 32-bit ids; the in-use flag lives in
+// the low bit of the size, which is a multiple of 256), 26-51 bytes of index per block in use
+// (64-byte buckets of 5 slots, at most half full), and a fixed 52 x 32 list table. Limits: offsets
+// and sizes keep the full 64-bit range; at most 2^32 - 1 blocks (ChunkPool).
+// Speed (README, "Benchmarks"): with 1k live buffers everything sits in L2 and a free+alloc pair
+// costs about 100 ns on the shared 2-core VM this was measured on; with 100k the 7-8 MiB of
+// records and index no longer fit the caches, and the pair is bound by its chain of dependent cache
+// misses (the buffer's index bucket, then its record), each ~250-350 ns there
+// (BM_DependentLoad in bench/memory_bench.cc).
 #pragma once
 
 #include <array>
