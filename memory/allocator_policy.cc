@@ -12,11 +12,8 @@
 
 namespace vtpu {
 
-uint64_t round_up_to_granule(uint64_t size_bytes, uint64_t granule_bytes) {
-  if (size_bytes == 0) throw InvalidArgumentError("allocation of 0 bytes (expected >= 1)");
-  const uint64_t max_rounded = ~uint64_t{0} / granule_bytes * granule_bytes;
-  if (size_bytes > max_rounded) return max_rounded;  // saturate: can never fit, never overflows
-  return (size_bytes + granule_bytes - 1) / granule_bytes * granule_bytes;
+void internal::throw_zero_byte_allocation() {
+  throw InvalidArgumentError("allocation of 0 bytes (expected >= 1)");
 }
 
 uint64_t capacity_in_granules(std::string_view policy, uint64_t capacity_bytes,

@@ -92,10 +92,21 @@ class AllocatorPolicy {
   virtual void rebuild(std::span<const ChunkInfo> in_use) = 0;
 };
 
+namespace internal {
+/// Throws the InvalidArgumentError of round_up_to_granule for 0 bytes (out of line: a cold path).
+[[noreturn]] void throw_zero_byte_allocation();
+}  // namespace internal
+
 /// For rounded_bytes(): `size_bytes` rounded up to a multiple of `granule_bytes` (a power of two).
 /// Sizes above the largest multiple of the granule below 2^64 saturate to it: such a request can
-/// never fit, and the rounding never overflows. Throws InvalidArgumentError for 0.
-uint64_t round_up_to_granule(uint64_t size_bytes, uint64_t granule_bytes);
+/// never fit, and the rounding never overflows. Throws InvalidArgumentError for 0. Inline, so that
+/// for a constant granule the divisions fold into masks on the allocate fast path.
+inline uint64_t round_up_to_granule(uint64_t size_bytes, uint64_t granule_bytes) {
+  if (size_bytes == 0) internal::throw_zero_byte_allocation();
+  const uint64_t max_rounded = ~uint64_t{0} / granule_bytes * granule_bytes;
+  if (size_bytes > max_rounded) return max_rounded;  // saturate: can never fit, never overflows
+  return (size_bytes + granule_bytes - 1) / granule_bytes * granule_bytes;
+}
 
 /// For constructors: `capacity_bytes` rounded down to a multiple of `granule_bytes`. Throws
 /// InvalidArgumentError naming `policy` ("BFC") and the value when that is less than one granule.

@@ -47,7 +47,6 @@ uint64_t TlsfPolicy::class_max_bytes(int fl) {
 
 void TlsfPolicy::reset() {
   blocks_.clear();
-  unused_ids_.clear();
   fl_bitmap_ = 0;
   sl_bitmap_.fill(0);
   for (auto& lists : free_heads_) lists.fill(kNoBlock);
@@ -56,22 +55,9 @@ void TlsfPolicy::reset() {
   head_ = kNoBlock;
 }
 
-TlsfPolicy::BlockId TlsfPolicy::new_block(uint64_t offset, uint64_t size_bytes) {
-  BlockId id;
-  if (!unused_ids_.empty()) {
-    id = unused_ids_.back();
-    unused_ids_.pop_back();
-  } else {
-    id = static_cast<BlockId>(blocks_.size());
-    blocks_.emplace_back();
-  }
-  blocks_[id] = Block{.offset = offset, .size_bytes = size_bytes};
-  return id;
-}
-
 void TlsfPolicy::insert_free(BlockId id) {
   Block& b = blocks_[id];
-  const auto [fl, sl] = mapping_insert(b.size_bytes);
+  const auto [fl, sl] = mapping_insert(b.size_bytes());
   const BlockId head = free_heads_[fl][sl];
   b.prev_free = kNoBlock;
   b.next_free = head;
@@ -79,12 +65,12 @@ void TlsfPolicy::insert_free(BlockId id) {
   free_heads_[fl][sl] = id;
   sl_bitmap_[fl] |= uint32_t{1} << sl;
   fl_bitmap_ |= uint64_t{1} << fl;
-  total_free_bytes_ += b.size_bytes;
+  total_free_bytes_ += b.size_bytes();
 }
 
 void TlsfPolicy::remove_free(BlockId id) {
   const Block& b = blocks_[id];
-  const auto [fl, sl] = mapping_insert(b.size_bytes);
+  const auto [fl, sl] = mapping_insert(b.size_bytes());
   if (b.prev_free != kNoBlock) {
     blocks_[b.prev_free].next_free = b.next_free;
   } else {
@@ -95,7 +81,7 @@ void TlsfPolicy::remove_free(BlockId id) {
     sl_bitmap_[fl] &= ~(uint32_t{1} << sl);
     if (sl_bitmap_[fl] == 0) fl_bitmap_ &= ~(uint64_t{1} << fl);
   }
-  total_free_bytes_ -= b.size_bytes;
+  total_free_bytes_ -= b.size_bytes();
 }
 
 TlsfPolicy::BlockId TlsfPolicy::find_suitable(ListIndex index) const {
@@ -115,59 +101,86 @@ std::optional<PolicyAllocation> TlsfPolicy::allocate(uint64_t size_bytes) {
   if (size_bytes > capacity_bytes_) return std::nullopt;  // also keeps rounding below 2^64
   const uint64_t rounded = rounded_bytes(size_bytes);
   const std::optional<ListIndex> index = mapping_search(rounded);
-  if (!index) return std::nullopt;
-  const BlockId id = find_suitable(*index);
-  if (id == kNoBlock) return std::nullopt;
+  BlockId id = index ? find_suitable(*index) : kNoBlock;
+  if (id == kNoBlock) {
+    id = find_in_own_list(rounded);
+    if (id == kNoBlock) return std::nullopt;
+  }
   remove_free(id);
-  const uint64_t remainder = blocks_[id].size_bytes - rounded;
+  const uint64_t remainder = blocks_[id].size_bytes() - rounded;
   if (remainder > 0) {  // a multiple of 256, so at least the granularity
     const BlockId rest = new_block(blocks_[id].offset + rounded, remainder);  // may reallocate
     Block& cur = blocks_[id];
     Block& r = blocks_[rest];
     r.prev_phys = id;
     r.next_phys = cur.next_phys;
-    if (cur.next_phys != kNoBlock) blocks_[cur.next_phys].prev_phys = rest;
+    if (cur.next_phys != kNoBlock) blocks_[cur.next_phys].prev_phys = rest;  // its flag stays 1
     cur.next_phys = rest;
-    cur.size_bytes = rounded;
+    cur.set_size_bytes(rounded);
     insert_free(rest);
+  } else if (blocks_[id].next_phys != kNoBlock) {
+    blocks_[blocks_[id].next_phys].prev_phys_is_free = 0;
   }
   Block& cur = blocks_[id];
-  cur.in_use = true;
-  in_use_.emplace(cur.offset, id);
-  return PolicyAllocation{cur.offset, cur.size_bytes};
+  if (cur.prev_phys != kNoBlock) blocks_[cur.prev_phys].next_phys_is_free = 0;
+  cur.prev_phys_is_free = 0;  // both neighbours are in use: coalescing, or the split-off rest
+  cur.next_phys_is_free = remainder > 0 ? 1 : 0;
+  cur.set_in_use(true);
+  in_use_.insert(cur.offset, id);
+  return PolicyAllocation{cur.offset, rounded};  // TLSF always splits: the chunk is the request
+}
+
+TlsfPolicy::BlockId TlsfPolicy::find_in_own_list(uint64_t rounded_bytes) const {
+  const auto [fl, sl] = mapping_insert(rounded_bytes);
+  BlockId best = kNoBlock;
+  for (BlockId id = free_heads_[fl][sl]; id != kNoBlock; id = blocks_[id].next_free) {
+    const Block& b = blocks_[id];
+    if (b.size_bytes() < rounded_bytes) continue;
+    if (best == kNoBlock || b.size_bytes() < blocks_[best].size_bytes() ||
+        (b.size_bytes() == blocks_[best].size_bytes() && b.offset < blocks_[best].offset)) {
+      best = id;
+    }
+  }
+  return best;
 }
 
 void TlsfPolicy::absorb_next(BlockId id, BlockId next) {
   Block& b = blocks_[id];
   const Block& n = blocks_[next];
-  b.size_bytes += n.size_bytes;
+  b.set_size_bytes(b.size_bytes() + n.size_bytes());
   b.next_phys = n.next_phys;
   if (n.next_phys != kNoBlock) blocks_[n.next_phys].prev_phys = id;
-  delete_block(next);
+  blocks_.remove(next);
 }
 
 uint64_t TlsfPolicy::free(uint64_t offset) {
-  auto it = in_use_.find(offset);
-  if (it == in_use_.end()) {
+  const std::optional<BlockId> found = in_use_.erase(offset);
+  if (!found) {
     throw InvalidArgumentError("TLSF free of offset " + std::to_string(offset) +
                                ", which is not the start of a block in use (double free or a "
                                "stray offset)");
   }
-  BlockId id = it->second;
-  in_use_.erase(it);
-  const uint64_t freed = blocks_[id].size_bytes;
-  blocks_[id].in_use = false;
-  const BlockId next = blocks_[id].next_phys;
-  if (next != kNoBlock && !blocks_[next].in_use) {
+  BlockId id = *found;
+  Block& b = blocks_[id];
+  const uint64_t freed = b.size_bytes();
+  const bool prev_is_free = b.prev_phys_is_free != 0;
+  const bool next_is_free = b.next_phys_is_free != 0;
+  b.set_in_use(false);
+  if (next_is_free) {  // the block after it is in use (coalesced) and keeps its flag at 1
+    const BlockId next = b.next_phys;
     remove_free(next);
     absorb_next(id, next);
   }
   const BlockId prev = blocks_[id].prev_phys;
-  if (prev != kNoBlock && !blocks_[prev].in_use) {
+  if (prev_is_free) {
     remove_free(prev);
     absorb_next(prev, id);
     id = prev;
+  } else if (prev != kNoBlock) {
+    blocks_[prev].next_phys_is_free = 1;
   }
+  const BlockId next = blocks_[id].next_phys;
+  if (next != kNoBlock) blocks_[next].prev_phys_is_free = 1;
   insert_free(id);
   return freed;
 }
@@ -178,7 +191,7 @@ uint64_t TlsfPolicy::largest_free_block_bytes() const {
   const int sl = std::bit_width(sl_bitmap_[fl]) - 1;
   uint64_t largest = 0;  // the highest non-empty list holds it; its blocks are in no size order
   for (BlockId id = free_heads_[fl][sl]; id != kNoBlock; id = blocks_[id].next_free) {
-    largest = std::max(largest, blocks_[id].size_bytes);
+    largest = std::max(largest, blocks_[id].size_bytes());
   }
   return largest;
 }
@@ -186,7 +199,7 @@ uint64_t TlsfPolicy::largest_free_block_bytes() const {
 void TlsfPolicy::walk(const std::function<void(const ChunkInfo&)>& fn) const {
   for (BlockId id = head_; id != kNoBlock; id = blocks_[id].next_phys) {
     const Block& b = blocks_[id];
-    fn(ChunkInfo{b.offset, b.size_bytes, b.in_use});
+    fn(ChunkInfo{b.offset, b.size_bytes(), b.in_use()});
   }
 }
 
@@ -199,8 +212,8 @@ std::vector<BinStats> TlsfPolicy::bin_stats() const {
     for (int sl = 0; sl < kNumSecondLevel; ++sl) {
       for (BlockId id = free_heads_[fl][sl]; id != kNoBlock; id = blocks_[id].next_free) {
         ++s.num_free_chunks;
-        s.free_bytes += blocks_[id].size_bytes;
-        s.largest_free_chunk_bytes = std::max(s.largest_free_chunk_bytes, blocks_[id].size_bytes);
+        s.free_bytes += blocks_[id].size_bytes();
+        s.largest_free_chunk_bytes = std::max(s.largest_free_chunk_bytes, blocks_[id].size_bytes());
       }
     }
   }
@@ -219,11 +232,16 @@ void TlsfPolicy::rebuild(std::span<const ChunkInfo> in_use) {
       head_ = id;
     } else {
       blocks_[prev].next_phys = id;
+      if (blocks_[prev].in_use()) blocks_[prev].next_phys_is_free = used ? 0 : 1;
+    }
+    if (used) {
+      blocks_[id].prev_phys_is_free = prev != kNoBlock && !blocks_[prev].in_use() ? 1 : 0;
+      blocks_[id].next_phys_is_free = 0;  // until a free tile follows
     }
     prev = id;
     if (used) {
-      blocks_[id].in_use = true;
-      in_use_.emplace(offset, id);
+      blocks_[id].set_in_use(true);
+      in_use_.insert(offset, id);
     } else {
       insert_free(id);
     }
@@ -235,42 +253,45 @@ void TlsfPolicy::check_consistency() const {
   auto fail = [](const std::string& what) { throw InternalError("TLSF inconsistency: " + what); };
   auto where = [this](BlockId id) {  // built only on failure
     return "block " + std::to_string(id) + " at offset " + std::to_string(blocks_[id].offset) +
-           " size " + std::to_string(blocks_[id].size_bytes);
+           " size " + std::to_string(blocks_[id].size_bytes());
   };
   // Physical order: the blocks tile [0, capacity), linked both ways, no two free ones adjacent.
-  std::vector<char> reached(blocks_.size(), 0);
+  std::vector<char> reached(blocks_.id_limit(), 0);
   uint64_t expected_offset = 0, free_bytes = 0, num_free = 0, num_in_use = 0;
   BlockId prev = kNoBlock;
   bool prev_free = false;
   for (BlockId id = head_; id != kNoBlock; id = blocks_[id].next_phys) {
-    if (id >= blocks_.size() || reached[id]) fail("the physical list has a cycle or a bad id");
+    if (id >= blocks_.id_limit() || reached[id]) fail("the physical list has a cycle or a bad id");
     reached[id] = 1;
     const Block& b = blocks_[id];
     if (b.offset != expected_offset)
       fail(where(id) + " does not start where the previous one ends (" +
            std::to_string(expected_offset) + ")");
-    if (b.size_bytes == 0 || b.size_bytes % kGranuleBytes != 0)
+    if (b.size_bytes() == 0 || b.size_bytes() % kGranuleBytes != 0)
       fail(where(id) + " has a size that is not a positive multiple of 256");
-    if (b.size_bytes > capacity_bytes_ - b.offset) fail(where(id) + " runs past the capacity");
+    if (b.size_bytes() > capacity_bytes_ - b.offset) fail(where(id) + " runs past the capacity");
     if (b.prev_phys != prev) fail(where(id) + " has a wrong prev_phys link");
-    if (b.in_use) {
-      auto it = in_use_.find(b.offset);
-      if (it == in_use_.end() || it->second != id) fail(where(id) + " is in use but not indexed");
+    if (b.in_use()) {
+      if (in_use_.find(b.offset) != id) fail(where(id) + " is in use but not indexed");
+      const bool next_free = b.next_phys != kNoBlock && !blocks_[b.next_phys].in_use();
+      if (b.prev_phys_is_free != (prev_free ? 1u : 0u) ||
+          b.next_phys_is_free != (next_free ? 1u : 0u))
+        fail(where(id) + " has a neighbour flag that disagrees with its neighbour");
       ++num_in_use;
     } else {
       if (prev_free) fail(where(id) + " is free next to a free neighbour (not coalesced)");
-      free_bytes += b.size_bytes;
+      free_bytes += b.size_bytes();
       ++num_free;
     }
-    prev_free = !b.in_use;
-    expected_offset += b.size_bytes;
+    prev_free = !b.in_use();
+    expected_offset += b.size_bytes();
     prev = id;
   }
   if (expected_offset != capacity_bytes_)
     fail("blocks cover " + std::to_string(expected_offset) + " bytes, capacity is " +
          std::to_string(capacity_bytes_));
   // Lists and bitmaps: each list holds exactly the free blocks that mapping_insert files there.
-  std::vector<char> listed(blocks_.size(), 0);
+  std::vector<char> listed(blocks_.id_limit(), 0);
   uint64_t num_listed = 0;
   for (int fl = 0; fl < kNumFirstLevel; ++fl) {
     for (int sl = 0; sl < kNumSecondLevel; ++sl) {
@@ -282,13 +303,14 @@ void TlsfPolicy::check_consistency() const {
         fail(list() + " disagrees with its second-level bitmap bit");
       BlockId prev_free_id = kNoBlock;
       for (BlockId id = free_heads_[fl][sl]; id != kNoBlock; id = blocks_[id].next_free) {
-        if (id >= blocks_.size() || !reached[id]) fail(list() + " holds a block not in the range");
+        if (id >= blocks_.id_limit() || !reached[id])
+          fail(list() + " holds a block not in the range");
         if (listed[id]) fail(list() + " holds " + where(id) + " twice (or in two lists)");
         listed[id] = 1;
         ++num_listed;
-        if (blocks_[id].in_use) fail(list() + " holds " + where(id) + ", which is in use");
+        if (blocks_[id].in_use()) fail(list() + " holds " + where(id) + ", which is in use");
         if (blocks_[id].prev_free != prev_free_id) fail(where(id) + " has a wrong prev_free link");
-        if (mapping_insert(blocks_[id].size_bytes) != ListIndex{fl, sl})
+        if (mapping_insert(blocks_[id].size_bytes()) != ListIndex{fl, sl})
           fail(where(id) + " sits in " + list() + ", not the list of its size");
         prev_free_id = id;
       }
@@ -301,6 +323,7 @@ void TlsfPolicy::check_consistency() const {
     fail("lists hold " + std::to_string(num_listed) + " blocks, the walk found " +
          std::to_string(num_free) + " free blocks");
   if (num_in_use != in_use_.size()) fail("in-use index size disagrees with the walk");
+  in_use_.check_consistency();
   if (free_bytes != total_free_bytes_)
     fail("free-byte counter " + std::to_string(total_free_bytes_) + " != walked " +
          std::to_string(free_bytes));

@@ -23,32 +23,43 @@
 // free block. free() merges the block with both physical neighbours at once when they are free,
 // so no two free blocks are ever adjacent (immediate coalescing).
 //
-// Cost: allocate and free are O(1): a bounded number of bit scans and list operations plus one
-// hash lookup (offset -> block, since a policy keeps no bytes in which to put a block header).
-// largest_free_block_bytes() is O(length of the highest non-empty list), bin_stats() and
-// check_consistency() are O(n) for n blocks. Metadata is O(n) plus a fixed 52 x 32 list table.
-// Measured (Release, shared 2-core EPYC VM, thread CPU time, steady state with requests
-// log-uniform in 256 B .. 1 MiB on a 64 GiB range): one allocate+free pair costs about 190 ns
-// with 1k live buffers, 270 ns with 10k and 1.9 us with 100k, where cache misses dominate; about
-// half of it is the std::unordered_map offset index (an open-addressing table measured 1.5-3.5x
-// faster in isolation).
+// Exact-list fallback: rounding up means that blocks in the request's own list are skipped, even
+// when one of them would fit, because that list also holds smaller blocks. Conte's tlsf then
+// fails although largest_free_block_bytes() >= the request. Here, only on that would-be
+// out-of-memory path, allocate() scans the request's own list (mapping_insert of the rounded
+// size) and takes the smallest block there that fits, lowest offset among equal sizes, as some
+// TLSF variants do. So allocate() returns nullopt only when no free block fits. The scan is
+// O(length of that one list) and never runs while the O(1) search succeeds.
 //
 // Good fit, not best fit (the paper's term): when the best-fitting free block lies in a list at or
 // above the searched one, TLSF returns a block of that same list, so at most 1/32 of the size
 // class away from the best fit (above 8 KiB; below, lists hold one size each and the fit is
-// exact). But blocks in the request's own list are skipped even when one would fit, because the
-// list also holds smaller blocks: allocate() may return nullopt although largest_free_block_bytes()
-// >= the request (the price of O(1); Conte's tlsf behaves alike). A request of exactly a list's
-// lower bound is searched in that list.
+// exact). A request of exactly a list's lower bound is searched in that list.
+//
+// Cost: allocate and free are O(1): a bounded number of bit scans and list operations plus one
+// OffsetIndex operation (memory/offset_index.h: a flat hash from offset to block, one cache line
+// per operation, since a policy keeps no bytes in which to put a block header); the exact-list
+// fallback above is the one exception. A block in use keeps whether its address neighbours are
+// free, so free() reads no neighbour record unless it merges. largest_free_block_bytes() is
+// O(length of the highest non-empty list), bin_stats() and check_consistency() are O(n) for n
+// blocks. Metadata: one 32-byte record per block (ChunkPool, 32-bit ids; the in-use flag lives in
+// the low bit of the size, which is a multiple of 256), 26-51 bytes of index per block in use
+// (64-byte buckets of 5 slots, at most half full), and a fixed 52 x 32 list table. Limits: offsets
+// and sizes keep the full 64-bit range; at most 2^32 - 1 blocks (ChunkPool).
+// Speed (README, "Benchmarks"): with 1k live buffers everything sits in L2 and a free+alloc pair
+// costs about 100 ns on the shared 2-core VM this was measured on; with 100k the 7-8 MiB of
+// records and index no longer fit the caches, and the pair is bound by its chain of dependent cache
+// misses (the buffer's index bucket, then its record), each ~250-350 ns there
+// (BM_DependentLoad in bench/memory_bench.cc).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <optional>
-#include <unordered_map>
-#include <vector>
 
 #include "memory/allocator_policy.h"
+#include "memory/chunk_pool.h"
+#include "memory/offset_index.h"
 
 namespace vtpu {
 
@@ -99,37 +110,54 @@ class TlsfPolicy final : public AllocatorPolicy {
   static uint64_t class_max_bytes(int fl);
 
  private:
-  using BlockId = uint32_t;
-  static constexpr BlockId kNoBlock = ~BlockId{0};
+  struct Block;
+  using BlockId = ChunkPool<Block>::Id;
+  static constexpr BlockId kNoBlock = ChunkPool<Block>::kNoId;
 
-  struct Block {
-    uint64_t offset = 0;
-    uint64_t size_bytes = 0;
+  // A 32-byte record, aligned so that it never straddles two cache lines.
+  struct alignas(32) Block : ChunkExtent {
     BlockId prev_phys = kNoBlock;  // address neighbours
     BlockId next_phys = kNoBlock;
-    BlockId prev_free = kNoBlock;  // list neighbours, free blocks only
-    BlockId next_free = kNoBlock;
-    bool in_use = false;
+    // A free block keeps its list neighbours here. A block in use needs no list links, and keeps
+    // instead whether its address neighbours are free (1) or not (0): free() reads these rather
+    // than the neighbours' records, which at 100k live buffers are cache misses and mostly in
+    // use, and the neighbours' flags are set with plain stores, which do not wait for a miss.
+    union {
+      BlockId prev_free = kNoBlock;
+      uint32_t prev_phys_is_free;
+    };
+    union {
+      BlockId next_free = kNoBlock;
+      uint32_t next_phys_is_free;
+    };
   };
+  static_assert(sizeof(Block) == 32);
 
-  BlockId new_block(uint64_t offset, uint64_t size_bytes);
-  void delete_block(BlockId id) { unused_ids_.push_back(id); }
+  BlockId new_block(uint64_t offset, uint64_t size_bytes) {
+    Block b;
+    b.offset = offset;
+    b.size_and_flag = size_bytes;
+    return blocks_.add(b);
+  }
   void insert_free(BlockId id);
   void remove_free(BlockId id);
   /// Head of the first non-empty list at or after `index`, kNoBlock if none (the two bit scans).
   BlockId find_suitable(ListIndex index) const;
+  /// The exact-list fallback (see the top of this file): the smallest block of at least
+  /// `rounded_bytes` in the list mapping_insert(rounded_bytes), lowest offset first; kNoBlock if
+  /// none. Out of line: it runs only where allocate() would otherwise fail.
+  BlockId find_in_own_list(uint64_t rounded_bytes) const;
   /// Makes `next` (a free block) disappear into its physical predecessor `id`.
   void absorb_next(BlockId id, BlockId next);
   /// Forgets every block: no blocks, empty lists (the start of the constructor and rebuild()).
   void reset();
 
   uint64_t capacity_bytes_;
-  std::vector<Block> blocks_;        // indexed by BlockId
-  std::vector<BlockId> unused_ids_;  // recycled slots of blocks_
+  ChunkPool<Block> blocks_{"TLSF"};
   uint64_t fl_bitmap_ = 0;
   std::array<uint32_t, kNumFirstLevel> sl_bitmap_{};
   std::array<std::array<BlockId, kNumSecondLevel>, kNumFirstLevel> free_heads_;
-  std::unordered_map<uint64_t, BlockId> in_use_;  // offset -> block, blocks in use only
+  OffsetIndex in_use_;  // offset -> block, blocks in use only
   uint64_t total_free_bytes_ = 0;
   BlockId head_ = kNoBlock;  // the block at offset 0
 };

@@ -385,6 +385,64 @@ TEST(BfcPolicyTest, BestFitWithinOneBinPrefersSmallerOverLowerAddress) {
   EXPECT_EQ(a.chunk_bytes, 1280u);
 }
 
+// Chunks up to 1 MiB sit in exact size classes, larger ones in an ordered set: best fit must
+// hold across that boundary, and bin_stats() must add both up into TensorFlow's bin 12.
+TEST(BfcPolicyTest, BestFitAcrossTheSmallAndLargeChunkBoundary) {
+  BfcPolicy p(8 * kMiB, tensorflow_threshold());
+  EXPECT_EQ(BfcPolicy::kMaxSmallChunkBytes, kMiB);
+  const uint64_t large = must_allocate(p, kMiB + 256).offset;  // 0
+  must_allocate(p, 256);
+  const uint64_t small = must_allocate(p, kMiB).offset;  // 1 MiB + 512
+  must_allocate(p, 256);
+  must_allocate(p, 8 * kMiB - 2 * kMiB - 768);  // the tail, exactly
+  ASSERT_EQ(large, 0u);
+  ASSERT_EQ(small, kMiB + 512);
+  p.free(large);
+  p.free(small);
+  EXPECT_EQ(p.largest_free_block_bytes(), kMiB + 256);
+  std::vector<BinStats> stats = p.bin_stats();
+  EXPECT_EQ(stats[12].num_free_chunks, 2u);
+  EXPECT_EQ(stats[12].free_bytes, 2 * kMiB + 256);
+  EXPECT_EQ(stats[12].largest_free_chunk_bytes, kMiB + 256);
+  // 1 MiB fits both; the exact 1 MiB chunk wins although the larger one lies lower.
+  PolicyAllocation a = must_allocate(p, kMiB - 100);
+  EXPECT_EQ(a.offset, small);
+  EXPECT_EQ(a.chunk_bytes, kMiB);
+  EXPECT_EQ(p.largest_free_block_bytes(), kMiB + 256);
+  p.free(small);
+  // One byte more than 1 MiB: only the large chunk fits; its 256-byte remainder is not split off.
+  a = must_allocate(p, kMiB + 1);
+  EXPECT_EQ(a.offset, large);
+  EXPECT_EQ(a.chunk_bytes, kMiB + 256);
+  EXPECT_EQ(p.largest_free_block_bytes(), kMiB);  // from the size classes alone
+  EXPECT_FALSE(p.allocate(kMiB + 1).has_value());
+  stats = p.bin_stats();
+  EXPECT_EQ(stats[12].num_free_chunks, 1u);
+  EXPECT_EQ(stats[12].largest_free_chunk_bytes, kMiB);
+}
+
+// Many free chunks of one size share a class (a heap by offset): whatever order they were freed
+// in, allocations take them lowest offset first, as TensorFlow's (size, offset) order does.
+TEST(BfcPolicyTest, ChunksOfOneSizeComeBackLowestOffsetFirst) {
+  constexpr int kHoles = 32;
+  BfcPolicy p(64 * kKiB, tensorflow_threshold());
+  std::vector<uint64_t> holes;
+  for (int i = 0; i < kHoles; ++i) {
+    holes.push_back(must_allocate(p, 512).offset);
+    must_allocate(p, 256);
+  }
+  must_allocate(p, 64 * kKiB - kHoles * 768);                        // the tail, exactly
+  for (int i = 0; i < kHoles; ++i) p.free(holes[(i * 7) % kHoles]);  // a scrambled order
+  p.check_consistency();
+  EXPECT_EQ(p.bin_stats()[1].num_free_chunks, static_cast<uint64_t>(kHoles));
+  for (int i = 0; i < kHoles / 2; ++i) EXPECT_EQ(must_allocate(p, 512).offset, holes[i]);
+  // Free three taken ones again, out of order: they come back lowest first, before the rest.
+  for (int i : {9, 2, 5}) p.free(holes[i]);
+  for (int i : {2, 5, 9}) EXPECT_EQ(must_allocate(p, 500).offset, holes[i]);
+  for (int i = kHoles / 2; i < kHoles; ++i) EXPECT_EQ(must_allocate(p, 512).offset, holes[i]);
+  EXPECT_FALSE(p.allocate(1).has_value());
+}
+
 TEST(BfcPolicyTest, AllocateZeroOrTooLarge) {
   BfcPolicy p(4096);
   EXPECT_THROW(p.allocate(0), InvalidArgumentError);

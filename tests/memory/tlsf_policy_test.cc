@@ -1,7 +1,7 @@
 // Tests for memory/tlsf_policy.h: the two-level mapping against list bounds computed from the
-// definition, good fit (not best fit) and LIFO lists on hand-worked layouts, splitting,
-// coalescing, errors, rebuild, then randomized operations checked for TLSF's rule against the
-// independent FreeSpaceModel.
+// definition, good fit (not best fit), the exact-list fallback and LIFO lists on hand-worked
+// layouts, splitting, coalescing, errors, rebuild, then randomized operations checked for TLSF's
+// rule against the independent FreeSpaceModel.
 #include "memory/tlsf_policy.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +12,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -229,9 +230,6 @@ TEST(TlsfPolicyTest, GoodFitNotBestFit) {
                                    {33536, 512, false},
                                    {34048, 256, true},
                                    {34304, 64 * kKiB - 34304, true}});
-  // Now only (2, 0) could serve 16640 B, and TLSF does not search a request's own list.
-  EXPECT_FALSE(p.allocate(16640).has_value());
-  EXPECT_EQ(p.largest_free_block_bytes(), 16640u);
   // 16384 B is the lower bound of (2, 0): every block there fits, so that list is searched.
   PolicyAllocation b = must_allocate(p, 16384);
   EXPECT_EQ(b.offset, 0u);
@@ -243,6 +241,41 @@ TEST(TlsfPolicyTest, GoodFitNotBestFit) {
                                    {33536, 512, false},
                                    {34048, 256, true},
                                    {34304, 64 * kKiB - 34304, true}});
+}
+
+// Regression test: allocate() returned nullopt while the request's own list held a block that fit
+// (largest_free_block_bytes() >= the request), because mapping_search rounds past that list.
+TEST(TlsfPolicyTest, ExactListFallbackServesTheRequestFromItsOwnList) {
+  // Holes A, B, C, D in list (5, 0), which holds [131072, 135168); everything else in use:
+  //   [0, 132096) A  [132352, 266496) B  [266752, 399872) C  [400128, 534272) D  tail 262144.
+  // Each request takes the start of the one free block; the tail is a list's lower bound.
+  const uint64_t a = 132096, b = 134144, c = 133120, d = 134144, tail = 262144;
+  TlsfPolicy p(a + b + c + d + 4 * 256 + tail);
+  std::vector<uint64_t> holes;
+  for (uint64_t s : {a, b, c, d}) {
+    holes.push_back(must_allocate(p, s).offset);
+    must_allocate(p, 256);
+  }
+  EXPECT_EQ(must_allocate(p, tail).chunk_bytes, tail);
+  EXPECT_EQ(holes, (std::vector<uint64_t>{0, 132352, 266752, 400128}));
+  for (uint64_t offset : holes) p.free(offset);  // D goes in last: it heads the list
+  EXPECT_EQ(p.largest_free_block_bytes(), 134144u);
+  // 133120 B is searched from (5, 1) up, where nothing is free. The fallback scans (5, 0) and
+  // takes the smallest block that fits: C, exactly, not D at the head nor A, which is too small.
+  PolicyAllocation got = must_allocate(p, 133000);
+  EXPECT_EQ(got.offset, holes[2]);
+  EXPECT_EQ(got.chunk_bytes, 133120u);
+  // B and D are both 134144 B: the lower offset wins (B), whatever the list order; 1 KiB is split.
+  got = must_allocate(p, 133120);
+  EXPECT_EQ(got.offset, holes[1]);
+  EXPECT_EQ(got.chunk_bytes, 133120u);
+  EXPECT_EQ(must_allocate(p, 133121).offset, holes[3]);  // rounds to 133376: only D fits
+  // Only A (132096 B) and the remainders of B and D (1024 B, 768 B) are left: no block fits a
+  // larger request, which still fails.
+  EXPECT_EQ(p.largest_free_block_bytes(), a);
+  EXPECT_FALSE(p.allocate(a + 1).has_value());
+  EXPECT_EQ(must_allocate(p, a).offset, holes[0]);
+  p.check_consistency();
 }
 
 TEST(TlsfPolicyTest, ListsAreLastInFirstOut) {
@@ -261,8 +294,12 @@ TEST(TlsfPolicyTest, SizesNearTwoToThe64) {
   EXPECT_EQ(p.bin_stats().size(), 52u);
   EXPECT_FALSE(p.allocate(kMax).has_value());
   EXPECT_FALSE(p.allocate(capacity + 1).has_value());
-  // The whole range cannot be had: its own list is never searched (the boundary above is 2^64).
-  EXPECT_FALSE(p.allocate(capacity).has_value());
+  // The whole range: mapping_search finds no list (the boundary above is 2^64), and the
+  // exact-list fallback takes the block from the request's own list, (51, 31).
+  PolicyAllocation whole = must_allocate(p, capacity);
+  EXPECT_EQ(whole.offset, 0u);
+  EXPECT_EQ(whole.chunk_bytes, capacity);
+  EXPECT_EQ(p.free(0), capacity);
   EXPECT_EQ(must_allocate(p, kTwoTo63).offset, 0u);         // (51, 0) is a lower bound: searched
   PolicyAllocation b = must_allocate(p, kTwoTo63 / 2 + 1);  // searched from (50, 1)
   EXPECT_EQ(b.offset, kTwoTo63);
@@ -314,10 +351,11 @@ TEST(TlsfPolicyTest, RebuildRejectsBadInputAndChangesNothing) {
 }
 
 // Randomized: TLSF's choice among lists is deterministic but its order within a list depends on
-// history, so each answer is checked for the rule instead: nullopt exactly when no free block sits
-// in a list at or above the first list whose blocks all fit; otherwise a block from the lowest
-// such list, split to the rounded size. Free space, the largest block and the walk must match the
-// model exactly.
+// history, so each answer is checked for the rule instead: a block from the lowest non-empty list
+// at or above the first list whose blocks all fit, split to the rounded size; when there is none,
+// exactly the block the exact-list fallback must take (the smallest block of the request's own
+// list that fits, lowest offset first); nullopt exactly when no free block fits at all. Free
+// space, the largest block and the walk must match the model exactly.
 class TlsfPolicyRandomTest : public ::testing::TestWithParam<uint32_t> {};
 
 void expect_tlsf_choice(uint64_t size, const std::optional<PolicyAllocation>& got,
@@ -334,7 +372,21 @@ void expect_tlsf_choice(uint64_t size, const std::optional<PolicyAllocation>& go
     if (list >= first) lowest = std::min(lowest, list);
   }
   if (lowest == SIZE_MAX) {
-    ASSERT_FALSE(got.has_value()) << "no list at or above " << first << " holds a block";
+    const size_t own = list_of_block(rounded);
+    std::optional<std::pair<uint64_t, uint64_t>> best;  // (bytes, offset): the fallback's choice
+    for (const auto& [offset, bytes] : model.free_intervals()) {
+      if (list_of_block(bytes) == own && bytes >= rounded &&
+          (!best || std::make_pair(bytes, offset) < *best)) {
+        best = std::make_pair(bytes, offset);
+      }
+    }
+    if (!best) {
+      ASSERT_FALSE(got.has_value()) << "no free block fits " << rounded << " bytes";
+      return;
+    }
+    ASSERT_TRUE(got.has_value()) << "the fallback must take the block at " << best->second;
+    ASSERT_EQ(got->offset, best->second);
+    ASSERT_EQ(got->chunk_bytes, rounded);
     return;
   }
   ASSERT_TRUE(got.has_value()) << "list " << lowest << " holds a block";
