@@ -70,7 +70,9 @@ std::optional<PolicyAllocation> BfcPolicy::allocate(uint64_t size_bytes) {
     total_free_bytes_ -= chunks_[id].size_bytes;
     Chunk& c = chunks_[id];
     const uint64_t remainder = c.size_bytes - rounded;
-    if (c.size_bytes >= 2 * rounded || remainder >= max_internal_fragmentation_bytes_) {
+    // remainder >= rounded is c.size_bytes >= 2 * rounded without the overflow of 2 * rounded
+    // for requests above 2^63.
+    if (remainder >= rounded || remainder >= max_internal_fragmentation_bytes_) {
       if (remainder > 0) {
         const ChunkId rest = new_chunk(c.offset + rounded, remainder);  // may reallocate chunks_
         Chunk& cur = chunks_[id];
@@ -92,7 +94,10 @@ std::optional<PolicyAllocation> BfcPolicy::allocate(uint64_t size_bytes) {
 }
 
 uint64_t BfcPolicy::free(uint64_t offset) {
-  const std::optional<ChunkId> found = in_use_.erase(offset);
+  // OffsetIndex reserves UINT64_MAX as its empty marker, so an offset outside the range must not
+  // reach it (erase(UINT64_MAX) would "find" an empty slot and free an unrelated chunk).
+  const std::optional<ChunkId> found =
+      offset < capacity_bytes_ ? in_use_.erase(offset) : std::nullopt;
   if (!found) {
     throw InvalidArgumentError("BFC free of offset " + std::to_string(offset) +
                                ", which is not the start of a chunk in use (double free or a "

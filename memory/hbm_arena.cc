@@ -410,7 +410,11 @@ void HbmArena::pin(BufferId id) {
 void HbmArena::unpin(BufferId id) {
   std::lock_guard lock(mu_);
   auto it = live_.find(id);
-  if (it == live_.end()) return;  // freed while pinned; ids are never reused
+  if (it == live_.end()) {
+    if (id != 0 && id < next_id_) return;  // freed while pinned; ids are never reused
+    throw InvalidArgumentError("unpin of buffer id " + std::to_string(id) + " on core " +
+                               std::to_string(core_id()) + ", which this arena never allocated");
+  }
   if (it->second.pins == 0) {
     throw FailedPreconditionError("unpin of buffer id " + std::to_string(id) + " on core " +
                                   std::to_string(core_id()) + ", which is not pinned");
