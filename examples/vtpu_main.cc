@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -89,7 +90,29 @@ void print_mlp_report(const MlpResult& r, const MlpConfig& c) {
   (void)c;
 }
 
+// Checks before a run that `path` (the value of `flag`) names a file that can be created: its
+// directory exists and it is not itself a directory. Throws vtpu::InvalidArgumentError otherwise,
+// so that a typo in an output path fails at once rather than after training.
+void check_output_path(const char* flag, const std::string& path) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  if (fs::is_directory(p, ec)) {
+    throw vtpu::InvalidArgumentError(std::string(flag) + " '" + path +
+                                     "' is a directory; expected a file path");
+  }
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir, ec)) {
+    throw vtpu::InvalidArgumentError(std::string(flag) + " '" + path + "': directory '" +
+                                     dir.string() + "' does not exist");
+  }
+}
+
 int run_train_mlp(const TrainArgs& args) {
+  check_output_path("--memory-profile", args.memory_profile);
+  check_output_path("--memory-snapshot", args.memory_snapshot);
+  check_output_path("--memory-events", args.memory_events);
   vtpu::RuntimeOptions options;
   if (!args.config_path.empty()) options = vtpu::RuntimeOptions::load_json_file(args.config_path);
   if (args.cores) options.num_cores = *args.cores;
@@ -129,7 +152,24 @@ int run_train_mlp(const TrainArgs& args) {
   auto log = [&](int64_t step, double loss) {
     if (!args.json) std::printf("step %6lld  loss %.6f\n", static_cast<long long>(step), loss);
   };
-  const MlpResult result = vtpu::examples::train_mlp(runtime, split, mlp, log);
+  MlpResult result;
+  try {
+    result = vtpu::examples::train_mlp(runtime, split, mlp, log);
+  } catch (const vtpu::Error&) {
+    // A failed run (an OOM, most often) is when the event log matters most: it ends with the
+    // failing request and holds every allocation before it. The profile and snapshot describe the
+    // peak of a finished step, which a failed run does not reach; the OOM report in the error
+    // gives the arena's state at the failure instead.
+    if (!args.memory_events.empty()) {
+      runtime.save_memory_event_log(args.memory_events);
+      std::fprintf(stderr, "vtpu: wrote %s (events up to the failure)\n",
+                   args.memory_events.c_str());
+    }
+    for (const std::string* p : {&args.memory_profile, &args.memory_snapshot}) {
+      if (!p->empty()) std::fprintf(stderr, "vtpu: %s not written: the run failed\n", p->c_str());
+    }
+    throw;
+  }
   if (!args.memory_events.empty()) runtime.save_memory_event_log(args.memory_events);
   if (args.json) {
     nlohmann::json j = result;
@@ -416,12 +456,14 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(vtpu::known_allocator_policies()));
   mlp->add_option("--memory-profile", args.memory_profile,
                   "Write a pprof device memory profile (gzipped profile.proto, as "
-                  "jax.profiler.save_device_memory_profile) after the last step");
+                  "jax.profiler.save_device_memory_profile) after the last step (not written if "
+                  "the run fails)");
   mlp->add_option("--memory-snapshot", args.memory_snapshot,
-                  "Write a JSON snapshot of every core's chunks after the last step");
+                  "Write a JSON snapshot of every core's chunks after the last step (not written "
+                  "if the run fails)");
   mlp->add_option("--memory-events", args.memory_events,
                   "Record every core's alloc/free/oom/defragment events and write them as a "
-                  "vtpu trace (JSON Lines)");
+                  "vtpu trace (JSON Lines), also when the run fails");
   mlp->add_option("--log-every", args.mlp.log_every, "Print the loss every K steps (0: never)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

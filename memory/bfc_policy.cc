@@ -148,7 +148,8 @@ std::optional<PolicyAllocation> BfcPolicy::allocate(uint64_t size_bytes) {
   const uint64_t size = chunks_[id].size_bytes();
   total_free_bytes_ -= size;
   const uint64_t remainder = size - rounded;
-  if (remainder > 0 && (size >= 2 * rounded || remainder >= max_internal_fragmentation_bytes_)) {
+  // remainder >= rounded is size >= 2 * rounded without the overflow of 2 * rounded above 2^63.
+  if (remainder > 0 && (remainder >= rounded || remainder >= max_internal_fragmentation_bytes_)) {
     const ChunkId rest = new_chunk(chunks_[id].offset + rounded, remainder);  // may reallocate
     Chunk& cur = chunks_[id];
     Chunk& r = chunks_[rest];

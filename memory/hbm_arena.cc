@@ -58,10 +58,9 @@ std::string OomReport::to_string() const {
        << "free chunks" << std::setw(14) << "free bytes" << std::setw(14) << "largest";
     for (const BinStats& b : bins) {
       if (b.num_free_chunks == 0) continue;
-      const std::string range =
-          format_bytes(b.min_chunk_bytes) + (b.max_chunk_bytes == UINT64_MAX ? "+" : "");
-      os << "\n    " << std::setw(12) << (">=" + range) << std::setw(14) << b.num_free_chunks
-         << std::setw(14) << format_bytes(b.free_bytes) << std::setw(14)
+      // Each row is a bin [min_chunk_bytes, next bin's min): ">=" is the whole label.
+      os << "\n    " << std::setw(12) << (">=" + format_bytes(b.min_chunk_bytes)) << std::setw(14)
+         << b.num_free_chunks << std::setw(14) << format_bytes(b.free_bytes) << std::setw(14)
          << format_bytes(b.largest_free_chunk_bytes);
     }
   }
@@ -78,6 +77,18 @@ double OomReport::expansion() const {
              : static_cast<double>(requested_bytes) / static_cast<double>(logical_bytes);
 }
 
+namespace {
+
+// `text` with invalid UTF-8 sequences replaced by U+FFFD, so that a JSON report dumps without
+// nlohmann's type_error 316 whatever bytes a user put in a label.
+std::string utf8_or_replaced(const std::string& text) {
+  return nlohmann::json::parse(
+             nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
+      .get<std::string>();
+}
+
+}  // namespace
+
 void to_json(nlohmann::json& j, const OomReport& r) {
   nlohmann::json bins = nlohmann::json::array();
   for (const BinStats& b : r.bins) {
@@ -89,14 +100,14 @@ void to_json(nlohmann::json& j, const OomReport& r) {
   }
   nlohmann::json live = nlohmann::json::array();
   for (const LiveBufferInfo& b : r.largest_live_buffers) {
-    live.push_back({{"label", b.label},
+    live.push_back({{"label", utf8_or_replaced(b.label)},
                     {"offset", b.offset},
                     {"size_bytes", b.size_bytes},
                     {"chunk_bytes", b.chunk_bytes}});
   }
   j = nlohmann::json{{"core_id", r.core_id},
                      {"policy", r.policy},
-                     {"label", r.label},
+                     {"label", utf8_or_replaced(r.label)},
                      {"requested_bytes", r.requested_bytes},
                      {"rounded_bytes", r.rounded_bytes},
                      {"bytes_in_use", r.bytes_in_use},
@@ -441,7 +452,11 @@ void HbmArena::pin(BufferId id) {
 void HbmArena::unpin(BufferId id) {
   std::lock_guard lock(mu_);
   auto it = live_.find(id);
-  if (it == live_.end()) return;  // freed while pinned; ids are never reused
+  if (it == live_.end()) {
+    if (id != 0 && id < next_id_) return;  // freed while pinned; ids are never reused
+    throw InvalidArgumentError("unpin of buffer id " + std::to_string(id) + " on core " +
+                               std::to_string(core_id()) + ", which this arena never allocated");
+  }
   if (it->second.pins == 0) {
     throw FailedPreconditionError("unpin of buffer id " + std::to_string(id) + " on core " +
                                   std::to_string(core_id()) + ", which is not pinned");

@@ -137,7 +137,9 @@ class BufferPin {
 /// toward offset 0 in address order, around pinned buffers, shrinking each chunk to the policy's
 /// rounded size; contents move with memmove, lowest address first, which is safe because no
 /// buffer ever moves up. With nothing pinned, bfc, tlsf and first_fit end with one free block, so
-/// a request that fits in total free always succeeds after it; buddy keeps its alignment holes.
+/// for bfc and first_fit a request that fits in total free always succeeds after it; tlsf's good
+/// fit can still refuse a request above the lower bound of that block's list (README), and buddy
+/// keeps its alignment holes.
 class HbmArena {
  public:
   /// Throws InvalidArgumentError for an unknown policy or a capacity below the policy minimum,
@@ -178,7 +180,8 @@ class HbmArena {
   /// Throws InvalidArgumentError for an unknown id.
   void pin(BufferId id);
   /// Undoes one pin(). A no-op for a buffer freed meanwhile (ids are never reused); throws
-  /// FailedPreconditionError for a live buffer that is not pinned.
+  /// FailedPreconditionError for a live buffer that is not pinned and InvalidArgumentError for an
+  /// id this arena never handed out.
   void unpin(BufferId id);
   bool is_pinned(BufferId id) const;
 

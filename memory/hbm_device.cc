@@ -28,9 +28,12 @@ ArenaLimit ArenaLimit::fraction(double fraction) {
 
 uint64_t ArenaLimit::resolve(uint64_t total_bytes) const {
   if (bytes_) return *bytes_;
-  // long double keeps 64 bits of mantissa, so round() lands on the exact byte for totals < 2^63.
-  return static_cast<uint64_t>(
-      std::llroundl(static_cast<long double>(*fraction_) * static_cast<long double>(total_bytes)));
+  // long double keeps 64 bits of mantissa, so every total is exact and round() lands on the
+  // nearest byte. roundl, not llroundl: llroundl returns a signed long long, which cannot hold
+  // totals >= 2^63 (it returned 2^63 for any of them). fraction <= 1 keeps the product <= total.
+  const long double v =
+      std::roundl(static_cast<long double>(*fraction_) * static_cast<long double>(total_bytes));
+  return v >= static_cast<long double>(total_bytes) ? total_bytes : static_cast<uint64_t>(v);
 }
 
 std::string ArenaLimit::to_string() const {

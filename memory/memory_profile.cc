@@ -325,7 +325,12 @@ nlohmann::json memory_snapshot_json(std::span<const MemoryChunkRecord> chunks) {
 }
 
 void write_memory_snapshot(const std::string& path, std::span<const MemoryChunkRecord> chunks) {
-  write_file("memory snapshot", path, memory_snapshot_json(chunks).dump(2) + "\n");
+  // Invalid UTF-8 in a label is replaced (U+FFFD), as the trace writer does, rather than thrown
+  // as a nlohmann::json::type_error.
+  write_file("memory snapshot", path,
+             memory_snapshot_json(chunks).dump(2, ' ', false,
+                                               nlohmann::json::error_handler_t::replace) +
+                 "\n");
 }
 
 }  // namespace vtpu

@@ -49,7 +49,11 @@ class OffsetIndex {
   size_t size() const { return size_; }
 
   /// Adds `offset` -> `id`. Returns false (and changes nothing) if `offset` is already present.
+  /// Throws InvalidArgumentError for offset UINT64_MAX (reserved as the empty-slot marker).
   bool insert(uint64_t offset, uint32_t id) {
+    if (offset == kEmpty) {
+      throw InvalidArgumentError("OffsetIndex cannot hold offset 2^64-1 (its empty-slot marker)");
+    }
     if (find(offset)) return false;
     if (2 * (size_ + 1) > buckets_.size() * kSlotsPerBucket) grow();
     place(offset, id);
@@ -59,6 +63,7 @@ class OffsetIndex {
 
   /// The id stored for `offset`, if any.
   std::optional<uint32_t> find(uint64_t offset) const {
+    if (offset == kEmpty) return std::nullopt;  // the empty-slot marker is never a key
     for (size_t b = home(offset);; b = (b + 1) & mask_) {
       const Bucket& bucket = buckets_[b];
       const unsigned match = bucket.match(offset);
@@ -69,6 +74,7 @@ class OffsetIndex {
 
   /// Removes `offset` and returns its id, or std::nullopt when it is absent.
   std::optional<uint32_t> erase(uint64_t offset) {
+    if (offset == kEmpty) return std::nullopt;  // the empty-slot marker is never a key
     const size_t h = home(offset);
     for (size_t b = h;; b = (b + 1) & mask_) {
       Bucket& bucket = buckets_[b];

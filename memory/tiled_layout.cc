@@ -80,7 +80,8 @@ class LayoutParser {
       }
     }
     expect('}');
-    if (peek() != '\0') fail("unexpected text after '}'");
+    peek();  // skips trailing spaces
+    if (pos_ < text_.size()) fail("unexpected text after '}'");  // also an embedded NUL
     layout.validate(layout.minor_to_major.size());
     return layout;
   }

@@ -19,6 +19,7 @@ namespace {
 
 constexpr int kFormatVersion = 1;
 constexpr size_t kMaxQuotedChars = 80;  // longest value quoted in an error message
+constexpr int kMaxJsonDepth = 64;        // deepest nesting a line may have
 
 using Json = nlohmann::json;
 
@@ -276,6 +277,11 @@ Trace read_trace(std::istream& in, const std::string& name) {
     keys.clear();
     std::string duplicate;
     auto detect_duplicates = [&](int depth, Json::parse_event_t event, Json& parsed) {
+      // Deeper values are never valid here, and quoting one in a message (a recursive dump)
+      // would overflow the stack.
+      if (depth > kMaxJsonDepth)
+        throw InvalidArgumentError(where + "JSON nested deeper than " +
+                                   std::to_string(kMaxJsonDepth) + " levels");
       if (depth == 1 && event == Json::parse_event_t::key) {
         const std::string& key = parsed.get_ref<const std::string&>();
         if (std::find(keys.begin(), keys.end(), key) != keys.end() && duplicate.empty())
@@ -287,7 +293,7 @@ Trace read_trace(std::istream& in, const std::string& name) {
     Json j;
     try {
       j = Json::parse(line, detect_duplicates);
-    } catch (const Json::parse_error& e) {
+    } catch (const Json::exception& e) {  // parse errors and number overflow (1e400) alike
       throw InvalidArgumentError(where + "not valid JSON (" + e.what() + "): " + quote(Json(line)));
     }
     if (!j.is_object())

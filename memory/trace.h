@@ -12,8 +12,9 @@
 // defragment records that an arena moved live buffers. Replay skips (and counts) oom and
 // defragment events. The rules a reader enforces, in the order it checks them:
 //
-//   - every non-blank line is one JSON object; blank lines (only spaces, tabs, '\r') are skipped
-//     but still counted in line numbers; duplicate keys in one object are an error;
+//   - every non-blank line is one JSON object, nested at most 64 levels deep; blank lines (only
+//     spaces, tabs, '\r') are skipped but still counted in line numbers; duplicate keys in one
+//     object are an error;
 //   - line 1 may be a header: an object with a "format" key. "format" must be "vtpu-trace" and
 //     "version" the integer 1; other header keys are kept as they are. No header: Trace::header
 //     is {"format": "vtpu-trace", "version": 1};

@@ -151,8 +151,18 @@ RuntimeOptions RuntimeOptions::load_json_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw NotFoundError("cannot open runtime options file '" + path + "'");
   nlohmann::json j;
+  // Options are never nested this deep, and quoting such a value in a message (a recursive
+  // dump) would overflow the stack.
+  constexpr int kMaxDepth = 64;
+  auto limit_depth = [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+    if (depth > kMaxDepth) {
+      throw InvalidArgumentError("runtime options file '" + path + "' nests JSON deeper than " +
+                                 std::to_string(kMaxDepth) + " levels");
+    }
+    return true;
+  };
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(in, limit_depth);
   } catch (const nlohmann::json::exception& e) {  // syntax errors and number overflow alike
     throw InvalidArgumentError("runtime options file '" + path +
                                "' is not valid JSON: " + e.what());

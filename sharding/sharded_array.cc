@@ -66,6 +66,8 @@ ShardedArray ShardedArray::device_put(Runtime& runtime, std::span<const float> h
         runtime.allocate(devices[i], static_cast<uint64_t>(block_elements) * sizeof(float), label);
   }
   parallel_over(devices.size(), [&](size_t i) {
+    // Pinned: a core's program may allocate meanwhile and compact the arena (auto-defragment).
+    const BufferPin pin = buffers[i].pin();
     extract_block(host, global_shape, boxes[i], buffers[i].as<float>());
   });
   return ShardedArray(std::move(global_shape), std::move(sharding), std::move(buffers));
@@ -109,6 +111,9 @@ std::vector<float> ShardedArray::gather() const {
   }
   parallel_over(owners.size(), [&](size_t k) {
     const size_t i = owners[k];
+    // Pinned: a core's program may allocate meanwhile and compact the arena (auto-defragment),
+    // which would move the block while it is copied.
+    const BufferPin pin = buffers_[i].pin();
     const std::span<const float> block = buffers_[i].as<const float>();
     insert_block(block, global_shape_, sharding_.index_ranges(devices[i], global_shape_),
                  std::span<float>(out));

@@ -82,5 +82,18 @@ TEST(OffsetIndexTest, LargeOffsets) {
   EXPECT_EQ(index.find(big), 1u);
 }
 
+// UINT64_MAX marks an empty slot, so it is never a key: looking it up finds nothing (it used to
+// "find" an empty slot and return its stale id) and inserting it is an error.
+TEST(OffsetIndexTest, EmptyMarkerIsNeverAKey) {
+  OffsetIndex index;
+  const uint64_t marker = ~uint64_t{0};
+  EXPECT_TRUE(index.insert(0, 7));
+  EXPECT_FALSE(index.find(marker).has_value());
+  EXPECT_FALSE(index.erase(marker).has_value());
+  EXPECT_EQ(index.size(), 1u);
+  EXPECT_THROW(index.insert(marker, 1), InvalidArgumentError);
+  EXPECT_EQ(index.find(0), 7u);
+}
+
 }  // namespace
 }  // namespace vtpu
