@@ -4,7 +4,7 @@
 //                  [--data FILE] [--hbm-bytes SIZE] [--config FILE] [--log-every K] [--json]
 //                  [--allocator P] [--memory-profile FILE] [--memory-snapshot FILE]
 //                  [--memory-events FILE]
-//   vtpu bench memory [--allocators A,B] [--live L1,L2] [--pairs K] [--workload W]
+//   vtpu bench memory [--allocators A,B] [--live L1,L2] [--pairs K] [--hot W] [--workload W]
 //                     [--trace FILE] [--capacity SIZE] [--via policy,arena] [--seed S] [--json]
 //   vtpu bench fragmentation [--allocators A,B] [--defrag on,off] [--workloads N] [--ops K]
 //                            [--occupancy F] [--capacity SIZE] [--seed S] [--json]
@@ -190,6 +190,7 @@ struct BenchMemoryArgs {
   std::vector<std::string> allocators = vtpu::known_allocator_policies();
   std::vector<uint64_t> live = {1000, 10000, 100000};
   uint64_t pairs = 200000;
+  uint64_t hot = 0;  // W hot buffers (0: every live buffer may be freed)
   std::string workload = "lognormal";
   std::string trace_path;
   std::string capacity = "16GiB";
@@ -225,6 +226,9 @@ std::string check_bench_memory_args(const BenchMemoryArgs& args) {
   }
   for (uint64_t live : args.live) {
     if (live == 0) return "--live: 0 live buffers (expected >= 1)";
+    if (args.hot > live)
+      return "--hot " + std::to_string(args.hot) + " exceeds --live " + std::to_string(live) +
+             " (expected 0..live)";
     if (live > vtpu::kMaxWorkloadEvents || args.pairs > (vtpu::kMaxWorkloadEvents - live) / 2)
       return "--live " + std::to_string(live) + " with --pairs " + std::to_string(args.pairs) +
              " exceeds " + std::to_string(vtpu::kMaxWorkloadEvents) + " events";
@@ -296,22 +300,28 @@ int run_bench_memory(const BenchMemoryArgs& args) {
   } else {
     vtpu::SteadyStateOptions w;
     w.pairs = args.pairs;
+    w.hot_buffers = args.hot;
     w.seed = args.seed;
     w.sizes.distribution = vtpu::parse_size_distribution(args.workload);
     const std::string sizes = vtpu::describe_sizes(w.sizes);
     config["workload"] = args.workload;
     config["sizes"] = sizes;
     config["pairs"] = args.pairs;
+    config["hot_buffers"] = args.hot;
     config["seed"] = args.seed;
     config["latency_unit"] = "free+alloc pair";
     if (!args.json) {
       std::printf(
           "vtpu bench memory: steady state, %s; fill to L live buffers, then %llu free+alloc "
-          "pairs (a random live buffer freed, a new one allocated); capacity %s; seed %llu\n"
+          "pairs (%s freed, a new one allocated); capacity %s; seed %llu\n"
           "latency per free+alloc pair: steady_clock read between pairs, its median cost "
           "(clock_ns) subtracted; nearest-rank percentiles. Mops/s: allocs + frees per second "
           "in a second pass without clock reads.\n",
           sizes.c_str(), static_cast<unsigned long long>(args.pairs),
+          args.hot == 0 ? "a random live buffer"
+                        : ("one of the " + std::to_string(args.hot) +
+                           " most recently allocated (the rest stay live)")
+                              .c_str(),
           vtpu::format_bytes(options.capacity_bytes).c_str(),
           static_cast<unsigned long long>(args.seed));
     }
@@ -498,6 +508,12 @@ int main(int argc, char** argv) {
       memory->add_option("--pairs", bench_args.pairs, "Timed free+alloc pairs per run")
           ->capture_default_str()
           ->check(CLI::Range(uint64_t{1}, vtpu::kMaxWorkloadEvents / 2));
+  CLI::Option* hot_opt =
+      memory
+          ->add_option("--hot", bench_args.hot,
+                       "Free one of the W most recently allocated buffers; the other L-W stay "
+                       "live (0: any live buffer)")
+          ->capture_default_str();
   CLI::Option* workload_opt =
       memory->add_option("--workload", bench_args.workload, "Size distribution")
           ->capture_default_str()
@@ -507,6 +523,7 @@ int main(int argc, char** argv) {
                    "Replay a vtpu trace (JSON Lines) instead of the steady-state workload")
       ->excludes(live_opt)
       ->excludes(pairs_opt)
+      ->excludes(hot_opt)
       ->excludes(workload_opt);
   memory->add_option("--capacity", bench_args.capacity, "Bytes per policy, e.g. 16GiB, 512M")
       ->capture_default_str()

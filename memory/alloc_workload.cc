@@ -188,6 +188,10 @@ std::vector<TraceEvent> make_steady_state_workload(const SteadyStateOptions& opt
     throw InvalidArgumentError("steady-state workload of " + std::to_string(live) +
                                " live buffers and " + std::to_string(options.pairs) +
                                " pairs exceeds " + std::to_string(kMaxWorkloadEvents) + " events");
+  if (options.hot_buffers > live)
+    throw InvalidArgumentError("steady-state workload with " + std::to_string(options.hot_buffers) +
+                               " hot buffers among " + std::to_string(live) +
+                               " live (expected 0..live)");
   const SizeSampler sampler(options.sizes);
   std::mt19937_64 rng(options.seed);
   std::vector<TraceEvent> events;
@@ -206,8 +210,10 @@ std::vector<TraceEvent> make_steady_state_workload(const SteadyStateOptions& opt
     slots[i] = i;
     push(TraceOp::kAlloc, i, sampler.sample(rng));
   }
+  // Victims come from slots [first, live): all of them, or the W hot ones (the last W filled).
+  const uint64_t first = options.hot_buffers == 0 ? 0 : live - options.hot_buffers;
   for (uint64_t k = 0; k < options.pairs; ++k) {
-    const uint64_t victim = uniform_uint64(rng, 0, live - 1);
+    const uint64_t victim = uniform_uint64(rng, first, live - 1);
     push(TraceOp::kFree, slots[victim], 0);
     slots[victim] = live + k;
     push(TraceOp::kAlloc, live + k, sampler.sample(rng));

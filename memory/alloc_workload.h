@@ -102,19 +102,24 @@ std::vector<uint64_t> sample_sizes(const SizeOptions& options, size_t count, uin
 struct SteadyStateOptions {
   uint64_t live_buffers = 1000;  // L: buffers live after the fill, >= 1
   uint64_t pairs = 100000;       // K: free+alloc pairs after the fill
-  SizeOptions sizes;             // sizes of every allocation
-  int core = 0;                  // core of every event, >= 0
-  uint64_t seed = 1;             // engine seed
+  /// W: 0 frees a uniformly chosen live buffer (every buffer equally likely: the worst case for
+  /// caches). W in 1..L frees a uniformly chosen one of the W "hot" buffers, the most recently
+  /// allocated, while the first L-W stay live throughout, like weights and optimizer state
+  /// beside a step's activations.
+  uint64_t hot_buffers = 0;
+  SizeOptions sizes;  // sizes of every allocation
+  int core = 0;       // core of every event, >= 0
+  uint64_t seed = 1;  // engine seed
 };
 
 /// Limit on L + 2K events, so a typo cannot ask for terabytes of events.
 inline constexpr uint64_t kMaxWorkloadEvents = uint64_t{1} << 27;
 
 /// The steady-state workload: events 0..L-1 allocate ids 0..L-1; then pair k (0-based) is event
-/// L+2k, a free of a uniformly chosen live id, and event L+2k+1, an alloc of id L+k. t_us is the
-/// event index (synthetic, 1 us apart); labels are empty. Same options, same events. Throws
-/// InvalidArgumentError for L = 0, a negative core, more than kMaxWorkloadEvents events, or
-/// invalid sizes. Thread-safe.
+/// L+2k, a free of a uniformly chosen live id (of the hot ones if W > 0), and event L+2k+1, an
+/// alloc of id L+k. t_us is the event index (synthetic, 1 us apart); labels are empty. Same
+/// options, same events. Throws InvalidArgumentError for L = 0, W > L, a negative core, more than
+/// kMaxWorkloadEvents events, or invalid sizes. Thread-safe.
 std::vector<TraceEvent> make_steady_state_workload(const SteadyStateOptions& options);
 
 }  // namespace vtpu

@@ -279,6 +279,32 @@ TEST(AllocWorkloadTest, SteadyStateVictimsAreSpreadOverTheLiveSet) {
   for (uint64_t h : hits) EXPECT_NEAR(static_cast<double>(h), 2000.0, 5 * std::sqrt(2000.0 * 0.9));
 }
 
+// With W hot buffers, the first L-W fill ids are never freed and every free is of one of the W
+// most recent live ids: the fill ids L-W..L-1 or a later id.
+TEST(AllocWorkloadTest, SteadyStateHotBuffersKeepTheRestLive) {
+  SteadyStateOptions w;
+  w.live_buffers = 100;
+  w.hot_buffers = 10;
+  w.pairs = 5000;
+  const auto events = make_steady_state_workload(w);
+  validate_trace_events(events, "steady state, hot");
+  std::set<uint64_t> freed;
+  for (size_t i = 100; i < events.size(); ++i) {
+    if (events[i].op == TraceOp::kFree) {
+      EXPECT_GE(events[i].id, 90u);
+      freed.insert(events[i].id);
+    }
+  }
+  for (uint64_t id = 90; id < 100; ++id) EXPECT_TRUE(freed.count(id)) << id;  // P(miss) ~ 1e-200
+  w.hot_buffers = 101;
+  EXPECT_THROW(make_steady_state_workload(w), InvalidArgumentError);
+  w.hot_buffers = 100;  // W = L is the uniform case over the whole live set
+  w.seed = 5;
+  SteadyStateOptions u = w;
+  u.hot_buffers = 0;
+  EXPECT_EQ(make_steady_state_workload(w), make_steady_state_workload(u));
+}
+
 TEST(AllocWorkloadTest, SteadyStateReplaysCleanlyOnEveryPolicy) {
   for (SizeDistribution d :
        {SizeDistribution::kUniform, SizeDistribution::kLogNormal, SizeDistribution::kBimodal}) {
