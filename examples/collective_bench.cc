@@ -121,8 +121,8 @@ MemcpyBandwidth measure_memcpy_bandwidth(int threads, uint64_t bytes_per_thread,
     std::memcpy(dst[0].data(), src[0].data(), bytes_per_thread);
     for (auto& w : workers) w.join();
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    result.bytes_per_second = std::max(
-        result.bytes_per_second, 2.0 * static_cast<double>(bytes_per_thread) * threads / s);
+    result.bytes_per_second = std::max(result.bytes_per_second,
+                                       2.0 * static_cast<double>(bytes_per_thread) * threads / s);
   }
   return result;
 }
@@ -134,13 +134,16 @@ std::string check_collective_bench_options(const CollectiveBenchOptions& o) {
     for (const auto& k : collective_bench_ops()) known += (known.empty() ? "" : ", ") + k.name;
     return "--op " + o.op + " is not a benchmarked collective (expected one of: " + known + ")";
   }
-  if (o.algorithm != "auto" &&
-      std::find(op->algorithms.begin(), op->algorithms.end(), o.algorithm) ==
-          op->algorithms.end()) {
+  if (o.algorithm != "auto" && std::find(op->algorithms.begin(), op->algorithms.end(),
+                                         o.algorithm) == op->algorithms.end()) {
     std::string known = "auto";
     for (const auto& a : op->algorithms) known += ", " + a;
     return "--algorithm " + o.algorithm + " is not available for " + o.op +
            " (expected one of: " + known + ")";
+  }
+  if (o.link_slot_bytes % 64 != 0) {
+    return "--link-slot-bytes " + std::to_string(o.link_slot_bytes) +
+           " is not a multiple of 64 (every element type must divide a slot)";
   }
   if (o.min_bytes > o.max_bytes) {
     return "--min-bytes " + std::to_string(o.min_bytes) + " is larger than --max-bytes " +
@@ -223,8 +226,8 @@ void CollectiveBenchmark::run(const std::function<void(const CollectiveBenchRow&
   std::vector<std::vector<double>> seconds(nc, std::vector<double>(iters));
   std::vector<double> expected;
   for (const CollectiveBenchShape& shape : shapes) {
-    CollectiveBenchCall base{options_.dtype, options_.reduce, resolved_algorithm(), nullptr,
-                             nullptr, shape};
+    CollectiveBenchCall base{options_.dtype, options_.reduce, resolved_algorithm(),
+                             nullptr,        nullptr,         shape};
     runtime.run_spmd([&](CoreContext& ctx) {
       const size_t c = static_cast<size_t>(ctx.core_id());
       CollectiveBenchCall call = base;
@@ -250,8 +253,8 @@ void CollectiveBenchmark::run(const std::function<void(const CollectiveBenchRow&
     row.max_time_us = *std::max_element(slowest.begin(), slowest.end()) * 1e6;
     row.algbw_gbps = static_cast<double>(shape.bytes) / t * 1e-9;
     row.busbw_gbps = row.algbw_gbps * op_->busbw_factor(n);
-    row.traffic_bytes =
-        static_cast<double>(n) * static_cast<double>((shape.send_elements + shape.recv_elements) * elem);
+    row.traffic_bytes = static_cast<double>(n) *
+                        static_cast<double>((shape.send_elements + shape.recv_elements) * elem);
     row.bound_us = row.traffic_bytes / bw.bytes_per_second * 1e6;
 
     expected.resize(shape.recv_elements);

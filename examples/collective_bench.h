@@ -56,8 +56,8 @@ struct CollectiveBenchCall {
 
 /// How the benchmark drives one collective. Plain data; see the plug-in note above.
 struct CollectiveBenchOp {
-  std::string name;                   // "all_reduce", as --op takes it
-  bool uses_reduce_op = false;        // whether --reduce applies (else printed as "none")
+  std::string name;                     // "all_reduce", as --op takes it
+  bool uses_reduce_op = false;          // whether --reduce applies (else printed as "none")
   std::vector<std::string> algorithms;  // what --algorithm accepts besides "auto"; [0] is auto's
   std::function<double(int n)> busbw_factor;  // nccl-tests' factor for n cores
   /// The row shape for a requested size of `bytes` with `element_bytes`-byte elements on n cores
@@ -85,23 +85,23 @@ const std::vector<CollectiveBenchOp>& collective_bench_ops();
 const CollectiveBenchOp* find_collective_bench_op(const std::string& name);
 
 struct CollectiveBenchOptions {
-  int cores = 8;                          // virtual cores in the group
-  std::string op = "all_reduce";          // a name from collective_bench_ops()
-  DataType dtype = DataType::kF32;        // element type
-  ReduceOp reduce = ReduceOp::kSum;       // reduction (ops that reduce)
-  std::string algorithm = "auto";         // "auto" or one of the op's algorithms
-  uint64_t min_bytes = 8;                 // first size, bytes
+  int cores = 8;                            // virtual cores in the group
+  std::string op = "all_reduce";            // a name from collective_bench_ops()
+  DataType dtype = DataType::kF32;          // element type
+  ReduceOp reduce = ReduceOp::kSum;         // reduction (ops that reduce)
+  std::string algorithm = "auto";           // "auto" or one of the op's algorithms
+  uint64_t min_bytes = 8;                   // first size, bytes
   uint64_t max_bytes = uint64_t{64} << 20;  // last size (doubling from min_bytes), bytes
-  int iters = 20;                         // timed calls per size
-  int warmup = 5;                         // untimed calls per size
-  uint64_t link_slot_bytes = 0;           // 0: RuntimeOptions' default
-  int link_num_slots = 0;                 // 0: RuntimeOptions' default
+  int iters = 20;                           // timed calls per size
+  int warmup = 5;                           // untimed calls per size
+  uint64_t link_slot_bytes = 0;             // 0: RuntimeOptions' default
+  int link_num_slots = 0;                   // 0: RuntimeOptions' default
 };
 
 struct MemcpyBandwidth {
-  int threads = 0;                  // concurrent memcpy threads (one per CPU)
-  uint64_t bytes_per_thread = 0;    // each thread copies this many bytes per pass
-  double bytes_per_second = 0.0;    // bytes read + bytes written per second, best pass
+  int threads = 0;                // concurrent memcpy threads (one per CPU)
+  uint64_t bytes_per_thread = 0;  // each thread copies this many bytes per pass
+  double bytes_per_second = 0.0;  // bytes read + bytes written per second, best pass
 };
 
 /// Measures memcpy bandwidth: `threads` threads each copy `bytes_per_thread` between two private
@@ -110,11 +110,11 @@ MemcpyBandwidth measure_memcpy_bandwidth(int threads, uint64_t bytes_per_thread,
 
 struct CollectiveBenchRow {
   CollectiveBenchShape shape;
-  double time_us = 0.0;      // median over calls of the slowest core's time
-  double min_time_us = 0.0;  // fastest call
-  double max_time_us = 0.0;  // slowest call
-  double algbw_gbps = 0.0;   // bytes / time, 1e9 bytes per second
-  double busbw_gbps = 0.0;   // algbw * busbw_factor
+  double time_us = 0.0;        // median over calls of the slowest core's time
+  double min_time_us = 0.0;    // fastest call
+  double max_time_us = 0.0;    // slowest call
+  double algbw_gbps = 0.0;     // bytes / time, 1e9 bytes per second
+  double busbw_gbps = 0.0;     // algbw * busbw_factor
   double traffic_bytes = 0.0;  // every input read once and every output written once
   double bound_us = 0.0;       // traffic_bytes / memcpy bandwidth
   uint64_t wrong = 0;          // elements that differ from the reference, over all cores

@@ -563,7 +563,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (*bench && bench->get_subcommands().empty()) {
-    std::fprintf(stderr, "vtpu bench: expected a benchmark name (memory, fragmentation, collectives)\n%s",
+    std::fprintf(stderr,
+                 "vtpu bench: expected a benchmark name (memory, fragmentation, collectives)\n%s",
                  bench->help().c_str());
     return 2;
   }

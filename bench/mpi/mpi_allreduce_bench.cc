@@ -42,13 +42,28 @@ uint64_t parse_size(const char* s) {
   if (end == s) return 0;
   uint64_t mult = 1;
   switch (*end) {
-    case 'K': case 'k': mult = uint64_t{1} << 10; ++end; break;
-    case 'M': case 'm': mult = uint64_t{1} << 20; ++end; break;
-    case 'G': case 'g': mult = uint64_t{1} << 30; ++end; break;
-    default: break;
+    case 'K':
+    case 'k':
+      mult = uint64_t{1} << 10;
+      ++end;
+      break;
+    case 'M':
+    case 'm':
+      mult = uint64_t{1} << 20;
+      ++end;
+      break;
+    case 'G':
+    case 'g':
+      mult = uint64_t{1} << 30;
+      ++end;
+      break;
+    default:
+      break;
   }
-  if (*end == 'i' && end[1] == 'B') end += 2;
-  else if (*end == 'B') ++end;
+  if (*end == 'i' && end[1] == 'B')
+    end += 2;
+  else if (*end == 'B')
+    ++end;
   if (*end != '\0') return 0;
   return static_cast<uint64_t>(v) * mult;
 }
