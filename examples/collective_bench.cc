@@ -127,13 +127,9 @@ MemcpyBandwidth measure_memcpy_bandwidth(int threads, uint64_t bytes_per_thread,
   return result;
 }
 
-std::string check_collective_bench_options(const CollectiveBenchOptions& o) {
-  const CollectiveBenchOp* op = find_collective_bench_op(o.op);
-  if (op == nullptr) {
-    std::string known;
-    for (const auto& k : collective_bench_ops()) known += (known.empty() ? "" : ", ") + k.name;
-    return "--op " + o.op + " is not a benchmarked collective (expected one of: " + known + ")";
-  }
+namespace {
+
+std::string check_options_for(const CollectiveBenchOptions& o, const CollectiveBenchOp* op) {
   if (o.algorithm != "auto" && std::find(op->algorithms.begin(), op->algorithms.end(),
                                          o.algorithm) == op->algorithms.end()) {
     std::string known = "auto";
@@ -158,14 +154,36 @@ std::string check_collective_bench_options(const CollectiveBenchOptions& o) {
   return {};
 }
 
+const CollectiveBenchOp& checked_op(const CollectiveBenchOptions& o) {
+  if (const std::string problem = check_collective_bench_options(o); !problem.empty())
+    throw InvalidArgumentError(problem);
+  return *find_collective_bench_op(o.op);
+}
+
+}  // namespace
+
+std::string check_collective_bench_options(const CollectiveBenchOptions& o) {
+  const CollectiveBenchOp* op = find_collective_bench_op(o.op);
+  if (op == nullptr) {
+    std::string known;
+    for (const auto& k : collective_bench_ops()) known += (known.empty() ? "" : ", ") + k.name;
+    return "--op " + o.op + " is not a benchmarked collective (expected one of: " + known + ")";
+  }
+  return check_options_for(o, op);
+}
+
 CollectiveBenchmark::CollectiveBenchmark(CollectiveBenchOptions options)
-    : options_(std::move(options)), op_(find_collective_bench_op(options_.op)) {
-  if (const std::string problem = check_collective_bench_options(options_); !problem.empty())
+    : CollectiveBenchmark(options, checked_op(options)) {}
+
+CollectiveBenchmark::CollectiveBenchmark(CollectiveBenchOptions options, CollectiveBenchOp op)
+    : options_(std::move(options)), op_(std::move(op)) {
+  options_.op = op_.name;
+  if (const std::string problem = check_options_for(options_, &op_); !problem.empty())
     throw InvalidArgumentError(problem);
 }
 
 std::string CollectiveBenchmark::resolved_algorithm() const {
-  return options_.algorithm == "auto" ? op_->algorithms.front() : options_.algorithm;
+  return options_.algorithm == "auto" ? op_.algorithms.front() : options_.algorithm;
 }
 
 const MemcpyBandwidth& CollectiveBenchmark::memcpy_bandwidth() {
@@ -183,7 +201,7 @@ void CollectiveBenchmark::run(const std::function<void(const CollectiveBenchRow&
   // Every size of the sweep, then buffers big enough for the largest.
   std::vector<CollectiveBenchShape> shapes;
   for (uint64_t bytes = options_.min_bytes;; bytes *= 2) {
-    shapes.push_back(op_->shape(bytes, elem, n));
+    shapes.push_back(op_.shape(bytes, elem, n));
     if (bytes > options_.max_bytes / 2) break;
   }
   uint64_t max_send = 0, max_recv = 0;
@@ -234,10 +252,10 @@ void CollectiveBenchmark::run(const std::function<void(const CollectiveBenchRow&
       call.send = send[c].data();
       call.recv = recv[c].data();
       std::memset(call.recv, 0, shape.recv_elements * elem);
-      for (int w = 0; w < options_.warmup; ++w) op_->run(comm, ctx, call);
+      for (int w = 0; w < options_.warmup; ++w) op_.run(comm, ctx, call);
       for (size_t k = 0; k < iters; ++k) {
         const auto t0 = Clock::now();
-        op_->run(comm, ctx, call);
+        op_.run(comm, ctx, call);
         seconds[c][k] = std::chrono::duration<double>(Clock::now() - t0).count();
       }
     });
@@ -252,15 +270,15 @@ void CollectiveBenchmark::run(const std::function<void(const CollectiveBenchRow&
     row.min_time_us = *std::min_element(slowest.begin(), slowest.end()) * 1e6;
     row.max_time_us = *std::max_element(slowest.begin(), slowest.end()) * 1e6;
     row.algbw_gbps = static_cast<double>(shape.bytes) / t * 1e-9;
-    row.busbw_gbps = row.algbw_gbps * op_->busbw_factor(n);
+    row.busbw_gbps = row.algbw_gbps * op_.busbw_factor(n);
     row.traffic_bytes = static_cast<double>(n) *
                         static_cast<double>((shape.send_elements + shape.recv_elements) * elem);
     row.bound_us = row.traffic_bytes / bw.bytes_per_second * 1e6;
 
     expected.resize(shape.recv_elements);
     for (int r = 0; r < n; ++r) {
-      if (r == 0 || !op_->same_output_on_every_core)
-        op_->reference(r, n, options_.reduce, shape, expected);
+      if (r == 0 || !op_.same_output_on_every_core)
+        op_.reference(r, n, options_.reduce, shape, expected);
       row.wrong += visit_data_type(options_.dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
         return count_wrong<T>(recv[static_cast<size_t>(r)].data(), expected);

@@ -129,18 +129,21 @@ std::string check_collective_bench_options(const CollectiveBenchOptions& options
 /// not errors.
 class CollectiveBenchmark {
  public:
+  /// The op named options.op from collective_bench_ops().
   explicit CollectiveBenchmark(CollectiveBenchOptions options);
+  /// An op given directly (tests, or an op not yet listed); options.op becomes op.name.
+  CollectiveBenchmark(CollectiveBenchOptions options, CollectiveBenchOp op);
   const CollectiveBenchOptions& options() const { return options_; }
-  const CollectiveBenchOp& op() const { return *op_; }
+  const CollectiveBenchOp& op() const { return op_; }
   std::string resolved_algorithm() const;
-  double busbw_factor() const { return op_->busbw_factor(options_.cores); }
+  double busbw_factor() const { return op_.busbw_factor(options_.cores); }
   /// Measures memcpy bandwidth (once per run, before the sweep).
   const MemcpyBandwidth& memcpy_bandwidth();
   void run(const std::function<void(const CollectiveBenchRow&)>& on_row);
 
  private:
   CollectiveBenchOptions options_;
-  const CollectiveBenchOp* op_;
+  CollectiveBenchOp op_;
   MemcpyBandwidth memcpy_;
 };
 
