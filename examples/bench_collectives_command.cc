@@ -183,8 +183,11 @@ std::shared_ptr<BenchCollectivesCommand> add_bench_collectives_command(CLI::App&
   app->add_option("--reduce", cmd->reduce, "Reduction: " + join_names(reduces))
       ->capture_default_str()
       ->check(CLI::IsMember(reduces));
+  std::string per_op;
+  for (const auto& op : collective_bench_ops())
+    per_op += (per_op.empty() ? "" : "; ") + op.name + ": " + join_names(op.algorithms);
   app->add_option("--algorithm", o.algorithm,
-                  "auto, or an algorithm the op offers (all_reduce: ring)")
+                  "auto (the op's default), or an algorithm the op offers (" + per_op + ")")
       ->capture_default_str();
   app->add_option("--iters", o.iters, "Timed calls per size")
       ->capture_default_str()

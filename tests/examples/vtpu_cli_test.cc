@@ -223,7 +223,7 @@ TEST(VtpuCliTest, BenchMemoryRejectsBadInput) {
   expect_failure("bench memory --via gpu", "--via", 2);
   expect_failure("bench memory --trace x.jsonl --live 5", "excludes", 2);
   expect_failure("bench memory --live 100000000 --pairs 60000000", "exceeds", 2);
-  expect_failure("bench", "expected a benchmark name (memory, fragmentation)", 2);
+  expect_failure("bench", "expected a benchmark name (memory, fragmentation, collectives)", 2);
   expect_failure("bench nope", "nope", 2);
   // A trace that cannot be read is an error found while running, like a bad --data file.
   expect_failure("bench memory --trace /nonexistent.jsonl", "cannot open trace file", 1);
