@@ -1,5 +1,14 @@
 #include "collectives/ring_buffer_link.h"
 
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <ctime>
 #include <string>
 #include <thread>
 
@@ -8,11 +17,36 @@
 namespace vtpu {
 
 namespace {
+
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
+                  std::atomic<uint32_t>::is_always_lock_free,
+              "the futex syscall needs a plain 32-bit word");
+
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
 #endif
 }
+
+uint32_t* futex_address(std::atomic<uint32_t>& word) { return reinterpret_cast<uint32_t*>(&word); }
+
+// Sleeps while `word` holds `expected`, at most `timeout`. Returns on a wake-up, a changed value
+// (EAGAIN), a signal or the timeout; the caller rechecks its condition in every case.
+void futex_wait(std::atomic<uint32_t>& word, uint32_t expected, std::chrono::nanoseconds timeout) {
+  const auto ns = std::max<int64_t>(timeout.count(), 0);
+  timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  syscall(SYS_futex, futex_address(word), FUTEX_WAIT_PRIVATE, expected, &ts, nullptr, 0);
+}
+
+void futex_wake(std::atomic<uint32_t>& word, int waiters) {
+  syscall(SYS_futex, futex_address(word), FUTEX_WAKE_PRIVATE, waiters, nullptr, nullptr, 0);
+}
+
+// Threads of the process in the spin phase of a wait.
+std::atomic<int> g_spinners{0};
+
 uint64_t checked_buffer_bytes(const LinkOptions& o) {
   if (o.slot_bytes == 0 || o.slot_bytes % 64 != 0) {
     throw InvalidArgumentError("link slot_bytes is " + std::to_string(o.slot_bytes) +
@@ -32,6 +66,11 @@ uint64_t checked_buffer_bytes(const LinkOptions& o) {
 
 }  // namespace
 
+int RingBufferLink::max_spinners() {
+  static const int n = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+  return n;
+}
+
 RingBufferLink::RingBufferLink(int src_core, int dst_core, const LinkOptions& options)
     : src_(src_core),
       dst_(dst_core),
@@ -39,6 +78,11 @@ RingBufferLink::RingBufferLink(int src_core, int dst_core, const LinkOptions& op
       num_slots_(options.num_slots),
       storage_(checked_buffer_bytes(options)) {
   meta_.resize(static_cast<size_t>(num_slots_));
+  // Slots are copied through in whole; 2 MiB pages spare the TLB (a hint: ignored where
+  // transparent huge pages are off).
+  constexpr uint64_t kHugePage = uint64_t{2} << 20;
+  const uint64_t bytes = slot_bytes_ * static_cast<uint64_t>(num_slots_);
+  if (bytes >= kHugePage) ::madvise(storage_.data(), bytes, MADV_HUGEPAGE);
 }
 
 void RingBufferLink::throw_aborted() {
@@ -52,53 +96,104 @@ void RingBufferLink::throw_aborted() {
 }
 
 template <typename Ready>
-void RingBufferLink::wait(Ready ready, Deadline deadline, const char* what) {
-  for (int i = 0; i < kSpinIterations; ++i) {
-    if (aborted_.load(std::memory_order_acquire)) throw_aborted();
-    if (ready()) return;
-    cpu_relax();
+bool RingBufferLink::spin(Ready ready, SideState& side) {
+  int64_t budget = side.spin_ns;
+  if (budget == 0) {
+    if (++side.waits_without_spin < kSpinProbeInterval) return false;
+    side.waits_without_spin = 0;
+    budget = kMinSpinTime.count();
   }
-  // Virtual cores usually outnumber CPUs: hand the CPU to the peer we are waiting for before
-  // paying for a futex sleep and wake-up.
-  for (int i = 0; i < kYieldIterations; ++i) {
-    if (aborted_.load(std::memory_order_acquire)) throw_aborted();
-    if (ready()) return;
-    std::this_thread::yield();
+  // Only while a CPU is left for the thread we wait for.
+  if (g_spinners.fetch_add(1, std::memory_order_relaxed) >= max_spinners()) {
+    g_spinners.fetch_sub(1, std::memory_order_relaxed);
+    return false;
   }
-  std::unique_lock lock(mu_);
-  waiters_.fetch_add(1, std::memory_order_seq_cst);
   struct Leave {
-    std::atomic<int>& w;
-    ~Leave() { w.fetch_sub(1, std::memory_order_seq_cst); }
-  } leave{waiters_};
-  while (!ready()) {
-    if (aborted_.load(std::memory_order_acquire)) {
-      lock.unlock();
+    ~Leave() { g_spinners.fetch_sub(1, std::memory_order_relaxed); }
+  } leave;
+  const auto spin_end = std::chrono::steady_clock::now() + std::chrono::nanoseconds(budget);
+  do {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) {
+        side.spin_ns = std::min(kSpinTime.count(), std::max(budget, kMinSpinTime.count()) * 2);
+        return true;
+      }
+      cpu_relax();
+    }
+    if (aborted_.load(std::memory_order_acquire)) throw_aborted();
+  } while (std::chrono::steady_clock::now() < spin_end);
+  side.spin_ns = budget / 4 >= kMinSpinTime.count() ? budget / 4 : 0;
+  return false;
+}
+
+template <typename Ready>
+void RingBufferLink::wait(Ready ready, WaitWord& word, SideState& side, Deadline deadline,
+                          const char* what) {
+  LinkWaitStats& stats = side.stats;
+  if (aborted_.load(std::memory_order_acquire)) throw_aborted();
+  if (ready()) {
+    ++stats.immediate;
+    return;
+  }
+  // 1. Spin, bounded in time and adapted to what spinning achieved so far.
+  if (spin(ready, side)) {
+    ++stats.spun;
+    return;
+  }
+  // 2. Hand the CPU to a runnable peer before paying for a futex sleep and wake-up.
+  for (int i = 0; i < kYieldIterations; ++i) {
+    std::this_thread::yield();
+    if (aborted_.load(std::memory_order_acquire)) throw_aborted();
+    if (ready()) {
+      ++stats.yielded;
+      return;
+    }
+  }
+  // 3. Sleep. Read the word, announce the sleep, recheck, then sleep only if the word is
+  // unchanged: a commit, release or abort after the recheck has bumped it (see the header).
+  ++stats.slept;
+  for (;;) {
+    const uint32_t seen = word.futex.load(std::memory_order_seq_cst);
+    word.sleeping.store(1, std::memory_order_seq_cst);
+    if (ready()) {
+      word.sleeping.store(0, std::memory_order_relaxed);
+      return;
+    }
+    if (aborted_.load(std::memory_order_seq_cst)) {
+      word.sleeping.store(0, std::memory_order_relaxed);
       throw_aborted();
     }
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !ready() &&
-        !aborted_.load(std::memory_order_acquire)) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      word.sleeping.store(0, std::memory_order_relaxed);
       throw DeadlineExceededError(std::string(what) + " on link " + std::to_string(src_) + "->" +
                                   std::to_string(dst_) + " timed out");
     }
+    futex_wait(word.futex, seen, deadline - now);
+    word.sleeping.store(0, std::memory_order_relaxed);
   }
 }
 
-void RingBufferLink::wake() {
-  if (waiters_.load(std::memory_order_seq_cst) > 0) {
-    std::lock_guard lock(mu_);
-    cv_.notify_all();
+void RingBufferLink::wake(WaitWord& word, LinkWaitStats& stats) {
+  // The caller's seq_cst store of tail_ or head_ precedes this load (the Dekker handshake).
+  if (word.sleeping.load(std::memory_order_seq_cst) != 0) {
+    word.futex.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake(word.futex, 1);
+    ++stats.wakes;
   }
 }
 
 std::byte* RingBufferLink::acquire_send_slot(Deadline deadline) {
   const uint64_t tail = tail_.load(std::memory_order_relaxed);
+  const uint64_t slots = static_cast<uint64_t>(num_slots_);
   wait(
       [&] {
-        return tail - head_.load(std::memory_order_seq_cst) < static_cast<uint64_t>(num_slots_);
+        if (tail - send_.cached_other < slots) return true;
+        send_.cached_other = head_.load(std::memory_order_seq_cst);
+        return tail - send_.cached_other < slots;
       },
-      deadline, "waiting for a free slot (receiver has not consumed)");
-  return storage_.data() + (tail % static_cast<uint64_t>(num_slots_)) * slot_bytes_;
+      send_wait_, send_, deadline, "waiting for a free slot (receiver has not consumed)");
+  return storage_.data() + (tail % slots) * slot_bytes_;
 }
 
 void RingBufferLink::commit_send(const Fingerprint& fingerprint, uint64_t payload_bytes) {
@@ -107,13 +202,18 @@ void RingBufferLink::commit_send(const Fingerprint& fingerprint, uint64_t payloa
   m.fingerprint = fingerprint;
   m.payload_bytes = payload_bytes;
   tail_.store(tail + 1, std::memory_order_seq_cst);  // publishes the payload and meta
-  wake();
+  wake(recv_wait_, send_.stats);
 }
 
 ReceivedSlot RingBufferLink::acquire_recv_slot(Deadline deadline) {
   const uint64_t head = head_.load(std::memory_order_relaxed);
-  wait([&] { return tail_.load(std::memory_order_seq_cst) != head; }, deadline,
-       "waiting for data (sender has not sent)");
+  wait(
+      [&] {
+        if (recv_.cached_other != head) return true;
+        recv_.cached_other = tail_.load(std::memory_order_seq_cst);
+        return recv_.cached_other != head;
+      },
+      recv_wait_, recv_, deadline, "waiting for data (sender has not sent)");
   const uint64_t slot = head % static_cast<uint64_t>(num_slots_);
   const SlotMeta& m = meta_[slot];
   return ReceivedSlot{storage_.data() + slot * slot_bytes_, m.payload_bytes, m.fingerprint};
@@ -121,22 +221,27 @@ ReceivedSlot RingBufferLink::acquire_recv_slot(Deadline deadline) {
 
 void RingBufferLink::release_recv() {
   head_.store(head_.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
-  wake();
+  wake(send_wait_, recv_.stats);
 }
 
 void RingBufferLink::abort(const std::string& reason) {
   {
     std::lock_guard lock(mu_);
     if (!aborted_.load(std::memory_order_relaxed)) abort_reason_ = reason;
-    aborted_.store(true, std::memory_order_release);
+    aborted_.store(true, std::memory_order_seq_cst);
   }
-  cv_.notify_all();
+  for (WaitWord* w : {&recv_wait_, &send_wait_}) {
+    w->futex.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake(w->futex, INT_MAX);
+  }
 }
 
 void RingBufferLink::reset() {
   std::lock_guard lock(mu_);
   head_.store(0);
   tail_.store(0);
+  send_ = SideState{};
+  recv_ = SideState{};
   aborted_.store(false);
   abort_reason_.clear();
 }

@@ -8,6 +8,8 @@
 //                     [--trace FILE] [--capacity SIZE] [--via policy,arena] [--seed S] [--json]
 //   vtpu bench fragmentation [--allocators A,B] [--defrag on,off] [--workloads N] [--ops K]
 //                            [--occupancy F] [--capacity SIZE] [--seed S] [--json]
+//   vtpu bench collectives [--cores N] [--op all_reduce] [--min-bytes 8] [--max-bytes 64M] ...
+//                          (examples/bench_collectives_command.h)
 //
 // Exit codes: 0 success (and --help); 1 a vtpu error while running (the message names the value
 // and what was expected: a bad data or config file, out of HBM, ...); 2 bad command-line usage.
@@ -25,6 +27,7 @@
 #include "common/error.h"
 #include "common/strings.h"
 #include "common/units.h"
+#include "examples/bench_collectives_command.h"
 #include "examples/digits_dataset.h"
 #include "examples/mlp_trainer.h"
 #include "memory/alloc_workload.h"
@@ -564,6 +567,7 @@ int main(int argc, char** argv) {
       ->check(bytes_validator());
   frag->add_option("--seed", frag_args.seed, "First seed")->capture_default_str();
   frag->add_flag("--json", frag_args.json, "Print the results as JSON");
+  const auto collectives = vtpu::examples::add_bench_collectives_command(*bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -576,7 +580,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (*bench && bench->get_subcommands().empty()) {
-    std::fprintf(stderr, "vtpu bench: expected a benchmark name (memory, fragmentation)\n%s",
+    std::fprintf(stderr,
+                 "vtpu bench: expected a benchmark name (memory, fragmentation, collectives)\n%s",
                  bench->help().c_str());
     return 2;
   }
@@ -591,6 +596,8 @@ int main(int argc, char** argv) {
     if (*mlp) return run_train_mlp(args);
     if (*memory) return run_bench_memory(bench_args);
     if (*frag) return run_bench_fragmentation(frag_args);
+    if (int code = 0; vtpu::examples::run_bench_collectives_if_selected(*collectives, &code))
+      return code;
   } catch (const vtpu::Error& e) {
     std::fprintf(stderr, "vtpu: error: %s\n", e.what());
     return 1;

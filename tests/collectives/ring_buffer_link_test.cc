@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -99,6 +101,130 @@ TEST(RingBufferLinkTest, BackPressureKeepsEveryMessage) {
     link.release_recv();
   }
   producer.join();
+}
+
+TEST(RingBufferLinkTest, ReadyLinkIsTakenWithoutWaiting) {
+  RingBufferLink link(0, 1, LinkOptions{64, 2});
+  link.acquire_send_slot(in(1s));
+  link.commit_send(Fingerprint{}, 0);
+  link.acquire_recv_slot(in(1s));
+  link.release_recv();
+  EXPECT_EQ(link.sender_stats().immediate, 1u);
+  EXPECT_EQ(link.receiver_stats().immediate, 1u);
+  EXPECT_EQ(link.sender_stats().wakes + link.receiver_stats().wakes, 0u);  // nobody slept
+}
+
+// A receiver that outlasts its spin and yield phases sleeps on the futex; the commit must wake it
+// at once, not at its deadline.
+TEST(RingBufferLinkTest, SleepingReceiverIsWokenByCommit) {
+  RingBufferLink link(0, 1, LinkOptions{64, 2});
+  std::thread sender([&] {
+    std::this_thread::sleep_for(100ms);
+    std::byte* slot = link.acquire_send_slot(in(1s));
+    std::memset(slot, 7, 8);
+    link.commit_send(Fingerprint{.sequence = 3}, 8);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  ReceivedSlot r = link.acquire_recv_slot(in(20s));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  EXPECT_EQ(r.fingerprint.sequence, 3u);
+  EXPECT_EQ(static_cast<int>(r.data[0]), 7);
+  link.release_recv();
+  sender.join();
+  EXPECT_EQ(link.receiver_stats().slept, 1u);
+  EXPECT_EQ(link.sender_stats().wakes, 1u);
+}
+
+// Likewise for a sender blocked on a full link: release_recv wakes it.
+TEST(RingBufferLinkTest, SleepingSenderIsWokenByRelease) {
+  RingBufferLink link(0, 1, LinkOptions{64, 1});
+  link.acquire_send_slot(in(1s));
+  link.commit_send(Fingerprint{}, 0);
+  std::thread receiver([&] {
+    std::this_thread::sleep_for(100ms);
+    link.acquire_recv_slot(in(1s));
+    link.release_recv();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  link.acquire_send_slot(in(20s));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  receiver.join();
+  EXPECT_EQ(link.sender_stats().slept, 1u);
+  EXPECT_EQ(link.receiver_stats().wakes, 1u);
+}
+
+TEST(RingBufferLinkTest, AbortWakesASleepingSender) {
+  RingBufferLink link(4, 5, LinkOptions{64, 1});
+  link.acquire_send_slot(in(1s));
+  link.commit_send(Fingerprint{}, 0);
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(100ms);
+    link.abort("core 5 failed");
+  });
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    link.acquire_send_slot(in(20s));
+    FAIL() << "expected AbortedError";
+  } catch (const AbortedError& e) {
+    EXPECT_NE(std::string(e.what()).find("4->5 aborted: core 5 failed"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  aborter.join();
+  EXPECT_EQ(link.sender_stats().slept, 1u);
+}
+
+// A ring of links with more threads than CPUs, each thread forwarding what it receives: every
+// wait phase (spin, yield, sleep) is exercised, and no message is lost, reordered or stuck.
+TEST(RingBufferLinkTest, OversubscribedRingDeliversEveryMessageInOrder) {
+  constexpr int kThreads = 8;
+  constexpr uint64_t kRounds = 300;
+  std::vector<std::unique_ptr<RingBufferLink>> links;
+  for (int i = 0; i < kThreads; ++i)
+    links.push_back(std::make_unique<RingBufferLink>(i, (i + 1) % kThreads, LinkOptions{64, 2}));
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      Link& next = *links[static_cast<size_t>(t)];
+      Link& prev = *links[static_cast<size_t>((t + kThreads - 1) % kThreads)];
+      for (uint64_t round = 0; round < kRounds; ++round) {
+        uint64_t value = round * kThreads;  // thread 0 starts each round
+        if (t != 0) {
+          ReceivedSlot r = prev.acquire_recv_slot(in(30s));
+          std::memcpy(&value, r.data, sizeof value);
+          if (value != round * kThreads + static_cast<uint64_t>(t) - 1) ++failures;
+          prev.release_recv();
+          ++value;
+        }
+        std::memcpy(next.acquire_send_slot(in(30s)), &value, sizeof value);
+        next.commit_send(Fingerprint{.sequence = round}, sizeof value);
+        if (t == 0) {
+          ReceivedSlot r = prev.acquire_recv_slot(in(30s));
+          std::memcpy(&value, r.data, sizeof value);
+          if (value != round * kThreads + kThreads - 1 || r.fingerprint.sequence != round)
+            ++failures;
+          prev.release_recv();
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  uint64_t messages = 0;
+  for (const auto& l : links) {
+    const LinkWaitStats s = l->receiver_stats();
+    messages += s.immediate + s.spun + s.yielded + s.slept;
+  }
+  EXPECT_EQ(messages, kThreads * kRounds);  // every receive ended in exactly one phase
+}
+
+TEST(RingBufferLinkTest, AtLeastOneSpinnerLeavesACpuFree) {
+  EXPECT_GE(RingBufferLink::max_spinners(), 1);
+  const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  if (cpus > 1) {
+    EXPECT_EQ(RingBufferLink::max_spinners(), cpus - 1);
+  }
 }
 
 }  // namespace

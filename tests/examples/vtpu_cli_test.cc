@@ -223,7 +223,7 @@ TEST(VtpuCliTest, BenchMemoryRejectsBadInput) {
   expect_failure("bench memory --via gpu", "--via", 2);
   expect_failure("bench memory --trace x.jsonl --live 5", "excludes", 2);
   expect_failure("bench memory --live 100000000 --pairs 60000000", "exceeds", 2);
-  expect_failure("bench", "expected a benchmark name (memory, fragmentation)", 2);
+  expect_failure("bench", "expected a benchmark name (memory, fragmentation, collectives)", 2);
   expect_failure("bench nope", "nope", 2);
   // A trace that cannot be read is an error found while running, like a bad --data file.
   expect_failure("bench memory --trace /nonexistent.jsonl", "cannot open trace file", 1);
@@ -234,3 +234,88 @@ TEST(VtpuCliTest, BenchMemoryRejectsBadInput) {
 }
 
 }  // namespace
+
+namespace {
+
+// Runs `vtpu bench collectives ARGS --json` and returns the parsed output (exit 0 expected).
+nlohmann::json bench_collectives_json(const std::string& args) {
+  const CliRun r = run_cli("bench collectives " + args + " --json");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return nlohmann::json::parse(r.output);
+}
+
+}  // namespace
+
+TEST(VtpuCliTest, BenchCollectivesJsonRows) {
+  // 3 cores (not a power of two) and 4 KiB slots, so the larger sizes take several ring loops.
+  const nlohmann::json j = bench_collectives_json(
+      "--cores 3 --op all_reduce --min-bytes 8 --max-bytes 64K --iters 3 --warmup 1 "
+      "--link-slot-bytes 4K");
+  EXPECT_EQ(j["ok"], true);
+  EXPECT_EQ(j["config"]["cores"], 3);
+  EXPECT_EQ(j["config"]["time_statistic"], "median over timed calls of the slowest core's time");
+  EXPECT_GT(j["memcpy"]["GBps"].get<double>(), 0.0);
+  const nlohmann::json& rows = j["rows"];
+  ASSERT_EQ(rows.size(), 14u);  // 8 B, 16 B, ..., 64 KiB
+  uint64_t bytes = 8;
+  for (const auto& row : rows) {
+    for (const char* key : {"bytes", "count", "dtype", "op", "reduce", "algorithm", "time_us",
+                            "algbw_GBps", "busbw_GBps", "bound_us", "time_over_bound", "check"}) {
+      EXPECT_TRUE(row.contains(key)) << key << " in " << row.dump();
+    }
+    EXPECT_EQ(row["bytes"], bytes);
+    EXPECT_EQ(row["count"], bytes / 4);
+    EXPECT_EQ(row["dtype"], "f32");
+    EXPECT_EQ(row["op"], "all_reduce");
+    EXPECT_EQ(row["reduce"], "sum");
+    EXPECT_EQ(row["algorithm"], "ring");
+    EXPECT_EQ(row["check"], "ok");
+    EXPECT_EQ(row["wrong"], 0);
+    const double algbw = row["algbw_GBps"], busbw = row["busbw_GBps"], t = row["time_us"];
+    EXPECT_GT(t, 0.0);
+    EXPECT_NEAR(algbw, static_cast<double>(bytes) / t * 1e-3, 1e-9 * algbw + 1e-12);
+    EXPECT_NEAR(busbw, algbw * 2.0 * 2.0 / 3.0, 1e-9 * busbw + 1e-12);  // nccl-tests: 2(n-1)/n
+    // Memory-traffic bound: every core reads its input and writes its output once (2*N*S bytes).
+    EXPECT_EQ(row["traffic_bytes"].get<double>(), 2.0 * 3.0 * static_cast<double>(bytes));
+    bytes *= 2;
+  }
+}
+
+TEST(VtpuCliTest, BenchCollectivesOtherTypesAndReductions) {
+  for (const char* args :
+       {"--cores 4 --dtype s64 --reduce max", "--cores 4 --dtype f64 --reduce prod",
+        "--cores 5 --dtype s32 --reduce min", "--cores 1"}) {
+    const nlohmann::json j = bench_collectives_json(
+        std::string(args) + " --min-bytes 8 --max-bytes 1K --iters 2 --warmup 0");
+    EXPECT_EQ(j["ok"], true) << args;
+    for (const auto& row : j["rows"]) EXPECT_EQ(row["check"], "ok") << args << row.dump();
+  }
+}
+
+TEST(VtpuCliTest, BenchCollectivesTable) {
+  const CliRun r =
+      run_cli("bench collectives --cores 2 --min-bytes 1K --max-bytes 4K --iters 2 --warmup 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* needle : {"memcpy bandwidth", "median over the timed calls", "busbw(GB/s)",
+                             "time/bound", "        4096", " ok"}) {
+    EXPECT_NE(r.output.find(needle), std::string::npos) << needle << "\n" << r.output;
+  }
+}
+
+TEST(VtpuCliTest, BenchCollectivesRejectsBadInput) {
+  expect_failure("bench collectives --cores 0", "--cores", 2);
+  expect_failure("bench collectives --op all_scatter", "all_scatter", 2);
+  expect_failure("bench collectives --min-bytes lots", "invalid byte size 'lots'", 2);
+  expect_failure("bench collectives --max-bytes 2G", "size 2G is out of range", 2);
+  expect_failure("bench collectives --dtype f16", "f16", 2);
+  expect_failure("bench collectives --reduce avg", "avg", 2);
+  expect_failure("bench collectives --iters 0", "--iters", 2);
+  expect_failure("bench collectives --algorithm tree",
+                 "--algorithm tree is not available for all_reduce", 2);
+  expect_failure("bench collectives --min-bytes 1M --max-bytes 64K",
+                 "--min-bytes 1048576 is larger than --max-bytes 65536", 2);
+  expect_failure("bench collectives --dtype f64 --min-bytes 4",
+                 "--min-bytes 4 holds no whole all_reduce element of f64", 2);
+  expect_failure("bench collectives --link-slot-bytes 100",
+                 "--link-slot-bytes 100 is not a multiple of 64", 2);
+}

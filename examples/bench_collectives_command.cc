@@ -1,0 +1,213 @@
+#include "examples/bench_collectives_command.h"
+
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/units.h"
+#include "examples/collective_bench.h"
+
+namespace vtpu::examples {
+
+struct BenchCollectivesCommand {
+  CLI::App* app = nullptr;
+  CollectiveBenchOptions options;
+  std::string min_bytes = "8";
+  std::string max_bytes = "64M";
+  std::string dtype = "f32";
+  std::string reduce = "sum";
+  std::string link_slot_bytes;
+  bool json = false;
+};
+
+namespace {
+
+const std::vector<DataType> kDataTypes = {DataType::kF32, DataType::kF64, DataType::kS32,
+                                          DataType::kS64};
+const std::vector<ReduceOp> kReduceOps = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin,
+                                          ReduceOp::kProd};
+constexpr uint64_t kMaxBenchBytes = uint64_t{1} << 30;  // per row; buffers are per core
+
+template <typename E>
+std::vector<std::string> names_of(const std::vector<E>& values, std::string_view (*name)(E)) {
+  std::vector<std::string> out;
+  for (E v : values) out.emplace_back(name(v));
+  return out;
+}
+
+// A byte size vtpu::parse_bytes accepts, from `lo` to kMaxBenchBytes.
+CLI::Validator bench_bytes_validator(uint64_t lo) {
+  return CLI::Validator(
+      [lo](std::string& s) {
+        try {
+          const uint64_t v = parse_bytes(s);
+          if (v < lo || v > kMaxBenchBytes) {
+            return "size " + s + " is out of range (expected " + std::to_string(lo) + " bytes .. " +
+                   format_bytes(kMaxBenchBytes) + ")";
+          }
+          return std::string();
+        } catch (const Error& e) {
+          return e.message();
+        }
+      },
+      "SIZE");
+}
+
+std::vector<std::string> op_names() {
+  std::vector<std::string> out;
+  for (const auto& op : collective_bench_ops()) out.push_back(op.name);
+  return out;
+}
+
+std::string join_names(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : "|") + x;
+  return s;
+}
+
+void print_header(CollectiveBenchmark& bench, const MemcpyBandwidth& bw) {
+  const CollectiveBenchOptions& o = bench.options();
+  std::printf(
+      "# vtpu bench collectives: %s on %d virtual cores, %s %s, algorithm %s, out of place, %d "
+      "warmup + %d timed calls per size\n"
+      "# time: median over the timed calls of the slowest core's time (steady_clock around each "
+      "call); busbw = algbw * %.4g (nccl-tests' factor for %s)\n"
+      "# memcpy bandwidth in this run: %.2f GB/s (bytes read + written per second, %d threads x "
+      "%s); bound = bytes every core reads and writes once / memcpy bandwidth\n",
+      o.op.c_str(), o.cores, std::string(data_type_name(o.dtype)).c_str(),
+      bench.op().uses_reduce_op ? std::string(reduce_op_name(o.reduce)).c_str() : "",
+      bench.resolved_algorithm().c_str(), o.warmup, o.iters, bench.busbw_factor(), o.op.c_str(),
+      bw.bytes_per_second * 1e-9, bw.threads, format_bytes(bw.bytes_per_thread).c_str());
+  std::printf("%12s %12s %5s %6s %10s %9s %11s %11s %11s %11s %10s %6s\n", "size(B)", "count",
+              "type", "redop", "op", "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
+              "bound(us)", "time/bound", "check");
+}
+
+int run(const BenchCollectivesCommand& cmd) {
+  CollectiveBenchOptions o = cmd.options;
+  o.min_bytes = parse_bytes(cmd.min_bytes);
+  o.max_bytes = parse_bytes(cmd.max_bytes);
+  if (!cmd.link_slot_bytes.empty()) o.link_slot_bytes = parse_bytes(cmd.link_slot_bytes);
+  for (DataType t : kDataTypes)
+    if (data_type_name(t) == cmd.dtype) o.dtype = t;
+  for (ReduceOp r : kReduceOps)
+    if (reduce_op_name(r) == cmd.reduce) o.reduce = r;
+  if (const std::string problem = check_collective_bench_options(o); !problem.empty()) {
+    std::fprintf(stderr, "vtpu: usage error: %s\nRun with --help for the options.\n",
+                 problem.c_str());
+    return 2;
+  }
+  CollectiveBenchmark bench(o);
+  const MemcpyBandwidth& bw = bench.memcpy_bandwidth();
+  if (!cmd.json) print_header(bench, bw);
+  nlohmann::json rows = nlohmann::json::array();
+  uint64_t wrong_rows = 0;
+  bench.run([&](const CollectiveBenchRow& r) {
+    wrong_rows += r.wrong != 0;
+    if (cmd.json) {
+      rows.push_back(collective_bench_row_json(bench, r));
+      return;
+    }
+    std::printf("%12llu %12llu %5s %6s %10s %9s %11.2f %11.3f %11.3f %11.2f %10.2f %6s\n",
+                static_cast<unsigned long long>(r.shape.bytes),
+                static_cast<unsigned long long>(r.shape.count),
+                std::string(data_type_name(o.dtype)).c_str(),
+                bench.op().uses_reduce_op ? std::string(reduce_op_name(o.reduce)).c_str() : "none",
+                o.op.c_str(), bench.resolved_algorithm().c_str(), r.time_us, r.algbw_gbps,
+                r.busbw_gbps, r.bound_us, r.time_us / r.bound_us, r.wrong ? "WRONG" : "ok");
+    std::fflush(stdout);
+  });
+  if (cmd.json) {
+    const nlohmann::json config = {
+        {"cores", o.cores},
+        {"op", o.op},
+        {"dtype", data_type_name(o.dtype)},
+        {"reduce", reduce_op_name(o.reduce)},
+        {"algorithm", bench.resolved_algorithm()},
+        {"min_bytes", o.min_bytes},
+        {"max_bytes", o.max_bytes},
+        {"iters", o.iters},
+        {"warmup", o.warmup},
+        {"in_place", false},
+        {"time_statistic", "median over timed calls of the slowest core's time"},
+        {"busbw_factor", bench.busbw_factor()}};
+    const nlohmann::json memcpy = {{"threads", bw.threads},
+                                   {"bytes_per_thread", bw.bytes_per_thread},
+                                   {"GBps", bw.bytes_per_second * 1e-9},
+                                   {"convention", "bytes read + bytes written per second"}};
+    std::cout << nlohmann::json{{"config", config},
+                                {"memcpy", memcpy},
+                                {"rows", rows},
+                                {"ok", wrong_rows == 0}}
+                     .dump(2)
+              << std::endl;
+  }
+  if (wrong_rows) {
+    std::fprintf(stderr, "vtpu: error: %llu size(s) gave a WRONG result (see the check column)\n",
+                 static_cast<unsigned long long>(wrong_rows));
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::shared_ptr<BenchCollectivesCommand> add_bench_collectives_command(CLI::App& bench) {
+  auto cmd = std::make_shared<BenchCollectivesCommand>();
+  CLI::App* app = bench.add_subcommand(
+      "collectives",
+      "nccl-tests-style sweep of one collective over doubling sizes: time, algbw, busbw, the "
+      "memory-traffic bound, and a check against a sequential reference");
+  cmd->app = app;
+  CollectiveBenchOptions& o = cmd->options;
+  app->add_option("--cores", o.cores, "Virtual cores in the group")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app->add_option("--op", o.op, "Collective: " + join_names(op_names()))
+      ->capture_default_str()
+      ->check(CLI::IsMember(op_names()));
+  app->add_option("--min-bytes", cmd->min_bytes, "First size, e.g. 8, 64K")
+      ->capture_default_str()
+      ->check(bench_bytes_validator(1));
+  app->add_option("--max-bytes", cmd->max_bytes, "Last size (sizes double), e.g. 64M")
+      ->capture_default_str()
+      ->check(bench_bytes_validator(1));
+  const auto dtypes = names_of(kDataTypes, &data_type_name);
+  app->add_option("--dtype", cmd->dtype, "Element type: " + join_names(dtypes))
+      ->capture_default_str()
+      ->check(CLI::IsMember(dtypes));
+  const auto reduces = names_of(kReduceOps, &reduce_op_name);
+  app->add_option("--reduce", cmd->reduce, "Reduction: " + join_names(reduces))
+      ->capture_default_str()
+      ->check(CLI::IsMember(reduces));
+  std::string per_op;
+  for (const auto& op : collective_bench_ops())
+    per_op += (per_op.empty() ? "" : "; ") + op.name + ": " + join_names(op.algorithms);
+  app->add_option("--algorithm", o.algorithm,
+                  "auto (the op's default), or an algorithm the op offers (" + per_op + ")")
+      ->capture_default_str();
+  app->add_option("--iters", o.iters, "Timed calls per size")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  app->add_option("--warmup", o.warmup, "Untimed calls per size before the timed ones")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
+  app->add_option("--link-slot-bytes", cmd->link_slot_bytes,
+                  "Bytes per link slot (default: RuntimeOptions' 1M)")
+      ->check(bench_bytes_validator(64));
+  app->add_option("--link-slots", o.link_num_slots, "Slots per link (default: RuntimeOptions' 4)")
+      ->check(CLI::Range(2, 1024));
+  app->add_flag("--json", cmd->json, "Print the configuration, memcpy bandwidth and rows as JSON");
+  return cmd;
+}
+
+bool run_bench_collectives_if_selected(const BenchCollectivesCommand& command, int* exit_code) {
+  if (command.app == nullptr || !command.app->parsed()) return false;
+  *exit_code = run(command);
+  return true;
+}
+
+}  // namespace vtpu::examples

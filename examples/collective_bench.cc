@@ -1,0 +1,314 @@
+#include "examples/collective_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <thread>
+
+#include "common/error.h"
+#include "common/units.h"
+
+namespace vtpu::examples {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Folds b into a with `op`, as ReduceOp defines it.
+double combine(ReduceOp op, double a, double b) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return a + b;
+    case ReduceOp::kProd:
+      return a * b;
+    case ReduceOp::kMax:
+      return std::max(a, b);
+    case ReduceOp::kMin:
+      return std::min(a, b);
+  }
+  return a;
+}
+
+// ---- The ops. Each is one function; list it in collective_bench_ops(). ----
+
+// all_reduce (ncclAllReduce, lax.psum): count elements in and out on every core; nccl-tests'
+// size is count * element bytes and its factor 2(n-1)/n.
+CollectiveBenchOp make_all_reduce_bench_op() {
+  CollectiveBenchOp op;
+  op.name = "all_reduce";
+  op.uses_reduce_op = true;
+  // Communicator::all_reduce runs the ring today. When it gains algorithm selection, list the
+  // names here and pass call.algorithm through to it in run.
+  op.algorithms = {"ring"};
+  op.busbw_factor = [](int n) { return 2.0 * (n - 1) / n; };
+  op.shape = [](uint64_t bytes, uint64_t element_bytes, int) {
+    const uint64_t count = bytes / element_bytes;
+    return CollectiveBenchShape{count, count, count, count * element_bytes};
+  };
+  op.run = [](Communicator& comm, CoreContext& ctx, const CollectiveBenchCall& call) {
+    visit_data_type(call.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const uint64_t n = call.shape.count;
+      comm.all_reduce<T>(ctx, std::span<const T>(static_cast<const T*>(call.send), n),
+                         std::span<T>(static_cast<T*>(call.recv), n), call.reduce);
+    });
+  };
+  op.same_output_on_every_core = true;
+  op.reference = [](int, int n, ReduceOp reduce, const CollectiveBenchShape& shape,
+                    std::span<double> expected) {
+    for (uint64_t i = 0; i < shape.recv_elements; ++i) {
+      double acc = bench_input_value(reduce, 0, i);
+      for (int r = 1; r < n; ++r) acc = combine(reduce, acc, bench_input_value(reduce, r, i));
+      expected[i] = acc;
+    }
+  };
+  return op;
+}
+
+// Counts the elements of `actual` (dtype T) that differ from `expected`.
+template <typename T>
+uint64_t count_wrong(const void* actual, std::span<const double> expected) {
+  const T* a = static_cast<const T*>(actual);
+  uint64_t wrong = 0;
+  for (size_t i = 0; i < expected.size(); ++i) wrong += a[i] != static_cast<T>(expected[i]);
+  return wrong;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size();
+  return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+}
+
+}  // namespace
+
+double bench_input_value(ReduceOp reduce, int rank, uint64_t i) {
+  const uint64_t r = static_cast<uint64_t>(rank);
+  if (reduce == ReduceOp::kProd) return (r * 3 + i) % 5 == 0 ? 2.0 : 1.0;  // products <= 2^205
+  return static_cast<double>(((r + 1) * 7 + i) % 13) - 6.0;                // -6..6
+}
+
+const std::vector<CollectiveBenchOp>& collective_bench_ops() {
+  // Plug-in point: one make_<op>_bench_op() per collective Communicator offers.
+  static const std::vector<CollectiveBenchOp> ops = {make_all_reduce_bench_op()};
+  return ops;
+}
+
+const CollectiveBenchOp* find_collective_bench_op(const std::string& name) {
+  for (const CollectiveBenchOp& op : collective_bench_ops())
+    if (op.name == name) return &op;
+  return nullptr;
+}
+
+MemcpyBandwidth measure_memcpy_bandwidth(int threads, uint64_t bytes_per_thread, int passes) {
+  MemcpyBandwidth result{threads, bytes_per_thread, 0.0};
+  std::vector<std::vector<std::byte>> src(static_cast<size_t>(threads)),
+      dst(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t) {
+    src[static_cast<size_t>(t)].assign(bytes_per_thread, std::byte{1});  // touch every page
+    dst[static_cast<size_t>(t)].assign(bytes_per_thread, std::byte{0});
+  }
+  for (int p = 0; p < passes; ++p) {
+    const auto t0 = Clock::now();
+    std::vector<std::thread> workers;
+    for (int t = 1; t < threads; ++t) {
+      workers.emplace_back([&, t] {
+        std::memcpy(dst[static_cast<size_t>(t)].data(), src[static_cast<size_t>(t)].data(),
+                    bytes_per_thread);
+      });
+    }
+    std::memcpy(dst[0].data(), src[0].data(), bytes_per_thread);
+    for (auto& w : workers) w.join();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    result.bytes_per_second = std::max(result.bytes_per_second,
+                                       2.0 * static_cast<double>(bytes_per_thread) * threads / s);
+  }
+  return result;
+}
+
+namespace {
+
+std::string check_options_for(const CollectiveBenchOptions& o, const CollectiveBenchOp* op) {
+  if (o.algorithm != "auto" && std::find(op->algorithms.begin(), op->algorithms.end(),
+                                         o.algorithm) == op->algorithms.end()) {
+    std::string known = "auto";
+    for (const auto& a : op->algorithms) known += ", " + a;
+    return "--algorithm " + o.algorithm + " is not available for " + o.op +
+           " (expected one of: " + known + ")";
+  }
+  if (o.link_slot_bytes % 64 != 0) {
+    return "--link-slot-bytes " + std::to_string(o.link_slot_bytes) +
+           " is not a multiple of 64 (every element type must divide a slot)";
+  }
+  if (o.min_bytes > o.max_bytes) {
+    return "--min-bytes " + std::to_string(o.min_bytes) + " is larger than --max-bytes " +
+           std::to_string(o.max_bytes);
+  }
+  const uint64_t elem = data_type_bytes(o.dtype);
+  if (op->shape(o.min_bytes, elem, o.cores).count == 0) {
+    return "--min-bytes " + std::to_string(o.min_bytes) + " holds no whole " + o.op +
+           " element of " + std::string(data_type_name(o.dtype)) + " on " +
+           std::to_string(o.cores) + " cores (" + std::to_string(elem) + " bytes each)";
+  }
+  return {};
+}
+
+const CollectiveBenchOp& checked_op(const CollectiveBenchOptions& o) {
+  if (const std::string problem = check_collective_bench_options(o); !problem.empty())
+    throw InvalidArgumentError(problem);
+  return *find_collective_bench_op(o.op);
+}
+
+}  // namespace
+
+std::string check_collective_bench_options(const CollectiveBenchOptions& o) {
+  const CollectiveBenchOp* op = find_collective_bench_op(o.op);
+  if (op == nullptr) {
+    std::string known;
+    for (const auto& k : collective_bench_ops()) known += (known.empty() ? "" : ", ") + k.name;
+    return "--op " + o.op + " is not a benchmarked collective (expected one of: " + known + ")";
+  }
+  return check_options_for(o, op);
+}
+
+CollectiveBenchmark::CollectiveBenchmark(CollectiveBenchOptions options)
+    : CollectiveBenchmark(options, checked_op(options)) {}
+
+CollectiveBenchmark::CollectiveBenchmark(CollectiveBenchOptions options, CollectiveBenchOp op)
+    : options_(std::move(options)), op_(std::move(op)) {
+  options_.op = op_.name;
+  if (const std::string problem = check_options_for(options_, &op_); !problem.empty())
+    throw InvalidArgumentError(problem);
+}
+
+std::string CollectiveBenchmark::resolved_algorithm() const {
+  return options_.algorithm == "auto" ? op_.algorithms.front() : options_.algorithm;
+}
+
+const MemcpyBandwidth& CollectiveBenchmark::memcpy_bandwidth() {
+  if (memcpy_.threads == 0) {
+    const int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    memcpy_ = measure_memcpy_bandwidth(cpus, uint64_t{64} << 20);  // beyond the caches
+  }
+  return memcpy_;
+}
+
+void CollectiveBenchmark::run(const std::function<void(const CollectiveBenchRow&)>& on_row) {
+  const MemcpyBandwidth& bw = memcpy_bandwidth();
+  const int n = options_.cores;
+  const uint64_t elem = data_type_bytes(options_.dtype);
+  // Every size of the sweep, then buffers big enough for the largest.
+  std::vector<CollectiveBenchShape> shapes;
+  for (uint64_t bytes = options_.min_bytes;; bytes *= 2) {
+    shapes.push_back(op_.shape(bytes, elem, n));
+    if (bytes > options_.max_bytes / 2) break;
+  }
+  uint64_t max_send = 0, max_recv = 0;
+  for (const auto& s : shapes) {
+    max_send = std::max(max_send, s.send_elements);
+    max_recv = std::max(max_recv, s.recv_elements);
+  }
+
+  RuntimeOptions ro;
+  ro.num_cores = n;
+  if (options_.link_slot_bytes) ro.link_slot_bytes = options_.link_slot_bytes;
+  if (options_.link_num_slots) ro.link_num_slots = options_.link_num_slots;
+  ro.validate();
+  Runtime runtime(ro);
+  std::vector<int> group(static_cast<size_t>(n));
+  std::iota(group.begin(), group.end(), 0);
+  Communicator comm(runtime, group);
+
+  const size_t nc = static_cast<size_t>(n);
+  std::vector<DeviceBuffer> send(nc), recv(nc);
+  std::vector<BufferPin> pins;
+  runtime.run_spmd([&](CoreContext& ctx) {
+    const size_t c = static_cast<size_t>(ctx.core_id());
+    send[c] = ctx.allocate(std::max<uint64_t>(max_send, 1) * elem, "bench/send");
+    recv[c] = ctx.allocate(std::max<uint64_t>(max_recv, 1) * elem, "bench/recv");
+    // Inputs are the same for every size (a row uses a prefix), so fill them once.
+    visit_data_type(options_.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* s = reinterpret_cast<T*>(send[c].data());
+      for (uint64_t i = 0; i < max_send; ++i)
+        s[i] = static_cast<T>(bench_input_value(options_.reduce, ctx.core_id(), i));
+    });
+  });
+  for (size_t c = 0; c < nc; ++c) {
+    pins.push_back(send[c].pin());
+    pins.push_back(recv[c].pin());
+  }
+
+  const size_t iters = static_cast<size_t>(options_.iters);
+  std::vector<std::vector<double>> seconds(nc, std::vector<double>(iters));
+  std::vector<double> expected;
+  for (const CollectiveBenchShape& shape : shapes) {
+    CollectiveBenchCall base{options_.dtype, options_.reduce, resolved_algorithm(),
+                             nullptr,        nullptr,         shape};
+    runtime.run_spmd([&](CoreContext& ctx) {
+      const size_t c = static_cast<size_t>(ctx.core_id());
+      CollectiveBenchCall call = base;
+      call.send = send[c].data();
+      call.recv = recv[c].data();
+      std::memset(call.recv, 0, shape.recv_elements * elem);
+      for (int w = 0; w < options_.warmup; ++w) op_.run(comm, ctx, call);
+      for (size_t k = 0; k < iters; ++k) {
+        const auto t0 = Clock::now();
+        op_.run(comm, ctx, call);
+        seconds[c][k] = std::chrono::duration<double>(Clock::now() - t0).count();
+      }
+    });
+    std::vector<double> slowest(iters, 0.0);
+    for (size_t k = 0; k < iters; ++k)
+      for (size_t c = 0; c < nc; ++c) slowest[k] = std::max(slowest[k], seconds[c][k]);
+
+    CollectiveBenchRow row;
+    row.shape = shape;
+    const double t = median_of(slowest);
+    row.time_us = t * 1e6;
+    row.min_time_us = *std::min_element(slowest.begin(), slowest.end()) * 1e6;
+    row.max_time_us = *std::max_element(slowest.begin(), slowest.end()) * 1e6;
+    row.algbw_gbps = static_cast<double>(shape.bytes) / t * 1e-9;
+    row.busbw_gbps = row.algbw_gbps * op_.busbw_factor(n);
+    row.traffic_bytes = static_cast<double>(n) *
+                        static_cast<double>((shape.send_elements + shape.recv_elements) * elem);
+    row.bound_us = row.traffic_bytes / bw.bytes_per_second * 1e6;
+
+    expected.resize(shape.recv_elements);
+    for (int r = 0; r < n; ++r) {
+      if (r == 0 || !op_.same_output_on_every_core)
+        op_.reference(r, n, options_.reduce, shape, expected);
+      row.wrong += visit_data_type(options_.dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return count_wrong<T>(recv[static_cast<size_t>(r)].data(), expected);
+      });
+    }
+    on_row(row);
+  }
+}
+
+nlohmann::json collective_bench_row_json(const CollectiveBenchmark& bench,
+                                         const CollectiveBenchRow& row) {
+  const CollectiveBenchOptions& o = bench.options();
+  return {{"bytes", row.shape.bytes},
+          {"count", row.shape.count},
+          {"dtype", data_type_name(o.dtype)},
+          {"op", o.op},
+          {"reduce", bench.op().uses_reduce_op ? std::string(reduce_op_name(o.reduce)) : "none"},
+          {"algorithm", bench.resolved_algorithm()},
+          {"cores", o.cores},
+          {"time_us", row.time_us},
+          {"min_time_us", row.min_time_us},
+          {"max_time_us", row.max_time_us},
+          {"algbw_GBps", row.algbw_gbps},
+          {"busbw_GBps", row.busbw_gbps},
+          {"busbw_factor", bench.busbw_factor()},
+          {"traffic_bytes", row.traffic_bytes},
+          {"bound_us", row.bound_us},
+          {"time_over_bound", row.time_us / row.bound_us},
+          {"wrong", row.wrong},
+          {"check", row.wrong == 0 ? "ok" : "WRONG"}};
+}
+
+}  // namespace vtpu::examples
