@@ -73,6 +73,20 @@ void transpose_blocks(const std::byte* src, std::byte* dst, uint64_t parts, uint
   }
 }
 
+/// Checks an op whose input and output have the same shape: both buffers hold the shape's
+/// elements, and they are the same buffer (in place) or disjoint.
+void check_same_shape_buffers(const char* op, std::span<const std::byte> send,
+                              std::span<std::byte> recv, uint64_t count, uint64_t elem,
+                              const Shape& s) {
+  check_size(op, "send", send.size(), count, elem, s.to_string());
+  check_size(op, "recv", recv.size(), count, elem, s.to_string());
+  if (send.data() != recv.data() && overlaps(send.data(), send.size(), recv.data(), recv.size())) {
+    throw InvalidArgumentError(std::string(op) +
+                               " send and recv buffers partially overlap (expected the same "
+                               "buffer for in place, or disjoint buffers)");
+  }
+}
+
 /// Validation shared by the rooted operations (broadcast, reduce): the root is a rank, the
 /// buffers match the shape (send only where it is read, recv where it is written or given), and
 /// the root's buffers are the same or disjoint.
@@ -412,13 +426,7 @@ void Communicator::all_reduce_bytes(CoreContext& ctx, DataType dtype,
   const uint64_t elem = data_type_bytes(dtype);
   const Shape s = Shape::of(shape);
   const uint64_t count = s.num_elements();
-  check_size("all_reduce", "send", send.size(), count, elem, s.to_string());
-  check_size("all_reduce", "recv", recv.size(), count, elem, s.to_string());
-  if (send.data() != recv.data() && overlaps(send.data(), send.size(), recv.data(), recv.size())) {
-    throw InvalidArgumentError(
-        "all_reduce send and recv buffers partially overlap (expected the same buffer for in "
-        "place, or disjoint buffers)");
-  }
+  check_same_shape_buffers("all_reduce", send, recv, count, elem, s);
   Fingerprint fp;
   fp.kind = CollectiveKind::kAllReduce;
   fp.dtype = dtype;
@@ -711,13 +719,7 @@ void Communicator::collective_permute_bytes(CoreContext& ctx, DataType dtype,
   const Shape s = Shape::of(shape);
   const int n = size();
   const uint64_t count = s.num_elements();
-  check_size("collective_permute", "send", send.size(), count, elem, s.to_string());
-  check_size("collective_permute", "recv", recv.size(), count, elem, s.to_string());
-  if (send.data() != recv.data() && overlaps(send.data(), send.size(), recv.data(), recv.size())) {
-    throw InvalidArgumentError(
-        "collective_permute send and recv buffers partially overlap (expected the same buffer "
-        "for in place, or disjoint buffers)");
-  }
+  check_same_shape_buffers("collective_permute", send, recv, count, elem, s);
   std::vector<int> dst_of(static_cast<size_t>(n), -1), src_of(static_cast<size_t>(n), -1);
   for (const auto& [src, dst] : pairs) {
     for (int v : {src, dst}) {

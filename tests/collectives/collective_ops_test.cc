@@ -3,8 +3,10 @@
 // algorithm forced explicitly; every dtype; the all_to_all and determinism examples.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -604,6 +606,48 @@ TEST(ElementTypesTest, UnsupportedTypeIsAnError) {
     const std::array<int64_t, 1> shape = {8};
     EXPECT_THROW(comm.all_reduce_bytes(ctx, ElementType::kU8, b, b, shape), InvalidArgumentError);
   });
+}
+
+}  // namespace
+}  // namespace vtpu
+
+namespace vtpu {
+namespace {
+
+// Not a check: the quick local timing behind Communicator::select_algorithm's thresholds. Run
+// with --gtest_also_run_disabled_tests --gtest_filter='*AlgorithmTimings*'. Default link slots
+// (1 MiB x 4), f32 sum, median of 15 all-reduces, microseconds.
+TEST(AllReduceTimingTest, DISABLED_AlgorithmTimings) {
+  for (int n : {2, 4, 8}) {
+    RuntimeOptions o;
+    o.num_cores = n;
+    o.hbm_bytes_per_core = 256ull << 20;
+    Runtime rt(o);
+    Communicator comm(rt, testing_util::iota_group(n));
+    for (uint64_t bytes :
+         {uint64_t{8}, uint64_t{1} << 10, uint64_t{4} << 10, uint64_t{16} << 10, uint64_t{64} << 10,
+          uint64_t{256} << 10, uint64_t{1} << 20, uint64_t{8} << 20}) {
+      std::printf("N=%d bytes=%-8llu", n, static_cast<unsigned long long>(bytes));
+      for (Algorithm alg : kAllReduceAlgorithms) {
+        std::vector<double> us;
+        rt.run_spmd([&](CoreContext& ctx) {
+          std::vector<float> v(bytes / 4, 1.0f);
+          for (int i = 0; i < 16; ++i) {
+            comm.barrier(ctx);
+            const auto t0 = std::chrono::steady_clock::now();
+            comm.all_reduce<float>(ctx, std::span<float>(v), ReduceOp::kSum, {alg});
+            const double t =
+                std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                    .count();
+            if (ctx.core_id() == 0 && i > 0) us.push_back(t);
+          }
+        });
+        std::sort(us.begin(), us.end());
+        std::printf("  %s %.1f", std::string(algorithm_name(alg)).c_str(), us[us.size() / 2]);
+      }
+      std::printf("\n");
+    }
+  }
 }
 
 }  // namespace
