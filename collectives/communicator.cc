@@ -386,16 +386,30 @@ void Communicator::run(CoreContext& ctx, Fingerprint fp, uint64_t input_bytes, c
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
 }
 
-// Selection. Measured on the 2-CPU development machine with 8 virtual cores (f32 sum, 256 KiB x 4
-// slots, quick timing loop in tests/collectives/algorithm_selection_test.cc's sibling run, see the
-// README): recursive doubling (log2 N latency, one local fold) wins below ~16 KiB; above it the
-// N-fold scratch traffic loses to the pipelined chains, of which the bidirectional one has the
-// shorter pipeline (2(N-1) hops instead of 2N-1) and is chosen.
+// Selection, from a quick local timing (tests/collectives/collective_ops_test.cc,
+// DISABLED_AlgorithmTimings: default 1 MiB x 4 slots, f32 sum, median of 15, on the 2-CPU
+// development machine under a load average of ~4, so +-30%). Median microseconds:
+//
+//   N  bytes    ring   bidi   rec.doubling  torus   (classic ring, not deterministic)
+//   2  4 KiB    10.8   11.6     1.6         12.7     11.3
+//   2  16 KiB   14.2   13.7     6.3         24.3      3.9
+//   4  1 KiB    27.6   19.8    10.4         12.9     28.2
+//   4  16 KiB   23.8   31.6    26.6         71.0     17.4
+//   4  1 MiB    1692   1944    6927         3812     1147
+//   8  1 KiB    56.2  105.6     5.9         86.9    103.0
+//   8  16 KiB   75.2  150.4   195.6        140.7    147.7
+//   8  1 MiB    3012   4926   23740        12375     1753
+//   8  8 MiB   22187  34120  552840       115130    41915
+//
+// Recursive doubling (log2 N latency, one local fold) wins up to a few KiB and loses badly above
+// (it moves (N-1) S per rank); the unidirectional chain is the fastest deterministic algorithm
+// above that for N >= 4 (with 2 CPUs, its one stream per rank beats the bidirectional ring's
+// two), and close to the best at N = 2. So: recursive doubling up to 8 KiB, the ring above.
 Algorithm Communicator::select_algorithm(uint64_t bytes) const {
   if (size() == 1) return Algorithm::kLocal;
   if (bytes <= kSmallMessageBytes) return Algorithm::kRecursiveDoubling;
   if (!options_.deterministic) return Algorithm::kRingReduceScatter;
-  return Algorithm::kBidirectionalRing;
+  return Algorithm::kRing;
 }
 
 Algorithm Communicator::resolve_all_reduce_algorithm(Algorithm requested, uint64_t bytes) const {

@@ -111,10 +111,10 @@ class Communicator {
   int rank_of(int core_id) const;
 
   /// The all_reduce algorithm kAuto picks for `bytes` of input in this group: kLocal for one
-  /// core; kRecursiveDoubling up to kSmallMessageBytes; above, kBidirectionalRing (or
-  /// kRingReduceScatter when options().deterministic is false). See the .cc for the measurement.
+  /// core; kRecursiveDoubling up to kSmallMessageBytes; above, kRing (or kRingReduceScatter
+  /// when options().deterministic is false). See the .cc for the measurement behind it.
   Algorithm select_algorithm(uint64_t bytes) const;
-  static constexpr uint64_t kSmallMessageBytes = 16 * 1024;
+  static constexpr uint64_t kSmallMessageBytes = 8 * 1024;
 
   // ---- all_reduce (lax.psum / pmax / pmin / pprod; ncclAllReduce) -----------------------------
   /// `send` and `recv` have the same number of elements on every core; `recv` may be `send` (in

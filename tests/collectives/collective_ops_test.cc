@@ -559,8 +559,7 @@ TEST_F(CollectivesTest, SelectionAndOptions) {
   Communicator comm(rt_, iota_group(8));
   EXPECT_EQ(comm.select_algorithm(8), Algorithm::kRecursiveDoubling);
   EXPECT_EQ(comm.select_algorithm(Communicator::kSmallMessageBytes), Algorithm::kRecursiveDoubling);
-  EXPECT_EQ(comm.select_algorithm(Communicator::kSmallMessageBytes + 1),
-            Algorithm::kBidirectionalRing);
+  EXPECT_EQ(comm.select_algorithm(Communicator::kSmallMessageBytes + 1), Algorithm::kRing);
   CommunicatorOptions o = CommunicatorOptions::from_runtime(rt_.options());
   o.deterministic = false;
   Communicator fast(rt_, iota_group(8), o);
