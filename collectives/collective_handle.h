@@ -5,8 +5,10 @@
 
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 
 namespace vtpu {
 
@@ -17,6 +19,9 @@ struct AsyncState {
   std::condition_variable cv;
   bool done = false;         // GUARDED_BY(mu)
   std::exception_ptr error;  // GUARDED_BY(mu)
+  /// Aborts the collective's group (set by the communicator; called when a handle is dropped
+  /// unwaited while its program unwinds an exception, so that peers fail fast).
+  std::function<void(const std::string& reason)> abort_group;
   void finish(std::exception_ptr e) {
     {
       std::lock_guard lock(mu);
@@ -38,7 +43,9 @@ struct AsyncState {
 /// core and rethrows its error (DeadlineExceededError, AbortedError, InvalidArgumentError, ...);
 /// the buffers passed to *_start must stay alive and untouched until then. Destroying a handle
 /// that was not waited for waits (errors dropped), so buffers are never written after the handle
-/// is gone. Thread-compatible: one thread (the core's program) uses a handle.
+/// is gone; when that happens during exception unwinding, it first aborts the group so the wait
+/// is short. A handle must not outlive its Communicator. Thread-compatible: one thread (the core's
+/// program) uses a handle.
 class CollectiveHandle {
  public:
   CollectiveHandle() = default;
@@ -72,6 +79,15 @@ class CollectiveHandle {
  private:
   void drop() noexcept {
     if (state_) {
+      // Dropped while the program unwinds an exception: the collective may wait for peers that
+      // wait for this core's failure to be known, so abort the group now rather than letting
+      // everyone run into the timeout.
+      if (std::uncaught_exceptions() > 0 && !ready() && state_->abort_group) {
+        try {
+          state_->abort_group("a core's program threw while its started collective was pending");
+        } catch (...) {
+        }
+      }
       state_->wait_done();
       state_.reset();
     }

@@ -328,6 +328,10 @@ void Communicator::wait_started(CoreContext& ctx) {
 CollectiveHandle Communicator::start(CoreContext& ctx, std::function<void(CoreContext&)> op) {
   const int rank = rank_of(ctx.core_id());
   auto state = std::make_shared<detail::AsyncState>();
+  const int core_id = ctx.core_id();
+  state->abort_group = [this, core_id](const std::string& reason) {
+    abort("core " + std::to_string(core_id) + " failed: " + reason);
+  };
   started_[static_cast<size_t>(rank)] = state;
   Runtime& rt = ctx.runtime();
   VirtualCore& core = ctx.core();

@@ -308,5 +308,32 @@ TEST(CollectiveAsyncTest, ErrorsReachWaitAndUnwaitedHandlesWait) {
   });
 }
 
+// A program that throws with a started collective still pending (core 3 never joins, so it would
+// pend until the 20 s timeout) aborts the group while its handle unwinds: everyone fails fast.
+TEST(CollectiveAsyncTest, ThrowWithAPendingStartedCollectiveAbortsFast) {
+  Runtime rt(small_options(4));
+  Communicator comm(rt, iota_group(4));
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    rt.run_spmd([&](CoreContext& ctx) {
+      if (ctx.core_id() == 3) return;
+      std::vector<float> v(100, 1.0f);
+      CollectiveHandle h = comm.all_reduce_start<float>(ctx, std::span<float>(v));
+      if (ctx.core_id() == 1) throw InvalidArgumentError("injected failure on core 1");
+      h.wait();
+    });
+    FAIL() << "expected an error";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("injected failure on core 1"), std::string::npos);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  comm.reset();
+  rt.run_spmd([&](CoreContext& ctx) {
+    std::vector<float> v(100, 1.0f);
+    comm.all_reduce_start<float>(ctx, std::span<float>(v)).wait();
+    for (float x : v) ASSERT_EQ(x, 4.0f);
+  });
+}
+
 }  // namespace
 }  // namespace vtpu
