@@ -528,6 +528,95 @@ TEST_F(CollectivesTest, BarrierWaitsForEveryCore) {
   }
 }
 
+// ---- every op for every element type ---------------------------------------------------------
+
+template <typename T>
+T from_int(int v) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    return float_to_bf16(static_cast<float>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+template <typename T>
+double to_double(T v) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    return bf16_to_float(v);
+  } else {
+    return static_cast<double>(v);
+  }
+}
+
+// Small integers (exact in bf16 up to 256) so that every type has one exact reference. 3 and 5
+// cores, 150 x N elements (>= 300 bytes per core even for bf16, above one 256 B slot, and over
+// both slots for the 4- and 8-byte types).
+template <typename T>
+void check_every_op_for_type(Runtime& rt) {
+  for (int n : {3, 5}) {
+    Communicator comm(rt, iota_group(n));
+    const int64_t per = 150;
+    const std::array<int64_t, 1> shape = {per * n};
+    const uint64_t total = static_cast<uint64_t>(per * n);
+    auto value = [](int core, uint64_t i) { return (core + 1) * static_cast<int>(i % 7); };
+    std::vector<PermutePair> pairs = {{0, 2}, {2, 1}};  // 1 -> nobody, 0 and the rest get zeros
+    rt.run_spmd(iota_group(n), [&](CoreContext& ctx) {
+      const int c = ctx.core_id();
+      std::vector<T> x(total);
+      for (uint64_t i = 0; i < total; ++i) x[i] = from_int<T>(value(c, i));
+      // all_reduce (sum)
+      std::vector<T> ar(total);
+      comm.all_reduce<T>(ctx, x, ar);
+      for (uint64_t i = 0; i < total; ++i)
+        ASSERT_EQ(to_double(ar[i]), n * (n + 1) / 2 * static_cast<int>(i % 7)) << "all_reduce";
+      // all_gather (tiled)
+      std::vector<T> ag(total * static_cast<uint64_t>(n));
+      comm.all_gather<T>(ctx, x, ag, shape, 0, true);
+      for (int q = 0; q < n; ++q)
+        for (uint64_t i = 0; i < total; ++i)
+          ASSERT_EQ(to_double(ag[static_cast<uint64_t>(q) * total + i]), value(q, i))
+              << "all_gather";
+      // reduce_scatter (tiled), in place as NCCL: recv is this rank's block of send
+      std::vector<T> rs = x;
+      std::span<T> rs_all(rs);
+      comm.reduce_scatter<T>(ctx, rs_all, rs_all.subspan(static_cast<size_t>(c * per), per), shape,
+                             ReduceOp::kSum, 0, true);
+      for (int64_t i = 0; i < per; ++i) {
+        const uint64_t g = static_cast<uint64_t>(c * per + i);
+        ASSERT_EQ(to_double(rs[g]), n * (n + 1) / 2 * static_cast<int>(g % 7)) << "reduce_scatter";
+      }
+      // all_to_all (split 0, concat 0)
+      std::vector<T> a2a(total);
+      comm.all_to_all<T>(ctx, x, a2a, shape, 0, 0);
+      for (int q = 0; q < n; ++q)
+        for (int64_t i = 0; i < per; ++i)
+          ASSERT_EQ(to_double(a2a[static_cast<uint64_t>(q * per + i)]),
+                    value(q, static_cast<uint64_t>(c * per + i)))
+              << "all_to_all";
+      // collective_permute
+      std::vector<T> pm(total, from_int<T>(-1));
+      comm.collective_permute<T>(ctx, x, pm, pairs);
+      const int src = c == 2 ? 0 : c == 1 ? 2 : -1;
+      for (uint64_t i = 0; i < total; ++i)
+        ASSERT_EQ(to_double(pm[i]), src < 0 ? 0 : value(src, i)) << "permute";
+      // broadcast from the last rank, reduce (max) to rank 1
+      std::vector<T> bc(total);
+      comm.broadcast<T>(ctx, x, bc, n - 1);
+      for (uint64_t i = 0; i < total; ++i) ASSERT_EQ(to_double(bc[i]), value(n - 1, i));
+      std::vector<T> rd(c == 1 ? total : 0);
+      comm.reduce<T>(ctx, x, rd, 1, ReduceOp::kMax);
+      for (uint64_t i = 0; i < rd.size(); ++i) ASSERT_EQ(to_double(rd[i]), value(n - 1, i));
+    });
+  }
+}
+
+TEST_F(CollectivesTest, EveryOpForEveryElementType) {
+  check_every_op_for_type<float>(rt_);
+  check_every_op_for_type<double>(rt_);
+  check_every_op_for_type<BFloat16>(rt_);
+  check_every_op_for_type<int32_t>(rt_);
+  check_every_op_for_type<int64_t>(rt_);
+}
+
 // ---- replica groups --------------------------------------------------------------------------
 
 TEST_F(CollectivesTest, DisjointReplicaGroupsRunEveryOpConcurrently) {
