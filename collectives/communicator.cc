@@ -87,6 +87,31 @@ void check_same_shape_buffers(const char* op, std::span<const std::byte> send,
   }
 }
 
+Fingerprint make_fingerprint(CollectiveKind kind, DataType dtype, const Shape& s,
+                             Algorithm algorithm) {
+  Fingerprint fp;
+  fp.kind = kind;
+  fp.dtype = dtype;
+  fp.set_shape(s);
+  fp.algorithm = algorithm;
+  return fp;
+}
+
+/// Pairwise exchange (N-1 steps, step k: send to rank+k, receive from rank-k): block q of
+/// `out_blocks` goes to rank q, and rank q's block for us lands in block q of `in_blocks`; our
+/// own block is copied.
+void exchange_blocks(const AlgorithmContext& ac, const std::byte* out_blocks, std::byte* in_blocks,
+                     uint64_t block_bytes) {
+  const uint64_t me = static_cast<uint64_t>(ac.rank);
+  if (block_bytes)
+    std::memcpy(in_blocks + me * block_bytes, out_blocks + me * block_bytes, block_bytes);
+  for (int k = 1; k < ac.nranks; ++k) {
+    const int to = ac.mod(ac.rank + k), from = ac.mod(ac.rank - k);
+    ac.sendrecv(to, out_blocks + static_cast<uint64_t>(to) * block_bytes, block_bytes, from,
+                in_blocks + static_cast<uint64_t>(from) * block_bytes, block_bytes);
+  }
+}
+
 /// Validation shared by the rooted operations (broadcast, reduce): the root is a rank, the
 /// buffers match the shape (send only where it is read, recv where it is written or given), and
 /// the root's buffers are the same or disjoint.
@@ -445,12 +470,9 @@ void Communicator::all_reduce_bytes(CoreContext& ctx, DataType dtype,
   const Shape s = Shape::of(shape);
   const uint64_t count = s.num_elements();
   check_same_shape_buffers("all_reduce", send, recv, count, elem, s);
-  Fingerprint fp;
-  fp.kind = CollectiveKind::kAllReduce;
-  fp.dtype = dtype;
+  Fingerprint fp = make_fingerprint(CollectiveKind::kAllReduce, dtype, s,
+                                    resolve_all_reduce_algorithm(opts.algorithm, count * elem));
   fp.reduce_op = op;
-  fp.set_shape(s);
-  fp.algorithm = resolve_all_reduce_algorithm(opts.algorithm, count * elem);
   int rows = options_.torus_rows > 0 ? options_.torus_rows : torus_rows_for(size());
   const void* src = send.data();
   void* dst = recv.data();
@@ -541,13 +563,10 @@ void Communicator::all_gather_bytes(CoreContext& ctx, DataType dtype,
         "all_gather send and recv buffers overlap (expected disjoint buffers, or NCCL's in place "
         "form: send == recv + rank * send bytes with gathering on a leading axis)");
   }
-  Fingerprint fp;
-  fp.kind = CollectiveKind::kAllGather;
-  fp.dtype = dtype;
-  fp.set_shape(s);
+  Fingerprint fp = make_fingerprint(CollectiveKind::kAllGather, dtype, s,
+                                    n == 1 ? Algorithm::kLocal : Algorithm::kRing);
   fp.axis = axis;
   fp.tiled = tiled;
-  fp.algorithm = n == 1 ? Algorithm::kLocal : Algorithm::kRing;
   run(ctx, fp, block_bytes, [&](const AlgorithmContext& ac) {
     // Gather rank-major blocks: straight into recv when the layout allows, else into scratch.
     std::vector<std::byte> scratch;
@@ -617,14 +636,11 @@ void Communicator::reduce_scatter_bytes(CoreContext& ctx, DataType dtype,
   check_size("reduce_scatter", "send", send.size(), count, elem, s.to_string());
   check_size("reduce_scatter", "recv", recv.size(), block, elem, dims_text(out_shape));
   const uint64_t outer = product(shape, 0, static_cast<size_t>(scatter_dimension));
-  Fingerprint fp;
-  fp.kind = CollectiveKind::kReduceScatter;
-  fp.dtype = dtype;
+  Fingerprint fp = make_fingerprint(CollectiveKind::kReduceScatter, dtype, s,
+                                    n == 1 ? Algorithm::kLocal : Algorithm::kPairwise);
   fp.reduce_op = op;
-  fp.set_shape(s);
   fp.axis = scatter_dimension;
   fp.tiled = tiled;
-  fp.algorithm = n == 1 ? Algorithm::kLocal : Algorithm::kPairwise;
   run(ctx, fp, count * elem, [&](const AlgorithmContext& ac) {
     const uint64_t block_bytes = block * elem;
     // Blocks in rank order, contiguous: the input itself when the scatter dimension leads.
@@ -638,15 +654,7 @@ void Communicator::reduce_scatter_bytes(CoreContext& ctx, DataType dtype,
     }
     // Every rank sends block q raw to rank q (pairwise, N-1 steps), then folds in rank order.
     std::vector<std::byte> raw(block_bytes * static_cast<uint64_t>(ac.nranks));
-    if (block_bytes) {
-      std::memcpy(raw.data() + static_cast<uint64_t>(ac.rank) * block_bytes,
-                  blocks + static_cast<uint64_t>(ac.rank) * block_bytes, block_bytes);
-    }
-    for (int k = 1; k < ac.nranks; ++k) {
-      const int to = ac.mod(ac.rank + k), from = ac.mod(ac.rank - k);
-      ac.sendrecv(to, blocks + static_cast<uint64_t>(to) * block_bytes, block_bytes, from,
-                  raw.data() + static_cast<uint64_t>(from) * block_bytes, block_bytes);
-    }
+    exchange_blocks(ac, blocks, raw.data(), block_bytes);
     visit_data_type(dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
       std::vector<const T*> by_rank(static_cast<size_t>(ac.nranks));
@@ -699,28 +707,17 @@ void Communicator::all_to_all_bytes(CoreContext& ctx, DataType dtype,
   block_shape[static_cast<size_t>(split_axis)] /= n;
   const uint64_t outer_split = product(shape, 0, static_cast<size_t>(split_axis));
   const uint64_t outer_concat = product(block_shape, 0, static_cast<size_t>(concat_axis));
-  Fingerprint fp;
-  fp.kind = CollectiveKind::kAllToAll;
-  fp.dtype = dtype;
-  fp.set_shape(s);
+  Fingerprint fp = make_fingerprint(CollectiveKind::kAllToAll, dtype, s,
+                                    n == 1 ? Algorithm::kLocal : Algorithm::kPairwise);
   fp.axis = split_axis;
   fp.concat_axis = concat_axis;
-  fp.algorithm = n == 1 ? Algorithm::kLocal : Algorithm::kPairwise;
   run(ctx, fp, count * elem, [&](const AlgorithmContext& ac) {
     const uint64_t nr = static_cast<uint64_t>(ac.nranks);
     const uint64_t block_bytes = count * elem / nr;
     std::vector<std::byte> out_blocks(send.size()), in_blocks(send.size());
     transpose_blocks(send.data(), out_blocks.data(), nr, outer_split,
                      outer_split ? block_bytes / outer_split : 0, /*to_block_major=*/true);
-    if (block_bytes) {
-      std::memcpy(in_blocks.data() + static_cast<uint64_t>(ac.rank) * block_bytes,
-                  out_blocks.data() + static_cast<uint64_t>(ac.rank) * block_bytes, block_bytes);
-    }
-    for (int k = 1; k < ac.nranks; ++k) {
-      const int to = ac.mod(ac.rank + k), from = ac.mod(ac.rank - k);
-      ac.sendrecv(to, out_blocks.data() + static_cast<uint64_t>(to) * block_bytes, block_bytes,
-                  from, in_blocks.data() + static_cast<uint64_t>(from) * block_bytes, block_bytes);
-    }
+    exchange_blocks(ac, out_blocks.data(), in_blocks.data(), block_bytes);
     transpose_blocks(in_blocks.data(), recv.data(), nr, outer_concat,
                      outer_concat ? block_bytes / outer_concat : 0, /*to_block_major=*/false);
   });
@@ -759,12 +756,9 @@ void Communicator::collective_permute_bytes(CoreContext& ctx, DataType dtype,
     dst_of[static_cast<size_t>(src)] = dst;
     src_of[static_cast<size_t>(dst)] = src;
   }
-  Fingerprint fp;
-  fp.kind = CollectiveKind::kCollectivePermute;
-  fp.dtype = dtype;
-  fp.set_shape(s);
+  Fingerprint fp =
+      make_fingerprint(CollectiveKind::kCollectivePermute, dtype, s, Algorithm::kPairwise);
   fp.pairs_hash = hash_pairs(pairs);
-  fp.algorithm = Algorithm::kPairwise;
   run(ctx, fp, count * elem, [&](const AlgorithmContext& ac) {
     const int to = dst_of[static_cast<size_t>(ac.rank)];
     const int from = src_of[static_cast<size_t>(ac.rank)];
@@ -789,12 +783,9 @@ void Communicator::broadcast_bytes(CoreContext& ctx, DataType dtype,
   const uint64_t count = s.num_elements();
   const int my_rank = rank_of(ctx.core_id());
   check_rooted("broadcast", root, n, my_rank == root, my_rank == root, send, recv, count, elem, s);
-  Fingerprint fp;
-  fp.kind = CollectiveKind::kBroadcast;
-  fp.dtype = dtype;
-  fp.set_shape(s);
+  Fingerprint fp = make_fingerprint(CollectiveKind::kBroadcast, dtype, s,
+                                    n == 1 ? Algorithm::kLocal : Algorithm::kChain);
   fp.root = root;
-  fp.algorithm = n == 1 ? Algorithm::kLocal : Algorithm::kChain;
   run(ctx, fp, count * elem, [&](const AlgorithmContext& ac) {
     const uint64_t bytes = count * elem;
     const int pos = ac.mod(ac.rank - root);  // position along the chain root, root+1, ...
@@ -833,13 +824,10 @@ void Communicator::reduce_bytes(CoreContext& ctx, DataType dtype, std::span<cons
   const int n = size();
   const uint64_t count = s.num_elements();
   check_rooted("reduce", root, n, rank_of(ctx.core_id()) == root, true, send, recv, count, elem, s);
-  Fingerprint fp;
-  fp.kind = CollectiveKind::kReduce;
-  fp.dtype = dtype;
+  Fingerprint fp = make_fingerprint(CollectiveKind::kReduce, dtype, s,
+                                    n == 1 ? Algorithm::kLocal : Algorithm::kChain);
   fp.reduce_op = op;
-  fp.set_shape(s);
   fp.root = root;
-  fp.algorithm = n == 1 ? Algorithm::kLocal : Algorithm::kChain;
   run(ctx, fp, count * elem, [&](const AlgorithmContext& ac) {
     if (ac.nranks == 1) {
       if (send.data() != recv.data() && count) std::memcpy(recv.data(), send.data(), count * elem);
