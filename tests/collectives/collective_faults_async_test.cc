@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <latch>
 #include <string>
 #include <thread>
 #include <vector>
@@ -79,13 +80,17 @@ std::vector<OpCase> every_op() {
 // whose root is present can complete without the last core, which is not a hang.)
 TEST(CollectiveFaultsTest, TimeoutNamesOpSequenceAndMissingCoreForEveryOp) {
   RuntimeOptions o = small_options(3);
-  o.collective_timeout = 100ms;
+  o.collective_timeout = 250ms;
   Runtime rt(o);
   for (const OpCase& op : every_op()) {
     Communicator comm(rt, {0, 1, 2});
+    // Cores 1 and 2 start together, so that a slow thread start (TSan on a loaded machine) does
+    // not make core 1 look missing too.
+    std::latch both_running(2);
     try {
       rt.run_spmd([&](CoreContext& ctx) {
         if (ctx.core_id() == 0) return;  // never calls the collective
+        both_running.arrive_and_wait();
         op.call(comm, ctx, 3);
       });
       FAIL() << op.name << ": expected an error";
