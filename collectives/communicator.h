@@ -82,7 +82,10 @@ struct CollectiveStats {
 /// Async: each op has a `*_start` form that returns a CollectiveHandle; the collective runs on the
 /// core's communication worker (VirtualCore::comm_executor) while the program computes. A core's
 /// collectives on one communicator run in call order: a synchronous call first waits for the
-/// core's started ones. Buffers must stay alive until wait().
+/// core's started ones. Buffers must stay alive until wait(). Started collectives of all
+/// communicators share the core's one FIFO worker, so cores must start collectives of different
+/// communicators in the same relative order (as NCCL requires of one stream); otherwise they
+/// wait for each other until the timeout.
 ///
 /// Thread-safe: each core calls from its own thread (its program); abort() from any thread;
 /// reset() only when no collective is running. A Communicator must not outlive its Runtime.

@@ -696,6 +696,32 @@ TEST(ElementTypesTest, UnsupportedTypeIsAnError) {
   });
 }
 
+// Other link shapes: 64-byte slots (16 floats, so 1000 floats are 63 pieces) with 2, 3 and 5
+// slots, and 16 cores, for every algorithm and the chain-based broadcast and reduce. The
+// pipelined schedules were checked deadlock-free by simulation; this runs the real code.
+TEST(LinkShapesTest, EveryAlgorithmWithTinySlotsAndManyCores) {
+  for (int slots : {2, 3, 5}) {
+    Runtime rt(small_options(16, 64, slots));
+    for (int n : {2, 3, 8, 16}) {
+      Communicator comm(rt, iota_group(n));
+      for (Algorithm alg : kAllReduceAlgorithms) {
+        check_all_reduce<float>(rt, comm, n, 1000, ReduceOp::kSum, alg,
+                                alg != Algorithm::kRingReduceScatter);
+      }
+      rt.run_spmd(iota_group(n), [&](CoreContext& ctx) {
+        const int c = ctx.core_id();
+        std::vector<int32_t> x(1000, c + 1), y(1000, -1);
+        comm.reduce<int32_t>(ctx, x, y, n / 2);
+        if (c == n / 2) {
+          for (int32_t v : y) ASSERT_EQ(v, n * (n + 1) / 2);
+        }
+        comm.broadcast<int32_t>(ctx, x, y, n - 1);
+        for (int32_t v : y) ASSERT_EQ(v, n);
+      });
+    }
+  }
+}
+
 }  // namespace
 }  // namespace vtpu
 
