@@ -4,6 +4,7 @@
 // so an algorithm names peers by rank and never by transport.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -46,7 +47,7 @@ struct AlgorithmContext {
 };
 
 /// Offset and length of part `index` when `count` elements are cut into `parts` parts of
-/// ceil(count / parts) elements (the last ones shorter or empty).
+/// ceil(count / parts) elements (the last ones shorter or empty). Elements, not bytes. Plain data.
 struct BlockRange {
   uint64_t offset = 0;
   uint64_t length = 0;
@@ -59,6 +60,7 @@ inline BlockRange block_range(uint64_t count, uint64_t parts, uint64_t index) {
 
 /// A buffer of `count` elements cut into pieces of `piece` elements (one slot each), for the
 /// pipelined algorithms: at least one piece, possibly empty, so that fingerprints always meet.
+/// Units are whatever the caller counts (elements of T, or bytes). Plain data.
 struct Pieces {
   uint64_t piece = 1;
   uint64_t count = 0;
