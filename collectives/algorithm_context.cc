@@ -31,7 +31,7 @@ void AlgorithmContext::sendrecv(int to_rank, const void* src, uint64_t send_byte
       const uint64_t off = i * from->slot_bytes();
       const uint64_t len = std::min(from->slot_bytes(), recv_bytes - std::min(off, recv_bytes));
       ReceivedSlot r = from->acquire_recv_slot(std::chrono::steady_clock::now() + timeout);
-      if (!(r.fingerprint == fp)) on_mismatch(*from, r.fingerprint);
+      if (on_mismatch && !(r.fingerprint == fp)) on_mismatch(*from, r.fingerprint);
       if (r.payload_bytes != len) {
         throw InternalError("exchange expected " + std::to_string(len) +
                             " payload bytes from core " + std::to_string(from->src_core()) +

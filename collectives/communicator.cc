@@ -395,14 +395,15 @@ void Communicator::run(CoreContext& ctx, Fingerprint fp, uint64_t input_bytes, c
   ac.timeout = options_.timeout;
   ac.link = [this](int s, int d) -> Link& { return link(s, d); };
   const int core_id = ctx.core_id();
-  ac.on_mismatch = [this, core_id, fp](const Link& from, const Fingerprint& theirs) {
-    throw InvalidArgumentError(
-        "collective mismatch in group " + group_string() + ": core " + std::to_string(core_id) +
-        " called " + fp.to_string() + " but core " + std::to_string(from.src_core()) + " called " +
-        theirs.to_string() +
-        " (every core in the group must call the same collectives with the same type, shape, "
-        "parameters and op, in the same order)");
-  };
+  if (options_.desync_check)
+    ac.on_mismatch = [this, core_id, fp](const Link& from, const Fingerprint& theirs) {
+      throw InvalidArgumentError(
+          "collective mismatch in group " + group_string() + ": core " + std::to_string(core_id) +
+          " called " + fp.to_string() + " but core " + std::to_string(from.src_core()) +
+          " called " + theirs.to_string() +
+          " (every core in the group must call the same collectives with the same type, shape, "
+          "parameters and op, in the same order)");
+    };
   try {
     body(ac);
   } catch (...) {

@@ -39,6 +39,11 @@ struct CommunicatorOptions {
   /// Rows R of the R x C mesh kTorus2d sees (R must divide the group size); 0 (default): the most
   /// square factorisation with R <= C.
   int torus_rows = 0;
+  /// true (default): every received message's fingerprint is compared with the receiver's, so a
+  /// desync fails at once naming both sides (cost: one 120-byte compare per received slot).
+  /// false: no compare; a desync then shows as an InternalError on a payload size mismatch, a
+  /// timeout, or wrong results.
+  bool desync_check = true;
   /// Options from the runtime's link_slot_bytes, link_num_slots, collective_timeout and
   /// collective_algorithm.
   static CommunicatorOptions from_runtime(const RuntimeOptions& options);

@@ -213,6 +213,25 @@ TEST(CollectiveFaultsTest, ShapeAndParameterMismatchesAreErrors) {
                InvalidArgumentError);
 }
 
+// The check can be turned off; matching collectives still work, and a size mismatch is then
+// caught only as a payload size error (InternalError), not a desync naming both sides.
+TEST(CollectiveFaultsTest, DesyncCheckCanBeTurnedOff) {
+  Runtime rt(small_options(2));
+  CommunicatorOptions o = CommunicatorOptions::from_runtime(rt.options());
+  o.desync_check = false;
+  Communicator comm(rt, {0, 1}, o);
+  rt.run_spmd([&](CoreContext& ctx) {
+    std::vector<float> v(1000, 1.0f);
+    comm.all_reduce<float>(ctx, std::span<float>(v));
+    for (float x : v) ASSERT_EQ(x, 2.0f);
+  });
+  EXPECT_THROW(rt.run_spmd([&](CoreContext& ctx) {
+    std::vector<float> v(ctx.core_id() == 0 ? 8 : 6, 1.0f);
+    comm.all_reduce<float>(ctx, std::span<float>(v));
+  }),
+               InternalError);
+}
+
 // ---- async -----------------------------------------------------------------------------------
 
 // start, compute, wait: the result is right and the compute ran while the collective was pending.
