@@ -205,10 +205,10 @@ class Communicator {
 
   // ---- collective_permute (lax.ppermute) -----------------------------------------------------
   /// Rank `source` sends its input to rank `destination` for every pair; a rank that is no
-  /// destination gets zeros. Every core passes the same list. A source or destination listed
-  /// twice, or a rank outside [0, N), is InvalidArgumentError. `recv` may be `send` (in place).
-  /// A core that receives nothing does not wait for anyone (it can never hang; at worst its
-  /// peers time out).
+  /// destination gets zeros. Every core passes the same list, in the same order (its hash is in
+  /// the fingerprint). A source or destination listed twice, or a rank outside [0, N), is
+  /// InvalidArgumentError. `recv` may be `send` (in place). A core that receives nothing does not
+  /// wait for anyone (it can never hang; at worst its peers time out).
   template <typename T>
   void collective_permute(CoreContext& ctx, std::span<const T> send, std::span<T> recv,
                           std::span<const PermutePair> pairs) {
