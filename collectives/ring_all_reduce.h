@@ -1,4 +1,6 @@
-// Ring all-reduce over circular-buffer links, after NCCL's src/device/all_reduce.h
+// Classic ring all-reduce (reduce-scatter, then all-gather) over circular-buffer links: the
+// Algorithm::kRingReduceScatter opt-in, NOT the deterministic default (see
+// collectives/all_reduce_algorithms.h for those), after NCCL's src/device/all_reduce.h
 // (runRing) and Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of
 // workstations" (JPDC 2009).
 //
@@ -15,8 +17,10 @@
 // Each link carries 2(n-1)/n of the buffer, the bandwidth optimum. Every chunk is reduced by
 // exactly one chain of ranks and then copied, so every rank ends with bit-identical results, and
 // the order of additions is fixed for a given n (chunk c is summed r = c+1, c+2, ..., c), so runs
-// repeat bit for bit. In place (send == recv) is allowed, as in NCCL: each chunk of `send` is
-// read before that chunk of `recv` is written.
+// repeat bit for bit. But that order depends on the chunk, so the result differs in the last bits
+// from the rank-order fold the deterministic algorithms compute (the issue's example
+// v = [1e8, 1, -1e8, 1] on 4 cores gives 0 or 2 here, 1 there). In place (send == recv) is allowed,
+// as in NCCL: each chunk of `send` is read before that chunk of `recv` is written.
 #pragma once
 
 #include <cstdint>

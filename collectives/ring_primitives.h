@@ -1,121 +1,130 @@
-// The primitives every ring algorithm is written in, after NCCL's prims (send, recvReduceSend,
+// The primitives every algorithm is written in, after NCCL's prims (send, recvReduceSend,
 // directRecvReduceCopySend, directRecvCopySend, directRecv). Each moves one piece of at most
 // slot_bytes through one slot: it waits for the slot, checks the sender's fingerprint against
-// ours, and hands the slot back.
+// ours, and hands the slot back. A Primitives object joins any receive link with any send link
+// (a ring's prev/next, a chain's up/down links, a torus axis): algorithms other than the ring use
+// the same steps.
+//
+// Slots: a step that receives and sends holds its received slot while it waits for a send slot,
+// so links need kMinSlots = 2 slots (double buffering) or a ring of such steps deadlocks.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
-#include <span>
 #include <string>
 
 #include "collectives/link.h"
+#include "collectives/reduce_kernels.h"
 #include "collectives/types.h"
 #include "common/error.h"
 
 namespace vtpu {
 
-/// Elementwise combine for ReduceOp, in a fixed operand order (accumulated, then local), so that
-/// results are reproducible.
-template <typename T>
-inline void reduce_into(T* out, const T* acc, const T* local, uint64_t n, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      for (uint64_t i = 0; i < n; ++i) out[i] = acc[i] + local[i];
-      break;
-    case ReduceOp::kProd:
-      for (uint64_t i = 0; i < n; ++i) out[i] = acc[i] * local[i];
-      break;
-    case ReduceOp::kMax:
-      for (uint64_t i = 0; i < n; ++i) out[i] = std::max(acc[i], local[i]);
-      break;
-    case ReduceOp::kMin:
-      for (uint64_t i = 0; i < n; ++i) out[i] = std::min(acc[i], local[i]);
-      break;
-  }
-}
+/// Slots a link needs for the primitives that hold a received slot while sending.
+inline constexpr int kMinSlots = 2;
 
-/// One rank's view of a ring: the link from its previous rank and the link to its next rank.
-/// Only the owning core may call. Every wait gives up after `timeout`. `on_mismatch` is called
-/// (and must throw) when a received fingerprint differs from ours.
+/// Called (and must throw) when a received fingerprint differs from ours: `from` is the link the
+/// message came on. An empty handler turns the check off.
+using MismatchHandler = std::function<void(const Link& from, const Fingerprint& theirs)>;
+
+/// One rank's view of one step pattern: the link it receives from and the link it sends to
+/// (either may be null when the pattern only sends or only receives). Only the owning core may
+/// call. Every wait gives up after `timeout` (DeadlineExceededError) or on abort (AbortedError).
 template <typename T>
-class RingPrimitives {
+class Primitives {
  public:
-  RingPrimitives(Link& recv_from_prev, Link& send_to_next, const Fingerprint& fingerprint,
-                 std::chrono::milliseconds timeout,
-                 std::function<void(const Fingerprint& theirs)> on_mismatch)
-      : prev_(recv_from_prev),
-        next_(send_to_next),
+  Primitives(Link* recv_from, Link* send_to, const Fingerprint& fingerprint,
+             std::chrono::milliseconds timeout, MismatchHandler on_mismatch)
+      : from_(recv_from),
+        to_(send_to),
         fp_(fingerprint),
         timeout_(timeout),
         on_mismatch_(std::move(on_mismatch)) {}
 
-  /// Elements that fit one slot.
-  uint64_t slot_elements() const { return next_.slot_bytes() / sizeof(T); }
-
-  /// send: push n local elements to the next rank.
-  void send(const T* src, uint64_t n) {
-    std::byte* slot = next_.acquire_send_slot(deadline());
-    if (n) std::memcpy(slot, src, n * sizeof(T));
-    next_.commit_send(fp_, n * sizeof(T));
+  /// Elements that fit one slot of the send link (or the receive link when there is none).
+  uint64_t slot_elements() const {
+    return (to_ ? to_->slot_bytes() : from_->slot_bytes()) / sizeof(T);
   }
-  /// recv_reduce_send: receive a partial result, combine it with local data, push it on.
+
+  /// send: push n local elements.
+  void send(const T* src, uint64_t n) {
+    std::byte* slot = to_->acquire_send_slot(deadline());
+    if (n) std::memcpy(slot, src, n * sizeof(T));
+    to_->commit_send(fp_, n * sizeof(T));
+  }
+  /// recv_reduce_send: receive a partial result, combine it (received op local), push it on.
   void recv_reduce_send(const T* local, uint64_t n) {
     const T* in = recv_checked(n);
-    T* out = reinterpret_cast<T*>(next_.acquire_send_slot(deadline()));
+    T* out = reinterpret_cast<T*>(to_->acquire_send_slot(deadline()));
     reduce_into(out, in, local, n, fp_.reduce_op);
-    next_.commit_send(fp_, n * sizeof(T));
-    prev_.release_recv();
+    to_->commit_send(fp_, n * sizeof(T));
+    from_->release_recv();
   }
   /// recv_reduce_copy_send: receive the last partial, combine with local data into the final
-  /// result at `dst`, and push the result on.
+  /// result at `dst`, and push the result on. `dst` may equal `local` (in place).
   void recv_reduce_copy_send(const T* local, T* dst, uint64_t n) {
     const T* in = recv_checked(n);
-    T* out = reinterpret_cast<T*>(next_.acquire_send_slot(deadline()));
+    T* out = reinterpret_cast<T*>(to_->acquire_send_slot(deadline()));
     reduce_into(out, in, local, n, fp_.reduce_op);
     if (n) std::memcpy(dst, out, n * sizeof(T));
-    next_.commit_send(fp_, n * sizeof(T));
-    prev_.release_recv();
+    to_->commit_send(fp_, n * sizeof(T));
+    from_->release_recv();
+  }
+  /// recv_reduce_copy: receive the last partial and combine it with local data into `dst`.
+  void recv_reduce_copy(const T* local, T* dst, uint64_t n) {
+    const T* in = recv_checked(n);
+    reduce_into(dst, in, local, n, fp_.reduce_op);
+    from_->release_recv();
   }
   /// recv_copy_send: receive a final result, keep a copy at `dst`, push it on.
   void recv_copy_send(T* dst, uint64_t n) {
     const T* in = recv_checked(n);
-    std::byte* out = next_.acquire_send_slot(deadline());
+    std::byte* out = to_->acquire_send_slot(deadline());
     if (n) {
       std::memcpy(dst, in, n * sizeof(T));
       std::memcpy(out, in, n * sizeof(T));
     }
-    next_.commit_send(fp_, n * sizeof(T));
-    prev_.release_recv();
+    to_->commit_send(fp_, n * sizeof(T));
+    from_->release_recv();
   }
   /// recv: receive a final result into `dst`.
   void recv(T* dst, uint64_t n) {
     const T* in = recv_checked(n);
     if (n) std::memcpy(dst, in, n * sizeof(T));
-    prev_.release_recv();
+    from_->release_recv();
   }
 
  private:
   Deadline deadline() const { return std::chrono::steady_clock::now() + timeout_; }
   const T* recv_checked(uint64_t n) {
-    ReceivedSlot s = prev_.acquire_recv_slot(deadline());
-    if (!(s.fingerprint == fp_)) on_mismatch_(s.fingerprint);
+    ReceivedSlot s = from_->acquire_recv_slot(deadline());
+    if (on_mismatch_ && !(s.fingerprint == fp_)) on_mismatch_(*from_, s.fingerprint);
     if (s.payload_bytes != n * sizeof(T)) {
-      throw InternalError("ring step expected " + std::to_string(n * sizeof(T)) +
-                          " payload bytes from core " + std::to_string(prev_.src_core()) +
+      throw InternalError("step expected " + std::to_string(n * sizeof(T)) +
+                          " payload bytes from core " + std::to_string(from_->src_core()) +
                           ", got " + std::to_string(s.payload_bytes) + " (" + fp_.to_string() +
                           ")");
     }
     return reinterpret_cast<const T*>(s.data);
   }
 
-  Link& prev_;
-  Link& next_;
+  Link* from_;
+  Link* to_;
   const Fingerprint fp_;
   const std::chrono::milliseconds timeout_;
-  std::function<void(const Fingerprint&)> on_mismatch_;
+  MismatchHandler on_mismatch_;
+};
+
+/// The ring's name for the same primitives (receive from the previous rank, send to the next).
+template <typename T>
+class RingPrimitives : public Primitives<T> {
+ public:
+  RingPrimitives(Link& recv_from_prev, Link& send_to_next, const Fingerprint& fingerprint,
+                 std::chrono::milliseconds timeout, MismatchHandler on_mismatch)
+      : Primitives<T>(&recv_from_prev, &send_to_next, fingerprint, timeout,
+                      std::move(on_mismatch)) {}
 };
 
 }  // namespace vtpu

@@ -79,6 +79,21 @@ void RuntimeOptions::validate() const {
                                std::to_string(collective_timeout.count()) + " (expected 1.." +
                                std::to_string(kMaxCollectiveTimeout.count()) + ", at most 7 days)");
   }
+  const auto& algorithms = collective_algorithm_names();
+  if (std::find(algorithms.begin(), algorithms.end(), collective_algorithm) == algorithms.end()) {
+    throw InvalidArgumentError("collective_algorithm is '" + collective_algorithm +
+                               "' (expected one of: " + join(algorithms) + ")");
+  }
+}
+
+const std::vector<std::string>& RuntimeOptions::collective_algorithm_names() {
+  static const std::vector<std::string> kNames = {"auto",
+                                                  "ring",
+                                                  "bidirectional_ring",
+                                                  "recursive_doubling",
+                                                  "torus_2d",
+                                                  "ring_reduce_scatter"};
+  return kNames;
 }
 
 RuntimeOptions RuntimeOptions::from_json(const nlohmann::json& j) {
@@ -86,11 +101,17 @@ RuntimeOptions RuntimeOptions::from_json(const nlohmann::json& j) {
     throw InvalidArgumentError("runtime options must be a JSON object, got " +
                                std::string(j.type_name()));
   }
-  static const std::set<std::string> kKnown = {
-      "num_cores",           "hbm_bytes_per_core", "hbm_memory_fraction",
-      "allocator",           "auto_defragment",    "hbm_backing",
-      "link_slot_bytes",     "link_num_slots",     "collective_timeout_ms",
-      "record_memory_events"};
+  static const std::set<std::string> kKnown = {"num_cores",
+                                               "hbm_bytes_per_core",
+                                               "hbm_memory_fraction",
+                                               "allocator",
+                                               "auto_defragment",
+                                               "hbm_backing",
+                                               "link_slot_bytes",
+                                               "link_num_slots",
+                                               "collective_timeout_ms",
+                                               "record_memory_events",
+                                               "collective_algorithm"};
   for (const auto& [key, value] : j.items()) {
     if (!kKnown.contains(key)) {
       throw InvalidArgumentError("unknown runtime option '" + key + "' (known: " + join(kKnown) +
@@ -143,6 +164,14 @@ RuntimeOptions RuntimeOptions::from_json(const nlohmann::json& j) {
     }
     o.collective_timeout = std::chrono::milliseconds(ms);
   }
+  if (j.contains("collective_algorithm")) {
+    if (!j.at("collective_algorithm").is_string()) {
+      throw InvalidArgumentError("options key 'collective_algorithm' is " +
+                                 j.at("collective_algorithm").dump() +
+                                 " (expected a string such as \"auto\")");
+    }
+    o.collective_algorithm = j.at("collective_algorithm").get<std::string>();
+  }
   o.validate();
   return o;
 }
@@ -184,7 +213,8 @@ nlohmann::json RuntimeOptions::to_json() const {
                         {"hbm_backing", hbm_backing},
                         {"link_slot_bytes", link_slot_bytes},
                         {"link_num_slots", link_num_slots},
-                        {"collective_timeout_ms", collective_timeout.count()}};
+                        {"collective_timeout_ms", collective_timeout.count()},
+                        {"collective_algorithm", collective_algorithm}};
 }
 
 }  // namespace vtpu

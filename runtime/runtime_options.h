@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <vector>
 
 namespace vtpu {
 
@@ -13,7 +14,8 @@ namespace vtpu {
 ///   {"num_cores": 8, "hbm_bytes_per_core": "16G" | 17179869184, "allocator": "bfc",
 ///    "hbm_memory_fraction": 1.0, "auto_defragment": true, "record_memory_events": false,
 ///    "hbm_backing": true,
-///    "link_slot_bytes": "1M" | 1048576, "link_num_slots": 4, "collective_timeout_ms": 30000}
+///    "link_slot_bytes": "1M" | 1048576, "link_num_slots": 4, "collective_timeout_ms": 30000,
+///    "collective_algorithm": "auto"}
 /// Plain data, thread-compatible.
 struct RuntimeOptions {
   int num_cores = 8;                                 // virtual TPU cores (threads), 1..1024
@@ -31,6 +33,12 @@ struct RuntimeOptions {
   std::chrono::milliseconds collective_timeout{30000};  // every collective wait; default 30 s,
                                                         // at most kMaxCollectiveTimeout
   static constexpr std::chrono::milliseconds kMaxCollectiveTimeout{7LL * 24 * 3600 * 1000};
+  /// all_reduce algorithm of communicators built from these options: "auto" (default: chosen by
+  /// message size and group size) or one of collective_algorithm_names().
+  std::string collective_algorithm = "auto";
+  /// "auto", "ring", "bidirectional_ring", "recursive_doubling", "torus_2d",
+  /// "ring_reduce_scatter" (the last is not deterministic across algorithms; see the README).
+  static const std::vector<std::string>& collective_algorithm_names();
 
   /// Throws InvalidArgumentError naming the first field out of range and the accepted range.
   void validate() const;

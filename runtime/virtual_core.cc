@@ -14,6 +14,13 @@ VirtualCore::VirtualCore(int core_id, uint64_t hbm_total_bytes,
 VirtualCore::~VirtualCore() {
   work_.reset();  // drain: run() returns once the queue is empty
   if (thread_.joinable()) thread_.join();
+  comm_executor_.reset();  // then the communication worker (programs may have started work)
+}
+
+SerialExecutor& VirtualCore::comm_executor() {
+  std::lock_guard lock(comm_mu_);
+  if (!comm_executor_) comm_executor_ = std::make_unique<SerialExecutor>();
+  return *comm_executor_;
 }
 
 }  // namespace vtpu

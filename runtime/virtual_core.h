@@ -6,10 +6,12 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "memory/hbm_arena.h"
 #include "memory/hbm_device.h"
+#include "runtime/serial_executor.h"
 
 namespace vtpu {
 
@@ -42,6 +44,11 @@ class VirtualCore {
   void post(F&& fn) {
     boost::asio::post(io_, std::forward<F>(fn));
   }
+  /// The core's communication worker (a FIFO thread, started on first use): where started
+  /// collectives run, in the order started, while the core's thread goes on computing.
+  /// Thread-safe.
+  SerialExecutor& comm_executor();
+
   /// True when called from this core's own thread.
   bool on_core_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
 
@@ -51,6 +58,8 @@ class VirtualCore {
   std::shared_ptr<HbmArena> hbm_;
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  std::mutex comm_mu_;
+  std::unique_ptr<SerialExecutor> comm_executor_;  // GUARDED_BY(comm_mu_); drained after thread_
   std::thread thread_;  // declared last: started after, and joined before, everything above
 };
 

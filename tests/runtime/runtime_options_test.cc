@@ -96,6 +96,7 @@ TEST(RuntimeOptionsTest, ToJsonRoundTrips) {
   o.collective_timeout = 250ms;
   o.hbm_memory_fraction = 0.5;
   o.auto_defragment = false;
+  o.collective_algorithm = "torus_2d";
   const json j = o.to_json();
   EXPECT_EQ(j.at("num_cores").get<int>(), 3);
   EXPECT_EQ(j.at("hbm_bytes_per_core").get<uint64_t>(), 5 * kMiB + 256);
@@ -106,7 +107,8 @@ TEST(RuntimeOptionsTest, ToJsonRoundTrips) {
   EXPECT_EQ(j.at("collective_timeout_ms").get<int64_t>(), 250);
   EXPECT_EQ(j.at("hbm_memory_fraction").get<double>(), 0.5);
   EXPECT_FALSE(j.at("auto_defragment").get<bool>());
-  EXPECT_EQ(j.size(), 10u);
+  EXPECT_EQ(j.at("collective_algorithm").get<std::string>(), "torus_2d");
+  EXPECT_EQ(j.size(), 11u);
   const RuntimeOptions back = RuntimeOptions::from_json(j);
   EXPECT_EQ(back.num_cores, 3);
   EXPECT_EQ(back.hbm_bytes_per_core, 5 * kMiB + 256);
@@ -116,6 +118,7 @@ TEST(RuntimeOptionsTest, ToJsonRoundTrips) {
   EXPECT_EQ(back.collective_timeout, 250ms);
   EXPECT_EQ(back.hbm_memory_fraction, 0.5);
   EXPECT_FALSE(back.auto_defragment);
+  EXPECT_EQ(back.collective_algorithm, "torus_2d");
   // Also through text, where positive integers parse as unsigned.
   const RuntimeOptions text = RuntimeOptions::from_json(json::parse(j.dump()));
   EXPECT_EQ(text.hbm_bytes_per_core, 5 * kMiB + 256);
@@ -134,6 +137,20 @@ void expect_rejected(const json& j, std::initializer_list<std::string> needles) 
           << "missing '" << needle << "' in: " << e.what();
     }
   }
+}
+
+TEST(RuntimeOptionsTest, CollectiveAlgorithmKey) {
+  EXPECT_EQ(RuntimeOptions().collective_algorithm, "auto");
+  for (const std::string& name : RuntimeOptions::collective_algorithm_names()) {
+    EXPECT_EQ(RuntimeOptions::from_json(json{{"collective_algorithm", name}}).collective_algorithm,
+              name);
+  }
+  expect_rejected(json{{"collective_algorithm", "fastest"}},
+                  {"collective_algorithm", "fastest", "bidirectional_ring"});
+  expect_rejected(json{{"collective_algorithm", 3}}, {"collective_algorithm", "3"});
+  RuntimeOptions o;
+  o.collective_algorithm = "";
+  EXPECT_THROW(o.validate(), InvalidArgumentError);
 }
 
 TEST(RuntimeOptionsTest, UnknownKeyIsNamedWithTheKnownOnes) {

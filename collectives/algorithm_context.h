@@ -1,0 +1,74 @@
+// What an algorithm sees of its communicator on one rank: its rank, the group size, the
+// fingerprint every message carries, the timeout, and links to any other rank of the group. The
+// links come from the communicator's link table (created on first use through the Transport),
+// so an algorithm names peers by rank and never by transport.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+
+#include "collectives/link.h"
+#include "collectives/ring_primitives.h"
+#include "collectives/types.h"
+
+namespace vtpu {
+
+/// Only the owning core (or its communication worker) may use it, for one collective.
+struct AlgorithmContext {
+  int rank = 0;
+  int nranks = 1;
+  Fingerprint fp;
+  std::chrono::milliseconds timeout{30000};
+  std::function<Link&(int src_rank, int dst_rank)> link;  // directed link src -> dst
+  MismatchHandler on_mismatch;
+
+  /// Primitives receiving from `from_rank` and sending to `to_rank` (-1: none).
+  template <typename T>
+  Primitives<T> prims(int from_rank, int to_rank) const {
+    return Primitives<T>(from_rank < 0 ? nullptr : &link(from_rank, rank),
+                         to_rank < 0 ? nullptr : &link(rank, to_rank), fp, timeout, on_mismatch);
+  }
+  int mod(int64_t x) const {
+    const int64_t n = nranks;
+    return static_cast<int>(((x % n) + n) % n);
+  }
+
+  /// Sends `send_bytes` from `src` to `to_rank` while receiving `recv_bytes` from `from_rank` into
+  /// `dst` (either rank may be -1: only receive / only send). Both are cut into slot-sized pieces
+  /// that alternate, send first; at least one (possibly empty) message goes each way so that the
+  /// peer checks our fingerprint. Lock-step send-before-receive cannot deadlock with any slot
+  /// count >= 1, whatever the pattern of peers. `dst` may equal `src` when the piece sizes match
+  /// (piece i is sent before piece i is overwritten). Throws as Link, plus InvalidArgumentError on
+  /// a fingerprint mismatch (through on_mismatch) and InternalError on a payload size mismatch.
+  void sendrecv(int to_rank, const void* src, uint64_t send_bytes, int from_rank, void* dst,
+                uint64_t recv_bytes) const;
+};
+
+/// Offset and length of part `index` when `count` elements are cut into `parts` parts of
+/// ceil(count / parts) elements (the last ones shorter or empty). Elements, not bytes. Plain data.
+struct BlockRange {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+inline BlockRange block_range(uint64_t count, uint64_t parts, uint64_t index) {
+  const uint64_t chunk = (count + parts - 1) / parts;
+  const uint64_t off = std::min(index * chunk, count);
+  return {off, std::min(chunk, count - off)};
+}
+
+/// A buffer of `count` elements cut into pieces of `piece` elements (one slot each), for the
+/// pipelined algorithms: at least one piece, possibly empty, so that fingerprints always meet.
+/// Units are whatever the caller counts (elements of T, or bytes). Plain data.
+struct Pieces {
+  uint64_t piece = 1;
+  uint64_t count = 0;
+  uint64_t size() const { return std::max<uint64_t>(1, (count + piece - 1) / piece); }
+  BlockRange operator[](uint64_t t) const {
+    const uint64_t off = std::min(count, t * piece);
+    return {off, std::min(piece, count - off)};
+  }
+};
+
+}  // namespace vtpu

@@ -1,0 +1,54 @@
+// Shared helpers of the collectives tests: small runtimes and independent sequential references
+// (naive index arithmetic over row-major arrays, no code shared with collectives/).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "runtime/runtime.h"
+
+namespace vtpu::testing_util {
+
+// Slots of 256 B x 2: 128 floats fill a link, so 1000 elements exercise back-pressure.
+inline RuntimeOptions small_options(int cores, uint64_t slot_bytes = 256, int num_slots = 2) {
+  RuntimeOptions o;
+  o.num_cores = cores;
+  o.hbm_bytes_per_core = 64ull << 20;
+  o.link_slot_bytes = slot_bytes;
+  o.link_num_slots = num_slots;
+  o.collective_timeout = std::chrono::seconds(20);
+  return o;
+}
+
+inline std::vector<int> iota_group(int n, int first = 0) {
+  std::vector<int> g(static_cast<size_t>(n));
+  std::iota(g.begin(), g.end(), first);
+  return g;
+}
+
+inline uint64_t num_elements(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+inline std::vector<int64_t> unravel(uint64_t flat, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> idx(shape.size());
+  for (size_t k = shape.size(); k-- > 0;) {
+    idx[k] = static_cast<int64_t>(flat % static_cast<uint64_t>(shape[k]));
+    flat /= static_cast<uint64_t>(shape[k]);
+  }
+  return idx;
+}
+
+inline uint64_t ravel(const std::vector<int64_t>& idx, const std::vector<int64_t>& shape) {
+  uint64_t flat = 0;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    flat = flat * static_cast<uint64_t>(shape[k]) + static_cast<uint64_t>(idx[k]);
+  }
+  return flat;
+}
+
+}  // namespace vtpu::testing_util
