@@ -59,6 +59,8 @@ TEST(VtpuCliTest, TrainMlpWritesMemoryProfileSnapshotAndEventLog) {
   const nlohmann::json j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["config"]["runtime"]["allocator"], "first_fit");
   EXPECT_EQ(j["config"]["runtime"]["record_memory_events"], true);
+  // One gradient all-reduce per step: the profile hook's barriers are not counted in them.
+  for (const auto& a : j["all_reduce"]) EXPECT_EQ(a["num_collectives"], 5) << a;
   // The snapshot is taken after the last step, while the training buffers are live: each core
   // holds its copy of the dataset, the parameters, the gradient bucket and the step buffers.
   const nlohmann::json s = nlohmann::json::parse(std::ifstream(snap));
