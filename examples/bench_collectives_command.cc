@@ -72,16 +72,19 @@ void print_header(CollectiveBenchmark& bench, const MemcpyBandwidth& bw) {
   const CollectiveBenchOptions& o = bench.options();
   std::printf(
       "# vtpu bench collectives: %s on %d virtual cores, %s %s, algorithm %s, out of place, %d "
-      "warmup + %d timed calls per size\n"
+      "warmup + %d timed calls per size\n%s"
       "# time: median over the timed calls of the slowest core's time (steady_clock around each "
       "call); busbw = algbw * %.4g (nccl-tests' factor for %s)\n"
       "# memcpy bandwidth in this run: %.2f GB/s (bytes read + written per second, %d threads x "
       "%s); bound = bytes every core reads and writes once / memcpy bandwidth\n",
       o.op.c_str(), o.cores, std::string(data_type_name(o.dtype)).c_str(),
       bench.op().uses_reduce_op ? std::string(reduce_op_name(o.reduce)).c_str() : "",
-      bench.resolved_algorithm().c_str(), o.warmup, o.iters, bench.busbw_factor(), o.op.c_str(),
-      bw.bytes_per_second * 1e-9, bw.threads, format_bytes(bw.bytes_per_thread).c_str());
-  std::printf("%12s %12s %5s %6s %10s %9s %11s %11s %11s %11s %10s %6s\n", "size(B)", "count",
+      o.algorithm.c_str(), o.warmup, o.iters,
+      o.algorithm == "auto" ? "# auto: the algorithm column gives what auto chose for each size\n"
+                            : "",
+      bench.busbw_factor(), o.op.c_str(), bw.bytes_per_second * 1e-9, bw.threads,
+      format_bytes(bw.bytes_per_thread).c_str());
+  std::printf("%12s %12s %5s %6s %14s %19s %11s %11s %11s %11s %10s %6s\n", "size(B)", "count",
               "type", "redop", "op", "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
               "bound(us)", "time/bound", "check");
 }
@@ -111,13 +114,13 @@ int run(const BenchCollectivesCommand& cmd) {
       rows.push_back(collective_bench_row_json(bench, r));
       return;
     }
-    std::printf("%12llu %12llu %5s %6s %10s %9s %11.2f %11.3f %11.3f %11.2f %10.2f %6s\n",
+    std::printf("%12llu %12llu %5s %6s %14s %19s %11.2f %11.3f %11.3f %11.2f %10.2f %6s\n",
                 static_cast<unsigned long long>(r.shape.bytes),
                 static_cast<unsigned long long>(r.shape.count),
                 std::string(data_type_name(o.dtype)).c_str(),
                 bench.op().uses_reduce_op ? std::string(reduce_op_name(o.reduce)).c_str() : "none",
-                o.op.c_str(), bench.resolved_algorithm().c_str(), r.time_us, r.algbw_gbps,
-                r.busbw_gbps, r.bound_us, r.time_us / r.bound_us, r.wrong ? "WRONG" : "ok");
+                o.op.c_str(), r.algorithm.c_str(), r.time_us, r.algbw_gbps, r.busbw_gbps,
+                r.bound_us, r.time_us / r.bound_us, r.wrong ? "WRONG" : "ok");
     std::fflush(stdout);
   });
   if (cmd.json) {
@@ -126,7 +129,7 @@ int run(const BenchCollectivesCommand& cmd) {
         {"op", o.op},
         {"dtype", data_type_name(o.dtype)},
         {"reduce", reduce_op_name(o.reduce)},
-        {"algorithm", bench.resolved_algorithm()},
+        {"algorithm", o.algorithm},
         {"min_bytes", o.min_bytes},
         {"max_bytes", o.max_bytes},
         {"iters", o.iters},
@@ -187,7 +190,9 @@ std::shared_ptr<BenchCollectivesCommand> add_bench_collectives_command(CLI::App&
   for (const auto& op : collective_bench_ops())
     per_op += (per_op.empty() ? "" : "; ") + op.name + ": " + join_names(op.algorithms);
   app->add_option("--algorithm", o.algorithm,
-                  "auto (the op's default), or an algorithm the op offers (" + per_op + ")")
+                  "auto (chosen per size by the Communicator; each row names it), or an algorithm "
+                  "the op offers (" +
+                      per_op + ")")
       ->capture_default_str();
   app->add_option("--iters", o.iters, "Timed calls per size")
       ->capture_default_str()
