@@ -70,18 +70,26 @@ std::string join_names(const std::vector<std::string>& v) {
 
 void print_header(CollectiveBenchmark& bench, const MemcpyBandwidth& bw) {
   const CollectiveBenchOptions& o = bench.options();
+  std::string type = std::string(data_type_name(o.dtype));
+  if (bench.op().uses_reduce_op) type += " " + std::string(reduce_op_name(o.reduce));
+  std::string notes;
+  if (o.algorithm == "auto")
+    notes += "# auto: the algorithm column gives what auto chose per size\n";
+  const uint64_t elem = data_type_bytes(o.dtype);
+  if (bench.op().shape(o.min_bytes, elem, o.cores).count == 0) {
+    uint64_t first = o.min_bytes;
+    while (bench.op().shape(first, elem, o.cores).count == 0) first *= 2;
+    notes += "# sizes below " + std::to_string(first) + " B give a core less than one element (" +
+             o.op + " on " + std::to_string(o.cores) + " cores) and are skipped\n";
+  }
   std::printf(
-      "# vtpu bench collectives: %s on %d virtual cores, %s %s, algorithm %s, out of place, %d "
+      "# vtpu bench collectives: %s on %d virtual cores, %s, algorithm %s, out of place, %d "
       "warmup + %d timed calls per size\n%s"
       "# time: median over the timed calls of the slowest core's time (steady_clock around each "
       "call); busbw = algbw * %.4g (nccl-tests' factor for %s)\n"
       "# memcpy bandwidth in this run: %.2f GB/s (bytes read + written per second, %d threads x "
       "%s); bound = bytes every core reads and writes once / memcpy bandwidth\n",
-      o.op.c_str(), o.cores, std::string(data_type_name(o.dtype)).c_str(),
-      bench.op().uses_reduce_op ? std::string(reduce_op_name(o.reduce)).c_str() : "",
-      o.algorithm.c_str(), o.warmup, o.iters,
-      o.algorithm == "auto" ? "# auto: the algorithm column gives what auto chose for each size\n"
-                            : "",
+      o.op.c_str(), o.cores, type.c_str(), o.algorithm.c_str(), o.warmup, o.iters, notes.c_str(),
       bench.busbw_factor(), o.op.c_str(), bw.bytes_per_second * 1e-9, bw.threads,
       format_bytes(bw.bytes_per_thread).c_str());
   std::printf("%12s %12s %5s %6s %14s %19s %11s %11s %11s %11s %10s %6s\n", "size(B)", "count",
@@ -128,7 +136,7 @@ int run(const BenchCollectivesCommand& cmd) {
         {"cores", o.cores},
         {"op", o.op},
         {"dtype", data_type_name(o.dtype)},
-        {"reduce", reduce_op_name(o.reduce)},
+        {"reduce", bench.op().uses_reduce_op ? std::string(reduce_op_name(o.reduce)) : "none"},
         {"algorithm", o.algorithm},
         {"min_bytes", o.min_bytes},
         {"max_bytes", o.max_bytes},

@@ -324,7 +324,7 @@ TEST(VtpuCliTest, BenchCollectivesTable) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* needle :
        {"memcpy bandwidth", "median over the timed calls", "busbw(GB/s)", "time/bound",
-        "        4096", " ok", "recursive_doubling", "what auto chose for each size"}) {
+        "        4096", " ok", "recursive_doubling", "what auto chose per size"}) {
     EXPECT_NE(r.output.find(needle), std::string::npos) << needle << "\n" << r.output;
   }
 }
