@@ -73,7 +73,7 @@ void print_header(CollectiveBenchmark& bench, const MemcpyBandwidth& bw) {
   std::string type = std::string(data_type_name(o.dtype));
   if (bench.op().uses_reduce_op) type += " " + std::string(reduce_op_name(o.reduce));
   std::string notes;
-  if (o.algorithm == "auto")
+  if (o.algorithm == "auto" && (bench.op().auto_algorithm || bench.op().algorithms.size() > 1))
     notes += "# auto: the algorithm column gives what auto chose per size\n";
   const uint64_t elem = data_type_bytes(o.dtype);
   if (bench.op().shape(o.min_bytes, elem, o.cores).count == 0) {
