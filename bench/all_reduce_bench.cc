@@ -1,4 +1,6 @@
-// Google Benchmark of the ring all-reduce: f32 sum over N virtual cores, one run_spmd per
+// Google Benchmark of the all-reduce with the Communicator's automatic algorithm choice
+// (recursive doubling up to Communicator::kSmallMessageBytes, the ring above; the label names it):
+// f32 sum over N virtual cores, one run_spmd per
 // benchmark iteration running kInner collectives back to back, so the launch cost is amortised.
 // Reports time per all-reduce, and algbw / busbw with nccl-tests' definitions
 // (algbw = bytes / time, busbw = algbw * 2(n-1)/n). Every result is checked against n * 1.0.
@@ -9,6 +11,7 @@
 #include <chrono>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "collectives/communicator.h"
@@ -52,7 +55,7 @@ void BM_AllReduce(benchmark::State& state) {
   state.counters["busbw_GBps"] =
       benchmark::Counter(static_cast<double>(bytes) * 1e-9 * 2.0 * (n - 1) / n,
                          benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel("f32 sum, ring");
+  state.SetLabel("f32 sum, " + std::string(vtpu::algorithm_name(comm.select_algorithm(bytes))));
 }
 
 BENCHMARK(BM_AllReduce)

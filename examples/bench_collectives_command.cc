@@ -70,18 +70,29 @@ std::string join_names(const std::vector<std::string>& v) {
 
 void print_header(CollectiveBenchmark& bench, const MemcpyBandwidth& bw) {
   const CollectiveBenchOptions& o = bench.options();
+  std::string type = std::string(data_type_name(o.dtype));
+  if (bench.op().uses_reduce_op) type += " " + std::string(reduce_op_name(o.reduce));
+  std::string notes;
+  if (o.algorithm == "auto" && (bench.op().auto_algorithm || bench.op().algorithms.size() > 1))
+    notes += "# auto: the algorithm column gives what auto chose per size\n";
+  const uint64_t elem = data_type_bytes(o.dtype);
+  if (bench.op().shape(o.min_bytes, elem, o.cores).count == 0) {
+    uint64_t first = o.min_bytes;
+    while (bench.op().shape(first, elem, o.cores).count == 0) first *= 2;
+    notes += "# sizes below " + std::to_string(first) + " B give a core less than one element (" +
+             o.op + " on " + std::to_string(o.cores) + " cores) and are skipped\n";
+  }
   std::printf(
-      "# vtpu bench collectives: %s on %d virtual cores, %s %s, algorithm %s, out of place, %d "
-      "warmup + %d timed calls per size\n"
+      "# vtpu bench collectives: %s on %d virtual cores, %s, algorithm %s, out of place, %d "
+      "warmup + %d timed calls per size\n%s"
       "# time: median over the timed calls of the slowest core's time (steady_clock around each "
       "call); busbw = algbw * %.4g (nccl-tests' factor for %s)\n"
       "# memcpy bandwidth in this run: %.2f GB/s (bytes read + written per second, %d threads x "
       "%s); bound = bytes every core reads and writes once / memcpy bandwidth\n",
-      o.op.c_str(), o.cores, std::string(data_type_name(o.dtype)).c_str(),
-      bench.op().uses_reduce_op ? std::string(reduce_op_name(o.reduce)).c_str() : "",
-      bench.resolved_algorithm().c_str(), o.warmup, o.iters, bench.busbw_factor(), o.op.c_str(),
-      bw.bytes_per_second * 1e-9, bw.threads, format_bytes(bw.bytes_per_thread).c_str());
-  std::printf("%12s %12s %5s %6s %10s %9s %11s %11s %11s %11s %10s %6s\n", "size(B)", "count",
+      o.op.c_str(), o.cores, type.c_str(), o.algorithm.c_str(), o.warmup, o.iters, notes.c_str(),
+      bench.busbw_factor(), o.op.c_str(), bw.bytes_per_second * 1e-9, bw.threads,
+      format_bytes(bw.bytes_per_thread).c_str());
+  std::printf("%12s %12s %5s %6s %14s %19s %11s %11s %11s %11s %10s %6s\n", "size(B)", "count",
               "type", "redop", "op", "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
               "bound(us)", "time/bound", "check");
 }
@@ -111,13 +122,13 @@ int run(const BenchCollectivesCommand& cmd) {
       rows.push_back(collective_bench_row_json(bench, r));
       return;
     }
-    std::printf("%12llu %12llu %5s %6s %10s %9s %11.2f %11.3f %11.3f %11.2f %10.2f %6s\n",
+    std::printf("%12llu %12llu %5s %6s %14s %19s %11.2f %11.3f %11.3f %11.2f %10.2f %6s\n",
                 static_cast<unsigned long long>(r.shape.bytes),
                 static_cast<unsigned long long>(r.shape.count),
                 std::string(data_type_name(o.dtype)).c_str(),
                 bench.op().uses_reduce_op ? std::string(reduce_op_name(o.reduce)).c_str() : "none",
-                o.op.c_str(), bench.resolved_algorithm().c_str(), r.time_us, r.algbw_gbps,
-                r.busbw_gbps, r.bound_us, r.time_us / r.bound_us, r.wrong ? "WRONG" : "ok");
+                o.op.c_str(), r.algorithm.c_str(), r.time_us, r.algbw_gbps, r.busbw_gbps,
+                r.bound_us, r.time_us / r.bound_us, r.wrong ? "WRONG" : "ok");
     std::fflush(stdout);
   });
   if (cmd.json) {
@@ -125,8 +136,8 @@ int run(const BenchCollectivesCommand& cmd) {
         {"cores", o.cores},
         {"op", o.op},
         {"dtype", data_type_name(o.dtype)},
-        {"reduce", reduce_op_name(o.reduce)},
-        {"algorithm", bench.resolved_algorithm()},
+        {"reduce", bench.op().uses_reduce_op ? std::string(reduce_op_name(o.reduce)) : "none"},
+        {"algorithm", o.algorithm},
         {"min_bytes", o.min_bytes},
         {"max_bytes", o.max_bytes},
         {"iters", o.iters},
@@ -187,7 +198,9 @@ std::shared_ptr<BenchCollectivesCommand> add_bench_collectives_command(CLI::App&
   for (const auto& op : collective_bench_ops())
     per_op += (per_op.empty() ? "" : "; ") + op.name + ": " + join_names(op.algorithms);
   app->add_option("--algorithm", o.algorithm,
-                  "auto (the op's default), or an algorithm the op offers (" + per_op + ")")
+                  "auto (chosen per size by the Communicator; each row names it), or an algorithm "
+                  "the op offers (" +
+                      per_op + ")")
       ->capture_default_str();
   app->add_option("--iters", o.iters, "Timed calls per size")
       ->capture_default_str()

@@ -4,6 +4,10 @@
 //   vtpu bench collectives [--cores 8] [--op all_reduce] [--min-bytes 8] [--max-bytes 64M]
 //                          [--dtype f32] [--reduce sum] [--algorithm auto] [--iters 20]
 //                          [--warmup 5] [--link-slot-bytes SIZE] [--link-slots K] [--json]
+//
+// --op: all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce. --algorithm: auto
+// (the table's algorithm column names what ran for each size) or one the op offers (--help lists
+// them).
 #pragma once
 
 #include <CLI/CLI.hpp>

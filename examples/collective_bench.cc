@@ -32,36 +32,218 @@ double combine(ReduceOp op, double a, double b) {
 
 // ---- The ops. Each is one function; list it in collective_bench_ops(). ----
 
+// The fold of every rank's input element i in rank order 0..n-1: the sequential reference of the
+// reducing ops.
+double fold_inputs(ReduceOp reduce, int n, uint64_t i) {
+  double acc = bench_input_value(reduce, 0, i);
+  for (int r = 1; r < n; ++r) acc = combine(reduce, acc, bench_input_value(reduce, r, i));
+  return acc;
+}
+
+template <typename T>
+std::span<const T> send_span(const CollectiveBenchCall& call, uint64_t elements) {
+  return {static_cast<const T*>(call.send), elements};
+}
+template <typename T>
+std::span<T> recv_span(const CollectiveBenchCall& call, uint64_t elements) {
+  return {static_cast<T*>(call.recv), elements};
+}
+
 // all_reduce (ncclAllReduce, lax.psum): count elements in and out on every core; nccl-tests'
-// size is count * element bytes and its factor 2(n-1)/n.
+// size is count * element bytes and its factor 2(n-1)/n. Every algorithm Communicator::all_reduce
+// accepts; auto resolves per size with Communicator::select_algorithm.
 CollectiveBenchOp make_all_reduce_bench_op() {
   CollectiveBenchOp op;
   op.name = "all_reduce";
   op.uses_reduce_op = true;
-  // Communicator::all_reduce runs the ring today. When it gains algorithm selection, list the
-  // names here and pass call.algorithm through to it in run.
-  op.algorithms = {"ring"};
+  for (Algorithm a :
+       {Algorithm::kRing, Algorithm::kBidirectionalRing, Algorithm::kRecursiveDoubling,
+        Algorithm::kTorus2d, Algorithm::kRingReduceScatter})
+    op.algorithms.emplace_back(algorithm_name(a));
+  op.auto_algorithm = [](const Communicator& comm, const CollectiveBenchShape& shape) {
+    const Algorithm configured = comm.options().algorithm;
+    return std::string(algorithm_name(
+        configured != Algorithm::kAuto ? configured : comm.select_algorithm(shape.bytes)));
+  };
   op.busbw_factor = [](int n) { return 2.0 * (n - 1) / n; };
   op.shape = [](uint64_t bytes, uint64_t element_bytes, int) {
     const uint64_t count = bytes / element_bytes;
     return CollectiveBenchShape{count, count, count, count * element_bytes};
   };
   op.run = [](Communicator& comm, CoreContext& ctx, const CollectiveBenchCall& call) {
+    const CollectiveOptions options{parse_algorithm(call.algorithm)};
     visit_data_type(call.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
       const uint64_t n = call.shape.count;
-      comm.all_reduce<T>(ctx, std::span<const T>(static_cast<const T*>(call.send), n),
-                         std::span<T>(static_cast<T*>(call.recv), n), call.reduce);
+      comm.all_reduce<T>(ctx, send_span<T>(call, n), recv_span<T>(call, n), call.reduce, options);
     });
   };
   op.same_output_on_every_core = true;
   op.reference = [](int, int n, ReduceOp reduce, const CollectiveBenchShape& shape,
                     std::span<double> expected) {
-    for (uint64_t i = 0; i < shape.recv_elements; ++i) {
-      double acc = bench_input_value(reduce, 0, i);
-      for (int r = 1; r < n; ++r) acc = combine(reduce, acc, bench_input_value(reduce, r, i));
-      expected[i] = acc;
-    }
+    for (uint64_t i = 0; i < shape.recv_elements; ++i) expected[i] = fold_inputs(reduce, n, i);
+  };
+  return op;
+}
+
+// all_gather (ncclAllGather, lax.all_gather tiled on axis 0): each core sends count elements and
+// receives n * count, block q being rank q's input. nccl-tests: count = (bytes / element) / n,
+// size = the whole output (n * count elements), factor (n-1)/n.
+CollectiveBenchOp make_all_gather_bench_op() {
+  CollectiveBenchOp op;
+  op.name = "all_gather";
+  op.algorithms = {std::string(algorithm_name(Algorithm::kRing))};
+  op.busbw_factor = [](int n) { return (n - 1.0) / n; };
+  op.shape = [](uint64_t bytes, uint64_t element_bytes, int n) {
+    const uint64_t count = bytes / element_bytes / static_cast<uint64_t>(n);
+    const uint64_t total = count * static_cast<uint64_t>(n);
+    return CollectiveBenchShape{count, count, total, total * element_bytes};
+  };
+  op.run = [](Communicator& comm, CoreContext& ctx, const CollectiveBenchCall& call) {
+    visit_data_type(call.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const int64_t dims[] = {static_cast<int64_t>(call.shape.send_elements)};
+      comm.all_gather<T>(ctx, send_span<T>(call, call.shape.send_elements),
+                         recv_span<T>(call, call.shape.recv_elements), dims, /*axis=*/0,
+                         /*tiled=*/true);
+    });
+  };
+  op.same_output_on_every_core = true;
+  op.reference = [](int, int n, ReduceOp reduce, const CollectiveBenchShape& shape,
+                    std::span<double> expected) {
+    const uint64_t c = shape.send_elements;
+    for (int q = 0; q < n; ++q)
+      for (uint64_t i = 0; i < c; ++i)
+        expected[static_cast<uint64_t>(q) * c + i] = bench_input_value(reduce, q, i);
+  };
+  return op;
+}
+
+// reduce_scatter (ncclReduceScatter, lax.psum_scatter tiled on dimension 0): each core sends
+// n * count elements and receives block r (count elements) of the rank-order fold. nccl-tests:
+// count = (bytes / element) / n, size = the whole input (n * count elements), factor (n-1)/n.
+CollectiveBenchOp make_reduce_scatter_bench_op() {
+  CollectiveBenchOp op;
+  op.name = "reduce_scatter";
+  op.uses_reduce_op = true;
+  op.algorithms = {std::string(algorithm_name(Algorithm::kPairwise))};
+  op.busbw_factor = [](int n) { return (n - 1.0) / n; };
+  op.shape = [](uint64_t bytes, uint64_t element_bytes, int n) {
+    const uint64_t count = bytes / element_bytes / static_cast<uint64_t>(n);
+    const uint64_t total = count * static_cast<uint64_t>(n);
+    return CollectiveBenchShape{count, total, count, total * element_bytes};
+  };
+  op.run = [](Communicator& comm, CoreContext& ctx, const CollectiveBenchCall& call) {
+    visit_data_type(call.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const int64_t dims[] = {static_cast<int64_t>(call.shape.send_elements)};
+      comm.reduce_scatter<T>(ctx, send_span<T>(call, call.shape.send_elements),
+                             recv_span<T>(call, call.shape.recv_elements), dims, call.reduce,
+                             /*scatter_dimension=*/0, /*tiled=*/true);
+    });
+  };
+  op.reference = [](int rank, int n, ReduceOp reduce, const CollectiveBenchShape& shape,
+                    std::span<double> expected) {
+    const uint64_t c = shape.recv_elements, first = static_cast<uint64_t>(rank) * c;
+    for (uint64_t i = 0; i < c; ++i) expected[i] = fold_inputs(reduce, n, first + i);
+  };
+  return op;
+}
+
+// all_to_all (ncclAllToAll via send/recv, lax.all_to_all with split and concat axis 0): each core
+// sends and receives n * count elements; rank r's output block q is block r of rank q's input.
+// nccl-tests: count = (bytes / element) / n, size = n * count elements, factor (n-1)/n.
+CollectiveBenchOp make_all_to_all_bench_op() {
+  CollectiveBenchOp op;
+  op.name = "all_to_all";
+  op.algorithms = {std::string(algorithm_name(Algorithm::kPairwise))};
+  op.busbw_factor = [](int n) { return (n - 1.0) / n; };
+  op.shape = [](uint64_t bytes, uint64_t element_bytes, int n) {
+    const uint64_t count = bytes / element_bytes / static_cast<uint64_t>(n);
+    const uint64_t total = count * static_cast<uint64_t>(n);
+    return CollectiveBenchShape{count, total, total, total * element_bytes};
+  };
+  op.run = [](Communicator& comm, CoreContext& ctx, const CollectiveBenchCall& call) {
+    visit_data_type(call.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const int64_t dims[] = {static_cast<int64_t>(call.shape.send_elements)};
+      comm.all_to_all<T>(ctx, send_span<T>(call, call.shape.send_elements),
+                         recv_span<T>(call, call.shape.recv_elements), dims, /*split_axis=*/0,
+                         /*concat_axis=*/0);
+    });
+  };
+  op.reference = [](int rank, int n, ReduceOp reduce, const CollectiveBenchShape& shape,
+                    std::span<double> expected) {
+    const uint64_t c = shape.count, first = static_cast<uint64_t>(rank) * c;
+    for (int q = 0; q < n; ++q)
+      for (uint64_t i = 0; i < c; ++i)
+        expected[static_cast<uint64_t>(q) * c + i] = bench_input_value(reduce, q, first + i);
+  };
+  return op;
+}
+
+// The root of the rooted ops (broadcast, reduce), as nccl-tests' default --root 0.
+constexpr int kBenchRoot = 0;
+
+// The memory traffic of the rooted ops: broadcast reads one input (the root's) and writes n
+// outputs, reduce reads n inputs and writes one output (the root's); both (n + 1) * S.
+double rooted_traffic_bytes(const CollectiveBenchShape& shape, uint64_t element_bytes, int n) {
+  return (n + 1.0) * static_cast<double>(shape.count * element_bytes);
+}
+
+// broadcast (ncclBroadcast, root 0): count elements; every core's recv gets the root's send.
+// nccl-tests: size = count * element bytes, factor 1.
+CollectiveBenchOp make_broadcast_bench_op() {
+  CollectiveBenchOp op;
+  op.name = "broadcast";
+  op.algorithms = {std::string(algorithm_name(Algorithm::kChain))};
+  op.busbw_factor = [](int) { return 1.0; };
+  op.shape = [](uint64_t bytes, uint64_t element_bytes, int) {
+    const uint64_t count = bytes / element_bytes;
+    return CollectiveBenchShape{count, count, count, count * element_bytes};
+  };
+  op.traffic_bytes = rooted_traffic_bytes;
+  op.run = [](Communicator& comm, CoreContext& ctx, const CollectiveBenchCall& call) {
+    visit_data_type(call.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const uint64_t n = call.shape.count;
+      comm.broadcast<T>(ctx, send_span<T>(call, n), recv_span<T>(call, n), kBenchRoot);
+    });
+  };
+  op.same_output_on_every_core = true;
+  op.reference = [](int, int, ReduceOp reduce, const CollectiveBenchShape& shape,
+                    std::span<double> expected) {
+    for (uint64_t i = 0; i < shape.recv_elements; ++i)
+      expected[i] = bench_input_value(reduce, kBenchRoot, i);
+  };
+  return op;
+}
+
+// reduce (ncclReduce, root 0): count elements in on every core; the root's recv gets the
+// rank-order fold (the others' recv is not written and not checked). nccl-tests: size = count *
+// element bytes, factor 1.
+CollectiveBenchOp make_reduce_bench_op() {
+  CollectiveBenchOp op;
+  op.name = "reduce";
+  op.uses_reduce_op = true;
+  op.algorithms = {std::string(algorithm_name(Algorithm::kChain))};
+  op.busbw_factor = [](int) { return 1.0; };
+  op.shape = [](uint64_t bytes, uint64_t element_bytes, int) {
+    const uint64_t count = bytes / element_bytes;
+    return CollectiveBenchShape{count, count, count, count * element_bytes};
+  };
+  op.traffic_bytes = rooted_traffic_bytes;
+  op.run = [](Communicator& comm, CoreContext& ctx, const CollectiveBenchCall& call) {
+    visit_data_type(call.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const uint64_t n = call.shape.count;
+      comm.reduce<T>(ctx, send_span<T>(call, n), recv_span<T>(call, n), kBenchRoot, call.reduce);
+    });
+  };
+  op.checked_rank = kBenchRoot;
+  op.reference = [](int, int n, ReduceOp reduce, const CollectiveBenchShape& shape,
+                    std::span<double> expected) {
+    for (uint64_t i = 0; i < shape.recv_elements; ++i) expected[i] = fold_inputs(reduce, n, i);
   };
   return op;
 }
@@ -91,7 +273,9 @@ double bench_input_value(ReduceOp reduce, int rank, uint64_t i) {
 
 const std::vector<CollectiveBenchOp>& collective_bench_ops() {
   // Plug-in point: one make_<op>_bench_op() per collective Communicator offers.
-  static const std::vector<CollectiveBenchOp> ops = {make_all_reduce_bench_op()};
+  static const std::vector<CollectiveBenchOp> ops = {
+      make_all_reduce_bench_op(), make_all_gather_bench_op(), make_reduce_scatter_bench_op(),
+      make_all_to_all_bench_op(), make_broadcast_bench_op(),  make_reduce_bench_op()};
   return ops;
 }
 
@@ -146,10 +330,17 @@ std::string check_options_for(const CollectiveBenchOptions& o, const CollectiveB
            std::to_string(o.max_bytes);
   }
   const uint64_t elem = data_type_bytes(o.dtype);
-  if (op->shape(o.min_bytes, elem, o.cores).count == 0) {
+  if (o.min_bytes < elem) {
     return "--min-bytes " + std::to_string(o.min_bytes) + " holds no whole " + o.op +
-           " element of " + std::string(data_type_name(o.dtype)) + " on " +
-           std::to_string(o.cores) + " cores (" + std::to_string(elem) + " bytes each)";
+           " element of " + std::string(data_type_name(o.dtype)) + " (" + std::to_string(elem) +
+           " bytes each)";
+  }
+  // Sizes that give a core less than one element are skipped; the sweep needs one that does not.
+  if (op->shape(o.max_bytes, elem, o.cores).count == 0) {
+    return "--max-bytes " + std::to_string(o.max_bytes) + " gives no " + o.op + " on " +
+           std::to_string(o.cores) + " cores a whole element of " +
+           std::string(data_type_name(o.dtype)) + " per core (" + std::to_string(elem) +
+           " bytes each)";
   }
   return {};
 }
@@ -182,8 +373,11 @@ CollectiveBenchmark::CollectiveBenchmark(CollectiveBenchOptions options, Collect
     throw InvalidArgumentError(problem);
 }
 
-std::string CollectiveBenchmark::resolved_algorithm() const {
-  return options_.algorithm == "auto" ? op_.algorithms.front() : options_.algorithm;
+std::string CollectiveBenchmark::algorithm_for(const Communicator& comm,
+                                               const CollectiveBenchShape& shape) const {
+  if (comm.size() == 1) return std::string(algorithm_name(Algorithm::kLocal));
+  if (options_.algorithm != "auto") return options_.algorithm;
+  return op_.auto_algorithm ? op_.auto_algorithm(comm, shape) : op_.algorithms.front();
 }
 
 const MemcpyBandwidth& CollectiveBenchmark::memcpy_bandwidth() {
@@ -201,7 +395,8 @@ void CollectiveBenchmark::run(const std::function<void(const CollectiveBenchRow&
   // Every size of the sweep, then buffers big enough for the largest.
   std::vector<CollectiveBenchShape> shapes;
   for (uint64_t bytes = options_.min_bytes;; bytes *= 2) {
-    shapes.push_back(op_.shape(bytes, elem, n));
+    const CollectiveBenchShape shape = op_.shape(bytes, elem, n);
+    if (shape.count > 0) shapes.push_back(shape);  // else less than an element per core: skip
     if (bytes > options_.max_bytes / 2) break;
   }
   uint64_t max_send = 0, max_recv = 0;
@@ -244,8 +439,8 @@ void CollectiveBenchmark::run(const std::function<void(const CollectiveBenchRow&
   std::vector<std::vector<double>> seconds(nc, std::vector<double>(iters));
   std::vector<double> expected;
   for (const CollectiveBenchShape& shape : shapes) {
-    CollectiveBenchCall base{options_.dtype, options_.reduce, resolved_algorithm(),
-                             nullptr,        nullptr,         shape};
+    const std::string algorithm = algorithm_for(comm, shape);
+    CollectiveBenchCall base{options_.dtype, options_.reduce, algorithm, nullptr, nullptr, shape};
     runtime.run_spmd([&](CoreContext& ctx) {
       const size_t c = static_cast<size_t>(ctx.core_id());
       CollectiveBenchCall call = base;
@@ -265,19 +460,24 @@ void CollectiveBenchmark::run(const std::function<void(const CollectiveBenchRow&
 
     CollectiveBenchRow row;
     row.shape = shape;
+    row.algorithm = algorithm;
     const double t = median_of(slowest);
     row.time_us = t * 1e6;
     row.min_time_us = *std::min_element(slowest.begin(), slowest.end()) * 1e6;
     row.max_time_us = *std::max_element(slowest.begin(), slowest.end()) * 1e6;
     row.algbw_gbps = static_cast<double>(shape.bytes) / t * 1e-9;
     row.busbw_gbps = row.algbw_gbps * op_.busbw_factor(n);
-    row.traffic_bytes = static_cast<double>(n) *
-                        static_cast<double>((shape.send_elements + shape.recv_elements) * elem);
+    row.traffic_bytes =
+        op_.traffic_bytes
+            ? op_.traffic_bytes(shape, elem, n)
+            : static_cast<double>(n) *
+                  static_cast<double>((shape.send_elements + shape.recv_elements) * elem);
     row.bound_us = row.traffic_bytes / bw.bytes_per_second * 1e6;
 
     expected.resize(shape.recv_elements);
     for (int r = 0; r < n; ++r) {
-      if (r == 0 || !op_.same_output_on_every_core)
+      if (op_.checked_rank >= 0 && r != op_.checked_rank) continue;
+      if (r == 0 || op_.checked_rank >= 0 || !op_.same_output_on_every_core)
         op_.reference(r, n, options_.reduce, shape, expected);
       row.wrong += visit_data_type(options_.dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -296,7 +496,7 @@ nlohmann::json collective_bench_row_json(const CollectiveBenchmark& bench,
           {"dtype", data_type_name(o.dtype)},
           {"op", o.op},
           {"reduce", bench.op().uses_reduce_op ? std::string(reduce_op_name(o.reduce)) : "none"},
-          {"algorithm", bench.resolved_algorithm()},
+          {"algorithm", row.algorithm},
           {"cores", o.cores},
           {"time_us", row.time_us},
           {"min_time_us", row.min_time_us},

@@ -13,13 +13,24 @@
 // in core order 0..N-1 from the inputs; the inputs are small integers, so every order of addition
 // gives the exact reference, and any difference is a wrong result.
 //
+// The ops and their nccl-tests shapes (1-D arrays; counts rounded down to a multiple of N where
+// the op needs it, and sizes that leave a core no whole element skipped): all_reduce (every
+// algorithm Communicator::all_reduce accepts; "auto" is resolved per size with
+// Communicator::select_algorithm and each row names what ran), all_gather (tiled on axis 0, size =
+// the whole output), reduce_scatter (tiled on dimension 0, size = the whole input), all_to_all
+// (split and concat axis 0), broadcast and reduce (root 0; for reduce only the root's output is
+// checked). The others have one algorithm each (ring, pairwise, pairwise, chain, chain); on one
+// core every op runs "local".
+//
 // The memory-traffic bound of a row is traffic_bytes / memcpy bandwidth, where traffic_bytes
-// reads every core's input once and writes every core's output once (2*N*S for all_reduce) and
+// reads every core's input once and writes every core's output once (2*N*S for all_reduce,
+// (N+1)*S for broadcast and reduce, whose input or output is the root's alone) and
 // the memcpy bandwidth (bytes read + bytes written per second, STREAM's convention) is measured
 // in the same run with one memcpy thread per CPU.
 //
 // Adding an op (the plug-in point): once Communicator offers it, write one make_<op>_bench_op()
-// in collective_bench.cc (buffer sizes, nccl-tests factor, the call, the reference) and list it in
+// in collective_bench.cc (buffer sizes, nccl-tests factor, the call, the reference; optionally how
+// auto resolves, the traffic and which rank's output is checked) and list it in
 // collective_bench_ops(). The runner, the table, the JSON and the command line pick it up.
 #pragma once
 
@@ -48,7 +59,7 @@ struct CollectiveBenchShape {
 struct CollectiveBenchCall {
   DataType dtype = DataType::kF32;
   ReduceOp reduce = ReduceOp::kSum;
-  std::string algorithm;  // resolved name, never "auto"
+  std::string algorithm;  // resolved name (algorithm_name()), never "auto"
   const void* send = nullptr;
   void* recv = nullptr;
   CollectiveBenchShape shape;
@@ -58,15 +69,26 @@ struct CollectiveBenchCall {
 struct CollectiveBenchOp {
   std::string name;                     // "all_reduce", as --op takes it
   bool uses_reduce_op = false;          // whether --reduce applies (else printed as "none")
-  std::vector<std::string> algorithms;  // what --algorithm accepts besides "auto"; [0] is auto's
+  std::vector<std::string> algorithms;  // what --algorithm accepts besides "auto"
+  /// What "auto" runs for a row (an algorithm_name()); null: algorithms[0]. On one core the row
+  /// shows "local" whatever was asked (Communicator runs a local copy there).
+  std::function<std::string(const Communicator& comm, const CollectiveBenchShape& shape)>
+      auto_algorithm;
   std::function<double(int n)> busbw_factor;  // nccl-tests' factor for n cores
   /// The row shape for a requested size of `bytes` with `element_bytes`-byte elements on n cores
   /// (count rounded down, as nccl-tests does). A count of 0 means the size is too small.
   std::function<CollectiveBenchShape(uint64_t bytes, uint64_t element_bytes, int n)> shape;
   /// Runs the collective once on the calling core (every core of `comm` calls it).
   std::function<void(Communicator& comm, CoreContext& ctx, const CollectiveBenchCall& call)> run;
+  /// Bytes every core reads (its input) and writes (its output) once, for the memory-traffic
+  /// bound; null: n * (send_elements + recv_elements) * element_bytes.
+  std::function<double(const CollectiveBenchShape& shape, uint64_t element_bytes, int n)>
+      traffic_bytes;
   /// Whether every core gets the same output (then reference() is computed once, for rank 0).
   bool same_output_on_every_core = false;
+  /// -1: every rank's output is checked; else only this rank's (reduce: the root's, as the other
+  /// ranks' recv is not written).
+  int checked_rank = -1;
   /// The expected output of `rank` (recv_elements values), from the inputs of every rank as
   /// bench_input_value() gives them, combined in rank order 0..n-1: the sequential reference.
   std::function<void(int rank, int n, ReduceOp reduce, const CollectiveBenchShape& shape,
@@ -110,6 +132,7 @@ MemcpyBandwidth measure_memcpy_bandwidth(int threads, uint64_t bytes_per_thread,
 
 struct CollectiveBenchRow {
   CollectiveBenchShape shape;
+  std::string algorithm;       // what ran ("auto" resolved for this size; "local" on one core)
   double time_us = 0.0;        // median over calls of the slowest core's time
   double min_time_us = 0.0;    // fastest call
   double max_time_us = 0.0;    // slowest call
@@ -124,7 +147,8 @@ struct CollectiveBenchRow {
 /// Returns a message naming the value, empty when fine.
 std::string check_collective_bench_options(const CollectiveBenchOptions& options);
 
-/// Runs the sweep; calls `on_row` after each size (so a table can print as it goes). Throws
+/// Runs the sweep; calls `on_row` after each size (sizes too small to give every core a whole
+/// element, count 0, are skipped) (so a table can print as it goes). Throws
 /// vtpu::Error for invalid options or a failed collective. Wrong results are rows with wrong > 0,
 /// not errors.
 class CollectiveBenchmark {
@@ -135,7 +159,10 @@ class CollectiveBenchmark {
   CollectiveBenchmark(CollectiveBenchOptions options, CollectiveBenchOp op);
   const CollectiveBenchOptions& options() const { return options_; }
   const CollectiveBenchOp& op() const { return op_; }
-  std::string resolved_algorithm() const;
+  /// options.algorithm: "auto" or a name; the algorithm that ran is in each row.
+  const std::string& requested_algorithm() const { return options_.algorithm; }
+  /// The algorithm a row of `shape` runs on `comm`.
+  std::string algorithm_for(const Communicator& comm, const CollectiveBenchShape& shape) const;
   double busbw_factor() const { return op_.busbw_factor(options_.cores); }
   /// Measures memcpy bandwidth (once per run, before the sweep).
   const MemcpyBandwidth& memcpy_bandwidth();

@@ -58,6 +58,108 @@ TEST(CollectiveBenchTest, ReferenceCheckCatchesAWrongElement) {
   for (const CollectiveBenchRow& r : run_rows(bench)) EXPECT_EQ(r.wrong, 1u) << r.shape.bytes;
 }
 
+// Every op, a tiny sweep on 1, 3 and 4 cores: every row checked ok, nccl-tests' shape and factor.
+TEST(CollectiveBenchTest, EveryOpChecksOkOnOneThreeAndFourCores) {
+  for (const CollectiveBenchOp& op : collective_bench_ops()) {
+    for (int cores : {1, 3, 4}) {
+      for (ReduceOp reduce : {ReduceOp::kSum, ReduceOp::kProd}) {
+        if (reduce != ReduceOp::kSum && !op.uses_reduce_op) continue;
+        CollectiveBenchOptions o = tiny(cores);
+        o.op = op.name;
+        o.reduce = reduce;
+        CollectiveBenchmark bench(o);
+        const std::vector<CollectiveBenchRow> rows = run_rows(bench);
+        const std::string what = op.name + " on " + std::to_string(cores) + " cores";
+        ASSERT_FALSE(rows.empty()) << what;
+        const uint64_t n = static_cast<uint64_t>(cores);
+        const bool per_rank =
+            op.name == "all_gather" || op.name == "reduce_scatter" || op.name == "all_to_all";
+        // Rows start at the first size that gives every core an element: 8 B holds 2 f32.
+        EXPECT_EQ(rows.size(), per_rank && cores > 2 ? 9u : 10u) << what;
+        uint64_t previous_bytes = 0;
+        for (const CollectiveBenchRow& r : rows) {
+          EXPECT_EQ(r.wrong, 0u) << what << ", " << r.shape.bytes << " B";
+          EXPECT_GT(r.shape.count, 0u);
+          EXPECT_GT(r.shape.bytes, previous_bytes);
+          previous_bytes = r.shape.bytes;
+          double factor = 1.0;
+          if (op.name == "all_reduce") {
+            factor = 2.0 * (cores - 1) / cores;
+            EXPECT_EQ(r.shape.bytes, r.shape.count * 4);
+            EXPECT_EQ(r.algorithm, cores == 1 ? "local"
+                                   : r.shape.bytes <= Communicator::kSmallMessageBytes
+                                       ? "recursive_doubling"
+                                       : "ring");
+          } else if (per_rank) {
+            factor = (cores - 1.0) / cores;
+            EXPECT_EQ(r.shape.bytes, r.shape.count * n * 4);  // nccl-tests: the whole buffer
+            EXPECT_EQ(r.shape.send_elements,
+                      op.name == "all_gather" ? r.shape.count : r.shape.count * n);
+            EXPECT_EQ(r.shape.recv_elements,
+                      op.name == "reduce_scatter" ? r.shape.count : r.shape.count * n);
+            EXPECT_EQ(r.algorithm, cores == 1                ? "local"
+                                   : op.name == "all_gather" ? "ring"
+                                                             : "pairwise");
+          } else {
+            EXPECT_EQ(r.shape.bytes, r.shape.count * 4);
+            EXPECT_EQ(r.algorithm, cores == 1 ? "local" : "chain");
+            EXPECT_DOUBLE_EQ(r.traffic_bytes, (cores + 1.0) * static_cast<double>(r.shape.bytes));
+          }
+          EXPECT_DOUBLE_EQ(r.busbw_gbps, r.algbw_gbps * factor) << what;
+        }
+      }
+    }
+  }
+}
+
+// --algorithm: every all_reduce algorithm runs and is named in its rows.
+TEST(CollectiveBenchTest, EveryAllReduceAlgorithmRuns) {
+  const CollectiveBenchOp& op = *find_collective_bench_op("all_reduce");
+  EXPECT_EQ(op.algorithms,
+            (std::vector<std::string>{"ring", "bidirectional_ring", "recursive_doubling",
+                                      "torus_2d", "ring_reduce_scatter"}));
+  for (const std::string& algorithm : op.algorithms) {
+    for (int cores : {3, 4}) {
+      CollectiveBenchOptions o = tiny(cores);
+      o.algorithm = algorithm;
+      CollectiveBenchmark bench(o);
+      for (const CollectiveBenchRow& r : run_rows(bench)) {
+        EXPECT_EQ(r.wrong, 0u) << algorithm << " on " << cores << " cores, " << r.shape.bytes;
+        EXPECT_EQ(r.algorithm, algorithm);
+      }
+    }
+  }
+}
+
+// New ops with a reference off by one element: the check must catch it on every core it compares
+// (all three); and a reduce whose non-root output is garbage (never written, so not checked) and
+// whose root output has one wrong element: exactly that one counts.
+TEST(CollectiveBenchTest, ReferenceCheckCatchesAWrongElementOfTheNewOps) {
+  for (const char* name : {"reduce_scatter", "all_to_all", "all_gather"}) {
+    CollectiveBenchOp broken = *find_collective_bench_op(name);
+    const auto reference = broken.reference;
+    broken.reference = [reference](int rank, int n, ReduceOp reduce,
+                                   const CollectiveBenchShape& shape, std::span<double> expected) {
+      reference(rank, n, reduce, shape, expected);
+      expected[shape.recv_elements / 2] += 1;
+    };
+    CollectiveBenchmark bench(tiny(3), broken);
+    const std::vector<CollectiveBenchRow> rows = run_rows(bench);
+    ASSERT_FALSE(rows.empty());
+    for (const CollectiveBenchRow& r : rows) EXPECT_EQ(r.wrong, 3u) << name << " " << r.shape.bytes;
+  }
+  // reduce: garbage on a non-root core is fine; one wrong element on the root is caught.
+  CollectiveBenchOp reduce = *find_collective_bench_op("reduce");
+  const auto run = reduce.run;
+  reduce.run = [run](Communicator& comm, CoreContext& ctx, const CollectiveBenchCall& call) {
+    run(comm, ctx, call);
+    if (ctx.core_id() == 1) static_cast<float*>(call.recv)[0] = 1e9f;
+    if (ctx.core_id() == 0) static_cast<float*>(call.recv)[call.shape.count - 1] += 1;
+  };
+  CollectiveBenchmark bench(tiny(3), reduce);
+  for (const CollectiveBenchRow& r : run_rows(bench)) EXPECT_EQ(r.wrong, 1u) << r.shape.bytes;
+}
+
 TEST(CollectiveBenchTest, InputsKeepEveryReductionExact) {
   // Sums of up to 1024 values in -6..6 and products of values in {1, 2} are exact in f32.
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProd}) {
@@ -88,7 +190,21 @@ TEST(CollectiveBenchTest, OptionChecksNameTheValue) {
   EXPECT_NE(check_collective_bench_options(o).find("--min-bytes 7"), std::string::npos);
   o = tiny(2);
   EXPECT_EQ(check_collective_bench_options(o), "");
-  EXPECT_EQ(CollectiveBenchmark(o).resolved_algorithm(), "ring");
+  EXPECT_EQ(CollectiveBenchmark(o).requested_algorithm(), "auto");
+  o.op = "reduce";
+  o.algorithm = "ring";
+  EXPECT_NE(check_collective_bench_options(o).find("--algorithm ring is not available for reduce"),
+            std::string::npos);
+  o.algorithm = "chain";
+  EXPECT_EQ(check_collective_bench_options(o), "");
+  // all_gather on 4 cores needs 4 elements: 8 bytes of f32 is no row, 16 bytes the first.
+  o = tiny(4);
+  o.op = "all_gather";
+  o.max_bytes = 8;
+  EXPECT_NE(check_collective_bench_options(o).find("--max-bytes 8 gives no all_gather"),
+            std::string::npos);
+  o.max_bytes = 16;
+  EXPECT_EQ(check_collective_bench_options(o), "");
 }
 
 }  // namespace

@@ -270,7 +270,8 @@ TEST(VtpuCliTest, BenchCollectivesJsonRows) {
     EXPECT_EQ(row["dtype"], "f32");
     EXPECT_EQ(row["op"], "all_reduce");
     EXPECT_EQ(row["reduce"], "sum");
-    EXPECT_EQ(row["algorithm"], "ring");
+    // auto, resolved per size: recursive doubling up to 8 KiB, the ring above.
+    EXPECT_EQ(row["algorithm"], bytes <= 8192 ? "recursive_doubling" : "ring") << bytes;
     EXPECT_EQ(row["check"], "ok");
     EXPECT_EQ(row["wrong"], 0);
     const double algbw = row["algbw_GBps"], busbw = row["busbw_GBps"], t = row["time_us"];
@@ -294,12 +295,38 @@ TEST(VtpuCliTest, BenchCollectivesOtherTypesAndReductions) {
   }
 }
 
+TEST(VtpuCliTest, BenchCollectivesEveryOp) {
+  const struct {
+    const char* op;
+    const char* algorithm;
+    double factor;
+  } ops[] = {{"all_reduce", "ring", 1.5},          {"all_gather", "ring", 0.75},
+             {"reduce_scatter", "pairwise", 0.75}, {"all_to_all", "pairwise", 0.75},
+             {"broadcast", "chain", 1.0},          {"reduce", "chain", 1.0}};
+  for (const auto& op : ops) {
+    const nlohmann::json j = bench_collectives_json(
+        std::string("--cores 4 --op ") + op.op + " --algorithm " + op.algorithm +
+        " --min-bytes 8 --max-bytes 64K --iters 2 --warmup 0 --link-slot-bytes 4K");
+    EXPECT_EQ(j["ok"], true) << op.op;
+    EXPECT_EQ(j["config"]["algorithm"], op.algorithm);
+    EXPECT_EQ(j["config"]["busbw_factor"], op.factor);
+    ASSERT_FALSE(j["rows"].empty()) << op.op;
+    for (const auto& row : j["rows"]) {
+      EXPECT_EQ(row["op"], op.op);
+      EXPECT_EQ(row["algorithm"], op.algorithm);
+      EXPECT_EQ(row["check"], "ok") << row.dump();
+    }
+    EXPECT_EQ(j["rows"].back()["bytes"], 65536) << op.op;
+  }
+}
+
 TEST(VtpuCliTest, BenchCollectivesTable) {
   const CliRun r =
       run_cli("bench collectives --cores 2 --min-bytes 1K --max-bytes 4K --iters 2 --warmup 0");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* needle : {"memcpy bandwidth", "median over the timed calls", "busbw(GB/s)",
-                             "time/bound", "        4096", " ok"}) {
+  for (const char* needle :
+       {"memcpy bandwidth", "median over the timed calls", "busbw(GB/s)", "time/bound",
+        "        4096", " ok", "recursive_doubling", "what auto chose per size"}) {
     EXPECT_NE(r.output.find(needle), std::string::npos) << needle << "\n" << r.output;
   }
 }
@@ -318,6 +345,11 @@ TEST(VtpuCliTest, BenchCollectivesRejectsBadInput) {
                  "--min-bytes 1048576 is larger than --max-bytes 65536", 2);
   expect_failure("bench collectives --dtype f64 --min-bytes 4",
                  "--min-bytes 4 holds no whole all_reduce element of f64", 2);
+  expect_failure("bench collectives --op broadcast --algorithm ring",
+                 "--algorithm ring is not available for broadcast (expected one of: auto, chain)",
+                 2);
+  expect_failure("bench collectives --cores 4 --op all_to_all --max-bytes 8",
+                 "--max-bytes 8 gives no all_to_all on 4 cores a whole element of f32", 2);
   expect_failure("bench collectives --link-slot-bytes 100",
                  "--link-slot-bytes 100 is not a multiple of 64", 2);
 }
