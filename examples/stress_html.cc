@@ -58,7 +58,8 @@ class Checker {
   static const Json& member(const Json& object, const std::string& path, const char* key,
                             const char* expected) {
     auto it = object.find(key);
-    if (it == object.end()) fail(join(path, key), std::string("missing (expected ") + expected + ")");
+    if (it == object.end())
+      fail(join(path, key), std::string("missing (expected ") + expected + ")");
     return *it;
   }
 
@@ -136,7 +137,8 @@ class Checker {
         if (!v.is_object()) wrong(join(path, f.name), v, expected);
         for (const char* q : {"median", "p99", "p99_99"}) {
           const Json& x = member(v, join(path, f.name), q, "a finite number >= 0 or null");
-          if (!x.is_null()) number(v, join(path, f.name), q, 0.0, kInf, "a finite number >= 0 or null");
+          if (!x.is_null())
+            number(v, join(path, f.name), q, 0.0, kInf, "a finite number >= 0 or null");
         }
         return;
       }
@@ -157,8 +159,7 @@ void validate_worst(const Json& worst, const std::string& path) {
   if (capacity == 0) C::wrong(C::join(path, "capacity_bytes"), worst["capacity_bytes"], "> 0");
   const Json& blocks = C::array(worst, path, "blocks");
   const std::string blocks_path = C::join(path, "blocks");
-  if (blocks.empty())
-    C::fail(blocks_path, "empty (expected blocks covering [0, capacity_bytes))");
+  if (blocks.empty()) C::fail(blocks_path, "empty (expected blocks covering [0, capacity_bytes))");
   uint64_t end = 0;
   for (size_t i = 0; i < blocks.size(); ++i) {
     const Json& b = blocks[i];
@@ -192,8 +193,8 @@ void validate_worst(const Json& worst, const std::string& path) {
     }
   }
   if (end != capacity)
-    C::fail(blocks_path, "cover [0, " + std::to_string(end) + ") (expected [0, capacity_bytes = " +
-                             std::to_string(capacity) + "))");
+    C::fail(blocks_path, "cover [0, " + std::to_string(end) +
+                             ") (expected [0, capacity_bytes = " + std::to_string(capacity) + "))");
 }
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
@@ -260,7 +261,8 @@ std::string html_text(const std::string& s) {
           cp = static_cast<uint32_t>(std::stoul(ascii.substr(i + 1, 4), nullptr, 16));
           i += 4;
           if (cp >= 0xD800 && cp < 0xDC00 && i + 6 < ascii.size() && ascii[i + 1] == '\\') {
-            const uint32_t lo = static_cast<uint32_t>(std::stoul(ascii.substr(i + 3, 4), nullptr, 16));
+            const uint32_t lo =
+                static_cast<uint32_t>(std::stoul(ascii.substr(i + 3, 4), nullptr, 16));
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
             i += 6;
           }
@@ -309,15 +311,18 @@ void validate_stress_report(const Json& report) {
   const std::string& format = C::string(report, "", "format");
   if (format != "vtpu-stress") C::wrong("format", report["format"], "\"vtpu-stress\"");
   const Json& version = C::member(report, "", "version", "the integer 1");
-  if (!C::is_count(version) || version.get<uint64_t>() != 1) C::wrong("version", version, "the integer 1");
+  if (!C::is_count(version) || version.get<uint64_t>() != 1)
+    C::wrong("version", version, "the integer 1");
   C::string(report, "", "command");
   const Json& workload = C::object(report, "", "workload");
   C::string(workload, "workload", "name");
   if (auto it = workload.find("description"); it != workload.end() && !it->is_string())
     C::wrong("workload.description", *it, "a string");
-  if (auto it = workload.find("seed"); it != workload.end() && !it->is_null() && !it->is_number_integer())
+  if (auto it = workload.find("seed");
+      it != workload.end() && !it->is_null() && !it->is_number_integer())
     C::wrong("workload.seed", *it, "an integer or null");
-  if (auto it = workload.find("trace_path"); it != workload.end() && !it->is_null() && !it->is_string())
+  if (auto it = workload.find("trace_path");
+      it != workload.end() && !it->is_null() && !it->is_string())
     C::wrong("workload.trace_path", *it, "a string or null");
   const uint64_t cores = C::count(report, "", "cores");
   if (cores == 0) C::wrong("cores", report["cores"], "an integer >= 1");
@@ -335,8 +340,8 @@ void validate_stress_report(const Json& report) {
     const Json& per_core = C::array(run, rp, "per_core");
     const std::string pcp = C::join(rp, "per_core");
     if (per_core.size() != cores)
-      C::fail(pcp, "has " + std::to_string(per_core.size()) + " entries (expected one per core, cores = " +
-                       std::to_string(cores) + ")");
+      C::fail(pcp, "has " + std::to_string(per_core.size()) +
+                       " entries (expected one per core, cores = " + std::to_string(cores) + ")");
     std::vector<bool> seen(cores, false);
     for (size_t i = 0; i < per_core.size(); ++i) {
       const std::string cp = C::index(pcp, i);
@@ -375,7 +380,8 @@ Json merge_worst_blocks(const Json& worst, uint64_t budget) {
   const uint64_t capacity = worst.at("capacity_bytes").get<uint64_t>();
   uint64_t extent = 0;
   for (const Json& b : blocks)
-    if (b.at("state") == "used") extent = b.at("offset").get<uint64_t>() + b.at("bytes").get<uint64_t>();
+    if (b.at("state") == "used")
+      extent = b.at("offset").get<uint64_t>() + b.at("bytes").get<uint64_t>();
   if (extent == 0) extent = capacity;
   const uint64_t threshold = std::max<uint64_t>(1, ceil_div(extent, budget));
   const uint64_t tail_threshold = std::max(threshold, ceil_div(capacity, budget));
@@ -405,24 +411,25 @@ Json merge_worst_blocks(const Json& worst, uint64_t budget) {
   struct Span {
     uint64_t offset = 0, bytes = 0, count = 0, used = 0, requested = 0;
     std::map<std::string, uint64_t> label_bytes;  // label -> used bytes ("" for none)
-    Json first;                               // the single block when count == 1
+    Json first;                                   // the single block when count == 1
   } span;
   auto close_span = [&] {
     if (span.count == 0) return;
     if (span.count == 1) {
       const Json& b = span.first;
       const bool used = b.at("state") == "used";
-      segments.push_back(Json::array({span.offset, span.bytes, used ? 1 : 0,
-                                      used ? label_of(b) : -1, used ? b.at("id") : Json(nullptr),
-                                      span.requested, 1, span.used}));
+      segments.push_back(
+          Json::array({span.offset, span.bytes, used ? 1 : 0, used ? label_of(b) : -1,
+                       used ? b.at("id") : Json(nullptr), span.requested, 1, span.used}));
     } else {
       const std::string* top = nullptr;
       uint64_t top_bytes = 0;
       for (const auto& [label, bytes] : span.label_bytes)
         if (bytes > top_bytes) top = &label, top_bytes = bytes;
       const int state = span.used == 0 ? 0 : 2;
-      segments.push_back(Json::array({span.offset, span.bytes, state, top == nullptr || top->empty() ? -1 : intern(*top),
-                                      nullptr, span.requested, span.count, span.used}));
+      segments.push_back(Json::array({span.offset, span.bytes, state,
+                                      top == nullptr || top->empty() ? -1 : intern(*top), nullptr,
+                                      span.requested, span.count, span.used}));
     }
     span = Span{};
   };
@@ -470,8 +477,9 @@ Json merge_worst_blocks(const Json& worst, uint64_t budget) {
   close_span();
   std::vector<std::pair<uint64_t, std::string>> by_bytes;
   for (const auto& [label, totals] : all_labels) by_bytes.emplace_back(totals.first, label);
-  std::sort(by_bytes.begin(), by_bytes.end(),
-            [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+  std::sort(by_bytes.begin(), by_bytes.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
   Json top_labels = Json::array();
   for (size_t i = 0; i < by_bytes.size() && i < 16; ++i) {
     const std::string& label = by_bytes[i].second;
@@ -499,14 +507,15 @@ std::string render_stress_html(const Json& report, const StressHtmlOptions& opti
 
   // The embedded copy: the input, except that maps with more blocks than their share are merged.
   const uint64_t maps = std::max<uint64_t>(num_maps(report), 1);
-  const uint64_t share =
-      std::clamp<uint64_t>(options.total_segment_budget / maps, std::max<uint64_t>(options.min_segments_per_map, 1),
-                           std::max(options.max_segments_per_map, options.min_segments_per_map));
+  const uint64_t share = std::clamp<uint64_t>(
+      options.total_segment_budget / maps, std::max<uint64_t>(options.min_segments_per_map, 1),
+      std::max(options.max_segments_per_map, options.min_segments_per_map));
   bool any_merged = false;
   uint64_t samples = 0;
   for (const Json& run : report["runs"])
     for (const Json& pc : run["per_core"]) {
-      if (const Json& w = pc["worst"]; !w.is_null() && w["blocks"].size() > share) any_merged = true;
+      if (const Json& w = pc["worst"]; !w.is_null() && w["blocks"].size() > share)
+        any_merged = true;
       samples += pc["timeline"].size();
     }
   const bool columns = samples > options.verbatim_timeline_samples;
@@ -528,7 +537,8 @@ std::string render_stress_html(const Json& report, const StressHtmlOptions& opti
       for (const Json& pc : run["per_core"]) {
         Json pc_copy = Json::object();
         for (auto it = pc.begin(); it != pc.end(); ++it)
-          if (it.key() != "worst" && (it.key() != "timeline" || !columns)) pc_copy[it.key()] = it.value();
+          if (it.key() != "worst" && (it.key() != "timeline" || !columns))
+            pc_copy[it.key()] = it.value();
         if (columns) pc_copy["timeline_columns"] = timeline_columns(pc["timeline"]);
         const Json& w = pc["worst"];
         if (w.is_null() || w["blocks"].size() <= share) {

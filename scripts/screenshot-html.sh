@@ -41,8 +41,8 @@ if [[ -z $chromium ]]; then
     fi
   done
 fi
-if [[ -z $chromium ]]; then
-  echo "screenshot-html: chromium not found; install it with: apt-get install chromium" >&2
+if [[ -z $chromium ]] || ! command -v -- "$chromium" >/dev/null 2>&1; then
+  echo "screenshot-html: chromium not found${chromium:+ at '$chromium'}; install it with: apt-get install chromium" >&2
   echo "  (or scripts/install-deps.sh --chromium)" >&2
   exit 127
 fi
