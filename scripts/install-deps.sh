@@ -4,9 +4,10 @@
 # libprotobuf-dev + protobuf-compiler build the pprof profile.proto (memory/);
 # golang-go provides `go tool pprof`, which the memory profile tests run.
 #
-# Usage: scripts/install-deps.sh [--bench] [--mpi]
-#   --bench   also install python3-torch (PyTorch DDP comparison, bench/ddp/)
-#   --mpi     also install libopenmpi-dev openmpi-bin
+# Usage: scripts/install-deps.sh [--bench] [--mpi] [--chromium]
+#   --bench     also install python3-torch (PyTorch DDP comparison, bench/ddp/)
+#   --mpi       also install libopenmpi-dev openmpi-bin
+#   --chromium  also install chromium (scripts/screenshot-html.sh; CI does not need it)
 set -euo pipefail
 
 pkgs=(build-essential cmake g++ libtbb-dev libboost-dev nlohmann-json3-dev
@@ -17,7 +18,8 @@ for arg in "$@"; do
   case "$arg" in
     --bench) pkgs+=(python3-torch) ;;
     --mpi) pkgs+=(libopenmpi-dev openmpi-bin) ;;
-    -h|--help) sed -n '2,9s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    --chromium) pkgs+=(chromium) ;;
+    -h|--help) sed -n '2,10s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "install-deps: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done

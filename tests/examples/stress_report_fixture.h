@@ -148,23 +148,43 @@ inline nlohmann::json make_stress_report(const StressFixtureOptions& o) {
                             {"bytes_in_use", in_use},
                             {"bytes_reserved", res},
                             {"fragmentation", frag}});
-        peak_reserved = std::max(peak_reserved, res);
-        peak_live = std::max(peak_live, in_use - in_use / 50);
-        if (frag > worst_frag) worst_frag = frag, worst_index = static_cast<size_t>(k);
+        worst_frag = std::max(worst_frag, frag);
         frag_sum += frag;
       }
-      timeline[worst_index]["fragmentation"] = map_frag;
-      timeline[worst_index]["bytes_in_use"] = map_used;
-      timeline[worst_index]["bytes_reserved"] =
-          std::max(map_extent, timeline[worst_index]["bytes_reserved"].get<uint64_t>());
-      peak_reserved =
-          std::max(peak_reserved, timeline[worst_index]["bytes_reserved"].get<uint64_t>());
-      peak_live = std::max(peak_live, map_used);
-      worst_frag = 0;
-      frag_sum = 0;
-      for (const auto& s : timeline) {
-        worst_frag = std::max(worst_frag, s["fragmentation"].get<double>());
-        frag_sum += s["fragmentation"].get<double>();
+      // The worst moment: the most fragmented sample among those near the peak in use.
+      double max_in_use = 0, best = -1;
+      for (const auto& s : timeline)
+        max_in_use = std::max(max_in_use, s["bytes_in_use"].get<double>());
+      for (size_t k = 0; k < timeline.size(); ++k)
+        if (timeline[k]["bytes_in_use"].get<double>() >= 0.7 * max_in_use &&
+            timeline[k]["fragmentation"].get<double>() > best)
+          best = timeline[k]["fragmentation"].get<double>(), worst_index = k;
+      // Rescale the walk so that its worst sample is the map: fragmentation there is the map's
+      // (and the maximum), bytes in use the map's used bytes, bytes reserved at least its extent.
+      const double fscale = worst_frag > 0 ? map_frag / worst_frag : 0.0;
+      const double in_use_at_worst = timeline[worst_index]["bytes_in_use"].get<double>();
+      const double bscale =
+          in_use_at_worst > 0 ? static_cast<double>(map_used) / in_use_at_worst : 1.0;
+      peak_reserved = peak_live = 0;
+      worst_frag = frag_sum = 0;
+      for (size_t k = 0; k < timeline.size(); ++k) {
+        json& s = timeline[k];
+        const bool worst = k == worst_index;
+        const double f = worst ? map_frag : s["fragmentation"].get<double>() * fscale;
+        const uint64_t in_use =
+            worst ? map_used
+                  : static_cast<uint64_t>(s["bytes_in_use"].get<double>() * bscale) / 256 * 256;
+        uint64_t res = std::max(
+            in_use, static_cast<uint64_t>(s["bytes_reserved"].get<double>() * bscale) / 256 * 256);
+        if (worst) res = std::max(res, map_extent);
+        res = std::min<uint64_t>(res, o.hbm_bytes);  // reserved never exceeds the arena
+        s["fragmentation"] = f;
+        s["bytes_in_use"] = in_use;
+        s["bytes_reserved"] = res;
+        peak_reserved = std::max(peak_reserved, res);
+        peak_live = std::max(peak_live, in_use - in_use / 50);
+        worst_frag = std::max(worst_frag, f);
+        frag_sum += f;
       }
       const json& ws = timeline[worst_index];
       json core = {
@@ -185,7 +205,11 @@ inline nlohmann::json make_stress_report(const StressFixtureOptions& o) {
           {"defragmentations", defrag ? 12 + c : 0},
           {"defrag_bytes_moved", defrag ? (uint64_t{300} << 20) + (uint64_t(c) << 20) : 0},
           {"defrag_time_ns", defrag ? 4.5e6 + 1e5 * c : 0.0},
-          {"min_capacity_bytes", static_cast<uint64_t>(peak_reserved * 1.01)},
+          // Without out-of-memory errors the main run's capacity was enough.
+          {"min_capacity_bytes",
+           allocator == "first_fit" && !defrag
+               ? static_cast<uint64_t>(peak_reserved * 1.01)
+               : std::min(o.hbm_bytes, static_cast<uint64_t>(peak_reserved * 1.01))},
           {"integrity_checks", 40 + c},
           {"integrity_failures", 0},
           {"timeline", std::move(timeline)},
