@@ -356,6 +356,7 @@ function lineChart(host, opt) {
     sv('polyline', { points: pts.join(' '), fill: 'none', stroke: s.color, 'stroke-width': s.width || 1.8, 'stroke-dasharray': s.dash ? '6 3' : 'none', 'stroke-linejoin': 'round' }, svg);
     (s.marks || []).forEach(function (mk) { sv('circle', { cx: X(mk.x), cy: Y(mk.y), r: 4, fill: '#fff', stroke: s.color, 'stroke-width': 2 }, svg); });
   });
+  if (!series.length) sv('text', { x: m.l + pw / 2, y: m.t + ph / 2, 'text-anchor': 'middle', class: 'axis-title' }, svg).textContent = 'no samples';
   // Hover readout.
   var cross = sv('line', { y1: m.t, y2: m.t + ph, stroke: '#5b636e', 'stroke-width': 1, visibility: 'hidden' }, svg);
   var dots = series.map(function (s) { return sv('circle', { r: 3.5, fill: s.color, visibility: 'hidden' }, svg); });
