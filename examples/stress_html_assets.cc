@@ -688,11 +688,18 @@ function drawMap() {
       ctx.fillStyle = 'rgba(255,255,255,0.9)';
       pieces(s.o, 1, function (x, y) { if (s.b / bpr * pw >= 4) ctx.fillRect(x, y, 1, rh); });
     } else {
-      // Merged small blocks: the main label's colour, its strength the used fraction.
-      ctx.globalAlpha = 0.3 + 0.7 * s.u / s.b;
+      // Merged small blocks: the used bytes first, in the main label's colour, then the free
+      // bytes left as holes, so free space inside merged runs stays visible (within one segment).
       ctx.fillStyle = labelColor(s.l, 0);
-      pieces(s.o, s.b, function (x, y, wd) { ctx.fillRect(x, y, Math.max(wd, 0.6), rh); });
-      ctx.globalAlpha = 1;
+      pieces(s.o, s.u, function (x, y, wd) {
+        ctx.fillRect(x, y, Math.max(wd, 0.6), rh);
+      });
+      if (s.q < s.u) {
+        ctx.fillStyle = labelColor(s.l, 22);
+        pieces(s.o + s.q, s.u - s.q, function (x, y, wd) {
+          ctx.fillRect(x, y, wd, rh);
+        });
+      }
     }
   });
   if (st.largestIx >= 0) {
@@ -710,7 +717,7 @@ function drawMap() {
   var ws = swatchItem(leg, 'internal waste', null, 'repeating-linear-gradient(135deg,#8a8f96 0 2px,#3c4046 2px 3px)');
   var ls = swatchItem(leg, 'largest hole', null, '#fff'); ls.firstChild.style.border = '2px solid #d43c3c';
   var parts = ['One row = ' + fmtBytes(bpr) + ' of address space; showing [0, ' + fmtBytes(viewEnd) + ') of ' + fmtBytes(cap) + '.'];
-  if (st.merged) parts.push(fmtCount(st.merged.original_blocks) + ' blocks; runs of adjacent blocks smaller than ' + fmtBytes(st.merged.min_block_bytes) + ' are merged into ' + fmtCount(d.segs.length) + ' segments to keep the page small (a merged segment is drawn in its main label\u2019s colour, fainter the more of it is free). Totals above are exact.');
+  if (st.merged) parts.push(fmtCount(st.merged.original_blocks) + ' blocks; runs of adjacent blocks smaller than ' + fmtBytes(st.merged.min_block_bytes) + ' are merged into ' + fmtCount(d.segs.length) + ' segments to keep the page small: a merged segment shows its used bytes first (in its main label\u2019s colour, waste darker), then its free bytes as a hole, so positions inside it are approximate. Totals above are exact.');
   note.textContent = parts.join(' ');
   hi.getContext('2d').setTransform(dpr, 0, 0, dpr, 0, 0);
 }
