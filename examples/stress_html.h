@@ -59,11 +59,14 @@ void validate_stress_report(const nlohmann::json& report);
 /// one segment; runs of adjacent smaller blocks are merged into one segment, closed once it
 /// reaches s bytes (past L the threshold is ceil(capacity / budget)). So at most 3*budget+1
 /// segments cover [0, L), and holes of s bytes or more stay visible. Returns an object
-/// {"original_blocks", "min_block_bytes", "used_blocks", "free_blocks", "largest_free_bytes",
-///  "used_bytes", "requested_bytes", "labels": [...], "columns": [...], "segments": [[offset,
-///  bytes, state (0 free, 1 used, 2 mixed), label index or -1, id or null, requested_bytes,
-///  block count, used bytes], ...]}; a mixed segment's label is the one with the most used bytes
-/// in it. Totals are exact (over the original blocks). Thread-safe (pure).
+/// {"original_blocks", "distinct_labels", "top_labels": [{"label", "bytes", "blocks"}, ...] (the
+///  16 labels with the most used bytes, null for unlabelled), "min_block_bytes" (s),
+///  "used_blocks", "free_blocks", "largest_free_bytes", "used_bytes", "requested_bytes" (a used
+///  block without requested_bytes counts its bytes), "labels": [...], "columns": [...],
+///  "segments": [[offset, bytes, state (0 free, 1 used, 2 merged with used bytes), label index
+///  or -1, id or null, requested_bytes, block count, used bytes], ...]}; a merged segment's label
+/// is the one with the most used bytes in it. Totals are exact (over the original blocks).
+/// Thread-safe (pure).
 nlohmann::json merge_worst_blocks(const nlohmann::json& worst, uint64_t budget);
 
 /// A timeline (array of sample objects) as one array per key, in order of first appearance:
