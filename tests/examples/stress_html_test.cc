@@ -182,6 +182,14 @@ TEST(StressHtmlTest, ScriptElementsAreBalanced) {
   EXPECT_EQ(count(page, "<style"), 1u);
   EXPECT_EQ(count(page, "</style"), 1u);
   EXPECT_EQ(count(page, "<!--"), 0u);
+  // The static markup closes what it opens.
+  const std::string own = page_without_data(page);
+  for (const std::string tag :
+       {"html", "head", "body", "header", "main", "section", "div", "p", "pre", "details",
+        "summary", "footer", "noscript", "canvas", "span", "h1", "h2"})
+    EXPECT_EQ(count(own, "<" + tag + ">") + count(own, "<" + tag + " "),
+              count(own, "</" + tag + ">"))
+        << tag;
 }
 
 TEST(StressHtmlTest, MediumGeneratedDocumentRoundTripsExactly) {
