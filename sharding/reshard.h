@@ -1,0 +1,145 @@
+// Reshard: the collectives that turn an array sharded one way into the same array sharded another
+// way on the same mesh, after GSPMD's resharding (xla/service/spmd/spmd_partitioner.cc) and
+// PyTorch DTensor's redistribute (torch/distributed/tensor/_redistribute.py).
+//
+// Model. A sharding is, per array dimension, the mesh axes that split it (major first), plus the
+// set of partial (unreduced) mesh axes. The planner walks from the source to the target in four
+// phases; each step is one collective over the replica groups of the mesh axes it names (the
+// devices that differ only in their coordinates on those axes, in row-major order of them):
+//
+//   1. partial -> reduced. An unreduced axis a that the target shards dimension d with, as the
+//      next axis after what d already has: reduce-scatter over a on d (partial -> sharded).
+//      Every other unreduced axis the target does not keep: one all-reduce over all of them
+//      (partial -> replicated).
+//   2. Same tiling (every dimension has the same shard count in source and target, same partial
+//      axes) but a different device order, e.g. P(('x','y')) -> P(('y','x')), or the target
+//      mesh lists the devices in another order: one collective permute, then done.
+//   3. Per dimension d whose axes are not a prefix of the target's: take its minor-most axis a.
+//      If the target shards another dimension e with a, as e's next axis: all-to-all over a
+//      (split e, concatenate d: "a sharded dimension moves"). Otherwise all-gather (tiled) over
+//      the axes of d beyond the common prefix (sharded -> replicated). Repeat.
+//   4. Local dynamic slice of the axes the target adds (replicated -> sharded, no
+//      communication); local zeroing of the addends for axes the target makes unreduced
+//      (replicated -> partial: partial index 0 keeps the value, the others get the reduce op's
+//      identity); then a collective permute if the target mesh orders the devices differently.
+//
+// This is DTensor's per-mesh-axis rule (source placement -> target placement for each mesh
+// dimension, Partial first), extended to several axes on one dimension as GSPMD allows: the
+// order of axes inside a dimension matters, so only the minor-most axis can leave a dimension
+// and an axis can only join a dimension as its next minor axis.
+//
+// Uneven dimensions. A dimension D over n shards has blocks of ceil(D / n) (the last short or
+// empty). Every collective runs on blocks padded to that size and the result is trimmed back to
+// the logical block, so no step ever leaves padding in an array: a (5, 10) array with 2,2,1,0
+// rows on 4 cores, all-gathered, is (5, 10) on every core. Padding makes a gather of part of a
+// dimension's axes exact only when the chunks nest, ceil(D / n_P) == k * ceil(D / (n_P * k))
+// for the kept prefix P and the k shards that go; otherwise the planner gathers more of the
+// dimension (at worst all of it) and slices back. docs/SHARDING.md works an example.
+//
+// Cost. Each step carries bytes per core and an alpha-beta estimate (Alpa's model; B in bytes):
+//   all-gather      alpha + beta * (n-1)/n * B        B = gathered (output) bytes per core
+//   reduce-scatter  alpha + beta * (n-1)/n * B        B = input bytes per core
+//   all-reduce      2 * (alpha + beta * (n-1)/n * B)  (a reduce-scatter then an all-gather)
+//   all-to-all      alpha + beta * (n-1)/n^2 * B * all_to_all_factor, B = bytes over the group
+//                   (n times the per-core buffer); Alpa uses factor n/2 for V100 + NVLink
+//   permute         alpha + beta * B                  B = bytes one core sends
+//   slice, partial  0 (local)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/runtime.h"
+#include "sharding/named_sharding.h"
+#include "sharding/sharded_array.h"
+
+namespace vtpu {
+
+/// One step of a reshard plan.
+enum class ReshardOpKind {
+  kAllReduce,          // partial -> replicated, over the unreduced axes
+  kReduceScatter,      // partial -> sharded, tiled on `dim`
+  kAllGather,          // sharded -> replicated, tiled on `dim`
+  kAllToAll,           // a sharded dimension moves: split `split_dim`, concatenate `dim`
+  kCollectivePermute,  // same tiling, different device order
+  kSlice,              // replicated -> sharded: local dynamic slice, no communication
+  kMakePartial,        // replicated -> partial: local, addends other than index 0 get the identity
+};
+
+/// "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "collective_permute",
+/// "dynamic_slice", "make_partial".
+std::string reshard_op_name(ReshardOpKind op);
+
+/// Alpha-beta parameters of the estimate. Defaults measured on the development machine with
+/// `vtpu bench collectives` (README, "Resharding").
+struct ReshardCostModel {
+  double alpha_seconds = 2.0e-5;         // latency per collective, seconds
+  double beta_seconds_per_byte = 5e-10;  // inverse bandwidth, seconds per byte (2 GB/s)
+  double all_to_all_factor = 1.0;        // the constant of the all-to-all formula (Alpa: n/2)
+};
+
+/// A step of a plan. Plain data, thread-compatible.
+struct ReshardStep {
+  ReshardOpKind op = ReshardOpKind::kSlice;
+  /// Mesh axes the replica groups run over, major first (the unreduced or sliced axes for the
+  /// local steps; every mesh axis for a permute).
+  std::vector<std::string> axes;
+  /// Device ids of each replica group, in rank order (row-major over `axes`). Local steps: empty.
+  std::vector<std::vector<int>> replica_groups;
+  int dim = -1;        // all_gather / reduce_scatter dimension; all_to_all concat dimension
+  int split_dim = -1;  // all_to_all split dimension
+  ReduceOp reduce_op = ReduceOp::kSum;  // all_reduce, reduce_scatter, make_partial
+  std::vector<std::pair<int, int>> pairs;  // permute: (source device, destination device)
+  PartitionSpec spec_before;               // on the source mesh
+  PartitionSpec spec_after;                // on the source mesh (permute: the target mesh)
+  /// Shape of the padded per-core buffer the collective takes (elements per dimension); the
+  /// logical block for local steps.
+  std::vector<int64_t> buffer_shape;
+  uint64_t buffer_bytes = 0;  // bytes of buffer_shape (f32)
+  /// The B of the formula in the header, in bytes.
+  double formula_bytes = 0;
+  /// Bytes one core sends in the step under a bandwidth-optimal algorithm (the (n-1)/n and
+  /// 2(n-1)/n factors applied; at most, over the cores); 0 for local steps.
+  uint64_t sent_bytes_per_core = 0;
+  double estimated_seconds = 0;  // the formula with the plan's cost model
+  /// One line: "all_gather over z (4 groups of 2) on dim 0: P('z', ('x', 'y')) -> ...".
+  std::string to_string() const;
+};
+
+/// A reshard plan: a value that can be printed without running it. Thread-compatible.
+struct ReshardPlan {
+  std::vector<int64_t> global_shape;
+  NamedSharding source;
+  NamedSharding target;
+  ReshardCostModel cost;
+  std::vector<ReshardStep> steps;
+
+  uint64_t total_sent_bytes_per_core() const;
+  double total_estimated_seconds() const;
+  /// A table: one row per step with op, mesh axes, groups x size, dims, spec after, per-core
+  /// buffer shape, bytes sent per core and estimated time, then the totals.
+  std::string to_string() const;
+};
+
+/// Plans the reshard of an array of `global_shape` (elements per dimension) from `source` to
+/// `target`. Throws InvalidArgumentError when the shape does not fit either sharding (a spec
+/// longer than the rank, strict divisibility; see NamedSharding::check_shape) or the target's
+/// mesh differs from the source's in shape, axis names or set of devices (a different device
+/// order is allowed and becomes a permute). Pure: touches no runtime. Thread-safe.
+ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSharding& source,
+                         const NamedSharding& target, const ReshardCostModel& cost = {});
+
+/// Runs `plan` on `array` (whose shape and sharding must be the plan's; InvalidArgumentError
+/// otherwise) and returns the array with the plan's target sharding, in new buffers labelled
+/// "reshard/<op>"; `array` is unchanged. Collectives run over Communicator::for_groups of each
+/// step's replica groups, with the runtime's communicator options; padded scratch buffers are
+/// allocated in each core's HBM. Host-side call (not from inside a core's program); throws what
+/// the collectives throw (DeadlineExceededError, AbortedError) and OutOfMemoryError.
+ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const ReshardPlan& plan);
+
+/// plan_reshard then execute_reshard.
+ShardedArray reshard(Runtime& runtime, const ShardedArray& array, const NamedSharding& target);
+
+}  // namespace vtpu
