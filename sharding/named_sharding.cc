@@ -45,7 +45,10 @@ NamedSharding::NamedSharding(Mesh mesh, PartitionSpec spec, ShardingMode mode)
       if (!inserted) {
         throw InvalidArgumentError(
             "PartitionSpec " + spec_.to_string() + " uses mesh axis '" + name + "' twice (in " +
-            (it->second == d ? where(d) : where(it->second) + " and " + where(d)) +
+            (it->second == d ? where(d)
+             : d < kUnreduced
+                 ? "entries " + std::to_string(it->second) + " and " + std::to_string(d)
+                 : where(it->second) + " and " + where(d)) +
             "); each mesh axis may shard at most one dimension, once, or be unreduced");
       }
       const int a = mesh_.axis_index(name);
@@ -55,8 +58,8 @@ NamedSharding::NamedSharding(Mesh mesh, PartitionSpec spec, ShardingMode mode)
   }
   for (int a = 0; a < mesh_.num_axes(); ++a) {
     const std::vector<std::string>& u = spec_.unreduced();
-    const bool unreduced = std::find(u.begin(), u.end(), mesh_.axis_names()[static_cast<size_t>(
-                                                             a)]) != u.end();
+    const bool unreduced =
+        std::find(u.begin(), u.end(), mesh_.axis_names()[static_cast<size_t>(a)]) != u.end();
     if (unreduced) {
       partial_axes_.push_back(a);
     } else if (!named[static_cast<size_t>(a)]) {

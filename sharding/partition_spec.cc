@@ -285,7 +285,8 @@ std::string PartitionSpec::to_string() const {
     s += entries_.empty() ? "unreduced={" : ", unreduced={";
     for (size_t i = 0; i < unreduced_.size(); ++i) s += (i ? ", " : "") + quoted(unreduced_[i]);
     s += "}";
-    if (reduce_op_ != ReduceOp::kSum) s += ", reduce_op='" + std::string(reduce_op_name(reduce_op_)) + "'";
+    if (reduce_op_ != ReduceOp::kSum)
+      s += ", reduce_op='" + std::string(reduce_op_name(reduce_op_)) + "'";
   }
   return s + ")";
 }

@@ -21,8 +21,8 @@
 // entry: "('x', 'y')" is P(('x', 'y')), not P('x', 'y'); write "P('x', 'y')" or "x, y" for that.
 // An empty tuple "()" is None, and a 1-tuple ('x',) is the same entry as 'x'. Quoted names have no
 // escapes. to_string() prints JAX's style: "P('x', None, ('x', 'y'))", then
-// ", unreduced={'y'}" when there are unreduced axes (sorted by name) and ", reduce_op='max'" when the
-// op is not sum.
+// ", unreduced={'y'}" when there are unreduced axes (sorted by name) and ", reduce_op='max'" when
+// the op is not sum.
 #pragma once
 
 #include <cstddef>
@@ -95,8 +95,7 @@ class PartitionSpec {
   /// Entry-by-entry equality. P('x') and P('x', None) differ here (as in JAX) though they shard
   /// the same way; compare normalized() specs to ignore trailing Nones.
   friend bool operator==(const PartitionSpec& a, const PartitionSpec& b) {
-    return a.entries_ == b.entries_ && a.unreduced_ == b.unreduced_ &&
-           a.reduce_op_ == b.reduce_op_;
+    return a.entries_ == b.entries_ && a.unreduced_ == b.unreduced_ && a.reduce_op_ == b.reduce_op_;
   }
   /// The spec without trailing None entries (unreduced axes kept).
   PartitionSpec normalized() const;

@@ -212,9 +212,8 @@ class Planner {
     step.spec_after = spec_of(mesh_, cur_);
     for (int a : axes) step.axes.push_back(mesh_.axis_names()[static_cast<size_t>(a)]);
     const double b = step.formula_bytes;
-    const double n = static_cast<double>(step.replica_groups.empty()
-                                             ? 1
-                                             : step.replica_groups.front().size());
+    const double n =
+        static_cast<double>(step.replica_groups.empty() ? 1 : step.replica_groups.front().size());
     const double alpha = cost_.alpha_seconds, beta = cost_.beta_seconds_per_byte;
     switch (step.op) {
       case ReshardOpKind::kAllGather:
@@ -244,9 +243,9 @@ class Planner {
   void reduce_partials() {
     Axes to_reduce;
     for (int a : cur_.partial) {
-      const bool kept = std::find(tgt_.partial.begin(), tgt_.partial.end(), a) !=
-                            tgt_.partial.end() &&
-                        cur_.op == tgt_.op;
+      const bool kept =
+          std::find(tgt_.partial.begin(), tgt_.partial.end(), a) != tgt_.partial.end() &&
+          cur_.op == tgt_.op;
       if (!kept) to_reduce.push_back(a);
     }
     bool progress = true;
@@ -263,8 +262,8 @@ class Planner {
           step.reduce_op = cur_.op;
           step.replica_groups = replica_groups(mesh_, {a});
           step.buffer_shape = padded_block();
-          step.buffer_shape[d] = axis_size(a) * ceil_div(dim_size(d), count(cur_.dims[d]) *
-                                                                           axis_size(a));
+          step.buffer_shape[d] =
+              axis_size(a) * ceil_div(dim_size(d), count(cur_.dims[d]) * axis_size(a));
           step.buffer_bytes = f32_bytes(step.buffer_shape);
           step.formula_bytes = static_cast<double>(step.buffer_bytes);
           cur_.dims[d].push_back(a);
@@ -320,8 +319,8 @@ class Planner {
           step.buffer_shape[e] =
               axis_size(a) * ceil_div(dim_size(e), count(cur_.dims[e]) * axis_size(a));
           step.buffer_bytes = f32_bytes(step.buffer_shape);
-          step.formula_bytes = static_cast<double>(step.buffer_bytes) *
-                               static_cast<double>(axis_size(a));
+          step.formula_bytes =
+              static_cast<double>(step.buffer_bytes) * static_cast<double>(axis_size(a));
           c.pop_back();
           cur_.dims[e].push_back(a);
           emit(std::move(step), before, {a});
@@ -563,10 +562,10 @@ std::string ReshardPlan::to_string() const {
         s.op == ReshardOpKind::kMakePartial) {
       op += "(" + std::string(reduce_op_name(s.reduce_op)) + ")";
     }
-    const std::string groups =
-        s.replica_groups.empty() ? "local"
-                                 : std::to_string(s.replica_groups.size()) + "x" +
-                                       std::to_string(s.replica_groups.front().size());
+    const std::string groups = s.replica_groups.empty()
+                                   ? "local"
+                                   : std::to_string(s.replica_groups.size()) + "x" +
+                                         std::to_string(s.replica_groups.front().size());
     std::string dims = "-";
     if (s.op == ReshardOpKind::kAllToAll) {
       dims = std::to_string(s.split_dim) + "->" + std::to_string(s.dim);
@@ -597,12 +596,11 @@ ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSh
   return ReshardPlan{global_shape, source, target, cost, std::move(steps)};
 }
 
-ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array,
-                             const ReshardPlan& plan) {
+ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const ReshardPlan& plan) {
   if (array.global_shape() != plan.global_shape || !(array.sharding() == plan.source)) {
     throw InvalidArgumentError("execute_reshard: the plan is for f32" +
-                               shape_text(plan.global_shape) + " with " +
-                               plan.source.to_string() + " but the array is " + array.to_string());
+                               shape_text(plan.global_shape) + " with " + plan.source.to_string() +
+                               " but the array is " + array.to_string());
   }
   const std::vector<int64_t>& shape = plan.global_shape;
   const Mesh& src_mesh = plan.source.mesh();
@@ -625,7 +623,8 @@ ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array,
     std::vector<PermutePair> rank_pairs;
     if (to_target) {
       Communicator& comm = *sc.comms.front();
-      for (const auto& [s, d] : step.pairs) rank_pairs.emplace_back(comm.rank_of(s), comm.rank_of(d));
+      for (const auto& [s, d] : step.pairs)
+        rank_pairs.emplace_back(comm.rank_of(s), comm.rank_of(d));
     }
     const std::string label = "reshard/" + reshard_op_name(step.op);
 
@@ -759,8 +758,8 @@ ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array,
 }
 
 ShardedArray reshard(Runtime& runtime, const ShardedArray& array, const NamedSharding& target) {
-  return execute_reshard(runtime, array, plan_reshard(array.global_shape(), array.sharding(),
-                                                      target));
+  return execute_reshard(runtime, array,
+                         plan_reshard(array.global_shape(), array.sharding(), target));
 }
 
 }  // namespace vtpu

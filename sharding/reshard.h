@@ -90,7 +90,7 @@ struct ReshardStep {
   std::vector<std::vector<int>> replica_groups;
   int dim = -1;        // all_gather / reduce_scatter dimension; all_to_all concat dimension
   int split_dim = -1;  // all_to_all split dimension
-  ReduceOp reduce_op = ReduceOp::kSum;  // all_reduce, reduce_scatter, make_partial
+  ReduceOp reduce_op = ReduceOp::kSum;     // all_reduce, reduce_scatter, make_partial
   std::vector<std::pair<int, int>> pairs;  // permute: (source device, destination device)
   PartitionSpec spec_before;               // on the source mesh
   PartitionSpec spec_after;                // on the source mesh (permute: the target mesh)
