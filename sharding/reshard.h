@@ -72,12 +72,15 @@ enum class ReshardOpKind {
 /// "dynamic_slice", "make_partial".
 std::string reshard_op_name(ReshardOpKind op);
 
-/// Alpha-beta parameters of the estimate. Defaults measured on the development machine with
-/// `vtpu bench collectives` (README, "Resharding").
+/// Alpha-beta parameters of the estimate. Defaults measured on the development machine (2 CPUs,
+/// shared) with `vtpu bench collectives --cores 8 --op all_gather|all_to_all` (README,
+/// "Resharding"): small messages took 44-107 us (alpha), all-gather busbw was 0.19-0.25 GB/s
+/// from 1 MiB to 16 MiB (beta = 1 / 0.2 GB/s), and all-to-all busbw 0.06-0.07 GB/s, about 3x
+/// slower per byte than the all-gather (the all-to-all factor).
 struct ReshardCostModel {
-  double alpha_seconds = 2.0e-5;         // latency per collective, seconds
-  double beta_seconds_per_byte = 5e-10;  // inverse bandwidth, seconds per byte (2 GB/s)
-  double all_to_all_factor = 1.0;        // the constant of the all-to-all formula (Alpa: n/2)
+  double alpha_seconds = 5e-5;          // latency per collective, seconds
+  double beta_seconds_per_byte = 5e-9;  // inverse bus bandwidth, seconds per byte (0.2 GB/s)
+  double all_to_all_factor = 3.0;       // the constant of the all-to-all formula (Alpa: n/2)
 };
 
 /// A step of a plan. Plain data, thread-compatible.
