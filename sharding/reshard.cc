@@ -5,7 +5,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <queue>
 #include <set>
+#include <tuple>
 
 #include "collectives/communicator.h"
 #include "common/error.h"
@@ -136,6 +138,46 @@ std::vector<std::pair<int, int>> permute_pairs(const NamedSharding& from, const 
   return pairs;
 }
 
+/// Fills sent_bytes_per_core and estimated_seconds of `step` (formula_bytes and op set) for a
+/// group of n devices, with the formulas of reshard.h.
+void apply_cost(ReshardStep& step, int64_t group_size, const ReshardCostModel& cost) {
+  const double b = step.formula_bytes;
+  const double n = static_cast<double>(group_size);
+  const double alpha = cost.alpha_seconds, beta = cost.beta_seconds_per_byte;
+  step.sent_bytes_per_core = 0;
+  step.estimated_seconds = 0;
+  switch (step.op) {
+    case ReshardOpKind::kAllGather:
+    case ReshardOpKind::kReduceScatter:
+      step.sent_bytes_per_core = static_cast<uint64_t>(b * (n - 1) / n);
+      step.estimated_seconds = alpha + beta * (n - 1) / n * b;
+      break;
+    case ReshardOpKind::kAllReduce:
+      step.sent_bytes_per_core = static_cast<uint64_t>(2 * b * (n - 1) / n);
+      step.estimated_seconds = 2 * (alpha + beta * (n - 1) / n * b);
+      break;
+    case ReshardOpKind::kAllToAll:
+      step.sent_bytes_per_core = static_cast<uint64_t>(b * (n - 1) / (n * n));
+      step.estimated_seconds = alpha + beta * (n - 1) / (n * n) * b * cost.all_to_all_factor;
+      break;
+    case ReshardOpKind::kCollectivePermute:
+      step.sent_bytes_per_core = static_cast<uint64_t>(b);
+      step.estimated_seconds = b == 0 ? 0.0 : alpha + beta * b;
+      break;
+    case ReshardOpKind::kSlice:
+    case ReshardOpKind::kMakePartial:
+      break;
+  }
+}
+
+/// One transition of the search: the step kind and its mesh axes / dimensions.
+struct Move {
+  ReshardOpKind op = ReshardOpKind::kSlice;
+  Axes axes;
+  int dim = -1;
+  int split_dim = -1;
+};
+
 class Planner {
  public:
   Planner(const std::vector<int64_t>& shape, const NamedSharding& source,
@@ -147,7 +189,15 @@ class Planner {
         tgt_(state_of(target, shape.size())),
         cost_(cost) {}
 
-  std::vector<ReshardStep> plan() {
+  std::vector<ReshardStep> plan(ReshardStrategy strategy, size_t max_states) {
+    if (strategy == ReshardStrategy::kSearch) {
+      std::vector<Move> moves;
+      if (search(max_states, &moves)) {
+        replay(moves);
+        if (!on_target_mesh_ && !(mesh_ == target_.mesh())) permute_to_target();
+        return std::move(steps_);
+      }
+    }
     reduce_partials();
     if (same_tiling()) {
       if (!(spec_of(mesh_, cur_) == target_.spec().normalized() && mesh_ == target_.mesh())) {
@@ -162,6 +212,252 @@ class Planner {
   }
 
  private:
+  // ---- search: Dijkstra over sharding states --------------------------------------------------
+
+  static std::string key_of(const State& st) {
+    std::string k;
+    for (const Axes& axes : st.dims) {
+      for (int a : axes) k += static_cast<char>('a' + a);
+      k += '|';
+    }
+    k += 'p';
+    for (int a : st.partial) k += static_cast<char>('a' + a);
+    if (!st.partial.empty()) k += static_cast<char>('0' + static_cast<int>(st.op));
+    return k;
+  }
+  bool in_dims(const State& st, int a) const {
+    for (const Axes& axes : st.dims) {
+      if (std::find(axes.begin(), axes.end(), a) != axes.end()) return true;
+    }
+    return false;
+  }
+  static bool contains(const Axes& axes, int a) {
+    return std::find(axes.begin(), axes.end(), a) != axes.end();
+  }
+  std::vector<int64_t> padded_block_of(const State& st) const {
+    std::vector<int64_t> s(shape_.size());
+    for (size_t d = 0; d < shape_.size(); ++d) s[d] = ceil_div(dim_size(d), count(st.dims[d]));
+    return s;
+  }
+  bool same_tiling_as_target(const State& st) const {
+    for (size_t d = 0; d < shape_.size(); ++d) {
+      if (count(st.dims[d]) != count(tgt_.dims[d])) return false;
+    }
+    return st.partial == tgt_.partial && (st.partial.empty() || st.op == tgt_.op);
+  }
+
+  /// The step `m` takes from `st`, without replica groups or specs; cost filled in.
+  ReshardStep describe(const State& st, const Move& m) const {
+    ReshardStep step;
+    step.op = m.op;
+    step.dim = m.dim;
+    step.split_dim = m.split_dim;
+    step.buffer_shape = padded_block_of(st);
+    const int64_t n = count(m.axes);
+    switch (m.op) {
+      case ReshardOpKind::kAllToAll: {
+        const size_t e = static_cast<size_t>(m.split_dim);
+        step.buffer_shape[e] = n * ceil_div(dim_size(e), count(st.dims[e]) * n);
+        break;
+      }
+      case ReshardOpKind::kReduceScatter: {
+        const size_t e = static_cast<size_t>(m.dim);
+        step.buffer_shape[e] = n * ceil_div(dim_size(e), count(st.dims[e]) * n);
+        break;
+      }
+      default:
+        break;
+    }
+    step.buffer_bytes = f32_bytes(step.buffer_shape);
+    switch (m.op) {
+      case ReshardOpKind::kAllGather:
+      case ReshardOpKind::kAllToAll:
+        step.formula_bytes = static_cast<double>(step.buffer_bytes) * static_cast<double>(n);
+        break;
+      case ReshardOpKind::kReduceScatter:
+      case ReshardOpKind::kAllReduce:
+      case ReshardOpKind::kCollectivePermute:
+        step.formula_bytes = static_cast<double>(step.buffer_bytes);
+        break;
+      default:
+        step.buffer_bytes = 0;
+        break;
+    }
+    apply_cost(step, n, cost_);
+    return step;
+  }
+
+  State apply(const State& st, const Move& m) const {
+    State next = st;
+    switch (m.op) {
+      case ReshardOpKind::kAllGather:
+        next.dims[static_cast<size_t>(m.dim)].resize(next.dims[static_cast<size_t>(m.dim)].size() -
+                                                     m.axes.size());
+        break;
+      case ReshardOpKind::kAllToAll:
+        next.dims[static_cast<size_t>(m.dim)].pop_back();
+        next.dims[static_cast<size_t>(m.split_dim)].push_back(m.axes[0]);
+        break;
+      case ReshardOpKind::kSlice:
+        next.dims[static_cast<size_t>(m.dim)].push_back(m.axes[0]);
+        break;
+      case ReshardOpKind::kReduceScatter:
+      case ReshardOpKind::kAllReduce:
+        for (int a : m.axes)
+          next.partial.erase(std::find(next.partial.begin(), next.partial.end(), a));
+        if (m.op == ReshardOpKind::kReduceScatter) {
+          next.dims[static_cast<size_t>(m.dim)].push_back(m.axes[0]);
+        }
+        if (next.partial.empty()) next.op = ReduceOp::kSum;
+        break;
+      case ReshardOpKind::kMakePartial:
+        next.partial.push_back(m.axes[0]);
+        std::sort(next.partial.begin(), next.partial.end());
+        next.op = tgt_.op;
+        break;
+      case ReshardOpKind::kCollectivePermute:
+        next = tgt_;
+        break;
+    }
+    return next;
+  }
+
+  std::vector<Move> moves_from(const State& st) const {
+    std::vector<Move> out;
+    const int rank = static_cast<int>(shape_.size());
+    for (int d = 0; d < rank; ++d) {
+      const Axes& c = st.dims[static_cast<size_t>(d)];
+      for (size_t k = 1; k <= c.size(); ++k) {  // all-gather the k minor-most axes
+        const size_t keep = c.size() - k;
+        if (nests(dim_size(static_cast<size_t>(d)), count(c, 0, keep), count(c, keep))) {
+          out.push_back({ReshardOpKind::kAllGather,
+                         Axes(c.begin() + static_cast<std::ptrdiff_t>(keep), c.end()), d, -1});
+        }
+      }
+      if (c.empty()) continue;
+      const int a = c.back();  // all-to-all: the minor-most axis moves to another dimension
+      if (!nests(dim_size(static_cast<size_t>(d)), count(c, 0, c.size() - 1), axis_size(a)))
+        continue;
+      for (int e = 0; e < rank; ++e) {
+        if (e != d && nests(dim_size(static_cast<size_t>(e)),
+                            count(st.dims[static_cast<size_t>(e)]), axis_size(a))) {
+          out.push_back({ReshardOpKind::kAllToAll, {a}, d, e});
+        }
+      }
+    }
+    for (int a = 0; a < mesh_.num_axes(); ++a) {
+      const bool target_shards = in_dims(tgt_, a);
+      if (contains(st.partial, a)) {
+        for (int e = 0; e < rank && target_shards; ++e) {
+          if (nests(dim_size(static_cast<size_t>(e)), count(st.dims[static_cast<size_t>(e)]),
+                    axis_size(a))) {
+            out.push_back({ReshardOpKind::kReduceScatter, {a}, e, -1});
+          }
+        }
+        continue;
+      }
+      if (in_dims(st, a)) continue;
+      for (int e = 0; e < rank && target_shards; ++e) {  // local slice
+        if (nests(dim_size(static_cast<size_t>(e)), count(st.dims[static_cast<size_t>(e)]),
+                  axis_size(a))) {
+          out.push_back({ReshardOpKind::kSlice, {a}, e, -1});
+        }
+      }
+      if (contains(tgt_.partial, a) && (st.partial.empty() || st.op == tgt_.op)) {
+        out.push_back({ReshardOpKind::kMakePartial, {a}, -1, -1});
+      }
+    }
+    // All-reduce over any non-empty subset of the unreduced axes (mesh order).
+    const size_t np = st.partial.size();
+    for (uint32_t mask = 1; mask < (1u << np); ++mask) {
+      Axes axes;
+      for (size_t i = 0; i < np; ++i) {
+        if (mask & (1u << i)) axes.push_back(st.partial[i]);
+      }
+      out.push_back({ReshardOpKind::kAllReduce, axes, -1, -1});
+    }
+    if (same_tiling_as_target(st) && key_of(st) != key_of(tgt_)) {
+      Axes all;
+      for (int a = 0; a < mesh_.num_axes(); ++a) all.push_back(a);
+      out.push_back({ReshardOpKind::kCollectivePermute, all, -1, -1});
+    }
+    return out;
+  }
+
+  /// Dijkstra from cur_ to tgt_ over moves_from(), minimising (estimated seconds, steps). False
+  /// when more than `max_states` states were settled without reaching the target.
+  bool search(size_t max_states, std::vector<Move>* path) const {
+    struct Entry {
+      double cost = 0;
+      int steps = 0;
+      std::string parent;
+      Move move;
+      State state;
+      bool done = false;
+    };
+    using Item = std::tuple<double, int, std::string>;
+    std::priority_queue<Item, std::vector<Item>, std::greater<>> queue;
+    std::map<std::string, Entry> best;
+    const std::string start = key_of(cur_), goal = key_of(tgt_);
+    best[start] = Entry{0, 0, "", {}, cur_, false};
+    queue.emplace(0.0, 0, start);
+    size_t settled = 0;
+    while (!queue.empty()) {
+      const auto [cost, steps, key] = queue.top();
+      queue.pop();
+      Entry& e = best.at(key);
+      if (e.done) continue;
+      e.done = true;
+      if (key == goal) break;
+      if (++settled > max_states) return false;
+      const State st = e.state;
+      for (const Move& m : moves_from(st)) {
+        const double c = cost + describe(st, m).estimated_seconds;
+        State next = apply(st, m);
+        std::string nk = key_of(next);
+        auto it = best.find(nk);
+        if (it != best.end() &&
+            (it->second.done ||
+             std::make_pair(it->second.cost, it->second.steps) <= std::make_pair(c, steps + 1))) {
+          continue;
+        }
+        best[nk] = Entry{c, steps + 1, key, m, std::move(next), false};
+        queue.emplace(c, steps + 1, std::move(nk));
+      }
+    }
+    if (!best.count(goal) || !best.at(goal).done) return false;
+    path->clear();
+    for (std::string k = goal; k != start; k = best.at(k).parent) path->push_back(best.at(k).move);
+    std::reverse(path->begin(), path->end());
+    return true;
+  }
+
+  /// Emits the steps of `moves` from cur_, merging consecutive slices and consecutive
+  /// make-partials into one local step each.
+  void replay(const std::vector<Move>& moves) {
+    for (const Move& m : moves) {
+      if (m.op == ReshardOpKind::kCollectivePermute) {
+        permute_to_target();
+        continue;
+      }
+      const PartitionSpec before = spec_of(mesh_, cur_);
+      ReshardStep step = describe(cur_, m);
+      step.reduce_op = m.op == ReshardOpKind::kMakePartial ? tgt_.op : cur_.op;
+      const bool local = m.op == ReshardOpKind::kSlice || m.op == ReshardOpKind::kMakePartial;
+      if (!local) step.replica_groups = replica_groups(mesh_, m.axes);
+      if (local) step.dim = -1;  // a merged slice may cut several dimensions
+      cur_ = apply(cur_, m);
+      if (local && !steps_.empty() && steps_.back().op == m.op) {
+        steps_.back().spec_after = spec_of(mesh_, cur_);
+        steps_.back().axes.push_back(mesh_.axis_names()[static_cast<size_t>(m.axes[0])]);
+        continue;
+      }
+      emit(std::move(step), before, m.axes);
+    }
+  }
+
+  // ---- greedy rule (the fallback) -------------------------------------------------------------
+
   int64_t axis_size(int a) const { return mesh_.shape()[static_cast<size_t>(a)]; }
   /// Shards of axes[from, to) (to clamped to the size).
   int64_t count(const Axes& axes, size_t from = 0, size_t to = SIZE_MAX) const {
@@ -211,32 +507,9 @@ class Planner {
     step.spec_before = before;
     step.spec_after = spec_of(mesh_, cur_);
     for (int a : axes) step.axes.push_back(mesh_.axis_names()[static_cast<size_t>(a)]);
-    const double b = step.formula_bytes;
-    const double n =
-        static_cast<double>(step.replica_groups.empty() ? 1 : step.replica_groups.front().size());
-    const double alpha = cost_.alpha_seconds, beta = cost_.beta_seconds_per_byte;
-    switch (step.op) {
-      case ReshardOpKind::kAllGather:
-      case ReshardOpKind::kReduceScatter:
-        step.sent_bytes_per_core = static_cast<uint64_t>(b * (n - 1) / n);
-        step.estimated_seconds = alpha + beta * (n - 1) / n * b;
-        break;
-      case ReshardOpKind::kAllReduce:
-        step.sent_bytes_per_core = static_cast<uint64_t>(2 * b * (n - 1) / n);
-        step.estimated_seconds = 2 * (alpha + beta * (n - 1) / n * b);
-        break;
-      case ReshardOpKind::kAllToAll:
-        step.sent_bytes_per_core = static_cast<uint64_t>(b * (n - 1) / (n * n));
-        step.estimated_seconds = alpha + beta * (n - 1) / (n * n) * b * cost_.all_to_all_factor;
-        break;
-      case ReshardOpKind::kCollectivePermute:
-        step.sent_bytes_per_core = static_cast<uint64_t>(b);
-        step.estimated_seconds = step.pairs.empty() ? 0.0 : alpha + beta * b;
-        break;
-      case ReshardOpKind::kSlice:
-      case ReshardOpKind::kMakePartial:
-        break;
-    }
+    const int64_t n =
+        step.replica_groups.empty() ? 1 : static_cast<int64_t>(step.replica_groups.front().size());
+    apply_cost(step, n, cost_);
     steps_.push_back(std::move(step));
   }
 
@@ -401,6 +674,7 @@ class Planner {
     cur_ = tgt_;
     emit(std::move(step), before, all);
     steps_.back().spec_after = target_.spec().normalized();
+    on_target_mesh_ = true;
   }
 
   const std::vector<int64_t>& shape_;
@@ -410,6 +684,7 @@ class Planner {
   const State tgt_;
   ReshardCostModel cost_;
   std::vector<ReshardStep> steps_;
+  bool on_target_mesh_ = false;
 };
 
 void check_same_mesh(const Mesh& a, const Mesh& b) {
@@ -588,11 +863,13 @@ std::string ReshardPlan::to_string() const {
 }
 
 ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSharding& source,
-                         const NamedSharding& target, const ReshardCostModel& cost) {
+                         const NamedSharding& target, const ReshardCostModel& cost,
+                         ReshardStrategy strategy) {
   source.check_shape(global_shape);
   target.check_shape(global_shape);
   check_same_mesh(source.mesh(), target.mesh());
-  std::vector<ReshardStep> steps = Planner(global_shape, source, target, cost).plan();
+  std::vector<ReshardStep> steps =
+      Planner(global_shape, source, target, cost).plan(strategy, kMaxSearchStates);
   return ReshardPlan{global_shape, source, target, cost, std::move(steps)};
 }
 

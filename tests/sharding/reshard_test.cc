@@ -328,15 +328,18 @@ TEST_P(ReshardSweep, EveryPairMatchesGatherThenSlice) {
       const std::string what =
           from + " -> " + to + " on " + mesh.to_string() + " shape " + shape_text(c.shape);
       SCOPED_TRACE(what);
-      const ReshardPlan plan = plan_reshard(c.shape, src, dst);
-      const ShardedArray b = execute_reshard(*rt, a, plan);
-      ASSERT_EQ(b.sharding(), dst);
-      EXPECT_EQ(b.gather(), expected) << plan.to_string();
-      if (!dst.is_partial()) expect_blocks(b, expected, what);
-      ++checked;
+      for (ReshardStrategy strategy : {ReshardStrategy::kSearch, ReshardStrategy::kGreedy}) {
+        SCOPED_TRACE(strategy == ReshardStrategy::kSearch ? "search" : "greedy");
+        const ReshardPlan plan = plan_reshard(c.shape, src, dst, {}, strategy);
+        const ShardedArray b = execute_reshard(*rt, a, plan);
+        ASSERT_EQ(b.sharding(), dst);
+        EXPECT_EQ(b.gather(), expected) << plan.to_string();
+        if (!dst.is_partial()) expect_blocks(b, expected, what);
+        ++checked;
+      }
     }
   }
-  EXPECT_EQ(checked, static_cast<int>(c.specs.size() * c.specs.size()));
+  EXPECT_EQ(checked, static_cast<int>(2 * c.specs.size() * c.specs.size()));
 }
 
 const std::vector<std::string> kSpecs1d = {"P()", "P('x')", "P(None, 'x')", "P(unreduced={'x'})"};
