@@ -1,6 +1,7 @@
 #include "sharding/reshard.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -873,7 +874,9 @@ ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSh
   return ReshardPlan{global_shape, source, target, cost, std::move(steps)};
 }
 
-ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const ReshardPlan& plan) {
+ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const ReshardPlan& plan,
+                             std::vector<ReshardStepTiming>* timings) {
+  if (timings != nullptr) timings->clear();
   if (array.global_shape() != plan.global_shape || !(array.sharding() == plan.source)) {
     throw InvalidArgumentError("execute_reshard: the plan is for f32" +
                                shape_text(plan.global_shape) + " with " + plan.source.to_string() +
@@ -890,6 +893,7 @@ ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const 
   NamedSharding cur = plan.source;
 
   for (const ReshardStep& step : plan.steps) {
+    const auto t0 = std::chrono::steady_clock::now();
     const bool to_target = step.op == ReshardOpKind::kCollectivePermute;
     NamedSharding next = to_target ? plan.target : NamedSharding(src_mesh, step.spec_after);
     StepComms sc = make_comms(runtime, step);
@@ -1015,6 +1019,14 @@ ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const 
     owned = std::move(out);
     for (int dev : devices) current[dev] = &owned.at(dev);
     cur = next;
+    if (timings != nullptr) {
+      ReshardStepTiming t;
+      t.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      for (const auto& [dev, comm] : sc.of_device) {
+        t.collective_seconds = std::max(t.collective_seconds, comm->stats(dev).seconds);
+      }
+      timings->push_back(t);
+    }
   }
 
   std::vector<DeviceBuffer> buffers;

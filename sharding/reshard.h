@@ -169,8 +169,16 @@ ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSh
 /// "reshard/<op>"; `array` is unchanged. Collectives run over Communicator::for_groups of each
 /// step's replica groups, with the runtime's communicator options; padded scratch buffers are
 /// allocated in each core's HBM. Host-side call (not from inside a core's program); throws what
-/// the collectives throw (DeadlineExceededError, AbortedError) and OutOfMemoryError.
-ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const ReshardPlan& plan);
+/// the collectives throw (DeadlineExceededError, AbortedError) and OutOfMemoryError. When
+/// `timings` is given it receives one entry per step.
+/// What one step of execute_reshard took.
+struct ReshardStepTiming {
+  double wall_seconds = 0;        // host wall time of the step: communicators, program, copies
+  double collective_seconds = 0;  // the slowest core's time inside the collective (0 if local)
+};
+
+ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const ReshardPlan& plan,
+                             std::vector<ReshardStepTiming>* timings = nullptr);
 
 /// plan_reshard then execute_reshard.
 ShardedArray reshard(Runtime& runtime, const ShardedArray& array, const NamedSharding& target);
