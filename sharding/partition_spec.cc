@@ -48,6 +48,7 @@ class SpecParser {
       if (peek() == '(') {
         ++pos_;
         out.entries = parse_entries(')');
+        if (at_keyword() && !out.entries.empty() && !after_comma()) fail("',' before the keyword");
         parse_keywords(out);
         expect(')', "',' or ')'");
         skip_ws();
@@ -89,6 +90,13 @@ class SpecParser {
     skip_ws();
     if (peek() != c) fail(expected);
     ++pos_;
+  }
+
+  /// True when the last non-space character before the cursor is ','.
+  bool after_comma() const {
+    size_t p = pos_;
+    while (p > 0 && std::isspace(static_cast<unsigned char>(text_[p - 1]))) --p;
+    return p > 0 && text_[p - 1] == ',';
   }
 
   /// True at "unreduced =" or "reduce_op =".
