@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/units.h"
 #include "expect_invalid.h"
+#include "naive_block.h"
 #include "sharding/block_copy.h"
 
 namespace vtpu {
@@ -39,23 +40,7 @@ std::vector<float> iota_values(const Shape& shape, float offset = 0) {
   return x;
 }
 
-/// Reference slice, written independently of block_copy: walk every element of the row-major
-/// global array and keep those inside `box`, in order.
-std::vector<float> naive_block(const std::vector<float>& host, const Shape& shape,
-                               const std::vector<IndexRange>& box) {
-  std::vector<float> out;
-  for (size_t flat = 0; flat < host.size(); ++flat) {
-    size_t rest = flat;
-    bool inside = true;
-    for (size_t d = shape.size(); d-- > 0;) {
-      const int64_t i = static_cast<int64_t>(rest % static_cast<size_t>(shape[d]));
-      rest /= static_cast<size_t>(shape[d]);
-      inside = inside && box[d].start <= i && i < box[d].stop;
-    }
-    if (inside) out.push_back(host[flat]);
-  }
-  return out;
-}
+using vtpu::testing::naive_block;
 
 /// Checks that every device of `result` holds exactly the target block of `expected` (the gather
 /// of the reference), at its logical shape.

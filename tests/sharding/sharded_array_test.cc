@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/units.h"
 #include "memory/hbm_arena.h"
+#include "naive_block.h"
 
 namespace vtpu {
 namespace {
@@ -43,23 +44,7 @@ std::vector<float> ten_i_plus_j(int64_t rows, int64_t cols) {
   return x;
 }
 
-/// Naive reference for a device's block: walk every element of the global array in row-major
-/// order and keep those inside `ranges` (so the result is the block, row-major).
-std::vector<float> naive_block(const std::vector<float>& host, const Shape& shape,
-                               const std::vector<IndexRange>& ranges) {
-  std::vector<float> out;
-  for (size_t flat = 0; flat < host.size(); ++flat) {
-    size_t rest = flat;
-    bool inside = true;
-    for (size_t d = shape.size(); d-- > 0;) {
-      const int64_t i = static_cast<int64_t>(rest % static_cast<size_t>(shape[d]));
-      rest /= static_cast<size_t>(shape[d]);
-      inside = inside && ranges[d].start <= i && i < ranges[d].stop;
-    }
-    if (inside) out.push_back(host[flat]);
-  }
-  return out;
-}
+using vtpu::testing::naive_block;
 
 std::vector<float> as_vector(std::span<const float> s) { return {s.begin(), s.end()}; }
 
