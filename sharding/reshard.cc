@@ -740,24 +740,34 @@ void trim_block(std::span<const float> src, const std::vector<int64_t>& src_shap
   extract_block(src, src_shape, origin_box(dst_shape), dst);
 }
 
-/// The communicators of a step and the group each device belongs to.
-struct StepComms {
-  std::vector<std::unique_ptr<Communicator>> comms;
+/// The communicator each device of a step uses.
+std::map<int, Communicator*> step_comms(ReshardCommunicatorCache& cache, const ReshardStep& step) {
   std::map<int, Communicator*> of_device;
-};
-
-StepComms make_comms(Runtime& runtime, const ReshardStep& step) {
-  StepComms sc;
-  if (step.replica_groups.empty()) return sc;
-  sc.comms = Communicator::for_groups(runtime, step.replica_groups,
-                                      CommunicatorOptions::from_runtime(runtime.options()));
+  if (step.replica_groups.empty()) return of_device;
+  const std::vector<std::unique_ptr<Communicator>>& comms = cache.get(step.replica_groups);
   for (size_t g = 0; g < step.replica_groups.size(); ++g) {
-    for (int dev : step.replica_groups[g]) sc.of_device[dev] = sc.comms[g].get();
+    for (int dev : step.replica_groups[g]) of_device[dev] = comms[g].get();
   }
-  return sc;
+  return of_device;
 }
 
 }  // namespace
+
+ReshardCommunicatorCache::ReshardCommunicatorCache(Runtime& runtime) : runtime_(runtime) {}
+ReshardCommunicatorCache::~ReshardCommunicatorCache() = default;
+
+const std::vector<std::unique_ptr<Communicator>>& ReshardCommunicatorCache::get(
+    const std::vector<std::vector<int>>& groups) {
+  auto it = cache_.find(groups);
+  if (it == cache_.end()) {
+    it = cache_
+             .emplace(groups,
+                      Communicator::for_groups(
+                          runtime_, groups, CommunicatorOptions::from_runtime(runtime_.options())))
+             .first;
+  }
+  return it->second;
+}
 
 std::string reshard_op_name(ReshardOpKind op) {
   switch (op) {
@@ -875,8 +885,14 @@ ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSh
 }
 
 ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const ReshardPlan& plan,
-                             std::vector<ReshardStepTiming>* timings) {
+                             std::vector<ReshardStepTiming>* timings,
+                             ReshardCommunicatorCache* communicators) {
   if (timings != nullptr) timings->clear();
+  std::unique_ptr<ReshardCommunicatorCache> local_cache;
+  if (communicators == nullptr) {
+    local_cache = std::make_unique<ReshardCommunicatorCache>(runtime);
+    communicators = local_cache.get();
+  }
   if (array.global_shape() != plan.global_shape || !(array.sharding() == plan.source)) {
     throw InvalidArgumentError("execute_reshard: the plan is for f32" +
                                shape_text(plan.global_shape) + " with " + plan.source.to_string() +
@@ -896,14 +912,16 @@ ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const 
     const auto t0 = std::chrono::steady_clock::now();
     const bool to_target = step.op == ReshardOpKind::kCollectivePermute;
     NamedSharding next = to_target ? plan.target : NamedSharding(src_mesh, step.spec_after);
-    StepComms sc = make_comms(runtime, step);
+    const std::map<int, Communicator*> of_device = step_comms(*communicators, step);
+    std::map<int, double> seconds_before;  // cached communicators keep counting across steps
+    for (const auto& [dev, comm] : of_device) seconds_before[dev] = comm->stats(dev).seconds;
     std::map<int, DeviceBuffer> out;
     for (int dev : devices) out[dev] = DeviceBuffer();  // slots exist before the cores write
     std::map<int, int> source_of;                       // permute: destination -> source
     for (const auto& [s, d] : step.pairs) source_of[d] = s;
     std::vector<PermutePair> rank_pairs;
     if (to_target) {
-      Communicator& comm = *sc.comms.front();
+      Communicator& comm = *of_device.begin()->second;
       for (const auto& [s, d] : step.pairs)
         rank_pairs.emplace_back(comm.rank_of(s), comm.rank_of(d));
     }
@@ -928,13 +946,13 @@ ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const 
       switch (step.op) {
         case ReshardOpKind::kAllReduce: {
           std::copy(in.begin(), in.end(), res.begin());
-          sc.of_device.at(dev)->all_reduce<float>(ctx, res, step.reduce_op);
+          of_device.at(dev)->all_reduce<float>(ctx, res, step.reduce_op);
           break;
         }
         case ReshardOpKind::kAllGather:
         case ReshardOpKind::kReduceScatter:
         case ReshardOpKind::kAllToAll: {
-          Communicator& comm = *sc.of_device.at(dev);
+          Communicator& comm = *of_device.at(dev);
           const int64_t n = comm.size();
           std::vector<int64_t> send_shape = in_shape;
           std::vector<int64_t> recv_shape;
@@ -973,7 +991,7 @@ ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const 
           break;
         }
         case ReshardOpKind::kCollectivePermute: {
-          Communicator& comm = *sc.comms.front();
+          Communicator& comm = *of_device.at(dev);
           DeviceBuffer send_buf = scratch(step.buffer_shape);
           DeviceBuffer recv_buf = scratch(step.buffer_shape);
           const BufferPin send_pin = send_buf.pin();
@@ -1022,8 +1040,9 @@ ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const 
     if (timings != nullptr) {
       ReshardStepTiming t;
       t.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      for (const auto& [dev, comm] : sc.of_device) {
-        t.collective_seconds = std::max(t.collective_seconds, comm->stats(dev).seconds);
+      for (const auto& [dev, comm] : of_device) {
+        t.collective_seconds =
+            std::max(t.collective_seconds, comm->stats(dev).seconds - seconds_before.at(dev));
       }
       timings->push_back(t);
     }

@@ -60,6 +60,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,6 +71,8 @@
 #include "sharding/sharded_array.h"
 
 namespace vtpu {
+
+class Communicator;
 
 /// One step of a reshard plan.
 enum class ReshardOpKind {
@@ -167,7 +171,8 @@ ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSh
 /// Runs `plan` on `array` (whose shape and sharding must be the plan's; InvalidArgumentError
 /// otherwise) and returns the array with the plan's target sharding, in new buffers labelled
 /// "reshard/<op>"; `array` is unchanged. Collectives run over Communicator::for_groups of each
-/// step's replica groups, with the runtime's communicator options; padded scratch buffers are
+/// step's replica groups, with the runtime's communicator options, taken from `communicators`
+/// when given (else from a cache local to the call); padded scratch buffers are
 /// allocated in each core's HBM. Host-side call (not from inside a core's program); throws what
 /// the collectives throw (DeadlineExceededError, AbortedError) and OutOfMemoryError. When
 /// `timings` is given it receives one entry per step.
@@ -177,8 +182,31 @@ struct ReshardStepTiming {
   double collective_seconds = 0;  // the slowest core's time inside the collective (0 if local)
 };
 
+/// Communicators for reshard steps, one per replica group, created on first use and reused by
+/// later steps and later execute_reshard calls with the same groups (so that links are set up
+/// once). Host-side; thread-compatible: one execute_reshard at a time may use a cache. After a
+/// reshard failed (a collective timed out or was aborted), discard the cache. Must not outlive
+/// its Runtime.
+class ReshardCommunicatorCache {
+ public:
+  explicit ReshardCommunicatorCache(Runtime& runtime);
+  ~ReshardCommunicatorCache();
+  ReshardCommunicatorCache(const ReshardCommunicatorCache&) = delete;
+  ReshardCommunicatorCache& operator=(const ReshardCommunicatorCache&) = delete;
+
+  /// One communicator per group of `groups` (device ids in rank order), in the same order.
+  /// Throws like Communicator::for_groups.
+  const std::vector<std::unique_ptr<Communicator>>& get(
+      const std::vector<std::vector<int>>& groups);
+
+ private:
+  Runtime& runtime_;
+  std::map<std::vector<std::vector<int>>, std::vector<std::unique_ptr<Communicator>>> cache_;
+};
+
 ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const ReshardPlan& plan,
-                             std::vector<ReshardStepTiming>* timings = nullptr);
+                             std::vector<ReshardStepTiming>* timings = nullptr,
+                             ReshardCommunicatorCache* communicators = nullptr);
 
 /// plan_reshard then execute_reshard.
 ShardedArray reshard(Runtime& runtime, const ShardedArray& array, const NamedSharding& target);
