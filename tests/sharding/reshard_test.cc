@@ -218,6 +218,27 @@ TEST_F(ReshardTableTest, ReplicatedToPartialKeepsTheValueOnPartialIndexZero) {
   EXPECT_THAT(b.gather(), ElementsAreArray(x));
 }
 
+TEST_F(ReshardTableTest, CachedCommunicatorsGiveTheSameResultsAndTimings) {
+  const Shape shape = {8, 8};
+  const std::vector<float> x = iota_values(shape);
+  const ShardedArray a = ShardedArray::device_put(*rt_, x, shape, sharding(xy22_, "P('x', 'y')"));
+  // An all-gather over y (groups {0,1} and {2,3}), then a permute over all four devices.
+  const ReshardPlan plan = plan_reshard(shape, a.sharding(), sharding(xy22_, "P('y')"));
+  ASSERT_THAT(ops_of(plan),
+              ElementsAre(ReshardOpKind::kAllGather, ReshardOpKind::kCollectivePermute));
+  ReshardCommunicatorCache cache(*rt_);
+  for (int run = 0; run < 3; ++run) {
+    std::vector<ReshardStepTiming> timings;
+    const ShardedArray b = execute_reshard(*rt_, a, plan, &timings, &cache);
+    expect_blocks(b, x, "run " + std::to_string(run));
+    ASSERT_EQ(timings.size(), plan.steps.size());
+    for (size_t i = 0; i < timings.size(); ++i) {
+      EXPECT_GE(timings[i].wall_seconds, timings[i].collective_seconds);
+      if (plan.steps[i].replica_groups.empty()) EXPECT_EQ(timings[i].collective_seconds, 0.0);
+    }
+  }
+}
+
 // ---- the issue's 2x2x2 cases ----------------------------------------------------------------
 
 TEST(ReshardIssueCases, BlocksAndTiledAllGathersOnTwoByTwoByTwo) {
