@@ -10,6 +10,9 @@
 //                            [--occupancy F] [--capacity SIZE] [--seed S] [--json]
 //   vtpu bench collectives [--cores N] [--op all_reduce] [--min-bytes 8] [--max-bytes 64M] ...
 //                          (examples/bench_collectives_command.h)
+//   vtpu reshard --mesh 2x2x2 [--axes x,y,z] --shape 8,8 --from SPEC --to SPEC [--explain]
+//                [--alpha S] [--beta S_PER_BYTE] [--a2a-factor F] [--seed K]
+//                (examples/reshard_command.h)
 //
 // Exit codes: 0 success (and --help); 1 a vtpu error while running (the message names the value
 // and what was expected: a bad data or config file, out of HBM, ...); 2 bad command-line usage.
@@ -30,6 +33,7 @@
 #include "examples/bench_collectives_command.h"
 #include "examples/digits_dataset.h"
 #include "examples/mlp_trainer.h"
+#include "examples/reshard_command.h"
 #include "memory/alloc_workload.h"
 #include "memory/allocator_policy.h"
 #include "memory/fragmentation_check.h"
@@ -568,6 +572,7 @@ int main(int argc, char** argv) {
   frag->add_option("--seed", frag_args.seed, "First seed")->capture_default_str();
   frag->add_flag("--json", frag_args.json, "Print the results as JSON");
   const auto collectives = vtpu::examples::add_bench_collectives_command(*bench);
+  const auto reshard = vtpu::examples::add_reshard_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -598,6 +603,7 @@ int main(int argc, char** argv) {
     if (*frag) return run_bench_fragmentation(frag_args);
     if (int code = 0; vtpu::examples::run_bench_collectives_if_selected(*collectives, &code))
       return code;
+    if (int code = 0; vtpu::examples::run_reshard_if_selected(*reshard, &code)) return code;
   } catch (const vtpu::Error& e) {
     std::fprintf(stderr, "vtpu: error: %s\n", e.what());
     return 1;

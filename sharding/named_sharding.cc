@@ -23,35 +23,72 @@ NamedSharding::NamedSharding(Mesh mesh, PartitionSpec spec, ShardingMode mode)
   std::map<std::string, size_t> first_dim;  // axis name -> first entry naming it
   std::vector<bool> named(static_cast<size_t>(mesh_.num_axes()), false);
   dim_axes_.resize(spec_.size());
-  for (size_t d = 0; d < spec_.size(); ++d) {
-    for (const std::string& name : spec_.entries()[d]) {
+  const size_t kUnreduced = spec_.size();  // first_dim value for the unreduced set
+  auto where = [&](size_t d) {
+    return d == kUnreduced ? std::string("unreduced") : "entry " + std::to_string(d);
+  };
+  for (size_t d = 0; d <= spec_.size(); ++d) {
+    const std::vector<std::string>& names =
+        d == kUnreduced ? spec_.unreduced() : spec_.entries()[d];
+    for (const std::string& name : names) {
       if (!mesh_.has_axis(name)) {
         std::string known;
         for (const std::string& a : mesh_.axis_names()) {
           known += (known.empty() ? "'" : ", '") + a + "'";
         }
         throw InvalidArgumentError(
-            "PartitionSpec " + spec_.to_string() + " names axis '" + name + "' in entry " +
-            std::to_string(d) + ", which " + mesh_.to_string() +
+            "PartitionSpec " + spec_.to_string() + " names axis '" + name + "' in " + where(d) +
+            ", which " + mesh_.to_string() +
             " does not have (mesh axes: " + (known.empty() ? "none" : known) + ")");
       }
       auto [it, inserted] = first_dim.emplace(name, d);
       if (!inserted) {
         throw InvalidArgumentError(
             "PartitionSpec " + spec_.to_string() + " uses mesh axis '" + name + "' twice (in " +
-            (it->second == d
-                 ? "entry " + std::to_string(d)
-                 : "entries " + std::to_string(it->second) + " and " + std::to_string(d)) +
-            "); each mesh axis may shard at most one dimension, once");
+            (it->second == d ? where(d)
+             : d < kUnreduced
+                 ? "entries " + std::to_string(it->second) + " and " + std::to_string(d)
+                 : where(it->second) + " and " + where(d)) +
+            "); each mesh axis may shard at most one dimension, once, or be unreduced");
       }
       const int a = mesh_.axis_index(name);
       named[static_cast<size_t>(a)] = true;
-      dim_axes_[d].push_back(a);
+      if (d < kUnreduced) dim_axes_[d].push_back(a);
     }
   }
   for (int a = 0; a < mesh_.num_axes(); ++a) {
-    if (!named[static_cast<size_t>(a)]) unnamed_axes_.push_back(a);
+    const std::vector<std::string>& u = spec_.unreduced();
+    const bool unreduced =
+        std::find(u.begin(), u.end(), mesh_.axis_names()[static_cast<size_t>(a)]) != u.end();
+    if (unreduced) {
+      partial_axes_.push_back(a);
+    } else if (!named[static_cast<size_t>(a)]) {
+      unnamed_axes_.push_back(a);
+    }
   }
+}
+
+const std::vector<int>& NamedSharding::dim_axis_indices(int dim) const {
+  static const std::vector<int> kNone;
+  if (dim < 0) {
+    throw InvalidArgumentError("dimension " + std::to_string(dim) + " is negative (expected >= 0)");
+  }
+  return static_cast<size_t>(dim) < dim_axes_.size() ? dim_axes_[static_cast<size_t>(dim)] : kNone;
+}
+
+int64_t NamedSharding::num_partials() const {
+  int64_t n = 1;
+  for (int a : partial_axes_) n *= mesh_.shape()[static_cast<size_t>(a)];
+  return n;
+}
+
+int64_t NamedSharding::partial_index(int device) const {
+  const std::vector<int64_t> coords = mesh_.coords_of(device);
+  int64_t id = 0;
+  for (int a : partial_axes_) {
+    id = id * mesh_.shape()[static_cast<size_t>(a)] + coords[static_cast<size_t>(a)];
+  }
+  return id;
 }
 
 int64_t NamedSharding::num_shards(int dim) const {
@@ -168,7 +205,9 @@ int64_t NamedSharding::num_replicas() const {
   return n;
 }
 
-bool NamedSharding::is_fully_replicated() const { return num_replicas() == mesh_.size(); }
+bool NamedSharding::is_fully_replicated() const {
+  return !is_partial() && num_replicas() == mesh_.size();
+}
 
 std::string NamedSharding::to_string() const {
   return "NamedSharding(mesh=" + mesh_.to_string() + ", spec=" + spec_.to_string() +

@@ -12,6 +12,12 @@
 //
 // Devices that differ only on mesh axes the spec does not name hold the same block; their
 // replica id is row-major over those unnamed axes, in mesh axis order (as JAX numbers replicas).
+//
+// Partial arrays (spec.unreduced() non-empty): the unreduced mesh axes are not replica axes.
+// Devices that differ only on them hold the same block range but different addends; their
+// partial index is row-major over the unreduced axes in mesh order, and the logical block is the
+// fold of the addends in partial-index order with spec.reduce_op(). Replica ids then run over
+// the remaining unnamed axes (the "replicated" ones), whose devices hold equal addends.
 // With mode kStrict, every dimension must divide evenly (as jax.device_put demands).
 #pragma once
 
@@ -42,8 +48,9 @@ enum class ShardingMode {
 /// that take a `device` throw InvalidArgumentError when the device is not in the mesh.
 class NamedSharding {
  public:
-  /// Throws InvalidArgumentError when the spec names an axis the mesh lacks (listing the mesh's
-  /// axes) or uses one axis twice anywhere in the spec.
+  /// Throws InvalidArgumentError when the spec (entries or unreduced set) names an axis the mesh
+  /// lacks (listing the mesh's axes) or uses one axis twice anywhere in the spec (including an
+  /// axis that is both in an entry and unreduced).
   NamedSharding(Mesh mesh, PartitionSpec spec, ShardingMode mode = ShardingMode::kPadded);
 
   const Mesh& mesh() const { return mesh_; }
@@ -68,17 +75,28 @@ class NamedSharding {
   std::vector<IndexRange> index_ranges(int device, const std::vector<int64_t>& global_shape) const;
   /// Logical (unpadded) shape of the block `device` holds: stop - start per dimension.
   std::vector<int64_t> local_shape(int device, const std::vector<int64_t>& global_shape) const;
-  /// Replica id of `device`: row-major index over the mesh axes the spec does not name, in mesh
-  /// axis order; 0 when every axis is named.
+  /// Replica id of `device`: row-major index over the mesh axes the spec neither names nor lists
+  /// as unreduced, in mesh axis order; 0 when there are none.
   int64_t replica_id(int device) const;
-  /// Number of devices holding each block: the product of the unnamed axes' sizes.
+  /// Number of devices holding each addend of each block: the product of the replicated (unnamed,
+  /// not unreduced) axes' sizes.
   int64_t num_replicas() const;
-  /// True when no entry names an axis (or every named axis has size 1): every device holds the
-  /// whole array.
+  /// True when the array is not partial and no entry names an axis of size > 1: every device
+  /// holds the whole array.
   bool is_fully_replicated() const;
+  /// True when the spec has unreduced axes (the array is a pending reduction).
+  bool is_partial() const { return !partial_axes_.empty(); }
+  /// Mesh axis indices of the unreduced axes, in mesh order.
+  const std::vector<int>& partial_axis_indices() const { return partial_axes_; }
+  /// Mesh axis indices of the axes entry `dim` names, major first (empty past the spec).
+  const std::vector<int>& dim_axis_indices(int dim) const;
+  /// Number of addends of each block: the product of the unreduced axes' sizes (1 if none).
+  int64_t num_partials() const;
+  /// Partial index of `device`: row-major over the unreduced axes in mesh order; 0 if none.
+  int64_t partial_index(int device) const;
 
   /// "NamedSharding(mesh=Mesh(x=4, y=2), spec=P('x', None))", with ", strict" before the closing
-  /// parenthesis in kStrict mode.
+  /// parenthesis in kStrict mode; the spec shows unreduced axes as "P('x', unreduced={'y'})".
   std::string to_string() const;
 
   friend bool operator==(const NamedSharding& a, const NamedSharding& b) {
@@ -93,7 +111,8 @@ class NamedSharding {
   PartitionSpec spec_;
   ShardingMode mode_;
   std::vector<std::vector<int>> dim_axes_;  // per spec entry: mesh axis indices, major first
-  std::vector<int> unnamed_axes_;           // mesh axis indices no entry names, in mesh order
+  std::vector<int> unnamed_axes_;  // mesh axis indices neither named nor unreduced, mesh order
+  std::vector<int> partial_axes_;  // mesh axis indices of the unreduced axes, mesh order
 };
 
 }  // namespace vtpu

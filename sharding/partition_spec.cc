@@ -1,5 +1,6 @@
 #include "sharding/partition_spec.h"
 
+#include <algorithm>
 #include <cctype>
 #include <utility>
 
@@ -30,9 +31,15 @@ class SpecParser {
  public:
   explicit SpecParser(std::string_view text) : text_(text) {}
 
-  std::vector<PartitionSpec::Entry> parse() {
-    skip_ws();
+  struct Parsed {
     std::vector<PartitionSpec::Entry> entries;
+    std::vector<std::string> unreduced;
+    ReduceOp reduce_op = ReduceOp::kSum;
+  };
+
+  Parsed parse() {
+    skip_ws();
+    Parsed out;
     const size_t save = pos_;
     const std::string_view word = peek_identifier();
     if (word == "P" || word == "PartitionSpec") {
@@ -40,17 +47,22 @@ class SpecParser {
       skip_ws();
       if (peek() == '(') {
         ++pos_;
-        entries = parse_entries(')');
+        out.entries = parse_entries(')');
+        if (at_keyword() && !out.entries.empty() && !after_comma()) fail("',' before the keyword");
+        parse_keywords(out);
         expect(')', "',' or ')'");
         skip_ws();
         if (!at_end()) fail("end of text after the closing ')'");
-        return entries;
+        return out;
       }
       pos_ = save;  // a bare axis named P or PartitionSpec
     }
-    entries = parse_entries('\0');
-    if (!at_end()) fail("',' or end of text");
-    return entries;
+    out.entries = parse_entries('\0');
+    if (!at_end()) {
+      if (at_keyword()) fail("an entry (unreduced= and reduce_op= are allowed only inside P(...))");
+      fail("',' or end of text");
+    }
+    return out;
   }
 
  private:
@@ -80,12 +92,72 @@ class SpecParser {
     ++pos_;
   }
 
-  /// entries up to (not including) `close` ('\0' = end of text), trailing comma allowed.
+  /// True when the last non-space character before the cursor is ','.
+  bool after_comma() const {
+    size_t p = pos_;
+    while (p > 0 && std::isspace(static_cast<unsigned char>(text_[p - 1]))) --p;
+    return p > 0 && text_[p - 1] == ',';
+  }
+
+  /// True at "unreduced =" or "reduce_op =".
+  bool at_keyword() const {
+    const std::string_view word = peek_identifier();
+    if (word != "unreduced" && word != "reduce_op") return false;
+    size_t p = pos_ + word.size();
+    while (p < text_.size() && std::isspace(static_cast<unsigned char>(text_[p]))) ++p;
+    return p < text_.size() && text_[p] == '=';
+  }
+
+  /// Keyword arguments after the entries (the ',' before the first was consumed).
+  void parse_keywords(Parsed& out) {
+    bool seen_unreduced = false, seen_op = false;
+    while (true) {
+      skip_ws();
+      if (!at_keyword()) return;
+      const size_t start = pos_;
+      const std::string word(peek_identifier());
+      pos_ += word.size();
+      expect('=', "'='");
+      skip_ws();
+      if (word == "unreduced") {
+        if (seen_unreduced) fail_at(start, "unreduced= at most once");
+        seen_unreduced = true;
+        expect('{', "'{' opening the set of unreduced axes");
+        skip_ws();
+        while (peek() != '}') {
+          skip_ws();
+          out.unreduced.push_back(parse_name());
+          skip_ws();
+          if (peek() == '}') break;
+          expect(',', "',' or '}' in the set of unreduced axes");
+          skip_ws();
+        }
+        ++pos_;
+      } else {
+        if (seen_op) fail_at(start, "reduce_op= at most once");
+        seen_op = true;
+        const size_t at = pos_;
+        const std::string name = parse_name();
+        try {
+          out.reduce_op = parse_reduce_op(name);
+        } catch (const InvalidArgumentError&) {
+          fail_at(at, "a reduce op ('sum', 'max', 'min' or 'prod')");
+        }
+      }
+      skip_ws();
+      if (peek() != ',') return;
+      ++pos_;
+    }
+  }
+
+  /// entries up to (not including) `close` ('\0' = end of text) or a keyword argument, trailing
+  /// comma allowed.
   std::vector<PartitionSpec::Entry> parse_entries(char close) {
     std::vector<PartitionSpec::Entry> entries;
     skip_ws();
     if (peek() == close) return entries;
     while (true) {
+      if (at_keyword()) return entries;
       entries.push_back(parse_entry());
       skip_ws();
       if (peek() != ',') return entries;
@@ -158,8 +230,37 @@ PartitionSpec::PartitionSpec(std::vector<Entry> entries) : entries_(std::move(en
   }
 }
 
+PartitionSpec::PartitionSpec(std::vector<Entry> entries, std::vector<std::string> unreduced,
+                             ReduceOp reduce_op)
+    : PartitionSpec(std::move(entries)) {
+  for (const std::string& name : unreduced) {
+    if (name.empty() || name.find_first_of("'\"") != std::string::npos) {
+      throw InvalidArgumentError("PartitionSpec unreduced axis name <" + name +
+                                 "> is empty or contains a quote character (expected a mesh "
+                                 "axis name)");
+    }
+  }
+  std::sort(unreduced.begin(), unreduced.end());
+  unreduced_ = std::move(unreduced);
+  reduce_op_ = unreduced_.empty() ? ReduceOp::kSum : reduce_op;
+}
+
 PartitionSpec PartitionSpec::parse(std::string_view text) {
-  return PartitionSpec(SpecParser(text).parse());
+  SpecParser::Parsed p = SpecParser(text).parse();
+  return PartitionSpec(std::move(p.entries), std::move(p.unreduced), p.reduce_op);
+}
+
+PartitionSpec PartitionSpec::with_unreduced(std::vector<std::string> unreduced,
+                                            ReduceOp reduce_op) const {
+  return PartitionSpec(entries_, std::move(unreduced), reduce_op);
+}
+
+ReduceOp parse_reduce_op(std::string_view name) {
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProd}) {
+    if (reduce_op_name(op) == name) return op;
+  }
+  throw InvalidArgumentError("unknown reduce op '" + std::string(name) +
+                             "' (expected sum, max, min or prod)");
 }
 
 const PartitionSpec::Entry& PartitionSpec::entry(size_t dim) const {
@@ -188,13 +289,20 @@ std::string PartitionSpec::to_string() const {
       s += ")";
     }
   }
+  if (!unreduced_.empty()) {
+    s += entries_.empty() ? "unreduced={" : ", unreduced={";
+    for (size_t i = 0; i < unreduced_.size(); ++i) s += (i ? ", " : "") + quoted(unreduced_[i]);
+    s += "}";
+    if (reduce_op_ != ReduceOp::kSum)
+      s += ", reduce_op='" + std::string(reduce_op_name(reduce_op_)) + "'";
+  }
   return s + ")";
 }
 
 PartitionSpec PartitionSpec::normalized() const {
   std::vector<Entry> e = entries_;
   while (!e.empty() && e.back().empty()) e.pop_back();
-  return PartitionSpec(std::move(e));
+  return PartitionSpec(std::move(e), unreduced_, reduce_op_);
 }
 
 }  // namespace vtpu

@@ -10,14 +10,19 @@
 //
 // Text form (parse() and to_string()):
 //   spec    := wrapped | entries
-//   wrapped := ("P" | "PartitionSpec") "(" [entries] ")"
+//   wrapped := ("P" | "PartitionSpec") "(" [entries] ["," keywords] ")" | ... "(" keywords ")"
 //   entries := entry ("," entry)* [","]          (an empty string is P())
+//   keywords:= keyword ("," keyword)* [","]      (only inside P(...), after the entries)
+//   keyword := "unreduced" "=" "{" [name ("," name)* [","]] "}"
+//            | "reduce_op" "=" ("'sum'" | "'max'" | "'min'" | "'prod'")   (quotes optional)
 //   entry   := "None" | name | "(" [name ("," name)* [","]] ")"
 //   name    := 'text' | "text" | identifier       (identifier: [A-Za-z_][A-Za-z0-9_]*, not None)
 // Whitespace may appear between tokens. A parenthesised group at top level is always one tuple
 // entry: "('x', 'y')" is P(('x', 'y')), not P('x', 'y'); write "P('x', 'y')" or "x, y" for that.
 // An empty tuple "()" is None, and a 1-tuple ('x',) is the same entry as 'x'. Quoted names have no
-// escapes. to_string() prints JAX's style: "P('x', None, ('x', 'y'))".
+// escapes. to_string() prints JAX's style: "P('x', None, ('x', 'y'))", then
+// ", unreduced={'y'}" when there are unreduced axes (sorted by name) and ", reduce_op='max'" when
+// the op is not sum.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +30,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "collectives/types.h"
 
 namespace vtpu {
 
@@ -47,6 +54,11 @@ class PartitionSpec {
   /// contains a quote character (' or "), which could not be printed and parsed back. Repeated
   /// axes are accepted here and rejected by NamedSharding, as in JAX.
   explicit PartitionSpec(std::vector<Entry> entries);
+  /// With partial (unreduced) mesh axes and their reduction. `unreduced` is a set: it is stored
+  /// sorted by name (so P(unreduced={'y','x'}) == P(unreduced={'x','y'})); a name listed twice is
+  /// kept twice, so that NamedSharding can reject it. Throws like the form above for a bad name.
+  PartitionSpec(std::vector<Entry> entries, std::vector<std::string> unreduced,
+                ReduceOp reduce_op = ReduceOp::kSum);
   /// The same from a braced list, so that PartitionSpec({{"x", "y"}}) means one tuple entry
   /// (with only the vector form it would be ambiguous with a copy from {"x", "y"}). Implicit, so
   /// that a NamedSharding can take {{"x"}, {}} directly.
@@ -64,8 +76,18 @@ class PartitionSpec {
   /// Entry `dim`, or an empty (None) entry for dim >= size(): dimensions past the end are not
   /// split.
   const Entry& entry(size_t dim) const;
-  /// Every axis name the spec uses, in order of appearance (duplicates kept).
+  /// Every axis name the entries use, in order of appearance (duplicates kept; unreduced axes
+  /// are not included).
   std::vector<std::string> axes() const;
+  /// Partial (unreduced) mesh axes, sorted by name; empty for an ordinary (reduced) array.
+  const std::vector<std::string>& unreduced() const { return unreduced_; }
+  /// How the addends over unreduced() combine (sum unless set; meaningless without unreduced
+  /// axes, and then normalized to sum).
+  ReduceOp reduce_op() const { return reduce_op_; }
+  bool is_partial() const { return !unreduced_.empty(); }
+  /// The same entries with other unreduced axes / op.
+  PartitionSpec with_unreduced(std::vector<std::string> unreduced,
+                               ReduceOp reduce_op = ReduceOp::kSum) const;
 
   /// JAX style without the 1-tuple comma: "P()", "P('x')", "P('x', None)", "P(('x', 'y'))".
   std::string to_string() const;
@@ -73,13 +95,19 @@ class PartitionSpec {
   /// Entry-by-entry equality. P('x') and P('x', None) differ here (as in JAX) though they shard
   /// the same way; compare normalized() specs to ignore trailing Nones.
   friend bool operator==(const PartitionSpec& a, const PartitionSpec& b) {
-    return a.entries_ == b.entries_;
+    return a.entries_ == b.entries_ && a.unreduced_ == b.unreduced_ && a.reduce_op_ == b.reduce_op_;
   }
-  /// The spec without trailing None entries.
+  /// The spec without trailing None entries (unreduced axes kept).
   PartitionSpec normalized() const;
 
  private:
   std::vector<Entry> entries_;
+  std::vector<std::string> unreduced_;  // sorted by name
+  ReduceOp reduce_op_ = ReduceOp::kSum;
 };
+
+/// Parses "sum", "max", "min", "prod" (reduce_op_name's output). Throws InvalidArgumentError
+/// naming the text and the valid names.
+ReduceOp parse_reduce_op(std::string_view name);
 
 }  // namespace vtpu

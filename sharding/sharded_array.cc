@@ -3,6 +3,8 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
+#include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "common/error.h"
@@ -22,6 +24,34 @@ void parallel_over(size_t n, const Fn& fn) {
 }
 
 }  // namespace
+
+float reduce_identity(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return 0.0f;
+    case ReduceOp::kProd:
+      return 1.0f;
+    case ReduceOp::kMax:
+      return -std::numeric_limits<float>::infinity();
+    case ReduceOp::kMin:
+      return std::numeric_limits<float>::infinity();
+  }
+  return 0.0f;
+}
+
+float reduce_pair(float acc, float x, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return acc + x;
+    case ReduceOp::kProd:
+      return acc * x;
+    case ReduceOp::kMax:
+      return std::max(acc, x);
+    case ReduceOp::kMin:
+      return std::min(acc, x);
+  }
+  return acc;
+}
 
 ShardedArray::ShardedArray(std::vector<int64_t> global_shape, NamedSharding sharding,
                            std::vector<DeviceBuffer> buffers)
@@ -68,7 +98,12 @@ ShardedArray ShardedArray::device_put(Runtime& runtime, std::span<const float> h
   parallel_over(devices.size(), [&](size_t i) {
     // Pinned: a core's program may allocate meanwhile and compact the arena (auto-defragment).
     const BufferPin pin = buffers[i].pin();
-    extract_block(host, global_shape, boxes[i], buffers[i].as<float>());
+    if (sharding.partial_index(devices[i]) == 0) {
+      extract_block(host, global_shape, boxes[i], buffers[i].as<float>());
+    } else {
+      const std::span<float> block = buffers[i].as<float>();
+      std::fill(block.begin(), block.end(), reduce_identity(sharding.spec().reduce_op()));
+    }
   });
   return ShardedArray(std::move(global_shape), std::move(sharding), std::move(buffers));
 }
@@ -105,19 +140,32 @@ ShardedArray ShardedArray::from_buffers(std::vector<int64_t> global_shape, Named
 std::vector<float> ShardedArray::gather() const {
   std::vector<float> out(static_cast<size_t>(num_elements_));
   const std::vector<int>& devices = sharding_.mesh().devices();
-  std::vector<size_t> owners;  // replica-0 slots: their blocks tile the array
+  // Replica-0 slots with partial index p: for each p, their blocks tile the array.
+  std::vector<std::vector<size_t>> owners(static_cast<size_t>(sharding_.num_partials()));
   for (size_t i = 0; i < devices.size(); ++i) {
-    if (sharding_.replica_id(devices[i]) == 0) owners.push_back(i);
+    if (sharding_.replica_id(devices[i]) == 0) {
+      owners[static_cast<size_t>(sharding_.partial_index(devices[i]))].push_back(i);
+    }
   }
-  parallel_over(owners.size(), [&](size_t k) {
-    const size_t i = owners[k];
-    // Pinned: a core's program may allocate meanwhile and compact the arena (auto-defragment),
-    // which would move the block while it is copied.
-    const BufferPin pin = buffers_[i].pin();
-    const std::span<const float> block = buffers_[i].as<const float>();
-    insert_block(block, global_shape_, sharding_.index_ranges(devices[i], global_shape_),
-                 std::span<float>(out));
-  });
+  const ReduceOp op = sharding_.spec().reduce_op();
+  for (size_t p = 0; p < owners.size(); ++p) {  // in partial-index order: a left fold
+    parallel_over(owners[p].size(), [&](size_t k) {
+      const size_t i = owners[p][k];
+      // Pinned: a core's program may allocate meanwhile and compact the arena (auto-defragment),
+      // which would move the block while it is copied.
+      const BufferPin pin = buffers_[i].pin();
+      const std::span<const float> block = buffers_[i].as<const float>();
+      const std::vector<IndexRange> box = sharding_.index_ranges(devices[i], global_shape_);
+      if (p == 0) {
+        insert_block(block, global_shape_, box, std::span<float>(out));
+        return;
+      }
+      std::vector<float> acc(block.size());
+      extract_block(std::span<const float>(out), global_shape_, box, std::span<float>(acc));
+      for (size_t e = 0; e < acc.size(); ++e) acc[e] = reduce_pair(acc[e], block[e], op);
+      insert_block(std::span<const float>(acc), global_shape_, box, std::span<float>(out));
+    });
+  }
   return out;
 }
 

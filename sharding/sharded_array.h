@@ -7,6 +7,11 @@
 // an empty block is a 0-byte DeviceBuffer. Devices with the same block (replicas) each hold a
 // copy. device_put scatters from the host with one block copy per device (oneTBB, in parallel);
 // gather copies the replica-0 blocks back, which tile the global array exactly once.
+//
+// Partial arrays (a sharding whose spec has unreduced axes): device_put gives the device with
+// partial index 0 the block and every other addend the reduce op's identity (0 for sum, 1 for
+// prod, -inf for max, +inf for min), so the pending reduction equals the host array exactly;
+// gather folds the addends of each block in partial-index order.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +25,11 @@
 #include "sharding/named_sharding.h"
 
 namespace vtpu {
+
+/// The identity of `op` for f32: 0 (sum), 1 (prod), -inf (max), +inf (min).
+float reduce_identity(ReduceOp op);
+/// acc op x for f32, in that operand order.
+float reduce_pair(float acc, float x, ReduceOp op);
 
 /// Owns one DeviceBuffer per mesh device. Move-only. Thread-compatible: const methods (gather,
 /// local_data, ...) may run concurrently; writing through the mutable local_data needs exclusive
@@ -52,8 +62,10 @@ class ShardedArray {
   ShardedArray(const ShardedArray&) = delete;
   ShardedArray& operator=(const ShardedArray&) = delete;
 
-  /// The global array, row-major, assembled from the replica-0 blocks (in parallel with oneTBB).
-  /// Throws FailedPreconditionError if a buffer has no backing bytes.
+  /// The global array, row-major, assembled from the replica-0 blocks (in parallel with oneTBB);
+  /// for a partial array, the fold of each block's addends in partial-index order (the order in
+  /// which the collectives fold ranks). Throws FailedPreconditionError if a buffer has no backing
+  /// bytes.
   std::vector<float> gather() const;
 
   const std::vector<int64_t>& global_shape() const { return global_shape_; }

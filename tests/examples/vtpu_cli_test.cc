@@ -281,6 +281,41 @@ nlohmann::json bench_collectives_json(const std::string& args) {
   return nlohmann::json::parse(r.output);
 }
 
+TEST(VtpuCliTest, ReshardExplainPrintsThePlanWithoutRunning) {
+  const CliRun r = run_cli(
+      "reshard --mesh 2x2x2 --axes x,y,z --shape 8,8 --from \"P('z',('x','y'))\" --to "
+      "\"P(None,('x','y'))\" --explain --alpha 1e-5 --beta 1e-9");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // One all-gather over z on dimension 0 of the (4, 2) blocks: each core sends its 8 floats
+  // (32 bytes) to its one peer; the estimate is 1e-5 + 1e-9 * (1/2) * 64 s = 10.0 us.
+  EXPECT_NE(r.output.find("all_gather"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("4x2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("32     10.0 us"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(4, 2) -> (8, 2)"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("check against"), std::string::npos) << r.output;  // not run
+}
+
+TEST(VtpuCliTest, ReshardRunsAndChecksAgainstGatherThenSlice) {
+  for (const std::string args :
+       {"--mesh 4 --shape 5,10 --from \"P('x')\" --to \"P()\"",
+        "--mesh 2x4 --shape 6,9 --from \"P(unreduced={'x','y'})\" --to \"P('y','x')\"",
+        "--mesh 2x2x2 --shape 16,8 --from \"P('z',('x','y'))\" --to \"P(('x','y'),'z')\""}) {
+    const CliRun r = run_cli("reshard " + args);
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find("check against gather-then-slice: ok"), std::string::npos)
+        << args << "\n"
+        << r.output;
+  }
+}
+
+TEST(VtpuCliTest, ReshardRejectsBadInput) {
+  expect_failure("reshard --mesh 2x2 --shape 8 --from \"P('x','x')\" --to \"P()\"", "twice", 1);
+  expect_failure("reshard --mesh 2x2 --shape 8 --from \"P('q')\" --to \"P()\"", "'q'", 1);
+  expect_failure("reshard --mesh 2x2 --shape 8 --from \"P('x','y')\" --to \"P()\"", "rank 1", 1);
+  expect_failure("reshard --mesh 2xz --shape 8 --from \"P()\" --to \"P()\"", "--mesh '2xz'", 1);
+  expect_failure("reshard --mesh 2x2 --shape 8 --from \"P()\"", "--to", 2);
+}
+
 }  // namespace
 
 TEST(VtpuCliTest, BenchCollectivesJsonRows) {

@@ -360,5 +360,36 @@ TEST(NamedShardingRegressionTest, HugeDimensionsAreRejectedNotWrapped) {
   EXPECT_EQ(s.shard_shape({int64_t{1} << 62}), (std::vector<int64_t>{int64_t{1} << 59}));
 }
 
+TEST_F(NamedShardingTest, PartialAxesAreNeitherShardsNorReplicas) {
+  // Mesh 4x2; y unreduced: devices (i, 0) and (i, 1) hold addends 0 and 1 of the same block.
+  const NamedSharding s(mesh42_, P("P('x', unreduced={'y'})"));
+  EXPECT_TRUE(s.is_partial());
+  EXPECT_FALSE(s.is_fully_replicated());
+  EXPECT_EQ(s.num_partials(), 2);
+  EXPECT_EQ(s.num_replicas(), 1);
+  EXPECT_EQ(s.partial_index(0), 0);  // (0, 0)
+  EXPECT_EQ(s.partial_index(1), 1);  // (0, 1)
+  EXPECT_EQ(s.partial_index(6), 0);  // (3, 0)
+  EXPECT_EQ(s.replica_id(1), 0);
+  EXPECT_EQ(s.index_ranges(0, {8, 3}), s.index_ranges(1, {8, 3}));
+  EXPECT_EQ(s.to_string(), "NamedSharding(mesh=Mesh(x=4, y=2), spec=P('x', unreduced={'y'}))");
+  // Unreduced over x only: y is a replica axis again.
+  const NamedSharding r(mesh42_, P("P(unreduced={'x'})"));
+  EXPECT_EQ(r.num_partials(), 4);
+  EXPECT_EQ(r.num_replicas(), 2);
+  EXPECT_EQ(r.partial_index(5), 2);  // (2, 1)
+  EXPECT_EQ(r.replica_id(5), 1);
+}
+
+TEST_F(NamedShardingTest, UnreducedAxisErrors) {
+  expect_invalid([&] { NamedSharding(mesh42_, P("P(unreduced={'x', 'x'})")); },
+                 {"'x'", "twice", "unreduced"});
+  expect_invalid([&] { NamedSharding(mesh42_, P("P(('x', 'y'), unreduced={'y'})")); },
+                 {"'y'", "entry 0 and unreduced"});
+  expect_invalid([&] { NamedSharding(mesh42_, P("P(unreduced={'q'})")); },
+                 {"'q'", "unreduced", "mesh axes: 'x', 'y'"});
+  expect_invalid([] { P("P('x' unreduced={'y'})"); }, {"','"});
+}
+
 }  // namespace
 }  // namespace vtpu

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -11,6 +12,7 @@
 #include "common/error.h"
 #include "common/units.h"
 #include "memory/hbm_arena.h"
+#include "naive_block.h"
 
 namespace vtpu {
 namespace {
@@ -42,23 +44,7 @@ std::vector<float> ten_i_plus_j(int64_t rows, int64_t cols) {
   return x;
 }
 
-/// Naive reference for a device's block: walk every element of the global array in row-major
-/// order and keep those inside `ranges` (so the result is the block, row-major).
-std::vector<float> naive_block(const std::vector<float>& host, const Shape& shape,
-                               const std::vector<IndexRange>& ranges) {
-  std::vector<float> out;
-  for (size_t flat = 0; flat < host.size(); ++flat) {
-    size_t rest = flat;
-    bool inside = true;
-    for (size_t d = shape.size(); d-- > 0;) {
-      const int64_t i = static_cast<int64_t>(rest % static_cast<size_t>(shape[d]));
-      rest /= static_cast<size_t>(shape[d]);
-      inside = inside && ranges[d].start <= i && i < ranges[d].stop;
-    }
-    if (inside) out.push_back(host[flat]);
-  }
-  return out;
-}
+using vtpu::testing::naive_block;
 
 std::vector<float> as_vector(std::span<const float> s) { return {s.begin(), s.end()}; }
 
@@ -377,6 +363,28 @@ TEST(ShardedArrayTest, OutlivesTheRuntime) {
         ShardedArray::device_put(*rt, x, {2, 3}, sharding(Mesh({2}, {"x"}), "x")));
   }
   EXPECT_EQ(a->gather(), x);
+}
+
+TEST(ShardedArrayTest, PartialDevicePutKeepsTheValueOnAddendZeroAndGatherFolds) {
+  auto rt = make_runtime(4);
+  const Mesh mesh({2, 2}, {"x", "y"});
+  const std::vector<float> x = {1, 2, 3, 4};
+  const ShardedArray a =
+      ShardedArray::device_put(*rt, x, {4}, sharding(mesh, "P('x', unreduced={'y'})"));
+  EXPECT_THAT(as_vector(a.local_data(0)), ElementsAre(1, 2));  // (0, 0): addend 0
+  EXPECT_THAT(as_vector(a.local_data(1)), ElementsAre(0, 0));  // (0, 1): identity of sum
+  EXPECT_THAT(as_vector(a.local_data(2)), ElementsAre(3, 4));
+  EXPECT_THAT(a.gather(), ElementsAreArray(x));
+  // Max: the identity is -inf; gather folds with max.
+  const ShardedArray m = ShardedArray::device_put(
+      *rt, x, {4}, sharding(mesh, "P(unreduced={'x', 'y'}, reduce_op='max')"));
+  EXPECT_EQ(m.local_data(3)[0], -std::numeric_limits<float>::infinity());
+  EXPECT_THAT(m.gather(), ElementsAreArray(x));
+  // Addends written by hand: the gather is their sum over y.
+  ShardedArray h = ShardedArray::device_put(*rt, x, {4}, sharding(mesh, "P('x', unreduced={'y'})"));
+  h.local_data(1)[0] = 10;  // (0, 1) adds 10 to element 0
+  h.local_data(3)[1] = -4;  // (1, 1) adds -4 to element 3
+  EXPECT_THAT(h.gather(), ElementsAre(11, 2, 3, 0));
 }
 
 }  // namespace
