@@ -169,11 +169,31 @@ TEST(CollectiveBenchTest, InputsKeepEveryReductionExact) {
         EXPECT_EQ(v, std::round(v));
         EXPECT_LE(std::abs(v), 6.0);
         if (op == ReduceOp::kProd) {
-          EXPECT_TRUE(v == 1.0 || v == 2.0);
+          EXPECT_TRUE(v == 1.0 || v == 2.0 || v == -1.0);
         }
       }
     }
   }
+}
+
+// Regression: prod inputs had a 2 on every fifth rank, so on 256 cores a product reached 2^51,
+// which wraps in s32 (and 2^205 on 1024 cores overflowed f32 and s64): the row was WRONG. Every
+// product over up to 1024 ranks must stay exact in s32, and 256 cores must check ok.
+TEST(CollectiveBenchTest, ProdInputsStayExactOnManyCores) {
+  for (uint64_t i = 0; i < 200; ++i) {
+    double p = 1.0;
+    for (int r = 0; r < 1024; ++r) p *= bench_input_value(ReduceOp::kProd, r, i);
+    EXPECT_LE(std::abs(p), 64.0) << i;
+  }
+  CollectiveBenchOptions o = tiny(256);
+  o.dtype = DataType::kS32;
+  o.reduce = ReduceOp::kProd;
+  o.min_bytes = 64;
+  o.max_bytes = 64;
+  o.iters = 1;
+  o.warmup = 0;
+  CollectiveBenchmark bench(o);
+  for (const CollectiveBenchRow& r : run_rows(bench)) EXPECT_EQ(r.wrong, 0u) << r.shape.bytes;
 }
 
 TEST(CollectiveBenchTest, OptionChecksNameTheValue) {
