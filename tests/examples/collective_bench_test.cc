@@ -196,6 +196,34 @@ TEST(CollectiveBenchTest, ProdInputsStayExactOnManyCores) {
   for (const CollectiveBenchRow& r : run_rows(bench)) EXPECT_EQ(r.wrong, 0u) << r.shape.bytes;
 }
 
+// Regression: `--cores 1024 --max-bytes 1G` passed the option checks and would have written
+// 2 TiB of buffers (an out-of-memory kill); it must be a usage error naming the bytes needed.
+TEST(CollectiveBenchTest, BuffersBeyondTheMachinesMemoryAreAUsageError) {
+  CollectiveBenchOptions o = tiny(1024);
+  o.max_bytes = uint64_t{1} << 30;
+  const std::string msg = check_collective_bench_options(o);
+  EXPECT_NE(msg.find("needs 2.00 TiB of all_reduce buffers"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("more than 3/4 of this machine's"), std::string::npos) << msg;
+}
+
+// Regression: the default 1 MiB slots made a 64-byte sweep on 1024 cores commit 22 GiB of links
+// (2 MiB huge pages per link); the default is capped at n x the largest per-core buffer (rounded
+// up to 64 B), which no message exceeds, and stays 1 MiB for large sizes.
+TEST(CollectiveBenchTest, DefaultSlotSizeIsCappedBySweep) {
+  CollectiveBenchOptions o = tiny(1024);
+  o.link_slot_bytes = 0;
+  o.min_bytes = 8;
+  o.max_bytes = 64;
+  EXPECT_EQ(CollectiveBenchmark(o).link_slot_bytes(), 1024u * 64u);  // 16 f32 x 4 B x 1024
+  o.cores = 3;
+  o.max_bytes = 20;  // 5 f32 = 20 B per core, x 3 = 60, rounded up to 64
+  EXPECT_EQ(CollectiveBenchmark(o).link_slot_bytes(), 64u);
+  o.max_bytes = 64 << 20;
+  EXPECT_EQ(CollectiveBenchmark(o).link_slot_bytes(), uint64_t{1} << 20);
+  o.link_slot_bytes = 4096;
+  EXPECT_EQ(CollectiveBenchmark(o).link_slot_bytes(), 4096u);
+}
+
 TEST(CollectiveBenchTest, OptionChecksNameTheValue) {
   CollectiveBenchOptions o = tiny(2);
   o.op = "all_scatter";
