@@ -619,6 +619,33 @@ TEST(AdversarialAlgorithmsTest, EveryAlgorithmOnOddGroupSizes) {
   }
 }
 
+// torus_2d with every explicit row count that divides the group (including R = 1 and R = N,
+// one-axis meshes) matches the fold; a row count that does not divide it is rejected up front.
+TEST(AdversarialAlgorithmsTest, TorusEveryDivisorAsRows) {
+  Runtime rt(small_options(8));
+  for (int n : {6, 8}) {
+    for (int rows = 1; rows <= n; ++rows) {
+      CommunicatorOptions co = CommunicatorOptions::from_runtime(rt.options());
+      co.torus_rows = rows;
+      co.algorithm = Algorithm::kTorus2d;
+      if (n % rows != 0) {
+        EXPECT_TRUE(
+            contains(invalid_argument_message([&] { Communicator c(rt, iota_group(n), co); }),
+                     "torus_rows is " + std::to_string(rows)));
+        continue;
+      }
+      Communicator comm(rt, iota_group(n), co);
+      rt.run_spmd(iota_group(n), [&](CoreContext& ctx) {
+        std::vector<int64_t> x(301);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = (ctx.core_id() + 1) * static_cast<int64_t>(i);
+        comm.all_reduce<int64_t>(ctx, std::span<int64_t>(x));
+        for (size_t i = 0; i < x.size(); ++i)
+          ASSERT_EQ(x[i], int64_t{n} * (n + 1) / 2 * static_cast<int64_t>(i)) << n << "x" << rows;
+      });
+    }
+  }
+}
+
 // Regression: algorithms that are not all_reduce algorithms (pairwise, chain, dissemination;
 // local on more than one core) were rejected on groups of >= 2 but silently accepted on a
 // one-core group; they must be an error naming the valid ones on every group size.
