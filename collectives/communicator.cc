@@ -222,7 +222,9 @@ std::vector<std::unique_ptr<Communicator>> Communicator::for_groups(
   for (size_t g = 0; g < groups.size(); ++g) {
     for (int c : groups[g]) {
       if (c >= 0 && c < runtime.num_cores()) {
-        if (owner[static_cast<size_t>(c)] >= 0) {
+        // A core repeated inside one group is the constructor's error ("lists core c twice").
+        if (owner[static_cast<size_t>(c)] >= 0 &&
+            owner[static_cast<size_t>(c)] != static_cast<int>(g)) {
           throw InvalidArgumentError("core " + std::to_string(c) + " is in replica group " +
                                      std::to_string(owner[static_cast<size_t>(c)]) + " and " +
                                      std::to_string(g) + " (expected disjoint groups)");
@@ -443,22 +445,28 @@ Algorithm Communicator::select_algorithm(uint64_t bytes) const {
 }
 
 Algorithm Communicator::resolve_all_reduce_algorithm(Algorithm requested, uint64_t bytes) const {
-  if (size() == 1) return Algorithm::kLocal;
   Algorithm a = requested != Algorithm::kAuto ? requested : options_.algorithm;
-  if (a == Algorithm::kAuto) a = select_algorithm(bytes);
+  // Checked before the one-core shortcut, so that a bad choice fails on every group size (it was
+  // accepted silently on one core and rejected on two). kLocal is what one core runs, so it is
+  // accepted there.
+  if (a == Algorithm::kLocal && size() == 1) return Algorithm::kLocal;
   switch (a) {
+    case Algorithm::kAuto:
     case Algorithm::kRing:
     case Algorithm::kBidirectionalRing:
     case Algorithm::kRecursiveDoubling:
     case Algorithm::kTorus2d:
     case Algorithm::kRingReduceScatter:
-      return a;
+      break;
     default:
       throw InvalidArgumentError("all_reduce algorithm " + std::string(algorithm_name(a)) +
                                  " is not an all_reduce algorithm (expected auto, ring, "
                                  "bidirectional_ring, recursive_doubling, torus_2d or "
                                  "ring_reduce_scatter)");
   }
+  if (size() == 1) return Algorithm::kLocal;
+  if (a == Algorithm::kAuto) a = select_algorithm(bytes);
+  return a;
 }
 
 // ---- all_reduce ------------------------------------------------------------------------------
@@ -760,10 +768,19 @@ void Communicator::collective_permute_bytes(CoreContext& ctx, DataType dtype,
   Fingerprint fp =
       make_fingerprint(CollectiveKind::kCollectivePermute, dtype, s, Algorithm::kPairwise);
   fp.pairs_hash = hash_pairs(pairs);
+  const bool ring_check = options_.desync_check;
   run(ctx, fp, count * elem, [&](const AlgorithmContext& ac) {
     const int to = dst_of[static_cast<size_t>(ac.rank)];
     const int from = src_of[static_cast<size_t>(ac.rank)];
     const uint64_t bytes = count * elem;
+    // Which links carry data depends on the pairs, so cores that disagree on them may never meet
+    // (e.g. one core's 0->1->2->0 against the others' 0->2->1->0: core 1 completed and cores 0
+    // and 2 timed out). One empty message round the ring first: if any two cores' fingerprints
+    // (pairs hash included) differ, two ring neighbours differ, and the receiver fails at once.
+    // Links are FIFO, so the check message is read before any data on the same link.
+    if (ring_check && ac.nranks > 1) {
+      ac.sendrecv(ac.mod(ac.rank + 1), nullptr, 0, ac.mod(ac.rank - 1), nullptr, 0);
+    }
     if (to == ac.rank) {  // a pair (r, r): keep the input
       if (send.data() != recv.data() && bytes) std::memcpy(recv.data(), send.data(), bytes);
     } else if (to >= 0 || from >= 0) {

@@ -207,8 +207,10 @@ class Communicator {
   /// Rank `source` sends its input to rank `destination` for every pair; a rank that is no
   /// destination gets zeros. Every core passes the same list, in the same order (its hash is in
   /// the fingerprint). A source or destination listed twice, or a rank outside [0, N), is
-  /// InvalidArgumentError. `recv` may be `send` (in place). A core that receives nothing does not
-  /// wait for anyone (it can never hang; at worst its peers time out).
+  /// InvalidArgumentError. `recv` may be `send` (in place). With the desync check on (default),
+  /// one empty message goes round the ring first, so cores that pass different pairs fail at once
+  /// naming both fingerprints (cost: one message latency); with it off, a core that receives
+  /// nothing waits for no one, and a pairs mismatch shows as a timeout or wrong data.
   template <typename T>
   void collective_permute(CoreContext& ctx, std::span<const T> send, std::span<T> recv,
                           std::span<const PermutePair> pairs) {

@@ -2,7 +2,8 @@
 // order, (accumulated) op (local), so that a left fold over ranks 0..N-1 gives the same bits
 // wherever it runs. bf16 is widened to f32, combined, and rounded back to nearest-even after
 // every step (a bf16 fold, as XLA computes a bf16 reduction without a wider accumulator). Integer
-// sum and product wrap modulo 2^bits (no undefined behaviour on overflow).
+// sum and product wrap modulo 2^bits (no undefined behaviour on overflow). Float max and min
+// propagate NaN from either operand (XLA's semantics).
 #pragma once
 
 #include <algorithm>
@@ -13,6 +14,18 @@
 #include "collectives/types.h"
 
 namespace vtpu {
+
+/// max and min that propagate NaN from either operand, as XLA's max/min (and so lax.pmax/pmin)
+/// do; std::max/std::min would keep the first operand when the second is NaN, so the result would
+/// depend on which rank holds the NaN. Written as selects so that the loops still vectorise.
+template <typename T>
+inline T nan_max(T a, T b) {
+  return b != b ? b : (a < b ? b : a);
+}
+template <typename T>
+inline T nan_min(T a, T b) {
+  return b != b ? b : (b < a ? b : a);
+}
 
 template <typename T>
 inline T combine(T acc, T local, ReduceOp op) {
@@ -38,9 +51,9 @@ inline T combine(T acc, T local, ReduceOp op) {
       case ReduceOp::kProd:
         return acc * local;
       case ReduceOp::kMax:
-        return std::max(acc, local);
+        return nan_max(acc, local);
       case ReduceOp::kMin:
-        return std::min(acc, local);
+        return nan_min(acc, local);
     }
     return acc;
   }
@@ -59,10 +72,10 @@ inline void reduce_into(T* out, const T* acc, const T* local, uint64_t n, Reduce
         for (uint64_t i = 0; i < n; ++i) out[i] = acc[i] * local[i];
         return;
       case ReduceOp::kMax:
-        for (uint64_t i = 0; i < n; ++i) out[i] = std::max(acc[i], local[i]);
+        for (uint64_t i = 0; i < n; ++i) out[i] = nan_max(acc[i], local[i]);
         return;
       case ReduceOp::kMin:
-        for (uint64_t i = 0; i < n; ++i) out[i] = std::min(acc[i], local[i]);
+        for (uint64_t i = 0; i < n; ++i) out[i] = nan_min(acc[i], local[i]);
         return;
     }
   } else {

@@ -111,6 +111,19 @@ Shape Shape::of(std::span<const int64_t> dims) {
     }
     s.dims[i] = dims[i];
   }
+  // Bound the element count so that elements x element bytes x group size never wraps (an
+  // overflowed count could match an empty buffer and pass the size checks).
+  bool has_zero = false;
+  for (int64_t d : dims) has_zero |= d == 0;
+  if (!has_zero) {
+    uint64_t n = 1;
+    for (int64_t d : dims) {
+      if (static_cast<uint64_t>(d) > kMaxElements / n) {
+        throw InvalidArgumentError("shape " + s.to_string() + " has more than 2^48 elements");
+      }
+      n *= static_cast<uint64_t>(d);
+    }
+  }
   return s;
 }
 

@@ -92,10 +92,13 @@ decltype(auto) visit_data_type(DataType t, Fn&& fn);
 /// Row-major; at most kMaxDims dimensions. Plain data.
 struct Shape {
   static constexpr int kMaxDims = 8;
+  /// At most 2^48 elements (so that bytes x group size fits in 64 bits).
+  static constexpr uint64_t kMaxElements = uint64_t{1} << 48;
   int32_t num_dims = 0;
   std::array<int64_t, kMaxDims> dims{};
 
-  /// Throws InvalidArgumentError for more than kMaxDims dims or a negative dim.
+  /// Throws InvalidArgumentError for more than kMaxDims dims, a negative dim, or more than
+  /// kMaxElements elements.
   static Shape of(std::span<const int64_t> dims);
   std::span<const int64_t> span() const { return {dims.data(), static_cast<size_t>(num_dims)}; }
   uint64_t num_elements() const;

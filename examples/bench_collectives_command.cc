@@ -87,11 +87,12 @@ void print_header(CollectiveBenchmark& bench, const MemcpyBandwidth& bw) {
       "warmup + %d timed calls per size\n%s"
       "# time: median over the timed calls of the slowest core's time (steady_clock around each "
       "call); busbw = algbw * %.4g (nccl-tests' factor for %s)\n"
+      "# links: %s slots (--link-slot-bytes; default 1M capped at cores x the largest buffer)\n"
       "# memcpy bandwidth in this run: %.2f GB/s (bytes read + written per second, %d threads x "
       "%s); bound = bytes every core reads and writes once / memcpy bandwidth\n",
       o.op.c_str(), o.cores, type.c_str(), o.algorithm.c_str(), o.warmup, o.iters, notes.c_str(),
-      bench.busbw_factor(), o.op.c_str(), bw.bytes_per_second * 1e-9, bw.threads,
-      format_bytes(bw.bytes_per_thread).c_str());
+      bench.busbw_factor(), o.op.c_str(), format_bytes(bench.link_slot_bytes()).c_str(),
+      bw.bytes_per_second * 1e-9, bw.threads, format_bytes(bw.bytes_per_thread).c_str());
   std::printf("%12s %12s %5s %6s %14s %19s %11s %11s %11s %11s %10s %6s\n", "size(B)", "count",
               "type", "redop", "op", "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
               "bound(us)", "time/bound", "check");
@@ -142,6 +143,7 @@ int run(const BenchCollectivesCommand& cmd) {
         {"max_bytes", o.max_bytes},
         {"iters", o.iters},
         {"warmup", o.warmup},
+        {"link_slot_bytes", bench.link_slot_bytes()},
         {"in_place", false},
         {"time_statistic", "median over timed calls of the slowest core's time"},
         {"busbw_factor", bench.busbw_factor()}};
@@ -209,7 +211,8 @@ std::shared_ptr<BenchCollectivesCommand> add_bench_collectives_command(CLI::App&
       ->capture_default_str()
       ->check(CLI::Range(0, 1000000));
   app->add_option("--link-slot-bytes", cmd->link_slot_bytes,
-                  "Bytes per link slot (default: RuntimeOptions' 1M)")
+                  "Bytes per link slot (default: RuntimeOptions' 1M, capped at cores x the largest "
+                  "buffer, which no message exceeds)")
       ->check(bench_bytes_validator(64));
   app->add_option("--link-slots", o.link_num_slots, "Slots per link (default: RuntimeOptions' 4)")
       ->check(CLI::Range(2, 1024));

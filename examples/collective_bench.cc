@@ -1,5 +1,7 @@
 #include "examples/collective_bench.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -267,8 +269,15 @@ double median_of(std::vector<double> v) {
 
 double bench_input_value(ReduceOp reduce, int rank, uint64_t i) {
   const uint64_t r = static_cast<uint64_t>(rank);
-  if (reduce == ReduceOp::kProd) return (r * 3 + i) % 5 == 0 ? 2.0 : 1.0;  // products <= 2^205
-  return static_cast<double>(((r + 1) * 7 + i) % 13) - 6.0;                // -6..6
+  if (reduce == ReduceOp::kProd) {
+    // Factors of 2 only on the first kProdTwosRanks ranks, so |product| <= 2^6 for any N (with a 2
+    // on every fifth rank, 256 cores made 2^51, which wraps in s32 and failed the check); the
+    // other ranks contribute signs, so that every rank still changes the result.
+    constexpr uint64_t kProdTwosRanks = 30;
+    if (r < kProdTwosRanks) return (r * 3 + i) % 5 == 0 ? 2.0 : 1.0;
+    return (r + i) % 5 == 0 ? -1.0 : 1.0;
+  }
+  return static_cast<double>(((r + 1) * 7 + i) % 13) - 6.0;  // -6..6
 }
 
 const std::vector<CollectiveBenchOp>& collective_bench_ops() {
@@ -313,6 +322,11 @@ MemcpyBandwidth measure_memcpy_bandwidth(int threads, uint64_t bytes_per_thread,
 
 namespace {
 
+double physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
 std::string check_options_for(const CollectiveBenchOptions& o, const CollectiveBenchOp* op) {
   if (o.algorithm != "auto" && std::find(op->algorithms.begin(), op->algorithms.end(),
                                          o.algorithm) == op->algorithms.end()) {
@@ -336,11 +350,24 @@ std::string check_options_for(const CollectiveBenchOptions& o, const CollectiveB
            " bytes each)";
   }
   // Sizes that give a core less than one element are skipped; the sweep needs one that does not.
-  if (op->shape(o.max_bytes, elem, o.cores).count == 0) {
+  const CollectiveBenchShape largest = op->shape(o.max_bytes, elem, o.cores);
+  if (largest.count == 0) {
     return "--max-bytes " + std::to_string(o.max_bytes) + " gives no " + o.op + " on " +
            std::to_string(o.cores) + " cores a whole element of " +
            std::string(data_type_name(o.dtype)) + " per core (" + std::to_string(elem) +
            " bytes each)";
+  }
+  // Every core's send and recv buffers are written, so they must fit in the machine's memory
+  // (--cores 1024 --max-bytes 64M asked for 128 GiB and would be killed by the OOM killer).
+  const double buffer_bytes = static_cast<double>(o.cores) *
+                              static_cast<double>(largest.send_elements + largest.recv_elements) *
+                              static_cast<double>(elem);
+  const double ram = physical_memory_bytes();
+  if (ram > 0 && buffer_bytes > 0.75 * ram) {
+    return "--max-bytes " + std::to_string(o.max_bytes) + " on " + std::to_string(o.cores) +
+           " cores needs " + format_bytes(static_cast<uint64_t>(buffer_bytes)) + " of " + o.op +
+           " buffers (every core's send and recv), more than 3/4 of this machine's " +
+           format_bytes(static_cast<uint64_t>(ram)) + " of memory";
   }
   return {};
 }
@@ -373,6 +400,35 @@ CollectiveBenchmark::CollectiveBenchmark(CollectiveBenchOptions options, Collect
     throw InvalidArgumentError(problem);
 }
 
+uint64_t default_link_slot_bytes(const std::vector<CollectiveBenchShape>& shapes,
+                                 uint64_t element_bytes, int n) {
+  uint64_t largest = 0;
+  for (const auto& s : shapes)
+    largest = std::max(largest, std::max(s.send_elements, s.recv_elements) * element_bytes);
+  // No message of any algorithm exceeds n x the largest buffer (Bruck's last step moves < n
+  // blocks), so smaller slots change nothing but the memory: links are committed lazily in 2 MiB
+  // huge pages, and with 1 MiB slots a 64-byte sweep on 1024 cores (10 links per rank for
+  // recursive doubling) committed 22 GiB.
+  const uint64_t cap = (largest * static_cast<uint64_t>(n) + 63) / 64 * 64;
+  return std::max<uint64_t>(64, std::min(RuntimeOptions{}.link_slot_bytes, cap));
+}
+
+std::vector<CollectiveBenchShape> CollectiveBenchmark::sweep_shapes() const {
+  const uint64_t elem = data_type_bytes(options_.dtype);
+  std::vector<CollectiveBenchShape> shapes;
+  for (uint64_t bytes = options_.min_bytes;; bytes *= 2) {
+    const CollectiveBenchShape shape = op_.shape(bytes, elem, options_.cores);
+    if (shape.count > 0) shapes.push_back(shape);  // else less than an element per core: skip
+    if (bytes > options_.max_bytes / 2) break;
+  }
+  return shapes;
+}
+
+uint64_t CollectiveBenchmark::link_slot_bytes() const {
+  if (options_.link_slot_bytes) return options_.link_slot_bytes;
+  return default_link_slot_bytes(sweep_shapes(), data_type_bytes(options_.dtype), options_.cores);
+}
+
 std::string CollectiveBenchmark::algorithm_for(const Communicator& comm,
                                                const CollectiveBenchShape& shape) const {
   if (comm.size() == 1) return std::string(algorithm_name(Algorithm::kLocal));
@@ -393,12 +449,7 @@ void CollectiveBenchmark::run(const std::function<void(const CollectiveBenchRow&
   const int n = options_.cores;
   const uint64_t elem = data_type_bytes(options_.dtype);
   // Every size of the sweep, then buffers big enough for the largest.
-  std::vector<CollectiveBenchShape> shapes;
-  for (uint64_t bytes = options_.min_bytes;; bytes *= 2) {
-    const CollectiveBenchShape shape = op_.shape(bytes, elem, n);
-    if (shape.count > 0) shapes.push_back(shape);  // else less than an element per core: skip
-    if (bytes > options_.max_bytes / 2) break;
-  }
+  const std::vector<CollectiveBenchShape> shapes = sweep_shapes();
   uint64_t max_send = 0, max_recv = 0;
   for (const auto& s : shapes) {
     max_send = std::max(max_send, s.send_elements);
@@ -407,7 +458,7 @@ void CollectiveBenchmark::run(const std::function<void(const CollectiveBenchRow&
 
   RuntimeOptions ro;
   ro.num_cores = n;
-  if (options_.link_slot_bytes) ro.link_slot_bytes = options_.link_slot_bytes;
+  ro.link_slot_bytes = link_slot_bytes();
   if (options_.link_num_slots) ro.link_num_slots = options_.link_num_slots;
   ro.validate();
   Runtime runtime(ro);
@@ -430,6 +481,20 @@ void CollectiveBenchmark::run(const std::function<void(const CollectiveBenchRow&
         s[i] = static_cast<T>(bench_input_value(options_.reduce, ctx.core_id(), i));
     });
   });
+  // One untimed call of the first size, whatever --warmup says: it creates the links the
+  // algorithm uses (first use) and touches their slots, which otherwise made the first row's
+  // median 50-600x the second's with --warmup 1.
+  {
+    const CollectiveBenchCall first{
+        options_.dtype, options_.reduce, algorithm_for(comm, shapes.front()),
+        nullptr,        nullptr,         shapes.front()};
+    runtime.run_spmd([&](CoreContext& ctx) {
+      CollectiveBenchCall call = first;
+      call.send = send[static_cast<size_t>(ctx.core_id())].data();
+      call.recv = recv[static_cast<size_t>(ctx.core_id())].data();
+      op_.run(comm, ctx, call);
+    });
+  }
   for (size_t c = 0; c < nc; ++c) {
     pins.push_back(send[c].pin());
     pins.push_back(recv[c].pin());

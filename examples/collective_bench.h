@@ -97,8 +97,8 @@ struct CollectiveBenchOp {
 };
 
 /// Element i of rank r's send buffer: a small integer (exact in every dtype, and every sum,
-/// product, max or min of N <= 1024 of them is exact in f32), chosen per reduction so that prod
-/// stays small.
+/// product, max or min of N <= 1024 of them is exact in f32 and s32), chosen per reduction: -6..6,
+/// or for prod -1, 1 or 2 with at most six 2s per element whatever N (|product| <= 64).
 double bench_input_value(ReduceOp reduce, int rank, uint64_t i);
 
 /// Every op the benchmark knows, in the order --help lists them.
@@ -116,7 +116,7 @@ struct CollectiveBenchOptions {
   uint64_t max_bytes = uint64_t{64} << 20;  // last size (doubling from min_bytes), bytes
   int iters = 20;                           // timed calls per size
   int warmup = 5;                           // untimed calls per size
-  uint64_t link_slot_bytes = 0;             // 0: RuntimeOptions' default
+  uint64_t link_slot_bytes = 0;             // 0: RuntimeOptions' default, capped (see below)
   int link_num_slots = 0;                   // 0: RuntimeOptions' default
 };
 
@@ -143,9 +143,17 @@ struct CollectiveBenchRow {
   uint64_t wrong = 0;          // elements that differ from the reference, over all cores
 };
 
-/// Usage check of everything CLI11 cannot see (the op, its algorithm, sizes against the dtype).
-/// Returns a message naming the value, empty when fine.
+/// Usage check of everything CLI11 cannot see (the op, its algorithm, sizes against the dtype,
+/// buffers that would not fit in 3/4 of the machine's memory). Returns a message naming the value,
+/// empty when fine.
 std::string check_collective_bench_options(const CollectiveBenchOptions& options);
+
+/// The slot size used when link_slot_bytes is 0: RuntimeOptions' default (1 MiB), capped at n x
+/// the largest per-core buffer of the sweep rounded up to 64 bytes (no message is larger, so the
+/// results are the same; link memory is not: 1 MiB slots on 1024 cores committed 22 GiB for a
+/// 64-byte sweep).
+uint64_t default_link_slot_bytes(const std::vector<CollectiveBenchShape>& shapes,
+                                 uint64_t element_bytes, int n);
 
 /// Runs the sweep; calls `on_row` after each size (sizes too small to give every core a whole
 /// element, count 0, are skipped) (so a table can print as it goes). Throws
@@ -164,6 +172,10 @@ class CollectiveBenchmark {
   /// The algorithm a row of `shape` runs on `comm`.
   std::string algorithm_for(const Communicator& comm, const CollectiveBenchShape& shape) const;
   double busbw_factor() const { return op_.busbw_factor(options_.cores); }
+  /// The sizes of the sweep (count 0 skipped), in order.
+  std::vector<CollectiveBenchShape> sweep_shapes() const;
+  /// The link slot size the sweep uses: options.link_slot_bytes, or default_link_slot_bytes().
+  uint64_t link_slot_bytes() const;
   /// Measures memcpy bandwidth (once per run, before the sweep).
   const MemcpyBandwidth& memcpy_bandwidth();
   void run(const std::function<void(const CollectiveBenchRow&)>& on_row);

@@ -169,11 +169,59 @@ TEST(CollectiveBenchTest, InputsKeepEveryReductionExact) {
         EXPECT_EQ(v, std::round(v));
         EXPECT_LE(std::abs(v), 6.0);
         if (op == ReduceOp::kProd) {
-          EXPECT_TRUE(v == 1.0 || v == 2.0);
+          EXPECT_TRUE(v == 1.0 || v == 2.0 || v == -1.0);
         }
       }
     }
   }
+}
+
+// Regression: prod inputs had a 2 on every fifth rank, so on 256 cores a product reached 2^51,
+// which wraps in s32 (and 2^205 on 1024 cores overflowed f32 and s64): the row was WRONG. Every
+// product over up to 1024 ranks must stay exact in s32, and 256 cores must check ok.
+TEST(CollectiveBenchTest, ProdInputsStayExactOnManyCores) {
+  for (uint64_t i = 0; i < 200; ++i) {
+    double p = 1.0;
+    for (int r = 0; r < 1024; ++r) p *= bench_input_value(ReduceOp::kProd, r, i);
+    EXPECT_LE(std::abs(p), 64.0) << i;
+  }
+  CollectiveBenchOptions o = tiny(256);
+  o.dtype = DataType::kS32;
+  o.reduce = ReduceOp::kProd;
+  o.min_bytes = 64;
+  o.max_bytes = 64;
+  o.iters = 1;
+  o.warmup = 0;
+  CollectiveBenchmark bench(o);
+  for (const CollectiveBenchRow& r : run_rows(bench)) EXPECT_EQ(r.wrong, 0u) << r.shape.bytes;
+}
+
+// Regression: `--cores 1024 --max-bytes 1G` passed the option checks and would have written
+// 2 TiB of buffers (an out-of-memory kill); it must be a usage error naming the bytes needed.
+TEST(CollectiveBenchTest, BuffersBeyondTheMachinesMemoryAreAUsageError) {
+  CollectiveBenchOptions o = tiny(1024);
+  o.max_bytes = uint64_t{1} << 30;
+  const std::string msg = check_collective_bench_options(o);
+  EXPECT_NE(msg.find("needs 2.00 TiB of all_reduce buffers"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("more than 3/4 of this machine's"), std::string::npos) << msg;
+}
+
+// Regression: the default 1 MiB slots made a 64-byte sweep on 1024 cores commit 22 GiB of links
+// (2 MiB huge pages per link); the default is capped at n x the largest per-core buffer (rounded
+// up to 64 B), which no message exceeds, and stays 1 MiB for large sizes.
+TEST(CollectiveBenchTest, DefaultSlotSizeIsCappedBySweep) {
+  CollectiveBenchOptions o = tiny(1024);
+  o.link_slot_bytes = 0;
+  o.min_bytes = 8;
+  o.max_bytes = 64;
+  EXPECT_EQ(CollectiveBenchmark(o).link_slot_bytes(), 1024u * 64u);  // 16 f32 x 4 B x 1024
+  o.cores = 3;
+  o.max_bytes = 20;  // 5 f32 = 20 B per core, x 3 = 60, rounded up to 64
+  EXPECT_EQ(CollectiveBenchmark(o).link_slot_bytes(), 64u);
+  o.max_bytes = 64 << 20;
+  EXPECT_EQ(CollectiveBenchmark(o).link_slot_bytes(), uint64_t{1} << 20);
+  o.link_slot_bytes = 4096;
+  EXPECT_EQ(CollectiveBenchmark(o).link_slot_bytes(), 4096u);
 }
 
 TEST(CollectiveBenchTest, OptionChecksNameTheValue) {

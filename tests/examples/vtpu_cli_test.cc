@@ -409,6 +409,13 @@ TEST(VtpuCliTest, BenchCollectivesRejectsBadInput) {
   expect_failure("bench collectives --dtype f16", "f16", 2);
   expect_failure("bench collectives --reduce avg", "avg", 2);
   expect_failure("bench collectives --iters 0", "--iters", 2);
+  expect_failure("bench collectives --cores 1024 --max-bytes 1G", "more than 3/4 of this machine",
+                 2);
+  expect_failure("bench collectives --min-bytes 64K --max-bytes 8", "is larger than --max-bytes",
+                 2);
+  expect_failure("bench collectives --max-bytes -8", "invalid byte size '-8'", 2);
+  expect_failure("bench collectives --op all_gather --algorithm torus_2d",
+                 "--algorithm torus_2d is not available for all_gather", 2);
   expect_failure("bench collectives --algorithm tree",
                  "--algorithm tree is not available for all_reduce", 2);
   expect_failure("bench collectives --min-bytes 1M --max-bytes 64K",
