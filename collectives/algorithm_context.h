@@ -8,12 +8,19 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "collectives/link.h"
 #include "collectives/ring_primitives.h"
 #include "collectives/types.h"
 
 namespace vtpu {
+
+/// One rank's buffers in the current collective, for direct access by its peers.
+struct DirectBuffers {
+  const std::byte* send = nullptr;
+  std::byte* recv = nullptr;
+};
 
 /// Only the owning core (or its communication worker) may use it, for one collective.
 struct AlgorithmContext {
@@ -44,6 +51,29 @@ struct AlgorithmContext {
   /// a fingerprint mismatch (through on_mismatch) and InternalError on a payload size mismatch.
   void sendrecv(int to_rank, const void* src, uint64_t send_bytes, int from_rank, void* dst,
                 uint64_t recv_bytes) const;
+
+  /// Bruck's all-gather (dissemination, any N, ceil(log2 N) rounds): `held` has nranks blocks of
+  /// `block_bytes`; block 0 holds this rank's data on entry, and on return block i holds rank
+  /// (rank + i) mod nranks's. Throws as sendrecv.
+  void bruck_all_gather(std::byte* held, uint64_t block_bytes) const;
+
+  /// Dissemination barrier (Hensgen, Finkel & Manber 1988): ceil(log2 N) rounds of empty
+  /// messages. On return every rank has called it, and what any rank wrote before its call
+  /// happens-before what any rank accesses after its return. Throws as sendrecv.
+  void barrier() const;
+
+  /// True when the links the direct algorithms use (those of bruck_all_gather and barrier)
+  /// support direct access (Link::supports_direct_access); the same answer on every rank when
+  /// one Transport made the links.
+  bool direct_access_supported() const;
+
+  /// Publishes this rank's `send` and `recv` addresses to the group (bruck_all_gather of 16-byte
+  /// records: only addresses go through the slots) and returns every rank's, indexed by rank. On
+  /// return every rank has entered this collective, so none still accesses buffers of its
+  /// previous one. Callers must end with barrier() before returning, so that no peer accesses
+  /// this rank's buffers after the call. Throws UnimplementedError naming the link when a link
+  /// lacks direct access (check direct_access_supported() first), else as sendrecv.
+  std::vector<DirectBuffers> exchange_direct_buffers(const void* send, void* recv) const;
 };
 
 /// Offset and length of part `index` when `count` elements are cut into `parts` parts of

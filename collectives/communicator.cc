@@ -192,6 +192,7 @@ Communicator::Communicator(Runtime& runtime, std::vector<int> group, Communicato
   // The clockwise ring every default algorithm uses is made up front; other pairs on first use.
   if (n > 1) {
     for (int i = 0; i < n; ++i) link(i, (i + 1) % n);
+    direct_access_ = link(0, 1).supports_direct_access();
   }
   sequence_.assign(static_cast<size_t>(n), 0);
   entered_ = std::make_unique<std::atomic<uint64_t>[]>(static_cast<size_t>(n));
@@ -438,6 +439,7 @@ void Communicator::run(CoreContext& ctx, Fingerprint fp, uint64_t input_bytes, c
 Algorithm Communicator::select_algorithm(uint64_t bytes) const {
   if (size() == 1) return Algorithm::kLocal;
   if (bytes <= kSmallMessageBytes) return Algorithm::kRecursiveDoubling;
+  if (direct_access_) return Algorithm::kDirect;
   if (!options_.deterministic) return Algorithm::kRingReduceScatter;
   return Algorithm::kRing;
 }
@@ -453,11 +455,21 @@ Algorithm Communicator::resolve_all_reduce_algorithm(Algorithm requested, uint64
     case Algorithm::kTorus2d:
     case Algorithm::kRingReduceScatter:
       return a;
+    case Algorithm::kDirect:
+      if (!direct_access_) {
+        throw UnimplementedError(
+            "all_reduce algorithm direct needs links with direct access; "
+            "transport " +
+            std::string(options_.transport->name()) +
+            " has none (use ring, bidirectional_ring, recursive_doubling, "
+            "torus_2d or ring_reduce_scatter)");
+      }
+      return a;
     default:
       throw InvalidArgumentError("all_reduce algorithm " + std::string(algorithm_name(a)) +
                                  " is not an all_reduce algorithm (expected auto, ring, "
-                                 "bidirectional_ring, recursive_doubling, torus_2d or "
-                                 "ring_reduce_scatter)");
+                                 "bidirectional_ring, recursive_doubling, torus_2d, "
+                                 "ring_reduce_scatter or direct)");
   }
 }
 
@@ -498,6 +510,9 @@ void Communicator::all_reduce_bytes(CoreContext& ctx, DataType dtype,
           break;
         case Algorithm::kTorus2d:
           torus_2d_all_reduce<T>(ac, x, y, count, rows);
+          break;
+        case Algorithm::kDirect:
+          direct_all_reduce<T>(ac, x, y, count);
           break;
         case Algorithm::kRingReduceScatter: {
           RingPrimitives<T> prims(ac.link(ac.mod(ac.rank - 1), ac.rank),
@@ -825,8 +840,9 @@ void Communicator::reduce_bytes(CoreContext& ctx, DataType dtype, std::span<cons
   const int n = size();
   const uint64_t count = s.num_elements();
   check_rooted("reduce", root, n, rank_of(ctx.core_id()) == root, true, send, recv, count, elem, s);
-  Fingerprint fp = make_fingerprint(CollectiveKind::kReduce, dtype, s,
-                                    n == 1 ? Algorithm::kLocal : Algorithm::kChain);
+  Fingerprint fp = make_fingerprint(
+      CollectiveKind::kReduce, dtype, s,
+      n == 1 ? Algorithm::kLocal : (direct_access_ ? Algorithm::kDirect : Algorithm::kChain));
   fp.reduce_op = op;
   fp.root = root;
   run(ctx, fp, count * elem, [&](const AlgorithmContext& ac) {
@@ -838,6 +854,10 @@ void Communicator::reduce_bytes(CoreContext& ctx, DataType dtype, std::span<cons
       using T = typename decltype(tag)::type;
       const T* x = reinterpret_cast<const T*>(send.data());
       T* y = reinterpret_cast<T*>(recv.data());
+      if (ac.fp.algorithm == Algorithm::kDirect) {
+        direct_reduce<T>(ac, x, y, count, root);
+        return;
+      }
       const int nr = ac.nranks, r = ac.rank, last = nr - 1;
       // The bidirectional chain: partials up 0 -> N-1 (rank-order fold), the result back down
       // N-1 -> ... -> root. Ranks between root and N-1 forward the result without keeping it.
@@ -883,11 +903,7 @@ void Communicator::barrier(CoreContext& ctx) {
   fp.num_dims = 0;
   fp.num_elements = 0;
   fp.algorithm = size() == 1 ? Algorithm::kLocal : Algorithm::kDissemination;
-  run(ctx, fp, 0, [&](const AlgorithmContext& ac) {
-    for (int dist = 1; dist < ac.nranks; dist *= 2) {
-      ac.sendrecv(ac.mod(ac.rank + dist), nullptr, 0, ac.mod(ac.rank - dist), nullptr, 0);
-    }
-  });
+  run(ctx, fp, 0, [&](const AlgorithmContext& ac) { ac.barrier(); });
 }
 
 }  // namespace vtpu
