@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -30,6 +31,9 @@ struct AlgorithmContext {
   std::chrono::milliseconds timeout{30000};
   std::function<Link&(int src_rank, int dst_rank)> link;  // directed link src -> dst
   MismatchHandler on_mismatch;
+  /// The group's count of ranks inside a DirectAccessScope (owned by the communicator, which
+  /// waits for it to drop to zero before a failed collective returns). Null: no direct access.
+  std::atomic<int>* direct_users = nullptr;
 
   /// Primitives receiving from `from_rank` and sending to `to_rank` (-1: none).
   template <typename T>
@@ -70,10 +74,31 @@ struct AlgorithmContext {
   /// Publishes this rank's `send` and `recv` addresses to the group (bruck_all_gather of 16-byte
   /// records: only addresses go through the slots) and returns every rank's, indexed by rank. On
   /// return every rank has entered this collective, so none still accesses buffers of its
-  /// previous one. Callers must end with barrier() before returning, so that no peer accesses
-  /// this rank's buffers after the call. Throws UnimplementedError naming the link when a link
+  /// previous one. Call it inside a DirectAccessScope that ends once this rank stops touching
+  /// peers' buffers, and end with barrier() before returning, so that no peer accesses this
+  /// rank's buffers after the call. Throws UnimplementedError naming the link when a link
   /// lacks direct access (check direct_access_supported() first), else as sendrecv.
   std::vector<DirectBuffers> exchange_direct_buffers(const void* send, void* recv) const;
+};
+
+/// Held by a rank from before it learns its peers' buffer addresses until it stops touching
+/// their buffers. A rank whose collective fails waits, after aborting the group, until no rank
+/// holds one, so that no peer still reads or writes its buffers once the error reaches its
+/// caller (inside a scope a rank only folds or waits on links, which the abort ends). Only
+/// the owning core may use it.
+class DirectAccessScope {
+ public:
+  explicit DirectAccessScope(const AlgorithmContext& ac) : users_(ac.direct_users) {
+    if (users_) users_->fetch_add(1, std::memory_order_seq_cst);
+  }
+  ~DirectAccessScope() {
+    if (users_) users_->fetch_sub(1, std::memory_order_release);
+  }
+  DirectAccessScope(const DirectAccessScope&) = delete;
+  DirectAccessScope& operator=(const DirectAccessScope&) = delete;
+
+ private:
+  std::atomic<int>* users_;
 };
 
 /// Offset and length of part `index` when `count` elements are cut into `parts` parts of

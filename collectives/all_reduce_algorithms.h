@@ -257,17 +257,20 @@ uint64_t direct_chunk_elements(uint64_t count, int n) {
 template <typename T>
 void direct_all_reduce(const AlgorithmContext& ac, const T* send, T* recv, uint64_t count) {
   const int n = ac.nranks;
-  const std::vector<DirectBuffers> peers = ac.exchange_direct_buffers(send, recv);
-  const BlockRange mine = Pieces{direct_chunk_elements<T>(count, n), count}[ac.rank];
-  std::vector<const T*> in(static_cast<size_t>(n));
-  std::vector<T*> out(static_cast<size_t>(n));
-  for (size_t q = 0; q < peers.size(); ++q) {
-    in[q] = reinterpret_cast<const T*>(peers[q].send) + mine.offset;
-    out[q] = reinterpret_cast<T*>(peers[q].recv) + mine.offset;
+  {
+    DirectAccessScope scope(ac);
+    const std::vector<DirectBuffers> peers = ac.exchange_direct_buffers(send, recv);
+    const BlockRange mine = Pieces{direct_chunk_elements<T>(count, n), count}[ac.rank];
+    std::vector<const T*> in(static_cast<size_t>(n));
+    std::vector<T*> out(static_cast<size_t>(n));
+    for (size_t q = 0; q < peers.size(); ++q) {
+      in[q] = reinterpret_cast<const T*>(peers[q].send) + mine.offset;
+      out[q] = reinterpret_cast<T*>(peers[q].recv) + mine.offset;
+    }
+    const bool streaming = count * sizeof(T) * static_cast<uint64_t>(n) >= kStreamingStoreBytes;
+    fold_in_rank_order_to_all(out.data(), n, in.data(), n, mine.length, ac.fp.reduce_op, streaming);
+    if (streaming) stream_fence();
   }
-  const bool streaming = count * sizeof(T) * static_cast<uint64_t>(n) >= kStreamingStoreBytes;
-  fold_in_rank_order_to_all(out.data(), n, in.data(), n, mine.length, ac.fp.reduce_op, streaming);
-  if (streaming) stream_fence();
   ac.barrier();  // no peer touches our buffers after this
 }
 
@@ -277,14 +280,17 @@ void direct_all_reduce(const AlgorithmContext& ac, const T* send, T* recv, uint6
 template <typename T>
 void direct_reduce(const AlgorithmContext& ac, const T* send, T* recv, uint64_t count, int root) {
   const int n = ac.nranks;
-  const std::vector<DirectBuffers> peers = ac.exchange_direct_buffers(send, recv);
-  const BlockRange mine = Pieces{direct_chunk_elements<T>(count, n), count}[ac.rank];
-  std::vector<const T*> in(static_cast<size_t>(n));
-  for (size_t q = 0; q < peers.size(); ++q) {
-    in[q] = reinterpret_cast<const T*>(peers[q].send) + mine.offset;
+  {
+    DirectAccessScope scope(ac);
+    const std::vector<DirectBuffers> peers = ac.exchange_direct_buffers(send, recv);
+    const BlockRange mine = Pieces{direct_chunk_elements<T>(count, n), count}[ac.rank];
+    std::vector<const T*> in(static_cast<size_t>(n));
+    for (size_t q = 0; q < peers.size(); ++q) {
+      in[q] = reinterpret_cast<const T*>(peers[q].send) + mine.offset;
+    }
+    T* out = reinterpret_cast<T*>(peers[static_cast<size_t>(root)].recv) + mine.offset;
+    fold_in_rank_order(out, in.data(), n, mine.length, ac.fp.reduce_op);
   }
-  T* out = reinterpret_cast<T*>(peers[static_cast<size_t>(root)].recv) + mine.offset;
-  fold_in_rank_order(out, in.data(), n, mine.length, ac.fp.reduce_op);
   ac.barrier();
 }
 

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include "collectives/algorithm_context.h"
 #include "collectives/all_reduce_algorithms.h"
@@ -343,6 +344,16 @@ void Communicator::rethrow_with_context(int rank, const Fingerprint& fp) {
   }
 }
 
+void Communicator::wait_for_direct_users() const {
+  // A DirectAccessScope waits only in link waits, which the abort ends at once; otherwise it ends
+  // within a fold's time. The deadline only guards against a bug.
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  while (direct_users_.load(std::memory_order_acquire) != 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 void Communicator::wait_started(CoreContext& ctx) {
   auto& s = started_[static_cast<size_t>(rank_of(ctx.core_id()))];
   if (s) {
@@ -405,10 +416,16 @@ void Communicator::run(CoreContext& ctx, Fingerprint fp, uint64_t input_bytes, c
           " (every core in the group must call the same collectives with the same type, shape, "
           "parameters and op, in the same order)");
     };
+  if (direct_access_) ac.direct_users = &direct_users_;
   try {
     body(ac);
   } catch (...) {
-    rethrow_with_context(rank, fp);
+    try {
+      rethrow_with_context(rank, fp);  // aborts the group, so peers leave their waits
+    } catch (...) {
+      wait_for_direct_users();
+      throw;
+    }
   }
   CollectiveStats& st = stats_[ri];
   ++st.num_collectives;
@@ -436,6 +453,19 @@ void Communicator::run(CoreContext& ctx, Fingerprint fp, uint64_t input_bytes, c
 // (it moves (N-1) S per rank); the unidirectional chain is the fastest deterministic algorithm
 // above that for N >= 4 (with 2 CPUs, its one stream per rank beats the bidirectional ring's
 // two), and close to the best at N = 2. So: recursive doubling up to 8 KiB, the ring above.
+//
+// With direct access (in process) the two-shot kDirect replaces the ring above 8 KiB: it moves
+// each byte once (the slot algorithms copy it through slots on top) and all ranks work at once.
+// `vtpu bench collectives --algorithm X --min-bytes 16K --max-bytes 256K --iters 100`, 2 and 4
+// cores, alternating in one run at load 11-13 (median us):
+//
+//   N  bytes    direct  recursive_doubling  ring
+//   2  16 KiB    10.6        36.6            (>8000: futex sleeps under the load)
+//   2  64 KiB    15.8        47.6
+//   2  256 KiB   39.6      7950
+//   4  64 KiB    48.6    >11000
+//
+// and compare.sh's tables in the README for 64 KiB-32 MiB.
 Algorithm Communicator::select_algorithm(uint64_t bytes) const {
   if (size() == 1) return Algorithm::kLocal;
   if (bytes <= kSmallMessageBytes) return Algorithm::kRecursiveDoubling;

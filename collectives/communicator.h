@@ -340,6 +340,9 @@ class Communicator {
   CollectiveHandle start(CoreContext& ctx, std::function<void(CoreContext&)> op);
   Link& link(int src_rank, int dst_rank);
   [[noreturn]] void rethrow_with_context(int rank, const Fingerprint& fp);
+  /// After the group is aborted: waits (sleeping, at most the timeout) until no rank is inside a
+  /// DirectAccessScope, so that no peer touches this rank's buffers once its error returns.
+  void wait_for_direct_users() const;
   std::string missing_cores(uint64_t sequence) const;
   std::string group_string() const;
   Algorithm resolve_all_reduce_algorithm(Algorithm requested, uint64_t bytes) const;
@@ -352,8 +355,10 @@ class Communicator {
   std::unique_ptr<std::atomic<Link*>[]> links_;
   std::mutex links_mu_;
   std::vector<std::unique_ptr<Link>> owned_links_;  // GUARDED_BY(links_mu_)
-  bool direct_access_ = false;      // the transport's links support direct access (set once)
-  std::vector<uint64_t> sequence_;  // per rank; written by that rank's core
+  bool direct_access_ = false;  // the transport's links support direct access (set once)
+  // Ranks inside a DirectAccessScope; a failed collective waits for 0 before it returns.
+  std::atomic<int> direct_users_{0};
+  std::vector<uint64_t> sequence_;                    // per rank; written by that rank's core
   std::unique_ptr<std::atomic<uint64_t>[]> entered_;  // per rank: collectives entered
   std::vector<CollectiveStats> stats_;                // per rank; written by that rank's core
   // Per rank: the last collective this core started and has not waited for; only its core's
