@@ -44,4 +44,50 @@ void AlgorithmContext::sendrecv(int to_rank, const void* src, uint64_t send_byte
   }
 }
 
+void AlgorithmContext::bruck_all_gather(std::byte* held, uint64_t block_bytes) const {
+  for (int dist = 1; dist < nranks; dist *= 2) {
+    const int m = std::min(dist, nranks - dist);  // blocks that travel this step
+    const uint64_t bytes = static_cast<uint64_t>(m) * block_bytes;
+    sendrecv(mod(rank - dist), held, bytes, mod(rank + dist),
+             held + static_cast<uint64_t>(dist) * block_bytes, bytes);
+  }
+}
+
+void AlgorithmContext::barrier() const {
+  for (int dist = 1; dist < nranks; dist *= 2) {
+    sendrecv(mod(rank + dist), nullptr, 0, mod(rank - dist), nullptr, 0);
+  }
+}
+
+bool AlgorithmContext::direct_access_supported() const {
+  for (int dist = 1; dist < nranks; dist *= 2) {
+    for (const Link* l : {&link(rank, mod(rank - dist)), &link(mod(rank + dist), rank),
+                          &link(rank, mod(rank + dist)), &link(mod(rank - dist), rank)}) {
+      if (!l->supports_direct_access()) return false;
+    }
+  }
+  return true;
+}
+
+std::vector<DirectBuffers> AlgorithmContext::exchange_direct_buffers(const void* send,
+                                                                     void* recv) const {
+  for (int dist = 1; dist < nranks; dist *= 2) {
+    for (const Link* l : {&link(rank, mod(rank - dist)), &link(mod(rank + dist), rank)}) {
+      if (!l->supports_direct_access()) {
+        throw UnimplementedError("link " + std::to_string(l->src_core()) + "->" +
+                                 std::to_string(l->dst_core()) +
+                                 " does not support direct access (" + fp.to_string() +
+                                 " needs it; use a slot-copy algorithm such as ring)");
+      }
+    }
+  }
+  const size_t n = static_cast<size_t>(nranks);
+  std::vector<DirectBuffers> held(n);
+  held[0] = DirectBuffers{static_cast<const std::byte*>(send), static_cast<std::byte*>(recv)};
+  bruck_all_gather(reinterpret_cast<std::byte*>(held.data()), sizeof(DirectBuffers));
+  std::vector<DirectBuffers> by_rank(n);
+  for (int i = 0; i < nranks; ++i) by_rank[static_cast<size_t>(mod(rank + i))] = held[i];
+  return by_rank;
+}
+
 }  // namespace vtpu

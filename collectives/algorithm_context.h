@@ -5,15 +5,23 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "collectives/link.h"
 #include "collectives/ring_primitives.h"
 #include "collectives/types.h"
 
 namespace vtpu {
+
+/// One rank's buffers in the current collective, for direct access by its peers.
+struct DirectBuffers {
+  const std::byte* send = nullptr;
+  std::byte* recv = nullptr;
+};
 
 /// Only the owning core (or its communication worker) may use it, for one collective.
 struct AlgorithmContext {
@@ -23,6 +31,9 @@ struct AlgorithmContext {
   std::chrono::milliseconds timeout{30000};
   std::function<Link&(int src_rank, int dst_rank)> link;  // directed link src -> dst
   MismatchHandler on_mismatch;
+  /// The group's count of ranks inside a DirectAccessScope (owned by the communicator, which
+  /// waits for it to drop to zero before a failed collective returns). Null: no direct access.
+  std::atomic<int>* direct_users = nullptr;
 
   /// Primitives receiving from `from_rank` and sending to `to_rank` (-1: none).
   template <typename T>
@@ -44,6 +55,50 @@ struct AlgorithmContext {
   /// a fingerprint mismatch (through on_mismatch) and InternalError on a payload size mismatch.
   void sendrecv(int to_rank, const void* src, uint64_t send_bytes, int from_rank, void* dst,
                 uint64_t recv_bytes) const;
+
+  /// Bruck's all-gather (dissemination, any N, ceil(log2 N) rounds): `held` has nranks blocks of
+  /// `block_bytes`; block 0 holds this rank's data on entry, and on return block i holds rank
+  /// (rank + i) mod nranks's. Throws as sendrecv.
+  void bruck_all_gather(std::byte* held, uint64_t block_bytes) const;
+
+  /// Dissemination barrier (Hensgen, Finkel & Manber 1988): ceil(log2 N) rounds of empty
+  /// messages. On return every rank has called it, and what any rank wrote before its call
+  /// happens-before what any rank accesses after its return. Throws as sendrecv.
+  void barrier() const;
+
+  /// True when the links the direct algorithms use (those of bruck_all_gather and barrier)
+  /// support direct access (Link::supports_direct_access); the same answer on every rank when
+  /// one Transport made the links.
+  bool direct_access_supported() const;
+
+  /// Publishes this rank's `send` and `recv` addresses to the group (bruck_all_gather of 16-byte
+  /// records: only addresses go through the slots) and returns every rank's, indexed by rank. On
+  /// return every rank has entered this collective, so none still accesses buffers of its
+  /// previous one. Call it inside a DirectAccessScope that ends once this rank stops touching
+  /// peers' buffers, and end with barrier() before returning, so that no peer accesses this
+  /// rank's buffers after the call. Throws UnimplementedError naming the link when a link
+  /// lacks direct access (check direct_access_supported() first), else as sendrecv.
+  std::vector<DirectBuffers> exchange_direct_buffers(const void* send, void* recv) const;
+};
+
+/// Held by a rank from before it learns its peers' buffer addresses until it stops touching
+/// their buffers. A rank whose collective fails waits, after aborting the group, until no rank
+/// holds one, so that no peer still reads or writes its buffers once the error reaches its
+/// caller (inside a scope a rank only folds or waits on links, which the abort ends). Only
+/// the owning core may use it.
+class DirectAccessScope {
+ public:
+  explicit DirectAccessScope(const AlgorithmContext& ac) : users_(ac.direct_users) {
+    if (users_) users_->fetch_add(1, std::memory_order_seq_cst);
+  }
+  ~DirectAccessScope() {
+    if (users_) users_->fetch_sub(1, std::memory_order_release);
+  }
+  DirectAccessScope(const DirectAccessScope&) = delete;
+  DirectAccessScope& operator=(const DirectAccessScope&) = delete;
+
+ private:
+  std::atomic<int>* users_;
 };
 
 /// Offset and length of part `index` when `count` elements are cut into `parts` parts of

@@ -54,6 +54,18 @@
 // to reduce, then (R-1)/(RC) S + (C-1)/C S to gather. A non-deterministic torus reduces along the
 // row first and sends only (R-1)/(RC) S in the second phase: the deterministic one sends C times
 // more there ((R-1)/R S instead of (R-1)/(RC) S), since partial sums would fold out of rank order.
+//
+// direct (two-shot, over direct access: Link::supports_direct_access). Ranks first exchange the
+// addresses of their send and recv buffers (bruck_all_gather of 16-byte records; on return every
+// rank has entered). Rank r owns chunk r (S/N, rounded to whole cache lines); for each L1-sized
+// tile of it, it reads the tile of all N inputs in place, folds them in rank order, and writes
+// the result into all N outputs. A final barrier keeps every rank's buffers alive until no peer
+// accesses them. Memory traffic: N S reads and N S writes in all, exactly the 2 N S of the
+// memory-traffic bound (the slot algorithms copy through a slot on top), two synchronisations of
+// ceil(log2 N) message rounds, and all N ranks work at once. In place is safe: chunk r of every
+// buffer is touched by rank r alone, and each tile is read from every input before it is written.
+// After PyTorch's SymmetricMemory two_shot_all_reduce and NCCL's P2P direct read/write; the
+// rank-order fold makes it give the ring's bits.
 #pragma once
 
 #include <cstdint>
@@ -133,18 +145,10 @@ template <typename T>
 void recursive_doubling_all_reduce(const AlgorithmContext& ac, const T* send, T* recv,
                                    uint64_t count) {
   const int n = ac.nranks, r = ac.rank;
-  // held[i] is the input of rank (r + i) mod n; blocks 0..have-1 are filled.
+  // held[i] is the input of rank (r + i) mod n.
   std::vector<T> held(static_cast<size_t>(count) * static_cast<size_t>(n));
   if (count) std::memcpy(held.data(), send, count * sizeof(T));
-  int have = 1;
-  for (int dist = 1; dist < n; dist *= 2) {
-    const int m = std::min(dist, n - dist);  // blocks that travel this step
-    const uint64_t bytes = static_cast<uint64_t>(m) * count * sizeof(T);
-    ac.sendrecv(ac.mod(r - dist), held.data(), bytes, ac.mod(r + dist),
-                held.data() + static_cast<uint64_t>(dist) * count, bytes);
-    have += m;
-  }
-  (void)have;
+  ac.bruck_all_gather(reinterpret_cast<std::byte*>(held.data()), count * sizeof(T));
   std::vector<const T*> by_rank(static_cast<size_t>(n));
   for (int q = 0; q < n; ++q) {
     by_rank[static_cast<size_t>(q)] = held.data() + static_cast<uint64_t>(ac.mod(q - r)) * count;
@@ -232,6 +236,62 @@ void torus_2d_all_reduce(const AlgorithmContext& ac, const T* send, T* recv, uin
     ac.sendrecv(at(i, to), recv + bj.offset, bj.length * sizeof(T), at(i, from), recv + bf.offset,
                 bf.length * sizeof(T));
   }
+}
+
+/// Output bytes of the whole group (N S) from which direct_all_reduce writes with streaming
+/// stores: about half the 32 MiB L3 of the development machine, where the outputs no longer stay
+/// in cache and a read-for-ownership of every written line would cost a third more DRAM traffic.
+inline constexpr uint64_t kStreamingStoreBytes = uint64_t{16} << 20;
+
+/// Elements per rank-owned chunk of the direct algorithms: ceil(count / n), rounded up to whole
+/// 64-byte cache lines so that two ranks never write one line.
+template <typename T>
+uint64_t direct_chunk_elements(uint64_t count, int n) {
+  constexpr uint64_t kLine = sizeof(T) >= 64 ? 1 : 64 / sizeof(T);
+  const uint64_t chunk = (count + static_cast<uint64_t>(n) - 1) / static_cast<uint64_t>(n);
+  return (chunk + kLine - 1) / kLine * kLine;
+}
+
+/// Two-shot all-reduce by direct access (see the model above). Needs
+/// ac.direct_access_supported(). `send` and `recv` may alias exactly.
+template <typename T>
+void direct_all_reduce(const AlgorithmContext& ac, const T* send, T* recv, uint64_t count) {
+  const int n = ac.nranks;
+  {
+    DirectAccessScope scope(ac);
+    const std::vector<DirectBuffers> peers = ac.exchange_direct_buffers(send, recv);
+    const BlockRange mine = Pieces{direct_chunk_elements<T>(count, n), count}[ac.rank];
+    std::vector<const T*> in(static_cast<size_t>(n));
+    std::vector<T*> out(static_cast<size_t>(n));
+    for (size_t q = 0; q < peers.size(); ++q) {
+      in[q] = reinterpret_cast<const T*>(peers[q].send) + mine.offset;
+      out[q] = reinterpret_cast<T*>(peers[q].recv) + mine.offset;
+    }
+    const bool streaming = count * sizeof(T) * static_cast<uint64_t>(n) >= kStreamingStoreBytes;
+    fold_in_rank_order_to_all(out.data(), n, in.data(), n, mine.length, ac.fp.reduce_op, streaming);
+    if (streaming) stream_fence();
+  }
+  ac.barrier();  // no peer touches our buffers after this
+}
+
+/// Reduce to `root` by direct access: rank r folds chunk r of every input into root's `recv`
+/// (recv is read only on the root). Needs ac.direct_access_supported(). On the root, `send` and
+/// `recv` may alias exactly.
+template <typename T>
+void direct_reduce(const AlgorithmContext& ac, const T* send, T* recv, uint64_t count, int root) {
+  const int n = ac.nranks;
+  {
+    DirectAccessScope scope(ac);
+    const std::vector<DirectBuffers> peers = ac.exchange_direct_buffers(send, recv);
+    const BlockRange mine = Pieces{direct_chunk_elements<T>(count, n), count}[ac.rank];
+    std::vector<const T*> in(static_cast<size_t>(n));
+    for (size_t q = 0; q < peers.size(); ++q) {
+      in[q] = reinterpret_cast<const T*>(peers[q].send) + mine.offset;
+    }
+    T* out = reinterpret_cast<T*>(peers[static_cast<size_t>(root)].recv) + mine.offset;
+    fold_in_rank_order(out, in.data(), n, mine.length, ac.fp.reduce_op);
+  }
+  ac.barrier();
 }
 
 }  // namespace vtpu

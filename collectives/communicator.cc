@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include "collectives/algorithm_context.h"
 #include "collectives/all_reduce_algorithms.h"
@@ -192,6 +193,7 @@ Communicator::Communicator(Runtime& runtime, std::vector<int> group, Communicato
   // The clockwise ring every default algorithm uses is made up front; other pairs on first use.
   if (n > 1) {
     for (int i = 0; i < n; ++i) link(i, (i + 1) % n);
+    direct_access_ = link(0, 1).supports_direct_access();
   }
   sequence_.assign(static_cast<size_t>(n), 0);
   entered_ = std::make_unique<std::atomic<uint64_t>[]>(static_cast<size_t>(n));
@@ -344,6 +346,16 @@ void Communicator::rethrow_with_context(int rank, const Fingerprint& fp) {
   }
 }
 
+void Communicator::wait_for_direct_users() const {
+  // A DirectAccessScope waits only in link waits, which the abort ends at once; otherwise it ends
+  // within a fold's time. The deadline only guards against a bug.
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  while (direct_users_.load(std::memory_order_acquire) != 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 void Communicator::wait_started(CoreContext& ctx) {
   auto& s = started_[static_cast<size_t>(rank_of(ctx.core_id()))];
   if (s) {
@@ -406,10 +418,16 @@ void Communicator::run(CoreContext& ctx, Fingerprint fp, uint64_t input_bytes, c
           " (every core in the group must call the same collectives with the same type, shape, "
           "parameters and op, in the same order)");
     };
+  if (direct_access_) ac.direct_users = &direct_users_;
   try {
     body(ac);
   } catch (...) {
-    rethrow_with_context(rank, fp);
+    try {
+      rethrow_with_context(rank, fp);  // aborts the group, so peers leave their waits
+    } catch (...) {
+      wait_for_direct_users();
+      throw;
+    }
   }
   CollectiveStats& st = stats_[ri];
   ++st.num_collectives;
@@ -437,9 +455,23 @@ void Communicator::run(CoreContext& ctx, Fingerprint fp, uint64_t input_bytes, c
 // (it moves (N-1) S per rank); the unidirectional chain is the fastest deterministic algorithm
 // above that for N >= 4 (with 2 CPUs, its one stream per rank beats the bidirectional ring's
 // two), and close to the best at N = 2. So: recursive doubling up to 8 KiB, the ring above.
+//
+// With direct access (in process) the two-shot kDirect replaces the ring above 8 KiB: it moves
+// each byte once (the slot algorithms copy it through slots on top) and all ranks work at once.
+// `vtpu bench collectives --algorithm X --min-bytes 16K --max-bytes 256K --iters 100`, 2 and 4
+// cores, alternating in one run at load 11-13 (median us):
+//
+//   N  bytes    direct  recursive_doubling  ring
+//   2  16 KiB    10.6        36.6            (>8000: futex sleeps under the load)
+//   2  64 KiB    15.8        47.6
+//   2  256 KiB   39.6      7950
+//   4  64 KiB    48.6    >11000
+//
+// and compare.sh's tables in the README for 64 KiB-32 MiB.
 Algorithm Communicator::select_algorithm(uint64_t bytes) const {
   if (size() == 1) return Algorithm::kLocal;
   if (bytes <= kSmallMessageBytes) return Algorithm::kRecursiveDoubling;
+  if (direct_access_) return Algorithm::kDirect;
   if (!options_.deterministic) return Algorithm::kRingReduceScatter;
   return Algorithm::kRing;
 }
@@ -458,11 +490,21 @@ Algorithm Communicator::resolve_all_reduce_algorithm(Algorithm requested, uint64
     case Algorithm::kTorus2d:
     case Algorithm::kRingReduceScatter:
       break;
+    case Algorithm::kDirect:
+      if (!direct_access_) {
+        throw UnimplementedError(
+            "all_reduce algorithm direct needs links with direct access; "
+            "transport " +
+            std::string(options_.transport->name()) +
+            " has none (use ring, bidirectional_ring, recursive_doubling, "
+            "torus_2d or ring_reduce_scatter)");
+      }
+      break;
     default:
       throw InvalidArgumentError("all_reduce algorithm " + std::string(algorithm_name(a)) +
                                  " is not an all_reduce algorithm (expected auto, ring, "
-                                 "bidirectional_ring, recursive_doubling, torus_2d or "
-                                 "ring_reduce_scatter)");
+                                 "bidirectional_ring, recursive_doubling, torus_2d, "
+                                 "ring_reduce_scatter or direct)");
   }
   if (size() == 1) return Algorithm::kLocal;
   if (a == Algorithm::kAuto) a = select_algorithm(bytes);
@@ -506,6 +548,9 @@ void Communicator::all_reduce_bytes(CoreContext& ctx, DataType dtype,
           break;
         case Algorithm::kTorus2d:
           torus_2d_all_reduce<T>(ac, x, y, count, rows);
+          break;
+        case Algorithm::kDirect:
+          direct_all_reduce<T>(ac, x, y, count);
           break;
         case Algorithm::kRingReduceScatter: {
           RingPrimitives<T> prims(ac.link(ac.mod(ac.rank - 1), ac.rank),
@@ -842,8 +887,9 @@ void Communicator::reduce_bytes(CoreContext& ctx, DataType dtype, std::span<cons
   const int n = size();
   const uint64_t count = s.num_elements();
   check_rooted("reduce", root, n, rank_of(ctx.core_id()) == root, true, send, recv, count, elem, s);
-  Fingerprint fp = make_fingerprint(CollectiveKind::kReduce, dtype, s,
-                                    n == 1 ? Algorithm::kLocal : Algorithm::kChain);
+  Fingerprint fp = make_fingerprint(
+      CollectiveKind::kReduce, dtype, s,
+      n == 1 ? Algorithm::kLocal : (direct_access_ ? Algorithm::kDirect : Algorithm::kChain));
   fp.reduce_op = op;
   fp.root = root;
   run(ctx, fp, count * elem, [&](const AlgorithmContext& ac) {
@@ -855,6 +901,10 @@ void Communicator::reduce_bytes(CoreContext& ctx, DataType dtype, std::span<cons
       using T = typename decltype(tag)::type;
       const T* x = reinterpret_cast<const T*>(send.data());
       T* y = reinterpret_cast<T*>(recv.data());
+      if (ac.fp.algorithm == Algorithm::kDirect) {
+        direct_reduce<T>(ac, x, y, count, root);
+        return;
+      }
       const int nr = ac.nranks, r = ac.rank, last = nr - 1;
       // The bidirectional chain: partials up 0 -> N-1 (rank-order fold), the result back down
       // N-1 -> ... -> root. Ranks between root and N-1 forward the result without keeping it.
@@ -900,11 +950,7 @@ void Communicator::barrier(CoreContext& ctx) {
   fp.num_dims = 0;
   fp.num_elements = 0;
   fp.algorithm = size() == 1 ? Algorithm::kLocal : Algorithm::kDissemination;
-  run(ctx, fp, 0, [&](const AlgorithmContext& ac) {
-    for (int dist = 1; dist < ac.nranks; dist *= 2) {
-      ac.sendrecv(ac.mod(ac.rank + dist), nullptr, 0, ac.mod(ac.rank - dist), nullptr, 0);
-    }
-  });
+  run(ctx, fp, 0, [&](const AlgorithmContext& ac) { ac.barrier(); });
 }
 
 }  // namespace vtpu

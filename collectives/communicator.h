@@ -33,8 +33,10 @@ struct CommunicatorOptions {
   /// Communicator::select_algorithm).
   Algorithm algorithm = Algorithm::kAuto;
   /// true (default): kAuto only picks algorithms that fold in rank order (bit-identical across
-  /// algorithms). false: kAuto may pick kRingReduceScatter for large messages (fewer bytes per
-  /// link, reduction order depending on the chunk; still identical on every core and every run).
+  /// algorithms). false: on links without direct access, kAuto may pick kRingReduceScatter for
+  /// large messages (fewer bytes per link, reduction order depending on the chunk; still
+  /// identical on every core and every run). With direct access kAuto picks kDirect either way:
+  /// it folds in rank order and is the fastest.
   bool deterministic = true;
   /// Rows R of the R x C mesh kTorus2d sees (R must divide the group size); 0 (default): the most
   /// square factorisation with R <= C.
@@ -119,8 +121,9 @@ class Communicator {
   int rank_of(int core_id) const;
 
   /// The all_reduce algorithm kAuto picks for `bytes` of input in this group: kLocal for one
-  /// core; kRecursiveDoubling up to kSmallMessageBytes; above, kRing (or kRingReduceScatter
-  /// when options().deterministic is false). See the .cc for the measurement behind it.
+  /// core; kRecursiveDoubling up to kSmallMessageBytes; above, kDirect when the transport's links
+  /// support direct access (in-process), else kRing (or kRingReduceScatter when
+  /// options().deterministic is false). See the .cc for the measurement behind it.
   Algorithm select_algorithm(uint64_t bytes) const;
   static constexpr uint64_t kSmallMessageBytes = 8 * 1024;
 
@@ -339,6 +342,9 @@ class Communicator {
   CollectiveHandle start(CoreContext& ctx, std::function<void(CoreContext&)> op);
   Link& link(int src_rank, int dst_rank);
   [[noreturn]] void rethrow_with_context(int rank, const Fingerprint& fp);
+  /// After the group is aborted: waits (sleeping, at most the timeout) until no rank is inside a
+  /// DirectAccessScope, so that no peer touches this rank's buffers once its error returns.
+  void wait_for_direct_users() const;
   std::string missing_cores(uint64_t sequence) const;
   std::string group_string() const;
   Algorithm resolve_all_reduce_algorithm(Algorithm requested, uint64_t bytes) const;
@@ -350,7 +356,10 @@ class Communicator {
   // Link table: links_[src * n + dst], created on first use; owned by owned_links_.
   std::unique_ptr<std::atomic<Link*>[]> links_;
   std::mutex links_mu_;
-  std::vector<std::unique_ptr<Link>> owned_links_;    // GUARDED_BY(links_mu_)
+  std::vector<std::unique_ptr<Link>> owned_links_;  // GUARDED_BY(links_mu_)
+  bool direct_access_ = false;  // the transport's links support direct access (set once)
+  // Ranks inside a DirectAccessScope; a failed collective waits for 0 before it returns.
+  std::atomic<int> direct_users_{0};
   std::vector<uint64_t> sequence_;                    // per rank; written by that rank's core
   std::unique_ptr<std::atomic<uint64_t>[]> entered_;  // per rank: collectives entered
   std::vector<CollectiveStats> stats_;                // per rank; written by that rank's core

@@ -40,6 +40,13 @@ class Link {
   virtual uint64_t slot_bytes() const = 0;
   virtual int num_slots() const = 0;
 
+  /// Direct access (NCCL's P2P direct read/write, PyTorch's SymmetricMemory): true when the
+  /// receiver may read and write the sender's memory in place at the sender's addresses, because
+  /// both run in one address space. Algorithms that use it send only addresses and completions
+  /// through the slots (see AlgorithmContext::exchange_direct_buffers) and fall back to slot
+  /// copies on a link that returns false (the default: e.g. a link between processes or hosts).
+  virtual bool supports_direct_access() const { return false; }
+
   /// Sender: waits for a free slot and returns its payload area (slot_bytes() bytes). Throws
   /// DeadlineExceededError at `deadline`, AbortedError if the link is aborted.
   virtual std::byte* acquire_send_slot(Deadline deadline) = 0;

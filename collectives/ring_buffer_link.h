@@ -72,6 +72,8 @@ class RingBufferLink final : public Link {
   int dst_core() const override { return dst_; }
   uint64_t slot_bytes() const override { return slot_bytes_; }
   int num_slots() const override { return num_slots_; }
+  /// Both ends are threads of this process: peers may access each other's buffers in place.
+  bool supports_direct_access() const override { return true; }
   std::byte* acquire_send_slot(Deadline deadline) override;
   void commit_send(const Fingerprint& fingerprint, uint64_t payload_bytes) override;
   ReceivedSlot acquire_recv_slot(Deadline deadline) override;

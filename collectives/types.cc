@@ -7,13 +7,14 @@
 namespace vtpu {
 
 namespace {
-constexpr std::array<std::pair<Algorithm, std::string_view>, 10> kAlgorithmNames = {{
+constexpr std::array<std::pair<Algorithm, std::string_view>, 11> kAlgorithmNames = {{
     {Algorithm::kAuto, "auto"},
     {Algorithm::kRing, "ring"},
     {Algorithm::kBidirectionalRing, "bidirectional_ring"},
     {Algorithm::kRecursiveDoubling, "recursive_doubling"},
     {Algorithm::kTorus2d, "torus_2d"},
     {Algorithm::kRingReduceScatter, "ring_reduce_scatter"},
+    {Algorithm::kDirect, "direct"},
     {Algorithm::kPairwise, "pairwise"},
     {Algorithm::kChain, "chain"},
     {Algorithm::kDissemination, "dissemination"},

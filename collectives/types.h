@@ -40,6 +40,7 @@ enum class Algorithm : uint8_t {
   kRecursiveDoubling,  // Bruck all-gather of the inputs in ceil(log2 N) steps, then a local fold
   kTorus2d,            // per-axis exchanges of raw pieces on an R x C mesh, fold, per-axis gathers
   kRingReduceScatter,  // NOT deterministic across algorithms: classic ring reduce-scatter+gather
+  kDirect,             // two-shot by direct access: fold a chunk from every input, write to all
   kPairwise,           // direct exchange with every peer (all_to_all, reduce_scatter)
   kChain,              // a pipelined chain through the ranks (broadcast, reduce)
   kDissemination,      // barrier: Hensgen/Finkel/Manber dissemination in ceil(log2 N) rounds

@@ -60,7 +60,7 @@ CollectiveBenchOp make_all_reduce_bench_op() {
   op.uses_reduce_op = true;
   for (Algorithm a :
        {Algorithm::kRing, Algorithm::kBidirectionalRing, Algorithm::kRecursiveDoubling,
-        Algorithm::kTorus2d, Algorithm::kRingReduceScatter})
+        Algorithm::kTorus2d, Algorithm::kRingReduceScatter, Algorithm::kDirect})
     op.algorithms.emplace_back(algorithm_name(a));
   op.auto_algorithm = [](const Communicator& comm, const CollectiveBenchShape& shape) {
     const Algorithm configured = comm.options().algorithm;
@@ -228,7 +228,8 @@ CollectiveBenchOp make_reduce_bench_op() {
   CollectiveBenchOp op;
   op.name = "reduce";
   op.uses_reduce_op = true;
-  op.algorithms = {std::string(algorithm_name(Algorithm::kChain))};
+  // In process the links have direct access, so reduce runs direct (chain on other transports).
+  op.algorithms = {std::string(algorithm_name(Algorithm::kDirect))};
   op.busbw_factor = [](int) { return 1.0; };
   op.shape = [](uint64_t bytes, uint64_t element_bytes, int) {
     const uint64_t count = bytes / element_bytes;

@@ -92,7 +92,8 @@ const std::vector<std::string>& RuntimeOptions::collective_algorithm_names() {
                                                   "bidirectional_ring",
                                                   "recursive_doubling",
                                                   "torus_2d",
-                                                  "ring_reduce_scatter"};
+                                                  "ring_reduce_scatter",
+                                                  "direct"};
   return kNames;
 }
 

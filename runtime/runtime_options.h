@@ -37,7 +37,8 @@ struct RuntimeOptions {
   /// message size and group size) or one of collective_algorithm_names().
   std::string collective_algorithm = "auto";
   /// "auto", "ring", "bidirectional_ring", "recursive_doubling", "torus_2d",
-  /// "ring_reduce_scatter" (the last is not deterministic across algorithms; see the README).
+  /// "ring_reduce_scatter" (not deterministic across algorithms; see the README), "direct" (needs
+  /// links with direct access, as in process).
   static const std::vector<std::string>& collective_algorithm_names();
 
   /// Throws InvalidArgumentError naming the first field out of range and the accepted range.

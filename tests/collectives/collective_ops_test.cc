@@ -5,15 +5,19 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "collectives/all_reduce_algorithms.h"
 #include "collectives/communicator.h"
+#include "collectives/reduce_kernels.h"
 #include "common/bfloat16.h"
 #include "common/error.h"
 #include "runtime/runtime.h"
@@ -29,9 +33,9 @@ using testing_util::ravel;
 using testing_util::small_options;
 using testing_util::unravel;
 
-constexpr std::array<Algorithm, 5> kAllReduceAlgorithms = {
-    Algorithm::kRing, Algorithm::kBidirectionalRing, Algorithm::kRecursiveDoubling,
-    Algorithm::kTorus2d, Algorithm::kRingReduceScatter};
+constexpr std::array<Algorithm, 6> kAllReduceAlgorithms = {
+    Algorithm::kRing,    Algorithm::kBidirectionalRing, Algorithm::kRecursiveDoubling,
+    Algorithm::kTorus2d, Algorithm::kRingReduceScatter, Algorithm::kDirect};
 
 // Naive left fold in rank order, written independently of collectives/reduce_kernels.h.
 template <typename T>
@@ -182,7 +186,7 @@ TEST_F(CollectivesTest, DeterminismExampleGivesExactlyOneForEveryAlgorithm) {
   const float sequential = ((v[0] + v[1]) + v[2]) + v[3];
   ASSERT_EQ(sequential, 1.0f);
   for (Algorithm alg : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kBidirectionalRing,
-                        Algorithm::kRecursiveDoubling, Algorithm::kTorus2d}) {
+                        Algorithm::kRecursiveDoubling, Algorithm::kTorus2d, Algorithm::kDirect}) {
     for (int run = 0; run < 10; ++run) {
       rt_.run_spmd(iota_group(4), [&](CoreContext& ctx) {
         std::vector<float> x(4, v[ctx.core_id()]);
@@ -648,11 +652,15 @@ TEST_F(CollectivesTest, SelectionAndOptions) {
   Communicator comm(rt_, iota_group(8));
   EXPECT_EQ(comm.select_algorithm(8), Algorithm::kRecursiveDoubling);
   EXPECT_EQ(comm.select_algorithm(Communicator::kSmallMessageBytes), Algorithm::kRecursiveDoubling);
-  EXPECT_EQ(comm.select_algorithm(Communicator::kSmallMessageBytes + 1), Algorithm::kRing);
+  EXPECT_EQ(comm.select_algorithm(Communicator::kSmallMessageBytes + 1), Algorithm::kDirect);
   CommunicatorOptions o = CommunicatorOptions::from_runtime(rt_.options());
   o.deterministic = false;
   Communicator fast(rt_, iota_group(8), o);
-  EXPECT_EQ(fast.select_algorithm(1 << 20), Algorithm::kRingReduceScatter);
+  EXPECT_EQ(fast.select_algorithm(1 << 20), Algorithm::kDirect);  // deterministic and faster
+  o.transport = std::make_shared<testing_util::SlotOnlyTransport>();
+  Communicator fast_slots(rt_, iota_group(8), o);
+  EXPECT_EQ(fast_slots.select_algorithm(1 << 20), Algorithm::kRingReduceScatter);
+  o.transport = nullptr;
   o.torus_rows = 3;
   EXPECT_THROW(Communicator(rt_, iota_group(8), o), InvalidArgumentError);
 
@@ -672,6 +680,88 @@ TEST_F(CollectivesTest, SelectionAndOptions) {
         comm.all_reduce<float>(ctx, std::span<float>(v), ReduceOp::kSum, {Algorithm::kPairwise}),
         InvalidArgumentError);
   });
+}
+
+// ---- direct access -------------------------------------------------------------------------
+
+// The two-shot direct all_reduce at sizes that cut into several fold tiles per chunk, chunks
+// shorter than a cache line, empty chunks (1 element on 8 cores), and outputs large enough for
+// streaming stores (N S >= kStreamingStoreBytes) with a tail that is not a whole store; bit for bit
+// against the rank-order fold, in place on even cores.
+TEST(DirectAccessTest, AllReduceMatchesTheFoldAcrossTilesChunksAndStreamingStores) {
+  Runtime rt(small_options(8));
+  for (int n = 1; n <= 8; ++n) {
+    Communicator comm(rt, iota_group(n));
+    const uint64_t tiles = 3 * kFoldTileBytes / sizeof(float) * static_cast<uint64_t>(n) + 5;
+    for (uint64_t count : {uint64_t{1}, static_cast<uint64_t>(n + 1), uint64_t{1000}, tiles}) {
+      check_all_reduce<float>(rt, comm, n, count, ReduceOp::kSum, Algorithm::kDirect, true);
+    }
+  }
+  for (int n : {2, 8}) {
+    Communicator comm(rt, iota_group(n));
+    const uint64_t count = kStreamingStoreBytes / sizeof(float) / static_cast<uint64_t>(n) + 3;
+    check_all_reduce<float>(rt, comm, n, count, ReduceOp::kSum, Algorithm::kDirect, true);
+    check_all_reduce<double>(rt, comm, n, count / 2, ReduceOp::kMax, Algorithm::kDirect, true);
+  }
+}
+
+// reduce runs direct in process: every root, in place and out of place, sizes as above.
+TEST(DirectAccessTest, ReduceInPlaceAndOutOfPlaceAtEveryRoot) {
+  Runtime rt(small_options(8));
+  for (int n = 1; n <= 8; ++n) {
+    Communicator comm(rt, iota_group(n));
+    const uint64_t tiles = 3 * kFoldTileBytes / sizeof(float) * static_cast<uint64_t>(n) + 5;
+    for (uint64_t count : {uint64_t{1}, static_cast<uint64_t>(n + 1), tiles}) {
+      const auto in = make_inputs<float>(n, count, ReduceOp::kSum, 7u + static_cast<uint32_t>(n));
+      const std::vector<float> folded = fold_reference(in, ReduceOp::kSum);
+      for (int root = 0; root < n; ++root) {
+        rt.run_spmd(iota_group(n), [&](CoreContext& ctx) {
+          const size_t c = static_cast<size_t>(ctx.core_id());
+          std::vector<float> x = in[c];
+          if (ctx.core_id() == root) {
+            comm.reduce<float>(ctx, x, x, root);  // in place on the root
+            ASSERT_EQ(x, folded) << "cores " << n << " root " << root << " count " << count;
+          } else {
+            std::vector<float> r;
+            comm.reduce<float>(ctx, x, r, root);
+            ASSERT_EQ(x, in[c]) << "input changed";
+          }
+        });
+      }
+    }
+  }
+}
+
+// Links without direct access (a transport across processes): auto falls back to the slot-copy
+// algorithms with the same bits, reduce runs the chain, and asking for direct is Unimplemented on
+// every core at once (not a hang).
+TEST(DirectAccessTest, SlotOnlyLinksFallBackToSlotCopies) {
+  Runtime rt(small_options(8));
+  for (int n : {2, 3, 8}) {
+    CommunicatorOptions o = CommunicatorOptions::from_runtime(rt.options());
+    o.transport = std::make_shared<testing_util::SlotOnlyTransport>();
+    Communicator comm(rt, iota_group(n), o);
+    EXPECT_EQ(comm.select_algorithm(1 << 20), Algorithm::kRing);
+    check_all_reduce<float>(rt, comm, n, 5000, ReduceOp::kSum, Algorithm::kAuto, true);
+    const auto in = make_inputs<float>(n, 1000, ReduceOp::kSum, 5u);
+    const std::vector<float> folded = fold_reference(in, ReduceOp::kSum);
+    std::atomic<int> unimplemented{0};
+    rt.run_spmd(iota_group(n), [&](CoreContext& ctx) {
+      const size_t c = static_cast<size_t>(ctx.core_id());
+      std::vector<float> x = in[c];
+      comm.reduce<float>(ctx, x, x, n - 1);
+      if (ctx.core_id() == n - 1) {
+        ASSERT_EQ(x, folded);
+      }
+      try {
+        comm.all_reduce<float>(ctx, std::span<float>(x), ReduceOp::kSum, {Algorithm::kDirect});
+      } catch (const UnimplementedError& e) {
+        EXPECT_NE(std::string(e.what()).find("slot_only"), std::string::npos) << e.what();
+        unimplemented.fetch_add(1);
+      }
+    });
+    EXPECT_EQ(unimplemented.load(), n);
+  }
 }
 
 // A 2 x 4 torus given explicitly, with large messages, against the rank-order fold.

@@ -7,6 +7,8 @@
 #include <numeric>
 #include <vector>
 
+#include "collectives/ring_buffer_link.h"
+#include "collectives/transport.h"
 #include "runtime/runtime.h"
 
 namespace vtpu::testing_util {
@@ -50,5 +52,35 @@ inline uint64_t ravel(const std::vector<int64_t>& idx, const std::vector<int64_t
   }
   return flat;
 }
+
+// A link that copies through slots only, as a link between processes would: an in-process
+// RingBufferLink that reports no direct access, so algorithms must fall back to slot copies.
+class SlotOnlyLink final : public Link {
+ public:
+  SlotOnlyLink(int src, int dst, const LinkOptions& o) : inner_(src, dst, o) {}
+  int src_core() const override { return inner_.src_core(); }
+  int dst_core() const override { return inner_.dst_core(); }
+  uint64_t slot_bytes() const override { return inner_.slot_bytes(); }
+  int num_slots() const override { return inner_.num_slots(); }
+  std::byte* acquire_send_slot(Deadline d) override { return inner_.acquire_send_slot(d); }
+  void commit_send(const Fingerprint& fp, uint64_t bytes) override {
+    inner_.commit_send(fp, bytes);
+  }
+  ReceivedSlot acquire_recv_slot(Deadline d) override { return inner_.acquire_recv_slot(d); }
+  void release_recv() override { inner_.release_recv(); }
+  void abort(const std::string& reason) override { inner_.abort(reason); }
+  void reset() override { inner_.reset(); }
+
+ private:
+  RingBufferLink inner_;
+};
+
+class SlotOnlyTransport final : public Transport {
+ public:
+  std::string_view name() const override { return "slot_only"; }
+  std::unique_ptr<Link> connect(int src, int dst, const LinkOptions& o) override {
+    return std::make_unique<SlotOnlyLink>(src, dst, o);
+  }
+};
 
 }  // namespace vtpu::testing_util

@@ -102,7 +102,7 @@ TEST(CollectiveBenchTest, EveryOpChecksOkOnOneThreeAndFourCores) {
                                                              : "pairwise");
           } else {
             EXPECT_EQ(r.shape.bytes, r.shape.count * 4);
-            EXPECT_EQ(r.algorithm, cores == 1 ? "local" : "chain");
+            EXPECT_EQ(r.algorithm, cores == 1 ? "local" : op.name == "reduce" ? "direct" : "chain");
             EXPECT_DOUBLE_EQ(r.traffic_bytes, (cores + 1.0) * static_cast<double>(r.shape.bytes));
           }
           EXPECT_DOUBLE_EQ(r.busbw_gbps, r.algbw_gbps * factor) << what;
@@ -117,7 +117,7 @@ TEST(CollectiveBenchTest, EveryAllReduceAlgorithmRuns) {
   const CollectiveBenchOp& op = *find_collective_bench_op("all_reduce");
   EXPECT_EQ(op.algorithms,
             (std::vector<std::string>{"ring", "bidirectional_ring", "recursive_doubling",
-                                      "torus_2d", "ring_reduce_scatter"}));
+                                      "torus_2d", "ring_reduce_scatter", "direct"}));
   for (const std::string& algorithm : op.algorithms) {
     for (int cores : {3, 4}) {
       CollectiveBenchOptions o = tiny(cores);
@@ -243,7 +243,7 @@ TEST(CollectiveBenchTest, OptionChecksNameTheValue) {
   o.algorithm = "ring";
   EXPECT_NE(check_collective_bench_options(o).find("--algorithm ring is not available for reduce"),
             std::string::npos);
-  o.algorithm = "chain";
+  o.algorithm = "direct";
   EXPECT_EQ(check_collective_bench_options(o), "");
   // all_gather on 4 cores needs 4 elements: 8 bytes of f32 is no row, 16 bytes the first.
   o = tiny(4);

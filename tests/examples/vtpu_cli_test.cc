@@ -341,7 +341,7 @@ TEST(VtpuCliTest, BenchCollectivesJsonRows) {
     EXPECT_EQ(row["op"], "all_reduce");
     EXPECT_EQ(row["reduce"], "sum");
     // auto, resolved per size: recursive doubling up to 8 KiB, the ring above.
-    EXPECT_EQ(row["algorithm"], bytes <= 8192 ? "recursive_doubling" : "ring") << bytes;
+    EXPECT_EQ(row["algorithm"], bytes <= 8192 ? "recursive_doubling" : "direct") << bytes;
     EXPECT_EQ(row["check"], "ok");
     EXPECT_EQ(row["wrong"], 0);
     const double algbw = row["algbw_GBps"], busbw = row["busbw_GBps"], t = row["time_us"];
@@ -372,7 +372,7 @@ TEST(VtpuCliTest, BenchCollectivesEveryOp) {
     double factor;
   } ops[] = {{"all_reduce", "ring", 1.5},          {"all_gather", "ring", 0.75},
              {"reduce_scatter", "pairwise", 0.75}, {"all_to_all", "pairwise", 0.75},
-             {"broadcast", "chain", 1.0},          {"reduce", "chain", 1.0}};
+             {"broadcast", "chain", 1.0},          {"reduce", "direct", 1.0}};
   for (const auto& op : ops) {
     const nlohmann::json j = bench_collectives_json(
         std::string("--cores 4 --op ") + op.op + " --algorithm " + op.algorithm +
