@@ -8,6 +8,8 @@
 //                     [--trace FILE] [--capacity SIZE] [--via policy,arena] [--seed S] [--json]
 //   vtpu bench fragmentation [--allocators A,B] [--defrag on,off] [--workloads N] [--ops K]
 //                            [--occupancy F] [--capacity SIZE] [--seed S] [--json]
+//   vtpu stress [--cores 8] [--workload W | --trace FILE] [--allocators A,B] ...
+//               (examples/stress_command.h)
 //   vtpu bench collectives [--cores N] [--op all_reduce] [--min-bytes 8] [--max-bytes 64M] ...
 //                          (examples/bench_collectives_command.h)
 //
@@ -30,6 +32,7 @@
 #include "examples/bench_collectives_command.h"
 #include "examples/digits_dataset.h"
 #include "examples/mlp_trainer.h"
+#include "examples/stress_command.h"
 #include "memory/alloc_workload.h"
 #include "memory/allocator_policy.h"
 #include "memory/fragmentation_check.h"
@@ -568,6 +571,7 @@ int main(int argc, char** argv) {
   frag->add_option("--seed", frag_args.seed, "First seed")->capture_default_str();
   frag->add_flag("--json", frag_args.json, "Print the results as JSON");
   const auto collectives = vtpu::examples::add_bench_collectives_command(*bench);
+  const auto stress = vtpu::examples::add_stress_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -597,6 +601,8 @@ int main(int argc, char** argv) {
     if (*memory) return run_bench_memory(bench_args);
     if (*frag) return run_bench_fragmentation(frag_args);
     if (int code = 0; vtpu::examples::run_bench_collectives_if_selected(*collectives, &code))
+      return code;
+    if (int code = 0; vtpu::examples::run_stress_if_selected(*stress, argc, argv, &code))
       return code;
   } catch (const vtpu::Error& e) {
     std::fprintf(stderr, "vtpu: error: %s\n", e.what());

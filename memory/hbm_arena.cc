@@ -162,7 +162,8 @@ BufferId HbmArena::allocate_array(ElementType type, std::span<const int64_t> dim
   return allocate_locked(bytes.padded_bytes, bytes.logical_bytes, std::move(label), text);
 }
 
-std::optional<ArenaPlacement> HbmArena::try_allocate(uint64_t size_bytes, std::string label) {
+std::optional<ArenaPlacement> HbmArena::try_allocate(uint64_t size_bytes, std::string label,
+                                                     ArenaFreeSpace* after) {
   if (size_bytes == 0) {
     throw InvalidArgumentError("allocation of 0 bytes on core " + std::to_string(core_id()) +
                                (label.empty() ? "" : " for '" + label + "'") +
@@ -170,11 +171,18 @@ std::optional<ArenaPlacement> HbmArena::try_allocate(uint64_t size_bytes, std::s
   }
   std::lock_guard lock(mu_);
   bool defragmented = false;
-  return try_allocate_locked(size_bytes, size_bytes, label, &defragmented);
+  std::optional<ArenaPlacement> p =
+      try_allocate_locked(size_bytes, size_bytes, label, &defragmented);
+  if (after != nullptr) *after = free_space_locked();
+  return p;
 }
 
 ArenaFreeSpace HbmArena::free_space() const {
   std::lock_guard lock(mu_);
+  return free_space_locked();
+}
+
+ArenaFreeSpace HbmArena::free_space_locked() const {
   return ArenaFreeSpace{stats_.bytes_in_use, policy_->total_free_bytes(),
                         policy_->largest_free_block_bytes(), stats_.num_defragmentations};
 }
@@ -237,6 +245,16 @@ std::optional<ArenaPlacement> HbmArena::try_allocate_locked(uint64_t size_bytes,
 
 void HbmArena::free(BufferId id) {
   std::lock_guard lock(mu_);
+  free_locked(id);
+}
+
+void HbmArena::free(BufferId id, ArenaFreeSpace* after) {
+  std::lock_guard lock(mu_);
+  free_locked(id);
+  if (after != nullptr) *after = free_space_locked();
+}
+
+void HbmArena::free_locked(BufferId id) {
   auto it = live_.find(id);
   if (it == live_.end()) {
     throw InvalidArgumentError("free of buffer id " + std::to_string(id) + " on core " +

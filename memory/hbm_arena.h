@@ -172,7 +172,9 @@ class HbmArena {
   /// fits (after auto-defragmentation, as allocate() does; stats and the event log count the OOM
   /// the same way), and returns where the buffer went. No report is built, so a replay that
   /// expects many failures (a capacity search) stays fast. Throws InvalidArgumentError for 0.
-  std::optional<ArenaPlacement> try_allocate(uint64_t size_bytes, std::string label = {});
+  /// When `after` is given, it receives free_space() as it is after the call (under the same lock).
+  std::optional<ArenaPlacement> try_allocate(uint64_t size_bytes, std::string label = {},
+                                             ArenaFreeSpace* after = nullptr);
   /// Bytes in use, free-space totals and the compaction count, read under one lock.
   ArenaFreeSpace free_space() const;
   /// Allocates an array of `type` and logical shape `dims` stored in `layout` (default: the TPU
@@ -188,6 +190,8 @@ class HbmArena {
 
   /// Frees a live buffer. Throws InvalidArgumentError for an unknown id.
   void free(BufferId id);
+  /// free(id), then free_space() as it is after it (under the same lock) into *after.
+  void free(BufferId id, ArenaFreeSpace* after);
 
   /// Current address of a live buffer; nullptr for a metadata-only arena. Throws
   /// InvalidArgumentError for an unknown id.
@@ -268,6 +272,8 @@ class HbmArena {
   std::chrono::steady_clock::time_point epoch_;
   std::vector<TraceEvent> events_;  // GUARDED_BY(mu_)
   void record_locked(TraceEvent e);
+  void free_locked(BufferId id);
+  ArenaFreeSpace free_space_locked() const;
 };
 
 }  // namespace vtpu

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <ctime>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -39,6 +40,13 @@ void fill_seeded(std::byte* p, uint64_t n, uint64_t seed) {
   }
   const uint64_t w = mix64(seed + i);
   std::memcpy(p + i, &w, n - i);
+}
+
+// CPU time of the calling thread, seconds (POSIX CLOCK_THREAD_CPUTIME_ID).
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 std::unique_lock<std::mutex> maybe_lock(std::mutex& mu, bool concurrent) {
@@ -141,6 +149,10 @@ double StressCoreMetrics::reserved_over_live() const {
              : static_cast<double>(peak_reserved_bytes) / static_cast<double>(peak_live_bytes);
 }
 
+double StressCoreMetrics::events_per_cpu_second() const {
+  return cpu_seconds > 0 ? static_cast<double>(events) / cpu_seconds : 0.0;
+}
+
 double StressCoreMetrics::events_per_second() const {
   return wall_seconds > 0 ? static_cast<double>(events) / wall_seconds : 0.0;
 }
@@ -169,6 +181,7 @@ StressCoreMetrics merge_core_metrics(std::span<const StressCoreMetrics> cores) {
     s.free_latency_ns.insert(s.free_latency_ns.end(), c.free_latency_ns.begin(),
                              c.free_latency_ns.end());
     s.wall_seconds = std::max(s.wall_seconds, c.wall_seconds);
+    s.cpu_seconds += c.cpu_seconds;
     rate += c.events_per_second();
     s.defragmentations += c.defragmentations;
     s.defrag_bytes_moved += c.defrag_bytes_moved;
@@ -212,6 +225,8 @@ nlohmann::json stress_metrics_json(const StressCoreMetrics& m, bool with_details
   j["free_latency_ns"] = latency_json(m.free_latency_ns);
   j["events_per_second"] = m.events_per_second();
   j["wall_seconds"] = m.wall_seconds;
+  j["cpu_seconds"] = m.cpu_seconds;
+  j["events_per_cpu_second"] = m.events_per_cpu_second();
   j["defragmentations"] = m.defragmentations;
   j["defrag_bytes_moved"] = m.defrag_bytes_moved;
   j["defrag_time_ns"] = m.defrag_time_ns;
@@ -283,6 +298,7 @@ CoreReplayer::CoreReplayer(const CoreStream& stream, StressReplayOptions options
     const uint64_t ops = stream.ops.size();
     const auto samples = static_cast<uint64_t>(options_.timeline_samples);
     timeline_stride_ = std::max<uint64_t>(1, (ops + samples - 1) / samples);
+    until_sample_ = 1;  // sample after event 0, then every timeline_stride_ events
     m_.timeline.reserve(std::min<uint64_t>(ops, samples) + 1);
   }
   if (options_.latency_sample_every > 0) clock_overhead_ns_ = measure_clock_overhead_ns(2000);
@@ -292,7 +308,10 @@ CoreReplayer::CoreReplayer(const CoreStream& stream, StressReplayOptions options
 
 CoreReplayer::~CoreReplayer() = default;
 
-void CoreReplayer::begin() { start_ = std::chrono::steady_clock::now(); }
+void CoreReplayer::begin() {
+  start_ = std::chrono::steady_clock::now();
+  start_cpu_seconds_ = thread_cpu_seconds();
+}
 
 bool CoreReplayer::is_live(uint32_t slot) const {
   auto lock = maybe_lock(mu_, options_.concurrent);
@@ -323,15 +342,16 @@ void CoreReplayer::alloc_locked(const CoreStream::Op& op, size_t i) {
   const bool timed =
       options_.latency_sample_every > 0 && alloc_counter_++ % options_.latency_sample_every == 0;
   std::optional<ArenaPlacement> p;
+  ArenaFreeSpace fs;
   if (timed) {
     const auto t0 = std::chrono::steady_clock::now();
-    p = arena_->try_allocate(op.bytes);
+    p = arena_->try_allocate(op.bytes, {}, &fs);
     const auto t1 = std::chrono::steady_clock::now();
     const double ns =
         static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
     m_.alloc_latency_ns.push_back(static_cast<float>(std::max(0.0, ns - clock_overhead_ns_)));
   } else {
-    p = arena_->try_allocate(op.bytes);
+    p = arena_->try_allocate(op.bytes, {}, &fs);
   }
   if (!p) {
     state_[op.slot] = SlotState::kFailed;
@@ -357,7 +377,7 @@ void CoreReplayer::alloc_locked(const CoreStream::Op& op, size_t i) {
       stopped_ = true;
       return;
     }
-    after_event_locked(i, op.t_us);
+    after_event_locked(i, op.t_us, fs);
     return;
   }
   state_[op.slot] = SlotState::kLive;
@@ -378,7 +398,7 @@ void CoreReplayer::alloc_locked(const CoreStream::Op& op, size_t i) {
     live_index_[op.slot] = static_cast<uint32_t>(live_slots_.size());
     live_slots_.push_back(op.slot);
   }
-  after_event_locked(i, op.t_us);
+  after_event_locked(i, op.t_us, fs);
 }
 
 void CoreReplayer::free_locked(uint32_t slot, size_t i, double t_us, bool cross) {
@@ -394,27 +414,27 @@ void CoreReplayer::free_locked(uint32_t slot, size_t i, double t_us, bool cross)
     live_slots_.pop_back();
   }
   const BufferId id = buffer_[slot];
+  ArenaFreeSpace fs;
   const bool timed =
       options_.latency_sample_every > 0 && free_counter_++ % options_.latency_sample_every == 0;
   if (timed) {
     const auto t0 = std::chrono::steady_clock::now();
-    arena_->free(id);
+    arena_->free(id, &fs);
     const auto t1 = std::chrono::steady_clock::now();
     const double ns =
         static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
     m_.free_latency_ns.push_back(static_cast<float>(std::max(0.0, ns - clock_overhead_ns_)));
   } else {
-    arena_->free(id);
+    arena_->free(id, &fs);
   }
   state_[slot] = SlotState::kFreed;
   ++m_.frees;
   if (cross) ++m_.cross_core_frees;
   live_requested_bytes_ -= requested_[slot];
-  after_event_locked(i, t_us);
+  after_event_locked(i, t_us, fs);
 }
 
-void CoreReplayer::after_event_locked(size_t i, double t_us) {
-  const ArenaFreeSpace fs = arena_->free_space();
+void CoreReplayer::after_event_locked(size_t i, double t_us, const ArenaFreeSpace& fs) {
   const double frag = fragmentation_ratio(fs.largest_free_block_bytes, fs.total_free_bytes);
   m_.fragmentation_sum += frag;
   ++m_.fragmentation_samples;
@@ -486,6 +506,7 @@ StressCoreMetrics CoreReplayer::finish() {
   auto lock = maybe_lock(mu_, options_.concurrent);
   m_.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  m_.cpu_seconds = thread_cpu_seconds() - start_cpu_seconds_;
   if (options_.backing) verify_all_locked();
   const MemoryStats s = arena_->memory_stats();
   m_.defragmentations = s.num_defragmentations;

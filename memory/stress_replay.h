@@ -136,6 +136,7 @@ struct StressCoreMetrics {
   std::vector<float> alloc_latency_ns;  // sampled
   std::vector<float> free_latency_ns;
   double wall_seconds = 0.0;  // replay time (a summary: the longest core)
+  double cpu_seconds = 0.0;   // CPU time of the replaying thread (a summary: sum over cores)
   uint64_t defragmentations = 0;
   uint64_t defrag_bytes_moved = 0;
   uint64_t defrag_time_ns = 0;
@@ -149,6 +150,9 @@ struct StressCoreMetrics {
   double fragmentation_mean() const;
   double reserved_over_live() const;  // 0 when nothing was live
   double events_per_second() const;   // events / wall_seconds (a summary: sum over cores)
+  /// events / cpu_seconds: the replay rate with the thread's CPU time, which a machine whose
+  /// cores are shared with other work does not depress (a summary: over the summed CPU time).
+  double events_per_cpu_second() const;
 };
 
 /// Sums counts and takes maxima of peaks and ratios over `cores`; latency samples are pooled;
@@ -198,7 +202,7 @@ class CoreReplayer {
   enum class SlotState : uint8_t { kPending, kLive, kFailed, kFreed };
   void alloc_locked(const CoreStream::Op& op, size_t i);
   void free_locked(uint32_t slot, size_t event_index, double t_us, bool cross);
-  void after_event_locked(size_t event_index, double t_us);
+  void after_event_locked(size_t event_index, double t_us, const ArenaFreeSpace& after);
   void verify_all_locked();
   bool verify_locked(uint32_t slot);
   uint64_t highest_live_end_locked() const;
@@ -220,12 +224,14 @@ class CoreReplayer {
   uint64_t seen_fragmentation_ooms_ = 0;
   uint64_t seen_defragmentations_ = 0;
   uint64_t timeline_stride_ = 1;
+  uint64_t until_sample_ = 1;  // events until the next timeline sample
   uint64_t alloc_counter_ = 0;
   uint64_t free_counter_ = 0;
   double clock_overhead_ns_ = 0.0;
   double captured_fragmentation_ = -1.0;
   bool stopped_ = false;
   std::chrono::steady_clock::time_point start_;
+  double start_cpu_seconds_ = 0.0;
   StressCoreMetrics m_;
 };
 
