@@ -8,6 +8,8 @@
 //                     [--trace FILE] [--capacity SIZE] [--via policy,arena] [--seed S] [--json]
 //   vtpu bench fragmentation [--allocators A,B] [--defrag on,off] [--workloads N] [--ops K]
 //                            [--occupancy F] [--capacity SIZE] [--seed S] [--json]
+//   vtpu stress [--cores 8] [--workload W | --trace FILE] [--allocators A,B] ...
+//               (examples/stress_command.h)
 //   vtpu bench collectives [--cores N] [--op all_reduce] [--min-bytes 8] [--max-bytes 64M] ...
 //                          (examples/bench_collectives_command.h)
 //   vtpu reshard --mesh 2x2x2 [--axes x,y,z] --shape 8,8 --from SPEC --to SPEC [--explain]
@@ -33,7 +35,9 @@
 #include "examples/bench_collectives_command.h"
 #include "examples/digits_dataset.h"
 #include "examples/mlp_trainer.h"
+#include "examples/output_path.h"
 #include "examples/reshard_command.h"
+#include "examples/stress_command.h"
 #include "memory/alloc_workload.h"
 #include "memory/allocator_policy.h"
 #include "memory/fragmentation_check.h"
@@ -97,24 +101,7 @@ void print_mlp_report(const MlpResult& r, const MlpConfig& c) {
   (void)c;
 }
 
-// Checks before a run that `path` (the value of `flag`) names a file that can be created: its
-// directory exists and it is not itself a directory. Throws vtpu::InvalidArgumentError otherwise,
-// so that a typo in an output path fails at once rather than after training.
-void check_output_path(const char* flag, const std::string& path) {
-  if (path.empty()) return;
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path p(path);
-  if (fs::is_directory(p, ec)) {
-    throw vtpu::InvalidArgumentError(std::string(flag) + " '" + path +
-                                     "' is a directory; expected a file path");
-  }
-  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  if (!fs::is_directory(dir, ec)) {
-    throw vtpu::InvalidArgumentError(std::string(flag) + " '" + path + "': directory '" +
-                                     dir.string() + "' does not exist");
-  }
-}
+using vtpu::examples::check_output_path;
 
 int run_train_mlp(const TrainArgs& args) {
   check_output_path("--memory-profile", args.memory_profile);
@@ -573,6 +560,7 @@ int main(int argc, char** argv) {
   frag->add_flag("--json", frag_args.json, "Print the results as JSON");
   const auto collectives = vtpu::examples::add_bench_collectives_command(*bench);
   const auto reshard = vtpu::examples::add_reshard_command(app);
+  const auto stress = vtpu::examples::add_stress_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -604,6 +592,8 @@ int main(int argc, char** argv) {
     if (int code = 0; vtpu::examples::run_bench_collectives_if_selected(*collectives, &code))
       return code;
     if (int code = 0; vtpu::examples::run_reshard_if_selected(*reshard, &code)) return code;
+    if (int code = 0; vtpu::examples::run_stress_if_selected(*stress, argc, argv, &code))
+      return code;
   } catch (const vtpu::Error& e) {
     std::fprintf(stderr, "vtpu: error: %s\n", e.what());
     return 1;

@@ -162,14 +162,49 @@ BufferId HbmArena::allocate_array(ElementType type, std::span<const int64_t> dim
   return allocate_locked(bytes.padded_bytes, bytes.logical_bytes, std::move(label), text);
 }
 
+std::optional<ArenaPlacement> HbmArena::try_allocate(uint64_t size_bytes, std::string label,
+                                                     ArenaFreeSpace* after) {
+  if (size_bytes == 0) {
+    throw InvalidArgumentError("allocation of 0 bytes on core " + std::to_string(core_id()) +
+                               (label.empty() ? "" : " for '" + label + "'") +
+                               " (expected >= 1 byte)");
+  }
+  std::lock_guard lock(mu_);
+  bool defragmented = false;
+  std::optional<ArenaPlacement> p =
+      try_allocate_locked(size_bytes, size_bytes, label, &defragmented);
+  if (after != nullptr) *after = free_space_locked();
+  return p;
+}
+
+ArenaFreeSpace HbmArena::free_space() const {
+  std::lock_guard lock(mu_);
+  return free_space_locked();
+}
+
+ArenaFreeSpace HbmArena::free_space_locked() const {
+  return ArenaFreeSpace{stats_.bytes_in_use, policy_->total_free_bytes(),
+                        policy_->largest_free_block_bytes(), stats_.num_defragmentations};
+}
+
 BufferId HbmArena::allocate_locked(uint64_t size_bytes, uint64_t logical_bytes, std::string label,
                                    const std::string& array_text) {
-  std::optional<PolicyAllocation> a = policy_->allocate(size_bytes);
   bool defragmented = false;
+  if (auto p = try_allocate_locked(size_bytes, logical_bytes, label, &defragmented)) return p->id;
+  OomReport report = make_oom_report_locked(size_bytes, logical_bytes, label, array_text);
+  report.defragmented = defragmented;
+  throw OutOfMemoryError(std::move(report));
+}
+
+std::optional<ArenaPlacement> HbmArena::try_allocate_locked(uint64_t size_bytes,
+                                                            uint64_t logical_bytes,
+                                                            std::string& label,
+                                                            bool* defragmented) {
+  std::optional<PolicyAllocation> a = policy_->allocate(size_bytes);
   if (!a && options_.auto_defragment && policy_->can_relocate() && size_bytes <= capacity_bytes_ &&
       policy_->rounded_bytes(size_bytes) <= policy_->total_free_bytes()) {
     defragment_locked();
-    defragmented = true;
+    *defragmented = true;
     a = policy_->allocate(size_bytes);
   }
   if (!a) {
@@ -186,9 +221,7 @@ BufferId HbmArena::allocate_locked(uint64_t size_bytes, uint64_t logical_bytes, 
       e.label = label;
       record_locked(std::move(e));
     }
-    OomReport report = make_oom_report_locked(size_bytes, logical_bytes, label, array_text);
-    report.defragmented = defragmented;
-    throw OutOfMemoryError(std::move(report));
+    return std::nullopt;
   }
   const BufferId id = next_id_++;
   if (options_.record_events) {
@@ -207,11 +240,21 @@ BufferId HbmArena::allocate_locked(uint64_t size_bytes, uint64_t logical_bytes, 
   stats_.bytes_requested += size_bytes;
   stats_.logical_bytes_in_use += logical_bytes;
   ++stats_.num_allocs;
-  return id;
+  return ArenaPlacement{id, a->offset, a->chunk_bytes};
 }
 
 void HbmArena::free(BufferId id) {
   std::lock_guard lock(mu_);
+  free_locked(id);
+}
+
+void HbmArena::free(BufferId id, ArenaFreeSpace* after) {
+  std::lock_guard lock(mu_);
+  free_locked(id);
+  if (after != nullptr) *after = free_space_locked();
+}
+
+void HbmArena::free_locked(BufferId id) {
   auto it = live_.find(id);
   if (it == live_.end()) {
     throw InvalidArgumentError("free of buffer id " + std::to_string(id) + " on core " +

@@ -63,6 +63,22 @@ struct DefragmentResult {
   bool supported = true;  // false: the policy cannot relocate (planned); nothing was done
 };
 
+/// Where try_allocate() put a buffer. Sizes in bytes.
+struct ArenaPlacement {
+  BufferId id = 0;
+  uint64_t offset = 0;       // bytes from the start of the arena
+  uint64_t chunk_bytes = 0;  // bytes the policy set aside (>= the request)
+};
+
+/// The counters a replay samples after every operation (one lock, no copying of the full
+/// MemoryStats). Sizes in bytes.
+struct ArenaFreeSpace {
+  uint64_t bytes_in_use = 0;              // chunk bytes of live buffers
+  uint64_t total_free_bytes = 0;          // sum of all free chunks
+  uint64_t largest_free_block_bytes = 0;  // largest chunk an allocation could get right now
+  uint64_t num_defragmentations = 0;      // compactions so far (explicit and automatic)
+};
+
 /// A live buffer as the out-of-memory report lists it.
 struct LiveBufferInfo {
   std::string label;
@@ -152,6 +168,15 @@ class HbmArena {
   /// Allocates `size_bytes` (>= 1). Throws InvalidArgumentError for 0 and OutOfMemoryError
   /// (ResourceExhausted) with a full report when no free chunk fits.
   BufferId allocate(uint64_t size_bytes, std::string label = {});
+  /// As allocate(), but returns std::nullopt instead of throwing OutOfMemoryError when no chunk
+  /// fits (after auto-defragmentation, as allocate() does; stats and the event log count the OOM
+  /// the same way), and returns where the buffer went. No report is built, so a replay that
+  /// expects many failures (a capacity search) stays fast. Throws InvalidArgumentError for 0.
+  /// When `after` is given, it receives free_space() as it is after the call (under the same lock).
+  std::optional<ArenaPlacement> try_allocate(uint64_t size_bytes, std::string label = {},
+                                             ArenaFreeSpace* after = nullptr);
+  /// Bytes in use, free-space totals and the compaction count, read under one lock.
+  ArenaFreeSpace free_space() const;
   /// Allocates an array of `type` and logical shape `dims` stored in `layout` (default: the TPU
   /// default layout, tpu_default_layout) and charges the arena its PADDED bytes (XLA's tiled
   /// layout rules, memory/tiled_layout.h); stats count the logical bytes separately
@@ -165,6 +190,8 @@ class HbmArena {
 
   /// Frees a live buffer. Throws InvalidArgumentError for an unknown id.
   void free(BufferId id);
+  /// free(id), then free_space() as it is after it (under the same lock) into *after.
+  void free(BufferId id, ArenaFreeSpace* after);
 
   /// Current address of a live buffer; nullptr for a metadata-only arena. Throws
   /// InvalidArgumentError for an unknown id.
@@ -224,6 +251,10 @@ class HbmArena {
   };
   BufferId allocate_locked(uint64_t size_bytes, uint64_t logical_bytes, std::string label,
                            const std::string& array_text);
+  // The allocation without the report: std::nullopt on OOM (counted, logged); sets
+  // *defragmented when auto-defragmentation ran. `label` is moved from only on success.
+  std::optional<ArenaPlacement> try_allocate_locked(uint64_t size_bytes, uint64_t logical_bytes,
+                                                    std::string& label, bool* defragmented);
   const Live& live_locked(BufferId id) const;
   DefragmentResult defragment_locked();
   std::string occupancy_map_locked() const;
@@ -241,6 +272,8 @@ class HbmArena {
   std::chrono::steady_clock::time_point epoch_;
   std::vector<TraceEvent> events_;  // GUARDED_BY(mu_)
   void record_locked(TraceEvent e);
+  void free_locked(BufferId id);
+  ArenaFreeSpace free_space_locked() const;
 };
 
 }  // namespace vtpu

@@ -430,3 +430,140 @@ TEST(VtpuCliTest, BenchCollectivesRejectsBadInput) {
   expect_failure("bench collectives --link-slot-bytes 100",
                  "--link-slot-bytes 100 is not a multiple of 64", 2);
 }
+
+// ---- vtpu stress ---------------------------------------------------------------------------
+
+// A trace on two cores: core 1 allocates and frees one buffer; core 0 leaves a 4 KiB hole
+// between two buffers and asks for 8 KiB.
+std::string stress_trace() {
+  return temp_file("vtpu_cli_stress_trace.jsonl",
+                   R"({"format": "vtpu-trace", "version": 1})"
+                   "\n"
+                   R"({"t_us": 0, "core": 1, "op": "alloc", "id": 1, "bytes": 1000})"
+                   "\n"
+                   R"({"t_us": 1, "core": 1, "op": "free", "id": 1})"
+                   "\n"
+                   R"({"t_us": 0, "core": 0, "op": "alloc", "id": 1, "bytes": 4096, "label": "a"})"
+                   "\n"
+                   R"({"t_us": 1, "core": 0, "op": "alloc", "id": 2, "bytes": 4096, "label": "b"})"
+                   "\n"
+                   R"({"t_us": 2, "core": 0, "op": "alloc", "id": 3, "bytes": 4096, "label": "c"})"
+                   "\n"
+                   R"({"t_us": 3, "core": 0, "op": "free", "id": 2})"
+                   "\n"
+                   R"({"t_us": 4, "core": 0, "op": "alloc", "id": 4, "bytes": 8192, "label": "d"})"
+                   "\n");
+}
+
+TEST(VtpuCliTest, StressTableAndJson) {
+  const std::string json =
+      (std::filesystem::temp_directory_path() / "vtpu_cli_stress.json").string();
+  const CliRun r = run_cli(
+      "stress --cores 2 --workload kv_cache --events 3000 --allocators bfc,tlsf --hbm-bytes 64M "
+      "--seed 3 --collective-rounds 5 --json " +
+      json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* column : {"allocator", "resv/live", "frag_max", "f_oom", "t_oom", "min_capacity",
+                             "integrity", "latency, ns", "all-reduces of 256.00 KiB (0 wrong)"})
+    EXPECT_NE(r.output.find(column), std::string::npos) << column << "\n" << r.output;
+  std::ifstream in(json);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["format"], "vtpu-stress");
+  EXPECT_EQ(j["workload"]["name"], "kv_cache");
+  EXPECT_EQ(j["workload"]["seed"], 3);
+  EXPECT_EQ(j["hbm_bytes"], 64 << 20);
+  ASSERT_EQ(j["runs"].size(), 4u);  // bfc and tlsf, auto-defragment on and off
+  EXPECT_NE(j["command"].get<std::string>().find("--workload kv_cache"), std::string::npos);
+  std::set<uint64_t> events;
+  for (const auto& run : j["runs"]) events.insert(run["summary"]["events"].get<uint64_t>());
+  EXPECT_EQ(events.size(), 1u);  // the same event stream for every run
+  std::filesystem::remove(json);
+}
+
+TEST(VtpuCliTest, StressReplaysATraceOnCoresModuloN) {
+  const std::string trace = stress_trace();
+  const std::string json =
+      (std::filesystem::temp_directory_path() / "vtpu_cli_stress_trace.json").string();
+  // One core: both trace cores land on core 0. 16 KiB leaves no room for d above c without
+  // compaction (a, _, c, then 8 KiB needs [12, 20) KiB), so auto-defragment off gives 1 false OOM.
+  const CliRun r = run_cli("stress --cores 1 --trace " + trace +
+                           " --allocators first_fit --hbm-bytes 16K --load off --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(json);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["workload"]["name"], "trace");
+  EXPECT_EQ(j["workload"]["trace_path"], trace);
+  EXPECT_TRUE(j["workload"]["seed"].is_null());
+  ASSERT_EQ(j["runs"].size(), 2u);
+  const auto& on = j["runs"][0];
+  const auto& off = j["runs"][1];
+  EXPECT_EQ(on["auto_defragment"], true);
+  EXPECT_EQ(on["summary"]["events"], 7);
+  EXPECT_EQ(on["summary"]["false_ooms"], 0);
+  EXPECT_EQ(on["summary"]["defragmentations"], 1);
+  EXPECT_EQ(off["summary"]["false_ooms"], 1);
+  EXPECT_EQ(off["summary"]["true_ooms"], 0);
+  // Smallest arena: 16 KiB with compaction (a, c, d = 16 KiB live), 20 KiB without.
+  EXPECT_EQ(on["summary"]["min_capacity_bytes"], 16384);
+  EXPECT_EQ(off["summary"]["min_capacity_bytes"], 20480);
+  const auto& worst = off["per_core"][0]["worst"];
+  EXPECT_DOUBLE_EQ(worst["fragmentation"].get<double>(), 0.5);  // 4 KiB holes at 4 K and 12 K
+  EXPECT_EQ(worst["blocks"][0]["label"], "a");
+  EXPECT_EQ(worst["blocks"][1]["state"], "free");
+  std::filesystem::remove(json);
+  std::filesystem::remove(trace);
+}
+
+TEST(VtpuCliTest, StressStopOnOomPrintsTheReport) {
+  const std::string trace = stress_trace();
+  const CliRun r = run_cli("stress --cores 2 --trace " + trace +
+                           " --allocators first_fit --auto-defragment off --hbm-bytes 16K "
+                           "--stop-on-oom");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("out of memory (--stop-on-oom)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("8192"), std::string::npos) << r.output;  // the failed request
+  std::filesystem::remove(trace);
+}
+
+TEST(VtpuCliTest, StressWritesAnHtmlPageWithTheReportEmbedded) {
+  const std::string html =
+      (std::filesystem::temp_directory_path() / "vtpu_cli_stress.html").string();
+  std::filesystem::remove(html);
+  const CliRun r = run_cli("stress --cores 2 --events 200 --allocators bfc,tlsf --html " + html);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(html);
+  const std::string page((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u) << page.substr(0, 100);
+  EXPECT_NE(page.find("id=\"vtpu-stress-data\""), std::string::npos);
+  EXPECT_NE(page.find("\"allocator\":\"tlsf\""), std::string::npos);  // both runs embedded
+  std::filesystem::remove(html);
+}
+
+TEST(VtpuCliTest, StressChecksOutputPathsBeforeTheRun) {
+  expect_failure("stress --cores 1 --events 100 --html /nonexistent-dir/r.html",
+                 "--html '/nonexistent-dir/r.html': directory '/nonexistent-dir' does not exist",
+                 2);
+  expect_failure("stress --cores 1 --events 100 --json /tmp", "--json '/tmp' is a directory", 2);
+}
+
+TEST(VtpuCliTest, StressRejectsBadInput) {
+  expect_failure("stress --allocators bfc,nope", "unknown allocator policy 'nope'", 2);
+  expect_failure("stress --workload nope", "nope", 2);
+  expect_failure("stress --hbm-bytes 12Q", "12Q", 2);
+  expect_failure("stress --auto-defragment sometimes", "sometimes", 2);
+  expect_failure("stress --cores 0", "cores", 2);
+  expect_failure("stress --trace /nonexistent/t.jsonl", "/nonexistent/t.jsonl", 2);
+  const std::string bad =
+      temp_file("vtpu_cli_stress_bad.jsonl", "{\"t_us\": 0, \"op\": \"free\", \"id\": 5}\n");
+  expect_failure("stress --trace " + bad, "jsonl:1: free of id 5", 1);
+  std::filesystem::remove(bad);
+}
+
+TEST(VtpuCliTest, StressReplaysTheRealTraces) {
+  const std::string trace = std::string(VTPU_SHARED_DIR) + "/traces/pytorch_cnn_train.jsonl";
+  if (!std::filesystem::exists(trace)) GTEST_SKIP() << trace << " is absent (a bare clone)";
+  const CliRun r = run_cli("stress --cores 2 --trace " + trace +
+                           " --allocators bfc --auto-defragment on --capacity-search off");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("pytorch_cnn_train.jsonl"), std::string::npos) << r.output;
+}

@@ -203,6 +203,35 @@ TEST(HbmArenaTest, MemoryStatsJsonHasJaxKeys) {
   EXPECT_EQ(j.size(), 19u);
 }
 
+TEST(HbmArenaTest, TryAllocateReportsPlacementAndNeverThrowsForSpace) {
+  ArenaOptions o = metadata_only(1 * kMiB);
+  o.auto_defragment = false;
+  HbmArena arena(o);
+  ArenaFreeSpace after;
+  const auto a = arena.try_allocate(300 * kKiB, "a", &after);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->offset, 0u);
+  EXPECT_EQ(a->chunk_bytes, 300 * kKiB);  // a multiple of 256 B: no rounding
+  EXPECT_EQ(after.bytes_in_use, 300 * kKiB);
+  EXPECT_EQ(after.total_free_bytes, 724 * kKiB);
+  EXPECT_EQ(after.largest_free_block_bytes, 724 * kKiB);
+  const auto b = arena.try_allocate(300 * kKiB, "b");
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->offset, 300 * kKiB);
+  arena.free(a->id, &after);  // a 300 KiB hole below b, 424 KiB above it
+  EXPECT_EQ(after.total_free_bytes, 724 * kKiB);
+  EXPECT_EQ(after.largest_free_block_bytes, 424 * kKiB);
+  EXPECT_FALSE(arena.try_allocate(500 * kKiB).has_value());  // fits in total free only
+  EXPECT_FALSE(arena.try_allocate(2 * kMiB).has_value());
+  const MemoryStats s = arena.memory_stats();
+  EXPECT_EQ(s.num_ooms, 2u);
+  EXPECT_EQ(s.num_fragmentation_ooms, 1u);
+  const ArenaFreeSpace fs = arena.free_space();
+  EXPECT_EQ(fs.bytes_in_use, 300 * kKiB);
+  EXPECT_EQ(fs.num_defragmentations, 0u);
+  EXPECT_THROW(arena.try_allocate(0), InvalidArgumentError);
+}
+
 TEST(HbmArenaTest, FragmentationRatio) {
   EXPECT_DOUBLE_EQ(fragmentation_ratio(0, 0), 0.0);
   EXPECT_DOUBLE_EQ(fragmentation_ratio(250, 1000), 0.75);

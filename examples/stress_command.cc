@@ -1,0 +1,259 @@
+#include "examples/stress_command.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "common/error.h"
+#include "common/strings.h"
+#include "common/units.h"
+#include "examples/output_path.h"
+#include "examples/stress_harness.h"
+#include "examples/stress_html_output.h"
+#include "memory/allocator_policy.h"
+#include "memory/hbm_arena.h"
+
+namespace vtpu::examples {
+
+struct StressCommand {
+  CLI::App* app = nullptr;
+  StressOptions options;
+  std::string allocators = "bfc";
+  std::string auto_defragment = "both";
+  std::string hbm_bytes = "16G";
+  std::string activation_bytes, weight_bytes, kv_block_bytes, bucket_bytes;
+  std::string load = "on";
+  std::string capacity_search = "on";
+  std::string json_path;
+  std::string html_path;
+};
+
+namespace {
+
+CLI::Validator size_validator() {
+  return CLI::Validator(
+      [](std::string& s) {
+        try {
+          parse_bytes(s);
+          return std::string();
+        } catch (const Error& e) {
+          return e.message();
+        }
+      },
+      "SIZE");
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = text.find(',', start);
+    out.push_back(text.substr(start, comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+// Draws "[#####.....] 42% 1234567/2939393 events" on stderr, from a thread of its own, when
+// stderr is a terminal and the run has lasted a second; erases the line when done.
+class ProgressBar {
+ public:
+  explicit ProgressBar(StressOptions::Progress* p) : p_(p) {
+    if (isatty(fileno(stderr)) != 0) thread_ = std::thread([this] { loop(); });
+  }
+  ~ProgressBar() {
+    {
+      std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void loop() {
+    const auto start = std::chrono::steady_clock::now();
+    bool drawn = false;
+    std::unique_lock lock(mu_);
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return done_; })) {
+      if (std::chrono::steady_clock::now() - start < std::chrono::seconds(1)) continue;
+      const uint64_t total = p_->total.load();
+      const uint64_t done = std::min(p_->done.load(), total);
+      if (total == 0) continue;
+      const int width = 40;
+      const int filled = static_cast<int>(static_cast<double>(done) / total * width);
+      std::string bar(static_cast<size_t>(filled), '#');
+      bar.resize(width, '.');
+      std::fprintf(stderr, "\r[%s] %3.0f%% %llu/%llu events", bar.c_str(),
+                   100.0 * static_cast<double>(done) / total, static_cast<unsigned long long>(done),
+                   static_cast<unsigned long long>(total));
+      std::fflush(stderr);
+      drawn = true;
+    }
+    if (drawn) std::fprintf(stderr, "\r%70s\r", "");
+  }
+
+  StressOptions::Progress* p_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;  // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::shared_ptr<StressCommand> add_stress_command(CLI::App& app) {
+  auto cmd = std::make_shared<StressCommand>();
+  StressOptions& o = cmd->options;
+  CLI::App* s = app.add_subcommand(
+      "stress",
+      "Fragmentation stress harness: a seeded workload or a trace replayed on every core at once "
+      "(with all-reduces, matmuls and cross-core frees alongside), allocator policies compared "
+      "side by side on the same events");
+  cmd->app = s;
+  s->add_option("--cores", o.cores, "Virtual cores")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  CLI::Option* workload = s->add_option("--workload", o.workload.name, "Generated workload")
+                              ->capture_default_str()
+                              ->check(CLI::IsMember(stress_workload_names()));
+  s->add_option("--trace", o.trace_path,
+                "Replay a vtpu trace (JSON Lines); an event of core c runs on core c % --cores")
+      ->excludes(workload)
+      ->check(CLI::ExistingFile);
+  s->add_option("--allocators", cmd->allocators,
+                "Comma-separated policies: " + join(known_allocator_policies(), ",") +
+                    ",planned (planned: a heap plan made from each core's stream)")
+      ->capture_default_str();
+  s->add_option("--auto-defragment", cmd->auto_defragment,
+                "Compact on a fragmentation OOM and retry: on, off, or both (two runs)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off", "both"}));
+  s->add_option("--hbm-bytes", cmd->hbm_bytes, "Arena capacity per core (K, M, G = 1024^n)")
+      ->capture_default_str()
+      ->check(size_validator());
+  s->add_option("--seed", o.workload.seed, "Workload seed")->capture_default_str();
+  s->add_option("--events", o.workload.events_per_core, "Events per core (generated workloads)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, kMaxWorkloadEvents));
+  s->add_option("--layers", o.workload.layers, "training_step/variable_batch: layers")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  s->add_option("--activation-bytes", cmd->activation_bytes,
+                "training_step/variable_batch: mean activation per layer (default 8M)")
+      ->check(size_validator());
+  s->add_option("--weight-bytes", cmd->weight_bytes,
+                "training_step/variable_batch: mean weight per layer (default 2M)")
+      ->check(size_validator());
+  s->add_option("--live", o.workload.live_buffers,
+                "uniform/lognormal/bimodal: live buffers in the steady state")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, kMaxWorkloadEvents));
+  s->add_option("--max-requests", o.workload.max_requests, "kv_cache: concurrent requests")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  s->add_option("--kv-block-bytes", cmd->kv_block_bytes, "kv_cache: bytes per block (default 64K)")
+      ->check(size_validator());
+  s->add_option("--max-blocks", o.workload.max_blocks, "kv_cache: longest request, in blocks")
+      ->capture_default_str()
+      ->check(CLI::Range(4, 1000000));
+  s->add_option("--load", cmd->load,
+                "on: all-reduces, matmuls and cross-core frees run alongside; off: replay only "
+                "(deterministic)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
+  s->add_option("--collective-rounds", o.collective_rounds, "All-reduces per core per run")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10000000));
+  s->add_option("--bucket-bytes", cmd->bucket_bytes, "All-reduce gradient bucket (default 256K)")
+      ->check(size_validator());
+  s->add_option("--cross-core-frees", o.cross_core_free_per_mille,
+                "Frees handed to the next core, per mille")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
+  s->add_flag("--backing", o.backing,
+              "Real bytes: fill every buffer, checksum it, verify after every defragmentation "
+              "and at the end");
+  s->add_flag("--stop-on-oom", o.stop_on_oom,
+              "Stop at the first out-of-memory, print its full report and exit 1");
+  s->add_option("--capacity-search", cmd->capacity_search,
+                "Bisect the smallest capacity with no OOM per core: on or off")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
+  s->add_option("--json", cmd->json_path, "Write the full report (every figure) as JSON");
+  s->add_option("--html", cmd->html_path, "Write a self-contained HTML report");
+  return cmd;
+}
+
+bool run_stress_if_selected(const StressCommand& cmd, int argc, char** argv, int* exit_code) {
+  if (cmd.app == nullptr || !cmd.app->parsed()) return false;
+  StressOptions o = cmd.options;
+  try {
+    o.allocators = split_list(cmd.allocators);
+    o.auto_defragment.clear();
+    if (cmd.auto_defragment != "off") o.auto_defragment.push_back(true);
+    if (cmd.auto_defragment != "on") o.auto_defragment.push_back(false);
+    o.hbm_bytes = parse_bytes(cmd.hbm_bytes);
+    if (!cmd.activation_bytes.empty())
+      o.workload.activation_bytes = parse_bytes(cmd.activation_bytes);
+    if (!cmd.weight_bytes.empty()) o.workload.weight_bytes = parse_bytes(cmd.weight_bytes);
+    if (!cmd.kv_block_bytes.empty()) o.workload.kv_block_bytes = parse_bytes(cmd.kv_block_bytes);
+    if (!cmd.bucket_bytes.empty()) o.bucket_bytes = parse_bytes(cmd.bucket_bytes);
+    o.under_load = cmd.load == "on";
+    o.search_capacity = cmd.capacity_search == "on";
+    for (int i = 0; i < argc; ++i) o.command += (i ? " " : "") + std::string(argv[i]);
+    o.validate();
+    check_output_path("--json", cmd.json_path);
+    check_output_path("--html", cmd.html_path);
+  } catch (const InvalidArgumentError& e) {
+    std::fprintf(stderr, "vtpu: usage error: %s\nRun with --help for the options.\n",
+                 e.message().c_str());
+    *exit_code = 2;
+    return true;
+  }
+  try {
+    StressOptions::Progress progress;
+    o.progress = &progress;
+    nlohmann::json report;
+    {
+      ProgressBar bar(&progress);
+      report = run_stress(o);
+    }
+    std::fputs(format_stress_table(report).c_str(), stdout);
+    if (!cmd.json_path.empty()) {
+      std::ofstream out(cmd.json_path, std::ios::trunc);
+      if (!out) throw NotFoundError("cannot open --json '" + cmd.json_path + "' for writing");
+      out << report.dump(1) << "\n";
+      if (!out.flush()) throw NotFoundError("cannot write --json '" + cmd.json_path + "'");
+    }
+    if (!cmd.html_path.empty()) write_stress_html(report, cmd.html_path);
+    uint64_t integrity_failures = 0;
+    for (const auto& run : report["runs"])
+      integrity_failures += run["summary"]["integrity_failures"].get<uint64_t>();
+    const uint64_t reduce_failures = report["load"]["all_reduce_failures"].get<uint64_t>();
+    if (integrity_failures + reduce_failures > 0) {
+      std::fprintf(stderr,
+                   "vtpu: error: %llu buffer checksum failures and %llu wrong all-reduce results\n",
+                   static_cast<unsigned long long>(integrity_failures),
+                   static_cast<unsigned long long>(reduce_failures));
+      *exit_code = 1;
+      return true;
+    }
+    *exit_code = 0;
+  } catch (const OutOfMemoryError& e) {
+    std::fprintf(stderr, "vtpu: error: out of memory (--stop-on-oom)\n%s\n",
+                 e.report().to_string().c_str());
+    *exit_code = 1;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "vtpu: error: %s\n", e.what());
+    *exit_code = 1;
+  }
+  return true;
+}
+
+}  // namespace vtpu::examples

@@ -1,0 +1,71 @@
+// The fragmentation stress harness behind `vtpu stress` (docs/STRESS.md): per-core allocation
+// streams (seeded workloads from memory/stress_workload.h, or a trace) replayed on every core of
+// a Runtime at once, once per (allocator policy, auto_defragment) combination on exactly the same
+// streams, with the metrics of memory/stress_replay.h, written as the `vtpu stress --json`
+// document (/work's stress-report schema, docs/STRESS.md).
+//
+// Under load (the default), every core also runs, between its events:
+//   - `collective_rounds` all-reduces of a gradient bucket (f32, bucket_bytes) over all cores,
+//     spread evenly over its stream, each preceded by an Eigen matmul (matmul_dim^2 f32 by
+//     matmul_dim^2), so allocation, link traffic and compute contend; every all-reduce result is
+//     checked (sum of core ids + 1 over the group);
+//   - cross-core frees: a free event of a buffer whose slot hashes below cross_core_free_per_mille
+//     is not done by its own core but handed to the next core ((c + 1) mod N) through that core's
+//     inbox; the next core frees it (HbmArena is thread-safe, and the owning CoreReplayer's mutex
+//     serialises the free with the owner's own events and checks) at its next event, before each
+//     collective, and after a final barrier. Timing decides when such a free lands between the
+//     owner's events, so runs under load with N > 1 are not bit-for-bit repeatable; with
+//     --load off they are.
+// The capacity search (find_min_capacity) always replays metadata-only without load.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/units.h"
+#include "memory/stress_workload.h"
+
+namespace vtpu::examples {
+
+/// What `vtpu stress` runs. Sizes in bytes. Plain data.
+struct StressOptions {
+  int cores = 8;                                  // virtual cores, 1..1024
+  StressWorkloadOptions workload;                 // used when trace_path is empty
+  std::string trace_path;                         // replay this trace (event core c -> c % cores)
+  std::vector<std::string> allocators = {"bfc"};  // bfc, tlsf, first_fit, buddy, planned
+  std::vector<bool> auto_defragment = {true};     // one run per policy and per value
+  uint64_t hbm_bytes = 16 * kGiB;                 // arena capacity per core
+  bool under_load = true;                         // collectives, compute and cross-core frees
+  bool backing = false;                           // real bytes and checksums (slower)
+  bool stop_on_oom = false;                       // rethrow the first OutOfMemoryError
+  bool search_capacity = true;                    // find the smallest capacity with no OOM
+  int collective_rounds = 100;                    // all-reduces per core per run (under load)
+  uint64_t bucket_bytes = 256 * kKiB;             // all-reduce bucket, a multiple of 4
+  int matmul_dim = 64;                            // square f32 matmul before every all-reduce
+  uint32_t cross_core_free_per_mille = 50;        // share of frees done by the next core, 0..1000
+  int timeline_samples = 1000;                    // per core and run
+  uint64_t latency_sample_every = 16;             // time one op in this many
+  std::string command;                            // the command line, for the report
+  /// For a progress bar (may be null): run_stress stores the events all runs will replay in
+  /// `total` once the streams are built, and adds to `done` every few thousand events.
+  struct Progress {
+    std::atomic<uint64_t> total{0};
+    std::atomic<uint64_t> done{0};
+  }* progress = nullptr;
+
+  /// Throws InvalidArgumentError naming the first bad field.
+  void validate() const;
+};
+
+/// Runs every (allocator, auto_defragment) combination and returns the report document. Throws
+/// InvalidArgumentError for bad options or a bad trace, NotFoundError for a missing trace, and,
+/// with stop_on_oom, the first OutOfMemoryError (its report() is the full out-of-memory report).
+nlohmann::json run_stress(const StressOptions& options);
+
+/// The terminal tables of a report: one line per run (summary over cores), then latencies.
+std::string format_stress_table(const nlohmann::json& report);
+
+}  // namespace vtpu::examples

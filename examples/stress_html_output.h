@@ -1,0 +1,15 @@
+// Writing the HTML page of a `vtpu stress` report (`vtpu stress --html FILE`); the page itself is
+// rendered by render_stress_html() (examples/stress_html.h).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace vtpu::examples {
+
+/// Writes render_stress_html(report) to `path`. Throws InvalidArgumentError when `report` is not
+/// a valid stress document (see docs/STRESS_HTML.md), NotFoundError when `path` cannot be
+/// written. Thread-safe.
+void write_stress_html(const nlohmann::json& report, const std::string& path);
+
+}  // namespace vtpu::examples

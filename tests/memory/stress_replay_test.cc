@@ -1,0 +1,303 @@
+// Tests for memory/stress_replay.h: metrics on hand-worked sequences (the issue's 64 MiB arena of
+// 16 x 4 MiB blocks with every other one freed), the worst-moment block map, OOM skipping,
+// checksums across defragmentation, cross-core frees from other threads, the stream compiler,
+// the heap plan for `planned`, and the capacity search against capacities worked out by hand.
+#include "memory/stress_replay.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "memory/stress_workload.h"
+
+namespace vtpu {
+namespace {
+
+TraceEvent alloc(uint64_t id, uint64_t bytes, std::string label = {}, int core = 0) {
+  TraceEvent e;
+  e.t_us = static_cast<double>(id);
+  e.core = core;
+  e.op = TraceOp::kAlloc;
+  e.id = id;
+  e.bytes = bytes;
+  e.label = std::move(label);
+  return e;
+}
+TraceEvent free_of(uint64_t id, int core = 0) {
+  TraceEvent e;
+  e.t_us = 1000.0 + static_cast<double>(id);
+  e.core = core;
+  e.op = TraceOp::kFree;
+  e.id = id;
+  return e;
+}
+
+// The events with t_us set to their index, so that time never goes backwards on a core.
+std::vector<TraceEvent> timed(std::vector<TraceEvent> ev) {
+  for (size_t i = 0; i < ev.size(); ++i) ev[i].t_us = static_cast<double>(i);
+  return ev;
+}
+
+// 16 x 4 MiB blocks fill 64 MiB; blocks 0, 2, ..., 14 are freed; then a 16 MiB request (free
+// total 32 MiB, largest free block 4 MiB) and a 40 MiB request (more than is free).
+std::vector<TraceEvent> issue_example() {
+  std::vector<TraceEvent> ev;
+  for (uint64_t i = 0; i < 16; ++i) ev.push_back(alloc(i, 4 * kMiB, "block" + std::to_string(i)));
+  for (uint64_t i = 0; i < 16; i += 2) ev.push_back(free_of(i));
+  TraceEvent big = alloc(100, 16 * kMiB, "big");
+  big.t_us = 2000;
+  ev.push_back(big);
+  TraceEvent huge = alloc(101, 40 * kMiB, "huge");
+  huge.t_us = 2001;
+  ev.push_back(huge);
+  return timed(ev);
+}
+
+StressReplayOptions options(std::string policy, bool defrag, uint64_t capacity = 64 * kMiB) {
+  StressReplayOptions o;
+  o.policy = std::move(policy);
+  o.auto_defragment = defrag;
+  o.capacity_bytes = capacity;
+  o.latency_sample_every = 1;
+  return o;
+}
+
+StressCoreMetrics run(const CoreStream& s, const StressReplayOptions& o) {
+  CoreReplayer r(s, o);
+  r.run_all();
+  return r.finish();
+}
+
+class IssueExample : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(IssueExample, FragmentationIsSevenEighthsAndSixteenMibIsAFalseOom) {
+  const auto streams = compile_core_streams(issue_example(), 1, "issue");
+  const StressCoreMetrics m = run(streams[0], options(GetParam(), false));
+  EXPECT_DOUBLE_EQ(m.fragmentation_max, 0.875);  // 1 - 4 MiB / 32 MiB
+  EXPECT_EQ(m.false_ooms, 1u);                   // 16 MiB <= 32 MiB free
+  EXPECT_EQ(m.true_ooms, 1u);                    // 40 MiB > 32 MiB free
+  EXPECT_EQ(m.events, 26u);
+  EXPECT_EQ(m.allocs, 16u);
+  EXPECT_EQ(m.frees, 8u);
+  EXPECT_EQ(m.peak_live_bytes, 64 * kMiB);
+  EXPECT_EQ(m.peak_reserved_bytes, 64 * kMiB);
+  EXPECT_DOUBLE_EQ(m.reserved_over_live(), 1.0);
+  EXPECT_EQ(m.alloc_latency_ns.size(), 18u);  // every attempt timed (latency_sample_every 1)
+  EXPECT_EQ(m.free_latency_ns.size(), 8u);
+  // Fragmentation after each event: 0 for the 16 allocs (nothing free) and the first free, then
+  // 1 - 1/k after the k-th free (k = 2..8), and 0.875 after both failed requests.
+  double sum = 0;
+  for (int k = 2; k <= 8; ++k) sum += 1.0 - 1.0 / k;
+  sum += 2 * 0.875;
+  EXPECT_NEAR(m.fragmentation_mean(), sum / 26, 1e-12);
+  // The worst moment is the 8th free (event 23): 16 chunks of 4 MiB, free and used alternating.
+  ASSERT_TRUE(m.worst.captured);
+  EXPECT_EQ(m.worst.event, 23u);
+  EXPECT_DOUBLE_EQ(m.worst.fragmentation, 0.875);
+  ASSERT_EQ(m.worst.blocks.size(), 16u);
+  for (size_t i = 0; i < 16; ++i) {
+    const StressBlock& b = m.worst.blocks[i];
+    EXPECT_EQ(b.offset, i * 4 * kMiB);
+    EXPECT_EQ(b.bytes, 4 * kMiB);
+    EXPECT_EQ(b.used, i % 2 == 1);
+    if (b.used) {
+      EXPECT_EQ(b.label, "block" + std::to_string(i));
+      EXPECT_EQ(b.id, i);
+      EXPECT_EQ(b.requested_bytes, 4 * kMiB);
+    }
+  }
+}
+
+TEST_P(IssueExample, AutoDefragmentationTurnsTheFalseOomIntoASuccess) {
+  const auto streams = compile_core_streams(issue_example(), 1, "issue");
+  const StressCoreMetrics m = run(streams[0], options(GetParam(), true));
+  EXPECT_EQ(m.false_ooms, 0u);
+  EXPECT_EQ(m.true_ooms, 1u);  // 40 MiB still exceeds the 16 MiB left
+  EXPECT_EQ(m.allocs, 17u);
+  EXPECT_EQ(m.defragmentations, 1u);              // the 40 MiB request is a true OOM: no compaction
+  EXPECT_EQ(m.defrag_bytes_moved, 8 * 4 * kMiB);  // all 8 odd blocks slide down
+  EXPECT_EQ(m.peak_live_bytes, 64 * kMiB);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, IssueExample, ::testing::Values("bfc", "first_fit"));
+
+TEST(StressReplayTest, SkippedAllocationSkipsItsFree) {
+  std::vector<TraceEvent> ev = {alloc(0, 48 * kMiB), alloc(1, 32 * kMiB), free_of(1), free_of(0)};
+  const auto streams = compile_core_streams(timed(ev), 1, "t");
+  const StressCoreMetrics m = run(streams[0], options("bfc", true));
+  EXPECT_EQ(m.true_ooms, 1u);
+  EXPECT_EQ(m.skipped_frees, 1u);
+  EXPECT_EQ(m.frees, 1u);
+  EXPECT_EQ(m.peak_live_bytes, 48 * kMiB);
+}
+
+TEST(StressReplayTest, StopOnOomThrowsTheArenaReport) {
+  const auto streams = compile_core_streams(issue_example(), 1, "issue");
+  StressReplayOptions o = options("bfc", false);
+  o.stop_on_oom = true;
+  CoreReplayer r(streams[0], o);
+  try {
+    r.run_all();
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_EQ(e.report().requested_bytes, 16 * kMiB);
+    EXPECT_EQ(e.report().largest_free_block_bytes, 4 * kMiB);
+    EXPECT_EQ(e.report().total_free_bytes, 32 * kMiB);
+  }
+}
+
+TEST(StressReplayTest, TimelineIsEvenlySpacedAndTracksTheHeapTop) {
+  std::vector<TraceEvent> ev;
+  for (uint64_t i = 0; i < 10; ++i) ev.push_back(alloc(i, 1 * kMiB));
+  for (uint64_t i = 9; i >= 5; --i) ev.push_back(free_of(i));  // the top half, from the top
+  const auto streams = compile_core_streams(timed(ev), 1, "t");
+  StressReplayOptions o = options("bfc", false);
+  o.timeline_samples = 5;  // stride ceil(15 / 5) = 3: events 0, 3, 6, 9, 12 and the last, 14
+  const StressCoreMetrics m = run(streams[0], o);
+  ASSERT_EQ(m.timeline.size(), 6u);
+  const uint64_t expect_event[] = {0, 3, 6, 9, 12, 14};
+  const uint64_t expect_top_mib[] = {1, 4, 7, 10, 7, 5};  // 10 - (frees so far) after event 9
+  for (size_t k = 0; k < 6; ++k) {
+    EXPECT_EQ(m.timeline[k].event, expect_event[k]);
+    EXPECT_EQ(m.timeline[k].bytes_reserved, expect_top_mib[k] * kMiB) << k;
+    EXPECT_EQ(m.timeline[k].bytes_in_use, expect_top_mib[k] * kMiB) << k;
+  }
+}
+
+TEST(StressReplayTest, ChecksumsSurviveDefragmentationAndCatchCorruption) {
+  const auto streams = compile_core_streams(issue_example(), 1, "issue");
+  StressReplayOptions o = options("bfc", true);
+  o.backing = true;
+  {
+    const StressCoreMetrics m = run(streams[0], o);
+    EXPECT_EQ(m.defragmentations, 1u);
+    // 8 frees, then all 9 live right after the allocation that compacted, and 9 at the end.
+    EXPECT_EQ(m.integrity_checks, 8u + 9u + 9u);
+    EXPECT_EQ(m.integrity_failures, 0u);
+  }
+  CoreReplayer r(streams[0], o);
+  r.begin();
+  for (size_t i = 0; i < 16; ++i) r.run_op(i);
+  // Flip one byte of block 3 behind the replayer's back: the final check must see it.
+  const MemoryChunkRecord rec = r.arena().chunk_records()[3];
+  ASSERT_TRUE(rec.in_use);
+  std::byte* p = r.arena().data(rec.alloc_seq);
+  p[12345] ^= std::byte{1};
+  const StressCoreMetrics m = r.finish();
+  EXPECT_EQ(m.integrity_checks, 16u);
+  EXPECT_EQ(m.integrity_failures, 1u);
+}
+
+TEST(StressReplayTest, CrossCoreFreesFromOtherThreads) {
+  // Core 0 allocates 4000 buffers; two other threads free the odd ones while core 0 keeps
+  // allocating (its own stream frees the even ones).
+  std::vector<TraceEvent> ev;
+  for (uint64_t i = 0; i < 4000; ++i) ev.push_back(alloc(i, 4096 + i));
+  for (uint64_t i = 0; i < 4000; ++i) ev.push_back(free_of(i));
+  const auto streams = compile_core_streams(timed(ev), 1, "t");
+  StressReplayOptions o = options("tlsf", true);
+  o.backing = true;
+  o.concurrent = true;
+  CoreReplayer r(streams[0], o);
+  r.begin();
+  for (size_t i = 0; i < 4000; ++i) r.run_op(i);
+  std::vector<std::thread> others;
+  for (int t = 0; t < 2; ++t) {
+    others.emplace_back([&, t] {
+      for (uint32_t slot = 1 + 2 * t; slot < 4000; slot += 4) r.free_slot(slot);
+    });
+  }
+  for (size_t i = 4000; i < 8000; i += 2) r.run_op(i);  // the even slots' own frees
+  for (auto& t : others) t.join();
+  const StressCoreMetrics m = r.finish();
+  EXPECT_EQ(m.frees, 4000u);
+  EXPECT_EQ(m.cross_core_frees, 2000u);
+  EXPECT_EQ(m.integrity_failures, 0u);
+  EXPECT_EQ(r.arena().memory_stats().num_live_buffers, 0u);
+  EXPECT_NO_THROW(r.arena().check_consistency());
+}
+
+TEST(StressReplayTest, CompileKeepsTraceCoresApartOnOneStream) {
+  // Trace cores 0 and 2 both use id 7; with 2 streams both land on stream 0.
+  std::vector<TraceEvent> ev = {alloc(7, 100, "a", 0), alloc(7, 200, "b", 2), alloc(1, 300, "c", 1),
+                                free_of(7, 2), free_of(7, 0)};
+  uint64_t skipped = 99;
+  const auto s = compile_core_streams(timed(ev), 2, "t", &skipped);
+  EXPECT_EQ(skipped, 0u);
+  ASSERT_EQ(s.size(), 2u);
+  ASSERT_EQ(s[0].ops.size(), 4u);
+  EXPECT_EQ(s[0].ops[2].slot, 1u);  // core 2's free of id 7 frees core 2's buffer (slot 1)
+  EXPECT_EQ(s[0].ops[3].slot, 0u);
+  EXPECT_EQ(s[0].labels[s[0].ops[1].label], "b");
+  EXPECT_EQ(s[1].ops.size(), 1u);
+  EXPECT_EQ(s[1].core, 1);
+  std::vector<TraceEvent> bad = {free_of(3)};
+  EXPECT_THROW(compile_core_streams(bad, 1, "bad"), InvalidArgumentError);
+}
+
+// Three 1 MiB buffers A B C, free B, then 2 MiB. Without compaction the 2 MiB buffer goes above
+// C: 5 MiB are needed. With it, A and C slide down and 4 MiB (the peak live bytes) suffice.
+std::vector<TraceEvent> hole_then_bigger() {
+  return timed({alloc(0, kMiB), alloc(1, kMiB), alloc(2, kMiB), free_of(1), alloc(3, 2 * kMiB)});
+}
+
+TEST(StressReplayTest, MinCapacityMatchesTheHandWorkedValue) {
+  const auto s = compile_core_streams(hole_then_bigger(), 1, "t");
+  for (const char* policy : {"bfc", "first_fit"}) {
+    const auto off = find_min_capacity(s[0], options(policy, false), 64 * kMiB);
+    ASSERT_TRUE(off.has_value());
+    EXPECT_GE(*off, 5 * kMiB) << policy;
+    EXPECT_LE(*off, 5 * kMiB + 8 * kKiB) << policy;
+    const auto on = find_min_capacity(s[0], options(policy, true), 64 * kMiB);
+    ASSERT_TRUE(on.has_value());
+    EXPECT_GE(*on, 4 * kMiB) << policy;
+    EXPECT_LE(*on, 4 * kMiB + 8 * kKiB) << policy;
+  }
+  EXPECT_FALSE(find_min_capacity(s[0], options("bfc", false), 4 * kMiB).has_value());
+}
+
+TEST(StressReplayTest, PlannedPolicyReplaysItsOwnPlan) {
+  const auto s = compile_core_streams(hole_then_bigger(), 1, "t");
+  StressReplayOptions o = options("planned", false);
+  o.heap_plan = plan_for_stream(s[0]);
+  // A, C and the 2 MiB buffer are live together; B's slot is free when D is allocated.
+  EXPECT_EQ(o.heap_plan->peak_live_bytes(), 4 * kMiB);
+  const StressCoreMetrics m = run(s[0], o);
+  EXPECT_EQ(m.false_ooms + m.true_ooms, 0u);
+  EXPECT_EQ(m.peak_reserved_bytes, o.heap_plan->heap_bytes());
+}
+
+TEST(StressReplayTest, MergeSumsCountsAndTakesMaxima) {
+  StressCoreMetrics a, b;
+  a.events = 10;
+  a.false_ooms = 1;
+  a.peak_live_bytes = 100;
+  a.peak_reserved_bytes = 150;
+  a.fragmentation_max = 0.5;
+  a.wall_seconds = 1.0;
+  a.min_capacity_bytes = 300;
+  b.events = 30;
+  b.true_ooms = 2;
+  b.peak_live_bytes = 200;
+  b.peak_reserved_bytes = 220;
+  b.fragmentation_max = 0.25;
+  b.wall_seconds = 2.0;
+  b.min_capacity_bytes = 250;
+  const StressCoreMetrics arr[] = {a, b};
+  const StressCoreMetrics s = merge_core_metrics(arr);
+  EXPECT_EQ(s.events, 40u);
+  EXPECT_EQ(s.false_ooms, 1u);
+  EXPECT_EQ(s.true_ooms, 2u);
+  EXPECT_EQ(s.peak_live_bytes, 200u);
+  EXPECT_EQ(s.peak_reserved_bytes, 220u);
+  EXPECT_DOUBLE_EQ(s.fragmentation_max, 0.5);
+  EXPECT_DOUBLE_EQ(s.events_per_second(), 10.0 + 15.0);
+  EXPECT_EQ(s.min_capacity_bytes, 300u);
+}
+
+}  // namespace
+}  // namespace vtpu

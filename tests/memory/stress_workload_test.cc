@@ -1,0 +1,171 @@
+// Tests for memory/stress_workload.h: every generator is deterministic per seed (and per core),
+// writes a valid trace, and has the shape its comment promises (checked from the events alone).
+#include "memory/stress_workload.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace vtpu {
+namespace {
+
+StressWorkloadOptions small(const std::string& name, uint64_t seed = 1) {
+  StressWorkloadOptions o;
+  o.name = name;
+  o.seed = seed;
+  o.events_per_core = 5000;
+  o.live_buffers = 200;
+  o.layers = 6;
+  o.activation_bytes = 64 * kKiB;
+  o.weight_bytes = 16 * kKiB;
+  o.max_requests = 8;
+  o.kv_block_bytes = 4 * kKiB;
+  o.max_blocks = 32;
+  return o;
+}
+
+class EveryWorkload : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EveryWorkload, SameSeedSameEventsAndValidTrace) {
+  const auto a = make_stress_workload(small(GetParam()), 3);
+  const auto b = make_stress_workload(small(GetParam()), 3);
+  EXPECT_EQ(a, b);
+  ASSERT_GE(a.size(), 5000u);
+  for (const TraceEvent& e : a) EXPECT_EQ(e.core, 3);
+  EXPECT_NO_THROW(validate_trace_events(a, GetParam()));
+}
+
+TEST_P(EveryWorkload, SeedAndCoreChangeTheEvents) {
+  const auto base = make_stress_workload(small(GetParam(), 1), 0);
+  const auto other_seed = make_stress_workload(small(GetParam(), 2), 0);
+  auto other_core = make_stress_workload(small(GetParam(), 1), 1);
+  for (TraceEvent& e : other_core) e.core = 0;  // compare the sizes and order, not the core
+  EXPECT_NE(base, other_seed);
+  EXPECT_NE(base, other_core);
+}
+
+INSTANTIATE_TEST_SUITE_P(StressWorkload, EveryWorkload,
+                         ::testing::ValuesIn(stress_workload_names()));
+
+// Live buffers, by id, and the labels of the events in order.
+struct Replayed {
+  std::map<uint64_t, TraceEvent> live;
+  std::vector<std::pair<TraceOp, std::string>> ops;  // op and the buffer's label
+};
+Replayed replay(const std::vector<TraceEvent>& events) {
+  Replayed r;
+  for (const TraceEvent& e : events) {
+    if (e.op == TraceOp::kAlloc) {
+      r.live[e.id] = e;
+      r.ops.emplace_back(e.op, e.label);
+    } else {
+      r.ops.emplace_back(e.op, r.live.at(e.id).label);
+      r.live.erase(e.id);
+    }
+  }
+  return r;
+}
+
+TEST(StressWorkloadTest, TrainingStepShape) {
+  StressWorkloadOptions o = small("training_step");
+  o.layers = 3;
+  o.events_per_core = 1;  // setup plus exactly one step
+  const auto events = make_stress_workload(o, 0);
+  const Replayed r = replay(events);
+  // Setup: 3 weights, 3 optimizer states. Step: forward 3 x (act, scratch alloc+free), loss;
+  // backward 3 x (grad, act_grad, 2 frees); final act_grad free; optimizer 3 x (tmp alloc+free,
+  // grad free): 6 + 9 + 1 + 12 + 1 + 9 = 38 events.
+  ASSERT_EQ(events.size(), 38u);
+  std::vector<std::string> act_frees;
+  for (const auto& [op, label] : r.ops)
+    if (op == TraceOp::kFree && label.ends_with("/act")) act_frees.push_back(label);
+  EXPECT_EQ(act_frees, (std::vector<std::string>{"layer2/act", "layer1/act", "layer0/act"}));
+  // After a step only the weights and optimizer state (2 x weight) are live.
+  uint64_t weights = 0, state = 0;
+  for (const auto& [id, e] : r.live) {
+    if (e.label.ends_with("/weight"))
+      weights += e.bytes;
+    else if (e.label.ends_with("/opt_state"))
+      state += e.bytes;
+    else
+      ADD_FAILURE() << "still live after the step: " << e.label;
+  }
+  EXPECT_EQ(r.live.size(), 6u);
+  EXPECT_EQ(state, 2 * weights);
+}
+
+TEST(StressWorkloadTest, TrainingStepRepeatsTheSameSizesEveryStep) {
+  const auto events = make_stress_workload(small("training_step"), 0);
+  std::map<std::string, std::set<uint64_t>> sizes;
+  for (const TraceEvent& e : events)
+    if (e.op == TraceOp::kAlloc) sizes[e.label].insert(e.bytes);
+  for (const auto& [label, s] : sizes) EXPECT_EQ(s.size(), 1u) << label;
+}
+
+TEST(StressWorkloadTest, VariableBatchChangesActivationSizes) {
+  const auto events = make_stress_workload(small("variable_batch"), 0);
+  std::set<uint64_t> act0, weight_grad0;
+  for (const TraceEvent& e : events) {
+    if (e.op != TraceOp::kAlloc) continue;
+    if (e.label == "layer0/act") act0.insert(e.bytes);
+    if (e.label == "layer0/grad") weight_grad0.insert(e.bytes);
+  }
+  EXPECT_GE(act0.size(), 4u);          // eight batch fractions are possible
+  EXPECT_EQ(weight_grad0.size(), 1u);  // gradients have the weights' shape
+}
+
+TEST(StressWorkloadTest, KvCacheGrowsByOneBlockAndBoundsRequests) {
+  const StressWorkloadOptions o = small("kv_cache");
+  const auto events = make_stress_workload(o, 0);
+  std::map<std::string, uint64_t> last_size;  // per request label: its buffer's size
+  std::map<uint64_t, TraceEvent> live;
+  size_t grown = 0;
+  for (const TraceEvent& e : events) {
+    if (e.op == TraceOp::kAlloc) {
+      EXPECT_EQ(e.bytes % o.kv_block_bytes, 0u);
+      EXPECT_LE(e.bytes, o.kv_block_bytes * static_cast<uint64_t>(o.max_blocks));
+      if (auto it = last_size.find(e.label); it != last_size.end()) {
+        EXPECT_EQ(e.bytes, it->second + o.kv_block_bytes) << e.label;
+        ++grown;
+      }
+      last_size[e.label] = e.bytes;
+      live[e.id] = e;
+    } else {
+      live.erase(e.id);
+    }
+    // At most one request holds two buffers (old and grown) at a time.
+    EXPECT_LE(live.size(), static_cast<size_t>(o.max_requests) + 1);
+  }
+  EXPECT_GT(grown, 1000u);
+}
+
+TEST(StressWorkloadTest, SteadyStateKeepsLiveBuffers) {
+  const StressWorkloadOptions o = small("bimodal");
+  const auto events = make_stress_workload(o, 0);
+  EXPECT_EQ(replay(events).live.size(), o.live_buffers);
+}
+
+TEST(StressWorkloadTest, BadOptionsNameTheField) {
+  StressWorkloadOptions o = small("nope");
+  EXPECT_THROW(make_stress_workload(o, 0), InvalidArgumentError);
+  o = small("training_step");
+  o.layers = 0;
+  try {
+    make_stress_workload(o, 0);
+    FAIL();
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("layers"), std::string::npos) << e.what();
+  }
+  o = small("kv_cache");
+  o.max_blocks = 2;
+  EXPECT_THROW(make_stress_workload(o, 0), InvalidArgumentError);
+  EXPECT_THROW(make_stress_workload(small("kv_cache"), -1), InvalidArgumentError);
+}
+
+}  // namespace
+}  // namespace vtpu
