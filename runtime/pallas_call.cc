@@ -135,10 +135,11 @@ OperandPlan make_operand_plan(const PallasOperand& op, bool is_output) {
   p.bcols = block.back();
   p.block_bytes = static_cast<uint64_t>(p.brows * p.bcols) * p.es;
   if (op.buffer != nullptr) {
-    const uint64_t need = static_cast<uint64_t>(p.rows * p.cols) * p.es;
+    const uint64_t need = static_cast<uint64_t>(p.rows * p.cols) * p.es + op.offset_bytes;
     if (op.buffer->size_bytes() < need) {
       throw InvalidArgumentError(p.label() + " of shape " + shape_text(op.shape) + " " +
-                                 std::string(element_type_name(op.dtype)) + " needs " +
+                                 std::string(element_type_name(op.dtype)) + " at offset " +
+                                 std::to_string(op.offset_bytes) + " needs " +
                                  std::to_string(need) + " bytes but its buffer holds " +
                                  std::to_string(op.buffer->size_bytes()));
     }
@@ -470,7 +471,7 @@ class PallasPipeline {
  private:
   DmaRegion hbm_region(const OperandPlan& p, int64_t e) const {
     const auto& b = p.events[static_cast<size_t>(e)];
-    std::byte* base = p.op->buffer->data();
+    std::byte* base = p.op->buffer->data() + p.op->offset_bytes;
     const uint64_t off = static_cast<uint64_t>(b[0] * p.brows * p.cols + b[1] * p.bcols) * p.es;
     return DmaRegion{base + off, p.valid_rows(e), static_cast<uint64_t>(p.valid_cols(e)) * p.es,
                      static_cast<uint64_t>(p.cols) * p.es};
@@ -603,7 +604,7 @@ void PallasPipeline::allocate() {
         r.row_stride = p.bcols;
         r.memory_space = MemorySpace::kVmem;
       } else {
-        r.data = p.op->buffer->data();
+        r.data = p.op->buffer->data() + p.op->offset_bytes;
         r.shape = p.op->shape;
         r.valid_shape = p.op->shape;
         r.row_stride = p.cols;

@@ -63,6 +63,7 @@ struct BlockSpec {
 struct PallasOperand {
   std::string name;                      // for messages ("a", "x", ...)
   const DeviceBuffer* buffer = nullptr;  // in the calling core's HBM; not owned
+  uint64_t offset_bytes = 0;             // where the array starts in the buffer
   ElementType dtype = ElementType::kF32;
   std::vector<int64_t> shape;  // elements per dim
   BlockSpec spec;

@@ -29,6 +29,7 @@ PallasOperand operand(const char* name, const HbmMatrix& m, std::vector<int64_t>
   PallasOperand op;
   op.name = name;
   op.buffer = m.buffer;
+  op.offset_bytes = m.offset_bytes;
   op.shape = {m.rows, m.cols};
   op.spec.block_shape = std::move(block);
   op.spec.index_map = std::move(map);
@@ -80,10 +81,10 @@ MatmulCall make_matmul_call(const HbmMatrix& a, const HbmMatrix& b, const HbmMat
       throw InvalidArgumentError("dense bias has shape " + (bias ? dims(*bias) : "none") +
                                  " (expected (1, " + std::to_string(n) + "))");
     }
-    call.inputs.push_back(
-        operand("bias", HbmMatrix{bias->buffer, 1, n}, {1, bn}, [](std::span<const int64_t> g) {
-          return std::vector<int64_t>{0, g[1]};
-        }));
+    call.inputs.push_back(operand("bias", HbmMatrix{bias->buffer, 1, n, bias->offset_bytes},
+                                  {1, bn}, [](std::span<const int64_t> g) {
+                                    return std::vector<int64_t>{0, g[1]};
+                                  }));
   }
   call.outputs.push_back(operand("out", out, {bm, bn}, [](std::span<const int64_t> g) {
     return std::vector<int64_t>{g[0], g[1]};

@@ -24,6 +24,7 @@ struct HbmMatrix {
   const DeviceBuffer* buffer = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
+  uint64_t offset_bytes = 0;  // where the matrix starts in the buffer
 };
 
 enum class MatmulEpilogue { kNone, kBias, kBiasRelu };
