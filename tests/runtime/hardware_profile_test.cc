@@ -11,9 +11,13 @@
 namespace vtpu {
 namespace {
 
-TEST(HardwareProfileTest, ShipsV4V5eV5p) {
+TEST(HardwareProfileTest, ShipsV4V5eV5pAndAMeasuredThisMachine) {
   const std::vector<std::string> names = HardwareProfile::builtin_names();
-  EXPECT_EQ(names, (std::vector<std::string>{"v4", "v5e", "v5p"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"this_machine", "v4", "v5e", "v5p"}));
+  // The measured profile says how it was measured.
+  const HardwareProfile p = HardwareProfile::get("this_machine");
+  EXPECT_NE(p.sources.at("hbm_bytes_per_second").find("memcpy"), std::string::npos);
+  EXPECT_NE(p.sources.at("peak_flops_per_second.f32").find("Eigen"), std::string::npos);
 }
 
 TEST(HardwareProfileTest, V5eHasThePublicFiguresIssue6Quotes) {
