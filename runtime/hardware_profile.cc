@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/strings.h"
 #include "common/units.h"
+#include "runtime/json_fields.h"
 
 namespace vtpu {
 
@@ -18,14 +19,7 @@ namespace {
 #include "runtime/builtin_profiles.inc"
 
 uint64_t size_field(const nlohmann::json& j, const char* key) {
-  const nlohmann::json& v = j.at(key);
-  if (v.is_number_unsigned()) return v.get<uint64_t>();
-  if (v.is_number_integer() && v.get<int64_t>() >= 0)
-    return static_cast<uint64_t>(v.get<int64_t>());
-  if (v.is_string()) return parse_bytes(v.get<std::string>());
-  throw InvalidArgumentError(
-      std::string("hardware profile key '") + key + "' is " + v.dump() +
-      " (expected a non-negative integer of bytes or a string like \"16M\")");
+  return json_bytes_field(j, key, "hardware profile key");
 }
 
 double number_field(const nlohmann::json& j, const char* key) {

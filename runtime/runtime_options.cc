@@ -9,22 +9,14 @@
 #include "common/strings.h"
 #include "common/units.h"
 #include "memory/allocator_policy.h"
+#include "runtime/json_fields.h"
 
 namespace vtpu {
 
 namespace {
 
 uint64_t bytes_field(const nlohmann::json& j, const char* key) {
-  const nlohmann::json& v = j.at(key);
-  if (v.is_number_unsigned()) return v.get<uint64_t>();
-  // A non-negative integer built in C++ (nlohmann::json{{"k", 4096}}) is stored as signed.
-  if (v.is_number_integer() && v.get<int64_t>() >= 0) {
-    return static_cast<uint64_t>(v.get<int64_t>());
-  }
-  if (v.is_string()) return parse_bytes(v.get<std::string>());
-  throw InvalidArgumentError(
-      std::string("options key '") + key + "' is " + v.dump() +
-      " (expected a non-negative integer of bytes or a string like \"16G\")");
+  return json_bytes_field(j, key, "options key");
 }
 
 int64_t int_field(const nlohmann::json& j, const char* key) {
