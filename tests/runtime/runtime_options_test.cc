@@ -148,6 +148,9 @@ TEST(RuntimeOptionsTest, CollectiveAlgorithmKey) {
   expect_rejected(json{{"collective_algorithm", "fastest"}},
                   {"collective_algorithm", "fastest", "bidirectional_ring"});
   expect_rejected(json{{"collective_algorithm", 3}}, {"collective_algorithm", "3"});
+  RuntimeOptions o;
+  o.collective_algorithm = "";
+  EXPECT_THROW(o.validate(), InvalidArgumentError);
 }
 
 // Issue 7: the memory hierarchy's keys load, round-trip, and are range-checked.
@@ -172,9 +175,6 @@ TEST(RuntimeOptionsTest, MemoryHierarchyKeys) {
   expect_rejected(json{{"vmem_limit_bytes", "8G"}}, {"vmem_limit_bytes", "8589934592"});
   expect_rejected(json{{"dma_bytes_per_second", -1}}, {"dma_bytes_per_second"});
   expect_rejected(json{{"hardware_profile", 5}}, {"hardware_profile", "5"});
-  RuntimeOptions o;
-  o.collective_algorithm = "";
-  EXPECT_THROW(o.validate(), InvalidArgumentError);
 }
 
 TEST(RuntimeOptionsTest, UnknownKeyIsNamedWithTheKnownOnes) {
