@@ -114,7 +114,9 @@ class DmaEngine {
   DmaCopy start(const DmaRegion& src, const DmaRegion& dst, DmaSemaphore& sem,
                 bool zero_fill = false, std::shared_ptr<void> keep_alive = {});
 
-  /// Copies started and not completed.
+  /// Copies started and not completed. A copy stops counting just AFTER it signals its
+  /// semaphore (so that drain() returning means the engine touches no semaphore), so right after
+  /// a DmaCopy::wait() this may still count that copy; call drain() to wait for 0.
   int64_t in_flight() const;
   /// Blocks until every started copy completed. Throws DeadlineExceededError after `timeout`.
   void drain(std::chrono::milliseconds timeout);

@@ -52,6 +52,9 @@ TEST(DmaEngineTest, CopyRunsAsynchronouslyAndTheSemaphoreCountsBytes) {
   c1.wait();
   c2.wait();
   EXPECT_EQ(sem.value(), 0u);
+  // A copy stops counting as in flight just after it signals its semaphore: drain() waits for it.
+  // (Regression: this test once read in_flight() right after wait() and raced with the engine.)
+  engine.drain(1000ms);
   EXPECT_EQ(engine.in_flight(), 0);
   EXPECT_EQ(b, a);
 }
