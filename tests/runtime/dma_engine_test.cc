@@ -34,6 +34,7 @@ TEST(DmaEngineTest, StridedCopyWithZeroFillAndByteCountingSemaphore) {
       EXPECT_EQ(dst[static_cast<size_t>(r * 8 + c)], want) << r << "," << c;
     }
   }
+  engine.drain(1000ms);  // the counters are updated just after the semaphore is signalled
   EXPECT_EQ(engine.bytes_copied(), 60u);
   EXPECT_EQ(engine.copies_completed(), 1u);
 }
