@@ -11,6 +11,7 @@
 #include <random>
 
 #include "common/error.h"
+#include "runtime/pallas_kernels.h"
 #include "sharding/sharded_array.h"
 
 namespace vtpu::examples {
@@ -86,6 +87,54 @@ double median(std::vector<double> v) {
 }
 
 /// What outlives the SPMD program on each core: the parameter replica and the gradient bucket.
+/// One forward and backward pass with the pipelined kernels (runtime/pallas_kernels.h) on this
+/// core's buffers: a1 = relu(x W1 + b1) and logits = a1 W2 + b2 (fused dense), P = softmax(logits)
+/// (row softmax), then dW2 = a1^T dZ2, dA1 = dZ2 W2^T, dW1 = x^T dZ1 (tiled matmuls with transposed
+/// operands). Writes the gradients into `grads` (the layout of `params`) and returns the local loss
+/// sum. The same math as the Eigen path; only f32 summation order may differ.
+double pallas_step(VirtualCore& core, const DeviceBuffer& x, const DeviceBuffer& y,
+                   const DeviceBuffer& params, const DeviceBuffer& grads, const DeviceBuffer& a1buf,
+                   const DeviceBuffer& z1buf, const DeviceBuffer& logitsbuf,
+                   const DeviceBuffer& probsbuf, const Layout& layout, int64_t b, float inv_batch) {
+  const int64_t h = layout.hidden;
+  const uint64_t f = sizeof(float);
+  auto at = [&](const DeviceBuffer& buf, int64_t rows, int64_t cols, int64_t offset_elements) {
+    return HbmMatrix{&buf, rows, cols, static_cast<uint64_t>(offset_elements) * f};
+  };
+  const HbmMatrix X = at(x, b, kIn, 0), A1 = at(a1buf, b, h, 0), Z1 = at(z1buf, b, h, 0);
+  const HbmMatrix L = at(logitsbuf, b, kOut, 0), P = at(probsbuf, b, kOut, 0);
+  MatmulOptions relu, bias, ta, tb;
+  relu.epilogue = MatmulEpilogue::kBiasRelu;
+  bias.epilogue = MatmulEpilogue::kBias;
+  ta.transpose_lhs = true;
+  tb.transpose_rhs = true;
+  // Forward.
+  pallas_dense(core, X, at(params, kIn, h, layout.w1()), at(params, 1, h, layout.b1()), A1, relu);
+  pallas_dense(core, A1, at(params, h, kOut, layout.w2()), at(params, 1, kOut, layout.b2()), L,
+               bias);
+  pallas_softmax(core, L, P);
+  MatMap probs(probsbuf.as<float>().data(), b, kOut);
+  MatMap yb(y.as<float>().data(), b, kOut);
+  double loss_sum = 0.0;
+  for (int64_t i = 0; i < b; ++i) {
+    Eigen::Index label;
+    yb.row(i).maxCoeff(&label);
+    loss_sum -= std::log(static_cast<double>(probs(i, label)));
+  }
+  // Backward: dZ2 = (P - Y) / B into the logits buffer.
+  MatMap dz2(logitsbuf.as<float>().data(), b, kOut);
+  dz2 = (probs - yb) * inv_batch;
+  float* g = grads.as<float>().data();
+  pallas_matmul(core, A1, L, at(grads, h, kOut, layout.w2()), ta);  // dW2 = a1^T dZ2
+  VecMap(g + layout.b2(), kOut) = dz2.colwise().sum();
+  pallas_matmul(core, L, at(params, h, kOut, layout.w2()), Z1, tb);  // dA1 = dZ2 W2^T
+  MatMap a1(a1buf.as<float>().data(), b, h), dz1(z1buf.as<float>().data(), b, h);
+  dz1 = (a1.array() > 0.0f).select(dz1, 0.0f);  // dZ1 (a1 > 0 exactly where z1 > 0)
+  pallas_matmul(core, X, Z1, at(grads, kIn, h, layout.w1()), ta);  // dW1 = x^T dZ1
+  VecMap(g + layout.b1(), h) = dz1.colwise().sum();
+  return loss_sum;
+}
+
 struct CoreState {
   DeviceBuffer params;  // Layout::size() floats
   DeviceBuffer grads;   // Layout::size() + 1 floats; the last is the global loss sum
@@ -118,6 +167,9 @@ void MlpConfig::validate(int num_cores) const {
   }
   if (log_every < 0) {
     throw InvalidArgumentError("log_every is " + std::to_string(log_every) + " (expected >= 0)");
+  }
+  if (kernels != "eigen" && kernels != "pallas") {
+    throw InvalidArgumentError("kernels is '" + kernels + "' (expected eigen or pallas)");
   }
 }
 
@@ -207,6 +259,10 @@ MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig&
     DeviceBuffer z1buf = ctx.allocate(static_cast<uint64_t>(b * h) * f, "mlp/z1");
     DeviceBuffer a1buf = ctx.allocate(static_cast<uint64_t>(b * h) * f, "mlp/a1");
     DeviceBuffer logitsbuf = ctx.allocate(static_cast<uint64_t>(b * kOut) * f, "mlp/logits");
+    const bool pallas = config.kernels == "pallas";
+    // The pallas path keeps the softmax probabilities apart from the logits.
+    DeviceBuffer probsbuf =
+        pallas ? ctx.allocate(static_cast<uint64_t>(b * kOut) * f, "mlp/probs") : DeviceBuffer();
     std::memcpy(s.params.data(), init.data(), init.size() * f);
     // The step below keeps raw pointers into these buffers for the whole run: pin them so that
     // defragmentation (on an allocation by anyone else on this core) never moves them.
@@ -251,33 +307,38 @@ MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig&
         std::memcpy(&xb(local, 0), data_x + row * kIn, kIn * f);
         std::memcpy(&yb(local, 0), data_y + row * kOut, kOut * f);
       }
-      // Forward.
-      z1.noalias() = xb * w1;
-      z1.rowwise() += b1;
-      a1 = z1.cwiseMax(0.0f);
-      logits.noalias() = a1 * w2;
-      logits.rowwise() += b2;
-      // Softmax cross-entropy, stable: loss_i = logsumexp(z_i) - z_i[y_i].
       double loss_sum = 0.0;
-      for (int64_t i = 0; i < b; ++i) {
-        auto row = logits.row(i);
-        row.array() -= row.maxCoeff();
-        row = row.array().exp().matrix();
-        const float denom = row.sum();
-        Eigen::Index label;
-        yb.row(i).maxCoeff(&label);
-        loss_sum -= std::log(static_cast<double>(row(label)) / denom);
-        row /= denom;  // probabilities
+      if (pallas) {
+        loss_sum = pallas_step(ctx.core(), xbuf, ybuf, s.params, s.grads, a1buf, z1buf, logitsbuf,
+                               probsbuf, layout, b, inv_batch);
+      } else {
+        // Forward.
+        z1.noalias() = xb * w1;
+        z1.rowwise() += b1;
+        a1 = z1.cwiseMax(0.0f);
+        logits.noalias() = a1 * w2;
+        logits.rowwise() += b2;
+        // Softmax cross-entropy, stable: loss_i = logsumexp(z_i) - z_i[y_i].
+        for (int64_t i = 0; i < b; ++i) {
+          auto row = logits.row(i);
+          row.array() -= row.maxCoeff();
+          row = row.array().exp().matrix();
+          const float denom = row.sum();
+          Eigen::Index label;
+          yb.row(i).maxCoeff(&label);
+          loss_sum -= std::log(static_cast<double>(row(label)) / denom);
+          row /= denom;  // probabilities
+        }
+        // Backward: dZ2 = (P - Y) / B, scaled by the global batch so that the sum over cores is
+        // the gradient of the global mean.
+        logits = (logits - yb) * inv_batch;
+        dw2.noalias() = a1.transpose() * logits;
+        db2 = logits.colwise().sum();
+        a1.noalias() = logits * w2.transpose();     // dA1
+        z1 = (z1.array() > 0.0f).select(a1, 0.0f);  // dZ1
+        dw1.noalias() = xb.transpose() * z1;
+        db1 = z1.colwise().sum();
       }
-      // Backward: dZ2 = (P - Y) / B, scaled by the global batch so that the sum over cores is
-      // the gradient of the global mean.
-      logits = (logits - yb) * inv_batch;
-      dw2.noalias() = a1.transpose() * logits;
-      db2 = logits.colwise().sum();
-      a1.noalias() = logits * w2.transpose();     // dA1
-      z1 = (z1.array() > 0.0f).select(a1, 0.0f);  // dZ1
-      dw1.noalias() = xb.transpose() * z1;
-      db1 = z1.colwise().sum();
       g[num_params] = static_cast<float>(loss_sum);
       // One bucket, one all-reduce: the gradients and the loss sum.
       comm.all_reduce<float>(ctx, s.grads.as<float>());
@@ -318,6 +379,7 @@ MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig&
   result.train_accuracy = mlp_accuracy(result.parameters, config.hidden, train);
   for (int c = 0; c < n; ++c) {
     result.hbm.push_back(runtime.core(c).hbm().memory_stats());
+    result.vmem.push_back(runtime.core(c).memory(MemorySpace::kVmem).memory_stats());
     result.all_reduce.push_back(comm.stats(c));
   }
   return result;
@@ -346,6 +408,7 @@ void to_json(nlohmann::json& j, const MlpResult& r) {
                      {"median_step_ms", r.median_step_ms},
                      {"replicas_identical", r.replicas_identical},
                      {"hbm", hbm},
+                     {"vmem", r.vmem},
                      {"all_reduce", ar}};
 }
 

@@ -17,6 +17,7 @@
 #include <functional>
 #include <nlohmann/json_fwd.hpp>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "collectives/communicator.h"
@@ -33,6 +34,11 @@ struct MlpConfig {
   float learning_rate = 0.2f;
   uint64_t seed = 0;       // parameter init and batch order
   int64_t log_every = 25;  // print the loss every this many steps (0: never)
+  /// How forward and backward compute: "eigen" (default: Eigen mapped over the HBM buffers) or
+  /// "pallas" (the pipelined kernels of runtime/pallas_kernels.h: fused dense + ReLU and dense +
+  /// bias forward, row softmax, and the three backward matmuls stream blocks through VMEM with the
+  /// DMA engine; elementwise steps and bias gradients stay in Eigen).
+  std::string kernels = "eigen";
   /// Called once, on core 0, after the last step while every core's training buffers (dataset,
   /// parameters, gradient bucket, activations) are still live: the moment to save a device
   /// memory profile. The other cores wait for it (two all-reduces of one float act as barriers,
@@ -54,6 +60,7 @@ struct MlpResult {
   int64_t num_parameters = 0;
   bool replicas_identical = false;          // every core's final parameters are bit-identical
   std::vector<MemoryStats> hbm;             // per core, after training
+  std::vector<MemoryStats> vmem;            // per core, after training (used by --kernels pallas)
   std::vector<CollectiveStats> all_reduce;  // per core
   std::vector<float> parameters;            // final parameters (core 0), flat [W1, b1, W2, b2]
 };

@@ -3,7 +3,7 @@
 //   vtpu train mlp [--cores N] [--steps S] [--batch B] [--hidden H] [--lr LR] [--seed K]
 //                  [--data FILE] [--hbm-bytes SIZE] [--config FILE] [--log-every K] [--json]
 //                  [--allocator P] [--memory-profile FILE] [--memory-snapshot FILE]
-//                  [--memory-events FILE]
+//                  [--memory-events FILE] [--kernels eigen|pallas]
 //   vtpu bench memory [--allocators A,B] [--live L1,L2] [--pairs K] [--hot W] [--workload W]
 //                     [--trace FILE] [--capacity SIZE] [--via policy,arena] [--seed S] [--json]
 //   vtpu bench fragmentation [--allocators A,B] [--defrag on,off] [--workloads N] [--ops K]
@@ -15,6 +15,8 @@
 //   vtpu reshard --mesh 2x2x2 [--axes x,y,z] --shape 8,8 --from SPEC --to SPEC [--explain]
 //                [--alpha S] [--beta S_PER_BYTE] [--a2a-factor F] [--seed K]
 //                (examples/reshard_command.h)
+//   vtpu bench kernel matmul [--buffers 1,2,3] [--m --n --k --bm --bn --bk] [--hardware P] ...
+//   vtpu bench hardware [--out FILE]     (examples/bench_kernel_command.h)
 //
 // Exit codes: 0 success (and --help); 1 a vtpu error while running (the message names the value
 // and what was expected: a bad data or config file, out of HBM, ...); 2 bad command-line usage.
@@ -33,6 +35,7 @@
 #include "common/strings.h"
 #include "common/units.h"
 #include "examples/bench_collectives_command.h"
+#include "examples/bench_kernel_command.h"
 #include "examples/digits_dataset.h"
 #include "examples/mlp_trainer.h"
 #include "examples/output_path.h"
@@ -85,6 +88,11 @@ void print_mlp_report(const MlpResult& r, const MlpConfig& c) {
       vtpu::format_bytes(static_cast<uint64_t>(static_cast<double>(bytes) / n)).c_str(),
       static_cast<unsigned long long>(static_cast<double>(bytes) / n), 1e3 * seconds / n);
   std::printf("replicas identical after training: %s\n", r.replicas_identical ? "yes" : "NO");
+  if (c.kernels == "pallas" && !r.vmem.empty()) {
+    std::printf("kernels: pallas; VMEM per core: peak %s of the %s scoped limit (core 0)\n",
+                vtpu::format_bytes(r.vmem[0].peak_bytes_in_use).c_str(),
+                vtpu::format_bytes(r.vmem[0].bytes_limit).c_str());
+  }
   std::printf("HBM per core (bytes; keys as in jax Device.memory_stats()):\n");
   std::printf("%5s %14s %18s %14s %19s %25s %11s\n", "core", "bytes_in_use", "peak_bytes_in_use",
               "bytes_limit", "largest_alloc_size", "largest_free_block_bytes", "num_allocs");
@@ -454,6 +462,11 @@ int main(int argc, char** argv) {
   mlp->add_option("--hbm-bytes", args.hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)")
       ->check(bytes_validator());
   mlp->add_option("--config", args.config_path, "RuntimeOptions JSON file");
+  mlp->add_option("--kernels", args.mlp.kernels,
+                  "Forward/backward compute: eigen (Eigen over HBM) or pallas (pipelined kernels "
+                  "streaming blocks through VMEM with the DMA engine)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"eigen", "pallas"}));
   mlp->add_option("--allocator", args.allocator,
                   "HBM allocator policy: " + vtpu::join(vtpu::known_allocator_policies(), "|") +
                       " (default bfc, or allocator of --config)")
@@ -561,6 +574,7 @@ int main(int argc, char** argv) {
   const auto collectives = vtpu::examples::add_bench_collectives_command(*bench);
   const auto reshard = vtpu::examples::add_reshard_command(app);
   const auto stress = vtpu::examples::add_stress_command(app);
+  const auto kernel = vtpu::examples::add_bench_kernel_command(*bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -574,7 +588,8 @@ int main(int argc, char** argv) {
   }
   if (*bench && bench->get_subcommands().empty()) {
     std::fprintf(stderr,
-                 "vtpu bench: expected a benchmark name (memory, fragmentation, collectives)\n%s",
+                 "vtpu bench: expected a benchmark name (memory, fragmentation, collectives, "
+                 "kernel, hardware)\n%s",
                  bench->help().c_str());
     return 2;
   }
@@ -594,6 +609,7 @@ int main(int argc, char** argv) {
     if (int code = 0; vtpu::examples::run_reshard_if_selected(*reshard, &code)) return code;
     if (int code = 0; vtpu::examples::run_stress_if_selected(*stress, argc, argv, &code))
       return code;
+    if (int code = 0; vtpu::examples::run_bench_kernel_if_selected(*kernel, &code)) return code;
   } catch (const vtpu::Error& e) {
     std::fprintf(stderr, "vtpu: error: %s\n", e.what());
     return 1;

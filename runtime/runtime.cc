@@ -41,6 +41,16 @@ DeviceBuffer CoreContext::allocate(uint64_t size_bytes, std::string label) const
 
 Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
   options_.validate();
+  profile_ = HardwareProfile::get(options_.hardware_profile);
+  CoreMemoryOptions memory;
+  memory.vmem_bytes =
+      options_.vmem_limit_bytes ? options_.vmem_limit_bytes : profile_.scoped_vmem_limit_bytes;
+  memory.smem_bytes = options_.smem_bytes ? options_.smem_bytes : profile_.smem_bytes;
+  memory.accumulator_bytes =
+      options_.accumulator_bytes ? options_.accumulator_bytes : profile_.accumulator_bytes;
+  memory.dma.bytes_per_second = options_.dma_bytes_per_second;
+  memory.dma.latency = options_.dma_latency;
+  memory.dma.wait_timeout = options_.dma_timeout;
   cores_.reserve(static_cast<size_t>(options_.num_cores));
   const auto epoch = std::chrono::steady_clock::now();  // t_us = 0 of every core's event log
   for (int i = 0; i < options_.num_cores; ++i) {
@@ -55,7 +65,8 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
     a.poison_freed = options_.hbm_backing;
 #endif
     cores_.push_back(std::make_unique<VirtualCore>(
-        i, options_.hbm_bytes_per_core, ArenaLimit::fraction(options_.hbm_memory_fraction), a));
+        i, options_.hbm_bytes_per_core, ArenaLimit::fraction(options_.hbm_memory_fraction), a,
+        memory));
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include "runtime/core_context.h"
 #include "runtime/device_buffer.h"
+#include "runtime/hardware_profile.h"
 #include "runtime/runtime_options.h"
 #include "runtime/virtual_core.h"
 
@@ -31,8 +32,8 @@ class Runtime {
   /// add_abort_handler / remove_abort_handler (handlers run under the registry's lock).
   using AbortHandler = std::function<void(int failed_core, const std::exception_ptr& error)>;
 
-  /// Validates the options and starts options.num_cores cores. Throws InvalidArgumentError or
-  /// ResourceExhaustedError.
+  /// Validates the options, loads the hardware profile and starts options.num_cores cores. Throws
+  /// InvalidArgumentError, NotFoundError (an unknown hardware profile) or ResourceExhaustedError.
   explicit Runtime(RuntimeOptions options);
   ~Runtime();
   Runtime(const Runtime&) = delete;
@@ -40,6 +41,8 @@ class Runtime {
 
   int num_cores() const { return static_cast<int>(cores_.size()); }
   const RuntimeOptions& options() const { return options_; }
+  /// The profile named by options().hardware_profile (loaded once, at construction).
+  const HardwareProfile& hardware_profile() const { return profile_; }
   /// Throws InvalidArgumentError for an id outside [0, num_cores).
   VirtualCore& core(int core_id);
   const VirtualCore& core(int core_id) const;
@@ -80,6 +83,7 @@ class Runtime {
   void check_core_ids(const std::vector<int>& core_ids) const;
 
   RuntimeOptions options_;
+  HardwareProfile profile_;
   std::vector<std::unique_ptr<VirtualCore>> cores_;
   std::mutex launch_mu_;  // orders program launches across cores
   std::mutex abort_mu_;

@@ -9,22 +9,14 @@
 #include "common/strings.h"
 #include "common/units.h"
 #include "memory/allocator_policy.h"
+#include "runtime/json_fields.h"
 
 namespace vtpu {
 
 namespace {
 
 uint64_t bytes_field(const nlohmann::json& j, const char* key) {
-  const nlohmann::json& v = j.at(key);
-  if (v.is_number_unsigned()) return v.get<uint64_t>();
-  // A non-negative integer built in C++ (nlohmann::json{{"k", 4096}}) is stored as signed.
-  if (v.is_number_integer() && v.get<int64_t>() >= 0) {
-    return static_cast<uint64_t>(v.get<int64_t>());
-  }
-  if (v.is_string()) return parse_bytes(v.get<std::string>());
-  throw InvalidArgumentError(
-      std::string("options key '") + key + "' is " + v.dump() +
-      " (expected a non-negative integer of bytes or a string like \"16G\")");
+  return json_bytes_field(j, key, "options key");
 }
 
 int64_t int_field(const nlohmann::json& j, const char* key) {
@@ -79,6 +71,26 @@ void RuntimeOptions::validate() const {
                                std::to_string(collective_timeout.count()) + " (expected 1.." +
                                std::to_string(kMaxCollectiveTimeout.count()) + ", at most 7 days)");
   }
+  constexpr uint64_t kMaxScratch = uint64_t{4} << 30;
+  for (const auto& [name, v] :
+       {std::pair<const char*, uint64_t>{"vmem_limit_bytes", vmem_limit_bytes},
+        {"smem_bytes", smem_bytes},
+        {"accumulator_bytes", accumulator_bytes}}) {
+    if (v > kMaxScratch || (v != 0 && v < 1024)) {
+      throw InvalidArgumentError(std::string(name) + " is " + std::to_string(v) +
+                                 " (expected 0 for the hardware profile's size, or 1 KiB..4 GiB)");
+    }
+  }
+  if (!(dma_bytes_per_second >= 0.0) || dma_latency.count() < 0 || dma_timeout.count() <= 0 ||
+      dma_timeout > kMaxCollectiveTimeout) {
+    throw InvalidArgumentError("dma_bytes_per_second is " + std::to_string(dma_bytes_per_second) +
+                               ", dma_latency_us " + std::to_string(dma_latency.count()) +
+                               ", dma_timeout_ms " + std::to_string(dma_timeout.count()) +
+                               " (expected >= 0, >= 0, and 1 ms..7 days)");
+  }
+  if (hardware_profile.empty()) {
+    throw InvalidArgumentError("hardware_profile is empty (expected a name such as \"v5e\")");
+  }
   const auto& algorithms = collective_algorithm_names();
   if (std::find(algorithms.begin(), algorithms.end(), collective_algorithm) == algorithms.end()) {
     throw InvalidArgumentError("collective_algorithm is '" + collective_algorithm +
@@ -112,7 +124,14 @@ RuntimeOptions RuntimeOptions::from_json(const nlohmann::json& j) {
                                                "link_num_slots",
                                                "collective_timeout_ms",
                                                "record_memory_events",
-                                               "collective_algorithm"};
+                                               "collective_algorithm",
+                                               "hardware_profile",
+                                               "vmem_limit_bytes",
+                                               "smem_bytes",
+                                               "accumulator_bytes",
+                                               "dma_bytes_per_second",
+                                               "dma_latency_us",
+                                               "dma_timeout_ms"};
   for (const auto& [key, value] : j.items()) {
     if (!kKnown.contains(key)) {
       throw InvalidArgumentError("unknown runtime option '" + key + "' (known: " + join(kKnown) +
@@ -173,6 +192,28 @@ RuntimeOptions RuntimeOptions::from_json(const nlohmann::json& j) {
     }
     o.collective_algorithm = j.at("collective_algorithm").get<std::string>();
   }
+  if (j.contains("hardware_profile")) {
+    if (!j.at("hardware_profile").is_string()) {
+      throw InvalidArgumentError("options key 'hardware_profile' is " +
+                                 j.at("hardware_profile").dump() +
+                                 " (expected a profile name such as \"v5e\" or a .json path)");
+    }
+    o.hardware_profile = j.at("hardware_profile").get<std::string>();
+  }
+  if (j.contains("vmem_limit_bytes")) o.vmem_limit_bytes = bytes_field(j, "vmem_limit_bytes");
+  if (j.contains("smem_bytes")) o.smem_bytes = bytes_field(j, "smem_bytes");
+  if (j.contains("accumulator_bytes")) o.accumulator_bytes = bytes_field(j, "accumulator_bytes");
+  if (j.contains("dma_bytes_per_second")) {
+    if (!j.at("dma_bytes_per_second").is_number()) {
+      throw InvalidArgumentError("options key 'dma_bytes_per_second' is " +
+                                 j.at("dma_bytes_per_second").dump() + " (expected a number >= 0)");
+    }
+    o.dma_bytes_per_second = j.at("dma_bytes_per_second").get<double>();
+  }
+  if (j.contains("dma_latency_us"))
+    o.dma_latency = std::chrono::microseconds(int_field(j, "dma_latency_us"));
+  if (j.contains("dma_timeout_ms"))
+    o.dma_timeout = std::chrono::milliseconds(int_field(j, "dma_timeout_ms"));
   o.validate();
   return o;
 }
@@ -215,7 +256,14 @@ nlohmann::json RuntimeOptions::to_json() const {
                         {"link_slot_bytes", link_slot_bytes},
                         {"link_num_slots", link_num_slots},
                         {"collective_timeout_ms", collective_timeout.count()},
-                        {"collective_algorithm", collective_algorithm}};
+                        {"collective_algorithm", collective_algorithm},
+                        {"hardware_profile", hardware_profile},
+                        {"vmem_limit_bytes", vmem_limit_bytes},
+                        {"smem_bytes", smem_bytes},
+                        {"accumulator_bytes", accumulator_bytes},
+                        {"dma_bytes_per_second", dma_bytes_per_second},
+                        {"dma_latency_us", dma_latency.count()},
+                        {"dma_timeout_ms", dma_timeout.count()}};
 }
 
 }  // namespace vtpu

@@ -15,7 +15,10 @@ namespace vtpu {
 ///    "hbm_memory_fraction": 1.0, "auto_defragment": true, "record_memory_events": false,
 ///    "hbm_backing": true,
 ///    "link_slot_bytes": "1M" | 1048576, "link_num_slots": 4, "collective_timeout_ms": 30000,
-///    "collective_algorithm": "auto"}
+///    "collective_algorithm": "auto",
+///    "hardware_profile": "v5e", "vmem_limit_bytes": "16M", "smem_bytes": 0,
+///    "accumulator_bytes": 0, "dma_bytes_per_second": 0, "dma_latency_us": 0,
+///    "dma_timeout_ms": 30000}
 /// Plain data, thread-compatible.
 struct RuntimeOptions {
   int num_cores = 8;                                 // virtual TPU cores (threads), 1..1024
@@ -40,6 +43,21 @@ struct RuntimeOptions {
   /// "ring_reduce_scatter" (not deterministic across algorithms; see the README), "direct" (needs
   /// links with direct access, as in process).
   static const std::vector<std::string>& collective_algorithm_names();
+
+  // The TPU memory hierarchy (runtime/memory_space.h, runtime/dma_engine.h, runtime/pallas_call.h).
+  /// Hardware profile (runtime/hardware_profile.h): a shipped name ("v4", "v5e", "v5p") or a path
+  /// ending in .json. It gives the on-core memory sizes below when they are 0, and the figures of
+  /// the kernels' simulated time. Default "v5e".
+  std::string hardware_profile = "v5e";
+  /// Scoped VMEM per core, bytes (Pallas's vmem_limit_bytes); 0 = the profile's
+  /// scoped_vmem_limit_bytes (16 MiB for the shipped profiles). At most 4 GiB.
+  uint64_t vmem_limit_bytes = 0;
+  uint64_t smem_bytes = 0;         // SMEM per core, bytes; 0 = the profile's
+  uint64_t accumulator_bytes = 0;  // accumulator memory per core, bytes; 0 = the profile's
+  /// Slows every core's DMA engine (tests, what-if runs): bytes per second, 0 = unthrottled.
+  double dma_bytes_per_second = 0.0;
+  std::chrono::microseconds dma_latency{0};      // added to every copy; default 0
+  std::chrono::milliseconds dma_timeout{30000};  // every DMA semaphore wait; default 30 s
 
   /// Throws InvalidArgumentError naming the first field out of range and the accepted range.
   void validate() const;

@@ -1,19 +1,34 @@
 // A virtual TPU core: one thread running its own in-order work queue (a boost::asio::io_context)
-// and owning its HBM arena.
+// and owning its HBM arena, its on-core memories (VMEM, SMEM, accumulator; runtime/memory_space.h)
+// and its DMA engine (runtime/dma_engine.h).
 #pragma once
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "memory/hbm_arena.h"
 #include "memory/hbm_device.h"
+#include "runtime/dma_engine.h"
+#include "runtime/memory_space.h"
 #include "runtime/serial_executor.h"
 
 namespace vtpu {
+
+class DeviceBuffer;
+
+/// Capacities of a core's on-core memories and its DMA engine options. Plain data.
+struct CoreMemoryOptions {
+  uint64_t vmem_bytes = uint64_t{16} << 20;        // scoped VMEM, bytes; default 16 MiB
+  uint64_t smem_bytes = uint64_t{1} << 20;         // SMEM, bytes; default 1 MiB
+  uint64_t accumulator_bytes = uint64_t{4} << 20;  // accumulator memory, bytes; default 4 MiB
+  DmaOptions dma;
+};
 
 /// Thread-safe: post() may be called from any thread; work runs on the core's thread in the order
 /// posted. The destructor drains the queue, then joins the thread.
@@ -22,8 +37,10 @@ class VirtualCore {
   /// Creates the core's HBM device of `hbm_total_bytes` and its default arena (limit
   /// `default_arena_limit`, options `arena_options`; may throw InvalidArgumentError /
   /// ResourceExhaustedError), then starts the core's thread.
+  /// `memory` sizes the VMEM, SMEM and accumulator arenas (bfc, backed, never defragmented so
+  /// kernel pointers stay put).
   VirtualCore(int core_id, uint64_t hbm_total_bytes, const ArenaLimit& default_arena_limit,
-              const ArenaOptions& arena_options);
+              const ArenaOptions& arena_options, const CoreMemoryOptions& memory = {});
   ~VirtualCore();
   VirtualCore(const VirtualCore&) = delete;
   VirtualCore& operator=(const VirtualCore&) = delete;
@@ -37,6 +54,17 @@ class VirtualCore {
   HbmDevice& hbm_device() { return device_; }
   const HbmDevice& hbm_device() const { return device_; }
   boost::asio::io_context& io_context() { return io_; }
+
+  /// The arena of an on-core memory space (kVmem, kSmem, kAccumulator); kHbm gives hbm().
+  HbmArena& memory(MemorySpace space) const;
+  const std::shared_ptr<HbmArena>& memory_shared(MemorySpace space) const;
+  /// Allocates `size_bytes` in `space`. Throws ScratchExhaustedError (ResourceExhausted) giving the
+  /// requested and available bytes, as Mosaic reports an exceeded scoped-VMEM limit.
+  DeviceBuffer allocate(MemorySpace space, uint64_t size_bytes, std::string label = {}) const;
+  /// memory_stats() of every memory space: keys "hbm", "vmem", "smem", "accumulator".
+  std::map<std::string, MemoryStats> memory_stats_by_space() const;
+  /// This core's DMA engine (its thread starts on the first copy). Thread-safe.
+  DmaEngine& dma() { return dma_; }
 
   /// Queues `fn` to run on this core's thread after everything queued before it. `fn` must not
   /// throw (wrap it); the runtime's run_spmd does.
@@ -56,6 +84,8 @@ class VirtualCore {
   const int core_id_;
   HbmDevice device_;
   std::shared_ptr<HbmArena> hbm_;
+  std::shared_ptr<HbmArena> vmem_, smem_, accumulator_;
+  DmaEngine dma_;  // destroyed after thread_: kernels on the core thread are done by then
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   std::mutex comm_mu_;

@@ -154,6 +154,29 @@ TEST(VtpuCliTest, ConfigFileSetsTheCores) {
   EXPECT_EQ(j["hbm"][0]["bytes_limit"], 64ull << 20);
 }
 
+// `vtpu bench kernel matmul` runs 1, 2 and 3 buffers with edge blocks, checks each result against
+// Eigen (exit 0 only when they agree), and reports the simulated time on the chosen profile.
+TEST(VtpuCliTest, BenchKernelMatmulJson) {
+  const CliRun r = run_cli(
+      "bench kernel matmul --m 100 --n 130 --k 300 --bm 32 --bn 128 --bk 128 --repeats 1 "
+      "--hardware v4 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j.at("hardware"), "v4");
+  EXPECT_EQ(j.at("grid_steps"), 4 * 2 * 3);  // ceil(100/32) x ceil(130/128) x ceil(300/128)
+  ASSERT_EQ(j.at("rows").size(), 3u);
+  for (const auto& row : j.at("rows")) {
+    EXPECT_LT(row.at("max_abs_error").get<double>(), 1e-3);
+    // Every element of A is fetched once per column block of C, B once per row block, C written
+    // once: 4 bytes x (100*300*2 + 300*130*4 + 100*130).
+    EXPECT_EQ(row.at("bytes_copied"), 4 * (100 * 300 * 2 + 300 * 130 * 4 + 100 * 130));
+    EXPECT_GT(row.at("simulated").at("total_seconds").get<double>(), 0.0);
+  }
+  expect_failure("bench kernel matmul --buffers 0", "--buffers", 2);
+  expect_failure("bench kernel matmul --bm 12 --m 64", "has block shape (12, 256)", 1);
+  expect_failure("bench kernel matmul --hardware v9", "unknown hardware profile 'v9'", 1);
+}
+
 TEST(VtpuCliTest, BenchMemoryTable) {
   const CliRun r = run_cli(
       "bench memory --allocators bfc --live 100,300 --pairs 2000 --workload uniform "
@@ -260,7 +283,8 @@ TEST(VtpuCliTest, BenchMemoryRejectsBadInput) {
   expect_failure("bench memory --via gpu", "--via", 2);
   expect_failure("bench memory --trace x.jsonl --live 5", "excludes", 2);
   expect_failure("bench memory --live 100000000 --pairs 60000000", "exceeds", 2);
-  expect_failure("bench", "expected a benchmark name (memory, fragmentation, collectives)", 2);
+  expect_failure("bench", "expected a benchmark name (memory, fragmentation, collectives, kernel",
+                 2);
   expect_failure("bench nope", "nope", 2);
   // A trace that cannot be read is an error found while running, like a bad --data file.
   expect_failure("bench memory --trace /nonexistent.jsonl", "cannot open trace file", 1);

@@ -108,7 +108,7 @@ TEST(RuntimeOptionsTest, ToJsonRoundTrips) {
   EXPECT_EQ(j.at("hbm_memory_fraction").get<double>(), 0.5);
   EXPECT_FALSE(j.at("auto_defragment").get<bool>());
   EXPECT_EQ(j.at("collective_algorithm").get<std::string>(), "torus_2d");
-  EXPECT_EQ(j.size(), 11u);
+  EXPECT_EQ(j.size(), 18u);  // 11 + the memory hierarchy's 7 (hardware_profile .. dma_timeout_ms)
   const RuntimeOptions back = RuntimeOptions::from_json(j);
   EXPECT_EQ(back.num_cores, 3);
   EXPECT_EQ(back.hbm_bytes_per_core, 5 * kMiB + 256);
@@ -151,6 +151,30 @@ TEST(RuntimeOptionsTest, CollectiveAlgorithmKey) {
   RuntimeOptions o;
   o.collective_algorithm = "";
   EXPECT_THROW(o.validate(), InvalidArgumentError);
+}
+
+// Issue 7: the memory hierarchy's keys load, round-trip, and are range-checked.
+TEST(RuntimeOptionsTest, MemoryHierarchyKeys) {
+  const RuntimeOptions o = RuntimeOptions::from_json(json{{"hardware_profile", "v4"},
+                                                          {"vmem_limit_bytes", "8M"},
+                                                          {"smem_bytes", 65536},
+                                                          {"accumulator_bytes", "2M"},
+                                                          {"dma_bytes_per_second", 1e9},
+                                                          {"dma_latency_us", 5},
+                                                          {"dma_timeout_ms", 1000}});
+  EXPECT_EQ(o.hardware_profile, "v4");
+  EXPECT_EQ(o.vmem_limit_bytes, 8 * kMiB);
+  EXPECT_EQ(o.smem_bytes, 65536u);
+  EXPECT_EQ(o.accumulator_bytes, 2 * kMiB);
+  EXPECT_EQ(o.dma_bytes_per_second, 1e9);
+  EXPECT_EQ(o.dma_latency, std::chrono::microseconds(5));
+  EXPECT_EQ(o.dma_timeout, 1000ms);
+  const RuntimeOptions back = RuntimeOptions::from_json(o.to_json());
+  EXPECT_EQ(back.vmem_limit_bytes, 8 * kMiB);
+  EXPECT_EQ(back.hardware_profile, "v4");
+  expect_rejected(json{{"vmem_limit_bytes", "8G"}}, {"vmem_limit_bytes", "8589934592"});
+  expect_rejected(json{{"dma_bytes_per_second", -1}}, {"dma_bytes_per_second"});
+  expect_rejected(json{{"hardware_profile", 5}}, {"hardware_profile", "5"});
 }
 
 TEST(RuntimeOptionsTest, UnknownKeyIsNamedWithTheKnownOnes) {

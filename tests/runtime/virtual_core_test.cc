@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "runtime/device_buffer.h"
 
 namespace vtpu {
 namespace {
@@ -111,6 +112,53 @@ TEST(VirtualCoreTest, ArenaOutlivesTheCoreThroughSharedOwnership) {
   EXPECT_EQ(arena->memory_stats().bytes_in_use, 1024u);
   arena->free(id);
   EXPECT_EQ(arena->core_id(), 2);
+}
+
+}  // namespace
+}  // namespace vtpu
+
+namespace vtpu {
+namespace {
+
+// The on-core memories (issue 7): VMEM, SMEM and accumulator arenas beside HBM, sized by options,
+// reported per memory space, and a clear ResourceExhausted error when VMEM is exceeded.
+TEST(VirtualCoreMemoryTest, HasVmemSmemAndAccumulatorReportedPerMemorySpace) {
+  CoreMemoryOptions m;
+  m.vmem_bytes = 2 << 20;
+  m.smem_bytes = 64 << 10;
+  m.accumulator_bytes = 512 << 10;
+  VirtualCore core(5, 1 << 20, ArenaLimit::fraction(1.0), tiny_arena(), m);
+  DeviceBuffer v = core.allocate(MemorySpace::kVmem, 100000, "block");
+  const auto stats = core.memory_stats_by_space();
+  ASSERT_EQ(stats.size(), 4u);
+  EXPECT_EQ(stats.at("hbm").bytes_limit, 1u << 20);
+  EXPECT_EQ(stats.at("vmem").bytes_limit, 2u << 20);
+  EXPECT_EQ(stats.at("smem").bytes_limit, 64u << 10);
+  EXPECT_EQ(stats.at("accumulator").bytes_limit, 512u << 10);
+  EXPECT_EQ(stats.at("vmem").bytes_requested, 100000u);
+  EXPECT_EQ(stats.at("smem").bytes_in_use, 0u);
+  EXPECT_EQ(v.core_id(), 5);
+}
+
+TEST(VirtualCoreMemoryTest, ExceedingVmemGivesRequestedAndAvailableBytes) {
+  CoreMemoryOptions m;
+  m.vmem_bytes = 1 << 20;
+  VirtualCore core(0, 1 << 20, ArenaLimit::fraction(1.0), tiny_arena(), m);
+  DeviceBuffer held = core.allocate(MemorySpace::kVmem, 256 << 10, "held");
+  try {
+    core.allocate(MemorySpace::kVmem, 1 << 20, "too_big");
+    FAIL() << "expected ScratchExhaustedError";
+  } catch (const ScratchExhaustedError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
+    EXPECT_EQ(e.space(), MemorySpace::kVmem);
+    EXPECT_EQ(e.requested_bytes(), 1u << 20);
+    EXPECT_EQ(e.available_bytes(), (1u << 20) - (256u << 10));
+    const std::string what = e.what();
+    EXPECT_NE(what.find("vmem"), std::string::npos) << what;
+    EXPECT_NE(what.find("1048576 bytes"), std::string::npos) << what;
+    EXPECT_NE(what.find("786432 bytes"), std::string::npos) << what;
+    EXPECT_NE(what.find("too_big"), std::string::npos) << what;
+  }
 }
 
 }  // namespace

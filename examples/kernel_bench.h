@@ -1,0 +1,67 @@
+// Benchmarks of the pipelined kernels (runtime/pallas_kernels.h) and the measurement behind the
+// "this machine" hardware profile.
+//
+//   vtpu bench kernel matmul --buffers 1,2,3 [--m --n --k --bm --bn --bk] [--hardware PROFILE]
+//   vtpu bench hardware [--out FILE]
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "runtime/hardware_profile.h"
+#include "runtime/pallas_call.h"
+
+namespace vtpu::examples {
+
+struct KernelBenchOptions {
+  int64_t m = 2048, n = 128, k = 2048;   // matmul (m, k) x (k, n), f32
+  int64_t bm = 256, bn = 128, bk = 256;  // blocks
+  std::vector<int> buffers = {1, 2, 3};  // VMEM buffers per operand, one run each
+  std::string hardware = "v5e";          // profile for the simulated time
+  int repeats = 10;                      // timed runs per configuration (median reported)
+  uint64_t vmem_limit_bytes = 0;         // 0: the profile's scoped limit
+  double dma_bytes_per_second = 0.0;     // 0: unthrottled DMA engine
+  uint64_t seed = 0;
+};
+
+/// One configuration's result. Seconds and FLOP/s.
+struct KernelBenchRow {
+  int num_buffers = 0;
+  double median_wall_seconds = 0.0;
+  double min_wall_seconds = 0.0;
+  double flops_per_second = 0.0;
+  double fraction_of_eigen = 0.0;        // flops_per_second / eigen_flops_per_second
+  double median_dma_wait_seconds = 0.0;  // core blocked on copies
+  double median_body_seconds = 0.0;      // inside the kernel body (Eigen on blocks)
+  uint64_t vmem_bytes = 0;
+  uint64_t bytes_copied = 0;   // in + out per run
+  double max_abs_error = 0.0;  // against Eigen's product
+  SimulatedTime simulated;     // on the hardware profile
+};
+
+struct KernelBenchResult {
+  KernelBenchOptions options;
+  HardwareProfile profile;
+  int64_t grid_steps = 0;
+  double eigen_median_seconds = 0.0;  // Eigen single-threaded GEMM, same shapes
+  double eigen_min_seconds = 0.0;
+  double eigen_flops_per_second = 0.0;
+  std::vector<KernelBenchRow> rows;
+};
+void to_json(nlohmann::json& j, const KernelBenchResult& r);
+
+/// Runs the matmul benchmark on one virtual core. Throws vtpu::Error for bad options.
+KernelBenchResult run_matmul_bench(const KernelBenchOptions& options);
+/// Prints the table of `vtpu bench kernel matmul`.
+void print_matmul_bench(const KernelBenchResult& r);
+
+/// Measures this machine and returns a profile named "this_machine": hbm_bytes_per_second is the
+/// best memcpy bandwidth over `copy_bytes` (bytes copied per second, each byte read once and
+/// written once), peak f32 FLOP/s the best single-threaded Eigen GEMM of `gemm_n`^3. The on-core
+/// memory sizes are vtpu's defaults (software arenas), link bandwidth the memcpy bandwidth (the
+/// links are memcpy through ring buffers; calibrate with `vtpu bench collectives`).
+HardwareProfile measure_this_machine(uint64_t copy_bytes = uint64_t{64} << 20, int gemm_n = 1024);
+
+}  // namespace vtpu::examples

@@ -1,0 +1,230 @@
+#include "runtime/hardware_profile.h"
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "common/error.h"
+#include "common/strings.h"
+#include "common/units.h"
+#include "runtime/json_fields.h"
+
+namespace vtpu {
+
+namespace {
+
+// Generated at build time from profiles/*.json (runtime/CMakeLists.txt): kBuiltinProfiles, an
+// array of {file stem, JSON text}.
+#include "runtime/builtin_profiles.inc"
+
+uint64_t size_field(const nlohmann::json& j, const char* key) {
+  return json_bytes_field(j, key, "hardware profile key");
+}
+
+double number_field(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_number()) {
+    throw InvalidArgumentError(std::string("hardware profile key '") + key + "' is " + v.dump() +
+                               " (expected a number)");
+  }
+  return v.get<double>();
+}
+
+std::string string_field(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_string()) {
+    throw InvalidArgumentError(std::string("hardware profile key '") + key + "' is " + v.dump() +
+                               " (expected a string)");
+  }
+  return v.get<std::string>();
+}
+
+void require_positive(double value, const std::string& field) {
+  if (!(value > 0.0) || !std::isfinite(value)) {
+    throw InvalidArgumentError("hardware profile field '" + field + "' is " +
+                               std::to_string(value) + " (expected a finite number > 0)");
+  }
+}
+
+}  // namespace
+
+double HardwareProfile::peak_flops(const std::string& dtype) const {
+  const auto it = peak_flops_per_second.find(dtype);
+  if (it == peak_flops_per_second.end()) {
+    std::vector<std::string> names;
+    for (const auto& [k, v] : peak_flops_per_second) names.push_back(k);
+    throw InvalidArgumentError("hardware profile '" + name + "' has no peak FLOP/s for dtype '" +
+                               dtype + "' (it lists: " + join(names) + ")");
+  }
+  return it->second;
+}
+
+void HardwareProfile::validate() const {
+  if (name.empty()) throw InvalidArgumentError("hardware profile has an empty 'name'");
+  if (peak_flops_per_second.empty()) {
+    throw InvalidArgumentError("hardware profile '" + name +
+                               "' lists no peak_flops_per_second (expected e.g. {\"f32\": 1e12})");
+  }
+  for (const auto& [dtype, flops] : peak_flops_per_second) {
+    require_positive(flops, "peak_flops_per_second." + dtype);
+  }
+  require_positive(static_cast<double>(hbm_bytes), "hbm_bytes");
+  require_positive(hbm_bytes_per_second, "hbm_bytes_per_second");
+  require_positive(static_cast<double>(vmem_bytes), "vmem_bytes");
+  require_positive(static_cast<double>(smem_bytes), "smem_bytes");
+  require_positive(static_cast<double>(accumulator_bytes), "accumulator_bytes");
+  if (scoped_vmem_limit_bytes == 0 || scoped_vmem_limit_bytes > vmem_bytes) {
+    throw InvalidArgumentError("hardware profile '" + name + "': scoped_vmem_limit_bytes is " +
+                               std::to_string(scoped_vmem_limit_bytes) + " (expected 1.." +
+                               std::to_string(vmem_bytes) + ", at most vmem_bytes)");
+  }
+  if (cores_per_chip < 1) {
+    throw InvalidArgumentError("hardware profile '" + name + "': cores_per_chip is " +
+                               std::to_string(cores_per_chip) + " (expected >= 1)");
+  }
+  if (link_bytes_per_second < 0 || link_latency_seconds < 0 || links_per_chip < 0) {
+    throw InvalidArgumentError("hardware profile '" + name +
+                               "': link figures must be >= 0 (link_bytes_per_second, "
+                               "link_latency_seconds, links_per_chip)");
+  }
+}
+
+HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
+  if (!j.is_object()) {
+    throw InvalidArgumentError("hardware profile must be a JSON object, got " +
+                               std::string(j.type_name()));
+  }
+  static const std::set<std::string> kKnown = {"name",
+                                               "description",
+                                               "cores_per_chip",
+                                               "peak_flops_per_second",
+                                               "hbm_bytes",
+                                               "hbm_bytes_per_second",
+                                               "vmem_bytes",
+                                               "scoped_vmem_limit_bytes",
+                                               "smem_bytes",
+                                               "accumulator_bytes",
+                                               "link_bytes_per_second",
+                                               "link_latency_seconds",
+                                               "links_per_chip",
+                                               "topology",
+                                               "sources"};
+  for (const auto& [key, value] : j.items()) {
+    if (!kKnown.contains(key)) {
+      throw InvalidArgumentError("unknown hardware profile key '" + key +
+                                 "' (known: " + join(kKnown) + ")");
+    }
+  }
+  for (const char* key : {"name", "peak_flops_per_second", "hbm_bytes", "hbm_bytes_per_second",
+                          "vmem_bytes", "smem_bytes", "accumulator_bytes"}) {
+    if (!j.contains(key)) {
+      throw InvalidArgumentError(std::string("hardware profile lacks the required key '") + key +
+                                 "'");
+    }
+  }
+  HardwareProfile p;
+  p.name = string_field(j, "name");
+  if (j.contains("description")) p.description = string_field(j, "description");
+  if (j.contains("cores_per_chip"))
+    p.cores_per_chip = static_cast<int>(number_field(j, "cores_per_chip"));
+  const nlohmann::json& flops = j.at("peak_flops_per_second");
+  if (!flops.is_object()) {
+    throw InvalidArgumentError("hardware profile key 'peak_flops_per_second' is " + flops.dump() +
+                               " (expected an object such as {\"bf16\": 1.97e14})");
+  }
+  for (const auto& [dtype, value] : flops.items()) {
+    if (!value.is_number()) {
+      throw InvalidArgumentError("hardware profile peak_flops_per_second." + dtype + " is " +
+                                 value.dump() + " (expected a number)");
+    }
+    p.peak_flops_per_second[dtype] = value.get<double>();
+  }
+  p.hbm_bytes = size_field(j, "hbm_bytes");
+  p.hbm_bytes_per_second = number_field(j, "hbm_bytes_per_second");
+  p.vmem_bytes = size_field(j, "vmem_bytes");
+  p.scoped_vmem_limit_bytes = j.contains("scoped_vmem_limit_bytes")
+                                  ? size_field(j, "scoped_vmem_limit_bytes")
+                                  : std::min<uint64_t>(p.vmem_bytes, 16 * kMiB);
+  p.smem_bytes = size_field(j, "smem_bytes");
+  p.accumulator_bytes = size_field(j, "accumulator_bytes");
+  if (j.contains("link_bytes_per_second"))
+    p.link_bytes_per_second = number_field(j, "link_bytes_per_second");
+  if (j.contains("link_latency_seconds"))
+    p.link_latency_seconds = number_field(j, "link_latency_seconds");
+  if (j.contains("links_per_chip"))
+    p.links_per_chip = static_cast<int>(number_field(j, "links_per_chip"));
+  if (j.contains("topology")) p.topology = string_field(j, "topology");
+  if (j.contains("sources")) {
+    const nlohmann::json& s = j.at("sources");
+    if (!s.is_object()) {
+      throw InvalidArgumentError("hardware profile key 'sources' is " + s.dump() +
+                                 " (expected an object of field name to source text)");
+    }
+    for (const auto& [k, v] : s.items())
+      p.sources[k] = v.is_string() ? v.get<std::string>() : v.dump();
+  }
+  p.validate();
+  return p;
+}
+
+nlohmann::json HardwareProfile::to_json() const {
+  nlohmann::json j{{"name", name},
+                   {"description", description},
+                   {"cores_per_chip", cores_per_chip},
+                   {"peak_flops_per_second", peak_flops_per_second},
+                   {"hbm_bytes", hbm_bytes},
+                   {"hbm_bytes_per_second", hbm_bytes_per_second},
+                   {"vmem_bytes", vmem_bytes},
+                   {"scoped_vmem_limit_bytes", scoped_vmem_limit_bytes},
+                   {"smem_bytes", smem_bytes},
+                   {"accumulator_bytes", accumulator_bytes},
+                   {"link_bytes_per_second", link_bytes_per_second},
+                   {"link_latency_seconds", link_latency_seconds},
+                   {"links_per_chip", links_per_chip},
+                   {"topology", topology},
+                   {"sources", sources}};
+  return j;
+}
+
+HardwareProfile HardwareProfile::load_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw NotFoundError("cannot open hardware profile file '" + path + "'");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgumentError("hardware profile file '" + path +
+                               "' is not valid JSON: " + e.what());
+  }
+  try {
+    return from_json(j);
+  } catch (const InvalidArgumentError& e) {
+    throw InvalidArgumentError("hardware profile file '" + path + "': " + e.message());
+  }
+}
+
+std::vector<std::string> HardwareProfile::builtin_names() {
+  std::vector<std::string> names;
+  for (const auto& [stem, text] : kBuiltinProfiles) {
+    names.push_back(nlohmann::json::parse(text).at("name").get<std::string>());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+HardwareProfile HardwareProfile::get(const std::string& name_or_path) {
+  if (name_or_path.size() > 5 && name_or_path.ends_with(".json")) {
+    return load_json_file(name_or_path);
+  }
+  for (const auto& [stem, text] : kBuiltinProfiles) {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    if (j.at("name").get<std::string>() == name_or_path || stem == name_or_path) {
+      return from_json(j);
+    }
+  }
+  throw NotFoundError("unknown hardware profile '" + name_or_path + "' (expected one of: " +
+                      join(builtin_names()) + ", or a path ending in .json)");
+}
+
+}  // namespace vtpu

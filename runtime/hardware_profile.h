@@ -1,0 +1,61 @@
+// Hardware profiles: the figures of one accelerator chip that a cost model needs (peak FLOP/s per
+// dtype, HBM bytes and bandwidth, on-core memories, interconnect links), loaded from JSON.
+//
+// vtpu ships profiles for TPU v4, v5e and v5p (profiles/tpu_*.json, embedded in the library at
+// build time and installed under share/vtpu/profiles) with the public figure and its source for
+// every field ("sources" in the JSON; figures that are not published are marked UNSURE there and
+// in docs/KERNELS.md). A "this machine" profile is written by `vtpu bench hardware` (examples/),
+// which measures memcpy bandwidth and single-threaded Eigen GEMM throughput. Used by the pipelined
+// kernels' simulated time (runtime/pallas_call.h) and meant for the sharding planner's cost model.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+namespace vtpu {
+
+/// One chip's figures. Units are in the names: bytes, bytes per second, FLOP per second, seconds.
+/// Plain data, thread-compatible.
+struct HardwareProfile {
+  std::string name;         // "v5e", "v4", "v5p", "this_machine", ...
+  std::string description;  // free text
+  int cores_per_chip = 1;   // cores the per-chip figures are split over (1: figures are per core)
+  /// Peak FLOP/s per XLA dtype name ("bf16", "f32", "int8", ...); at least one entry.
+  std::map<std::string, double> peak_flops_per_second;
+  uint64_t hbm_bytes = 0;                // HBM capacity per chip
+  double hbm_bytes_per_second = 0.0;     // HBM bandwidth per chip
+  uint64_t vmem_bytes = 0;               // physical VMEM per core
+  uint64_t scoped_vmem_limit_bytes = 0;  // default scoped VMEM limit of a kernel (<= vmem_bytes)
+  uint64_t smem_bytes = 0;               // scalar memory per core
+  uint64_t accumulator_bytes = 0;        // matrix-unit accumulator memory per core (vtpu model)
+  double link_bytes_per_second = 0.0;    // one direction of one inter-chip link
+  double link_latency_seconds = 0.0;     // one hop
+  int links_per_chip = 0;
+  std::string topology;  // "torus_2d", "torus_3d", "ring", "shared_memory"
+  /// Source of each figure, keyed by field name ("hbm_bytes_per_second", or
+  /// "peak_flops_per_second.bf16"); "UNSURE: ..." where the figure is not published.
+  std::map<std::string, std::string> sources;
+
+  /// Peak FLOP/s for `dtype` ("f32", "bf16"). Throws InvalidArgumentError naming the dtype and the
+  /// dtypes the profile lists.
+  double peak_flops(const std::string& dtype) const;
+
+  /// Throws InvalidArgumentError naming the first field that is missing or out of range.
+  void validate() const;
+  /// Parses and validates; unknown keys are an error. Sizes may be integers or strings ("16M").
+  static HardwareProfile from_json(const nlohmann::json& j);
+  nlohmann::json to_json() const;
+  /// Reads a JSON file. Throws NotFoundError / InvalidArgumentError (with the path).
+  static HardwareProfile load_json_file(const std::string& path);
+
+  /// A shipped profile by name ("v4", "v5e", "v5p"), or, when `name_or_path` ends in ".json", the
+  /// file at that path. Throws NotFoundError listing the shipped names for anything else.
+  static HardwareProfile get(const std::string& name_or_path);
+  /// Names of the shipped profiles, sorted.
+  static std::vector<std::string> builtin_names();
+};
+
+}  // namespace vtpu

@@ -1,0 +1,80 @@
+// Tests for runtime/hardware_profile.h: the shipped profiles carry the public figures (issue 6's
+// v5e numbers), every figure names its source, and bad profiles are rejected with clear errors.
+#include "runtime/hardware_profile.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+
+namespace vtpu {
+namespace {
+
+TEST(HardwareProfileTest, ShipsV4V5eV5pAndAMeasuredThisMachine) {
+  const std::vector<std::string> names = HardwareProfile::builtin_names();
+  EXPECT_EQ(names, (std::vector<std::string>{"this_machine", "v4", "v5e", "v5p"}));
+  // The measured profile says how it was measured.
+  const HardwareProfile p = HardwareProfile::get("this_machine");
+  EXPECT_NE(p.sources.at("hbm_bytes_per_second").find("memcpy"), std::string::npos);
+  EXPECT_NE(p.sources.at("peak_flops_per_second.f32").find("Eigen"), std::string::npos);
+}
+
+TEST(HardwareProfileTest, V5eHasThePublicFiguresIssue6Quotes) {
+  const HardwareProfile p = HardwareProfile::get("v5e");
+  EXPECT_EQ(p.hbm_bytes, uint64_t{16} << 30);
+  EXPECT_DOUBLE_EQ(p.hbm_bytes_per_second, 8.1e11);
+  EXPECT_DOUBLE_EQ(p.peak_flops("bf16"), 1.97e14);
+  EXPECT_DOUBLE_EQ(p.link_bytes_per_second, 4.5e10);
+  EXPECT_EQ(p.topology, "torus_2d");
+  EXPECT_EQ(p.scoped_vmem_limit_bytes, uint64_t{16} << 20);  // Pallas's default scoped VMEM
+}
+
+TEST(HardwareProfileTest, EveryFigureOfEveryShippedProfileNamesItsSource) {
+  for (const std::string& name : HardwareProfile::builtin_names()) {
+    const HardwareProfile p = HardwareProfile::get(name);
+    for (const char* field : {"hbm_bytes", "hbm_bytes_per_second", "vmem_bytes",
+                              "scoped_vmem_limit_bytes", "smem_bytes", "accumulator_bytes",
+                              "link_bytes_per_second", "link_latency_seconds", "topology"}) {
+      EXPECT_TRUE(p.sources.contains(field)) << name << " lacks a source for " << field;
+    }
+    for (const auto& [dtype, flops] : p.peak_flops_per_second) {
+      EXPECT_TRUE(p.sources.contains("peak_flops_per_second." + dtype)) << name << " " << dtype;
+    }
+  }
+}
+
+TEST(HardwareProfileTest, JsonRoundTrips) {
+  const HardwareProfile p = HardwareProfile::get("v4");
+  const HardwareProfile q = HardwareProfile::from_json(p.to_json());
+  EXPECT_EQ(q.to_json(), p.to_json());
+}
+
+TEST(HardwareProfileTest, UnknownNameListsTheShippedOnes) {
+  try {
+    HardwareProfile::get("v9000");
+    FAIL() << "expected NotFoundError";
+  } catch (const NotFoundError& e) {
+    EXPECT_NE(std::string(e.what()).find("v9000"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("v5e"), std::string::npos);
+  }
+}
+
+TEST(HardwareProfileTest, RejectsBadProfiles) {
+  nlohmann::json j = HardwareProfile::get("v5e").to_json();
+  j["hbm_bandwidth"] = 1;  // misspelt key
+  EXPECT_THROW(HardwareProfile::from_json(j), InvalidArgumentError);
+  j = HardwareProfile::get("v5e").to_json();
+  j["hbm_bytes_per_second"] = -1.0;
+  EXPECT_THROW(HardwareProfile::from_json(j), InvalidArgumentError);
+  j = HardwareProfile::get("v5e").to_json();
+  j["scoped_vmem_limit_bytes"] = j["vmem_bytes"].get<uint64_t>() + 1;
+  EXPECT_THROW(HardwareProfile::from_json(j), InvalidArgumentError);
+  j = HardwareProfile::get("v5e").to_json();
+  j.erase("peak_flops_per_second");
+  EXPECT_THROW(HardwareProfile::from_json(j), InvalidArgumentError);
+  EXPECT_THROW(HardwareProfile::get("v5e").peak_flops("f8"), InvalidArgumentError);
+}
+
+}  // namespace
+}  // namespace vtpu

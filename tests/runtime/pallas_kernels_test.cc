@@ -1,0 +1,110 @@
+// Tests for runtime/pallas_kernels.h against Eigen references: tiled matmul (plain and
+// transposed operands), fused dense (bias + ReLU) and row-wise softmax, for shapes that divide
+// evenly into blocks and shapes with edge blocks, with 1, 2 and 3 buffers.
+#include "runtime/pallas_kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <Eigen/Core>
+#include <random>
+
+#include "runtime/device_buffer.h"
+#include "runtime/virtual_core.h"
+
+namespace vtpu {
+namespace {
+
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Map = Eigen::Map<RowMatrix>;
+
+struct Mat {
+  DeviceBuffer buf;
+  HbmMatrix m;
+  Map view() const { return Map(buf.as<float>().data(), m.rows, m.cols); }
+};
+
+Mat make(VirtualCore& core, int64_t rows, int64_t cols, uint64_t seed) {
+  Mat x{DeviceBuffer(core.hbm_shared(), static_cast<uint64_t>(rows * cols) * 4, "m"), {}};
+  x.m = HbmMatrix{&x.buf, rows, cols};
+  std::mt19937 gen(static_cast<unsigned>(seed));
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  for (float& v : x.buf.as<float>()) v = d(gen);
+  return x;
+}
+
+// Largest |a - b| relative to the largest |b| (f32 sums in a different order differ slightly).
+double rel_error(const RowMatrix& got, const RowMatrix& want) {
+  return (got - want).cwiseAbs().maxCoeff() / std::max(1.0f, want.cwiseAbs().maxCoeff());
+}
+
+struct MatmulCase {
+  int64_t m, k, n, bm, bk, bn;
+  bool ta, tb;
+};
+
+class PallasMatmulTest : public ::testing::TestWithParam<std::tuple<MatmulCase, int>> {};
+
+TEST_P(PallasMatmulTest, EqualsEigen) {
+  const auto [c, buffers] = GetParam();
+  VirtualCore core(0, 256 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  Mat a = c.ta ? make(core, c.k, c.m, 1) : make(core, c.m, c.k, 1);
+  Mat b = c.tb ? make(core, c.n, c.k, 2) : make(core, c.k, c.n, 2);
+  Mat out = make(core, c.m, c.n, 3);
+  MatmulOptions o{c.bm, c.bn, c.bk, buffers, c.ta, c.tb, MatmulEpilogue::kNone};
+  const PallasCallStats st = pallas_matmul(core, a.m, b.m, out.m, o);
+  const RowMatrix A = c.ta ? RowMatrix(a.view().transpose()) : RowMatrix(a.view());
+  const RowMatrix B = c.tb ? RowMatrix(b.view().transpose()) : RowMatrix(b.view());
+  const RowMatrix want = A * B;
+  EXPECT_LT(rel_error(out.view(), want), 1e-5);
+  EXPECT_DOUBLE_EQ(st.total_flops, 2.0 * c.m * c.n * c.k);
+  EXPECT_EQ(core.memory(MemorySpace::kAccumulator).memory_stats().peak_bytes_in_use,
+            static_cast<uint64_t>(std::min(c.bm, c.m) * std::min(c.bn, c.n) * 4 + 255) / 256 * 256);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, PallasMatmulTest,
+    ::testing::Combine(
+        ::testing::Values(MatmulCase{256, 512, 384, 128, 128, 128, false, false},  // even
+                          MatmulCase{100, 300, 200, 32, 128, 128, false, false},   // edges
+                          MatmulCase{64, 200, 130, 64, 128, 128, true, false},     // A^T, edges
+                          MatmulCase{48, 256, 136, 16, 128, 128, false, true},     // B^T, edges
+                          MatmulCase{8, 64, 10, 8, 64, 10, true, true}),           // whole dims
+        ::testing::Values(1, 2, 3)));
+
+TEST(PallasDenseTest, BiasAndReluEqualEigen) {
+  VirtualCore core(0, 64 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  Mat x = make(core, 72, 200, 1), w = make(core, 200, 300, 2), bias = make(core, 1, 300, 3);
+  Mat out = make(core, 72, 300, 4);
+  pallas_dense(core, x.m, w.m, bias.m, out.m, MatmulOptions{32, 128, 128, 2});
+  const RowMatrix want = ((x.view() * w.view()).rowwise() + bias.view().row(0)).cwiseMax(0.0f);
+  EXPECT_LT(rel_error(out.view(), want), 1e-5);
+  EXPECT_GT((out.view().array() == 0.0f).count(), 0);  // ReLU clipped something
+  MatmulOptions no_relu{32, 128, 128, 2};
+  no_relu.epilogue = MatmulEpilogue::kBias;
+  pallas_dense(core, x.m, w.m, bias.m, out.m, no_relu);
+  EXPECT_LT(rel_error(out.view(), (x.view() * w.view()).rowwise() + bias.view().row(0)), 1e-5);
+}
+
+TEST(PallasSoftmaxTest, RowsEqualEigenIncludingAnEdgeBlock) {
+  VirtualCore core(0, 64 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  for (int buffers : {1, 2, 3}) {
+    Mat x = make(core, 100, 300, 7), out = make(core, 100, 300, 8);
+    x.view() *= 10.0f;  // large logits: only the max-subtracted form stays finite
+    pallas_softmax(core, x.m, out.m, 16, buffers);  // 7 blocks of 16 rows, the last has 4
+    RowMatrix want(100, 300);
+    for (int r = 0; r < 100; ++r) {
+      const Eigen::ArrayXf e = (x.view().row(r).array() - x.view().row(r).maxCoeff()).exp();
+      want.row(r) = (e / e.sum()).matrix().transpose();
+    }
+    EXPECT_LT(rel_error(out.view(), want), 1e-6) << buffers;
+  }
+}
+
+TEST(PallasMatmulCallTest, MismatchedShapesAreRejected) {
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  Mat a = make(core, 8, 16, 1), b = make(core, 17, 8, 2), out = make(core, 8, 8, 3);
+  EXPECT_THROW(pallas_matmul(core, a.m, b.m, out.m), InvalidArgumentError);
+}
+
+}  // namespace
+}  // namespace vtpu
