@@ -491,7 +491,8 @@ Algorithm Communicator::resolve_all_reduce_algorithm(Algorithm requested, uint64
     case Algorithm::kRingReduceScatter:
       break;
     case Algorithm::kDirect:
-      if (!direct_access_) {
+      // One core has no links (and runs kLocal below); a bigger group needs direct access.
+      if (!direct_access_ && size() > 1) {
         throw UnimplementedError(
             "all_reduce algorithm direct needs links with direct access; "
             "transport " +

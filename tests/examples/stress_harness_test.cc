@@ -56,7 +56,9 @@ TEST(StressHarnessTest, EightCoresUnderLoadKeepEveryChecksumThroughDefragmentati
     EXPECT_EQ(s["events"], events) << run["allocator"];
     // bfc compacts at this occupancy whatever the timing; whether tlsf does depends on when the
     // cross-core frees land (it did not once under ThreadSanitizer).
-    if (run["allocator"] == "bfc") EXPECT_GT(s["defragmentations"].get<uint64_t>(), 0u);
+    if (run["allocator"] == "bfc") {
+      EXPECT_GT(s["defragmentations"].get<uint64_t>(), 0u);
+    }
     EXPECT_GT(s["cross_core_frees"].get<uint64_t>(), 0u) << run["allocator"];
     EXPECT_GT(s["integrity_checks"].get<uint64_t>(), s["allocs"].get<uint64_t>() / 2);
     EXPECT_EQ(s["integrity_failures"], 0) << run["allocator"];
@@ -215,7 +217,9 @@ TEST(StressHarnessTest, RealTracesMeetTheTargets) {
     for (const auto& run : doc["runs"]) {
       ASSERT_FALSE(run.contains("error")) << name << " " << run["error"];
       best = std::min(best, run["summary"]["reserved_over_live"].get<double>());
-      if (run["allocator"] == "bfc") EXPECT_EQ(run["summary"]["false_ooms"], 0) << name;
+      if (run["allocator"] == "bfc") {
+        EXPECT_EQ(run["summary"]["false_ooms"], 0) << name;
+      }
     }
     EXPECT_LE(best, 1.10) << name;
   }

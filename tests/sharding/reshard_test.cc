@@ -234,7 +234,9 @@ TEST_F(ReshardTableTest, CachedCommunicatorsGiveTheSameResultsAndTimings) {
     ASSERT_EQ(timings.size(), plan.steps.size());
     for (size_t i = 0; i < timings.size(); ++i) {
       EXPECT_GE(timings[i].wall_seconds, timings[i].collective_seconds);
-      if (plan.steps[i].replica_groups.empty()) EXPECT_EQ(timings[i].collective_seconds, 0.0);
+      if (plan.steps[i].replica_groups.empty()) {
+        EXPECT_EQ(timings[i].collective_seconds, 0.0);
+      }
     }
   }
 }
