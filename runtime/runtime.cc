@@ -1,5 +1,7 @@
 #include "runtime/runtime.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -68,6 +70,22 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
         i, options_.hbm_bytes_per_core, ArenaLimit::fraction(options_.hbm_memory_fraction), a,
         memory));
   }
+  pin_core_threads();
+}
+
+void Runtime::pin_core_threads() {
+  if (options_.pin_threads == "off") return;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
+  if (cpus.empty()) return;
+  // auto: a lone core has no peer to hand off to, so it is left free (several one-core runtimes,
+  // e.g. parallel tests, would otherwise all land on the first CPU).
+  if (options_.pin_threads == "auto" && (cores_.size() < 2 || cores_.size() > cpus.size())) return;
+  for (size_t i = 0; i < cores_.size(); ++i) cores_[i]->pin_to_cpu(cpus[i % cpus.size()]);
 }
 
 Runtime::~Runtime() {

@@ -79,6 +79,8 @@ class Runtime {
   void remove_abort_handler(int id);
 
  private:
+  // Applies RuntimeOptions::pin_threads to the cores' threads (constructor only).
+  void pin_core_threads();
   void notify_abort(int failed_core, const std::exception_ptr& error);
   void check_core_ids(const std::vector<int>& core_ids) const;
 

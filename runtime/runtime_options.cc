@@ -91,6 +91,10 @@ void RuntimeOptions::validate() const {
   if (hardware_profile.empty()) {
     throw InvalidArgumentError("hardware_profile is empty (expected a name such as \"v5e\")");
   }
+  if (pin_threads != "auto" && pin_threads != "on" && pin_threads != "off") {
+    throw InvalidArgumentError("pin_threads is '" + pin_threads +
+                               "' (expected \"auto\", \"on\" or \"off\")");
+  }
   const auto& algorithms = collective_algorithm_names();
   if (std::find(algorithms.begin(), algorithms.end(), collective_algorithm) == algorithms.end()) {
     throw InvalidArgumentError("collective_algorithm is '" + collective_algorithm +
@@ -125,6 +129,7 @@ RuntimeOptions RuntimeOptions::from_json(const nlohmann::json& j) {
                                                "collective_timeout_ms",
                                                "record_memory_events",
                                                "collective_algorithm",
+                                               "pin_threads",
                                                "hardware_profile",
                                                "vmem_limit_bytes",
                                                "smem_bytes",
@@ -192,6 +197,13 @@ RuntimeOptions RuntimeOptions::from_json(const nlohmann::json& j) {
     }
     o.collective_algorithm = j.at("collective_algorithm").get<std::string>();
   }
+  if (j.contains("pin_threads")) {
+    if (!j.at("pin_threads").is_string()) {
+      throw InvalidArgumentError("options key 'pin_threads' is " + j.at("pin_threads").dump() +
+                                 " (expected \"auto\", \"on\" or \"off\")");
+    }
+    o.pin_threads = j.at("pin_threads").get<std::string>();
+  }
   if (j.contains("hardware_profile")) {
     if (!j.at("hardware_profile").is_string()) {
       throw InvalidArgumentError("options key 'hardware_profile' is " +
@@ -257,6 +269,7 @@ nlohmann::json RuntimeOptions::to_json() const {
                         {"link_num_slots", link_num_slots},
                         {"collective_timeout_ms", collective_timeout.count()},
                         {"collective_algorithm", collective_algorithm},
+                        {"pin_threads", pin_threads},
                         {"hardware_profile", hardware_profile},
                         {"vmem_limit_bytes", vmem_limit_bytes},
                         {"smem_bytes", smem_bytes},

@@ -15,7 +15,7 @@ namespace vtpu {
 ///    "hbm_memory_fraction": 1.0, "auto_defragment": true, "record_memory_events": false,
 ///    "hbm_backing": true,
 ///    "link_slot_bytes": "1M" | 1048576, "link_num_slots": 4, "collective_timeout_ms": 30000,
-///    "collective_algorithm": "auto",
+///    "collective_algorithm": "auto", "pin_threads": "auto",
 ///    "hardware_profile": "v5e", "vmem_limit_bytes": "16M", "smem_bytes": 0,
 ///    "accumulator_bytes": 0, "dma_bytes_per_second": 0, "dma_latency_us": 0,
 ///    "dma_timeout_ms": 30000}
@@ -43,6 +43,16 @@ struct RuntimeOptions {
   /// "ring_reduce_scatter" (not deterministic across algorithms; see the README), "direct" (needs
   /// links with direct access, as in process).
   static const std::vector<std::string>& collective_algorithm_names();
+  /// CPU affinity of the cores' threads: "auto" (default) pins core i's thread to the i-th CPU
+  /// the process may run on when there are at least 2 cores and no more cores than those CPUs,
+  /// and leaves the threads to the scheduler otherwise; "on" always pins round-robin (core i to
+  /// CPU i mod the CPU count); "off" never pins. Pinning is what MPI launchers do by default
+  /// (OpenMPI binds each rank to a core when there are at most two ranks). Without it, Linux's
+  /// wake-affine placement tends to keep two threads that wake each other on one CPU, where a
+  /// spin cannot see the peer's progress: a 2-core 8-byte all_reduce took 7-8 us unpinned against
+  /// 0.8-1.0 us pinned (this machine, `vtpu bench collectives --cores 2 --max-bytes 8 --iters
+  /// 2000`). Several vtpu processes at once all pin their core i to the same CPU.
+  std::string pin_threads = "auto";
 
   // The TPU memory hierarchy (runtime/memory_space.h, runtime/dma_engine.h, runtime/pallas_call.h).
   /// Hardware profile (runtime/hardware_profile.h): a shipped name ("v4", "v5e", "v5p") or a path

@@ -1,5 +1,8 @@
 #include "runtime/virtual_core.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include "common/units.h"
 #include "runtime/device_buffer.h"
 
@@ -92,6 +95,14 @@ SerialExecutor& VirtualCore::comm_executor() {
   std::lock_guard lock(comm_mu_);
   if (!comm_executor_) comm_executor_ = std::make_unique<SerialExecutor>();
   return *comm_executor_;
+}
+
+bool VirtualCore::pin_to_cpu(int cpu) {
+  if (cpu < 0 || cpu >= CPU_SETSIZE) return false;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return pthread_setaffinity_np(thread_.native_handle(), sizeof(set), &set) == 0;
 }
 
 }  // namespace vtpu

@@ -46,6 +46,10 @@ class VirtualCore {
   VirtualCore& operator=(const VirtualCore&) = delete;
 
   int core_id() const { return core_id_; }
+  /// Restricts the core's thread to one CPU (Linux CPU number). Returns false when the system
+  /// refuses (e.g. the CPU is outside the process's cpuset); the thread then keeps its affinity.
+  /// Thread-safe.
+  bool pin_to_cpu(int cpu);
   /// The default arena (what allocations without a named pool use).
   HbmArena& hbm() { return *hbm_; }
   const HbmArena& hbm() const { return *hbm_; }

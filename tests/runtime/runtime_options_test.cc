@@ -108,7 +108,7 @@ TEST(RuntimeOptionsTest, ToJsonRoundTrips) {
   EXPECT_EQ(j.at("hbm_memory_fraction").get<double>(), 0.5);
   EXPECT_FALSE(j.at("auto_defragment").get<bool>());
   EXPECT_EQ(j.at("collective_algorithm").get<std::string>(), "torus_2d");
-  EXPECT_EQ(j.size(), 18u);  // 11 + the memory hierarchy's 7 (hardware_profile .. dma_timeout_ms)
+  EXPECT_EQ(j.size(), 19u);  // 12 (with pin_threads) + the memory hierarchy's 7
   const RuntimeOptions back = RuntimeOptions::from_json(j);
   EXPECT_EQ(back.num_cores, 3);
   EXPECT_EQ(back.hbm_bytes_per_core, 5 * kMiB + 256);

@@ -4,6 +4,7 @@
 #include "runtime/runtime.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -835,6 +836,68 @@ TEST(RuntimeMemoryProfileTest, EventLogMergesEveryCore) {
     }
   }
   EXPECT_EQ(per_core, (std::vector<int>{4, 4, 4}));
+}
+
+// The CPUs the calling thread may run on, in increasing order.
+std::vector<int> thread_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  EXPECT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  return cpus;
+}
+
+std::vector<std::vector<int>> core_thread_cpus(const std::string& pin, int cores) {
+  RuntimeOptions o;
+  o.num_cores = cores;
+  o.hbm_bytes_per_core = 1 * kMiB;
+  o.pin_threads = pin;
+  Runtime rt(o);
+  std::vector<std::vector<int>> cpus(static_cast<size_t>(cores));
+  rt.run_spmd([&](CoreContext& ctx) { cpus[static_cast<size_t>(ctx.core_id())] = thread_cpus(); });
+  return cpus;
+}
+
+TEST(RuntimeTest, PinThreadsOnPinsCoreIRoundRobinOverTheAllowedCpus) {
+  const std::vector<int> allowed = thread_cpus();
+  const int cores = static_cast<int>(allowed.size()) + 1;  // one more than the CPUs: wraps
+  const auto cpus = core_thread_cpus("on", cores);
+  for (int i = 0; i < cores; ++i) {
+    EXPECT_EQ(cpus[static_cast<size_t>(i)],
+              std::vector<int>{allowed[static_cast<size_t>(i) % allowed.size()]})
+        << "core " << i;
+  }
+}
+
+TEST(RuntimeTest, PinThreadsAutoPinsOnlyWhenCoresFitTheCpus) {
+  const std::vector<int> allowed = thread_cpus();
+  if (allowed.size() >= 2) {
+    const auto fit = core_thread_cpus("auto", static_cast<int>(allowed.size()));
+    for (size_t i = 0; i < fit.size(); ++i) EXPECT_EQ(fit[i], std::vector<int>{allowed[i]});
+  }
+  // One core: nothing to hand off to, left to the scheduler.
+  EXPECT_EQ(core_thread_cpus("auto", 1)[0], allowed);
+  // More cores than CPUs: every thread keeps the process's whole set (the scheduler balances).
+  for (const auto& c : core_thread_cpus("auto", static_cast<int>(allowed.size()) + 2)) {
+    EXPECT_EQ(c, allowed);
+  }
+  for (const auto& c : core_thread_cpus("off", 1)) EXPECT_EQ(c, allowed);
+}
+
+TEST(RuntimeTest, PinThreadsRejectsUnknownValues) {
+  RuntimeOptions o;
+  o.pin_threads = "yes";
+  try {
+    o.validate();
+    FAIL() << "pin_threads 'yes' was accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("pin_threads is 'yes'"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(RuntimeOptions::from_json(nlohmann::json{{"pin_threads", "off"}}).pin_threads, "off");
+  EXPECT_THROW(RuntimeOptions::from_json(nlohmann::json{{"pin_threads", true}}),
+               InvalidArgumentError);
 }
 
 }  // namespace
