@@ -341,8 +341,10 @@ std::string check_options_for(const CollectiveBenchOptions& o, const CollectiveB
            " is not a multiple of 64 (every element type must divide a slot)";
   }
   if (o.min_bytes > o.max_bytes) {
-    return "--min-bytes " + std::to_string(o.min_bytes) + " is larger than --max-bytes " +
-           std::to_string(o.max_bytes);
+    // Says "(the default)" because a user who set only --max-bytes never typed --min-bytes.
+    return "--min-bytes " + std::to_string(o.min_bytes) +
+           (o.min_bytes == CollectiveBenchOptions{}.min_bytes ? " (the default)" : "") +
+           " is larger than --max-bytes " + std::to_string(o.max_bytes);
   }
   const uint64_t elem = data_type_bytes(o.dtype);
   if (o.min_bytes < elem) {

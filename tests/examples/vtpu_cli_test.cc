@@ -435,6 +435,9 @@ TEST(VtpuCliTest, BenchCollectivesRejectsBadInput) {
   expect_failure("bench collectives --iters 0", "--iters", 2);
   expect_failure("bench collectives --cores 1024 --max-bytes 1G", "more than 3/4 of this machine",
                  2);
+  // Regression: a --max-bytes below the default --min-bytes blamed a flag the user never typed.
+  expect_failure("bench collectives --max-bytes 4",
+                 "--min-bytes 8 (the default) is larger than --max-bytes 4", 2);
   expect_failure("bench collectives --min-bytes 64K --max-bytes 8", "is larger than --max-bytes",
                  2);
   expect_failure("bench collectives --max-bytes -8", "invalid byte size '-8'", 2);
