@@ -1,6 +1,8 @@
 #include "runtime/dma_engine.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -48,10 +50,12 @@ void DmaCopy::wait() const {
 }
 
 DmaEngine::DmaEngine(int core_id, DmaOptions options) : core_id_(core_id), options_(options) {
-  if (options_.bytes_per_second < 0) {
-    throw InvalidArgumentError("DMA bytes_per_second is " +
-                               std::to_string(options_.bytes_per_second) +
-                               " (expected >= 0; 0 = unthrottled)");
+  const double rate = options_.bytes_per_second;
+  if (!(rate == 0.0 || (rate >= 1.0 && std::isfinite(rate)))) {
+    char rate_text[32];
+    std::snprintf(rate_text, sizeof(rate_text), "%g", rate);
+    throw InvalidArgumentError("DMA bytes_per_second is " + std::string(rate_text) +
+                               " (expected 0 = unthrottled, or a finite rate >= 1 B/s)");
   }
   if (options_.latency.count() < 0 || options_.wait_timeout.count() <= 0) {
     throw InvalidArgumentError("DMA latency must be >= 0 and wait_timeout > 0");

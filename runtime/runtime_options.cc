@@ -1,6 +1,8 @@
 #include "runtime/runtime_options.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -81,12 +83,18 @@ void RuntimeOptions::validate() const {
                                  " (expected 0 for the hardware profile's size, or 1 KiB..4 GiB)");
     }
   }
-  if (!(dma_bytes_per_second >= 0.0) || dma_latency.count() < 0 || dma_timeout.count() <= 0 ||
+  // 0 = unthrottled; below 1 B/s one copy's sleep overflows the nanosecond clock (1e-300 B/s was
+  // accepted and ran unthrottled), and NaN/inf are not rates.
+  const bool rate_ok = dma_bytes_per_second == 0.0 ||
+                       (dma_bytes_per_second >= 1.0 && std::isfinite(dma_bytes_per_second));
+  if (!rate_ok || dma_latency.count() < 0 || dma_timeout.count() <= 0 ||
       dma_timeout > kMaxCollectiveTimeout) {
-    throw InvalidArgumentError("dma_bytes_per_second is " + std::to_string(dma_bytes_per_second) +
+    char rate_text[32];
+    std::snprintf(rate_text, sizeof(rate_text), "%g", dma_bytes_per_second);
+    throw InvalidArgumentError("dma_bytes_per_second is " + std::string(rate_text) +
                                ", dma_latency_us " + std::to_string(dma_latency.count()) +
                                ", dma_timeout_ms " + std::to_string(dma_timeout.count()) +
-                               " (expected >= 0, >= 0, and 1 ms..7 days)");
+                               " (expected 0 or a finite rate >= 1 B/s, >= 0, and 1 ms..7 days)");
   }
   if (hardware_profile.empty()) {
     throw InvalidArgumentError("hardware_profile is empty (expected a name such as \"v5e\")");

@@ -174,6 +174,8 @@ TEST(RuntimeOptionsTest, MemoryHierarchyKeys) {
   EXPECT_EQ(back.hardware_profile, "v4");
   expect_rejected(json{{"vmem_limit_bytes", "8G"}}, {"vmem_limit_bytes", "8589934592"});
   expect_rejected(json{{"dma_bytes_per_second", -1}}, {"dma_bytes_per_second"});
+  // Regression: 1e-300 B/s was accepted and, its sleep overflowing, ran unthrottled.
+  expect_rejected(json{{"dma_bytes_per_second", 1e-300}}, {"dma_bytes_per_second", ">= 1 B/s"});
   expect_rejected(json{{"hardware_profile", 5}}, {"hardware_profile", "5"});
 }
 
