@@ -1,0 +1,121 @@
+// Trains the transformer of examples/transformer_model.h on a data x tensor mesh of virtual cores:
+// `vtpu train transformer --mesh DxT`.
+//
+// Mesh (D, T) with axes ("data", "model"), core (d, t) = d * T + t, as jax.sharding.Mesh lays out
+// devices row-major:
+//   - tensor parallel over "model": the T cores of a mesh row hold the T Megatron shards of the
+//     weights (TransformerLayout(config, T), shard t) in their HBM, and run the 2 * layers forward
+//     and 2 * layers backward all-reduces of activation gradients over their row's replica group
+//     {d*T, ..., d*T + T-1};
+//   - data parallel over "data": the D cores of a mesh column hold the same shard; each takes
+//     batch / D sequences of the global batch, and after backward one all-reduce over the column's
+//     replica group {t, T + t, ...} sums the shard's gradients and the loss (one bucket, as
+//     PyTorch DDP), then every core applies the same Adam update.
+// Every all-reduce is the Communicator's deterministic one (folds in rank order), so a run is
+// bit-reproducible, and every core of a replica group ends with identical values.
+//
+// Each core's HBM holds: its weight shard, the gradient bucket, Adam's m and v (all of the shard's
+// size), the activation workspace for batch / D sequences, and the step's tokens. The host feeds
+// the token windows each step (an input pipeline); the windows of a step are drawn from the seed
+// independently of the mesh, so every mesh sees the same global batches as the single-core run.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json_fwd.hpp>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "examples/transformer_model.h"
+#include "memory/memory_stats.h"
+#include "runtime/runtime.h"
+
+namespace vtpu::examples {
+
+/// A data x tensor mesh: `data` cores along the data-parallel axis, `tensor` along the
+/// tensor-parallel one.
+struct TransformerMesh {
+  int64_t data = 1;
+  int64_t tensor = 1;
+  int64_t num_cores() const { return data * tensor; }
+  std::string to_string() const;  // "2x4"
+};
+
+/// Parses "DxT" (e.g. "2x4"; both >= 1). Throws InvalidArgumentError naming the text.
+TransformerMesh parse_transformer_mesh(const std::string& text);
+
+/// The text a trainer reads: byte tokens and the uniform-guess loss ln(distinct tokens).
+struct TokenText {
+  std::vector<int32_t> tokens;
+  int64_t vocab_used = 0;     // distinct token ids in `tokens`
+  double uniform_loss = 0.0;  // ln(vocab_used), nats
+};
+/// <repo>/data/fortunes.txt (or $VTPU_DATA_DIR/fortunes.txt), written by scripts/fetch-data.sh.
+std::string default_fortunes_path();
+/// Reads a text file as byte tokens (bytes >= vocab become '?'). Throws NotFoundError (with the
+/// fetch-data.sh hint) when it cannot be opened, InvalidArgumentError when it is shorter than
+/// context + 2 bytes or larger than 1 GiB.
+TokenText load_token_text(const std::string& path, int64_t vocab, int64_t context);
+/// The same from memory.
+TokenText make_token_text(std::span<const char> text, int64_t vocab);
+
+/// The global batch of step `step`: `batch` window starts in [0, num_tokens - context - 1], drawn
+/// from mt19937_64(seed ^ constant) advanced step by step (raw draws modulo the range).
+/// Thread-compatible.
+class WindowSampler {
+ public:
+  WindowSampler(int64_t num_tokens, int64_t context, uint64_t seed);
+  /// The next step's `batch` starts.
+  std::vector<int64_t> next(int64_t batch);
+
+ private:
+  std::mt19937_64 gen_;
+  int64_t range_;
+};
+
+/// What a run produced. Times in seconds unless the name says otherwise.
+struct TransformerResult {
+  TransformerMesh mesh;
+  std::vector<double> losses;        // per step: mean token cross-entropy of the global batch
+  std::vector<double> step_seconds;  // per step wall time on core 0
+  double median_step_ms = 0.0;
+  double total_seconds = 0.0;    // the SPMD program, all steps
+  int64_t num_parameters = 0;    // of the whole model
+  int64_t shard_parameters = 0;  // of one core's shard
+  /// Bytes each core allocated in HBM, by purpose (the same on every core).
+  uint64_t weight_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0, activation_bytes = 0,
+           token_bytes = 0;
+  bool replicas_identical = false;  // every data replica's final shard equals replica 0's, bitwise
+  std::vector<MemoryStats> hbm;     // per core, after training (peak_bytes_in_use is the peak)
+  std::vector<CollectiveStats> tensor_all_reduce;  // per core, over its "model" replica group
+  std::vector<CollectiveStats> data_all_reduce;    // per core, over its "data" replica group
+  std::vector<std::vector<float>> shards;          // final weights of cores (0, t), t < T
+};
+void to_json(nlohmann::json& j, const TransformerResult& r);
+
+/// Trains config.steps Adam steps on `tokens` (ids < config.vocab) over `mesh`, which must use
+/// every core of `runtime` (mesh.num_cores() == runtime.num_cores()). Calls on_log(step, loss) on
+/// the host thread of core 0 every config.log_every steps and at the last step. Throws
+/// InvalidArgumentError (bad config, mesh, or too little text), OutOfMemoryError when the shard
+/// does not fit, FailedPreconditionError when the loss is not finite.
+TransformerResult train_transformer(Runtime& runtime, std::span<const int32_t> tokens,
+                                    const TransformerConfig& config, const TransformerMesh& mesh,
+                                    const std::function<void(int64_t, double)>& on_log = {});
+
+/// What `--plan PLAN.json` asks of the transformer trainer (format in /work/plan-format.md).
+struct TransformerPlan {
+  TransformerMesh mesh;
+  std::string strategy_name;
+};
+/// Reads a vtpu-plan file: format "vtpu-plan", version 1, model "transformer", a mesh of one or
+/// two axes, and a strategy whose "data" and "tensor" name mesh axes (or are null) and whose
+/// "fsdp" is null. Throws NotFoundError (cannot open), InvalidArgumentError (malformed JSON, a
+/// missing or wrong field, an unknown axis, an axis used twice or by no strategy), and
+/// UnimplementedError for FSDP ("not implemented for transformer") or several axes on one role.
+TransformerPlan read_transformer_plan(const std::string& path);
+TransformerPlan parse_transformer_plan(const nlohmann::json& plan, const std::string& source);
+
+}  // namespace vtpu::examples

@@ -1,0 +1,449 @@
+// The transformer example: the hand-written backward against central finite differences (f64),
+// Megatron shards against the unsharded model, the trainer on N cores against the single-core
+// run, learning on real text, and clear errors for bad meshes and plan files.
+#include <gtest/gtest.h>
+
+#include <barrier>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "examples/transformer_model.h"
+#include "examples/transformer_trainer.h"
+#include "runtime/runtime.h"
+
+namespace vtpu::examples {
+namespace {
+
+// A tiny model: every shape small enough that finite differences over all parameters take
+// milliseconds, with 2 layers, 4 heads and a hidden width divisible by 1, 2 and 4.
+TransformerConfig tiny_config() {
+  TransformerConfig c;
+  c.vocab = 64;
+  c.context = 5;
+  c.d_model = 8;
+  c.heads = 4;
+  c.layers = 2;
+  c.hidden = 12;
+  c.batch = 2;
+  return c;
+}
+
+// Parameters away from the init (N(0, 0.02) would make every gradient tiny and the layer norms
+// near-identity): the init plus N(0, 0.3) noise, in f64.
+std::vector<double> perturbed_parameters(const TransformerConfig& c) {
+  const std::vector<float> init = transformer_init_parameters(c);
+  std::mt19937_64 gen(7);
+  std::normal_distribution<double> noise(0.0, 0.3);
+  std::vector<double> p(init.begin(), init.end());
+  for (double& x : p) x += noise(gen);
+  return p;
+}
+
+std::vector<int32_t> random_tokens(const TransformerConfig& c, int64_t sequences, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::vector<int32_t> t(static_cast<size_t>(sequences * (c.context + 1)));
+  for (auto& x : t) x = static_cast<int32_t>(gen() % static_cast<uint64_t>(c.vocab));
+  return t;
+}
+
+TEST(TransformerModelTest, BackwardMatchesCentralFiniteDifferencesInDouble) {
+  const TransformerConfig c = tiny_config();
+  TransformerShard<double> model(c, 1, c.batch);
+  std::vector<double> p = perturbed_parameters(c);
+  const std::vector<int32_t> tokens = random_tokens(c, c.batch, 3);
+  std::vector<double> grads(p.size()), scratch(p.size());
+  std::vector<double> work(static_cast<size_t>(model.workspace_elements()));
+  const double inv_tokens = 1.0 / static_cast<double>(c.batch * c.context);
+  model.run(p, grads, tokens, inv_tokens, work, {});
+  auto loss = [&] { return model.run(p, scratch, tokens, inv_tokens, work, {}) * inv_tokens; };
+  // Central differences: truncation error O(h^2 f''') ~ 1e-10, rounding ~ 1e-16 / h ~ 1e-11.
+  const double h = 1e-5;
+  double max_err = 0.0, max_grad = 0.0;
+  std::string worst;
+  const TransformerLayout layout(c, 1);
+  for (const auto& t : layout.params()) {
+    for (int64_t i = 0; i < t.num_elements(); ++i) {
+      const size_t k = static_cast<size_t>(t.offset + i);
+      const double saved = p[k];
+      p[k] = saved + h;
+      const double up = loss();
+      p[k] = saved - h;
+      const double down = loss();
+      p[k] = saved;
+      const double fd = (up - down) / (2 * h);
+      const double err = std::abs(fd - grads[k]) / (1e-6 + std::abs(fd));
+      max_grad = std::max(max_grad, std::abs(fd));
+      if (err > max_err) {
+        max_err = err;
+        worst = t.name + "[" + std::to_string(i) + "] fd " + std::to_string(fd) + " analytic " +
+                std::to_string(grads[k]);
+      }
+    }
+  }
+  EXPECT_LT(max_err, 1e-5) << worst;
+  EXPECT_GT(max_grad, 1e-2);  // the check is not vacuous: gradients are far from zero
+}
+
+// A host all-reduce for T threads: each adds its buffer into a shared sum in rank order (the
+// Communicator's deterministic fold), then copies the sum back.
+class HostAllReduce {
+ public:
+  explicit HostAllReduce(int n) : n_(n), bar_(n), parts_(static_cast<size_t>(n)) {}
+  void operator()(int rank, std::span<double> x) {
+    parts_[static_cast<size_t>(rank)] = x;
+    bar_.arrive_and_wait();
+    if (rank == 0) {
+      sum_.assign(x.begin(), x.end());
+      for (int r = 1; r < n_; ++r)
+        for (size_t i = 0; i < x.size(); ++i) sum_[i] += parts_[static_cast<size_t>(r)][i];
+    }
+    bar_.arrive_and_wait();
+    std::copy(sum_.begin(), sum_.end(), x.begin());
+    bar_.arrive_and_wait();
+  }
+  int calls = 0;
+
+ private:
+  int n_;
+  std::barrier<> bar_;
+  std::vector<std::span<double>> parts_;
+  std::vector<double> sum_;
+};
+
+class TensorParallelShardTest : public ::testing::TestWithParam<int> {};
+
+// Megatron's claim (Shoeybi et al. 2019, Sec. 3): with heads and hidden units split, one
+// all-reduce per sub-block in forward and one in backward give the unsharded loss, and each
+// shard's gradients are the matching block of the unsharded gradients.
+TEST_P(TensorParallelShardTest, ShardsReproduceTheUnshardedLossAndGradients) {
+  const int tp = GetParam();
+  const TransformerConfig c = tiny_config();
+  const std::vector<double> full = perturbed_parameters(c);
+  const std::vector<int32_t> tokens = random_tokens(c, c.batch, 5);
+  TransformerShard<double> ref_model(c, 1, c.batch);
+  std::vector<double> ref_grads(full.size());
+  std::vector<double> ref_work(static_cast<size_t>(ref_model.workspace_elements()));
+  const double ref_loss = ref_model.run(full, ref_grads, tokens, 0.1, ref_work, {});
+
+  HostAllReduce all_reduce(tp);
+  std::vector<double> losses(static_cast<size_t>(tp));
+  std::vector<std::vector<double>> grads(static_cast<size_t>(tp));
+  std::vector<int> calls(static_cast<size_t>(tp), 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < tp; ++r) {
+    threads.emplace_back([&, r] {
+      TransformerShard<double> model(c, tp, c.batch);
+      const std::vector<double> p = shard_transformer_parameters<double>(c, full, tp, r);
+      auto& g = grads[static_cast<size_t>(r)];
+      g.resize(p.size());
+      std::vector<double> work(static_cast<size_t>(model.workspace_elements()));
+      losses[static_cast<size_t>(r)] = model.run(p, g, tokens, 0.1, work, [&](std::span<double> x) {
+        ++calls[static_cast<size_t>(r)];
+        all_reduce(r, x);
+      });
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < tp; ++r) {
+    EXPECT_NEAR(losses[static_cast<size_t>(r)], ref_loss, 1e-10 * std::abs(ref_loss));
+    EXPECT_EQ(calls[static_cast<size_t>(r)], 4 * c.layers);  // 2 forward + 2 backward per block
+    const std::vector<double> want = shard_transformer_parameters<double>(c, ref_grads, tp, r);
+    ASSERT_EQ(grads[static_cast<size_t>(r)].size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_NEAR(grads[static_cast<size_t>(r)][i], want[i], 1e-12 + 1e-9 * std::abs(want[i]))
+          << "rank " << r << " element " << i;
+    }
+  }
+  // The shard is 1/T of the split weights plus the replicated ones.
+  const TransformerLayout one(c, 1), sharded(c, tp);
+  int64_t split = 0;
+  for (const auto& p : one.params())
+    if (p.spec.to_string() != "P()") split += p.num_elements();
+  EXPECT_EQ(sharded.size(), one.size() - split + split / tp);
+}
+
+INSTANTIATE_TEST_SUITE_P(TensorSizes, TensorParallelShardTest, ::testing::Values(1, 2, 4));
+
+TEST(TransformerModelTest, ShardingFollowsThePartitionSpecs) {
+  const TransformerConfig c = tiny_config();
+  const TransformerLayout l(c, 2);
+  EXPECT_EQ(l.param("blocks.0.attn.wqkv").spec.to_string(), "P(None, None, 'model')");
+  EXPECT_EQ(l.param("blocks.0.attn.wqkv").local_shape, (std::vector<int64_t>{8, 3, 4}));
+  EXPECT_EQ(l.param("blocks.1.attn.wo").local_shape, (std::vector<int64_t>{4, 8}));
+  EXPECT_EQ(l.param("blocks.1.mlp.w1").local_shape, (std::vector<int64_t>{8, 6}));
+  EXPECT_EQ(l.param("blocks.1.mlp.w2").local_shape, (std::vector<int64_t>{6, 8}));
+  EXPECT_EQ(l.param("head.w").local_shape, (std::vector<int64_t>{8, 64}));
+  // Shard 1 of wqkv (D, 3, D) over 2: element (i, j, k) of the block is (i, j, 4 + k) of the
+  // global array, checked on a hand-made full vector holding each element's own index.
+  std::vector<double> full(static_cast<size_t>(TransformerLayout(c, 1).size()));
+  for (size_t i = 0; i < full.size(); ++i) full[i] = static_cast<double>(i);
+  const auto shard = shard_transformer_parameters<double>(c, full, 2, 1);
+  const int64_t g0 = TransformerLayout(c, 1).offset("blocks.0.attn.wqkv");
+  const int64_t s0 = l.offset("blocks.0.attn.wqkv");
+  for (int64_t i = 0; i < 8; ++i)
+    for (int64_t j = 0; j < 3; ++j)
+      for (int64_t k = 0; k < 4; ++k)
+        EXPECT_EQ(shard[static_cast<size_t>(s0 + (i * 3 + j) * 4 + k)],
+                  static_cast<double>(g0 + (i * 3 + j) * 8 + 4 + k));
+}
+
+TEST(TransformerModelTest, AdamMatchesTheAlgorithmByHand) {
+  TransformerConfig c;
+  c.learning_rate = 0.1f;
+  std::vector<float> p{1.0f, -2.0f}, g{0.5f, -0.25f}, m{0, 0}, v{0, 0};
+  adam_update(p, g, m, v, 1, c);
+  // Step 1: m_hat = g, v_hat = g^2, so the update is lr * g / (|g| + eps) = lr * sign(g).
+  EXPECT_NEAR(p[0], 0.9f, 1e-6);
+  EXPECT_NEAR(p[1], -1.9f, 1e-6);
+  EXPECT_NEAR(m[0], 0.05f, 1e-7);
+  EXPECT_NEAR(v[1], 0.001f * 0.0625f, 1e-9);
+}
+
+TEST(TransformerModelTest, TokenizeMapsNonAsciiToQuestionMark) {
+  const std::string s = "a\xc3\xa9Z";
+  EXPECT_EQ(tokenize_bytes(s, 128), (std::vector<int32_t>{'a', '?', '?', 'Z'}));
+  const TokenText t = make_token_text(s, 128);
+  EXPECT_EQ(t.vocab_used, 3);
+  EXPECT_NEAR(t.uniform_loss, std::log(3.0), 1e-12);
+}
+
+// ---- trainer ---------------------------------------------------------------------------------
+
+std::string english_text() {
+  std::string s;
+  const char* lines[] = {"The quick brown fox jumps over the lazy dog.\n",
+                         "A journey of a thousand miles begins with a single step.\n",
+                         "To be or not to be, that is the question.\n",
+                         "All that glitters is not gold; all who wander are not lost.\n"};
+  for (int i = 0; i < 40; ++i) s += lines[i % 4];
+  return s;
+}
+
+TransformerConfig small_config() {
+  TransformerConfig c;
+  c.context = 16;
+  c.d_model = 16;
+  c.heads = 4;
+  c.layers = 2;
+  c.hidden = 32;
+  c.batch = 8;
+  c.steps = 6;
+  c.log_every = 0;
+  return c;
+}
+
+TransformerResult train_on(const TransformerConfig& c, TransformerMesh mesh,
+                           std::span<const int32_t> tokens) {
+  RuntimeOptions o;
+  o.num_cores = static_cast<int>(mesh.num_cores());
+  o.hbm_bytes_per_core = 64 << 20;
+  Runtime rt(o);
+  return train_transformer(rt, tokens, c, mesh);
+}
+
+class MeshVsSingleCoreTest : public ::testing::TestWithParam<TransformerMesh> {};
+
+TEST_P(MeshVsSingleCoreTest, LossesMatchTheSingleCoreRunWithin1e4) {
+  const TransformerConfig c = small_config();
+  const TokenText text = make_token_text(english_text(), c.vocab);
+  const TransformerResult ref = train_on(c, {1, 1}, text.tokens);
+  const TransformerMesh mesh = GetParam();
+  const TransformerResult r = train_on(c, mesh, text.tokens);
+  ASSERT_EQ(r.losses.size(), ref.losses.size());
+  for (size_t s = 0; s < ref.losses.size(); ++s) {
+    EXPECT_LE(std::abs(r.losses[s] - ref.losses[s]), 1e-4 * std::abs(ref.losses[s]))
+        << "step " << s << " mesh " << mesh.to_string();
+  }
+  EXPECT_LT(ref.losses.back(), ref.losses.front());  // it trains
+  // Final weights: each tensor shard equals the matching block of the single-core weights.
+  for (int64_t t = 0; t < mesh.tensor; ++t) {
+    const auto want = shard_transformer_parameters<float>(c, ref.shards[0], mesh.tensor, t);
+    ASSERT_EQ(r.shards[static_cast<size_t>(t)].size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(r.shards[static_cast<size_t>(t)][i], want[i], 1e-4 + 1e-3 * std::abs(want[i]))
+          << "shard " << t << " element " << i;
+    }
+  }
+  EXPECT_TRUE(r.replicas_identical);
+  // Megatron's count: 2 all-reduces per block in forward and 2 in backward on the tensor axis;
+  // one gradient bucket per step on the data axis.
+  for (size_t core = 0; core < r.tensor_all_reduce.size(); ++core) {
+    EXPECT_EQ(r.tensor_all_reduce[core].num_collectives,
+              static_cast<uint64_t>(c.steps * 4 * c.layers));
+    EXPECT_EQ(r.data_all_reduce[core].num_collectives, static_cast<uint64_t>(c.steps));
+  }
+  // Each core holds 1/T of the split weights: fewer weight bytes than the single core.
+  if (mesh.tensor > 1) {
+    EXPECT_LT(r.weight_bytes, ref.weight_bytes);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Meshes, MeshVsSingleCoreTest,
+                         ::testing::Values(TransformerMesh{1, 2}, TransformerMesh{1, 4},
+                                           TransformerMesh{2, 2}, TransformerMesh{2, 1}),
+                         [](const auto& info) {
+                           return "mesh" + std::to_string(info.param.data) + "x" +
+                                  std::to_string(info.param.tensor);
+                         });
+
+TEST(TransformerTrainerTest, SameSeedIsBitReproducible) {
+  const TransformerConfig c = small_config();
+  const TokenText text = make_token_text(english_text(), c.vocab);
+  const TransformerResult a = train_on(c, {2, 2}, text.tokens);
+  const TransformerResult b = train_on(c, {2, 2}, text.tokens);
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.shards, b.shards);
+}
+
+TEST(TransformerTrainerTest, LossFallsWellBelowUniformOnFortunes) {
+  const std::string path = std::string(VTPU_SOURCE_DIR) + "/data/fortunes.txt";
+  if (!std::filesystem::exists(path)) {
+    GTEST_SKIP() << "missing " << path << ": run scripts/fetch-data.sh";
+  }
+  TransformerConfig c;
+  c.context = 32;
+  c.d_model = 32;
+  c.heads = 4;
+  c.layers = 1;
+  c.hidden = 64;
+  c.batch = 8;
+  c.steps = 150;
+  c.log_every = 0;
+  const TokenText text = load_token_text(path, c.vocab, c.context);
+  EXPECT_GT(text.vocab_used, 80);  // English text with punctuation and digits
+  const TransformerResult r = train_on(c, {1, 2}, text.tokens);
+  double last = 0;
+  for (size_t s = r.losses.size() - 10; s < r.losses.size(); ++s) last += r.losses[s] / 10;
+  EXPECT_NEAR(r.losses.front(), text.uniform_loss, 0.2);  // the init guesses about uniformly
+  EXPECT_LT(last, 0.75 * text.uniform_loss) << "uniform " << text.uniform_loss;
+}
+
+// ---- errors ----------------------------------------------------------------------------------
+
+template <typename E, typename F>
+void expect_error(F&& f, const std::vector<std::string>& needles) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception";
+  } catch (const E& e) {
+    for (const auto& n : needles)
+      EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what() << " / " << n;
+  }
+}
+
+TEST(TransformerErrorsTest, BadMeshesNameTheValues) {
+  TransformerConfig c;  // heads 4, hidden 256, batch 16
+  expect_error<InvalidArgumentError>([&] { c.validate_mesh(1, 3); }, {"heads 4", "3"});
+  c.heads = 8;
+  c.hidden = 100;
+  expect_error<InvalidArgumentError>([&] { c.validate_mesh(1, 8); }, {"hidden 100", "8"});
+  c.hidden = 256;
+  expect_error<InvalidArgumentError>([&] { c.validate_mesh(3, 1); }, {"batch 16", "3"});
+  for (const char* m : {"2x", "x4", "0x4", "2x4x1", "two", "2*4", "-1x2"}) {
+    expect_error<InvalidArgumentError>([&] { parse_transformer_mesh(m); }, {m});
+  }
+  EXPECT_EQ(parse_transformer_mesh("2x4").num_cores(), 8);
+  // A mesh that does not use the runtime's cores exactly.
+  const TokenText text = make_token_text(english_text(), 128);
+  RuntimeOptions o;
+  o.num_cores = 2;
+  o.hbm_bytes_per_core = 64 << 20;
+  Runtime rt(o);
+  expect_error<InvalidArgumentError>(
+      [&] {
+        train_transformer(rt, text.tokens, small_config(), {1, 4});
+      },
+      {"mesh 1x4", "4 cores", "has 2"});
+  TransformerConfig bad = small_config();
+  bad.heads = 3;
+  expect_error<InvalidArgumentError>(
+      [&] {
+        train_transformer(rt, text.tokens, bad, {1, 2});
+      },
+      {"d_model 16", "heads 3"});
+}
+
+nlohmann::json good_plan() {
+  return nlohmann::json::parse(R"json({
+    "format": "vtpu-plan", "version": 1, "model": "transformer",
+    "mesh": {"axes": ["data", "model"], "shape": [2, 4]},
+    "strategy": {"name": "dp(data)+tp(model)", "data": "data", "tensor": "model", "fsdp": null},
+    "shardings": {}, "estimate": {
+  "step_seconds" : 0.01
+}
+})");
+}
+
+TEST(TransformerPlanTest, ReadsMeshAndStrategy) {
+  TransformerPlan p = parse_transformer_plan(good_plan(), "t");
+  EXPECT_EQ(p.mesh.data, 2);
+  EXPECT_EQ(p.mesh.tensor, 4);
+  EXPECT_EQ(p.strategy_name, "dp(data)+tp(model)");
+  nlohmann::json j = good_plan();
+  j["mesh"] = {{"axes", {"model", "data"}}, {"shape", {4, 2}}};
+  j["strategy"]["tensor"] = {"model"};  // a one-axis list is that axis
+  p = parse_transformer_plan(j, "t");
+  EXPECT_EQ(p.mesh.data, 2);
+  EXPECT_EQ(p.mesh.tensor, 4);
+  j = good_plan();
+  j["mesh"] = {{"axes", {"x"}}, {"shape", {4}}};
+  j["strategy"] = {{"name", "tp"}, {"data", nullptr}, {"tensor", "x"}, {"fsdp", nullptr}};
+  p = parse_transformer_plan(j, "t");
+  EXPECT_EQ(p.mesh.data, 1);
+  EXPECT_EQ(p.mesh.tensor, 4);
+}
+
+TEST(TransformerPlanTest, BadPlansGiveClearErrors) {
+  auto with = [](auto edit) {
+    nlohmann::json j = good_plan();
+    edit(j);
+    return j;
+  };
+  expect_error<UnimplementedError>(
+      [&] { parse_transformer_plan(with([](auto& j) { j["strategy"]["fsdp"] = "data"; }), "t"); },
+      {"FSDP", "not implemented for transformer"});
+  expect_error<InvalidArgumentError>(
+      [&] { parse_transformer_plan(with([](auto& j) { j["model"] = "mlp"; }), "t"); },
+      {"\"mlp\"", "expected \"transformer\""});
+  expect_error<InvalidArgumentError>(
+      [&] { parse_transformer_plan(with([](auto& j) { j["format"] = "other"; }), "t"); },
+      {"vtpu-plan"});
+  expect_error<InvalidArgumentError>(
+      [&] { parse_transformer_plan(with([](auto& j) { j["version"] = 2; }), "t"); },
+      {"version", "2"});
+  expect_error<InvalidArgumentError>(
+      [&] { parse_transformer_plan(with([](auto& j) { j["strategy"]["tensor"] = "y"; }), "t"); },
+      {"'y'", "not in the mesh axes"});
+  expect_error<InvalidArgumentError>(
+      [&] { parse_transformer_plan(with([](auto& j) { j["strategy"]["tensor"] = "data"; }), "t"); },
+      {"'data'", "both"});
+  expect_error<InvalidArgumentError>(
+      [&] { parse_transformer_plan(with([](auto& j) { j["strategy"]["data"] = nullptr; }), "t"); },
+      {"'data' of size 2", "no strategy"});
+  expect_error<InvalidArgumentError>(
+      [&] {
+        parse_transformer_plan(with([](auto& j) { j["mesh"]["shape"] = {2, 0}; }), "t");
+      },
+      {"mesh"});
+  expect_error<InvalidArgumentError>(
+      [&] { parse_transformer_plan(with([](auto& j) { j.erase("mesh"); }), "t"); }, {"mesh"});
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "vtpu_transformer_bad_plan.json").string();
+  std::ofstream(path) << "{\"format\": \"vtpu-plan\",";
+  expect_error<InvalidArgumentError>([&] { read_transformer_plan(path); },
+                                     {path, "not valid JSON"});
+  expect_error<NotFoundError>([&] { read_transformer_plan("/nonexistent/plan.json"); },
+                              {"/nonexistent/plan.json"});
+  expect_error<NotFoundError>([&] { load_token_text("/nonexistent/f.txt", 128, 8); },
+                              {"scripts/fetch-data.sh"});
+}
+
+}  // namespace
+}  // namespace vtpu::examples
