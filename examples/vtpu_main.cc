@@ -4,6 +4,8 @@
 //                  [--data FILE] [--hbm-bytes SIZE] [--config FILE] [--log-every K] [--json]
 //                  [--allocator P] [--memory-profile FILE] [--memory-snapshot FILE]
 //                  [--memory-events FILE] [--kernels eigen|pallas]
+//   vtpu train transformer [--mesh DxT | --cores N | --plan PLAN.json] [--steps S] [--seed K] ...
+//                          (examples/train_transformer_command.h)
 //   vtpu bench memory [--allocators A,B] [--live L1,L2] [--pairs K] [--hot W] [--workload W]
 //                     [--trace FILE] [--capacity SIZE] [--via policy,arena] [--seed S] [--json]
 //   vtpu bench fragmentation [--allocators A,B] [--defrag on,off] [--workloads N] [--ops K]
@@ -41,6 +43,7 @@
 #include "examples/output_path.h"
 #include "examples/reshard_command.h"
 #include "examples/stress_command.h"
+#include "examples/train_transformer_command.h"
 #include "memory/alloc_workload.h"
 #include "memory/allocator_policy.h"
 #include "memory/fragmentation_check.h"
@@ -486,6 +489,8 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   mlp->add_flag("--json", args.json, "Print the result as JSON (with the per-step losses)");
 
+  const auto transformer = vtpu::examples::add_train_transformer_command(*train);
+
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(0, 1);
   CLI::App* memory = bench->add_subcommand(
@@ -583,7 +588,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (*train && train->get_subcommands().empty()) {
-    std::fprintf(stderr, "vtpu train: expected a model name (mlp)\n%s", train->help().c_str());
+    std::fprintf(stderr, "vtpu train: expected a model name (mlp, transformer)\n%s",
+                 train->help().c_str());
     return 2;
   }
   if (*bench && bench->get_subcommands().empty()) {
@@ -602,6 +608,8 @@ int main(int argc, char** argv) {
   }
   try {
     if (*mlp) return run_train_mlp(args);
+    if (int code = 0; vtpu::examples::run_train_transformer_if_selected(*transformer, &code))
+      return code;
     if (*memory) return run_bench_memory(bench_args);
     if (*frag) return run_bench_fragmentation(frag_args);
     if (int code = 0; vtpu::examples::run_bench_collectives_if_selected(*collectives, &code))

@@ -1,0 +1,267 @@
+#include "examples/train_transformer_command.h"
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "common/error.h"
+#include "common/units.h"
+#include "examples/transformer_trainer.h"
+#include "runtime/runtime.h"
+
+namespace vtpu::examples {
+
+struct TrainTransformerCommand {
+  CLI::App* app = nullptr;
+  std::optional<int> cores;
+  std::string mesh;
+  std::string plan;
+  std::string data = default_fortunes_path();
+  std::string hbm_bytes;
+  std::string kernels = "eigen";
+  TransformerConfig config;
+  bool no_reference = false;
+  bool json = false;
+};
+
+namespace {
+
+constexpr double kMaxRelativeDifference = 1e-4;  // issue 6: N cores vs 1 core
+
+void usage_error(const std::string& message) {
+  std::fprintf(stderr, "vtpu: usage error: %s\nRun with --help for the options.\n",
+               message.c_str());
+}
+
+uint64_t total(const TransformerResult& r) {
+  return r.weight_bytes + r.gradient_bytes + r.optimizer_bytes + r.activation_bytes + r.token_bytes;
+}
+
+int run(const TrainTransformerCommand& cmd) {
+  if (cmd.kernels != "eigen") {
+    throw UnimplementedError("--kernels " + cmd.kernels +
+                             " is not implemented for transformer (expected eigen)");
+  }
+  // The mesh: --plan, else --mesh, else --cores N as 1xN, else 2x4.
+  TransformerMesh mesh{2, 4};
+  std::string strategy = "dp(data)+tp(model)";
+  if (!cmd.plan.empty()) {
+    const TransformerPlan plan = read_transformer_plan(cmd.plan);
+    mesh = plan.mesh;
+    strategy = plan.strategy_name + " (from " + cmd.plan + ")";
+  } else if (!cmd.mesh.empty()) {
+    mesh = parse_transformer_mesh(cmd.mesh);
+  } else if (cmd.cores) {
+    mesh = TransformerMesh{1, *cmd.cores};
+  }
+  if (cmd.cores && *cmd.cores != mesh.num_cores()) {
+    usage_error("--cores " + std::to_string(*cmd.cores) + " does not match the mesh " +
+                mesh.to_string() + " (" + std::to_string(mesh.num_cores()) + " cores)");
+    return 2;
+  }
+  if (mesh.tensor == 1 && cmd.plan.empty()) strategy = "dp(data)";
+  if (mesh.data == 1 && cmd.plan.empty()) strategy = mesh.tensor > 1 ? "tp(model)" : "single core";
+  const TransformerConfig& c = cmd.config;
+  c.validate();
+  c.validate_mesh(mesh.data, mesh.tensor);
+  const TokenText text = load_token_text(cmd.data, c.vocab, c.context);
+
+  RuntimeOptions options;
+  options.num_cores = static_cast<int>(mesh.num_cores());
+  if (!cmd.hbm_bytes.empty()) options.hbm_bytes_per_core = parse_bytes(cmd.hbm_bytes);
+  options.validate();
+  const int64_t params = TransformerLayout(c, 1).size();
+  const int64_t shard = TransformerLayout(c, mesh.tensor).size();
+  if (!cmd.json) {
+    std::printf(
+        "vtpu train transformer: mesh %s (data %lld x model %lld) on %d virtual cores, %s HBM "
+        "each; strategy %s\n",
+        mesh.to_string().c_str(), static_cast<long long>(mesh.data),
+        static_cast<long long>(mesh.tensor), options.num_cores,
+        format_bytes(options.hbm_bytes_per_core).c_str(), strategy.c_str());
+    std::printf("text %s: %zu byte tokens, %lld distinct\n", cmd.data.c_str(), text.tokens.size(),
+                static_cast<long long>(text.vocab_used));
+    std::printf(
+        "model: vocab %lld, context %lld, d_model %lld, heads %lld (%lld per core), layers %lld, "
+        "MLP hidden %lld (%lld per core), GELU, pre-LN, untied head; %lld parameters, %lld per "
+        "core\n",
+        static_cast<long long>(c.vocab), static_cast<long long>(c.context),
+        static_cast<long long>(c.d_model), static_cast<long long>(c.heads),
+        static_cast<long long>(c.heads / mesh.tensor), static_cast<long long>(c.layers),
+        static_cast<long long>(c.hidden), static_cast<long long>(c.hidden / mesh.tensor),
+        static_cast<long long>(params), static_cast<long long>(shard));
+    std::printf(
+        "training: batch %lld sequences (%lld per data shard), Adam lr %g, %lld steps, seed "
+        "%llu, f32\n",
+        static_cast<long long>(c.batch), static_cast<long long>(c.batch / mesh.data),
+        static_cast<double>(c.learning_rate), static_cast<long long>(c.steps),
+        static_cast<unsigned long long>(c.seed));
+    std::fflush(stdout);
+  }
+  auto log = [&](const char* who) {
+    return [&cmd, who](int64_t step, double loss) {
+      if (!cmd.json) {
+        std::printf("  %s step %6lld  loss %.6f\n", who, static_cast<long long>(step), loss);
+        std::fflush(stdout);
+      }
+    };
+  };
+  std::optional<TransformerResult> ref;
+  if (!cmd.no_reference) {
+    if (!cmd.json) std::printf("single-core reference (mesh 1x1):\n");
+    RuntimeOptions one = options;
+    one.num_cores = 1;
+    Runtime rt(one);
+    ref = train_transformer(rt, text.tokens, c, {1, 1}, log("1 core"));
+  }
+  if (!cmd.json) std::printf("mesh %s:\n", mesh.to_string().c_str());
+  Runtime runtime(options);
+  const TransformerResult r = train_transformer(runtime, text.tokens, c, mesh, log("mesh  "));
+
+  double max_rel = 0.0;
+  int64_t worst = 0;
+  if (ref) {
+    for (size_t s = 0; s < r.losses.size(); ++s) {
+      const double rel = std::abs(r.losses[s] - ref->losses[s]) / std::abs(ref->losses[s]);
+      if (rel > max_rel) {
+        max_rel = rel;
+        worst = static_cast<int64_t>(s);
+      }
+    }
+  }
+  const bool ok = !ref || max_rel <= kMaxRelativeDifference;
+  if (cmd.json) {
+    nlohmann::json j;
+    j["config"] = {{"vocab", c.vocab},     {"context", c.context},
+                   {"d_model", c.d_model}, {"heads", c.heads},
+                   {"layers", c.layers},   {"hidden", c.hidden},
+                   {"batch", c.batch},     {"steps", c.steps},
+                   {"seed", c.seed},       {"learning_rate", c.learning_rate},
+                   {"data", cmd.data},     {"strategy", strategy}};
+    j["vocab_used"] = text.vocab_used;
+    j["uniform_loss"] = text.uniform_loss;
+    j["mesh"] = r;
+    if (ref) {
+      j["reference"] = *ref;
+      j["max_relative_difference"] = max_rel;
+    }
+    std::cout << j.dump(2) << std::endl;
+  } else {
+    if (ref) {
+      std::printf("%6s %12s %12s %10s\n", "step", "loss(mesh)", "loss(1core)", "rel_diff");
+      const int64_t every = c.log_every > 0 ? c.log_every : c.steps;
+      for (int64_t s = 0; s < c.steps; ++s) {
+        if (s % every != 0 && s != c.steps - 1) continue;
+        const size_t i = static_cast<size_t>(s);
+        std::printf("%6lld %12.6f %12.6f %10.2e\n", static_cast<long long>(s), r.losses[i],
+                    ref->losses[i], std::abs(r.losses[i] - ref->losses[i]) / ref->losses[i]);
+      }
+    }
+    std::printf("uniform-guess loss ln(%lld distinct bytes) = %.4f nats; initial loss %.4f\n",
+                static_cast<long long>(text.vocab_used), text.uniform_loss, r.losses.front());
+    std::printf("final loss %.4f (mesh %s) = %.2f x uniform\n", r.losses.back(),
+                mesh.to_string().c_str(), r.losses.back() / text.uniform_loss);
+    if (ref) {
+      std::printf(
+          "single core final loss %.4f; max relative difference over %lld steps %.2e (step %lld; "
+          "limit %.0e): %s\n",
+          ref->losses.back(), static_cast<long long>(c.steps), max_rel,
+          static_cast<long long>(worst), kMaxRelativeDifference, ok ? "ok" : "EXCEEDED");
+    }
+    std::printf("time: mesh %s %.2f s (median step %.2f ms)", mesh.to_string().c_str(),
+                r.total_seconds, r.median_step_ms);
+    if (ref) {
+      std::printf(", single core %.2f s (median step %.2f ms)", ref->total_seconds,
+                  ref->median_step_ms);
+    }
+    std::printf("\n");
+    const CollectiveStats& ta = r.tensor_all_reduce[0];
+    const CollectiveStats& da = r.data_all_reduce[0];
+    std::printf(
+        "all-reduce on core 0: model axis %llu calls (%lld per step: 2 forward + 2 backward per "
+        "block), %s; data axis %llu calls, %s\n",
+        static_cast<unsigned long long>(ta.num_collectives), static_cast<long long>(4 * c.layers),
+        format_bytes(ta.bytes).c_str(), static_cast<unsigned long long>(da.num_collectives),
+        format_bytes(da.bytes).c_str());
+    std::printf(
+        "HBM per core (bytes): weights %llu, gradients+loss %llu, Adam m+v %llu, activations "
+        "%llu, tokens %llu; total %llu",
+        static_cast<unsigned long long>(r.weight_bytes),
+        static_cast<unsigned long long>(r.gradient_bytes),
+        static_cast<unsigned long long>(r.optimizer_bytes),
+        static_cast<unsigned long long>(r.activation_bytes),
+        static_cast<unsigned long long>(r.token_bytes), static_cast<unsigned long long>(total(r)));
+    if (ref) std::printf(" (single core: %llu)", static_cast<unsigned long long>(total(*ref)));
+    std::printf("\n%5s %18s %14s\n", "core", "peak_bytes_in_use", "bytes_limit");
+    for (size_t i = 0; i < r.hbm.size(); ++i) {
+      std::printf("%5zu %18llu %14llu\n", i,
+                  static_cast<unsigned long long>(r.hbm[i].peak_bytes_in_use),
+                  static_cast<unsigned long long>(r.hbm[i].bytes_limit));
+    }
+    std::printf("data replicas identical after training: %s\n",
+                r.replicas_identical ? "yes" : "NO");
+  }
+  if (!ok) {
+    std::fprintf(stderr,
+                 "vtpu: error: the mesh's losses differ from the single-core losses by %.2e "
+                 "relative at step %lld (limit %.0e)\n",
+                 max_rel, static_cast<long long>(worst), kMaxRelativeDifference);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::shared_ptr<TrainTransformerCommand> add_train_transformer_command(CLI::App& train) {
+  auto cmd = std::make_shared<TrainTransformerCommand>();
+  CLI::App* app = train.add_subcommand(
+      "transformer",
+      "Decoder-only transformer on Debian's fortunes text (character level), data parallel x "
+      "Megatron tensor parallel, checked against a single-core run");
+  cmd->app = app;
+  TransformerConfig& c = cmd->config;
+  auto* mesh = app->add_option("--mesh", cmd->mesh,
+                               "DxT: data-parallel size x tensor-parallel size (default 2x4)");
+  app->add_option("--cores", cmd->cores, "Cores; alone it means --mesh 1xN (pure tensor parallel)")
+      ->check(CLI::Range(1, 1024));
+  app->add_option("--plan", cmd->plan,
+                  "Run the mesh and strategy of a `vtpu plan --emit` file (data and tensor "
+                  "parallel; FSDP is not implemented for transformer)")
+      ->excludes(mesh);
+  app->add_option("--steps", c.steps, "Adam steps")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
+  app->add_option("--seed", c.seed, "Seed for parameter init and batch windows")
+      ->capture_default_str();
+  app->add_option("--batch", c.batch, "Sequences per step over all cores (a multiple of D)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app->add_option("--lr", c.learning_rate, "Adam learning rate (> 0)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app->add_option("--data", cmd->data, "Text file (data/fortunes.txt from scripts/fetch-data.sh)")
+      ->capture_default_str();
+  app->add_option("--log-every", c.log_every, "Print the loss every K steps (0: only the last)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--hbm-bytes", cmd->hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)");
+  app->add_option("--kernels", cmd->kernels,
+                  "Forward/backward compute: eigen (pallas is not implemented for transformer)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"eigen", "pallas"}));
+  app->add_flag("--no-reference", cmd->no_reference, "Skip the single-core reference run");
+  app->add_flag("--json", cmd->json, "Print the results as JSON (with every step's losses)");
+  return cmd;
+}
+
+bool run_train_transformer_if_selected(const TrainTransformerCommand& command, int* exit_code) {
+  if (command.app == nullptr || !command.app->parsed()) return false;
+  *exit_code = run(command);
+  return true;
+}
+
+}  // namespace vtpu::examples

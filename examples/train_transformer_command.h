@@ -1,0 +1,32 @@
+// `vtpu train transformer`: the decoder-only transformer of examples/transformer_model.h on
+// Debian's fortunes text, data parallel x Megatron tensor parallel over a mesh of virtual cores
+// (examples/transformer_trainer.h), checked against a single-core run of the same steps.
+//
+//   vtpu train transformer [--mesh DxT | --cores N | --plan PLAN.json] [--steps 200] [--seed 0]
+//                          [--batch 16] [--lr 0.003] [--data FILE] [--log-every 25]
+//                          [--hbm-bytes SIZE] [--kernels eigen] [--no-reference] [--json]
+//
+// --mesh 2x4 (default): data parallel over 2, tensor parallel over 4 (8 cores). --cores N alone
+// means --mesh 1xN. --plan reads the mesh and the strategy of a `vtpu plan --emit` file
+// (/work/plan-format.md). The single-core reference runs first unless --no-reference; the report
+// gives both runs' losses, their max relative difference (exit 1 when above 1e-4), the
+// uniform-guess loss ln(distinct bytes), times, all-reduce counts and HBM per core.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+
+namespace vtpu::examples {
+
+struct TrainTransformerCommand;
+
+/// Adds `transformer` under `train`. Keep the handle alive until after the run.
+std::shared_ptr<TrainTransformerCommand> add_train_transformer_command(CLI::App& train);
+
+/// After parsing: when `train transformer` was selected, runs it, sets *exit_code (0 ok, 1 the
+/// mesh's losses differ from the single-core ones by more than 1e-4 relative, 2 a usage error)
+/// and returns true. Throws vtpu::Error for bad input found while running (a bad plan file, heads
+/// or hidden not divisible by the tensor axis, a missing data file).
+bool run_train_transformer_if_selected(const TrainTransformerCommand& command, int* exit_code);
+
+}  // namespace vtpu::examples
