@@ -248,7 +248,17 @@ std::shared_ptr<TrainTransformerCommand> add_train_transformer_command(CLI::App&
   app->add_option("--log-every", c.log_every, "Print the loss every K steps (0: only the last)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app->add_option("--hbm-bytes", cmd->hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)");
+  app->add_option("--hbm-bytes", cmd->hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)")
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            try {
+              parse_bytes(s);
+              return std::string();
+            } catch (const Error& e) {
+              return e.message();
+            }
+          },
+          "SIZE"));
   app->add_option("--kernels", cmd->kernels,
                   "Forward/backward compute: eigen (pallas is not implemented for transformer)")
       ->capture_default_str()

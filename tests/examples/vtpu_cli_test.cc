@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -593,4 +594,99 @@ TEST(VtpuCliTest, StressReplaysTheRealTraces) {
                            " --allocators bfc --auto-defragment on --capacity-search off");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("pytorch_cnn_train.jsonl"), std::string::npos) << r.output;
+}
+
+// ---- vtpu train transformer ------------------------------------------------------------------
+
+// A small English text, so that the transformer CLI tests need no fetched data.
+std::string transformer_text_file() {
+  std::string s;
+  for (int i = 0; i < 30; ++i) {
+    s += "The quick brown fox jumps over the lazy dog. To be or not to be, that is the question.\n";
+  }
+  return temp_file("vtpu_cli_transformer.txt", s);
+}
+
+TEST(VtpuCliTest, TrainTransformerJsonMatchesTheSingleCoreRun) {
+  const CliRun r = run_cli("train transformer --mesh 2x2 --steps 3 --batch 4 --json --data " +
+                           transformer_text_file());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["mesh"]["mesh"]["data"], 2);
+  EXPECT_EQ(j["mesh"]["mesh"]["tensor"], 2);
+  ASSERT_EQ(j["mesh"]["losses"].size(), 3u);
+  ASSERT_EQ(j["reference"]["losses"].size(), 3u);
+  for (size_t s = 0; s < 3; ++s) {
+    const double a = j["mesh"]["losses"][s], b = j["reference"]["losses"][s];
+    EXPECT_LE(std::abs(a - b), 1e-4 * b) << s;
+  }
+  EXPECT_LE(j["max_relative_difference"].get<double>(), 1e-4);
+  // The text has 27 distinct bytes: the uniform guess is ln 27.
+  EXPECT_EQ(j["vocab_used"], 27);
+  EXPECT_NEAR(j["uniform_loss"].get<double>(), std::log(27.0), 1e-9);
+  ASSERT_EQ(j["mesh"]["cores"].size(), 4u);
+  // 2 layers: 8 model-axis all-reduces per step, 1 data-axis one.
+  EXPECT_EQ(j["mesh"]["cores"][3]["tensor_all_reduce"]["num_collectives"], 24);
+  EXPECT_EQ(j["mesh"]["cores"][3]["data_all_reduce"]["num_collectives"], 3);
+  // Tensor parallel over 2 holds fewer weight bytes per core than one core holding all.
+  EXPECT_LT(j["mesh"]["hbm_bytes_per_core"]["weights"].get<uint64_t>(),
+            j["reference"]["hbm_bytes_per_core"]["weights"].get<uint64_t>());
+  EXPECT_TRUE(j["mesh"]["replicas_identical"].get<bool>());
+}
+
+TEST(VtpuCliTest, TrainTransformerTextOutput) {
+  const CliRun r = run_cli("train transformer --cores 2 --steps 2 --batch 2 --log-every 1 --data " +
+                           transformer_text_file());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* needle :
+       {"mesh 1x2 (data 1 x model 2)", "strategy tp(model)", "loss(1core)",
+        "uniform-guess loss ln(27 distinct bytes)", "max relative difference",
+        "HBM per core (bytes): weights", "peak_bytes_in_use", "model axis 16 calls"}) {
+    EXPECT_NE(r.output.find(needle), std::string::npos) << needle << "\n" << r.output;
+  }
+}
+
+TEST(VtpuCliTest, TrainTransformerRunsAPlan) {
+  const std::string plan = temp_file("vtpu_cli_plan.json", R"json({
+    "format": "vtpu-plan", "version": 1, "model": "transformer",
+    "mesh": {"axes": ["data", "model"], "shape": [1, 2]},
+    "strategy": {"name": "tp-only", "data": "data", "tensor": "model", "fsdp": null}})json");
+  const CliRun r = run_cli("train transformer --plan " + plan +
+                           " --steps 2 --batch 2 --no-reference --data " + transformer_text_file());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("mesh 1x2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("strategy tp-only (from " + plan + ")"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("max relative difference"), std::string::npos) << r.output;
+}
+
+TEST(VtpuCliTest, TrainTransformerRejectsBadInput) {
+  const std::string data = " --steps 1 --batch 2 --data " + transformer_text_file();
+  expect_failure("train transformer --mesh 1x3" + data,
+                 "heads 4 are not divisible by the tensor-parallel axis size 3", 1);
+  expect_failure("train transformer --mesh 1x8 --batch 2 --steps 1 --data /dev/null",
+                 "heads 4 are not divisible by the tensor-parallel axis size 8", 1);
+  expect_failure("train transformer --mesh 2x" + data, "mesh '2x' is not DxT", 1);
+  expect_failure("train transformer --mesh 3x1" + data,
+                 "batch 2 is not divisible by the data-parallel axis size 3", 1);
+  expect_failure("train transformer --cores 3 --mesh 2x2" + data,
+                 "--cores 3 does not match the mesh 2x2", 2);
+  expect_failure("train transformer --kernels pallas" + data, "not implemented for transformer", 1);
+  expect_failure("train transformer --mesh 1x2 --plan x.json" + data, "excludes", 2);
+  expect_failure("train transformer --hbm-bytes lots" + data, "invalid byte size 'lots'", 2);
+  expect_failure("train transformer --mesh 1x2 --steps 1 --data /nonexistent.txt",
+                 "scripts/fetch-data.sh", 1);
+  expect_failure("train transformer --plan " + temp_file("vtpu_cli_bad_plan.json", "{\"format\""),
+                 "not valid JSON", 1);
+  const std::string fsdp_plan =
+      R"json({"format": "vtpu-plan", "version": 1, "model": "transformer",
+      "mesh": {"axes": ["x"], "shape": [2]},
+      "strategy": {"name": "fsdp(x)", "data": null, "tensor": null, "fsdp": "x"}})json";
+  expect_failure(
+      "train transformer --plan " + temp_file("vtpu_cli_fsdp_plan.json", fsdp_plan) + data,
+      "uses FSDP over \"x\", which is not implemented for transformer", 1);
+  const std::string mlp_plan =
+      R"json({"format": "vtpu-plan", "version": 1, "model": "mlp",
+      "mesh": {"axes": ["x"], "shape": [2]}, "strategy": {"data": "x"}})json";
+  expect_failure("train transformer --plan " + temp_file("vtpu_cli_mlp_plan.json", mlp_plan) + data,
+                 "\"model\" is \"mlp\", expected \"transformer\"", 1);
 }
