@@ -621,9 +621,10 @@ TEST(VtpuCliTest, TrainTransformerJsonMatchesTheSingleCoreRun) {
     EXPECT_LE(std::abs(a - b), 1e-4 * b) << s;
   }
   EXPECT_LE(j["max_relative_difference"].get<double>(), 1e-4);
-  // The text has 27 distinct bytes: the uniform guess is ln 27.
-  EXPECT_EQ(j["vocab_used"], 27);
-  EXPECT_NEAR(j["uniform_loss"].get<double>(), std::log(27.0), 1e-9);
+  // The text has 31 distinct bytes (a pangram's 26 letters, 'T', space, '.', ',', newline): the
+  // uniform guess is ln 31.
+  EXPECT_EQ(j["vocab_used"], 31);
+  EXPECT_NEAR(j["uniform_loss"].get<double>(), std::log(31.0), 1e-9);
   ASSERT_EQ(j["mesh"]["cores"].size(), 4u);
   // 2 layers: 8 model-axis all-reduces per step, 1 data-axis one.
   EXPECT_EQ(j["mesh"]["cores"][3]["tensor_all_reduce"]["num_collectives"], 24);
@@ -640,7 +641,7 @@ TEST(VtpuCliTest, TrainTransformerTextOutput) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* needle :
        {"mesh 1x2 (data 1 x model 2)", "strategy tp(model)", "loss(1core)",
-        "uniform-guess loss ln(27 distinct bytes)", "max relative difference",
+        "uniform-guess loss ln(31 distinct bytes)", "max relative difference",
         "HBM per core (bytes): weights", "peak_bytes_in_use", "model axis 16 calls"}) {
     EXPECT_NE(r.output.find(needle), std::string::npos) << needle << "\n" << r.output;
   }
