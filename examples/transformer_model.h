@@ -72,8 +72,8 @@ struct TransformerParam {
 /// The flat parameter vector of shard `tp_rank` of `tp_size`. Thread-safe (immutable).
 class TransformerLayout {
  public:
-  /// Throws InvalidArgumentError when tp_size does not divide heads or hidden (see
-  /// TransformerConfig::validate_mesh) or tp_rank is outside [0, tp_size).
+  /// Throws InvalidArgumentError for a bad config or when tp_size does not divide heads or hidden
+  /// (see TransformerConfig::validate_mesh).
   TransformerLayout(const TransformerConfig& config, int64_t tp_size);
 
   const std::vector<TransformerParam>& params() const { return params_; }

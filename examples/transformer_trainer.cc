@@ -362,6 +362,15 @@ TransformerPlan parse_transformer_plan(const nlohmann::json& j, const std::strin
     throw bad(std::string("strategy \"") + role + "\" names axis '" + name +
               "', which is not in the mesh axes " + jm["axes"].dump());
   };
+  if (j.contains("estimate") && j["estimate"].is_object()) {
+    const auto& e = j["estimate"];
+    if (e.contains("step_seconds") && e["step_seconds"].is_number()) {
+      plan.estimated_step_seconds = e["step_seconds"].get<double>();
+    }
+    if (e.contains("hbm_bytes_per_core") && e["hbm_bytes_per_core"].is_number_unsigned()) {
+      plan.estimated_hbm_bytes_per_core = e["hbm_bytes_per_core"].get<uint64_t>();
+    }
+  }
   plan.mesh.data = axis_size("data");
   plan.mesh.tensor = axis_size("tensor");
   for (size_t i = 0; i < axes.size(); ++i) {

@@ -98,7 +98,7 @@ void to_json(nlohmann::json& j, const TransformerResult& r);
 
 /// Trains config.steps Adam steps on `tokens` (ids < config.vocab) over `mesh`, which must use
 /// every core of `runtime` (mesh.num_cores() == runtime.num_cores()). Calls on_log(step, loss) on
-/// the host thread of core 0 every config.log_every steps and at the last step. Throws
+/// core 0's thread every config.log_every steps and at the last step. Throws
 /// InvalidArgumentError (bad config, mesh, or too little text), OutOfMemoryError when the shard
 /// does not fit, FailedPreconditionError when the loss is not finite.
 TransformerResult train_transformer(Runtime& runtime, std::span<const int32_t> tokens,
@@ -109,6 +109,9 @@ TransformerResult train_transformer(Runtime& runtime, std::span<const int32_t> t
 struct TransformerPlan {
   TransformerMesh mesh;
   std::string strategy_name;
+  // The planner's "estimate" (0 when the plan has none): to print against the measured run.
+  double estimated_step_seconds = 0.0;
+  uint64_t estimated_hbm_bytes_per_core = 0;
 };
 /// Reads a vtpu-plan file: format "vtpu-plan", version 1, model "transformer", a mesh of one or
 /// two axes, and a strategy whose "data" and "tensor" name mesh axes (or are null) and whose

@@ -391,6 +391,7 @@ TEST(TransformerPlanTest, ReadsMeshAndStrategy) {
   EXPECT_EQ(p.mesh.data, 2);
   EXPECT_EQ(p.mesh.tensor, 4);
   EXPECT_EQ(p.strategy_name, "dp(data)+tp(model)");
+  EXPECT_EQ(p.estimated_step_seconds, 0.01);
   nlohmann::json j = good_plan();
   j["mesh"] = {{"axes", {"model", "data"}}, {"shape", {4, 2}}};
   j["strategy"]["tensor"] = {"model"};  // a one-axis list is that axis

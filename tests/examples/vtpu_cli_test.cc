@@ -651,13 +651,17 @@ TEST(VtpuCliTest, TrainTransformerRunsAPlan) {
   const std::string plan = temp_file("vtpu_cli_plan.json", R"json({
     "format": "vtpu-plan", "version": 1, "model": "transformer",
     "mesh": {"axes": ["data", "model"], "shape": [1, 2]},
-    "strategy": {"name": "tp-only", "data": "data", "tensor": "model", "fsdp": null}})json");
+    "strategy": {"name": "tp-only", "data": "data", "tensor": "model", "fsdp": null},
+    "estimate": {"step_seconds": 0.5, "hbm_bytes_per_core": 1000000}})json");
   const CliRun r = run_cli("train transformer --plan " + plan +
                            " --steps 2 --batch 2 --no-reference --data " + transformer_text_file());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("mesh 1x2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("strategy tp-only (from " + plan + ")"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("max relative difference"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("planner estimate vs measured: step 0.5000 s vs"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("HBM per core 1000000 vs"), std::string::npos) << r.output;
 }
 
 TEST(VtpuCliTest, TrainTransformerRejectsBadInput) {
