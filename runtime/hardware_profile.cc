@@ -54,8 +54,12 @@ double HardwareProfile::peak_flops(const std::string& dtype) const {
   if (it == peak_flops_per_second.end()) {
     std::vector<std::string> names;
     for (const auto& [k, v] : peak_flops_per_second) names.push_back(k);
-    throw InvalidArgumentError("hardware profile '" + name + "' has no peak FLOP/s for dtype '" +
-                               dtype + "' (it lists: " + join(names) + ")");
+    const std::string where =
+        source_path.empty() ? "hardware profile '" + name + "'"
+                            : "hardware profile file '" + source_path + "' (name '" + name + "')";
+    throw InvalidArgumentError(where + " has no peak_flops_per_second." + dtype +
+                               " (it lists: " + join(names) + "; add \"" + dtype +
+                               "\" to its peak_flops_per_second)");
   }
   return it->second;
 }
@@ -198,7 +202,9 @@ HardwareProfile HardwareProfile::load_json_file(const std::string& path) {
                                "' is not valid JSON: " + e.what());
   }
   try {
-    return from_json(j);
+    HardwareProfile p = from_json(j);
+    p.source_path = path;
+    return p;
   } catch (const InvalidArgumentError& e) {
     throw InvalidArgumentError("hardware profile file '" + path + "': " + e.message());
   }
