@@ -53,7 +53,8 @@ MatmulCall make_matmul_call(const HbmMatrix& a, const HbmMatrix& b, const HbmMat
   if (o.bm < 1 || o.bn < 1 || o.bk < 1) {
     throw InvalidArgumentError("matmul block sizes bm, bn, bk must be >= 1");
   }
-  const int64_t bm = std::min(o.bm, m), bn = std::min(o.bn, n), bk = std::min(o.bk, k);
+  // Not clamped: pallas_call checks each block against its array (Pallas's rule).
+  const int64_t bm = o.bm, bn = o.bn, bk = o.bk;
   const int64_t gm = (m + bm - 1) / bm, gn = (n + bn - 1) / bn, gk = (k + bk - 1) / bk;
   MatmulCall call;
   // A block (i, kk) of op(A); stored transposed it is block (kk, i) of shape (bk, bm).
@@ -157,7 +158,7 @@ PallasCallStats pallas_softmax(VirtualCore& core, const HbmMatrix& x, const HbmM
                                " differ (expected equal shapes)");
   }
   if (block_rows < 1) throw InvalidArgumentError("softmax block_rows must be >= 1");
-  const int64_t br = std::min(block_rows, x.rows);
+  const int64_t br = block_rows;  // not clamped: pallas_call checks it
   auto row_block = [](std::span<const int64_t> g) { return std::vector<int64_t>{g[0], 0}; };
   PallasCallOptions o;
   o.name = "softmax";

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <numeric>
 
@@ -289,6 +290,155 @@ TEST(PallasCallTest, IndexMapOutsideTheArrayIsRejected) {
   EXPECT_THROW(pallas_call(core, {op2("x", in, 16, 128, {8, 128}, rows)},
                            {op2("y", out, 16, 128, {8, 128}, rows)}, o, [](KernelContext&) {}),
                InvalidArgumentError);
+}
+
+// Regression (issue 7 new-user pass): with the DMA engine throttled to 1000 B/s each (8, 128)
+// block took 4 s, the pipeline waited for the full copy and then drained the engine without
+// bound. Now the fetch wait gives up at dma timeout naming the copy, and teardown cancels the
+// queued copies, so the call fails within a second or so with nothing left in flight.
+TEST(PallasCallTest, ThrottledDmaTimesOutNamingTheCopyAndTearsDownPromptly) {
+  CoreMemoryOptions m;
+  m.dma.bytes_per_second = 1000.0;
+  m.dma.wait_timeout = 300ms;
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{}, m);
+  DeviceBuffer in = make_matrix(core, 64, 512);
+  DeviceBuffer out = make_matrix(core, 64, 512);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    scale_kernel(core, in, out, 64, 512, 8, 128, 2);
+    FAIL() << "expected DeadlineExceededError";
+  } catch (const DeadlineExceededError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("pallas_call 'scale' on core 0: fetch 0 of input 'x' (block (0, 0), "
+                        "4096 bytes) timed out"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("DMA copy of 4096 bytes on core 0 did not complete: waited"),
+              std::string::npos)
+        << what;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(seconds, 10.0);  // hang guard: the copies alone would take 4 s each
+  EXPECT_EQ(core.dma().in_flight(), 0);
+  EXPECT_GE(core.dma().copies_cancelled(), 1u);  // the prefetch of block 1 was dropped
+  EXPECT_EQ(core.memory(MemorySpace::kVmem).memory_stats().bytes_in_use, 0u);
+}
+
+// Pallas TPU has no "block <= array" rule: a block dim larger than the array is legal exactly
+// when it is a multiple of 8 (second-to-last) or 128 (last); the one block spans the whole dim
+// and the rest is padding. Regression (issue 7): vtpu's matmul clamped an oversized block
+// instead of checking it; pallas_call now applies this rule to every operand.
+TEST(PallasCallTest, BlockLargerThanTheArrayFollowsPallasRule) {
+  VirtualCore core(0, 64 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  DeviceBuffer in = make_matrix(core, 5, 128);
+  DeviceBuffer out = make_matrix(core, 5, 128, -1e6f);
+  // (16, 128) over (5, 128): a multiple of 8, one padded block.
+  const PallasCallStats st = scale_kernel(core, in, out, 5, 128, 16, 128, 2);
+  EXPECT_EQ(st.grid_steps, 1);
+  auto x = in.as<float>();
+  auto y = out.as<float>();
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], 2.0f * x[i] + 1.0f) << i;
+  // (9, 128) over (5, 128): larger than the array and not a multiple of 8.
+  try {
+    scale_kernel(core, in, out, 5, 128, 9, 128, 2);
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("input 'x' of shape (5, 128) has block shape (9, 128): the "
+                        "second-to-last block dim 9 is larger than the array dim 5"),
+              std::string::npos)
+        << what;
+  }
+  // A multiple of 8 that no VMEM can hold is over budget, and one whose bytes overflow is
+  // rejected, both before any copy.
+  EXPECT_THROW(scale_kernel(core, in, out, 5, 128, int64_t{1} << 40, 128, 1),
+               ScratchExhaustedError);
+  try {
+    scale_kernel(core, in, out, 5, 128, int64_t{1} << 60, 128, 1);
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("too large"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(core.dma().copies_completed(), 2u);  // only the legal run's fetch and writeback
+}
+
+// Worked by hand: VMEM tiles are (8, 128) for 32-bit, (16, 128) for 16-bit and (32, 128) for
+// 8-bit elements, so a (5, 7) block takes one tile: f32 8*128*4 = 4096 bytes, bf16 16*128*2 =
+// 4096, s8 32*128*1 = 4096; (9, 130) f32 takes 2 x 2 tiles = 16 * 256 * 4 = 16384; a rank-1 (7,)
+// f32 block one 1024-element tile = 4096; a leading dim multiplies: (3, 5, 7) f32 = 3 * 4096.
+TEST(PallasCallTest, VmemTilePaddedBytesWorkedByHand) {
+  EXPECT_EQ(vmem_tile_padded_bytes(ElementType::kF32, std::vector<int64_t>{5, 7}), 4096u);
+  EXPECT_EQ(vmem_tile_padded_bytes(ElementType::kBf16, std::vector<int64_t>{5, 7}), 4096u);
+  EXPECT_EQ(vmem_tile_padded_bytes(ElementType::kS8, std::vector<int64_t>{5, 7}), 4096u);
+  EXPECT_EQ(vmem_tile_padded_bytes(ElementType::kBf16, std::vector<int64_t>{17, 7}), 8192u);
+  EXPECT_EQ(vmem_tile_padded_bytes(ElementType::kF32, std::vector<int64_t>{9, 130}), 16384u);
+  EXPECT_EQ(vmem_tile_padded_bytes(ElementType::kF32, std::vector<int64_t>{8, 128}), 4096u);
+  EXPECT_EQ(vmem_tile_padded_bytes(ElementType::kF32, std::vector<int64_t>{7}), 4096u);
+  EXPECT_EQ(vmem_tile_padded_bytes(ElementType::kF32, std::vector<int64_t>{3, 5, 7}), 12288u);
+}
+
+// Regression (issue 7): VMEM was charged at the logical block size (5 * 7 * 4 = 140 bytes,
+// rounded to 256), not the (8, 128)-tile-padded 4096 bytes a real VMEM buffer takes. An odd
+// block spanning a whole small array: input and output, 2 buffers each = 4 x 4096 charged.
+TEST(PallasCallTest, OddWholeDimBlockIsChargedItsTilePaddedBytes) {
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  DeviceBuffer in = make_matrix(core, 5, 7);
+  DeviceBuffer out = make_matrix(core, 5, 7, -1e6f);
+  const PallasCallStats st = scale_kernel(core, in, out, 5, 7, 5, 7, 2);
+  EXPECT_EQ(st.vmem_bytes, 4u * 4096u);
+  EXPECT_EQ(st.vmem_logical_bytes, 4u * 140u);
+  EXPECT_EQ(core.memory(MemorySpace::kVmem).memory_stats().peak_bytes_in_use, 4u * 4096u);
+  auto x = in.as<float>();
+  auto y = out.as<float>();
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], 2.0f * x[i] + 1.0f) << i;
+  // The budget check counts the padding: 3 x 4096 bytes of VMEM cannot hold the 4 buffers.
+  CoreMemoryOptions small;
+  small.vmem_bytes = 3 * 4096;
+  VirtualCore tight(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{}, small);
+  DeviceBuffer in2 = make_matrix(tight, 5, 7);
+  DeviceBuffer out2 = make_matrix(tight, 5, 7);
+  try {
+    scale_kernel(tight, in2, out2, 5, 7, 5, 7, 2);
+    FAIL() << "expected ScratchExhaustedError";
+  } catch (const ScratchExhaustedError& e) {
+    EXPECT_EQ(e.requested_bytes(), 4u * 4096u);
+    EXPECT_NE(std::string(e.what()).find("4096 bytes tile-padded (140 logical"), std::string::npos)
+        << e.what();
+  }
+}
+
+// pallas_call takes rank 1, 2, and 3 with a leading batch dim blocked by 1 (docs/KERNELS.md);
+// rank 4, or a rank-3 block with a leading dim other than 1, is a clear error naming the operand.
+TEST(PallasCallTest, RankFourAndWideBatchBlocksAreClearErrors) {
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  DeviceBuffer in = make_matrix(core, 32, 128);
+  DeviceBuffer out = make_matrix(core, 32, 128);
+  PallasOperand x = op2("x", in, 16, 128, {}, {});
+  x.shape = {2, 2, 8, 128};
+  try {
+    pallas_call(core, {x}, {op2("y", out, 16, 128, {8, 128}, {})}, PallasCallOptions{},
+                [](KernelContext&) {});
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("input 'x' has shape (2, 2, 8, 128): rank 4 is not supported"),
+              std::string::npos)
+        << what;
+  }
+  x.shape = {4, 8, 128};
+  x.spec.block_shape = {2, 8, 128};
+  try {
+    pallas_call(core, {x}, {op2("y", out, 16, 128, {8, 128}, {})}, PallasCallOptions{},
+                [](KernelContext&) {});
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("input 'x' of shape (4, 8, 128) has block shape (2, 8, 128): the leading "
+                        "block dim is 2 (expected 1"),
+              std::string::npos)
+        << what;
+  }
 }
 
 }  // namespace
