@@ -74,8 +74,14 @@ DmaEngine::DmaEngine(int core_id, DmaOptions options) : core_id_(core_id), optio
     throw InvalidArgumentError("DMA bytes_per_second is " + std::string(rate_text) +
                                " (expected 0 = unthrottled, or a finite rate >= 1 B/s)");
   }
-  if (options_.latency.count() < 0 || options_.wait_timeout.count() <= 0) {
-    throw InvalidArgumentError("DMA latency must be >= 0 and wait_timeout > 0");
+  // Upper bounds keep steady_clock::now() + duration from overflowing (adv7 F13, F16).
+  constexpr auto kMaxDuration = std::chrono::hours(24 * 7);
+  if (options_.latency.count() < 0 || options_.latency > kMaxDuration ||
+      options_.wait_timeout.count() <= 0 || options_.wait_timeout > kMaxDuration) {
+    throw InvalidArgumentError(
+        "DMA latency is " + std::to_string(options_.latency.count()) + " us and wait_timeout " +
+        std::to_string(options_.wait_timeout.count()) +
+        " ms (expected latency in [0, 7 days] and wait_timeout in (0, 7 days])");
   }
 }
 
@@ -94,6 +100,14 @@ DmaCopy DmaEngine::start(const DmaRegion& src, const DmaRegion& dst, DmaSemaphor
   if ((src.data == nullptr && src.bytes() > 0) || (dst.data == nullptr && dst.bytes() > 0)) {
     throw InvalidArgumentError("DMA copy on core " + std::to_string(core_id_) +
                                " with a null source or destination (metadata-only arena?)");
+  }
+  for (const DmaRegion* r : {&src, &dst}) {
+    if (r->stride_bytes != 0 && r->stride_bytes < r->row_bytes) {  // rows would overlap
+      throw InvalidArgumentError("DMA copy on core " + std::to_string(core_id_) +
+                                 ": a region's stride of " + std::to_string(r->stride_bytes) +
+                                 " bytes is smaller than its rows of " +
+                                 std::to_string(r->row_bytes) + " bytes (expected 0 or >= row)");
+    }
   }
   if (src.rows < 0 || dst.rows < src.rows || dst.row_bytes < src.row_bytes) {
     throw InvalidArgumentError("DMA copy on core " + std::to_string(core_id_) +

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "common/error.h"
 #include "common/strings.h"
@@ -46,10 +47,12 @@ struct OperandPlan {
   uint64_t es = 4;               // element bytes
   uint64_t block_bytes = 0;      // one VMEM buffer, logical (brows x bcols elements)
   uint64_t padded_bytes = 0;     // the same padded to VMEM tiles: what the arena is charged
+  uint64_t array_bytes = 0;      // the whole array in HBM
   // Consecutive grid points with the same block index share one event (fetch or visit).
   std::vector<std::array<int64_t, 3>> events;  // block index (batch, row block, col block)
   std::vector<int64_t> first_step, last_step;
   std::vector<int64_t> event_of_step;
+  std::set<std::array<int64_t, 3>> visited;  // outputs: blocks visited so far (planning only)
 
   int64_t valid_rows(int64_t e) const {
     return std::min(brows, rows - events[static_cast<size_t>(e)][1] * brows);
@@ -215,13 +218,15 @@ OperandPlan make_operand_plan(const PallasOperand& op, bool is_output) {
       checked_product({static_cast<uint64_t>(p.brows), static_cast<uint64_t>(p.bcols), p.es},
                       p.label() + "'s block " + shape_text(block));
   p.padded_bytes = vmem_tile_padded_bytes(op.dtype, block);
+  const uint64_t array_bytes = p.array_bytes =
+      checked_product({static_cast<uint64_t>(p.batch), static_cast<uint64_t>(p.rows),
+                       static_cast<uint64_t>(p.cols), p.es},
+                      p.label() + " of shape " + shape_text(op.shape));
   if (op.buffer != nullptr) {
+    // offset + bytes must not wrap (adv7 F1).
     const uint64_t need =
-        checked_product({static_cast<uint64_t>(p.batch), static_cast<uint64_t>(p.rows),
-                         static_cast<uint64_t>(p.cols), p.es},
-                        p.label() + " of shape " + shape_text(op.shape)) +
-        op.offset_bytes;
-    if (op.buffer->size_bytes() < need) {
+        op.offset_bytes > op.buffer->size_bytes() ? UINT64_MAX : array_bytes + op.offset_bytes;
+    if (op.buffer->size_bytes() < need || need < array_bytes) {
       throw InvalidArgumentError(p.label() + " of shape " + shape_text(op.shape) + " " +
                                  std::string(element_type_name(op.dtype)) + " at offset " +
                                  std::to_string(op.offset_bytes) + " needs " +
@@ -241,11 +246,12 @@ Plan make_plan(const std::vector<PallasOperand>& inputs, const std::vector<Palla
       throw InvalidArgumentError("pallas_call '" + options.name + "' has grid " +
                                  shape_text(plan.grid) + " (expected every extent >= 1)");
     }
-    plan.num_steps *= plan.grid[a];
-    if (plan.num_steps > (int64_t{1} << 40)) {
+    // Checked before multiplying: extents like (2^32, 2^32) must not wrap (adv7 F2).
+    if (plan.grid[a] > (int64_t{1} << 40) / plan.num_steps) {
       throw InvalidArgumentError("pallas_call '" + options.name + "' has grid " +
                                  shape_text(plan.grid) + " (more than 2^40 grid points)");
     }
+    plan.num_steps *= plan.grid[a];
   }
   if (outputs.empty()) {
     throw InvalidArgumentError("pallas_call '" + options.name + "' has no outputs");
@@ -284,8 +290,10 @@ Plan make_plan(const std::vector<PallasOperand>& inputs, const std::vector<Palla
           } else {
             b = {0, 0, idx[0]};
           }
-          if (b[0] < 0 || b[1] < 0 || b[2] < 0 || b[0] >= p.batch || b[1] * p.brows >= p.rows ||
-              b[2] * p.bcols >= p.cols) {
+          // Compared with the block counts, not multiplied out (a huge index must not wrap).
+          if (b[0] < 0 || b[1] < 0 || b[2] < 0 || b[0] >= p.batch ||
+              b[1] >= (p.rows + p.brows - 1) / p.brows ||
+              b[2] >= (p.cols + p.bcols - 1) / p.bcols) {
             throw InvalidArgumentError(p.label() + "'s index map gives block " + shape_text(idx) +
                                        " at grid point " + shape_text(gi) +
                                        ", outside the array of shape " + shape_text(p.op->shape) +
@@ -295,14 +303,13 @@ Plan make_plan(const std::vector<PallasOperand>& inputs, const std::vector<Palla
         }
         if (p.events.empty() || p.events.back() != b) {
           if (p.is_output) {
-            for (const auto& e : p.events) {
-              if (e == b) {
-                throw InvalidArgumentError(
-                    p.label() + " revisits block " + shape_text(p.user_index(b)) +
-                    " at grid point " + shape_text(gi) +
-                    " after leaving it (an output block must be visited by consecutive grid "
-                    "points only; its first visit was already written back)");
-              }
+            // A set of visited blocks keeps planning O(steps log steps) (adv7 F8).
+            if (!p.visited.insert(b).second) {
+              throw InvalidArgumentError(
+                  p.label() + " revisits block " + shape_text(p.user_index(b)) + " at grid point " +
+                  shape_text(gi) +
+                  " after leaving it (an output block must be visited by consecutive grid "
+                  "points only; its first visit was already written back)");
             }
           }
           p.events.push_back(b);
@@ -471,16 +478,34 @@ DmaSemaphore& KernelContext::semaphore(int k) const {
 }
 int KernelContext::core_id() const { return core_->core_id(); }
 
+void KernelContext::check_own_semaphore(const DmaSemaphore& sem) const {
+  // As in Pallas, where DMA semaphores come from scratch_shapes: a copy on any other semaphore
+  // could outlive the kernel unnoticed (adv7 F9).
+  const auto* begin = semaphores_->data();
+  if (&sem < begin || &sem >= begin + semaphores_->size()) {
+    throw InvalidArgumentError(
+        "a kernel's copies must signal one of its own DMA semaphores (KernelContext::semaphore(k), "
+        "k < num_dma_semaphores = " +
+        std::to_string(semaphores_->size()) + ")");
+  }
+}
+
 DmaCopy KernelContext::async_copy(const DmaRegion& src, const DmaRegion& dst,
                                   DmaSemaphore& sem) const {
+  check_own_semaphore(sem);
   return core_->dma().start(src, dst, sem);
 }
 
 DmaCopy KernelContext::async_remote_copy(const DeviceBuffer& src, int64_t src_cols, int64_t row0,
                                          const BlockRef& dst, DmaSemaphore& sem) const {
+  check_own_semaphore(sem);
   const uint64_t es = element_size_bytes(dst.dtype);
-  if (src_cols != dst.cols() || row0 < 0 ||
-      static_cast<uint64_t>((row0 + dst.rows()) * src_cols) * es > src.size_bytes()) {
+  // Rows compared without multiplying row0 out first (a huge row0 must not wrap; adv7 F3).
+  const uint64_t row_bytes = static_cast<uint64_t>(src_cols) * es;
+  const uint64_t src_rows = row_bytes == 0 ? 0 : src.size_bytes() / row_bytes;
+  if (src_cols != dst.cols() || src_cols < 1 || row0 < 0 || dst.rows() < 0 ||
+      static_cast<uint64_t>(row0) > src_rows ||
+      static_cast<uint64_t>(dst.rows()) > src_rows - static_cast<uint64_t>(row0)) {
     throw InvalidArgumentError(
         "remote copy of rows [" + std::to_string(row0) + ", " + std::to_string(row0 + dst.rows()) +
         ") x " + std::to_string(src_cols) + " columns from a " + std::to_string(src.size_bytes()) +
@@ -498,7 +523,10 @@ DmaCopy KernelContext::async_remote_copy(const DeviceBuffer& src, int64_t src_co
 namespace {
 uint64_t scratch_logical_bytes(const ScratchSpec& s) {
   uint64_t bytes = element_size_bytes(s.dtype);
-  for (int64_t d : s.shape) bytes *= static_cast<uint64_t>(d);
+  for (int64_t d : s.shape) {
+    bytes = checked_product({bytes, static_cast<uint64_t>(d)},
+                            "scratch '" + s.name + "' of shape " + shape_text(s.shape));
+  }
   return bytes;
 }
 /// VMEM scratch is tile-padded like a block; SMEM and the accumulator are charged as is.
@@ -629,8 +657,16 @@ class PallasPipeline {
   void cancel_and_drain() noexcept {
     try {
       core_.dma().cancel();
-      core_.dma().drain(core_.dma().options().wait_timeout);
     } catch (...) {
+    }
+    // After cancel() at most the running copy's memcpy is left. Wait it out even past the
+    // timeout: freeing the VMEM slots or semaphores under it would be a use-after-free (adv7 F4).
+    for (;;) {
+      try {
+        core_.dma().drain(core_.dma().options().wait_timeout);
+        return;
+      } catch (...) {
+      }
     }
   }
 
@@ -818,6 +854,24 @@ PallasCallStats pallas_call(VirtualCore& core, const std::vector<PallasOperand>&
             std::to_string(p.op->buffer->core_id()) + ", not of core " +
             std::to_string(core.core_id()) +
             " (use KernelContext::async_remote_copy for another core's HBM)");
+      }
+    }
+  }
+  // No input/output aliasing (Pallas needs input_output_aliases for it; vtpu has none): an output
+  // overlapping an input would be read and written in an order that depends on num_buffers
+  // (adv7 F6).
+  for (const auto& in : plan.inputs) {
+    for (const auto& out : plan.outputs) {
+      if (in.op->buffer != out.op->buffer) continue;
+      const uint64_t a0 = in.op->offset_bytes, a1 = a0 + in.array_bytes;
+      const uint64_t b0 = out.op->offset_bytes, b1 = b0 + out.array_bytes;
+      if (a0 < b1 && b0 < a1) {
+        throw InvalidArgumentError(
+            in.label() + " (bytes [" + std::to_string(a0) + ", " + std::to_string(a1) + ")) and " +
+            out.label() + " (bytes [" + std::to_string(b0) + ", " + std::to_string(b1) +
+            ")) of pallas_call '" + options.name +
+            "' overlap in the same buffer (input/output aliasing is not supported; use separate "
+            "buffers)");
       }
     }
   }

@@ -128,17 +128,21 @@ class KernelContext {
   /// DMA semaphore k of PallasCallOptions::num_dma_semaphores.
   DmaSemaphore& semaphore(int k) const;
   /// Starts a copy on this core's DMA engine (pltpu.make_async_copy(...).start()). Regions must
-  /// stay valid until waited; the kernel must wait for it before it ends.
+  /// stay valid until waited; the kernel must wait for it before it ends. `sem` must be one of
+  /// the kernel's semaphores (semaphore(k)), else InvalidArgumentError.
   DmaCopy async_copy(const DmaRegion& src, const DmaRegion& dst, DmaSemaphore& sem) const;
   /// Starts a copy of rows [row0, row0 + dst.rows) of a rank-2 f32 array `src` in ANOTHER core's
   /// HBM (or this core's) into `dst` on this core, pinning the source until it completes: the
-  /// remote copy of Pallas TPU collectives (pltpu.make_async_remote_copy), pull direction.
+  /// remote copy of Pallas TPU collectives (pltpu.make_async_remote_copy), pull direction. The
+  /// pin only stops defragmentation from moving the source: its owner must not free it before the
+  /// copy is waited for. `sem` must be one of the kernel's semaphores.
   DmaCopy async_remote_copy(const DeviceBuffer& src, int64_t src_cols, int64_t row0,
                             const BlockRef& dst, DmaSemaphore& sem) const;
   int core_id() const;
 
  private:
   friend class PallasPipeline;
+  void check_own_semaphore(const DmaSemaphore& sem) const;
   VirtualCore* core_ = nullptr;
   std::vector<int64_t> grid_;
   std::vector<int64_t> grid_index_;

@@ -31,7 +31,8 @@ enum class MatmulEpilogue { kNone, kBias, kBiasRelu };
 
 struct MatmulOptions {
   /// Block sizes (elements). Each must follow pallas_call's rule: a multiple of 8 (bm) / 128
-  /// (bn, bk), or equal to its dim; not clamped (fit_block() gives min(block, dim)).
+  /// (bn, bk), or equal to its dim; not clamped (fit_block() gives min(block, dim)). With
+  /// transpose_lhs, bm is the last dim of A's stored block: a multiple of 128 or m.
   int64_t bm = 256, bn = 256, bk = 256;
   int num_buffers = 2;         // VMEM buffers per operand (1, 2, 3, ...)
   bool transpose_lhs = false;  // A is stored (k, m) and used as its transpose

@@ -133,5 +133,25 @@ TEST(DmaEngineTest, ThrottledCopyHonoursTheTimeoutAndCancelWakesIt) {
   EXPECT_LT(seconds, 20.0);  // a hang guard (65 s per copy before the fix), not a benchmark
 }
 
+// Adversarial findings F13, F16 (issue 7): a stride smaller than the row made rows overlap, and
+// durations near milliseconds::max() or a latency of 9e18 us overflowed now() + duration (a wait
+// that timed out at once; a latency that wrapped into the past and ran unthrottled).
+TEST(DmaEngineTest, RejectsOverlappingStridesAndUnboundedDurations) {
+  DmaEngine engine(0, {});
+  std::vector<std::byte> a(256), b(256);
+  DmaSemaphore sem;
+  EXPECT_THROW(engine.start({a.data(), 2, 32, 0}, {b.data(), 4, 64, 16}, sem, true),
+               InvalidArgumentError);
+  EXPECT_THROW(engine.start({a.data(), 2, 32, 16}, {b.data(), 4, 64, 0}, sem),
+               InvalidArgumentError);
+  EXPECT_EQ(sem.pending_bytes(), 0u);
+  DmaOptions forever;
+  forever.wait_timeout = std::chrono::milliseconds::max();
+  EXPECT_THROW(DmaEngine(0, forever), InvalidArgumentError);
+  DmaOptions slow;
+  slow.latency = std::chrono::microseconds(9'000'000'000'000'000'000);
+  EXPECT_THROW(DmaEngine(0, slow), InvalidArgumentError);
+}
+
 }  // namespace
 }  // namespace vtpu

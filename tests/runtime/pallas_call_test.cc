@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include "common/error.h"
 #include "runtime/device_buffer.h"
@@ -439,6 +440,208 @@ TEST(PallasCallTest, RankFourAndWideBatchBlocksAreClearErrors) {
               std::string::npos)
         << what;
   }
+}
+
+// Regressions for the adversarial findings on issue 7 (/work/findings-issue7.md, F<n>).
+
+// F2: a grid whose extents multiply past int64 wrapped to 0 steps and "succeeded".
+TEST(PallasCallAdversarialTest, GridProductOverflowIsRejected) {
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  DeviceBuffer in = make_matrix(core, 8, 128);
+  DeviceBuffer out = make_matrix(core, 8, 128);
+  PallasCallOptions o;
+  o.grid = {int64_t{1} << 32, int64_t{1} << 32};
+  try {
+    pallas_call(core, {op2("x", in, 8, 128, {}, {})}, {op2("y", out, 8, 128, {}, {})}, o,
+                [](KernelContext&) {});
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 2^40 grid points"), std::string::npos)
+        << e.what();
+  }
+}
+
+// F12: block index 2^61 + g times 8 rows wrapped to 8g and read block g instead.
+TEST(PallasCallAdversarialTest, HugeBlockIndexIsRejectedNotWrapped) {
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  DeviceBuffer in = make_matrix(core, 16, 128);
+  DeviceBuffer out = make_matrix(core, 16, 128);
+  PallasCallOptions o;
+  o.grid = {2};
+  auto huge = [](std::span<const int64_t> g) {
+    return std::vector<int64_t>{(int64_t{1} << 61) + g[0], 0};
+  };
+  auto rows = [](std::span<const int64_t> g) { return std::vector<int64_t>{g[0], 0}; };
+  EXPECT_THROW(pallas_call(core, {op2("x", in, 16, 128, {8, 128}, huge)},
+                           {op2("y", out, 16, 128, {8, 128}, rows)}, o, [](KernelContext&) {}),
+               InvalidArgumentError);
+  EXPECT_EQ(core.dma().copies_completed(), 0u);
+}
+
+// F1: byte sizes of shapes, blocks, offsets and scratch wrapped (segfaults, out-of-bounds reads).
+TEST(PallasCallAdversarialTest, ByteSizeOverflowsAreRejected) {
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  DeviceBuffer in = make_matrix(core, 8, 128);
+  DeviceBuffer out = make_matrix(core, 8, 128);
+  const int64_t big = int64_t{1} << 31;
+  PallasOperand y = op2("y", out, 8, 128, {}, {});
+  y.spec.memory_space = MemorySpace::kHbm;
+  auto run = [&](const PallasOperand& x, const PallasCallOptions& o) {
+    pallas_call(core, {x}, {y}, o, [](KernelContext&) {});
+  };
+  PallasOperand shape = op2("x", in, big, big, {8, 128}, {});  // 2^64 bytes
+  EXPECT_THROW(run(shape, {}), InvalidArgumentError);
+  EXPECT_THROW(simulate_pallas_call({shape}, {y}, {}, 2, HardwareProfile::get("v5e")),
+               InvalidArgumentError);
+  EXPECT_THROW(run(op2("x", in, 8, 128, {big * 8, big * 128}, {}), {}), InvalidArgumentError);
+  PallasOperand offset = op2("x", in, 8, 128, {8, 128}, {});
+  offset.offset_bytes = UINT64_MAX - 100;  // + 4096 wraps to 3995 < buffer size
+  try {
+    run(offset, {});
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("at offset"), std::string::npos) << e.what();
+  }
+  PallasCallOptions scratch;
+  scratch.scratch = {ScratchSpec{"big", MemorySpace::kVmem, ElementType::kF32, {big, big}}};
+  EXPECT_THROW(run(op2("x", in, 8, 128, {8, 128}, {}), scratch), InvalidArgumentError);
+  EXPECT_EQ(core.dma().copies_completed(), 0u);
+}
+
+// F3: (row0 + rows) * cols * 4 wrapped and a remote copy read the buffer before the source.
+TEST(PallasCallAdversarialTest, RemoteCopyWithAHugeRowIsRejected) {
+  RuntimeOptions ro;
+  ro.num_cores = 2;
+  ro.hbm_bytes_per_core = 16 << 20;
+  Runtime rt(ro);
+  DeviceBuffer remote = rt.allocate(1, 32 * 128 * 4, "remote");
+  DeviceBuffer out = rt.allocate(0, 8 * 128 * 4, "out");
+  rt.run_spmd({0}, [&](CoreContext& cc) {
+    PallasCallOptions o;
+    o.num_dma_semaphores = 1;
+    EXPECT_THROW(pallas_call(cc.core(), {}, {op2("y", out, 8, 128, {}, {})}, o,
+                             [&](KernelContext& ctx) {
+                               ctx.async_remote_copy(remote, 128, (int64_t{1} << 55) - 8,
+                                                     ctx.output(0), ctx.semaphore(0));
+                             }),
+                 InvalidArgumentError);
+    // The last 8 rows are fine; one row further is not.
+    EXPECT_THROW(pallas_call(cc.core(), {}, {op2("y", out, 8, 128, {}, {})}, o,
+                             [&](KernelContext& ctx) {
+                               ctx.async_remote_copy(remote, 128, 25, ctx.output(0),
+                                                     ctx.semaphore(0));
+                             }),
+                 InvalidArgumentError);
+    pallas_call(cc.core(), {}, {op2("y", out, 8, 128, {}, {})}, o, [&](KernelContext& ctx) {
+      ctx.async_remote_copy(remote, 128, 24, ctx.output(0), ctx.semaphore(0)).wait();
+    });
+  });
+}
+
+// F4: after a fetch wait timed out, the pipeline freed its semaphores and VMEM while copies were
+// still queued, and the engine later signalled freed (reused) memory. Now nothing is in flight
+// when pallas_call throws, and semaphores created afterwards are never signalled.
+TEST(PallasCallAdversarialTest, TimedOutFetchLeavesNoCopyBehind) {
+  CoreMemoryOptions m;
+  m.dma.latency = 400ms;
+  m.dma.wait_timeout = 50ms;
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{}, m);
+  DeviceBuffer in = make_matrix(core, 32, 128);
+  DeviceBuffer out = make_matrix(core, 32, 128);
+  EXPECT_THROW(scale_kernel(core, in, out, 32, 128, 8, 128, 3), DeadlineExceededError);
+  EXPECT_EQ(core.dma().in_flight(), 0);
+  EXPECT_EQ(core.memory(MemorySpace::kVmem).memory_stats().bytes_in_use, 0u);
+  std::vector<DmaSemaphore> fresh(64);
+  std::this_thread::sleep_for(600ms);  // longer than any copy's latency
+  for (const DmaSemaphore& s : fresh) EXPECT_EQ(s.value(), 0u);
+  EXPECT_EQ(core.dma().in_flight(), 0);
+}
+
+// F6: an output overlapping an input in the same buffer gave results depending on num_buffers.
+TEST(PallasCallAdversarialTest, AliasedInputAndOutputAreRejected) {
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  DeviceBuffer buf = make_matrix(core, 64, 128);
+  PallasCallOptions o;
+  o.grid = {7};
+  auto x_map = [](std::span<const int64_t> g) { return std::vector<int64_t>{g[0], 0}; };
+  auto y_map = [](std::span<const int64_t> g) { return std::vector<int64_t>{g[0] + 1, 0}; };
+  try {
+    pallas_call(core, {op2("x", buf, 64, 128, {8, 128}, x_map)},
+                {op2("y", buf, 64, 128, {8, 128}, y_map)}, o, [](KernelContext&) {});
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("overlap in the same buffer"), std::string::npos)
+        << e.what();
+  }
+  // Disjoint halves of one buffer are fine.
+  DeviceBuffer two = make_matrix(core, 16, 128);
+  PallasOperand lo = op2("x", two, 8, 128, {}, {});
+  PallasOperand hi = op2("y", two, 8, 128, {}, {});
+  hi.offset_bytes = 8 * 128 * 4;
+  EXPECT_NO_THROW(pallas_call(core, {lo}, {hi}, PallasCallOptions{}, [](KernelContext&) {}));
+}
+
+// F7: a kernel needing exactly the VMEM limit passed the budget check, then failed allocating
+// (the bfc arena kept a 4 KiB remainder as internal fragmentation).
+TEST(PallasCallAdversarialTest, KernelNeedingExactlyTheVmemLimitRuns) {
+  CoreMemoryOptions m;
+  m.vmem_bytes = 1 << 20;
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{}, m);
+  DeviceBuffer in = make_matrix(core, 2040, 128);
+  DeviceBuffer out = make_matrix(core, 8, 128);
+  PallasCallOptions o;
+  o.num_buffers = 1;
+  o.scratch = {ScratchSpec{"tmp", MemorySpace::kVmem, ElementType::kF32, {8, 128}}};
+  PallasOperand y = op2("y", out, 8, 128, {}, {});
+  y.spec.memory_space = MemorySpace::kHbm;
+  // (2040, 128) f32 = 1044480 bytes (whole tiles) + 4096 = 1 MiB. The bfc default kept the
+  // 4096-byte remainder inside the first buffer (below capacity / 128 = 8 KiB), so the scratch
+  // found 0 bytes free.
+  const PallasCallStats st = pallas_call(core, {op2("x", in, 2040, 128, {}, {})}, {y}, o,
+                                         [](KernelContext&) {});
+  EXPECT_EQ(st.vmem_bytes, 1u << 20);
+}
+
+// F8 (planning was quadratic in output blocks) keeps the revisit check: a correctness test.
+TEST(PallasCallAdversarialTest, OutputRevisitIsStillRejected) {
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  DeviceBuffer in = make_matrix(core, 8, 128);
+  DeviceBuffer out = make_matrix(core, 16, 128);
+  PallasCallOptions o;
+  o.grid = {3};
+  auto back = [](std::span<const int64_t> g) { return std::vector<int64_t>{g[0] % 2, 0}; };
+  try {
+    pallas_call(core, {op2("x", in, 8, 128, {}, {})}, {op2("y", out, 16, 128, {8, 128}, back)}, o,
+                [](KernelContext&) {});
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("revisits block (0, 0) at grid point (2,)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// F9: a copy on a semaphore that is not the kernel's (a local in the body) outlived the kernel
+// unreported, and the engine signalled a dead stack object.
+TEST(PallasCallAdversarialTest, CopyOnAForeignSemaphoreIsRejected) {
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  DeviceBuffer in = make_matrix(core, 8, 128);
+  DeviceBuffer out = make_matrix(core, 8, 128);
+  PallasCallOptions o;
+  o.num_dma_semaphores = 1;
+  o.scratch = {ScratchSpec{"tmp", MemorySpace::kVmem, ElementType::kF32, {8, 128}}};
+  PallasOperand x = op2("x", in, 8, 128, {}, {});
+  x.spec.memory_space = MemorySpace::kHbm;
+  try {
+    pallas_call(core, {x}, {op2("y", out, 8, 128, {}, {})}, o, [](KernelContext& ctx) {
+      DmaSemaphore local;
+      ctx.async_copy(ctx.input(0).region(), ctx.scratch(0).region(), local);
+    });
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("its own DMA semaphores"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(core.dma().copies_completed(), 0u);
 }
 
 }  // namespace

@@ -169,6 +169,26 @@ TEST(PallasRank3Test, BatchedMatmulOnALeadingBatchGridAxisEqualsEigen) {
   EXPECT_THROW(pallas_call(core, {bad, pw}, {po}, o, [](KernelContext&) {}), InvalidArgumentError);
 }
 
+// Adversarial finding F14 (issue 7): with transpose_lhs, bm is the last dim of A's stored block;
+// bm = 8 over m = 9 failed naming an internal (128, 8) block. The message now names bm and m.
+TEST(PallasMatmulCallTest, TransposedLhsNamesTheBmRule) {
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  Mat a = make(core, 129, 9, 1), b = make(core, 129, 257, 2), out = make(core, 9, 257, 3);
+  MatmulOptions o{8, 128, 128, 2, true, false, MatmulEpilogue::kNone};
+  try {
+    pallas_matmul(core, a.m, b.m, out.m, o);
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("matmul bm 8 must be a multiple of 128 or equal m 9 "
+                                         "when transpose_lhs"),
+              std::string::npos)
+        << e.what();
+  }
+  o.bm = 9;  // the whole m
+  pallas_matmul(core, a.m, b.m, out.m, o);
+  EXPECT_LT(rel_error(out.view(), a.view().transpose() * b.view()), 1e-5);
+}
+
 TEST(PallasMatmulCallTest, MismatchedShapesAreRejected) {
   VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
   Mat a = make(core, 8, 16, 1), b = make(core, 17, 8, 2), out = make(core, 8, 8, 3);
