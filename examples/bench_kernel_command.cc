@@ -139,14 +139,26 @@ std::shared_ptr<BenchKernelCommand> add_bench_kernel_command(CLI::App& bench) {
 
 bool run_bench_kernel_if_selected(const BenchKernelCommand& cmd, int* exit_code) {
   if (cmd.hardware != nullptr && cmd.hardware->parsed()) {
-    const HardwareProfile p = measure_this_machine(parse_bytes(cmd.copy_bytes), cmd.gemm_n);
+    // adv7 F11: the copy size is bounded (0 gave a misleading profile error, 1 a nonsense
+    // bandwidth, 1T bad_alloc), and --out is opened before minutes of measuring.
+    const uint64_t copy_bytes = parse_bytes(cmd.copy_bytes);
+    if (copy_bytes < kMiB || copy_bytes > 4 * kGiB) {
+      std::fprintf(stderr,
+                   "vtpu: usage error: --copy-bytes %s: expected 1M..4G (memcpy size; the "
+                   "program allocates twice that)\nRun with --help for the options.\n",
+                   cmd.copy_bytes.c_str());
+      *exit_code = 2;
+      return true;
+    }
+    std::ofstream out_file;
+    if (!cmd.out_path.empty()) {
+      out_file.open(cmd.out_path);
+      if (!out_file) throw NotFoundError("cannot write '" + cmd.out_path + "'");
+    }
+    const HardwareProfile p = measure_this_machine(copy_bytes, cmd.gemm_n);
     const std::string text = p.to_json().dump(2);
     std::printf("%s\n", text.c_str());
-    if (!cmd.out_path.empty()) {
-      std::ofstream out(cmd.out_path);
-      if (!out) throw NotFoundError("cannot write '" + cmd.out_path + "'");
-      out << text << "\n";
-    }
+    if (out_file.is_open()) out_file << text << "\n";
     *exit_code = 0;
     return true;
   }

@@ -212,6 +212,16 @@ TEST(VtpuCliTest, BenchKernelMatmulRejectsBadValuesClearly) {
   expect_failure("bench kernel matmul --m 65536 --k 65536", "pass --force", 1);
 }
 
+// Adversarial finding F11 (issue 7): --copy-bytes 0/1/1T gave a misleading profile error, a
+// nonsense bandwidth, or bad_alloc, and --out was checked only after the measurement.
+TEST(VtpuCliTest, BenchHardwareChecksCopyBytesAndOutFirst) {
+  expect_failure("bench hardware --gemm-n 64 --copy-bytes 0", "--copy-bytes 0: expected 1M..4G", 2);
+  expect_failure("bench hardware --gemm-n 64 --copy-bytes 1T", "--copy-bytes 1T: expected 1M..4G",
+                 2);
+  expect_failure("bench hardware --gemm-n 64 --out /nonexistent/dir/x.json",
+                 "cannot write '/nonexistent/dir/x.json'", 1);
+}
+
 // Regression (issue 7): a profile file without an f32 peak was reported by its JSON "name"; the
 // message now names the file.
 TEST(VtpuCliTest, BenchKernelProfileWithoutF32NamesTheFile) {
