@@ -5,6 +5,8 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -42,6 +44,62 @@ void fill(std::span<float> v, uint64_t seed) {
 
 }  // namespace
 
+MatmulBenchEstimate estimate_matmul_bench(const KernelBenchOptions& o) {
+  MatmulBenchEstimate e;
+  const double m = static_cast<double>(o.m), n = static_cast<double>(o.n),
+               k = static_cast<double>(o.k);
+  const double runs = static_cast<double>(o.repeats + 1);  // round 0 warms up
+  e.flops_per_second = 1e10;  // if the profile cannot be read: a slow single core
+  try {
+    e.flops_per_second = HardwareProfile::get("this_machine").peak_flops("f32");
+  } catch (const Error&) {
+  }
+  // Eigen's reference and one pallas_call per buffer count in every round.
+  e.seconds =
+      2.0 * m * n * k * runs * static_cast<double>(1 + o.buffers.size()) / e.flops_per_second;
+  if (o.dma_bytes_per_second > 0) {
+    // A is fetched once per column block of C, B once per row block, C written once.
+    auto blocks = [](double dim, int64_t b) {
+      return std::ceil(dim / static_cast<double>(std::max<int64_t>(b, 1)));
+    };
+    const double bytes = 4.0 * (m * k * blocks(n, o.bn) + k * n * blocks(m, o.bm) + m * n);
+    e.seconds += bytes * runs * static_cast<double>(o.buffers.size()) / o.dma_bytes_per_second;
+  }
+  const double host = 4.0 * (m * k + k * n + 2.0 * m * n);
+  e.host_bytes = host >= 1.8e19 ? UINT64_MAX : static_cast<uint64_t>(host);
+  e.physical_ram_bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                         static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+  return e;
+}
+
+void check_matmul_bench_size(const KernelBenchOptions& o) {
+  const MatmulBenchEstimate e = estimate_matmul_bench(o);
+  const bool too_long = e.seconds > kMaxEstimatedBenchSeconds;
+  const bool too_big = static_cast<double>(e.host_bytes) >
+                       kMaxBenchFractionOfRam * static_cast<double>(e.physical_ram_bytes);
+  if (!too_long && !too_big) return;
+  char text[512];
+  std::snprintf(text, sizeof text,
+                "bench kernel matmul (%lld, %lld) x (%lld, %lld), %zu buffer counts, %d repeats: "
+                "estimated %.0f s (limit %.0f s; %.3g FLOP at %.3g FLOP/s from the this_machine "
+                "profile%s) and %s of host memory (limit %.0f%% of %s RAM)",
+                static_cast<long long>(o.m), static_cast<long long>(o.k),
+                static_cast<long long>(o.k), static_cast<long long>(o.n), o.buffers.size(),
+                o.repeats, e.seconds, kMaxEstimatedBenchSeconds,
+                2.0 * static_cast<double>(o.m) * static_cast<double>(o.n) *
+                    static_cast<double>(o.k) * (o.repeats + 1) *
+                    static_cast<double>(1 + o.buffers.size()),
+                e.flops_per_second,
+                o.dma_bytes_per_second > 0 ? ", plus copies at --dma-bytes-per-second" : "",
+                format_bytes(e.host_bytes).c_str(), 100.0 * kMaxBenchFractionOfRam,
+                format_bytes(e.physical_ram_bytes).c_str());
+  throw InvalidArgumentError(std::string(text) + ": " +
+                             (too_long && too_big ? "too long and too much memory"
+                              : too_long          ? "too long"
+                                                  : "too much memory") +
+                             "; use smaller --m/--n/--k or fewer --repeats, or pass --force");
+}
+
 KernelBenchResult run_matmul_bench(const KernelBenchOptions& o) {
   if (o.m < 1 || o.n < 1 || o.k < 1 || o.repeats < 1 || o.buffers.empty()) {
     throw InvalidArgumentError(
@@ -59,6 +117,7 @@ KernelBenchResult run_matmul_bench(const KernelBenchOptions& o) {
   ro.hardware_profile = o.hardware;
   ro.vmem_limit_bytes = o.vmem_limit_bytes;
   ro.dma_bytes_per_second = o.dma_bytes_per_second;
+  ro.dma_timeout = std::chrono::milliseconds(o.dma_timeout_ms);
   Runtime rt(ro);
   const uint64_t f = sizeof(float);
   DeviceBuffer a = rt.allocate(0, static_cast<uint64_t>(o.m * o.k) * f, "bench/a");
@@ -105,6 +164,7 @@ KernelBenchResult run_matmul_bench(const KernelBenchOptions& o) {
         const PallasCallStats st =
             pallas_call(ctx.core(), call.inputs, call.outputs, call.options, call.body);
         row.vmem_bytes = st.vmem_bytes;
+        row.vmem_logical_bytes = st.vmem_logical_bytes;
         row.bytes_copied = st.bytes_in + st.bytes_out;
         result.grid_steps = st.grid_steps;
         if (r == 0) return;
@@ -185,6 +245,7 @@ void to_json(nlohmann::json& j, const KernelBenchResult& r) {
                      {"hardware", r.profile.name},
                      {"repeats", o.repeats},
                      {"dma_bytes_per_second", o.dma_bytes_per_second},
+                     {"dma_timeout_ms", o.dma_timeout_ms},
                      {"grid_steps", r.grid_steps},
                      {"eigen_median_seconds", r.eigen_median_seconds},
                      {"eigen_min_seconds", r.eigen_min_seconds},
@@ -199,6 +260,7 @@ void to_json(nlohmann::json& j, const KernelBenchResult& r) {
                          {"median_dma_wait_seconds", row.median_dma_wait_seconds},
                          {"median_body_seconds", row.median_body_seconds},
                          {"vmem_bytes", row.vmem_bytes},
+                         {"vmem_logical_bytes", row.vmem_logical_bytes},
                          {"bytes_copied", row.bytes_copied},
                          {"max_abs_error", row.max_abs_error},
                          {"simulated", row.simulated}});

@@ -23,6 +23,7 @@ struct KernelBenchOptions {
   int repeats = 10;                      // timed runs per configuration (median reported)
   uint64_t vmem_limit_bytes = 0;         // 0: the profile's scoped limit
   double dma_bytes_per_second = 0.0;     // 0: unthrottled DMA engine
+  int64_t dma_timeout_ms = 30000;        // every DMA wait gives up after this long
   uint64_t seed = 0;
 };
 
@@ -35,10 +36,11 @@ struct KernelBenchRow {
   double fraction_of_eigen = 0.0;        // flops_per_second / eigen_flops_per_second
   double median_dma_wait_seconds = 0.0;  // core blocked on copies
   double median_body_seconds = 0.0;      // inside the kernel body (Eigen on blocks)
-  uint64_t vmem_bytes = 0;
-  uint64_t bytes_copied = 0;   // in + out per run
-  double max_abs_error = 0.0;  // against Eigen's product
-  SimulatedTime simulated;     // on the hardware profile
+  uint64_t vmem_bytes = 0;               // charged, tile-padded
+  uint64_t vmem_logical_bytes = 0;       // without padding
+  uint64_t bytes_copied = 0;             // in + out per run
+  double max_abs_error = 0.0;            // against Eigen's product
+  SimulatedTime simulated;               // on the hardware profile
 };
 
 struct KernelBenchResult {
@@ -51,6 +53,22 @@ struct KernelBenchResult {
   std::vector<KernelBenchRow> rows;
 };
 void to_json(nlohmann::json& j, const KernelBenchResult& r);
+
+/// Limits of check_matmul_bench_size (`vtpu bench kernel matmul` without --force).
+inline constexpr double kMaxEstimatedBenchSeconds = 60.0;
+inline constexpr double kMaxBenchFractionOfRam = 0.5;
+
+/// The estimated cost of run_matmul_bench(options). Seconds and bytes.
+struct MatmulBenchEstimate {
+  double seconds = 0.0;           // compute at flops_per_second + throttled DMA, all runs
+  double flops_per_second = 0.0;  // this machine's f32 GEMM rate (profiles/this_machine.json)
+  uint64_t host_bytes = 0;        // A, B, C in HBM + Eigen's reference C
+  uint64_t physical_ram_bytes = 0;
+};
+MatmulBenchEstimate estimate_matmul_bench(const KernelBenchOptions& options);
+/// Throws InvalidArgumentError, with the estimate, when the run is estimated to take over
+/// kMaxEstimatedBenchSeconds or host memory over kMaxBenchFractionOfRam of physical RAM.
+void check_matmul_bench_size(const KernelBenchOptions& options);
 
 /// Runs the matmul benchmark on one virtual core. Throws vtpu::Error for bad options.
 KernelBenchResult run_matmul_bench(const KernelBenchOptions& options);

@@ -16,6 +16,10 @@
 // they sleep (stealing CPU from the cores on a small machine) and would run one core's copies in
 // no fixed order, which the simulated-time model (one FIFO DMA queue per core) could not match.
 // Copies really run concurrently with the core's thread, which keeps computing.
+//
+// Throttling (DmaOptions::bytes_per_second, latency) is a condition-variable wait after the
+// memcpy, never an uninterruptible sleep: cancel() and the destructor wake it at once, so a
+// heavily throttled engine never holds up a kernel's teardown or the program's exit.
 #pragma once
 
 #include <chrono>
@@ -52,12 +56,13 @@ class DmaSemaphore {
   void wait(uint64_t bytes, std::chrono::milliseconds timeout);
   /// Bytes signalled and not yet waited for.
   uint64_t value() const;
-  /// Bytes of copies started on this semaphore that have not completed.
+  /// Bytes of copies started on this semaphore that have not completed (nor been cancelled).
   uint64_t pending_bytes() const;
 
  private:
   friend class DmaEngine;
   void add_pending(uint64_t bytes);
+  void cancel_pending(uint64_t bytes);  // a cancelled copy: pending drops, value does not grow
   mutable std::mutex mu_;
   std::condition_variable cv_;
   uint64_t value_ = 0;    // GUARDED_BY(mu_)
@@ -82,10 +87,11 @@ class DmaEngine;
 class DmaCopy {
  public:
   DmaCopy() = default;
-  DmaCopy(DmaSemaphore* sem, uint64_t bytes, std::chrono::milliseconds timeout)
-      : sem_(sem), bytes_(bytes), timeout_(timeout) {}
+  DmaCopy(DmaSemaphore* sem, uint64_t bytes, std::chrono::milliseconds timeout, int core_id = -1)
+      : sem_(sem), bytes_(bytes), timeout_(timeout), core_id_(core_id) {}
   /// Waits for this copy's bytes on its semaphore (semaphore.wait(bytes)). Throws
-  /// DeadlineExceededError after DmaOptions::wait_timeout.
+  /// DeadlineExceededError after DmaOptions::wait_timeout, naming the copy's bytes, its core
+  /// and the time waited.
   void wait() const;
   uint64_t bytes() const { return bytes_; }
   DmaSemaphore* semaphore() const { return sem_; }
@@ -94,10 +100,12 @@ class DmaCopy {
   DmaSemaphore* sem_ = nullptr;
   uint64_t bytes_ = 0;
   std::chrono::milliseconds timeout_{0};
+  int core_id_ = -1;
 };
 
 /// Thread-safe: start() from any thread (normally the owning core's). The destructor finishes
-/// the queued copies, then joins the engine thread.
+/// the queued copies at memcpy speed (it cuts every throttle delay short), then joins the engine
+/// thread.
 class DmaEngine {
  public:
   DmaEngine(int core_id, DmaOptions options);
@@ -120,12 +128,20 @@ class DmaEngine {
   int64_t in_flight() const;
   /// Blocks until every started copy completed. Throws DeadlineExceededError after `timeout`.
   void drain(std::chrono::milliseconds timeout);
+  /// Error path (a kernel that failed): drops every queued copy that has not started (its
+  /// semaphore's pending bytes drop, its value does not grow, so a wait on it times out) and
+  /// wakes the running copy out of its throttle delay (its memcpy is already done; it signals as
+  /// usual). Returns at once with the number of copies dropped; drain() afterwards takes at most
+  /// one memcpy. Later copies run normally. The caller must own every queued copy (a kernel on
+  /// the owning core).
+  int64_t cancel();
 
   int core_id() const { return core_id_; }
   const DmaOptions& options() const { return options_; }
   /// Cumulative counters.
   uint64_t bytes_copied() const;
   uint64_t copies_completed() const;
+  uint64_t copies_cancelled() const;
 
  private:
   struct Task {
@@ -135,19 +151,22 @@ class DmaEngine {
     std::shared_ptr<void> keep_alive;
   };
   void run();
-  void execute(const Task& t) const;
+  void execute(const Task& t, uint64_t epoch);
 
   const int core_id_;
   const DmaOptions options_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;       // wakes the engine thread
-  std::condition_variable idle_cv_;  // wakes drain()
-  std::deque<Task> queue_;           // GUARDED_BY(mu_)
-  int64_t in_flight_ = 0;            // GUARDED_BY(mu_)
-  uint64_t bytes_copied_ = 0;        // GUARDED_BY(mu_)
-  uint64_t copies_completed_ = 0;    // GUARDED_BY(mu_)
-  bool done_ = false;                // GUARDED_BY(mu_)
-  std::thread thread_;               // GUARDED_BY(mu_) until started; started on the first copy
+  std::condition_variable cv_;           // wakes the engine thread
+  std::condition_variable idle_cv_;      // wakes drain()
+  std::condition_variable throttle_cv_;  // cuts a throttle delay short (cancel, shutdown)
+  std::deque<Task> queue_;               // GUARDED_BY(mu_)
+  int64_t in_flight_ = 0;                // GUARDED_BY(mu_)
+  uint64_t bytes_copied_ = 0;            // GUARDED_BY(mu_)
+  uint64_t copies_completed_ = 0;        // GUARDED_BY(mu_)
+  uint64_t copies_cancelled_ = 0;        // GUARDED_BY(mu_)
+  uint64_t cancel_epoch_ = 0;            // GUARDED_BY(mu_); cancel() increments it
+  bool done_ = false;                    // GUARDED_BY(mu_)
+  std::thread thread_;                   // GUARDED_BY(mu_) until started; started on the first copy
 };
 
 }  // namespace vtpu

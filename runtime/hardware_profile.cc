@@ -1,6 +1,8 @@
 #include "runtime/hardware_profile.h"
 
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -31,6 +33,18 @@ double number_field(const nlohmann::json& j, const char* key) {
   return v.get<double>();
 }
 
+/// An integer in [lo, hi]: 2.7 or 1e20 are errors, not truncated or cast with UB (adv7 F10).
+int small_int_field(const nlohmann::json& j, const char* key, int lo, int hi) {
+  const nlohmann::json& v = j.at(key);
+  const double d = v.is_number() ? v.get<double>() : 0.0;
+  if (!v.is_number() || !std::isfinite(d) || d != std::floor(d) || d < lo || d > hi) {
+    throw InvalidArgumentError(std::string("hardware profile key '") + key + "' is " + v.dump() +
+                               " (expected an integer in " + std::to_string(lo) + ".." +
+                               std::to_string(hi) + ")");
+  }
+  return static_cast<int>(d);
+}
+
 std::string string_field(const nlohmann::json& j, const char* key) {
   const nlohmann::json& v = j.at(key);
   if (!v.is_string()) {
@@ -47,6 +61,17 @@ void require_positive(double value, const std::string& field) {
   }
 }
 
+/// Rates divide byte and FLOP counts: below 1 per second a simulated time can overflow to inf
+/// (adv7 F10, as the DMA rate 1e-300 bug).
+void require_rate(double value, const std::string& field) {
+  if (!(value >= 1.0) || !std::isfinite(value)) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", value);
+    throw InvalidArgumentError("hardware profile field '" + field + "' is " + text +
+                               " (expected a finite rate >= 1 per second)");
+  }
+}
+
 }  // namespace
 
 double HardwareProfile::peak_flops(const std::string& dtype) const {
@@ -54,8 +79,12 @@ double HardwareProfile::peak_flops(const std::string& dtype) const {
   if (it == peak_flops_per_second.end()) {
     std::vector<std::string> names;
     for (const auto& [k, v] : peak_flops_per_second) names.push_back(k);
-    throw InvalidArgumentError("hardware profile '" + name + "' has no peak FLOP/s for dtype '" +
-                               dtype + "' (it lists: " + join(names) + ")");
+    const std::string where =
+        source_path.empty() ? "hardware profile '" + name + "'"
+                            : "hardware profile file '" + source_path + "' (name '" + name + "')";
+    throw InvalidArgumentError(where + " has no peak_flops_per_second." + dtype +
+                               " (it lists: " + join(names) + "; add \"" + dtype +
+                               "\" to its peak_flops_per_second)");
   }
   return it->second;
 }
@@ -67,13 +96,26 @@ void HardwareProfile::validate() const {
                                "' lists no peak_flops_per_second (expected e.g. {\"f32\": 1e12})");
   }
   for (const auto& [dtype, flops] : peak_flops_per_second) {
-    require_positive(flops, "peak_flops_per_second." + dtype);
+    require_rate(flops, "peak_flops_per_second." + dtype);
   }
   require_positive(static_cast<double>(hbm_bytes), "hbm_bytes");
-  require_positive(hbm_bytes_per_second, "hbm_bytes_per_second");
-  require_positive(static_cast<double>(vmem_bytes), "vmem_bytes");
-  require_positive(static_cast<double>(smem_bytes), "smem_bytes");
-  require_positive(static_cast<double>(accumulator_bytes), "accumulator_bytes");
+  require_rate(hbm_bytes_per_second, "hbm_bytes_per_second");
+  // On-core memories become arenas: the same 1 KiB..4 GiB bounds as RuntimeOptions' overrides,
+  // named by key (adv7 F17).
+  for (const auto& [key, bytes] : {std::pair<const char*, uint64_t>{"vmem_bytes", vmem_bytes},
+                                   {"smem_bytes", smem_bytes},
+                                   {"accumulator_bytes", accumulator_bytes}}) {
+    if (bytes < 1024 || bytes > (uint64_t{4} << 30)) {
+      throw InvalidArgumentError("hardware profile '" + name + "': " + key + " is " +
+                                 std::to_string(bytes) + " (expected 1 KiB..4 GiB)");
+    }
+  }
+  static const std::set<std::string> kTopologies = {"", "torus_2d", "torus_3d", "ring",
+                                                    "shared_memory"};
+  if (!kTopologies.contains(topology)) {
+    throw InvalidArgumentError("hardware profile '" + name + "': topology is '" + topology +
+                               "' (expected torus_2d, torus_3d, ring or shared_memory)");
+  }
   if (scoped_vmem_limit_bytes == 0 || scoped_vmem_limit_bytes > vmem_bytes) {
     throw InvalidArgumentError("hardware profile '" + name + "': scoped_vmem_limit_bytes is " +
                                std::to_string(scoped_vmem_limit_bytes) + " (expected 1.." +
@@ -127,7 +169,7 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
   p.name = string_field(j, "name");
   if (j.contains("description")) p.description = string_field(j, "description");
   if (j.contains("cores_per_chip"))
-    p.cores_per_chip = static_cast<int>(number_field(j, "cores_per_chip"));
+    p.cores_per_chip = small_int_field(j, "cores_per_chip", 1, 1 << 20);
   const nlohmann::json& flops = j.at("peak_flops_per_second");
   if (!flops.is_object()) {
     throw InvalidArgumentError("hardware profile key 'peak_flops_per_second' is " + flops.dump() +
@@ -153,7 +195,7 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
   if (j.contains("link_latency_seconds"))
     p.link_latency_seconds = number_field(j, "link_latency_seconds");
   if (j.contains("links_per_chip"))
-    p.links_per_chip = static_cast<int>(number_field(j, "links_per_chip"));
+    p.links_per_chip = small_int_field(j, "links_per_chip", 0, 1 << 20);
   if (j.contains("topology")) p.topology = string_field(j, "topology");
   if (j.contains("sources")) {
     const nlohmann::json& s = j.at("sources");
@@ -188,6 +230,11 @@ nlohmann::json HardwareProfile::to_json() const {
 }
 
 HardwareProfile HardwareProfile::load_json_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw InvalidArgumentError("hardware profile file '" + path +
+                               "' is a directory (expected a JSON file)");
+  }
   std::ifstream in(path);
   if (!in) throw NotFoundError("cannot open hardware profile file '" + path + "'");
   nlohmann::json j;
@@ -198,7 +245,9 @@ HardwareProfile HardwareProfile::load_json_file(const std::string& path) {
                                "' is not valid JSON: " + e.what());
   }
   try {
-    return from_json(j);
+    HardwareProfile p = from_json(j);
+    p.source_path = path;
+    return p;
   } catch (const InvalidArgumentError& e) {
     throw InvalidArgumentError("hardware profile file '" + path + "': " + e.message());
   }

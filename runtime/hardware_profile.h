@@ -38,9 +38,12 @@ struct HardwareProfile {
   /// Source of each figure, keyed by field name ("hbm_bytes_per_second", or
   /// "peak_flops_per_second.bf16"); "UNSURE: ..." where the figure is not published.
   std::map<std::string, std::string> sources;
+  /// The file the profile was read from (load_json_file); empty for a shipped or built profile.
+  /// Not part of the JSON.
+  std::string source_path;
 
-  /// Peak FLOP/s for `dtype` ("f32", "bf16"). Throws InvalidArgumentError naming the dtype and the
-  /// dtypes the profile lists.
+  /// Peak FLOP/s for `dtype` ("f32", "bf16"). Throws InvalidArgumentError naming the dtype, the
+  /// dtypes the profile lists, and the file it came from (source_path) when there is one.
   double peak_flops(const std::string& dtype) const;
 
   /// Throws InvalidArgumentError naming the first field that is missing or out of range.

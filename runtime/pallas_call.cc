@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "common/error.h"
 #include "common/strings.h"
@@ -33,32 +34,52 @@ std::string shape_text(std::span<const int64_t> dims) {
 
 uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
 
-/// One operand as 2-D: rank-1 arrays are (1, n).
+/// One operand as a batch of 2-D arrays: rank-1 arrays are (1, 1, n), rank-2 (1, r, c); a rank-3
+/// array (b, r, c) has blocks (1, br, bc), one batch entry per block.
 struct OperandPlan {
   const PallasOperand* op = nullptr;
   bool is_output = false;
   bool pipelined = true;  // false: memory_space kHbm
   int rank = 2;
+  int64_t batch = 1;             // array: leading dim (rank 3), else 1
   int64_t rows = 0, cols = 0;    // array
   int64_t brows = 0, bcols = 0;  // block
   uint64_t es = 4;               // element bytes
-  uint64_t block_bytes = 0;      // one VMEM buffer
+  uint64_t block_bytes = 0;      // one VMEM buffer, logical (brows x bcols elements)
+  uint64_t padded_bytes = 0;     // the same padded to VMEM tiles: what the arena is charged
+  uint64_t array_bytes = 0;      // the whole array in HBM
   // Consecutive grid points with the same block index share one event (fetch or visit).
-  std::vector<std::array<int64_t, 2>> events;  // block index (row block, col block)
+  std::vector<std::array<int64_t, 3>> events;  // block index (batch, row block, col block)
   std::vector<int64_t> first_step, last_step;
   std::vector<int64_t> event_of_step;
+  std::set<std::array<int64_t, 3>> visited;  // outputs: blocks visited so far (planning only)
 
   int64_t valid_rows(int64_t e) const {
-    return std::min(brows, rows - events[static_cast<size_t>(e)][0] * brows);
+    return std::min(brows, rows - events[static_cast<size_t>(e)][1] * brows);
   }
   int64_t valid_cols(int64_t e) const {
-    return std::min(bcols, cols - events[static_cast<size_t>(e)][1] * bcols);
+    return std::min(bcols, cols - events[static_cast<size_t>(e)][2] * bcols);
   }
   uint64_t event_bytes(int64_t e) const {
     return static_cast<uint64_t>(valid_rows(e) * valid_cols(e)) * es;
   }
   std::string label() const {
     return std::string(is_output ? "output" : "input") + " '" + op->name + "'";
+  }
+  /// The block shape as the user gave it (rank 1, 2 or 3).
+  std::vector<int64_t> block_dims() const {
+    if (rank == 3) return {1, brows, bcols};
+    if (rank == 2) return {brows, bcols};
+    return {bcols};
+  }
+  /// A block index as the index map returned it (rank entries).
+  std::vector<int64_t> user_index(const std::array<int64_t, 3>& b) const {
+    if (rank == 3) return {b[0], b[1], b[2]};
+    if (rank == 2) return {b[1], b[2]};
+    return {b[2]};
+  }
+  std::vector<int64_t> block_index(int64_t e) const {
+    return user_index(events[static_cast<size_t>(e)]);
   }
 };
 
@@ -91,18 +112,74 @@ void check_block_shape(const OperandPlan& p, const std::vector<int64_t>& shape,
   for (size_t d = 0; d < block.size(); ++d) {
     if (block[d] < 1) fail("block dim " + std::to_string(d) + " is not positive");
   }
-  const int64_t last = block.back(), dim_last = shape.back();
-  if (last % kLanes != 0 && last != dim_last) {
-    fail("the last block dim " + std::to_string(last) +
-         " must be a multiple of 128 or equal the array dim " + std::to_string(dim_last) +
-         " (TPU (8, 128) tiling)");
-  }
-  if (block.size() == 2 && block[0] % kSublanes != 0 && block[0] != shape[0]) {
-    fail("the second-to-last block dim " + std::to_string(block[0]) +
-         " must be a multiple of 8 or equal the array dim " + std::to_string(shape[0]) +
-         " (TPU (8, 128) tiling)");
+  // Mosaic's rule (jax/_src/pallas/mosaic/lowering.py, _check_block_mappings): each of the last
+  // two block dims equals the array dim or is a multiple of 128 (last) / 8 (second-to-last).
+  // Pallas has no separate "block <= array" check, so a block larger than the array is legal
+  // exactly when it is such a multiple: the one block spans the whole dim and the rest is
+  // padding. Anything else larger than the array is rejected with its own message.
+  auto check_dim = [&](size_t d, int64_t granule, const char* which) {
+    const int64_t b = block[d], a = shape[d];
+    if (b == a || b % granule == 0) return;
+    const std::string dim = "the " + std::string(which) + " block dim " + std::to_string(b);
+    if (b > a) {
+      fail(dim + " is larger than the array dim " + std::to_string(a) + " (expected at most " +
+           std::to_string(a) +
+           ": equal to it to span the whole dim, or "
+           "a multiple of " +
+           std::to_string(granule) + ", which Pallas TPU pads; TPU (8, 128) tiling)");
+    }
+    fail(dim + " must be a multiple of " + std::to_string(granule) + " or equal the array dim " +
+         std::to_string(a) + " (TPU (8, 128) tiling)");
+  };
+  check_dim(block.size() - 1, kLanes, "last");
+  if (block.size() >= 2) check_dim(block.size() - 2, kSublanes, "second-to-last");
+  if (block.size() == 3 && block[0] != 1) {
+    fail("the leading block dim is " + std::to_string(block[0]) +
+         " (expected 1: one batch entry per grid point, Pallas's None/1; the body sees the "
+         "squeezed 2-D block)");
   }
 }
+
+/// Rows of a VMEM tile for an element size: (8, 128) for 32-bit types; 16-bit types pack two
+/// rows per sublane (16, 128) and 8-bit types four (32, 128), as Mosaic lays out VMEM. 64-bit
+/// types (not native on TPU) are taken as (8, 128).
+int64_t tile_rows(uint64_t element_bytes) {
+  return element_bytes >= 4 ? kSublanes : kSublanes * static_cast<int64_t>(4 / element_bytes);
+}
+
+/// Multiplies non-negative factors, throwing InvalidArgumentError (naming `what`) past 2^62.
+uint64_t checked_product(std::initializer_list<uint64_t> factors, const std::string& what) {
+  constexpr uint64_t kLimit = uint64_t{1} << 62;
+  uint64_t r = 1;
+  for (uint64_t f : factors) {
+    if (f != 0 && r > kLimit / f) {
+      throw InvalidArgumentError(what + " is too large (more than 2^62 bytes)");
+    }
+    r *= f;
+  }
+  return r;
+}
+
+}  // namespace
+
+uint64_t vmem_tile_padded_bytes(ElementType dtype, std::span<const int64_t> block_shape) {
+  const uint64_t es = element_size_bytes(dtype);
+  if (block_shape.empty()) return es;
+  auto up = [](int64_t v, int64_t m) { return static_cast<uint64_t>((v + m - 1) / m * m); };
+  const std::string what = "a VMEM block of shape " + shape_text(block_shape);
+  if (block_shape.size() == 1) {
+    // A rank-1 block is laid out as (1, n) rows of whole tiles: Mosaic's 1-D tiling is one
+    // (8, 128) tile of 32-bit words (the 1024-element chunk of its rank-1 block rule).
+    return checked_product({up(block_shape[0], tile_rows(es) * kLanes), es}, what);
+  }
+  const size_t r = block_shape.size();
+  uint64_t lead = 1;
+  for (size_t d = 0; d + 2 < r; ++d) lead = checked_product({lead, up(block_shape[d], 1)}, what);
+  return checked_product(
+      {lead, up(block_shape[r - 2], tile_rows(es)), up(block_shape[r - 1], kLanes), es}, what);
+}
+
+namespace {
 
 OperandPlan make_operand_plan(const PallasOperand& op, bool is_output) {
   OperandPlan p;
@@ -114,9 +191,12 @@ OperandPlan make_operand_plan(const PallasOperand& op, bool is_output) {
                                std::string(memory_space_name(op.spec.memory_space)) +
                                " (expected vmem, pipelined, or hbm, left in place)");
   }
-  if (op.shape.size() != 1 && op.shape.size() != 2) {
-    throw InvalidArgumentError(p.label() + " has shape " + shape_text(op.shape) +
-                               " (expected rank 1 or 2)");
+  if (op.shape.empty() || op.shape.size() > 3) {
+    throw InvalidArgumentError(
+        p.label() + " has shape " + shape_text(op.shape) + ": rank " +
+        std::to_string(op.shape.size()) +
+        " is not supported (expected rank 1, 2, or 3 with a leading batch dim blocked by 1; "
+        "see docs/KERNELS.md)");
   }
   for (int64_t d : op.shape) {
     if (d < 1) {
@@ -125,18 +205,28 @@ OperandPlan make_operand_plan(const PallasOperand& op, bool is_output) {
     }
   }
   p.rank = static_cast<int>(op.shape.size());
-  p.rows = p.rank == 2 ? op.shape[0] : 1;
+  p.batch = p.rank == 3 ? op.shape[0] : 1;
+  p.rows = p.rank >= 2 ? op.shape[static_cast<size_t>(p.rank - 2)] : 1;
   p.cols = op.shape.back();
   p.es = element_size_bytes(op.dtype);
   const std::vector<int64_t> block =
       (op.spec.block_shape.empty() || !p.pipelined) ? op.shape : op.spec.block_shape;
   check_block_shape(p, op.shape, block);
-  p.brows = p.rank == 2 ? block[0] : 1;
+  p.brows = p.rank >= 2 ? block[static_cast<size_t>(p.rank - 2)] : 1;
   p.bcols = block.back();
-  p.block_bytes = static_cast<uint64_t>(p.brows * p.bcols) * p.es;
+  p.block_bytes =
+      checked_product({static_cast<uint64_t>(p.brows), static_cast<uint64_t>(p.bcols), p.es},
+                      p.label() + "'s block " + shape_text(block));
+  p.padded_bytes = vmem_tile_padded_bytes(op.dtype, block);
+  const uint64_t array_bytes = p.array_bytes =
+      checked_product({static_cast<uint64_t>(p.batch), static_cast<uint64_t>(p.rows),
+                       static_cast<uint64_t>(p.cols), p.es},
+                      p.label() + " of shape " + shape_text(op.shape));
   if (op.buffer != nullptr) {
-    const uint64_t need = static_cast<uint64_t>(p.rows * p.cols) * p.es + op.offset_bytes;
-    if (op.buffer->size_bytes() < need) {
+    // offset + bytes must not wrap (adv7 F1).
+    const uint64_t need =
+        op.offset_bytes > op.buffer->size_bytes() ? UINT64_MAX : array_bytes + op.offset_bytes;
+    if (op.buffer->size_bytes() < need || need < array_bytes) {
       throw InvalidArgumentError(p.label() + " of shape " + shape_text(op.shape) + " " +
                                  std::string(element_type_name(op.dtype)) + " at offset " +
                                  std::to_string(op.offset_bytes) + " needs " +
@@ -156,11 +246,12 @@ Plan make_plan(const std::vector<PallasOperand>& inputs, const std::vector<Palla
       throw InvalidArgumentError("pallas_call '" + options.name + "' has grid " +
                                  shape_text(plan.grid) + " (expected every extent >= 1)");
     }
-    plan.num_steps *= plan.grid[a];
-    if (plan.num_steps > (int64_t{1} << 40)) {
+    // Checked before multiplying: extents like (2^32, 2^32) must not wrap (adv7 F2).
+    if (plan.grid[a] > (int64_t{1} << 40) / plan.num_steps) {
       throw InvalidArgumentError("pallas_call '" + options.name + "' has grid " +
                                  shape_text(plan.grid) + " (more than 2^40 grid points)");
     }
+    plan.num_steps *= plan.grid[a];
   }
   if (outputs.empty()) {
     throw InvalidArgumentError("pallas_call '" + options.name + "' has no outputs");
@@ -183,7 +274,7 @@ Plan make_plan(const std::vector<PallasOperand>& inputs, const std::vector<Palla
     if (options.step_flops) plan.step_flops[static_cast<size_t>(s)] = options.step_flops(gi);
     for (auto* list : {&plan.inputs, &plan.outputs}) {
       for (auto& p : *list) {
-        std::array<int64_t, 2> b{0, 0};
+        std::array<int64_t, 3> b{0, 0, 0};
         if (p.pipelined && p.op->spec.index_map) {
           const std::vector<int64_t> idx = p.op->spec.index_map(gi);
           if (idx.size() != static_cast<size_t>(p.rank)) {
@@ -192,28 +283,33 @@ Plan make_plan(const std::vector<PallasOperand>& inputs, const std::vector<Palla
                 " block indices at grid point " + shape_text(gi) + " (expected " +
                 std::to_string(p.rank) + ", the array rank)");
           }
-          b = p.rank == 2 ? std::array<int64_t, 2>{idx[0], idx[1]}
-                          : std::array<int64_t, 2>{0, idx[0]};
-          if (b[0] < 0 || b[1] < 0 || b[0] * p.brows >= p.rows || b[1] * p.bcols >= p.cols) {
-            throw InvalidArgumentError(
-                p.label() + "'s index map gives block " + shape_text(idx) + " at grid point " +
-                shape_text(gi) + ", outside the array of shape " + shape_text(p.op->shape) +
-                " in blocks of " +
-                shape_text(p.rank == 2 ? std::vector<int64_t>{p.brows, p.bcols}
-                                       : std::vector<int64_t>{p.bcols}) +
-                " (block indices must be in [0, ceil(dim / block)))");
+          if (p.rank == 3) {
+            b = {idx[0], idx[1], idx[2]};
+          } else if (p.rank == 2) {
+            b = {0, idx[0], idx[1]};
+          } else {
+            b = {0, 0, idx[0]};
+          }
+          // Compared with the block counts, not multiplied out (a huge index must not wrap).
+          if (b[0] < 0 || b[1] < 0 || b[2] < 0 || b[0] >= p.batch ||
+              b[1] >= (p.rows + p.brows - 1) / p.brows ||
+              b[2] >= (p.cols + p.bcols - 1) / p.bcols) {
+            throw InvalidArgumentError(p.label() + "'s index map gives block " + shape_text(idx) +
+                                       " at grid point " + shape_text(gi) +
+                                       ", outside the array of shape " + shape_text(p.op->shape) +
+                                       " in blocks of " + shape_text(p.block_dims()) +
+                                       " (block indices must be in [0, ceil(dim / block)))");
           }
         }
         if (p.events.empty() || p.events.back() != b) {
           if (p.is_output) {
-            for (const auto& e : p.events) {
-              if (e == b) {
-                throw InvalidArgumentError(
-                    p.label() + " revisits block " + shape_text(std::vector<int64_t>{b[0], b[1]}) +
-                    " at grid point " + shape_text(gi) +
-                    " after leaving it (an output block must be visited by consecutive grid "
-                    "points only; its first visit was already written back)");
-              }
+            // A set of visited blocks keeps planning O(steps log steps) (adv7 F8).
+            if (!p.visited.insert(b).second) {
+              throw InvalidArgumentError(
+                  p.label() + " revisits block " + shape_text(p.user_index(b)) + " at grid point " +
+                  shape_text(gi) +
+                  " after leaving it (an output block must be visited by consecutive grid "
+                  "points only; its first visit was already written back)");
             }
           }
           p.events.push_back(b);
@@ -382,16 +478,34 @@ DmaSemaphore& KernelContext::semaphore(int k) const {
 }
 int KernelContext::core_id() const { return core_->core_id(); }
 
+void KernelContext::check_own_semaphore(const DmaSemaphore& sem) const {
+  // As in Pallas, where DMA semaphores come from scratch_shapes: a copy on any other semaphore
+  // could outlive the kernel unnoticed (adv7 F9).
+  const auto* begin = semaphores_->data();
+  if (&sem < begin || &sem >= begin + semaphores_->size()) {
+    throw InvalidArgumentError(
+        "a kernel's copies must signal one of its own DMA semaphores (KernelContext::semaphore(k), "
+        "k < num_dma_semaphores = " +
+        std::to_string(semaphores_->size()) + ")");
+  }
+}
+
 DmaCopy KernelContext::async_copy(const DmaRegion& src, const DmaRegion& dst,
                                   DmaSemaphore& sem) const {
+  check_own_semaphore(sem);
   return core_->dma().start(src, dst, sem);
 }
 
 DmaCopy KernelContext::async_remote_copy(const DeviceBuffer& src, int64_t src_cols, int64_t row0,
                                          const BlockRef& dst, DmaSemaphore& sem) const {
+  check_own_semaphore(sem);
   const uint64_t es = element_size_bytes(dst.dtype);
-  if (src_cols != dst.cols() || row0 < 0 ||
-      static_cast<uint64_t>((row0 + dst.rows()) * src_cols) * es > src.size_bytes()) {
+  // Rows compared without multiplying row0 out first (a huge row0 must not wrap; adv7 F3).
+  const uint64_t row_bytes = static_cast<uint64_t>(src_cols) * es;
+  const uint64_t src_rows = row_bytes == 0 ? 0 : src.size_bytes() / row_bytes;
+  if (src_cols != dst.cols() || src_cols < 1 || row0 < 0 || dst.rows() < 0 ||
+      static_cast<uint64_t>(row0) > src_rows ||
+      static_cast<uint64_t>(dst.rows()) > src_rows - static_cast<uint64_t>(row0)) {
     throw InvalidArgumentError(
         "remote copy of rows [" + std::to_string(row0) + ", " + std::to_string(row0 + dst.rows()) +
         ") x " + std::to_string(src_cols) + " columns from a " + std::to_string(src.size_bytes()) +
@@ -406,6 +520,22 @@ DmaCopy KernelContext::async_remote_copy(const DeviceBuffer& src, int64_t src_co
   return core_->dma().start(from, to, sem, false, std::move(pin));
 }
 
+namespace {
+uint64_t scratch_logical_bytes(const ScratchSpec& s) {
+  uint64_t bytes = element_size_bytes(s.dtype);
+  for (int64_t d : s.shape) {
+    bytes = checked_product({bytes, static_cast<uint64_t>(d)},
+                            "scratch '" + s.name + "' of shape " + shape_text(s.shape));
+  }
+  return bytes;
+}
+/// VMEM scratch is tile-padded like a block; SMEM and the accumulator are charged as is.
+uint64_t scratch_charged_bytes(const ScratchSpec& s) {
+  return s.memory_space == MemorySpace::kVmem ? vmem_tile_padded_bytes(s.dtype, s.shape)
+                                              : scratch_logical_bytes(s);
+}
+}  // namespace
+
 /// Runs one pallas_call: the executor side of walk_schedule.
 class PallasPipeline {
  public:
@@ -418,7 +548,10 @@ class PallasPipeline {
     try {
       walk_schedule(plan_, n_, *this);
     } catch (...) {
-      drain_quietly();  // no copy may outlive the VMEM it writes
+      // No copy may outlive the VMEM it writes, and teardown must not wait out a throttled
+      // engine: drop the queued copies, cut the running one's delay short, then drain (at most
+      // one memcpy).
+      cancel_and_drain();
       throw;
     }
     check_end();
@@ -437,8 +570,12 @@ class PallasPipeline {
     stats_.bytes_in += src.bytes();
     ++stats_.copies_in;
   }
-  void wait_fetch(size_t i, int64_t f) { timed_wait(in_copies_[i][static_cast<size_t>(f)]); }
-  void wait_writeback(size_t j, int64_t v) { timed_wait(out_copies_[j][static_cast<size_t>(v)]); }
+  void wait_fetch(size_t i, int64_t f) {
+    timed_wait(in_copies_[i][static_cast<size_t>(f)], plan_.inputs[i], "fetch", f);
+  }
+  void wait_writeback(size_t j, int64_t v) {
+    timed_wait(out_copies_[j][static_cast<size_t>(v)], plan_.outputs[j], "writeback", v);
+  }
   void start_writeback(size_t j, int64_t v) {
     const OperandPlan& p = plan_.outputs[j];
     DmaRegion src = slot_region(out_slots_[j], p, v);
@@ -472,7 +609,9 @@ class PallasPipeline {
   DmaRegion hbm_region(const OperandPlan& p, int64_t e) const {
     const auto& b = p.events[static_cast<size_t>(e)];
     std::byte* base = p.op->buffer->data() + p.op->offset_bytes;
-    const uint64_t off = static_cast<uint64_t>(b[0] * p.brows * p.cols + b[1] * p.bcols) * p.es;
+    const uint64_t off =
+        static_cast<uint64_t>(b[0] * p.rows * p.cols + b[1] * p.brows * p.cols + b[2] * p.bcols) *
+        p.es;
     return DmaRegion{base + off, p.valid_rows(e), static_cast<uint64_t>(p.valid_cols(e)) * p.es,
                      static_cast<uint64_t>(p.cols) * p.es};
   }
@@ -486,21 +625,48 @@ class PallasPipeline {
     if (!p.pipelined) return;  // set once in allocate()
     const int64_t e = p.event_of_step[static_cast<size_t>(s)];
     r.data = slots[static_cast<size_t>(e % n_)].data();
-    if (p.rank == 2) {
+    if (p.rank >= 2) {  // rank 3: the squeezed (rows, cols) block of one batch entry
       r.valid_shape = {p.valid_rows(e), p.valid_cols(e)};
     } else {
       r.valid_shape = {p.valid_cols(e)};
     }
   }
-  void timed_wait(const DmaCopy& c) {
+  void timed_wait(const DmaCopy& c, const OperandPlan& p, const char* what, int64_t e) {
     const auto t = Clock::now();
-    c.wait();
+    try {
+      c.wait();
+    } catch (const DeadlineExceededError& err) {
+      throw DeadlineExceededError(
+          "pallas_call '" + o_.name + "' on core " + std::to_string(core_.core_id()) + ": " + what +
+          " " + std::to_string(e) + " of " + p.label() + " (block " + shape_text(p.block_index(e)) +
+          ", " + std::to_string(p.event_bytes(e)) + " bytes) timed out: " + err.message() +
+          " (raise dma_timeout_ms, or check dma_bytes_per_second)");
+    }
     stats_.dma_wait_seconds += std::chrono::duration<double>(Clock::now() - t).count();
   }
-  void drain_quietly() noexcept {
+  /// Waits (bounded by the DMA timeout) for every copy; when that times out, cancels the queued
+  /// ones and drains again, which takes at most one memcpy. Never throws.
+  void drain_bounded() noexcept {
     try {
       core_.dma().drain(core_.dma().options().wait_timeout);
+      return;
     } catch (...) {
+    }
+    cancel_and_drain();
+  }
+  void cancel_and_drain() noexcept {
+    try {
+      core_.dma().cancel();
+    } catch (...) {
+    }
+    // After cancel() at most the running copy's memcpy is left. Wait it out even past the
+    // timeout: freeing the VMEM slots or semaphores under it would be a use-after-free (adv7 F4).
+    for (;;) {
+      try {
+        core_.dma().drain(core_.dma().options().wait_timeout);
+        return;
+      } catch (...) {
+      }
     }
   }
 
@@ -530,7 +696,8 @@ void PallasPipeline::allocate() {
   // Check every memory space's total before allocating anything (Mosaic checks the scoped VMEM
   // limit at compile time, before the kernel runs).
   struct Need {
-    uint64_t bytes = 0;
+    uint64_t bytes = 0;          // charged: tile-padded (VMEM), rounded to the arena granule
+    uint64_t logical_bytes = 0;  // the elements themselves
     std::vector<std::string> parts;
   };
   std::map<MemorySpace, Need> need;
@@ -538,12 +705,12 @@ void PallasPipeline::allocate() {
     for (const auto& p : *list) {
       if (!p.pipelined) continue;
       Need& v = need[MemorySpace::kVmem];
-      v.bytes += static_cast<uint64_t>(n_) * round_up(p.block_bytes, kArenaGranule);
-      v.parts.push_back(p.op->name + ": " + std::to_string(n_) + " x " +
-                        std::to_string(p.block_bytes) + " bytes (block " +
-                        shape_text(p.rank == 2 ? std::vector<int64_t>{p.brows, p.bcols}
-                                               : std::vector<int64_t>{p.bcols}) +
-                        " " + std::string(element_type_name(p.op->dtype)) + ")");
+      v.bytes += static_cast<uint64_t>(n_) * round_up(p.padded_bytes, kArenaGranule);
+      v.logical_bytes += static_cast<uint64_t>(n_) * p.block_bytes;
+      v.parts.push_back(
+          p.op->name + ": " + std::to_string(n_) + " x " + std::to_string(p.padded_bytes) +
+          " bytes tile-padded (" + std::to_string(p.block_bytes) + " logical; block " +
+          shape_text(p.block_dims()) + " " + std::string(element_type_name(p.op->dtype)) + ")");
     }
   }
   for (const auto& s : o_.scratch) {
@@ -556,11 +723,14 @@ void PallasPipeline::allocate() {
       throw InvalidArgumentError("scratch '" + s.name + "' has shape " + shape_text(s.shape) +
                                  " (expected rank 1 or 2, every dim >= 1)");
     }
-    uint64_t bytes = element_size_bytes(s.dtype);
-    for (int64_t d : s.shape) bytes *= static_cast<uint64_t>(d);
+    const uint64_t bytes = scratch_logical_bytes(s);
+    const uint64_t charged = scratch_charged_bytes(s);
     Need& v = need[s.memory_space];
-    v.bytes += round_up(bytes, kArenaGranule);
-    v.parts.push_back("scratch " + s.name + ": " + std::to_string(bytes) + " bytes");
+    v.bytes += round_up(charged, kArenaGranule);
+    v.logical_bytes += bytes;
+    v.parts.push_back("scratch " + s.name + ": " + std::to_string(charged) + " bytes" +
+                      (charged != bytes ? " tile-padded (" + std::to_string(bytes) + " logical)"
+                                        : std::string()));
   }
   for (const auto& [space, v] : need) {
     const MemoryStats st = core_.memory(space).memory_stats();
@@ -578,7 +748,10 @@ void PallasPipeline::allocate() {
               "]; use smaller blocks or fewer buffers" +
               (space == MemorySpace::kVmem ? ", or raise vmem_limit_bytes" : ""));
     }
-    if (space == MemorySpace::kVmem) stats_.vmem_bytes = v.bytes;
+    if (space == MemorySpace::kVmem) {
+      stats_.vmem_bytes = v.bytes;
+      stats_.vmem_logical_bytes = v.logical_bytes;
+    }
   }
   ctx_.core_ = &core_;
   ctx_.grid_ = plan_.grid;
@@ -595,12 +768,12 @@ void PallasPipeline::allocate() {
       if (p.pipelined) {
         for (int b = 0; b < n_; ++b) {
           slots.back().push_back(
-              core_.allocate(MemorySpace::kVmem, p.block_bytes,
+              core_.allocate(MemorySpace::kVmem, p.padded_bytes,
                              o_.name + "/" + p.op->name + "/" + std::to_string(b)));
           sems.back().push_back(std::make_unique<DmaSemaphore>());
         }
         r.shape =
-            p.rank == 2 ? std::vector<int64_t>{p.brows, p.bcols} : std::vector<int64_t>{p.bcols};
+            p.rank >= 2 ? std::vector<int64_t>{p.brows, p.bcols} : std::vector<int64_t>{p.bcols};
         r.row_stride = p.bcols;
         r.memory_space = MemorySpace::kVmem;
       } else {
@@ -616,9 +789,8 @@ void PallasPipeline::allocate() {
   setup(plan_.inputs, in_slots_, in_sems_, in_copies_, ctx_.inputs_);
   setup(plan_.outputs, out_slots_, out_sems_, out_copies_, ctx_.outputs_);
   for (const auto& s : o_.scratch) {
-    uint64_t bytes = element_size_bytes(s.dtype);
-    for (int64_t d : s.shape) bytes *= static_cast<uint64_t>(d);
-    scratch_.push_back(core_.allocate(s.memory_space, bytes, o_.name + "/" + s.name));
+    scratch_.push_back(
+        core_.allocate(s.memory_space, scratch_charged_bytes(s), o_.name + "/" + s.name));
     BlockRef r;
     r.data = scratch_.back().data();
     r.dtype = s.dtype;
@@ -643,7 +815,7 @@ void PallasPipeline::check_end() {
     }
   }
   // Copies the body started complete before their VMEM is freed, whatever else happened.
-  if (core_.dma().in_flight() > 0) drain_quietly();
+  if (core_.dma().in_flight() > 0) drain_bounded();
   for (size_t k = 0; k < user_sems_->size(); ++k) {
     const uint64_t v = (*user_sems_)[k].value();
     if (v != 0) {
@@ -685,6 +857,24 @@ PallasCallStats pallas_call(VirtualCore& core, const std::vector<PallasOperand>&
       }
     }
   }
+  // No input/output aliasing (Pallas needs input_output_aliases for it; vtpu has none): an output
+  // overlapping an input would be read and written in an order that depends on num_buffers
+  // (adv7 F6).
+  for (const auto& in : plan.inputs) {
+    for (const auto& out : plan.outputs) {
+      if (in.op->buffer != out.op->buffer) continue;
+      const uint64_t a0 = in.op->offset_bytes, a1 = a0 + in.array_bytes;
+      const uint64_t b0 = out.op->offset_bytes, b1 = b0 + out.array_bytes;
+      if (a0 < b1 && b0 < a1) {
+        throw InvalidArgumentError(
+            in.label() + " (bytes [" + std::to_string(a0) + ", " + std::to_string(a1) + ")) and " +
+            out.label() + " (bytes [" + std::to_string(b0) + ", " + std::to_string(b1) +
+            ")) of pallas_call '" + options.name +
+            "' overlap in the same buffer (input/output aliasing is not supported; use separate "
+            "buffers)");
+      }
+    }
+  }
   PallasPipeline pipeline(core, plan, options, body);
   return pipeline.run();
 }
@@ -712,6 +902,7 @@ void to_json(nlohmann::json& j, const PallasCallStats& s) {
                      {"grid_steps", s.grid_steps},
                      {"num_buffers", s.num_buffers},
                      {"vmem_bytes", s.vmem_bytes},
+                     {"vmem_logical_bytes", s.vmem_logical_bytes},
                      {"bytes_in", s.bytes_in},
                      {"bytes_out", s.bytes_out},
                      {"copies_in", s.copies_in},

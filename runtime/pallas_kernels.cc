@@ -53,7 +53,15 @@ MatmulCall make_matmul_call(const HbmMatrix& a, const HbmMatrix& b, const HbmMat
   if (o.bm < 1 || o.bn < 1 || o.bk < 1) {
     throw InvalidArgumentError("matmul block sizes bm, bn, bk must be >= 1");
   }
-  const int64_t bm = std::min(o.bm, m), bn = std::min(o.bn, n), bk = std::min(o.bk, k);
+  if (o.transpose_lhs && o.bm % 128 != 0 && o.bm != m) {
+    // A is stored (k, m): its block is (bk, bm), so bm is the block's last (lane) dim (adv7 F14).
+    throw InvalidArgumentError("matmul bm " + std::to_string(o.bm) +
+                               " must be a multiple of 128 or equal m " + std::to_string(m) +
+                               " when transpose_lhs (A is stored (k, m), so bm is the last dim of "
+                               "its (bk, bm) block)");
+  }
+  // Not clamped: pallas_call checks each block against its array (Pallas's rule).
+  const int64_t bm = o.bm, bn = o.bn, bk = o.bk;
   const int64_t gm = (m + bm - 1) / bm, gn = (n + bn - 1) / bn, gk = (k + bk - 1) / bk;
   MatmulCall call;
   // A block (i, kk) of op(A); stored transposed it is block (kk, i) of shape (bk, bm).
@@ -157,7 +165,7 @@ PallasCallStats pallas_softmax(VirtualCore& core, const HbmMatrix& x, const HbmM
                                " differ (expected equal shapes)");
   }
   if (block_rows < 1) throw InvalidArgumentError("softmax block_rows must be >= 1");
-  const int64_t br = std::min(block_rows, x.rows);
+  const int64_t br = block_rows;  // not clamped: pallas_call checks it
   auto row_block = [](std::span<const int64_t> g) { return std::vector<int64_t>{g[0], 0}; };
   PallasCallOptions o;
   o.name = "softmax";

@@ -30,16 +30,20 @@ struct HbmMatrix {
 enum class MatmulEpilogue { kNone, kBias, kBiasRelu };
 
 struct MatmulOptions {
-  int64_t bm = 256, bn = 256, bk = 256;  // block sizes (elements); clamped to the dims
-  int num_buffers = 2;                   // VMEM buffers per operand (1, 2, 3, ...)
-  bool transpose_lhs = false;            // A is stored (k, m) and used as its transpose
-  bool transpose_rhs = false;            // B is stored (n, k) and used as its transpose
+  /// Block sizes (elements). Each must follow pallas_call's rule: a multiple of 8 (bm) / 128
+  /// (bn, bk), or equal to its dim; not clamped (fit_block() gives min(block, dim)). With
+  /// transpose_lhs, bm is the last dim of A's stored block: a multiple of 128 or m.
+  int64_t bm = 256, bn = 256, bk = 256;
+  int num_buffers = 2;         // VMEM buffers per operand (1, 2, 3, ...)
+  bool transpose_lhs = false;  // A is stored (k, m) and used as its transpose
+  bool transpose_rhs = false;  // B is stored (n, k) and used as its transpose
   MatmulEpilogue epilogue = MatmulEpilogue::kNone;
 };
 
 /// The operands and options of the matmul pallas_call, for running or simulating it. `bias` is
-/// used for the kBias* epilogues (a (1, n) or (n,) matrix). Block sizes larger than a dim become
-/// the whole dim. Throws InvalidArgumentError for mismatched shapes.
+/// used for the kBias* epilogues (a (1, n) or (n,) matrix). Block sizes are used as given
+/// (pallas_call rejects an illegal one, naming the operand, block and array shape). Throws
+/// InvalidArgumentError for mismatched shapes.
 struct MatmulCall {
   std::vector<PallasOperand> inputs, outputs;
   PallasCallOptions options;
@@ -57,8 +61,12 @@ PallasCallStats pallas_matmul(VirtualCore& core, const HbmMatrix& a, const HbmMa
 PallasCallStats pallas_dense(VirtualCore& core, const HbmMatrix& x, const HbmMatrix& w,
                              const HbmMatrix& bias, const HbmMatrix& out,
                              MatmulOptions options = {});
+/// min(block, dim): the largest block that never exceeds the array, for callers that want "at
+/// most `block`" (a block equal to the dim is always legal).
+inline int64_t fit_block(int64_t block, int64_t dim) { return block < dim ? block : dim; }
+
 /// out = softmax(x) along each row (max-subtracted, as jax.nn.softmax), streaming blocks of
-/// `block_rows` whole rows.
+/// `block_rows` whole rows (a multiple of 8 or x.rows; not clamped).
 PallasCallStats pallas_softmax(VirtualCore& core, const HbmMatrix& x, const HbmMatrix& out,
                                int64_t block_rows = 256, int num_buffers = 2);
 

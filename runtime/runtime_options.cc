@@ -87,14 +87,16 @@ void RuntimeOptions::validate() const {
   // accepted and ran unthrottled), and NaN/inf are not rates.
   const bool rate_ok = dma_bytes_per_second == 0.0 ||
                        (dma_bytes_per_second >= 1.0 && std::isfinite(dma_bytes_per_second));
-  if (!rate_ok || dma_latency.count() < 0 || dma_timeout.count() <= 0 ||
-      dma_timeout > kMaxCollectiveTimeout) {
+  // The latency is bounded like the timeout: 9e18 us overflowed the clock and ran unthrottled.
+  if (!rate_ok || dma_latency.count() < 0 || dma_latency > kMaxCollectiveTimeout ||
+      dma_timeout.count() <= 0 || dma_timeout > kMaxCollectiveTimeout) {
     char rate_text[32];
     std::snprintf(rate_text, sizeof(rate_text), "%g", dma_bytes_per_second);
-    throw InvalidArgumentError("dma_bytes_per_second is " + std::string(rate_text) +
-                               ", dma_latency_us " + std::to_string(dma_latency.count()) +
-                               ", dma_timeout_ms " + std::to_string(dma_timeout.count()) +
-                               " (expected 0 or a finite rate >= 1 B/s, >= 0, and 1 ms..7 days)");
+    throw InvalidArgumentError(
+        "dma_bytes_per_second is " + std::string(rate_text) + ", dma_latency_us " +
+        std::to_string(dma_latency.count()) + ", dma_timeout_ms " +
+        std::to_string(dma_timeout.count()) +
+        " (expected 0 or a finite rate >= 1 B/s, 0..7 days, and 1 ms..7 days)");
   }
   if (hardware_profile.empty()) {
     throw InvalidArgumentError("hardware_profile is empty (expected a name such as \"v5e\")");

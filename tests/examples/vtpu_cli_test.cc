@@ -178,6 +178,84 @@ TEST(VtpuCliTest, BenchKernelMatmulJson) {
   expect_failure("bench kernel matmul --hardware v9", "unknown hardware profile 'v9'", 1);
 }
 
+// Regressions from the issue 7 new-user pass on `vtpu bench kernel matmul`: every bad value gets
+// a short message naming the flag and the value (CLI11's Range once printed a 300-digit bound;
+// values beyond int64 were silently saturated; oversized blocks were clamped), an unknown kernel
+// lists the known ones, and a run too large for the machine is refused with its estimate.
+TEST(VtpuCliTest, BenchKernelMatmulRejectsBadValuesClearly) {
+  const CliRun zero = run_cli("bench kernel matmul --bm 0");
+  EXPECT_EQ(zero.exit_code, 2) << zero.output;
+  EXPECT_NE(zero.output.find("--bm 0: expected a positive integer"), std::string::npos)
+      << zero.output;
+  EXPECT_LT(zero.output.size(), 200u) << zero.output;
+  expect_failure("bench kernel matmul --m 1.5", "--m 1.5: expected a positive integer up to 65536",
+                 2);
+  expect_failure("bench kernel matmul --buffers \"\"",
+                 "--buffers '': expected a comma-separated list of buffer counts 1..8", 2);
+  expect_failure("bench kernel matmul --buffers 1,,2", "--buffers '': expected a positive integer",
+                 2);
+  expect_failure("bench kernel matmul --bm 99999999999999999999999",
+                 "--bm 99999999999999999999999: too large", 2);
+  expect_failure("bench kernel matmul --bm 9999999999 --repeats 1",
+                 "input 'a' of shape (2048, 2048) has block shape (9999999999, 256): the "
+                 "second-to-last block dim 9999999999 is larger than the array dim 2048",
+                 1);
+  expect_failure("bench kernel softmax", "unknown kernel 'softmax' (expected one of: matmul)", 2);
+  expect_failure("bench kernel", "expected a kernel name (one of: matmul)", 2);
+  expect_failure("bench kernel matmul --bogus", "unexpected argument '--bogus'", 2);
+  // Adversarial finding F15: CLI11's NonNegativeNumber printed DBL_MAX in 309 digits.
+  const CliRun inf = run_cli("bench kernel matmul --dma-bytes-per-second inf");
+  EXPECT_EQ(inf.exit_code, 2) << inf.output;
+  EXPECT_NE(inf.output.find("inf is not a rate"), std::string::npos) << inf.output;
+  EXPECT_LT(inf.output.size(), 300u) << inf.output;
+  // 2 * 65536 * 128 * 65536 FLOP x 4 runs x 11 rounds, and 32 GiB of A, B and C.
+  expect_failure("bench kernel matmul --m 65536 --k 65536", "estimated", 1);
+  expect_failure("bench kernel matmul --m 65536 --k 65536", "pass --force", 1);
+}
+
+// Adversarial finding F11 (issue 7): --copy-bytes 0/1/1T gave a misleading profile error, a
+// nonsense bandwidth, or bad_alloc, and --out was checked only after the measurement.
+TEST(VtpuCliTest, BenchHardwareChecksCopyBytesAndOutFirst) {
+  expect_failure("bench hardware --gemm-n 64 --copy-bytes 0", "--copy-bytes 0: expected 1M..4G", 2);
+  expect_failure("bench hardware --gemm-n 64 --copy-bytes 1T", "--copy-bytes 1T: expected 1M..4G",
+                 2);
+  expect_failure("bench hardware --gemm-n 64 --out /nonexistent/dir/x.json",
+                 "cannot write '/nonexistent/dir/x.json'", 1);
+}
+
+// Regression (issue 7): a profile file without an f32 peak was reported by its JSON "name"; the
+// message now names the file.
+TEST(VtpuCliTest, BenchKernelProfileWithoutF32NamesTheFile) {
+  std::ifstream in(std::string(VTPU_SOURCE_DIR) + "/profiles/tpu_v5e.json");
+  ASSERT_TRUE(in.good());
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["peak_flops_per_second"] = {{"bf16", 1e14}};
+  j["sources"].erase("peak_flops_per_second.f32");
+  const std::string path = temp_file("vtpu_cli_no_f32_profile.json", j.dump());
+  expect_failure(
+      "bench kernel matmul --m 64 --n 128 --k 128 --bm 64 --bn 128 --bk 128 "
+      "--repeats 1 --hardware " +
+          path,
+      "hardware profile file '" + path + "'", 1);
+}
+
+// Regression (issue 7): with the DMA engine throttled to 1000 B/s the run hung for minutes
+// (an uninterruptible throttle sleep, then an unbounded drain). Without --force it is now
+// refused with its estimate; with --force every wait gives up at --dma-timeout-ms, naming the
+// copy, and the program exits at once (run_cli's 60 s `timeout` would give exit code 124).
+TEST(VtpuCliTest, BenchKernelThrottledDmaTimesOutInsteadOfHanging) {
+  const std::string repro =
+      "bench kernel matmul --repeats 1 --buffers 1 --m 8 --n 128 --k 128 --bm 8 --bn 128 "
+      "--bk 128 --dma-bytes-per-second 1000";
+  expect_failure(repro, "estimated", 1);
+  const CliRun r = run_cli(repro + " --force --dma-timeout-ms 500");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("fetch 0 of input 'a' (block (0, 0), 4096 bytes) timed out"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("dma timeout 500 ms"), std::string::npos) << r.output;
+}
+
 TEST(VtpuCliTest, BenchMemoryTable) {
   const CliRun r = run_cli(
       "bench memory --allocators bfc --live 100,300 --pairs 2000 --workload uniform "

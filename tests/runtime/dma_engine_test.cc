@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <numeric>
 #include <vector>
 
@@ -87,6 +88,69 @@ TEST(DmaEngineTest, ManyEnginesOnlyStartThreadsWhenUsed) {
   DmaSemaphore sem;
   engines[200]->start({a.data(), 1, 64, 0}, {b.data(), 1, 64, 0}, sem).wait();
   EXPECT_EQ(b, a);
+}
+
+// Regression (issue 7 new-user pass): a copy throttled to 1000 B/s slept uninterruptibly for its
+// whole duration (65 s here), so waits, drain and the engine's destructor hung far past the DMA
+// timeout. Now the wait times out naming the copy's bytes, core and time waited, cancel() cuts
+// the throttle delay short, and nothing below takes more than a few hundred milliseconds.
+TEST(DmaEngineTest, ThrottledCopyHonoursTheTimeoutAndCancelWakesIt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  DmaOptions o;
+  o.bytes_per_second = 1000.0;  // 65536 bytes -> 65.5 s
+  o.wait_timeout = 200ms;
+  std::vector<std::byte> a(3 * 65536, std::byte{5}), b(3 * 65536);
+  DmaSemaphore sem;
+  {
+    DmaEngine engine(2, o);
+    DmaCopy first = engine.start({a.data(), 1, 65536, 0}, {b.data(), 1, 65536, 0}, sem);
+    engine.start({a.data() + 65536, 1, 65536, 0}, {b.data() + 65536, 1, 65536, 0}, sem);
+    engine.start({a.data() + 131072, 1, 65536, 0}, {b.data() + 131072, 1, 65536, 0}, sem);
+    try {
+      first.wait();
+      FAIL() << "expected DeadlineExceededError";
+    } catch (const DeadlineExceededError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("DMA copy of 65536 bytes on core 2"), std::string::npos) << what;
+      EXPECT_NE(what.find("waited 2"), std::string::npos) << what;  // 200..299 ms
+      EXPECT_NE(what.find("dma timeout 200 ms"), std::string::npos) << what;
+    }
+    EXPECT_THROW(engine.drain(50ms), DeadlineExceededError);  // drain honours its timeout too
+    // The first copy's memcpy is done and it sleeps out its throttle; the other two are queued.
+    EXPECT_EQ(engine.cancel(), 2);
+    engine.drain(2000ms);  // the running copy wakes at once and completes
+    EXPECT_EQ(engine.in_flight(), 0);
+    EXPECT_EQ(engine.copies_cancelled(), 2u);
+    EXPECT_EQ(engine.copies_completed(), 1u);
+    EXPECT_EQ(sem.value(), 65536u);      // the completed copy signalled
+    EXPECT_EQ(sem.pending_bytes(), 0u);  // the cancelled ones never will
+    EXPECT_TRUE(std::equal(a.begin(), a.begin() + 65536, b.begin()));
+    // A copy started after cancel() runs (and is throttled) as usual: cut short by shutdown.
+    engine.start({a.data(), 1, 65536, 0}, {b.data(), 1, 65536, 0}, sem);
+  }  // the destructor wakes the throttled copy instead of sleeping 65 s
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(seconds, 20.0);  // a hang guard (65 s per copy before the fix), not a benchmark
+}
+
+// Adversarial findings F13, F16 (issue 7): a stride smaller than the row made rows overlap, and
+// durations near milliseconds::max() or a latency of 9e18 us overflowed now() + duration (a wait
+// that timed out at once; a latency that wrapped into the past and ran unthrottled).
+TEST(DmaEngineTest, RejectsOverlappingStridesAndUnboundedDurations) {
+  DmaEngine engine(0, {});
+  std::vector<std::byte> a(256), b(256);
+  DmaSemaphore sem;
+  EXPECT_THROW(engine.start({a.data(), 2, 32, 0}, {b.data(), 4, 64, 16}, sem, true),
+               InvalidArgumentError);
+  EXPECT_THROW(engine.start({a.data(), 2, 32, 16}, {b.data(), 4, 64, 0}, sem),
+               InvalidArgumentError);
+  EXPECT_EQ(sem.pending_bytes(), 0u);
+  DmaOptions forever;
+  forever.wait_timeout = std::chrono::milliseconds::max();
+  EXPECT_THROW(DmaEngine(0, forever), InvalidArgumentError);
+  DmaOptions slow;
+  slow.latency = std::chrono::microseconds(9'000'000'000'000'000'000);
+  EXPECT_THROW(DmaEngine(0, slow), InvalidArgumentError);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -74,6 +75,40 @@ TEST(HardwareProfileTest, RejectsBadProfiles) {
   j.erase("peak_flops_per_second");
   EXPECT_THROW(HardwareProfile::from_json(j), InvalidArgumentError);
   EXPECT_THROW(HardwareProfile::get("v5e").peak_flops("f8"), InvalidArgumentError);
+}
+
+// Adversarial findings F10 and F17 (issue 7): integers were truncated (2.7 -> 2) or cast with UB
+// (1e20), rates of 1e-300 gave inf simulated times, any topology string passed, on-core sizes of
+// 1 byte failed later in the BFC layer naming neither key nor memory, and a directory named
+// *.json was an internal error. Each is now an InvalidArgumentError naming the key or path.
+TEST(HardwareProfileTest, RejectsNonIntegersTinyRatesUnknownTopologyAndBadSizes) {
+  auto expect_rejected = [](const char* key, const nlohmann::json& value, const char* needle) {
+    nlohmann::json j = HardwareProfile::get("v5e").to_json();
+    j[key] = value;
+    try {
+      HardwareProfile::from_json(j);
+      ADD_FAILURE() << key << " = " << value.dump() << " was accepted";
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_rejected("cores_per_chip", 2.7, "'cores_per_chip' is 2.7 (expected an integer");
+  expect_rejected("cores_per_chip", 1e20, "'cores_per_chip' is 1e+20 (expected an integer");
+  expect_rejected("links_per_chip", -1, "'links_per_chip' is -1");
+  expect_rejected("hbm_bytes_per_second", 1e-300, "hbm_bytes_per_second' is 1e-300");
+  expect_rejected("peak_flops_per_second", {{"f32", 1e-300}}, "peak_flops_per_second.f32");
+  expect_rejected("topology", "banana", "topology is 'banana'");
+  expect_rejected("vmem_bytes", 1, "vmem_bytes is 1 (expected 1 KiB..4 GiB)");
+  expect_rejected("smem_bytes", 1, "smem_bytes is 1 (expected 1 KiB..4 GiB)");
+  expect_rejected("accumulator_bytes", "1T", "accumulator_bytes is 1099511627776");
+  const std::string dir = (std::filesystem::temp_directory_path() / "vtpu_hw_dir.json").string();
+  std::filesystem::create_directories(dir);
+  try {
+    HardwareProfile::get(dir);
+    ADD_FAILURE() << "a directory was accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

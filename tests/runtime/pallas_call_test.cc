@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include "common/error.h"
 #include "runtime/device_buffer.h"
@@ -289,6 +291,357 @@ TEST(PallasCallTest, IndexMapOutsideTheArrayIsRejected) {
   EXPECT_THROW(pallas_call(core, {op2("x", in, 16, 128, {8, 128}, rows)},
                            {op2("y", out, 16, 128, {8, 128}, rows)}, o, [](KernelContext&) {}),
                InvalidArgumentError);
+}
+
+// Regression (issue 7 new-user pass): with the DMA engine throttled to 1000 B/s each (8, 128)
+// block took 4 s, the pipeline waited for the full copy and then drained the engine without
+// bound. Now the fetch wait gives up at dma timeout naming the copy, and teardown cancels the
+// queued copies, so the call fails within a second or so with nothing left in flight.
+TEST(PallasCallTest, ThrottledDmaTimesOutNamingTheCopyAndTearsDownPromptly) {
+  CoreMemoryOptions m;
+  m.dma.bytes_per_second = 1000.0;
+  m.dma.wait_timeout = 300ms;
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{}, m);
+  DeviceBuffer in = make_matrix(core, 64, 512);
+  DeviceBuffer out = make_matrix(core, 64, 512);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    scale_kernel(core, in, out, 64, 512, 8, 128, 2);
+    FAIL() << "expected DeadlineExceededError";
+  } catch (const DeadlineExceededError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("pallas_call 'scale' on core 0: fetch 0 of input 'x' (block (0, 0), "
+                        "4096 bytes) timed out"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("DMA copy of 4096 bytes on core 0 did not complete: waited"),
+              std::string::npos)
+        << what;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(seconds, 10.0);  // hang guard: the copies alone would take 4 s each
+  EXPECT_EQ(core.dma().in_flight(), 0);
+  EXPECT_GE(core.dma().copies_cancelled(), 1u);  // the prefetch of block 1 was dropped
+  EXPECT_EQ(core.memory(MemorySpace::kVmem).memory_stats().bytes_in_use, 0u);
+}
+
+// Pallas TPU has no "block <= array" rule: a block dim larger than the array is legal exactly
+// when it is a multiple of 8 (second-to-last) or 128 (last); the one block spans the whole dim
+// and the rest is padding. Regression (issue 7): vtpu's matmul clamped an oversized block
+// instead of checking it; pallas_call now applies this rule to every operand.
+TEST(PallasCallTest, BlockLargerThanTheArrayFollowsPallasRule) {
+  VirtualCore core(0, 64 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  DeviceBuffer in = make_matrix(core, 5, 128);
+  DeviceBuffer out = make_matrix(core, 5, 128, -1e6f);
+  // (16, 128) over (5, 128): a multiple of 8, one padded block.
+  const PallasCallStats st = scale_kernel(core, in, out, 5, 128, 16, 128, 2);
+  EXPECT_EQ(st.grid_steps, 1);
+  auto x = in.as<float>();
+  auto y = out.as<float>();
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], 2.0f * x[i] + 1.0f) << i;
+  // (9, 128) over (5, 128): larger than the array and not a multiple of 8.
+  try {
+    scale_kernel(core, in, out, 5, 128, 9, 128, 2);
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("input 'x' of shape (5, 128) has block shape (9, 128): the "
+                        "second-to-last block dim 9 is larger than the array dim 5"),
+              std::string::npos)
+        << what;
+  }
+  // A multiple of 8 that no VMEM can hold is over budget, and one whose bytes overflow is
+  // rejected, both before any copy.
+  EXPECT_THROW(scale_kernel(core, in, out, 5, 128, int64_t{1} << 40, 128, 1),
+               ScratchExhaustedError);
+  try {
+    scale_kernel(core, in, out, 5, 128, int64_t{1} << 60, 128, 1);
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("too large"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(core.dma().copies_completed(), 2u);  // only the legal run's fetch and writeback
+}
+
+// Worked by hand: VMEM tiles are (8, 128) for 32-bit, (16, 128) for 16-bit and (32, 128) for
+// 8-bit elements, so a (5, 7) block takes one tile: f32 8*128*4 = 4096 bytes, bf16 16*128*2 =
+// 4096, s8 32*128*1 = 4096; (9, 130) f32 takes 2 x 2 tiles = 16 * 256 * 4 = 16384; a rank-1 (7,)
+// f32 block one 1024-element tile = 4096; a leading dim multiplies: (3, 5, 7) f32 = 3 * 4096.
+TEST(PallasCallTest, VmemTilePaddedBytesWorkedByHand) {
+  EXPECT_EQ(vmem_tile_padded_bytes(ElementType::kF32, std::vector<int64_t>{5, 7}), 4096u);
+  EXPECT_EQ(vmem_tile_padded_bytes(ElementType::kBf16, std::vector<int64_t>{5, 7}), 4096u);
+  EXPECT_EQ(vmem_tile_padded_bytes(ElementType::kS8, std::vector<int64_t>{5, 7}), 4096u);
+  EXPECT_EQ(vmem_tile_padded_bytes(ElementType::kBf16, std::vector<int64_t>{17, 7}), 8192u);
+  EXPECT_EQ(vmem_tile_padded_bytes(ElementType::kF32, std::vector<int64_t>{9, 130}), 16384u);
+  EXPECT_EQ(vmem_tile_padded_bytes(ElementType::kF32, std::vector<int64_t>{8, 128}), 4096u);
+  EXPECT_EQ(vmem_tile_padded_bytes(ElementType::kF32, std::vector<int64_t>{7}), 4096u);
+  EXPECT_EQ(vmem_tile_padded_bytes(ElementType::kF32, std::vector<int64_t>{3, 5, 7}), 12288u);
+}
+
+// Regression (issue 7): VMEM was charged at the logical block size (5 * 7 * 4 = 140 bytes,
+// rounded to 256), not the (8, 128)-tile-padded 4096 bytes a real VMEM buffer takes. An odd
+// block spanning a whole small array: input and output, 2 buffers each = 4 x 4096 charged.
+TEST(PallasCallTest, OddWholeDimBlockIsChargedItsTilePaddedBytes) {
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  DeviceBuffer in = make_matrix(core, 5, 7);
+  DeviceBuffer out = make_matrix(core, 5, 7, -1e6f);
+  const PallasCallStats st = scale_kernel(core, in, out, 5, 7, 5, 7, 2);
+  EXPECT_EQ(st.vmem_bytes, 4u * 4096u);
+  EXPECT_EQ(st.vmem_logical_bytes, 4u * 140u);
+  EXPECT_EQ(core.memory(MemorySpace::kVmem).memory_stats().peak_bytes_in_use, 4u * 4096u);
+  auto x = in.as<float>();
+  auto y = out.as<float>();
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], 2.0f * x[i] + 1.0f) << i;
+  // The budget check counts the padding: 3 x 4096 bytes of VMEM cannot hold the 4 buffers.
+  CoreMemoryOptions small;
+  small.vmem_bytes = 3 * 4096;
+  VirtualCore tight(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{}, small);
+  DeviceBuffer in2 = make_matrix(tight, 5, 7);
+  DeviceBuffer out2 = make_matrix(tight, 5, 7);
+  try {
+    scale_kernel(tight, in2, out2, 5, 7, 5, 7, 2);
+    FAIL() << "expected ScratchExhaustedError";
+  } catch (const ScratchExhaustedError& e) {
+    EXPECT_EQ(e.requested_bytes(), 4u * 4096u);
+    EXPECT_NE(std::string(e.what()).find("4096 bytes tile-padded (140 logical"), std::string::npos)
+        << e.what();
+  }
+}
+
+// pallas_call takes rank 1, 2, and 3 with a leading batch dim blocked by 1 (docs/KERNELS.md);
+// rank 4, or a rank-3 block with a leading dim other than 1, is a clear error naming the operand.
+TEST(PallasCallTest, RankFourAndWideBatchBlocksAreClearErrors) {
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  DeviceBuffer in = make_matrix(core, 32, 128);
+  DeviceBuffer out = make_matrix(core, 32, 128);
+  PallasOperand x = op2("x", in, 16, 128, {}, {});
+  x.shape = {2, 2, 8, 128};
+  try {
+    pallas_call(core, {x}, {op2("y", out, 16, 128, {8, 128}, {})}, PallasCallOptions{},
+                [](KernelContext&) {});
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("input 'x' has shape (2, 2, 8, 128): rank 4 is not supported"),
+              std::string::npos)
+        << what;
+  }
+  x.shape = {4, 8, 128};
+  x.spec.block_shape = {2, 8, 128};
+  try {
+    pallas_call(core, {x}, {op2("y", out, 16, 128, {8, 128}, {})}, PallasCallOptions{},
+                [](KernelContext&) {});
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("input 'x' of shape (4, 8, 128) has block shape (2, 8, 128): the leading "
+                        "block dim is 2 (expected 1"),
+              std::string::npos)
+        << what;
+  }
+}
+
+// Regressions for the adversarial findings on issue 7 (/work/findings-issue7.md, F<n>).
+
+// F2: a grid whose extents multiply past int64 wrapped to 0 steps and "succeeded".
+TEST(PallasCallAdversarialTest, GridProductOverflowIsRejected) {
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  DeviceBuffer in = make_matrix(core, 8, 128);
+  DeviceBuffer out = make_matrix(core, 8, 128);
+  PallasCallOptions o;
+  o.grid = {int64_t{1} << 32, int64_t{1} << 32};
+  try {
+    pallas_call(core, {op2("x", in, 8, 128, {}, {})}, {op2("y", out, 8, 128, {}, {})}, o,
+                [](KernelContext&) {});
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 2^40 grid points"), std::string::npos)
+        << e.what();
+  }
+}
+
+// F12: block index 2^61 + g times 8 rows wrapped to 8g and read block g instead.
+TEST(PallasCallAdversarialTest, HugeBlockIndexIsRejectedNotWrapped) {
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  DeviceBuffer in = make_matrix(core, 16, 128);
+  DeviceBuffer out = make_matrix(core, 16, 128);
+  PallasCallOptions o;
+  o.grid = {2};
+  auto huge = [](std::span<const int64_t> g) {
+    return std::vector<int64_t>{(int64_t{1} << 61) + g[0], 0};
+  };
+  auto rows = [](std::span<const int64_t> g) { return std::vector<int64_t>{g[0], 0}; };
+  EXPECT_THROW(pallas_call(core, {op2("x", in, 16, 128, {8, 128}, huge)},
+                           {op2("y", out, 16, 128, {8, 128}, rows)}, o, [](KernelContext&) {}),
+               InvalidArgumentError);
+  EXPECT_EQ(core.dma().copies_completed(), 0u);
+}
+
+// F1: byte sizes of shapes, blocks, offsets and scratch wrapped (segfaults, out-of-bounds reads).
+TEST(PallasCallAdversarialTest, ByteSizeOverflowsAreRejected) {
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  DeviceBuffer in = make_matrix(core, 8, 128);
+  DeviceBuffer out = make_matrix(core, 8, 128);
+  const int64_t big = int64_t{1} << 31;
+  PallasOperand y = op2("y", out, 8, 128, {}, {});
+  y.spec.memory_space = MemorySpace::kHbm;
+  auto run = [&](const PallasOperand& x, const PallasCallOptions& o) {
+    pallas_call(core, {x}, {y}, o, [](KernelContext&) {});
+  };
+  PallasOperand shape = op2("x", in, big, big, {8, 128}, {});  // 2^64 bytes
+  EXPECT_THROW(run(shape, {}), InvalidArgumentError);
+  EXPECT_THROW(simulate_pallas_call({shape}, {y}, {}, 2, HardwareProfile::get("v5e")),
+               InvalidArgumentError);
+  EXPECT_THROW(run(op2("x", in, 8, 128, {big * 8, big * 128}, {}), {}), InvalidArgumentError);
+  PallasOperand offset = op2("x", in, 8, 128, {8, 128}, {});
+  offset.offset_bytes = UINT64_MAX - 100;  // + 4096 wraps to 3995 < buffer size
+  try {
+    run(offset, {});
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("at offset"), std::string::npos) << e.what();
+  }
+  PallasCallOptions scratch;
+  scratch.scratch = {ScratchSpec{"big", MemorySpace::kVmem, ElementType::kF32, {big, big}}};
+  EXPECT_THROW(run(op2("x", in, 8, 128, {8, 128}, {}), scratch), InvalidArgumentError);
+  EXPECT_EQ(core.dma().copies_completed(), 0u);
+}
+
+// F3: (row0 + rows) * cols * 4 wrapped and a remote copy read the buffer before the source.
+TEST(PallasCallAdversarialTest, RemoteCopyWithAHugeRowIsRejected) {
+  RuntimeOptions ro;
+  ro.num_cores = 2;
+  ro.hbm_bytes_per_core = 16 << 20;
+  Runtime rt(ro);
+  DeviceBuffer remote = rt.allocate(1, 32 * 128 * 4, "remote");
+  DeviceBuffer out = rt.allocate(0, 8 * 128 * 4, "out");
+  rt.run_spmd({0}, [&](CoreContext& cc) {
+    PallasCallOptions o;
+    o.num_dma_semaphores = 1;
+    EXPECT_THROW(pallas_call(cc.core(), {}, {op2("y", out, 8, 128, {}, {})}, o,
+                             [&](KernelContext& ctx) {
+                               ctx.async_remote_copy(remote, 128, (int64_t{1} << 55) - 8,
+                                                     ctx.output(0), ctx.semaphore(0));
+                             }),
+                 InvalidArgumentError);
+    // The last 8 rows are fine; one row further is not.
+    EXPECT_THROW(pallas_call(cc.core(), {}, {op2("y", out, 8, 128, {}, {})}, o,
+                             [&](KernelContext& ctx) {
+                               ctx.async_remote_copy(remote, 128, 25, ctx.output(0),
+                                                     ctx.semaphore(0));
+                             }),
+                 InvalidArgumentError);
+    pallas_call(cc.core(), {}, {op2("y", out, 8, 128, {}, {})}, o, [&](KernelContext& ctx) {
+      ctx.async_remote_copy(remote, 128, 24, ctx.output(0), ctx.semaphore(0)).wait();
+    });
+  });
+}
+
+// F4: after a fetch wait timed out, the pipeline freed its semaphores and VMEM while copies were
+// still queued, and the engine later signalled freed (reused) memory. Now nothing is in flight
+// when pallas_call throws, and semaphores created afterwards are never signalled.
+TEST(PallasCallAdversarialTest, TimedOutFetchLeavesNoCopyBehind) {
+  CoreMemoryOptions m;
+  m.dma.latency = 400ms;
+  m.dma.wait_timeout = 50ms;
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{}, m);
+  DeviceBuffer in = make_matrix(core, 32, 128);
+  DeviceBuffer out = make_matrix(core, 32, 128);
+  EXPECT_THROW(scale_kernel(core, in, out, 32, 128, 8, 128, 3), DeadlineExceededError);
+  EXPECT_EQ(core.dma().in_flight(), 0);
+  EXPECT_EQ(core.memory(MemorySpace::kVmem).memory_stats().bytes_in_use, 0u);
+  std::vector<DmaSemaphore> fresh(64);
+  std::this_thread::sleep_for(600ms);  // longer than any copy's latency
+  for (const DmaSemaphore& s : fresh) EXPECT_EQ(s.value(), 0u);
+  EXPECT_EQ(core.dma().in_flight(), 0);
+}
+
+// F6: an output overlapping an input in the same buffer gave results depending on num_buffers.
+TEST(PallasCallAdversarialTest, AliasedInputAndOutputAreRejected) {
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  DeviceBuffer buf = make_matrix(core, 64, 128);
+  PallasCallOptions o;
+  o.grid = {7};
+  auto x_map = [](std::span<const int64_t> g) { return std::vector<int64_t>{g[0], 0}; };
+  auto y_map = [](std::span<const int64_t> g) { return std::vector<int64_t>{g[0] + 1, 0}; };
+  try {
+    pallas_call(core, {op2("x", buf, 64, 128, {8, 128}, x_map)},
+                {op2("y", buf, 64, 128, {8, 128}, y_map)}, o, [](KernelContext&) {});
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("overlap in the same buffer"), std::string::npos)
+        << e.what();
+  }
+  // Disjoint halves of one buffer are fine.
+  DeviceBuffer two = make_matrix(core, 16, 128);
+  PallasOperand lo = op2("x", two, 8, 128, {}, {});
+  PallasOperand hi = op2("y", two, 8, 128, {}, {});
+  hi.offset_bytes = 8 * 128 * 4;
+  EXPECT_NO_THROW(pallas_call(core, {lo}, {hi}, PallasCallOptions{}, [](KernelContext&) {}));
+}
+
+// F7: a kernel needing exactly the VMEM limit passed the budget check, then failed allocating
+// (the bfc arena kept a 4 KiB remainder as internal fragmentation).
+TEST(PallasCallAdversarialTest, KernelNeedingExactlyTheVmemLimitRuns) {
+  CoreMemoryOptions m;
+  m.vmem_bytes = 1 << 20;
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{}, m);
+  DeviceBuffer in = make_matrix(core, 2040, 128);
+  DeviceBuffer out = make_matrix(core, 8, 128);
+  PallasCallOptions o;
+  o.num_buffers = 1;
+  o.scratch = {ScratchSpec{"tmp", MemorySpace::kVmem, ElementType::kF32, {8, 128}}};
+  PallasOperand y = op2("y", out, 8, 128, {}, {});
+  y.spec.memory_space = MemorySpace::kHbm;
+  // (2040, 128) f32 = 1044480 bytes (whole tiles) + 4096 = 1 MiB. The bfc default kept the
+  // 4096-byte remainder inside the first buffer (below capacity / 128 = 8 KiB), so the scratch
+  // found 0 bytes free.
+  const PallasCallStats st = pallas_call(core, {op2("x", in, 2040, 128, {}, {})}, {y}, o,
+                                         [](KernelContext&) {});
+  EXPECT_EQ(st.vmem_bytes, 1u << 20);
+}
+
+// F8 (planning was quadratic in output blocks) keeps the revisit check: a correctness test.
+TEST(PallasCallAdversarialTest, OutputRevisitIsStillRejected) {
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  DeviceBuffer in = make_matrix(core, 8, 128);
+  DeviceBuffer out = make_matrix(core, 16, 128);
+  PallasCallOptions o;
+  o.grid = {3};
+  auto back = [](std::span<const int64_t> g) { return std::vector<int64_t>{g[0] % 2, 0}; };
+  try {
+    pallas_call(core, {op2("x", in, 8, 128, {}, {})}, {op2("y", out, 16, 128, {8, 128}, back)}, o,
+                [](KernelContext&) {});
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("revisits block (0, 0) at grid point (2,)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// F9: a copy on a semaphore that is not the kernel's (a local in the body) outlived the kernel
+// unreported, and the engine signalled a dead stack object.
+TEST(PallasCallAdversarialTest, CopyOnAForeignSemaphoreIsRejected) {
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  DeviceBuffer in = make_matrix(core, 8, 128);
+  DeviceBuffer out = make_matrix(core, 8, 128);
+  PallasCallOptions o;
+  o.num_dma_semaphores = 1;
+  o.scratch = {ScratchSpec{"tmp", MemorySpace::kVmem, ElementType::kF32, {8, 128}}};
+  PallasOperand x = op2("x", in, 8, 128, {}, {});
+  x.spec.memory_space = MemorySpace::kHbm;
+  try {
+    pallas_call(core, {x}, {op2("y", out, 8, 128, {}, {})}, o, [](KernelContext& ctx) {
+      DmaSemaphore local;
+      ctx.async_copy(ctx.input(0).region(), ctx.scratch(0).region(), local);
+    });
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("its own DMA semaphores"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(core.dma().copies_completed(), 0u);
 }
 
 }  // namespace

@@ -100,6 +100,95 @@ TEST(PallasSoftmaxTest, RowsEqualEigenIncludingAnEdgeBlock) {
   }
 }
 
+// Rank-3 operands (issue 7): a batched matmul out[b] = A[b] W with A (B, m, k) and out (B, m, n)
+// blocked (1, bm, bk) / (1, bm, bn) on a leading batch grid axis (Pallas's None/1 block dim; the
+// body sees squeezed 2-D blocks), W (k, n) shared by every batch entry. Edge blocks in m, k and
+// n; checked against Eigen per batch entry.
+TEST(PallasRank3Test, BatchedMatmulOnALeadingBatchGridAxisEqualsEigen) {
+  constexpr int64_t B = 3, m = 20, k = 200, n = 130, bm = 8, bk = 128, bn = 128;
+  VirtualCore core(0, 64 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  Mat a = make(core, B * m, k, 1), w = make(core, k, n, 2), out = make(core, B * m, n, 3);
+  auto operand = [](const char* name, const Mat& x, std::vector<int64_t> shape,
+                    std::vector<int64_t> block, IndexMap map) {
+    PallasOperand op;
+    op.name = name;
+    op.buffer = &x.buf;
+    op.shape = std::move(shape);
+    op.spec.block_shape = std::move(block);
+    op.spec.index_map = std::move(map);
+    return op;
+  };
+  using G = std::span<const int64_t>;  // grid (batch, m blocks, n blocks, k blocks)
+  const PallasOperand pa = operand("a", a, {B, m, k}, {1, bm, bk}, [](G g) {
+    return std::vector<int64_t>{g[0], g[1], g[3]};
+  });
+  const PallasOperand pw = operand("w", w, {k, n}, {bk, bn}, [](G g) {
+    return std::vector<int64_t>{g[3], g[2]};
+  });
+  const PallasOperand po = operand("out", out, {B, m, n}, {1, bm, bn}, [](G g) {
+    return std::vector<int64_t>{g[0], g[1], g[2]};
+  });
+  for (int buffers : {1, 2, 3}) {
+    out.view().setConstant(-7.0f);
+    PallasCallOptions o;
+    o.name = "batched_matmul";
+    o.grid = {B, (m + bm - 1) / bm, (n + bn - 1) / bn, (k + bk - 1) / bk};
+    o.num_buffers = buffers;
+    o.scratch = {ScratchSpec{"acc", MemorySpace::kAccumulator, ElementType::kF32, {bm, bn}}};
+    const PallasCallStats st = pallas_call(core, {pa, pw}, {po}, o, [](KernelContext& ctx) {
+      const BlockRef& x = ctx.input(0);
+      const BlockRef& y = ctx.input(1);
+      const BlockRef& z = ctx.output(0);
+      using Stride = Eigen::OuterStride<>;
+      using BMap = Eigen::Map<RowMatrix, Eigen::Unaligned, Stride>;
+      ASSERT_EQ(x.shape.size(), 2u);  // squeezed
+      BMap acc(ctx.scratch(0).as<float>(), z.valid_rows(), z.valid_cols(),
+               Stride(ctx.scratch(0).row_stride));
+      if (ctx.program_id(3) == 0) acc.setZero();
+      acc.noalias() += BMap(x.as<float>(), x.valid_rows(), x.valid_cols(), Stride(x.row_stride)) *
+                       BMap(y.as<float>(), y.valid_rows(), y.valid_cols(), Stride(y.row_stride));
+      if (ctx.program_id(3) == ctx.num_programs(3) - 1) {
+        BMap(z.as<float>(), z.valid_rows(), z.valid_cols(), Stride(z.row_stride)) = acc;
+      }
+    });
+    for (int64_t b = 0; b < B; ++b) {
+      const RowMatrix want = a.view().middleRows(b * m, m) * w.view();
+      EXPECT_LT(rel_error(out.view().middleRows(b * m, m), want), 1e-5)
+          << "batch " << b << ", " << buffers << " buffers";
+    }
+    // Each batch entry's A is read once per column block of out (2), W once per row block (3)
+    // of every batch entry, out written once.
+    EXPECT_EQ(st.bytes_in, 4u * (B * m * k * 2 + B * 3 * k * n));
+    EXPECT_EQ(st.bytes_out, 4u * B * m * n);
+  }
+  // A leading block dim other than 1 is rejected, naming the operand and shapes.
+  PallasOperand bad = pa;
+  bad.spec.block_shape = {2, bm, bk};
+  PallasCallOptions o;
+  o.grid = {1};
+  EXPECT_THROW(pallas_call(core, {bad, pw}, {po}, o, [](KernelContext&) {}), InvalidArgumentError);
+}
+
+// Adversarial finding F14 (issue 7): with transpose_lhs, bm is the last dim of A's stored block;
+// bm = 8 over m = 9 failed naming an internal (128, 8) block. The message now names bm and m.
+TEST(PallasMatmulCallTest, TransposedLhsNamesTheBmRule) {
+  VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
+  Mat a = make(core, 129, 9, 1), b = make(core, 129, 257, 2), out = make(core, 9, 257, 3);
+  MatmulOptions o{8, 128, 128, 2, true, false, MatmulEpilogue::kNone};
+  try {
+    pallas_matmul(core, a.m, b.m, out.m, o);
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("matmul bm 8 must be a multiple of 128 or equal m 9 "
+                                         "when transpose_lhs"),
+              std::string::npos)
+        << e.what();
+  }
+  o.bm = 9;  // the whole m
+  pallas_matmul(core, a.m, b.m, out.m, o);
+  EXPECT_LT(rel_error(out.view(), a.view().transpose() * b.view()), 1e-5);
+}
+
 TEST(PallasMatmulCallTest, MismatchedShapesAreRejected) {
   VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
   Mat a = make(core, 8, 16, 1), b = make(core, 17, 8, 2), out = make(core, 8, 8, 3);
