@@ -222,8 +222,10 @@ TEST_F(ReshardTableTest, CachedCommunicatorsGiveTheSameResultsAndTimings) {
   const Shape shape = {8, 8};
   const std::vector<float> x = iota_values(shape);
   const ShardedArray a = ShardedArray::device_put(*rt_, x, shape, sharding(xy22_, "P('x', 'y')"));
-  // An all-gather over y (groups {0,1} and {2,3}), then a permute over all four devices.
-  const ReshardPlan plan = plan_reshard(shape, a.sharding(), sharding(xy22_, "P('y')"));
+  // Under the old uniform model (alpha 50 us, beta 5 ns/B, c = 3): an all-gather over y (groups
+  // {0,1} and {2,3}), then a permute over all four devices.
+  const ReshardPlan plan = plan_reshard(shape, a.sharding(), sharding(xy22_, "P('y')"),
+                                        ReshardCostModel{});  // the plan depends on the model
   ASSERT_THAT(ops_of(plan),
               ElementsAre(ReshardOpKind::kAllGather, ReshardOpKind::kCollectivePermute));
   ReshardCommunicatorCache cache(*rt_);
@@ -338,7 +340,8 @@ TEST_P(ReshardSweep, EveryPairMatchesGatherThenSlice) {
       SCOPED_TRACE(what);
       for (ReshardStrategy strategy : {ReshardStrategy::kSearch, ReshardStrategy::kGreedy}) {
         SCOPED_TRACE(strategy == ReshardStrategy::kSearch ? "search" : "greedy");
-        const ReshardPlan plan = plan_reshard(c.shape, src, dst, {}, strategy);
+        const ReshardPlan plan =
+            plan_reshard(c.shape, src, dst, CostModel::this_machine(), strategy);
         const ShardedArray b = execute_reshard(*rt, a, plan);
         ASSERT_EQ(b.sharding(), dst);
         EXPECT_EQ(b.gather(), expected) << plan.to_string();
