@@ -120,6 +120,9 @@ class StrategyPlanner {
           double fwd_bwd_seconds = 0, bytes = 0;
           std::string reshard;
           if (!transition(from, op.in, act_bytes(l.in), &fwd_bwd_seconds, &bytes, &reshard)) return;
+          // A reshard makes a new activation that the layer's backward reads: saved too.
+          const double resharded =
+              from == op.in ? 0.0 : act_bytes(l.in) / (op.in == 'S' ? tensor_d() : 1.0);
           Label nl;
           if (prev != nullptr) nl = *prev;
           nl.parent = prev_index;
@@ -133,10 +136,10 @@ class StrategyPlanner {
           nl.comm += nl.layer_comm;
           nl.comm_bytes += nl.layer_comm_bytes;
           nl.time = nl.compute + nl.comm;
-          nl.add_bytes += lc.add_bytes;
+          nl.add_bytes += lc.add_bytes + resharded;
           nl.max_bytes = std::max(nl.max_bytes, lc.transient_bytes);
           nl.param_state_bytes += lc.param_state_bytes;
-          nl.activation_bytes += lc.activation_bytes;
+          nl.activation_bytes += lc.activation_bytes + resharded;
           insert_pareto(frontier[i][static_cast<size_t>(state_index(op.out))], std::move(nl));
         };
         if (i == 0) {
@@ -219,6 +222,7 @@ class StrategyPlanner {
   }
 
   int64_t tensor_size() const { return t_; }
+  double tensor_d() const { return static_cast<double>(t_); }
 
  private:
   double act_bytes(int64_t features) const { return tokens_ * static_cast<double>(features) * e_; }

@@ -45,8 +45,8 @@
 //            flops_per_element T d; embedding T d (a gather)
 //   HBM      parameters + gradients + optimizer state (Adam 2x, momentum 1x, SGD 0) of the
 //            local shard, plus saved activations (dense/elementwise/embedding output; layer_norm
-//            output and 2 statistics per token; attention Q, K, V, scores, context and output),
-//            plus FSDP's transient buffer
+//            output and 2 statistics per token; attention Q, K, V, scores, context and output;
+//            the output of a reshard between layers), plus FSDP's transient buffer
 //   comm     the reshards above over the tensor axes (B = the activation's bytes over the tensor
 //            group), FSDP all-gather x 2 + reduce-scatter of the layer's (tensor-local)
 //            parameters over the fsdp axes, all-reduce of the (fsdp-local) gradients over the

@@ -54,8 +54,9 @@ TEST(ModelGraphTest, ShippedModelsMatchThePlanFormatDefaults) {
       ++blocks;
       EXPECT_EQ(l.heads, 4);
     }
-    if (l.kind == LayerKind::kDense && l.name.find("fc1") != std::string::npos)
+    if (l.kind == LayerKind::kDense && l.name.find("fc1") != std::string::npos) {
       EXPECT_EQ(l.out, 256);
+    }
   }
   EXPECT_EQ(blocks, 2);
   const ModelGraph m =
