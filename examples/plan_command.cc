@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/strings.h"
 #include "common/units.h"
+#include "examples/mesh_arg.h"
 #include "examples/output_path.h"
 #include "runtime/hardware_profile.h"
 #include "sharding/auto_planner.h"
@@ -30,43 +31,17 @@ struct PlanCommand {
 
 namespace {
 
-std::vector<int64_t> parse_mesh(const std::string& text) {
-  std::vector<int64_t> dims;
-  size_t pos = 0;
-  while (true) {
-    const size_t x = text.find('x', pos);
-    const std::string part = text.substr(pos, x == std::string::npos ? std::string::npos : x - pos);
-    size_t used = 0;
-    int64_t v = 0;
-    try {
-      v = std::stoll(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (part.empty() || used != part.size() || v < 1 || v > 4096) {
-      throw InvalidArgumentError("--mesh '" + text +
-                                 "' is not a mesh shape (expected sizes >= 1 joined by 'x', "
-                                 "e.g. 2x4)");
-    }
-    dims.push_back(v);
-    if (x == std::string::npos) return dims;
-    pos = x + 1;
-  }
-}
-
 int run(const PlanCommand& c) {
   check_output_path("--emit", c.emit_path);
   ModelGraph model = ModelGraph::load_json_file(c.model_path);
   if (c.batch > 0) model.batch = c.batch;
-  const std::vector<int64_t> shape = parse_mesh(c.mesh);
+  const std::vector<int64_t> shape = parse_mesh_shape(c.mesh);
   std::vector<std::string> axes = c.axes;
   if (axes.empty()) {
     if (shape.size() == 2) {
       axes = {"data", "model"};
     } else {
-      static const char* kNames[] = {"x", "y", "z", "w"};
-      for (size_t i = 0; i < shape.size(); ++i)
-        axes.push_back(i < 4 ? kNames[i] : "a" + std::to_string(i));
+      axes = default_axis_names(shape.size());
     }
   }
   if (axes.size() != shape.size()) {

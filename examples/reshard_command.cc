@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/strings.h"
+#include "examples/mesh_arg.h"
 #include "runtime/hardware_profile.h"
 #include "runtime/runtime.h"
 #include "sharding/block_copy.h"
@@ -33,43 +34,10 @@ struct ReshardCommand {
 
 namespace {
 
-/// "2x2x2" -> {2, 2, 2}. Throws InvalidArgumentError naming the text.
-std::vector<int64_t> parse_mesh_shape(const std::string& text) {
-  std::vector<int64_t> dims;
-  size_t pos = 0;
-  while (true) {
-    const size_t x = text.find('x', pos);
-    const std::string part = text.substr(pos, x == std::string::npos ? std::string::npos : x - pos);
-    size_t used = 0;
-    int64_t v = 0;
-    try {
-      v = std::stoll(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (part.empty() || used != part.size() || v < 1 || v > 4096) {
-      throw InvalidArgumentError("--mesh '" + text +
-                                 "' is not a mesh shape (expected sizes >= 1 joined by 'x', "
-                                 "e.g. 2x4)");
-    }
-    dims.push_back(v);
-    if (x == std::string::npos) return dims;
-    pos = x + 1;
-  }
-}
-
-std::vector<std::string> default_axes(size_t n) {
-  static const char* kNames[] = {"x", "y", "z", "w"};
-  std::vector<std::string> out;
-  for (size_t i = 0; i < n; ++i) {
-    out.push_back(i < 4 ? kNames[i] : "a" + std::to_string(i));
-  }
-  return out;
-}
-
 int run(const ReshardCommand& c) {
   const std::vector<int64_t> mesh_shape = parse_mesh_shape(c.mesh);
-  const std::vector<std::string> axes = c.axes.empty() ? default_axes(mesh_shape.size()) : c.axes;
+  const std::vector<std::string> axes =
+      c.axes.empty() ? default_axis_names(mesh_shape.size()) : c.axes;
   if (axes.size() != mesh_shape.size()) {
     throw InvalidArgumentError("--axes names " + std::to_string(axes.size()) + " axes but --mesh " +
                                c.mesh + " has " + std::to_string(mesh_shape.size()) +
