@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -170,6 +171,11 @@ class StrategyPlanner {
           seconds = cc.seconds;
           bytes = cc.sent_bytes_per_core;
         }
+        if (d_ > 1 && m_.num_parameters() > 0) {  // the gradient bucket's latency, once
+          seconds +=
+              2 *
+              cost_.collective(CollectiveKind::kAllReduce, 1.0, dp_pos_, dp_sizes_).alpha_seconds;
+        }
         l.comm += seconds;
         l.comm_bytes += bytes;
         l.time += seconds;
@@ -191,6 +197,7 @@ class StrategyPlanner {
       }
     }
     c.fits = best_fit != nullptr;
+    c.tensor_splits_nothing = t_ > 1;
     c.min_hbm_bytes_per_core = static_cast<uint64_t>(std::ceil(smallest->total_bytes()));
     const Label& chosen = best_fit != nullptr ? *best_fit : *smallest;
     c.compute_seconds = chosen.compute;
@@ -216,6 +223,7 @@ class StrategyPlanner {
       p.compute_seconds = l.layer_compute;
       p.comm_seconds = l.layer_comm;
       p.comm_bytes_per_core = l.layer_comm_bytes;
+      if (p.choice != "replicated") c.tensor_splits_nothing = false;
       index = l.parent;
       state = l.parent_state;
     }
@@ -358,9 +366,11 @@ class StrategyPlanner {
       c.transient_bytes = 2 * param_bytes;
     }
     if (d_ > 1 && param_bytes > 0) {
+      // Gradients go into one bucket per step (as DDP and vtpu's trainers do): the layer pays
+      // the bandwidth term, and the step pays the all-reduce's latency once (in plan()).
       const CollectiveCost ar =
           cost_.collective(CollectiveKind::kAllReduce, param_bytes / f, dp_pos_, dp_sizes_);
-      c.comm_seconds += ar.seconds;
+      c.comm_seconds += ar.seconds - 2 * ar.alpha_seconds;
       c.comm_bytes += ar.sent_bytes_per_core;
     }
     c.param_state_bytes = (2.0 + k) * param_bytes / f;
@@ -531,6 +541,12 @@ std::string AutoShardingPlan::to_string() const {
                     c.comm_bytes_per_core, seconds_text(c.compute_seconds).c_str(),
                     seconds_text(c.comm_seconds).c_str(), seconds_text(c.step_seconds).c_str(),
                     static_cast<int>(i) == winner ? "WINNER" : c.why_lost.c_str());
+    }
+    if (c.feasible && c.tensor_splits_nothing) {
+      line[std::strlen(line) - 1] = '\0';
+      out += line;
+      out += " (tp splits no layer: its axes repeat the compute)\n";
+      continue;
     }
     out += line;
   }

@@ -50,8 +50,8 @@
 //   comm     the reshards above over the tensor axes (B = the activation's bytes over the tensor
 //            group), FSDP all-gather x 2 + reduce-scatter of the layer's (tensor-local)
 //            parameters over the fsdp axes, all-reduce of the (fsdp-local) gradients over the
-//            data axes; plus the optimizer update (HBM-bound: Adam reads and writes 7, SGD 3
-//            words per local parameter)
+//            data axes (one bucket per step, as DDP: the latency is paid once); plus the optimizer
+//            update (HBM-bound: Adam reads and writes 7, SGD 3 words per local parameter)
 // Step time = compute + communication (no overlap; see cost_model.h).
 #pragma once
 
@@ -98,6 +98,9 @@ struct PlanCandidate {
   uint64_t transient_bytes_per_core = 0;  // FSDP's gathered parameters and gradients
   uint64_t min_hbm_bytes_per_core = 0;    // the smallest any per-layer plan of the strategy needs
   std::string why_lost;                   // "" for the winner
+  /// The strategy has tensor axes but the chosen plan splits no layer over them (every layer
+  /// replicated: those axes only repeat the compute).
+  bool tensor_splits_nothing = false;
 };
 
 /// The planner's result. Plain data, thread-compatible.
