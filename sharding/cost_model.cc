@@ -149,10 +149,7 @@ CollectiveCost CostModel::collective(CollectiveKind kind, double bytes,
   }
   if (const auto it = profile_.collectives.find(fit_name(kind)); it != profile_.collectives.end()) {
     const CollectiveFit& f = it->second;
-    const double alpha = kind == CollectiveKind::kCollectivePermute
-                             ? f.alpha_seconds / std::max(1, f.group_size - 1)
-                             : f.alpha_seconds * (nd - 1) / (f.group_size - 1);
-    return finish(alpha, f.beta_seconds_per_byte, 1.0);
+    return finish(f.alpha_seconds, f.beta_seconds_per_byte, 1.0);
   }
   const double link = profile_.link_bytes_per_second;
   const double hop = profile_.link_latency_seconds;

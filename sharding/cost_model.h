@@ -20,11 +20,12 @@
 // Where alpha, beta and c come from:
 // - A calibrated profile (HardwareProfile::collectives, written by `vtpu bench collectives
 //   --calibrate`) gives alpha and beta per collective, fitted to the formula above on a group of
-//   n_cal cores. For another group size n, alpha is scaled by (n-1)/(n_cal-1) (a ring pays one
-//   latency per step); beta is used as fitted. The all-to-all fit's beta is used with c = 1, and
+//   n_cal cores, and used as fitted for every group size: alpha is a constant per collective, as
+//   in Alpa (on this machine it is mostly the cost of waking and synchronising the cores, not of
+//   ring steps; scaling it by (n-1)/(n_cal-1) made the reshard search split one all-gather into
+//   one per axis to save "steps"). The all-to-all fit's beta is used with c = 1, and
 //   all_to_all_factor() reports c = beta_all_to_all / beta_all_gather, the constant the formula
-//   would need with the all-gather's beta. A permute uses the all-gather's beta and its alpha per
-//   ring step, alpha / (n_cal-1).
+//   would need with the all-gather's beta. A permute uses the all-gather's alpha and beta.
 // - Otherwise the links and the topology. Mesh axis i maps to torus dimension i (a mesh of more
 //   axes than the torus has dimensions folds the extra axes onto the last dimension), and every
 //   torus dimension is a bidirectional ring with wraparound. A collective over k mesh axes that

@@ -88,6 +88,19 @@ TEST(CalibrationTest, UnweightedLeastSquaresWouldLoseAlpha) {
   t.back() *= 1.03;
   const LinearFit f = fit_alpha_beta(x, t);
   EXPECT_NEAR(f.a, alpha, 0.05 * alpha);
+  // Ordinary least squares (closed form) on the same rows misses alpha by more than half.
+  double mx = 0, mt = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    mx += x[i] / static_cast<double>(x.size());
+    mt += t[i] / static_cast<double>(x.size());
+  }
+  double sxt = 0, sxx = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    sxt += (x[i] - mx) * (t[i] - mt);
+    sxx += (x[i] - mx) * (x[i] - mx);
+  }
+  const double ols_a = mt - sxt / sxx * mx;
+  EXPECT_GT(std::abs(ols_a - alpha), 0.5 * alpha) << ols_a;
 }
 
 TEST(CalibrationTest, NegativeInterceptIsClampedToZero) {

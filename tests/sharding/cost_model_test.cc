@@ -109,7 +109,7 @@ TEST(CostModelTest, UniformModelIsTheOldReshardFormula) {
   EXPECT_THROW(CostModel::uniform(-1, 1, 1), InvalidArgumentError);
 }
 
-TEST(CostModelTest, CalibratedFitsScaleAlphaWithRingSteps) {
+TEST(CostModelTest, CalibratedFitsKeepAlphaAndBeta) {
   HardwareProfile p = HardwareProfile::get("this_machine");
   p.collectives.clear();
   p.collectives["all_gather"] = CollectiveFit{7e-5, 1e-9, 8};
@@ -118,9 +118,9 @@ TEST(CostModelTest, CalibratedFitsScaleAlphaWithRingSteps) {
   // On the calibration group: alpha as fitted.
   EXPECT_NEAR(m.collective(CollectiveKind::kAllGather, 1e6, {0}, {8}).seconds,
               7e-5 + 1e-9 * 7.0 / 8.0 * 1e6, 1e-15);
-  // Four cores: 3 ring steps instead of 7.
+  // Four cores: the same alpha (a constant per collective), (n-1)/n = 3/4.
   EXPECT_NEAR(m.collective(CollectiveKind::kAllGather, 1e6, {0}, {4}).seconds,
-              3e-5 + 1e-9 * 0.75 * 1e6, 1e-15);
+              7e-5 + 1e-9 * 0.75 * 1e6, 1e-15);
   // The all-to-all's own beta; c reported as the ratio to the all-gather's.
   EXPECT_NEAR(m.collective(CollectiveKind::kAllToAll, 8e6, {0}, {8}).seconds,
               7e-5 + 3e-9 * 7.0 / 64.0 * 8e6, 1e-15);
