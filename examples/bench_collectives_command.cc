@@ -1,6 +1,7 @@
 #include "examples/bench_collectives_command.h"
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -8,7 +9,9 @@
 
 #include "common/error.h"
 #include "common/units.h"
+#include "examples/calibration.h"
 #include "examples/collective_bench.h"
+#include "examples/output_path.h"
 
 namespace vtpu::examples {
 
@@ -21,6 +24,11 @@ struct BenchCollectivesCommand {
   std::string reduce = "sum";
   std::string link_slot_bytes;
   bool json = false;
+  std::string calibrate_path;  // --calibrate OUT.json
+  CLI::Option* min_opt = nullptr;
+  CLI::Option* max_opt = nullptr;
+  CLI::Option* iters_opt = nullptr;
+  CLI::Option* warmup_opt = nullptr;
 };
 
 namespace {
@@ -98,7 +106,42 @@ void print_header(CollectiveBenchmark& bench, const MemcpyBandwidth& bw) {
               "bound(us)", "time/bound", "check");
 }
 
+/// --calibrate: fit every collective and write a profile. Sizes and call counts default to the
+/// calibration's (8 B..4 MiB, 10 + 3 calls) unless given on the command line.
+int run_calibrate(const BenchCollectivesCommand& cmd) {
+  check_output_path("--calibrate", cmd.calibrate_path);
+  CalibrationOptions c;
+  c.cores = cmd.options.cores;
+  if (cmd.min_opt->count() > 0) c.min_bytes = parse_bytes(cmd.min_bytes);
+  if (cmd.max_opt->count() > 0) c.max_bytes = parse_bytes(cmd.max_bytes);
+  if (cmd.iters_opt->count() > 0) c.iters = cmd.options.iters;
+  if (cmd.warmup_opt->count() > 0) c.warmup = cmd.options.warmup;
+  if (c.cores < 2) {
+    std::fprintf(stderr, "vtpu: usage error: --calibrate needs --cores >= 2 (got %d)\n", c.cores);
+    return 2;
+  }
+  std::printf(
+      "# vtpu bench collectives --calibrate: all_gather, reduce_scatter, all_reduce, all_to_all on "
+      "%d cores, %s..%s, %d timed calls per size; fit t = alpha + beta * x (x as in "
+      "sharding/cost_model.h) by least squares on relative residuals\n",
+      c.cores, format_bytes(c.min_bytes).c_str(), format_bytes(c.max_bytes).c_str(), c.iters);
+  std::fflush(stdout);
+  const HardwareProfile p = calibrate_this_machine(c, [](const std::string& line) {
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  });
+  std::printf("peak f32 %.3g FLOP/s (Eigen GEMM, one thread), HBM (memcpy) %.3g B/s\n",
+              p.peak_flops("f32"), p.hbm_bytes_per_second);
+  std::ofstream out(cmd.calibrate_path);
+  if (!out) throw NotFoundError("cannot write '" + cmd.calibrate_path + "'");
+  out << p.to_json().dump(2) << "\n";
+  std::printf("wrote %s (load it with --hardware %s)\n", cmd.calibrate_path.c_str(),
+              cmd.calibrate_path.c_str());
+  return 0;
+}
+
 int run(const BenchCollectivesCommand& cmd) {
+  if (!cmd.calibrate_path.empty()) return run_calibrate(cmd);
   CollectiveBenchOptions o = cmd.options;
   o.min_bytes = parse_bytes(cmd.min_bytes);
   o.max_bytes = parse_bytes(cmd.max_bytes);
@@ -182,12 +225,13 @@ std::shared_ptr<BenchCollectivesCommand> add_bench_collectives_command(CLI::App&
   app->add_option("--op", o.op, "Collective: " + join_names(op_names()))
       ->capture_default_str()
       ->check(CLI::IsMember(op_names()));
-  app->add_option("--min-bytes", cmd->min_bytes, "First size, e.g. 8, 64K")
-      ->capture_default_str()
-      ->check(bench_bytes_validator(1));
-  app->add_option("--max-bytes", cmd->max_bytes, "Last size (sizes double), e.g. 64M")
-      ->capture_default_str()
-      ->check(bench_bytes_validator(1));
+  cmd->min_opt = app->add_option("--min-bytes", cmd->min_bytes, "First size, e.g. 8, 64K")
+                     ->capture_default_str()
+                     ->check(bench_bytes_validator(1));
+  cmd->max_opt =
+      app->add_option("--max-bytes", cmd->max_bytes, "Last size (sizes double), e.g. 64M")
+          ->capture_default_str()
+          ->check(bench_bytes_validator(1));
   const auto dtypes = names_of(kDataTypes, &data_type_name);
   app->add_option("--dtype", cmd->dtype, "Element type: " + join_names(dtypes))
       ->capture_default_str()
@@ -204,12 +248,13 @@ std::shared_ptr<BenchCollectivesCommand> add_bench_collectives_command(CLI::App&
                   "the op offers (" +
                       per_op + ")")
       ->capture_default_str();
-  app->add_option("--iters", o.iters, "Timed calls per size")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1000000));
-  app->add_option("--warmup", o.warmup, "Untimed calls per size before the timed ones")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1000000));
+  cmd->iters_opt = app->add_option("--iters", o.iters, "Timed calls per size")
+                       ->capture_default_str()
+                       ->check(CLI::Range(1, 1000000));
+  cmd->warmup_opt =
+      app->add_option("--warmup", o.warmup, "Untimed calls per size before the timed ones")
+          ->capture_default_str()
+          ->check(CLI::Range(0, 1000000));
   app->add_option("--link-slot-bytes", cmd->link_slot_bytes,
                   "Bytes per link slot (default: RuntimeOptions' 1M, capped at cores x the largest "
                   "buffer, which no message exceeds)")
@@ -217,6 +262,12 @@ std::shared_ptr<BenchCollectivesCommand> add_bench_collectives_command(CLI::App&
   app->add_option("--link-slots", o.link_num_slots, "Slots per link (default: RuntimeOptions' 4)")
       ->check(CLI::Range(2, 1024));
   app->add_flag("--json", cmd->json, "Print the configuration, memcpy bandwidth and rows as JSON");
+  app->add_option("--calibrate", cmd->calibrate_path,
+                  "Instead of one sweep: sweep all_gather, reduce_scatter, all_reduce and "
+                  "all_to_all (default 8 B..4 MiB, 10 timed calls; --min-bytes, --max-bytes, "
+                  "--iters, --warmup, --cores apply), fit alpha and beta of each, measure peak "
+                  "f32 FLOP/s and memcpy bandwidth, and write a this_machine hardware profile "
+                  "to this JSON file");
   return cmd;
 }
 

@@ -4,6 +4,9 @@
 //   vtpu bench collectives [--cores 8] [--op all_reduce] [--min-bytes 8] [--max-bytes 64M]
 //                          [--dtype f32] [--reduce sum] [--algorithm auto] [--iters 20]
 //                          [--warmup 5] [--link-slot-bytes SIZE] [--link-slots K] [--json]
+//   vtpu bench collectives --calibrate OUT.json [--cores 8] [--max-bytes 4M] [--iters 10]
+//     fits alpha and beta of all_gather, reduce_scatter, all_reduce and all_to_all
+//     (examples/calibration.h) and writes a this_machine hardware profile
 //
 // --op: all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce. --algorithm: auto
 // (the table's algorithm column names what ran for each size) or one the op offers (--help lists

@@ -7,6 +7,9 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/strings.h"
+#include "examples/mesh_arg.h"
+#include "runtime/hardware_profile.h"
 #include "runtime/runtime.h"
 #include "sharding/block_copy.h"
 #include "sharding/reshard.h"
@@ -21,49 +24,20 @@ struct ReshardCommand {
   std::string from;
   std::string to;
   bool explain = false;
+  std::string hardware = "this_machine";
   ReshardCostModel cost;
+  CLI::Option* alpha_opt = nullptr;
+  CLI::Option* beta_opt = nullptr;
+  CLI::Option* factor_opt = nullptr;
   uint64_t seed = 1;
 };
 
 namespace {
 
-/// "2x2x2" -> {2, 2, 2}. Throws InvalidArgumentError naming the text.
-std::vector<int64_t> parse_mesh_shape(const std::string& text) {
-  std::vector<int64_t> dims;
-  size_t pos = 0;
-  while (true) {
-    const size_t x = text.find('x', pos);
-    const std::string part = text.substr(pos, x == std::string::npos ? std::string::npos : x - pos);
-    size_t used = 0;
-    int64_t v = 0;
-    try {
-      v = std::stoll(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (part.empty() || used != part.size() || v < 1 || v > 4096) {
-      throw InvalidArgumentError("--mesh '" + text +
-                                 "' is not a mesh shape (expected sizes >= 1 joined by 'x', "
-                                 "e.g. 2x4)");
-    }
-    dims.push_back(v);
-    if (x == std::string::npos) return dims;
-    pos = x + 1;
-  }
-}
-
-std::vector<std::string> default_axes(size_t n) {
-  static const char* kNames[] = {"x", "y", "z", "w"};
-  std::vector<std::string> out;
-  for (size_t i = 0; i < n; ++i) {
-    out.push_back(i < 4 ? kNames[i] : "a" + std::to_string(i));
-  }
-  return out;
-}
-
 int run(const ReshardCommand& c) {
   const std::vector<int64_t> mesh_shape = parse_mesh_shape(c.mesh);
-  const std::vector<std::string> axes = c.axes.empty() ? default_axes(mesh_shape.size()) : c.axes;
+  const std::vector<std::string> axes =
+      c.axes.empty() ? default_axis_names(mesh_shape.size()) : c.axes;
   if (axes.size() != mesh_shape.size()) {
     throw InvalidArgumentError("--axes names " + std::to_string(axes.size()) + " axes but --mesh " +
                                c.mesh + " has " + std::to_string(mesh_shape.size()) +
@@ -72,7 +46,19 @@ int run(const ReshardCommand& c) {
   const Mesh mesh(mesh_shape, axes);
   const NamedSharding source(mesh, PartitionSpec::parse(c.from));
   const NamedSharding target(mesh, PartitionSpec::parse(c.to));
-  const ReshardPlan plan = plan_reshard(c.shape, source, target, c.cost);
+  // --alpha/--beta/--a2a-factor replace the profile's collective model by a uniform one (the
+  // profile still gives nothing else a reshard uses).
+  const bool uniform = c.alpha_opt->count() + c.beta_opt->count() + c.factor_opt->count() > 0;
+  if (uniform && c.app->get_option("--hardware")->count() > 0) {
+    throw InvalidArgumentError(
+        "--hardware cannot be combined with --alpha/--beta/--a2a-factor (expected either a "
+        "hardware profile or a uniform alpha-beta model)");
+  }
+  const CostModel model =
+      uniform ? CostModel::uniform(c.cost.alpha_seconds, c.cost.beta_seconds_per_byte,
+                                   c.cost.all_to_all_factor)
+              : CostModel(HardwareProfile::get(c.hardware));
+  const ReshardPlan plan = plan_reshard(c.shape, source, target, model);
   std::printf("%s", plan.to_string().c_str());
   std::printf("per-core block: %s -> %s (padded shard shape %s -> %s)\n",
               shape_text(source.local_shape(mesh.devices()[0], c.shape)).c_str(),
@@ -180,21 +166,28 @@ std::shared_ptr<ReshardCommand> add_reshard_command(CLI::App& app) {
   c->app->add_option("--to", c->to, "Target PartitionSpec")->required();
   c->app->add_flag("--explain", c->explain, "Print the plan and estimate; do not run");
   c->app
-      ->add_option("--alpha", c->cost.alpha_seconds,
-                   "Latency per collective in seconds (default measured with vtpu bench "
-                   "collectives on this machine)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  c->app
-      ->add_option("--beta", c->cost.beta_seconds_per_byte,
-                   "Seconds per byte (1 / bus bandwidth; default measured likewise)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  c->app
-      ->add_option("--a2a-factor", c->cost.all_to_all_factor,
-                   "Constant of the all-to-all formula alpha + beta*(n-1)/n^2*B*factor")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->add_option("--hardware", c->hardware,
+                   "Hardware profile of the cost model: " + join(HardwareProfile::builtin_names()) +
+                       ", or a profile .json (e.g. one written by vtpu bench collectives "
+                       "--calibrate)")
+      ->capture_default_str();
+  c->alpha_opt = c->app
+                     ->add_option("--alpha", c->cost.alpha_seconds,
+                                  "Uniform model instead of --hardware: latency per collective, "
+                                  "seconds")
+                     ->capture_default_str()
+                     ->check(CLI::NonNegativeNumber);
+  c->beta_opt = c->app
+                    ->add_option("--beta", c->cost.beta_seconds_per_byte,
+                                 "Uniform model: seconds per byte (1 / bus bandwidth)")
+                    ->capture_default_str()
+                    ->check(CLI::NonNegativeNumber);
+  c->factor_opt = c->app
+                      ->add_option("--a2a-factor", c->cost.all_to_all_factor,
+                                   "Uniform model: constant c of the all-to-all formula "
+                                   "alpha + beta*(n-1)/n^2*B*c")
+                      ->capture_default_str()
+                      ->check(CLI::NonNegativeNumber);
   c->app->add_option("--seed", c->seed, "Seed of the random input")->capture_default_str();
   return c;
 }

@@ -2,8 +2,12 @@
 // with sharding/reshard.h.
 //
 //   vtpu reshard --mesh 2x2x2 [--axes x,y,z] --shape 8,8 --from "P('z',('x','y'))"
-//                --to "P(None,('x','y'))" [--explain] [--alpha 5e-5] [--beta 5e-9]
-//                [--a2a-factor 1] [--seed 1]
+//                --to "P(None,('x','y'))" [--explain] [--hardware this_machine|v4|v5e|v5p|F.json]
+//                [--alpha 5e-5 --beta 5e-9 --a2a-factor 1] [--seed 1]
+//
+// The estimate comes from the cost model of sharding/cost_model.h on --hardware (default the
+// shipped this_machine profile); --alpha/--beta/--a2a-factor instead set a uniform alpha-beta
+// model (and exclude --hardware).
 //
 // --explain prints the plan (one row per collective: mesh axes, replica groups, per-core
 // buffer, bytes sent per core, alpha-beta estimate) without running it. Without it, the plan

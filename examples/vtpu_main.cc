@@ -15,10 +15,12 @@
 //   vtpu bench collectives [--cores N] [--op all_reduce] [--min-bytes 8] [--max-bytes 64M] ...
 //                          (examples/bench_collectives_command.h)
 //   vtpu reshard --mesh 2x2x2 [--axes x,y,z] --shape 8,8 --from SPEC --to SPEC [--explain]
-//                [--alpha S] [--beta S_PER_BYTE] [--a2a-factor F] [--seed K]
+//                [--hardware P] [--alpha S] [--beta S_PER_BYTE] [--a2a-factor F] [--seed K]
 //                (examples/reshard_command.h)
 //   vtpu bench kernel matmul [--buffers 1,2,3] [--m --n --k --bm --bn --bk] [--hardware P] ...
 //   vtpu bench hardware [--out FILE]     (examples/bench_kernel_command.h)
+//   vtpu plan MODEL.json --mesh 2x4 [--hardware v5e] [--hbm-bytes 16G] [--batch B]
+//             [--emit PLAN.json] [--json]   (examples/plan_command.h)
 //
 // Exit codes: 0 success (and --help); 1 a vtpu error while running (the message names the value
 // and what was expected: a bad data or config file, out of HBM, ...); 2 bad command-line usage.
@@ -41,6 +43,7 @@
 #include "examples/digits_dataset.h"
 #include "examples/mlp_trainer.h"
 #include "examples/output_path.h"
+#include "examples/plan_command.h"
 #include "examples/reshard_command.h"
 #include "examples/stress_command.h"
 #include "examples/train_transformer_command.h"
@@ -580,6 +583,7 @@ int main(int argc, char** argv) {
   const auto reshard = vtpu::examples::add_reshard_command(app);
   const auto stress = vtpu::examples::add_stress_command(app);
   const auto kernel = vtpu::examples::add_bench_kernel_command(*bench);
+  const auto plan = vtpu::examples::add_plan_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -618,6 +622,7 @@ int main(int argc, char** argv) {
     if (int code = 0; vtpu::examples::run_stress_if_selected(*stress, argc, argv, &code))
       return code;
     if (int code = 0; vtpu::examples::run_bench_kernel_if_selected(*kernel, &code)) return code;
+    if (int code = 0; vtpu::examples::run_plan_if_selected(*plan, &code)) return code;
   } catch (const vtpu::Error& e) {
     std::fprintf(stderr, "vtpu: error: %s\n", e.what());
     return 1;

@@ -125,6 +125,19 @@ void HardwareProfile::validate() const {
     throw InvalidArgumentError("hardware profile '" + name + "': cores_per_chip is " +
                                std::to_string(cores_per_chip) + " (expected >= 1)");
   }
+  for (const auto& [op, fit] : collectives) {
+    if (!(fit.alpha_seconds >= 0) || !std::isfinite(fit.alpha_seconds)) {
+      throw InvalidArgumentError("hardware profile '" + name + "': collectives." + op +
+                                 ".alpha_seconds is " + std::to_string(fit.alpha_seconds) +
+                                 " (expected a finite number >= 0)");
+    }
+    require_positive(fit.beta_seconds_per_byte, "collectives." + op + ".beta_seconds_per_byte");
+    if (fit.group_size < 2) {
+      throw InvalidArgumentError("hardware profile '" + name + "': collectives." + op +
+                                 ".group_size is " + std::to_string(fit.group_size) +
+                                 " (expected >= 2)");
+    }
+  }
   if (link_bytes_per_second < 0 || link_latency_seconds < 0 || links_per_chip < 0) {
     throw InvalidArgumentError("hardware profile '" + name +
                                "': link figures must be >= 0 (link_bytes_per_second, "
@@ -151,6 +164,7 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
                                                "link_latency_seconds",
                                                "links_per_chip",
                                                "topology",
+                                               "collectives",
                                                "sources"};
   for (const auto& [key, value] : j.items()) {
     if (!kKnown.contains(key)) {
@@ -197,6 +211,32 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
   if (j.contains("links_per_chip"))
     p.links_per_chip = small_int_field(j, "links_per_chip", 0, 1 << 20);
   if (j.contains("topology")) p.topology = string_field(j, "topology");
+  if (j.contains("collectives")) {
+    const nlohmann::json& c = j.at("collectives");
+    if (!c.is_object()) {
+      throw InvalidArgumentError("hardware profile key 'collectives' is " + c.dump() +
+                                 " (expected an object of collective name to fit)");
+    }
+    static const std::set<std::string> kOps = {"all_gather", "reduce_scatter", "all_reduce",
+                                               "all_to_all"};
+    for (const auto& [op, fit] : c.items()) {
+      if (!kOps.contains(op)) {
+        throw InvalidArgumentError("hardware profile collectives." + op +
+                                   ": unknown collective (expected one of: " + join(kOps) + ")");
+      }
+      if (!fit.is_object() || !fit.contains("alpha_seconds") ||
+          !fit.contains("beta_seconds_per_byte") || !fit.contains("group_size")) {
+        throw InvalidArgumentError("hardware profile collectives." + op + " is " + fit.dump() +
+                                   " (expected {\"alpha_seconds\": s, \"beta_seconds_per_byte\": "
+                                   "s, \"group_size\": n})");
+      }
+      CollectiveFit f;
+      f.alpha_seconds = number_field(fit, "alpha_seconds");
+      f.beta_seconds_per_byte = number_field(fit, "beta_seconds_per_byte");
+      f.group_size = static_cast<int>(number_field(fit, "group_size"));
+      p.collectives[op] = f;
+    }
+  }
   if (j.contains("sources")) {
     const nlohmann::json& s = j.at("sources");
     if (!s.is_object()) {
@@ -226,6 +266,15 @@ nlohmann::json HardwareProfile::to_json() const {
                    {"links_per_chip", links_per_chip},
                    {"topology", topology},
                    {"sources", sources}};
+  if (!collectives.empty()) {
+    nlohmann::json c = nlohmann::json::object();
+    for (const auto& [op, fit] : collectives) {
+      c[op] = {{"alpha_seconds", fit.alpha_seconds},
+               {"beta_seconds_per_byte", fit.beta_seconds_per_byte},
+               {"group_size", fit.group_size}};
+    }
+    j["collectives"] = c;
+  }
   return j;
 }
 

@@ -17,6 +17,15 @@
 
 namespace vtpu {
 
+/// A calibrated alpha-beta fit of one collective (written by `vtpu bench collectives --calibrate`,
+/// read by sharding/cost_model.h). The time of the collective over a group of `group_size` cores
+/// is the formula of sharding/cost_model.h with these alpha and beta, B in bytes as defined there.
+struct CollectiveFit {
+  double alpha_seconds = 0.0;          // latency term of the formula, seconds (>= 0)
+  double beta_seconds_per_byte = 0.0;  // inverse bandwidth of the formula, seconds per byte (> 0)
+  int group_size = 0;                  // cores in the group the fit was measured on (>= 2)
+};
+
 /// One chip's figures. Units are in the names: bytes, bytes per second, FLOP per second, seconds.
 /// Plain data, thread-compatible.
 struct HardwareProfile {
@@ -35,6 +44,12 @@ struct HardwareProfile {
   double link_latency_seconds = 0.0;     // one hop
   int links_per_chip = 0;
   std::string topology;  // "torus_2d", "torus_3d", "ring", "shared_memory"
+  /// Calibrated collectives by name ("all_gather", "reduce_scatter", "all_reduce", "all_to_all");
+  /// empty for the TPU profiles, whose collective times follow from the link figures and the
+  /// topology. JSON key "collectives": {"all_gather": {"alpha_seconds": ..,
+  /// "beta_seconds_per_byte":
+  /// .., "group_size": 8}, ...}.
+  std::map<std::string, CollectiveFit> collectives;
   /// Source of each figure, keyed by field name ("hbm_bytes_per_second", or
   /// "peak_flops_per_second.bf16"); "UNSURE: ..." where the figure is not published.
   std::map<std::string, std::string> sources;

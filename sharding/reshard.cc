@@ -140,35 +140,35 @@ std::vector<std::pair<int, int>> permute_pairs(const NamedSharding& from, const 
 }
 
 /// Fills sent_bytes_per_core and estimated_seconds of `step` (formula_bytes and op set) for a
-/// group of n devices, with the formulas of reshard.h.
-void apply_cost(ReshardStep& step, int64_t group_size, const ReshardCostModel& cost) {
-  const double b = step.formula_bytes;
-  const double n = static_cast<double>(group_size);
-  const double alpha = cost.alpha_seconds, beta = cost.beta_seconds_per_byte;
+/// group over the mesh axes `axes` (indices into mesh's axes), with the cost model.
+void apply_cost(ReshardStep& step, const Mesh& mesh, const Axes& axes, const CostModel& cost) {
   step.sent_bytes_per_core = 0;
   step.estimated_seconds = 0;
+  CollectiveKind kind;
   switch (step.op) {
     case ReshardOpKind::kAllGather:
+      kind = CollectiveKind::kAllGather;
+      break;
     case ReshardOpKind::kReduceScatter:
-      step.sent_bytes_per_core = static_cast<uint64_t>(b * (n - 1) / n);
-      step.estimated_seconds = alpha + beta * (n - 1) / n * b;
+      kind = CollectiveKind::kReduceScatter;
       break;
     case ReshardOpKind::kAllReduce:
-      step.sent_bytes_per_core = static_cast<uint64_t>(2 * b * (n - 1) / n);
-      step.estimated_seconds = 2 * (alpha + beta * (n - 1) / n * b);
+      kind = CollectiveKind::kAllReduce;
       break;
     case ReshardOpKind::kAllToAll:
-      step.sent_bytes_per_core = static_cast<uint64_t>(b * (n - 1) / (n * n));
-      step.estimated_seconds = alpha + beta * (n - 1) / (n * n) * b * cost.all_to_all_factor;
+      kind = CollectiveKind::kAllToAll;
       break;
     case ReshardOpKind::kCollectivePermute:
-      step.sent_bytes_per_core = static_cast<uint64_t>(b);
-      step.estimated_seconds = b == 0 ? 0.0 : alpha + beta * b;
+      kind = CollectiveKind::kCollectivePermute;
       break;
-    case ReshardOpKind::kSlice:
-    case ReshardOpKind::kMakePartial:
-      break;
+    default:
+      return;  // local steps
   }
+  std::vector<int64_t> sizes;
+  for (int a : axes) sizes.push_back(mesh.shape()[static_cast<size_t>(a)]);
+  const CollectiveCost c = cost.collective(kind, step.formula_bytes, axes, sizes);
+  step.sent_bytes_per_core = static_cast<uint64_t>(c.sent_bytes_per_core);
+  step.estimated_seconds = c.seconds;
 }
 
 /// One transition of the search: the step kind and its mesh axes / dimensions.
@@ -182,7 +182,7 @@ struct Move {
 class Planner {
  public:
   Planner(const std::vector<int64_t>& shape, const NamedSharding& source,
-          const NamedSharding& target, const ReshardCostModel& cost)
+          const NamedSharding& target, const CostModel& cost)
       : shape_(shape),
         target_(target),
         mesh_(source.mesh()),
@@ -284,7 +284,7 @@ class Planner {
         step.buffer_bytes = 0;
         break;
     }
-    apply_cost(step, n, cost_);
+    apply_cost(step, mesh_, m.axes, cost_);
     return step;
   }
 
@@ -508,9 +508,7 @@ class Planner {
     step.spec_before = before;
     step.spec_after = spec_of(mesh_, cur_);
     for (int a : axes) step.axes.push_back(mesh_.axis_names()[static_cast<size_t>(a)]);
-    const int64_t n =
-        step.replica_groups.empty() ? 1 : static_cast<int64_t>(step.replica_groups.front().size());
-    apply_cost(step, n, cost_);
+    apply_cost(step, mesh_, axes, cost_);
     steps_.push_back(std::move(step));
   }
 
@@ -683,7 +681,7 @@ class Planner {
   const Mesh& mesh_;
   State cur_;
   const State tgt_;
-  ReshardCostModel cost_;
+  const CostModel& cost_;
   std::vector<ReshardStep> steps_;
   bool on_target_mesh_ = false;
 };
@@ -830,12 +828,7 @@ std::string ReshardPlan::to_string() const {
                 shape_text(global_shape).c_str(), source.mesh().to_string().c_str(),
                 source.spec().to_string().c_str(), target.spec().to_string().c_str());
   out += line;
-  std::snprintf(line, sizeof line,
-                "cost model: alpha %.3g s, beta %.3g s/B (%.3g GB/s), all-to-all factor %g\n",
-                cost.alpha_seconds, cost.beta_seconds_per_byte,
-                cost.beta_seconds_per_byte > 0 ? 1e-9 / cost.beta_seconds_per_byte : 0.0,
-                cost.all_to_all_factor);
-  out += line;
+  out += cost.describe() + "\n";
   if (steps.empty()) return out + "no steps: the array already has the target sharding\n";
   std::snprintf(line, sizeof line, "%4s  %-22s %-9s %-7s %-8s %-12s %14s %11s  %s\n", "step", "op",
                 "axes", "groups", "dims", "buffer/core", "bytes sent/core", "est. time",
@@ -874,7 +867,7 @@ std::string ReshardPlan::to_string() const {
 }
 
 ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSharding& source,
-                         const NamedSharding& target, const ReshardCostModel& cost,
+                         const NamedSharding& target, const CostModel& cost,
                          ReshardStrategy strategy) {
   source.check_shape(global_shape);
   target.check_shape(global_shape);
@@ -882,6 +875,15 @@ ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSh
   std::vector<ReshardStep> steps =
       Planner(global_shape, source, target, cost).plan(strategy, kMaxSearchStates);
   return ReshardPlan{global_shape, source, target, cost, std::move(steps)};
+}
+
+ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSharding& source,
+                         const NamedSharding& target, const ReshardCostModel& cost,
+                         ReshardStrategy strategy) {
+  return plan_reshard(
+      global_shape, source, target,
+      CostModel::uniform(cost.alpha_seconds, cost.beta_seconds_per_byte, cost.all_to_all_factor),
+      strategy);
 }
 
 ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const ReshardPlan& plan,

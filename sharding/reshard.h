@@ -49,7 +49,9 @@
 // for the kept prefix P and the k shards that go; otherwise the planner gathers more of the
 // dimension (at worst all of it) and slices back. docs/SHARDING.md works an example.
 //
-// Cost. Each step carries bytes per core and an alpha-beta estimate (Alpa's model; B in bytes):
+// Cost. Each step carries bytes per core and an alpha-beta estimate from a CostModel
+// (sharding/cost_model.h: a hardware profile, calibrated or from its links and topology, or a
+// uniform alpha-beta; Alpa's model; B in bytes):
 //   all-gather      alpha + beta * (n-1)/n * B        B = gathered (output) bytes per core
 //   reduce-scatter  alpha + beta * (n-1)/n * B        B = input bytes per core
 //   all-reduce      2 * (alpha + beta * (n-1)/n * B)  (a reduce-scatter then an all-gather)
@@ -67,6 +69,7 @@
 #include <vector>
 
 #include "runtime/runtime.h"
+#include "sharding/cost_model.h"
 #include "sharding/named_sharding.h"
 #include "sharding/sharded_array.h"
 
@@ -89,11 +92,13 @@ enum class ReshardOpKind {
 /// "dynamic_slice", "make_partial".
 std::string reshard_op_name(ReshardOpKind op);
 
-/// Alpha-beta parameters of the estimate. Defaults measured on the development machine (2 CPUs,
-/// shared) with `vtpu bench collectives --cores 8 --op all_gather|all_to_all` (README,
-/// "Resharding"): small messages took 44-107 us (alpha), all-gather busbw was 0.19-0.25 GB/s
-/// from 1 MiB to 16 MiB (beta = 1 / 0.2 GB/s), and all-to-all busbw 0.06-0.07 GB/s, about 3x
-/// slower per byte than the all-gather (the all-to-all factor).
+/// A uniform alpha-beta model (one alpha, beta and all-to-all constant for every collective and
+/// group), kept for callers that set the three numbers; plan_reshard turns it into
+/// CostModel::uniform. Prefer a CostModel from a hardware profile. Defaults measured on the
+/// development machine (2 CPUs, shared) with `vtpu bench collectives --cores 8 --op
+/// all_gather|all_to_all` (README, "Resharding"): small messages took 44-107 us (alpha), all-gather
+/// busbw was 0.19-0.25 GB/s from 1 MiB to 16 MiB (beta = 1 / 0.2 GB/s), and all-to-all busbw
+/// 0.06-0.07 GB/s, about 3x slower per byte than the all-gather (the all-to-all factor).
 struct ReshardCostModel {
   double alpha_seconds = 5e-5;          // latency per collective, seconds
   double beta_seconds_per_byte = 5e-9;  // inverse bus bandwidth, seconds per byte (0.2 GB/s)
@@ -133,7 +138,7 @@ struct ReshardPlan {
   std::vector<int64_t> global_shape;
   NamedSharding source;
   NamedSharding target;
-  ReshardCostModel cost;
+  CostModel cost;
   std::vector<ReshardStep> steps;
 
   uint64_t total_sent_bytes_per_core() const;
@@ -163,9 +168,15 @@ inline constexpr size_t kMaxSearchStates = 200000;
 /// `target`. Throws InvalidArgumentError when the shape does not fit either sharding (a spec
 /// longer than the rank, strict divisibility; see NamedSharding::check_shape) or the target's
 /// mesh differs from the source's in shape, axis names or set of devices (a different device
-/// order is allowed and becomes a permute). Pure: touches no runtime. Thread-safe.
+/// order is allowed and becomes a permute). Pure: touches no runtime. Thread-safe. The default
+/// cost model is the shipped this_machine profile.
 ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSharding& source,
-                         const NamedSharding& target, const ReshardCostModel& cost = {},
+                         const NamedSharding& target,
+                         const CostModel& cost = CostModel::this_machine(),
+                         ReshardStrategy strategy = ReshardStrategy::kSearch);
+/// The same with a uniform model (CostModel::uniform of the three numbers).
+ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSharding& source,
+                         const NamedSharding& target, const ReshardCostModel& cost,
                          ReshardStrategy strategy = ReshardStrategy::kSearch);
 
 /// Runs `plan` on `array` (whose shape and sharding must be the plan's; InvalidArgumentError

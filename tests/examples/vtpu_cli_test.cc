@@ -773,3 +773,57 @@ TEST(VtpuCliTest, TrainTransformerRejectsBadInput) {
   expect_failure("train transformer --plan " + temp_file("vtpu_cli_mlp_plan.json", mlp_plan) + data,
                  "\"model\" is \"mlp\", expected \"transformer\"", 1);
 }
+namespace {
+
+std::string model_path(const char* name) {
+  return std::string(VTPU_SOURCE_DIR) + "/examples/models/" + name;
+}
+
+TEST(VtpuCliPlanTest, PlanPrintsEveryCandidateAndEmitsTheWinner) {
+  const std::string out = (std::filesystem::temp_directory_path() / "vtpu_cli_plan.json").string();
+  std::filesystem::remove(out);
+  const CliRun r = run_cli("plan " + model_path("transformer.json") +
+                           " --mesh 2x4 --hardware v5e --emit " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* name : {"dp(data,model)", "fsdp(data,model)", "tp(data,model)",
+                           "dp(data)+tp(model)", "fsdp(data)+tp(model)", "WINNER"}) {
+    EXPECT_NE(r.output.find(name), std::string::npos) << name << "\n" << r.output;
+  }
+  std::ifstream in(out);
+  ASSERT_TRUE(in.good()) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["format"], "vtpu-plan");
+  EXPECT_EQ(j["model"], "transformer");
+  EXPECT_EQ(j["mesh"]["shape"], nlohmann::json({2, 4}));
+}
+
+TEST(VtpuCliPlanTest, NoFitFailsWithTheSmallestHbmThatWouldFit) {
+  expect_failure("plan " + model_path("mlp.json") + " --mesh 1x8 --hbm-bytes 1K",
+                 "smallest HBM per core that would fit is", 1);
+}
+
+TEST(VtpuCliPlanTest, MalformedModelFileNamesTheField) {
+  const std::string path = temp_file(
+      "vtpu_cli_bad_model.json",
+      R"({"name": "m", "batch": 8, "layers": [{"name": "fc", "kind": "dense", "in": 4}]})");
+  expect_failure("plan " + path + " --mesh 1x2", "layers[0] 'fc'.out: missing", 1);
+  const std::string broken = temp_file("vtpu_cli_broken_model.json", "{\n\"name\": \"m\",\n}");
+  expect_failure("plan " + broken + " --mesh 1x2", "line 3", 1);
+}
+
+TEST(VtpuCliPlanTest, ReshardExplainOnV5e) {
+  // The all-gather over z of (4, 2) f32 blocks: B = 64 bytes over n = 2 on one torus ring:
+  // 1 us (one hop) + 1/(2 x 4.5e10) x 1/2 x 64 s = 1.0004 us.
+  const CliRun r = run_cli(
+      "reshard --mesh 2x2x2 --axes x,y,z --shape 8,8 --from \"P('z',('x','y'))\" --to "
+      "\"P(None,('x','y'))\" --explain --hardware v5e");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("v5e (torus_2d)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("32      1.0 us"), std::string::npos) << r.output;
+  expect_failure(
+      "reshard --mesh 2 --shape 8 --from \"P('x')\" --to \"P()\" --explain --hardware v5e "
+      "--alpha 1",
+      "--hardware cannot be combined", 1);
+}
+
+}  // namespace

@@ -1,0 +1,139 @@
+#include "examples/calibration.h"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "common/error.h"
+#include "common/units.h"
+#include "examples/collective_bench.h"
+#include "examples/kernel_bench.h"
+
+namespace vtpu::examples {
+
+namespace {
+
+LinearFit solve(std::span<const double> x, std::span<const double> t, bool with_intercept) {
+  const Eigen::Index n = static_cast<Eigen::Index>(x.size());
+  Eigen::MatrixXd a(n, with_intercept ? 2 : 1);
+  Eigen::VectorXd rhs(n);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const double w = 1.0 / t[static_cast<size_t>(i)];
+    if (with_intercept) {
+      a(i, 0) = w;
+      a(i, 1) = x[static_cast<size_t>(i)] * w;
+    } else {
+      a(i, 0) = x[static_cast<size_t>(i)] * w;
+    }
+    rhs(i) = 1.0;  // t_i * w
+  }
+  const Eigen::VectorXd coef = a.colPivHouseholderQr().solve(rhs);
+  LinearFit f;
+  f.a = with_intercept ? coef(0) : 0.0;
+  f.b = with_intercept ? coef(1) : coef(0);
+  return f;
+}
+
+}  // namespace
+
+LinearFit fit_alpha_beta(std::span<const double> x, std::span<const double> t) {
+  if (x.size() != t.size()) {
+    throw InvalidArgumentError("fit_alpha_beta: " + std::to_string(x.size()) + " x values but " +
+                               std::to_string(t.size()) + " times (expected equal counts)");
+  }
+  if (x.size() < 2) {
+    throw InvalidArgumentError("fit_alpha_beta: " + std::to_string(x.size()) +
+                               " points (expected at least 2)");
+  }
+  for (double v : t) {
+    if (!(v > 0) || !std::isfinite(v)) {
+      throw InvalidArgumentError("fit_alpha_beta: time " + std::to_string(v) +
+                                 " (expected finite times > 0)");
+    }
+  }
+  if (std::all_of(x.begin(), x.end(), [&](double v) { return v == x[0]; })) {
+    throw InvalidArgumentError("fit_alpha_beta: every x is " + std::to_string(x[0]) +
+                               " (expected at least two sizes)");
+  }
+  LinearFit f = solve(x, t, true);
+  if (f.a < 0) f = solve(x, t, false);
+  f.points = x.size();
+  for (size_t i = 0; i < x.size(); ++i) {
+    f.max_relative_error = std::max(f.max_relative_error, std::abs(f.a + f.b * x[i] - t[i]) / t[i]);
+  }
+  return f;
+}
+
+double calibration_x(const std::string& op, double row_bytes, int n) {
+  const double nd = n;
+  if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") {
+    return (nd - 1) / nd * row_bytes;
+  }
+  if (op == "all_reduce") return 2 * (nd - 1) / nd * row_bytes;
+  throw InvalidArgumentError("calibration: no cost-model formula for '" + op +
+                             "' (expected all_gather, reduce_scatter, all_reduce or all_to_all)");
+}
+
+CollectiveFit collective_fit_of(const std::string& op, const LinearFit& fit, int n) {
+  CollectiveFit c;
+  c.alpha_seconds = op == "all_reduce" ? fit.a / 2 : fit.a;
+  c.beta_seconds_per_byte = fit.b;
+  c.group_size = n;
+  return c;
+}
+
+HardwareProfile calibrate_this_machine(const CalibrationOptions& o,
+                                       const std::function<void(const std::string&)>& log) {
+  HardwareProfile p = measure_this_machine();
+  char line[512];
+  for (const char* op : {"all_gather", "reduce_scatter", "all_reduce", "all_to_all"}) {
+    CollectiveBenchOptions bo;
+    bo.cores = o.cores;
+    bo.op = op;
+    bo.min_bytes = o.min_bytes;
+    bo.max_bytes = o.max_bytes;
+    bo.iters = o.iters;
+    bo.warmup = o.warmup;
+    if (const std::string problem = check_collective_bench_options(bo); !problem.empty()) {
+      throw InvalidArgumentError("calibration: " + problem);
+    }
+    CollectiveBenchmark bench(bo);
+    std::vector<double> xs, ts;
+    uint64_t wrong = 0;
+    bench.run([&](const CollectiveBenchRow& r) {
+      xs.push_back(calibration_x(op, static_cast<double>(r.shape.bytes), o.cores));
+      ts.push_back(r.time_us * 1e-6);
+      wrong += r.wrong;
+    });
+    if (wrong != 0) {
+      throw InternalError(std::string("calibration: ") + op + " gave " + std::to_string(wrong) +
+                          " wrong elements (see vtpu bench collectives --op " + op + ")");
+    }
+    const LinearFit fit = fit_alpha_beta(xs, ts);
+    const CollectiveFit cf = collective_fit_of(op, fit, o.cores);
+    p.collectives[op] = cf;
+    std::snprintf(line, sizeof line,
+                  "fitted by `vtpu bench collectives --calibrate`: %zu sizes %s..%s on %d cores, "
+                  "%d timed calls each (median of the slowest core), weighted least squares; max "
+                  "relative residual %.0f%%",
+                  fit.points, format_bytes(o.min_bytes).c_str(), format_bytes(o.max_bytes).c_str(),
+                  o.cores, o.iters, 100 * fit.max_relative_error);
+    p.sources[std::string("collectives.") + op] = line;
+    if (log) {
+      std::snprintf(line, sizeof line,
+                    "%-15s alpha %9.3g s  beta %9.3g s/B (%.3g GB/s)  %zu sizes, max relative "
+                    "residual %.0f%%",
+                    op, cf.alpha_seconds, cf.beta_seconds_per_byte, 1e-9 / cf.beta_seconds_per_byte,
+                    fit.points, 100 * fit.max_relative_error);
+      log(line);
+    }
+  }
+  p.description += "; collectives calibrated by `vtpu bench collectives --calibrate` on " +
+                   std::to_string(o.cores) + " cores";
+  p.validate();
+  return p;
+}
+
+}  // namespace vtpu::examples

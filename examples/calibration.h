@@ -1,0 +1,64 @@
+// Calibration of a hardware profile from measurements on this machine, behind
+// `vtpu bench collectives --calibrate OUT.json` (README, "Planner").
+//
+// Method. For each of all_gather, reduce_scatter, all_reduce and all_to_all, the collectives
+// benchmark (examples/collective_bench.h) sweeps doubling sizes on N cores; each row gives a
+// size S (nccl-tests' size) and a time t (median over calls of the slowest core). The row is put
+// in the cost model's form t = a + b x (sharding/cost_model.h, B the whole array over the group):
+//   all_gather, reduce_scatter  B = S                x = (n-1)/n S     alpha = a,   beta = b
+//   all_reduce                  B = S                x = 2 (n-1)/n S   alpha = a/2, beta = b
+//   all_to_all                  B = n S (S per core) x = (n-1)/n^2 B   alpha = a,   beta = b (c =
+//   1)
+// and a, b are fitted by least squares on the relative residuals (each row weighted by 1/t), so
+// that the 8-byte rows, where alpha dominates, count as much as the 64 MiB rows: minimise
+// sum_i ((a + b x_i - t_i) / t_i)^2, solved with Eigen's column-pivoting Householder QR. A
+// negative a (latency below resolution) is clamped to 0 and b refitted through the origin. The
+// peak f32 FLOP/s (single-threaded Eigen GEMM) and HBM bandwidth (memcpy) come from
+// measure_this_machine (`vtpu bench hardware`, examples/kernel_bench.h).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+
+#include "runtime/hardware_profile.h"
+
+namespace vtpu::examples {
+
+/// A fitted t = a + b x. Plain data.
+struct LinearFit {
+  double a = 0;                   // intercept, seconds
+  double b = 0;                   // slope, seconds per unit of x
+  double max_relative_error = 0;  // max_i |a + b x_i - t_i| / t_i
+  size_t points = 0;
+};
+
+/// Fits t = a + b x minimising the sum of squared relative residuals (weights 1/t_i), a >= 0.
+/// Throws InvalidArgumentError when x and t differ in length, there are fewer than 2 points,
+/// a t_i is not > 0, or all x_i are equal.
+LinearFit fit_alpha_beta(std::span<const double> x, std::span<const double> t);
+
+/// The x of the fit for a benchmark row of `op` with size `row_bytes` on n cores, as the header's
+/// table gives it; throws InvalidArgumentError for another op.
+double calibration_x(const std::string& op, double row_bytes, int n);
+
+/// The fit of `op` turned into the cost model's alpha and beta (all_reduce halves a).
+CollectiveFit collective_fit_of(const std::string& op, const LinearFit& fit, int n);
+
+struct CalibrationOptions {
+  int cores = 8;                           // group size of the sweeps
+  uint64_t min_bytes = 8;                  // first size of each sweep, bytes
+  uint64_t max_bytes = uint64_t{4} << 20;  // last size of each sweep, bytes
+  int iters = 10;                          // timed calls per size
+  int warmup = 3;                          // untimed calls per size
+};
+
+/// Measures this machine (measure_this_machine) and fits the four collectives; returns a
+/// validated profile named "this_machine" whose `collectives` hold the fits and whose sources
+/// say how each figure was measured. `log` receives one line per fitted collective. Throws
+/// what the benchmark throws.
+HardwareProfile calibrate_this_machine(const CalibrationOptions& options,
+                                       const std::function<void(const std::string&)>& log = {});
+
+}  // namespace vtpu::examples

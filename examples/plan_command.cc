@@ -1,0 +1,123 @@
+#include "examples/plan_command.h"
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/strings.h"
+#include "common/units.h"
+#include "examples/mesh_arg.h"
+#include "examples/output_path.h"
+#include "runtime/hardware_profile.h"
+#include "sharding/auto_planner.h"
+
+namespace vtpu::examples {
+
+struct PlanCommand {
+  CLI::App* app = nullptr;
+  std::string model_path;
+  std::string mesh = "2x4";
+  std::vector<std::string> axes;
+  std::string hardware = "v5e";
+  std::string hbm_bytes;
+  int64_t batch = 0;
+  std::string emit_path;
+  bool json = false;
+};
+
+namespace {
+
+int run(const PlanCommand& c) {
+  check_output_path("--emit", c.emit_path);
+  ModelGraph model = ModelGraph::load_json_file(c.model_path);
+  if (c.batch > 0) model.batch = c.batch;
+  const std::vector<int64_t> shape = parse_mesh_shape(c.mesh);
+  std::vector<std::string> axes = c.axes;
+  if (axes.empty()) {
+    if (shape.size() == 2) {
+      axes = {"data", "model"};
+    } else {
+      axes = default_axis_names(shape.size());
+    }
+  }
+  if (axes.size() != shape.size()) {
+    throw InvalidArgumentError("--axes names " + std::to_string(axes.size()) + " axes but --mesh " +
+                               c.mesh + " has " + std::to_string(shape.size()) +
+                               " (expected one name per axis)");
+  }
+  const CostModel cost(HardwareProfile::get(c.hardware));
+  const uint64_t limit = c.hbm_bytes.empty() ? 0 : parse_bytes(c.hbm_bytes);
+  const AutoShardingPlan plan = plan_auto_sharding(model, shape, axes, cost, limit);
+  if (c.json) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const PlanCandidate& k : plan.candidates) {
+      rows.push_back(
+          {{"strategy", k.name},
+           {"feasible", k.feasible},
+           {"fits", k.fits},
+           {"hbm_bytes_per_core", k.fits ? k.hbm_bytes_per_core : k.min_hbm_bytes_per_core},
+           {"comm_bytes_per_core", k.comm_bytes_per_core},
+           {"compute_seconds", k.compute_seconds},
+           {"comm_seconds", k.comm_seconds},
+           {"step_seconds", k.step_seconds},
+           {"why_lost", k.why_lost}});
+    }
+    nlohmann::json j = {{"candidates", rows}, {"hbm_limit_bytes", plan.hbm_limit_bytes}};
+    if (plan.winner >= 0) j["plan"] = plan.to_json();
+    std::cout << j.dump(2) << std::endl;
+  } else {
+    std::printf("%s", plan.to_string().c_str());
+    std::printf("%s\n", cost.describe().c_str());
+  }
+  std::fflush(stdout);
+  plan.require_fit();
+  if (!c.emit_path.empty()) {
+    std::ofstream out(c.emit_path);
+    if (!out) throw NotFoundError("cannot write '" + c.emit_path + "'");
+    out << plan.to_json().dump(2) << "\n";
+    if (!c.json) std::printf("wrote %s\n", c.emit_path.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::shared_ptr<PlanCommand> add_plan_command(CLI::App& app) {
+  auto c = std::make_shared<PlanCommand>();
+  c->app = app.add_subcommand(
+      "plan",
+      "Auto-sharding planner: choose data parallel, tensor parallel (Megatron), FSDP or a "
+      "combination per mesh axis, and each layer's sharding, to minimise the estimated step time "
+      "under the HBM limit; print every candidate and why it lost");
+  c->app->add_option("model", c->model_path, "Model file (JSON; examples/models/*.json)")
+      ->required();
+  c->app->add_option("--mesh", c->mesh, "Mesh shape, e.g. 2x4 or 1x8")->capture_default_str();
+  c->app
+      ->add_option("--axes", c->axes,
+                   "Comma-separated mesh axis names (default data,model for 2-D, else x,y,z)")
+      ->delimiter(',');
+  c->app
+      ->add_option(
+          "--hardware", c->hardware,
+          "Hardware profile: " + join(HardwareProfile::builtin_names()) + ", or a profile .json")
+      ->capture_default_str();
+  c->app->add_option("--hbm-bytes", c->hbm_bytes,
+                     "HBM limit per core, e.g. 16G (default: the profile's HBM per core)");
+  c->app->add_option("--batch", c->batch, "Global batch (default: the model file's)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  c->app->add_option("--emit", c->emit_path, "Write the winner as a plan JSON file");
+  c->app->add_flag("--json", c->json, "Print the candidates and the plan as JSON");
+  return c;
+}
+
+bool run_plan_if_selected(const PlanCommand& command, int* exit_code) {
+  if (!command.app->parsed()) return false;
+  *exit_code = run(command);
+  return true;
+}
+
+}  // namespace vtpu::examples

@@ -1,0 +1,28 @@
+// `vtpu plan`: the auto-sharding planner (sharding/auto_planner.h) on the command line.
+//
+//   vtpu plan MODEL.json --mesh 2x4 [--axes data,model] [--hardware v5e|v4|v5p|this_machine|F.json]
+//             [--hbm-bytes 16G] [--batch B] [--emit PLAN.json] [--json]
+//
+// Prints one row per candidate strategy (HBM per core, bytes sent per core per step, estimated
+// compute, communication and step time, and why it lost), then the winner's per-layer shardings.
+// --emit writes the winner in the plan format of /work/plan-format.md (docs/SHARDING.md). A model
+// that fits on no strategy prints the table and fails (exit 1) with the smallest HBM per core
+// that would fit. Default axis names: "data,model" for a 2-D mesh, else x, y, z, w.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+
+namespace vtpu::examples {
+
+struct PlanCommand;
+
+/// Adds the `plan` subcommand to `app`. Keep the handle alive until after run_plan_if_selected().
+std::shared_ptr<PlanCommand> add_plan_command(CLI::App& app);
+
+/// After parsing: when `plan` was selected, runs it, sets *exit_code and returns true. Throws
+/// vtpu::Error for a bad model file, mesh or profile, and ResourceExhaustedError when the model
+/// fits on no strategy.
+bool run_plan_if_selected(const PlanCommand& command, int* exit_code);
+
+}  // namespace vtpu::examples

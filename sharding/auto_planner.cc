@@ -1,0 +1,681 @@
+#include "sharding/auto_planner.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/strings.h"
+#include "common/units.h"
+#include "sharding/partition_spec.h"
+
+namespace vtpu {
+
+namespace {
+
+/// One way to run a layer over the tensor axes.
+struct Option {
+  const char* choice;
+  char in;
+  char out;
+  bool bwd_input_all_reduce;  // R input, split weights: partial input gradient
+};
+
+/// Costs of one layer under one option, per core.
+struct LayerCost {
+  double compute_seconds = 0;
+  double comm_seconds = 0;
+  double comm_bytes = 0;
+  double add_bytes = 0;        // parameters, gradients, optimizer state, saved activations
+  double transient_bytes = 0;  // FSDP's gathered parameters + unsharded gradients
+  double param_state_bytes = 0;
+  double activation_bytes = 0;
+};
+
+/// A label of the DP: one partial plan ending in a state.
+struct Label {
+  double time = 0, compute = 0, comm = 0, comm_bytes = 0;
+  double add_bytes = 0, max_bytes = 0;
+  double param_state_bytes = 0, activation_bytes = 0;
+  int parent = -1;  // index into the previous layer's labels of `parent_state`
+  int parent_state = 0;
+  int option = -1;
+  std::string reshard;
+  double layer_compute = 0, layer_comm = 0, layer_comm_bytes = 0;
+  double total_bytes() const { return add_bytes + max_bytes; }
+};
+
+int state_index(char s) { return s == 'R' ? 0 : s == 'S' ? 1 : 2; }
+constexpr char kStates[3] = {'R', 'S', 'P'};
+
+bool dominates(const Label& a, const Label& b) {
+  return a.time <= b.time && a.add_bytes <= b.add_bytes && a.max_bytes <= b.max_bytes;
+}
+
+void insert_pareto(std::vector<Label>& front, Label l) {
+  for (const Label& x : front) {
+    if (dominates(x, l)) return;
+  }
+  front.erase(
+      std::remove_if(front.begin(), front.end(), [&](const Label& x) { return dominates(l, x); }),
+      front.end());
+  front.push_back(std::move(l));
+}
+
+class StrategyPlanner {
+ public:
+  StrategyPlanner(const ModelGraph& m, const CostModel& cost, const std::vector<int64_t>& shape,
+                  const std::vector<AxisRole>& roles)
+      : m_(m), cost_(cost) {
+    for (size_t a = 0; a < shape.size(); ++a) {
+      switch (roles[a]) {
+        case AxisRole::kData:
+          dp_pos_.push_back(static_cast<int>(a));
+          dp_sizes_.push_back(shape[a]);
+          d_ *= shape[a];
+          break;
+        case AxisRole::kTensor:
+          tp_pos_.push_back(static_cast<int>(a));
+          tp_sizes_.push_back(shape[a]);
+          t_ *= shape[a];
+          break;
+        case AxisRole::kFsdp:
+          fsdp_pos_.push_back(static_cast<int>(a));
+          fsdp_sizes_.push_back(shape[a]);
+          f_ *= shape[a];
+          break;
+        case AxisRole::kNone:
+          break;
+      }
+    }
+    e_ = static_cast<double>(m.dtype_bytes());
+  }
+
+  /// Empty when the strategy can run; else why not.
+  std::string infeasible() const {
+    if (m_.batch % (d_ * f_) != 0) {
+      return "batch " + std::to_string(m_.batch) + " does not split over " +
+             std::to_string(d_ * f_) + " data x fsdp cores";
+    }
+    return {};
+  }
+
+  /// Runs the DP; fills `c` (layers, times, bytes, fits, min HBM).
+  void plan(uint64_t limit, PlanCandidate& c) {
+    bl_ = static_cast<double>(m_.batch / (d_ * f_));
+    tokens_ = bl_ * static_cast<double>(m_.seq_len);
+    const size_t n = m_.layers.size();
+    // frontier[i][s]: labels after layer i with output state s.
+    std::vector<std::array<std::vector<Label>, 3>> frontier(n);
+    for (size_t i = 0; i < n; ++i) {
+      const ModelLayer& l = m_.layers[i];
+      const std::vector<Option> opts = options(l);
+      for (size_t o = 0; o < opts.size(); ++o) {
+        const Option& op = opts[o];
+        const LayerCost lc = layer_cost(l, op);
+        const auto extend = [&](const Label* prev, int prev_state, int prev_index, char from) {
+          double fwd_bwd_seconds = 0, bytes = 0;
+          std::string reshard;
+          if (!transition(from, op.in, act_bytes(l.in), &fwd_bwd_seconds, &bytes, &reshard)) return;
+          // A reshard makes a new activation that the layer's backward reads: saved too.
+          const double resharded =
+              from == op.in ? 0.0 : act_bytes(l.in) / (op.in == 'S' ? tensor_d() : 1.0);
+          Label nl;
+          if (prev != nullptr) nl = *prev;
+          nl.parent = prev_index;
+          nl.parent_state = prev_state;
+          nl.option = static_cast<int>(o);
+          nl.reshard = reshard;
+          nl.layer_compute = lc.compute_seconds;
+          nl.layer_comm = lc.comm_seconds + fwd_bwd_seconds;
+          nl.layer_comm_bytes = lc.comm_bytes + bytes;
+          nl.compute += nl.layer_compute;
+          nl.comm += nl.layer_comm;
+          nl.comm_bytes += nl.layer_comm_bytes;
+          nl.time = nl.compute + nl.comm;
+          nl.add_bytes += lc.add_bytes + resharded;
+          nl.max_bytes = std::max(nl.max_bytes, lc.transient_bytes);
+          nl.param_state_bytes += lc.param_state_bytes;
+          nl.activation_bytes += lc.activation_bytes + resharded;
+          insert_pareto(frontier[i][static_cast<size_t>(state_index(op.out))], std::move(nl));
+        };
+        if (i == 0) {
+          extend(nullptr, 0, -1, 'R');
+          continue;
+        }
+        for (int s = 0; s < 3; ++s) {
+          const std::vector<Label>& prev = frontier[i - 1][static_cast<size_t>(s)];
+          for (size_t k = 0; k < prev.size(); ++k) {
+            extend(&prev[k], s, static_cast<int>(k), kStates[s]);
+          }
+        }
+      }
+    }
+    // The loss: a partial output is all-reduced; a sharded one pays the parallel cross-entropy.
+    std::vector<std::pair<Label, int>> finals;  // label with the end cost, its state
+    const ModelLayer& last = m_.layers.back();
+    for (int s = 0; s < 3; ++s) {
+      for (size_t k = 0; k < frontier[n - 1][static_cast<size_t>(s)].size(); ++k) {
+        Label l = frontier[n - 1][static_cast<size_t>(s)][k];
+        double seconds = 0, bytes = 0;
+        if (kStates[s] == 'P') {
+          const CollectiveCost cc = tp(CollectiveKind::kAllReduce, act_bytes(last.out));
+          seconds = cc.seconds;
+          bytes = cc.sent_bytes_per_core;
+        } else if (kStates[s] == 'S') {
+          const CollectiveCost cc = tp(CollectiveKind::kAllReduce, 2 * tokens_ * e_);
+          seconds = cc.seconds;
+          bytes = cc.sent_bytes_per_core;
+        }
+        if (d_ > 1 && m_.num_parameters() > 0) {  // the gradient bucket's latency, once
+          seconds +=
+              2 *
+              cost_.collective(CollectiveKind::kAllReduce, 1.0, dp_pos_, dp_sizes_).alpha_seconds;
+        }
+        l.comm += seconds;
+        l.comm_bytes += bytes;
+        l.time += seconds;
+        l.parent = static_cast<int>(k);
+        l.parent_state = s;
+        finals.emplace_back(std::move(l), s);
+      }
+    }
+    const Label* best_fit = nullptr;
+    const Label* smallest = nullptr;
+    for (const auto& [l, s] : finals) {
+      if (smallest == nullptr || l.total_bytes() < smallest->total_bytes() ||
+          (l.total_bytes() == smallest->total_bytes() && l.time < smallest->time)) {
+        smallest = &l;
+      }
+      if (l.total_bytes() <= static_cast<double>(limit) &&
+          (best_fit == nullptr || l.time < best_fit->time)) {
+        best_fit = &l;
+      }
+    }
+    c.fits = best_fit != nullptr;
+    c.tensor_splits_nothing = t_ > 1;
+    c.min_hbm_bytes_per_core = static_cast<uint64_t>(std::ceil(smallest->total_bytes()));
+    const Label& chosen = best_fit != nullptr ? *best_fit : *smallest;
+    c.compute_seconds = chosen.compute;
+    c.comm_seconds = chosen.comm;
+    c.step_seconds = chosen.time;
+    c.comm_bytes_per_core = chosen.comm_bytes;
+    c.hbm_bytes_per_core = static_cast<uint64_t>(std::ceil(chosen.total_bytes()));
+    c.param_bytes_per_core = static_cast<uint64_t>(std::ceil(chosen.param_state_bytes));
+    c.activation_bytes_per_core = static_cast<uint64_t>(std::ceil(chosen.activation_bytes));
+    c.transient_bytes_per_core = static_cast<uint64_t>(std::ceil(chosen.max_bytes));
+    // Walk back.
+    c.layers.assign(n, LayerPlan{});
+    int index = chosen.parent, state = chosen.parent_state;
+    for (size_t i = n; i-- > 0;) {
+      const Label& l = frontier[i][static_cast<size_t>(state)][static_cast<size_t>(index)];
+      const Option op = options(m_.layers[i])[static_cast<size_t>(l.option)];
+      LayerPlan& p = c.layers[i];
+      p.layer = m_.layers[i].name;
+      p.choice = op.choice;
+      p.in_state = op.in;
+      p.out_state = op.out;
+      p.reshard_in = l.reshard;
+      p.compute_seconds = l.layer_compute;
+      p.comm_seconds = l.layer_comm;
+      p.comm_bytes_per_core = l.layer_comm_bytes;
+      if (p.choice != "replicated") c.tensor_splits_nothing = false;
+      index = l.parent;
+      state = l.parent_state;
+    }
+  }
+
+  int64_t tensor_size() const { return t_; }
+  double tensor_d() const { return static_cast<double>(t_); }
+
+ private:
+  double act_bytes(int64_t features) const { return tokens_ * static_cast<double>(features) * e_; }
+  CollectiveCost tp(CollectiveKind k, double bytes) const {
+    return cost_.collective(k, bytes, tp_pos_, tp_sizes_);
+  }
+
+  std::vector<Option> options(const ModelLayer& l) const {
+    std::vector<Option> o;
+    const bool split = t_ > 1;
+    switch (l.kind) {
+      case LayerKind::kDense:
+        o.push_back({"replicated", 'R', 'R', false});
+        if (split && l.out % t_ == 0) o.push_back({"column", 'R', 'S', true});
+        if (split && l.in % t_ == 0) o.push_back({"row", 'S', 'P', false});
+        break;
+      case LayerKind::kElementwise:
+        o.push_back({"replicated", 'R', 'R', false});
+        if (split && l.out % t_ == 0) o.push_back({"sharded", 'S', 'S', false});
+        break;
+      case LayerKind::kLayerNorm:
+        o.push_back({"replicated", 'R', 'R', false});
+        break;
+      case LayerKind::kAttention:
+        o.push_back({"replicated", 'R', 'R', false});
+        if (split && l.heads % t_ == 0) o.push_back({"heads", 'R', 'P', true});
+        break;
+      case LayerKind::kEmbedding:
+        o.push_back({"replicated", 'R', 'R', false});
+        if (split && l.vocab % t_ == 0) o.push_back({"vocab", 'R', 'P', false});
+        if (split && l.out % t_ == 0) o.push_back({"features", 'R', 'S', false});
+        break;
+    }
+    return o;
+  }
+
+  /// Reshard from `from` to `to` of an activation of `bytes` (over the tensor group): adds the
+  /// forward and backward collectives' time and bytes. False when the transition is not allowed.
+  bool transition(char from, char to, double bytes, double* seconds, double* sent,
+                  std::string* name) const {
+    *seconds = 0;
+    *sent = 0;
+    if (from == to) return true;
+    if (to == 'P') return false;
+    const auto add = [&](CollectiveKind k) {
+      const CollectiveCost c = tp(k, bytes);
+      *seconds += c.seconds;
+      *sent += c.sent_bytes_per_core;
+    };
+    if (from == 'P' && to == 'R') {
+      add(CollectiveKind::kAllReduce);
+      *name = "all_reduce";
+    } else if (from == 'P' && to == 'S') {
+      add(CollectiveKind::kReduceScatter);
+      add(CollectiveKind::kAllGather);
+      *name = "reduce_scatter";
+    } else if (from == 'S' && to == 'R') {
+      add(CollectiveKind::kAllGather);
+      add(CollectiveKind::kReduceScatter);
+      *name = "all_gather";
+    } else {  // R -> S
+      add(CollectiveKind::kAllGather);
+      *name = "dynamic_slice";
+    }
+    return true;
+  }
+
+  LayerCost layer_cost(const ModelLayer& l, const Option& op) const {
+    const double t = static_cast<double>(t_);
+    const double T = tokens_;
+    const double S = static_cast<double>(m_.seq_len);
+    const std::string choice = op.choice;
+    const bool split = choice != "replicated";
+    const double s = split ? t : 1.0;
+    double flops = 0, params = 0, act = 0;  // per core, elements for params/act
+    const double in = static_cast<double>(l.in), out = static_cast<double>(l.out);
+    switch (l.kind) {
+      case LayerKind::kDense:
+        flops = 2 * T * in * out / s;
+        params = in * out / s + (l.bias ? (choice == "column" ? out / t : out) : 0);
+        act = T * (op.out == 'S' ? out / t : out);
+        break;
+      case LayerKind::kElementwise:
+        flops = l.flops_per_element * T * out / s;
+        act = T * out / s;
+        break;
+      case LayerKind::kLayerNorm:
+        flops = 8 * T * out;
+        params = 2 * out;
+        act = T * out + 2 * T;
+        break;
+      case LayerKind::kAttention: {
+        const double h = static_cast<double>(l.heads);
+        flops = (8 * T * out * out + 4 * T * S * out + 5 * bl_ * h * S * S) / s;
+        params = (4 * out * out + (l.bias ? 3 * out : 0)) / s + (l.bias ? out : 0);
+        act = (3 * T * out + bl_ * h * S * S + T * out) / s + T * out;
+        break;
+      }
+      case LayerKind::kEmbedding: {
+        const double vocab = static_cast<double>(l.vocab), pos = static_cast<double>(l.positions);
+        flops = T * out / (choice == "features" ? t : 1.0);
+        if (choice == "vocab")
+          params = vocab * out / t + pos * out;
+        else
+          params = (vocab + pos) * out / s;
+        act = T * (choice == "features" ? out / t : out);
+        break;
+      }
+    }
+    LayerCost c;
+    const double f = static_cast<double>(f_);
+    const double param_bytes = params * e_;  // tensor-local, before FSDP sharding
+    const double in_bytes =
+        (l.kind == LayerKind::kEmbedding ? T * 4 : T * in * e_) / (op.in == 'S' ? t : 1.0);
+    const double traffic = 3 * (param_bytes + in_bytes + act * e_);
+    c.compute_seconds = cost_.op_seconds(3 * flops, traffic, m_.dtype);
+    // Optimizer update: HBM-bound, words read + written per local parameter.
+    const int k = m_.optimizer_state_factor();
+    const double words = k == 2 ? 7 : k == 1 ? 5 : 3;
+    c.compute_seconds += cost_.hbm_seconds(words * param_bytes / f);
+    if (op.bwd_input_all_reduce) {
+      const CollectiveCost ar = tp(CollectiveKind::kAllReduce, T * in * e_);
+      c.comm_seconds += ar.seconds;
+      c.comm_bytes += ar.sent_bytes_per_core;
+    }
+    if (f_ > 1 && param_bytes > 0) {
+      const CollectiveCost ag =
+          cost_.collective(CollectiveKind::kAllGather, param_bytes, fsdp_pos_, fsdp_sizes_);
+      const CollectiveCost rs =
+          cost_.collective(CollectiveKind::kReduceScatter, param_bytes, fsdp_pos_, fsdp_sizes_);
+      c.comm_seconds += 2 * ag.seconds + rs.seconds;
+      c.comm_bytes += 2 * ag.sent_bytes_per_core + rs.sent_bytes_per_core;
+      c.transient_bytes = 2 * param_bytes;
+    }
+    if (d_ > 1 && param_bytes > 0) {
+      // Gradients go into one bucket per step (as DDP and vtpu's trainers do): the layer pays
+      // the bandwidth term, and the step pays the all-reduce's latency once (in plan()).
+      const CollectiveCost ar =
+          cost_.collective(CollectiveKind::kAllReduce, param_bytes / f, dp_pos_, dp_sizes_);
+      c.comm_seconds += ar.seconds - 2 * ar.alpha_seconds;
+      c.comm_bytes += ar.sent_bytes_per_core;
+    }
+    c.param_state_bytes = (2.0 + k) * param_bytes / f;
+    c.activation_bytes = act * e_;
+    c.add_bytes = c.param_state_bytes + c.activation_bytes;
+    return c;
+  }
+
+  const ModelGraph& m_;
+  const CostModel& cost_;
+  std::vector<int> dp_pos_, tp_pos_, fsdp_pos_;
+  std::vector<int64_t> dp_sizes_, tp_sizes_, fsdp_sizes_;
+  int64_t d_ = 1, t_ = 1, f_ = 1;
+  double e_ = 4;
+  double bl_ = 0, tokens_ = 0;
+};
+
+std::string axes_list(const std::vector<std::string>& axes) { return join(axes, ","); }
+
+std::string seconds_text(double s) {
+  char b[32];
+  if (s >= 1)
+    std::snprintf(b, sizeof b, "%.3f s", s);
+  else if (s >= 1e-3)
+    std::snprintf(b, sizeof b, "%.3f ms", s * 1e3);
+  else
+    std::snprintf(b, sizeof b, "%.3f us", s * 1e6);
+  return b;
+}
+
+nlohmann::json axis_json(const std::vector<std::string>& axes) {
+  if (axes.empty()) return nullptr;
+  if (axes.size() == 1) return axes[0];
+  return axes;
+}
+
+}  // namespace
+
+AutoShardingPlan plan_auto_sharding(const ModelGraph& model, const std::vector<int64_t>& mesh_shape,
+                                    const std::vector<std::string>& axis_names,
+                                    const CostModel& cost, uint64_t hbm_limit_bytes) {
+  const Mesh mesh(mesh_shape, axis_names);  // validates
+  AutoShardingPlan plan;
+  plan.model = model;
+  plan.mesh_shape = mesh_shape;
+  plan.axis_names = axis_names;
+  plan.hardware = cost.profile().name;
+  plan.hbm_limit_bytes = hbm_limit_bytes != 0 ? hbm_limit_bytes : cost.hbm_bytes_per_core();
+  cost.peak_flops_per_core(model.dtype);  // a dtype the profile lacks is an error up front
+
+  std::vector<size_t> active;  // axes of size > 1
+  for (size_t a = 0; a < mesh_shape.size(); ++a)
+    if (mesh_shape[a] > 1) active.push_back(a);
+  size_t combos = 1;
+  for (size_t i = 0; i < active.size(); ++i) combos *= 3;
+  static const AxisRole kRoles[3] = {AxisRole::kData, AxisRole::kTensor, AxisRole::kFsdp};
+  for (size_t code = 0; code < combos; ++code) {
+    PlanCandidate c;
+    c.roles.assign(mesh_shape.size(), AxisRole::kNone);
+    size_t rest = code;
+    for (size_t a : active) {
+      c.roles[a] = kRoles[rest % 3];
+      rest /= 3;
+    }
+    for (size_t a = 0; a < mesh_shape.size(); ++a) {
+      if (c.roles[a] == AxisRole::kData) c.data_axes.push_back(axis_names[a]);
+      if (c.roles[a] == AxisRole::kTensor) c.tensor_axes.push_back(axis_names[a]);
+      if (c.roles[a] == AxisRole::kFsdp) c.fsdp_axes.push_back(axis_names[a]);
+    }
+    std::vector<std::string> parts;
+    if (!c.data_axes.empty()) parts.push_back("dp(" + axes_list(c.data_axes) + ")");
+    if (!c.fsdp_axes.empty()) parts.push_back("fsdp(" + axes_list(c.fsdp_axes) + ")");
+    if (!c.tensor_axes.empty()) parts.push_back("tp(" + axes_list(c.tensor_axes) + ")");
+    c.name = parts.empty() ? "single core" : join(parts, "+");
+    StrategyPlanner sp(model, cost, mesh_shape, c.roles);
+    c.infeasible_reason = sp.infeasible();
+    c.feasible = c.infeasible_reason.empty();
+    if (c.feasible) sp.plan(plan.hbm_limit_bytes, c);
+    plan.candidates.push_back(std::move(c));
+  }
+  // Winner: fastest that fits; ties: fewer bytes sent, then less HBM.
+  const auto better = [](const PlanCandidate& a, const PlanCandidate& b) {
+    if (a.step_seconds != b.step_seconds) return a.step_seconds < b.step_seconds;
+    if (a.comm_bytes_per_core != b.comm_bytes_per_core)
+      return a.comm_bytes_per_core < b.comm_bytes_per_core;
+    return a.hbm_bytes_per_core < b.hbm_bytes_per_core;
+  };
+  std::stable_sort(plan.candidates.begin(), plan.candidates.end(),
+                   [&](const PlanCandidate& a, const PlanCandidate& b) {
+                     const int ra = a.feasible ? (a.fits ? 0 : 1) : 2;
+                     const int rb = b.feasible ? (b.fits ? 0 : 1) : 2;
+                     if (ra != rb) return ra < rb;
+                     if (ra == 2) return false;
+                     return better(a, b);
+                   });
+  if (!plan.candidates.empty() && plan.candidates[0].feasible && plan.candidates[0].fits) {
+    plan.winner = 0;
+  }
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    PlanCandidate& c = plan.candidates[i];
+    if (static_cast<int>(i) == plan.winner) continue;
+    if (!c.feasible) {
+      c.why_lost = "cannot run: " + c.infeasible_reason;
+    } else if (!c.fits) {
+      c.why_lost = "exceeds HBM by " +
+                   format_bytes(c.min_hbm_bytes_per_core - plan.hbm_limit_bytes) + " (needs " +
+                   format_bytes(c.min_hbm_bytes_per_core) + " per core)";
+    } else {
+      const PlanCandidate& w = plan.candidates[static_cast<size_t>(plan.winner)];
+      const double pct = 100.0 * (c.step_seconds / w.step_seconds - 1.0);
+      char b[96];
+      if (pct < 0.05) {
+        std::snprintf(b, sizeof b,
+                      "ties with the winner (%.1f%%); sends more bytes or uses more HBM", pct);
+      } else {
+        std::snprintf(b, sizeof b, "%.1f%% slower than the winner", pct);
+      }
+      c.why_lost = b;
+    }
+  }
+  return plan;
+}
+
+void AutoShardingPlan::require_fit() const {
+  if (winner >= 0) return;
+  const PlanCandidate* best = nullptr;
+  for (const PlanCandidate& c : candidates) {
+    if (!c.feasible) continue;
+    if (best == nullptr || c.min_hbm_bytes_per_core < best->min_hbm_bytes_per_core) best = &c;
+  }
+  if (best == nullptr) {
+    throw InvalidArgumentError("model '" + model.name + "' runs on no strategy of the mesh: " +
+                               (candidates.empty() ? "no candidates" : candidates[0].why_lost));
+  }
+  throw ResourceExhaustedError(
+      "model '" + model.name + "' fits on no strategy within " + format_bytes(hbm_limit_bytes) +
+      " (" + std::to_string(hbm_limit_bytes) + " bytes) of HBM per core; the smallest HBM per " +
+      "core that would fit is " + format_bytes(best->min_hbm_bytes_per_core) + " (" +
+      std::to_string(best->min_hbm_bytes_per_core) + " bytes), with " + best->name);
+}
+
+std::string AutoShardingPlan::to_string() const {
+  std::string out;
+  char line[640];
+  std::string mesh = "Mesh(";
+  for (size_t a = 0; a < mesh_shape.size(); ++a)
+    mesh += (a ? ", " : "") + axis_names[a] + "=" + std::to_string(mesh_shape[a]);
+  mesh += ")";
+  std::snprintf(line, sizeof line,
+                "vtpu plan: model '%s' (%lld parameters, %s, %s, batch %lld x seq %lld) on %s, "
+                "hardware %s, HBM limit %s per core\n",
+                model.name.c_str(), static_cast<long long>(model.num_parameters()),
+                model.dtype.c_str(), model.optimizer.c_str(), static_cast<long long>(model.batch),
+                static_cast<long long>(model.seq_len), mesh.c_str(), hardware.c_str(),
+                format_bytes(hbm_limit_bytes).c_str());
+  out += line;
+  std::snprintf(line, sizeof line, "%-26s %12s %14s %12s %12s %12s  %s\n", "strategy", "HBM/core",
+                "comm B/core", "compute", "comm", "step", "result");
+  out += line;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const PlanCandidate& c = candidates[i];
+    if (!c.feasible) {
+      std::snprintf(line, sizeof line, "%-26s %12s %14s %12s %12s %12s  %s\n", c.name.c_str(), "-",
+                    "-", "-", "-", "-", c.why_lost.c_str());
+    } else {
+      std::snprintf(line, sizeof line, "%-26s %12s %14.0f %12s %12s %12s  %s\n", c.name.c_str(),
+                    format_bytes(c.fits ? c.hbm_bytes_per_core : c.min_hbm_bytes_per_core).c_str(),
+                    c.comm_bytes_per_core, seconds_text(c.compute_seconds).c_str(),
+                    seconds_text(c.comm_seconds).c_str(), seconds_text(c.step_seconds).c_str(),
+                    static_cast<int>(i) == winner ? "WINNER" : c.why_lost.c_str());
+    }
+    if (c.feasible && c.tensor_splits_nothing) {
+      line[std::strlen(line) - 1] = '\0';
+      out += line;
+      out += " (tp splits no layer: its axes repeat the compute)\n";
+      continue;
+    }
+    out += line;
+  }
+  if (winner < 0) return out + "no strategy fits\n";
+  const PlanCandidate& w = candidates[static_cast<size_t>(winner)];
+  std::snprintf(line, sizeof line,
+                "winner %s: HBM per core %s = parameters+gradients+optimizer %s + activations %s "
+                "+ FSDP transient %s\n",
+                w.name.c_str(), format_bytes(w.hbm_bytes_per_core).c_str(),
+                format_bytes(w.param_bytes_per_core).c_str(),
+                format_bytes(w.activation_bytes_per_core).c_str(),
+                format_bytes(w.transient_bytes_per_core).c_str());
+  out += line;
+  std::snprintf(line, sizeof line, "%-22s %-11s %-6s %-16s %12s %12s %14s\n", "layer", "sharding",
+                "in->out", "reshard before", "compute", "comm", "comm B/core");
+  out += line;
+  for (const LayerPlan& l : w.layers) {
+    std::snprintf(line, sizeof line, "%-22s %-11s %c->%c   %-16s %12s %12s %14.0f\n",
+                  l.layer.c_str(), l.choice.c_str(), l.in_state, l.out_state,
+                  l.reshard_in.empty() ? "-" : l.reshard_in.c_str(),
+                  seconds_text(l.compute_seconds).c_str(), seconds_text(l.comm_seconds).c_str(),
+                  l.comm_bytes_per_core);
+    out += line;
+  }
+  return out;
+}
+
+nlohmann::json AutoShardingPlan::to_json() const {
+  if (winner < 0) {
+    throw FailedPreconditionError("no plan to emit: model '" + model.name +
+                                  "' fits on no strategy");
+  }
+  const PlanCandidate& w = candidates[static_cast<size_t>(winner)];
+  std::vector<std::string> batch_axes;  // data and fsdp axes, mesh order
+  for (size_t a = 0; a < axis_names.size(); ++a) {
+    if (w.roles[a] == AxisRole::kData || w.roles[a] == AxisRole::kFsdp)
+      batch_axes.push_back(axis_names[a]);
+  }
+  const std::vector<std::string>& tp = w.tensor_axes;
+  const std::vector<std::string>& fs = w.fsdp_axes;
+  nlohmann::json shardings = nlohmann::json::object();
+  const auto spec = [](std::vector<PartitionSpec::Entry> entries,
+                       std::vector<std::string> unreduced = {}) {
+    return PartitionSpec(std::move(entries), std::move(unreduced)).normalized().to_string();
+  };
+  const PartitionSpec::Entry none;
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    const ModelLayer& l = model.layers[i];
+    const LayerPlan& p = w.layers[i];
+    const std::string& c = p.choice;
+    const std::string& n = l.name;
+    switch (l.kind) {
+      case LayerKind::kDense:
+        if (c == "column") {
+          shardings[n + ".w"] = spec({fs, tp});
+          if (l.bias) shardings[n + ".b"] = spec({tp});
+        } else if (c == "row") {
+          shardings[n + ".w"] = spec({tp, fs});
+          if (l.bias) shardings[n + ".b"] = spec({fs});
+        } else {
+          shardings[n + ".w"] = spec({fs, none});
+          if (l.bias) shardings[n + ".b"] = spec({fs});
+        }
+        break;
+      case LayerKind::kAttention:
+        if (c == "heads") {
+          shardings[n + ".wqkv"] = spec({fs, tp});
+          shardings[n + ".wo"] = spec({tp, fs});
+          if (l.bias) shardings[n + ".bqkv"] = spec({tp});
+        } else {
+          shardings[n + ".wqkv"] = spec({fs, none});
+          shardings[n + ".wo"] = spec({fs, none});
+          if (l.bias) shardings[n + ".bqkv"] = spec({fs});
+        }
+        if (l.bias) shardings[n + ".bo"] = spec({fs});
+        break;
+      case LayerKind::kLayerNorm:
+        shardings[n + ".gamma"] = spec({fs});
+        shardings[n + ".beta"] = spec({fs});
+        break;
+      case LayerKind::kEmbedding:
+        if (c == "vocab") {
+          shardings[n + ".table"] = spec({tp, fs});
+        } else if (c == "features") {
+          shardings[n + ".table"] = spec({fs, tp});
+        } else {
+          shardings[n + ".table"] = spec({fs, none});
+        }
+        if (l.positions > 0) shardings[n + ".positions"] = spec({fs, c == "features" ? tp : none});
+        break;
+      case LayerKind::kElementwise:
+        break;
+    }
+    // The activation: (batch, [seq,] features).
+    std::vector<PartitionSpec::Entry> act = {batch_axes};
+    if (model.seq_len > 1) act.push_back(none);
+    act.push_back(p.out_state == 'S' ? tp : none);
+    shardings[n + ".out"] = spec(act, p.out_state == 'P' ? tp : std::vector<std::string>{});
+  }
+  nlohmann::json layers = nlohmann::json::array();
+  for (const LayerPlan& l : w.layers) {
+    layers.push_back({{"name", l.layer},
+                      {"sharding", l.choice},
+                      {"in", std::string(1, l.in_state)},
+                      {"out", std::string(1, l.out_state)},
+                      {"reshard_before", l.reshard_in.empty() ? nlohmann::json(nullptr)
+                                                              : nlohmann::json(l.reshard_in)}});
+  }
+  nlohmann::json j;
+  j["format"] = "vtpu-plan";
+  j["version"] = 1;
+  j["model"] = model.name;
+  j["mesh"] = {{"axes", axis_names}, {"shape", mesh_shape}};
+  j["strategy"] = {{"name", w.name},
+                   {"data", axis_json(w.data_axes)},
+                   {"tensor", axis_json(w.tensor_axes)},
+                   {"fsdp", axis_json(w.fsdp_axes)},
+                   {"batch_axes", batch_axes}};
+  j["shardings"] = shardings;
+  j["estimate"] = {
+      {"step_seconds", w.step_seconds},
+      {"compute_seconds", w.compute_seconds},
+      {"comm_seconds", w.comm_seconds},
+      {"hbm_bytes_per_core", w.hbm_bytes_per_core},
+      {"comm_bytes_per_core", static_cast<uint64_t>(std::llround(w.comm_bytes_per_core))},
+      {"hardware", hardware},
+      {"batch", model.batch}};
+  j["layers"] = layers;
+  return j;
+}
+
+}  // namespace vtpu

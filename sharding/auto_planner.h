@@ -1,0 +1,134 @@
+// Auto-sharding planner: for a model chain (sharding/model_graph.h), a mesh and a cost model
+// (sharding/cost_model.h), choose how to shard every parameter and activation so that the
+// estimated step time is smallest under each core's HBM limit, and explain every candidate.
+// After Alpa's intra-operator pass (Zheng et al., OSDI 2022), which picks one sharding per
+// operator with an ILP over per-operator compute/communication costs and resharding costs on
+// the edges; on a chain that ILP is a shortest path, solved here exactly by dynamic programming.
+//
+// Search. A candidate strategy gives every mesh axis of size > 1 one role:
+//   data    data parallel: the batch is split, parameters replicated, gradients all-reduced;
+//   fsdp    ZeRO-3 / FSDP: the batch is split, parameters, gradients and optimizer state are
+//           sharded; each layer all-gathers its parameters before use (forward, and again in
+//           backward) and reduce-scatters its gradients;
+//   tensor  Megatron tensor parallelism: the layers choose a sharding of their weights;
+// a role on several axes uses them together (axis pairs: "dp(data,model)" is 8-way on 2x4).
+// Every assignment of roles to the axes is a candidate (3^k for k axes of size > 1). Within a
+// candidate, the planner chooses each layer's sharding over the tensor axes by dynamic
+// programming over the chain. The state between layers is the activation's layout over the
+// tensor axes: R (replicated), S (features sharded) or P (partial sums pending). Layer options:
+//   dense        replicated R->R; column (W split on out) R->S; row (W split on in) S->P
+//   elementwise  replicated R->R; sharded S->S
+//   layer_norm   R->R
+//   attention    replicated R->R; heads (Wqkv column, Wo row: Megatron) R->P
+//   embedding    replicated ->R; vocab (table split on rows) ->P; features ->S
+// and transitions are reshards (forward collective; backward collective of the gradient):
+//   P->R all-reduce; P->S reduce-scatter (bwd all-gather); S->R all-gather (bwd reduce-scatter);
+//   R->S local slice (bwd all-gather); nothing -> P.
+// A layer with R input and split weights (column, heads) gives a partial input gradient: one
+// all-reduce in backward (Megatron's "f"). So a Megatron block, column then row, costs one
+// all-reduce in forward and one in backward per attention or MLP. The last activation must not
+// be partial (a P output is all-reduced; an S output pays the vocab-parallel cross-entropy's
+// all-reduce of 2 floats per token).
+//
+// Exactness under the HBM limit. Time and HBM both add up along the chain, except FSDP's
+// transient buffer (the largest layer's gathered parameters and gradients), which is a max. The
+// DP keeps, per layer and state, every label (time, additive bytes, transient bytes) that no
+// other label beats on all three (a Pareto frontier): the constrained shortest path, exact.
+//
+// Costs per layer, per core (T = local tokens = batch / (data x fsdp cores) x seq_len; t =
+// tensor-axis cores; E = dtype bytes):
+//   compute  3 x forward FLOPs (forward + backward's two matmuls) / t when the layer is split;
+//            time max(FLOPs / peak, HBM traffic / bandwidth) (roofline), traffic 3 x (weights +
+//            input + output bytes)
+//   FLOPs    dense 2 T in out; attention 8 T d^2 + 4 T S d + 5 B h S^2 (projections, scores and
+//            context, softmax; full S^2, no causal skipping); layer_norm 8 T d; elementwise
+//            flops_per_element T d; embedding T d (a gather)
+//   HBM      parameters + gradients + optimizer state (Adam 2x, momentum 1x, SGD 0) of the
+//            local shard, plus saved activations (dense/elementwise/embedding output; layer_norm
+//            output and 2 statistics per token; attention Q, K, V, scores, context and output;
+//            the output of a reshard between layers), plus FSDP's transient buffer
+//   comm     the reshards above over the tensor axes (B = the activation's bytes over the tensor
+//            group), FSDP all-gather x 2 + reduce-scatter of the layer's (tensor-local)
+//            parameters over the fsdp axes, all-reduce of the (fsdp-local) gradients over the
+//            data axes (one bucket per step, as DDP: the latency is paid once); plus the optimizer
+//            update (HBM-bound: Adam reads and writes 7, SGD 3 words per local parameter)
+// Step time = compute + communication (no overlap; see cost_model.h).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "sharding/cost_model.h"
+#include "sharding/mesh.h"
+#include "sharding/model_graph.h"
+
+namespace vtpu {
+
+/// What a mesh axis does in a strategy.
+enum class AxisRole { kNone, kData, kTensor, kFsdp };
+
+/// One layer's chosen sharding in a candidate. Plain data.
+struct LayerPlan {
+  std::string layer;
+  std::string choice;      // "replicated", "column", "row", "sharded", "heads", "vocab", "features"
+  char in_state = 'R';     // activation layout over the tensor axes before the layer: R, S or P
+  char out_state = 'R';    // after the layer
+  std::string reshard_in;  // collective before the layer ("all_reduce", "" for none, ...)
+  double compute_seconds = 0;
+  double comm_seconds = 0;
+  double comm_bytes_per_core = 0;
+};
+
+/// One strategy and the best per-layer plan for it. Plain data.
+struct PlanCandidate {
+  std::string name;             // "dp(data)+tp(model)", "fsdp(data,model)"
+  std::vector<AxisRole> roles;  // per mesh axis
+  std::vector<std::string> data_axes, tensor_axes, fsdp_axes;  // mesh order
+  bool feasible = true;  // false: the batch or a dimension does not split
+  std::string infeasible_reason;
+  bool fits = false;              // some per-layer plan fits the HBM limit
+  std::vector<LayerPlan> layers;  // the fastest plan that fits (else the smallest in HBM)
+  double compute_seconds = 0, comm_seconds = 0, step_seconds = 0;
+  double comm_bytes_per_core = 0;     // bytes one core sends per step
+  uint64_t hbm_bytes_per_core = 0;    // of `layers`
+  uint64_t param_bytes_per_core = 0;  // parameters + gradients + optimizer state of `layers`
+  uint64_t activation_bytes_per_core = 0;
+  uint64_t transient_bytes_per_core = 0;  // FSDP's gathered parameters and gradients
+  uint64_t min_hbm_bytes_per_core = 0;    // the smallest any per-layer plan of the strategy needs
+  std::string why_lost;                   // "" for the winner
+  /// The strategy has tensor axes but the chosen plan splits no layer over them (every layer
+  /// replicated: those axes only repeat the compute).
+  bool tensor_splits_nothing = false;
+};
+
+/// The planner's result. Plain data, thread-compatible.
+struct AutoShardingPlan {
+  ModelGraph model;
+  std::vector<int64_t> mesh_shape;
+  std::vector<std::string> axis_names;
+  std::string hardware;  // the profile's name
+  uint64_t hbm_limit_bytes = 0;
+  std::vector<PlanCandidate> candidates;  // every strategy, winner first then by step time
+  int winner = -1;                        // index into candidates; -1 when nothing fits
+
+  /// The table of `vtpu plan` (README "Planner" explains the columns), then the winner's layers.
+  std::string to_string() const;
+  /// The plan file of /work/plan-format.md (format "vtpu-plan", version 1) for the winner.
+  /// Throws FailedPreconditionError when nothing fits.
+  nlohmann::json to_json() const;
+  /// Throws ResourceExhaustedError when no candidate fits, naming the HBM limit and the smallest
+  /// HBM per core that would fit (bytes, exact) and the strategy that needs it.
+  void require_fit() const;
+};
+
+/// Plans `model` on a mesh of `mesh_shape` with `axis_names` under `hbm_limit_bytes` per core
+/// (0: the cost model's HBM per core). Never throws for a model that does not fit (see
+/// require_fit); throws InvalidArgumentError for a bad mesh (as Mesh does) and what the cost
+/// model throws (a dtype the profile lacks). Pure. Thread-safe.
+AutoShardingPlan plan_auto_sharding(const ModelGraph& model, const std::vector<int64_t>& mesh_shape,
+                                    const std::vector<std::string>& axis_names,
+                                    const CostModel& cost, uint64_t hbm_limit_bytes = 0);
+
+}  // namespace vtpu

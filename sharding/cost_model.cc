@@ -1,0 +1,251 @@
+#include "sharding/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "common/error.h"
+
+namespace vtpu {
+
+namespace {
+
+void require_finite_nonnegative(double v, const char* what) {
+  if (!(v >= 0) || !std::isfinite(v)) {
+    throw InvalidArgumentError(std::string(what) + " is " + std::to_string(v) +
+                               " (expected a finite number >= 0)");
+  }
+}
+
+const char* fit_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kCollectivePermute:
+      return "all_gather";
+    case CollectiveKind::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveKind::kAllReduce:
+      return "all_reduce";
+    case CollectiveKind::kAllToAll:
+      return "all_to_all";
+    default:
+      return "all_gather";
+  }
+}
+
+/// The (n-1)/n-style factor of the formula for B, and the bytes one core sends per byte of B.
+double formula_factor(CollectiveKind kind, double n) {
+  switch (kind) {
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllReduce:
+      return (n - 1) / n;
+    case CollectiveKind::kAllToAll:
+      return (n - 1) / (n * n);
+    case CollectiveKind::kCollectivePermute:
+    default:
+      return 1.0;
+  }
+}
+
+}  // namespace
+
+CostModel::CostModel(HardwareProfile profile) : profile_(std::move(profile)) {
+  profile_.validate();
+}
+
+CostModel CostModel::uniform(double alpha_seconds, double beta_seconds_per_byte,
+                             double all_to_all_factor) {
+  require_finite_nonnegative(alpha_seconds, "alpha");
+  require_finite_nonnegative(beta_seconds_per_byte, "beta");
+  require_finite_nonnegative(all_to_all_factor, "all-to-all factor");
+  CostModel m = this_machine();
+  m.uniform_ = true;
+  m.uniform_alpha_ = alpha_seconds;
+  m.uniform_beta_ = beta_seconds_per_byte;
+  m.uniform_factor_ = all_to_all_factor;
+  return m;
+}
+
+const CostModel& CostModel::this_machine() {
+  static const CostModel kModel(HardwareProfile::get("this_machine"));
+  return kModel;
+}
+
+int CostModel::torus_rank() const {
+  const std::string& t = profile_.topology;
+  if (t == "torus_3d") return 3;
+  if (t == "torus_2d") return 2;
+  if (t == "ring") return 1;
+  return 0;
+}
+
+int CostModel::torus_dims_used(const std::vector<int>& mesh_axis_positions) const {
+  const int rank = torus_rank();
+  std::set<int> dims;
+  for (int p : mesh_axis_positions) dims.insert(std::min(p, rank - 1));
+  return static_cast<int>(dims.size());
+}
+
+double CostModel::all_to_all_factor(int64_t n) const {
+  if (uniform_) return uniform_factor_;
+  if (n < 2) return 1.0;
+  if (const auto it = profile_.collectives.find("all_to_all"); it != profile_.collectives.end()) {
+    const auto ag = profile_.collectives.find("all_gather");
+    return ag == profile_.collectives.end()
+               ? 1.0
+               : it->second.beta_seconds_per_byte / ag->second.beta_seconds_per_byte;
+  }
+  if (torus_rank() == 0) return 1.0;
+  const double nn = static_cast<double>(n);
+  return std::floor(nn * nn / 4) / (nn - 1);
+}
+
+CollectiveCost CostModel::collective(CollectiveKind kind, double bytes,
+                                     const std::vector<int>& mesh_axis_positions,
+                                     const std::vector<int64_t>& axis_sizes) const {
+  if (mesh_axis_positions.size() != axis_sizes.size()) {
+    throw InvalidArgumentError("cost model: " + std::to_string(mesh_axis_positions.size()) +
+                               " mesh axis positions but " + std::to_string(axis_sizes.size()) +
+                               " axis sizes (expected one size per axis)");
+  }
+  int64_t n = 1;
+  for (int64_t s : axis_sizes) {
+    if (s < 1) {
+      throw InvalidArgumentError("cost model: axis size " + std::to_string(s) + " (expected >= 1)");
+    }
+    n *= s;
+  }
+  switch (kind) {
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllReduce:
+    case CollectiveKind::kAllToAll:
+    case CollectiveKind::kCollectivePermute:
+      break;
+    default:
+      throw UnimplementedError("cost model: no formula for " + std::string(collective_name(kind)) +
+                               " (expected all_gather, reduce_scatter, all_reduce, all_to_all or "
+                               "collective_permute)");
+  }
+  CollectiveCost c;
+  if (n <= 1 || bytes <= 0) return c;
+  const double nd = static_cast<double>(n);
+  c.sent_bytes_per_core =
+      formula_factor(kind, nd) * bytes * (kind == CollectiveKind::kAllReduce ? 2 : 1);
+  const auto finish = [&](double alpha, double beta, double factor) {
+    c.alpha_seconds = alpha;
+    c.beta_seconds_per_byte = beta;
+    c.factor = factor;
+    const double one = alpha + beta * formula_factor(kind, nd) * bytes * factor;
+    c.seconds = kind == CollectiveKind::kAllReduce ? 2 * one : one;
+    return c;
+  };
+  if (uniform_) {
+    return finish(uniform_alpha_, uniform_beta_,
+                  kind == CollectiveKind::kAllToAll ? uniform_factor_ : 1.0);
+  }
+  if (const auto it = profile_.collectives.find(fit_name(kind)); it != profile_.collectives.end()) {
+    const CollectiveFit& f = it->second;
+    return finish(f.alpha_seconds, f.beta_seconds_per_byte, 1.0);
+  }
+  const double link = profile_.link_bytes_per_second;
+  const double hop = profile_.link_latency_seconds;
+  if (!(link > 0)) {
+    throw InvalidArgumentError("hardware profile '" + profile_.name +
+                               "' has no link_bytes_per_second and no calibrated " +
+                               fit_name(kind) + " (expected one of them to price collectives)");
+  }
+  const int rank = torus_rank();
+  if (kind == CollectiveKind::kCollectivePermute) return finish(hop, 1.0 / link, 1.0);
+  if (rank == 0) {  // shared memory: one copy engine per core
+    return finish(hop * (nd - 1), 1.0 / link, 1.0);
+  }
+  if (kind == CollectiveKind::kAllToAll && rank > 1 && axis_sizes.size() > 1) {
+    // Dimension-ordered: one all-to-all phase per torus dimension, each over that dimension's
+    // ring with the whole per-core buffer (B_i = n_i * B / n).
+    std::map<int, int64_t> per_dim;  // torus dimension -> devices along it in the group
+    for (size_t i = 0; i < axis_sizes.size(); ++i) {
+      int64_t& s = per_dim.try_emplace(std::min(mesh_axis_positions[i], rank - 1), 1).first->second;
+      s *= axis_sizes[i];
+    }
+    double seconds = 0, alpha = 0;
+    for (const auto& [dim, ni] : per_dim) {
+      if (ni < 2) continue;
+      const double nid = static_cast<double>(ni);
+      const double bi = bytes * nid / nd;
+      alpha += hop * (nid - 1);
+      seconds += hop * (nid - 1) +
+                 (1.0 / (2 * link)) * (nid - 1) / (nid * nid) * bi * all_to_all_factor(ni);
+    }
+    c.alpha_seconds = alpha;
+    c.beta_seconds_per_byte = 1.0 / (2 * link);
+    c.factor = (seconds - alpha) / (c.beta_seconds_per_byte * formula_factor(kind, nd) * bytes);
+    c.seconds = seconds;
+    return c;
+  }
+  const int dims = rank == 1 ? 1 : torus_dims_used(mesh_axis_positions);
+  const double beta = 1.0 / (2.0 * dims * link);
+  return finish(hop * (nd - 1), beta,
+                kind == CollectiveKind::kAllToAll ? all_to_all_factor(n) : 1.0);
+}
+
+double CostModel::peak_flops_per_core(const std::string& dtype) const {
+  return profile_.peak_flops(dtype) / profile_.cores_per_chip;
+}
+
+uint64_t CostModel::hbm_bytes_per_core() const {
+  return profile_.hbm_bytes / static_cast<uint64_t>(profile_.cores_per_chip);
+}
+
+double CostModel::hbm_bytes_per_second_per_core() const {
+  return profile_.hbm_bytes_per_second / profile_.cores_per_chip;
+}
+
+double CostModel::compute_seconds(double flops, const std::string& dtype) const {
+  return flops / peak_flops_per_core(dtype);
+}
+
+double CostModel::hbm_seconds(double bytes) const {
+  return bytes / hbm_bytes_per_second_per_core();
+}
+
+double CostModel::op_seconds(double flops, double hbm_bytes, const std::string& dtype) const {
+  return std::max(compute_seconds(flops, dtype), hbm_seconds(hbm_bytes));
+}
+
+std::string CostModel::describe() const {
+  char line[512];
+  if (uniform_) {
+    std::snprintf(line, sizeof line,
+                  "cost model: alpha %.3g s, beta %.3g s/B (%.3g GB/s), all-to-all factor %g",
+                  uniform_alpha_, uniform_beta_, uniform_beta_ > 0 ? 1e-9 / uniform_beta_ : 0.0,
+                  uniform_factor_);
+    return line;
+  }
+  if (!profile_.collectives.empty()) {
+    std::string s = "cost model: " + profile_.name + " (calibrated";
+    for (const auto& [op, f] : profile_.collectives) {
+      std::snprintf(line, sizeof line, "; %s alpha %.3g s, beta %.3g s/B on %d cores", op.c_str(),
+                    f.alpha_seconds, f.beta_seconds_per_byte, f.group_size);
+      s += line;
+    }
+    return s + ")";
+  }
+  std::snprintf(line, sizeof line,
+                "cost model: %s (%s): alpha %.3g s per ring step, link %.3g B/s one way, "
+                "beta 1/(2 k link) over k torus dimensions",
+                profile_.name.c_str(), profile_.topology.c_str(), profile_.link_latency_seconds,
+                profile_.link_bytes_per_second);
+  if (torus_rank() == 0) {
+    std::snprintf(line, sizeof line,
+                  "cost model: %s (%s): alpha %.3g s per step, beta 1/link = %.3g s/B",
+                  profile_.name.c_str(), profile_.topology.c_str(), profile_.link_latency_seconds,
+                  1.0 / profile_.link_bytes_per_second);
+  }
+  return line;
+}
+
+}  // namespace vtpu

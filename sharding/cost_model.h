@@ -1,0 +1,131 @@
+// Cost model: estimated time of collectives, compute and HBM traffic on one hardware profile
+// (runtime/hardware_profile.h), for the reshard planner (sharding/reshard.h) and the auto-sharding
+// planner (sharding/auto_planner.h). After Alpa's alpha-beta model (Zheng et al., "Alpa", OSDI
+// 2022, section 4) and the JAX scaling book's treatment of TPU rings ("How to think about TPUs").
+//
+// Collectives. n is the group size and B is ALWAYS the bytes of the whole array the group holds
+// together: the gathered output of an all-gather (n times one core's input), the full input of a
+// reduce-scatter (one core's input), the buffer of an all-reduce (one core's buffer, which every
+// core holds in full), n times one core's buffer for an all-to-all, and one core's block for a
+// permute.
+//
+//   all-gather, reduce-scatter   alpha + beta * (n-1)/n * B
+//   all-reduce                   2 * (alpha + beta * (n-1)/n * B)    (reduce-scatter + all-gather)
+//   all-to-all                   alpha + beta * (n-1)/n^2 * B * c
+//   collective permute           alpha + beta * B                     (0 when B = 0)
+//
+// The bytes one core sends under a bandwidth-optimal algorithm are the same expressions without
+// alpha, beta and c: (n-1)/n B, 2 (n-1)/n B, (n-1)/n^2 B, B.
+//
+// Where alpha, beta and c come from:
+// - A calibrated profile (HardwareProfile::collectives, written by `vtpu bench collectives
+//   --calibrate`) gives alpha and beta per collective, fitted to the formula above on a group of
+//   n_cal cores, and used as fitted for every group size: alpha is a constant per collective, as
+//   in Alpa (on this machine it is mostly the cost of waking and synchronising the cores, not of
+//   ring steps; scaling it by (n-1)/(n_cal-1) made the reshard search split one all-gather into
+//   one per axis to save "steps"). The all-to-all fit's beta is used with c = 1, and
+//   all_to_all_factor() reports c = beta_all_to_all / beta_all_gather, the constant the formula
+//   would need with the all-gather's beta. A permute uses the all-gather's alpha and beta.
+// - Otherwise the links and the topology. Mesh axis i maps to torus dimension i (a mesh of more
+//   axes than the torus has dimensions folds the extra axes onto the last dimension), and every
+//   torus dimension is a bidirectional ring with wraparound. A collective over k mesh axes that
+//   map to k distinct torus dimensions runs on the rings of those dimensions and uses 2k links
+//   per chip (one each way per dimension): beta = 1 / (2 k link_bytes_per_second). On
+//   topology "ring" every axis shares one ring (2 links); on "shared_memory" (this machine
+//   uncalibrated) beta = 1 / link_bytes_per_second. alpha = (n-1) link_latency_seconds, one hop per
+//   ring step. c = floor(n^2/4) / (n-1) on a ring (derived in docs/SHARDING.md: uniform
+//   all-to-all traffic over a bidirectional ring of n with shortest paths loads each link with
+//   floor(n^2/4)/n of one core's buffer; 1 for n = 2, 4/3 for n = 4, 16/7 for n = 8); an
+//   all-to-all over several torus dimensions runs one phase per dimension (dimension-ordered) and
+//   its time is the sum of the phases. c = 1 on shared memory. A permute moves one block one hop:
+//   alpha = link_latency_seconds, beta = 1 / link_bytes_per_second.
+// - A uniform model (CostModel::uniform) uses one alpha, beta and c for every collective and
+//   group: the old ReshardCostModel, and `vtpu reshard --alpha/--beta/--a2a-factor`.
+//
+// Compute and memory. Per core: peak = peak_flops_per_second[dtype] / cores_per_chip, HBM bytes
+// and bandwidth likewise per core. compute_seconds = FLOPs / peak; hbm_seconds = bytes / HBM
+// bandwidth; an operation takes max(compute, HBM) (the roofline): on a TPU the MXU computes while
+// the DMA engines stream HBM (XLA pipelines them), and on this machine Eigen's GEMM overlaps its
+// loads with arithmetic too. The sum would count the same cycles twice. Communication is NOT
+// overlapped with compute in the planner's step time (vtpu's trainers call collectives between
+// kernels), so step time = sum of operation times + sum of collective times: an upper bound for
+// XLA, which overlaps some collectives.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collectives/types.h"
+#include "runtime/hardware_profile.h"
+
+namespace vtpu {
+
+/// The estimate of one collective. Plain data.
+struct CollectiveCost {
+  double alpha_seconds = 0;          // the alpha used
+  double beta_seconds_per_byte = 0;  // the beta used
+  double factor = 1;                 // the all-to-all constant c used (1 for the others)
+  double seconds = 0;                // the formula's value
+  double sent_bytes_per_core = 0;    // bytes one core sends (see the header)
+};
+
+/// Immutable after construction. Thread-safe.
+class CostModel {
+ public:
+  /// From a hardware profile (validated here: throws what HardwareProfile::validate throws).
+  explicit CostModel(HardwareProfile profile);
+  /// The same alpha, beta and all-to-all constant c for every collective and group (the old
+  /// ReshardCostModel). Compute and HBM figures are this machine's shipped profile. Throws
+  /// InvalidArgumentError for a negative or non-finite value.
+  static CostModel uniform(double alpha_seconds, double beta_seconds_per_byte,
+                           double all_to_all_factor);
+  /// The shipped profile "this_machine" (the default of `vtpu reshard` and `vtpu plan`).
+  static const CostModel& this_machine();
+
+  const HardwareProfile& profile() const { return profile_; }
+  bool is_uniform() const { return uniform_; }
+
+  /// Time and bytes of `kind` (all-gather, reduce-scatter, all-reduce, all-to-all or collective
+  /// permute; the others throw UnimplementedError) moving `bytes` (B of the header, in bytes) over
+  /// a replica group whose devices differ on the mesh axes at `mesh_axis_positions` (positions in
+  /// the mesh's axis list, used to map to torus dimensions) with sizes `axis_sizes` (same order;
+  /// the group size n is their product). A group of one device, or B = 0, costs nothing. Throws
+  /// InvalidArgumentError when the two lists differ in length or a size is < 1.
+  CollectiveCost collective(CollectiveKind kind, double bytes,
+                            const std::vector<int>& mesh_axis_positions,
+                            const std::vector<int64_t>& axis_sizes) const;
+
+  /// The all-to-all constant c for a group of n over one axis (see the header).
+  double all_to_all_factor(int64_t n) const;
+
+  /// Peak FLOP/s of one core for `dtype` (throws like HardwareProfile::peak_flops).
+  double peak_flops_per_core(const std::string& dtype) const;
+  /// HBM capacity of one core, bytes.
+  uint64_t hbm_bytes_per_core() const;
+  /// HBM bandwidth of one core, bytes per second.
+  double hbm_bytes_per_second_per_core() const;
+  /// FLOPs / peak (seconds).
+  double compute_seconds(double flops, const std::string& dtype) const;
+  /// bytes / HBM bandwidth (seconds).
+  double hbm_seconds(double bytes) const;
+  /// max(compute_seconds, hbm_seconds): the roofline time of one operation (see the header).
+  double op_seconds(double flops, double hbm_bytes, const std::string& dtype) const;
+
+  /// One line: "v5e (torus_2d): alpha 1e-06 s per hop, link 4.5e+10 B/s, ..." or the uniform
+  /// "alpha 5e-05 s, beta 5e-09 s/B (0.2 GB/s), all-to-all factor 3".
+  std::string describe() const;
+
+ private:
+  CostModel() = default;
+  /// Torus dimensions the mesh axes map to (distinct, at most the torus's dimension count).
+  int torus_dims_used(const std::vector<int>& mesh_axis_positions) const;
+  /// Dimensions of the profile's topology: 3 for torus_3d, 2 for torus_2d, 1 for ring, 0 else.
+  int torus_rank() const;
+
+  HardwareProfile profile_;
+  bool uniform_ = false;
+  double uniform_alpha_ = 0, uniform_beta_ = 0, uniform_factor_ = 1;
+};
+
+}  // namespace vtpu

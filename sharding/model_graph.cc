@@ -1,0 +1,238 @@
+#include "sharding/model_graph.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/strings.h"
+
+namespace vtpu {
+
+namespace {
+
+/// Line and column (1-based) of byte offset `byte` (nlohmann counts from 1 past the error).
+std::string line_column(const std::string& text, size_t byte) {
+  size_t line = 1, col = 1;
+  for (size_t i = 0; i + 1 < byte && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  return "line " + std::to_string(line) + ", column " + std::to_string(col);
+}
+
+class Reader {
+ public:
+  explicit Reader(std::string origin) : origin_(std::move(origin)) {}
+
+  [[noreturn]] void fail(const std::string& path, const std::string& what) const {
+    throw InvalidArgumentError(origin_ + ": " + path + ": " + what);
+  }
+
+  void check_keys(const nlohmann::json& obj, const std::string& path,
+                  const std::set<std::string>& allowed) const {
+    for (const auto& [key, value] : obj.items()) {
+      if (!allowed.contains(key)) {
+        fail(path.empty() ? key : path + "." + key,
+             "unknown key (expected one of: " + join(allowed) + ")");
+      }
+    }
+  }
+
+  int64_t positive(const nlohmann::json& obj, const std::string& path, const char* key) const {
+    const std::string p = path.empty() ? key : path + "." + key;
+    if (!obj.contains(key)) fail(p, "missing (expected a positive integer)");
+    const nlohmann::json& v = obj.at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (int64_t{1} << 40)) {
+      fail(p, "is " + v.dump() + " (expected a positive integer)");
+    }
+    return v.get<int64_t>();
+  }
+
+  int64_t optional_positive(const nlohmann::json& obj, const std::string& path, const char* key,
+                            int64_t fallback) const {
+    return obj.contains(key) ? positive(obj, path, key) : fallback;
+  }
+
+  std::string text(const nlohmann::json& obj, const std::string& path, const char* key,
+                   const std::set<std::string>& allowed) const {
+    const std::string p = path.empty() ? key : path + "." + key;
+    if (!obj.contains(key)) fail(p, "missing");
+    const nlohmann::json& v = obj.at(key);
+    if (!v.is_string() || v.get<std::string>().empty()) {
+      fail(p, "is " + v.dump() + " (expected a non-empty string)");
+    }
+    const std::string s = v.get<std::string>();
+    if (!allowed.empty() && !allowed.contains(s)) {
+      fail(p, "is \"" + s + "\" (expected one of: " + join(allowed) + ")");
+    }
+    return s;
+  }
+
+  bool boolean(const nlohmann::json& obj, const std::string& path, const char* key,
+               bool fallback) const {
+    if (!obj.contains(key)) return fallback;
+    const nlohmann::json& v = obj.at(key);
+    if (!v.is_boolean()) fail(path + "." + key, "is " + v.dump() + " (expected true or false)");
+    return v.get<bool>();
+  }
+
+ private:
+  std::string origin_;
+};
+
+}  // namespace
+
+std::string layer_kind_name(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::kDense:
+      return "dense";
+    case LayerKind::kElementwise:
+      return "elementwise";
+    case LayerKind::kLayerNorm:
+      return "layer_norm";
+    case LayerKind::kAttention:
+      return "attention";
+    case LayerKind::kEmbedding:
+      return "embedding";
+  }
+  return "?";
+}
+
+int64_t ModelLayer::num_parameters() const {
+  switch (kind) {
+    case LayerKind::kDense:
+      return in * out + (bias ? out : 0);
+    case LayerKind::kElementwise:
+      return 0;
+    case LayerKind::kLayerNorm:
+      return 2 * out;
+    case LayerKind::kAttention:
+      return 4 * out * out + (bias ? 4 * out : 0);
+    case LayerKind::kEmbedding:
+      return (vocab + positions) * out;
+  }
+  return 0;
+}
+
+int64_t ModelGraph::dtype_bytes() const { return dtype == "bf16" ? 2 : 4; }
+
+int ModelGraph::optimizer_state_factor() const {
+  if (optimizer == "adam") return 2;
+  if (optimizer == "momentum") return 1;
+  return 0;
+}
+
+int64_t ModelGraph::num_parameters() const {
+  int64_t n = 0;
+  for (const ModelLayer& l : layers) n += l.num_parameters();
+  return n;
+}
+
+ModelGraph ModelGraph::parse(const std::string& text, const std::string& origin) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InvalidArgumentError(origin + ": not valid JSON at " + line_column(text, e.byte) + ": " +
+                               e.what());
+  }
+  const Reader r(origin);
+  if (!j.is_object())
+    r.fail("(top level)",
+           std::string("is a JSON ") + j.type_name() + " (expected an object with \"layers\")");
+  r.check_keys(j, "", {"name", "dtype", "optimizer", "batch", "seq_len", "layers", "description"});
+  ModelGraph m;
+  m.name = r.text(j, "", "name", {});
+  m.dtype = j.contains("dtype") ? r.text(j, "", "dtype", {"f32", "bf16"}) : "f32";
+  m.optimizer =
+      j.contains("optimizer") ? r.text(j, "", "optimizer", {"sgd", "momentum", "adam"}) : "adam";
+  m.batch = r.positive(j, "", "batch");
+  m.seq_len = r.optional_positive(j, "", "seq_len", 1);
+  if (!j.contains("layers") || !j.at("layers").is_array() || j.at("layers").empty()) {
+    r.fail("layers", (j.contains("layers") ? "is " + j.at("layers").dump() : "missing") +
+                         " (expected a non-empty array of layers)");
+  }
+  std::set<std::string> names;
+  int64_t prev_out = 0;
+  for (size_t i = 0; i < j.at("layers").size(); ++i) {
+    const nlohmann::json& lj = j.at("layers")[i];
+    std::string path = "layers[" + std::to_string(i) + "]";
+    if (!lj.is_object()) r.fail(path, "is " + lj.dump() + " (expected an object)");
+    ModelLayer l;
+    l.name = r.text(lj, path, "name", {});
+    path += " '" + l.name + "'";
+    if (!names.insert(l.name).second) r.fail(path + ".name", "repeats an earlier layer's name");
+    const std::string kind =
+        r.text(lj, path, "kind",
+               {"dense", "matmul", "elementwise", "layer_norm", "attention", "embedding"});
+    if (kind == "dense" || kind == "matmul") {
+      r.check_keys(lj, path, {"name", "kind", "in", "out", "bias"});
+      l.kind = LayerKind::kDense;
+      l.in = r.positive(lj, path, "in");
+      l.out = r.positive(lj, path, "out");
+      l.bias = r.boolean(lj, path, "bias", true);
+    } else if (kind == "elementwise") {
+      r.check_keys(lj, path, {"name", "kind", "dim", "flops_per_element"});
+      l.kind = LayerKind::kElementwise;
+      l.in = l.out = r.positive(lj, path, "dim");
+      if (lj.contains("flops_per_element")) {
+        const nlohmann::json& v = lj.at("flops_per_element");
+        if (!v.is_number() || v.get<double>() < 0 || v.get<double>() > 1e6) {
+          r.fail(path + ".flops_per_element", "is " + v.dump() + " (expected a number 0..1e6)");
+        }
+        l.flops_per_element = v.get<double>();
+      }
+    } else if (kind == "layer_norm") {
+      r.check_keys(lj, path, {"name", "kind", "dim"});
+      l.kind = LayerKind::kLayerNorm;
+      l.in = l.out = r.positive(lj, path, "dim");
+    } else if (kind == "attention") {
+      r.check_keys(lj, path, {"name", "kind", "d_model", "heads", "bias"});
+      l.kind = LayerKind::kAttention;
+      l.in = l.out = r.positive(lj, path, "d_model");
+      l.heads = r.positive(lj, path, "heads");
+      l.bias = r.boolean(lj, path, "bias", true);
+      if (l.out % l.heads != 0) {
+        r.fail(path + ".heads", std::to_string(l.heads) + " heads do not divide d_model " +
+                                    std::to_string(l.out) + " (expected d_model % heads == 0)");
+      }
+    } else {
+      r.check_keys(lj, path, {"name", "kind", "vocab", "d_model", "positions"});
+      l.kind = LayerKind::kEmbedding;
+      l.vocab = r.positive(lj, path, "vocab");
+      l.out = r.positive(lj, path, "d_model");
+      l.positions = lj.contains("positions") ? r.positive(lj, path, "positions") : 0;
+      if (i != 0)
+        r.fail(path + ".kind", "an embedding must be the first layer (it reads token ids)");
+      if (l.positions != 0 && l.positions < m.seq_len) {
+        r.fail(path + ".positions", std::to_string(l.positions) + " is less than seq_len " +
+                                        std::to_string(m.seq_len) +
+                                        " (expected one learned position per token)");
+      }
+    }
+    if (i > 0 && l.in != prev_out) {
+      r.fail(path + (l.kind == LayerKind::kDense ? ".in" : ".dim"),
+             std::to_string(l.in) + " does not match the previous layer's output " +
+                 std::to_string(prev_out) + " (the model is a chain)");
+    }
+    prev_out = l.out;
+    m.layers.push_back(std::move(l));
+  }
+  return m;
+}
+
+ModelGraph ModelGraph::load_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw NotFoundError("cannot open model file '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse(ss.str(), path);
+}
+
+}  // namespace vtpu

@@ -1,0 +1,72 @@
+// Model graph: the layer chain the auto-sharding planner (sharding/auto_planner.h) reads, loaded
+// from a JSON model file (docs/SHARDING.md, "Model files"; examples/models/*.json).
+//
+//   {"name": "mlp", "dtype": "f32", "optimizer": "sgd", "batch": 64, "seq_len": 1,
+//    "layers": [{"name": "fc1", "kind": "dense", "in": 64, "out": 64},
+//               {"name": "relu", "kind": "elementwise", "dim": 64},
+//               {"name": "fc2", "kind": "dense", "in": 64, "out": 10}]}
+//
+// A model is a chain: each layer consumes the previous layer's output, an activation of
+// (batch, seq_len, features) elements (seq_len 1: (batch, features)). Layer kinds and their fields
+// (sizes in elements):
+//   dense | matmul  in, out [, bias = true]        y = x W + b, W (in, out)
+//   elementwise     dim [, flops_per_element = 1]  y = f(x) (ReLU, GELU, residual add, ...)
+//   layer_norm      dim                            gamma, beta (dim)
+//   attention       d_model, heads [, bias = true] causal self-attention: Wqkv (d, 3d), Wo (d, d)
+//   embedding       vocab, d_model [, positions]   table (vocab, d); optional learned positions
+//                                                  (positions, d); input: token ids (first layer)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vtpu {
+
+enum class LayerKind { kDense, kElementwise, kLayerNorm, kAttention, kEmbedding };
+
+/// "dense", "elementwise", "layer_norm", "attention", "embedding".
+std::string layer_kind_name(LayerKind kind);
+
+/// One layer. Plain data.
+struct ModelLayer {
+  std::string name;
+  LayerKind kind = LayerKind::kDense;
+  int64_t in = 0;   // input features (elements): dense in; the others: dim / d_model; embedding: 0
+  int64_t out = 0;  // output features: dense out; the others: dim / d_model
+  int64_t vocab = 0;             // embedding rows
+  int64_t positions = 0;         // embedding: learned position rows (0: none)
+  int64_t heads = 0;             // attention
+  bool bias = true;              // dense, attention
+  double flops_per_element = 1;  // elementwise: forward FLOPs per output element
+
+  /// Parameter elements of the layer.
+  int64_t num_parameters() const;
+};
+
+/// A parsed, validated model. Plain data, thread-compatible.
+struct ModelGraph {
+  std::string name;
+  std::string dtype = "f32";       // parameter and activation type: "f32" or "bf16"
+  std::string optimizer = "adam";  // "sgd" (no state), "momentum" (1 x params), "adam" (2 x)
+  int64_t batch = 0;               // global batch: sequences (or rows) per step
+  int64_t seq_len = 1;             // tokens per sequence
+  std::vector<ModelLayer> layers;
+
+  /// Bytes of one element of dtype (4 or 2).
+  int64_t dtype_bytes() const;
+  /// Optimizer state elements per parameter element (0, 1 or 2).
+  int optimizer_state_factor() const;
+  int64_t num_parameters() const;
+
+  /// Parses and validates a model file's text. `origin` (a path) prefixes every message. Throws
+  /// InvalidArgumentError: for invalid JSON, with the line and column; for a bad field, with its
+  /// path ("layers[2].out") and the layer's name, the value and what was expected; for an
+  /// unknown key (a typo) with the keys the object allows; for a chain whose shapes do not
+  /// connect ("layers[3] 'fc2': in 65 does not match the previous layer's output 64").
+  static ModelGraph parse(const std::string& text, const std::string& origin = "model");
+  /// Reads and parses a file. Throws NotFoundError when it cannot be read, else as parse().
+  static ModelGraph load_json_file(const std::string& path);
+};
+
+}  // namespace vtpu

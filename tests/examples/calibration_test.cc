@@ -1,0 +1,127 @@
+// The alpha-beta fit of `vtpu bench collectives --calibrate` on synthetic sweeps with a known
+// alpha and beta.
+#include "examples/calibration.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "common/error.h"
+#include "sharding/cost_model.h"
+
+namespace vtpu::examples {
+namespace {
+
+/// Sizes 8 B .. 4 MiB doubling, as the calibration sweeps them.
+std::vector<double> sizes() {
+  std::vector<double> s;
+  for (double b = 8; b <= 4194304; b *= 2) s.push_back(b);
+  return s;
+}
+
+TEST(CalibrationTest, ExactDataGivesBackAlphaAndBeta) {
+  const double alpha = 4e-5, beta = 2.5e-9;
+  for (const char* op : {"all_gather", "reduce_scatter", "all_to_all"}) {
+    std::vector<double> x, t;
+    for (double s : sizes()) {
+      x.push_back(calibration_x(op, s, 8));
+      t.push_back(alpha + beta * x.back());
+    }
+    const LinearFit f = fit_alpha_beta(x, t);
+    EXPECT_NEAR(f.a, alpha, alpha * 1e-9) << op;
+    EXPECT_NEAR(f.b, beta, beta * 1e-9) << op;
+    EXPECT_LT(f.max_relative_error, 1e-9);
+    EXPECT_EQ(f.points, 20u);
+  }
+}
+
+TEST(CalibrationTest, AllReduceRowsGiveTheModelsAlphaAndBeta) {
+  // An all-reduce of S bytes on 8 cores takes 2 (alpha + beta 7/8 S) under the model.
+  const double alpha = 3e-5, beta = 1e-9;
+  std::vector<double> x, t;
+  for (double s : sizes()) {
+    x.push_back(calibration_x("all_reduce", s, 8));
+    t.push_back(2 * (alpha + beta * 7.0 / 8.0 * s));
+  }
+  const CollectiveFit fit = collective_fit_of("all_reduce", fit_alpha_beta(x, t), 8);
+  EXPECT_NEAR(fit.alpha_seconds, alpha, alpha * 1e-9);
+  EXPECT_NEAR(fit.beta_seconds_per_byte, beta, beta * 1e-9);
+  EXPECT_EQ(fit.group_size, 8);
+  // Loaded into a profile, the cost model reproduces the synthetic times.
+  HardwareProfile p = HardwareProfile::get("this_machine");
+  p.collectives["all_reduce"] = fit;
+  const CostModel m(p);
+  EXPECT_NEAR(m.collective(CollectiveKind::kAllReduce, 1 << 20, {0}, {8}).seconds,
+              2 * (alpha + beta * 7.0 / 8.0 * (1 << 20)), 1e-12);
+}
+
+TEST(CalibrationTest, NoisyDataStaysClose) {
+  // +-5% multiplicative noise; the relative weighting keeps both ends: alpha within 5%,
+  // beta within 2%.
+  const double alpha = 5e-5, beta = 5e-9;
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> noise(-0.05, 0.05);
+  std::vector<double> x, t;
+  for (int rep = 0; rep < 5; ++rep) {
+    for (double s : sizes()) {
+      x.push_back(calibration_x("all_gather", s, 8));
+      t.push_back((alpha + beta * x.back()) * (1 + noise(rng)));
+    }
+  }
+  const LinearFit f = fit_alpha_beta(x, t);
+  EXPECT_NEAR(f.a, alpha, 0.05 * alpha);
+  EXPECT_NEAR(f.b, beta, 0.02 * beta);
+  EXPECT_LT(f.max_relative_error, 0.11);
+}
+
+TEST(CalibrationTest, UnweightedLeastSquaresWouldLoseAlpha) {
+  // Why the fit weights by 1/t: with times from 40 us to 10 ms, an absolute-residual fit lets
+  // the big rows pick alpha; one 10% error on the largest row moves it by more than half of
+  // alpha (worked by hand: 1.29e-5 instead of 4e-5), the weighted fit by 0.2%.
+  const double alpha = 4e-5, beta = 2.5e-9;
+  std::vector<double> x, t;
+  for (double s : sizes()) {
+    x.push_back(calibration_x("all_gather", s, 8));
+    t.push_back(alpha + beta * x.back());
+  }
+  t.back() *= 1.10;
+  const LinearFit f = fit_alpha_beta(x, t);
+  EXPECT_NEAR(f.a, alpha, 0.01 * alpha);
+  // Ordinary least squares (closed form) on the same rows misses alpha by more than half.
+  double mx = 0, mt = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    mx += x[i] / static_cast<double>(x.size());
+    mt += t[i] / static_cast<double>(x.size());
+  }
+  double sxt = 0, sxx = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    sxt += (x[i] - mx) * (t[i] - mt);
+    sxx += (x[i] - mx) * (x[i] - mx);
+  }
+  const double ols_a = mt - sxt / sxx * mx;
+  EXPECT_GT(std::abs(ols_a - alpha), 0.5 * alpha) << ols_a;
+}
+
+TEST(CalibrationTest, NegativeInterceptIsClampedToZero) {
+  // Times on the line 1e-9 x - 5e-7: the free fit's intercept is -5e-7 < 0.
+  std::vector<double> x = {1e3, 1e4, 1e5, 1e6}, t;
+  for (double v : x) t.push_back(1e-9 * v - 5e-7);
+  const LinearFit f = fit_alpha_beta(x, t);
+  EXPECT_EQ(f.a, 0.0);
+  EXPECT_GT(f.b, 0.0);
+}
+
+TEST(CalibrationTest, BadInputIsAnError) {
+  const std::vector<double> one = {1.0}, two = {1.0, 2.0}, same = {3.0, 3.0};
+  const std::vector<double> bad_t = {1.0, -1.0};
+  EXPECT_THROW(fit_alpha_beta(one, one), InvalidArgumentError);
+  EXPECT_THROW(fit_alpha_beta(two, one), InvalidArgumentError);
+  EXPECT_THROW(fit_alpha_beta(two, bad_t), InvalidArgumentError);
+  EXPECT_THROW(fit_alpha_beta(same, two), InvalidArgumentError);
+  EXPECT_THROW(calibration_x("broadcast", 8, 8), InvalidArgumentError);
+}
+
+}  // namespace
+}  // namespace vtpu::examples

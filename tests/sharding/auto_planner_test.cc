@@ -1,0 +1,181 @@
+// Auto-sharding planner: hand-worked cases (the HBM figures are worked from the accounting in
+// sharding/auto_planner.h, not read from the planner).
+#include "sharding/auto_planner.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "common/error.h"
+
+namespace vtpu {
+namespace {
+
+using ::testing::HasSubstr;
+
+CostModel v5e() { return CostModel(HardwareProfile::get("v5e")); }
+
+const PlanCandidate& find(const AutoShardingPlan& p, const std::string& name) {
+  for (const PlanCandidate& c : p.candidates)
+    if (c.name == name) return c;
+  ADD_FAILURE() << "no candidate " << name;
+  return p.candidates.front();
+}
+
+/// Eight dense 1024x1024 layers with bias, f32, Adam.
+ModelGraph wide_mlp(int64_t batch) {
+  std::string layers;
+  for (int i = 0; i < 8; ++i) {
+    layers += std::string(i ? "," : "") + R"({"name": "fc)" + std::to_string(i) +
+              R"(", "kind": "dense", "in": 1024, "out": 1024})";
+  }
+  return ModelGraph::parse(R"({"name": "wide", "optimizer": "adam", "batch": )" +
+                           std::to_string(batch) + R"(, "layers": [)" + layers + "]}");
+}
+
+TEST(AutoPlannerTest, ParametersBeyondOneCoreMakeDataParallelLoseAndFsdpWin) {
+  // Per layer 1024*1024 + 1024 = 1,049,600 parameters = 4,198,400 bytes; 8 layers 33,587,200 B.
+  // Local batch on 8 cores: 8192 / 8 = 1024 rows; each output 1024 x 1024 x 4 = 4,194,304 B.
+  // dp(y):   (1 + 1 + 2) x 33,587,200 + 8 x 4,194,304                     = 167,903,232 B
+  // fsdp(y): 4 x 33,587,200 / 8 + 8 x 4,194,304 + 2 x 4,198,400 (transient) = 58,744,832 B
+  const uint64_t limit = 64u << 20;
+  const AutoShardingPlan p = plan_auto_sharding(wide_mlp(8192), {1, 8}, {"x", "y"}, v5e(), limit);
+  const PlanCandidate& dp = find(p, "dp(y)");
+  const PlanCandidate& fsdp = find(p, "fsdp(y)");
+  EXPECT_EQ(dp.min_hbm_bytes_per_core, 167903232u);
+  EXPECT_FALSE(dp.fits);
+  EXPECT_THAT(dp.why_lost, HasSubstr("exceeds HBM by"));
+  EXPECT_EQ(fsdp.hbm_bytes_per_core, 58744832u);
+  ASSERT_GE(p.winner, 0);
+  EXPECT_EQ(p.candidates[static_cast<size_t>(p.winner)].name, "fsdp(y)");
+  EXPECT_EQ(p.candidates.size(), 3u);  // one axis of size > 1: dp, tp, fsdp
+  // ZeRO-3 moves 2 all-gathers and 1 reduce-scatter of every layer's parameters:
+  // 3 x 7/8 x 33,587,200 bytes sent per core.
+  EXPECT_NEAR(fsdp.comm_bytes_per_core, 3 * 7.0 / 8 * 33587200, 1.0);
+  // Without the limit, data parallel (one all-reduce = 2 x 7/8 x params) is faster than FSDP.
+  const AutoShardingPlan free =
+      plan_auto_sharding(wide_mlp(8192), {1, 8}, {"x", "y"}, v5e(), uint64_t{1} << 40);
+  EXPECT_LT(find(free, "dp(y)").step_seconds, find(free, "fsdp(y)").step_seconds);
+  EXPECT_NEAR(find(free, "dp(y)").comm_bytes_per_core, 2 * 7.0 / 8 * 33587200, 1.0);
+}
+
+TEST(AutoPlannerTest, TinyModelWithLargeActivationsIsDataParallel) {
+  // 4810 parameters; 65536 rows of 64 features. Tensor parallelism would all-reduce activations
+  // of 65536 x 64 x 4 bytes; data parallelism all-reduces 4810 x 4 bytes of gradients once.
+  const ModelGraph m = ModelGraph::parse(R"({"name": "mlp", "optimizer": "sgd", "batch": 65536,
+    "layers": [{"name": "fc1", "kind": "dense", "in": 64, "out": 64},
+               {"name": "relu", "kind": "elementwise", "dim": 64},
+               {"name": "fc2", "kind": "dense", "in": 64, "out": 10}]})");
+  const AutoShardingPlan p = plan_auto_sharding(m, {1, 8}, {"x", "y"}, v5e());
+  ASSERT_GE(p.winner, 0);
+  EXPECT_EQ(p.candidates[static_cast<size_t>(p.winner)].name, "dp(y)");
+  EXPECT_NEAR(p.candidates[static_cast<size_t>(p.winner)].comm_bytes_per_core,
+              2 * 7.0 / 8 * 4810 * 4, 1.0);
+  EXPECT_THAT(find(p, "tp(y)").why_lost, HasSubstr("slower than the winner"));
+}
+
+TEST(AutoPlannerTest, NoFitIsAnErrorWithTheExactMinimum) {
+  // One dense 4 -> 4 without bias, batch 2, SGD, on 1x2:
+  //   dp(y):   params 64 + grads 64 + output 1 x 4 x 4            = 144 B
+  //   fsdp(y): 128 / 2 + output 16 + transient 2 x 64             = 208 B
+  //   tp(y):   column: (32 + 32) + output 2 rows x 2 features x 4 = 80 B (the minimum)
+  const ModelGraph m = ModelGraph::parse(R"({"name": "tiny", "optimizer": "sgd", "batch": 2,
+    "layers": [{"name": "fc", "kind": "dense", "in": 4, "out": 4, "bias": false}]})");
+  const AutoShardingPlan p = plan_auto_sharding(m, {1, 2}, {"x", "y"}, v5e(), 64);
+  EXPECT_EQ(p.winner, -1);
+  EXPECT_EQ(find(p, "dp(y)").min_hbm_bytes_per_core, 144u);
+  EXPECT_EQ(find(p, "fsdp(y)").min_hbm_bytes_per_core, 208u);
+  EXPECT_EQ(find(p, "tp(y)").min_hbm_bytes_per_core, 80u);
+  try {
+    p.require_fit();
+    FAIL() << "expected ResourceExhaustedError";
+  } catch (const ResourceExhaustedError& e) {
+    EXPECT_THAT(e.message(), HasSubstr("smallest HBM per core that would fit is 80 B (80 bytes)"));
+    EXPECT_THAT(e.message(), HasSubstr("tp(y)"));
+  }
+  EXPECT_THROW(p.to_json(), FailedPreconditionError);
+  // At exactly 80 bytes it fits.
+  EXPECT_EQ(plan_auto_sharding(m, {1, 2}, {"x", "y"}, v5e(), 80).winner, 0);
+}
+
+TEST(AutoPlannerTest, MegatronBlockIsColumnThenRowWithOneAllReduceEachWay) {
+  // A block large enough that splitting the matmuls beats the all-reduces on v5e.
+  const ModelGraph m = ModelGraph::parse(R"({"name": "big", "optimizer": "adam", "batch": 8,
+    "seq_len": 1024, "layers": [
+      {"name": "ln1", "kind": "layer_norm", "dim": 2048},
+      {"name": "attn", "kind": "attention", "d_model": 2048, "heads": 16},
+      {"name": "ln2", "kind": "layer_norm", "dim": 2048},
+      {"name": "fc1", "kind": "dense", "in": 2048, "out": 8192},
+      {"name": "gelu", "kind": "elementwise", "dim": 8192, "flops_per_element": 8},
+      {"name": "fc2", "kind": "dense", "in": 8192, "out": 2048},
+      {"name": "ln3", "kind": "layer_norm", "dim": 2048}]})");
+  const AutoShardingPlan p = plan_auto_sharding(m, {1, 4}, {"x", "y"}, v5e(), uint64_t{1} << 40);
+  const PlanCandidate& tp = find(p, "tp(y)");
+  ASSERT_EQ(tp.layers.size(), 7u);
+  EXPECT_EQ(tp.layers[1].choice, "heads");
+  EXPECT_EQ(tp.layers[2].reshard_in, "all_reduce");
+  EXPECT_EQ(tp.layers[3].choice, "column");
+  EXPECT_EQ(tp.layers[4].choice, "sharded");
+  EXPECT_EQ(tp.layers[5].choice, "row");
+  EXPECT_EQ(tp.layers[6].reshard_in, "all_reduce");
+  // Activation all-reduces: forward before ln2 and ln3, backward at attn and fc1 inputs; each
+  // of 8 x 1024 tokens x 2048 x 4 bytes = 64 MiB: 4 x 2 x 3/4 x 64 MiB sent per core.
+  EXPECT_NEAR(tp.comm_bytes_per_core, 4 * 2 * 0.75 * 67108864.0, 1.0);
+}
+
+TEST(AutoPlannerTest, TwoDimensionalMeshHasNineCandidatesAndEmitsThePlanFormat) {
+  const ModelGraph m = ModelGraph::load_json_file(std::string(VTPU_SOURCE_DIR) +
+                                                  "/examples/models/transformer.json");
+  const AutoShardingPlan p = plan_auto_sharding(m, {2, 4}, {"data", "model"}, v5e());
+  EXPECT_EQ(p.candidates.size(), 9u);
+  ASSERT_GE(p.winner, 0);
+  const PlanCandidate& mixed = find(p, "dp(data)+tp(model)");
+  EXPECT_TRUE(mixed.feasible);
+  EXPECT_THAT(find(p, "dp(data,model)").name, "dp(data,model)");
+  const nlohmann::json j = p.to_json();
+  EXPECT_EQ(j["format"], "vtpu-plan");
+  EXPECT_EQ(j["version"], 1);
+  EXPECT_EQ(j["model"], "transformer");
+  EXPECT_EQ(j["mesh"]["axes"], nlohmann::json({"data", "model"}));
+  EXPECT_EQ(j["mesh"]["shape"], nlohmann::json({2, 4}));
+  for (const char* k : {"name", "data", "tensor", "fsdp"}) EXPECT_TRUE(j["strategy"].contains(k));
+  for (const char* k : {"step_seconds", "compute_seconds", "comm_seconds", "hbm_bytes_per_core",
+                        "comm_bytes_per_core"}) {
+    EXPECT_TRUE(j["estimate"].contains(k)) << k;
+  }
+  EXPECT_TRUE(j["shardings"].contains("blocks.0.attn.wqkv"));
+  EXPECT_TRUE(j["shardings"].contains("embed.out"));
+  EXPECT_EQ(p.to_string().find("WINNER") != std::string::npos, true);
+}
+
+TEST(AutoPlannerTest, MixedStrategyShardingsNameTheAxes) {
+  // Batch 2 on 2x4 cannot split over the axis of 4, so that axis is tensor parallel; features
+  // of 4100 and 16388 split 4 ways but not 8, so tp(data,model) can split nothing; and with no
+  // HBM pressure one gradient all-reduce (2 x (n-1)/n P) beats FSDP's 3 x (n-1)/n P.
+  const ModelGraph m = ModelGraph::parse(R"({"name": "big", "optimizer": "adam", "batch": 2,
+    "seq_len": 2048, "layers": [
+      {"name": "ln1", "kind": "layer_norm", "dim": 4100},
+      {"name": "fc1", "kind": "dense", "in": 4100, "out": 16388},
+      {"name": "fc2", "kind": "dense", "in": 16388, "out": 4100},
+      {"name": "ln2", "kind": "layer_norm", "dim": 4100}]})");
+  const AutoShardingPlan p =
+      plan_auto_sharding(m, {2, 4}, {"data", "model"}, v5e(), uint64_t{1} << 40);
+  EXPECT_FALSE(find(p, "dp(data,model)").feasible);
+  EXPECT_THAT(find(p, "dp(data,model)").why_lost, HasSubstr("batch 2 does not split over 8"));
+  ASSERT_GE(p.winner, 0);
+  const PlanCandidate& w = p.candidates[static_cast<size_t>(p.winner)];
+  EXPECT_EQ(w.name, "dp(data)+tp(model)");
+  const nlohmann::json j = p.to_json();
+  EXPECT_EQ(j["strategy"]["data"], "data");
+  EXPECT_EQ(j["strategy"]["tensor"], "model");
+  EXPECT_TRUE(j["strategy"]["fsdp"].is_null());
+  EXPECT_EQ(j["shardings"]["fc1.w"], "P(None, 'model')");
+  EXPECT_EQ(j["shardings"]["fc2.w"], "P('model')");
+  EXPECT_EQ(j["shardings"]["fc1.out"], "P('data', None, 'model')");
+  EXPECT_EQ(j["shardings"]["fc2.out"], "P('data', unreduced={'model'})");
+}
+
+}  // namespace
+}  // namespace vtpu

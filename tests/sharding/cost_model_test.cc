@@ -1,0 +1,155 @@
+// Cost model: every expected value is worked by hand from the v5e figures of issue 6 (16 GiB HBM
+// at 8.1e11 B/s, 1.97e14 bf16 FLOP/s, 4.5e10 B/s one-way per ICI link, 1 us per hop, 2-D torus)
+// and the formulas in sharding/cost_model.h.
+#include "sharding/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+
+namespace vtpu {
+namespace {
+
+constexpr double kB = 67108864.0;  // 64 MiB
+
+CostModel v5e() { return CostModel(HardwareProfile::get("v5e")); }
+
+TEST(CostModelTest, AllGatherOverOneTorusAxisUsesThatAxisRing) {
+  // Mesh 2x4, all-gather over the axis of 4 (mesh axis 1 -> torus dimension 1): one bidirectional
+  // ring, 2 links: beta = 1 / 9e10. alpha = 3 ring steps x 1 us.
+  const CollectiveCost c = v5e().collective(CollectiveKind::kAllGather, kB, {1}, {4});
+  EXPECT_DOUBLE_EQ(c.alpha_seconds, 3e-6);
+  EXPECT_DOUBLE_EQ(c.beta_seconds_per_byte, 1.0 / 9e10);
+  // 3e-6 + 0.75 * 67108864 / 9e10 = 3e-6 + 50331648 / 9e10
+  EXPECT_NEAR(c.seconds, 5.62240533e-4, 1e-12);
+  EXPECT_DOUBLE_EQ(c.sent_bytes_per_core, 50331648.0);
+}
+
+TEST(CostModelTest, ReduceScatterEqualsAllGatherAndAllReduceIsTwice) {
+  const CostModel m = v5e();
+  const double ag = m.collective(CollectiveKind::kAllGather, kB, {1}, {4}).seconds;
+  EXPECT_DOUBLE_EQ(m.collective(CollectiveKind::kReduceScatter, kB, {1}, {4}).seconds, ag);
+  const CollectiveCost ar = m.collective(CollectiveKind::kAllReduce, kB, {1}, {4});
+  EXPECT_NEAR(ar.seconds, 1.124481066e-3, 1e-12);
+  EXPECT_DOUBLE_EQ(ar.sent_bytes_per_core, 2 * 50331648.0);
+}
+
+TEST(CostModelTest, TwoAxesOfATorusUseFourLinks) {
+  // Both axes of 2x4 (n = 8): alpha = 7 us, beta = 1 / (4 x 4.5e10) = 1 / 1.8e11.
+  const CollectiveCost c = v5e().collective(CollectiveKind::kAllGather, kB, {0, 1}, {2, 4});
+  EXPECT_DOUBLE_EQ(c.alpha_seconds, 7e-6);
+  EXPECT_DOUBLE_EQ(c.beta_seconds_per_byte, 1.0 / 1.8e11);
+  // 7e-6 + (7/8) * 67108864 / 1.8e11 = 7e-6 + 58720256 / 1.8e11
+  EXPECT_NEAR(c.seconds, 3.33223644e-4, 1e-12);
+}
+
+TEST(CostModelTest, OneAxisIsSlowerThanTwoForTheSameGroupSize) {
+  // 8 devices on one ring (a 1x8 mesh) against 2x4: the single ring has half the links.
+  const CostModel m = v5e();
+  const double one = m.collective(CollectiveKind::kAllGather, kB, {0}, {8}).seconds;
+  const double two = m.collective(CollectiveKind::kAllGather, kB, {0, 1}, {2, 4}).seconds;
+  EXPECT_NEAR(one, 7e-6 + 58720256 / 9e10, 1e-12);
+  EXPECT_GT(one, 1.9 * two);
+}
+
+TEST(CostModelTest, AllToAllOnARingUsesTheDerivedConstant) {
+  // n = 4, each core holds X = 16 MiB, B = 4X. Shortest-path all-to-all on a bidirectional ring
+  // of 4 moves X/4 to each of 3 peers over 1, 2, 1 hops: X * floor(16/4) / 4 = X byte-hops per
+  // core, over 2 links each way... total time X * 4 / (2 * 4 * 4.5e10) = X / 9e10.
+  const CostModel m = v5e();
+  EXPECT_DOUBLE_EQ(m.all_to_all_factor(2), 1.0);
+  EXPECT_DOUBLE_EQ(m.all_to_all_factor(4), 4.0 / 3.0);
+  EXPECT_DOUBLE_EQ(m.all_to_all_factor(8), 16.0 / 7.0);
+  const CollectiveCost c = m.collective(CollectiveKind::kAllToAll, kB, {1}, {4});
+  EXPECT_NEAR(c.seconds, 3e-6 + 16777216 / 9e10, 1e-12);
+  EXPECT_DOUBLE_EQ(c.sent_bytes_per_core, 3.0 / 16.0 * kB);
+}
+
+TEST(CostModelTest, AllToAllOverTwoTorusDimensionsRunsOnePhasePerDimension) {
+  // 2x4, X = 8 MiB per core, B = 8X. Phase over 2 (c = 1): 1 us + (1/9e10) * (1/4) * 2X;
+  // phase over 4 (c = 4/3): 3 us + (1/9e10) * (3/16) * 4X * 4/3.
+  const double x = 8388608.0;
+  const CollectiveCost c = v5e().collective(CollectiveKind::kAllToAll, 8 * x, {0, 1}, {2, 4});
+  EXPECT_NEAR(c.seconds, 1e-6 + x / 2 / 9e10 + 3e-6 + x / 9e10, 1e-12);
+}
+
+TEST(CostModelTest, PermuteIsOneHopOfOneLink) {
+  const CollectiveCost c =
+      v5e().collective(CollectiveKind::kCollectivePermute, 4.5e6, {0, 1}, {2, 4});
+  EXPECT_NEAR(c.seconds, 1e-6 + 1e-4, 1e-15);
+  EXPECT_DOUBLE_EQ(c.sent_bytes_per_core, 4.5e6);
+}
+
+TEST(CostModelTest, ComputeAndHbmTimeTakeTheRooflineMax) {
+  const CostModel m = v5e();
+  EXPECT_NEAR(m.compute_seconds(1e12, "bf16"), 1e12 / 1.97e14, 1e-15);
+  EXPECT_NEAR(m.hbm_seconds(8.1e9), 0.01, 1e-15);
+  EXPECT_NEAR(m.op_seconds(1e12, 8.1e9, "bf16"), 0.01, 1e-15);            // HBM-bound
+  EXPECT_NEAR(m.op_seconds(1e13, 8.1e9, "bf16"), 1e13 / 1.97e14, 1e-15);  // compute-bound
+  EXPECT_EQ(m.hbm_bytes_per_core(), 17179869184u);
+  EXPECT_THROW(m.compute_seconds(1, "f8"), InvalidArgumentError);
+}
+
+TEST(CostModelTest, NothingToMoveCostsNothing) {
+  const CostModel m = v5e();
+  EXPECT_EQ(m.collective(CollectiveKind::kAllReduce, kB, {0}, {1}).seconds, 0.0);
+  EXPECT_EQ(m.collective(CollectiveKind::kAllReduce, 0, {0}, {4}).seconds, 0.0);
+}
+
+TEST(CostModelTest, UniformModelIsTheOldReshardFormula) {
+  const CostModel m = CostModel::uniform(5e-5, 5e-9, 3.0);
+  EXPECT_NEAR(m.collective(CollectiveKind::kAllGather, 1e6, {0}, {4}).seconds,
+              5e-5 + 5e-9 * 0.75 * 1e6, 1e-15);
+  EXPECT_NEAR(m.collective(CollectiveKind::kAllToAll, 1e6, {0}, {4}).seconds,
+              5e-5 + 5e-9 * 3.0 / 16.0 * 1e6 * 3.0, 1e-15);
+  EXPECT_NEAR(m.collective(CollectiveKind::kCollectivePermute, 1e6, {0}, {4}).seconds,
+              5e-5 + 5e-9 * 1e6, 1e-15);
+  EXPECT_THROW(CostModel::uniform(-1, 1, 1), InvalidArgumentError);
+}
+
+TEST(CostModelTest, CalibratedFitsKeepAlphaAndBeta) {
+  HardwareProfile p = HardwareProfile::get("this_machine");
+  p.collectives.clear();
+  p.collectives["all_gather"] = CollectiveFit{7e-5, 1e-9, 8};
+  p.collectives["all_to_all"] = CollectiveFit{7e-5, 3e-9, 8};
+  const CostModel m(p);
+  // On the calibration group: alpha as fitted.
+  EXPECT_NEAR(m.collective(CollectiveKind::kAllGather, 1e6, {0}, {8}).seconds,
+              7e-5 + 1e-9 * 7.0 / 8.0 * 1e6, 1e-15);
+  // Four cores: the same alpha (a constant per collective), (n-1)/n = 3/4.
+  EXPECT_NEAR(m.collective(CollectiveKind::kAllGather, 1e6, {0}, {4}).seconds,
+              7e-5 + 1e-9 * 0.75 * 1e6, 1e-15);
+  // The all-to-all's own beta; c reported as the ratio to the all-gather's.
+  EXPECT_NEAR(m.collective(CollectiveKind::kAllToAll, 8e6, {0}, {8}).seconds,
+              7e-5 + 3e-9 * 7.0 / 64.0 * 8e6, 1e-15);
+  EXPECT_DOUBLE_EQ(m.all_to_all_factor(8), 3.0);
+  // No reduce_scatter fit and no usable link model on shared memory: falls back to the links.
+  EXPECT_GT(m.collective(CollectiveKind::kReduceScatter, 1e6, {0}, {8}).seconds, 0.0);
+}
+
+TEST(CostModelTest, BadArgumentsAreErrors) {
+  const CostModel m = v5e();
+  EXPECT_THROW(m.collective(CollectiveKind::kAllGather, 1, {0, 1}, {2}), InvalidArgumentError);
+  EXPECT_THROW(m.collective(CollectiveKind::kAllGather, 1, {0}, {0}), InvalidArgumentError);
+  EXPECT_THROW(m.collective(CollectiveKind::kBroadcast, 1, {0}, {2}), UnimplementedError);
+}
+
+TEST(CostModelTest, ProfileCollectivesRoundTripAndAreValidated) {
+  HardwareProfile p = HardwareProfile::get("v5e");
+  p.collectives["all_reduce"] = CollectiveFit{1e-5, 2e-9, 8};
+  const HardwareProfile q = HardwareProfile::from_json(p.to_json());
+  ASSERT_EQ(q.collectives.count("all_reduce"), 1u);
+  EXPECT_DOUBLE_EQ(q.collectives.at("all_reduce").beta_seconds_per_byte, 2e-9);
+  EXPECT_EQ(q.collectives.at("all_reduce").group_size, 8);
+  nlohmann::json j = p.to_json();
+  j["collectives"]["broadcast"] = j["collectives"]["all_reduce"];
+  EXPECT_THROW(HardwareProfile::from_json(j), InvalidArgumentError);
+  j = p.to_json();
+  j["collectives"]["all_reduce"]["group_size"] = 1;
+  EXPECT_THROW(HardwareProfile::from_json(j), InvalidArgumentError);
+}
+
+}  // namespace
+}  // namespace vtpu

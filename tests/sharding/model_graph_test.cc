@@ -1,0 +1,104 @@
+#include "sharding/model_graph.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "common/error.h"
+
+namespace vtpu {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string error_of(const std::string& text) {
+  try {
+    ModelGraph::parse(text, "m.json");
+  } catch (const InvalidArgumentError& e) {
+    return e.message();
+  }
+  return "no error";
+}
+
+TEST(ModelGraphTest, ParsesAChainAndCountsParameters) {
+  const ModelGraph m = ModelGraph::parse(R"({
+    "name": "t", "optimizer": "adam", "batch": 4, "seq_len": 8,
+    "layers": [
+      {"name": "e", "kind": "embedding", "vocab": 10, "d_model": 8, "positions": 8},
+      {"name": "ln", "kind": "layer_norm", "dim": 8},
+      {"name": "a", "kind": "attention", "d_model": 8, "heads": 2},
+      {"name": "f", "kind": "matmul", "in": 8, "out": 3, "bias": false},
+      {"name": "g", "kind": "elementwise", "dim": 3, "flops_per_element": 4}]})");
+  EXPECT_EQ(m.name, "t");
+  EXPECT_EQ(m.dtype, "f32");
+  EXPECT_EQ(m.optimizer_state_factor(), 2);
+  ASSERT_EQ(m.layers.size(), 5u);
+  EXPECT_EQ(m.layers[3].kind, LayerKind::kDense);
+  // (10 + 8) * 8 + 2 * 8 + (4 * 64 + 4 * 8) + 8 * 3 = 144 + 16 + 288 + 24
+  EXPECT_EQ(m.num_parameters(), 472);
+}
+
+TEST(ModelGraphTest, ShippedModelsMatchThePlanFormatDefaults) {
+  const ModelGraph t = ModelGraph::load_json_file(std::string(VTPU_SOURCE_DIR) +
+                                                  "/examples/models/transformer.json");
+  EXPECT_EQ(t.name, "transformer");
+  EXPECT_EQ(t.batch, 16);
+  EXPECT_EQ(t.seq_len, 64);
+  EXPECT_EQ(t.optimizer, "adam");
+  EXPECT_EQ(t.layers.front().vocab, 128);
+  EXPECT_EQ(t.layers.front().out, 64);
+  int blocks = 0;
+  for (const ModelLayer& l : t.layers) {
+    if (l.kind == LayerKind::kAttention) {
+      ++blocks;
+      EXPECT_EQ(l.heads, 4);
+    }
+    if (l.kind == LayerKind::kDense && l.name.find("fc1") != std::string::npos) {
+      EXPECT_EQ(l.out, 256);
+    }
+  }
+  EXPECT_EQ(blocks, 2);
+  const ModelGraph m =
+      ModelGraph::load_json_file(std::string(VTPU_SOURCE_DIR) + "/examples/models/mlp.json");
+  // examples/mlp_trainer.h: 64 -> 64 -> 10, batch 64, SGD; mlp_num_parameters(64) = 4810.
+  EXPECT_EQ(m.num_parameters(), 64 * 64 + 64 + 64 * 10 + 10);
+  EXPECT_EQ(m.batch, 64);
+  EXPECT_EQ(m.optimizer, "sgd");
+}
+
+TEST(ModelGraphTest, InvalidJsonNamesTheLine) {
+  EXPECT_THAT(error_of("{\n  \"name\": \"x\",\n  \"batch\": 4,,\n}"), HasSubstr("line 3"));
+}
+
+TEST(ModelGraphTest, BadFieldsNameTheirPath) {
+  const std::string head = R"({"name": "x", "batch": 4, "layers": [)";
+  EXPECT_THAT(error_of(head + R"({"name": "a", "kind": "dense", "in": 4, "out": -1}]})"),
+              HasSubstr("layers[0] 'a'.out: is -1 (expected a positive integer)"));
+  EXPECT_THAT(error_of(head + R"({"name": "a", "kind": "conv", "in": 4}]})"),
+              HasSubstr("layers[0] 'a'.kind: is \"conv\""));
+  EXPECT_THAT(error_of(head + R"({"name": "a", "kind": "dense", "in": 4, "out": 4, "ot": 1}]})"),
+              HasSubstr("layers[0] 'a'.ot: unknown key"));
+  EXPECT_THAT(error_of(head + R"({"name": "a", "kind": "dense", "in": 4}]})"),
+              HasSubstr("layers[0] 'a'.out: missing"));
+  EXPECT_THAT(error_of(head + R"({"name": "a", "kind": "dense", "in": 4, "out": 4},
+                                  {"name": "b", "kind": "dense", "in": 5, "out": 4}]})"),
+              HasSubstr("layers[1] 'b'.in: 5 does not match the previous layer's output 4"));
+  EXPECT_THAT(error_of(head + R"({"name": "a", "kind": "attention", "d_model": 6, "heads": 4}]})"),
+              HasSubstr("heads"));
+  EXPECT_THAT(error_of(head + R"({"name": "a", "kind": "layer_norm", "dim": 4},
+                                  {"name": "a", "kind": "layer_norm", "dim": 4}]})"),
+              HasSubstr("repeats"));
+  EXPECT_THAT(error_of(R"({"name": "x", "batch": 0, "layers": []})"), HasSubstr("batch: is 0"));
+  EXPECT_THAT(error_of(R"({"name": "x", "batch": 2, "layers": []})"), HasSubstr("layers"));
+  EXPECT_THAT(error_of(R"({"name": "x", "batch": 2, "optimizer": "lamb", "layers": []})"),
+              HasSubstr("optimizer"));
+  EXPECT_THAT(error_of("[1, 2]"), HasSubstr("expected an object"));
+}
+
+TEST(ModelGraphTest, MissingFileIsNotFound) {
+  EXPECT_THROW(ModelGraph::load_json_file("/nonexistent/model.json"), NotFoundError);
+}
+
+}  // namespace
+}  // namespace vtpu
