@@ -10,7 +10,7 @@
 // and concatenated in registration order:
 //
 //     layer 0: [W1 (64 x H), b1 (H)]       numel 65H
-//     layer 1: [W2 (H x 10), b2 (10)]      numel 11H + 10
+//     layer 1: [W2 (H x 10), b2 (10)]      numel 10H + 10
 //
 // (together exactly the flat vector [W1, b1, W2, b2] of train_mlp). As FSDP's FlatParameter
 // does, the flat vector is right-padded with zeros to padded_numel = ceil(numel / N) * N so that
