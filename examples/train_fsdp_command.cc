@@ -267,7 +267,17 @@ std::shared_ptr<TrainFsdpCommand> add_train_fsdp_command(CLI::App& train) {
       ->check(CLI::IsMember({"on", "off"}));
   app->add_option("--data", cmd->data_path, "digits.csv.gz from Debian python3-sklearn")
       ->capture_default_str();
-  app->add_option("--hbm-bytes", cmd->hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)");
+  app->add_option("--hbm-bytes", cmd->hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)")
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            try {
+              parse_bytes(s);
+              return std::string();
+            } catch (const Error& e) {
+              return e.message();
+            }
+          },
+          "SIZE"));
   app->add_option("--log-every", m.log_every, "Print the FSDP loss every K steps (0: never)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
