@@ -26,13 +26,6 @@ constexpr int64_t kIn = DigitsDataset::kNumFeatures;
 constexpr int64_t kOut = DigitsDataset::kNumClasses;
 constexpr uint64_t kF = sizeof(float);
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -149,16 +142,9 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
   Communicator loss_comm(runtime, cores);
 
   // The same input pipeline as train_mlp: the training rows replicated on every core.
-  const Mesh mesh({n}, {"data"});
-  const NamedSharding replicated(mesh, PartitionSpec{});
-  std::vector<float> one_hot(static_cast<size_t>(train.num_rows() * kOut), 0.0f);
-  for (int64_t r = 0; r < train.num_rows(); ++r) {
-    one_hot[static_cast<size_t>(r * kOut + train.labels[static_cast<size_t>(r)])] = 1.0f;
-  }
-  const ShardedArray train_x = ShardedArray::device_put(
-      runtime, train.pixels, {train.num_rows(), kIn}, replicated, "fsdp/train_pixels");
-  const ShardedArray train_y = ShardedArray::device_put(runtime, one_hot, {train.num_rows(), kOut},
-                                                        replicated, "fsdp/train_labels");
+  const ReplicatedDigits data = replicate_digits(runtime, train, "fsdp");
+  const ShardedArray& train_x = data.pixels;
+  const ShardedArray& train_y = data.one_hot;
 
   // The initial parameters as train_mlp draws them, split into the two padded FlatParameters.
   const std::vector<float> init = mlp_init_parameters(h, mc.seed);
@@ -279,13 +265,7 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
       CollectiveHandle h0 = gather(0, *g0);  // prefetch: overlaps the batch copy below
       std::optional<Temp> g1;
       CollectiveHandle h1;
-      for (int64_t r = 0; r < mc.global_batch; ++r) {
-        const int64_t row = sampler.next();
-        const int64_t local = r - c * b;
-        if (local < 0 || local >= b) continue;
-        std::memcpy(&xb(local, 0), data_x + row * kIn, kIn * kF);
-        std::memcpy(&yb(local, 0), data_y + row * kOut, kOut * kF);
-      }
+      copy_batch_rows(sampler, mc.global_batch, c * b, b, data_x, data_y, xb.data(), yb.data());
       if (prefetch) {  // forward prefetch: layer 1's gather runs while layer 0 computes
         g1 = temp(1, "gathered");
         h1 = gather(1, *g1);
@@ -310,16 +290,7 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
         logits.rowwise() += ConstVecMap(p + b2_offset, kOut);
       }
       g1.reset();
-      for (int64_t i = 0; i < b; ++i) {  // softmax cross-entropy, as train_mlp
-        auto row = logits.row(i);
-        row.array() -= row.maxCoeff();
-        row = row.array().exp().matrix();
-        const float denom = row.sum();
-        Eigen::Index label;
-        yb.row(i).maxCoeff(&label);
-        loss_sum -= std::log(static_cast<double>(row(label)) / denom);
-        row /= denom;
-      }
+      loss_sum = softmax_cross_entropy_rows(logits.data(), yb.data(), b);
       logits = (logits - yb) * inv_batch;  // dZ2, scaled by the global batch
 
       // ---- backward, layer 1 ---------------------------------------------------------------
@@ -393,7 +364,7 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
     }
   });
 
-  result.median_step_ms = 1e3 * median(result.step_seconds);
+  result.median_step_ms = 1e3 * median_of(result.step_seconds);
   // The final parameters: every core's shard, in rank order, with the padding dropped.
   for (size_t l = 0; l < flat.size(); ++l) {
     std::vector<float> full;
