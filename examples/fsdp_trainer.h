@@ -36,7 +36,7 @@
 // and step is ZeRO-3's 3 x params: two all-gathers and one reduce-scatter of the padded flat
 // parameters (data parallel all-reduces 2 x params). Layer 0's backward does not read W1 (the
 // input needs no gradient), but FSDP's pre-backward hook unshards the whole module anyway, and so
-// does this trainer.
+// does this trainer (and frees it as soon as it arrives, before the gradient temporary).
 //
 // Prefetch (FSDP's forward_prefetch and BackwardPrefetch.BACKWARD_PRE): the all-gathers are
 // started with all_gather_start on the core's communication worker before they are needed: layer
