@@ -77,14 +77,57 @@ int64_t BatchSampler::next() {
   return order_[cursor_++];
 }
 
-namespace {
-
-double median(std::vector<double> v) {
+double median_of(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
+
+ReplicatedDigits replicate_digits(Runtime& runtime, const DigitsDataset& train,
+                                  const std::string& label_prefix) {
+  const Mesh mesh({runtime.num_cores()}, {"data"});
+  const NamedSharding replicated(mesh, PartitionSpec{});
+  std::vector<float> one_hot(static_cast<size_t>(train.num_rows() * kOut), 0.0f);
+  for (int64_t r = 0; r < train.num_rows(); ++r) {
+    one_hot[static_cast<size_t>(r * kOut + train.labels[static_cast<size_t>(r)])] = 1.0f;
+  }
+  return ReplicatedDigits{ShardedArray::device_put(runtime, train.pixels, {train.num_rows(), kIn},
+                                                   replicated, label_prefix + "/train_pixels"),
+                          ShardedArray::device_put(runtime, one_hot, {train.num_rows(), kOut},
+                                                   replicated, label_prefix + "/train_labels")};
+}
+
+void copy_batch_rows(BatchSampler& sampler, int64_t global_batch, int64_t first, int64_t rows,
+                     const float* data_x, const float* data_y, float* x, float* y) {
+  for (int64_t r = 0; r < global_batch; ++r) {
+    const int64_t row = sampler.next();
+    const int64_t local = r - first;
+    if (local < 0 || local >= rows) continue;
+    std::memcpy(x + local * kIn, data_x + row * kIn, kIn * sizeof(float));
+    std::memcpy(y + local * kOut, data_y + row * kOut, kOut * sizeof(float));
+  }
+}
+
+double softmax_cross_entropy_rows(float* logits_data, const float* y_data, int64_t rows) {
+  MatMap logits(logits_data, rows, kOut);
+  ConstMatMap yb(y_data, rows, kOut);
+  double loss_sum = 0.0;
+  // loss_i = logsumexp(z_i) - z_i[y_i], with the max subtracted first.
+  for (int64_t i = 0; i < rows; ++i) {
+    auto row = logits.row(i);
+    row.array() -= row.maxCoeff();
+    row = row.array().exp().matrix();
+    const float denom = row.sum();
+    Eigen::Index label;
+    yb.row(i).maxCoeff(&label);
+    loss_sum -= std::log(static_cast<double>(row(label)) / denom);
+    row /= denom;  // probabilities
+  }
+  return loss_sum;
+}
+
+namespace {
 
 /// What outlives the SPMD program on each core: the parameter replica and the gradient bucket.
 /// One forward and backward pass with the pipelined kernels (runtime/pallas_kernels.h) on this
@@ -233,16 +276,9 @@ MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig&
   // The training rows go to every core once (replicated, P() on a 1-D mesh), as a device-side
   // input pipeline would hold them; each step, core c takes rows [c*b, (c+1)*b) of the global
   // batch from its replica. So the host is not on the step's critical path.
-  const Mesh mesh({n}, {"data"});
-  const NamedSharding replicated(mesh, PartitionSpec{});
-  std::vector<float> one_hot(static_cast<size_t>(train.num_rows() * kOut), 0.0f);
-  for (int64_t r = 0; r < train.num_rows(); ++r) {
-    one_hot[static_cast<size_t>(r * kOut + train.labels[static_cast<size_t>(r)])] = 1.0f;
-  }
-  const ShardedArray train_x = ShardedArray::device_put(
-      runtime, train.pixels, {train.num_rows(), kIn}, replicated, "mlp/train_pixels");
-  const ShardedArray train_y = ShardedArray::device_put(runtime, one_hot, {train.num_rows(), kOut},
-                                                        replicated, "mlp/train_labels");
+  const ReplicatedDigits data = replicate_digits(runtime, train, "mlp");
+  const ShardedArray& train_x = data.pixels;
+  const ShardedArray& train_y = data.one_hot;
 
   const std::vector<float> init = mlp_init_parameters(config.hidden, config.seed);
   MlpResult result;
@@ -308,13 +344,7 @@ MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig&
     for (int64_t step = 0; step < config.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
       // This core's rows of the global batch.
-      for (int64_t r = 0; r < config.global_batch; ++r) {
-        const int64_t row = sampler.next();
-        const int64_t local = r - c * b;
-        if (local < 0 || local >= b) continue;
-        std::memcpy(&xb(local, 0), data_x + row * kIn, kIn * f);
-        std::memcpy(&yb(local, 0), data_y + row * kOut, kOut * f);
-      }
+      copy_batch_rows(sampler, config.global_batch, c * b, b, data_x, data_y, xb.data(), yb.data());
       double loss_sum = 0.0;
       if (pallas) {
         loss_sum = pallas_step(ctx.core(), xbuf, ybuf, s.params, s.grads, a1buf, z1buf, logitsbuf,
@@ -326,17 +356,8 @@ MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig&
         a1 = z1.cwiseMax(0.0f);
         logits.noalias() = a1 * w2;
         logits.rowwise() += b2;
-        // Softmax cross-entropy, stable: loss_i = logsumexp(z_i) - z_i[y_i].
-        for (int64_t i = 0; i < b; ++i) {
-          auto row = logits.row(i);
-          row.array() -= row.maxCoeff();
-          row = row.array().exp().matrix();
-          const float denom = row.sum();
-          Eigen::Index label;
-          yb.row(i).maxCoeff(&label);
-          loss_sum -= std::log(static_cast<double>(row(label)) / denom);
-          row /= denom;  // probabilities
-        }
+        // Softmax cross-entropy, stable; logits become the probabilities.
+        loss_sum = softmax_cross_entropy_rows(logits.data(), yb.data(), b);
         // Backward: dZ2 = (P - Y) / B, scaled by the global batch so that the sum over cores is
         // the gradient of the global mean.
         logits = (logits - yb) * inv_batch;
@@ -375,7 +396,7 @@ MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig&
     }
   });
 
-  result.median_step_ms = 1e3 * median(result.step_seconds);
+  result.median_step_ms = 1e3 * median_of(result.step_seconds);
   auto p0 = state[0].params.as<float>();
   result.parameters.assign(p0.begin(), p0.end());
   result.replicas_identical = true;

@@ -24,6 +24,7 @@
 #include "examples/digits_dataset.h"
 #include "memory/memory_stats.h"
 #include "runtime/runtime.h"
+#include "sharding/sharded_array.h"
 
 namespace vtpu::examples {
 
@@ -92,6 +93,32 @@ class BatchSampler {
   std::vector<int64_t> order_;
   size_t cursor_;
 };
+
+/// The training rows on every core of `runtime` (replicated, P() on a 1-D mesh 'data'): pixels
+/// (rows x 64) labelled `<prefix>/train_pixels` and one-hot labels (rows x 10) labelled
+/// `<prefix>/train_labels`. Throws like ShardedArray::device_put (OutOfMemoryError when they do
+/// not fit). Shared by train_mlp and train_fsdp (examples/fsdp_trainer.h).
+struct ReplicatedDigits {
+  ShardedArray pixels;
+  ShardedArray one_hot;
+};
+ReplicatedDigits replicate_digits(Runtime& runtime, const DigitsDataset& train,
+                                  const std::string& label_prefix);
+
+/// Copies this core's rows of the next global batch: draws `global_batch` rows from `sampler`
+/// (every core draws all of them, so the samplers stay in step) and copies rows
+/// [first, first + rows) of the batch from the replicated data (`data_x` rows x 64, `data_y`
+/// rows x 10) into `x` (rows x 64) and `y` (rows x 10). Thread-compatible.
+void copy_batch_rows(BatchSampler& sampler, int64_t global_batch, int64_t first, int64_t rows,
+                     const float* data_x, const float* data_y, float* x, float* y);
+
+/// Stable softmax cross-entropy over `rows` rows of 10 logits, in place: `logits` becomes the
+/// probabilities, and the return value is the sum over rows of -log p[label] (the label is the
+/// argmax of the one-hot row of `y`), in double. Thread-safe on distinct buffers.
+double softmax_cross_entropy_rows(float* logits, const float* y, int64_t rows);
+
+/// The median of `v` (the mean of the two middle values for an even count; 0 when empty).
+double median_of(std::vector<double> v);
 
 /// Fraction of rows whose argmax of the MLP's logits equals the label (host-side, Eigen).
 double mlp_accuracy(const std::vector<float>& parameters, int64_t hidden, const DigitsDataset& ds);

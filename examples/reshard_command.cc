@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/reduce_kernels.h"
 #include "common/error.h"
 #include "common/strings.h"
 #include "examples/mesh_arg.h"
@@ -81,8 +82,7 @@ int run(const ReshardCommand& c) {
   for (size_t p = 0; p < parts; ++p) {
     for (size_t i = 0; i < n; ++i) {
       addend[p][i] = static_cast<float>(small(rng));
-      value[i] =
-          p == 0 ? addend[p][i] : reduce_pair(value[i], addend[p][i], source.spec().reduce_op());
+      value[i] = p == 0 ? addend[p][i] : combine(value[i], addend[p][i], source.spec().reduce_op());
     }
   }
   std::vector<DeviceBuffer> buffers;

@@ -6,6 +6,8 @@
 //                  [--memory-events FILE] [--kernels eigen|pallas]
 //   vtpu train transformer [--mesh DxT | --cores N | --plan PLAN.json] [--steps S] [--seed K] ...
 //                          (examples/train_transformer_command.h)
+//   vtpu train fsdp [--cores N] [--steps S] [--batch B] [--hidden H] [--lr LR] [--seed K]
+//                   [--plan PLAN.json] [--prefetch on|off] ... (examples/train_fsdp_command.h)
 //   vtpu bench memory [--allocators A,B] [--live L1,L2] [--pairs K] [--hot W] [--workload W]
 //                     [--trace FILE] [--capacity SIZE] [--via policy,arena] [--seed S] [--json]
 //   vtpu bench fragmentation [--allocators A,B] [--defrag on,off] [--workloads N] [--ops K]
@@ -47,6 +49,7 @@
 #include "examples/reshard_command.h"
 #include "examples/stress_command.h"
 #include "examples/train_transformer_command.h"
+#include "examples/train_fsdp_command.h"
 #include "memory/alloc_workload.h"
 #include "memory/allocator_policy.h"
 #include "memory/fragmentation_check.h"
@@ -579,6 +582,7 @@ int main(int argc, char** argv) {
       ->check(bytes_validator());
   frag->add_option("--seed", frag_args.seed, "First seed")->capture_default_str();
   frag->add_flag("--json", frag_args.json, "Print the results as JSON");
+  const auto fsdp = vtpu::examples::add_train_fsdp_command(*train);
   const auto collectives = vtpu::examples::add_bench_collectives_command(*bench);
   const auto reshard = vtpu::examples::add_reshard_command(app);
   const auto stress = vtpu::examples::add_stress_command(app);
@@ -592,7 +596,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (*train && train->get_subcommands().empty()) {
-    std::fprintf(stderr, "vtpu train: expected a model name (mlp, transformer)\n%s",
+    std::fprintf(stderr, "vtpu train: expected a model name (mlp, transformer, fsdp)\n%s",
                  train->help().c_str());
     return 2;
   }
@@ -614,6 +618,7 @@ int main(int argc, char** argv) {
     if (*mlp) return run_train_mlp(args);
     if (int code = 0; vtpu::examples::run_train_transformer_if_selected(*transformer, &code))
       return code;
+    if (int code = 0; vtpu::examples::run_train_fsdp_if_selected(*fsdp, &code)) return code;
     if (*memory) return run_bench_memory(bench_args);
     if (*frag) return run_bench_fragmentation(frag_args);
     if (int code = 0; vtpu::examples::run_bench_collectives_if_selected(*collectives, &code))

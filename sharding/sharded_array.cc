@@ -7,6 +7,7 @@
 #include <limits>
 #include <utility>
 
+#include "collectives/reduce_kernels.h"
 #include "common/error.h"
 #include "sharding/block_copy.h"
 
@@ -37,20 +38,6 @@ float reduce_identity(ReduceOp op) {
       return std::numeric_limits<float>::infinity();
   }
   return 0.0f;
-}
-
-float reduce_pair(float acc, float x, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return acc + x;
-    case ReduceOp::kProd:
-      return acc * x;
-    case ReduceOp::kMax:
-      return std::max(acc, x);
-    case ReduceOp::kMin:
-      return std::min(acc, x);
-  }
-  return acc;
 }
 
 ShardedArray::ShardedArray(std::vector<int64_t> global_shape, NamedSharding sharding,
@@ -162,7 +149,7 @@ std::vector<float> ShardedArray::gather() const {
       }
       std::vector<float> acc(block.size());
       extract_block(std::span<const float>(out), global_shape_, box, std::span<float>(acc));
-      for (size_t e = 0; e < acc.size(); ++e) acc[e] = reduce_pair(acc[e], block[e], op);
+      for (size_t e = 0; e < acc.size(); ++e) acc[e] = combine(acc[e], block[e], op);
       insert_block(std::span<const float>(acc), global_shape_, box, std::span<float>(out));
     });
   }

@@ -11,7 +11,8 @@
 // Partial arrays (a sharding whose spec has unreduced axes): device_put gives the device with
 // partial index 0 the block and every other addend the reduce op's identity (0 for sum, 1 for
 // prod, -inf for max, +inf for min), so the pending reduction equals the host array exactly;
-// gather folds the addends of each block in partial-index order.
+// gather folds the addends of each block in partial-index order with the collectives' combine()
+// (collectives/reduce_kernels.h), so max and min propagate NaN as lax.pmax / pmin do.
 #pragma once
 
 #include <cstdint>
@@ -26,10 +27,9 @@
 
 namespace vtpu {
 
-/// The identity of `op` for f32: 0 (sum), 1 (prod), -inf (max), +inf (min).
+/// The identity of `op` for f32: 0 (sum), 1 (prod), -inf (max), +inf (min). (Folding two values
+/// is collectives/reduce_kernels.h's combine(), the kernel the collectives use.)
 float reduce_identity(ReduceOp op);
-/// acc op x for f32, in that operand order.
-float reduce_pair(float acc, float x, ReduceOp op);
 
 /// Owns one DeviceBuffer per mesh device. Move-only. Thread-compatible: const methods (gather,
 /// local_data, ...) may run concurrently; writing through the mutable local_data needs exclusive

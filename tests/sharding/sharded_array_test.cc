@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -385,6 +386,27 @@ TEST(ShardedArrayTest, PartialDevicePutKeepsTheValueOnAddendZeroAndGatherFolds) 
   h.local_data(1)[0] = 10;  // (0, 1) adds 10 to element 0
   h.local_data(3)[1] = -4;  // (1, 1) adds -4 to element 3
   EXPECT_THAT(h.gather(), ElementsAre(11, 2, 3, 0));
+}
+
+// gather() folds partial max/min arrays with the collectives' combine(), which propagates NaN from
+// either operand as XLA's max/min do. Its own earlier fold used std::max/std::min, which dropped a
+// NaN held by any addend other than the first, so gather() disagreed with the all-reduce of the
+// same partial array (NaN wherever it sat).
+TEST(ShardedArrayTest, PartialMaxAndMinGatherPropagateNaNFromAnyAddend) {
+  auto rt = make_runtime(2);
+  const Mesh mesh({2}, {"x"});
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const char* spec :
+       {"P(unreduced={'x'}, reduce_op='max')", "P(unreduced={'x'}, reduce_op='min')"}) {
+    const std::vector<float> x = {1, 2, 3};
+    ShardedArray a = ShardedArray::device_put(*rt, x, {3}, sharding(mesh, spec));
+    a.local_data(1)[1] = nan;  // addend 1 holds a NaN for element 1
+    a.local_data(0)[2] = nan;  // addend 0 holds a NaN for element 2
+    const std::vector<float> g = a.gather();
+    EXPECT_EQ(g[0], 1.0f) << spec;
+    EXPECT_TRUE(std::isnan(g[1])) << spec;
+    EXPECT_TRUE(std::isnan(g[2])) << spec;
+  }
 }
 
 }  // namespace

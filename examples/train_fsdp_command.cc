@@ -1,0 +1,304 @@
+#include "examples/train_fsdp_command.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "common/error.h"
+#include "common/units.h"
+#include "examples/digits_dataset.h"
+#include "examples/fsdp_trainer.h"
+#include "examples/mlp_trainer.h"
+#include "examples/train_plan.h"
+#include "runtime/runtime.h"
+
+namespace vtpu::examples {
+
+struct TrainFsdpCommand {
+  CLI::App* app = nullptr;
+  std::optional<int> cores;
+  FsdpConfig config;
+  std::string prefetch = "on";
+  std::string plan_path;
+  std::string data_path = default_digits_path();
+  std::string hbm_bytes;
+  bool json = false;
+};
+
+namespace {
+
+/// The tolerance of issue 6: N-core losses equal the single-core losses within 1e-4 relative.
+constexpr double kLossTolerance = 1e-4;
+
+struct DpRun {
+  MlpResult result;
+  HbmBreakdown peak;  // core 0 after the last step, all training buffers live (its peak)
+};
+
+DpRun run_dp(const RuntimeOptions& options, const DigitsSplit& split, MlpConfig config) {
+  Runtime runtime(options);
+  DpRun run;
+  // train_mlp allocates every buffer once, so after the last step core 0 holds its peak.
+  config.at_peak = [&run](Runtime& rt) {
+    run.peak = hbm_breakdown(rt.core(0).hbm().chunk_records());
+  };
+  config.log_every = 0;
+  run.result = train_mlp(runtime, split, config);
+  return run;
+}
+
+std::string ratio_text(uint64_t dp, uint64_t fsdp) {
+  if (fsdp == 0) return dp == 0 ? "-" : "inf";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2fx", static_cast<double>(dp) / static_cast<double>(fsdp));
+  return buf;
+}
+
+void print_breakdown(const HbmBreakdown* dp, const HbmBreakdown* fsdp, uint64_t dp_peak,
+                     uint64_t fsdp_peak) {
+  std::printf("%-34s %16s %16s %9s\n", "HBM per core (core 0, at its peak)", "DP (train mlp)",
+              fsdp ? "FSDP" : "", fsdp && dp ? "DP/FSDP" : "");
+  auto row = [&](const char* name, uint64_t HbmBreakdown::*field) {
+    const uint64_t a = dp ? dp->*field : 0, b = fsdp ? fsdp->*field : 0;
+    std::printf("%-34s %16llu %16s %9s\n", name, static_cast<unsigned long long>(a),
+                fsdp ? std::to_string(b).c_str() : "", fsdp ? ratio_text(a, b).c_str() : "");
+  };
+  auto value_row = [&](const char* name, uint64_t a, uint64_t b) {
+    std::printf("%-34s %16llu %16s %9s\n", name, static_cast<unsigned long long>(a),
+                fsdp ? std::to_string(b).c_str() : "", fsdp ? ratio_text(a, b).c_str() : "");
+  };
+  row("  parameters", &HbmBreakdown::params);
+  row("  gradients", &HbmBreakdown::grads);
+  row("  optimizer state (SGD: none)", &HbmBreakdown::opt_state);
+  value_row("persistent state (p + g + os)", dp ? dp->persistent_state() : 0,
+            fsdp ? fsdp->persistent_state() : 0);
+  row("  gathered parameter temps", &HbmBreakdown::gathered);
+  row("  unsharded gradient temps", &HbmBreakdown::unsharded_grads);
+  row("  batch rows + activations", &HbmBreakdown::activations);
+  row("  other (loss scalar)", &HbmBreakdown::other);
+  value_row("total without the training set", dp ? dp->total() - dp->training_set : 0,
+            fsdp ? fsdp->total() - fsdp->training_set : 0);
+  row("  training set (replicated)", &HbmBreakdown::training_set);
+  value_row("total at the peak (chunk records)", dp ? dp->total() : 0, fsdp ? fsdp->total() : 0);
+  value_row("peak_bytes_in_use (memory_stats)", dp_peak, fsdp_peak);
+}
+
+int run(const TrainFsdpCommand& cmd) {
+  RuntimeOptions options;
+  if (!cmd.hbm_bytes.empty()) options.hbm_bytes_per_core = parse_bytes(cmd.hbm_bytes);
+  if (cmd.cores) options.num_cores = *cmd.cores;
+  bool fsdp_mode = true;
+  std::optional<TrainPlan> plan;
+  if (!cmd.plan_path.empty()) {
+    plan = load_train_plan(cmd.plan_path);
+    fsdp_mode = mlp_plan_mode(*plan) == MlpPlanMode::kFsdp;
+    if (cmd.cores && *cmd.cores != plan->num_cores()) {
+      throw InvalidArgumentError("--cores " + std::to_string(*cmd.cores) + " but plan '" +
+                                 cmd.plan_path + "' has a mesh of " +
+                                 std::to_string(plan->num_cores()) +
+                                 " cores (expected the same, or --cores left out)");
+    }
+    options.num_cores = static_cast<int>(plan->num_cores());
+  }
+  options.validate();
+  FsdpConfig config = cmd.config;
+  config.prefetch = cmd.prefetch == "on";
+  config.validate(options.num_cores);
+  const int n = options.num_cores;
+
+  const DigitsSplit split = split_digits(load_digits_csv(cmd.data_path));
+  const MlpConfig& mc = config.mlp;
+  if (!cmd.json) {
+    std::printf(
+        "vtpu train fsdp: %s on %d virtual cores, %s HBM each, digits %s: %lld train / %lld "
+        "test rows\n",
+        fsdp_mode ? "ZeRO-3 / FSDP" : "data parallel", n,
+        format_bytes(options.hbm_bytes_per_core).c_str(), cmd.data_path.c_str(),
+        static_cast<long long>(split.train.num_rows()),
+        static_cast<long long>(split.test.num_rows()));
+    if (plan) {
+      std::printf("plan %s: mesh", cmd.plan_path.c_str());
+      for (size_t i = 0; i < plan->mesh_axes.size(); ++i) {
+        std::printf(" %s=%lld", plan->mesh_axes[i].c_str(),
+                    static_cast<long long>(plan->mesh_shape[i]));
+      }
+      std::printf(", strategy %s\n", plan->describe_strategy().c_str());
+    }
+    std::printf(
+        "model 64->%lld->10, global batch %lld (%lld per core), lr %g, %lld steps, seed %llu, "
+        "prefetch %s\n",
+        static_cast<long long>(mc.hidden), static_cast<long long>(mc.global_batch),
+        static_cast<long long>(mc.global_batch / n), static_cast<double>(mc.learning_rate),
+        static_cast<long long>(mc.steps), static_cast<unsigned long long>(mc.seed),
+        fsdp_mode ? cmd.prefetch.c_str() : "n/a");
+    std::fflush(stdout);
+  }
+  auto log = [&](int64_t step, double loss) {
+    if (!cmd.json) std::printf("step %6lld  loss %.6f\n", static_cast<long long>(step), loss);
+  };
+
+  std::optional<FsdpResult> fsdp;
+  if (fsdp_mode) {
+    Runtime runtime(options);
+    fsdp = train_fsdp(runtime, split, config, log);
+  }
+  MlpConfig dp_config = mc;
+  DpRun dp = run_dp(options, split, dp_config);
+  RuntimeOptions one = options;
+  one.num_cores = 1;
+  const DpRun reference = run_dp(one, split, dp_config);
+
+  const std::vector<double>& losses = fsdp ? fsdp->losses : dp.result.losses;
+  const double diff = max_relative_difference(losses, reference.result.losses);
+  const bool ok = diff <= kLossTolerance;
+  const char* what = fsdp ? "FSDP" : "data parallel";
+  if (cmd.json) {
+    nlohmann::json j;
+    j["mode"] = fsdp ? "fsdp" : "data_parallel";
+    if (plan) j["plan"] = {{"path", plan->path}, {"strategy", plan->strategy_name}};
+    j["config"] = {{"cores", n},
+                   {"steps", mc.steps},
+                   {"global_batch", mc.global_batch},
+                   {"hidden", mc.hidden},
+                   {"learning_rate", mc.learning_rate},
+                   {"seed", mc.seed},
+                   {"prefetch", config.prefetch},
+                   {"data", cmd.data_path}};
+    if (fsdp) j["fsdp"] = *fsdp;
+    j["data_parallel"] = {{"losses", dp.result.losses},
+                          {"median_step_ms", dp.result.median_step_ms},
+                          {"test_accuracy", dp.result.test_accuracy},
+                          {"peak_hbm_core0", dp.peak},
+                          {"peak_bytes_in_use_core0", dp.result.hbm[0].peak_bytes_in_use}};
+    j["reference"] = {{"num_cores", 1},
+                      {"losses", reference.result.losses},
+                      {"median_step_ms", reference.result.median_step_ms}};
+    j["max_relative_loss_difference"] = diff;
+    if (fsdp) {
+      j["max_relative_loss_difference_vs_data_parallel"] =
+          max_relative_difference(fsdp->losses, dp.result.losses);
+    }
+    j["losses_match"] = ok;
+    std::cout << j.dump(2) << std::endl;
+    return ok ? 0 : 1;
+  }
+  std::printf(
+      "losses: %s on %d cores vs train mlp on 1 core (same process): max relative difference "
+      "%.3g over %lld steps (tolerance %g): %s\n",
+      what, n, diff, static_cast<long long>(mc.steps), kLossTolerance, ok ? "ok" : "MISMATCH");
+  if (fsdp) {
+    // FSDP against data parallel on the same cores: both split the batch the same way, so what
+    // remains is the order of the gradient sums (reduce-scatter vs all-reduce).
+    std::printf(
+        "        FSDP vs data parallel (train mlp) on the same %d cores: max relative "
+        "difference %.3g\n",
+        n, max_relative_difference(fsdp->losses, dp.result.losses));
+    std::printf("final loss %.4f   test accuracy %.4f   train accuracy %.4f\n", fsdp->losses.back(),
+                fsdp->test_accuracy, fsdp->train_accuracy);
+    std::printf("FlatParameters (f32 elements):");
+    for (const FlatParamShape& f : fsdp->flat_params) {
+      std::printf("  %s numel %lld padded %lld shard %lld", f.name.c_str(),
+                  static_cast<long long>(f.numel), static_cast<long long>(f.padded_numel),
+                  static_cast<long long>(f.shard_numel));
+    }
+    std::printf("\n");
+    const double steps = static_cast<double>(mc.steps);
+    auto per_step = [&](const char* name, const CollectiveStats& s) {
+      std::printf("  %-15s %4.0f calls, %9.0f input bytes, %8.4f ms per step (core 0)\n", name,
+                  static_cast<double>(s.num_collectives) / steps,
+                  static_cast<double>(s.bytes) / steps, 1e3 * s.seconds / steps);
+    };
+    std::printf("collectives per step:\n");
+    per_step("all-gather", fsdp->all_gather[0]);
+    per_step("reduce-scatter", fsdp->reduce_scatter[0]);
+    per_step("all-reduce loss", fsdp->loss_all_reduce[0]);
+    const CollectiveStats& ar = dp.result.all_reduce[0];
+    std::printf("  %-15s %4.0f calls, %9.0f input bytes, %8.4f ms per step (core 0, DP)\n",
+                "DP all-reduce", static_cast<double>(ar.num_collectives) / steps,
+                static_cast<double>(ar.bytes) / steps, 1e3 * ar.seconds / steps);
+  } else {
+    std::printf("final loss %.4f   test accuracy %.4f   train accuracy %.4f\n",
+                dp.result.losses.back(), dp.result.test_accuracy, dp.result.train_accuracy);
+  }
+  std::printf("median step time: ");
+  if (fsdp) std::printf("FSDP %.3f ms, ", fsdp->median_step_ms);
+  std::printf("DP %.3f ms (%d cores); train mlp on 1 core %.3f ms\n", dp.result.median_step_ms, n,
+              reference.result.median_step_ms);
+  print_breakdown(&dp.peak, fsdp ? &fsdp->peak : nullptr, dp.result.hbm[0].peak_bytes_in_use,
+                  fsdp ? fsdp->hbm[0].peak_bytes_in_use : 0);
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+std::shared_ptr<TrainFsdpCommand> add_train_fsdp_command(CLI::App& train) {
+  auto cmd = std::make_shared<TrainFsdpCommand>();
+  MlpConfig& m = cmd->config.mlp;
+  cmd->app = train.add_subcommand(
+      "fsdp",
+      "The digits MLP with ZeRO-3 / FSDP: parameters, gradients and optimizer state sharded over "
+      "the cores, all-gather before use, reduce-scatter of gradients; checked against 1 core");
+  CLI::App* app = cmd->app;
+  app->add_option("--cores", cmd->cores, "Virtual cores (default 8, or the --plan mesh's)")
+      ->check(CLI::Range(1, 1024));
+  app->add_option("--steps", m.steps, "SGD steps")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
+  app->add_option("--batch", m.global_batch,
+                  "Global batch (rows per step over all cores; a multiple of the cores)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  app->add_option("--hidden", m.hidden, "Hidden units")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app->add_option("--lr", m.learning_rate, "SGD learning rate (> 0)")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            const double v = std::strtod(s.c_str(), nullptr);
+            return v > 0.0 && std::isfinite(v)
+                       ? std::string()
+                       : "learning rate " + s + " must be a finite number > 0";
+          },
+          "> 0"));
+  app->add_option("--seed", m.seed, "Seed for parameter init and batch order")
+      ->capture_default_str();
+  app->add_option("--plan", cmd->plan_path,
+                  "A `vtpu plan` file: strategy.fsdp runs FSDP over its mesh, strategy.data alone "
+                  "runs data parallel");
+  app->add_option("--prefetch", cmd->prefetch,
+                  "on: start all-gathers early and overlap reduce-scatters (async collectives); "
+                  "off: every collective synchronous")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
+  app->add_option("--data", cmd->data_path, "digits.csv.gz from Debian python3-sklearn")
+      ->capture_default_str();
+  app->add_option("--hbm-bytes", cmd->hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)")
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            try {
+              parse_bytes(s);
+              return std::string();
+            } catch (const Error& e) {
+              return e.message();
+            }
+          },
+          "SIZE"));
+  app->add_option("--log-every", m.log_every, "Print the FSDP loss every K steps (0: never)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app->add_flag("--json", cmd->json, "Print the results as JSON (with the per-step losses)");
+  return cmd;
+}
+
+bool run_train_fsdp_if_selected(const TrainFsdpCommand& command, int* exit_code) {
+  if (!command.app->parsed()) return false;
+  *exit_code = run(command);
+  return true;
+}
+
+}  // namespace vtpu::examples

@@ -1,0 +1,36 @@
+// `vtpu train fsdp`: the digits MLP trained with ZeRO-3 / FSDP (examples/fsdp_trainer.h), checked
+// in the same process against the single-core `train mlp` run and compared with data-parallel
+// `train mlp` on the same cores.
+//
+//   vtpu train fsdp [--cores N] [--steps S] [--batch B] [--hidden H] [--lr LR] [--seed K]
+//                   [--plan PLAN.json] [--prefetch on|off] [--data FILE] [--hbm-bytes SIZE]
+//                   [--log-every K] [--json]
+//
+// It runs three trainings with the same seed and global batch: FSDP on N cores, data parallel
+// (train_mlp) on N cores, and train_mlp on 1 core as the reference. It prints the max relative
+// difference of the per-step losses against the reference, and core 0's HBM at its peak by what
+// the bytes hold (the arena's chunk records) for DP and FSDP side by side, with the ratios.
+//
+// --plan reads the mesh and strategy of a `vtpu plan` file (/work/plan-format.md; see
+// examples/train_plan.h): strategy.fsdp over the whole mesh runs FSDP, strategy.data alone runs
+// data parallel (then only DP and the reference run); anything else is an error naming the
+// strategy. The mesh's core count replaces --cores (both given and different is an error).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+
+namespace vtpu::examples {
+
+struct TrainFsdpCommand;
+
+/// Adds the `fsdp` subcommand to `train`. Keep the returned handle alive until after
+/// run_train_fsdp_if_selected().
+std::shared_ptr<TrainFsdpCommand> add_train_fsdp_command(CLI::App& train);
+
+/// After parsing: when `train fsdp` was selected, runs it, sets *exit_code (0 when the losses
+/// match the reference within 1e-4 relative, 1 otherwise) and returns true; false when it was not
+/// selected. Bad configs and plans throw vtpu::Error subclasses naming the value.
+bool run_train_fsdp_if_selected(const TrainFsdpCommand& command, int* exit_code);
+
+}  // namespace vtpu::examples
