@@ -293,7 +293,7 @@ CoreReplayer::CoreReplayer(const CoreStream& stream, StressReplayOptions options
     checksum_.assign(n, 0);
     live_index_.assign(n, 0);
   }
-  slot_of_buffer_.reserve(n);
+  slot_of_seq_.reserve(n);
   if (options_.timeline_samples > 0) {
     const uint64_t ops = stream.ops.size();
     const auto samples = static_cast<uint64_t>(options_.timeline_samples);
@@ -384,8 +384,8 @@ void CoreReplayer::alloc_locked(const CoreStream::Op& op, size_t i) {
   buffer_[op.slot] = p->id;
   requested_[op.slot] = op.bytes;
   slot_label_[op.slot] = op.label;
-  if (slot_of_buffer_.size() < p->id) slot_of_buffer_.resize(p->id);
-  slot_of_buffer_[p->id - 1] = op.slot;
+  if (slot_of_seq_.size() < p->seq) slot_of_seq_.resize(p->seq);
+  slot_of_seq_[p->seq - 1] = op.slot;
   ++m_.allocs;
   live_requested_bytes_ += op.bytes;
   m_.peak_live_bytes = std::max(m_.peak_live_bytes, live_requested_bytes_);
@@ -478,15 +478,15 @@ void CoreReplayer::capture_worst_locked(size_t i, double t_us, double frag) {
   w.t_us = t_us;
   w.fragmentation = frag;
   w.blocks.clear();
-  // HbmArena numbers its allocations from 1 in the order it makes them, and a chunk record's
-  // alloc_seq is that number: it is the BufferId (hbm_arena.cc), which maps back to a slot.
+  // HbmArena numbers its allocations from 1 in the order it makes them (ArenaPlacement::seq), and
+  // a chunk record's alloc_seq is that number, which maps back to a slot.
   for (const MemoryChunkRecord& r : arena_->chunk_records()) {
     StressBlock b;
     b.offset = r.offset;
     b.bytes = r.chunk_bytes;
     b.used = r.in_use;
-    if (r.in_use && r.alloc_seq >= 1 && r.alloc_seq <= slot_of_buffer_.size()) {
-      const uint32_t slot = slot_of_buffer_[r.alloc_seq - 1];
+    if (r.in_use && r.alloc_seq >= 1 && r.alloc_seq <= slot_of_seq_.size()) {
+      const uint32_t slot = slot_of_seq_[r.alloc_seq - 1];
       b.id = stream_.slot_ids[slot];
       b.requested_bytes = requested_[slot];
       b.label = stream_.labels[slot_label_[slot]];

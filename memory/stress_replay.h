@@ -211,15 +211,15 @@ class CoreReplayer {
   const CoreStream& stream_;
   StressReplayOptions options_;
   std::unique_ptr<HbmArena> arena_;
-  mutable std::mutex mu_;                 // taken around every operation when options_.concurrent
-  std::vector<SlotState> state_;          // per slot
-  std::vector<BufferId> buffer_;          // per slot: the arena's id while live
-  std::vector<uint64_t> requested_;       // per slot: requested bytes
-  std::vector<uint32_t> slot_label_;      // per slot: index into stream_.labels
-  std::vector<uint64_t> checksum_;        // per slot (backed arenas)
-  std::vector<uint32_t> live_slots_;      // backed arenas: the live slots, unordered
-  std::vector<uint32_t> live_index_;      // backed arenas: position of a slot in live_slots_
-  std::vector<uint32_t> slot_of_buffer_;  // BufferId - 1 -> slot
+  mutable std::mutex mu_;              // taken around every operation when options_.concurrent
+  std::vector<SlotState> state_;       // per slot
+  std::vector<BufferId> buffer_;       // per slot: the arena's id while live
+  std::vector<uint64_t> requested_;    // per slot: requested bytes
+  std::vector<uint32_t> slot_label_;   // per slot: index into stream_.labels
+  std::vector<uint64_t> checksum_;     // per slot (backed arenas)
+  std::vector<uint32_t> live_slots_;   // backed arenas: the live slots, unordered
+  std::vector<uint32_t> live_index_;   // backed arenas: position of a slot in live_slots_
+  std::vector<uint32_t> slot_of_seq_;  // arena allocation sequence number - 1 -> slot
   uint64_t live_requested_bytes_ = 0;
   uint64_t seen_fragmentation_ooms_ = 0;
   uint64_t seen_defragmentations_ = 0;

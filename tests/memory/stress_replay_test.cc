@@ -185,6 +185,7 @@ TEST(StressReplayTest, ChecksumsSurviveDefragmentationAndCatchCorruption) {
   // Flip one byte of block 3 behind the replayer's back: the final check must see it.
   const MemoryChunkRecord rec = r.arena().chunk_records()[3];
   ASSERT_TRUE(rec.in_use);
+  // No buffer was freed yet, so its BufferId is its allocation sequence number (hbm_arena.h).
   std::byte* p = r.arena().data(rec.alloc_seq);
   p[12345] ^= std::byte{1};
   const StressCoreMetrics m = r.finish();
