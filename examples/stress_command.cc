@@ -176,6 +176,11 @@ std::shared_ptr<StressCommand> add_stress_command(CLI::App& app) {
                 "Frees handed to the next core, per mille")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000));
+  s->add_option("--cross-core-free-lag", o.cross_core_free_max_lag,
+                "A cross-core free lands within this many of the owner's events (0: before its "
+                "next event)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
   s->add_flag("--backing", o.backing,
               "Real bytes: fill every buffer, checksum it, verify after every defragmentation "
               "and at the end");
