@@ -1,5 +1,7 @@
 #include "examples/stress_harness.h"
 
+#include <unistd.h>
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
@@ -23,6 +25,9 @@ namespace vtpu::examples {
 namespace {
 
 constexpr uint64_t kProgressEvery = 4096;  // events between updates of the shared counter
+// Host bytes per generated event while the streams are built: a TraceEvent (88 B with its label
+// string) plus the compiled op (32 B) and its share of the per-slot arrays.
+constexpr double kHostBytesPerEvent = 136.0;
 
 bool is_known_policy(const std::string& name) {
   if (name == "planned") return true;
@@ -246,7 +251,28 @@ void StressOptions::validate() const {
     if (!is_known_policy(a))
       fail("unknown allocator policy '" + a +
            "' (expected one of: " + join(known_allocator_policies(), ", ") + ", planned)");
+  for (size_t i = 0; i < allocators.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (allocators[i] == allocators[j])
+        fail("allocator policy '" + allocators[i] + "' given twice (each policy runs once)");
+    }
+  }
   if (auto_defragment.empty()) fail("no auto-defragment setting given");
+  if (trace_path.empty()) {
+    // Every core's events exist at once as trace events while the streams are compiled (about
+    // kHostBytesPerEvent each with the compiled ops); refuse a run that cannot fit in RAM rather
+    // than die of std::bad_alloc (or of the OOM killer) after minutes.
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const double ram = pages > 0 && page > 0 ? static_cast<double>(pages) * page : 0.0;
+    const double need = static_cast<double>(cores) * static_cast<double>(workload.events_per_core) *
+                        kHostBytesPerEvent;
+    if (ram > 0 && need > ram) {
+      fail(std::to_string(cores) + " cores x " + std::to_string(workload.events_per_core) +
+           " events need about " + format_bytes(static_cast<uint64_t>(need)) +
+           " of host memory for their event streams, more than this machine's " +
+           format_bytes(static_cast<uint64_t>(ram)) + " (expected fewer --cores or --events)");
+    }
+  }
   if (hbm_bytes < 4 * kKiB) fail("hbm_bytes " + std::to_string(hbm_bytes) + " (expected >= 4 KiB)");
   if (collective_rounds < 0 || collective_rounds > 10000000)
     fail("collective_rounds " + std::to_string(collective_rounds) + " (expected 0..10000000)");

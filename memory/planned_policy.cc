@@ -8,7 +8,9 @@
 namespace vtpu {
 
 PlannedPolicy::PlannedPolicy(uint64_t capacity_bytes, const PolicyOptions& options)
-    : capacity_bytes_(capacity_bytes), plan_(options.heap_plan) {
+    : capacity_bytes_(capacity_bytes),
+      plan_(options.heap_plan),
+      skip_failed_(options.planned_skip_failed) {
   if (!plan_) {
     throw InvalidArgumentError(
         "allocator policy 'planned' needs a heap plan: set PolicyOptions::heap_plan to a plan "
@@ -71,7 +73,10 @@ std::optional<PolicyAllocation> PlannedPolicy::allocate(uint64_t size_bytes) {
   auto next = in_use_.lower_bound(offset + chunk);
   if (next != in_use_.begin()) {
     const auto& [prev_offset, prev] = *std::prev(next);
-    if (prev_offset + prev.chunk_bytes > offset) return std::nullopt;
+    if (prev_offset + prev.chunk_bytes > offset) {
+      if (skip_failed_) advance();
+      return std::nullopt;
+    }
   }
   const auto [lo, hi] = gap_around(offset, offset + chunk);
   remove_gap(lo, hi);
@@ -79,11 +84,15 @@ std::optional<PolicyAllocation> PlannedPolicy::allocate(uint64_t size_bytes) {
   add_gap(offset + chunk, hi);
   in_use_.emplace(offset, InUse{chunk, i});
   in_use_bytes_ += chunk;
+  advance();
+  return PolicyAllocation{offset, chunk};
+}
+
+void PlannedPolicy::advance() {
   if (++cursor_ == plan_->size()) {
     cursor_ = 0;
     ++num_replays_;
   }
-  return PolicyAllocation{offset, chunk};
 }
 
 uint64_t PlannedPolicy::free(uint64_t offset) {

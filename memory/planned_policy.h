@@ -49,10 +49,10 @@ class PlannedPolicy final : public AllocatorPolicy {
   /// chunk_bytes its placed bytes, and advances the cursor (wrapping after the last buffer). A
   /// request smaller than planned is fine (it uses part of its slot). Throws InvalidArgumentError
   /// naming the allocation index, label, requested and planned bytes when `size_bytes` is 0 or
-  /// larger than planned; the cursor then stays. Returns std::nullopt, cursor unchanged, when an
-  /// in-use chunk still overlaps the planned range (the program freed a buffer later than its
-  /// plan said): the arena then reports out-of-memory with the live buffers, and the caller may
-  /// free and retry the same request.
+  /// larger than planned; the cursor then stays. Returns std::nullopt when an in-use chunk still
+  /// overlaps the planned range (the program freed a buffer later than its plan said): the arena
+  /// then reports out-of-memory with the live buffers. The cursor stays, so the caller may free
+  /// and retry the same request, unless PolicyOptions::planned_skip_failed, which moves it on.
   std::optional<PolicyAllocation> allocate(uint64_t size_bytes) override;
   uint64_t free(uint64_t offset) override;
 
@@ -85,8 +85,11 @@ class PlannedPolicy final : public AllocatorPolicy {
     size_t interval;  // index into plan_->intervals()
   };
 
+  void advance();  // the cursor to the next planned buffer, wrapping after the last
+
   uint64_t capacity_bytes_;
   std::shared_ptr<const HeapPlan> plan_;
+  bool skip_failed_ = false;
   // The free gap around [offset, end): from the end of the in-use chunk below (or 0) to the start
   // of the one above (or the capacity).
   std::pair<uint64_t, uint64_t> gap_around(uint64_t offset, uint64_t end) const;

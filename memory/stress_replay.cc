@@ -279,6 +279,7 @@ CoreReplayer::CoreReplayer(const CoreStream& stream, StressReplayOptions options
   a.capacity_bytes = options_.capacity_bytes;
   a.policy = options_.policy;
   a.policy_options.heap_plan = options_.heap_plan;
+  a.policy_options.planned_skip_failed = true;  // a failed allocation is skipped, never retried
   a.backing = options_.backing;
   a.core_id = stream.core;
   a.auto_defragment = options_.auto_defragment;

@@ -6,8 +6,10 @@
 #include "examples/stress_harness.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -268,6 +270,71 @@ TEST(StressHarnessTest, BadOptionsNameTheValue) {
   EXPECT_THROW(run_stress(o), InvalidArgumentError);
   o = tight_uniform(0);
   EXPECT_THROW(run_stress(o), InvalidArgumentError);
+  // Finding F4: a policy named twice ran twice.
+  o = tight_uniform(1);
+  o.allocators = {"bfc", "tlsf", "bfc"};
+  try {
+    o.validate();
+    ADD_FAILURE() << "bfc twice was accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(e.message().find("'bfc' given twice"), std::string::npos) << e.message();
+  }
+  // Finding F3: 1024 cores x 2^27 events (~17 TiB of streams) died of std::bad_alloc.
+  o = tight_uniform(1024);
+  o.workload.events_per_core = uint64_t{1} << 27;
+  try {
+    o.validate();
+    ADD_FAILURE() << "a run far larger than RAM was accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(e.message().find("host memory"), std::string::npos) << e.message();
+  }
+}
+
+// Runs the vtpu binary; returns its exit code and output.
+int run_cli(const std::string& args, std::string* out) {
+  const std::string cmd = "timeout 60 " + std::string(VTPU_CLI_PATH) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, n);
+  const int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Findings F2 and F5: --seed -1 wrapped and 2^64 saturated silently; an unwritable or empty
+// --json path was found only after the run. All are usage errors (exit 2) before any run.
+TEST(StressHarnessTest, CliRejectsBadSeedsAndUnwritableOutputsBeforeTheRun) {
+  const std::string base =
+      "stress --cores 1 --events 1000 --load off --capacity-search off --auto-defragment off";
+  for (const char* seed : {"-1", "18446744073709551616", "1e3", ""}) {
+    std::string out;
+    EXPECT_EQ(run_cli(base + " --seed '" + seed + "'", &out), 2) << seed << ": " << out;
+    EXPECT_EQ(out.find("allocator"), std::string::npos) << "the run happened: " << out;
+  }
+  std::string out;
+  EXPECT_EQ(run_cli(base + " --seed 18446744073709551615", &out), 0) << out;
+  for (const char* bad : {"--json /proc/vtpu_x.json", "--html /proc/vtpu_x.html", "--json ''"}) {
+    out.clear();
+    EXPECT_EQ(run_cli(base + " " + bad, &out), 2) << bad << ": " << out;
+    EXPECT_EQ(out.find("allocator"), std::string::npos) << "the run happened: " << out;
+  }
+}
+
+// Finding F1: `planned` under load aborted the whole run (and lost bfc's results) once a late
+// cross-core free made one planned allocation fail. With frees up to 64 events late, planned may
+// count OOMs but the run completes and every policy reports.
+TEST(StressHarnessTest, PlannedUnderLoadWithLateFreesCompletes) {
+  StressOptions o = training_under_load(4, 200, 64);
+  o.workload.events_per_core = 4000;
+  o.allocators = {"bfc", "planned"};
+  o.auto_defragment = {false};
+  const nlohmann::json doc = run_stress(o);
+  ASSERT_EQ(doc["runs"].size(), 2u);
+  for (const auto& run : doc["runs"]) {
+    EXPECT_FALSE(run.contains("error")) << run["allocator"];
+    EXPECT_EQ(run["summary"]["events"].get<uint64_t>(), expected_events(o)) << run["allocator"];
+  }
 }
 
 // The targets on the real traces: some policy within 10% of peak live bytes, and bfc
