@@ -366,7 +366,13 @@ nlohmann::json run_stress(const StressOptions& options) {
         // e.g. a planned heap larger than the arena: the run cannot start; say why.
         run["error"] = e.message();
         run["summary"] = stress_metrics_json(StressCoreMetrics{}, false);
+        // One zero entry per core, as the schema (and the HTML renderer) expects of every run.
         run["per_core"] = nlohmann::json::array();
+        for (int c = 0; c < n; ++c) {
+          StressCoreMetrics zero;
+          zero.core = c;
+          run["per_core"].push_back(stress_metrics_json(zero, true));
+        }
         runs.push_back(std::move(run));
         continue;
       }

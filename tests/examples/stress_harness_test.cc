@@ -14,9 +14,11 @@
 #include <string>
 
 #include "common/error.h"
+#include "examples/stress_html.h"
 #include "memory/hbm_arena.h"
 #include "memory/stress_replay.h"
 #include "memory/stress_workload.h"
+#include "memory/trace.h"
 
 namespace vtpu::examples {
 namespace {
@@ -262,6 +264,49 @@ TEST(StressHarnessTest, PlannedNeedsItsHeapAndSaysSo) {
   ASSERT_EQ(doc["runs"].size(), 1u);
   EXPECT_NE(doc["runs"][0]["error"].get<std::string>().find("heap"), std::string::npos)
       << doc["runs"][0]["error"];
+  // Finding F7: a run that could not start had no per_core entries, so --html rejected the whole
+  // report. It has one zero entry per core, and the page renders.
+  EXPECT_EQ(doc["runs"][0]["per_core"].size(), 1u);
+  EXPECT_NO_THROW(render_stress_html(doc));
+}
+
+// Finding F7: a trace whose events are all on core 0, replayed on 2 cores, left core 1 with an
+// empty stream, whose empty plan failed `planned` for every core.
+TEST(StressHarnessTest, PlannedRunsWhenACoreHasNoEvents) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "vtpu_stress_one_core.jsonl").string();
+  {
+    TraceWriter w(path, default_trace_header());
+    for (uint64_t i = 0; i < 50; ++i) {
+      TraceEvent e;
+      e.t_us = static_cast<double>(2 * i);
+      e.op = TraceOp::kAlloc;
+      e.id = i;
+      e.bytes = 4096 * (1 + i % 5);
+      w.write(e);
+      TraceEvent f;
+      f.t_us = e.t_us + 1;
+      f.op = TraceOp::kFree;
+      f.id = i;
+      if (i % 2 == 1) w.write(f);
+    }
+    w.flush();
+  }
+  StressOptions o;
+  o.cores = 2;
+  o.trace_path = path;
+  o.under_load = false;
+  o.allocators = {"planned", "bfc"};
+  o.auto_defragment = {false};
+  o.hbm_bytes = 16 * kMiB;
+  o.search_capacity = false;
+  const nlohmann::json doc = run_stress(o);
+  std::filesystem::remove(path);
+  ASSERT_EQ(doc["runs"].size(), 2u);
+  EXPECT_FALSE(doc["runs"][0].contains("error")) << doc["runs"][0]["error"];
+  EXPECT_EQ(doc["runs"][0]["summary"]["events"], doc["runs"][1]["summary"]["events"]);
+  EXPECT_EQ(doc["runs"][0]["summary"]["true_ooms"], 0);
+  EXPECT_NO_THROW(render_stress_html(doc));
 }
 
 TEST(StressHarnessTest, BadOptionsNameTheValue) {
@@ -334,6 +379,14 @@ TEST(StressHarnessTest, PlannedUnderLoadWithLateFreesCompletes) {
   for (const auto& run : doc["runs"]) {
     EXPECT_FALSE(run.contains("error")) << run["allocator"];
     EXPECT_EQ(run["summary"]["events"].get<uint64_t>(), expected_events(o)) << run["allocator"];
+    // Finding F17: a cross-core free added a timeline sample stamped with a lagging index.
+    for (const auto& core : run["per_core"]) {
+      const auto& t = core["timeline"];
+      for (size_t k = 1; k < t.size(); ++k) {
+        ASSERT_GT(t[k]["event"].get<uint64_t>(), t[k - 1]["event"].get<uint64_t>())
+            << run["allocator"] << " core " << core["core"] << " sample " << k;
+      }
+    }
   }
 }
 

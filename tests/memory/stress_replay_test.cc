@@ -222,6 +222,21 @@ TEST(StressReplayTest, CrossCoreFreesFromOtherThreads) {
   EXPECT_NO_THROW(r.arena().check_consistency());
 }
 
+// Finding F6 of issue 5: the summary's reserved/live was max(peak reserved) / max(peak live), which
+// read 1.000 (64 MiB / 64 MiB, both core 0's) while core 1 was at 4 MiB / 3 MiB = 1.333.
+TEST(StressReplayTest, SummaryRatioIsTheWorstCoresOwn) {
+  StressCoreMetrics a, b;
+  a.peak_reserved_bytes = 64 * kMiB;
+  a.peak_live_bytes = 64 * kMiB;
+  b.core = 1;
+  b.peak_reserved_bytes = 4 * kMiB;
+  b.peak_live_bytes = 3 * kMiB;
+  const StressCoreMetrics s = merge_core_metrics(std::vector<StressCoreMetrics>{a, b});
+  EXPECT_EQ(s.peak_reserved_bytes, 64 * kMiB);
+  EXPECT_DOUBLE_EQ(s.reserved_over_live(), 4.0 / 3.0);
+  EXPECT_DOUBLE_EQ(stress_metrics_json(s, false)["reserved_over_live"].get<double>(), 4.0 / 3.0);
+}
+
 TEST(StressReplayTest, CompileKeepsTraceCoresApartOnOneStream) {
   // Trace cores 0 and 2 both use id 7; with 2 streams both land on stream 0.
   std::vector<TraceEvent> ev = {alloc(7, 100, "a", 0), alloc(7, 200, "b", 2), alloc(1, 300, "c", 1),
