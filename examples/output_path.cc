@@ -1,5 +1,8 @@
 #include "examples/output_path.h"
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -21,6 +24,18 @@ void check_output_path(const char* flag, const std::string& path) {
     throw InvalidArgumentError(std::string(flag) + " '" + path + "': directory '" + dir.string() +
                                "' does not exist");
   }
+  // The only reliable check that the file can be written (permissions, read-only or special
+  // file systems such as /proc, even for root): open it. An existing file is opened for append
+  // (not truncated); a new one is created and removed again.
+  const bool existed = fs::exists(p, ec);
+  std::FILE* f = std::fopen(path.c_str(), existed ? "a" : "w");
+  if (f == nullptr) {
+    const int err = errno;
+    throw InvalidArgumentError(std::string(flag) + " '" + path +
+                               "' cannot be written: " + std::strerror(err));
+  }
+  std::fclose(f);
+  if (!existed) fs::remove(p, ec);
 }
 
 }  // namespace vtpu::examples

@@ -6,9 +6,12 @@
 namespace vtpu::examples {
 
 /// Checks before a run that `path` (the value of the option `flag`, e.g. "--json") names a file
-/// that can be created: its directory exists and it is not itself a directory, so that a typo in
-/// an output path fails at once rather than after a long run. An empty path is accepted (the
-/// option was not given). Throws InvalidArgumentError naming the flag and the path. Thread-safe.
+/// that can be written: its directory exists, it is not itself a directory, and opening it for
+/// writing succeeds (a new file is created and removed again; an existing one is opened for
+/// append, not truncated), so that a typo or a permission problem fails at once rather than after
+/// a long run. An empty path is accepted (the option was not given; a caller that sees the option
+/// given with an empty value rejects it itself). Throws InvalidArgumentError naming the flag, the
+/// path and, for an open that failed, the system's reason. Thread-safe.
 void check_output_path(const char* flag, const std::string& path);
 
 }  // namespace vtpu::examples

@@ -29,6 +29,7 @@ struct StressCommand {
   std::string activation_bytes, weight_bytes, kv_block_bytes, bucket_bytes;
   std::string load = "on";
   std::string capacity_search = "on";
+  std::string seed = "1";
   std::string json_path;
   std::string html_path;
 };
@@ -46,6 +47,36 @@ CLI::Validator size_validator() {
         }
       },
       "SIZE");
+}
+
+// Decimal digits only, at most 2^64 - 1: CLI11's own uint64_t parsing wraps "-1" and saturates
+// "2^64", which would silently replay a seed the user did not type.
+uint64_t parse_seed(const std::string& text) {
+  uint64_t v = 0;
+  bool ok = !text.empty() && text.size() <= 20;
+  for (char ch : text) {
+    if (!ok) break;
+    ok = ch >= '0' && ch <= '9' && !__builtin_mul_overflow(v, uint64_t{10}, &v) &&
+         !__builtin_add_overflow(v, static_cast<uint64_t>(ch - '0'), &v);
+  }
+  if (!ok) {
+    throw InvalidArgumentError("--seed '" + text +
+                               "' (expected a decimal integer in [0, 18446744073709551615])");
+  }
+  return v;
+}
+
+CLI::Validator seed_validator() {
+  return CLI::Validator(
+      [](std::string& s) {
+        try {
+          parse_seed(s);
+          return std::string();
+        } catch (const Error& e) {
+          return e.message();
+        }
+      },
+      "SEED");
 }
 
 std::vector<std::string> split_list(const std::string& text) {
@@ -137,7 +168,9 @@ std::shared_ptr<StressCommand> add_stress_command(CLI::App& app) {
   s->add_option("--hbm-bytes", cmd->hbm_bytes, "Arena capacity per core (K, M, G = 1024^n)")
       ->capture_default_str()
       ->check(size_validator());
-  s->add_option("--seed", o.workload.seed, "Workload seed")->capture_default_str();
+  s->add_option("--seed", cmd->seed, "Workload seed, 0 .. 2^64 - 1")
+      ->capture_default_str()
+      ->check(seed_validator());
   s->add_option("--events", o.workload.events_per_core, "Events per core (generated workloads)")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, kMaxWorkloadEvents));
@@ -176,6 +209,11 @@ std::shared_ptr<StressCommand> add_stress_command(CLI::App& app) {
                 "Frees handed to the next core, per mille")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000));
+  s->add_option("--cross-core-free-lag", o.cross_core_free_max_lag,
+                "A cross-core free lands within this many of the owner's events (0: before its "
+                "next event)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
   s->add_flag("--backing", o.backing,
               "Real bytes: fill every buffer, checksum it, verify after every defragmentation "
               "and at the end");
@@ -199,6 +237,12 @@ bool run_stress_if_selected(const StressCommand& cmd, int argc, char** argv, int
     if (cmd.auto_defragment != "off") o.auto_defragment.push_back(true);
     if (cmd.auto_defragment != "on") o.auto_defragment.push_back(false);
     o.hbm_bytes = parse_bytes(cmd.hbm_bytes);
+    o.workload.seed = parse_seed(cmd.seed);
+    for (const char* flag : {"--json", "--html"}) {
+      const std::string& path = std::string(flag) == "--json" ? cmd.json_path : cmd.html_path;
+      if (cmd.app->count(flag) > 0 && path.empty())
+        throw InvalidArgumentError(std::string(flag) + " was given an empty path");
+    }
     if (!cmd.activation_bytes.empty())
       o.workload.activation_bytes = parse_bytes(cmd.activation_bytes);
     if (!cmd.weight_bytes.empty()) o.workload.weight_bytes = parse_bytes(cmd.weight_bytes);

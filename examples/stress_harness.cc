@@ -1,8 +1,13 @@
 #include "examples/stress_harness.h"
 
+#include <unistd.h>
+
 #include <Eigen/Core>
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -20,6 +25,9 @@ namespace vtpu::examples {
 namespace {
 
 constexpr uint64_t kProgressEvery = 4096;  // events between updates of the shared counter
+// Host bytes per generated event while the streams are built: a TraceEvent (88 B with its label
+// string) plus the compiled op (32 B) and its share of the per-slot arrays.
+constexpr double kHostBytesPerEvent = 136.0;
 
 bool is_known_policy(const std::string& name) {
   if (name == "planned") return true;
@@ -27,38 +35,171 @@ bool is_known_policy(const std::string& name) {
   return std::find(known.begin(), known.end(), name) != known.end();
 }
 
-// Whether the free of `slot` on core `core` is handed to the next core (a fixed hash, so every
-// policy sees the same cross-core frees).
-bool is_cross_core(int core, uint32_t slot, uint32_t per_mille) {
-  uint64_t z = (static_cast<uint64_t>(core) << 32 | slot) * 0x9E3779B97F4A7C15ULL;
-  z ^= z >> 29;
-  return z % 1000 < per_mille;
-}
-
-// A core's inbox of cross-core frees: (owner core, slot) pairs pushed by the previous core.
-class FreeInbox {
+// Cross-core frees with a bounded delay. Core c hands the free of one of its buffers to core
+// (c + 1) mod N through that core's inbox instead of doing it; the next core applies its inbox at
+// each of its event boundaries and whenever it waits. So that a late free cannot inflate the
+// owner's live bytes, the owner, before its event i, waits until every free it handed off at
+// events < i - max_lag has been applied (max_lag 0: before its next event, so the owner's arena
+// sees its stream's order exactly). To keep those waits from deadlocking, every wait of a core
+// drains its own inbox: the owner's wait above, the gate before each collective round (all N
+// cores arrive before any enters the all-reduce, so no core sits in a collective while another
+// waits on it) and the final gate. Waits block on a condition variable; one that sees no core
+// make progress for `timeout` throws DeadlineExceededError, and abort() (the Runtime's abort
+// handler, when a core threw) wakes every waiter with AbortedError.
+class CrossCoreFrees {
  public:
-  void push(int owner, uint32_t slot) {
-    std::lock_guard lock(mu_);
-    items_.emplace_back(owner, slot);
-    nonempty_.store(true, std::memory_order_release);
+  CrossCoreFrees(int cores, uint32_t max_lag, std::chrono::milliseconds timeout,
+                 std::vector<std::unique_ptr<CoreReplayer>>& replayers)
+      : n_(cores), max_lag_(max_lag), timeout_(timeout), replayers_(replayers) {
+    for (int c = 0; c < cores; ++c) boxes_.push_back(std::make_unique<Box>());
   }
-  // Frees everything queued so far through the owners' replayers.
-  void drain(std::vector<std::unique_ptr<CoreReplayer>>& replayers) {
-    if (!nonempty_.load(std::memory_order_acquire)) return;
-    std::vector<std::pair<int, uint32_t>> items;
+
+  // Core `owner` hands the free of `slot` to the next core in place of its event `event`.
+  void hand_off(int owner, uint32_t slot, size_t event) {
+    Box& own = *boxes_[owner];
+    Box& next = *boxes_[(owner + 1) % n_];
     {
-      std::lock_guard lock(mu_);
-      items.swap(items_);
-      nonempty_.store(false, std::memory_order_release);
+      std::lock_guard lock(next.mu);
+      next.inbox.emplace_back(owner, slot);
+      next.nonempty.store(true, std::memory_order_release);
+      if (next.waiting) next.cv.notify_one();
     }
-    for (const auto& [owner, slot] : items) replayers[owner]->free_slot(slot);
+    own.pending.emplace_back(event, ++own.handed);
+  }
+
+  // Core c before its event `event`: applies its inbox, then waits for its own hand-offs that
+  // are now more than max_lag events old.
+  void before_event(int c, size_t event) {
+    Box& me = *boxes_[c];
+    me.progress.store(event + 1, std::memory_order_relaxed);
+    drain(c);
+    uint64_t required = 0;
+    while (!me.pending.empty() && me.pending.front().first + max_lag_ < event) {
+      required = me.pending.front().second;
+      me.pending.pop_front();
+    }
+    if (required > 0 && me.applied.load(std::memory_order_acquire) < required) {
+      wait_draining(
+          c, [&] { return me.applied.load(std::memory_order_acquire) >= required; },
+          "the next core to apply its cross-core frees");
+    }
+  }
+
+  // Core c waits until every free it handed off has been applied.
+  void flush(int c) {
+    Box& me = *boxes_[c];
+    const uint64_t required = me.handed;
+    me.pending.clear();
+    wait_draining(
+        c, [&] { return me.applied.load(std::memory_order_acquire) >= required; },
+        "the next core to apply its last cross-core frees");
+  }
+
+  // Core c arrives at the next gate and returns once all cores have arrived at it.
+  void gate(int c) {
+    Box& me = *boxes_[c];
+    const uint64_t target = ++me.gates * static_cast<uint64_t>(n_);
+    if (arrivals_.fetch_add(1) + 1 == target) {
+      for (int d = 0; d < n_; ++d) ring(d);
+    }
+    wait_draining(
+        c, [&] { return arrivals_.load() >= target; }, "every core to reach the collective round");
+  }
+
+  // Wakes every waiter with AbortedError. Called from the Runtime's abort handler.
+  void abort() {
+    aborted_.store(true);
+    for (int d = 0; d < n_; ++d) ring(d);
   }
 
  private:
-  std::mutex mu_;
-  std::vector<std::pair<int, uint32_t>> items_;  // GUARDED_BY(mu_)
-  std::atomic<bool> nonempty_{false};
+  struct alignas(64) Box {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::pair<int, uint32_t>> inbox;  // GUARDED_BY(mu): (owner core, slot)
+    bool waiting = false;                         // GUARDED_BY(mu)
+    std::atomic<bool> nonempty{false};
+    std::atomic<uint64_t> applied{0};   // this core's hand-offs the next core has applied
+    std::atomic<uint64_t> progress{0};  // events this core has started (for the timeout)
+    // Only the core's own thread:
+    uint64_t handed = 0;                              // hand-offs so far
+    std::deque<std::pair<size_t, uint64_t>> pending;  // (event, `handed` after it), unapplied
+    uint64_t gates = 0;                               // gates passed
+  };
+
+  void ring(int d) {
+    Box& b = *boxes_[d];
+    std::lock_guard lock(b.mu);
+    if (b.waiting) b.cv.notify_one();
+  }
+
+  // Applies core c's inbox through the owners' replayers and tells the owners.
+  void drain(int c) {
+    Box& me = *boxes_[c];
+    if (!me.nonempty.load(std::memory_order_acquire)) return;
+    std::vector<std::pair<int, uint32_t>> items;
+    {
+      std::lock_guard lock(me.mu);
+      items.swap(me.inbox);
+      me.nonempty.store(false, std::memory_order_release);
+    }
+    for (const auto& [owner, slot] : items) {
+      replayers_[owner]->free_slot(slot);
+      boxes_[owner]->applied.fetch_add(1, std::memory_order_release);
+    }
+    // Wake the owners (in practice one: only core c - 1 hands frees to core c).
+    for (size_t k = 0; k < items.size(); ++k) {
+      if (k == 0 || items[k].first != items[k - 1].first) ring(items[k].first);
+    }
+  }
+
+  uint64_t total_progress() const {
+    uint64_t sum = arrivals_.load();
+    for (const auto& b : boxes_) {
+      sum += b->progress.load(std::memory_order_relaxed) + b->applied.load();
+    }
+    return sum;
+  }
+
+  // Waits until done() holds, applying core c's inbox meanwhile (and once more after done()).
+  template <typename Done>
+  void wait_draining(int c, Done done, const char* what) {
+    Box& me = *boxes_[c];
+    auto deadline = std::chrono::steady_clock::now() + timeout_;
+    uint64_t seen = total_progress();
+    for (;;) {
+      const bool finished = done();
+      drain(c);
+      if (finished) return;
+      if (aborted_.load())
+        throw AbortedError("core " + std::to_string(c) + " was waiting for " + what +
+                           " when another core failed");
+      std::unique_lock lock(me.mu);
+      me.waiting = true;
+      while (!done() && !aborted_.load() && me.inbox.empty()) {
+        if (me.cv.wait_until(lock, deadline) == std::cv_status::timeout) {
+          const uint64_t now_seen = total_progress();
+          if (now_seen == seen) {
+            me.waiting = false;
+            throw DeadlineExceededError("stress: core " + std::to_string(c) + " waited " +
+                                        std::to_string(timeout_.count()) + " ms for " + what +
+                                        " while no core made progress (collective_timeout)");
+          }
+          seen = now_seen;
+          deadline = std::chrono::steady_clock::now() + timeout_;
+        }
+      }
+      me.waiting = false;
+    }
+  }
+
+  const int n_;
+  const uint32_t max_lag_;
+  const std::chrono::milliseconds timeout_;
+  std::vector<std::unique_ptr<CoreReplayer>>& replayers_;
+  std::vector<std::unique_ptr<Box>> boxes_;
+  std::atomic<uint64_t> arrivals_{0};  // gate arrivals of all cores
+  std::atomic<bool> aborted_{false};
 };
 
 struct LoadCounters {
@@ -95,6 +236,12 @@ std::string num_or_dash(const nlohmann::json& v, const char* f = "%.0f") {
 
 }  // namespace
 
+bool is_cross_core_free(int core, uint32_t slot, uint32_t per_mille) {
+  uint64_t z = (static_cast<uint64_t>(core) << 32 | slot) * 0x9E3779B97F4A7C15ULL;
+  z ^= z >> 29;
+  return z % 1000 < per_mille;
+}
+
 void StressOptions::validate() const {
   auto fail = [](const std::string& m) { throw InvalidArgumentError("stress: " + m); };
   if (cores < 1 || cores > 1024) fail("cores " + std::to_string(cores) + " (expected 1..1024)");
@@ -104,7 +251,28 @@ void StressOptions::validate() const {
     if (!is_known_policy(a))
       fail("unknown allocator policy '" + a +
            "' (expected one of: " + join(known_allocator_policies(), ", ") + ", planned)");
+  for (size_t i = 0; i < allocators.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (allocators[i] == allocators[j])
+        fail("allocator policy '" + allocators[i] + "' given twice (each policy runs once)");
+    }
+  }
   if (auto_defragment.empty()) fail("no auto-defragment setting given");
+  if (trace_path.empty()) {
+    // Every core's events exist at once as trace events while the streams are compiled (about
+    // kHostBytesPerEvent each with the compiled ops); refuse a run that cannot fit in RAM rather
+    // than die of std::bad_alloc (or of the OOM killer) after minutes.
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const double ram = pages > 0 && page > 0 ? static_cast<double>(pages) * page : 0.0;
+    const double need = static_cast<double>(cores) * static_cast<double>(workload.events_per_core) *
+                        kHostBytesPerEvent;
+    if (ram > 0 && need > ram) {
+      fail(std::to_string(cores) + " cores x " + std::to_string(workload.events_per_core) +
+           " events need about " + format_bytes(static_cast<uint64_t>(need)) +
+           " of host memory for their event streams, more than this machine's " +
+           format_bytes(static_cast<uint64_t>(ram)) + " (expected fewer --cores or --events)");
+    }
+  }
   if (hbm_bytes < 4 * kKiB) fail("hbm_bytes " + std::to_string(hbm_bytes) + " (expected >= 4 KiB)");
   if (collective_rounds < 0 || collective_rounds > 10000000)
     fail("collective_rounds " + std::to_string(collective_rounds) + " (expected 0..10000000)");
@@ -116,6 +284,9 @@ void StressOptions::validate() const {
   if (cross_core_free_per_mille > 1000)
     fail("cross_core_free_per_mille " + std::to_string(cross_core_free_per_mille) +
          " (expected 0..1000)");
+  if (cross_core_free_max_lag > 1000000)
+    fail("cross_core_free_max_lag " + std::to_string(cross_core_free_max_lag) +
+         " (expected 0..1000000 events)");
   if (timeline_samples < 0) fail("timeline_samples must be >= 0");
 }
 
@@ -195,65 +366,84 @@ nlohmann::json run_stress(const StressOptions& options) {
         // e.g. a planned heap larger than the arena: the run cannot start; say why.
         run["error"] = e.message();
         run["summary"] = stress_metrics_json(StressCoreMetrics{}, false);
+        // One zero entry per core, as the schema (and the HTML renderer) expects of every run.
         run["per_core"] = nlohmann::json::array();
+        for (int c = 0; c < n; ++c) {
+          StressCoreMetrics zero;
+          zero.core = c;
+          run["per_core"].push_back(stress_metrics_json(zero, true));
+        }
         runs.push_back(std::move(run));
         continue;
       }
-      std::vector<FreeInbox> inboxes(static_cast<size_t>(n));
+      const bool cross = options.under_load && n > 1 && options.cross_core_free_per_mille > 0;
+      CrossCoreFrees frees(n, options.cross_core_free_max_lag, runtime.options().collective_timeout,
+                           replayers);
+      const int abort_handler =
+          runtime.add_abort_handler([&frees](int, const std::exception_ptr&) { frees.abort(); });
       std::vector<StressCoreMetrics> metrics(static_cast<size_t>(n));
-      runtime.run_spmd([&](CoreContext& ctx) {
-        const int c = ctx.core_id();
-        CoreReplayer& r = *replayers[c];
-        const auto& ops = streams[c].ops;
-        const size_t total = ops.size();
-        const bool load_on = options.under_load;
-        const bool cross = load_on && n > 1 && options.cross_core_free_per_mille > 0;
-        const auto rounds = load_on ? static_cast<size_t>(options.collective_rounds) : 0;
-        std::vector<float> bucket(load_on ? options.bucket_bytes / 4 : 0);
-        const int d = options.matmul_dim;
-        Eigen::MatrixXf a, b, m;
-        if (load_on) {
-          a = Eigen::MatrixXf::Constant(d, d, 0.5f);
-          b = Eigen::MatrixXf::Constant(d, d, 0.25f);
-          m.resize(d, d);
-        }
-        size_t next_round = 0;
-        uint64_t unreported = 0;
-        r.begin();
-        for (size_t i = 0; i < total && !r.stopped(); ++i) {
-          // Round k sits before event floor(k * total / rounds), so every core runs `rounds`.
-          while (next_round < rounds && i >= next_round * total / rounds) {
-            if (cross) inboxes[c].drain(replayers);
+      try {
+        runtime.run_spmd([&](CoreContext& ctx) {
+          const int c = ctx.core_id();
+          CoreReplayer& r = *replayers[c];
+          const auto& ops = streams[c].ops;
+          const size_t total = ops.size();
+          const bool load_on = options.under_load;
+          const auto rounds = load_on ? static_cast<size_t>(options.collective_rounds) : 0;
+          std::vector<float> bucket(load_on ? options.bucket_bytes / 4 : 0);
+          const int d = options.matmul_dim;
+          Eigen::MatrixXf a, b, m;
+          if (load_on) {
+            a = Eigen::MatrixXf::Constant(d, d, 0.5f);
+            b = Eigen::MatrixXf::Constant(d, d, 0.25f);
+            m.resize(d, d);
+          }
+          auto round = [&] {
+            // With cross-core frees, all cores meet (applying their inboxes) before any enters
+            // the all-reduce, so a core blocked in it never holds up a free another core awaits.
+            if (cross) frees.gate(c);
             load_round(ctx, *comm, bucket, a, b, m, load);
+          };
+          size_t next_round = 0;
+          uint64_t unreported = 0;
+          r.begin();
+          for (size_t i = 0; i < total && !r.stopped(); ++i) {
+            // Round k sits before event floor(k * total / rounds), so every core runs `rounds`.
+            while (next_round < rounds && i >= next_round * total / rounds) {
+              round();
+              ++next_round;
+            }
+            if (cross) frees.before_event(c, i);
+            const CoreStream::Op& op = ops[i];
+            if (cross && !op.is_alloc &&
+                is_cross_core_free(c, op.slot, options.cross_core_free_per_mille) &&
+                r.is_live(op.slot)) {
+              frees.hand_off(c, op.slot, i);
+            } else {
+              r.run_op(i);
+            }
+            if (options.progress != nullptr && ++unreported == kProgressEvery) {
+              options.progress->done.fetch_add(unreported, std::memory_order_relaxed);
+              unreported = 0;
+            }
+          }
+          while (next_round < rounds) {
+            round();
             ++next_round;
           }
-          if (cross) inboxes[c].drain(replayers);
-          const CoreStream::Op& op = ops[i];
-          if (cross && !op.is_alloc &&
-              is_cross_core(c, op.slot, options.cross_core_free_per_mille) && r.is_live(op.slot)) {
-            inboxes[(c + 1) % n].push(c, op.slot);
-          } else {
-            r.run_op(i);
+          if (cross) {
+            frees.flush(c);  // every free this core handed off is applied
+            frees.gate(c);   // and every other core's: no core frees into another after this
           }
-          if (options.progress != nullptr && ++unreported == kProgressEvery) {
+          if (options.progress != nullptr)
             options.progress->done.fetch_add(unreported, std::memory_order_relaxed);
-            unreported = 0;
-          }
-        }
-        while (next_round < rounds) {
-          if (cross) inboxes[c].drain(replayers);
-          load_round(ctx, *comm, bucket, a, b, m, load);
-          ++next_round;
-        }
-        if (cross) {
-          comm->barrier(ctx);  // every push happened before it: drain once more
-          inboxes[c].drain(replayers);
-          comm->barrier(ctx);  // no core finishes while another may still free into it
-        }
-        if (options.progress != nullptr)
-          options.progress->done.fetch_add(unreported, std::memory_order_relaxed);
-        metrics[c] = r.finish();
-      });
+          metrics[c] = r.finish();
+        });
+      } catch (...) {
+        runtime.remove_abort_handler(abort_handler);
+        throw;
+      }
+      runtime.remove_abort_handler(abort_handler);
       replayers.clear();
       if (options.search_capacity) {
         runtime.run_spmd([&](CoreContext& ctx) {
@@ -285,7 +475,8 @@ nlohmann::json run_stress(const StressOptions& options) {
                  {"bucket_bytes", options.under_load ? options.bucket_bytes : 0},
                  {"matmul_dim", options.under_load ? options.matmul_dim : 0},
                  {"cross_core_free_per_mille",
-                  options.under_load && n > 1 ? options.cross_core_free_per_mille : 0}};
+                  options.under_load && n > 1 ? options.cross_core_free_per_mille : 0},
+                 {"cross_core_free_max_lag", options.cross_core_free_max_lag}};
   doc["runs"] = std::move(runs);
   return doc;
 }

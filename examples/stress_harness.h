@@ -10,12 +10,16 @@
 //     matmul_dim^2), so allocation, link traffic and compute contend; every all-reduce result is
 //     checked (sum of core ids + 1 over the group);
 //   - cross-core frees: a free event of a buffer whose slot hashes below cross_core_free_per_mille
-//     is not done by its own core but handed to the next core ((c + 1) mod N) through that core's
-//     inbox; the next core frees it (HbmArena is thread-safe, and the owning CoreReplayer's mutex
-//     serialises the free with the owner's own events and checks) at its next event, before each
-//     collective, and after a final barrier. Timing decides when such a free lands between the
-//     owner's events, so runs under load with N > 1 are not bit-for-bit repeatable; with
-//     --load off they are.
+//     (is_cross_core_free) is not done by its own core but handed to the next core ((c + 1) mod N)
+//     through that core's inbox; the next core frees it (HbmArena is thread-safe, and the owning
+//     CoreReplayer's mutex serialises the free with the owner's own events and checks) at its
+//     next event boundary or while it waits. The owner waits, before its event i, until every
+//     free it handed off at an event < i - cross_core_free_max_lag has landed, so the delay is
+//     bounded in the owner's events: with the default lag 0 every cross-core free lands before the
+//     owner's next event, the owner's arena sees its stream's order exactly, and every figure but
+//     the times repeats run to run, as with --load off. With a lag L > 0, timing decides where in
+//     those L events a free lands, and peak live exceeds the run without cross-core frees by at
+//     most the bytes of the cross-core frees among any L consecutive events of the owner.
 // The capacity search (find_min_capacity) always replays metadata-only without load.
 #pragma once
 
@@ -46,9 +50,12 @@ struct StressOptions {
   uint64_t bucket_bytes = 256 * kKiB;             // all-reduce bucket, a multiple of 4
   int matmul_dim = 64;                            // square f32 matmul before every all-reduce
   uint32_t cross_core_free_per_mille = 50;        // share of frees done by the next core, 0..1000
-  int timeline_samples = 1000;                    // per core and run
-  uint64_t latency_sample_every = 16;             // time one op in this many
-  std::string command;                            // the command line, for the report
+  /// A cross-core free handed off at the owner's event i lands before the owner's event
+  /// i + 1 + cross_core_free_max_lag (events; 0..1000000). 0: before the owner's next event.
+  uint32_t cross_core_free_max_lag = 0;
+  int timeline_samples = 1000;         // per core and run
+  uint64_t latency_sample_every = 16;  // time one op in this many
+  std::string command;                 // the command line, for the report
   /// For a progress bar (may be null): run_stress stores the events all runs will replay in
   /// `total` once the streams are built, and adds to `done` every few thousand events.
   struct Progress {
@@ -59,6 +66,11 @@ struct StressOptions {
   /// Throws InvalidArgumentError naming the first bad field.
   void validate() const;
 };
+
+/// Whether the free of `slot` (a CoreStream slot) on core `core` is handed to the next core under
+/// load: a fixed hash of (core, slot) below `per_mille` of 1000, so every policy sees the same
+/// cross-core frees. Pure function.
+bool is_cross_core_free(int core, uint32_t slot, uint32_t per_mille);
 
 /// Runs every (allocator, auto_defragment) combination and returns the report document. Throws
 /// InvalidArgumentError for bad options or a bad trace, NotFoundError for a missing trace, and,

@@ -139,6 +139,11 @@ struct PolicyOptions {
   std::optional<uint64_t> max_internal_fragmentation_bytes;
   /// planned: the offsets to hand out, from the heap planner (required by that policy).
   std::shared_ptr<const HeapPlan> heap_plan;
+  /// planned: when an allocation fails (its planned range is still in use), move the cursor past
+  /// its planned buffer anyway, for a caller that gives the request up rather than retrying it (a
+  /// replay that skips a failed allocation and its free), so later requests stay matched to their
+  /// own planned buffers. Default false: the cursor stays, and the caller may free and retry.
+  bool planned_skip_failed = false;
 };
 
 /// Names make_allocator_policy accepts: {"bfc", "tlsf", "first_fit", "buddy"}.

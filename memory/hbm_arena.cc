@@ -7,6 +7,7 @@
 #include <iomanip>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <unordered_map>
 
 #include "common/units.h"
 #include "memory/backing_store.h"
@@ -139,6 +140,48 @@ HbmArena::HbmArena(const ArenaOptions& options)
 
 HbmArena::~HbmArena() = default;
 
+HbmArena::Live* HbmArena::find_locked(BufferId id) {
+  const uint64_t low = id & 0xFFFFFFFFu;
+  if (low == 0 || low > slots_.size()) return nullptr;
+  Slot& s = slots_[low - 1];
+  if (!s.in_use || s.generation != (id >> 32)) return nullptr;
+  return &s.live;
+}
+
+const HbmArena::Live* HbmArena::find_locked(BufferId id) const {
+  return const_cast<HbmArena*>(this)->find_locked(id);
+}
+
+bool HbmArena::handed_out_locked(BufferId id) const {
+  const uint64_t low = id & 0xFFFFFFFFu;
+  if (low == 0 || low > slots_.size()) return false;
+  const Slot& s = slots_[low - 1];
+  const uint64_t gen = id >> 32;
+  return gen < s.generation || (gen == s.generation && s.in_use);
+}
+
+BufferId HbmArena::next_id_locked() const {
+  const uint64_t slot = free_slots_.empty() ? slots_.size() : free_slots_.back();
+  const uint64_t gen = free_slots_.empty() ? 0 : slots_[slot].generation;
+  return gen << 32 | (slot + 1);
+}
+
+template <typename Fn>
+void HbmArena::for_each_live_locked(Fn&& fn) const {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    if (s.in_use) fn(static_cast<uint64_t>(s.generation) << 32 | (i + 1), s.live);
+  }
+}
+
+template <typename Fn>
+void HbmArena::for_each_live_locked(Fn&& fn) {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    if (s.in_use) fn(static_cast<uint64_t>(s.generation) << 32 | (i + 1), s.live);
+  }
+}
+
 BufferId HbmArena::allocate(uint64_t size_bytes, std::string label) {
   if (size_bytes == 0) {
     throw InvalidArgumentError("allocation of 0 bytes on core " + std::to_string(core_id()) +
@@ -216,14 +259,20 @@ std::optional<ArenaPlacement> HbmArena::try_allocate_locked(uint64_t size_bytes,
     if (options_.record_events) {
       TraceEvent e;
       e.op = TraceOp::kOom;
-      e.id = next_id_;  // the id the buffer would have had; never handed out
+      e.id = next_id_locked();  // the id the buffer would have had; never handed out
       e.bytes = size_bytes;
       e.label = label;
       record_locked(std::move(e));
     }
     return std::nullopt;
   }
-  const BufferId id = next_id_++;
+  if (free_slots_.empty() && slots_.size() >= kMaxSlots) {
+    policy_->free(a->offset);
+    throw ResourceExhaustedError("arena on core " + std::to_string(core_id()) + " holds " +
+                                 std::to_string(kMaxSlots) +
+                                 " live buffers, the most its buffer table can name");
+  }
+  const BufferId id = next_id_locked();
   if (options_.record_events) {
     TraceEvent e;
     e.op = TraceOp::kAlloc;
@@ -232,15 +281,31 @@ std::optional<ArenaPlacement> HbmArena::try_allocate_locked(uint64_t size_bytes,
     e.label = label;
     record_locked(std::move(e));
   }
-  live_.emplace(id, Live{a->offset, size_bytes, a->chunk_bytes, logical_bytes,
-                         stats_.num_allocs + 1, std::move(label)});
+  uint32_t slot;
+  if (free_slots_.empty()) {
+    slot = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+  } else {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  Slot& s = slots_[slot];
+  s.in_use = true;
+  s.live.offset = a->offset;
+  s.live.size_bytes = size_bytes;
+  s.live.chunk_bytes = a->chunk_bytes;
+  s.live.logical_bytes = logical_bytes;
+  s.live.seq = stats_.num_allocs + 1;
+  s.live.label = std::move(label);
+  s.live.pins = 0;
+  ++num_live_;
   stats_.bytes_in_use += a->chunk_bytes;
   stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
   stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, a->chunk_bytes);
   stats_.bytes_requested += size_bytes;
   stats_.logical_bytes_in_use += logical_bytes;
   ++stats_.num_allocs;
-  return ArenaPlacement{id, a->offset, a->chunk_bytes};
+  return ArenaPlacement{id, stats_.num_allocs, a->offset, a->chunk_bytes};
 }
 
 void HbmArena::free(BufferId id) {
@@ -255,12 +320,12 @@ void HbmArena::free(BufferId id, ArenaFreeSpace* after) {
 }
 
 void HbmArena::free_locked(BufferId id) {
-  auto it = live_.find(id);
-  if (it == live_.end()) {
+  const Live* found = find_locked(id);
+  if (found == nullptr) {
     throw InvalidArgumentError("free of buffer id " + std::to_string(id) + " on core " +
                                std::to_string(core_id()) + ", which is not live (double free?)");
   }
-  const Live& b = it->second;
+  const Live& b = *found;
   if (backing_ && options_.poison_freed) {
     // The requested bytes rounded to 256 B: the bytes a stale reader could touch, without
     // committing the pages of an unsplit remainder that was never used.
@@ -278,16 +343,21 @@ void HbmArena::free_locked(BufferId id) {
   stats_.bytes_requested -= b.size_bytes;
   stats_.logical_bytes_in_use -= b.logical_bytes;
   ++stats_.num_frees;
-  live_.erase(it);
+  const auto slot = static_cast<uint32_t>((id & 0xFFFFFFFFu) - 1);
+  Slot& s = slots_[slot];
+  s.in_use = false;
+  s.live.label.clear();  // keeps its capacity for the slot's next buffer
+  if (++s.generation != kRetiredGeneration) free_slots_.push_back(slot);
+  --num_live_;
 }
 
 const HbmArena::Live& HbmArena::live_locked(BufferId id) const {
-  auto it = live_.find(id);
-  if (it == live_.end()) {
+  const Live* b = find_locked(id);
+  if (b == nullptr) {
     throw InvalidArgumentError("buffer id " + std::to_string(id) + " is not live on core " +
                                std::to_string(core_id()));
   }
-  return it->second;
+  return *b;
 }
 
 std::byte* HbmArena::data(BufferId id) const {
@@ -311,7 +381,7 @@ MemoryStats HbmArena::memory_stats() const {
   MemoryStats s = stats_;
   s.largest_free_block_bytes = policy_->largest_free_block_bytes();
   s.total_free_bytes = policy_->total_free_bytes();
-  s.num_live_buffers = live_.size();
+  s.num_live_buffers = num_live_;
   return s;
 }
 
@@ -326,19 +396,28 @@ void HbmArena::check_consistency() const {
       in_use_bytes += c.size_bytes;
     }
   });
-  if (in_use.size() != live_.size()) {
+  if (in_use.size() != num_live_) {
     throw InternalError("arena on core " + std::to_string(core_id()) + " tracks " +
-                        std::to_string(live_.size()) + " live buffers but the policy has " +
+                        std::to_string(num_live_) + " live buffers but the policy has " +
                         std::to_string(in_use.size()) + " chunks in use");
   }
   uint64_t requested = 0;
-  for (const auto& [id, b] : live_) {
+  size_t counted = 0;
+  for_each_live_locked([&](BufferId id, const Live& b) {
     auto it = in_use.find(b.offset);
     if (it == in_use.end() || it->second != b.chunk_bytes || b.size_bytes > b.chunk_bytes) {
       throw InternalError("live buffer " + std::to_string(id) + " at offset " +
                           std::to_string(b.offset) + " does not match an in-use chunk");
     }
     requested += b.size_bytes;
+    ++counted;
+  });
+  if (counted != num_live_ || free_slots_.size() + num_live_ > slots_.size()) {
+    throw InternalError("arena buffer table on core " + std::to_string(core_id()) + " holds " +
+                        std::to_string(counted) + " live slots, counts " +
+                        std::to_string(num_live_) + ", and lists " +
+                        std::to_string(free_slots_.size()) + " free slots of " +
+                        std::to_string(slots_.size()));
   }
   if (in_use_bytes != stats_.bytes_in_use || requested != stats_.bytes_requested) {
     throw InternalError("arena byte counters disagree with the chunk walk on core " +
@@ -362,7 +441,7 @@ OomReport HbmArena::make_oom_report_locked(uint64_t size_bytes, uint64_t logical
   r.array_text = array_text;
   r.bins = policy_->bin_stats();
   r.occupancy_map = occupancy_map_locked();
-  for (const auto& [id, b] : live_) r.pinned_buffers += b.pins > 0 ? 1 : 0;
+  for_each_live_locked([&](BufferId, const Live& b) { r.pinned_buffers += b.pins > 0 ? 1 : 0; });
   r.core_id = core_id();
   r.policy = options_.policy;
   r.label = label;
@@ -374,8 +453,10 @@ OomReport HbmArena::make_oom_report_locked(uint64_t size_bytes, uint64_t logical
   r.largest_free_block_bytes = policy_->largest_free_block_bytes();
   r.fragmentation = fragmentation_ratio(r.largest_free_block_bytes, r.total_free_bytes);
   std::vector<LiveBufferInfo> all;
-  all.reserve(live_.size());
-  for (const auto& [id, b] : live_) all.push_back({b.label, b.offset, b.size_bytes, b.chunk_bytes});
+  all.reserve(num_live_);
+  for_each_live_locked([&](BufferId, const Live& b) {
+    all.push_back({b.label, b.offset, b.size_bytes, b.chunk_bytes});
+  });
   const size_t n = std::min(kMaxReportedBuffers, all.size());
   std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n), all.end(),
                     [](const LiveBufferInfo& a, const LiveBufferInfo& b) {
@@ -407,12 +488,12 @@ DefragmentResult HbmArena::defragment_locked() {
     uint64_t new_chunk_bytes;
   };
   std::vector<Entry> entries;
-  entries.reserve(live_.size());
+  entries.reserve(num_live_);
   std::vector<std::pair<uint64_t, uint64_t>> pinned;  // [offset, end) of pinned chunks
-  for (auto& [id, b] : live_) {
+  for_each_live_locked([&](BufferId, Live& b) {
     entries.push_back({&b, b.offset, b.chunk_bytes});
     if (b.pins > 0) pinned.emplace_back(b.offset, b.offset + b.chunk_bytes);
-  }
+  });
   std::sort(entries.begin(), entries.end(),
             [](const Entry& x, const Entry& y) { return x.live->offset < y.live->offset; });
   std::sort(pinned.begin(), pinned.end());
@@ -487,24 +568,24 @@ DefragmentResult HbmArena::defragment_locked() {
 
 void HbmArena::pin(BufferId id) {
   std::lock_guard lock(mu_);
-  auto it = live_.find(id);
-  if (it == live_.end()) live_locked(id);  // throws the unknown-id error
-  ++it->second.pins;
+  Live* b = find_locked(id);
+  if (b == nullptr) live_locked(id);  // throws the unknown-id error
+  ++b->pins;
 }
 
 void HbmArena::unpin(BufferId id) {
   std::lock_guard lock(mu_);
-  auto it = live_.find(id);
-  if (it == live_.end()) {
-    if (id != 0 && id < next_id_) return;  // freed while pinned; ids are never reused
+  Live* b = find_locked(id);
+  if (b == nullptr) {
+    if (handed_out_locked(id)) return;  // freed while pinned; ids are never reused
     throw InvalidArgumentError("unpin of buffer id " + std::to_string(id) + " on core " +
                                std::to_string(core_id()) + ", which this arena never allocated");
   }
-  if (it->second.pins == 0) {
+  if (b->pins == 0) {
     throw FailedPreconditionError("unpin of buffer id " + std::to_string(id) + " on core " +
                                   std::to_string(core_id()) + ", which is not pinned");
   }
-  --it->second.pins;
+  --b->pins;
 }
 
 bool HbmArena::is_pinned(BufferId id) const {
@@ -541,8 +622,8 @@ void HbmArena::write_event_log(const std::string& path) const {
 std::vector<MemoryChunkRecord> HbmArena::chunk_records() const {
   std::lock_guard lock(mu_);
   std::unordered_map<uint64_t, const Live*> by_offset;
-  by_offset.reserve(live_.size());
-  for (const auto& [id, b] : live_) by_offset.emplace(b.offset, &b);
+  by_offset.reserve(num_live_);
+  for_each_live_locked([&](BufferId, const Live& b) { by_offset.emplace(b.offset, &b); });
   std::vector<MemoryChunkRecord> out;
   policy_->walk([&](const ChunkInfo& c) {
     MemoryChunkRecord r;
@@ -585,7 +666,7 @@ std::string HbmArena::occupancy_map_locked() const {
     }
   };
   std::unordered_map<uint64_t, uint64_t> requested;  // chunk offset -> requested bytes
-  for (const auto& [id, b] : live_) requested.emplace(b.offset, b.size_bytes);
+  for_each_live_locked([&](BufferId, const Live& b) { requested.emplace(b.offset, b.size_bytes); });
   policy_->walk([&](const ChunkInfo& c) {
     if (!c.in_use) {
       add(c.offset, c.offset + c.size_bytes, 2);

@@ -18,7 +18,6 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "common/error.h"
@@ -30,7 +29,10 @@
 
 namespace vtpu {
 
-/// Identifies a live buffer within one arena. Never reused while the arena lives.
+/// Identifies a live buffer within one arena. Never reused while the arena lives, never 0. The
+/// value is opaque: the low 32 bits are the buffer's slot in the arena's table plus 1 and the high
+/// 32 bits count how often that slot was reused, so the ids of an arena that has not freed yet are
+/// 1, 2, 3, ... (the allocation sequence numbers), and later ones need not be.
 using BufferId = uint64_t;
 
 struct ArenaOptions {
@@ -66,6 +68,7 @@ struct DefragmentResult {
 /// Where try_allocate() put a buffer. Sizes in bytes.
 struct ArenaPlacement {
   BufferId id = 0;
+  uint64_t seq = 0;          // allocation sequence number (from 1; MemoryChunkRecord::alloc_seq)
   uint64_t offset = 0;       // bytes from the start of the arena
   uint64_t chunk_bytes = 0;  // bytes the policy set aside (>= the request)
 };
@@ -241,14 +244,36 @@ class HbmArena {
 
  private:
   struct Live {
-    uint64_t offset;
-    uint64_t size_bytes;
-    uint64_t chunk_bytes;
-    uint64_t logical_bytes;
-    uint64_t seq;  // allocation sequence number (num_allocs when it was made)
+    uint64_t offset = 0;
+    uint64_t size_bytes = 0;
+    uint64_t chunk_bytes = 0;
+    uint64_t logical_bytes = 0;
+    uint64_t seq = 0;  // allocation sequence number (num_allocs when it was made)
     std::string label;
     int pins = 0;
   };
+  // One entry of the live-buffer table. A slot is reused after its buffer is freed, with its
+  // generation advanced, so the BufferId (generation << 32 | slot + 1) of a freed buffer never
+  // names the new one. A slot whose generation reaches kRetiredGeneration is never reused.
+  struct Slot {
+    Live live;
+    uint32_t generation = 0;  // of the buffer in it, or of the next one when free
+    bool in_use = false;
+  };
+  static constexpr uint32_t kRetiredGeneration = UINT32_MAX;
+  static constexpr uint64_t kMaxSlots = UINT32_MAX - 1;  // slot + 1 fits in 32 bits, never 0
+  // The live buffer `id` names, or nullptr (unknown, freed or malformed id).
+  Live* find_locked(BufferId id);
+  const Live* find_locked(BufferId id) const;
+  // Whether this arena ever handed out `id` (live or freed).
+  bool handed_out_locked(BufferId id) const;
+  // The id the next successful allocation will get.
+  BufferId next_id_locked() const;
+  // Calls fn(id, live) for every live buffer, in slot order.
+  template <typename Fn>
+  void for_each_live_locked(Fn&& fn) const;
+  template <typename Fn>
+  void for_each_live_locked(Fn&& fn);
   BufferId allocate_locked(uint64_t size_bytes, uint64_t logical_bytes, std::string label,
                            const std::string& array_text);
   // The allocation without the report: std::nullopt on OOM (counted, logged); sets
@@ -266,9 +291,13 @@ class HbmArena {
   std::unique_ptr<AllocatorPolicy> policy_;      // GUARDED_BY(mu_)
   std::unique_ptr<class BackingStore> backing_;  // null when metadata-only
   uint64_t capacity_bytes_ = 0;
-  std::unordered_map<BufferId, Live> live_;  // GUARDED_BY(mu_)
-  BufferId next_id_ = 1;                     // GUARDED_BY(mu_)
-  MemoryStats stats_;                        // GUARDED_BY(mu_), counters only
+  // Live buffers: a flat table indexed by slot (BufferId's low 32 bits - 1) plus a LIFO free-list
+  // of slots, so a lookup is one bounds check and one generation compare (no hashing), and
+  // allocations reuse recently freed, cache-warm slots.
+  std::vector<Slot> slots_;           // GUARDED_BY(mu_)
+  std::vector<uint32_t> free_slots_;  // GUARDED_BY(mu_)
+  size_t num_live_ = 0;               // GUARDED_BY(mu_)
+  MemoryStats stats_;                 // GUARDED_BY(mu_), counters only
   std::chrono::steady_clock::time_point epoch_;
   std::vector<TraceEvent> events_;  // GUARDED_BY(mu_)
   void record_locked(TraceEvent e);

@@ -1,6 +1,7 @@
 #include "memory/heap_planner.h"
 
 #include <algorithm>
+#include <bit>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -22,10 +23,6 @@ std::string interval_name(const std::vector<BufferInterval>& intervals, size_t i
 // end - start as an unsigned count, exact for any start <= end.
 uint64_t duration(const BufferInterval& b) {
   return static_cast<uint64_t>(b.end) - static_cast<uint64_t>(b.start);
-}
-
-bool live_together(const BufferInterval& a, const BufferInterval& b) {
-  return a.start <= b.end && b.start <= a.end;
 }
 
 // Validates the options and every interval; returns each interval's placed (aligned) bytes.
@@ -56,20 +53,130 @@ std::vector<uint64_t> placed_sizes(const std::vector<BufferInterval>& intervals,
   return sizes;
 }
 
+// The placed buffers, indexed for the one query best fit needs: which placed buffers are live at
+// some time in [s, e]? XLA's GlobalDecreasingSizeBestFitHeap asks its BufferIntervalTree (a search
+// tree keyed by start whose nodes carry their subtree's latest end) for ChunksOverlappingInTime.
+// Here every interval is known before any is placed, so the index is static and exact: with the
+// intervals sorted by (start, index) into positions, a buffer j overlaps a query [s, e] (s the
+// start of the buffer being placed, so some position q has start == s) exactly when either
+//   (a) j is live at s: pos(j) <= q <= last(j), last(j) the last position starting at or before
+//       end(j). Each interval's position range [pos(j), last(j)] is stored at its O(log n)
+//       canonical nodes of a segment tree over positions (in CSR arrays), so the intervals live at
+//       s are those listed at the nodes on the path from leaf q to the root; or
+//   (b) j starts in (s, e]: positions (q, r], read from a bitset of the placed positions.
+// A query costs the live buffers at s (placed or not: the lists are fixed), plus (r - q) / 64 words
+// of the bitset, plus the k buffers found; building costs O(n log n) time and memory.
+class PlacedIntervalIndex {
+ public:
+  explicit PlacedIntervalIndex(const std::vector<BufferInterval>& intervals) {
+    const size_t n = intervals.size();
+    std::vector<size_t> by_start(n);
+    std::iota(by_start.begin(), by_start.end(), size_t{0});
+    std::sort(by_start.begin(), by_start.end(), [&](size_t a, size_t b) {
+      return std::tie(intervals[a].start, a) < std::tie(intervals[b].start, b);
+    });
+    position_.resize(n);
+    starts_.resize(n);
+    index_at_.resize(n);
+    for (size_t p = 0; p < n; ++p) {
+      position_[by_start[p]] = static_cast<uint32_t>(p);
+      index_at_[p] = static_cast<uint32_t>(by_start[p]);
+      starts_[p] = intervals[by_start[p]].start;
+    }
+    leaves_ = 1;
+    while (leaves_ < n) leaves_ *= 2;
+    // Two passes over the canonical nodes of every interval's position range: count, then fill.
+    auto for_each_node = [&](size_t j, auto&& fn) {
+      size_t lo = position_[j] + leaves_;
+      size_t hi = last_position(intervals[j].end) + 1 + leaves_;
+      while (lo < hi) {
+        if (lo & 1) fn(lo++);
+        if (hi & 1) fn(--hi);
+        lo /= 2;
+        hi /= 2;
+      }
+    };
+    first_.assign(2 * leaves_ + 1, 0);
+    for (size_t j = 0; j < n; ++j) for_each_node(j, [&](size_t node) { ++first_[node + 1]; });
+    for (size_t node = 0; node < 2 * leaves_; ++node) first_[node + 1] += first_[node];
+    listed_.resize(first_.back());
+    std::vector<size_t> fill(first_.begin(), first_.end() - 1);
+    for (size_t j = 0; j < n; ++j) {
+      for_each_node(j, [&](size_t node) { listed_[fill[node]++] = static_cast<uint32_t>(j); });
+    }
+    placed_bits_.assign((n + 63) / 64, 0);
+    placed_.assign(n, 0);
+  }
+
+  void clear() {
+    std::fill(placed_bits_.begin(), placed_bits_.end(), 0);
+    std::fill(placed_.begin(), placed_.end(), 0);
+  }
+
+  void insert(size_t i) {
+    placed_[i] = 1;
+    const uint32_t p = position_[i];
+    placed_bits_[p / 64] |= uint64_t{1} << (p % 64);
+  }
+
+  // Calls fn(j) once for every placed interval j live at some time in [start(i), end(i)].
+  template <typename Fn>
+  void for_each_overlapping(const BufferInterval& interval, Fn&& fn) const {
+    const size_t q = last_position(interval.start);          // starts_[q] == interval.start
+    for (size_t node = q + leaves_; node >= 1; node /= 2) {  // (a): live at the start
+      for (uint32_t k = first_[node]; k < first_[node + 1]; ++k) {
+        if (placed_[listed_[k]]) fn(listed_[k]);
+      }
+    }
+    const size_t r = last_position(interval.end);  // (b): starting in (start, end]
+    for (size_t p = q + 1; p <= r;) {
+      const uint64_t word = placed_bits_[p / 64] >> (p % 64);
+      if (word == 0) {
+        p = (p / 64 + 1) * 64;
+        continue;
+      }
+      p += static_cast<size_t>(std::countr_zero(word));
+      if (p > r) break;
+      fn(index_at_[p]);
+      ++p;
+    }
+  }
+
+ private:
+  // The last position whose start is <= t (t is at least the first start in every call).
+  size_t last_position(int64_t t) const {
+    return static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), t) -
+                               starts_.begin()) -
+           1;
+  }
+
+  std::vector<uint32_t> position_;  // interval index -> position
+  std::vector<uint32_t> index_at_;  // position -> interval index
+  std::vector<int64_t> starts_;     // start at each position, ascending
+  size_t leaves_ = 1;               // a power of two >= n
+  std::vector<size_t> first_;     // CSR: node's intervals are listed_[first_[node], first_[node+1])
+  std::vector<uint32_t> listed_;  // interval indices, grouped by canonical node
+  std::vector<uint64_t> placed_bits_;  // bit p: the interval at position p is placed
+  std::vector<uint8_t> placed_;        // per interval index
+};
+
 // Places the intervals one at a time in `order`, each into the smallest gap between the placed
-// buffers it is live together with (lowest offset on a tie), else above them all.
+// buffers it is live together with (lowest offset on a tie), else above them all, as XLA's
+// GlobalDecreasingSizeBestFitHeap::FindChunkCandidate does. The placed buffers live together with
+// the next one come from the PlacedIntervalIndex and only those k are sorted by offset: a
+// placement costs O(L + range / 64 + k log k) (L buffers live at its start), not a scan of every
+// placed buffer.
 std::vector<uint64_t> place_best_fit(const std::vector<BufferInterval>& intervals,
                                      const std::vector<uint64_t>& sizes,
-                                     const std::vector<size_t>& order) {
+                                     const std::vector<size_t>& order,
+                                     PlacedIntervalIndex& placed) {
   std::vector<uint64_t> offsets(intervals.size(), 0);
-  std::vector<size_t> placed;
-  placed.reserve(order.size());
+  placed.clear();
   std::vector<std::pair<uint64_t, uint64_t>> busy;  // (offset, placed bytes), reused
   for (size_t i : order) {
     busy.clear();
-    for (size_t j : placed) {
-      if (live_together(intervals[i], intervals[j])) busy.emplace_back(offsets[j], sizes[j]);
-    }
+    placed.for_each_overlapping(intervals[i],
+                                [&](size_t j) { busy.emplace_back(offsets[j], sizes[j]); });
     std::sort(busy.begin(), busy.end());
     const uint64_t need = sizes[i];
     uint64_t cursor = 0;  // end of the busy space seen so far
@@ -95,7 +202,7 @@ std::vector<uint64_t> place_best_fit(const std::vector<BufferInterval>& interval
       best = cursor;
     }
     offsets[i] = *best;
-    placed.push_back(i);
+    placed.insert(i);
   }
   return offsets;
 }
@@ -219,8 +326,13 @@ HeapPlan plan_heap(std::vector<BufferInterval> intervals, const HeapPlannerOptio
     return std::make_tuple(duration(intervals[b]), intervals[b].bytes, a) <
            std::make_tuple(duration(intervals[a]), intervals[a].bytes, b);
   });
-  std::vector<uint64_t> size_offsets = place_best_fit(intervals, sizes, by_size);
-  std::vector<uint64_t> duration_offsets = place_best_fit(intervals, sizes, by_duration);
+  if (n > UINT32_MAX) {
+    throw InvalidArgumentError("heap plan of " + std::to_string(n) +
+                               " intervals (expected at most 2^32 - 1)");
+  }
+  PlacedIntervalIndex index(intervals);
+  std::vector<uint64_t> size_offsets = place_best_fit(intervals, sizes, by_size, index);
+  std::vector<uint64_t> duration_offsets = place_best_fit(intervals, sizes, by_duration, index);
   const uint64_t size_heap = heap_end(size_offsets, sizes);
   const uint64_t duration_heap = heap_end(duration_offsets, sizes);
   const bool duration_wins = duration_heap < size_heap;  // a tie goes to the first, as in XLA

@@ -8,7 +8,9 @@
 namespace vtpu {
 
 PlannedPolicy::PlannedPolicy(uint64_t capacity_bytes, const PolicyOptions& options)
-    : capacity_bytes_(capacity_bytes), plan_(options.heap_plan) {
+    : capacity_bytes_(capacity_bytes),
+      plan_(options.heap_plan),
+      skip_failed_(options.planned_skip_failed) {
   if (!plan_) {
     throw InvalidArgumentError(
         "allocator policy 'planned' needs a heap plan: set PolicyOptions::heap_plan to a plan "
@@ -22,6 +24,27 @@ PlannedPolicy::PlannedPolicy(uint64_t capacity_bytes, const PolicyOptions& optio
                                " bytes but the arena holds " + std::to_string(capacity_bytes_) +
                                " bytes (expected heap_bytes <= capacity)");
   }
+  add_gap(0, capacity_bytes_);
+}
+
+std::pair<uint64_t, uint64_t> PlannedPolicy::gap_around(uint64_t offset, uint64_t end) const {
+  auto next = in_use_.lower_bound(end);
+  const uint64_t hi = next == in_use_.end() ? capacity_bytes_ : next->first;
+  uint64_t lo = 0;
+  auto below = in_use_.lower_bound(offset);
+  if (below != in_use_.begin()) {
+    const auto& [prev_offset, prev] = *std::prev(below);
+    lo = prev_offset + prev.chunk_bytes;
+  }
+  return {lo, hi};
+}
+
+void PlannedPolicy::add_gap(uint64_t begin, uint64_t end) {
+  if (end > begin) gaps_.insert(end - begin);
+}
+
+void PlannedPolicy::remove_gap(uint64_t begin, uint64_t end) {
+  if (end > begin) gaps_.erase(gaps_.find(end - begin));
 }
 
 uint64_t PlannedPolicy::rounded_bytes(uint64_t size_bytes) const {
@@ -50,15 +73,26 @@ std::optional<PolicyAllocation> PlannedPolicy::allocate(uint64_t size_bytes) {
   auto next = in_use_.lower_bound(offset + chunk);
   if (next != in_use_.begin()) {
     const auto& [prev_offset, prev] = *std::prev(next);
-    if (prev_offset + prev.chunk_bytes > offset) return std::nullopt;
+    if (prev_offset + prev.chunk_bytes > offset) {
+      if (skip_failed_) advance();
+      return std::nullopt;
+    }
   }
+  const auto [lo, hi] = gap_around(offset, offset + chunk);
+  remove_gap(lo, hi);
+  add_gap(lo, offset);
+  add_gap(offset + chunk, hi);
   in_use_.emplace(offset, InUse{chunk, i});
   in_use_bytes_ += chunk;
+  advance();
+  return PolicyAllocation{offset, chunk};
+}
+
+void PlannedPolicy::advance() {
   if (++cursor_ == plan_->size()) {
     cursor_ = 0;
     ++num_replays_;
   }
-  return PolicyAllocation{offset, chunk};
 }
 
 uint64_t PlannedPolicy::free(uint64_t offset) {
@@ -71,15 +105,15 @@ uint64_t PlannedPolicy::free(uint64_t offset) {
   const uint64_t chunk = it->second.chunk_bytes;
   in_use_bytes_ -= chunk;
   in_use_.erase(it);
+  const auto [lo, hi] = gap_around(offset, offset + chunk);
+  remove_gap(lo, offset);
+  remove_gap(offset + chunk, hi);
+  add_gap(lo, hi);
   return chunk;
 }
 
 uint64_t PlannedPolicy::largest_free_block_bytes() const {
-  uint64_t largest = 0;
-  walk([&](const ChunkInfo& c) {
-    if (!c.in_use) largest = std::max(largest, c.size_bytes);
-  });
-  return largest;
+  return gaps_.empty() ? 0 : *gaps_.rbegin();
 }
 
 void PlannedPolicy::walk(const std::function<void(const ChunkInfo&)>& fn) const {
@@ -117,6 +151,14 @@ void PlannedPolicy::check_consistency() const {
          std::to_string(bytes));
   }
   if (cursor_ >= plan_->size()) fail("cursor " + std::to_string(cursor_) + " is past the plan");
+  std::multiset<uint64_t> walked;
+  walk([&](const ChunkInfo& c) {
+    if (!c.in_use && c.size_bytes > 0) walked.insert(c.size_bytes);
+  });
+  if (walked != gaps_) {
+    fail("the gap index holds " + std::to_string(gaps_.size()) + " gaps but the walk finds " +
+         std::to_string(walked.size()) + " (or their sizes differ)");
+  }
 }
 
 void PlannedPolicy::rebuild(std::span<const ChunkInfo>) {

@@ -14,13 +14,14 @@
 // happen in the plan's order; a program that frees late makes the next allocate() of that range
 // fail.
 //
-// Cost: allocate and free O(log n) for n buffers in use; walk, largest_free_block_bytes and
-// check_consistency O(n).
+// Cost: allocate, free and largest_free_block_bytes O(log n) for n buffers in use (the free gaps'
+// sizes are kept in a multiset); walk and check_consistency O(n).
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "memory/allocator_policy.h"
 #include "memory/heap_planner.h"
@@ -48,15 +49,15 @@ class PlannedPolicy final : public AllocatorPolicy {
   /// chunk_bytes its placed bytes, and advances the cursor (wrapping after the last buffer). A
   /// request smaller than planned is fine (it uses part of its slot). Throws InvalidArgumentError
   /// naming the allocation index, label, requested and planned bytes when `size_bytes` is 0 or
-  /// larger than planned; the cursor then stays. Returns std::nullopt, cursor unchanged, when an
-  /// in-use chunk still overlaps the planned range (the program freed a buffer later than its
-  /// plan said): the arena then reports out-of-memory with the live buffers, and the caller may
-  /// free and retry the same request.
+  /// larger than planned; the cursor then stays. Returns std::nullopt when an in-use chunk still
+  /// overlaps the planned range (the program freed a buffer later than its plan said): the arena
+  /// then reports out-of-memory with the live buffers. The cursor stays, so the caller may free
+  /// and retry the same request, unless PolicyOptions::planned_skip_failed, which moves it on.
   std::optional<PolicyAllocation> allocate(uint64_t size_bytes) override;
   uint64_t free(uint64_t offset) override;
 
-  /// The largest free gap between in-use chunks. allocate() hands out only the next planned
-  /// buffer, so this is a fragmentation statistic, not a promise.
+  /// The largest free gap between in-use chunks (O(log n)). allocate() hands out only the next
+  /// planned buffer, so this is a fragmentation statistic, not a promise.
   uint64_t largest_free_block_bytes() const override;
   uint64_t total_free_bytes() const override { return capacity_bytes_ - in_use_bytes_; }
   /// In-use chunks and the free gaps between them, in address order, tiling [0, capacity).
@@ -84,9 +85,19 @@ class PlannedPolicy final : public AllocatorPolicy {
     size_t interval;  // index into plan_->intervals()
   };
 
+  void advance();  // the cursor to the next planned buffer, wrapping after the last
+
   uint64_t capacity_bytes_;
   std::shared_ptr<const HeapPlan> plan_;
+  bool skip_failed_ = false;
+  // The free gap around [offset, end): from the end of the in-use chunk below (or 0) to the start
+  // of the one above (or the capacity).
+  std::pair<uint64_t, uint64_t> gap_around(uint64_t offset, uint64_t end) const;
+  void add_gap(uint64_t begin, uint64_t end);
+  void remove_gap(uint64_t begin, uint64_t end);
+
   std::map<uint64_t, InUse> in_use_;  // offset -> chunk, chunks in use only
+  std::multiset<uint64_t> gaps_;      // sizes of the free gaps between chunks in use (> 0 only)
   uint64_t in_use_bytes_ = 0;
   size_t cursor_ = 0;  // into plan_->allocation_order()
   uint64_t num_replays_ = 0;

@@ -144,6 +144,7 @@ double StressCoreMetrics::fragmentation_mean() const {
 }
 
 double StressCoreMetrics::reserved_over_live() const {
+  if (worst_core_reserved_over_live) return *worst_core_reserved_over_live;
   return peak_live_bytes == 0
              ? 0.0
              : static_cast<double>(peak_reserved_bytes) / static_cast<double>(peak_live_bytes);
@@ -161,6 +162,7 @@ StressCoreMetrics merge_core_metrics(std::span<const StressCoreMetrics> cores) {
   StressCoreMetrics s;
   s.core = -1;
   double rate = 0.0;
+  double worst_ratio = 0.0;
   bool all_searched = !cores.empty();
   uint64_t min_capacity = 0;
   for (const StressCoreMetrics& c : cores) {
@@ -170,6 +172,7 @@ StressCoreMetrics merge_core_metrics(std::span<const StressCoreMetrics> cores) {
     s.skipped_frees += c.skipped_frees;
     s.cross_core_frees += c.cross_core_frees;
     s.peak_reserved_bytes = std::max(s.peak_reserved_bytes, c.peak_reserved_bytes);
+    worst_ratio = std::max(worst_ratio, c.reserved_over_live());
     s.peak_live_bytes = std::max(s.peak_live_bytes, c.peak_live_bytes);
     s.fragmentation_sum += c.fragmentation_sum;
     s.fragmentation_samples += c.fragmentation_samples;
@@ -196,8 +199,8 @@ StressCoreMetrics merge_core_metrics(std::span<const StressCoreMetrics> cores) {
     if (c.stopped_by_oom && !s.stopped_by_oom) s.stopped_by_oom = c.stopped_by_oom;
   }
   if (all_searched) s.min_capacity_bytes = min_capacity;
-  // The summary's reserved/live is the ratio of the maxima (the worst core's peaks): a summary
-  // keeps the cores' summed event rate in wall_seconds' place.
+  s.worst_core_reserved_over_live = worst_ratio;
+  // A summary keeps the cores' summed event rate in wall_seconds' place.
   s.wall_seconds = rate > 0 ? static_cast<double>(s.events) / rate : 0.0;
   return s;
 }
@@ -278,7 +281,11 @@ CoreReplayer::CoreReplayer(const CoreStream& stream, StressReplayOptions options
   ArenaOptions a;
   a.capacity_bytes = options_.capacity_bytes;
   a.policy = options_.policy;
+  // A core with no allocations (a trace's events all on other cores) needs no plan: its arena
+  // stays empty whatever the policy, and a planned policy cannot be built from an empty plan.
+  if (a.policy == "planned" && stream.num_slots() == 0) a.policy = "first_fit";
   a.policy_options.heap_plan = options_.heap_plan;
+  a.policy_options.planned_skip_failed = true;  // a failed allocation is skipped, never retried
   a.backing = options_.backing;
   a.core_id = stream.core;
   a.auto_defragment = options_.auto_defragment;
@@ -293,7 +300,7 @@ CoreReplayer::CoreReplayer(const CoreStream& stream, StressReplayOptions options
     checksum_.assign(n, 0);
     live_index_.assign(n, 0);
   }
-  slot_of_buffer_.reserve(n);
+  slot_of_seq_.reserve(n);
   if (options_.timeline_samples > 0) {
     const uint64_t ops = stream.ops.size();
     const auto samples = static_cast<uint64_t>(options_.timeline_samples);
@@ -323,6 +330,7 @@ void CoreReplayer::run_op(size_t i) {
   if (stopped_) return;
   const CoreStream::Op& op = stream_.ops[i];
   ++m_.events;
+  last_op_ = i;
   if (op.is_alloc) {
     alloc_locked(op, i);
   } else {
@@ -334,7 +342,8 @@ void CoreReplayer::free_slot(uint32_t slot) {
   auto lock = maybe_lock(mu_, options_.concurrent);
   ++m_.events;
   // A cross-core free has no index of its own: it is sampled under the owner's latest event.
-  const size_t i = m_.events - 1;
+  // It is stamped with the owner's latest op (its index and time), not a count of events.
+  const size_t i = last_op_;
   free_locked(slot, i, i < stream_.ops.size() ? stream_.ops[i].t_us : 0.0, true);
 }
 
@@ -377,15 +386,15 @@ void CoreReplayer::alloc_locked(const CoreStream::Op& op, size_t i) {
       stopped_ = true;
       return;
     }
-    after_event_locked(i, op.t_us, fs);
+    after_event_locked(i, op.t_us, fs, true);
     return;
   }
   state_[op.slot] = SlotState::kLive;
   buffer_[op.slot] = p->id;
   requested_[op.slot] = op.bytes;
   slot_label_[op.slot] = op.label;
-  if (slot_of_buffer_.size() < p->id) slot_of_buffer_.resize(p->id);
-  slot_of_buffer_[p->id - 1] = op.slot;
+  if (slot_of_seq_.size() < p->seq) slot_of_seq_.resize(p->seq);
+  slot_of_seq_[p->seq - 1] = op.slot;
   ++m_.allocs;
   live_requested_bytes_ += op.bytes;
   m_.peak_live_bytes = std::max(m_.peak_live_bytes, live_requested_bytes_);
@@ -398,7 +407,7 @@ void CoreReplayer::alloc_locked(const CoreStream::Op& op, size_t i) {
     live_index_[op.slot] = static_cast<uint32_t>(live_slots_.size());
     live_slots_.push_back(op.slot);
   }
-  after_event_locked(i, op.t_us, fs);
+  after_event_locked(i, op.t_us, fs, true);
 }
 
 void CoreReplayer::free_locked(uint32_t slot, size_t i, double t_us, bool cross) {
@@ -431,10 +440,11 @@ void CoreReplayer::free_locked(uint32_t slot, size_t i, double t_us, bool cross)
   ++m_.frees;
   if (cross) ++m_.cross_core_frees;
   live_requested_bytes_ -= requested_[slot];
-  after_event_locked(i, t_us, fs);
+  after_event_locked(i, t_us, fs, !cross);
 }
 
-void CoreReplayer::after_event_locked(size_t i, double t_us, const ArenaFreeSpace& fs) {
+void CoreReplayer::after_event_locked(size_t i, double t_us, const ArenaFreeSpace& fs,
+                                      bool own_op) {
   const double frag = fragmentation_ratio(fs.largest_free_block_bytes, fs.total_free_bytes);
   m_.fragmentation_sum += frag;
   ++m_.fragmentation_samples;
@@ -445,7 +455,10 @@ void CoreReplayer::after_event_locked(size_t i, double t_us, const ArenaFreeSpac
   }
   if (options_.track_worst && frag > captured_fragmentation_ + 1e-3)
     capture_worst_locked(i, t_us, frag);
-  if (options_.timeline_samples > 0 && (i % timeline_stride_ == 0 || i + 1 == stream_.ops.size())) {
+  // Timeline samples come from the core's own ops only, so their event index strictly increases
+  // (a cross-core free lands between two of them and is seen by the next sample).
+  if (own_op && options_.timeline_samples > 0 &&
+      (i % timeline_stride_ == 0 || i + 1 == stream_.ops.size())) {
     m_.timeline.push_back({i, t_us, fs.bytes_in_use, highest_live_end_locked(), frag});
   }
 }
@@ -478,15 +491,15 @@ void CoreReplayer::capture_worst_locked(size_t i, double t_us, double frag) {
   w.t_us = t_us;
   w.fragmentation = frag;
   w.blocks.clear();
-  // HbmArena numbers its allocations from 1 in the order it makes them, and a chunk record's
-  // alloc_seq is that number: it is the BufferId (hbm_arena.cc), which maps back to a slot.
+  // HbmArena numbers its allocations from 1 in the order it makes them (ArenaPlacement::seq), and
+  // a chunk record's alloc_seq is that number, which maps back to a slot.
   for (const MemoryChunkRecord& r : arena_->chunk_records()) {
     StressBlock b;
     b.offset = r.offset;
     b.bytes = r.chunk_bytes;
     b.used = r.in_use;
-    if (r.in_use && r.alloc_seq >= 1 && r.alloc_seq <= slot_of_buffer_.size()) {
-      const uint32_t slot = slot_of_buffer_[r.alloc_seq - 1];
+    if (r.in_use && r.alloc_seq >= 1 && r.alloc_seq <= slot_of_seq_.size()) {
+      const uint32_t slot = slot_of_seq_[r.alloc_seq - 1];
       b.id = stream_.slot_ids[slot];
       b.requested_bytes = requested_[slot];
       b.label = stream_.labels[slot_label_[slot]];

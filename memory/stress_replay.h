@@ -146,16 +146,21 @@ struct StressCoreMetrics {
   std::vector<StressTimelineSample> timeline;
   StressWorstMoment worst;
   std::optional<std::string> stopped_by_oom;  // the failing request, when stopped at an OOM
+  /// A summary's: the largest of the cores' own reserved_over_live (merge_core_metrics).
+  std::optional<double> worst_core_reserved_over_live;
 
   double fragmentation_mean() const;
-  double reserved_over_live() const;  // 0 when nothing was live
-  double events_per_second() const;   // events / wall_seconds (a summary: sum over cores)
+  /// peak_reserved / peak_live, 0 when nothing was live; a summary's is the worst core's own
+  /// ratio (not the ratio of the largest peaks, which may come from different cores).
+  double reserved_over_live() const;
+  double events_per_second() const;  // events / wall_seconds (a summary: sum over cores)
   /// events / cpu_seconds: the replay rate with the thread's CPU time, which a machine whose
   /// cores are shared with other work does not depress (a summary: over the summed CPU time).
   double events_per_cpu_second() const;
 };
 
-/// Sums counts and takes maxima of peaks and ratios over `cores`; latency samples are pooled;
+/// Sums counts and takes maxima of peaks and ratios over `cores` (reserved_over_live: the worst
+/// core's own ratio); latency samples are pooled;
 /// events per second is the sum of the cores' rates; no timeline or block map. Thread-safe.
 StressCoreMetrics merge_core_metrics(std::span<const StressCoreMetrics> cores);
 
@@ -202,7 +207,8 @@ class CoreReplayer {
   enum class SlotState : uint8_t { kPending, kLive, kFailed, kFreed };
   void alloc_locked(const CoreStream::Op& op, size_t i);
   void free_locked(uint32_t slot, size_t event_index, double t_us, bool cross);
-  void after_event_locked(size_t event_index, double t_us, const ArenaFreeSpace& after);
+  void after_event_locked(size_t event_index, double t_us, const ArenaFreeSpace& after,
+                          bool own_op);
   void verify_all_locked();
   bool verify_locked(uint32_t slot);
   uint64_t highest_live_end_locked() const;
@@ -211,21 +217,22 @@ class CoreReplayer {
   const CoreStream& stream_;
   StressReplayOptions options_;
   std::unique_ptr<HbmArena> arena_;
-  mutable std::mutex mu_;                 // taken around every operation when options_.concurrent
-  std::vector<SlotState> state_;          // per slot
-  std::vector<BufferId> buffer_;          // per slot: the arena's id while live
-  std::vector<uint64_t> requested_;       // per slot: requested bytes
-  std::vector<uint32_t> slot_label_;      // per slot: index into stream_.labels
-  std::vector<uint64_t> checksum_;        // per slot (backed arenas)
-  std::vector<uint32_t> live_slots_;      // backed arenas: the live slots, unordered
-  std::vector<uint32_t> live_index_;      // backed arenas: position of a slot in live_slots_
-  std::vector<uint32_t> slot_of_buffer_;  // BufferId - 1 -> slot
+  mutable std::mutex mu_;              // taken around every operation when options_.concurrent
+  std::vector<SlotState> state_;       // per slot
+  std::vector<BufferId> buffer_;       // per slot: the arena's id while live
+  std::vector<uint64_t> requested_;    // per slot: requested bytes
+  std::vector<uint32_t> slot_label_;   // per slot: index into stream_.labels
+  std::vector<uint64_t> checksum_;     // per slot (backed arenas)
+  std::vector<uint32_t> live_slots_;   // backed arenas: the live slots, unordered
+  std::vector<uint32_t> live_index_;   // backed arenas: position of a slot in live_slots_
+  std::vector<uint32_t> slot_of_seq_;  // arena allocation sequence number - 1 -> slot
   uint64_t live_requested_bytes_ = 0;
   uint64_t seen_fragmentation_ooms_ = 0;
   uint64_t seen_defragmentations_ = 0;
   uint64_t timeline_stride_ = 1;
   uint64_t until_sample_ = 1;  // events until the next timeline sample
   uint64_t alloc_counter_ = 0;
+  size_t last_op_ = 0;  // index of the latest op run_op replayed
   uint64_t free_counter_ = 0;
   double clock_overhead_ns_ = 0.0;
   double captured_fragmentation_ = -1.0;

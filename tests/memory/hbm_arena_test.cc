@@ -14,6 +14,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -253,6 +254,52 @@ TEST(HbmArenaTest, AllocateZeroAndUnknownIdsThrow) {
   EXPECT_EQ(s.num_allocs, 1u);
   EXPECT_EQ(s.num_frees, 1u);
   EXPECT_EQ(s.num_ooms, 0u);
+  arena.check_consistency();
+}
+
+// The live-buffer table reuses the slot of a freed buffer: the id of the freed buffer must not
+// name the new one (the unordered_map it replaced never reused ids, and callers rely on that).
+TEST(HbmArenaTest, StaleIdsOfReusedSlotsAreRejected) {
+  HbmArena arena(metadata_only(4 * kMiB));
+  const BufferId a = arena.allocate(100, "a");
+  const BufferId b = arena.allocate(200, "b");
+  EXPECT_EQ(a, 1u);  // before any free, ids are the allocation sequence numbers
+  EXPECT_EQ(b, 2u);
+  arena.pin(a);
+  arena.free(a);
+  const auto c = arena.try_allocate(300, "c");  // takes a's slot
+  ASSERT_TRUE(c.has_value());
+  EXPECT_NE(c->id, a);
+  EXPECT_EQ(c->seq, 3u);
+  EXPECT_EQ(arena.size_bytes(c->id), 300u);
+  expect_invalid_argument([&] { arena.free(a); }, std::to_string(a));
+  expect_invalid_argument([&] { arena.size_bytes(a); }, std::to_string(a));
+  arena.unpin(a);  // freed while pinned: a no-op, and it must not unpin c
+  EXPECT_FALSE(arena.is_pinned(c->id));
+  arena.pin(c->id);
+  arena.unpin(a);
+  EXPECT_TRUE(arena.is_pinned(c->id));
+  // An id with c's slot and a later generation was never handed out.
+  const BufferId future = c->id + (uint64_t{1} << 32);
+  expect_invalid_argument([&] { arena.unpin(future); }, "never allocated");
+  expect_invalid_argument([&] { arena.free(future); }, std::to_string(future));
+  arena.unpin(c->id);
+  arena.free(c->id);
+  arena.free(b);
+  // Many reuses of few slots: no id repeats, and the chunk records' alloc_seq count on.
+  std::set<BufferId> seen = {a, b, c->id};
+  for (int i = 0; i < 20000; ++i) {
+    const auto p = arena.try_allocate(64 + i % 7);
+    ASSERT_TRUE(p.has_value());
+    ASSERT_TRUE(seen.insert(p->id).second) << "id " << p->id << " reused at " << i;
+    ASSERT_EQ(p->seq, 4u + static_cast<uint64_t>(i));
+    if (i % 3 != 2) arena.free(p->id);
+  }
+  const MemoryStats s = arena.memory_stats();
+  EXPECT_EQ(s.num_live_buffers, 6666u);  // i = 2, 5, ..., 19997
+  uint64_t max_seq = 0;
+  for (const MemoryChunkRecord& r : arena.chunk_records()) max_seq = std::max(max_seq, r.alloc_seq);
+  EXPECT_EQ(max_seq, 4u + 19997u);  // the last live one, i = 19997
   arena.check_consistency();
 }
 

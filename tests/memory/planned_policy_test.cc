@@ -221,5 +221,35 @@ TEST(PlannedPolicyTest, RandomPlansReplayThroughAnArena) {
   }
 }
 
+// Regression (finding F1 of issue 5): a failed allocation left the cursor on its planned buffer,
+// so under `vtpu stress` (which skips a failed allocation for good) every later request was
+// matched to the previous buffer, silently at the wrong offset or, for a larger request, with an
+// InvalidArgumentError that aborted the whole run. With planned_skip_failed the cursor moves on.
+TEST(PlannedPolicyTest, SkipFailedKeepsTheCursorInStep) {
+  // a 1024 B [0,0], b 1024 B [1,1], c 2048 B [2,2]: all three share offset 0.
+  auto plan = std::make_shared<const HeapPlan>(
+      plan_heap({{1024, 0, 0, "a"}, {1024, 1, 1, "b"}, {2048, 2, 2, "c"}}));
+  ASSERT_EQ(plan->offsets(), (std::vector<uint64_t>{0, 0, 0}));
+  PolicyOptions o = with_plan(plan);
+  o.planned_skip_failed = true;
+  PlannedPolicy p(4096, o);
+  ASSERT_TRUE(p.allocate(1024).has_value());   // a
+  EXPECT_FALSE(p.allocate(1024).has_value());  // b: a is freed late, so b's range is busy
+  EXPECT_EQ(p.allocation_index(), 2u);         // b is given up: c is next
+  p.free(0);
+  const auto c = p.allocate(2048);  // c, larger than b: no "requests more than planned"
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->offset, 0u);
+  EXPECT_EQ(c->chunk_bytes, 2048u);
+  p.check_consistency();
+  // Without the option the cursor stays on b, and c's 2048 B are more than b's plan.
+  PlannedPolicy q(4096, with_plan(plan));
+  ASSERT_TRUE(q.allocate(1024).has_value());
+  EXPECT_FALSE(q.allocate(1024).has_value());
+  EXPECT_EQ(q.allocation_index(), 1u);
+  q.free(0);
+  EXPECT_THROW(q.allocate(2048), InvalidArgumentError);
+}
+
 }  // namespace
 }  // namespace vtpu

@@ -185,6 +185,7 @@ TEST(StressReplayTest, ChecksumsSurviveDefragmentationAndCatchCorruption) {
   // Flip one byte of block 3 behind the replayer's back: the final check must see it.
   const MemoryChunkRecord rec = r.arena().chunk_records()[3];
   ASSERT_TRUE(rec.in_use);
+  // No buffer was freed yet, so its BufferId is its allocation sequence number (hbm_arena.h).
   std::byte* p = r.arena().data(rec.alloc_seq);
   p[12345] ^= std::byte{1};
   const StressCoreMetrics m = r.finish();
@@ -219,6 +220,21 @@ TEST(StressReplayTest, CrossCoreFreesFromOtherThreads) {
   EXPECT_EQ(m.integrity_failures, 0u);
   EXPECT_EQ(r.arena().memory_stats().num_live_buffers, 0u);
   EXPECT_NO_THROW(r.arena().check_consistency());
+}
+
+// Finding F6 of issue 5: the summary's reserved/live was max(peak reserved) / max(peak live), which
+// read 1.000 (64 MiB / 64 MiB, both core 0's) while core 1 was at 4 MiB / 3 MiB = 1.333.
+TEST(StressReplayTest, SummaryRatioIsTheWorstCoresOwn) {
+  StressCoreMetrics a, b;
+  a.peak_reserved_bytes = 64 * kMiB;
+  a.peak_live_bytes = 64 * kMiB;
+  b.core = 1;
+  b.peak_reserved_bytes = 4 * kMiB;
+  b.peak_live_bytes = 3 * kMiB;
+  const StressCoreMetrics s = merge_core_metrics(std::vector<StressCoreMetrics>{a, b});
+  EXPECT_EQ(s.peak_reserved_bytes, 64 * kMiB);
+  EXPECT_DOUBLE_EQ(s.reserved_over_live(), 4.0 / 3.0);
+  EXPECT_DOUBLE_EQ(stress_metrics_json(s, false)["reserved_over_live"].get<double>(), 4.0 / 3.0);
 }
 
 TEST(StressReplayTest, CompileKeepsTraceCoresApartOnOneStream) {
