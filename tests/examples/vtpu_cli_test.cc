@@ -674,6 +674,89 @@ TEST(VtpuCliTest, StressReplaysTheRealTraces) {
   EXPECT_NE(r.output.find("pytorch_cnn_train.jsonl"), std::string::npos) << r.output;
 }
 
+// `vtpu train fsdp` (issue 6): FSDP on N cores against train mlp on 1 core in the same process,
+// and the DP vs FSDP HBM table. 3 cores with hidden 37 pad both FlatParameters: layer 0 has
+// 65 * 37 = 2405 elements (3 shards of 802, 1 padding element).
+TEST(VtpuCliTest, TrainFsdpTextOutput) {
+  VTPU_REQUIRE_DIGITS();
+  const CliRun r =
+      run_cli("train fsdp --cores 3 --steps 20 --batch 24 --hidden 37 --log-every 5 --seed 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* needle :
+       {"ZeRO-3 / FSDP on 3 virtual cores", "step      5  loss", "max relative difference",
+        "(tolerance 0.0001): ok", "layer0 numel 2405 padded 2406 shard 802",
+        "layer1 numel 380 padded 381 shard 127", "persistent state (p + g + os)", "DP/FSDP",
+        "gathered parameter temps", "peak_bytes_in_use (memory_stats)", "all-gather"}) {
+    EXPECT_NE(r.output.find(needle), std::string::npos) << needle << "\n" << r.output;
+  }
+}
+
+// JSON: per-core persistent bytes worked by hand for hidden 64 on 4 cores. FSDP shards: layer 0
+// 4160 / 4 = 1040 floats (4160 B, a 4352 B chunk), layer 1 650 -> 652 padded, 163 floats (652 B,
+// 768 B): 5120 B of parameters. DP replica: 4810 floats (19240 B, a 19456 B chunk).
+TEST(VtpuCliTest, TrainFsdpJson) {
+  VTPU_REQUIRE_DIGITS();
+  const CliRun r = run_cli("train fsdp --cores 4 --steps 20 --batch 32 --prefetch off --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["mode"], "fsdp");
+  EXPECT_EQ(j["config"]["prefetch"], false);
+  EXPECT_EQ(j["fsdp"]["losses"].size(), 20u);
+  EXPECT_EQ(j["reference"]["losses"].size(), 20u);
+  EXPECT_LE(j["max_relative_loss_difference"].get<double>(), 1e-4);
+  EXPECT_EQ(j["fsdp"]["peak_hbm_core0"]["params"], 5120);
+  EXPECT_EQ(j["fsdp"]["peak_hbm_core0"]["grads"], 5120);
+  EXPECT_EQ(j["data_parallel"]["peak_hbm_core0"]["params"], 19456);
+  EXPECT_EQ(j["fsdp"]["flat_params"][1]["padded_numel"], 652);
+  EXPECT_EQ(j["fsdp"]["all_gather"][0]["num_collectives"], 80);
+}
+
+std::string plan_file(const std::string& name, const std::string& strategy) {
+  return temp_file(name, R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+                              "mesh": {"axes": ["data", "model"], "shape": [2, 2]},
+                              "strategy": )j" +
+                             strategy + R"j(, "shardings": {}, "estimate": {}})j");
+}
+
+TEST(VtpuCliTest, TrainFsdpRunsAPlan) {
+  VTPU_REQUIRE_DIGITS();
+  const std::string fsdp = plan_file(
+      "vtpu_plan_fsdp.json",
+      R"j({"name": "fsdp(data,model)", "data": null, "tensor": null, "fsdp": ["data", "model"]})j");
+  CliRun r = run_cli("train fsdp --steps 5 --batch 8 --json --plan " + fsdp);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["mode"], "fsdp");
+  EXPECT_EQ(j["config"]["cores"], 4);  // the plan's 2x2 mesh
+  EXPECT_EQ(j["fsdp"]["num_cores"], 4);
+  const std::string dp = plan_file(
+      "vtpu_plan_dp.json",
+      R"j({"name": "dp(data,model)", "data": ["data", "model"], "tensor": null, "fsdp": null})j");
+  r = run_cli("train fsdp --steps 5 --batch 8 --json --plan " + dp);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["mode"], "data_parallel");
+  EXPECT_FALSE(j.contains("fsdp"));
+  EXPECT_LE(j["max_relative_loss_difference"].get<double>(), 1e-4);
+  // Anything else is an error naming the strategy.
+  const std::string tp = plan_file(
+      "vtpu_plan_tp.json",
+      R"j({"name": "dp(data)+tp(model)", "data": "data", "tensor": "model", "fsdp": null})j");
+  expect_failure("train fsdp --plan " + tp, "cannot run strategy 'dp(data)+tp(model)'", 1);
+  expect_failure("train fsdp --cores 8 --plan " + fsdp,
+                 "--cores 8 but plan '" + fsdp + "' has a mesh of 4 cores", 1);
+  expect_failure("train fsdp --plan /nonexistent/plan.json", "cannot open plan file", 1);
+}
+
+TEST(VtpuCliTest, TrainFsdpRejectsBadInput) {
+  VTPU_REQUIRE_DIGITS();
+  expect_failure("train fsdp --prefetch maybe", "--prefetch", 2);
+  expect_failure("train fsdp --cores 4 --batch 10", "cannot be split evenly across 4 cores", 1);
+  expect_failure("train fsdp --hbm-bytes lots", "invalid byte size 'lots'", 2);
+  expect_failure("train fsdp --hbm-bytes 64K", "out of HBM on core", 1);
+  expect_failure("train fsdp --lr 0", "learning rate 0 must be a finite number > 0", 2);
+}
+
 // ---- vtpu train transformer ------------------------------------------------------------------
 
 // A small English text, so that the transformer CLI tests need no fetched data.
@@ -721,19 +804,6 @@ TEST(VtpuCliTest, TrainTransformerTextOutput) {
        {"mesh 1x2 (data 1 x model 2)", "strategy tp(model)", "loss(1core)",
         "uniform-guess loss ln(31 distinct bytes)", "max relative difference",
         "HBM per core (bytes): weights", "peak_bytes_in_use", "model axis 16 calls"}) {
-// `vtpu train fsdp` (issue 6): FSDP on N cores against train mlp on 1 core in the same process,
-// and the DP vs FSDP HBM table. 3 cores with hidden 37 pad both FlatParameters: layer 0 has
-// 65 * 37 = 2405 elements (3 shards of 802, 1 padding element).
-TEST(VtpuCliTest, TrainFsdpTextOutput) {
-  VTPU_REQUIRE_DIGITS();
-  const CliRun r =
-      run_cli("train fsdp --cores 3 --steps 20 --batch 24 --hidden 37 --log-every 5 --seed 2");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* needle :
-       {"ZeRO-3 / FSDP on 3 virtual cores", "step      5  loss", "max relative difference",
-        "(tolerance 0.0001): ok", "layer0 numel 2405 padded 2406 shard 802",
-        "layer1 numel 380 padded 381 shard 127", "persistent state (p + g + os)", "DP/FSDP",
-        "gathered parameter temps", "peak_bytes_in_use (memory_stats)", "all-gather"}) {
     EXPECT_NE(r.output.find(needle), std::string::npos) << needle << "\n" << r.output;
   }
 }
@@ -840,68 +910,3 @@ TEST(VtpuCliPlanTest, ReshardExplainOnV5e) {
 }
 
 }  // namespace
-// JSON: per-core persistent bytes worked by hand for hidden 64 on 4 cores. FSDP shards: layer 0
-// 4160 / 4 = 1040 floats (4160 B, a 4352 B chunk), layer 1 650 -> 652 padded, 163 floats (652 B,
-// 768 B): 5120 B of parameters. DP replica: 4810 floats (19240 B, a 19456 B chunk).
-TEST(VtpuCliTest, TrainFsdpJson) {
-  VTPU_REQUIRE_DIGITS();
-  const CliRun r = run_cli("train fsdp --cores 4 --steps 20 --batch 32 --prefetch off --json");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const nlohmann::json j = nlohmann::json::parse(r.output);
-  EXPECT_EQ(j["mode"], "fsdp");
-  EXPECT_EQ(j["config"]["prefetch"], false);
-  EXPECT_EQ(j["fsdp"]["losses"].size(), 20u);
-  EXPECT_EQ(j["reference"]["losses"].size(), 20u);
-  EXPECT_LE(j["max_relative_loss_difference"].get<double>(), 1e-4);
-  EXPECT_EQ(j["fsdp"]["peak_hbm_core0"]["params"], 5120);
-  EXPECT_EQ(j["fsdp"]["peak_hbm_core0"]["grads"], 5120);
-  EXPECT_EQ(j["data_parallel"]["peak_hbm_core0"]["params"], 19456);
-  EXPECT_EQ(j["fsdp"]["flat_params"][1]["padded_numel"], 652);
-  EXPECT_EQ(j["fsdp"]["all_gather"][0]["num_collectives"], 80);
-}
-
-std::string plan_file(const std::string& name, const std::string& strategy) {
-  return temp_file(name, R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
-                              "mesh": {"axes": ["data", "model"], "shape": [2, 2]},
-                              "strategy": )j" +
-                             strategy + R"j(, "shardings": {}, "estimate": {}})j");
-}
-
-TEST(VtpuCliTest, TrainFsdpRunsAPlan) {
-  VTPU_REQUIRE_DIGITS();
-  const std::string fsdp = plan_file(
-      "vtpu_plan_fsdp.json",
-      R"j({"name": "fsdp(data,model)", "data": null, "tensor": null, "fsdp": ["data", "model"]})j");
-  CliRun r = run_cli("train fsdp --steps 5 --batch 8 --json --plan " + fsdp);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  nlohmann::json j = nlohmann::json::parse(r.output);
-  EXPECT_EQ(j["mode"], "fsdp");
-  EXPECT_EQ(j["config"]["cores"], 4);  // the plan's 2x2 mesh
-  EXPECT_EQ(j["fsdp"]["num_cores"], 4);
-  const std::string dp = plan_file(
-      "vtpu_plan_dp.json",
-      R"j({"name": "dp(data,model)", "data": ["data", "model"], "tensor": null, "fsdp": null})j");
-  r = run_cli("train fsdp --steps 5 --batch 8 --json --plan " + dp);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  j = nlohmann::json::parse(r.output);
-  EXPECT_EQ(j["mode"], "data_parallel");
-  EXPECT_FALSE(j.contains("fsdp"));
-  EXPECT_LE(j["max_relative_loss_difference"].get<double>(), 1e-4);
-  // Anything else is an error naming the strategy.
-  const std::string tp = plan_file(
-      "vtpu_plan_tp.json",
-      R"j({"name": "dp(data)+tp(model)", "data": "data", "tensor": "model", "fsdp": null})j");
-  expect_failure("train fsdp --plan " + tp, "cannot run strategy 'dp(data)+tp(model)'", 1);
-  expect_failure("train fsdp --cores 8 --plan " + fsdp,
-                 "--cores 8 but plan '" + fsdp + "' has a mesh of 4 cores", 1);
-  expect_failure("train fsdp --plan /nonexistent/plan.json", "cannot open plan file", 1);
-}
-
-TEST(VtpuCliTest, TrainFsdpRejectsBadInput) {
-  VTPU_REQUIRE_DIGITS();
-  expect_failure("train fsdp --prefetch maybe", "--prefetch", 2);
-  expect_failure("train fsdp --cores 4 --batch 10", "cannot be split evenly across 4 cores", 1);
-  expect_failure("train fsdp --hbm-bytes lots", "invalid byte size 'lots'", 2);
-  expect_failure("train fsdp --hbm-bytes 64K", "out of HBM on core", 1);
-  expect_failure("train fsdp --lr 0", "learning rate 0 must be a finite number > 0", 2);
-}
