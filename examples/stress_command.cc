@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/strings.h"
 #include "common/units.h"
+#include "examples/cli_validators.h"
 #include "examples/output_path.h"
 #include "examples/stress_harness.h"
 #include "examples/stress_html_output.h"
@@ -35,19 +36,6 @@ struct StressCommand {
 };
 
 namespace {
-
-CLI::Validator size_validator() {
-  return CLI::Validator(
-      [](std::string& s) {
-        try {
-          parse_bytes(s);
-          return std::string();
-        } catch (const Error& e) {
-          return e.message();
-        }
-      },
-      "SIZE");
-}
 
 // Decimal digits only, at most 2^64 - 1: CLI11's own uint64_t parsing wraps "-1" and saturates
 // "2^64", which would silently replay a seed the user did not type.

@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/units.h"
+#include "examples/cli_validators.h"
 #include "examples/digits_dataset.h"
 #include "examples/fsdp_trainer.h"
 #include "examples/mlp_trainer.h"
@@ -257,14 +258,7 @@ std::shared_ptr<TrainFsdpCommand> add_train_fsdp_command(CLI::App& train) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app->add_option("--lr", m.learning_rate, "SGD learning rate (> 0)")
       ->capture_default_str()
-      ->check(CLI::Validator(
-          [](std::string& s) {
-            const double v = std::strtod(s.c_str(), nullptr);
-            return v > 0.0 && std::isfinite(v)
-                       ? std::string()
-                       : "learning rate " + s + " must be a finite number > 0";
-          },
-          "> 0"));
+      ->check(learning_rate_validator());
   app->add_option("--seed", m.seed, "Seed for parameter init and batch order")
       ->capture_default_str();
   app->add_option("--plan", cmd->plan_path,
@@ -278,16 +272,7 @@ std::shared_ptr<TrainFsdpCommand> add_train_fsdp_command(CLI::App& train) {
   app->add_option("--data", cmd->data_path, "digits.csv.gz from Debian python3-sklearn")
       ->capture_default_str();
   app->add_option("--hbm-bytes", cmd->hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)")
-      ->check(CLI::Validator(
-          [](std::string& s) {
-            try {
-              parse_bytes(s);
-              return std::string();
-            } catch (const Error& e) {
-              return e.message();
-            }
-          },
-          "SIZE"));
+      ->check(size_validator());
   app->add_option("--log-every", m.log_every, "Print the FSDP loss every K steps (0: never)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/units.h"
+#include "examples/cli_validators.h"
 #include "examples/transformer_trainer.h"
 #include "runtime/runtime.h"
 
@@ -268,16 +269,7 @@ std::shared_ptr<TrainTransformerCommand> add_train_transformer_command(CLI::App&
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app->add_option("--hbm-bytes", cmd->hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)")
-      ->check(CLI::Validator(
-          [](std::string& s) {
-            try {
-              parse_bytes(s);
-              return std::string();
-            } catch (const Error& e) {
-              return e.message();
-            }
-          },
-          "SIZE"));
+      ->check(size_validator());
   app->add_option("--kernels", cmd->kernels,
                   "Forward/backward compute: eigen (pallas is not implemented for transformer)")
       ->capture_default_str()

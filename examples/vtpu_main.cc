@@ -42,14 +42,15 @@
 #include "common/units.h"
 #include "examples/bench_collectives_command.h"
 #include "examples/bench_kernel_command.h"
+#include "examples/cli_validators.h"
 #include "examples/digits_dataset.h"
 #include "examples/mlp_trainer.h"
 #include "examples/output_path.h"
 #include "examples/plan_command.h"
 #include "examples/reshard_command.h"
 #include "examples/stress_command.h"
-#include "examples/train_transformer_command.h"
 #include "examples/train_fsdp_command.h"
+#include "examples/train_transformer_command.h"
 #include "memory/alloc_workload.h"
 #include "memory/allocator_policy.h"
 #include "memory/fragmentation_check.h"
@@ -211,19 +212,6 @@ struct BenchMemoryArgs {
 };
 
 // Accepts what vtpu::parse_bytes accepts ("16GiB", "512M", "4096").
-CLI::Validator bytes_validator() {
-  return CLI::Validator(
-      [](std::string& s) {
-        try {
-          vtpu::parse_bytes(s);
-          return std::string();
-        } catch (const vtpu::Error& e) {
-          return e.message();
-        }
-      },
-      "SIZE");
-}
-
 // Checks what CLI11 cannot: names against the policy registry, the capacity against every policy
 // and the workload size. Returns a message for a usage error, empty when the arguments are fine.
 std::string check_bench_memory_args(const BenchMemoryArgs& args) {
@@ -456,20 +444,13 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   mlp->add_option("--lr", args.mlp.learning_rate, "SGD learning rate (> 0)")
       ->capture_default_str()
-      ->check(CLI::Validator(
-          [](std::string& s) {
-            const double v = std::strtod(s.c_str(), nullptr);
-            return v > 0.0 && std::isfinite(v)
-                       ? std::string()
-                       : "learning rate " + s + " must be a finite number > 0";
-          },
-          "> 0"));
+      ->check(vtpu::examples::learning_rate_validator());
   mlp->add_option("--seed", args.mlp.seed, "Seed for parameter init and batch order")
       ->capture_default_str();
   mlp->add_option("--data", args.data_path, "digits.csv.gz from Debian python3-sklearn")
       ->capture_default_str();
   mlp->add_option("--hbm-bytes", args.hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)")
-      ->check(bytes_validator());
+      ->check(vtpu::examples::size_validator());
   mlp->add_option("--config", args.config_path, "RuntimeOptions JSON file");
   mlp->add_option("--kernels", args.mlp.kernels,
                   "Forward/backward compute: eigen (Eigen over HBM) or pallas (pipelined kernels "
@@ -545,7 +526,7 @@ int main(int argc, char** argv) {
       ->excludes(workload_opt);
   memory->add_option("--capacity", bench_args.capacity, "Bytes per policy, e.g. 16GiB, 512M")
       ->capture_default_str()
-      ->check(bytes_validator());
+      ->check(vtpu::examples::size_validator());
   memory
       ->add_option("--via", bench_args.via,
                    "Comma-separated: policy (bare), arena (metadata-only HbmArena over it)")
@@ -579,7 +560,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1e-9, 1.0));
   frag->add_option("--capacity", frag_args.capacity, "Arena bytes, e.g. 64MiB")
       ->capture_default_str()
-      ->check(bytes_validator());
+      ->check(vtpu::examples::size_validator());
   frag->add_option("--seed", frag_args.seed, "First seed")->capture_default_str();
   frag->add_flag("--json", frag_args.json, "Print the results as JSON");
   const auto fsdp = vtpu::examples::add_train_fsdp_command(*train);

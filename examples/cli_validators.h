@@ -1,0 +1,16 @@
+// CLI11 validators shared by the `vtpu` subcommands, so that every command words the same
+// mistake the same way.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace vtpu::examples {
+
+/// A byte size with an optional K/M/G/T suffix (powers of 1024), as parse_bytes (common/units.h)
+/// reads it; the error is parse_bytes' message, which names the text and what was expected.
+CLI::Validator size_validator();
+
+/// A learning rate: a finite number > 0 ("learning rate 0 must be a finite number > 0").
+CLI::Validator learning_rate_validator();
+
+}  // namespace vtpu::examples
