@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "common/error.h"
+#include "examples/train_step_log.h"
 #include "sharding/sharded_array.h"
 
 namespace vtpu::examples {
@@ -348,19 +349,8 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
       *loss_slot = static_cast<float>(loss_sum);
       loss_comm.all_reduce<float>(ctx, lossbuf.as<float>());
       const double loss = static_cast<double>(*loss_slot) / static_cast<double>(mc.global_batch);
-      if (!std::isfinite(loss)) {
-        throw FailedPreconditionError("training diverged at step " + std::to_string(step) +
-                                      ": loss is " + std::to_string(loss) +
-                                      " (try a smaller learning rate)");
-      }
-      if (c == 0) {
-        result.step_seconds[static_cast<size_t>(step)] =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        result.losses[static_cast<size_t>(step)] = loss;
-        if (on_log && mc.log_every > 0 && (step % mc.log_every == 0 || step == mc.steps - 1)) {
-          on_log(step, loss);
-        }
-      }
+      finish_step(c, step, mc.steps, mc.log_every, loss, t0, result.step_seconds, result.losses,
+                  on_log);
     }
   });
 

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "common/error.h"
+#include "examples/train_step_log.h"
 #include "runtime/pallas_kernels.h"
 #include "sharding/sharded_array.h"
 
@@ -374,20 +375,8 @@ MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig&
       // SGD on every replica (identical inputs, identical results).
       params -= config.learning_rate * grads;
       const double loss = static_cast<double>(g[num_params]) / static_cast<double>(batch);
-      if (!std::isfinite(loss)) {
-        throw FailedPreconditionError("training diverged at step " + std::to_string(step) +
-                                      ": loss is " + std::to_string(loss) +
-                                      " (try a smaller learning rate)");
-      }
-      if (c == 0) {
-        result.step_seconds[static_cast<size_t>(step)] =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        result.losses[static_cast<size_t>(step)] = loss;
-        if (on_log && config.log_every > 0 &&
-            (step % config.log_every == 0 || step == config.steps - 1)) {
-          on_log(step, loss);
-        }
-      }
+      finish_step(c, step, config.steps, config.log_every, loss, t0, result.step_seconds,
+                  result.losses, on_log);
     }
     if (config.at_peak) {
       sync->barrier(ctx);  // every core at its peak (timeouts and aborts included)

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "examples/train_step_log.h"
 
 namespace vtpu::examples {
 
@@ -202,19 +203,8 @@ TransformerResult train_transformer(Runtime& runtime, std::span<const int32_t> t
       adam_update(p, g.first(static_cast<size_t>(shard_size)), m, v, step + 1, config);
       const double loss = static_cast<double>(g[static_cast<size_t>(shard_size)]) /
                           static_cast<double>(config.batch * ctx_len);
-      if (!std::isfinite(loss)) {
-        throw FailedPreconditionError("training diverged at step " + str(step) + ": loss is " +
-                                      std::to_string(loss) + " (try a smaller learning rate)");
-      }
-      if (c == 0) {
-        result.step_seconds[static_cast<size_t>(step)] =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        result.losses[static_cast<size_t>(step)] = loss;
-        if (on_log && config.log_every > 0 &&
-            (step % config.log_every == 0 || step == config.steps - 1)) {
-          on_log(step, loss);
-        }
-      }
+      finish_step(c, step, config.steps, config.log_every, loss, t0, result.step_seconds,
+                  result.losses, on_log);
     }
     final_params[static_cast<size_t>(c)] = std::move(params);
   });
