@@ -140,12 +140,17 @@ HbmArena::HbmArena(const ArenaOptions& options)
 
 HbmArena::~HbmArena() = default;
 
-HbmArena::Live* HbmArena::find_locked(BufferId id) {
+HbmArena::Live* HbmArena::find_held_locked(BufferId id) {
   const uint64_t low = id & 0xFFFFFFFFu;
   if (low == 0 || low > slots_.size()) return nullptr;
   Slot& s = slots_[low - 1];
   if (!s.in_use || s.generation != (id >> 32)) return nullptr;
   return &s.live;
+}
+
+HbmArena::Live* HbmArena::find_locked(BufferId id) {
+  Live* b = find_held_locked(id);
+  return b != nullptr && !b->freed ? b : nullptr;
 }
 
 const HbmArena::Live* HbmArena::find_locked(BufferId id) const {
@@ -298,6 +303,7 @@ std::optional<ArenaPlacement> HbmArena::try_allocate_locked(uint64_t size_bytes,
   s.live.seq = stats_.num_allocs + 1;
   s.live.label = std::move(label);
   s.live.pins = 0;
+  s.live.freed = false;
   ++num_live_;
   stats_.bytes_in_use += a->chunk_bytes;
   stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
@@ -325,7 +331,18 @@ void HbmArena::free_locked(BufferId id) {
     throw InvalidArgumentError("free of buffer id " + std::to_string(id) + " on core " +
                                std::to_string(core_id()) + ", which is not live (double free?)");
   }
-  const Live& b = *found;
+  Live& b = *found;
+  if (b.pins > 0) {
+    // An in-flight copy still reads the bytes: keep the chunk until the last unpin.
+    b.freed = true;
+    ++num_pending_free_;
+    pending_free_bytes_ += b.chunk_bytes;
+    return;
+  }
+  release_locked(id, b);
+}
+
+void HbmArena::release_locked(BufferId id, const Live& b) {
   if (backing_ && options_.poison_freed) {
     // The requested bytes rounded to 256 B: the bytes a stale reader could touch, without
     // committing the pages of an unsplit remainder that was never used.
@@ -381,7 +398,9 @@ MemoryStats HbmArena::memory_stats() const {
   MemoryStats s = stats_;
   s.largest_free_block_bytes = policy_->largest_free_block_bytes();
   s.total_free_bytes = policy_->total_free_bytes();
-  s.num_live_buffers = num_live_;
+  s.num_live_buffers = num_live_ - num_pending_free_;
+  s.pending_free_buffers = num_pending_free_;
+  s.pending_free_bytes = pending_free_bytes_;
   return s;
 }
 
@@ -455,7 +474,9 @@ OomReport HbmArena::make_oom_report_locked(uint64_t size_bytes, uint64_t logical
   std::vector<LiveBufferInfo> all;
   all.reserve(num_live_);
   for_each_live_locked([&](BufferId, const Live& b) {
-    all.push_back({b.label, b.offset, b.size_bytes, b.chunk_bytes});
+    all.push_back(
+        {b.freed ? b.label + " (freed, held by an in-flight copy until unpinned)" : b.label,
+         b.offset, b.size_bytes, b.chunk_bytes});
   });
   const size_t n = std::min(kMaxReportedBuffers, all.size());
   std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n), all.end(),
@@ -575,9 +596,9 @@ void HbmArena::pin(BufferId id) {
 
 void HbmArena::unpin(BufferId id) {
   std::lock_guard lock(mu_);
-  Live* b = find_locked(id);
+  Live* b = find_held_locked(id);
   if (b == nullptr) {
-    if (handed_out_locked(id)) return;  // freed while pinned; ids are never reused
+    if (handed_out_locked(id)) return;  // already released; ids are never reused
     throw InvalidArgumentError("unpin of buffer id " + std::to_string(id) + " on core " +
                                std::to_string(core_id()) + ", which this arena never allocated");
   }
@@ -585,7 +606,11 @@ void HbmArena::unpin(BufferId id) {
     throw FailedPreconditionError("unpin of buffer id " + std::to_string(id) + " on core " +
                                   std::to_string(core_id()) + ", which is not pinned");
   }
-  --b->pins;
+  if (--b->pins == 0 && b->freed) {
+    --num_pending_free_;
+    pending_free_bytes_ -= b->chunk_bytes;
+    release_locked(id, *b);
+  }
 }
 
 bool HbmArena::is_pinned(BufferId id) const {

@@ -191,7 +191,11 @@ class HbmArena {
                           const std::optional<Layout>& layout = std::nullopt,
                           std::string label = {});
 
-  /// Frees a live buffer. Throws InvalidArgumentError for an unknown id.
+  /// Frees a live buffer. Throws InvalidArgumentError for an unknown id. A pinned buffer (an
+  /// in-flight DMA reads it) leaves the caller's view at once (its id is no longer live), but its
+  /// chunk is released only by the last unpin(), so the copy never reads reused memory (PyTorch's
+  /// caching allocator defers a free the same way for record_stream). Until then it counts in
+  /// MemoryStats::pending_free_buffers / pending_free_bytes and in bytes_in_use.
   void free(BufferId id);
   /// free(id), then free_space() as it is after it (under the same lock) into *after.
   void free(BufferId id, ArenaFreeSpace* after);
@@ -209,7 +213,8 @@ class HbmArena {
   /// Pins a live buffer: defragmentation never moves it until a matching unpin(). Pins nest.
   /// Throws InvalidArgumentError for an unknown id.
   void pin(BufferId id);
-  /// Undoes one pin(). A no-op for a buffer freed meanwhile (ids are never reused); throws
+  /// Undoes one pin(); the last unpin of a buffer freed while pinned releases its chunk. A no-op
+  /// for a buffer already released (ids are never reused); throws
   /// FailedPreconditionError for a live buffer that is not pinned and InvalidArgumentError for an
   /// id this arena never handed out.
   void unpin(BufferId id);
@@ -251,6 +256,7 @@ class HbmArena {
     uint64_t seq = 0;  // allocation sequence number (num_allocs when it was made)
     std::string label;
     int pins = 0;
+    bool freed = false;  // freed while pinned: released by the last unpin (see free())
   };
   // One entry of the live-buffer table. A slot is reused after its buffer is freed, with its
   // generation advanced, so the BufferId (generation << 32 | slot + 1) of a freed buffer never
@@ -265,6 +271,10 @@ class HbmArena {
   // The live buffer `id` names, or nullptr (unknown, freed or malformed id).
   Live* find_locked(BufferId id);
   const Live* find_locked(BufferId id) const;
+  // Like find_locked, but also finds a buffer freed while pinned and not yet released.
+  Live* find_held_locked(BufferId id);
+  // Returns the chunk of the buffer `id` (held, not pinned) to the policy and retires its slot.
+  void release_locked(BufferId id, const Live& b);
   // Whether this arena ever handed out `id` (live or freed).
   bool handed_out_locked(BufferId id) const;
   // The id the next successful allocation will get.
@@ -296,7 +306,9 @@ class HbmArena {
   // allocations reuse recently freed, cache-warm slots.
   std::vector<Slot> slots_;           // GUARDED_BY(mu_)
   std::vector<uint32_t> free_slots_;  // GUARDED_BY(mu_)
-  size_t num_live_ = 0;               // GUARDED_BY(mu_)
+  size_t num_live_ = 0;               // GUARDED_BY(mu_) slots in use, incl. pending frees
+  size_t num_pending_free_ = 0;       // GUARDED_BY(mu_) freed while pinned, not yet released
+  uint64_t pending_free_bytes_ = 0;   // GUARDED_BY(mu_) their chunk bytes
   MemoryStats stats_;                 // GUARDED_BY(mu_), counters only
   std::chrono::steady_clock::time_point epoch_;
   std::vector<TraceEvent> events_;  // GUARDED_BY(mu_)

@@ -33,6 +33,8 @@ void to_json(nlohmann::json& j, const MemoryStats& s) {
                      {"defrag_buffers_moved", s.defrag_buffers_moved},
                      {"defrag_bytes_moved", s.defrag_bytes_moved},
                      {"defrag_time_ns", s.defrag_time_ns},
+                     {"pending_free_buffers", s.pending_free_buffers},
+                     {"pending_free_bytes", s.pending_free_bytes},
                      {"fragmentation", s.fragmentation()}};
 }
 

@@ -32,6 +32,11 @@ struct MemoryStats {
   uint64_t defrag_buffers_moved = 0;    // buffers relocated by all compactions
   uint64_t defrag_bytes_moved = 0;      // bytes copied by all compactions
   uint64_t defrag_time_ns = 0;          // wall time spent compacting, nanoseconds
+  // Buffers freed while pinned (an in-flight DMA still reads them): their chunks stay in use, and
+  // in bytes_in_use, until the last unpin releases them (PyTorch's record_stream deferral; its
+  // "active" minus "allocated"). Not counted in num_live_buffers.
+  uint64_t pending_free_buffers = 0;
+  uint64_t pending_free_bytes = 0;  // chunk bytes of those buffers
 
   /// 1 - largest_free_block / total_free; 0 when nothing is free.
   double fragmentation() const;

@@ -266,7 +266,8 @@ TEST(HbmArenaTest, StaleIdsOfReusedSlotsAreRejected) {
   EXPECT_EQ(a, 1u);  // before any free, ids are the allocation sequence numbers
   EXPECT_EQ(b, 2u);
   arena.pin(a);
-  arena.free(a);
+  arena.free(a);                                // pinned: held until the unpin below
+  arena.unpin(a);                               // releases a
   const auto c = arena.try_allocate(300, "c");  // takes a's slot
   ASSERT_TRUE(c.has_value());
   EXPECT_NE(c->id, a);
@@ -274,7 +275,7 @@ TEST(HbmArenaTest, StaleIdsOfReusedSlotsAreRejected) {
   EXPECT_EQ(arena.size_bytes(c->id), 300u);
   expect_invalid_argument([&] { arena.free(a); }, std::to_string(a));
   expect_invalid_argument([&] { arena.size_bytes(a); }, std::to_string(a));
-  arena.unpin(a);  // freed while pinned: a no-op, and it must not unpin c
+  arena.unpin(a);  // already released: a no-op, and it must not unpin c
   EXPECT_FALSE(arena.is_pinned(c->id));
   arena.pin(c->id);
   arena.unpin(a);
@@ -802,3 +803,58 @@ INSTANTIATE_TEST_SUITE_P(Seeds, HbmArenaRandomTest, ::testing::Range<uint32_t>(0
 
 }  // namespace
 }  // namespace vtpu
+
+// A free of a pinned buffer (an in-flight DMA reads it) is deferred to the last unpin: until then
+// the id is dead to callers, but its bytes stay put and no allocation can take them.
+TEST(HbmArenaTest, FreeOfAPinnedBufferIsHeldUntilTheLastUnpin) {
+  for (const std::string& policy : known_allocator_policies()) {
+    if (policy == "planned") continue;  // needs a plan
+    SCOPED_TRACE(policy);
+    ArenaOptions o;
+    o.capacity_bytes = 1 * kMiB;
+    o.policy = policy;
+    o.poison_freed = true;
+    HbmArena arena(o);
+    const BufferId a = arena.allocate(4096, "a");
+    const BufferId keep = arena.allocate(4096, "keep");
+    std::byte* pa = arena.data(a);
+    const uint64_t a_offset = arena.offset(a);
+    const uint64_t chunk = arena.memory_stats().bytes_in_use / 2;
+    std::memset(pa, 0x5A, 4096);
+    arena.pin(a);
+    arena.pin(a);  // two copies in flight
+    arena.free(a);
+    MemoryStats s = arena.memory_stats();
+    EXPECT_EQ(s.num_live_buffers, 1u);
+    EXPECT_EQ(s.pending_free_buffers, 1u);
+    EXPECT_EQ(s.pending_free_bytes, chunk);
+    EXPECT_EQ(s.bytes_in_use, 2 * chunk);  // still occupied
+    EXPECT_EQ(s.num_frees, 0u);
+    expect_invalid_argument([&] { arena.data(a); }, std::to_string(a));
+    expect_invalid_argument([&] { arena.free(a); }, "double free");
+    expect_invalid_argument([&] { arena.pin(a); }, std::to_string(a));
+    // Fill the arena: nothing may land on a's bytes, and they are neither poisoned nor moved.
+    std::vector<BufferId> others;
+    while (auto p = arena.try_allocate(4096, "other")) {
+      EXPECT_TRUE(p->offset + 4096 <= a_offset || p->offset >= a_offset + 4096) << p->offset;
+      std::memset(arena.data(p->id), 0x11, 4096);
+      others.push_back(p->id);
+    }
+    arena.free(keep);
+    arena.defragment();
+    arena.check_consistency();
+    for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(pa[i], std::byte{0x5A}) << i;
+    arena.unpin(a);  // one copy still in flight
+    EXPECT_EQ(arena.memory_stats().pending_free_buffers, 1u);
+    arena.unpin(a);  // released now
+    s = arena.memory_stats();
+    EXPECT_EQ(s.pending_free_buffers, 0u);
+    EXPECT_EQ(s.pending_free_bytes, 0u);
+    EXPECT_EQ(s.num_frees, 2u);
+    EXPECT_EQ(pa[0], std::byte{0xDB});  // poisoned on release
+    arena.unpin(a);                     // released: a no-op
+    arena.check_consistency();
+    EXPECT_TRUE(arena.try_allocate(4096, "reuse").has_value());
+    for (BufferId id : others) arena.free(id);
+  }
+}

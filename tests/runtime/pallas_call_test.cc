@@ -203,6 +203,42 @@ TEST(PallasCallTest, RemoteCopyFromAnotherCoresHbm) {
     ASSERT_EQ(ov[i], 1000.0f + 8 * 128 + static_cast<float>(i));
 }
 
+// F5: the owner frees the source of a remote copy while the copy is still queued, and a new
+// buffer of the same size is allocated and overwritten on that core. The pin held by the copy
+// defers the free, so the copy still reads the original rows, never the new buffer's bytes.
+TEST(PallasCallTest, RemoteCopyReadsItsSourceEvenIfTheOwnerFreesItMeanwhile) {
+  RuntimeOptions ro;
+  ro.num_cores = 2;
+  ro.hbm_bytes_per_core = 64 << 20;
+  ro.dma_latency = 40ms;  // every copy lasts >= 40 ms: the remote one waits in line
+  Runtime rt(ro);
+  auto remote = std::make_unique<DeviceBuffer>(rt.allocate(1, 16 * 128 * 4, "remote"));
+  auto rv = remote->as<float>();
+  std::iota(rv.begin(), rv.end(), 1000.0f);
+  DeviceBuffer first = rt.allocate(0, 8 * 128 * 4, "first");
+  DeviceBuffer out = rt.allocate(0, 16 * 128 * 4, "out");
+  DeviceBuffer reuse;
+  rt.run_spmd({0}, [&](CoreContext& cc) {
+    PallasCallOptions o;
+    o.num_dma_semaphores = 2;
+    PallasOperand y = op2("y", out, 16, 128, {}, {});
+    pallas_call(cc.core(), {}, {y}, o, [&](KernelContext& ctx) {
+      // A copy ahead in the queue, then the remote copy behind it.
+      auto c0 = ctx.async_remote_copy(first, 128, 0, ctx.output(0), ctx.semaphore(0));
+      auto c1 = ctx.async_remote_copy(*remote, 128, 0, ctx.output(0), ctx.semaphore(1));
+      remote.reset();  // the owner frees it while the copy is queued
+      reuse = rt.allocate(1, 16 * 128 * 4, "reuse");
+      auto u = reuse.as<float>();
+      std::fill(u.begin(), u.end(), -1.0f);
+      c0.wait();
+      c1.wait();
+    });
+  });
+  EXPECT_EQ(rt.core(1).hbm().memory_stats().pending_free_buffers, 0u);  // released at unpin
+  auto ov = out.as<float>();
+  for (size_t i = 0; i < ov.size(); ++i) ASSERT_EQ(ov[i], 1000.0f + static_cast<float>(i)) << i;
+}
+
 // With a DMA engine slowed to 3 ms per copy, a body that read a block before its copy completed
 // would see the previous contents of the slot (another block's values, or zeros). Every element
 // encodes its global position, so the body checks it sees exactly its block. Run under TSan as
@@ -597,8 +633,8 @@ TEST(PallasCallAdversarialTest, KernelNeedingExactlyTheVmemLimitRuns) {
   // (2040, 128) f32 = 1044480 bytes (whole tiles) + 4096 = 1 MiB. The bfc default kept the
   // 4096-byte remainder inside the first buffer (below capacity / 128 = 8 KiB), so the scratch
   // found 0 bytes free.
-  const PallasCallStats st = pallas_call(core, {op2("x", in, 2040, 128, {}, {})}, {y}, o,
-                                         [](KernelContext&) {});
+  const PallasCallStats st =
+      pallas_call(core, {op2("x", in, 2040, 128, {}, {})}, {y}, o, [](KernelContext&) {});
   EXPECT_EQ(st.vmem_bytes, 1u << 20);
 }
 
