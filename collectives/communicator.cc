@@ -618,11 +618,32 @@ void Communicator::all_gather_bytes(CoreContext& ctx, DataType dtype,
         "all_gather send and recv buffers overlap (expected disjoint buffers, or NCCL's in place "
         "form: send == recv + rank * send bytes with gathering on a leading axis)");
   }
-  Fingerprint fp = make_fingerprint(CollectiveKind::kAllGather, dtype, s,
-                                    n == 1 ? Algorithm::kLocal : Algorithm::kRing);
+  Fingerprint fp = make_fingerprint(
+      CollectiveKind::kAllGather, dtype, s,
+      n == 1 ? Algorithm::kLocal : (direct_access_ ? Algorithm::kDirect : Algorithm::kRing));
   fp.axis = axis;
   fp.tiled = tiled;
   run(ctx, fp, block_bytes, [&](const AlgorithmContext& ac) {
+    if (ac.fp.algorithm == Algorithm::kDirect) {
+      // Direct (in process): every rank pulls each peer's block straight into its own recv, in
+      // the output layout (segment o of block q at (o * N + q) * seg), then a barrier keeps every
+      // send buffer alive until no peer reads it. N S bytes read and written per rank, no slots.
+      {
+        DirectAccessScope scope(ac);
+        const std::vector<DirectBuffers> peers =
+            ac.exchange_direct_buffers(send.data(), recv.data());
+        const uint64_t seg = outer ? block_bytes / outer : 0;  // outer 0: an empty array
+        for (int q = 0; q < ac.nranks; ++q) {
+          for (uint64_t o = 0; o < outer; ++o) {
+            const std::byte* src = peers[static_cast<size_t>(q)].send + o * seg;
+            std::byte* dst = recv.data() + (o * static_cast<uint64_t>(ac.nranks) + q) * seg;
+            if (dst != src && seg) std::memcpy(dst, src, seg);  // in place: own block stays
+          }
+        }
+      }
+      ac.barrier();
+      return;
+    }
     // Gather rank-major blocks: straight into recv when the layout allows, else into scratch.
     std::vector<std::byte> scratch;
     std::byte* buf = recv.data();
@@ -691,13 +712,47 @@ void Communicator::reduce_scatter_bytes(CoreContext& ctx, DataType dtype,
   check_size("reduce_scatter", "send", send.size(), count, elem, s.to_string());
   check_size("reduce_scatter", "recv", recv.size(), block, elem, dims_text(out_shape));
   const uint64_t outer = product(shape, 0, static_cast<size_t>(scatter_dimension));
-  Fingerprint fp = make_fingerprint(CollectiveKind::kReduceScatter, dtype, s,
-                                    n == 1 ? Algorithm::kLocal : Algorithm::kPairwise);
+  Fingerprint fp = make_fingerprint(
+      CollectiveKind::kReduceScatter, dtype, s,
+      n == 1 ? Algorithm::kLocal : (direct_access_ ? Algorithm::kDirect : Algorithm::kPairwise));
   fp.reduce_op = op;
   fp.axis = scatter_dimension;
   fp.tiled = tiled;
   run(ctx, fp, count * elem, [&](const AlgorithmContext& ac) {
     const uint64_t block_bytes = block * elem;
+    if (ac.fp.algorithm == Algorithm::kDirect) {
+      // Direct (in process; the first shot of the direct all_reduce): rank r reads block r of
+      // every peer's input in place and folds them in rank order into its recv. NCCL's in-place
+      // form (recv == send + rank * recv bytes, scatter on a leading axis) is safe: each element
+      // is read before it is written, and peers read only their own blocks. Any other overlap
+      // is folded into a staging buffer and copied after the barrier, when no peer reads send.
+      const bool in_place =
+          outer == 1 && recv.data() == send.data() + static_cast<uint64_t>(ac.rank) * block_bytes;
+      const bool staged = !in_place && overlaps(send.data(), send.size(), recv.data(), recv.size());
+      std::vector<std::byte> stage(staged ? recv.size() : 0);
+      std::byte* out = staged ? stage.data() : recv.data();
+      {
+        DirectAccessScope scope(ac);
+        const std::vector<DirectBuffers> peers =
+            ac.exchange_direct_buffers(send.data(), recv.data());
+        visit_data_type(dtype, [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          const uint64_t seg = outer ? block / outer : 0;  // elements of one piece of a block
+          std::vector<const T*> in(static_cast<size_t>(ac.nranks));
+          for (uint64_t o = 0; o < outer; ++o) {
+            for (int q = 0; q < ac.nranks; ++q) {
+              in[static_cast<size_t>(q)] =
+                  reinterpret_cast<const T*>(peers[static_cast<size_t>(q)].send) +
+                  (o * static_cast<uint64_t>(ac.nranks) + static_cast<uint64_t>(ac.rank)) * seg;
+            }
+            fold_in_rank_order(reinterpret_cast<T*>(out) + o * seg, in.data(), ac.nranks, seg, op);
+          }
+        });
+      }
+      ac.barrier();  // no peer reads our send after this
+      if (staged && !recv.empty()) std::memcpy(recv.data(), stage.data(), recv.size());
+      return;
+    }
     // Blocks in rank order, contiguous: the input itself when the scatter dimension leads.
     std::vector<std::byte> packed;
     const std::byte* blocks = send.data();

@@ -94,7 +94,7 @@ CollectiveBenchOp make_all_reduce_bench_op() {
 CollectiveBenchOp make_all_gather_bench_op() {
   CollectiveBenchOp op;
   op.name = "all_gather";
-  op.algorithms = {std::string(algorithm_name(Algorithm::kRing))};
+  op.algorithms = {std::string(algorithm_name(Algorithm::kDirect))};  // in process
   op.busbw_factor = [](int n) { return (n - 1.0) / n; };
   op.shape = [](uint64_t bytes, uint64_t element_bytes, int n) {
     const uint64_t count = bytes / element_bytes / static_cast<uint64_t>(n);
@@ -128,7 +128,7 @@ CollectiveBenchOp make_reduce_scatter_bench_op() {
   CollectiveBenchOp op;
   op.name = "reduce_scatter";
   op.uses_reduce_op = true;
-  op.algorithms = {std::string(algorithm_name(Algorithm::kPairwise))};
+  op.algorithms = {std::string(algorithm_name(Algorithm::kDirect))};  // in process
   op.busbw_factor = [](int n) { return (n - 1.0) / n; };
   op.shape = [](uint64_t bytes, uint64_t element_bytes, int n) {
     const uint64_t count = bytes / element_bytes / static_cast<uint64_t>(n);

@@ -764,6 +764,48 @@ TEST(DirectAccessTest, SlotOnlyLinksFallBackToSlotCopies) {
   }
 }
 
+// reduce_scatter and all_gather run direct in process (each rank pulls its blocks from the peers'
+// buffers) and over slot-only links (pairwise / ring slot copies): the same bits as the rank-order
+// fold, on a middle scatter / gather axis (blocks in 3 pieces), out of place and with a recv that
+// overlaps send without being NCCL's in-place form (folded into a staging buffer first).
+TEST(DirectAccessTest, ReduceScatterAndAllGatherDirectAndOverSlotsGiveTheFoldsBits) {
+  Runtime rt(small_options(8));
+  for (bool slot_only : {false, true}) {
+    for (int n : {1, 2, 3, 8}) {
+      SCOPED_TRACE(std::string(slot_only ? "slot-only links" : "direct") + ", cores " +
+                   std::to_string(n));
+      CommunicatorOptions o = CommunicatorOptions::from_runtime(rt.options());
+      if (slot_only) o.transport = std::make_shared<testing_util::SlotOnlyTransport>();
+      Communicator comm(rt, iota_group(n), o);
+      const std::vector<int64_t> shape = {3, 5 * n, 2};  // scatter / gather axis 1
+      const uint64_t count = static_cast<uint64_t>(3 * 5 * n * 2), per = count / n, seg = 10;
+      const auto in = make_inputs<float>(n, count, ReduceOp::kSum, 11u + static_cast<uint32_t>(n));
+      const std::vector<float> folded = fold_reference(in, ReduceOp::kSum);
+      rt.run_spmd(iota_group(n), [&](CoreContext& ctx) {
+        const int c = ctx.core_id();
+        // Rank c's block of the fold: piece o is elements [(o * n + c) * seg, +seg).
+        std::vector<float> want(per);
+        for (uint64_t o = 0; o < 3; ++o)
+          for (uint64_t j = 0; j < seg; ++j)
+            want[o * seg + j] = folded[(o * static_cast<uint64_t>(n) + c) * seg + j];
+        std::vector<float> x = in[static_cast<size_t>(c)], out(per);
+        comm.reduce_scatter<float>(ctx, x, out, shape, ReduceOp::kSum, 1, true);
+        ASSERT_EQ(out, want) << "out of place";
+        ASSERT_EQ(x, in[static_cast<size_t>(c)]) << "input changed";
+        // recv = the first `per` elements of send: NCCL's in-place form only on rank 0.
+        std::span<float> xs(x);
+        comm.reduce_scatter<float>(ctx, xs, xs.first(per), shape, ReduceOp::kSum, 1, true);
+        ASSERT_TRUE(std::equal(want.begin(), want.end(), x.begin())) << "overlapping recv";
+        // all_gather of the blocks along axis 1 rebuilds the fold.
+        const std::vector<int64_t> block_shape = {3, 5, 2};
+        std::vector<float> gathered(count);
+        comm.all_gather<float>(ctx, out, gathered, block_shape, 1, true);
+        ASSERT_EQ(gathered, folded) << "all_gather";
+      });
+    }
+  }
+}
+
 // A 2 x 4 torus given explicitly, with large messages, against the rank-order fold.
 TEST(TorusTest, ExplicitRowsMatchTheFold) {
   Runtime rt(small_options(8));

@@ -98,8 +98,8 @@ TEST(CollectiveBenchTest, EveryOpChecksOkOnOneThreeAndFourCores) {
             EXPECT_EQ(r.shape.recv_elements,
                       op.name == "reduce_scatter" ? r.shape.count : r.shape.count * n);
             EXPECT_EQ(r.algorithm, cores == 1                ? "local"
-                                   : op.name == "all_gather" ? "ring"
-                                                             : "pairwise");
+                                   : op.name == "all_to_all" ? "pairwise"
+                                                             : "direct");
           } else {
             EXPECT_EQ(r.shape.bytes, r.shape.count * 4);
             EXPECT_EQ(r.algorithm, cores == 1 ? "local" : op.name == "reduce" ? "direct" : "chain");

@@ -473,9 +473,9 @@ TEST(VtpuCliTest, BenchCollectivesEveryOp) {
     const char* op;
     const char* algorithm;
     double factor;
-  } ops[] = {{"all_reduce", "ring", 1.5},          {"all_gather", "ring", 0.75},
-             {"reduce_scatter", "pairwise", 0.75}, {"all_to_all", "pairwise", 0.75},
-             {"broadcast", "chain", 1.0},          {"reduce", "direct", 1.0}};
+  } ops[] = {{"all_reduce", "ring", 1.5},        {"all_gather", "direct", 0.75},
+             {"reduce_scatter", "direct", 0.75}, {"all_to_all", "pairwise", 0.75},
+             {"broadcast", "chain", 1.0},        {"reduce", "direct", 1.0}};
   for (const auto& op : ops) {
     const nlohmann::json j = bench_collectives_json(
         std::string("--cores 4 --op ") + op.op + " --algorithm " + op.algorithm +
