@@ -871,6 +871,9 @@ ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSh
                          ReshardStrategy strategy) {
   source.check_shape(global_shape);
   target.check_shape(global_shape);
+  // Regression (adversarial pass of issue 6, F2): a 2^62-element array used to pass and fail deep
+  // in the planner, with an error that quoted a shard's shape instead of the array's.
+  num_elements_of(global_shape);
   check_same_mesh(source.mesh(), target.mesh());
   std::vector<ReshardStep> steps =
       Planner(global_shape, source, target, cost).plan(strategy, kMaxSearchStates);

@@ -166,7 +166,8 @@ inline constexpr size_t kMaxSearchStates = 200000;
 
 /// Plans the reshard of an array of `global_shape` (elements per dimension) from `source` to
 /// `target`. Throws InvalidArgumentError when the shape does not fit either sharding (a spec
-/// longer than the rank, strict divisibility; see NamedSharding::check_shape) or the target's
+/// longer than the rank, strict divisibility; see NamedSharding::check_shape), has more than 2^60
+/// elements (num_elements_of), or the target's
 /// mesh differs from the source's in shape, axis names or set of devices (a different device
 /// order is allowed and becomes a permute). Pure: touches no runtime. Thread-safe. The default
 /// cost model is the shipped this_machine profile.
