@@ -50,7 +50,11 @@ class SpecParser {
         ++pos_;
         out.entries = parse_entries(')');
         if (at_keyword() && !out.entries.empty() && !after_comma()) fail("',' before the keyword");
-        parse_keywords(out);
+        const bool keywords = parse_keywords(out);
+        skip_ws();
+        if (keywords && peek() != ')') {  // P(unreduced={'x'}, 'y'), as Python rejects it
+          fail("')' (entries come before unreduced= and reduce_op=)");
+        }
         expect(')', "',' or ')'");
         skip_ws();
         if (!at_end()) fail("end of text after the closing ')'");
@@ -103,6 +107,7 @@ class SpecParser {
       len = 4;
     bool valid = len > 0 && pos + len <= text_.size();
     for (size_t i = 1; valid && i < len; ++i) valid = (byte(pos + i) & 0xc0) == 0x80;
+    if (b == '\'') return "\"'\"";  // not '''
     if (valid) return "'" + std::string(text_.substr(pos, len)) + "'";
     char hex[16];
     std::snprintf(hex, sizeof hex, "byte 0x%02X", static_cast<unsigned>(b));
@@ -131,11 +136,12 @@ class SpecParser {
   }
 
   /// Keyword arguments after the entries (the ',' before the first was consumed).
-  void parse_keywords(Parsed& out) {
+  /// True when at least one keyword was parsed.
+  bool parse_keywords(Parsed& out) {
     bool seen_unreduced = false, seen_op = false;
     while (true) {
       skip_ws();
-      if (!at_keyword()) return;
+      if (!at_keyword()) return seen_unreduced || seen_op;
       const size_t start = pos_;
       const std::string word(peek_identifier());
       pos_ += word.size();
@@ -167,7 +173,7 @@ class SpecParser {
         }
       }
       skip_ws();
-      if (peek() != ',') return;
+      if (peek() != ',') return true;
       ++pos_;
     }
   }

@@ -128,6 +128,8 @@ TEST(PartitionSpecTest, ParseErrorsNameThePosition) {
       {"P(\u4e2d)", "at position 2, found '\u4e2d'"},
       {"P(\xc3)", "at position 2, found byte 0xC3"},
       {"P(\x01)", "at position 2, found byte 0x01"},
+      {"P(unreduced={'x'}, 'y')",
+       "expected ')' (entries come before unreduced= and reduce_op=) at position 19, found \"'\""},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.text);
