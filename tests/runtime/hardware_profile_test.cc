@@ -159,6 +159,17 @@ TEST(HardwareProfileTest, RejectsAbsurdLatenciesAndRepeatedKeys) {
   }
   std::ofstream(path) << text;  // the same file without repeats loads
   EXPECT_EQ(HardwareProfile::load_json_file(path).name, "v5e");
+
+  // F24: a file above 1 MiB is refused before it is parsed (here valid JSON: padding spaces).
+  std::ofstream(path) << text << std::string((1 << 20) - text.size() + 1, ' ');
+  try {
+    HardwareProfile::load_json_file(path);
+    ADD_FAILURE() << "a 1 MiB + 1 B profile was accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("is 1048577 bytes (expected at most 1048576"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "common/error.h"
@@ -135,6 +137,24 @@ TEST(ModelGraphTest, RejectsOverflowingSizesDirectoriesControlCharactersAndRepea
               HasSubstr("m.json: repeats the key 'batch' in one object"));
   EXPECT_THAT(error_of(head + R"({"name": "a", "kind": "layer_norm", "dim": 4, "dim": 8}]})"),
               HasSubstr("repeats the key 'dim'"));
+  // F24: at most 65536 layers, and a file of at most 16 MiB.
+  std::string many = head;
+  for (int i = 0; i <= 65536; ++i) {
+    many += (i ? "," : "") + std::string(R"({"name": "r)") + std::to_string(i) +
+            R"(", "kind": "elementwise", "dim": 4})";
+  }
+  EXPECT_THAT(error_of(many + "]}"),
+              HasSubstr("layers: has 65537 layers (expected at most 65536)"));
+  const std::string big_path =
+      (std::filesystem::temp_directory_path() / "vtpu_big_model.json").string();
+  std::ofstream(big_path) << many << "]}" << std::string(16 << 20, ' ');
+  try {
+    ModelGraph::load_json_file(big_path);
+    ADD_FAILURE() << "a file above 16 MiB was accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_THAT(e.message(), HasSubstr("bytes (expected at most 16777216, 16 MiB)"));
+  }
+  std::filesystem::remove(big_path);
   try {
     ModelGraph::load_json_file(std::string(VTPU_SOURCE_DIR) + "/examples/models");
     ADD_FAILURE() << "a directory was accepted";
