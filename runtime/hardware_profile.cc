@@ -318,21 +318,8 @@ HardwareProfile HardwareProfile::load_json_file(const std::string& path) {
   nlohmann::json j;
   // Regression (issue 6 adversarial pass, F6): a key given twice in one object silently took the
   // last value; like an unknown key, it is now an error naming the key.
-  std::vector<std::set<std::string>> keys;  // keys seen, one set per open object
-  const nlohmann::json::parser_callback_t no_duplicate_keys =
-      [&](int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-        if (event == nlohmann::json::parse_event_t::object_start) keys.emplace_back();
-        if (event == nlohmann::json::parse_event_t::object_end) keys.pop_back();
-        if (event == nlohmann::json::parse_event_t::key &&
-            !keys.back().insert(parsed.get<std::string>()).second) {
-          throw InvalidArgumentError("hardware profile file '" + path + "' repeats the key '" +
-                                     parsed.get<std::string>() +
-                                     "' in one object (expected each key once)");
-        }
-        return true;
-      };
   try {
-    j = nlohmann::json::parse(in, no_duplicate_keys);
+    j = parse_json_unique_keys(in, "hardware profile file '" + path + "'");
   } catch (const nlohmann::json::exception& e) {
     throw InvalidArgumentError("hardware profile file '" + path +
                                "' is not valid JSON: " + e.what());

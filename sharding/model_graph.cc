@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/strings.h"
+#include "runtime/json_fields.h"
 
 namespace vtpu {
 
@@ -164,20 +165,8 @@ ModelGraph ModelGraph::parse(const std::string& text, const std::string& origin)
   nlohmann::json j;
   // A key given twice in one object would silently take its last value; unknown keys are errors,
   // so a repeated one (a copy-paste slip) is too.
-  std::vector<std::set<std::string>> keys;  // keys seen, one set per open object
-  const nlohmann::json::parser_callback_t no_duplicate_keys =
-      [&](int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-        if (event == nlohmann::json::parse_event_t::object_start) keys.emplace_back();
-        if (event == nlohmann::json::parse_event_t::object_end) keys.pop_back();
-        if (event == nlohmann::json::parse_event_t::key &&
-            !keys.back().insert(parsed.get<std::string>()).second) {
-          throw InvalidArgumentError(origin + ": repeats the key '" + parsed.get<std::string>() +
-                                     "' in one object (expected each key once)");
-        }
-        return true;
-      };
   try {
-    j = nlohmann::json::parse(text, no_duplicate_keys);
+    j = parse_json_unique_keys(text, origin);
   } catch (const nlohmann::json::parse_error& e) {
     throw InvalidArgumentError(origin + ": not valid JSON at " + line_column(text, e.byte) + ": " +
                                e.what());
