@@ -162,7 +162,7 @@ int run(const ReshardCommand& c) {
   std::printf("%4s  %-22s %11s %15s %11s\n", "step", "op", "est. time", "in collective", "wall");
   for (size_t i = 0; i < timings.size(); ++i) {
     std::printf("%4zu  %-22s %8.3f ms %12.3f ms %8.3f ms\n", i + 1,
-                reshard_op_name(plan.steps[i].op).c_str(), plan.steps[i].estimated_seconds * 1e3,
+                plan.steps[i].op_label().c_str(), plan.steps[i].estimated_seconds * 1e3,
                 timings[i].collective_seconds * 1e3, timings[i].wall_seconds * 1e3);
   }
   std::printf(

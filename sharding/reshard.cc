@@ -798,13 +798,17 @@ std::string reshard_op_name(ReshardOpKind op) {
   return "?";
 }
 
-std::string ReshardStep::to_string() const {
+std::string ReshardStep::op_label() const {
   std::string s = reshard_op_name(op);
   if (op == ReshardOpKind::kAllReduce || op == ReshardOpKind::kReduceScatter ||
       op == ReshardOpKind::kMakePartial) {
     s += "(" + std::string(reduce_op_name(reduce_op)) + ")";
   }
-  s += " over " + axes_text(axes);
+  return s;
+}
+
+std::string ReshardStep::to_string() const {
+  std::string s = op_label() + " over " + axes_text(axes);
   if (!replica_groups.empty()) {
     s += " (" + std::to_string(replica_groups.size()) + " groups of " +
          std::to_string(replica_groups.front().size()) + ")";
@@ -847,11 +851,7 @@ std::string ReshardPlan::to_string() const {
   out += line;
   for (size_t i = 0; i < steps.size(); ++i) {
     const ReshardStep& s = steps[i];
-    std::string op = reshard_op_name(s.op);
-    if (s.op == ReshardOpKind::kAllReduce || s.op == ReshardOpKind::kReduceScatter ||
-        s.op == ReshardOpKind::kMakePartial) {
-      op += "(" + std::string(reduce_op_name(s.reduce_op)) + ")";
-    }
+    const std::string op = s.op_label();
     const std::string groups = s.replica_groups.empty()
                                    ? "local"
                                    : std::to_string(s.replica_groups.size()) + "x" +

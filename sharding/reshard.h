@@ -129,6 +129,8 @@ struct ReshardStep {
   /// 2(n-1)/n factors applied; at most, over the cores); 0 for local steps.
   uint64_t sent_bytes_per_core = 0;
   double estimated_seconds = 0;  // the formula with the plan's cost model
+  /// The op's name with its reduction where it has one: "all_gather", "all_reduce(max)".
+  std::string op_label() const;
   /// One line: "all_gather over z (4 groups of 2) on dim 0: P('z', ('x', 'y')) -> ...".
   std::string to_string() const;
 };

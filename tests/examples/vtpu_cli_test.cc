@@ -437,6 +437,16 @@ TEST(VtpuCliTest, ReshardRejectsBadShapesAndRunsTooLargeToHold) {
   const CliRun plan = run_cli(big + " --explain");
   EXPECT_EQ(plan.exit_code, 0) << plan.output;
   EXPECT_NE(plan.output.find("all_gather"), std::string::npos) << plan.output;
+  // F25: the run's timing table names the reduction as the plan table does.
+  const CliRun max = run_cli(
+      "reshard --mesh 2 --shape 4 --from \"P(unreduced={'x'}, "
+      "reduce_op='max')\" --to \"P()\"");
+  ASSERT_EQ(max.exit_code, 0) << max.output;
+  const size_t first = max.output.find("all_reduce(max)");
+  ASSERT_NE(first, std::string::npos) << max.output;
+  EXPECT_NE(max.output.find("all_reduce(max)", max.output.find("ran on 2 virtual cores")),
+            std::string::npos)
+      << max.output;
   // 2^62 elements: the error names the array's own shape, not a shard's (F2).
   expect_failure(
       "reshard --mesh 2 --shape 4611686018427387904 --from \"P('x')\" --to \"P()\" "
