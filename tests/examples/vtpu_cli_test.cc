@@ -437,6 +437,15 @@ TEST(VtpuCliTest, ReshardRejectsBadShapesAndRunsTooLargeToHold) {
   const CliRun plan = run_cli(big + " --explain");
   EXPECT_EQ(plan.exit_code, 0) << plan.output;
   EXPECT_NE(plan.output.find("all_gather"), std::string::npos) << plan.output;
+  // F26: the mesh's device count is bounded (the product, not only each size).
+  expect_failure("reshard --mesh 4096x4096 --shape 4 --from \"P()\" --to \"P('x')\" --explain",
+                 "--mesh 4096x4096 has 16777216 devices (expected at most 65536 to plan)", 1);
+  expect_failure(
+      "reshard --mesh 4096x4096x4096x4096x4096x4096 --shape 4 --from \"P()\" --to "
+      "\"P()\" --explain",
+      "has more than 16777216 devices (expected at most 65536 to plan)", 1);
+  expect_failure("reshard --mesh 2048 --shape 4 --from \"P()\" --to \"P()\"",
+                 "--mesh 2048 has 2048 devices (expected at most 1024 for a run", 1);
   // F25: the run's timing table names the reduction as the plan table does.
   const CliRun max = run_cli(
       "reshard --mesh 2 --shape 4 --from \"P(unreduced={'x'}, "
