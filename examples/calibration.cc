@@ -84,6 +84,21 @@ CollectiveFit collective_fit_of(const std::string& op, const LinearFit& fit, int
   return c;
 }
 
+void check_fit_grows(const std::string& op, const LinearFit& fit, const CalibrationOptions& o) {
+  // Regression (issue 6 adversarial pass, F21): times that fell with size (noise, or a sweep of
+  // 8..16 bytes) gave a negative beta, printed as "-6.67e-05 GB/s", and the profile was rejected
+  // after every sweep had run with "beta_seconds_per_byte is -0.000012 (expected ... > 0)".
+  if (fit.b > 0) return;
+  char text[64];
+  std::snprintf(text, sizeof text, "%.3g", fit.b);
+  throw InvalidArgumentError(
+      "calibration: " + op + " times do not grow with size over " + format_bytes(o.min_bytes) +
+      ".." + format_bytes(o.max_bytes) + " on " + std::to_string(o.cores) + " cores (fitted beta " +
+      text +
+      " s/B; expected > 0): widen the range (e.g. --max-bytes 4M), add --iters, or calibrate on a "
+      "quieter machine");
+}
+
 HardwareProfile calibrate_this_machine(const CalibrationOptions& o,
                                        const std::function<void(const std::string&)>& log) {
   HardwareProfile p = measure_this_machine();
@@ -112,6 +127,7 @@ HardwareProfile calibrate_this_machine(const CalibrationOptions& o,
                           " wrong elements (see vtpu bench collectives --op " + op + ")");
     }
     const LinearFit fit = fit_alpha_beta(xs, ts);
+    check_fit_grows(op, fit, o);
     const CollectiveFit cf = collective_fit_of(op, fit, o.cores);
     p.collectives[op] = cf;
     std::snprintf(line, sizeof line,

@@ -54,10 +54,15 @@ struct CalibrationOptions {
   int warmup = 3;                          // untimed calls per size
 };
 
+/// The check calibrate_this_machine applies to each fit: throws InvalidArgumentError naming `op`,
+/// the fitted beta and the sweep's range of `o` when fit.b is not > 0.
+void check_fit_grows(const std::string& op, const LinearFit& fit, const CalibrationOptions& o);
+
 /// Measures this machine (measure_this_machine) and fits the four collectives; returns a
 /// validated profile named "this_machine" whose `collectives` hold the fits and whose sources
 /// say how each figure was measured. `log` receives one line per fitted collective. Throws
-/// what the benchmark throws.
+/// what the benchmark throws, and InvalidArgumentError naming the collective when its fitted
+/// beta is not > 0 (its times did not grow with size: too narrow a range or too noisy).
 HardwareProfile calibrate_this_machine(const CalibrationOptions& options,
                                        const std::function<void(const std::string&)>& log = {});
 

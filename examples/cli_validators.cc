@@ -22,6 +22,18 @@ CLI::Validator size_validator() {
       "SIZE");
 }
 
+CLI::Validator dimension_validator() {
+  return CLI::Validator(
+      [](std::string& s) {
+        constexpr unsigned long long kMax = 1ULL << 62;
+        const bool digits =
+            !s.empty() && s.size() <= 19 && s.find_first_not_of("0123456789") == std::string::npos;
+        if (digits && std::strtoull(s.c_str(), nullptr, 10) <= kMax) return std::string();
+        return "dimension '" + s + "' is not an integer in 0..2^62";
+      },
+      "INT>=0");
+}
+
 CLI::Validator learning_rate_validator() {
   return CLI::Validator(
       [](std::string& s) {

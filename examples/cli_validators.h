@@ -10,6 +10,10 @@ namespace vtpu::examples {
 /// reads it; the error is parse_bytes' message, which names the text and what was expected.
 CLI::Validator size_validator();
 
+/// One array dimension: a decimal integer in 0..2^62 (NamedSharding's limit), no sign, suffix or
+/// exponent ("--shape: dimension 'abc' is not an integer in 0..2^62").
+CLI::Validator dimension_validator();
+
 /// A learning rate: a finite number > 0 ("learning rate 0 must be a finite number > 0").
 CLI::Validator learning_rate_validator();
 

@@ -9,6 +9,8 @@
 #include "collectives/reduce_kernels.h"
 #include "common/error.h"
 #include "common/strings.h"
+#include "common/units.h"
+#include "examples/cli_validators.h"
 #include "examples/mesh_arg.h"
 #include "runtime/hardware_profile.h"
 #include "runtime/runtime.h"
@@ -35,6 +37,38 @@ struct ReshardCommand {
 
 namespace {
 
+// Devices of a mesh that --explain plans (a 256 x 256 plan takes about a second) and that a run
+// starts as virtual cores (RuntimeOptions' num_cores limit).
+constexpr int64_t kMaxExplainDevices = 65536;
+constexpr int64_t kMaxRunDevices = 1024;
+
+// What a checked run may hold: 2^28 elements of f32 (1 GiB) over the host copies and every core's
+// source and target blocks.
+constexpr double kMaxRunElements = double(1 << 28);
+
+// Regression (adversarial pass of issue 6, F1): a run of a huge --shape allocated the whole array
+// on the host (once per partial index, plus the value) and every core's blocks before anything
+// failed, enough to exhaust the machine. Rejects such a run before allocating.
+void check_run_size(const std::vector<int64_t>& shape, const NamedSharding& source,
+                    const NamedSharding& target) {
+  const double n = static_cast<double>(num_elements_of(shape));
+  double elements = n * static_cast<double>(source.num_partials() + 1);
+  for (int dev : source.mesh().devices()) {
+    elements += static_cast<double>(num_elements_of(source.local_shape(dev, shape)));
+    elements += static_cast<double>(num_elements_of(target.local_shape(dev, shape)));
+  }
+  if (elements > kMaxRunElements) {
+    const double bytes = elements * sizeof(float);
+    throw InvalidArgumentError(
+        "running reshard of f32" + shape_text(shape) + " would hold about " +
+        (bytes < 1.8e19 ? format_bytes(static_cast<uint64_t>(bytes)) : std::string("2^64+ B")) +
+        " (the array and one addend per partial index on the host, and every core's source and "
+        "target blocks; expected at most " +
+        format_bytes(static_cast<uint64_t>(kMaxRunElements) * sizeof(float)) +
+        "): use --explain to plan it without running, or a smaller --shape");
+  }
+}
+
 int run(const ReshardCommand& c) {
   const std::vector<int64_t> mesh_shape = parse_mesh_shape(c.mesh);
   const std::vector<std::string> axes =
@@ -43,6 +77,24 @@ int run(const ReshardCommand& c) {
     throw InvalidArgumentError("--axes names " + std::to_string(axes.size()) + " axes but --mesh " +
                                c.mesh + " has " + std::to_string(mesh_shape.size()) +
                                " (expected one name per axis)");
+  }
+  // Regression (issue 6 adversarial pass, F26): each --mesh size was bounded but not their
+  // product: --mesh 4096x4096 --explain took 66 s and 3.6 GB, and a run of 2048 devices failed
+  // only after planning, with "num_cores is 2048" that did not name --mesh.
+  const int64_t limit = c.explain ? kMaxExplainDevices : kMaxRunDevices;
+  int64_t devices = 1;
+  bool more = false;  // stopped multiplying: the product is above `limit`, maybe above int64
+  for (size_t i = 0; i < mesh_shape.size() && !more; ++i) {
+    devices *= mesh_shape[i];  // each size is <= 4096 and devices <= limit: no overflow
+    more = devices > limit && i + 1 < mesh_shape.size();
+  }
+  if (devices > limit) {
+    throw InvalidArgumentError("--mesh " + c.mesh + " has " + (more ? "more than " : "") +
+                               std::to_string(devices) + " devices (expected at most " +
+                               std::to_string(limit) +
+                               (c.explain ? " to plan)"
+                                          : " for a run on virtual cores; --explain plans up to " +
+                                                std::to_string(kMaxExplainDevices) + ")"));
   }
   const Mesh mesh(mesh_shape, axes);
   const NamedSharding source(mesh, PartitionSpec::parse(c.from));
@@ -67,6 +119,7 @@ int run(const ReshardCommand& c) {
               shape_text(source.shard_shape(c.shape)).c_str(),
               shape_text(target.shard_shape(c.shape)).c_str());
   if (c.explain) return 0;
+  check_run_size(c.shape, source, target);
 
   // Run it: random small integers per addend (so that every summation order is exact), the
   // logical value is their sum, and each target block must equal the slice of that value.
@@ -132,7 +185,7 @@ int run(const ReshardCommand& c) {
   std::printf("%4s  %-22s %11s %15s %11s\n", "step", "op", "est. time", "in collective", "wall");
   for (size_t i = 0; i < timings.size(); ++i) {
     std::printf("%4zu  %-22s %8.3f ms %12.3f ms %8.3f ms\n", i + 1,
-                reshard_op_name(plan.steps[i].op).c_str(), plan.steps[i].estimated_seconds * 1e3,
+                plan.steps[i].op_label().c_str(), plan.steps[i].estimated_seconds * 1e3,
                 timings[i].collective_seconds * 1e3, timings[i].wall_seconds * 1e3);
   }
   std::printf(
@@ -158,7 +211,7 @@ std::shared_ptr<ReshardCommand> add_reshard_command(CLI::App& app) {
   c->app->add_option("--shape", c->shape, "Comma-separated global array shape, e.g. 8,8")
       ->delimiter(',')
       ->required()
-      ->check(CLI::NonNegativeNumber);
+      ->check(dimension_validator());
   c->app
       ->add_option("--from", c->from,
                    "Source PartitionSpec, e.g. \"P('z',('x','y'))\" or \"P(unreduced={'x'})\"")
@@ -174,20 +227,20 @@ std::shared_ptr<ReshardCommand> add_reshard_command(CLI::App& app) {
   c->alpha_opt = c->app
                      ->add_option("--alpha", c->cost.alpha_seconds,
                                   "Uniform model instead of --hardware: latency per collective, "
-                                  "seconds")
+                                  "seconds (0..60)")
                      ->capture_default_str()
-                     ->check(CLI::NonNegativeNumber);
+                     ->check(CLI::Range(0.0, 60.0));
   c->beta_opt = c->app
                     ->add_option("--beta", c->cost.beta_seconds_per_byte,
-                                 "Uniform model: seconds per byte (1 / bus bandwidth)")
+                                 "Uniform model: seconds per byte (1 / bus bandwidth; 0..1)")
                     ->capture_default_str()
-                    ->check(CLI::NonNegativeNumber);
+                    ->check(CLI::Range(0.0, 1.0));
   c->factor_opt = c->app
                       ->add_option("--a2a-factor", c->cost.all_to_all_factor,
                                    "Uniform model: constant c of the all-to-all formula "
-                                   "alpha + beta*(n-1)/n^2*B*c")
+                                   "alpha + beta*(n-1)/n^2*B*c (0..1e6)")
                       ->capture_default_str()
-                      ->check(CLI::NonNegativeNumber);
+                      ->check(CLI::Range(0.0, 1e6));
   c->app->add_option("--seed", c->seed, "Seed of the random input")->capture_default_str();
   return c;
 }

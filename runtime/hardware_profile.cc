@@ -6,6 +6,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "common/strings.h"
@@ -59,6 +61,15 @@ void require_positive(double value, const std::string& field) {
     throw InvalidArgumentError("hardware profile field '" + field + "' is " +
                                std::to_string(value) + " (expected a finite number > 0)");
   }
+}
+
+/// Latencies above this are typos (1e308 made every estimate inf: issue 6 adversarial pass, F5).
+constexpr double kMaxLatencySeconds = 60.0;
+
+std::string number_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
 }
 
 /// Rates divide byte and FLOP counts: below 1 per second a simulated time can overflow to inf
@@ -126,22 +137,31 @@ void HardwareProfile::validate() const {
                                std::to_string(cores_per_chip) + " (expected >= 1)");
   }
   for (const auto& [op, fit] : collectives) {
-    if (!(fit.alpha_seconds >= 0) || !std::isfinite(fit.alpha_seconds)) {
+    if (!(fit.alpha_seconds >= 0) || fit.alpha_seconds > kMaxLatencySeconds) {
       throw InvalidArgumentError("hardware profile '" + name + "': collectives." + op +
-                                 ".alpha_seconds is " + std::to_string(fit.alpha_seconds) +
-                                 " (expected a finite number >= 0)");
+                                 ".alpha_seconds is " + number_text(fit.alpha_seconds) +
+                                 " (expected 0..60 seconds)");
     }
     require_positive(fit.beta_seconds_per_byte, "collectives." + op + ".beta_seconds_per_byte");
+    if (fit.beta_seconds_per_byte > 1.0) {  // below 1 B/s, as require_rate
+      throw InvalidArgumentError(
+          "hardware profile '" + name + "': collectives." + op + ".beta_seconds_per_byte is " +
+          number_text(fit.beta_seconds_per_byte) + " (expected at most 1 second per byte)");
+    }
     if (fit.group_size < 2) {
       throw InvalidArgumentError("hardware profile '" + name + "': collectives." + op +
                                  ".group_size is " + std::to_string(fit.group_size) +
                                  " (expected >= 2)");
     }
   }
-  if (link_bytes_per_second < 0 || link_latency_seconds < 0 || links_per_chip < 0) {
-    throw InvalidArgumentError("hardware profile '" + name +
-                               "': link figures must be >= 0 (link_bytes_per_second, "
-                               "link_latency_seconds, links_per_chip)");
+  if (!(link_bytes_per_second == 0 || link_bytes_per_second >= 1) ||
+      !std::isfinite(link_bytes_per_second) || !(link_latency_seconds >= 0) ||
+      link_latency_seconds > kMaxLatencySeconds || links_per_chip < 0) {
+    throw InvalidArgumentError(
+        "hardware profile '" + name + "': link figures are link_bytes_per_second " +
+        number_text(link_bytes_per_second) + ", link_latency_seconds " +
+        number_text(link_latency_seconds) + ", links_per_chip " + std::to_string(links_per_chip) +
+        " (expected a finite rate of 0 or >= 1 B/s, a latency of 0..60 s and >= 0 links)");
   }
 }
 
@@ -286,9 +306,20 @@ HardwareProfile HardwareProfile::load_json_file(const std::string& path) {
   }
   std::ifstream in(path);
   if (!in) throw NotFoundError("cannot open hardware profile file '" + path + "'");
+  // F24 (issue 6 adversarial pass): nothing bounded what was read (a dataset passed by mistake
+  // as --hardware data.json would be parsed whole); a profile is a few KB.
+  constexpr uintmax_t kMaxProfileBytes = uintmax_t{1} << 20;
+  if (const uintmax_t bytes = std::filesystem::file_size(path, ec);
+      !ec && bytes > kMaxProfileBytes) {
+    throw InvalidArgumentError("hardware profile file '" + path + "' is " + std::to_string(bytes) +
+                               " bytes (expected at most " + std::to_string(kMaxProfileBytes) +
+                               ", 1 MiB)");
+  }
   nlohmann::json j;
+  // Regression (issue 6 adversarial pass, F6): a key given twice in one object silently took the
+  // last value; like an unknown key, it is now an error naming the key.
   try {
-    j = nlohmann::json::parse(in);
+    j = parse_json_unique_keys(in, "hardware profile file '" + path + "'");
   } catch (const nlohmann::json::exception& e) {
     throw InvalidArgumentError("hardware profile file '" + path +
                                "' is not valid JSON: " + e.what());

@@ -1,11 +1,15 @@
 // Typed reads of JSON fields with vtpu's error messages, shared by the loaders of runtime options
-// and hardware profiles. Internal to vtpu::runtime (its .cc files include it; public headers do
-// not).
+// and hardware profiles, and JSON parsing that rejects repeated keys (hardware profiles, and
+// model files in sharding/model_graph.cc). Internal to vtpu (.cc files include it; public headers
+// do not).
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/error.h"
 #include "common/units.h"
@@ -25,6 +29,27 @@ inline uint64_t json_bytes_field(const nlohmann::json& j, const char* key, const
   throw InvalidArgumentError(
       std::string(context) + " '" + key + "' is " + v.dump() +
       " (expected a non-negative integer of bytes or a string like \"16G\")");
+}
+
+/// nlohmann::json::parse of `input` (text or a stream) that also rejects a key given twice in one
+/// object, which nlohmann resolves silently to the last value. Throws InvalidArgumentError
+/// "<context>: repeats the key '<key>' in one object (expected each key once)"; invalid JSON
+/// throws nlohmann's parse_error as json::parse does.
+template <typename Input>
+nlohmann::json parse_json_unique_keys(Input&& input, const std::string& context) {
+  std::vector<std::set<std::string>> keys;  // keys seen, one set per open object
+  const nlohmann::json::parser_callback_t check =
+      [&](int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        if (event == nlohmann::json::parse_event_t::object_start) keys.emplace_back();
+        if (event == nlohmann::json::parse_event_t::object_end) keys.pop_back();
+        if (event == nlohmann::json::parse_event_t::key &&
+            !keys.back().insert(parsed.get<std::string>()).second) {
+          throw InvalidArgumentError(context + ": repeats the key '" + parsed.get<std::string>() +
+                                     "' in one object (expected each key once)");
+        }
+        return true;
+      };
+  return nlohmann::json::parse(std::forward<Input>(input), check);
 }
 
 }  // namespace vtpu

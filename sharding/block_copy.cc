@@ -1,5 +1,6 @@
 #include "sharding/block_copy.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -21,13 +22,18 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }  // namespace
 
 int64_t num_elements_of(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] < 0) {
       throw InvalidArgumentError("dimension " + std::to_string(d) + " of shape " +
                                  shape_text(shape) + " is negative (expected >= 0)");
     }
-    if (n != 0 && shape[d] > kMaxElements / n) {
+  }
+  // Regression (issue 6 adversarial pass, F22): (2^62, 0) has no elements, but the product
+  // overflowed the limit before it reached the 0 ((0, 2^62) passed).
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
+  int64_t n = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] > kMaxElements / n) {
       throw InvalidArgumentError("shape " + shape_text(shape) +
                                  " has more than 2^60 elements (expected fewer)");
     }

@@ -53,6 +53,14 @@ Mesh::Mesh(std::vector<int64_t> shape, std::vector<std::string> axis_names,
       throw InvalidArgumentError("mesh axis " + std::to_string(i) +
                                  " has an empty name (expected a non-empty name)");
     }
+    // Regression (issue 6 adversarial pass, F18): an axis named with a quote character was
+    // accepted, but no PartitionSpec can name it (specs reject quotes, which could not be parsed
+    // back), so the axis could only ever replicate.
+    if (axis_names_[i].find_first_of("'\"") != std::string::npos) {
+      throw InvalidArgumentError("mesh axis " + std::to_string(i) + " name <" + axis_names_[i] +
+                                 "> contains a quote character (expected none: a PartitionSpec "
+                                 "could not name it)");
+    }
     if (!names.insert(axis_names_[i]).second) {
       throw InvalidArgumentError("mesh axis name '" + axis_names_[i] +
                                  "' is used twice (expected unique axis names)");

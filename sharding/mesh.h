@@ -29,7 +29,8 @@ class Mesh {
  public:
   /// `shape[i]` is the number of devices along axis `axis_names[i]`; `device_ids` lists the ids
   /// in row-major order of the mesh coordinates. Throws InvalidArgumentError when: shape and
-  /// axis_names differ in length; a shape entry is < 1; an axis name is empty or repeated;
+  /// axis_names differ in length; a shape entry is < 1; an axis name is empty, repeated or holds
+  /// a quote character (no PartitionSpec could name it);
   /// product(shape) != device_ids.size(); an id is negative or repeated. A mesh with no axes
   /// (shape {}) holds exactly one device.
   Mesh(std::vector<int64_t> shape, std::vector<std::string> axis_names,

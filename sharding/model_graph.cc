@@ -1,12 +1,17 @@
 #include "sharding/model_graph.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include "common/error.h"
 #include "common/strings.h"
+#include "runtime/json_fields.h"
 
 namespace vtpu {
 
@@ -24,6 +29,21 @@ std::string line_column(const std::string& text, size_t byte) {
     }
   }
   return "line " + std::to_string(line) + ", column " + std::to_string(col);
+}
+
+// Parameters, and activation elements summed over the layers, a model may have: 2^50 elements of
+// 8 bytes with gradients and Adam state stay far below 2^64 bytes.
+constexpr double kMaxModelElements = double(int64_t{1} << 50);
+
+// A model file's size and layer count (F24): far above any real chain, far below what makes the
+// planner's per-layer tables take gigabytes.
+constexpr uintmax_t kMaxModelFileBytes = uintmax_t{16} << 20;
+constexpr size_t kMaxLayers = 65536;
+
+std::string number_text(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4g", v);
+  return text;
 }
 
 class Reader {
@@ -49,7 +69,7 @@ class Reader {
     if (!obj.contains(key)) fail(p, "missing (expected a positive integer)");
     const nlohmann::json& v = obj.at(key);
     if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (int64_t{1} << 40)) {
-      fail(p, "is " + v.dump() + " (expected a positive integer)");
+      fail(p, "is " + v.dump() + " (expected an integer in 1..2^40)");
     }
     return v.get<int64_t>();
   }
@@ -68,6 +88,13 @@ class Reader {
       fail(p, "is " + v.dump() + " (expected a non-empty string)");
     }
     const std::string s = v.get<std::string>();
+    // Regression (issue 6 adversarial pass, F10): a NUL or other control character in a name cut
+    // the printed name short and went into plan files.
+    for (const char ch : s) {
+      if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) {
+        fail(p, "is " + v.dump() + " (expected no control characters)");
+      }
+    }
     if (!allowed.empty() && !allowed.contains(s)) {
       fail(p, "is \"" + s + "\" (expected one of: " + join(allowed) + ")");
     }
@@ -136,8 +163,10 @@ int64_t ModelGraph::num_parameters() const {
 
 ModelGraph ModelGraph::parse(const std::string& text, const std::string& origin) {
   nlohmann::json j;
+  // A key given twice in one object would silently take its last value; unknown keys are errors,
+  // so a repeated one (a copy-paste slip) is too.
   try {
-    j = nlohmann::json::parse(text);
+    j = parse_json_unique_keys(text, origin);
   } catch (const nlohmann::json::parse_error& e) {
     throw InvalidArgumentError(origin + ": not valid JSON at " + line_column(text, e.byte) + ": " +
                                e.what());
@@ -158,8 +187,13 @@ ModelGraph ModelGraph::parse(const std::string& text, const std::string& origin)
     r.fail("layers", (j.contains("layers") ? "is " + j.at("layers").dump() : "missing") +
                          " (expected a non-empty array of layers)");
   }
+  if (j.at("layers").size() > kMaxLayers) {
+    r.fail("layers", "has " + std::to_string(j.at("layers").size()) + " layers (expected at most " +
+                         std::to_string(kMaxLayers) + ")");
+  }
   std::set<std::string> names;
   int64_t prev_out = 0;
+  double total_params = 0, total_activations = 0;
   for (size_t i = 0; i < j.at("layers").size(); ++i) {
     const nlohmann::json& lj = j.at("layers")[i];
     std::string path = "layers[" + std::to_string(i) + "]";
@@ -222,14 +256,61 @@ ModelGraph ModelGraph::parse(const std::string& text, const std::string& origin)
                  std::to_string(prev_out) + " (the model is a chain)");
     }
     prev_out = l.out;
+    // Regression (issue 6 adversarial pass, F8): sizes up to 2^40 each multiplied past int64
+    // (dense 2^40 x 2^40 reported 2^40 parameters, an embedding 0) and the planner's byte
+    // counts saturated at 2^64. Totals are summed in double (exact far beyond 2^50).
+    const double d_in = static_cast<double>(l.in), d_out = static_cast<double>(l.out);
+    const double tokens = static_cast<double>(m.batch) * static_cast<double>(m.seq_len);
+    double params = 0;
+    switch (l.kind) {
+      case LayerKind::kDense:
+        params = d_in * d_out + (l.bias ? d_out : 0);
+        break;
+      case LayerKind::kLayerNorm:
+        params = 2 * d_out;
+        break;
+      case LayerKind::kAttention:
+        params = 4 * d_out * d_out + (l.bias ? 4 * d_out : 0);
+        break;
+      case LayerKind::kEmbedding:
+        params = static_cast<double>(l.vocab + l.positions) * d_out;
+        break;
+      case LayerKind::kElementwise:
+        break;
+    }
+    double activations = tokens * d_out;
+    if (l.kind == LayerKind::kAttention) {  // scores: (batch, heads, seq, seq)
+      activations += static_cast<double>(m.batch) * static_cast<double>(l.heads) *
+                     static_cast<double>(m.seq_len) * static_cast<double>(m.seq_len);
+    }
+    total_params += params;
+    total_activations += activations;
+    if (total_params > kMaxModelElements || total_activations > kMaxModelElements) {
+      r.fail(path, std::string("brings the model's ") +
+                       (total_params > kMaxModelElements ? "parameters" : "activation elements") +
+                       " to " + number_text(std::max(total_params, total_activations)) +
+                       " (expected at most 2^50 of each, so that byte counts fit in 64 bits)");
+    }
     m.layers.push_back(std::move(l));
   }
   return m;
 }
 
 ModelGraph ModelGraph::load_json_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {  // F9: was "not valid JSON at line 1, column 1"
+    throw InvalidArgumentError("model file '" + path + "' is a directory (expected a JSON file)");
+  }
   std::ifstream in(path);
   if (!in) throw NotFoundError("cannot open model file '" + path + "'");
+  // F24 (issue 6 adversarial pass): a 10 MB file of 200 000 layers took 370 MB and 5.6 s to plan,
+  // and nothing bounded a bigger one; a model file is a few KB.
+  const uintmax_t bytes = std::filesystem::file_size(path, ec);
+  if (!ec && bytes > kMaxModelFileBytes) {
+    throw InvalidArgumentError("model file '" + path + "' is " + std::to_string(bytes) +
+                               " bytes (expected at most " + std::to_string(kMaxModelFileBytes) +
+                               ", 16 MiB)");
+  }
   std::stringstream ss;
   ss << in.rdbuf();
   return parse(ss.str(), path);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <utility>
 
 #include "common/error.h"
@@ -49,7 +50,11 @@ class SpecParser {
         ++pos_;
         out.entries = parse_entries(')');
         if (at_keyword() && !out.entries.empty() && !after_comma()) fail("',' before the keyword");
-        parse_keywords(out);
+        const bool keywords = parse_keywords(out);
+        skip_ws();
+        if (keywords && peek() != ')') {  // P(unreduced={'x'}, 'y'), as Python rejects it
+          fail("')' (entries come before unreduced= and reduce_op=)");
+        }
         expect(')', "',' or ')'");
         skip_ws();
         if (!at_end()) fail("end of text after the closing ')'");
@@ -80,11 +85,33 @@ class SpecParser {
 
   [[noreturn]] void fail(const std::string& expected) const { fail_at(pos_, expected); }
   [[noreturn]] void fail_at(size_t pos, const std::string& expected) const {
-    std::string found =
-        pos >= text_.size() ? "end of text" : "'" + std::string(1, text_[pos]) + "'";
+    const std::string found = pos >= text_.size() ? "end of text" : character_at(pos);
     throw InvalidArgumentError("cannot parse PartitionSpec \"" + std::string(text_) +
                                "\": expected " + expected + " at position " + std::to_string(pos) +
                                ", found " + found);
+  }
+  // The character at byte `pos` for an error message: quoted when printable ASCII or a whole,
+  // valid UTF-8 sequence (so 'é' is not cut in half), else "byte 0xNN". Regression (adversarial
+  // pass of issue 6, F4): the message used to hold the first byte of 'é' alone, invalid UTF-8.
+  std::string character_at(size_t pos) const {
+    const auto byte = [&](size_t i) { return static_cast<unsigned char>(text_[i]); };
+    const unsigned char b = byte(pos);
+    size_t len = 0;
+    if (b >= 0x20 && b < 0x7f)
+      len = 1;
+    else if (b >= 0xc2 && b <= 0xdf)
+      len = 2;
+    else if (b >= 0xe0 && b <= 0xef)
+      len = 3;
+    else if (b >= 0xf0 && b <= 0xf4)
+      len = 4;
+    bool valid = len > 0 && pos + len <= text_.size();
+    for (size_t i = 1; valid && i < len; ++i) valid = (byte(pos + i) & 0xc0) == 0x80;
+    if (b == '\'') return "\"'\"";  // not '''
+    if (valid) return "'" + std::string(text_.substr(pos, len)) + "'";
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "byte 0x%02X", static_cast<unsigned>(b));
+    return hex;
   }
   void expect(char c, const std::string& expected) {
     skip_ws();
@@ -109,11 +136,12 @@ class SpecParser {
   }
 
   /// Keyword arguments after the entries (the ',' before the first was consumed).
-  void parse_keywords(Parsed& out) {
+  /// True when at least one keyword was parsed.
+  bool parse_keywords(Parsed& out) {
     bool seen_unreduced = false, seen_op = false;
     while (true) {
       skip_ws();
-      if (!at_keyword()) return;
+      if (!at_keyword()) return seen_unreduced || seen_op;
       const size_t start = pos_;
       const std::string word(peek_identifier());
       pos_ += word.size();
@@ -145,7 +173,7 @@ class SpecParser {
         }
       }
       skip_ws();
-      if (peek() != ',') return;
+      if (peek() != ',') return true;
       ++pos_;
     }
   }

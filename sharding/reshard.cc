@@ -190,6 +190,9 @@ class Planner {
         tgt_(state_of(target, shape.size())),
         cost_(cost) {}
 
+  /// States the last search discovered (0 before any search).
+  size_t search_states() const { return search_states_; }
+
   std::vector<ReshardStep> plan(ReshardStrategy strategy, size_t max_states) {
     if (strategy == ReshardStrategy::kSearch) {
       std::vector<Move> moves;
@@ -386,7 +389,8 @@ class Planner {
   }
 
   /// Dijkstra from cur_ to tgt_ over moves_from(), minimising (estimated seconds, steps). False
-  /// when more than `max_states` states were settled without reaching the target.
+  /// when more than `max_states` states were settled, or more than
+  /// kMaxDiscoveredStatesPerSettled * `max_states` discovered, without reaching the target.
   bool search(size_t max_states, std::vector<Move>* path) const {
     struct Entry {
       double cost = 0;
@@ -410,7 +414,12 @@ class Planner {
       if (e.done) continue;
       e.done = true;
       if (key == goal) break;
+      search_states_ = best.size();
       if (++settled > max_states) return false;
+      // Regression (issue 6 adversarial pass, F20): on a 1024-core mesh of 10 axes, every state
+      // of a fully partial array has ~2^10 all-reduce moves, so 200 000 settled states discovered
+      // tens of millions: 45 s and 3.5 GB for one --explain. Discovered states are bounded too.
+      if (best.size() > kMaxDiscoveredStatesPerSettled * max_states) return false;
       const State st = e.state;
       for (const Move& m : moves_from(st)) {
         const double c = cost + describe(st, m).estimated_seconds;
@@ -426,6 +435,7 @@ class Planner {
         queue.emplace(c, steps + 1, std::move(nk));
       }
     }
+    search_states_ = best.size();
     if (!best.count(goal) || !best.at(goal).done) return false;
     path->clear();
     for (std::string k = goal; k != start; k = best.at(k).parent) path->push_back(best.at(k).move);
@@ -684,6 +694,7 @@ class Planner {
   const CostModel& cost_;
   std::vector<ReshardStep> steps_;
   bool on_target_mesh_ = false;
+  mutable size_t search_states_ = 0;  // written by the const search()
 };
 
 void check_same_mesh(const Mesh& a, const Mesh& b) {
@@ -787,13 +798,17 @@ std::string reshard_op_name(ReshardOpKind op) {
   return "?";
 }
 
-std::string ReshardStep::to_string() const {
+std::string ReshardStep::op_label() const {
   std::string s = reshard_op_name(op);
   if (op == ReshardOpKind::kAllReduce || op == ReshardOpKind::kReduceScatter ||
       op == ReshardOpKind::kMakePartial) {
     s += "(" + std::string(reduce_op_name(reduce_op)) + ")";
   }
-  s += " over " + axes_text(axes);
+  return s;
+}
+
+std::string ReshardStep::to_string() const {
+  std::string s = op_label() + " over " + axes_text(axes);
   if (!replica_groups.empty()) {
     s += " (" + std::to_string(replica_groups.size()) + " groups of " +
          std::to_string(replica_groups.front().size()) + ")";
@@ -836,11 +851,7 @@ std::string ReshardPlan::to_string() const {
   out += line;
   for (size_t i = 0; i < steps.size(); ++i) {
     const ReshardStep& s = steps[i];
-    std::string op = reshard_op_name(s.op);
-    if (s.op == ReshardOpKind::kAllReduce || s.op == ReshardOpKind::kReduceScatter ||
-        s.op == ReshardOpKind::kMakePartial) {
-      op += "(" + std::string(reduce_op_name(s.reduce_op)) + ")";
-    }
+    const std::string op = s.op_label();
     const std::string groups = s.replica_groups.empty()
                                    ? "local"
                                    : std::to_string(s.replica_groups.size()) + "x" +
@@ -871,10 +882,13 @@ ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSh
                          ReshardStrategy strategy) {
   source.check_shape(global_shape);
   target.check_shape(global_shape);
+  // Regression (adversarial pass of issue 6, F2): a 2^62-element array used to pass and fail deep
+  // in the planner, with an error that quoted a shard's shape instead of the array's.
+  num_elements_of(global_shape);
   check_same_mesh(source.mesh(), target.mesh());
-  std::vector<ReshardStep> steps =
-      Planner(global_shape, source, target, cost).plan(strategy, kMaxSearchStates);
-  return ReshardPlan{global_shape, source, target, cost, std::move(steps)};
+  Planner planner(global_shape, source, target, cost);
+  std::vector<ReshardStep> steps = planner.plan(strategy, kMaxSearchStates);
+  return ReshardPlan{global_shape, source, target, cost, std::move(steps), planner.search_states()};
 }
 
 ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSharding& source,

@@ -129,6 +129,8 @@ struct ReshardStep {
   /// 2(n-1)/n factors applied; at most, over the cores); 0 for local steps.
   uint64_t sent_bytes_per_core = 0;
   double estimated_seconds = 0;  // the formula with the plan's cost model
+  /// The op's name with its reduction where it has one: "all_gather", "all_reduce(max)".
+  std::string op_label() const;
   /// One line: "all_gather over z (4 groups of 2) on dim 0: P('z', ('x', 'y')) -> ...".
   std::string to_string() const;
 };
@@ -140,6 +142,10 @@ struct ReshardPlan {
   NamedSharding target;
   CostModel cost;
   std::vector<ReshardStep> steps;
+  /// Sharding states the search discovered (settled or queued) before it reached the target or
+  /// gave up; 0 for ReshardStrategy::kGreedy. At most about kMaxDiscoveredStatesPerSettled *
+  /// kMaxSearchStates plus one state's moves.
+  size_t search_states = 0;
 
   uint64_t total_sent_bytes_per_core() const;
   double total_estimated_seconds() const;
@@ -154,7 +160,8 @@ enum class ReshardStrategy {
   /// k minor-most axes of a dimension, all-to-all of a minor-most axis to another dimension,
   /// reduce-scatter or all-reduce of unreduced axes, local slice or make-partial, and a permute
   /// between equal tilings), weighted by the alpha-beta estimate; ties go to fewer steps. Optimal
-  /// under the cost model within that vocabulary. Falls back to kGreedy past kMaxSearchStates.
+  /// under the cost model within that vocabulary. Falls back to kGreedy past kMaxSearchStates
+  /// settled (or kMaxDiscoveredStatesPerSettled * kMaxSearchStates discovered) states.
   kSearch,
   /// The four phases of the header comment, without search (DTensor's style).
   kGreedy,
@@ -163,10 +170,14 @@ enum class ReshardStrategy {
 /// States the search may settle before it gives up and plans greedily. A mesh of k axes and an
 /// array of rank r have at most (r + 2)^k * k! states; 2x2x2 meshes of rank-2 arrays have < 600.
 inline constexpr size_t kMaxSearchStates = 200000;
+/// The search also gives up once it has discovered (settled or queued) this many times
+/// kMaxSearchStates states, which bounds its memory (a few hundred bytes per state).
+inline constexpr size_t kMaxDiscoveredStatesPerSettled = 2;
 
 /// Plans the reshard of an array of `global_shape` (elements per dimension) from `source` to
 /// `target`. Throws InvalidArgumentError when the shape does not fit either sharding (a spec
-/// longer than the rank, strict divisibility; see NamedSharding::check_shape) or the target's
+/// longer than the rank, strict divisibility; see NamedSharding::check_shape), has more than 2^60
+/// elements (num_elements_of), or the target's
 /// mesh differs from the source's in shape, axis names or set of devices (a different device
 /// order is allowed and becomes a permute). Pure: touches no runtime. Thread-safe. The default
 /// cost model is the shipped this_machine profile.

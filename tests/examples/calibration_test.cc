@@ -123,5 +123,29 @@ TEST(CalibrationTest, BadInputIsAnError) {
   EXPECT_THROW(calibration_x("broadcast", 8, 8), InvalidArgumentError);
 }
 
+// Issue 6 adversarial pass, F21: `--calibrate OUT --min-bytes 8 --max-bytes 16` on a loaded
+// machine timed 16 B faster than 8 B; the fit's beta was negative, printed as a negative
+// bandwidth, and the profile was rejected only after every sweep with a message about a profile
+// field. The fit of falling times now fails at once, naming the collective and the range.
+TEST(CalibrationTest, TimesThatFallWithSizeAreAnErrorNamingTheCollective) {
+  const std::vector<double> x = {7, 14}, t = {2.0e-5, 1.0e-5};  // 8 B and 16 B on 8 cores
+  const LinearFit f = fit_alpha_beta(x, t);
+  EXPECT_LT(f.b, 0.0);
+  CalibrationOptions o;
+  o.min_bytes = 8;
+  o.max_bytes = 16;
+  try {
+    check_fit_grows("all_gather", f, o);
+    ADD_FAILURE() << "a negative beta was accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("all_gather times do not grow with size over 8 B..16 B "
+                                         "on 8 cores (fitted beta -1.43e-06 s/B"),
+              std::string::npos)
+        << e.what();
+  }
+  std::vector<double> rising = {1.0e-5, 2.0e-5};
+  EXPECT_NO_THROW(check_fit_grows("all_gather", fit_alpha_beta(x, rising), o));
+}
+
 }  // namespace
 }  // namespace vtpu::examples

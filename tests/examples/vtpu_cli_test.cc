@@ -419,6 +419,50 @@ TEST(VtpuCliTest, ReshardRejectsBadInput) {
   expect_failure("reshard --mesh 2x2 --shape 8 --from \"P()\"", "--to", 2);
 }
 
+// Adversarial pass of issue 6: F3, a bad --shape printed CLI11's range 0..1.8e308 in 300 digits;
+// F1, a run of a huge array allocated it on the host and on every core before anything failed.
+TEST(VtpuCliTest, ReshardRejectsBadShapesAndRunsTooLargeToHold) {
+  for (const char* shape : {"8,-1", "8,abc", "''", "1e3", "4611686018427387905"}) {
+    SCOPED_TRACE(shape);
+    const CliRun r =
+        run_cli(std::string("reshard --shape ") + shape + " --from \"P()\" --to \"P()\" --explain");
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("is not an integer in 0..2^62"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("17976931348623157"), std::string::npos) << r.output;
+  }
+  // 2^28 elements on 2 cores: the host value and addend (2 x 1 GiB) and the blocks exceed the
+  // 1 GiB a run may hold. --explain of the same array plans it.
+  const std::string big = "reshard --mesh 2 --shape 16384,16384 --from \"P('x')\" --to \"P()\"";
+  expect_failure(big, "use --explain to plan it without running", 1);
+  const CliRun plan = run_cli(big + " --explain");
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_NE(plan.output.find("all_gather"), std::string::npos) << plan.output;
+  // F26: the mesh's device count is bounded (the product, not only each size).
+  expect_failure("reshard --mesh 4096x4096 --shape 4 --from \"P()\" --to \"P('x')\" --explain",
+                 "--mesh 4096x4096 has 16777216 devices (expected at most 65536 to plan)", 1);
+  expect_failure(
+      "reshard --mesh 4096x4096x4096x4096x4096x4096 --shape 4 --from \"P()\" --to "
+      "\"P()\" --explain",
+      "has more than 16777216 devices (expected at most 65536 to plan)", 1);
+  expect_failure("reshard --mesh 2048 --shape 4 --from \"P()\" --to \"P()\"",
+                 "--mesh 2048 has 2048 devices (expected at most 1024 for a run", 1);
+  // F25: the run's timing table names the reduction as the plan table does.
+  const CliRun max = run_cli(
+      "reshard --mesh 2 --shape 4 --from \"P(unreduced={'x'}, "
+      "reduce_op='max')\" --to \"P()\"");
+  ASSERT_EQ(max.exit_code, 0) << max.output;
+  const size_t first = max.output.find("all_reduce(max)");
+  ASSERT_NE(first, std::string::npos) << max.output;
+  EXPECT_NE(max.output.find("all_reduce(max)", max.output.find("ran on 2 virtual cores")),
+            std::string::npos)
+      << max.output;
+  // 2^62 elements: the error names the array's own shape, not a shard's (F2).
+  expect_failure(
+      "reshard --mesh 2 --shape 4611686018427387904 --from \"P('x')\" --to \"P()\" "
+      "--explain",
+      "shape (4611686018427387904,) has more than 2^60 elements", 1);
+}
+
 }  // namespace
 
 TEST(VtpuCliTest, BenchCollectivesJsonRows) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -108,6 +109,66 @@ TEST(HardwareProfileTest, RejectsNonIntegersTinyRatesUnknownTopologyAndBadSizes)
     ADD_FAILURE() << "a directory was accepted";
   } catch (const InvalidArgumentError& e) {
     EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
+  }
+}
+
+// Adversarial findings F5 and F6 (issue 6): a latency or alpha of 1e308 loaded and made every
+// reshard estimate inf; a key written twice in a file silently took its last value.
+TEST(HardwareProfileTest, RejectsAbsurdLatenciesAndRepeatedKeys) {
+  auto expect_rejected = [](const nlohmann::json& j, const char* needle) {
+    try {
+      HardwareProfile::from_json(j);
+      ADD_FAILURE() << j.dump() << " was accepted";
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  const nlohmann::json v5e = HardwareProfile::get("v5e").to_json();
+  nlohmann::json j = v5e;
+  j["link_latency_seconds"] = 1e308;
+  expect_rejected(j, "link_latency_seconds 1e+308");
+  j["link_latency_seconds"] = 60.0;  // the bound itself is accepted
+  EXPECT_DOUBLE_EQ(HardwareProfile::from_json(j).link_latency_seconds, 60.0);
+  j = v5e;
+  j["link_bytes_per_second"] = 1e-300;  // 0 means "no links"; between 0 and 1 B/s overflows
+  expect_rejected(j, "link_bytes_per_second 1e-300");
+  const nlohmann::json fit = {
+      {"alpha_seconds", 1e-5}, {"beta_seconds_per_byte", 1e-9}, {"group_size", 8}};
+  j = v5e;
+  j["collectives"] = {{"all_gather", fit}};
+  j["collectives"]["all_gather"]["alpha_seconds"] = 1e308;
+  expect_rejected(j, "collectives.all_gather.alpha_seconds is 1e+308 (expected 0..60 seconds)");
+  j["collectives"]["all_gather"] = fit;
+  j["collectives"]["all_gather"]["beta_seconds_per_byte"] = 2.0;
+  expect_rejected(j, "collectives.all_gather.beta_seconds_per_byte is 2 (expected at most 1");
+
+  // A repeated key in a file, at the top level and inside an object.
+  const std::string text = v5e.dump();
+  const std::string path = (std::filesystem::temp_directory_path() / "vtpu_hw_dup.json").string();
+  for (const std::string& dup :
+       {text.substr(0, text.size() - 1) + R"(, "name": "other"})",
+        R"({"peak_flops_per_second": {"f32": 1e12, "f32": 2e12}, )" + text.substr(1)}) {
+    std::ofstream(path) << dup;
+    try {
+      HardwareProfile::load_json_file(path);
+      ADD_FAILURE() << dup << " was accepted";
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find("repeats the key"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+  }
+  std::ofstream(path) << text;  // the same file without repeats loads
+  EXPECT_EQ(HardwareProfile::load_json_file(path).name, "v5e");
+
+  // F24: a file above 1 MiB is refused before it is parsed (here valid JSON: padding spaces).
+  std::ofstream(path) << text << std::string((1 << 20) - text.size() + 1, ' ');
+  try {
+    HardwareProfile::load_json_file(path);
+    ADD_FAILURE() << "a 1 MiB + 1 B profile was accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("is 1048577 bytes (expected at most 1048576"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -36,6 +36,10 @@ TEST(BlockCopyTest, NumElements) {
   EXPECT_EQ(num_elements_of({}), 1);
   EXPECT_EQ(num_elements_of({5, 10}), 50);
   EXPECT_EQ(num_elements_of({3, 0, int64_t{1} << 62}), 0);
+  // F22 (issue 6 adversarial pass): the 0 after the huge dimension counts too.
+  EXPECT_EQ(num_elements_of({int64_t{1} << 62, 0}), 0);
+  EXPECT_EQ(num_elements_of({int64_t{1} << 62, int64_t{1} << 62, 0}), 0);
+  EXPECT_THROW(num_elements_of({int64_t{1} << 62, 0, -1}), InvalidArgumentError);
   EXPECT_THROW(num_elements_of({2, -1}), InvalidArgumentError);
   EXPECT_THROW(num_elements_of({int64_t{1} << 40, int64_t{1} << 40}), InvalidArgumentError);
   // Regression: 2^62 f32 elements made from_buffers' expected byte size wrap to 0.

@@ -94,6 +94,9 @@ TEST(MeshTest, BadMeshesAreRejected) {
   expect_invalid([] { Mesh({-1}, {"x"}); }, {"size -1"});
   expect_invalid([] { Mesh({2, 2}, {"x", ""}); }, {"empty name"});
   expect_invalid([] { Mesh({2, 2}, {"x", "x"}); }, {"'x'", "used twice"});
+  // F18 (issue 6 adversarial pass): names no PartitionSpec could name.
+  expect_invalid([] { Mesh({2, 2}, {"x", "'"}); }, {"mesh axis 1 name <'>", "quote character"});
+  expect_invalid([] { Mesh({2}, {"a\"b"}); }, {"<a\"b>", "quote character"});
   expect_invalid([] { Mesh({2, 2}, {"x", "y"}, {0, 1, 2}); }, {"needs 4 devices", "3 device ids"});
   expect_invalid(
       [] {

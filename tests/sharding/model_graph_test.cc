@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "common/error.h"
@@ -74,7 +76,7 @@ TEST(ModelGraphTest, InvalidJsonNamesTheLine) {
 TEST(ModelGraphTest, BadFieldsNameTheirPath) {
   const std::string head = R"({"name": "x", "batch": 4, "layers": [)";
   EXPECT_THAT(error_of(head + R"({"name": "a", "kind": "dense", "in": 4, "out": -1}]})"),
-              HasSubstr("layers[0] 'a'.out: is -1 (expected a positive integer)"));
+              HasSubstr("layers[0] 'a'.out: is -1 (expected an integer in 1..2^40)"));
   EXPECT_THAT(error_of(head + R"({"name": "a", "kind": "conv", "in": 4}]})"),
               HasSubstr("layers[0] 'a'.kind: is \"conv\""));
   EXPECT_THAT(error_of(head + R"({"name": "a", "kind": "dense", "in": 4, "out": 4, "ot": 1}]})"),
@@ -98,6 +100,67 @@ TEST(ModelGraphTest, BadFieldsNameTheirPath) {
 
 TEST(ModelGraphTest, MissingFileIsNotFound) {
   EXPECT_THROW(ModelGraph::load_json_file("/nonexistent/model.json"), NotFoundError);
+}
+
+// Adversarial pass of issue 6. F8: every size may be up to 2^40, and their products overflowed
+// int64 (a dense 2^40 x 2^40 counted 2^40 parameters, an embedding of 2^40 x 2^40 counted 0, and
+// the planner's HBM saturated at 2^64 - 1 bytes). F9: a directory was "not valid JSON at line 1".
+// F10: a NUL in a name cut the printed name short. Repeated keys took the last value silently.
+TEST(ModelGraphTest, RejectsOverflowingSizesDirectoriesControlCharactersAndRepeatedKeys) {
+  const std::string head = R"({"name": "x", "batch": 1, "layers": [)";
+  EXPECT_THAT(error_of(head + R"({"name": "a", "kind": "dense", "in": 4, "out": 1099511627777}]})"),
+              HasSubstr("'a'.out: is 1099511627777 (expected an integer in 1..2^40)"));
+  EXPECT_THAT(
+      error_of(head +
+               R"({"name": "fc", "kind": "dense", "in": 1099511627776, "out": 1099511627776}]})"),
+      HasSubstr(
+          "layers[0] 'fc': brings the model's parameters to 1.209e+24 (expected at most 2^50"));
+  EXPECT_THAT(error_of(head + R"({"name": "e", "kind": "embedding", "vocab": 1099511627776,
+                                  "d_model": 1099511627776}]})"),
+              HasSubstr("'e': brings the model's parameters to"));
+  EXPECT_THAT(
+      error_of(head + R"({"name": "a", "kind": "attention", "d_model": 8589934592, "heads": 1}]})"),
+      HasSubstr("'a': brings the model's parameters to 2.951e+20"));
+  // Activations: 2^30 tokens x 2^21 features = 2^51 elements.
+  EXPECT_THAT(error_of(R"({"name": "x", "batch": 1073741824, "layers": [
+                          {"name": "r", "kind": "elementwise", "dim": 2097152}]})"),
+              HasSubstr("'r': brings the model's activation elements to 2.252e+15"));
+  // Exactly 2^50 parameters is still a model (dense 2^25 x 2^25 without bias).
+  const ModelGraph big = ModelGraph::parse(
+      head +
+      R"({"name": "fc", "kind": "dense", "in": 33554432, "out": 33554432, "bias": false}]})");
+  EXPECT_EQ(big.num_parameters(), int64_t{1} << 50);
+
+  EXPECT_THAT(error_of(R"({"name": "m\u0001", "batch": 1, "layers": []})"),
+              HasSubstr("name: is \"m\\u0001\" (expected no control characters)"));
+  EXPECT_THAT(error_of(R"({"name": "x", "batch": 1, "batch": 2, "layers": []})"),
+              HasSubstr("m.json: repeats the key 'batch' in one object"));
+  EXPECT_THAT(error_of(head + R"({"name": "a", "kind": "layer_norm", "dim": 4, "dim": 8}]})"),
+              HasSubstr("repeats the key 'dim'"));
+  // F24: at most 65536 layers, and a file of at most 16 MiB.
+  std::string many = head;
+  for (int i = 0; i <= 65536; ++i) {
+    many += (i ? "," : "") + std::string(R"({"name": "r)") + std::to_string(i) +
+            R"(", "kind": "elementwise", "dim": 4})";
+  }
+  EXPECT_THAT(error_of(many + "]}"),
+              HasSubstr("layers: has 65537 layers (expected at most 65536)"));
+  const std::string big_path =
+      (std::filesystem::temp_directory_path() / "vtpu_big_model.json").string();
+  std::ofstream(big_path) << many << "]}" << std::string(16 << 20, ' ');
+  try {
+    ModelGraph::load_json_file(big_path);
+    ADD_FAILURE() << "a file above 16 MiB was accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_THAT(e.message(), HasSubstr("bytes (expected at most 16777216, 16 MiB)"));
+  }
+  std::filesystem::remove(big_path);
+  try {
+    ModelGraph::load_json_file(std::string(VTPU_SOURCE_DIR) + "/examples/models");
+    ADD_FAILURE() << "a directory was accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_THAT(e.message(), HasSubstr("is a directory (expected a JSON file)"));
+  }
 }
 
 }  // namespace

@@ -122,6 +122,14 @@ TEST(PartitionSpecTest, ParseErrorsNameThePosition) {
       {"3", "expected an axis name, None or '(' at position 0, found '3'"},
       {"(x y)", "expected ',' or ')' in a tuple of axis names at position 3, found 'y'"},
       {"P(", "at position 2, found end of text"},
+      // Regression (issue 6 adversarial pass, F4): a multi-byte character is quoted whole, and a
+      // byte that is no printable character is named by its value.
+      {"P(\u00e9)", "expected an axis name, None or '(' at position 2, found '\u00e9'"},
+      {"P(\u4e2d)", "at position 2, found '\u4e2d'"},
+      {"P(\xc3)", "at position 2, found byte 0xC3"},
+      {"P(\x01)", "at position 2, found byte 0x01"},
+      {"P(unreduced={'x'}, 'y')",
+       "expected ')' (entries come before unreduced= and reduce_op=) at position 19, found \"'\""},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.text);
