@@ -52,6 +52,15 @@ class FsdpTrainerTest : public ::testing::Test {
     Runtime rt(options(1));
     return train_mlp(rt, split_, c);
   }
+  // Core 0's HBM breakdown of data-parallel train_mlp on n cores after its last step (its peak).
+  HbmBreakdown data_parallel_peak(const std::string& optimizer, int n) const {
+    MlpConfig dp = config(true, optimizer).mlp;
+    HbmBreakdown peak;
+    dp.at_peak = [&](Runtime& rt) { peak = hbm_breakdown(rt.core(0).hbm().chunk_records()); };
+    Runtime rt(options(n));
+    train_mlp(rt, split_, dp);
+    return peak;
+  }
   DigitsSplit split_;
 };
 
@@ -173,11 +182,7 @@ TEST_F(FsdpTrainerTest, AdamStateIsShardedLikeTheParameters) {
                 round256(4 * rows * 64) + round256(4 * rows * 10) + 3 * shard_chunks);
     }
   }
-  MlpConfig dp = config(true, "adam").mlp;
-  HbmBreakdown dp_peak;
-  dp.at_peak = [&](Runtime& rt) { dp_peak = hbm_breakdown(rt.core(0).hbm().chunk_records()); };
-  Runtime rt(options(n));
-  train_mlp(rt, split_, dp);
+  const HbmBreakdown dp_peak = data_parallel_peak("adam", n);
   EXPECT_EQ(dp_peak.params, 11264u);
   EXPECT_EQ(dp_peak.grads, 11264u);
   EXPECT_EQ(dp_peak.opt_state, 2 * 11264u);
@@ -223,11 +228,7 @@ TEST_F(FsdpTrainerTest, PersistentHbmIsExactlyTheShardBytes) {
     EXPECT_EQ(r.peak.total(), peak);
   }
   // Against data parallel on the same cores: parameters and bucket are whole replicas.
-  MlpConfig dp = config(true).mlp;
-  HbmBreakdown dp_peak;
-  dp.at_peak = [&](Runtime& rt) { dp_peak = hbm_breakdown(rt.core(0).hbm().chunk_records()); };
-  Runtime rt(options(n));
-  train_mlp(rt, split_, dp);
+  const HbmBreakdown dp_peak = data_parallel_peak("sgd", n);
   EXPECT_EQ(dp_peak.params, 11264u);
   EXPECT_EQ(dp_peak.grads, 11264u);
   EXPECT_EQ(dp_peak.gathered + dp_peak.unsharded_grads + dp_peak.other, 0u);
@@ -236,38 +237,26 @@ TEST_F(FsdpTrainerTest, PersistentHbmIsExactlyTheShardBytes) {
 
 TEST_F(FsdpTrainerTest, BadConfigs) {
   Runtime rt(options(4));
+  auto expect_message = [&](const FsdpConfig& bad, const std::string& needle) {
+    try {
+      train_fsdp(rt, split_, bad, {});
+      FAIL() << needle;
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
   FsdpConfig c = config(true);
   c.mlp.global_batch = 10;
-  try {
-    train_fsdp(rt, split_, c, {});
-    FAIL();
-  } catch (const InvalidArgumentError& e) {
-    EXPECT_NE(std::string(e.what()).find("global batch 10 cannot be split evenly across 4 cores"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_message(c, "global batch 10 cannot be split evenly across 4 cores");
   c = config(true);
   c.mlp.kernels = "pallas";
   EXPECT_THROW(train_fsdp(rt, split_, c, {}), InvalidArgumentError);
   c = config(true);
   c.mlp.micro_batches = 2;
-  try {
-    train_fsdp(rt, split_, c, {});
-    FAIL();
-  } catch (const InvalidArgumentError& e) {
-    EXPECT_NE(std::string(e.what()).find("micro_batches is 2 (expected 1)"), std::string::npos)
-        << e.what();
-  }
+  expect_message(c, "micro_batches is 2 (expected 1)");
   c = config(true);
   c.mlp.optimizer = "lamb";
-  try {
-    train_fsdp(rt, split_, c, {});
-    FAIL();
-  } catch (const InvalidArgumentError& e) {
-    EXPECT_NE(std::string(e.what()).find("optimizer is 'lamb' (expected sgd or adam)"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_message(c, "optimizer is 'lamb' (expected sgd or adam)");
   EXPECT_THROW(max_relative_difference({1.0}, {1.0, 2.0}), InvalidArgumentError);
   // Too little HBM: the arena's out-of-memory error, never a crash.
   RuntimeOptions tiny = options(2);
