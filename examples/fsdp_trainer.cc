@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "common/error.h"
+#include "examples/adam.h"
 #include "examples/train_step_log.h"
 #include "sharding/sharded_array.h"
 
@@ -35,9 +36,12 @@ bool starts_with(const std::string& s, const std::string& prefix) {
   return s.compare(0, prefix.size(), prefix) == 0;
 }
 
-/// What outlives the SPMD program on each core: the parameter shards (one per layer).
+/// What outlives the SPMD program on each core: the parameter shards and, with Adam, the m and v
+/// shards (one per layer each).
 struct CoreState {
   std::vector<DeviceBuffer> param_shards;
+  std::vector<DeviceBuffer> m_shards;
+  std::vector<DeviceBuffer> v_shards;
 };
 
 }  // namespace
@@ -47,6 +51,10 @@ void FsdpConfig::validate(int num_cores) const {
   if (mlp.kernels != "eigen") {
     throw InvalidArgumentError("train_fsdp computes with Eigen; kernels is '" + mlp.kernels +
                                "' (expected eigen)");
+  }
+  if (mlp.micro_batches != 1) {
+    throw InvalidArgumentError("train_fsdp does not accumulate micro-batches; micro_batches is " +
+                               std::to_string(mlp.micro_batches) + " (expected 1)");
   }
 }
 
@@ -79,11 +87,11 @@ HbmBreakdown hbm_breakdown(const std::vector<MemoryChunkRecord>& chunks) {
       into = &b.params;
     } else if (l == "mlp/grads+loss" || starts_with(l, "fsdp/grads.")) {
       into = &b.grads;
-    } else if (starts_with(l, "fsdp/opt_state.") || l == "mlp/momentum") {
+    } else if (starts_with(l, "fsdp/opt_state.") || starts_with(l, "mlp/opt_state.")) {
       into = &b.opt_state;
     } else if (starts_with(l, "fsdp/gathered.")) {
       into = &b.gathered;
-    } else if (starts_with(l, "fsdp/unsharded_grad.")) {
+    } else if (starts_with(l, "fsdp/unsharded_grad.") || l == "mlp/micro_grads+loss") {
       into = &b.unsharded_grads;
     } else {
       for (const char* a : {"/x", "/y", "/z1", "/a1", "/logits", "/probs"}) {
@@ -133,6 +141,7 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
   const float inv_batch = 1.0f / static_cast<float>(mc.global_batch);
   const std::vector<FlatParamShape> flat = fsdp_flat_params(h, n);
   const bool prefetch = config.prefetch;
+  const bool adam = mc.optimizer == "adam";
 
   std::vector<int> cores(static_cast<size_t>(n));
   std::iota(cores.begin(), cores.end(), 0);
@@ -162,6 +171,7 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
   FsdpResult result;
   result.num_cores = n;
   result.prefetch = prefetch;
+  result.optimizer = mc.optimizer;
   result.num_parameters = mlp_num_parameters(h);
   result.flat_params = flat;
   result.losses.assign(static_cast<size_t>(mc.steps), 0.0);
@@ -190,8 +200,8 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
       return buf;
     };
 
-    // Persistent, sharded: each core's 1/N of every FlatParameter and of its gradient. (Plain SGD
-    // has no optimizer state, so there is no opt_state shard.)
+    // Persistent, sharded: each core's 1/N of every FlatParameter, of its gradient and, with
+    // Adam, of its two moments (zero-initialised; plain SGD has no optimizer state).
     std::vector<DeviceBuffer> grad_shards;
     for (size_t l = 0; l < flat.size(); ++l) {
       s.param_shards.push_back(allocate(flat[l].shard_numel, "fsdp/params." + flat[l].name));
@@ -199,6 +209,14 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
                   padded[l].data() + static_cast<size_t>(c) * flat[l].shard_numel,
                   static_cast<size_t>(flat[l].shard_numel) * kF);
       grad_shards.push_back(allocate(flat[l].shard_numel, "fsdp/grads." + flat[l].name));
+      if (adam) {
+        s.m_shards.push_back(
+            allocate(flat[l].shard_numel, "fsdp/opt_state.exp_avg." + flat[l].name));
+        s.v_shards.push_back(
+            allocate(flat[l].shard_numel, "fsdp/opt_state.exp_avg_sq." + flat[l].name));
+        std::memset(s.m_shards[l].data(), 0, s.m_shards[l].size_bytes());
+        std::memset(s.v_shards[l].data(), 0, s.v_shards[l].size_bytes());
+      }
     }
     // Batch and activations, allocated once as in train_mlp; the loss sum for the all-reduce.
     DeviceBuffer xbuf = allocate(b * kIn, "fsdp/x");
@@ -213,6 +231,10 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
              &s.param_shards[0], &s.param_shards[1], &grad_shards[0], &grad_shards[1], &xbuf, &ybuf,
              &z1buf, &a1buf, &logitsbuf, &lossbuf, &train_x.buffer(c), &train_y.buffer(c)}) {
       pins.push_back(buf->pin());
+    }
+    for (size_t l = 0; l < s.m_shards.size(); ++l) {
+      pins.push_back(s.m_shards[l].pin());
+      pins.push_back(s.v_shards[l].pin());
     }
     const float* data_x = train_x.local_data(c).data();
     const float* data_y = train_y.local_data(c).data();
@@ -342,6 +364,12 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
 
       // ---- optimizer on the shards, then the loss -------------------------------------------
       for (size_t l = 0; l < flat.size(); ++l) {
+        if (adam) {
+          adam_update(s.param_shards[l].as<float>(), grad_shards[l].as<float>(),
+                      s.m_shards[l].as<float>(), s.v_shards[l].as<float>(), step + 1,
+                      mc.learning_rate, mc.adam);
+          continue;
+        }
         Eigen::Map<Eigen::VectorXf> p(s.param_shards[l].as<float>().data(), flat[l].shard_numel);
         Eigen::Map<const Eigen::VectorXf> g(grad_shards[l].as<float>().data(), flat[l].shard_numel);
         p -= mc.learning_rate * g;
@@ -355,12 +383,23 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
   });
 
   result.median_step_ms = 1e3 * median_of(result.step_seconds);
-  // The final parameters: every core's shard, in rank order, with the padding dropped.
+  // The final parameters: every core's shard, in rank order, with the padding dropped; and the
+  // padding (elements numel.. of the padded vector) of the parameters and moments checked.
+  result.padding_is_zero = true;
   for (size_t l = 0; l < flat.size(); ++l) {
     std::vector<float> full;
     for (int c = 0; c < n; ++c) {
-      auto shard = state[static_cast<size_t>(c)].param_shards[l].as<float>();
+      const CoreState& cs = state[static_cast<size_t>(c)];
+      auto shard = cs.param_shards[l].as<float>();
       full.insert(full.end(), shard.begin(), shard.end());
+      for (const std::vector<DeviceBuffer>* bufs : {&cs.param_shards, &cs.m_shards, &cs.v_shards}) {
+        if (bufs->empty()) continue;
+        auto values = (*bufs)[l].as<float>();
+        for (int64_t i = 0; i < flat[l].shard_numel; ++i) {
+          const bool padding = c * flat[l].shard_numel + i >= flat[l].numel;
+          if (padding && values[static_cast<size_t>(i)] != 0.0f) result.padding_is_zero = false;
+        }
+      }
     }
     result.parameters.insert(result.parameters.end(), full.begin(), full.begin() + flat[l].numel);
   }
@@ -401,6 +440,8 @@ void to_json(nlohmann::json& j, const FsdpResult& r) {
   }
   j = nlohmann::json{{"num_cores", r.num_cores},
                      {"prefetch", r.prefetch},
+                     {"optimizer", r.optimizer},
+                     {"padding_is_zero", r.padding_is_zero},
                      {"num_parameters", r.num_parameters},
                      {"flat_params", flat},
                      {"losses", r.losses},

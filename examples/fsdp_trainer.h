@@ -17,7 +17,8 @@
 // it splits into N equal shards of shard_numel = padded_numel / N; core (rank) r holds elements
 // [r * shard_numel, (r + 1) * shard_numel) of the padded vector. Only the last shards contain
 // padding, and a core's shard may be all padding (65H < N is allowed). Padding elements are 0 in
-// the parameters and in every gradient, so SGD keeps them 0 and they never reach the model.
+// the parameters and in every gradient, so SGD and Adam keep them 0 (Adam's moments there stay 0
+// too) and they never reach the model.
 //
 // One step on every core (b = global_batch / N rows of the global batch, as train_mlp):
 //
@@ -28,7 +29,8 @@
 //                                compute this layer's full gradient into a temporary of
 //                                padded_numel (padding zeroed); free gathered l
 //                                reduce_scatter(sum) -> grad shard l; free the temporary
-//     optimizer:                 SGD on the shards only: param_shard -= lr * grad_shard
+//     optimizer:                 on the shards only: SGD, param_shard -= lr * grad_shard; or
+//                                Adam on the (param, grad, m, v) shards (examples/adam.h)
 //     loss:                      all_reduce(sum) of the local loss sum (one float)
 //
 // Gradients are scaled by 1/global_batch before the reduce-scatter (as in train_mlp), so each
@@ -44,9 +46,15 @@
 // 0's gather starts with layer 1's, and each reduce-scatter (reduce_scatter_start) runs while the
 // next layer computes. Prefetching holds more temporaries at once (a higher peak), as in FSDP.
 //
-// The optimizer is train_mlp's plain SGD, which keeps no optimizer state: the optimizer-state
-// shard is 0 bytes (ZeRO's K = 0). The loss at each step equals the single-core run's up to f32
-// summation order.
+// Optimizer state (ZeRO's P_os): with SGD there is none (ZeRO's K = 0). With Adam each core holds
+// its shard of the two moments, m and v, each exactly like the FlatParameter shard (shard_numel
+// elements per unit, the padding included and 0), as FSDP's sharded optimizer state is shaped
+// like the sharded FlatParameter; Adam is elementwise, so updating the shard is updating those
+// elements of the whole vector (the same adam_update as train_mlp's).
+//
+// Reduction order: the reduce-scatter folds the cores' partial gradients in rank order, as
+// train_mlp's all-reduce does, so the losses and parameters are bit-identical to train_mlp on the
+// same cores and to train_mlp on 1 core with micro_batches = N (examples/mlp_trainer.h).
 #pragma once
 
 #include <cstdint>
@@ -65,8 +73,8 @@
 namespace vtpu::examples {
 
 struct FsdpConfig {
-  /// steps, global_batch (a multiple of the cores), hidden, learning_rate, seed and log_every as
-  /// train_mlp; kernels must be "eigen" and at_peak is not used.
+  /// steps, global_batch (a multiple of the cores), hidden, learning_rate, optimizer, adam, seed
+  /// and log_every as train_mlp; kernels must be "eigen", micro_batches 1, and at_peak is not used.
   MlpConfig mlp;
   /// true (default): start each all-gather early and run reduce-scatters while the next layer
   /// computes (async start/wait collectives). false: every collective runs synchronously right
@@ -94,9 +102,10 @@ struct HbmBreakdown {
   uint64_t training_set = 0;     // the replicated training rows and one-hot labels
   uint64_t params = 0;           // parameters: the replica (data parallel) or the shard (FSDP)
   uint64_t grads = 0;            // gradients: the all-reduce bucket (with the loss) or the shard
-  uint64_t opt_state = 0;        // optimizer state (0 with plain SGD)
+  uint64_t opt_state = 0;        // optimizer state: Adam's m and v (0 with plain SGD)
   uint64_t gathered = 0;         // FSDP: all-gathered parameters (temporaries)
-  uint64_t unsharded_grads = 0;  // FSDP: full gradients before the reduce-scatter (temporaries)
+  uint64_t unsharded_grads = 0;  // gradient temporaries: FSDP's full gradients before the
+                                 // reduce-scatter; gradient accumulation's micro-batch bucket
   uint64_t activations = 0;      // batch rows (x, y) and activations (z1, a1, logits)
   uint64_t other = 0;            // anything else (FSDP: the loss scalar)
   uint64_t total() const {
@@ -107,9 +116,11 @@ struct HbmBreakdown {
   uint64_t persistent_state() const { return params + grads + opt_state; }
 };
 /// Classifies in-use chunks by label: "*/train_pixels", "*/train_labels" training set;
-/// "mlp/params", "fsdp/params.*" params; "mlp/grads+loss", "fsdp/grads.*" grads; "fsdp/opt_state.*"
-/// optimizer state; "fsdp/gathered.*"; "fsdp/unsharded_grad.*"; "*/x", "*/y", "*/z1", "*/a1",
-/// "*/logits", "*/probs" activations; everything else other. Thread-safe.
+/// "mlp/params", "fsdp/params.*" params; "mlp/grads+loss", "fsdp/grads.*" grads;
+/// "mlp/opt_state.*", "fsdp/opt_state.*" optimizer state; "fsdp/gathered.*";
+/// "fsdp/unsharded_grad.*" and "mlp/micro_grads+loss" gradient temporaries; "*/x", "*/y", "*/z1",
+/// "*/a1", "*/logits",
+/// "*/probs" activations; everything else other. Thread-safe.
 HbmBreakdown hbm_breakdown(const std::vector<MemoryChunkRecord>& chunks);
 void to_json(nlohmann::json& j, const HbmBreakdown& b);
 
@@ -117,6 +128,7 @@ void to_json(nlohmann::json& j, const HbmBreakdown& b);
 struct FsdpResult {
   int num_cores = 0;
   bool prefetch = true;
+  std::string optimizer;             // "sgd" or "adam"
   std::vector<double> losses;        // per step, mean cross-entropy of the global batch
   std::vector<double> step_seconds;  // per step wall time on core 0
   double median_step_ms = 0.0;
@@ -132,6 +144,9 @@ struct FsdpResult {
   std::vector<CollectiveStats> reduce_scatter;   // per core (2 per step)
   std::vector<CollectiveStats> loss_all_reduce;  // per core (1 per step)
   std::vector<float> parameters;  // final parameters, unpadded, flat [W1, b1, W2, b2]
+  /// After training, every padding element of every core's parameter shards (and, with Adam, of
+  /// its m and v shards) is exactly 0.
+  bool padding_is_zero = false;
 };
 void to_json(nlohmann::json& j, const FsdpResult& r);
 

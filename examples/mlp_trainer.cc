@@ -5,10 +5,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
 #include <random>
+#include <span>
+#include <vector>
 
 #include "common/error.h"
 #include "examples/train_step_log.h"
@@ -131,12 +134,13 @@ double softmax_cross_entropy_rows(float* logits_data, const float* y_data, int64
 namespace {
 
 /// What outlives the SPMD program on each core: the parameter replica and the gradient bucket.
-/// One forward and backward pass with the pipelined kernels (runtime/pallas_kernels.h) on this
-/// core's buffers: a1 = relu(x W1 + b1) and logits = a1 W2 + b2 (fused dense), P = softmax(logits)
-/// (row softmax), then dW2 = a1^T dZ2, dA1 = dZ2 W2^T, dW1 = x^T dZ1 (tiled matmuls with transposed
-/// operands). Writes the gradients into `grads` (the layout of `params`) and returns the local loss
-/// sum. The same math as the Eigen path; only f32 summation order may differ.
-double pallas_step(VirtualCore& core, const DeviceBuffer& x, const DeviceBuffer& y,
+/// One forward and backward pass with the pipelined kernels (runtime/pallas_kernels.h) on rows
+/// [row0, row0 + b) of this core's batch buffers x and y: a1 = relu(x W1 + b1) and logits = a1 W2 +
+/// b2 (fused dense), P = softmax(logits) (row softmax), then dW2 = a1^T dZ2, dA1 = dZ2 W2^T, dW1 =
+/// x^T dZ1 (tiled matmuls with transposed operands). Writes the gradients into `grads` (the layout
+/// of `params`) and returns the local loss sum. The same math as the Eigen path; only f32 summation
+/// order may differ.
+double pallas_step(VirtualCore& core, const DeviceBuffer& x, const DeviceBuffer& y, int64_t row0,
                    const DeviceBuffer& params, const DeviceBuffer& grads, const DeviceBuffer& a1buf,
                    const DeviceBuffer& z1buf, const DeviceBuffer& logitsbuf,
                    const DeviceBuffer& probsbuf, const Layout& layout, int64_t b, float inv_batch) {
@@ -145,7 +149,7 @@ double pallas_step(VirtualCore& core, const DeviceBuffer& x, const DeviceBuffer&
   auto at = [&](const DeviceBuffer& buf, int64_t rows, int64_t cols, int64_t offset_elements) {
     return HbmMatrix{&buf, rows, cols, static_cast<uint64_t>(offset_elements) * f};
   };
-  const HbmMatrix X = at(x, b, kIn, 0), A1 = at(a1buf, b, h, 0), Z1 = at(z1buf, b, h, 0);
+  const HbmMatrix X = at(x, b, kIn, row0 * kIn), A1 = at(a1buf, b, h, 0), Z1 = at(z1buf, b, h, 0);
   const HbmMatrix L = at(logitsbuf, b, kOut, 0), P = at(probsbuf, b, kOut, 0);
   MatmulOptions relu, bias, ta, tb;
   relu.epilogue = MatmulEpilogue::kBiasRelu;
@@ -160,7 +164,7 @@ double pallas_step(VirtualCore& core, const DeviceBuffer& x, const DeviceBuffer&
                fit_blocks(bias, b, kOut, h));
   pallas_softmax(core, L, P, fit_block(256, b));
   MatMap probs(probsbuf.as<float>().data(), b, kOut);
-  MatMap yb(y.as<float>().data(), b, kOut);
+  MatMap yb(y.as<float>().data() + row0 * kOut, b, kOut);
   double loss_sum = 0.0;
   for (int64_t i = 0; i < b; ++i) {
     Eigen::Index label;
@@ -219,6 +223,21 @@ void MlpConfig::validate(int num_cores) const {
   if (kernels != "eigen" && kernels != "pallas") {
     throw InvalidArgumentError("kernels is '" + kernels + "' (expected eigen or pallas)");
   }
+  mlp_default_learning_rate(optimizer);  // names an unknown optimizer
+  if (optimizer == "adam") adam.validate();
+  const int64_t local = global_batch / num_cores;
+  if (micro_batches < 1 || local % micro_batches != 0) {
+    throw InvalidArgumentError("micro_batches is " + std::to_string(micro_batches) +
+                               " (expected a divisor of the " + std::to_string(local) +
+                               " rows per core: global batch " + std::to_string(global_batch) +
+                               " over " + std::to_string(num_cores) + " cores)");
+  }
+}
+
+float mlp_default_learning_rate(const std::string& optimizer) {
+  if (optimizer == "sgd") return MlpConfig{}.learning_rate;
+  if (optimizer == "adam") return 1e-3f;  // torch.optim.Adam's default
+  throw InvalidArgumentError("optimizer is '" + optimizer + "' (expected sgd or adam)");
 }
 
 double mlp_accuracy(const std::vector<float>& parameters, int64_t hidden, const DigitsDataset& ds) {
@@ -290,86 +309,120 @@ MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig&
     const int c = ctx.core_id();
     CoreState& s = state[static_cast<size_t>(c)];
     const int64_t b = local_batch;
+    const int64_t k_micro = config.micro_batches;
+    const int64_t mb = b / k_micro;  // rows per micro-batch (all of b by default)
     const int64_t h = config.hidden;
     const auto f = sizeof(float);
+    const bool adam = config.optimizer == "adam";
     // Buffers live across steps, allocated once, as XLA's buffer assignment would.
     s.params = ctx.allocate(static_cast<uint64_t>(num_params) * f, "mlp/params");
     s.grads = ctx.allocate(static_cast<uint64_t>(num_params + 1) * f, "mlp/grads+loss");
+    // Gradient accumulation: micro-batches after the first compute into this bucket, which is
+    // then added into s.grads.
+    DeviceBuffer micro = k_micro > 1 ? ctx.allocate(static_cast<uint64_t>(num_params + 1) * f,
+                                                    "mlp/micro_grads+loss")
+                                     : DeviceBuffer();
+    // Adam's moments (PyTorch's exp_avg and exp_avg_sq), replicated like the parameters.
+    DeviceBuffer adam_m, adam_v;
+    if (adam) {
+      adam_m = ctx.allocate(static_cast<uint64_t>(num_params) * f, "mlp/opt_state.exp_avg");
+      adam_v = ctx.allocate(static_cast<uint64_t>(num_params) * f, "mlp/opt_state.exp_avg_sq");
+      std::memset(adam_m.data(), 0, adam_m.size_bytes());
+      std::memset(adam_v.data(), 0, adam_v.size_bytes());
+    }
     DeviceBuffer xbuf = ctx.allocate(static_cast<uint64_t>(b * kIn) * f, "mlp/x");
     DeviceBuffer ybuf = ctx.allocate(static_cast<uint64_t>(b * kOut) * f, "mlp/y");
-    DeviceBuffer z1buf = ctx.allocate(static_cast<uint64_t>(b * h) * f, "mlp/z1");
-    DeviceBuffer a1buf = ctx.allocate(static_cast<uint64_t>(b * h) * f, "mlp/a1");
-    DeviceBuffer logitsbuf = ctx.allocate(static_cast<uint64_t>(b * kOut) * f, "mlp/logits");
+    DeviceBuffer z1buf = ctx.allocate(static_cast<uint64_t>(mb * h) * f, "mlp/z1");
+    DeviceBuffer a1buf = ctx.allocate(static_cast<uint64_t>(mb * h) * f, "mlp/a1");
+    DeviceBuffer logitsbuf = ctx.allocate(static_cast<uint64_t>(mb * kOut) * f, "mlp/logits");
     const bool pallas = config.kernels == "pallas";
     // The pallas path keeps the softmax probabilities apart from the logits.
     DeviceBuffer probsbuf =
-        pallas ? ctx.allocate(static_cast<uint64_t>(b * kOut) * f, "mlp/probs") : DeviceBuffer();
+        pallas ? ctx.allocate(static_cast<uint64_t>(mb * kOut) * f, "mlp/probs") : DeviceBuffer();
     std::memcpy(s.params.data(), init.data(), init.size() * f);
     // The step below keeps raw pointers into these buffers for the whole run: pin them so that
     // defragmentation (on an allocation by anyone else on this core) never moves them.
-    const BufferPin pins[] = {s.params.pin(),
-                              s.grads.pin(),
-                              xbuf.pin(),
-                              ybuf.pin(),
-                              z1buf.pin(),
-                              a1buf.pin(),
-                              logitsbuf.pin(),
-                              train_x.buffer(c).pin(),
-                              train_y.buffer(c).pin()};
+    std::vector<BufferPin> pins;
+    for (const DeviceBuffer* buf : std::initializer_list<const DeviceBuffer*>{
+             &s.params, &s.grads, &micro, &adam_m, &adam_v, &xbuf, &ybuf, &z1buf, &a1buf,
+             &logitsbuf, &train_x.buffer(c), &train_y.buffer(c)}) {
+      if (buf->valid()) pins.push_back(buf->pin());
+    }
 
     float* p = s.params.as<float>().data();
     float* g = s.grads.as<float>().data();
     const float* data_x = train_x.local_data(c).data();
     const float* data_y = train_y.local_data(c).data();
-    MatMap xb(xbuf.as<float>().data(), b, kIn);
-    MatMap yb(ybuf.as<float>().data(), b, kOut);
     ConstMatMap w1(p + layout.w1(), kIn, h);
     Eigen::Map<const Eigen::RowVectorXf> b1(p + layout.b1(), h);
     ConstMatMap w2(p + layout.w2(), h, kOut);
     Eigen::Map<const Eigen::RowVectorXf> b2(p + layout.b2(), kOut);
-    MatMap z1(z1buf.as<float>().data(), b, h);
-    MatMap a1(a1buf.as<float>().data(), b, h);
-    MatMap logits(logitsbuf.as<float>().data(), b, kOut);
-    MatMap dw1(g + layout.w1(), kIn, h);
-    VecMap db1(g + layout.b1(), h);
-    MatMap dw2(g + layout.w2(), h, kOut);
-    VecMap db2(g + layout.b2(), kOut);
+    MatMap z1(z1buf.as<float>().data(), mb, h);
+    MatMap a1(a1buf.as<float>().data(), mb, h);
+    MatMap logits(logitsbuf.as<float>().data(), mb, kOut);
     Eigen::Map<Eigen::VectorXf> params(p, num_params);
     Eigen::Map<const Eigen::VectorXf> grads(g, num_params);
     BatchSampler sampler(train.num_rows(), config.seed);  // same batches on every core count
 
+    // Forward and backward (Eigen) of rows [row0, row0 + mb) of this core's batch: writes the
+    // gradients into `grad` (Layout) and returns the loss sum.
+    auto eigen_step = [&](int64_t row0, float* grad) {
+      ConstMatMap xb(xbuf.as<float>().data() + row0 * kIn, mb, kIn);
+      ConstMatMap yb(ybuf.as<float>().data() + row0 * kOut, mb, kOut);
+      MatMap dw1(grad + layout.w1(), kIn, h);
+      VecMap db1(grad + layout.b1(), h);
+      MatMap dw2(grad + layout.w2(), h, kOut);
+      VecMap db2(grad + layout.b2(), kOut);
+      // Forward.
+      z1.noalias() = xb * w1;
+      z1.rowwise() += b1;
+      a1 = z1.cwiseMax(0.0f);
+      logits.noalias() = a1 * w2;
+      logits.rowwise() += b2;
+      // Softmax cross-entropy, stable; logits become the probabilities.
+      const double loss_sum = softmax_cross_entropy_rows(logits.data(), yb.data(), mb);
+      // Backward: dZ2 = (P - Y) / B, scaled by the global batch so that the sum over cores is
+      // the gradient of the global mean.
+      logits = (logits - yb) * inv_batch;
+      dw2.noalias() = a1.transpose() * logits;
+      db2 = logits.colwise().sum();
+      a1.noalias() = logits * w2.transpose();     // dA1
+      z1 = (z1.array() > 0.0f).select(a1, 0.0f);  // dZ1
+      dw1.noalias() = xb.transpose() * z1;
+      db1 = z1.colwise().sum();
+      return loss_sum;
+    };
+
     for (int64_t step = 0; step < config.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
       // This core's rows of the global batch.
-      copy_batch_rows(sampler, config.global_batch, c * b, b, data_x, data_y, xb.data(), yb.data());
-      double loss_sum = 0.0;
-      if (pallas) {
-        loss_sum = pallas_step(ctx.core(), xbuf, ybuf, s.params, s.grads, a1buf, z1buf, logitsbuf,
-                               probsbuf, layout, b, inv_batch);
-      } else {
-        // Forward.
-        z1.noalias() = xb * w1;
-        z1.rowwise() += b1;
-        a1 = z1.cwiseMax(0.0f);
-        logits.noalias() = a1 * w2;
-        logits.rowwise() += b2;
-        // Softmax cross-entropy, stable; logits become the probabilities.
-        loss_sum = softmax_cross_entropy_rows(logits.data(), yb.data(), b);
-        // Backward: dZ2 = (P - Y) / B, scaled by the global batch so that the sum over cores is
-        // the gradient of the global mean.
-        logits = (logits - yb) * inv_batch;
-        dw2.noalias() = a1.transpose() * logits;
-        db2 = logits.colwise().sum();
-        a1.noalias() = logits * w2.transpose();     // dA1
-        z1 = (z1.array() > 0.0f).select(a1, 0.0f);  // dZ1
-        dw1.noalias() = xb.transpose() * z1;
-        db1 = z1.colwise().sum();
+      copy_batch_rows(sampler, config.global_batch, c * b, b, data_x, data_y,
+                      xbuf.as<float>().data(), ybuf.as<float>().data());
+      // Micro-batch k's gradients and loss sum: k = 0 straight into the bucket, each later one
+      // into `micro` and then added, so the bucket holds ((g_0 + g_1) + g_2) + ..., the order in
+      // which the all-reduce folds the cores' buckets.
+      for (int64_t k = 0; k < k_micro; ++k) {
+        const DeviceBuffer& into = k == 0 ? s.grads : micro;
+        float* gk = into.as<float>().data();
+        const double loss_sum =
+            pallas ? pallas_step(ctx.core(), xbuf, ybuf, k * mb, s.params, into, a1buf, z1buf,
+                                 logitsbuf, probsbuf, layout, mb, inv_batch)
+                   : eigen_step(k * mb, gk);
+        gk[num_params] = static_cast<float>(loss_sum);
+        if (k > 0) {
+          Eigen::Map<Eigen::VectorXf>(g, num_params + 1) +=
+              Eigen::Map<const Eigen::VectorXf>(gk, num_params + 1);
+        }
       }
-      g[num_params] = static_cast<float>(loss_sum);
       // One bucket, one all-reduce: the gradients and the loss sum.
       comm.all_reduce<float>(ctx, s.grads.as<float>());
-      // SGD on every replica (identical inputs, identical results).
-      params -= config.learning_rate * grads;
+      // The optimizer on every replica (identical inputs, identical results).
+      if (adam) {
+        adam_update(s.params.as<float>(), std::span<const float>(g, num_params), adam_m.as<float>(),
+                    adam_v.as<float>(), step + 1, config.learning_rate, config.adam);
+      } else {
+        params -= config.learning_rate * grads;
+      }
       const double loss = static_cast<double>(g[num_params]) / static_cast<double>(batch);
       finish_step(c, step, config.steps, config.log_every, loss, t0, result.step_seconds,
                   result.losses, on_log);

@@ -1,16 +1,30 @@
 // Data-parallel MLP training on N virtual cores: the foundation's end-to-end example.
 //
-// Model: 64 -> hidden -> 10, ReLU, softmax cross-entropy, plain SGD, f32. The training rows are
+// Model: 64 -> hidden -> 10, ReLU, softmax cross-entropy, SGD or Adam, f32. The training rows are
 // device_put once to every core (replicated over a 1-D mesh 'data'), and one SPMD program runs
 // all steps. Each step's global batch (epoch-wise shuffles drawn from the seed) is split across
 // the cores: core c takes rows [c*B/N, (c+1)*B/N) into its HBM and runs forward and backward with
 // Eigen mapped over its HBM buffers. The gradients of all parameters, plus the local loss sum,
 // are packed into one bucket and all-reduced (sum) in one collective, as PyTorch DDP buckets
-// gradients; every core then applies the same SGD update to its replica. Because the all-reduce
-// gives bit-identical sums on every core, the replicas never drift apart.
+// gradients; every core then applies the same optimizer update to its replica. Because the
+// all-reduce gives bit-identical sums on every core, the replicas never drift apart.
 //
 // The loss is mean cross-entropy over the global batch, so for a given seed and global batch the
 // losses match a single-core run up to f32 summation order.
+//
+// Optimizer: plain SGD (default) or Adam (examples/adam.h), applied to every replica after the
+// all-reduce; Adam's two moments are replicated like the parameters.
+//
+// Reduction order and gradient accumulation. The all-reduce folds the cores' buckets in rank
+// order, ((g_0 + g_1) + g_2) + ..., where g_c is core c's gradient over its B/N rows (one GEMM
+// per weight over those rows). With micro_batches = K a core splits its rows into K micro-batches
+// and accumulates their gradients in the same way, ((g_0 + g_1) + g_2) + ..., before the
+// all-reduce (PyTorch's gradient accumulation). So 1 core with K = N micro-batches performs
+// exactly the f32 additions of N cores with 1 each, in the same order, and the two runs give
+// bit-identical losses and parameters: that single-core run is the reference the N-core runs are
+// checked against. One core with one micro-batch sums all B rows inside one GEMM instead; those
+// losses differ from the N-core ones by f32 rounding, which training amplifies (docs/SHARDING.md,
+// "Reduction order").
 #pragma once
 
 #include <cstdint>
@@ -21,6 +35,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
+#include "examples/adam.h"
 #include "examples/digits_dataset.h"
 #include "memory/memory_stats.h"
 #include "runtime/runtime.h"
@@ -29,7 +44,7 @@
 namespace vtpu::examples {
 
 struct MlpConfig {
-  int64_t steps = 500;        // SGD steps
+  int64_t steps = 500;        // optimizer steps
   int64_t global_batch = 64;  // rows per step over all cores; must be a multiple of the cores
   int64_t hidden = 64;        // hidden units
   float learning_rate = 0.2f;
@@ -40,6 +55,15 @@ struct MlpConfig {
   /// bias forward, row softmax, and the three backward matmuls stream blocks through VMEM with the
   /// DMA engine; elementwise steps and bias gradients stay in Eigen).
   std::string kernels = "eigen";
+  /// "sgd" (default): params -= learning_rate * grads, no optimizer state. "adam": adam_update
+  /// (examples/adam.h) with learning_rate and `adam`, two f32 moments per parameter. The default
+  /// learning_rate suits SGD; mlp_default_learning_rate gives the CLI's default per optimizer.
+  std::string optimizer = "sgd";
+  AdamOptions adam;  // betas and eps when optimizer is "adam"
+  /// Gradient accumulation: each core computes its global_batch / N rows as this many equal
+  /// micro-batches (activations sized for one) and sums their gradients in micro-batch order
+  /// before the all-reduce (see the model above). Must divide global_batch / N.
+  int64_t micro_batches = 1;
   /// Called once, on core 0, after the last step while every core's training buffers (dataset,
   /// parameters, gradient bucket, activations) are still live: the moment to save a device
   /// memory profile. The other cores wait for it (two all-reduces of one float act as barriers,
@@ -49,12 +73,16 @@ struct MlpConfig {
   void validate(int num_cores) const;
 };
 
+/// The learning rate `vtpu train mlp|fsdp` use when --lr is not given: 0.2 for "sgd",
+/// torch.optim.Adam's 1e-3 for "adam". Throws InvalidArgumentError for another optimizer.
+float mlp_default_learning_rate(const std::string& optimizer);
+
 /// What a run produced. Times in seconds unless the name says otherwise.
 struct MlpResult {
   int num_cores = 0;
   std::vector<double> losses;        // per step, mean cross-entropy of the global batch
   std::vector<double> step_seconds;  // per step wall time on core 0: batch rows, forward,
-                                     // backward, all-reduce, SGD
+                                     // backward, all-reduce, optimizer
   double median_step_ms = 0.0;
   double test_accuracy = 0.0;  // on the held-out split
   double train_accuracy = 0.0;

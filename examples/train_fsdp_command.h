@@ -3,13 +3,17 @@
 // `train mlp` on the same cores.
 //
 //   vtpu train fsdp [--cores N] [--steps S] [--batch B] [--hidden H] [--lr LR] [--seed K]
-//                   [--plan PLAN.json] [--prefetch on|off] [--data FILE] [--hbm-bytes SIZE]
-//                   [--log-every K] [--json]
+//                   [--optimizer sgd|adam] [--plan PLAN.json] [--prefetch on|off] [--data FILE]
+//                   [--hbm-bytes SIZE] [--log-every K] [--json]
 //
-// It runs three trainings with the same seed and global batch: FSDP on N cores, data parallel
-// (train_mlp) on N cores, and train_mlp on 1 core as the reference. It prints the max relative
-// difference of the per-step losses against the reference, and core 0's HBM at its peak by what
-// the bytes hold (the arena's chunk records) for DP and FSDP side by side, with the ratios.
+// It runs four trainings with the same seed, global batch and optimizer: FSDP on N cores, data
+// parallel (train_mlp) on N cores, train_mlp on 1 core with N micro-batches as the reference (it
+// performs the N-core runs' f32 gradient additions in their order, examples/mlp_trainer.h), and,
+// for comparison only, train_mlp on 1 core with the whole batch in one GEMM (skipped for N = 1).
+// It prints the max relative difference of the per-step losses against the reference (checked)
+// and against the one-batch run (printed), and core 0's HBM at its peak by what the bytes hold
+// (the arena's chunk records) for the reference, DP and FSDP side by side, with the ratio
+// 1 core / FSDP.
 //
 // --plan reads the mesh and strategy of a `vtpu plan` file (/work/plan-format.md; see
 // examples/train_plan.h): strategy.fsdp over the whole mesh runs FSDP, strategy.data alone runs
@@ -29,8 +33,9 @@ struct TrainFsdpCommand;
 std::shared_ptr<TrainFsdpCommand> add_train_fsdp_command(CLI::App& train);
 
 /// After parsing: when `train fsdp` was selected, runs it, sets *exit_code (0 when the losses
-/// match the reference within 1e-4 relative, 1 otherwise) and returns true; false when it was not
-/// selected. Bad configs and plans throw vtpu::Error subclasses naming the value.
+/// match the reference within 1e-4 relative and FSDP's padding stayed 0, 1 otherwise) and returns
+/// true; false when it was not selected. Bad configs and plans throw vtpu::Error subclasses naming
+/// the value.
 bool run_train_fsdp_if_selected(const TrainFsdpCommand& command, int* exit_code);
 
 }  // namespace vtpu::examples

@@ -59,19 +59,11 @@ void TransformerConfig::validate() const {
     throw InvalidArgumentError("d_model " + str(d_model) + " is not divisible by heads " +
                                str(heads) + " (expected head dim d_model / heads to be whole)");
   }
-  for (auto [name, v] : {std::pair{"learning rate", learning_rate},
-                         {"beta1", beta1},
-                         {"beta2", beta2},
-                         {"adam eps", adam_eps}}) {
-    if (!(v > 0.0f) || !std::isfinite(v)) {
-      throw InvalidArgumentError(std::string(name) + " is " + std::to_string(v) +
-                                 " (expected a finite value > 0)");
-    }
+  if (!(learning_rate > 0.0f) || !std::isfinite(learning_rate)) {
+    throw InvalidArgumentError("learning rate is " + std::to_string(learning_rate) +
+                               " (expected a finite value > 0)");
   }
-  if (beta1 >= 1.0f || beta2 >= 1.0f) {
-    throw InvalidArgumentError("Adam betas are " + std::to_string(beta1) + ", " +
-                               std::to_string(beta2) + " (expected each < 1)");
-  }
+  AdamOptions{beta1, beta2, adam_eps}.validate();
   if (kernels != "eigen" && kernels != "pallas") {
     throw InvalidArgumentError("kernels is '" + kernels + "' (expected eigen or pallas)");
   }
@@ -546,23 +538,7 @@ template class TransformerShard<double>;
 
 void adam_update(std::span<float> params, std::span<const float> grads, std::span<float> m,
                  std::span<float> v, int64_t t, const TransformerConfig& c) {
-  const size_t n = params.size();
-  if (grads.size() != n || m.size() != n || v.size() != n) {
-    throw InvalidArgumentError("Adam spans differ in size: params " + std::to_string(n) +
-                               ", grads " + std::to_string(grads.size()) + ", m " +
-                               std::to_string(m.size()) + ", v " + std::to_string(v.size()));
-  }
-  if (t < 1) throw InvalidArgumentError("Adam step " + str(t) + " (expected >= 1)");
-  const float b1 = c.beta1, b2 = c.beta2;
-  const float c1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b1), t));
-  const float c2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b2), t));
-  const float lr = c.learning_rate;
-  for (size_t i = 0; i < n; ++i) {
-    const float g = grads[i];
-    m[i] = b1 * m[i] + (1.0f - b1) * g;
-    v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-    params[i] -= lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + c.adam_eps);
-  }
+  adam_update(params, grads, m, v, t, c.learning_rate, AdamOptions{c.beta1, c.beta2, c.adam_eps});
 }
 
 std::vector<int32_t> tokenize_bytes(std::span<const char> text, int64_t vocab) {

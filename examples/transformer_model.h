@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/adam.h"
 #include "sharding/partition_spec.h"
 
 namespace vtpu::examples {
@@ -151,7 +152,8 @@ class TransformerShard {
   int64_t workspace_elements_ = 0;
 };
 
-/// Adam with bias correction (Kingma & Ba 2015, Algorithm 1), in place, step t >= 1.
+/// Adam with bias correction (Kingma & Ba 2015, Algorithm 1), in place, step t >= 1, with the
+/// config's learning rate, betas and eps: examples/adam.h's adam_update.
 void adam_update(std::span<float> params, std::span<const float> grads, std::span<float> m,
                  std::span<float> v, int64_t t, const TransformerConfig& config);
 

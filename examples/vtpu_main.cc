@@ -3,11 +3,13 @@
 //   vtpu train mlp [--cores N] [--steps S] [--batch B] [--hidden H] [--lr LR] [--seed K]
 //                  [--data FILE] [--hbm-bytes SIZE] [--config FILE] [--log-every K] [--json]
 //                  [--allocator P] [--memory-profile FILE] [--memory-snapshot FILE]
-//                  [--memory-events FILE] [--kernels eigen|pallas]
+//                  [--memory-events FILE] [--kernels eigen|pallas] [--optimizer sgd|adam]
+//                  [--micro-batches K]
 //   vtpu train transformer [--mesh DxT | --cores N | --plan PLAN.json] [--steps S] [--seed K] ...
 //                          (examples/train_transformer_command.h)
 //   vtpu train fsdp [--cores N] [--steps S] [--batch B] [--hidden H] [--lr LR] [--seed K]
-//                   [--plan PLAN.json] [--prefetch on|off] ... (examples/train_fsdp_command.h)
+//                   [--optimizer sgd|adam] [--plan PLAN.json] [--prefetch on|off] ...
+//                   (examples/train_fsdp_command.h)
 //   vtpu bench memory [--allocators A,B] [--live L1,L2] [--pairs K] [--hot W] [--workload W]
 //                     [--trace FILE] [--capacity SIZE] [--via policy,arena] [--seed S] [--json]
 //   vtpu bench fragmentation [--allocators A,B] [--defrag on,off] [--workloads N] [--ops K]
@@ -74,6 +76,7 @@ struct TrainArgs {
   std::string data_path = vtpu::examples::default_digits_path();
   MlpConfig mlp;
   bool json = false;
+  CLI::Option* lr_option = nullptr;  // --lr; when absent the optimizer's default applies
 };
 
 void print_mlp_report(const MlpResult& r, const MlpConfig& c) {
@@ -81,8 +84,8 @@ void print_mlp_report(const MlpResult& r, const MlpConfig& c) {
               r.test_accuracy, r.train_accuracy);
   std::printf(
       "median step time %.3f ms over %zu steps (batch rows into HBM, forward, backward, "
-      "all-reduce, SGD)\n",
-      r.median_step_ms, r.step_seconds.size());
+      "all-reduce, %s)\n",
+      r.median_step_ms, r.step_seconds.size(), c.optimizer == "adam" ? "Adam" : "SGD");
   uint64_t calls = 0, bytes = 0;
   double seconds = 0;
   for (const auto& s : r.all_reduce) {
@@ -132,8 +135,11 @@ int run_train_mlp(const TrainArgs& args) {
   if (!args.allocator.empty()) options.allocator = args.allocator;
   if (!args.memory_events.empty()) options.record_memory_events = true;
   options.validate();
-  args.mlp.validate(options.num_cores);
   MlpConfig mlp = args.mlp;
+  if (args.lr_option->count() == 0) {
+    mlp.learning_rate = vtpu::examples::mlp_default_learning_rate(mlp.optimizer);
+  }
+  mlp.validate(options.num_cores);
   if (!args.memory_profile.empty() || !args.memory_snapshot.empty()) {
     mlp.at_peak = [&args](vtpu::Runtime& rt) {
       if (!args.memory_profile.empty()) rt.save_device_memory_profile(args.memory_profile);
@@ -152,13 +158,15 @@ int run_train_mlp(const TrainArgs& args) {
         options.allocator.c_str(), args.data_path.c_str(),
         static_cast<long long>(split.train.num_rows()),
         static_cast<long long>(split.test.num_rows()));
-    std::printf(
-        "model 64->%lld->10, global batch %lld (%lld per core), lr %g, %lld steps, "
-        "seed %llu\n",
-        static_cast<long long>(args.mlp.hidden), static_cast<long long>(args.mlp.global_batch),
-        static_cast<long long>(args.mlp.global_batch / options.num_cores),
-        static_cast<double>(args.mlp.learning_rate), static_cast<long long>(args.mlp.steps),
-        static_cast<unsigned long long>(args.mlp.seed));
+    std::printf("model 64->%lld->10, global batch %lld (%lld per core",
+                static_cast<long long>(mlp.hidden), static_cast<long long>(mlp.global_batch),
+                static_cast<long long>(mlp.global_batch / options.num_cores));
+    if (mlp.micro_batches > 1) {
+      std::printf(" in %lld micro-batches", static_cast<long long>(mlp.micro_batches));
+    }
+    std::printf("), %s lr %g, %lld steps, seed %llu\n", mlp.optimizer == "adam" ? "Adam" : "SGD",
+                static_cast<double>(mlp.learning_rate), static_cast<long long>(mlp.steps),
+                static_cast<unsigned long long>(mlp.seed));
     std::fflush(stdout);
   }
   auto log = [&](int64_t step, double loss) {
@@ -186,14 +194,19 @@ int run_train_mlp(const TrainArgs& args) {
   if (args.json) {
     nlohmann::json j = result;
     char lr[32];  // the f32 value as the user wrote it, not its double expansion
-    std::snprintf(lr, sizeof lr, "%.7g", static_cast<double>(args.mlp.learning_rate));
-    j["config"] = {{"steps", args.mlp.steps},     {"global_batch", args.mlp.global_batch},
-                   {"hidden", args.mlp.hidden},   {"learning_rate", std::strtod(lr, nullptr)},
-                   {"seed", args.mlp.seed},       {"data", args.data_path},
+    std::snprintf(lr, sizeof lr, "%.7g", static_cast<double>(mlp.learning_rate));
+    j["config"] = {{"steps", mlp.steps},
+                   {"global_batch", mlp.global_batch},
+                   {"micro_batches", mlp.micro_batches},
+                   {"hidden", mlp.hidden},
+                   {"optimizer", mlp.optimizer},
+                   {"learning_rate", std::strtod(lr, nullptr)},
+                   {"seed", mlp.seed},
+                   {"data", args.data_path},
                    {"runtime", options.to_json()}};
     std::cout << j.dump(2) << std::endl;
   } else {
-    print_mlp_report(result, args.mlp);
+    print_mlp_report(result, mlp);
   }
   return 0;
 }
@@ -432,7 +445,7 @@ int main(int argc, char** argv) {
   TrainArgs args;
   mlp->add_option("--cores", args.cores, "Virtual cores (default 8, or num_cores of --config)")
       ->check(CLI::Range(1, 1024));
-  mlp->add_option("--steps", args.mlp.steps, "SGD steps")
+  mlp->add_option("--steps", args.mlp.steps, "Optimizer steps")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
   mlp->add_option("--batch", args.mlp.global_batch,
@@ -442,9 +455,22 @@ int main(int argc, char** argv) {
   mlp->add_option("--hidden", args.mlp.hidden, "Hidden units")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  mlp->add_option("--lr", args.mlp.learning_rate, "SGD learning rate (> 0)")
+  args.lr_option =
+      mlp->add_option(
+             "--lr", args.mlp.learning_rate,
+             "Learning rate (> 0; default 0.2 with sgd, 1e-3 with adam as torch.optim.Adam)")
+          ->check(vtpu::examples::learning_rate_validator());
+  mlp->add_option("--optimizer", args.mlp.optimizer,
+                  "sgd (plain SGD, no state) or adam (Adam with bias correction, betas 0.9/0.999, "
+                  "eps 1e-8; m and v replicated like the parameters)")
       ->capture_default_str()
-      ->check(vtpu::examples::learning_rate_validator());
+      ->check(CLI::IsMember({"sgd", "adam"}));
+  mlp->add_option("--micro-batches", args.mlp.micro_batches,
+                  "Gradient accumulation: each core computes its rows as K micro-batches and sums "
+                  "their gradients in order before the all-reduce (K divides batch / cores); "
+                  "--cores 1 --micro-batches N repeats the f32 sums of --cores N exactly")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   mlp->add_option("--seed", args.mlp.seed, "Seed for parameter init and batch order")
       ->capture_default_str();
   mlp->add_option("--data", args.data_path, "digits.csv.gz from Debian python3-sklearn")

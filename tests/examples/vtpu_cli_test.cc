@@ -110,6 +110,31 @@ TEST(VtpuCliTest, TrainMlpJsonReportsEverything) {
   EXPECT_TRUE(j["replicas_identical"].get<bool>());
 }
 
+// --optimizer adam uses torch.optim.Adam's learning rate 1e-3 unless --lr is given, and
+// --cores 1 --micro-batches 4 repeats the f32 sums of --cores 4 exactly (bit-identical losses),
+// also at hidden 1024.
+TEST(VtpuCliTest, TrainMlpAdamAndMicroBatches) {
+  VTPU_REQUIRE_DIGITS();
+  const std::string common = " --steps 15 --batch 32 --hidden 1024 --optimizer adam --json";
+  const CliRun four = run_cli("train mlp --cores 4" + common);
+  ASSERT_EQ(four.exit_code, 0) << four.output;
+  const CliRun one = run_cli("train mlp --cores 1 --micro-batches 4" + common);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const nlohmann::json a = nlohmann::json::parse(four.output);
+  const nlohmann::json b = nlohmann::json::parse(one.output);
+  EXPECT_EQ(a["config"]["optimizer"], "adam");
+  EXPECT_DOUBLE_EQ(a["config"]["learning_rate"].get<double>(), 0.001);
+  EXPECT_EQ(b["config"]["micro_batches"], 4);
+  EXPECT_EQ(a["losses"], b["losses"]);
+  const CliRun text = run_cli("train mlp --cores 2 --steps 3 --optimizer adam --lr 0.01");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("Adam lr 0.01"), std::string::npos) << text.output;
+  expect_failure("train mlp --optimizer rmsprop", "--optimizer", 2);
+  expect_failure("train mlp --cores 4 --batch 32 --micro-batches 3",
+                 "micro_batches is 3 (expected a divisor of the 8 rows per core", 1);
+  expect_failure("train mlp --micro-batches 0", "--micro-batches", 2);
+}
+
 TEST(VtpuCliTest, TrainMlpTextOutput) {
   VTPU_REQUIRE_DIGITS();
   const CliRun r = run_cli("train mlp --cores 2 --steps 20 --log-every 5");
@@ -729,8 +754,10 @@ TEST(VtpuCliTest, TrainFsdpTextOutput) {
   for (const char* needle :
        {"ZeRO-3 / FSDP on 3 virtual cores", "step      5  loss", "max relative difference",
         "(tolerance 0.0001): ok", "layer0 numel 2405 padded 2406 shard 802",
-        "layer1 numel 380 padded 381 shard 127", "persistent state (p + g + os)", "DP/FSDP",
-        "gathered parameter temps", "peak_bytes_in_use (memory_stats)", "all-gather"}) {
+        "layer1 numel 380 padded 381 shard 127", "persistent state (p + g + os)", "1 core/FSDP",
+        "train mlp on 1 core with 3 micro-batches", "in one batch", "optimizer state (SGD: none)",
+        "padding of the parameter shards after training: all 0", "gathered parameter temps",
+        "peak_bytes_in_use (memory_stats)", "all-gather"}) {
     EXPECT_NE(r.output.find(needle), std::string::npos) << needle << "\n" << r.output;
   }
 }
@@ -753,6 +780,34 @@ TEST(VtpuCliTest, TrainFsdpJson) {
   EXPECT_EQ(j["data_parallel"]["peak_hbm_core0"]["params"], 19456);
   EXPECT_EQ(j["fsdp"]["flat_params"][1]["padded_numel"], 652);
   EXPECT_EQ(j["fsdp"]["all_gather"][0]["num_collectives"], 80);
+  EXPECT_EQ(j["reference"]["micro_batches"], 4);
+  EXPECT_EQ(j["one_batch_reference"]["micro_batches"], 1);
+}
+
+// --optimizer adam: m and v are sharded like the parameters, so the optimizer state per core is
+// twice the parameter shards (2 x 5120 B on 4 cores at hidden 64), against 2 x 19456 B for the
+// data-parallel replica and the 1-core run; the losses equal the 1-core run's exactly.
+TEST(VtpuCliTest, TrainFsdpAdam) {
+  VTPU_REQUIRE_DIGITS();
+  const CliRun r = run_cli("train fsdp --cores 4 --steps 20 --batch 32 --optimizer adam --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["config"]["optimizer"], "adam");
+  EXPECT_NEAR(j["config"]["learning_rate"].get<double>(), 0.001, 1e-9);
+  EXPECT_EQ(j["fsdp"]["optimizer"], "adam");
+  EXPECT_TRUE(j["fsdp"]["padding_is_zero"].get<bool>());
+  EXPECT_EQ(j["fsdp"]["peak_hbm_core0"]["opt_state"], 2 * 5120);
+  EXPECT_EQ(j["fsdp"]["peak_hbm_core0"]["persistent_state"], 4 * 5120);
+  EXPECT_EQ(j["data_parallel"]["peak_hbm_core0"]["opt_state"], 2 * 19456);
+  EXPECT_EQ(j["reference"]["peak_hbm_core0"]["persistent_state"], 4 * 19456);
+  EXPECT_EQ(j["max_relative_loss_difference"].get<double>(), 0.0);
+  EXPECT_TRUE(j["losses_match"].get<bool>());
+  const CliRun text = run_cli("train fsdp --cores 2 --steps 3 --batch 8 --optimizer adam");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  for (const char* needle : {"Adam lr 0.001", "optimizer state (Adam m + v)",
+                             "padding of the parameter, m and v shards after training: all 0"}) {
+    EXPECT_NE(text.output.find(needle), std::string::npos) << needle << "\n" << text.output;
+  }
 }
 
 std::string plan_file(const std::string& name, const std::string& strategy) {
@@ -799,6 +854,7 @@ TEST(VtpuCliTest, TrainFsdpRejectsBadInput) {
   expect_failure("train fsdp --hbm-bytes lots", "invalid byte size 'lots'", 2);
   expect_failure("train fsdp --hbm-bytes 64K", "out of HBM on core", 1);
   expect_failure("train fsdp --lr 0", "learning rate 0 must be a finite number > 0", 2);
+  expect_failure("train fsdp --optimizer adamw", "--optimizer", 2);
 }
 
 // ---- vtpu train transformer ------------------------------------------------------------------
