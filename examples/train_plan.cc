@@ -209,7 +209,8 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
       plan.estimated_step_seconds = e["step_seconds"].get<double>();
     }
     if (e.contains("hbm_bytes_per_core")) {
-      if (!e["hbm_bytes_per_core"].is_number_unsigned()) {
+      if (!e["hbm_bytes_per_core"].is_number_integer() ||
+          e["hbm_bytes_per_core"].get<int64_t>() < 0) {
         throw bad("estimate.hbm_bytes_per_core is " + e["hbm_bytes_per_core"].dump() +
                   " (expected an integer >= 0)");
       }

@@ -928,8 +928,8 @@ TEST(VtpuCliPlanTest, ReshardExplainOnV5e) {
 nlohmann::json emit_plan(const std::string& model, const std::string& mesh,
                          const std::string& extra, const std::string& out) {
   std::filesystem::remove(out);
-  const CliRun r =
-      run_cli("plan " + model_path(model) + " --mesh " + mesh + " --emit " + out + " " + extra);
+  const CliRun r = run_cli("plan " + model_path(model.c_str()) + " --mesh " + mesh + " --emit " +
+                           out + " " + extra);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   std::ifstream in(out);
   if (!in) return {};
@@ -962,26 +962,28 @@ nlohmann::json expect_runs_like_one_core(const std::string& args, const char* lo
   return j;
 }
 
-// The mlp model on 1x8, 2x4, 8x1 and 1x2 (v5e and this machine): whatever wins runs with
-// `vtpu train mlp --plan` and matches one core. On v5e, 1x8 is Megatron tensor parallel.
+// The mlp model on 1x8, 2x4, 8x1 and 1x2 (v5e; 1x8 and 2x4 also on this machine's profile):
+// whatever wins runs with `vtpu train mlp --plan` and matches one core. On v5e, 1x8 is Megatron
+// tensor parallel.
 TEST(VtpuCliPlanTest, EveryEmittedMlpPlanRunsAndMatchesOneCore) {
   VTPU_REQUIRE_DIGITS();
   const std::string out =
       (std::filesystem::temp_directory_path() / "vtpu_cli_mlp_emitted.json").string();
-  for (const char* mesh : {"1x8", "2x4", "8x1", "1x2"}) {
-    for (const char* hw : {"v5e", "this_machine"}) {
-      const nlohmann::json plan =
-          emit_plan("mlp.json", mesh, "--batch 32 --hardware " + std::string(hw), out);
-      ASSERT_FALSE(plan.is_null()) << mesh;
-      EXPECT_EQ(plan["estimate"]["batch"], 32);
-      if (std::string(mesh) == "1x8" && std::string(hw) == "v5e") {
-        EXPECT_EQ(plan["strategy"]["name"], "tp(model)");
-      }
-      SCOPED_TRACE(std::string(mesh) + " " + hw + " " + plan["strategy"]["name"].dump());
-      const nlohmann::json j = expect_runs_like_one_core("train mlp --steps 4 --json --plan " + out,
-                                                         "/run/losses", "/reference/losses");
-      if (!j.is_null()) EXPECT_EQ(j["config"]["cores"], plan_cores(plan));
+  const std::vector<std::pair<const char*, const char*>> cases = {
+      {"1x8", "v5e"}, {"2x4", "v5e"},          {"8x1", "v5e"},
+      {"1x2", "v5e"}, {"1x8", "this_machine"}, {"2x4", "this_machine"}};
+  for (const auto& [mesh, hw] : cases) {
+    const nlohmann::json plan =
+        emit_plan("mlp.json", mesh, "--batch 32 --hardware " + std::string(hw), out);
+    ASSERT_FALSE(plan.is_null()) << mesh;
+    EXPECT_EQ(plan["estimate"]["batch"], 32);
+    if (std::string(mesh) == "1x8" && std::string(hw) == "v5e") {
+      EXPECT_EQ(plan["strategy"]["name"], "tp(model)");
     }
+    SCOPED_TRACE(std::string(mesh) + " " + hw + " " + plan["strategy"]["name"].dump());
+    const nlohmann::json j = expect_runs_like_one_core("train mlp --steps 4 --json --plan " + out,
+                                                       "/run/losses", "/reference/losses");
+    if (!j.is_null()) EXPECT_EQ(j["config"]["cores"], plan_cores(plan));
   }
 }
 
@@ -1016,8 +1018,11 @@ TEST(VtpuCliPlanTest, EveryRunnableMlpStrategyRuns) {
       "mesh": {"axes": ["data", "model"], "shape": [2, 4]},
       "strategy": {"name": "dp(data)+fsdp(model)", "data": "data", "fsdp": "model"}})j");
   expect_failure("train mlp --plan " + hsdp, "hybrid sharding, HSDP", 1);
-  expect_failure("train mlp --cores 4 --plan " + hsdp, "--cores 4 but plan", 1);
-  expect_failure("train mlp --plan " + hsdp + " --memory-profile /tmp/x.prof",
+  const std::string dp = temp_file("vtpu_cli_mlp_dp.json",
+                                   R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+      "mesh": {"axes": ["data", "model"], "shape": [2, 4]}, "strategy": {"data": ["data", "model"]}})j");
+  expect_failure("train mlp --cores 4 --plan " + dp, "--cores 4 but plan", 1);
+  expect_failure("train mlp --plan " + dp + " --memory-profile /tmp/x.prof",
                  "--memory-profile cannot be combined with --plan", 1);
 }
 
