@@ -12,6 +12,7 @@
 #include "common/units.h"
 #include "examples/mesh_arg.h"
 #include "examples/output_path.h"
+#include "examples/train_plan.h"
 #include "runtime/hardware_profile.h"
 #include "sharding/auto_planner.h"
 
@@ -27,6 +28,7 @@ struct PlanCommand {
   int64_t batch = 0;
   std::string emit_path;
   bool json = false;
+  bool any_strategy = false;
 };
 
 namespace {
@@ -51,7 +53,11 @@ int run(const PlanCommand& c) {
   }
   const CostModel cost(HardwareProfile::get(c.hardware));
   const uint64_t limit = c.hbm_bytes.empty() ? 0 : parse_bytes(c.hbm_bytes);
-  const AutoShardingPlan plan = plan_auto_sharding(model, shape, axes, cost, limit);
+  // Only strategies `vtpu train` can run may win (examples/train_plan.h); --any-strategy lifts
+  // that for what-if questions.
+  const PlanConstraints constraints =
+      c.any_strategy ? PlanConstraints{} : plan_constraints(model.name, shape, axes);
+  const AutoShardingPlan plan = plan_auto_sharding(model, shape, axes, cost, limit, constraints);
   if (c.json) {
     nlohmann::json rows = nlohmann::json::array();
     for (const PlanCandidate& k : plan.candidates) {
@@ -64,6 +70,7 @@ int run(const PlanCommand& c) {
            {"compute_seconds", k.compute_seconds},
            {"comm_seconds", k.comm_seconds},
            {"step_seconds", k.step_seconds},
+           {"runnable", k.unsupported_reason.empty()},
            {"why_lost", k.why_lost}});
     }
     nlohmann::json j = {{"candidates", rows}, {"hbm_limit_bytes", plan.hbm_limit_bytes}};
@@ -72,6 +79,17 @@ int run(const PlanCommand& c) {
   } else {
     std::printf("%s", plan.to_string().c_str());
     std::printf("%s\n", cost.describe().c_str());
+    if (!constraints.runner.empty()) {
+      std::printf(
+          "run the plan with: %s --plan PLAN.json (strategies it cannot run are marked "
+          "\"cannot run\"; --any-strategy plans without that limit)\n",
+          constraints.runner.c_str());
+    } else if (!c.any_strategy) {
+      std::printf(
+          "no vtpu train command runs model '%s' (mlp and transformer do): the plan is "
+          "not restricted to what vtpu can run\n",
+          model.name.c_str());
+    }
   }
   std::fflush(stdout);
   plan.require_fit();
@@ -111,6 +129,9 @@ std::shared_ptr<PlanCommand> add_plan_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   c->app->add_option("--emit", c->emit_path, "Write the winner as a plan JSON file");
   c->app->add_flag("--json", c->json, "Print the candidates and the plan as JSON");
+  c->app->add_flag("--any-strategy", c->any_strategy,
+                   "Let any strategy win, also one that vtpu train cannot run (by default the mlp "
+                   "and transformer models are planned within what vtpu train runs)");
   return c;
 }
 

@@ -1,13 +1,18 @@
 // `vtpu plan`: the auto-sharding planner (sharding/auto_planner.h) on the command line.
 //
 //   vtpu plan MODEL.json --mesh 2x4 [--axes data,model] [--hardware v5e|v4|v5p|this_machine|F.json]
-//             [--hbm-bytes 16G] [--batch B] [--emit PLAN.json] [--json]
+//             [--hbm-bytes 16G] [--batch B] [--emit PLAN.json] [--json] [--any-strategy]
 //
 // Prints one row per candidate strategy (HBM per core, bytes sent per core per step, estimated
 // compute, communication and step time, and why it lost), then the winner's per-layer shardings.
-// --emit writes the winner in the plan format of /work/plan-format.md (docs/SHARDING.md). A model
-// that fits on no strategy prints the table and fails (exit 1) with the smallest HBM per core
-// that would fit. Default axis names: "data,model" for a 2-D mesh, else x, y, z, w.
+// --emit writes the winner in the plan format of docs/SHARDING.md ("Plan files"). A model that
+// fits on no strategy prints the table and fails (exit 1) with the smallest HBM per core that
+// would fit. Default axis names: "data,model" for a 2-D mesh, else x, y, z, w.
+//
+// The models `vtpu train` runs (mlp, transformer: the model file's name) are planned within what
+// their trainer implements (examples/train_plan.h, plan_constraints): a strategy it cannot run is
+// listed as "cannot run" and never wins, so the emitted plan runs with `vtpu train mlp --plan` or
+// `vtpu train transformer --plan`. --any-strategy plans without that limit.
 #pragma once
 
 #include <CLI/CLI.hpp>

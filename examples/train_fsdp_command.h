@@ -15,7 +15,7 @@
 // (the arena's chunk records) for the reference, DP and FSDP side by side, with the ratio
 // 1 core / FSDP.
 //
-// --plan reads the mesh and strategy of a `vtpu plan` file (/work/plan-format.md; see
+// --plan reads the mesh and strategy of a `vtpu plan` file (docs/SHARDING.md, "Plan files"; see
 // examples/train_plan.h): strategy.fsdp over the whole mesh runs FSDP, strategy.data alone runs
 // data parallel (then only DP and the reference run); anything else is an error naming the
 // strategy. The mesh's core count replaces --cores (both given and different is an error).

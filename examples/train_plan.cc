@@ -18,6 +18,28 @@ std::string list_text(const std::vector<std::string>& axes) {
   return s + "]";
 }
 
+bool contains(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// The first mesh axis of size > 1 that none of `roles` names; "" when every one is named.
+std::string axis_without_role(const std::vector<int64_t>& shape,
+                              const std::vector<std::string>& names,
+                              const std::vector<const std::vector<std::string>*>& roles) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (shape[i] <= 1) continue;
+    bool named = false;
+    for (const auto* r : roles) named = named || contains(*r, names[i]);
+    if (!named) return names[i];
+  }
+  return {};
+}
+
 }  // namespace
 
 int64_t TrainPlan::num_cores() const {
@@ -26,10 +48,20 @@ int64_t TrainPlan::num_cores() const {
   return n;
 }
 
+Mesh TrainPlan::mesh() const { return Mesh(mesh_shape, mesh_axes); }
+
 std::string TrainPlan::describe_strategy() const {
   return "'" + (strategy_name.empty() ? std::string("(unnamed)") : strategy_name) +
          "' (data: " + list_text(data) + ", tensor: " + list_text(tensor) +
          ", fsdp: " + list_text(fsdp) + ")";
+}
+
+std::string TrainPlan::describe_mesh() const {
+  std::string s;
+  for (size_t i = 0; i < mesh_axes.size(); ++i) {
+    s += (i ? " " : "") + mesh_axes[i] + "=" + std::to_string(mesh_shape[i]);
+  }
+  return s;
 }
 
 TrainPlan load_train_plan(const std::string& path) {
@@ -39,10 +71,15 @@ TrainPlan load_train_plan(const std::string& path) {
   try {
     j = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    throw InvalidArgumentError("plan file '" + path + "' is not JSON: " + e.what());
+    throw InvalidArgumentError("plan file '" + path + "' is not valid JSON: " + e.what());
   }
+  return parse_train_plan(j, path);
+}
+
+TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
   auto bad = [&](const std::string& what) {
-    return InvalidArgumentError("plan file '" + path + "': " + what);
+    return InvalidArgumentError("plan file '" + source + "': " + what +
+                                " (the format of vtpu plan --emit, docs/SHARDING.md)");
   };
   if (!j.is_object()) throw bad("expected a JSON object");
   if (!j.contains("format") || j["format"] != "vtpu-plan") {
@@ -55,7 +92,7 @@ TrainPlan load_train_plan(const std::string& path) {
               " (expected 1)");
   }
   TrainPlan plan;
-  plan.path = path;
+  plan.path = source;
   if (j.contains("model") && !j["model"].is_null()) {
     if (!j["model"].is_string()) throw bad("model is " + j["model"].dump() + " (expected a name)");
     plan.model = j["model"].get<std::string>();
@@ -70,32 +107,42 @@ TrainPlan load_train_plan(const std::string& path) {
       throw bad("mesh axis " + a.dump() + " is not a name");
     }
     const std::string name = a.get<std::string>();
-    if (std::find(plan.mesh_axes.begin(), plan.mesh_axes.end(), name) != plan.mesh_axes.end()) {
-      throw bad("mesh axis '" + name + "' appears twice");
-    }
+    if (contains(plan.mesh_axes, name)) throw bad("mesh axis '" + name + "' appears twice");
     plan.mesh_axes.push_back(name);
   }
+  int64_t cores = 1;
   for (const auto& d : (*mesh)["shape"]) {
     if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > 4096) {
       throw bad("mesh size " + d.dump() + " (expected an integer 1..4096)");
     }
     plan.mesh_shape.push_back(d.get<int64_t>());
+    cores *= d.get<int64_t>();
+    if (cores > 4096) throw bad("mesh has more than 4096 cores (" + mesh->dump() + ")");
   }
   if (plan.mesh_axes.empty() || plan.mesh_axes.size() != plan.mesh_shape.size()) {
     throw bad("mesh has " + std::to_string(plan.mesh_axes.size()) + " axes and " +
               std::to_string(plan.mesh_shape.size()) +
               " sizes (expected the same number, at least 1)");
   }
-  if (plan.num_cores() > 4096) {
-    throw bad("mesh has " + std::to_string(plan.num_cores()) + " cores (expected at most 4096)");
-  }
+
   if (!j.contains("strategy") || !j["strategy"].is_object()) {
     throw bad("expected \"strategy\": {\"name\", \"data\", \"tensor\", \"fsdp\"}");
   }
   const nlohmann::json& st = j["strategy"];
-  if (st.contains("name") && st["name"].is_string()) {
+  static const std::set<std::string> kKeys = {"name", "data", "tensor", "fsdp", "batch_axes"};
+  for (auto it = st.begin(); it != st.end(); ++it) {
+    if (!kKeys.contains(it.key())) {
+      throw bad("unknown strategy key '" + it.key() +
+                "' (expected name, data, tensor, fsdp, batch_axes: vtpu runs data, tensor and "
+                "FSDP parallelism)");
+    }
+  }
+  if (st.contains("name") && !st["name"].is_null()) {
+    if (!st["name"].is_string()) throw bad("strategy.name is " + st["name"].dump());
     plan.strategy_name = st["name"].get<std::string>();
   }
+  std::string axes_text;
+  for (const std::string& m : plan.mesh_axes) axes_text += (axes_text.empty() ? "" : ", ") + m;
   auto axes_of = [&](const char* key) {
     std::vector<std::string> out;
     if (!st.contains(key) || st[key].is_null()) return out;
@@ -107,12 +154,13 @@ TrainPlan load_train_plan(const std::string& path) {
       items.push_back(v);
     }
     for (const auto& a : items) {
-      if (!a.is_string() || std::find(plan.mesh_axes.begin(), plan.mesh_axes.end(),
-                                      a.get<std::string>()) == plan.mesh_axes.end()) {
-        std::string axes;
-        for (const std::string& m : plan.mesh_axes) axes += (axes.empty() ? "" : ", ") + m;
+      if (!a.is_string() || !contains(plan.mesh_axes, a.get<std::string>())) {
         throw bad(std::string("strategy.") + key + " names " + a.dump() +
-                  ", which is not a mesh axis (expected null, one of: " + axes + ", or a list)");
+                  ", which is not a mesh axis (expected null, one of: " + axes_text +
+                  ", or a list)");
+      }
+      if (contains(out, a.get<std::string>())) {
+        throw bad(std::string("strategy.") + key + " names '" + a.get<std::string>() + "' twice");
       }
       out.push_back(a.get<std::string>());
     }
@@ -121,60 +169,188 @@ TrainPlan load_train_plan(const std::string& path) {
   plan.data = axes_of("data");
   plan.tensor = axes_of("tensor");
   plan.fsdp = axes_of("fsdp");
+  for (const std::string& a : plan.tensor) {
+    if (contains(plan.data, a) || contains(plan.fsdp, a)) {
+      throw bad("mesh axis '" + a + "' is in strategy.tensor and in strategy." +
+                (contains(plan.data, a) ? "data" : "fsdp") + " (expected one role per axis)");
+    }
+  }
+  if (const std::string idle = axis_without_role(plan.mesh_shape, plan.mesh_axes,
+                                                 {&plan.data, &plan.tensor, &plan.fsdp});
+      !idle.empty()) {
+    const auto i = static_cast<size_t>(
+        std::find(plan.mesh_axes.begin(), plan.mesh_axes.end(), idle) - plan.mesh_axes.begin());
+    throw bad("mesh axis '" + idle + "' of size " + std::to_string(plan.mesh_shape[i]) +
+              " has no role in strategy " + plan.describe_strategy() +
+              " (expected every mesh axis of size > 1 in data, tensor or fsdp)");
+  }
+
+  if (j.contains("layers") && !j["layers"].is_null()) {
+    if (!j["layers"].is_array())
+      throw bad("layers is " + j["layers"].dump() + " (expected a list)");
+    for (size_t i = 0; i < j["layers"].size(); ++i) {
+      const nlohmann::json& l = j["layers"][i];
+      if (!l.is_object() || !l.contains("name") || !l["name"].is_string() ||
+          !l.contains("sharding") || !l["sharding"].is_string()) {
+        throw bad("layers[" + std::to_string(i) + "] is " + l.dump() +
+                  " (expected {\"name\": ..., \"sharding\": ...})");
+      }
+      plan.layers.emplace_back(l["name"].get<std::string>(), l["sharding"].get<std::string>());
+    }
+  }
+  if (j.contains("estimate") && !j["estimate"].is_null()) {
+    const nlohmann::json& e = j["estimate"];
+    if (!e.is_object()) throw bad("estimate is " + e.dump() + " (expected an object)");
+    if (e.contains("step_seconds")) {
+      if (!e["step_seconds"].is_number() || e["step_seconds"].get<double>() < 0) {
+        throw bad("estimate.step_seconds is " + e["step_seconds"].dump() +
+                  " (expected a number >= 0)");
+      }
+      plan.estimated_step_seconds = e["step_seconds"].get<double>();
+    }
+    if (e.contains("hbm_bytes_per_core")) {
+      if (!e["hbm_bytes_per_core"].is_number_integer() ||
+          e["hbm_bytes_per_core"].get<int64_t>() < 0) {
+        throw bad("estimate.hbm_bytes_per_core is " + e["hbm_bytes_per_core"].dump() +
+                  " (expected an integer >= 0)");
+      }
+      plan.estimated_hbm_bytes_per_core = e["hbm_bytes_per_core"].get<uint64_t>();
+    }
+    if (e.contains("batch")) {
+      if (!e["batch"].is_number_integer() || e["batch"].get<int64_t>() < 1) {
+        throw bad("estimate.batch is " + e["batch"].dump() + " (expected an integer >= 1)");
+      }
+      plan.estimated_batch = e["batch"].get<int64_t>();
+    }
+    if (e.contains("hardware") && e["hardware"].is_string()) {
+      plan.hardware = e["hardware"].get<std::string>();
+    }
+  }
   return plan;
 }
 
-MlpPlanMode mlp_plan_mode(const TrainPlan& plan) {
-  if (!plan.model.empty() && plan.model != "mlp") {
+void require_plan_model(const TrainPlan& plan, const std::string& model,
+                        const std::string& command) {
+  if (!plan.model.empty() && plan.model != model) {
     throw InvalidArgumentError("plan file '" + plan.path + "' is for model '" + plan.model +
-                               "' (expected 'mlp', the digits MLP of train mlp / train fsdp)");
+                               "' (expected '" + model + "' for " + command + ")");
   }
-  // The mesh axes that split anything (size > 1); size-1 axes may be named or not.
-  std::set<std::string> needed;
-  for (size_t i = 0; i < plan.mesh_axes.size(); ++i) {
-    if (plan.mesh_shape[i] > 1) needed.insert(plan.mesh_axes[i]);
+}
+
+std::string plan_unsupported_reason(const std::string& model,
+                                    const std::vector<int64_t>& mesh_shape,
+                                    const std::vector<std::string>& axis_names,
+                                    const std::vector<std::string>& data,
+                                    const std::vector<std::string>& tensor,
+                                    const std::vector<std::string>& fsdp) {
+  if (model != "mlp" && model != "transformer") {
+    return "no vtpu train command runs model '" + model + "' (expected mlp or transformer)";
   }
-  auto covers = [&](const std::vector<std::string>& axes) {
-    std::set<std::string> got(axes.begin(), axes.end());
-    for (const std::string& a : needed) {
-      if (!got.contains(a)) return false;
+  if (data.empty() && tensor.empty() && fsdp.empty()) {
+    bool all_one = true;
+    for (int64_t s : mesh_shape) all_one = all_one && s == 1;
+    if (!all_one) return "it sets none of data, tensor and fsdp";
+    return {};  // one core
+  }
+  if (!fsdp.empty()) {
+    if (model == "transformer") {
+      return "FSDP is not implemented for transformer (vtpu train transformer runs data and "
+             "tensor parallelism; vtpu train mlp and vtpu train fsdp run FSDP on the digits MLP)";
     }
-    return true;
+    if (!tensor.empty()) {
+      return "FSDP with tensor parallelism is not implemented for the digits MLP (expected "
+             "strategy.fsdp alone, or data and tensor parallelism)";
+    }
+    if (!axis_without_role(mesh_shape, axis_names, {&fsdp}).empty()) {
+      return "FSDP over part of the mesh (hybrid sharding, HSDP) is not implemented (expected "
+             "strategy.fsdp to name every mesh axis of size > 1)";
+    }
+    if (!data.empty() && std::set<std::string>(data.begin(), data.end()) !=
+                             std::set<std::string>(fsdp.begin(), fsdp.end())) {
+      return "data parallelism over other axes than FSDP is not implemented (expected "
+             "strategy.data null or the same axes as strategy.fsdp)";
+    }
+    return {};
+  }
+  if (const std::string idle = axis_without_role(mesh_shape, axis_names, {&data, &tensor});
+      !idle.empty()) {
+    return "mesh axis '" + idle +
+           "' would be idle (expected every mesh axis of size > 1 in "
+           "data or tensor)";
+  }
+  return {};
+}
+
+std::string required_tensor_sharding(const std::string& model, const std::string& layer) {
+  if (model == "mlp") {
+    // examples/mlp_tp_trainer.h: Megatron's MLP, column then row.
+    if (layer == "fc1") return "column";
+    if (layer == "fc2") return "row";
+    return "sharded";  // the ReLU between them works on the hidden shard
+  }
+  if (model == "transformer") {
+    // examples/transformer_model.h: attention heads and the MLP hidden units are split.
+    if (ends_with(layer, ".attn")) return "heads";
+    if (ends_with(layer, ".mlp.fc1")) return "column";
+    if (ends_with(layer, ".mlp.gelu")) return "sharded";
+    if (ends_with(layer, ".mlp.fc2")) return "row";
+    return "replicated";
+  }
+  return {};
+}
+
+PlanConstraints plan_constraints(const std::string& model, const std::vector<int64_t>& mesh_shape,
+                                 const std::vector<std::string>& axis_names) {
+  PlanConstraints c;
+  if (model != "mlp" && model != "transformer") return c;
+  c.runner = model == "mlp" ? "vtpu train mlp" : "vtpu train transformer";
+  c.unsupported = [model, mesh_shape, axis_names](const PlanCandidate& k) {
+    return plan_unsupported_reason(model, mesh_shape, axis_names, k.data_axes, k.tensor_axes,
+                                   k.fsdp_axes);
   };
-  const std::string why_prefix = "train fsdp cannot run strategy " + plan.describe_strategy() +
-                                 " of plan '" + plan.path + "': ";
-  if (!plan.tensor.empty()) {
-    throw UnimplementedError(why_prefix +
-                             "it uses tensor parallelism, which the digits MLP trainer does not "
-                             "implement (expected strategy.fsdp, or strategy.data alone)");
-  }
+  c.tensor_sharding = [model](const ModelLayer& l) {
+    return required_tensor_sharding(model, l.name);
+  };
+  return c;
+}
+
+DataTensorLayout plan_data_tensor_layout(const TrainPlan& plan, const std::string& command) {
   if (!plan.fsdp.empty()) {
-    if (!covers(plan.fsdp)) {
-      throw UnimplementedError(why_prefix +
-                               "FSDP over part of the mesh (hybrid sharding, HSDP) is not "
-                               "implemented (expected strategy.fsdp to name every mesh axis of "
-                               "size > 1)");
-    }
-    if (!plan.data.empty() && std::set<std::string>(plan.data.begin(), plan.data.end()) !=
-                                  std::set<std::string>(plan.fsdp.begin(), plan.fsdp.end())) {
-      throw UnimplementedError(why_prefix +
-                               "data parallelism over other axes than FSDP is not implemented "
-                               "(expected strategy.data null or the same axes as strategy.fsdp)");
-    }
-    return MlpPlanMode::kFsdp;
+    throw UnimplementedError(command + " cannot run strategy " + plan.describe_strategy() +
+                             " of plan '" + plan.path +
+                             "': it uses FSDP (expected data and tensor roles only)");
   }
-  if (!plan.data.empty()) {
-    if (!covers(plan.data)) {
-      throw UnimplementedError(why_prefix +
-                               "data parallelism over part of the mesh leaves the other axes "
-                               "idle (expected strategy.data to name every mesh axis of size > "
-                               "1)");
+  if (!plan.tensor.empty()) {
+    for (const auto& [layer, sharding] : plan.layers) {
+      const std::string want = required_tensor_sharding(plan.model, layer);
+      if (!want.empty() && sharding != want) {
+        throw UnimplementedError(command + " cannot run plan '" + plan.path + "': layer '" + layer +
+                                 "' is '" + sharding + "', but the trainer shards it '" + want +
+                                 "' under tensor parallelism (Megatron-LM's layout)");
+      }
     }
-    return MlpPlanMode::kDataParallel;
   }
-  throw UnimplementedError(why_prefix +
-                           "it sets none of data, tensor and fsdp (expected strategy.fsdp, or "
-                           "strategy.data alone)");
+  return DataTensorLayout::from_mesh(plan.mesh(), plan.data, plan.tensor);
+}
+
+MlpPlanMode mlp_plan_mode(const TrainPlan& plan, bool allow_tensor) {
+  require_plan_model(plan, "mlp", allow_tensor ? "vtpu train mlp" : "vtpu train fsdp");
+  const std::string command = allow_tensor ? "train mlp" : "train fsdp";
+  const std::string why_prefix = command + " cannot run strategy " + plan.describe_strategy() +
+                                 " of plan '" + plan.path + "': ";
+  const std::string why = plan_unsupported_reason("mlp", plan.mesh_shape, plan.mesh_axes, plan.data,
+                                                  plan.tensor, plan.fsdp);
+  if (!why.empty()) throw UnimplementedError(why_prefix + why);
+  if (!plan.fsdp.empty()) return MlpPlanMode::kFsdp;
+  if (!plan.tensor.empty()) {
+    if (!allow_tensor) {
+      throw UnimplementedError(why_prefix +
+                               "it uses tensor parallelism, which train fsdp does not run (run "
+                               "it with vtpu train mlp --plan)");
+    }
+    return MlpPlanMode::kTensorParallel;
+  }
+  return MlpPlanMode::kDataParallel;
 }
 
 }  // namespace vtpu::examples

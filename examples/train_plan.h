@@ -1,23 +1,46 @@
-// The part of a `vtpu plan` file that `vtpu train ... --plan PLAN.json` reads: the mesh and the
-// strategy (the shared contract between the planner and the trainers, "format": "vtpu-plan",
-// "version": 1). Shardings and estimates are the planner's business and are not read here.
+// A `vtpu plan --emit` file as the trainers read it, and what `vtpu train` can run: the one plan
+// reader of `vtpu train mlp|fsdp|transformer --plan PLAN.json`, and the rules the planner
+// (`vtpu plan`, through plan_constraints) and the trainers share, so that every plan the planner
+// emits for the mlp and transformer models runs. Format: docs/SHARDING.md, "Plan files"
+// ("format": "vtpu-plan", "version": 1):
 //
 //   {"format": "vtpu-plan", "version": 1, "model": "mlp",
-//    "mesh": {"axes": ["data"], "shape": [8]},
-//    "strategy": {"name": "fsdp(data)", "data": "data", "tensor": null, "fsdp": "data"}, ...}
+//    "mesh": {"axes": ["data", "model"], "shape": [2, 4]},
+//    "strategy": {"name": "dp(data)+tp(model)", "data": "data", "tensor": "model", "fsdp": null,
+//                 "batch_axes": ["data"]},
+//    "layers": [{"name": "fc1", "sharding": "column", ...}, ...],
+//    "estimate": {"step_seconds": ..., "hbm_bytes_per_core": ..., "batch": 64, ...}, ...}
 //
-// A strategy axis is null, one axis name, or a list of axis names.
+// A strategy role is null, one axis name, or a list of axis names; a role on several axes uses
+// them together, flattened row-major in the order listed (JAX's P(('data', 'model'))). The
+// shardings are the planner's record and are not read; the trainers run their own Megatron
+// layout, which `layers` must agree with.
+//
+// What runs (plan_unsupported_reason):
+//   model        strategies                                       run by
+//   mlp          dp, tp, dp+tp over any axes; fsdp over the       vtpu train mlp --plan (all);
+//                whole mesh                                       vtpu train fsdp --plan (fsdp, dp)
+//   transformer  dp, tp, dp+tp over any axes                      vtpu train transformer --plan
+// Under tensor parallelism each layer takes the sharding the trainer implements
+// (required_tensor_sharding): mlp fc1 column, relu sharded, fc2 row; transformer attention by
+// heads, MLP fc1 column, GELU sharded, fc2 row, everything else replicated (Megatron-LM).
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "examples/data_tensor_layout.h"
+#include "sharding/auto_planner.h"
+#include "sharding/mesh.h"
 
 namespace vtpu::examples {
 
-/// A parsed plan file. Plain data, thread-compatible.
+/// A parsed, checked plan file. Plain data, thread-compatible.
 struct TrainPlan {
-  std::string path;                    // the file it came from (for messages)
+  std::string path;                    // where it came from (for messages)
   std::string model;                   // "model"; empty when absent
   std::vector<std::string> mesh_axes;  // mesh.axes, distinct names
   std::vector<int64_t> mesh_shape;     // mesh.shape, each >= 1, one per axis
@@ -25,28 +48,75 @@ struct TrainPlan {
   std::vector<std::string> data;       // strategy.data axes (empty: null)
   std::vector<std::string> tensor;     // strategy.tensor axes (empty: null)
   std::vector<std::string> fsdp;       // strategy.fsdp axes (empty: null)
+  /// `layers`: (layer name, sharding) in model order; empty when the file has none.
+  std::vector<std::pair<std::string, std::string>> layers;
+  // The planner's "estimate" (0 / empty when absent): what the run is compared with.
+  double estimated_step_seconds = 0.0;
+  uint64_t estimated_hbm_bytes_per_core = 0;
+  int64_t estimated_batch = 0;  // the global batch the estimate is for
+  std::string hardware;         // the profile the estimate used
 
   /// Product of mesh_shape: the cores the plan runs on.
   int64_t num_cores() const;
-  /// The strategy as the file names it, for messages: "name (data: [..], tensor: [..], fsdp:
-  /// [..])".
+  /// The plan's mesh (device ids 0..n-1).
+  Mesh mesh() const;
+  /// For messages: "'name' (data: ['x'], tensor: null, fsdp: null)".
   std::string describe_strategy() const;
+  /// For messages: "data=2 model=4".
+  std::string describe_mesh() const;
 };
 
-/// Reads and checks a plan file. Throws NotFoundError if it cannot be opened, and
-/// InvalidArgumentError naming the file and the field for malformed JSON, a format other than
-/// "vtpu-plan", a version other than 1, a missing or bad mesh (axes and shape of different
-/// lengths, a repeated axis, a size < 1, more than 4096 cores), or a strategy axis that is not a
-/// mesh axis. Thread-safe.
+/// Reads and checks a plan file. Throws NotFoundError if it cannot be opened; else as
+/// parse_train_plan with `path` as the source.
 TrainPlan load_train_plan(const std::string& path);
+/// Checks a plan's JSON. Throws InvalidArgumentError naming `source` and the field for: not an
+/// object; a format other than "vtpu-plan" or a version other than 1; a model that is not a
+/// string; a missing or bad mesh (axes and shape of different lengths, an empty or repeated axis
+/// name, a size outside 1..4096, more than 4096 cores); a missing strategy, an unknown strategy
+/// key (expected name, data, tensor, fsdp, batch_axes), a role that is not null, a name or a list
+/// of names, an axis that is not a mesh axis, an axis named twice in one role or in the tensor
+/// role and another; a mesh axis of size > 1 with no role; a malformed `layers` or `estimate`.
+/// Thread-safe.
+TrainPlan parse_train_plan(const nlohmann::json& plan, const std::string& source);
 
-/// How `vtpu train fsdp` runs a plan. Over all mesh axes of size > 1:
+/// Throws InvalidArgumentError when the plan's model is set and is not `model`, naming the
+/// file, both names and `command` ("vtpu train mlp"). Thread-safe.
+void require_plan_model(const TrainPlan& plan, const std::string& model,
+                        const std::string& command);
+
+/// Why `vtpu train` cannot run this strategy of `model` on a mesh of `mesh_shape` (axes
+/// `axis_names`), or "" when it can (the table at the top). Roles as in TrainPlan. Thread-safe.
+std::string plan_unsupported_reason(const std::string& model,
+                                    const std::vector<int64_t>& mesh_shape,
+                                    const std::vector<std::string>& axis_names,
+                                    const std::vector<std::string>& data,
+                                    const std::vector<std::string>& tensor,
+                                    const std::vector<std::string>& fsdp);
+/// The sharding the trainer of `model` gives layer `layer_name` under tensor parallelism
+/// ("column", "row", "sharded", "heads", "replicated"), or "" when `model` has no trainer.
+/// Thread-safe.
+std::string required_tensor_sharding(const std::string& model, const std::string& layer_name);
+/// The planner's constraints for `model` (the two functions above); no constraints for a model
+/// that `vtpu train` does not run. The result refers to copies of `mesh_shape` and `axis_names`.
+/// Thread-safe.
+PlanConstraints plan_constraints(const std::string& model, const std::vector<int64_t>& mesh_shape,
+                                 const std::vector<std::string>& axis_names);
+
+/// The data x tensor layout of a plan without FSDP (data and tensor roles flattened, see
+/// examples/data_tensor_layout.h). Throws UnimplementedError when the plan uses FSDP, naming the
+/// strategy and `command`, and UnimplementedError when `layers` gives a layer another sharding
+/// than required_tensor_sharding(plan.model, layer) under tensor parallelism. Thread-safe.
+DataTensorLayout plan_data_tensor_layout(const TrainPlan& plan, const std::string& command);
+
+/// How the digits MLP runs a plan. Over all mesh axes of size > 1:
 ///   kFsdp: strategy.fsdp covers them, tensor is null, and data is null or the same axes;
-///   kDataParallel: strategy.data covers them, tensor and fsdp are null.
-enum class MlpPlanMode { kFsdp, kDataParallel };
-/// Throws UnimplementedError naming the strategy for anything else (tensor parallelism, FSDP over
-/// part of the mesh (HSDP), data over other axes than fsdp, no strategy at all), and
-/// InvalidArgumentError when the plan's model is set and is not "mlp". Thread-safe.
-MlpPlanMode mlp_plan_mode(const TrainPlan& plan);
+///   kDataParallel: strategy.data covers them, tensor and fsdp are null;
+///   kTensorParallel: data and tensor together cover them (tensor not null), fsdp is null.
+enum class MlpPlanMode { kFsdp, kDataParallel, kTensorParallel };
+/// Throws InvalidArgumentError when the plan's model is set and is not "mlp"; UnimplementedError
+/// naming the strategy and the reason for anything plan_unsupported_reason rejects, and for
+/// tensor parallelism unless `allow_tensor` (`vtpu train fsdp` runs FSDP and data parallel
+/// plans; `vtpu train mlp --plan` runs all three). Thread-safe.
+MlpPlanMode mlp_plan_mode(const TrainPlan& plan, bool allow_tensor = false);
 
 }  // namespace vtpu::examples

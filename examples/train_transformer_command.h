@@ -8,7 +8,10 @@
 //
 // --mesh 2x4 (default): data parallel over 2, tensor parallel over 4 (8 cores). --cores N alone
 // means --mesh 1xN. --plan reads the mesh and the strategy of a `vtpu plan --emit` file
-// (/work/plan-format.md). The single-core reference runs first unless --no-reference; the report
+// (examples/train_plan.h; docs/SHARDING.md, "Plan files"): the data axes flattened into one
+// data-parallel group (dp(data,model) on 2x4 is 8-way data parallel, as JAX's P(('data',
+// 'model'))), the tensor axes likewise, each on the mesh's own replica groups; the global batch
+// defaults to the plan's. The single-core reference runs first unless --no-reference; the report
 // gives both runs' losses, their max relative difference (exit 1 when above 1e-4), the
 // uniform-guess loss ln(distinct bytes), times, all-reduce counts and HBM per core.
 #pragma once

@@ -37,8 +37,8 @@
 
 namespace vtpu::examples {
 
-/// Model shape and training hyper-parameters. The defaults are the ones of /work/plan-format.md
-/// and examples/models/transformer.json.
+/// Model shape and training hyper-parameters. The defaults are the ones of
+/// examples/models/transformer.json.
 struct TransformerConfig {
   int64_t vocab = 128;   // token ids 0..vocab-1 (bytes)
   int64_t context = 64;  // C: tokens per sequence

@@ -104,6 +104,18 @@ std::vector<int64_t> WindowSampler::next(int64_t batch) {
 TransformerResult train_transformer(Runtime& runtime, std::span<const int32_t> tokens,
                                     const TransformerConfig& config, const TransformerMesh& mesh,
                                     const std::function<void(int64_t, double)>& on_log) {
+  if (mesh.data < 1 || mesh.tensor < 1) {
+    throw InvalidArgumentError("mesh " + mesh.to_string() + " (expected both sizes >= 1)");
+  }
+  return train_transformer_on_layout(runtime, tokens, config,
+                                     DataTensorLayout::grid(mesh.data, mesh.tensor), on_log);
+}
+
+TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const int32_t> tokens,
+                                              const TransformerConfig& config,
+                                              const DataTensorLayout& layout,
+                                              const std::function<void(int64_t, double)>& on_log) {
+  const TransformerMesh mesh{layout.data, layout.tensor};
   config.validate();
   config.validate_mesh(mesh.data, mesh.tensor);
   const int64_t dsz = mesh.data, tsz = mesh.tensor;
@@ -125,17 +137,9 @@ TransformerResult train_transformer(Runtime& runtime, std::span<const int32_t> t
   const int64_t ctx_len = config.context;
   const float grad_scale = 1.0f / static_cast<float>(config.batch * ctx_len);
 
-  // Replica groups: rows of the mesh for the tensor axis, columns for the data axis.
-  std::vector<std::vector<int>> tp_groups(static_cast<size_t>(dsz)),
-      dp_groups(static_cast<size_t>(tsz));
-  for (int64_t d = 0; d < dsz; ++d)
-    for (int64_t t = 0; t < tsz; ++t) {
-      const int core = static_cast<int>(d * tsz + t);
-      tp_groups[static_cast<size_t>(d)].push_back(core);
-      dp_groups[static_cast<size_t>(t)].push_back(core);
-    }
-  auto tp_comms = Communicator::for_groups(runtime, tp_groups);
-  auto dp_comms = Communicator::for_groups(runtime, dp_groups);
+  // Replica groups: the layout's tensor groups (one model replica each) and data groups.
+  auto tp_comms = Communicator::for_groups(runtime, layout.tensor_groups);
+  auto dp_comms = Communicator::for_groups(runtime, layout.data_groups);
 
   const std::vector<float> init = transformer_init_parameters(config);
   std::vector<std::vector<float>> init_shards;
@@ -167,9 +171,10 @@ TransformerResult train_transformer(Runtime& runtime, std::span<const int32_t> t
   const auto t_start = std::chrono::steady_clock::now();
   runtime.run_spmd([&](CoreContext& ctx) {
     const int c = ctx.core_id();
-    const int64_t d = c / tsz, t = c % tsz;
-    Communicator& tp = *tp_comms[static_cast<size_t>(d)];
-    Communicator& dp = *dp_comms[static_cast<size_t>(t)];
+    const auto ci = static_cast<size_t>(c);
+    const int64_t d = layout.data_rank[ci], t = layout.tensor_rank[ci];
+    Communicator& tp = *tp_comms[static_cast<size_t>(layout.tensor_group[ci])];
+    Communicator& dp = *dp_comms[static_cast<size_t>(layout.data_group[ci])];
     DeviceBuffer params = ctx.allocate(result.weight_bytes, "transformer/weights");
     DeviceBuffer grads = ctx.allocate(result.gradient_bytes, "transformer/grads+loss");
     DeviceBuffer adam_m = ctx.allocate(result.optimizer_bytes / 2, "transformer/adam_m");
@@ -236,20 +241,25 @@ TransformerResult train_transformer(Runtime& runtime, std::span<const int32_t> t
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   result.median_step_ms = 1e3 * median(result.step_seconds);
   result.replicas_identical = true;
-  for (int64_t t = 0; t < tsz; ++t) {
-    auto p0 = final_params[static_cast<size_t>(t)].as<float>();
-    result.shards.emplace_back(p0.begin(), p0.end());
-    for (int64_t d = 1; d < dsz; ++d) {
-      auto pd = final_params[static_cast<size_t>(d * tsz + t)].as<float>();
+  result.shards.resize(static_cast<size_t>(tsz));
+  for (const std::vector<int>& group : layout.data_groups) {  // one per tensor shard
+    auto p0 = final_params[static_cast<size_t>(group[0])].as<float>();
+    result.shards[static_cast<size_t>(layout.tensor_rank[static_cast<size_t>(group[0])])].assign(
+        p0.begin(), p0.end());
+    for (size_t r = 1; r < group.size(); ++r) {
+      auto pd = final_params[static_cast<size_t>(group[r])].as<float>();
       if (std::memcmp(pd.data(), p0.data(), p0.size_bytes()) != 0) {
         result.replicas_identical = false;
       }
     }
   }
   for (int c = 0; c < runtime.num_cores(); ++c) {
+    const auto ci = static_cast<size_t>(c);
     result.hbm.push_back(runtime.core(c).hbm().memory_stats());
-    result.tensor_all_reduce.push_back(tp_comms[static_cast<size_t>(c / tsz)]->stats(c));
-    result.data_all_reduce.push_back(dp_comms[static_cast<size_t>(c % tsz)]->stats(c));
+    result.tensor_all_reduce.push_back(
+        tp_comms[static_cast<size_t>(layout.tensor_group[ci])]->stats(c));
+    result.data_all_reduce.push_back(
+        dp_comms[static_cast<size_t>(layout.data_group[ci])]->stats(c));
   }
   return result;
 }
@@ -284,116 +294,6 @@ void to_json(nlohmann::json& j, const TransformerResult& r) {
                        {"tokens", r.token_bytes}}},
                      {"replicas_identical", r.replicas_identical},
                      {"cores", cores}};
-}
-
-TransformerPlan read_transformer_plan(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw NotFoundError("cannot open plan file '" + path + "'");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidArgumentError("plan file '" + path + "' is not valid JSON: " + e.what());
-  }
-  return parse_transformer_plan(j, path);
-}
-
-TransformerPlan parse_transformer_plan(const nlohmann::json& j, const std::string& source) {
-  auto bad = [&](const std::string& what) {
-    return InvalidArgumentError("plan " + source + ": " + what +
-                                " (format in /work/plan-format.md: vtpu plan --emit)");
-  };
-  if (!j.is_object()) throw bad("not a JSON object");
-  if (!j.contains("format") || j["format"] != "vtpu-plan") {
-    throw bad("\"format\" is " + (j.contains("format") ? j["format"].dump() : "missing") +
-              ", expected \"vtpu-plan\"");
-  }
-  if (!j.contains("version") || j["version"] != 1) {
-    throw bad("\"version\" is " + (j.contains("version") ? j["version"].dump() : "missing") +
-              ", expected 1");
-  }
-  if (!j.contains("model") || j["model"] != "transformer") {
-    throw bad("\"model\" is " + (j.contains("model") ? j["model"].dump() : "missing") +
-              ", expected \"transformer\" for vtpu train transformer");
-  }
-  if (!j.contains("mesh") || !j["mesh"].is_object()) throw bad("\"mesh\" missing or not an object");
-  const auto& jm = j["mesh"];
-  if (!jm.contains("axes") || !jm["axes"].is_array() || !jm.contains("shape") ||
-      !jm["shape"].is_array() || jm["axes"].size() != jm["shape"].size() || jm["axes"].empty() ||
-      jm["axes"].size() > 2) {
-    throw bad("\"mesh\" is " + jm.dump() +
-              ", expected {\"axes\": [1 or 2 names], \"shape\": [as many sizes >= 1]}");
-  }
-  std::vector<std::string> axes;
-  std::vector<int64_t> sizes;
-  for (size_t i = 0; i < jm["axes"].size(); ++i) {
-    if (!jm["axes"][i].is_string() || !jm["shape"][i].is_number_integer() ||
-        jm["shape"][i].get<int64_t>() < 1) {
-      throw bad("\"mesh\" entry " + std::to_string(i) + " is " + jm["axes"][i].dump() + ": " +
-                jm["shape"][i].dump() + ", expected a name and an integer size >= 1");
-    }
-    axes.push_back(jm["axes"][i].get<std::string>());
-    sizes.push_back(jm["shape"][i].get<int64_t>());
-  }
-  if (axes.size() == 2 && axes[0] == axes[1]) throw bad("mesh axis '" + axes[0] + "' named twice");
-  if (!j.contains("strategy") || !j["strategy"].is_object()) {
-    throw bad("\"strategy\" missing or not an object");
-  }
-  const auto& js = j["strategy"];
-  TransformerPlan plan;
-  plan.strategy_name = js.contains("name") && js["name"].is_string() ? js["name"].get<std::string>()
-                                                                     : std::string("(unnamed)");
-  if (js.contains("fsdp") && !js["fsdp"].is_null()) {
-    throw UnimplementedError("plan " + source + ": strategy '" + plan.strategy_name +
-                             "' uses FSDP over " + js["fsdp"].dump() +
-                             ", which is not implemented for transformer (vtpu train transformer "
-                             "runs data and tensor parallelism; vtpu train fsdp runs FSDP on the "
-                             "MLP)");
-  }
-  std::vector<bool> used(axes.size(), false);
-  auto axis_size = [&](const char* role) -> int64_t {
-    if (!js.contains(role) || js[role].is_null()) return 1;
-    nlohmann::json v = js[role];
-    if (v.is_array()) {
-      if (v.size() != 1) {
-        throw UnimplementedError("plan " + source + ": strategy \"" + role + "\" is " + v.dump() +
-                                 ", several mesh axes on one role are not implemented for "
-                                 "transformer (expected one axis name or null)");
-      }
-      v = v[0];
-    }
-    if (!v.is_string())
-      throw bad(std::string("strategy \"") + role + "\" is " + v.dump() +
-                ", expected an axis name or null");
-    const std::string name = v.get<std::string>();
-    for (size_t i = 0; i < axes.size(); ++i) {
-      if (axes[i] == name) {
-        if (used[i]) throw bad("mesh axis '" + name + "' is used by both data and tensor");
-        used[i] = true;
-        return sizes[i];
-      }
-    }
-    throw bad(std::string("strategy \"") + role + "\" names axis '" + name +
-              "', which is not in the mesh axes " + jm["axes"].dump());
-  };
-  if (j.contains("estimate") && j["estimate"].is_object()) {
-    const auto& e = j["estimate"];
-    if (e.contains("step_seconds") && e["step_seconds"].is_number()) {
-      plan.estimated_step_seconds = e["step_seconds"].get<double>();
-    }
-    if (e.contains("hbm_bytes_per_core") && e["hbm_bytes_per_core"].is_number_unsigned()) {
-      plan.estimated_hbm_bytes_per_core = e["hbm_bytes_per_core"].get<uint64_t>();
-    }
-  }
-  plan.mesh.data = axis_size("data");
-  plan.mesh.tensor = axis_size("tensor");
-  for (size_t i = 0; i < axes.size(); ++i) {
-    if (!used[i] && sizes[i] > 1) {
-      throw bad("mesh axis '" + axes[i] + "' of size " + str(sizes[i]) +
-                " is used by no strategy (expected it as \"data\" or \"tensor\")");
-    }
-  }
-  return plan;
 }
 
 }  // namespace vtpu::examples

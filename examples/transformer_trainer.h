@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
+#include "examples/data_tensor_layout.h"
 #include "examples/transformer_model.h"
 #include "memory/memory_stats.h"
 #include "runtime/runtime.h"
@@ -104,21 +105,12 @@ void to_json(nlohmann::json& j, const TransformerResult& r);
 TransformerResult train_transformer(Runtime& runtime, std::span<const int32_t> tokens,
                                     const TransformerConfig& config, const TransformerMesh& mesh,
                                     const std::function<void(int64_t, double)>& on_log = {});
-
-/// What `--plan PLAN.json` asks of the transformer trainer (format in /work/plan-format.md).
-struct TransformerPlan {
-  TransformerMesh mesh;
-  std::string strategy_name;
-  // The planner's "estimate" (0 when the plan has none): to print against the measured run.
-  double estimated_step_seconds = 0.0;
-  uint64_t estimated_hbm_bytes_per_core = 0;
-};
-/// Reads a vtpu-plan file: format "vtpu-plan", version 1, model "transformer", a mesh of one or
-/// two axes, and a strategy whose "data" and "tensor" name mesh axes (or are null) and whose
-/// "fsdp" is null. Throws NotFoundError (cannot open), InvalidArgumentError (malformed JSON, a
-/// missing or wrong field, an unknown axis, an axis used twice or by no strategy), and
-/// UnimplementedError for FSDP ("not implemented for transformer") or several axes on one role.
-TransformerPlan read_transformer_plan(const std::string& path);
-TransformerPlan parse_transformer_plan(const nlohmann::json& plan, const std::string& source);
+/// The same on any data x tensor layout (a `vtpu plan` file's mesh and roles, see
+/// examples/data_tensor_layout.h): the tensor and data all-reduces run over the layout's groups,
+/// and core c takes data shard layout.data_rank[c] and tensor shard layout.tensor_rank[c].
+/// TransformerResult::mesh is (D, T); shards[t] comes from the data-rank-0 core of shard t.
+TransformerResult train_transformer_on_layout(
+    Runtime& runtime, std::span<const int32_t> tokens, const TransformerConfig& config,
+    const DataTensorLayout& layout, const std::function<void(int64_t, double)>& on_log = {});
 
 }  // namespace vtpu::examples

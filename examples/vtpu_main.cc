@@ -4,7 +4,8 @@
 //                  [--data FILE] [--hbm-bytes SIZE] [--config FILE] [--log-every K] [--json]
 //                  [--allocator P] [--memory-profile FILE] [--memory-snapshot FILE]
 //                  [--memory-events FILE] [--kernels eigen|pallas] [--optimizer sgd|adam]
-//                  [--micro-batches K]
+//                  [--micro-batches K] [--plan PLAN.json]
+//                  (--plan: examples/train_mlp_plan_command.h)
 //   vtpu train transformer [--mesh DxT | --cores N | --plan PLAN.json] [--steps S] [--seed K] ...
 //                          (examples/train_transformer_command.h)
 //   vtpu train fsdp [--cores N] [--steps S] [--batch B] [--hidden H] [--lr LR] [--seed K]
@@ -37,6 +38,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -52,6 +54,7 @@
 #include "examples/reshard_command.h"
 #include "examples/stress_command.h"
 #include "examples/train_fsdp_command.h"
+#include "examples/train_mlp_plan_command.h"
 #include "examples/train_transformer_command.h"
 #include "memory/alloc_workload.h"
 #include "memory/allocator_policy.h"
@@ -74,6 +77,8 @@ struct TrainArgs {
   std::string hbm_bytes;
   std::string config_path;
   std::string data_path = vtpu::examples::default_digits_path();
+  std::string plan_path;     // --plan: run a `vtpu plan` file (examples/train_mlp_plan_command.h)
+  bool batch_given = false;  // --batch was given
   MlpConfig mlp;
   bool json = false;
   CLI::Option* lr_option = nullptr;  // --lr; when absent the optimizer's default applies
@@ -130,6 +135,25 @@ int run_train_mlp(const TrainArgs& args) {
   check_output_path("--memory-events", args.memory_events);
   vtpu::RuntimeOptions options;
   if (!args.config_path.empty()) options = vtpu::RuntimeOptions::load_json_file(args.config_path);
+  if (!args.plan_path.empty()) {
+    // The memory outputs and the pallas kernels belong to the plain data-parallel run.
+    for (const auto& [flag, value] : {std::pair{"--memory-profile", &args.memory_profile},
+                                      std::pair{"--memory-snapshot", &args.memory_snapshot},
+                                      std::pair{"--memory-events", &args.memory_events}}) {
+      if (!value->empty()) {
+        throw vtpu::InvalidArgumentError(std::string(flag) +
+                                         " cannot be combined with --plan (expected one of them)");
+      }
+    }
+    if (args.mlp.kernels != "eigen") {
+      throw vtpu::UnimplementedError("--kernels " + args.mlp.kernels +
+                                     " is not implemented with --plan (expected eigen)");
+    }
+    if (!args.hbm_bytes.empty()) options.hbm_bytes_per_core = vtpu::parse_bytes(args.hbm_bytes);
+    if (!args.allocator.empty()) options.allocator = args.allocator;
+    return vtpu::examples::run_train_mlp_plan({args.plan_path, options, args.cores, args.mlp,
+                                               args.batch_given, args.data_path, args.json});
+  }
   if (args.cores) options.num_cores = *args.cores;
   if (!args.hbm_bytes.empty()) options.hbm_bytes_per_core = vtpu::parse_bytes(args.hbm_bytes);
   if (!args.allocator.empty()) options.allocator = args.allocator;
@@ -448,10 +472,12 @@ int main(int argc, char** argv) {
   mlp->add_option("--steps", args.mlp.steps, "Optimizer steps")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
-  mlp->add_option("--batch", args.mlp.global_batch,
-                  "Global batch (rows per step over all cores; a multiple of --cores)")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  CLI::Option* mlp_batch =
+      mlp->add_option("--batch", args.mlp.global_batch,
+                      "Global batch (rows per step over all cores; a multiple of --cores; with "
+                      "--plan, default the plan's)")
+          ->capture_default_str()
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   mlp->add_option("--hidden", args.mlp.hidden, "Hidden units")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
@@ -501,6 +527,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   mlp->add_flag("--json", args.json, "Print the result as JSON (with the per-step losses)");
+  mlp->add_option("--plan", args.plan_path,
+                  "Run a `vtpu plan` file for the mlp model: data parallel, FSDP or (data x) "
+                  "Megatron tensor parallel as it says, checked against 1 core "
+                  "(examples/train_mlp_plan_command.h)");
 
   const auto transformer = vtpu::examples::add_train_transformer_command(*train);
 
@@ -621,6 +651,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  args.batch_given = mlp_batch->count() > 0;
   try {
     if (*mlp) return run_train_mlp(args);
     if (int code = 0; vtpu::examples::run_train_transformer_if_selected(*transformer, &code))

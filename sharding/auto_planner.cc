@@ -69,8 +69,8 @@ void insert_pareto(std::vector<Label>& front, Label l) {
 class StrategyPlanner {
  public:
   StrategyPlanner(const ModelGraph& m, const CostModel& cost, const std::vector<int64_t>& shape,
-                  const std::vector<AxisRole>& roles)
-      : m_(m), cost_(cost) {
+                  const std::vector<AxisRole>& roles, const PlanConstraints& constraints)
+      : m_(m), cost_(cost), constraints_(constraints) {
     for (size_t a = 0; a < shape.size(); ++a) {
       switch (roles[a]) {
         case AxisRole::kData:
@@ -101,6 +101,15 @@ class StrategyPlanner {
       return "batch " + std::to_string(m_.batch) + " does not split over " +
              std::to_string(d_ * f_) + " data x fsdp cores";
     }
+    for (const ModelLayer& l : m_.layers) {
+      if (options(l).empty()) {
+        return "layer '" + l.name + "' (" + layer_kind_name(l.kind) + ", " + layer_dims(l) +
+               ") must be split '" + required(l) + "' (" +
+               (constraints_.runner.empty() ? std::string("the runner") : constraints_.runner) +
+               " runs it so), " + "which does not divide over " + std::to_string(t_) +
+               " tensor cores";
+      }
+    }
     return {};
   }
 
@@ -116,7 +125,7 @@ class StrategyPlanner {
       const std::vector<Option> opts = options(l);
       for (size_t o = 0; o < opts.size(); ++o) {
         const Option& op = opts[o];
-        const LayerCost lc = layer_cost(l, op);
+        const LayerCost lc = layer_cost(l, op, i == 0);
         const auto extend = [&](const Label* prev, int prev_state, int prev_index, char from) {
           double fwd_bwd_seconds = 0, bytes = 0;
           std::string reshard;
@@ -184,6 +193,11 @@ class StrategyPlanner {
         finals.emplace_back(std::move(l), s);
       }
     }
+    if (finals.empty()) {  // no chain of allowed layouts (not reached: every R/S input is allowed)
+      c.feasible = false;
+      c.infeasible_reason = "no sequence of the allowed layer shardings connects";
+      return;
+    }
     const Label* best_fit = nullptr;
     const Label* smallest = nullptr;
     for (const auto& [l, s] : finals) {
@@ -238,7 +252,36 @@ class StrategyPlanner {
     return cost_.collective(k, bytes, tp_pos_, tp_sizes_);
   }
 
+  /// The sharding the constraints require of `l` under tensor axes; "" for any.
+  std::string required(const ModelLayer& l) const {
+    if (t_ <= 1 || !constraints_.tensor_sharding) return {};
+    return constraints_.tensor_sharding(l);
+  }
+
+  static std::string layer_dims(const ModelLayer& l) {
+    switch (l.kind) {
+      case LayerKind::kDense:
+        return "in " + std::to_string(l.in) + ", out " + std::to_string(l.out);
+      case LayerKind::kAttention:
+        return "d_model " + std::to_string(l.out) + ", heads " + std::to_string(l.heads);
+      case LayerKind::kEmbedding:
+        return "vocab " + std::to_string(l.vocab) + ", d_model " + std::to_string(l.out);
+      default:
+        return "dim " + std::to_string(l.out);
+    }
+  }
+
+  /// The layer's options over the tensor axes, narrowed to the required one when constrained.
   std::vector<Option> options(const ModelLayer& l) const {
+    std::vector<Option> o = all_options(l);
+    const std::string want = required(l);
+    if (!want.empty()) {
+      std::erase_if(o, [&](const Option& x) { return want != x.choice; });
+    }
+    return o;
+  }
+
+  std::vector<Option> all_options(const ModelLayer& l) const {
     std::vector<Option> o;
     const bool split = t_ > 1;
     switch (l.kind) {
@@ -298,7 +341,9 @@ class StrategyPlanner {
     return true;
   }
 
-  LayerCost layer_cost(const ModelLayer& l, const Option& op) const {
+  /// `first`: the model's first layer, whose input (data or token ids) needs no gradient, so a
+  /// split first layer has no backward all-reduce of its input gradient.
+  LayerCost layer_cost(const ModelLayer& l, const Option& op, bool first) const {
     const double t = static_cast<double>(t_);
     const double T = tokens_;
     const double S = static_cast<double>(m_.seq_len);
@@ -351,7 +396,7 @@ class StrategyPlanner {
     const int k = m_.optimizer_state_factor();
     const double words = k == 2 ? 7 : k == 1 ? 5 : 3;
     c.compute_seconds += cost_.hbm_seconds(words * param_bytes / f);
-    if (op.bwd_input_all_reduce) {
+    if (op.bwd_input_all_reduce && !first) {
       const CollectiveCost ar = tp(CollectiveKind::kAllReduce, T * in * e_);
       c.comm_seconds += ar.seconds;
       c.comm_bytes += ar.sent_bytes_per_core;
@@ -381,6 +426,7 @@ class StrategyPlanner {
 
   const ModelGraph& m_;
   const CostModel& cost_;
+  const PlanConstraints& constraints_;
   std::vector<int> dp_pos_, tp_pos_, fsdp_pos_;
   std::vector<int64_t> dp_sizes_, tp_sizes_, fsdp_sizes_;
   int64_t d_ = 1, t_ = 1, f_ = 1;
@@ -411,7 +457,8 @@ nlohmann::json axis_json(const std::vector<std::string>& axes) {
 
 AutoShardingPlan plan_auto_sharding(const ModelGraph& model, const std::vector<int64_t>& mesh_shape,
                                     const std::vector<std::string>& axis_names,
-                                    const CostModel& cost, uint64_t hbm_limit_bytes) {
+                                    const CostModel& cost, uint64_t hbm_limit_bytes,
+                                    const PlanConstraints& constraints) {
   const Mesh mesh(mesh_shape, axis_names);  // validates
   AutoShardingPlan plan;
   plan.model = model;
@@ -445,10 +492,16 @@ AutoShardingPlan plan_auto_sharding(const ModelGraph& model, const std::vector<i
     if (!c.fsdp_axes.empty()) parts.push_back("fsdp(" + axes_list(c.fsdp_axes) + ")");
     if (!c.tensor_axes.empty()) parts.push_back("tp(" + axes_list(c.tensor_axes) + ")");
     c.name = parts.empty() ? "single core" : join(parts, "+");
-    StrategyPlanner sp(model, cost, mesh_shape, c.roles);
+    StrategyPlanner sp(model, cost, mesh_shape, c.roles, constraints);
     c.infeasible_reason = sp.infeasible();
     c.feasible = c.infeasible_reason.empty();
     if (c.feasible) sp.plan(plan.hbm_limit_bytes, c);
+    if (c.feasible && constraints.unsupported) {
+      c.unsupported_reason = constraints.unsupported(c);
+      if (!c.unsupported_reason.empty() && !constraints.runner.empty()) {
+        c.unsupported_reason = constraints.runner + ": " + c.unsupported_reason;
+      }
+    }
     plan.candidates.push_back(std::move(c));
   }
   // Winner: fastest that fits; ties: fewer bytes sent, then less HBM.
@@ -458,26 +511,34 @@ AutoShardingPlan plan_auto_sharding(const ModelGraph& model, const std::vector<i
       return a.comm_bytes_per_core < b.comm_bytes_per_core;
     return a.hbm_bytes_per_core < b.hbm_bytes_per_core;
   };
+  // Order: runnable and fitting, then fitting but not runnable, then not fitting, then
+  // infeasible (kept in enumeration order).
+  const auto rank = [](const PlanCandidate& k) {
+    if (!k.feasible) return 3;
+    if (!k.fits) return 2;
+    return k.unsupported_reason.empty() ? 0 : 1;
+  };
   std::stable_sort(plan.candidates.begin(), plan.candidates.end(),
                    [&](const PlanCandidate& a, const PlanCandidate& b) {
-                     const int ra = a.feasible ? (a.fits ? 0 : 1) : 2;
-                     const int rb = b.feasible ? (b.fits ? 0 : 1) : 2;
+                     const int ra = rank(a), rb = rank(b);
                      if (ra != rb) return ra < rb;
-                     if (ra == 2) return false;
+                     if (ra == 3) return false;
                      return better(a, b);
                    });
-  if (!plan.candidates.empty() && plan.candidates[0].feasible && plan.candidates[0].fits) {
-    plan.winner = 0;
-  }
+  if (!plan.candidates.empty() && rank(plan.candidates[0]) == 0) plan.winner = 0;
   for (size_t i = 0; i < plan.candidates.size(); ++i) {
     PlanCandidate& c = plan.candidates[i];
     if (static_cast<int>(i) == plan.winner) continue;
     if (!c.feasible) {
       c.why_lost = "cannot run: " + c.infeasible_reason;
+    } else if (!c.unsupported_reason.empty()) {
+      c.why_lost = "cannot run: " + c.unsupported_reason;
     } else if (!c.fits) {
       c.why_lost = "exceeds HBM by " +
                    format_bytes(c.min_hbm_bytes_per_core - plan.hbm_limit_bytes) + " (needs " +
                    format_bytes(c.min_hbm_bytes_per_core) + " per core)";
+    } else if (plan.winner < 0) {
+      c.why_lost = "";  // not reached: a fitting, runnable candidate is the winner
     } else {
       const PlanCandidate& w = plan.candidates[static_cast<size_t>(plan.winner)];
       const double pct = 100.0 * (c.step_seconds / w.step_seconds - 1.0);
@@ -496,10 +557,20 @@ AutoShardingPlan plan_auto_sharding(const ModelGraph& model, const std::vector<i
 
 void AutoShardingPlan::require_fit() const {
   if (winner >= 0) return;
-  const PlanCandidate* best = nullptr;
+  const PlanCandidate* best = nullptr;  // the smallest in HBM of the runnable candidates
+  const PlanCandidate* unsupported = nullptr;
   for (const PlanCandidate& c : candidates) {
     if (!c.feasible) continue;
+    if (!c.unsupported_reason.empty()) {
+      if (unsupported == nullptr) unsupported = &c;
+      continue;
+    }
     if (best == nullptr || c.min_hbm_bytes_per_core < best->min_hbm_bytes_per_core) best = &c;
+  }
+  if (best == nullptr && unsupported != nullptr) {
+    throw FailedPreconditionError("model '" + model.name +
+                                  "': no strategy of the mesh can be run (" + unsupported->name +
+                                  ": " + unsupported->unsupported_reason + ")");
   }
   if (best == nullptr) {
     throw InvalidArgumentError("model '" + model.name + "' runs on no strategy of the mesh: " +

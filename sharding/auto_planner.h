@@ -25,7 +25,8 @@
 //   P->R all-reduce; P->S reduce-scatter (bwd all-gather); S->R all-gather (bwd reduce-scatter);
 //   R->S local slice (bwd all-gather); nothing -> P.
 // A layer with R input and split weights (column, heads) gives a partial input gradient: one
-// all-reduce in backward (Megatron's "f"). So a Megatron block, column then row, costs one
+// all-reduce in backward (Megatron's "f"), except the first layer, whose input (data, token ids)
+// needs no gradient. So a Megatron block, column then row, costs one
 // all-reduce in forward and one in backward per attention or MLP. The last activation must not
 // be partial (a P output is all-reduced; an S output pays the vocab-parallel cross-entropy's
 // all-reduce of 2 floats per token).
@@ -53,9 +54,16 @@
 //            data axes (one bucket per step, as DDP: the latency is paid once); plus the optimizer
 //            update (HBM-bound: Adam reads and writes 7, SGD 3 words per local parameter)
 // Step time = compute + communication (no overlap; see cost_model.h).
+//
+// Constraints (PlanConstraints): the program that runs the plan may implement only some
+// strategies and one sharding per layer under tensor parallelism (`vtpu train`: see
+// examples/train_plan.h). A constrained layer keeps only that option in the DP (a strategy whose
+// tensor cores cannot split it that way cannot run), and a strategy the runner rejects is still
+// costed and listed but marked "cannot run" and never wins.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
@@ -97,10 +105,27 @@ struct PlanCandidate {
   uint64_t activation_bytes_per_core = 0;
   uint64_t transient_bytes_per_core = 0;  // FSDP's gathered parameters and gradients
   uint64_t min_hbm_bytes_per_core = 0;    // the smallest any per-layer plan of the strategy needs
-  std::string why_lost;                   // "" for the winner
+  /// Why the program that runs plans cannot run this strategy ("" when it can; see
+  /// PlanConstraints). Such a candidate is costed but never wins.
+  std::string unsupported_reason;
+  std::string why_lost;  // "" for the winner
   /// The strategy has tensor axes but the chosen plan splits no layer over them (every layer
   /// replicated: those axes only repeat the compute).
   bool tensor_splits_nothing = false;
+};
+
+/// What the program that will run the plan can execute (for `vtpu train`: examples/train_plan.h).
+/// Empty: no constraints. The functions must be thread-safe if the planner runs on several
+/// threads.
+struct PlanConstraints {
+  /// Who runs the plan, for messages ("vtpu train mlp").
+  std::string runner;
+  /// "" when a strategy can run, else why not. Sees the candidate's name and roles (data_axes,
+  /// tensor_axes, fsdp_axes) and its costs. Null: every strategy can run.
+  std::function<std::string(const PlanCandidate&)> unsupported;
+  /// The one sharding a layer may take when the strategy has tensor axes ("column", "row",
+  /// "sharded", "heads", "replicated", ...), "" for any. Null: any.
+  std::function<std::string(const ModelLayer&)> tensor_sharding;
 };
 
 /// The planner's result. Plain data, thread-compatible.
@@ -115,20 +140,23 @@ struct AutoShardingPlan {
 
   /// The table of `vtpu plan` (README "Planner" explains the columns), then the winner's layers.
   std::string to_string() const;
-  /// The plan file of /work/plan-format.md (format "vtpu-plan", version 1) for the winner.
+  /// The plan file (docs/SHARDING.md, "Plan files"; format "vtpu-plan", version 1) of the winner.
   /// Throws FailedPreconditionError when nothing fits.
   nlohmann::json to_json() const;
-  /// Throws ResourceExhaustedError when no candidate fits, naming the HBM limit and the smallest
-  /// HBM per core that would fit (bytes, exact) and the strategy that needs it.
+  /// Throws ResourceExhaustedError when no runnable candidate fits, naming the HBM limit and the
+  /// smallest HBM per core that would fit (bytes, exact) and the strategy that needs it;
+  /// FailedPreconditionError when no feasible candidate can be run (naming one and why);
+  /// InvalidArgumentError when no candidate is feasible.
   void require_fit() const;
 };
 
 /// Plans `model` on a mesh of `mesh_shape` with `axis_names` under `hbm_limit_bytes` per core
-/// (0: the cost model's HBM per core). Never throws for a model that does not fit (see
-/// require_fit); throws InvalidArgumentError for a bad mesh (as Mesh does) and what the cost
-/// model throws (a dtype the profile lacks). Pure. Thread-safe.
+/// (0: the cost model's HBM per core), within `constraints`. Never throws for a model that does
+/// not fit (see require_fit); throws InvalidArgumentError for a bad mesh (as Mesh does) and what
+/// the cost model throws (a dtype the profile lacks). Pure. Thread-safe.
 AutoShardingPlan plan_auto_sharding(const ModelGraph& model, const std::vector<int64_t>& mesh_shape,
                                     const std::vector<std::string>& axis_names,
-                                    const CostModel& cost, uint64_t hbm_limit_bytes = 0);
+                                    const CostModel& cost, uint64_t hbm_limit_bytes = 0,
+                                    const PlanConstraints& constraints = {});
 
 }  // namespace vtpu

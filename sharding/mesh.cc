@@ -1,5 +1,6 @@
 #include "sharding/mesh.h"
 
+#include <algorithm>
 #include <numeric>
 #include <set>
 #include <utility>
@@ -149,6 +150,56 @@ int Mesh::device_at(const std::vector<int64_t>& coords) const {
     flat = flat * shape_[i] + coords[i];
   }
   return devices_[static_cast<size_t>(flat)];
+}
+
+std::vector<std::vector<int>> Mesh::replica_groups(const std::vector<int>& axis_positions) const {
+  std::vector<int> others;
+  for (int a = 0; a < num_axes(); ++a) {
+    const auto n = std::count(axis_positions.begin(), axis_positions.end(), a);
+    if (n > 1) {
+      throw InvalidArgumentError("replica groups over mesh axis '" + axis_names_[size_t(a)] +
+                                 "' named " + std::to_string(n) + " times (expected once)");
+    }
+    if (n == 0) others.push_back(a);
+  }
+  for (int a : axis_positions) {
+    if (a < 0 || a >= num_axes()) {
+      throw InvalidArgumentError("replica groups over mesh axis position " + std::to_string(a) +
+                                 " of " + to_string() + " (expected 0.." +
+                                 std::to_string(num_axes() - 1) + ")");
+    }
+  }
+  auto count = [&](const std::vector<int>& list) {
+    int64_t n = 1;
+    for (int a : list) n *= shape_[static_cast<size_t>(a)];
+    return n;
+  };
+  // Fills coords[list[...]] with the row-major digits of `index` over `list`.
+  std::vector<int64_t> coords(shape_.size(), 0);
+  auto place = [&](const std::vector<int>& list, int64_t index) {
+    for (size_t i = list.size(); i-- > 0;) {
+      const int64_t size = shape_[static_cast<size_t>(list[i])];
+      coords[static_cast<size_t>(list[i])] = index % size;
+      index /= size;
+    }
+  };
+  std::vector<std::vector<int>> groups;
+  for (int64_t g = 0; g < count(others); ++g) {
+    place(others, g);
+    std::vector<int> group;
+    for (int64_t r = 0; r < count(axis_positions); ++r) {
+      place(axis_positions, r);
+      group.push_back(device_at(coords));
+    }
+    groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
+std::vector<std::vector<int>> Mesh::replica_groups(const std::vector<std::string>& axes) const {
+  std::vector<int> positions;
+  for (const std::string& a : axes) positions.push_back(axis_index(a));
+  return replica_groups(positions);
 }
 
 std::string Mesh::to_string() const {

@@ -64,6 +64,16 @@ class Mesh {
   /// InvalidArgumentError for the wrong number of coordinates or one out of range.
   int device_at(const std::vector<int64_t>& coords) const;
 
+  /// Replica groups over the axes at `axis_positions` (positions in axis_names(), major first):
+  /// the devices that differ only in their coordinates on those axes. Each group lists its
+  /// devices row-major over `axis_positions` in the given order, so a device's rank in its group
+  /// is its shard index over those axes (JAX's flattening of P(('x', 'y'))). Groups come in
+  /// row-major order of the other axes. No positions: one group per device. Throws
+  /// InvalidArgumentError for a position out of range or repeated.
+  std::vector<std::vector<int>> replica_groups(const std::vector<int>& axis_positions) const;
+  /// The same by axis names. Throws like axis_index for an unknown name.
+  std::vector<std::vector<int>> replica_groups(const std::vector<std::string>& axes) const;
+
   /// "Mesh(x=4, y=2)"; ids are appended when they are not 0..n-1 in order:
   /// "Mesh(x=2, y=2; devices=[3, 1, 2, 0])".
   std::string to_string() const;

@@ -57,40 +57,9 @@ PartitionSpec spec_of(const Mesh& mesh, const State& st) {
   return PartitionSpec(std::move(entries), std::move(unreduced), st.op).normalized();
 }
 
-/// Replica groups of `axes`: devices that differ only in their coordinates on `axes`, each group
-/// row-major over `axes` in the given order (so rank = shard index among them).
+/// Replica groups of `axes` (Mesh::replica_groups): rank = shard index among them.
 std::vector<std::vector<int>> replica_groups(const Mesh& mesh, const Axes& axes) {
-  std::vector<int> others;
-  for (int a = 0; a < mesh.num_axes(); ++a) {
-    if (std::find(axes.begin(), axes.end(), a) == axes.end()) others.push_back(a);
-  }
-  auto count = [&](const Axes& list) {
-    int64_t n = 1;
-    for (int a : list) n *= mesh.shape()[static_cast<size_t>(a)];
-    return n;
-  };
-  std::vector<std::vector<int>> groups;
-  std::vector<int64_t> coords(static_cast<size_t>(mesh.num_axes()), 0);
-  for (int64_t g = 0; g < count(others); ++g) {
-    int64_t rest = g;
-    for (size_t i = others.size(); i-- > 0;) {
-      const int64_t size = mesh.shape()[static_cast<size_t>(others[i])];
-      coords[static_cast<size_t>(others[i])] = rest % size;
-      rest /= size;
-    }
-    std::vector<int> group;
-    for (int64_t r = 0; r < count(axes); ++r) {
-      int64_t left = r;
-      for (size_t i = axes.size(); i-- > 0;) {
-        const int64_t size = mesh.shape()[static_cast<size_t>(axes[i])];
-        coords[static_cast<size_t>(axes[i])] = left % size;
-        left /= size;
-      }
-      group.push_back(mesh.device_at(coords));
-    }
-    groups.push_back(std::move(group));
-  }
-  return groups;
+  return mesh.replica_groups(axes);
 }
 
 uint64_t f32_bytes(const std::vector<int64_t>& shape) {

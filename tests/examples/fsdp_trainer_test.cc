@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "common/error.h"
-#include "examples/train_plan.h"
 #include "memory/hbm_arena.h"
 #include "test_data.h"
 
@@ -263,98 +262,6 @@ TEST_F(FsdpTrainerTest, BadConfigs) {
   tiny.hbm_bytes_per_core = 64 << 10;
   Runtime small(tiny);
   EXPECT_THROW(train_fsdp(small, split_, config(true), {}), ResourceExhaustedError);
-}
-
-std::string write_plan(const std::string& name, const std::string& text) {
-  const std::string path = (std::filesystem::temp_directory_path() / name).string();
-  std::ofstream(path) << text;
-  return path;
-}
-
-std::string plan_text(const std::string& mesh, const std::string& strategy) {
-  return R"j({"format": "vtpu-plan", "version": 1, "model": "mlp", "mesh": )j" + mesh +
-         R"j(, "strategy": )j" + strategy + "}";
-}
-
-TEST(TrainPlanTest, ReadsMeshAndStrategy) {
-  const TrainPlan p = load_train_plan(write_plan(
-      "fsdp_plan_ok.json", plan_text(R"j({"axes": ["data"], "shape": [4]})j",
-                                     R"j({"name": "fsdp(data)", "data": "data", "tensor": null,
-                               "fsdp": ["data"]})j")));
-  EXPECT_EQ(p.model, "mlp");
-  EXPECT_EQ(p.num_cores(), 4);
-  EXPECT_EQ(p.fsdp, std::vector<std::string>{"data"});
-  EXPECT_EQ(p.data, std::vector<std::string>{"data"});
-  EXPECT_TRUE(p.tensor.empty());
-  EXPECT_EQ(mlp_plan_mode(p), MlpPlanMode::kFsdp);
-  // Data parallel alone; FSDP over both axes of a 2-D mesh; a size-1 axis may go unnamed.
-  const TrainPlan dp = load_train_plan(
-      write_plan("fsdp_plan_dp.json", plan_text(R"j({"axes": ["data"], "shape": [2]})j",
-                                                R"j({"name": "dp", "data": "data", "tensor": null,
-                                         "fsdp": null})j")));
-  EXPECT_EQ(mlp_plan_mode(dp), MlpPlanMode::kDataParallel);
-  const TrainPlan two = load_train_plan(write_plan(
-      "fsdp_plan_2d.json", plan_text(R"j({"axes": ["x", "y", "z"], "shape": [2, 4, 1]})j",
-                                     R"j({"name": "fsdp(x,y)", "data": null, "tensor": null,
-                                         "fsdp": ["x", "y"]})j")));
-  EXPECT_EQ(two.num_cores(), 8);
-  EXPECT_EQ(mlp_plan_mode(two), MlpPlanMode::kFsdp);
-}
-
-void expect_error(const std::string& name, const std::string& text, const std::string& needle,
-                  bool at_mode) {
-  const std::string path = write_plan(name, text);
-  try {
-    const TrainPlan p = load_train_plan(path);
-    if (at_mode) mlp_plan_mode(p);
-    FAIL() << "no error for " << text;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-        << "expected '" << needle << "' in: " << e.what();
-  }
-}
-
-TEST(TrainPlanTest, BadPlansGiveClearErrors) {
-  const std::string mesh = R"j({"axes": ["data", "model"], "shape": [2, 4]})j";
-  // Strategies the MLP trainer does not implement: the error names the strategy and why.
-  expect_error("fsdp_bad1.json", plan_text(mesh, R"j({"name": "dp(data)+tp(model)", "data": "data",
-                                   "tensor": "model", "fsdp": null})j"),
-               "strategy 'dp(data)+tp(model)' (data: ['data'], tensor: ['model'], fsdp: null)",
-               true);
-  expect_error("fsdp_bad2.json", plan_text(mesh, R"j({"name": "dp(data)+tp(model)", "data": "data",
-                                   "tensor": "model", "fsdp": null})j"),
-               "tensor parallelism", true);
-  expect_error("fsdp_bad3.json",
-               plan_text(mesh, R"j({"name": "hsdp", "data": "data", "tensor": null,
-                                   "fsdp": "model"})j"),
-               "hybrid sharding", true);
-  expect_error("fsdp_bad4.json",
-               plan_text(mesh, R"j({"name": "none", "data": null, "tensor": null, "fsdp": null})j"),
-               "it sets none of data, tensor and fsdp", true);
-  expect_error("fsdp_bad5.json",
-               plan_text(mesh, R"j({"name": "dp", "data": "data", "tensor": null, "fsdp": null})j"),
-               "data parallelism over part of the mesh", true);
-  expect_error("fsdp_bad6.json",
-               R"j({"format": "vtpu-plan", "version": 1, "model": "transformer", "mesh": )j" +
-                   mesh + R"j(, "strategy": {"fsdp": ["data", "model"]}})j",
-               "is for model 'transformer' (expected 'mlp'", true);
-  // Malformed files.
-  expect_error("fsdp_bad7.json", "{\"format\": ", "is not JSON", false);
-  expect_error("fsdp_bad8.json", R"j({"format": "other", "version": 1})j",
-               "format is \"other\" (expected \"vtpu-plan\")", false);
-  expect_error("fsdp_bad9.json", R"j({"format": "vtpu-plan", "version": 2})j",
-               "version is 2 (expected 1)", false);
-  expect_error("fsdp_bad10.json",
-               plan_text(R"j({"axes": ["a", "a"], "shape": [2, 2]})j", R"j({"fsdp": "a"})j"),
-               "mesh axis 'a' appears twice", false);
-  expect_error("fsdp_bad11.json", plan_text(R"j({"axes": ["a"], "shape": [2, 2]})j", "{}"),
-               "mesh has 1 axes and 2 sizes", false);
-  expect_error("fsdp_bad12.json", plan_text(R"j({"axes": ["a"], "shape": [0]})j", "{}"),
-               "mesh size 0 (expected an integer 1..4096)", false);
-  expect_error("fsdp_bad13.json", plan_text(mesh, R"j({"fsdp": "nope"})j"),
-               "strategy.fsdp names \"nope\", which is not a mesh axis", false);
-  expect_error("fsdp_bad14.json", plan_text(mesh, "3"), "expected \"strategy\"", false);
-  EXPECT_THROW(load_train_plan("/nonexistent/plan.json"), NotFoundError);
 }
 
 }  // namespace

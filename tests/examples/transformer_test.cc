@@ -1,6 +1,6 @@
 // The transformer example: the hand-written backward against central finite differences (f64),
 // Megatron shards against the unsharded model, the trainer on N cores against the single-core
-// run, learning on real text, and clear errors for bad meshes and plan files.
+// run, learning on real text, and clear errors for bad meshes (plan files: train_plan_test.cc).
 #include <gtest/gtest.h>
 
 #include <barrier>
@@ -295,6 +295,37 @@ INSTANTIATE_TEST_SUITE_P(Meshes, MeshVsSingleCoreTest,
                                   std::to_string(info.param.tensor);
                          });
 
+// A plan's roles need not be data-first: dp(y)+tp(x) on a 2x2 mesh (x, y) puts the tensor
+// groups along x ({0, 2} and {1, 3}) and the data groups along y ({0, 1}, {2, 3}); and
+// dp(x,y) flattens both axes into one data group of 4. Both must give the grid's losses, bit for
+// bit (the same sums in the same rank order on other cores).
+TEST(TransformerTrainerTest, PlanLayoutsRunOnTheMeshReplicaGroups) {
+  const TransformerConfig c = small_config();
+  const TokenText text = make_token_text(english_text(), c.vocab);
+  const TransformerResult grid = train_on(c, {2, 2}, text.tokens);
+  const TransformerResult dp4 = train_on(c, {4, 1}, text.tokens);
+  RuntimeOptions o;
+  o.num_cores = 4;
+  o.hbm_bytes_per_core = 64 << 20;
+  const Mesh mesh({2, 2}, {"x", "y"});
+  const DataTensorLayout transposed = DataTensorLayout::from_mesh(mesh, {"y"}, {"x"});
+  ASSERT_EQ(transposed.tensor_groups, (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+  Runtime rt(o);
+  const TransformerResult r = train_transformer_on_layout(rt, text.tokens, c, transposed);
+  EXPECT_EQ(r.losses, grid.losses);
+  EXPECT_EQ(r.shards, grid.shards);
+  EXPECT_TRUE(r.replicas_identical);
+  EXPECT_EQ(r.mesh.data, 2);
+  EXPECT_EQ(r.mesh.tensor, 2);
+  // Core 2 is tensor shard 1 of data shard 0: it all-reduces activations with core 0.
+  EXPECT_EQ(r.tensor_all_reduce[2].num_collectives, static_cast<uint64_t>(c.steps * 4 * c.layers));
+  Runtime rt2(o);
+  const TransformerResult flat = train_transformer_on_layout(
+      rt2, text.tokens, c, DataTensorLayout::from_mesh(mesh, {"x", "y"}, {}));
+  EXPECT_EQ(flat.losses, dp4.losses);
+  EXPECT_EQ(flat.mesh.data, 4);
+}
+
 TEST(TransformerTrainerTest, SameSeedIsBitReproducible) {
   const TransformerConfig c = small_config();
   const TokenText text = make_token_text(english_text(), c.vocab);
@@ -407,79 +438,7 @@ TEST(TransformerErrorsTest, BadMeshesNameTheValues) {
       {"d_model 16", "heads 3"});
 }
 
-nlohmann::json good_plan() {
-  nlohmann::json j;
-  j["format"] = "vtpu-plan";
-  j["version"] = 1;
-  j["model"] = "transformer";
-  j["mesh"] = {{"axes", {"data", "model"}}, {"shape", {2, 4}}};
-  j["strategy"] = {
-      {"name", "dp(data)+tp(model)"}, {"data", "data"}, {"tensor", "model"}, {"fsdp", nullptr}};
-  j["estimate"] = {{"step_seconds", 0.01}};
-  return j;
-}
-
-TEST(TransformerPlanTest, ReadsMeshAndStrategy) {
-  TransformerPlan p = parse_transformer_plan(good_plan(), "t");
-  EXPECT_EQ(p.mesh.data, 2);
-  EXPECT_EQ(p.mesh.tensor, 4);
-  EXPECT_EQ(p.strategy_name, "dp(data)+tp(model)");
-  EXPECT_EQ(p.estimated_step_seconds, 0.01);
-  nlohmann::json j = good_plan();
-  j["mesh"] = {{"axes", {"model", "data"}}, {"shape", {4, 2}}};
-  j["strategy"]["tensor"] = {"model"};  // a one-axis list is that axis
-  p = parse_transformer_plan(j, "t");
-  EXPECT_EQ(p.mesh.data, 2);
-  EXPECT_EQ(p.mesh.tensor, 4);
-  j = good_plan();
-  j["mesh"] = {{"axes", {"x"}}, {"shape", {4}}};
-  j["strategy"] = {{"name", "tp"}, {"data", nullptr}, {"tensor", "x"}, {"fsdp", nullptr}};
-  p = parse_transformer_plan(j, "t");
-  EXPECT_EQ(p.mesh.data, 1);
-  EXPECT_EQ(p.mesh.tensor, 4);
-}
-
-TEST(TransformerPlanTest, BadPlansGiveClearErrors) {
-  auto with = [](auto edit) {
-    nlohmann::json j = good_plan();
-    edit(j);
-    return j;
-  };
-  expect_error<UnimplementedError>(
-      [&] { parse_transformer_plan(with([](auto& j) { j["strategy"]["fsdp"] = "data"; }), "t"); },
-      {"FSDP", "not implemented for transformer"});
-  expect_error<InvalidArgumentError>(
-      [&] { parse_transformer_plan(with([](auto& j) { j["model"] = "mlp"; }), "t"); },
-      {"\"mlp\"", "expected \"transformer\""});
-  expect_error<InvalidArgumentError>(
-      [&] { parse_transformer_plan(with([](auto& j) { j["format"] = "other"; }), "t"); },
-      {"vtpu-plan"});
-  expect_error<InvalidArgumentError>(
-      [&] { parse_transformer_plan(with([](auto& j) { j["version"] = 2; }), "t"); },
-      {"version", "2"});
-  expect_error<InvalidArgumentError>(
-      [&] { parse_transformer_plan(with([](auto& j) { j["strategy"]["tensor"] = "y"; }), "t"); },
-      {"'y'", "not in the mesh axes"});
-  expect_error<InvalidArgumentError>(
-      [&] { parse_transformer_plan(with([](auto& j) { j["strategy"]["tensor"] = "data"; }), "t"); },
-      {"'data'", "both"});
-  expect_error<InvalidArgumentError>(
-      [&] { parse_transformer_plan(with([](auto& j) { j["strategy"]["data"] = nullptr; }), "t"); },
-      {"'data' of size 2", "no strategy"});
-  expect_error<InvalidArgumentError>(
-      [&] {
-        parse_transformer_plan(with([](auto& j) { j["mesh"]["shape"] = {2, 0}; }), "t");
-      },
-      {"mesh"});
-  expect_error<InvalidArgumentError>(
-      [&] { parse_transformer_plan(with([](auto& j) { j.erase("mesh"); }), "t"); }, {"mesh"});
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "vtpu_transformer_bad_plan.json").string();
-  std::ofstream(path) << "{\"format\": \"vtpu-plan\",";
-  expect_error<InvalidArgumentError>([&] { read_transformer_plan(path); },
-                                     {path, "not valid JSON"});
-  expect_error<NotFoundError>([&] { read_transformer_plan("/nonexistent/plan.json"); },
-                              {"/nonexistent/plan.json"});
+TEST(TransformerTextTest, MissingTextNamesTheFetchScript) {
   expect_error<NotFoundError>([&] { load_token_text("/nonexistent/f.txt", 128, 8); },
                               {"scripts/fetch-data.sh"});
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "test_data.h"
 
@@ -842,6 +845,7 @@ TEST(VtpuCliTest, TrainFsdpRunsAPlan) {
       "vtpu_plan_tp.json",
       R"j({"name": "dp(data)+tp(model)", "data": "data", "tensor": "model", "fsdp": null})j");
   expect_failure("train fsdp --plan " + tp, "cannot run strategy 'dp(data)+tp(model)'", 1);
+  expect_failure("train fsdp --plan " + tp, "run it with vtpu train mlp --plan", 1);
   expect_failure("train fsdp --cores 8 --plan " + fsdp,
                  "--cores 8 but plan '" + fsdp + "' has a mesh of 4 cores", 1);
   expect_failure("train fsdp --plan /nonexistent/plan.json", "cannot open plan file", 1);
@@ -951,19 +955,19 @@ TEST(VtpuCliTest, TrainTransformerRejectsBadInput) {
   expect_failure("train transformer --mesh 1x2 --steps 1 --data /nonexistent.txt",
                  "scripts/fetch-data.sh", 1);
   expect_failure("train transformer --plan " + temp_file("vtpu_cli_bad_plan.json", "{\"format\""),
-                 "not valid JSON", 1);
+                 "is not valid JSON", 1);
   const std::string fsdp_plan =
       R"json({"format": "vtpu-plan", "version": 1, "model": "transformer",
       "mesh": {"axes": ["x"], "shape": [2]},
       "strategy": {"name": "fsdp(x)", "data": null, "tensor": null, "fsdp": "x"}})json";
   expect_failure(
       "train transformer --plan " + temp_file("vtpu_cli_fsdp_plan.json", fsdp_plan) + data,
-      "uses FSDP over \"x\", which is not implemented for transformer", 1);
+      "vtpu train transformer cannot run strategy 'fsdp(x)'", 1);
   const std::string mlp_plan =
       R"json({"format": "vtpu-plan", "version": 1, "model": "mlp",
       "mesh": {"axes": ["x"], "shape": [2]}, "strategy": {"data": "x"}})json";
   expect_failure("train transformer --plan " + temp_file("vtpu_cli_mlp_plan.json", mlp_plan) + data,
-                 "\"model\" is \"mlp\", expected \"transformer\"", 1);
+                 "is for model 'mlp' (expected 'transformer' for vtpu train transformer)", 1);
 }
 namespace {
 
@@ -1016,6 +1020,153 @@ TEST(VtpuCliPlanTest, ReshardExplainOnV5e) {
       "reshard --mesh 2 --shape 8 --from \"P('x')\" --to \"P()\" --explain --hardware v5e "
       "--alpha 1",
       "--hardware cannot be combined", 1);
+}
+
+// ---- vtpu plan --emit, then vtpu train ... --plan: every emitted plan runs -------------------
+
+// Runs `vtpu plan MODEL --emit` and returns the plan file's JSON (empty on failure).
+nlohmann::json emit_plan(const std::string& model, const std::string& mesh,
+                         const std::string& extra, const std::string& out) {
+  std::filesystem::remove(out);
+  const CliRun r = run_cli("plan " + model_path(model.c_str()) + " --mesh " + mesh + " --emit " +
+                           out + " " + extra);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(out);
+  if (!in) return {};
+  return nlohmann::json::parse(in);
+}
+
+int64_t plan_cores(const nlohmann::json& plan) {
+  int64_t cores = 1;
+  for (const auto& d : plan["mesh"]["shape"]) cores *= d.get<int64_t>();
+  return cores;
+}
+
+// Checks a `vtpu train ... --plan --json` run: exit 0, and every step's loss within 1e-4
+// relative of the single-core run of the same process (recomputed here from the two loss lists,
+// not read from the command's verdict). Returns the JSON (null on failure).
+nlohmann::json expect_runs_like_one_core(const std::string& args, const char* losses_key,
+                                         const char* reference_key) {
+  const CliRun r = run_cli(args);
+  EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+  if (r.exit_code != 0) return {};
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  const nlohmann::json& losses = j.at(nlohmann::json::json_pointer(losses_key));
+  const nlohmann::json& ref = j.at(nlohmann::json::json_pointer(reference_key));
+  EXPECT_EQ(losses.size(), ref.size()) << args;
+  EXPECT_GT(losses.size(), 0u);
+  for (size_t s = 0; s < std::min(ref.size(), losses.size()); ++s) {
+    const double a = losses[s], b = ref[s];
+    EXPECT_LE(std::abs(a - b), 1e-4 * std::abs(b)) << args << " step " << s;
+  }
+  return j;
+}
+
+// The mlp model on 1x8, 2x4, 8x1 and 1x2 (v5e; 1x8 and 2x4 also on this machine's profile):
+// whatever wins runs with `vtpu train mlp --plan` and matches one core. On v5e, 1x8 is Megatron
+// tensor parallel.
+TEST(VtpuCliPlanTest, EveryEmittedMlpPlanRunsAndMatchesOneCore) {
+  VTPU_REQUIRE_DIGITS();
+  const std::string out =
+      (std::filesystem::temp_directory_path() / "vtpu_cli_mlp_emitted.json").string();
+  const std::vector<std::pair<const char*, const char*>> cases = {
+      {"1x8", "v5e"}, {"2x4", "v5e"},          {"8x1", "v5e"},
+      {"1x2", "v5e"}, {"1x8", "this_machine"}, {"2x4", "this_machine"}};
+  for (const auto& [mesh, hw] : cases) {
+    const nlohmann::json plan =
+        emit_plan("mlp.json", mesh, "--batch 32 --hardware " + std::string(hw), out);
+    ASSERT_FALSE(plan.is_null()) << mesh;
+    EXPECT_EQ(plan["estimate"]["batch"], 32);
+    if (std::string(mesh) == "1x8" && std::string(hw) == "v5e") {
+      EXPECT_EQ(plan["strategy"]["name"], "tp(model)");
+    }
+    SCOPED_TRACE(std::string(mesh) + " " + hw + " " + plan["strategy"]["name"].dump());
+    const nlohmann::json j = expect_runs_like_one_core("train mlp --steps 4 --json --plan " + out,
+                                                       "/run/losses", "/reference/losses");
+    if (!j.is_null()) EXPECT_EQ(j["config"]["cores"], plan_cores(plan));
+  }
+}
+
+// Every strategy the planner can give the mlp model on a 2-D mesh, written by hand so that each
+// runs whatever the cost model prefers today: data parallel over both axes, Megatron over both,
+// data x tensor either way round, and FSDP over the whole mesh.
+TEST(VtpuCliPlanTest, EveryRunnableMlpStrategyRuns) {
+  VTPU_REQUIRE_DIGITS();
+  const std::vector<std::pair<std::string, std::string>> strategies = {
+      {"dp(data,model)", R"j({"data": ["data", "model"]})j"},
+      {"tp(data,model)", R"j({"tensor": ["data", "model"]})j"},
+      {"dp(data)+tp(model)", R"j({"data": "data", "tensor": "model"})j"},
+      {"dp(model)+tp(data)", R"j({"data": "model", "tensor": "data"})j"},
+      {"fsdp(data,model)", R"j({"fsdp": ["data", "model"]})j"}};
+  for (const auto& [name, roles] : strategies) {
+    const std::string path = temp_file("vtpu_cli_mlp_strategy.json",
+                                       R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+        "mesh": {"axes": ["data", "model"], "shape": [2, 4]}, "strategy": )j" +
+                                           roles + R"j(, "estimate": {"batch": 16}})j");
+    SCOPED_TRACE(name);
+    const nlohmann::json plan = nlohmann::json::parse(std::ifstream(path));
+    const nlohmann::json j = expect_runs_like_one_core("train mlp --steps 4 --json --plan " + path,
+                                                       "/run/losses", "/reference/losses");
+    if (!j.is_null()) {
+      EXPECT_EQ(j["config"]["cores"], plan_cores(plan));
+      EXPECT_EQ(j["config"]["global_batch"], 16);  // the plan's
+    }
+  }
+  // What the digits MLP cannot run is refused with the reason, before any training.
+  const std::string hsdp = temp_file("vtpu_cli_mlp_hsdp.json",
+                                     R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+      "mesh": {"axes": ["data", "model"], "shape": [2, 4]},
+      "strategy": {"name": "dp(data)+fsdp(model)", "data": "data", "fsdp": "model"}})j");
+  expect_failure("train mlp --plan " + hsdp, "hybrid sharding, HSDP", 1);
+  const std::string dp = temp_file("vtpu_cli_mlp_dp.json",
+                                   R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+      "mesh": {"axes": ["data", "model"], "shape": [2, 4]}, "strategy": {"data": ["data", "model"]}})j");
+  expect_failure("train mlp --cores 4 --plan " + dp, "--cores 4 but plan", 1);
+  expect_failure("train mlp --plan " + dp + " --memory-profile /tmp/x.prof",
+                 "--memory-profile cannot be combined with --plan", 1);
+}
+
+// Text output of a tensor-parallel run names the layout and the all-reduces.
+TEST(VtpuCliPlanTest, TrainMlpPlanTextReport) {
+  VTPU_REQUIRE_DIGITS();
+  const std::string path = temp_file("vtpu_cli_mlp_tp_text.json",
+                                     R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+      "mesh": {"axes": ["data", "model"], "shape": [2, 2]},
+      "strategy": {"name": "dp(data)+tp(model)", "data": "data", "tensor": "model"}})j");
+  const CliRun r = run_cli("train mlp --steps 3 --batch 8 --log-every 1 --plan " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* needle :
+       {"strategy 'dp(data)+tp(model)'", "data 2 x tensor 2", "32 hidden units per core",
+        "(tolerance 0.0001): ok", "tensor group 1 (the logits, 160 bytes)",
+        "replicas identical after training: yes", "peak_bytes_in_use"}) {
+    EXPECT_NE(r.output.find(needle), std::string::npos) << needle << "\n" << r.output;
+  }
+}
+
+// The transformer on 1x8, 2x4, 8x1 and 1x2: the emitted plan runs with
+// `vtpu train transformer --plan` and matches one core. On v5e, 2x4 is dp(data,model): data
+// parallel over both axes, flattened into one group of 8.
+TEST(VtpuCliPlanTest, EveryEmittedTransformerPlanRunsAndMatchesOneCore) {
+  const std::string out =
+      (std::filesystem::temp_directory_path() / "vtpu_cli_transformer_emitted.json").string();
+  const std::string text = transformer_text_file();
+  for (const char* mesh : {"1x8", "2x4", "8x1", "1x2"}) {
+    const nlohmann::json plan =
+        emit_plan("transformer.json", mesh, "--batch 8 --hardware v5e", out);
+    ASSERT_FALSE(plan.is_null()) << mesh;
+    if (std::string(mesh) == "2x4") {
+      EXPECT_EQ(plan["strategy"]["name"], "dp(data,model)");
+    }
+    EXPECT_TRUE(plan["strategy"]["fsdp"].is_null()) << plan["strategy"];
+    SCOPED_TRACE(std::string(mesh) + " " + plan["strategy"]["name"].dump());
+    const nlohmann::json j = expect_runs_like_one_core(
+        "train transformer --steps 2 --json --data " + text + " --plan " + out, "/mesh/losses",
+        "/reference/losses");
+    if (!j.is_null()) {
+      EXPECT_EQ(static_cast<int64_t>(j["mesh"]["cores"].size()), plan_cores(plan));
+      EXPECT_EQ(j["config"]["batch"], 8);  // the plan's
+    }
+  }
 }
 
 }  // namespace

@@ -125,6 +125,65 @@ TEST(AutoPlannerTest, MegatronBlockIsColumnThenRowWithOneAllReduceEachWay) {
   EXPECT_NEAR(tp.comm_bytes_per_core, 4 * 2 * 0.75 * 67108864.0, 1.0);
 }
 
+ModelGraph digits_mlp() {
+  return ModelGraph::parse(R"({"name": "mlp", "optimizer": "sgd", "batch": 64,
+    "layers": [{"name": "fc1", "kind": "dense", "in": 64, "out": 64},
+               {"name": "relu", "kind": "elementwise", "dim": 64},
+               {"name": "fc2", "kind": "dense", "in": 64, "out": 10}]})");
+}
+
+/// A runner that implements Megatron's MLP only (fc1 column, relu sharded, fc2 row) and no FSDP.
+PlanConstraints megatron_only() {
+  PlanConstraints c;
+  c.runner = "the test runner";
+  c.unsupported = [](const PlanCandidate& k) {
+    return k.fsdp_axes.empty() ? std::string() : std::string("no FSDP here");
+  };
+  c.tensor_sharding = [](const ModelLayer& l) -> std::string {
+    return l.name == "fc1" ? "column" : l.name == "fc2" ? "row" : "sharded";
+  };
+  return c;
+}
+
+TEST(AutoPlannerTest, ConstraintsForceTheRunnersLayersAndMarkWhatItCannotRun) {
+  // tp(y) on 1x8, forced column -> sharded -> row: the only collective is the forward all-reduce
+  // of the partial logits, 64 rows x 10 x 4 B = 2560 B: 2 x 7/8 x 2560 = 4480 B sent per core.
+  // fc1's input is the data: no backward all-reduce of its gradient.
+  const AutoShardingPlan p = plan_auto_sharding(digits_mlp(), {1, 8}, {"x", "y"}, v5e(),
+                                                uint64_t{1} << 30, megatron_only());
+  const PlanCandidate& tp = find(p, "tp(y)");
+  ASSERT_TRUE(tp.feasible);
+  ASSERT_EQ(tp.layers.size(), 3u);
+  EXPECT_EQ(tp.layers[0].choice, "column");
+  EXPECT_EQ(tp.layers[1].choice, "sharded");
+  EXPECT_EQ(tp.layers[2].choice, "row");
+  EXPECT_NEAR(tp.comm_bytes_per_core, 2 * 7.0 / 8 * 2560, 1e-6);
+  const PlanCandidate& fsdp = find(p, "fsdp(y)");
+  EXPECT_TRUE(fsdp.feasible);
+  EXPECT_GT(fsdp.step_seconds, 0.0);  // still costed and listed
+  EXPECT_EQ(fsdp.unsupported_reason, "the test runner: no FSDP here");
+  EXPECT_EQ(fsdp.why_lost, "cannot run: the test runner: no FSDP here");
+  ASSERT_GE(p.winner, 0);
+  EXPECT_NE(p.candidates[static_cast<size_t>(p.winner)].name, "fsdp(y)");
+  EXPECT_THAT(p.to_string(), HasSubstr("cannot run: the test runner: no FSDP here"));
+  // 1x3: 64 hidden units do not split 3 ways, so tp(x) cannot run at all.
+  const AutoShardingPlan three =
+      plan_auto_sharding(digits_mlp(), {1, 3}, {"x", "y"}, v5e(), 0, megatron_only());
+  EXPECT_FALSE(find(three, "tp(y)").feasible);
+  EXPECT_THAT(find(three, "tp(y)").why_lost,
+              HasSubstr("layer 'fc1' (dense, in 64, out 64) must be split 'column' (the test "
+                        "runner runs it so), which does not divide over 3 tensor cores"));
+  // Without constraints the planner is free; a runner that can run nothing fails clearly.
+  EXPECT_TRUE(find(plan_auto_sharding(digits_mlp(), {1, 8}, {"x", "y"}, v5e()), "fsdp(y)")
+                  .unsupported_reason.empty());
+  PlanConstraints nothing;
+  nothing.unsupported = [](const PlanCandidate&) { return std::string("never"); };
+  const AutoShardingPlan none =
+      plan_auto_sharding(digits_mlp(), {1, 2}, {"x", "y"}, v5e(), 0, nothing);
+  EXPECT_EQ(none.winner, -1);
+  EXPECT_THROW(none.require_fit(), FailedPreconditionError);
+}
+
 TEST(AutoPlannerTest, TwoDimensionalMeshHasNineCandidatesAndEmitsThePlanFormat) {
   const ModelGraph m = ModelGraph::load_json_file(std::string(VTPU_SOURCE_DIR) +
                                                   "/examples/models/transformer.json");

@@ -122,5 +122,35 @@ TEST(MeshTest, BadLookupsAreRejected) {
   expect_invalid([&] { mesh.device_at({0, -1}); }, {"coordinate -1", "'y'", "0..1"});
 }
 
+// Worked by hand on the 2x4 grid (data=2 rows, model=4 columns; device = 4 * d + m):
+//     model: 0 1 2 3
+//   data 0 [ 0 1 2 3 ]
+//   data 1 [ 4 5 6 7 ]
+TEST(MeshTest, ReplicaGroupsFlattenTheListedAxesRowMajor) {
+  const Mesh mesh({2, 4}, {"data", "model"});
+  using Groups = std::vector<std::vector<int>>;
+  EXPECT_EQ(mesh.replica_groups(std::vector<std::string>{"model"}),
+            (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(mesh.replica_groups(std::vector<std::string>{"data"}),
+            (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  // P(('data', 'model')): rank = 4 * d + m; P(('model', 'data')): rank = 2 * m + d.
+  EXPECT_EQ(mesh.replica_groups(std::vector<std::string>{"data", "model"}),
+            (Groups{{0, 1, 2, 3, 4, 5, 6, 7}}));
+  EXPECT_EQ(mesh.replica_groups(std::vector<std::string>{"model", "data"}),
+            (Groups{{0, 4, 1, 5, 2, 6, 3, 7}}));
+  EXPECT_EQ(mesh.replica_groups(std::vector<std::string>{}),
+            (Groups{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}));
+  // Non-default ids: the groups hold the ids at those coordinates.
+  const Mesh odd({2, 2}, {"x", "y"}, {3, 1, 2, 0});
+  EXPECT_EQ(odd.replica_groups(std::vector<std::string>{"y"}), (Groups{{3, 1}, {2, 0}}));
+  expect_invalid(
+      [&] {
+        mesh.replica_groups(std::vector<std::string>{"data", "data"});
+      },
+      {"'data'", "2 times"});
+  expect_invalid([&] { mesh.replica_groups(std::vector<int>{2}); }, {"position 2", "0..1"});
+  expect_invalid([&] { mesh.replica_groups(std::vector<std::string>{"z"}); }, {"'z'"});
+}
+
 }  // namespace
 }  // namespace vtpu

@@ -1,0 +1,311 @@
+// The one plan reader of `vtpu train ... --plan` (examples/train_plan.h): what it reads, the clear
+// errors for bad files, what each trainer can run, and the planner constraints that keep
+// `vtpu plan` to those strategies.
+#include "examples/train_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "runtime/hardware_profile.h"
+#include "sharding/model_graph.h"
+
+namespace vtpu::examples {
+namespace {
+
+using Groups = std::vector<std::vector<int>>;
+using Names = std::vector<std::string>;
+
+std::string write_plan(const std::string& name, const std::string& text) {
+  const std::string path = (std::filesystem::temp_directory_path() / name).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string plan_text(const std::string& mesh, const std::string& strategy) {
+  return R"j({"format": "vtpu-plan", "version": 1, "model": "mlp", "mesh": )j" + mesh +
+         R"j(, "strategy": )j" + strategy + "}";
+}
+
+nlohmann::json good_plan() {
+  nlohmann::json j;
+  j["format"] = "vtpu-plan";
+  j["version"] = 1;
+  j["model"] = "transformer";
+  j["mesh"] = {{"axes", {"data", "model"}}, {"shape", {2, 4}}};
+  j["strategy"] = {
+      {"name", "dp(data)+tp(model)"}, {"data", "data"}, {"tensor", "model"}, {"fsdp", nullptr}};
+  j["estimate"] = {{"step_seconds", 0.01}, {"hbm_bytes_per_core", 1234}, {"batch", 16}};
+  return j;
+}
+
+template <typename E, typename F>
+void expect_error(F&& f, const std::vector<std::string>& needles) {
+  try {
+    f();
+    FAIL() << "no error";
+  } catch (const E& e) {
+    for (const std::string& n : needles) {
+      EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
+          << "expected '" << n << "' in: " << e.what();
+    }
+  }
+}
+
+TEST(TrainPlanTest, ReadsMeshStrategyLayersAndEstimate) {
+  nlohmann::json j = good_plan();
+  j["layers"] = {{{"name", "embed"}, {"sharding", "replicated"}},
+                 {{"name", "blocks.0.attn"}, {"sharding", "heads"}}};
+  const TrainPlan p = parse_train_plan(j, "t.json");
+  EXPECT_EQ(p.path, "t.json");
+  EXPECT_EQ(p.model, "transformer");
+  EXPECT_EQ(p.num_cores(), 8);
+  EXPECT_EQ(p.data, Names{"data"});
+  EXPECT_EQ(p.tensor, Names{"model"});
+  EXPECT_TRUE(p.fsdp.empty());
+  EXPECT_EQ(p.estimated_step_seconds, 0.01);
+  EXPECT_EQ(p.estimated_hbm_bytes_per_core, 1234u);
+  EXPECT_EQ(p.estimated_batch, 16);
+  ASSERT_EQ(p.layers.size(), 2u);
+  EXPECT_EQ(p.layers[1].second, "heads");
+  EXPECT_EQ(p.describe_mesh(), "data=2 model=4");
+  EXPECT_EQ(p.describe_strategy(),
+            "'dp(data)+tp(model)' (data: ['data'], tensor: ['model'], fsdp: null)");
+  // A one-axis list is that axis; a list of two is both; a size-1 axis may go unnamed.
+  j = good_plan();
+  j["mesh"] = {{"axes", {"x", "y", "z"}}, {"shape", {2, 4, 1}}};
+  j["strategy"] = {{"name", "dp(x,y)"}, {"data", {"x", "y"}}, {"tensor", nullptr}};
+  const TrainPlan two = parse_train_plan(j, "t");
+  EXPECT_EQ(two.data, (Names{"x", "y"}));
+  EXPECT_EQ(two.num_cores(), 8);
+}
+
+TEST(TrainPlanTest, LoadsFromAFile) {
+  const TrainPlan p = load_train_plan(write_plan(
+      "train_plan_ok.json", plan_text(R"j({"axes": ["data"], "shape": [4]})j",
+                                      R"j({"name": "fsdp(data)", "data": "data", "tensor": null,
+                                          "fsdp": ["data"]})j")));
+  EXPECT_EQ(p.model, "mlp");
+  EXPECT_EQ(p.fsdp, Names{"data"});
+  EXPECT_EQ(mlp_plan_mode(p), MlpPlanMode::kFsdp);
+  expect_error<InvalidArgumentError>(
+      [] { load_train_plan(write_plan("train_plan_broken.json", "{\"format\": ")); },
+      {"train_plan_broken.json", "is not valid JSON"});
+  expect_error<NotFoundError>([] { load_train_plan("/nonexistent/plan.json"); },
+                              {"cannot open plan file '/nonexistent/plan.json'"});
+}
+
+TEST(TrainPlanTest, BadPlansNameTheFieldAndWhatWasExpected) {
+  auto bad = [](const std::vector<std::string>& needles, auto edit) {
+    nlohmann::json j = good_plan();
+    edit(j);
+    expect_error<InvalidArgumentError>([&] { parse_train_plan(j, "p.json"); }, needles);
+  };
+  bad({"plan file 'p.json'", "format is \"other\" (expected \"vtpu-plan\")"},
+      [](auto& j) { j["format"] = "other"; });
+  bad({"version is 2 (expected 1)"}, [](auto& j) { j["version"] = 2; });
+  bad({"model is 3 (expected a name)"}, [](auto& j) { j["model"] = 3; });
+  bad({"expected \"mesh\""}, [](auto& j) { j.erase("mesh"); });
+  bad({"mesh axis 'a' appears twice"}, [](auto& j) {
+    j["mesh"] = {{"axes", {"a", "a"}}, {"shape", {2, 2}}};
+  });
+  bad({"mesh has 1 axes and 2 sizes"}, [](auto& j) {
+    j["mesh"] = {{"axes", {"a"}}, {"shape", {2, 2}}};
+  });
+  bad({"mesh size 0 (expected an integer 1..4096)"}, [](auto& j) { j["mesh"]["shape"] = {2, 0}; });
+  bad({"expected \"strategy\""}, [](auto& j) { j["strategy"] = 3; });
+  // An unknown strategy: a role vtpu does not have.
+  bad({"unknown strategy key 'pipeline'", "expected name, data, tensor, fsdp, batch_axes"},
+      [](auto& j) { j["strategy"]["pipeline"] = "data"; });
+  // Axes not in the mesh.
+  bad({"strategy.tensor names \"y\", which is not a mesh axis", "data, model"},
+      [](auto& j) { j["strategy"]["tensor"] = "y"; });
+  bad({"strategy.data names 3"}, [](auto& j) { j["strategy"]["data"] = {3}; });
+  bad({"strategy.data names 'data' twice"}, [](auto& j) {
+    j["strategy"]["data"] = {"data", "data"};
+  });
+  bad({"mesh axis 'data' is in strategy.tensor and in strategy.data"},
+      [](auto& j) { j["strategy"]["tensor"] = "data"; });
+  // The mesh and the strategy disagree: an axis would be idle.
+  bad({"mesh axis 'data' of size 2 has no role", "'dp(data)+tp(model)'"},
+      [](auto& j) { j["strategy"]["data"] = nullptr; });
+  bad({"layers[0]"}, [](auto& j) { j["layers"] = {{{"name", "x"}}}; });
+  bad({"estimate.step_seconds is \"fast\""},
+      [](auto& j) { j["estimate"]["step_seconds"] = "fast"; });
+  bad({"estimate.batch is 0"}, [](auto& j) { j["estimate"]["batch"] = 0; });
+}
+
+TEST(TrainPlanTest, WrongModelNamesBoth) {
+  const TrainPlan p = parse_train_plan(good_plan(), "p.json");
+  expect_error<InvalidArgumentError>(
+      [&] { require_plan_model(p, "mlp", "vtpu train mlp"); },
+      {"plan file 'p.json' is for model 'transformer' (expected 'mlp' for vtpu train mlp)"});
+  require_plan_model(p, "transformer", "vtpu train transformer");  // no error
+}
+
+TEST(TrainPlanTest, DataTensorLayoutFlattensTheRoles) {
+  // dp(data,model) on 2x4: one data group of all 8 cores, rank = 4 d + m (P(('data', 'model'))).
+  nlohmann::json j = good_plan();
+  j["strategy"] = {{"name", "dp(data,model)"}, {"data", {"data", "model"}}};
+  DataTensorLayout l = plan_data_tensor_layout(parse_train_plan(j, "t"), "vtpu train transformer");
+  EXPECT_EQ(l.data, 8);
+  EXPECT_EQ(l.tensor, 1);
+  EXPECT_EQ(l.data_groups, (Groups{{0, 1, 2, 3, 4, 5, 6, 7}}));
+  // dp(model)+tp(data): 4 data shards along 'model', 2 tensor shards along 'data'.
+  j["strategy"] = {{"name", "dp(model)+tp(data)"}, {"data", "model"}, {"tensor", "data"}};
+  l = plan_data_tensor_layout(parse_train_plan(j, "t"), "vtpu train transformer");
+  EXPECT_EQ(l.data, 4);
+  EXPECT_EQ(l.tensor, 2);
+  EXPECT_EQ(l.tensor_groups, (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(l.data_groups, (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(l.tensor_rank[5], 1);
+  EXPECT_EQ(l.data_rank[5], 1);
+  // FSDP has no data x tensor layout; a layer sharded otherwise than the trainer does fails.
+  j["strategy"] = {{"name", "fsdp(data,model)"}, {"fsdp", {"data", "model"}}};
+  expect_error<UnimplementedError>(
+      [&] { plan_data_tensor_layout(parse_train_plan(j, "t"), "vtpu train transformer"); },
+      {"vtpu train transformer cannot run strategy 'fsdp(data,model)'", "FSDP"});
+  j = good_plan();
+  j["layers"] = {{{"name", "blocks.0.attn"}, {"sharding", "replicated"}}};
+  expect_error<UnimplementedError>(
+      [&] { plan_data_tensor_layout(parse_train_plan(j, "t"), "vtpu train transformer"); },
+      {"layer 'blocks.0.attn' is 'replicated'", "shards it 'heads'"});
+}
+
+TEST(TrainPlanTest, MlpModes) {
+  const std::string mesh = R"j({"axes": ["data", "model"], "shape": [2, 4]})j";
+  auto mode = [&](const std::string& name, const std::string& strategy, bool allow_tensor) {
+    return mlp_plan_mode(load_train_plan(write_plan(name, plan_text(mesh, strategy))),
+                         allow_tensor);
+  };
+  EXPECT_EQ(mode("mlp_dp.json", R"j({"data": ["data", "model"]})j", false),
+            MlpPlanMode::kDataParallel);
+  EXPECT_EQ(mode("mlp_fsdp.json", R"j({"fsdp": ["data", "model"]})j", false), MlpPlanMode::kFsdp);
+  EXPECT_EQ(mode("mlp_tp.json", R"j({"data": "data", "tensor": "model"})j", true),
+            MlpPlanMode::kTensorParallel);
+  EXPECT_EQ(mode("mlp_tp8.json", R"j({"tensor": ["data", "model"]})j", true),
+            MlpPlanMode::kTensorParallel);
+  // train fsdp runs no tensor parallelism, and points to train mlp.
+  expect_error<UnimplementedError>(
+      [&] {
+        mode("mlp_tp2.json",
+             R"j({"name": "dp(data)+tp(model)", "data": "data", "tensor": "model"})j", false);
+      },
+      {"train fsdp cannot run strategy 'dp(data)+tp(model)' (data: ['data'], tensor: ['model'], "
+       "fsdp: null)",
+       "vtpu train mlp --plan"});
+  expect_error<UnimplementedError>(
+      [&] {
+        mode("mlp_hsdp.json", R"j({"name": "hsdp", "data": "data", "fsdp": "model"})j", true);
+      },
+      {"hybrid sharding"});
+  expect_error<UnimplementedError>(
+      [&] { mode("mlp_fsdp_tp.json", R"j({"fsdp": "data", "tensor": "model"})j", true); },
+      {"FSDP with tensor parallelism"});
+  expect_error<InvalidArgumentError>(
+      [&] { mlp_plan_mode(parse_train_plan(good_plan(), "t.json"), true); },
+      {"is for model 'transformer' (expected 'mlp'"});
+}
+
+TEST(TrainPlanTest, WhatVtpuTrainRuns) {
+  const std::vector<int64_t> shape = {2, 4};
+  const Names axes = {"data", "model"};
+  auto why = [&](const std::string& model, Names d, Names t, Names f) {
+    return plan_unsupported_reason(model, shape, axes, d, t, f);
+  };
+  EXPECT_EQ(why("mlp", {"data", "model"}, {}, {}), "");
+  EXPECT_EQ(why("mlp", {}, {"data", "model"}, {}), "");
+  EXPECT_EQ(why("mlp", {"model"}, {"data"}, {}), "");
+  EXPECT_EQ(why("mlp", {}, {}, {"data", "model"}), "");
+  EXPECT_NE(why("mlp", {"data"}, {}, {"model"}).find("HSDP"), std::string::npos);
+  EXPECT_NE(why("mlp", {}, {"model"}, {"data"}).find("FSDP with tensor"), std::string::npos);
+  EXPECT_EQ(why("transformer", {"data"}, {"model"}, {}), "");
+  EXPECT_NE(why("transformer", {}, {}, {"data", "model"}).find("not implemented for transformer"),
+            std::string::npos);
+  EXPECT_NE(why("gpt", {"data", "model"}, {}, {}).find("no vtpu train command runs model 'gpt'"),
+            std::string::npos);
+  EXPECT_NE(why("mlp", {"data"}, {}, {}).find("'model' would be idle"), std::string::npos);
+  EXPECT_EQ(plan_unsupported_reason("mlp", {1, 1}, axes, {}, {}, {}), "");  // one core
+  // Megatron's layouts.
+  EXPECT_EQ(required_tensor_sharding("mlp", "fc1"), "column");
+  EXPECT_EQ(required_tensor_sharding("mlp", "relu"), "sharded");
+  EXPECT_EQ(required_tensor_sharding("mlp", "fc2"), "row");
+  EXPECT_EQ(required_tensor_sharding("transformer", "blocks.1.attn"), "heads");
+  EXPECT_EQ(required_tensor_sharding("transformer", "blocks.1.mlp.fc1"), "column");
+  EXPECT_EQ(required_tensor_sharding("transformer", "blocks.1.mlp.gelu"), "sharded");
+  EXPECT_EQ(required_tensor_sharding("transformer", "blocks.1.mlp.fc2"), "row");
+  EXPECT_EQ(required_tensor_sharding("transformer", "head"), "replicated");
+  EXPECT_EQ(required_tensor_sharding("transformer", "embed"), "replicated");
+  EXPECT_EQ(required_tensor_sharding("gpt", "fc1"), "");
+}
+
+ModelGraph model_file(const std::string& name) {
+  return ModelGraph::load_json_file(std::string(VTPU_SOURCE_DIR) + "/examples/models/" + name);
+}
+
+// The planner within what vtpu train runs: on every mesh the winner is runnable, and its layers
+// are the trainer's. The 1x8 transformer cannot split 4 heads 8 ways, so tp(model) cannot run.
+TEST(TrainPlanTest, PlannerPicksOnlyRunnableStrategies) {
+  for (const char* file : {"mlp.json", "transformer.json"}) {
+    const ModelGraph m = model_file(file);
+    for (const auto& shape : std::vector<std::vector<int64_t>>{{1, 8}, {2, 4}, {8, 1}, {1, 2}}) {
+      const Names axes = {"data", "model"};
+      for (const char* hw : {"v5e", "this_machine"}) {
+        const CostModel cost(HardwareProfile::get(hw));
+        const AutoShardingPlan plan =
+            plan_auto_sharding(m, shape, axes, cost, 0, plan_constraints(m.name, shape, axes));
+        ASSERT_GE(plan.winner, 0) << file << " " << hw;
+        const PlanCandidate& w = plan.candidates[static_cast<size_t>(plan.winner)];
+        EXPECT_EQ(
+            plan_unsupported_reason(m.name, shape, axes, w.data_axes, w.tensor_axes, w.fsdp_axes),
+            "")
+            << file << " " << w.name;
+        if (!w.tensor_axes.empty()) {
+          for (const LayerPlan& l : w.layers) {
+            EXPECT_EQ(l.choice, required_tensor_sharding(m.name, l.layer))
+                << file << " " << l.layer;
+          }
+        }
+        // The emitted plan reads back and maps onto a trainer.
+        const TrainPlan p = parse_train_plan(plan.to_json(), "emitted");
+        if (m.name == "mlp") {
+          mlp_plan_mode(p, true);
+        } else {
+          plan_data_tensor_layout(p, "vtpu train transformer");
+        }
+        for (const PlanCandidate& c : plan.candidates) {
+          if (c.feasible && c.name.starts_with("fsdp") && m.name == "transformer") {
+            EXPECT_NE(c.why_lost.find("cannot run: vtpu train transformer: FSDP"),
+                      std::string::npos)
+                << c.why_lost;
+          }
+        }
+      }
+    }
+  }
+  const ModelGraph t = model_file("transformer.json");
+  const CostModel cost(HardwareProfile::get("v5e"));
+  const AutoShardingPlan plan =
+      plan_auto_sharding(t, {1, 8}, {"data", "model"}, cost, 0,
+                         plan_constraints("transformer", {1, 8}, {"data", "model"}));
+  bool seen = false;
+  for (const PlanCandidate& c : plan.candidates) {
+    if (c.name != "tp(model)") continue;
+    seen = true;
+    EXPECT_FALSE(c.feasible);
+    EXPECT_NE(c.why_lost.find("layer 'blocks.0.attn' (attention, d_model 64, heads 4) must be "
+                              "split 'heads' (vtpu train transformer runs it so), which does not "
+                              "divide over 8 tensor cores"),
+              std::string::npos)
+        << c.why_lost;
+  }
+  EXPECT_TRUE(seen);
+}
+
+}  // namespace
+}  // namespace vtpu::examples
