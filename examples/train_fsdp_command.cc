@@ -1,8 +1,10 @@
 #include "examples/train_fsdp_command.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -12,6 +14,7 @@
 #include "common/units.h"
 #include "examples/cli_validators.h"
 #include "examples/digits_dataset.h"
+#include "examples/estimate_report.h"
 #include "examples/fsdp_trainer.h"
 #include "examples/mlp_trainer.h"
 #include "examples/train_plan.h"
@@ -40,15 +43,17 @@ struct DpRun {
   HbmBreakdown peak;  // core 0 after the last step, all training buffers live (its peak)
 };
 
-DpRun run_dp(const RuntimeOptions& options, const DigitsSplit& split, MlpConfig config) {
+/// `on_step`, when set, is called on core 0 after every step (a StepMeter's callback).
+DpRun run_dp(const RuntimeOptions& options, const DigitsSplit& split, MlpConfig config,
+             const std::function<void(int64_t, double)>& on_step = {}) {
   Runtime runtime(options);
   DpRun run;
   // train_mlp allocates every buffer once, so after the last step core 0 holds its peak.
   config.at_peak = [&run](Runtime& rt) {
     run.peak = hbm_breakdown(rt.core(0).hbm().chunk_records());
   };
-  config.log_every = 0;
-  run.result = train_mlp(runtime, split, config);
+  config.log_every = on_step ? 1 : 0;
+  run.result = train_mlp(runtime, split, config, on_step);
   return run;
 }
 
@@ -142,13 +147,42 @@ int run(const TrainFsdpCommand& cmd) {
     if (!cmd.json) std::printf("step %6lld  loss %.6f\n", static_cast<long long>(step), loss);
   };
 
+  // The plan's estimate, compared with the run of its strategy (examples/estimate_report.h).
+  std::optional<PlanEstimate> estimate;
+  if (plan) {
+    estimate = read_plan_estimate(cmd.plan_path);
+    if (estimate) estimate->check_batch(mc.global_batch);
+  }
+  StepMeter meter;
   std::optional<FsdpResult> fsdp;
   if (fsdp_mode) {
     Runtime runtime(options);
-    fsdp = train_fsdp(runtime, split, config, log);
+    FsdpConfig run_config = config;
+    std::function<void(int64_t, double)> on_log = log;
+    if (estimate) {  // a callback every step, to read the process CPU time
+      on_log = meter.wrap(log, mc.log_every, mc.steps);
+      run_config.mlp.log_every = 1;
+    }
+    fsdp = train_fsdp(runtime, split, run_config, on_log);
   }
   MlpConfig dp_config = mc;
-  DpRun dp = run_dp(options, split, dp_config);
+  DpRun dp = run_dp(options, split, dp_config,
+                    estimate && !fsdp_mode ? meter.wrap({}, 0, mc.steps)
+                                           : std::function<void(int64_t, double)>());
+  std::optional<EstimateReport> report;
+  if (estimate) {
+    MeasuredRun m;
+    m.num_cores = n;
+    m.steps = mc.steps;
+    m.median_step_seconds = 1e-3 * (fsdp ? fsdp->median_step_ms : dp.result.median_step_ms);
+    m.cpu_seconds_per_step = meter.median_cpu_seconds();
+    for (const MemoryStats& s : fsdp ? fsdp->hbm : dp.result.hbm)
+      m.peak_hbm_bytes_per_core = std::max(m.peak_hbm_bytes_per_core, s.peak_bytes_in_use);
+    m.unmodelled_hbm_bytes = (fsdp ? fsdp->peak : dp.peak).training_set;
+    m.unmodelled_what = "training set (replicated on every core)";
+    record_host(m);
+    report = compare_estimate(*estimate, m);
+  }
   RuntimeOptions one = options;
   one.num_cores = 1;
   const DpRun reference = run_dp(one, split, dp_config);
@@ -184,6 +218,7 @@ int run(const TrainFsdpCommand& cmd) {
           max_relative_difference(fsdp->losses, dp.result.losses);
     }
     j["losses_match"] = ok;
+    if (report) j["estimate_vs_measured"] = report->to_json();
     std::cout << j.dump(2) << std::endl;
     return ok ? 0 : 1;
   }
@@ -231,6 +266,7 @@ int run(const TrainFsdpCommand& cmd) {
               reference.result.median_step_ms);
   print_breakdown(&dp.peak, fsdp ? &fsdp->peak : nullptr, dp.result.hbm[0].peak_bytes_in_use,
                   fsdp ? fsdp->hbm[0].peak_bytes_in_use : 0);
+  if (report) std::printf("%s", report->to_string().c_str());
   return ok ? 0 : 1;
 }
 
