@@ -153,17 +153,11 @@ double pallas_step(VirtualCore& core, const DeviceBuffer& x, const DeviceBuffer&
   ta.transpose_lhs = true;
   tb.transpose_rhs = true;
   // Blocks of at most 256 (the default), and the whole dim when it is smaller (always legal).
-  auto fit = [](MatmulOptions o, int64_t m, int64_t n, int64_t k) {
-    o.bm = fit_block(o.bm, m);
-    o.bn = fit_block(o.bn, n);
-    o.bk = fit_block(o.bk, k);
-    return o;
-  };
   // Forward.
   pallas_dense(core, X, at(params, kIn, h, layout.w1()), at(params, 1, h, layout.b1()), A1,
-               fit(relu, b, h, kIn));
+               fit_blocks(relu, b, h, kIn));
   pallas_dense(core, A1, at(params, h, kOut, layout.w2()), at(params, 1, kOut, layout.b2()), L,
-               fit(bias, b, kOut, h));
+               fit_blocks(bias, b, kOut, h));
   pallas_softmax(core, L, P, fit_block(256, b));
   MatMap probs(probsbuf.as<float>().data(), b, kOut);
   MatMap yb(y.as<float>().data(), b, kOut);
@@ -177,12 +171,14 @@ double pallas_step(VirtualCore& core, const DeviceBuffer& x, const DeviceBuffer&
   MatMap dz2(logitsbuf.as<float>().data(), b, kOut);
   dz2 = (probs - yb) * inv_batch;
   float* g = grads.as<float>().data();
-  pallas_matmul(core, A1, L, at(grads, h, kOut, layout.w2()), fit(ta, h, kOut, b));  // a1^T dZ2
+  pallas_matmul(core, A1, L, at(grads, h, kOut, layout.w2()),
+                fit_blocks(ta, h, kOut, b));  // a1^T dZ2
   VecMap(g + layout.b2(), kOut) = dz2.colwise().sum();
-  pallas_matmul(core, L, at(params, h, kOut, layout.w2()), Z1, fit(tb, b, h, kOut));  // dZ2 W2^T
+  pallas_matmul(core, L, at(params, h, kOut, layout.w2()), Z1,
+                fit_blocks(tb, b, h, kOut));  // dZ2 W2^T
   MatMap a1(a1buf.as<float>().data(), b, h), dz1(z1buf.as<float>().data(), b, h);
   dz1 = (a1.array() > 0.0f).select(dz1, 0.0f);  // dZ1 (a1 > 0 exactly where z1 > 0)
-  pallas_matmul(core, X, Z1, at(grads, kIn, h, layout.w1()), fit(ta, kIn, h, b));  // x^T dZ1
+  pallas_matmul(core, X, Z1, at(grads, kIn, h, layout.w1()), fit_blocks(ta, kIn, h, b));  // x^T dZ1
   VecMap(g + layout.b1(), h) = dz1.colwise().sum();
   return loss_sum;
 }

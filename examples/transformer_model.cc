@@ -72,6 +72,9 @@ void TransformerConfig::validate() const {
     throw InvalidArgumentError("Adam betas are " + std::to_string(beta1) + ", " +
                                std::to_string(beta2) + " (expected each < 1)");
   }
+  if (kernels != "eigen" && kernels != "pallas") {
+    throw InvalidArgumentError("kernels is '" + kernels + "' (expected eigen or pallas)");
+  }
 }
 
 void TransformerConfig::validate_mesh(int64_t data, int64_t tensor) const {
@@ -335,8 +338,8 @@ TransformerShard<S>::TransformerShard(const TransformerConfig& config, int64_t t
 template <typename S>
 double TransformerShard<S>::run(std::span<const S> params, std::span<S> grads,
                                 std::span<const int32_t> tokens, S grad_scale,
-                                std::span<S> workspace,
-                                const TensorAllReduce<S>& tp_all_reduce) const {
+                                std::span<S> workspace, const TensorAllReduce<S>& tp_all_reduce,
+                                const DenseMatmul<S>& matmul) const {
   const TransformerConfig& c = config_;
   const int64_t tp = layout_.tp_size();
   const int64_t bsz = local_batch_, ctx = c.context, d = c.d_model, v = c.vocab;
@@ -374,6 +377,25 @@ double TransformerShard<S>::run(std::span<const S> params, std::span<S> grads,
     return tokens[static_cast<size_t>((row / ctx) * (ctx + 1) + row % ctx + 1)];
   };
   const S scale = S(1) / std::sqrt(static_cast<S>(dh));
+  // Every dense projection goes through mm: the caller's matmul (the pipelined Pallas kernel
+  // with --kernels pallas), else Eigen.
+  auto mm = [&](const S* a, bool ta, const S* bm, bool tb, S* out, int64_t m, int64_t nn,
+                int64_t k) {
+    if (matmul) {
+      matmul(a, ta, bm, tb, out, m, nn, k);
+      return;
+    }
+    MatMap<S> C(out, m, nn);
+    if (!ta && !tb) {
+      C.noalias() = CMatMap<S>(a, m, k) * CMatMap<S>(bm, k, nn);
+    } else if (ta && !tb) {
+      C.noalias() = CMatMap<S>(a, k, m).transpose() * CMatMap<S>(bm, k, nn);
+    } else if (!ta && tb) {
+      C.noalias() = CMatMap<S>(a, m, k) * CMatMap<S>(bm, nn, k).transpose();
+    } else {
+      C.noalias() = CMatMap<S>(a, k, m).transpose() * CMatMap<S>(bm, nn, k).transpose();
+    }
+  };
 
   // ---- forward ----
   {
@@ -388,7 +410,7 @@ double TransformerShard<S>::run(std::span<const S> params, std::span<S> grads,
     layer_norm_forward(W + b.x_in, W + b.h1, W + b.mu1, W + b.rs1, prm(pre + "ln1.gain"),
                        prm(pre + "ln1.bias"), n, d);
     MatMap<S> qkv(W + b.qkv, n, 3 * dl);
-    qkv.noalias() = CMatMap<S>(W + b.h1, n, d) * CMatMap<S>(prm(pre + "attn.wqkv"), d, 3 * dl);
+    mm(W + b.h1, false, prm(pre + "attn.wqkv"), false, W + b.qkv, n, 3 * dl, d);
     qkv.rowwise() += CVecMap<S>(prm(pre + "attn.bqkv"), 3 * dl);
     for (int64_t s = 0; s < bsz; ++s) {
       for (int64_t h = 0; h < hl; ++h) {
@@ -410,7 +432,7 @@ double TransformerShard<S>::run(std::span<const S> params, std::span<S> grads,
       }
     }
     MatMap<S> y(W + w.dtmp, n, d);
-    y.noalias() = CMatMap<S>(W + b.att, n, dl) * CMatMap<S>(prm(pre + "attn.wo"), dl, d);
+    mm(W + b.att, false, prm(pre + "attn.wo"), false, W + w.dtmp, n, d, dl);
     all_reduce(W + w.dtmp, n * d);  // Megatron's g: complete the row-parallel sum
     MatMap<S> xm(W + b.x_mid, n, d);
     xm = CMatMap<S>(W + b.x_in, n, d) + y;
@@ -419,10 +441,10 @@ double TransformerShard<S>::run(std::span<const S> params, std::span<S> grads,
     layer_norm_forward(W + b.x_mid, W + b.h2, W + b.mu2, W + b.rs2, prm(pre + "ln2.gain"),
                        prm(pre + "ln2.bias"), n, d);
     MatMap<S> u(W + b.u, n, fl), a(W + b.a, n, fl);
-    u.noalias() = CMatMap<S>(W + b.h2, n, d) * CMatMap<S>(prm(pre + "mlp.w1"), d, fl);
+    mm(W + b.h2, false, prm(pre + "mlp.w1"), false, W + b.u, n, fl, d);
     u.rowwise() += CVecMap<S>(prm(pre + "mlp.b1"), fl);
     a = u.unaryExpr([](S z) { return gelu(z); });
-    y.noalias() = a * CMatMap<S>(prm(pre + "mlp.w2"), fl, d);
+    mm(W + b.a, false, prm(pre + "mlp.w2"), false, W + w.dtmp, n, d, fl);
     all_reduce(W + w.dtmp, n * d);  // g
     const int64_t next = l + 1 < c.layers ? w.blocks[static_cast<size_t>(l + 1)].x_in : w.x_out;
     MatMap<S> xo(W + next, n, d);
@@ -432,7 +454,7 @@ double TransformerShard<S>::run(std::span<const S> params, std::span<S> grads,
   layer_norm_forward(W + w.x_out, W + w.hf, W + w.muf, W + w.rsf, prm("ln_f.gain"),
                      prm("ln_f.bias"), n, d);
   MatMap<S> logits(W + w.logits, n, v);
-  logits.noalias() = CMatMap<S>(W + w.hf, n, d) * CMatMap<S>(prm("head.w"), d, v);
+  mm(W + w.hf, false, prm("head.w"), false, W + w.logits, n, v, d);
   logits.rowwise() += CVecMap<S>(prm("head.b"), v);
   // Softmax cross-entropy; logits become dlogits = (softmax - onehot) * grad_scale.
   double loss_sum = 0.0;
@@ -450,10 +472,9 @@ double TransformerShard<S>::run(std::span<const S> params, std::span<S> grads,
   // ---- backward ----
   MatMap<S> dx(W + w.dx, n, d), dtmp(W + w.dtmp, n, d);
   {
-    CMatMap<S> hf(W + w.hf, n, d);
-    MatMap<S>(grd("head.w"), d, v).noalias() = hf.transpose() * logits;
+    mm(W + w.hf, true, W + w.logits, false, grd("head.w"), d, v, n);
     VecMap<S>(grd("head.b"), v) = logits.colwise().sum();
-    dtmp.noalias() = logits * CMatMap<S>(prm("head.w"), d, v).transpose();
+    mm(W + w.logits, false, prm("head.w"), true, W + w.dtmp, n, d, v);
     layer_norm_backward(W + w.x_out, W + w.dtmp, W + w.muf, W + w.rsf, prm("ln_f.gain"), W + w.dx,
                         grd("ln_f.gain"), grd("ln_f.bias"), n, d);
   }
@@ -464,12 +485,12 @@ double TransformerShard<S>::run(std::span<const S> params, std::span<S> grads,
     VecMap<S>(grd(pre + "mlp.b2"), d) = dx.colwise().sum();
     CMatMap<S> a(W + b.a, n, fl), u(W + b.u, n, fl);
     MatMap<S> du(W + w.du, n, fl);
-    MatMap<S>(grd(pre + "mlp.w2"), fl, d).noalias() = a.transpose() * dx;
-    du.noalias() = dx * CMatMap<S>(prm(pre + "mlp.w2"), fl, d).transpose();
+    mm(W + b.a, true, W + w.dx, false, grd(pre + "mlp.w2"), fl, d, n);
+    mm(W + w.dx, false, prm(pre + "mlp.w2"), true, W + w.du, n, fl, d);
     du = du.binaryExpr(u, [](S g, S z) { return g * gelu_grad(z); });
-    MatMap<S>(grd(pre + "mlp.w1"), d, fl).noalias() = CMatMap<S>(W + b.h2, n, d).transpose() * du;
+    mm(W + b.h2, true, W + w.du, false, grd(pre + "mlp.w1"), d, fl, n);
     VecMap<S>(grd(pre + "mlp.b1"), fl) = du.colwise().sum();
-    dtmp.noalias() = du * CMatMap<S>(prm(pre + "mlp.w1"), d, fl).transpose();
+    mm(W + w.du, false, prm(pre + "mlp.w1"), true, W + w.dtmp, n, d, fl);
     all_reduce(W + w.dtmp, n * d);  // Megatron's f (backward): sum d(LN2 out) over the shards
     // LN backward in place on dtmp (it reads each dy row before it writes that dx row).
     layer_norm_backward(W + b.x_mid, W + w.dtmp, W + b.mu2, W + b.rs2, prm(pre + "ln2.gain"),
@@ -477,10 +498,8 @@ double TransformerShard<S>::run(std::span<const S> params, std::span<S> grads,
     dx += dtmp;  // gradient of x_mid
     // Attention.
     VecMap<S>(grd(pre + "attn.bo"), d) = dx.colwise().sum();
-    CMatMap<S> att(W + b.att, n, dl);
-    MatMap<S> datt(W + w.datt, n, dl);
-    MatMap<S>(grd(pre + "attn.wo"), dl, d).noalias() = att.transpose() * dx;
-    datt.noalias() = dx * CMatMap<S>(prm(pre + "attn.wo"), dl, d).transpose();
+    mm(W + b.att, true, W + w.dx, false, grd(pre + "attn.wo"), dl, d, n);
+    mm(W + w.dx, false, prm(pre + "attn.wo"), true, W + w.datt, n, dl, d);
     MatMap<S> dp(W + w.dp, ctx, ctx);
     for (int64_t s = 0; s < bsz; ++s) {
       for (int64_t h = 0; h < hl; ++h) {
@@ -504,10 +523,9 @@ double TransformerShard<S>::run(std::span<const S> params, std::span<S> grads,
       }
     }
     CMatMap<S> dqkv(W + w.dqkv, n, 3 * dl);
-    MatMap<S>(grd(pre + "attn.wqkv"), d, 3 * dl).noalias() =
-        CMatMap<S>(W + b.h1, n, d).transpose() * dqkv;
+    mm(W + b.h1, true, W + w.dqkv, false, grd(pre + "attn.wqkv"), d, 3 * dl, n);
     VecMap<S>(grd(pre + "attn.bqkv"), 3 * dl) = dqkv.colwise().sum();
-    dtmp.noalias() = dqkv * CMatMap<S>(prm(pre + "attn.wqkv"), d, 3 * dl).transpose();
+    mm(W + w.dqkv, false, prm(pre + "attn.wqkv"), true, W + w.dtmp, n, d, 3 * dl);
     all_reduce(W + w.dtmp, n * d);  // f (backward): sum d(LN1 out) over the shards
     layer_norm_backward(W + b.x_in, W + w.dtmp, W + b.mu1, W + b.rs1, prm(pre + "ln1.gain"),
                         W + w.dtmp, grd(pre + "ln1.gain"), grd(pre + "ln1.bias"), n, d);

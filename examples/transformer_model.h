@@ -51,6 +51,9 @@ struct TransformerConfig {
   float beta1 = 0.9f, beta2 = 0.999f, adam_eps = 1e-8f;  // Adam (Kingma & Ba 2015)
   uint64_t seed = 0;                                     // parameter init and batch windows
   int64_t log_every = 25;  // print the loss every this many steps (0: never)
+  /// Dense projections: "eigen" (Eigen GEMMs) or "pallas" (the pipelined tiled matmul of
+  /// runtime/pallas_kernels.h on each core, through VMEM and the DMA engine).
+  std::string kernels = "eigen";
   /// Throws InvalidArgumentError naming the field and the expected range.
   void validate() const;
   /// Checks a data x tensor mesh: `tensor` divides heads and hidden, `data` divides batch.
@@ -107,6 +110,15 @@ std::vector<S> shard_transformer_parameters(const TransformerConfig& config,
 template <typename S>
 using TensorAllReduce = std::function<void(std::span<S>)>;
 
+/// A dense matmul for the model's projections: out(m, n) = op(A)(m, k) op(B)(k, n), every matrix
+/// row-major and contiguous, op(A) = A stored (m, k), or A^T with A stored (k, m) when ta; op(B)
+/// likewise ((k, n), or (n, k) when tb). `out` is overwritten and aliases neither input. Sizes in
+/// elements. The trainer passes the pipelined Pallas matmul (runtime/pallas_kernels.h) for
+/// `--kernels pallas`; empty means Eigen.
+template <typename S>
+using DenseMatmul = std::function<void(const S* a, bool ta, const S* b, bool tb, S* out, int64_t m,
+                                       int64_t n, int64_t k)>;
+
 /// Forward and backward of one tensor-parallel shard on `local_batch` sequences. Templated on the
 /// scalar (float for training, double for the finite-difference check). Thread-compatible: one
 /// instance per core; run() writes its workspace and the gradients.
@@ -124,9 +136,13 @@ class TransformerShard {
   /// over the data-parallel shards gives the gradient of the global mean). workspace:
   /// workspace_elements(). Returns the sum over the local tokens of -log p(target), in double.
   /// Calls tp_all_reduce exactly 2 * layers times in forward and 2 * layers in backward.
+  /// Every dense projection (4 per block and the LM head; forward, and backward for the input and
+  /// the weight gradient) goes through `matmul` when it is set; the attention core
+  /// (per-head QK^T and PV, strided) always runs in Eigen.
   /// Throws InvalidArgumentError for a token out of range or a span of the wrong size.
   double run(std::span<const S> params, std::span<S> grads, std::span<const int32_t> tokens,
-             S grad_scale, std::span<S> workspace, const TensorAllReduce<S>& tp_all_reduce) const;
+             S grad_scale, std::span<S> workspace, const TensorAllReduce<S>& tp_all_reduce,
+             const DenseMatmul<S>& matmul = {}) const;
 
  private:
   TransformerConfig config_;

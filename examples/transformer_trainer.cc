@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "examples/train_step_log.h"
+#include "runtime/pallas_kernels.h"
 
 namespace vtpu::examples {
 
@@ -187,6 +188,29 @@ TransformerResult train_transformer(Runtime& runtime, std::span<const int32_t> t
     const TensorAllReduce<float> tp_all_reduce = [&](std::span<float> x) {
       tp.all_reduce<float>(ctx, x);
     };
+    // --kernels pallas: every dense projection is the pipelined tiled matmul on this core, its
+    // operands located in the HBM buffers above (blocks of at most 256, two VMEM buffers each).
+    DenseMatmul<float> pallas_matmul_fn;
+    if (config.kernels == "pallas") {
+      auto locate = [&](const float* ptr, int64_t rows, int64_t cols) {
+        for (const DeviceBuffer* b : {&params, &grads, &work}) {
+          const float* base = b->as<float>().data();
+          const auto len = static_cast<int64_t>(b->as<float>().size());
+          if (ptr >= base && ptr - base + rows * cols <= len) {
+            return HbmMatrix{b, rows, cols, static_cast<uint64_t>(ptr - base) * sizeof(float)};
+          }
+        }
+        throw InternalError("a transformer matmul operand lies outside the core's HBM buffers");
+      };
+      pallas_matmul_fn = [&, locate](const float* a, bool ta, const float* b, bool tb, float* out,
+                                     int64_t m, int64_t n, int64_t k) {
+        MatmulOptions o;
+        o.transpose_lhs = ta;
+        o.transpose_rhs = tb;
+        pallas_matmul(ctx.core(), locate(a, ta ? k : m, ta ? m : k),
+                      locate(b, tb ? n : k, tb ? k : n), locate(out, m, n), fit_blocks(o, m, n, k));
+      };
+    }
     for (int64_t step = 0; step < config.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
       // This data shard's sequences: [d * local_batch, (d + 1) * local_batch) of the batch.
@@ -196,7 +220,7 @@ TransformerResult train_transformer(Runtime& runtime, std::span<const int32_t> t
         std::copy_n(tokens.begin() + start, ctx_len + 1, tk.begin() + s * (ctx_len + 1));
       }
       const double loss_sum = model.run(p, g.first(static_cast<size_t>(shard_size)), tk, grad_scale,
-                                        work.as<float>(), tp_all_reduce);
+                                        work.as<float>(), tp_all_reduce, pallas_matmul_fn);
       g[static_cast<size_t>(shard_size)] = static_cast<float>(loss_sum);
       // Data parallel: one bucket (the shard's gradients and the loss sum) over the column.
       dp.all_reduce<float>(ctx, g);

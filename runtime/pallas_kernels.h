@@ -64,6 +64,14 @@ PallasCallStats pallas_dense(VirtualCore& core, const HbmMatrix& x, const HbmMat
 /// min(block, dim): the largest block that never exceeds the array, for callers that want "at
 /// most `block`" (a block equal to the dim is always legal).
 inline int64_t fit_block(int64_t block, int64_t dim) { return block < dim ? block : dim; }
+/// `options` with bm, bn and bk each made fit_block of m, n and k: blocks of at most the given
+/// size, the whole dim when it is smaller.
+inline MatmulOptions fit_blocks(MatmulOptions options, int64_t m, int64_t n, int64_t k) {
+  options.bm = fit_block(options.bm, m);
+  options.bn = fit_block(options.bn, n);
+  options.bk = fit_block(options.bk, k);
+  return options;
+}
 
 /// out = softmax(x) along each row (max-subtracted, as jax.nn.softmax), streaming blocks of
 /// `block_rows` whole rows (a multiple of 8 or x.rows; not clamped).

@@ -881,6 +881,15 @@ TEST(VtpuCliTest, TrainTransformerRunsAPlan) {
   EXPECT_NE(line_of("HBM per core (bytes)").find(" 1000000 "), std::string::npos) << r.output;
 }
 
+TEST(VtpuCliTest, TrainTransformerRunsWithPallasKernels) {
+  const CliRun r =
+      run_cli("train transformer --mesh 1x2 --steps 3 --batch 2 --kernels pallas --data " +
+              transformer_text_file());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("pallas kernels"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("limit 1e-04): ok"), std::string::npos) << r.output;
+}
+
 TEST(VtpuCliTest, TrainTransformerRejectsBadInput) {
   const std::string data = " --steps 1 --batch 2 --data " + transformer_text_file();
   expect_failure("train transformer --mesh 1x3" + data,
@@ -892,7 +901,7 @@ TEST(VtpuCliTest, TrainTransformerRejectsBadInput) {
                  "batch 2 is not divisible by the data-parallel axis size 3", 1);
   expect_failure("train transformer --cores 3 --mesh 2x2" + data,
                  "--cores 3 does not match the mesh 2x2", 2);
-  expect_failure("train transformer --kernels pallas" + data, "not implemented for transformer", 1);
+  expect_failure("train transformer --kernels cuda" + data, "--kernels: cuda not in", 2);
   expect_failure("train transformer --mesh 1x2 --plan x.json" + data, "excludes", 2);
   expect_failure("train transformer --hbm-bytes lots" + data, "invalid byte size 'lots'", 2);
   expect_failure("train transformer --mesh 1x2 --steps 1 --data /nonexistent.txt",
