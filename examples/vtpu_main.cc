@@ -137,7 +137,9 @@ int run_train_mlp(const TrainArgs& args) {
   std::optional<vtpu::examples::PlanEstimate> estimate;
   if (!args.estimate_from.empty()) {
     const vtpu::examples::TrainPlan plan = vtpu::examples::load_train_plan(args.estimate_from);
-    if (vtpu::examples::mlp_plan_mode(plan) != vtpu::examples::MlpPlanMode::kDataParallel) {
+    // One core splits nothing: any strategy of a 1-core mesh is what train mlp --cores 1 runs.
+    if (plan.num_cores() > 1 &&
+        vtpu::examples::mlp_plan_mode(plan) != vtpu::examples::MlpPlanMode::kDataParallel) {
       throw vtpu::InvalidArgumentError(
           "--estimate-from " + args.estimate_from + ": strategy " + plan.describe_strategy() +
           " is not what train mlp runs (expected data parallel over every mesh axis; compare an "
