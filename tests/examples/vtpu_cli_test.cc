@@ -871,8 +871,8 @@ TEST(VtpuCliTest, TrainTransformerRunsAPlan) {
   EXPECT_NE(r.output.find("planner estimate vs measured (plan " + plan + ": tp-only on ?; 2 cores"),
             std::string::npos)
       << r.output;
-  const auto line_of = [&](const std::string& key) {
-    const size_t at = r.output.find(key);
+  const auto line_of = [&](const std::string& key) {  // in the report, after the trainer's lines
+    const size_t at = r.output.find(key, r.output.find("planner estimate vs measured"));
     if (at == std::string::npos) return std::string();
     return r.output.substr(at, r.output.find('\n', at) - at);
   };
