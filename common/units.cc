@@ -63,4 +63,15 @@ std::string format_bytes(uint64_t size_bytes) {
   return buf;
 }
 
+std::string format_seconds(double seconds) {
+  char buf[32];
+  if (seconds >= 1)
+    std::snprintf(buf, sizeof buf, "%.3f s", seconds);
+  else if (seconds >= 1e-3)
+    std::snprintf(buf, sizeof buf, "%.3f ms", seconds * 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.3f us", seconds * 1e6);
+  return buf;
+}
+
 }  // namespace vtpu

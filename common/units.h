@@ -1,4 +1,5 @@
-// Byte-size parsing and formatting shared by the options loader and the command line.
+// Byte-size parsing and formatting shared by the options loader and the command line, and the
+// duration format of the planner's tables.
 #pragma once
 
 #include <cstdint>
@@ -19,5 +20,9 @@ uint64_t parse_bytes(std::string_view text);
 /// Formats a byte count for humans: "512 B", "1.50 KiB", "16.00 GiB". Exact bytes are not lost
 /// where it matters: callers that need them print the integer too.
 std::string format_bytes(uint64_t size_bytes);
+
+/// Formats a duration for tables: "1.500 s" from 1 s up, "12.345 ms" from 1 ms, else
+/// "56.700 us" (three decimals in the unit).
+std::string format_seconds(double seconds);
 
 }  // namespace vtpu

@@ -79,7 +79,9 @@ void print_matmul_bench(const KernelBenchResult& r);
 /// best memcpy bandwidth over `copy_bytes` (bytes copied per second, each byte read once and
 /// written once), peak f32 FLOP/s the best single-threaded Eigen GEMM of `gemm_n`^3. The on-core
 /// memory sizes are vtpu's defaults (software arenas), link bandwidth the memcpy bandwidth (the
-/// links are memcpy through ring buffers; calibrate with `vtpu bench collectives`).
+/// links are memcpy through ring buffers; calibrate with `vtpu bench collectives`). host_cpus is
+/// the online CPU count; cache_bytes the L2 per CPU and cache_bytes_per_second the best of 2000
+/// warm memcpy of a quarter of it (both 0 when the system reports no L2 size).
 HardwareProfile measure_this_machine(uint64_t copy_bytes = uint64_t{64} << 20, int gemm_n = 1024);
 
 }  // namespace vtpu::examples

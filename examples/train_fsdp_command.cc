@@ -1,8 +1,10 @@
 #include "examples/train_fsdp_command.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -12,6 +14,7 @@
 #include "common/units.h"
 #include "examples/cli_validators.h"
 #include "examples/digits_dataset.h"
+#include "examples/estimate_report.h"
 #include "examples/fsdp_trainer.h"
 #include "examples/mlp_trainer.h"
 #include "examples/train_plan.h"
@@ -41,15 +44,17 @@ struct DpRun {
   HbmBreakdown peak;  // core 0 after the last step, all training buffers live (its peak)
 };
 
-DpRun run_dp(const RuntimeOptions& options, const DigitsSplit& split, MlpConfig config) {
+/// `on_step`, when set, is called on core 0 after every step (a StepMeter's callback).
+DpRun run_dp(const RuntimeOptions& options, const DigitsSplit& split, MlpConfig config,
+             const std::function<void(int64_t, double)>& on_step = {}) {
   Runtime runtime(options);
   DpRun run;
   // train_mlp allocates every buffer once, so after the last step core 0 holds its peak.
   config.at_peak = [&run](Runtime& rt) {
     run.peak = hbm_breakdown(rt.core(0).hbm().chunk_records());
   };
-  config.log_every = 0;
-  run.result = train_mlp(runtime, split, config);
+  config.log_every = on_step ? 1 : 0;
+  run.result = train_mlp(runtime, split, config, on_step);
   return run;
 }
 
@@ -151,13 +156,42 @@ int run(const TrainFsdpCommand& cmd) {
     if (!cmd.json) std::printf("step %6lld  loss %.6f\n", static_cast<long long>(step), loss);
   };
 
+  // The plan's estimate, compared with the run of its strategy (examples/estimate_report.h).
+  std::optional<PlanEstimate> estimate;
+  if (plan) {
+    estimate = read_plan_estimate(cmd.plan_path);
+    if (estimate) estimate->check_batch(mc.global_batch);
+  }
+  StepMeter meter;
   std::optional<FsdpResult> fsdp;
   if (fsdp_mode) {
     Runtime runtime(options);
-    fsdp = train_fsdp(runtime, split, config, log);
+    FsdpConfig run_config = config;
+    std::function<void(int64_t, double)> on_log = log;
+    if (estimate) {  // a callback every step, to read the process CPU time
+      on_log = meter.wrap(log, mc.log_every, mc.steps);
+      run_config.mlp.log_every = 1;
+    }
+    fsdp = train_fsdp(runtime, split, run_config, on_log);
   }
   MlpConfig dp_config = mc;
-  DpRun dp = run_dp(options, split, dp_config);
+  DpRun dp = run_dp(options, split, dp_config,
+                    estimate && !fsdp_mode ? meter.wrap({}, 0, mc.steps)
+                                           : std::function<void(int64_t, double)>());
+  std::optional<EstimateReport> report;
+  if (estimate) {
+    MeasuredRun m;
+    m.num_cores = n;
+    m.steps = mc.steps;
+    m.median_step_seconds = 1e-3 * (fsdp ? fsdp->median_step_ms : dp.result.median_step_ms);
+    m.cpu_seconds_per_step = meter.median_cpu_seconds();
+    for (const MemoryStats& s : fsdp ? fsdp->hbm : dp.result.hbm)
+      m.peak_hbm_bytes_per_core = std::max(m.peak_hbm_bytes_per_core, s.peak_bytes_in_use);
+    m.unmodelled_hbm_bytes = (fsdp ? fsdp->peak : dp.peak).training_set;
+    m.unmodelled_what = "training set (replicated on every core)";
+    record_host(m);
+    report = compare_estimate(*estimate, m);
+  }
   // The reference: train mlp on 1 core, accumulating its gradient over N micro-batches (core c's
   // rows), so that it performs the N-core runs' f32 additions in their rank order
   // (examples/mlp_trainer.h). And, for comparison only, 1 core with the whole batch in one GEMM.
@@ -212,6 +246,7 @@ int run(const TrainFsdpCommand& cmd) {
           max_relative_difference(fsdp->losses, dp.result.losses);
     }
     j["losses_match"] = ok;
+    if (report) j["estimate_vs_measured"] = report->to_json();
     std::cout << j.dump(2) << std::endl;
     return ok && padding_ok ? 0 : 1;
   }
@@ -270,6 +305,7 @@ int run(const TrainFsdpCommand& cmd) {
                 fsdp->padding_is_zero ? "all 0" : "NOT 0");
   }
   print_breakdown(reference, dp, fsdp ? &*fsdp : nullptr, mc.optimizer == "adam");
+  if (report) std::printf("%s", report->to_string().c_str());
   return ok && padding_ok ? 0 : 1;
 }
 

@@ -1,7 +1,9 @@
 #include "examples/train_transformer_command.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -10,6 +12,7 @@
 #include "common/error.h"
 #include "common/units.h"
 #include "examples/cli_validators.h"
+#include "examples/estimate_report.h"
 #include "examples/train_plan.h"
 #include "examples/transformer_trainer.h"
 #include "runtime/runtime.h"
@@ -124,10 +127,35 @@ int run(const TrainTransformerCommand& cmd) {
     ref = train_transformer(rt, text.tokens, c, {1, 1}, log("1 core"));
   }
   if (!cmd.json) std::printf("mesh %s:\n", mesh.to_string().c_str());
+  // The plan's estimate, compared with this run (examples/estimate_report.h).
+  std::optional<PlanEstimate> estimate;
+  if (plan) {
+    estimate = read_plan_estimate(cmd.plan);
+    if (estimate) estimate->check_batch(c.batch);
+  }
+  StepMeter meter;
+  TransformerConfig run_config = c;
+  std::function<void(int64_t, double)> on_log = log("mesh  ");
+  if (estimate) {  // a callback every step, to read the process CPU time
+    on_log = meter.wrap(on_log, c.log_every, c.steps);
+    run_config.log_every = 1;
+  }
   Runtime runtime(options);
   const TransformerResult r = train_transformer_on_layout(
-      runtime, text.tokens, c, layout ? *layout : DataTensorLayout::grid(mesh.data, mesh.tensor),
-      log("mesh  "));
+      runtime, text.tokens, run_config,
+      layout ? *layout : DataTensorLayout::grid(mesh.data, mesh.tensor), on_log);
+  std::optional<EstimateReport> report;
+  if (estimate) {
+    MeasuredRun m;
+    m.num_cores = static_cast<int>(mesh.num_cores());
+    m.steps = c.steps;
+    m.median_step_seconds = r.median_step_ms * 1e-3;
+    m.cpu_seconds_per_step = meter.median_cpu_seconds();
+    for (const MemoryStats& s : r.hbm)
+      m.peak_hbm_bytes_per_core = std::max(m.peak_hbm_bytes_per_core, s.peak_bytes_in_use);
+    record_host(m);  // the tokens are the step's input batch: nothing unmodelled
+    report = compare_estimate(*estimate, m);
+  }
 
   double max_rel = 0.0;
   int64_t worst = 0;
@@ -156,6 +184,7 @@ int run(const TrainTransformerCommand& cmd) {
       j["reference"] = *ref;
       j["max_relative_difference"] = max_rel;
     }
+    if (report) j["estimate_vs_measured"] = report->to_json();
     std::cout << j.dump(2) << std::endl;
   } else {
     if (ref) {
@@ -211,26 +240,7 @@ int run(const TrainTransformerCommand& cmd) {
     }
     std::printf("data replicas identical after training: %s\n",
                 r.replicas_identical ? "yes" : "NO");
-    if (plan) {
-      // ESTIMATE REPORT (branch wip-measure): this block is the call site of the shared
-      // estimate-vs-measured function (`plan` is the TrainPlan of examples/train_plan.h).
-      // The planner's estimate against this run (issue 6 asks for both, within 25%).
-      const double step = r.median_step_ms * 1e-3;
-      const uint64_t hbm = r.hbm.empty() ? 0 : r.hbm[0].peak_bytes_in_use;
-      std::printf("planner estimate vs measured: step %.4f s vs %.4f s (median)",
-                  plan->estimated_step_seconds, step);
-      if (plan->estimated_step_seconds > 0) {
-        std::printf(" = %.2fx", step / plan->estimated_step_seconds);
-      }
-      std::printf("; HBM per core %llu vs %llu bytes (peak, core 0)",
-                  static_cast<unsigned long long>(plan->estimated_hbm_bytes_per_core),
-                  static_cast<unsigned long long>(hbm));
-      if (plan->estimated_hbm_bytes_per_core > 0) {
-        std::printf(" = %.2fx", static_cast<double>(hbm) /
-                                    static_cast<double>(plan->estimated_hbm_bytes_per_core));
-      }
-      std::printf("\n");
-    }
+    if (report) std::printf("%s", report->to_string().c_str());
   }
   if (!ok) {
     std::fprintf(stderr,

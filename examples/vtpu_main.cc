@@ -30,10 +30,12 @@
 // Exit codes: 0 success (and --help); 1 a vtpu error while running (the message names the value
 // and what was expected: a bad data or config file, out of HBM, ...); 2 bad command-line usage.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -48,6 +50,8 @@
 #include "examples/bench_kernel_command.h"
 #include "examples/cli_validators.h"
 #include "examples/digits_dataset.h"
+#include "examples/estimate_report.h"
+#include "examples/fsdp_trainer.h"
 #include "examples/mlp_trainer.h"
 #include "examples/output_path.h"
 #include "examples/plan_command.h"
@@ -55,6 +59,7 @@
 #include "examples/stress_command.h"
 #include "examples/train_fsdp_command.h"
 #include "examples/train_mlp_plan_command.h"
+#include "examples/train_plan.h"
 #include "examples/train_transformer_command.h"
 #include "memory/alloc_workload.h"
 #include "memory/allocator_policy.h"
@@ -77,8 +82,9 @@ struct TrainArgs {
   std::string hbm_bytes;
   std::string config_path;
   std::string data_path = vtpu::examples::default_digits_path();
-  std::string plan_path;     // --plan: run a `vtpu plan` file (examples/train_mlp_plan_command.h)
-  bool batch_given = false;  // --batch was given
+  std::string plan_path;      // --plan: run a `vtpu plan` file (examples/train_mlp_plan_command.h)
+  std::string estimate_from;  // a `vtpu plan --emit` file whose estimate to compare with the run
+  bool batch_given = false;   // --batch was given
   MlpConfig mlp;
   bool json = false;
   CLI::Option* lr_option = nullptr;  // --lr; when absent the optimizer's default applies
@@ -154,6 +160,33 @@ int run_train_mlp(const TrainArgs& args) {
     return vtpu::examples::run_train_mlp_plan({args.plan_path, options, args.cores, args.mlp,
                                                args.batch_given, args.data_path, args.json});
   }
+  // --estimate-from: the plan must be one this command runs (data parallel over all its cores).
+  std::optional<vtpu::examples::PlanEstimate> estimate;
+  if (!args.estimate_from.empty()) {
+    const vtpu::examples::TrainPlan plan = vtpu::examples::load_train_plan(args.estimate_from);
+    // One core splits nothing: any strategy of a 1-core mesh is what train mlp --cores 1 runs.
+    if (plan.num_cores() > 1 &&
+        vtpu::examples::mlp_plan_mode(plan) != vtpu::examples::MlpPlanMode::kDataParallel) {
+      throw vtpu::InvalidArgumentError(
+          "--estimate-from " + args.estimate_from + ": strategy " + plan.describe_strategy() +
+          " is not what train mlp runs (expected data parallel over every mesh axis; compare an "
+          "FSDP plan with `vtpu train fsdp --plan`)");
+    }
+    if (args.cores && *args.cores != plan.num_cores()) {
+      throw vtpu::InvalidArgumentError("--cores " + std::to_string(*args.cores) + " but plan '" +
+                                       args.estimate_from + "' has a mesh of " +
+                                       std::to_string(plan.num_cores()) +
+                                       " cores (expected the same, or --cores left out)");
+    }
+    options.num_cores = static_cast<int>(plan.num_cores());
+    estimate = vtpu::examples::read_plan_estimate(args.estimate_from);
+    if (!estimate) {
+      throw vtpu::InvalidArgumentError("--estimate-from " + args.estimate_from +
+                                       ": the plan has no estimate (expected a `vtpu plan "
+                                       "--emit` file)");
+    }
+    estimate->check_batch(args.mlp.global_batch);
+  }
   if (args.cores) options.num_cores = *args.cores;
   if (!args.hbm_bytes.empty()) options.hbm_bytes_per_core = vtpu::parse_bytes(args.hbm_bytes);
   if (!args.allocator.empty()) options.allocator = args.allocator;
@@ -164,10 +197,12 @@ int run_train_mlp(const TrainArgs& args) {
     mlp.learning_rate = vtpu::examples::mlp_default_learning_rate(mlp.optimizer);
   }
   mlp.validate(options.num_cores);
-  if (!args.memory_profile.empty() || !args.memory_snapshot.empty()) {
-    mlp.at_peak = [&args](vtpu::Runtime& rt) {
+  vtpu::examples::HbmBreakdown peak;  // core 0 at its peak (for --estimate-from)
+  if (!args.memory_profile.empty() || !args.memory_snapshot.empty() || estimate) {
+    mlp.at_peak = [&args, &peak](vtpu::Runtime& rt) {
       if (!args.memory_profile.empty()) rt.save_device_memory_profile(args.memory_profile);
       if (!args.memory_snapshot.empty()) rt.save_memory_snapshot(args.memory_snapshot);
+      peak = vtpu::examples::hbm_breakdown(rt.core(0).hbm().chunk_records());
     };
   }
 
@@ -196,9 +231,15 @@ int run_train_mlp(const TrainArgs& args) {
   auto log = [&](int64_t step, double loss) {
     if (!args.json) std::printf("step %6lld  loss %.6f\n", static_cast<long long>(step), loss);
   };
+  vtpu::examples::StepMeter meter;
+  std::function<void(int64_t, double)> on_log = log;
+  if (estimate) {  // a callback every step, to read the process CPU time
+    on_log = meter.wrap(log, mlp.log_every, mlp.steps);
+    mlp.log_every = 1;
+  }
   MlpResult result;
   try {
-    result = vtpu::examples::train_mlp(runtime, split, mlp, log);
+    result = vtpu::examples::train_mlp(runtime, split, mlp, on_log);
   } catch (const vtpu::Error&) {
     // A failed run (an OOM, most often) is when the event log matters most: it ends with the
     // failing request and holds every allocation before it. The profile and snapshot describe the
@@ -215,8 +256,23 @@ int run_train_mlp(const TrainArgs& args) {
     throw;
   }
   if (!args.memory_events.empty()) runtime.save_memory_event_log(args.memory_events);
+  std::optional<vtpu::examples::EstimateReport> report;
+  if (estimate) {
+    vtpu::examples::MeasuredRun m;
+    m.num_cores = options.num_cores;
+    m.steps = args.mlp.steps;
+    m.median_step_seconds = result.median_step_ms * 1e-3;
+    m.cpu_seconds_per_step = meter.median_cpu_seconds();
+    for (const vtpu::MemoryStats& s : result.hbm)
+      m.peak_hbm_bytes_per_core = std::max(m.peak_hbm_bytes_per_core, s.peak_bytes_in_use);
+    m.unmodelled_hbm_bytes = peak.training_set;
+    m.unmodelled_what = "training set (replicated on every core)";
+    vtpu::examples::record_host(m);
+    report = vtpu::examples::compare_estimate(*estimate, m);
+  }
   if (args.json) {
     nlohmann::json j = result;
+    if (report) j["estimate_vs_measured"] = report->to_json();
     char lr[32];  // the f32 value as the user wrote it, not its double expansion
     std::snprintf(lr, sizeof lr, "%.7g", static_cast<double>(mlp.learning_rate));
     j["config"] = {{"steps", mlp.steps},
@@ -231,6 +287,7 @@ int run_train_mlp(const TrainArgs& args) {
     std::cout << j.dump(2) << std::endl;
   } else {
     print_mlp_report(result, mlp);
+    if (report) std::printf("%s", report->to_string().c_str());
   }
   return 0;
 }
@@ -526,6 +583,9 @@ int main(int argc, char** argv) {
   mlp->add_option("--log-every", args.mlp.log_every, "Print the loss every K steps (0: never)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  mlp->add_option("--estimate-from", args.estimate_from,
+                  "A `vtpu plan --emit` file for this run (data parallel, its mesh's cores): print "
+                  "its estimated step time and HBM per core against the measured ones");
   mlp->add_flag("--json", args.json, "Print the result as JSON (with the per-step losses)");
   mlp->add_option("--plan", args.plan_path,
                   "Run a `vtpu plan` file for the mlp model: data parallel, FSDP or (data x) "

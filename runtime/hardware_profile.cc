@@ -154,6 +154,18 @@ void HardwareProfile::validate() const {
                                  " (expected >= 2)");
     }
   }
+  if (host_cpus < 0) {
+    throw InvalidArgumentError("hardware profile '" + name + "': host_cpus is " +
+                               std::to_string(host_cpus) +
+                               " (expected >= 1, or 0/absent for dedicated hardware)");
+  }
+  if ((cache_bytes == 0) != (cache_bytes_per_second == 0.0)) {
+    throw InvalidArgumentError("hardware profile '" + name + "': cache_bytes is " +
+                               std::to_string(cache_bytes) + " and cache_bytes_per_second is " +
+                               std::to_string(cache_bytes_per_second) +
+                               " (expected both set, or neither)");
+  }
+  if (cache_bytes != 0) require_rate(cache_bytes_per_second, "cache_bytes_per_second");
   if (!(link_bytes_per_second == 0 || link_bytes_per_second >= 1) ||
       !std::isfinite(link_bytes_per_second) || !(link_latency_seconds >= 0) ||
       link_latency_seconds > kMaxLatencySeconds || links_per_chip < 0) {
@@ -184,6 +196,9 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
                                                "link_latency_seconds",
                                                "links_per_chip",
                                                "topology",
+                                               "host_cpus",
+                                               "cache_bytes",
+                                               "cache_bytes_per_second",
                                                "collectives",
                                                "sources"};
   for (const auto& [key, value] : j.items()) {
@@ -231,6 +246,10 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
   if (j.contains("links_per_chip"))
     p.links_per_chip = small_int_field(j, "links_per_chip", 0, 1 << 20);
   if (j.contains("topology")) p.topology = string_field(j, "topology");
+  if (j.contains("host_cpus")) p.host_cpus = small_int_field(j, "host_cpus", 0, 1 << 20);
+  if (j.contains("cache_bytes")) p.cache_bytes = size_field(j, "cache_bytes");
+  if (j.contains("cache_bytes_per_second"))
+    p.cache_bytes_per_second = number_field(j, "cache_bytes_per_second");
   if (j.contains("collectives")) {
     const nlohmann::json& c = j.at("collectives");
     if (!c.is_object()) {
@@ -286,6 +305,12 @@ nlohmann::json HardwareProfile::to_json() const {
                    {"links_per_chip", links_per_chip},
                    {"topology", topology},
                    {"sources", sources}};
+  // Written only when set, so that a TPU profile's JSON is what it was before these fields.
+  if (host_cpus != 0) j["host_cpus"] = host_cpus;
+  if (cache_bytes != 0) {
+    j["cache_bytes"] = cache_bytes;
+    j["cache_bytes_per_second"] = cache_bytes_per_second;
+  }
   if (!collectives.empty()) {
     nlohmann::json c = nlohmann::json::object();
     for (const auto& [op, fit] : collectives) {

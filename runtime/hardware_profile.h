@@ -44,6 +44,17 @@ struct HardwareProfile {
   double link_latency_seconds = 0.0;     // one hop
   int links_per_chip = 0;
   std::string topology;  // "torus_2d", "torus_3d", "ring", "shared_memory"
+  /// Host CPUs that the virtual cores' threads share (`vtpu bench hardware`: the online CPUs).
+  /// 0 (absent in the JSON; the TPU profiles): every core is its own hardware, nothing is
+  /// shared. sharding/cost_model.h slows per-core work by cores / host_cpus when more cores than
+  /// CPUs run at once.
+  int host_cpus = 0;
+  /// A CPU cache level the cost model prices memory traffic at when an operation's working set
+  /// fits (sharding/cost_model.h): its capacity per CPU in bytes and its copy bandwidth in bytes
+  /// copied per second (the unit of hbm_bytes_per_second). Both 0 (absent; the TPU profiles): no
+  /// cache level, all traffic at hbm_bytes_per_second. Both or neither must be set.
+  uint64_t cache_bytes = 0;
+  double cache_bytes_per_second = 0.0;
   /// Calibrated collectives by name ("all_gather", "reduce_scatter", "all_reduce", "all_to_all");
   /// empty for the TPU profiles, whose collective times follow from the link figures and the
   /// topology. JSON key "collectives": {"all_gather": {"alpha_seconds": ..,

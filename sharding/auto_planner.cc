@@ -222,6 +222,12 @@ class StrategyPlanner {
     c.param_bytes_per_core = static_cast<uint64_t>(std::ceil(chosen.param_state_bytes));
     c.activation_bytes_per_core = static_cast<uint64_t>(std::ceil(chosen.activation_bytes));
     c.transient_bytes_per_core = static_cast<uint64_t>(std::ceil(chosen.max_bytes));
+    // The step's input batch on each core (replicated over the tensor axes): the first layer's
+    // input (token ids are int32) and one int32 label per token.
+    const ModelLayer& first = m_.layers.front();
+    const double in_bytes =
+        first.kind == LayerKind::kEmbedding ? 4.0 : static_cast<double>(first.in) * e_;
+    c.input_bytes_per_core = static_cast<uint64_t>(std::ceil(tokens_ * (in_bytes + 4.0)));
     // Walk back.
     c.layers.assign(n, LayerPlan{});
     int index = chosen.parent, state = chosen.parent_state;
@@ -390,12 +396,17 @@ class StrategyPlanner {
     const double param_bytes = params * e_;  // tensor-local, before FSDP sharding
     const double in_bytes =
         (l.kind == LayerKind::kEmbedding ? T * 4 : T * in * e_) / (op.in == 'S' ? t : 1.0);
-    const double traffic = 3 * (param_bytes + in_bytes + act * e_);
-    c.compute_seconds = cost_.op_seconds(3 * flops, traffic, m_.dtype);
-    // Optimizer update: HBM-bound, words read + written per local parameter.
+    // Forward reads the weights and the input and writes the output; backward's two matmuls
+    // touch each again: 3 x the working set (weights + input + output), which decides the memory
+    // level on a profile with a cache (cost_model.h).
+    const double working_set = param_bytes + in_bytes + act * e_;
+    const double traffic = 3 * working_set;
+    c.compute_seconds = cost_.op_seconds(3 * flops, traffic, working_set, m_.dtype);
+    // Optimizer update: memory-bound, words read + written per local parameter; its working set
+    // is the local parameters, gradients and optimizer state.
     const int k = m_.optimizer_state_factor();
     const double words = k == 2 ? 7 : k == 1 ? 5 : 3;
-    c.compute_seconds += cost_.hbm_seconds(words * param_bytes / f);
+    c.compute_seconds += cost_.memory_seconds(words * param_bytes / f, (2.0 + k) * param_bytes / f);
     if (op.bwd_input_all_reduce && !first) {
       const CollectiveCost ar = tp(CollectiveKind::kAllReduce, T * in * e_);
       c.comm_seconds += ar.seconds;
@@ -436,17 +447,6 @@ class StrategyPlanner {
 
 std::string axes_list(const std::vector<std::string>& axes) { return join(axes, ","); }
 
-std::string seconds_text(double s) {
-  char b[32];
-  if (s >= 1)
-    std::snprintf(b, sizeof b, "%.3f s", s);
-  else if (s >= 1e-3)
-    std::snprintf(b, sizeof b, "%.3f ms", s * 1e3);
-  else
-    std::snprintf(b, sizeof b, "%.3f us", s * 1e6);
-  return b;
-}
-
 nlohmann::json axis_json(const std::vector<std::string>& axes) {
   if (axes.empty()) return nullptr;
   if (axes.size() == 1) return axes[0];
@@ -457,15 +457,19 @@ nlohmann::json axis_json(const std::vector<std::string>& axes) {
 
 AutoShardingPlan plan_auto_sharding(const ModelGraph& model, const std::vector<int64_t>& mesh_shape,
                                     const std::vector<std::string>& axis_names,
-                                    const CostModel& cost, uint64_t hbm_limit_bytes,
+                                    const CostModel& mesh_cost, uint64_t hbm_limit_bytes,
                                     const PlanConstraints& constraints) {
   const Mesh mesh(mesh_shape, axis_names);  // validates
+  // Every strategy keeps all of the mesh's cores busy (cost_model.h: oversubscription and cache
+  // sharing on a host profile; nothing changes on a TPU profile).
+  const CostModel cost = mesh_cost.for_cores(static_cast<int>(mesh.size()));
   AutoShardingPlan plan;
   plan.model = model;
   plan.mesh_shape = mesh_shape;
   plan.axis_names = axis_names;
   plan.hardware = cost.profile().name;
   plan.hbm_limit_bytes = hbm_limit_bytes != 0 ? hbm_limit_bytes : cost.hbm_bytes_per_core();
+  plan.oversubscription = cost.oversubscription();
   cost.peak_flops_per_core(model.dtype);  // a dtype the profile lacks is an error up front
 
   std::vector<size_t> active;  // axes of size > 1
@@ -598,6 +602,13 @@ std::string AutoShardingPlan::to_string() const {
                 static_cast<long long>(model.seq_len), mesh.c_str(), hardware.c_str(),
                 format_bytes(hbm_limit_bytes).c_str());
   out += line;
+  if (oversubscription != 1.0) {
+    std::snprintf(line, sizeof line,
+                  "host: %lld virtual cores share the host's CPUs: per-core work x %.3g "
+                  "(docs/SHARDING.md, \"Estimate against measurement\")\n",
+                  static_cast<long long>(Mesh(mesh_shape, axis_names).size()), oversubscription);
+    out += line;
+  }
   std::snprintf(line, sizeof line, "%-26s %12s %14s %12s %12s %12s  %s\n", "strategy", "HBM/core",
                 "comm B/core", "compute", "comm", "step", "result");
   out += line;
@@ -609,8 +620,8 @@ std::string AutoShardingPlan::to_string() const {
     } else {
       std::snprintf(line, sizeof line, "%-26s %12s %14.0f %12s %12s %12s  %s\n", c.name.c_str(),
                     format_bytes(c.fits ? c.hbm_bytes_per_core : c.min_hbm_bytes_per_core).c_str(),
-                    c.comm_bytes_per_core, seconds_text(c.compute_seconds).c_str(),
-                    seconds_text(c.comm_seconds).c_str(), seconds_text(c.step_seconds).c_str(),
+                    c.comm_bytes_per_core, format_seconds(c.compute_seconds).c_str(),
+                    format_seconds(c.comm_seconds).c_str(), format_seconds(c.step_seconds).c_str(),
                     static_cast<int>(i) == winner ? "WINNER" : c.why_lost.c_str());
     }
     if (c.feasible && c.tensor_splits_nothing) {
@@ -625,11 +636,12 @@ std::string AutoShardingPlan::to_string() const {
   const PlanCandidate& w = candidates[static_cast<size_t>(winner)];
   std::snprintf(line, sizeof line,
                 "winner %s: HBM per core %s = parameters+gradients+optimizer %s + activations %s "
-                "+ FSDP transient %s\n",
+                "+ FSDP transient %s; input batch %s per core besides\n",
                 w.name.c_str(), format_bytes(w.hbm_bytes_per_core).c_str(),
                 format_bytes(w.param_bytes_per_core).c_str(),
                 format_bytes(w.activation_bytes_per_core).c_str(),
-                format_bytes(w.transient_bytes_per_core).c_str());
+                format_bytes(w.transient_bytes_per_core).c_str(),
+                format_bytes(w.input_bytes_per_core).c_str());
   out += line;
   std::snprintf(line, sizeof line, "%-22s %-11s %-6s %-16s %12s %12s %14s\n", "layer", "sharding",
                 "in->out", "reshard before", "compute", "comm", "comm B/core");
@@ -638,7 +650,7 @@ std::string AutoShardingPlan::to_string() const {
     std::snprintf(line, sizeof line, "%-22s %-11s %c->%c   %-16s %12s %12s %14.0f\n",
                   l.layer.c_str(), l.choice.c_str(), l.in_state, l.out_state,
                   l.reshard_in.empty() ? "-" : l.reshard_in.c_str(),
-                  seconds_text(l.compute_seconds).c_str(), seconds_text(l.comm_seconds).c_str(),
+                  format_seconds(l.compute_seconds).c_str(), format_seconds(l.comm_seconds).c_str(),
                   l.comm_bytes_per_core);
     out += line;
   }
@@ -742,6 +754,8 @@ nlohmann::json AutoShardingPlan::to_json() const {
       {"compute_seconds", w.compute_seconds},
       {"comm_seconds", w.comm_seconds},
       {"hbm_bytes_per_core", w.hbm_bytes_per_core},
+      {"input_bytes_per_core", w.input_bytes_per_core},
+      {"oversubscription", oversubscription},
       {"comm_bytes_per_core", static_cast<uint64_t>(std::llround(w.comm_bytes_per_core))},
       {"hardware", hardware},
       {"batch", model.batch}};

@@ -104,7 +104,11 @@ struct PlanCandidate {
   uint64_t param_bytes_per_core = 0;  // parameters + gradients + optimizer state of `layers`
   uint64_t activation_bytes_per_core = 0;
   uint64_t transient_bytes_per_core = 0;  // FSDP's gathered parameters and gradients
-  uint64_t min_hbm_bytes_per_core = 0;    // the smallest any per-layer plan of the strategy needs
+  /// The step's input batch per core: the first layer's input (int32 ids for an embedding) and
+  /// one int32 label per token. Reported beside hbm_bytes_per_core, not counted in it or against
+  /// the limit (the trainers' arenas hold it; docs/SHARDING.md "Estimate against measurement").
+  uint64_t input_bytes_per_core = 0;
+  uint64_t min_hbm_bytes_per_core = 0;  // the smallest any per-layer plan of the strategy needs
   /// Why the program that runs plans cannot run this strategy ("" when it can; see
   /// PlanConstraints). Such a candidate is costed but never wins.
   std::string unsupported_reason;
@@ -135,6 +139,9 @@ struct AutoShardingPlan {
   std::vector<std::string> axis_names;
   std::string hardware;  // the profile's name
   uint64_t hbm_limit_bytes = 0;
+  /// s(N) of sharding/cost_model.h for the mesh's N cores: 1 on a TPU profile, N / host_cpus on
+  /// this machine when the mesh has more cores than CPUs.
+  double oversubscription = 1.0;
   std::vector<PlanCandidate> candidates;  // every strategy, winner first then by step time
   int winner = -1;                        // index into candidates; -1 when nothing fits
 
@@ -151,9 +158,10 @@ struct AutoShardingPlan {
 };
 
 /// Plans `model` on a mesh of `mesh_shape` with `axis_names` under `hbm_limit_bytes` per core
-/// (0: the cost model's HBM per core), within `constraints`. Never throws for a model that does
-/// not fit (see require_fit); throws InvalidArgumentError for a bad mesh (as Mesh does) and what
-/// the cost model throws (a dtype the profile lacks). Pure. Thread-safe.
+/// (0: the cost model's HBM per core), within `constraints`. Prices with
+/// `cost.for_cores(mesh size)`: every strategy keeps all of the mesh's cores busy. Never throws
+/// for a model that does not fit (see require_fit); throws InvalidArgumentError for a bad mesh
+/// (as Mesh does) and what the cost model throws (a dtype the profile lacks). Pure. Thread-safe.
 AutoShardingPlan plan_auto_sharding(const ModelGraph& model, const std::vector<int64_t>& mesh_shape,
                                     const std::vector<std::string>& axis_names,
                                     const CostModel& cost, uint64_t hbm_limit_bytes = 0,

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/units.h"
 
 namespace vtpu {
 
@@ -72,6 +73,30 @@ CostModel CostModel::uniform(double alpha_seconds, double beta_seconds_per_byte,
 const CostModel& CostModel::this_machine() {
   static const CostModel kModel(HardwareProfile::get("this_machine"));
   return kModel;
+}
+
+CostModel CostModel::for_cores(int num_cores) const {
+  if (num_cores < 0) {
+    throw InvalidArgumentError("cost model: num_cores is " + std::to_string(num_cores) +
+                               " (expected >= 1, or 0 to unset)");
+  }
+  CostModel m = *this;
+  m.concurrent_cores_ = num_cores;
+  return m;
+}
+
+double CostModel::oversubscription_at(int num_cores) const {
+  const int cpus = profile_.host_cpus;
+  if (cpus <= 0 || num_cores <= cpus) return 1.0;
+  return static_cast<double>(num_cores) / cpus;
+}
+
+bool CostModel::fits_in_cache(double working_set_bytes) const {
+  if (profile_.cache_bytes == 0) return false;
+  const int cpus = profile_.host_cpus;
+  const int n = concurrent_cores_;
+  const double sharers = cpus > 0 && n > cpus ? std::ceil(static_cast<double>(n) / cpus) : 1.0;
+  return working_set_bytes * sharers <= static_cast<double>(profile_.cache_bytes);
 }
 
 int CostModel::torus_rank() const {
@@ -149,7 +174,11 @@ CollectiveCost CostModel::collective(CollectiveKind kind, double bytes,
   }
   if (const auto it = profile_.collectives.find(fit_name(kind)); it != profile_.collectives.end()) {
     const CollectiveFit& f = it->second;
-    return finish(f.alpha_seconds, f.beta_seconds_per_byte, 1.0);
+    // The fit ran with group_size cores busy; this program keeps concurrent_cores_ busy (header).
+    const double scale = concurrent_cores_ > 0 ? oversubscription_at(concurrent_cores_) /
+                                                     oversubscription_at(f.group_size)
+                                               : 1.0;
+    return finish(scale * f.alpha_seconds, scale * f.beta_seconds_per_byte, 1.0);
   }
   const double link = profile_.link_bytes_per_second;
   const double hop = profile_.link_latency_seconds;
@@ -160,8 +189,9 @@ CollectiveCost CostModel::collective(CollectiveKind kind, double bytes,
   }
   const int rank = torus_rank();
   if (kind == CollectiveKind::kCollectivePermute) return finish(hop, 1.0 / link, 1.0);
-  if (rank == 0) {  // shared memory: one copy engine per core
-    return finish(hop * (nd - 1), 1.0 / link, 1.0);
+  if (rank == 0) {  // shared memory: one copy engine per core, time-shared (header)
+    const double s = oversubscription();
+    return finish(s * hop * (nd - 1), s / link, 1.0);
   }
   if (kind == CollectiveKind::kAllToAll && rank > 1 && axis_sizes.size() > 1) {
     // Dimension-ordered: one all-to-all phase per torus dimension, each over that dimension's
@@ -205,18 +235,50 @@ double CostModel::hbm_bytes_per_second_per_core() const {
 }
 
 double CostModel::compute_seconds(double flops, const std::string& dtype) const {
-  return flops / peak_flops_per_core(dtype);
+  return flops / peak_flops_per_core(dtype) * oversubscription();
 }
 
 double CostModel::hbm_seconds(double bytes) const {
-  return bytes / hbm_bytes_per_second_per_core();
+  return bytes / hbm_bytes_per_second_per_core() * oversubscription();
+}
+
+double CostModel::memory_seconds(double bytes, double working_set_bytes) const {
+  if (!fits_in_cache(working_set_bytes)) return hbm_seconds(bytes);
+  return bytes / profile_.cache_bytes_per_second * oversubscription();
 }
 
 double CostModel::op_seconds(double flops, double hbm_bytes, const std::string& dtype) const {
   return std::max(compute_seconds(flops, dtype), hbm_seconds(hbm_bytes));
 }
 
+double CostModel::op_seconds(double flops, double traffic_bytes, double working_set_bytes,
+                             const std::string& dtype) const {
+  return std::max(compute_seconds(flops, dtype), memory_seconds(traffic_bytes, working_set_bytes));
+}
+
 std::string CostModel::describe() const {
+  std::string s = describe_links();
+  const HardwareProfile& p = profile_;
+  char line[256];
+  if (p.host_cpus > 0 && !uniform_) {
+    if (concurrent_cores_ > 0) {
+      std::snprintf(line, sizeof line, "; %d virtual cores on %d host CPUs: work x %.3g",
+                    concurrent_cores_, p.host_cpus, oversubscription());
+    } else {
+      std::snprintf(line, sizeof line, "; %d host CPUs (core count unset: no oversubscription)",
+                    p.host_cpus);
+    }
+    s += line;
+  }
+  if (p.cache_bytes > 0 && !uniform_) {
+    std::snprintf(line, sizeof line, "; working sets <= %s per CPU at %.3g B/s (cache)",
+                  format_bytes(p.cache_bytes).c_str(), p.cache_bytes_per_second);
+    s += line;
+  }
+  return s;
+}
+
+std::string CostModel::describe_links() const {
   char line[512];
   if (uniform_) {
     std::snprintf(line, sizeof line,

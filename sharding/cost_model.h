@@ -50,6 +50,25 @@
 // overlapped with compute in the planner's step time (vtpu's trainers call collectives between
 // kernels), so step time = sum of operation times + sum of collective times: an upper bound for
 // XLA, which overlaps some collectives.
+//
+// Virtual cores on a host (profiles with host_cpus > 0: this machine, never a TPU profile). Two
+// terms, both 1 on the TPU profiles and on a model whose core count is unset (for_cores):
+// - Oversubscription. N virtual cores are N threads on C = host_cpus CPUs. When all N compute at
+//   once (every strategy of the planner keeps every core busy), the kernel's scheduler gives each
+//   thread C/N of a CPU, so per-core compute and memory time are multiplied by
+//   s(N) = max(1, N / C). The profile's peak FLOP/s and bandwidths are single-threaded on an idle
+//   CPU (`vtpu bench hardware`), so s(N) is the only correction. Calibrated collectives were
+//   measured on group_size cores all running (s(group_size) already inside the fit), so a fit is
+//   scaled by s(N) / s(group_size): an 8-core fit used on a 2-core mesh of this 2-CPU machine is
+//   divided by 4, on the 8-core mesh it is used as measured. Other load on the host is not
+//   modelled (the estimate is for a host running only this program).
+// - Caches. An operation whose working set (the bytes it touches once: its weights, input and
+//   output) fits in the profile's cache level streams its traffic at cache_bytes_per_second, not
+//   at hbm_bytes_per_second: the roofline's memory term with the bandwidth of the level that holds
+//   the data (the cache-aware roofline, Ilic, Pratas and Sousa, IEEE CAL 2014). The virtual cores
+//   time-sharing one CPU share its cache, so the test is working set x ceil(N / C) <=
+//   cache_bytes (each of the threads on a CPU must find its data still cached after the others
+//   ran). A training loop touches the same buffers every step, so a fitting working set is warm.
 #pragma once
 
 #include <cstdint>
@@ -86,6 +105,21 @@ class CostModel {
   const HardwareProfile& profile() const { return profile_; }
   bool is_uniform() const { return uniform_; }
 
+  /// This model for a program that keeps `num_cores` virtual cores busy at once (a mesh's cores):
+  /// sets N of the header's oversubscription and cache terms. 0 unsets it (the default: no
+  /// scaling, as for the reshard planner). On a profile without host_cpus nothing changes.
+  /// Throws InvalidArgumentError for num_cores < 0.
+  CostModel for_cores(int num_cores) const;
+  /// N as set by for_cores (0: unset).
+  int concurrent_cores() const { return concurrent_cores_; }
+  /// s(n) = max(1, n / host_cpus) of the header; 1 when the profile has no host_cpus or n <= 0.
+  double oversubscription_at(int num_cores) const;
+  /// s(concurrent_cores()).
+  double oversubscription() const { return oversubscription_at(concurrent_cores_); }
+  /// Whether an operation touching `working_set_bytes` (bytes) runs from the cache level: the
+  /// profile has one and working_set_bytes x ceil(N / host_cpus) <= cache_bytes (header).
+  bool fits_in_cache(double working_set_bytes) const;
+
   /// Time and bytes of `kind` (all-gather, reduce-scatter, all-reduce, all-to-all or collective
   /// permute; the others throw UnimplementedError) moving `bytes` (B of the header, in bytes) over
   /// a replica group whose devices differ on the mesh axes at `mesh_axis_positions` (positions in
@@ -105,15 +139,23 @@ class CostModel {
   uint64_t hbm_bytes_per_core() const;
   /// HBM bandwidth of one core, bytes per second.
   double hbm_bytes_per_second_per_core() const;
-  /// FLOPs / peak (seconds).
+  /// FLOPs / peak x oversubscription() (seconds).
   double compute_seconds(double flops, const std::string& dtype) const;
-  /// bytes / HBM bandwidth (seconds).
+  /// bytes / HBM bandwidth x oversubscription() (seconds).
   double hbm_seconds(double bytes) const;
+  /// bytes / the bandwidth of the level holding `working_set_bytes` (the cache when
+  /// fits_in_cache, else HBM) x oversubscription() (seconds).
+  double memory_seconds(double bytes, double working_set_bytes) const;
   /// max(compute_seconds, hbm_seconds): the roofline time of one operation (see the header).
   double op_seconds(double flops, double hbm_bytes, const std::string& dtype) const;
+  /// max(compute_seconds, memory_seconds): the roofline with the level that holds the working
+  /// set (bytes).
+  double op_seconds(double flops, double traffic_bytes, double working_set_bytes,
+                    const std::string& dtype) const;
 
   /// One line: "v5e (torus_2d): alpha 1e-06 s per hop, link 4.5e+10 B/s, ..." or the uniform
-  /// "alpha 5e-05 s, beta 5e-09 s/B (0.2 GB/s), all-to-all factor 3".
+  /// "alpha 5e-05 s, beta 5e-09 s/B (0.2 GB/s), all-to-all factor 3"; on a host profile followed
+  /// by "; 8 virtual cores on 2 host CPUs: work x 4; working sets <= 1 MiB per CPU at ... B/s".
   std::string describe() const;
 
  private:
@@ -122,8 +164,11 @@ class CostModel {
   int torus_dims_used(const std::vector<int>& mesh_axis_positions) const;
   /// Dimensions of the profile's topology: 3 for torus_3d, 2 for torus_2d, 1 for ring, 0 else.
   int torus_rank() const;
+  /// describe() without the host terms.
+  std::string describe_links() const;
 
   HardwareProfile profile_;
+  int concurrent_cores_ = 0;  // N of for_cores; 0: unset
   bool uniform_ = false;
   double uniform_alpha_ = 0, uniform_beta_ = 0, uniform_factor_ = 1;
 };

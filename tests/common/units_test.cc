@@ -1,4 +1,5 @@
-// Tests for common/units.h: parse_bytes and format_bytes, against hand-computed byte counts.
+// Tests for common/units.h: parse_bytes, format_bytes and format_seconds, against hand-computed
+// values.
 #include "common/units.h"
 
 #include <gtest/gtest.h>
@@ -119,6 +120,15 @@ TEST(FormatBytesTest, BinaryUnitsWithTwoDecimals) {
   EXPECT_EQ(format_bytes(16 * kGiB), "16.00 GiB");
   EXPECT_EQ(format_bytes(kTiB), "1.00 TiB");
   EXPECT_EQ(format_bytes(kPiB), "1.00 PiB");
+}
+
+TEST(FormatSecondsTest, ThreeDecimalsInTheLargestUnitBelowTheValue) {
+  EXPECT_EQ(format_seconds(2.5), "2.500 s");
+  EXPECT_EQ(format_seconds(1.0), "1.000 s");
+  EXPECT_EQ(format_seconds(0.5), "500.000 ms");
+  EXPECT_EQ(format_seconds(1e-3), "1.000 ms");
+  EXPECT_EQ(format_seconds(5.67e-5), "56.700 us");
+  EXPECT_EQ(format_seconds(0.0), "0.000 us");
 }
 
 TEST(FormatBytesTest, PiBIsTheLargestUnit) {

@@ -851,6 +851,53 @@ TEST(VtpuCliTest, TrainFsdpRunsAPlan) {
   expect_failure("train fsdp --plan /nonexistent/plan.json", "cannot open plan file", 1);
 }
 
+TEST(VtpuCliTest, TrainMlpComparesAPlansEstimateWithTheRun) {
+  VTPU_REQUIRE_DIGITS();
+  const std::string mesh = R"j("model": "mlp", "mesh": {"axes": ["x"], "shape": [2]},)j";
+  const std::string dp = temp_file("vtpu_cli_estimate_dp.json", R"j({"format": "vtpu-plan",
+    "version": 1, )j" + mesh + R"j( "strategy": {"name": "dp(x)", "data": "x", "tensor": null,
+    "fsdp": null}, "estimate": {"step_seconds": 0.001, "hbm_bytes_per_core": 40000,
+    "input_bytes_per_core": 2000, "hardware": "this_machine", "batch": 8}})j");
+  CliRun r = run_cli("train mlp --steps 5 --batch 8 --json --estimate-from " + dp);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["num_cores"], 2);  // the plan's mesh
+  const nlohmann::json& e = j["estimate_vs_measured"];
+  EXPECT_EQ(e["estimate"]["step_seconds"], 0.001);
+  EXPECT_EQ(e["estimated_hbm_bytes_per_core"], 42000);
+  EXPECT_EQ(e["measured"]["num_cores"], 2);
+  EXPECT_EQ(e["measured"]["steps"], 5);
+  EXPECT_GT(e["measured"]["cpu_seconds_per_step"].get<double>(), 0.0);
+  // The replicated training set is the part of the arena's peak the model file does not describe.
+  const uint64_t peak = e["measured"]["peak_hbm_bytes_per_core"];
+  const uint64_t data = e["measured"]["unmodelled_hbm_bytes"];
+  EXPECT_GT(data, 0u);
+  EXPECT_EQ(e["comparable_hbm_bytes_per_core"].get<uint64_t>(), peak - data);
+  const double ms = j["median_step_ms"];  // estimate 1 ms: the ratio is the median in ms
+  EXPECT_NEAR(e["step_ratio"].get<double>(), ms, 1e-9 * ms);
+  // The table form.
+  r = run_cli("train mlp --steps 5 --batch 8 --estimate-from " + dp);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("planner estimate vs measured (plan " + dp + ": dp(x) on this_machine"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("training set (replicated on every core)"), std::string::npos)
+      << r.output;
+  // A plan train mlp does not run, a plan without an estimate, another batch.
+  const std::string fsdp = temp_file("vtpu_cli_estimate_fsdp.json", R"j({"format": "vtpu-plan",
+    "version": 1, )j" + mesh + R"j( "strategy": {"name": "fsdp(x)", "data": null,
+    "tensor": null, "fsdp": "x"}, "estimate": {"step_seconds": 0.001, "hbm_bytes_per_core": 1}})j");
+  expect_failure("train mlp --estimate-from " + fsdp, "is not what train mlp runs", 1);
+  const std::string bare = temp_file("vtpu_cli_estimate_bare.json", R"j({"format": "vtpu-plan",
+    "version": 1, )j" + mesh + R"j( "strategy": {"name": "dp(x)", "data": "x", "tensor": null,
+    "fsdp": null}})j");
+  expect_failure("train mlp --estimate-from " + bare, "the plan has no estimate", 1);
+  expect_failure("train mlp --batch 16 --estimate-from " + dp,
+                 "estimates a global batch of 8 but the run uses 16", 1);
+  expect_failure("train mlp --cores 4 --batch 8 --estimate-from " + dp,
+                 "--cores 4 but plan '" + dp + "' has a mesh of 2 cores", 1);
+}
+
 TEST(VtpuCliTest, TrainFsdpRejectsBadInput) {
   VTPU_REQUIRE_DIGITS();
   expect_failure("train fsdp --prefetch maybe", "--prefetch", 2);
@@ -924,9 +971,18 @@ TEST(VtpuCliTest, TrainTransformerRunsAPlan) {
   EXPECT_NE(r.output.find("mesh 1x2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("strategy tp-only (from " + plan + ")"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("max relative difference"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("planner estimate vs measured: step 0.5000 s vs"), std::string::npos)
+  // The plan's estimate beside the measurement (examples/estimate_report.h).
+  EXPECT_NE(r.output.find("planner estimate vs measured (plan " + plan + ": tp-only on ?; 2 cores"),
+            std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("HBM per core 1000000 vs"), std::string::npos) << r.output;
+  const auto line_of = [&](const std::string& key) {  // in the report, after the trainer's lines
+    const size_t at = r.output.find(key, r.output.find("planner estimate vs measured"));
+    if (at == std::string::npos) return std::string();
+    return r.output.substr(at, r.output.find('\n', at) - at);
+  };
+  EXPECT_NE(line_of("step time (median wall, core 0)").find(" 500.000 ms "), std::string::npos)
+      << r.output;
+  EXPECT_NE(line_of("HBM per core (bytes)").find(" 1000000 "), std::string::npos) << r.output;
 }
 
 TEST(VtpuCliTest, TrainTransformerRunsWithPallasKernels) {

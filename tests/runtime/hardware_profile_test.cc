@@ -43,6 +43,11 @@ TEST(HardwareProfileTest, EveryFigureOfEveryShippedProfileNamesItsSource) {
     for (const auto& [dtype, flops] : p.peak_flops_per_second) {
       EXPECT_TRUE(p.sources.contains("peak_flops_per_second." + dtype)) << name << " " << dtype;
     }
+    if (p.host_cpus != 0) EXPECT_TRUE(p.sources.contains("host_cpus")) << name;
+    if (p.cache_bytes != 0) {
+      EXPECT_TRUE(p.sources.contains("cache_bytes")) << name;
+      EXPECT_TRUE(p.sources.contains("cache_bytes_per_second")) << name;
+    }
   }
 }
 
@@ -50,6 +55,38 @@ TEST(HardwareProfileTest, JsonRoundTrips) {
   const HardwareProfile p = HardwareProfile::get("v4");
   const HardwareProfile q = HardwareProfile::from_json(p.to_json());
   EXPECT_EQ(q.to_json(), p.to_json());
+}
+
+TEST(HardwareProfileTest, HostFieldsRoundTripAndTheCacheNeedsBothFigures) {
+  HardwareProfile p = HardwareProfile::get("v5e");
+  EXPECT_EQ(p.host_cpus, 0);  // a TPU core is its own hardware
+  EXPECT_EQ(p.cache_bytes, 0u);
+  EXPECT_FALSE(p.to_json().contains("host_cpus"));  // a TPU profile's JSON is as before
+  EXPECT_FALSE(p.to_json().contains("cache_bytes"));
+  p.host_cpus = 2;
+  p.cache_bytes = 1048576;
+  p.cache_bytes_per_second = 5e10;
+  const HardwareProfile q = HardwareProfile::from_json(p.to_json());
+  EXPECT_EQ(q.host_cpus, 2);
+  EXPECT_EQ(q.cache_bytes, 1048576u);
+  EXPECT_DOUBLE_EQ(q.cache_bytes_per_second, 5e10);
+  nlohmann::json j = p.to_json();
+  j.erase("cache_bytes_per_second");
+  try {
+    HardwareProfile::from_json(j);
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(e.message().find("expected both set, or neither"), std::string::npos) << e.message();
+  }
+  j = p.to_json();
+  j["host_cpus"] = 2.5;
+  EXPECT_THROW(HardwareProfile::from_json(j), InvalidArgumentError);
+  j = p.to_json();
+  j["host_cpus"] = -1;
+  EXPECT_THROW(HardwareProfile::from_json(j), InvalidArgumentError);
+  j = p.to_json();
+  j["cache_bytes_per_second"] = 0.5;
+  EXPECT_THROW(HardwareProfile::from_json(j), InvalidArgumentError);
 }
 
 TEST(HardwareProfileTest, UnknownNameListsTheShippedOnes) {

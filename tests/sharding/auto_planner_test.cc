@@ -98,6 +98,34 @@ TEST(AutoPlannerTest, NoFitIsAnErrorWithTheExactMinimum) {
   EXPECT_THROW(p.to_json(), FailedPreconditionError);
   // At exactly 80 bytes it fits.
   EXPECT_EQ(plan_auto_sharding(m, {1, 2}, {"x", "y"}, v5e(), 80).winner, 0);
+  // The input batch, beside the HBM figure: dp splits the batch (1 row per core), tp does not
+  // (2 rows); a row is 4 f32 inputs (16 B) and an int32 label (4 B).
+  EXPECT_EQ(find(p, "dp(y)").input_bytes_per_core, 20u);
+  EXPECT_EQ(find(p, "tp(y)").input_bytes_per_core, 40u);
+}
+
+TEST(AutoPlannerTest, OnAHostProfileTheMeshsCoresShareTheCpus) {
+  // 2 CPUs at 1e10 f32 FLOP/s, a 1 MiB cache at 4e10 B/s. One dense 4 -> 4 without bias, batch 8,
+  // SGD, dp over 8 cores (1 row each): 8 threads on 2 CPUs, so every time x 4. fc: 3 x 2 x 1 x 4
+  // x 4 = 96 FLOPs -> 9.6e-9 s; working set 64 + 16 + 16 = 96 B (x 4 threads per CPU fits the
+  // cache), traffic 288 B -> 7.2e-9 s; roofline 9.6e-9 s. SGD update: 3 x 64 B at 4e10 B/s =
+  // 4.8e-9 s. Both x 4: 5.76e-8 s of compute.
+  HardwareProfile host = HardwareProfile::get("v5e");
+  host.name = "host";
+  host.peak_flops_per_second = {{"f32", 1e10}};
+  host.topology = "shared_memory";
+  host.host_cpus = 2;
+  host.cache_bytes = 1 << 20;
+  host.cache_bytes_per_second = 4e10;
+  const ModelGraph m = ModelGraph::parse(R"({"name": "tiny", "optimizer": "sgd", "batch": 8,
+    "layers": [{"name": "fc", "kind": "dense", "in": 4, "out": 4, "bias": false}]})");
+  const AutoShardingPlan p = plan_auto_sharding(m, {1, 8}, {"x", "y"}, CostModel(host));
+  EXPECT_DOUBLE_EQ(p.oversubscription, 4.0);
+  EXPECT_NEAR(find(p, "dp(y)").compute_seconds, 5.76e-8, 1e-20);
+  EXPECT_NE(p.to_string().find("per-core work x 4"), std::string::npos) << p.to_string();
+  EXPECT_EQ(p.to_json()["estimate"]["oversubscription"], 4.0);
+  // On v5e the same plan has no host terms.
+  EXPECT_DOUBLE_EQ(plan_auto_sharding(m, {1, 8}, {"x", "y"}, v5e()).oversubscription, 1.0);
 }
 
 TEST(AutoPlannerTest, MegatronBlockIsColumnThenRowWithOneAllReduceEachWay) {

@@ -129,6 +129,72 @@ TEST(CostModelTest, CalibratedFitsKeepAlphaAndBeta) {
   EXPECT_GT(m.collective(CollectiveKind::kReduceScatter, 1e6, {0}, {8}).seconds, 0.0);
 }
 
+/// A host profile with round figures: 2 CPUs, 1e10 f32 FLOP/s, 4e9 B/s memory, a 1 MiB cache
+/// at 4e10 B/s, and an all-reduce calibrated on 8 cores.
+HardwareProfile host_profile() {
+  HardwareProfile p = HardwareProfile::get("v5e");
+  p.name = "host";
+  p.peak_flops_per_second = {{"f32", 1e10}};
+  p.hbm_bytes_per_second = 4e9;
+  p.topology = "shared_memory";
+  p.host_cpus = 2;
+  p.cache_bytes = 1 << 20;
+  p.cache_bytes_per_second = 4e10;
+  p.collectives = {{"all_reduce", CollectiveFit{4e-5, 2e-9, 8}}};
+  return p;
+}
+
+TEST(CostModelTest, VirtualCoresBeyondTheHostCpusShareThem) {
+  const CostModel base(host_profile());
+  EXPECT_DOUBLE_EQ(base.compute_seconds(1e10, "f32"), 1.0);  // core count unset: as before
+  const CostModel two = base.for_cores(2), eight = base.for_cores(8);
+  EXPECT_DOUBLE_EQ(two.oversubscription(), 1.0);
+  EXPECT_DOUBLE_EQ(base.for_cores(3).oversubscription(), 1.5);
+  EXPECT_DOUBLE_EQ(eight.oversubscription(), 4.0);  // 8 threads on 2 CPUs: a quarter CPU each
+  EXPECT_DOUBLE_EQ(eight.compute_seconds(1e10, "f32"), 4.0);
+  EXPECT_DOUBLE_EQ(eight.hbm_seconds(4e9), 4.0);
+  // The all-reduce fit ran on 8 busy cores (x4 inside it): as fitted on an 8-core mesh, even for
+  // a group of 2 in it, 2 (4e-5 + 2e-9 x 1/2 x 1e6) = 2.08e-3 s; a 2-core mesh divides alpha and
+  // beta by 4: 2 (1e-5 + 5e-10 x 1/2 x 1e6) = 5.2e-4 s.
+  EXPECT_NEAR(eight.collective(CollectiveKind::kAllReduce, 1e6, {0}, {2}).seconds, 2.08e-3, 1e-15);
+  const CollectiveCost c = two.collective(CollectiveKind::kAllReduce, 1e6, {0}, {2});
+  EXPECT_NEAR(c.alpha_seconds, 1e-5, 1e-18);
+  EXPECT_NEAR(c.seconds, 5.2e-4, 1e-15);
+  EXPECT_NEAR(base.collective(CollectiveKind::kAllReduce, 1e6, {0}, {2}).seconds, 2.08e-3, 1e-15);
+  EXPECT_THROW(base.for_cores(-1), InvalidArgumentError);
+}
+
+TEST(CostModelTest, WorkingSetsThatFitTheCacheStreamAtItsBandwidth) {
+  const CostModel one = CostModel(host_profile()).for_cores(1);
+  EXPECT_TRUE(one.fits_in_cache(524288));
+  EXPECT_NEAR(one.memory_seconds(4e6, 524288), 1e-4, 1e-18);   // 4e6 B at 4e10 B/s
+  EXPECT_NEAR(one.memory_seconds(4e6, 2097152), 1e-3, 1e-18);  // 2 MiB does not fit: 4e9 B/s
+  // 8 cores on 2 CPUs: 4 threads take turns on each CPU and share its cache.
+  const CostModel eight = CostModel(host_profile()).for_cores(8);
+  EXPECT_TRUE(eight.fits_in_cache(262144));  // x 4 = 1 MiB exactly
+  EXPECT_FALSE(eight.fits_in_cache(262145));
+  EXPECT_NEAR(eight.memory_seconds(4e6, 262144), 4e-4, 1e-18);
+  EXPECT_NEAR(eight.memory_seconds(4e6, 524288), 4e-3, 1e-18);
+  // The roofline takes the larger: 2e6 FLOPs take 2e-4 s.
+  EXPECT_NEAR(one.op_seconds(2e6, 4e6, 524288, "f32"), 2e-4, 1e-18);
+  EXPECT_NEAR(one.op_seconds(2e6, 4e6, 2097152, "f32"), 1e-3, 1e-18);
+}
+
+TEST(CostModelTest, TpuProfilesIgnoreTheCoreCount) {
+  for (const char* name : {"v4", "v5e", "v5p"}) {
+    const CostModel m(HardwareProfile::get(name));
+    const CostModel m8 = m.for_cores(8);
+    EXPECT_EQ(m8.oversubscription(), 1.0) << name;
+    EXPECT_FALSE(m8.fits_in_cache(1)) << name;
+    EXPECT_EQ(m8.compute_seconds(1e12, "bf16"), m.compute_seconds(1e12, "bf16")) << name;
+    EXPECT_EQ(m8.memory_seconds(8.1e9, 1), m.hbm_seconds(8.1e9)) << name;
+    EXPECT_EQ(m8.collective(CollectiveKind::kAllGather, kB, {0, 1}, {2, 4}).seconds,
+              m.collective(CollectiveKind::kAllGather, kB, {0, 1}, {2, 4}).seconds)
+        << name;
+    EXPECT_EQ(m8.describe(), m.describe()) << name;
+  }
+}
+
 TEST(CostModelTest, BadArgumentsAreErrors) {
   const CostModel m = v5e();
   EXPECT_THROW(m.collective(CollectiveKind::kAllGather, 1, {0, 1}, {2}), InvalidArgumentError);

@@ -1,0 +1,264 @@
+#include "examples/estimate_report.h"
+
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/units.h"
+#include "examples/mlp_trainer.h"
+
+namespace vtpu::examples {
+
+namespace {
+
+double number_at(const nlohmann::json& e, const char* key, const std::string& source,
+                 bool required) {
+  if (!e.contains(key) || e[key].is_null()) {
+    if (!required) return 0.0;
+    throw InvalidArgumentError("plan file '" + source + "': estimate." + key +
+                               " is missing (expected a number; written by `vtpu plan --emit`)");
+  }
+  const nlohmann::json& v = e[key];
+  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0) {
+    throw InvalidArgumentError("plan file '" + source + "': estimate." + key + " is " + v.dump() +
+                               " (expected a finite number >= 0)");
+  }
+  return v.get<double>();
+}
+
+std::string ratio_text(double r, bool within) {
+  if (!(r > 0)) return "-";
+  char b[48];
+  std::snprintf(b, sizeof b, "%.2fx (%s 25%%)", r, within ? "within" : "outside");
+  return b;
+}
+
+bool within(double ratio) {
+  return ratio > 0 && std::abs(ratio - 1.0) <= EstimateReport::kTolerance;
+}
+
+}  // namespace
+
+std::optional<PlanEstimate> plan_estimate_from_json(const nlohmann::json& plan,
+                                                    const std::string& source) {
+  if (!plan.is_object()) {
+    throw InvalidArgumentError("plan file '" + source + "' is " + plan.type_name() +
+                               " (expected a JSON object)");
+  }
+  if (!plan.contains("estimate") || plan["estimate"].is_null() ||
+      (plan["estimate"].is_object() && plan["estimate"].empty())) {
+    return std::nullopt;
+  }
+  if (!plan["estimate"].is_object()) {
+    throw InvalidArgumentError("plan file '" + source + "': estimate is " +
+                               plan["estimate"].dump() +
+                               " (expected an object, as `vtpu plan --emit` writes)");
+  }
+  const nlohmann::json& e = plan["estimate"];
+  PlanEstimate p;
+  p.source = source;
+  if (plan.contains("strategy") && plan["strategy"].is_object() &&
+      plan["strategy"].contains("name") && plan["strategy"]["name"].is_string()) {
+    p.strategy = plan["strategy"]["name"].get<std::string>();
+  }
+  if (e.contains("hardware") && e["hardware"].is_string())
+    p.hardware = e["hardware"].get<std::string>();
+  p.step_seconds = number_at(e, "step_seconds", source, true);
+  if (!(p.step_seconds > 0)) {
+    throw InvalidArgumentError("plan file '" + source +
+                               "': estimate.step_seconds is 0 (expected > 0)");
+  }
+  p.compute_seconds = number_at(e, "compute_seconds", source, false);
+  p.comm_seconds = number_at(e, "comm_seconds", source, false);
+  p.hbm_bytes_per_core =
+      static_cast<uint64_t>(std::llround(number_at(e, "hbm_bytes_per_core", source, true)));
+  p.input_bytes_per_core =
+      static_cast<uint64_t>(std::llround(number_at(e, "input_bytes_per_core", source, false)));
+  const double s = number_at(e, "oversubscription", source, false);
+  p.oversubscription = s > 0 ? s : 1.0;
+  p.batch = static_cast<int64_t>(std::llround(number_at(e, "batch", source, false)));
+  return p;
+}
+
+void PlanEstimate::check_batch(int64_t run_batch) const {
+  if (batch != 0 && batch != run_batch) {
+    throw InvalidArgumentError(
+        "plan file '" + source + "' estimates a global batch of " + std::to_string(batch) +
+        " but the run uses " + std::to_string(run_batch) +
+        " (expected the same; re-plan with `vtpu plan --batch " + std::to_string(run_batch) + "`)");
+  }
+}
+
+std::optional<PlanEstimate> read_plan_estimate(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw NotFoundError("cannot open plan file '" + path + "'");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgumentError("plan file '" + path + "' is not JSON: " + e.what());
+  }
+  return plan_estimate_from_json(j, path);
+}
+
+void StepMeter::tick() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  cpu_.push_back(static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec));
+  wall_.push_back(
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+std::function<void(int64_t, double)> StepMeter::wrap(std::function<void(int64_t, double)> on_log,
+                                                     int64_t every, int64_t steps) {
+  return [this, on_log = std::move(on_log), every, steps](int64_t step, double loss) {
+    tick();
+    if (on_log && every > 0 && (step % every == 0 || step == steps - 1)) on_log(step, loss);
+  };
+}
+
+namespace {
+double median_interval(const std::vector<double>& t) {
+  if (t.size() < 2) return 0.0;
+  std::vector<double> d(t.size() - 1);
+  for (size_t i = 1; i < t.size(); ++i) d[i - 1] = t[i] - t[i - 1];
+  return median_of(std::move(d));
+}
+}  // namespace
+
+double StepMeter::median_cpu_seconds() const { return median_interval(cpu_); }
+double StepMeter::median_wall_seconds() const { return median_interval(wall_); }
+
+void record_host(MeasuredRun& run) {
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  run.host_cpus = cpus > 0 ? static_cast<int>(cpus) : 0;
+  double load[3] = {0, 0, 0};
+  if (getloadavg(load, 3) == 3) run.load_average = {load[0], load[1], load[2]};
+}
+
+EstimateReport compare_estimate(const PlanEstimate& estimate, const MeasuredRun& measured) {
+  EstimateReport r;
+  r.estimate = estimate;
+  r.measured = measured;
+  if (estimate.step_seconds > 0)
+    r.step_ratio = measured.median_step_seconds / estimate.step_seconds;
+  r.estimated_hbm = estimate.hbm_bytes_per_core + estimate.input_bytes_per_core;
+  r.comparable_hbm = measured.peak_hbm_bytes_per_core -
+                     std::min(measured.unmodelled_hbm_bytes, measured.peak_hbm_bytes_per_core);
+  if (r.estimated_hbm > 0) {
+    r.hbm_ratio = static_cast<double>(r.comparable_hbm) / static_cast<double>(r.estimated_hbm);
+  }
+  if (measured.cpu_seconds_per_step > 0 && measured.num_cores > 0 && measured.host_cpus > 0) {
+    r.cpu_bound_seconds =
+        measured.cpu_seconds_per_step / std::min(measured.num_cores, measured.host_cpus);
+    if (estimate.step_seconds > 0) r.cpu_ratio = r.cpu_bound_seconds / estimate.step_seconds;
+  }
+  r.step_within = within(r.step_ratio);
+  r.hbm_within = within(r.hbm_ratio);
+  return r;
+}
+
+std::string EstimateReport::to_string() const {
+  const PlanEstimate& e = estimate;
+  const MeasuredRun& m = measured;
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "planner estimate vs measured (plan %s: %s on %s; %d cores, %lld steps):\n",
+                e.source.c_str(), e.strategy.empty() ? "?" : e.strategy.c_str(),
+                e.hardware.empty() ? "?" : e.hardware.c_str(), m.num_cores,
+                static_cast<long long>(m.steps));
+  out += line;
+  std::snprintf(line, sizeof line, "  %-34s %14s %14s  %s\n", "", "estimate", "measured",
+                "measured/estimate");
+  out += line;
+  std::snprintf(line, sizeof line, "  %-34s %14s %14s  %s\n", "step time (median wall, core 0)",
+                format_seconds(e.step_seconds).c_str(),
+                format_seconds(m.median_step_seconds).c_str(),
+                ratio_text(step_ratio, step_within).c_str());
+  out += line;
+  if (m.cpu_seconds_per_step > 0) {
+    const int used = m.host_cpus > 0 ? std::min(m.num_cores, m.host_cpus) : 0;
+    std::snprintf(line, sizeof line, "  %-34s %14s %14s\n", "process CPU time per step", "",
+                  format_seconds(m.cpu_seconds_per_step).c_str());
+    out += line;
+    if (used > 0) {
+      char name[64];
+      std::snprintf(name, sizeof name, "  CPU time / %d CPU%s (no waiting)", used,
+                    used == 1 ? "" : "s");
+      std::snprintf(line, sizeof line, "  %-34s %14s %14s  %.2fx (not judged)\n", name,
+                    format_seconds(e.step_seconds).c_str(),
+                    format_seconds(cpu_bound_seconds).c_str(), cpu_ratio);
+      out += line;
+    }
+  }
+  std::snprintf(line, sizeof line, "  %-34s %14llu %14llu  %s\n", "HBM per core (bytes)",
+                static_cast<unsigned long long>(estimated_hbm),
+                static_cast<unsigned long long>(comparable_hbm),
+                ratio_text(hbm_ratio, hbm_within).c_str());
+  out += line;
+  std::snprintf(line, sizeof line,
+                "    estimate = model state + activations + transient %llu + input batch %llu; "
+                "measured = peak_bytes_in_use %llu (largest over cores)",
+                static_cast<unsigned long long>(e.hbm_bytes_per_core),
+                static_cast<unsigned long long>(e.input_bytes_per_core),
+                static_cast<unsigned long long>(m.peak_hbm_bytes_per_core));
+  out += line;
+  if (m.unmodelled_hbm_bytes > 0) {
+    std::snprintf(line, sizeof line, " - %s %llu (not in the model file)",
+                  m.unmodelled_what.empty() ? "unmodelled" : m.unmodelled_what.c_str(),
+                  static_cast<unsigned long long>(m.unmodelled_hbm_bytes));
+    out += line;
+  }
+  out += "\n";
+  std::snprintf(line, sizeof line,
+                "  host: %d CPUs, load average %.2f %.2f %.2f at the end of the run (the "
+                "estimate assumes an otherwise idle host; plan oversubscription x %.3g)\n",
+                m.host_cpus, m.load_average[0], m.load_average[1], m.load_average[2],
+                e.oversubscription);
+  out += line;
+  return out;
+}
+
+nlohmann::json EstimateReport::to_json() const {
+  const PlanEstimate& e = estimate;
+  const MeasuredRun& m = measured;
+  return {{"plan", e.source},
+          {"strategy", e.strategy},
+          {"hardware", e.hardware},
+          {"estimate",
+           {{"step_seconds", e.step_seconds},
+            {"compute_seconds", e.compute_seconds},
+            {"comm_seconds", e.comm_seconds},
+            {"hbm_bytes_per_core", e.hbm_bytes_per_core},
+            {"input_bytes_per_core", e.input_bytes_per_core},
+            {"oversubscription", e.oversubscription}}},
+          {"measured",
+           {{"num_cores", m.num_cores},
+            {"steps", m.steps},
+            {"median_step_seconds", m.median_step_seconds},
+            {"cpu_seconds_per_step", m.cpu_seconds_per_step},
+            {"peak_hbm_bytes_per_core", m.peak_hbm_bytes_per_core},
+            {"unmodelled_hbm_bytes", m.unmodelled_hbm_bytes},
+            {"unmodelled_what", m.unmodelled_what},
+            {"host_cpus", m.host_cpus},
+            {"load_average", m.load_average}}},
+          {"step_ratio", step_ratio},
+          {"step_within_25_percent", step_within},
+          {"estimated_hbm_bytes_per_core", estimated_hbm},
+          {"comparable_hbm_bytes_per_core", comparable_hbm},
+          {"hbm_ratio", hbm_ratio},
+          {"hbm_within_25_percent", hbm_within},
+          {"cpu_bound_seconds", cpu_bound_seconds},
+          {"cpu_ratio", cpu_ratio}};
+}
+
+}  // namespace vtpu::examples

@@ -1,0 +1,122 @@
+// The planner's estimate against a measured training run. Issue 6: "The planner's estimate for
+// each example, against the measured time and HBM per core on this machine with the calibrated
+// profile, within 25%. Print both." Every `vtpu train` command that is given a plan calls this one
+// function, so the comparison reads the same everywhere (docs/SHARDING.md, "Estimate against
+// measurement").
+//
+// What is compared (ratio = measured / estimate; "within 25%" when |ratio - 1| <= 0.25):
+//   step time  estimate.step_seconds against the median over steps of core 0's wall time per step
+//              (the trainers' step_seconds). Printed beside it, not judged: the process CPU time
+//              per step (all threads; the median of the CPU time between the ends of consecutive
+//              steps on core 0, StepMeter) and that divided by min(cores, host CPUs): the wall
+//              time the step's CPU work would take spread evenly over the CPUs the run can use,
+//              with no waiting. Other programs on the host inflate the wall time but, to first
+//              order, not the CPU time, so on a loaded host the CPU figure is the fairer one.
+//   HBM/core   estimate.hbm_bytes_per_core + estimate.input_bytes_per_core (the planner's model
+//              state, activations, FSDP transient, and the step's input batch) against the largest
+//              peak_bytes_in_use over the cores minus what the model file does not describe (the
+//              trainers' device-resident training set, `unmodelled_hbm_bytes`). The raw peak is
+//              printed too.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace vtpu::examples {
+
+/// The "estimate" of a `vtpu plan --emit` file (format "vtpu-plan", version 1). Plain data.
+struct PlanEstimate {
+  std::string source;                 // the file it came from, for messages
+  std::string strategy;               // strategy.name ("" when absent)
+  std::string hardware;               // estimate.hardware ("" when absent)
+  double step_seconds = 0.0;          // estimate.step_seconds (> 0)
+  double compute_seconds = 0.0;       // estimate.compute_seconds (0 when absent)
+  double comm_seconds = 0.0;          // estimate.comm_seconds (0 when absent)
+  uint64_t hbm_bytes_per_core = 0;    // estimate.hbm_bytes_per_core
+  uint64_t input_bytes_per_core = 0;  // estimate.input_bytes_per_core (0 in older plans)
+  double oversubscription = 1.0;      // estimate.oversubscription (1 when absent)
+  int64_t batch = 0;                  // estimate.batch, the global batch (0 when absent)
+
+  /// Throws InvalidArgumentError when the plan names a batch and it is not `batch`: an estimate
+  /// for another batch is not comparable.
+  void check_batch(int64_t batch) const;
+};
+
+/// Reads the estimate of a parsed plan: nullopt when the plan has no "estimate" or an empty one
+/// (a hand-written plan). Throws InvalidArgumentError naming `source` and the field when the plan
+/// is not an object, "estimate" is not an object, or step_seconds / hbm_bytes_per_core is
+/// missing, not a number, or not > 0 (step) / >= 0 (HBM). Thread-safe.
+std::optional<PlanEstimate> plan_estimate_from_json(const nlohmann::json& plan,
+                                                    const std::string& source);
+/// The same from a file. Throws NotFoundError when it cannot be opened, InvalidArgumentError for
+/// malformed JSON (with the parser's message) and as above. Thread-safe.
+std::optional<PlanEstimate> read_plan_estimate(const std::string& path);
+
+/// Process CPU time per step, measured on core 0 at the end of every step. Only one thread may
+/// call tick() (core 0's); read the results after the run. Thread-compatible.
+class StepMeter {
+ public:
+  /// Records the process CPU time (CLOCK_PROCESS_CPUTIME_ID: every thread of the process) and the
+  /// wall time now.
+  void tick();
+  /// A trainer's on_log callback that ticks on every step and forwards (step, loss) to `on_log`
+  /// (when set) only where the trainer would have: every `every` steps (0: never) and at the last
+  /// of `steps`. The trainer must be run with log_every = 1 so that it calls back every step.
+  /// The meter must outlive the callback.
+  std::function<void(int64_t, double)> wrap(std::function<void(int64_t, double)> on_log,
+                                            int64_t every, int64_t steps);
+  /// Medians over the intervals between consecutive ticks (seconds; 0 with fewer than 2 ticks).
+  double median_cpu_seconds() const;
+  double median_wall_seconds() const;
+  /// Intervals measured (ticks - 1, or 0).
+  size_t intervals() const { return cpu_.empty() ? 0 : cpu_.size() - 1; }
+
+ private:
+  std::vector<double> cpu_, wall_;  // readings at each tick, seconds
+};
+
+/// What a run measured, and the host it ran on. Plain data.
+struct MeasuredRun {
+  int num_cores = 0;
+  int64_t steps = 0;
+  double median_step_seconds = 0.0;         // core 0's wall time per step, median
+  double cpu_seconds_per_step = 0.0;        // StepMeter's median (0: not measured)
+  uint64_t peak_hbm_bytes_per_core = 0;     // max over cores of peak_bytes_in_use
+  uint64_t unmodelled_hbm_bytes = 0;        // part of that peak the model file does not describe
+  std::string unmodelled_what;              // what it is ("training set, replicated")
+  int host_cpus = 0;                        // online CPUs (0: unknown)
+  std::array<double, 3> load_average = {};  // 1, 5 and 15 minutes, when the run ended
+};
+
+/// Fills `host_cpus` and `load_average` from the running system (sysconf, getloadavg).
+void record_host(MeasuredRun& run);
+
+/// The comparison. Plain data.
+struct EstimateReport {
+  PlanEstimate estimate;
+  MeasuredRun measured;
+  double step_ratio = 0.0;         // measured.median_step_seconds / estimate.step_seconds
+  uint64_t estimated_hbm = 0;      // hbm_bytes_per_core + input_bytes_per_core
+  uint64_t comparable_hbm = 0;     // peak_hbm_bytes_per_core - unmodelled_hbm_bytes
+  double hbm_ratio = 0.0;          // comparable_hbm / estimated_hbm (0 when the estimate is 0)
+  double cpu_bound_seconds = 0.0;  // cpu_seconds_per_step / min(cores, host CPUs) (0: unknown)
+  double cpu_ratio = 0.0;          // cpu_bound_seconds / estimate.step_seconds
+  bool step_within = false;        // |step_ratio - 1| <= kTolerance
+  bool hbm_within = false;         // |hbm_ratio - 1| <= kTolerance
+
+  static constexpr double kTolerance = 0.25;  // issue 6: within 25%
+
+  /// The table `vtpu train ... --plan` prints (a few lines, ending in a newline).
+  std::string to_string() const;
+  nlohmann::json to_json() const;
+};
+
+/// Compares. Pure. Thread-safe.
+EstimateReport compare_estimate(const PlanEstimate& estimate, const MeasuredRun& measured);
+
+}  // namespace vtpu::examples

@@ -1,0 +1,161 @@
+// examples/estimate_report.h: the plan's estimate is read as written, the ratios and verdicts are
+// the hand-worked ones, and the step meter forwards the log where the trainer would have.
+#include "examples/estimate_report.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace vtpu::examples {
+namespace {
+
+nlohmann::json plan_with(nlohmann::json estimate) {
+  return {{"format", "vtpu-plan"},
+          {"version", 1},
+          {"strategy", {{"name", "dp(x)"}}},
+          {"estimate", std::move(estimate)}};
+}
+
+TEST(EstimateReportTest, ReadsTheEstimateAsWritten) {
+  const auto e = plan_estimate_from_json(plan_with({{"step_seconds", 2.5e-4},
+                                                    {"compute_seconds", 1e-4},
+                                                    {"comm_seconds", 1.5e-4},
+                                                    {"hbm_bytes_per_core", 42896},
+                                                    {"input_bytes_per_core", 2368},
+                                                    {"oversubscription", 4.0},
+                                                    {"hardware", "this_machine"},
+                                                    {"batch", 64}}),
+                                         "p.json");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->source, "p.json");
+  EXPECT_EQ(e->strategy, "dp(x)");
+  EXPECT_EQ(e->hardware, "this_machine");
+  EXPECT_DOUBLE_EQ(e->step_seconds, 2.5e-4);
+  EXPECT_DOUBLE_EQ(e->comm_seconds, 1.5e-4);
+  EXPECT_EQ(e->hbm_bytes_per_core, 42896u);
+  EXPECT_EQ(e->input_bytes_per_core, 2368u);
+  EXPECT_DOUBLE_EQ(e->oversubscription, 4.0);
+  EXPECT_EQ(e->batch, 64);
+  EXPECT_NO_THROW(e->check_batch(64));
+  try {
+    e->check_batch(32);
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& err) {
+    EXPECT_NE(err.message().find("estimates a global batch of 64 but the run uses 32"),
+              std::string::npos)
+        << err.message();
+  }
+  // An older plan: no input bytes, no oversubscription, no batch.
+  const auto old = plan_estimate_from_json(
+      plan_with({{"step_seconds", 1e-3}, {"hbm_bytes_per_core", 100}}), "old.json");
+  ASSERT_TRUE(old.has_value());
+  EXPECT_EQ(old->input_bytes_per_core, 0u);
+  EXPECT_DOUBLE_EQ(old->oversubscription, 1.0);
+  EXPECT_NO_THROW(old->check_batch(7));
+}
+
+TEST(EstimateReportTest, AHandWrittenPlanHasNoEstimateAndABadOneIsAnError) {
+  EXPECT_FALSE(plan_estimate_from_json(plan_with(nlohmann::json::object()), "p").has_value());
+  EXPECT_FALSE(plan_estimate_from_json(plan_with(nullptr), "p").has_value());
+  nlohmann::json no_estimate = plan_with(nullptr);
+  no_estimate.erase("estimate");
+  EXPECT_FALSE(plan_estimate_from_json(no_estimate, "p").has_value());
+  const auto message = [](const nlohmann::json& plan) {
+    try {
+      plan_estimate_from_json(plan, "bad.json");
+    } catch (const InvalidArgumentError& e) {
+      return e.message();
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(
+      message(plan_with({{"hbm_bytes_per_core", 1}})).find("estimate.step_seconds is missing"),
+      std::string::npos);
+  EXPECT_NE(message(plan_with({{"step_seconds", "fast"}, {"hbm_bytes_per_core", 1}}))
+                .find("estimate.step_seconds is \"fast\""),
+            std::string::npos);
+  EXPECT_NE(message(plan_with({{"step_seconds", 0}, {"hbm_bytes_per_core", 1}}))
+                .find("step_seconds is 0 (expected > 0)"),
+            std::string::npos);
+  EXPECT_NE(message(plan_with({{"step_seconds", 1}, {"hbm_bytes_per_core", -5}}))
+                .find("estimate.hbm_bytes_per_core is -5"),
+            std::string::npos);
+  EXPECT_NE(message(plan_with(3)).find("estimate is 3 (expected an object"), std::string::npos);
+  EXPECT_NE(message(nlohmann::json::array()).find("expected a JSON object"), std::string::npos);
+  EXPECT_THROW(read_plan_estimate("/nonexistent/plan.json"), NotFoundError);
+}
+
+TEST(EstimateReportTest, RatiosAndVerdictsAreTheHandWorkedOnes) {
+  PlanEstimate e;
+  e.source = "p.json";
+  e.strategy = "dp(x)";
+  e.step_seconds = 0.5;
+  e.hbm_bytes_per_core = 40000;
+  e.input_bytes_per_core = 2000;
+  MeasuredRun m;
+  m.num_cores = 8;
+  m.steps = 10;
+  m.median_step_seconds = 0.625;  // 0.625 / 0.5 = 1.25 exactly: the edge is within
+  m.cpu_seconds_per_step = 2.0;   // over min(8 cores, 2 CPUs) = 1.0 s: 2x the estimate
+  m.peak_hbm_bytes_per_core = 450000;
+  m.unmodelled_hbm_bytes = 400000;  // comparable 50000 against 42000
+  m.unmodelled_what = "training set";
+  m.host_cpus = 2;
+  m.load_average = {3.5, 2.0, 1.0};
+  const EstimateReport r = compare_estimate(e, m);
+  EXPECT_DOUBLE_EQ(r.step_ratio, 1.25);
+  EXPECT_TRUE(r.step_within);
+  EXPECT_EQ(r.estimated_hbm, 42000u);
+  EXPECT_EQ(r.comparable_hbm, 50000u);
+  EXPECT_DOUBLE_EQ(r.hbm_ratio, 50000.0 / 42000.0);
+  EXPECT_TRUE(r.hbm_within);
+  EXPECT_DOUBLE_EQ(r.cpu_bound_seconds, 1.0);
+  EXPECT_DOUBLE_EQ(r.cpu_ratio, 2.0);
+  const std::string text = r.to_string();
+  for (const char* needle :
+       {"planner estimate vs measured (plan p.json: dp(x) on ?; 8 cores, 10 steps)",
+        "1.25x (within", "42000", "50000", "1.19x (within 25%)", "CPU time / 2 CPUs (no waiting)",
+        "2.00x", "- training set 400000 (not in the model file)", "load average 3.50 2.00 1.00"}) {
+    EXPECT_NE(text.find(needle), std::string::npos) << needle << "\n" << text;
+  }
+  const nlohmann::json j = r.to_json();
+  EXPECT_EQ(j["comparable_hbm_bytes_per_core"], 50000);
+  EXPECT_EQ(j["step_within_25_percent"], true);
+
+  // Just past the edge, and an HBM peak below the unmodelled bytes (clamped at 0).
+  m.median_step_seconds = 0.25;  // 0.5x
+  m.unmodelled_hbm_bytes = 500000;
+  const EstimateReport low = compare_estimate(e, m);
+  EXPECT_DOUBLE_EQ(low.step_ratio, 0.5);
+  EXPECT_FALSE(low.step_within);
+  EXPECT_EQ(low.comparable_hbm, 0u);
+  EXPECT_FALSE(low.hbm_within);
+  EXPECT_NE(low.to_string().find("0.50x (outside 25%)"), std::string::npos) << low.to_string();
+  // One core on two CPUs: the CPU time is divided by 1.
+  m.num_cores = 1;
+  EXPECT_DOUBLE_EQ(compare_estimate(e, m).cpu_bound_seconds, 2.0);
+}
+
+TEST(EstimateReportTest, StepMeterTicksEveryStepAndForwardsWhereTheTrainerWould) {
+  StepMeter meter;
+  std::vector<int64_t> logged;
+  const auto cb = meter.wrap([&](int64_t step, double) { logged.push_back(step); }, 3, 10);
+  for (int64_t s = 0; s < 10; ++s) cb(s, 1.0);
+  EXPECT_EQ(logged, (std::vector<int64_t>{0, 3, 6, 9}));
+  EXPECT_EQ(meter.intervals(), 9u);
+  EXPECT_GE(meter.median_cpu_seconds(), 0.0);
+  EXPECT_GE(meter.median_wall_seconds(), 0.0);
+  // every = 0: never forwards; an empty callback is fine.
+  StepMeter quiet;
+  const auto none = quiet.wrap({}, 0, 4);
+  for (int64_t s = 0; s < 4; ++s) none(s, 0.0);
+  EXPECT_EQ(quiet.intervals(), 3u);
+  EXPECT_EQ(StepMeter().median_cpu_seconds(), 0.0);
+}
+
+}  // namespace
+}  // namespace vtpu::examples
