@@ -326,7 +326,7 @@ void HbmArena::free(BufferId id, ArenaFreeSpace* after) {
 }
 
 void HbmArena::free_locked(BufferId id) {
-  const Live* found = find_locked(id);
+  Live* found = find_locked(id);
   if (found == nullptr) {
     throw InvalidArgumentError("free of buffer id " + std::to_string(id) + " on core " +
                                std::to_string(core_id()) + ", which is not live (double free?)");

@@ -201,7 +201,9 @@ TEST(HbmArenaTest, MemoryStatsJsonHasJaxKeys) {
   EXPECT_EQ(j.at("defrag_buffers_moved").get<uint64_t>(), 0u);
   EXPECT_EQ(j.at("defrag_bytes_moved").get<uint64_t>(), 0u);
   EXPECT_EQ(j.at("defrag_time_ns").get<uint64_t>(), 0u);
-  EXPECT_EQ(j.size(), 19u);
+  EXPECT_EQ(j.at("pending_free_buffers").get<uint64_t>(), 0u);
+  EXPECT_EQ(j.at("pending_free_bytes").get<uint64_t>(), 0u);
+  EXPECT_EQ(j.size(), 21u);
 }
 
 TEST(HbmArenaTest, TryAllocateReportsPlacementAndNeverThrowsForSpace) {
@@ -801,9 +803,6 @@ TEST_P(HbmArenaRandomTest, MatchesReferenceModel) {
 
 INSTANTIATE_TEST_SUITE_P(Seeds, HbmArenaRandomTest, ::testing::Range<uint32_t>(0, 30));
 
-}  // namespace
-}  // namespace vtpu
-
 // A free of a pinned buffer (an in-flight DMA reads it) is deferred to the last unpin: until then
 // the id is dead to callers, but its bytes stay put and no allocation can take them.
 TEST(HbmArenaTest, FreeOfAPinnedBufferIsHeldUntilTheLastUnpin) {
@@ -858,3 +857,5 @@ TEST(HbmArenaTest, FreeOfAPinnedBufferIsHeldUntilTheLastUnpin) {
     for (BufferId id : others) arena.free(id);
   }
 }
+}  // namespace
+}  // namespace vtpu

@@ -215,7 +215,7 @@ TEST(PallasCallTest, RemoteCopyReadsItsSourceEvenIfTheOwnerFreesItMeanwhile) {
   auto remote = std::make_unique<DeviceBuffer>(rt.allocate(1, 16 * 128 * 4, "remote"));
   auto rv = remote->as<float>();
   std::iota(rv.begin(), rv.end(), 1000.0f);
-  DeviceBuffer first = rt.allocate(0, 8 * 128 * 4, "first");
+  DeviceBuffer first = rt.allocate(0, 16 * 128 * 4, "first");
   DeviceBuffer out = rt.allocate(0, 16 * 128 * 4, "out");
   DeviceBuffer reuse;
   rt.run_spmd({0}, [&](CoreContext& cc) {
