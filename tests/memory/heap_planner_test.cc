@@ -348,18 +348,7 @@ std::pair<std::vector<size_t>, std::vector<size_t>> reference_orders(
 }
 
 uint64_t reference_heap(const std::vector<BufferInterval>& iv, uint64_t align) {
-  std::vector<size_t> by_size(iv.size());
-  std::iota(by_size.begin(), by_size.end(), size_t{0});
-  std::vector<size_t> by_duration = by_size;
-  auto duration = [&](size_t i) { return static_cast<uint64_t>(iv[i].end - iv[i].start); };
-  std::sort(by_size.begin(), by_size.end(), [&](size_t a, size_t b) {
-    return std::make_tuple(iv[b].bytes, duration(b), a) <
-           std::make_tuple(iv[a].bytes, duration(a), b);
-  });
-  std::sort(by_duration.begin(), by_duration.end(), [&](size_t a, size_t b) {
-    return std::make_tuple(duration(b), iv[b].bytes, a) <
-           std::make_tuple(duration(a), iv[a].bytes, b);
-  });
+  const auto [by_size, by_duration] = reference_orders(iv);
   uint64_t best = ~uint64_t{0};
   for (const auto* order : {&by_size, &by_duration}) {
     const std::vector<uint64_t> off = reference_best_fit(iv, align, *order);
