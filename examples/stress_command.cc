@@ -30,6 +30,7 @@ struct StressCommand {
   std::string activation_bytes, weight_bytes, kv_block_bytes, bucket_bytes;
   std::string load = "on";
   std::string capacity_search = "on";
+  std::string capacity_search_max;
   std::string seed = "1";
   std::string json_path;
   std::string html_path;
@@ -67,6 +68,11 @@ CLI::Validator seed_validator() {
       "SEED");
 }
 
+// The options that only shape a generated workload (memory/stress_workload.h).
+constexpr const char* kGeneratorOnlyFlags[] = {
+    "--workload",     "--events", "--seed",         "--layers",         "--activation-bytes",
+    "--weight-bytes", "--live",   "--max-requests", "--kv-block-bytes", "--max-blocks"};
+
 std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> out;
   size_t start = 0;
@@ -78,8 +84,9 @@ std::vector<std::string> split_list(const std::string& text) {
   }
 }
 
-// Draws "[#####.....] 42% 1234567/2939393 events" on stderr, from a thread of its own, when
-// stderr is a terminal and the run has lasted a second; erases the line when done.
+// Draws format_stress_progress's line (the phase, its bar and counts) on stderr, from a thread
+// of its own, when stderr is a terminal and the run has lasted a second; erases the line when
+// done.
 class ProgressBar {
  public:
   explicit ProgressBar(StressOptions::Progress* p) : p_(p) {
@@ -97,24 +104,18 @@ class ProgressBar {
  private:
   void loop() {
     const auto start = std::chrono::steady_clock::now();
-    bool drawn = false;
+    size_t drawn = 0;  // characters of the last line drawn
     std::unique_lock lock(mu_);
     while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return done_; })) {
       if (std::chrono::steady_clock::now() - start < std::chrono::seconds(1)) continue;
-      const uint64_t total = p_->total.load();
-      const uint64_t done = std::min(p_->done.load(), total);
-      if (total == 0) continue;
-      const int width = 40;
-      const int filled = static_cast<int>(static_cast<double>(done) / total * width);
-      std::string bar(static_cast<size_t>(filled), '#');
-      bar.resize(width, '.');
-      std::fprintf(stderr, "\r[%s] %3.0f%% %llu/%llu events", bar.c_str(),
-                   100.0 * static_cast<double>(done) / total, static_cast<unsigned long long>(done),
-                   static_cast<unsigned long long>(total));
+      std::string text = format_stress_progress(*p_);
+      const size_t width = text.size();
+      if (width < drawn) text.append(drawn - width, ' ');  // cover a longer previous line
+      std::fprintf(stderr, "\r%s", text.c_str());
       std::fflush(stderr);
-      drawn = true;
+      drawn = width;
     }
-    if (drawn) std::fprintf(stderr, "\r%70s\r", "");
+    if (drawn > 0) std::fprintf(stderr, "\r%s\r", std::string(drawn, ' ').c_str());
   }
 
   StressOptions::Progress* p_;
@@ -138,12 +139,12 @@ std::shared_ptr<StressCommand> add_stress_command(CLI::App& app) {
   s->add_option("--cores", o.cores, "Virtual cores")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
-  CLI::Option* workload = s->add_option("--workload", o.workload.name, "Generated workload")
-                              ->capture_default_str()
-                              ->check(CLI::IsMember(stress_workload_names()));
+  s->add_option("--workload", o.workload.name, "Generated workload")
+      ->capture_default_str()
+      ->check(CLI::IsMember(stress_workload_names()));
   s->add_option("--trace", o.trace_path,
-                "Replay a vtpu trace (JSON Lines); an event of core c runs on core c % --cores")
-      ->excludes(workload)
+                "Replay a vtpu trace (JSON Lines); an event of core c runs on core c % --cores. "
+                "Not with the generator options (--workload, --events, --seed, ...)")
       ->check(CLI::ExistingFile);
   s->add_option("--allocators", cmd->allocators,
                 "Comma-separated policies: " + join(known_allocator_policies(), ",") +
@@ -159,7 +160,8 @@ std::shared_ptr<StressCommand> add_stress_command(CLI::App& app) {
   s->add_option("--seed", cmd->seed, "Workload seed, 0 .. 2^64 - 1")
       ->capture_default_str()
       ->check(seed_validator());
-  s->add_option("--events", o.workload.events_per_core, "Events per core (generated workloads)")
+  s->add_option("--events", o.workload.events_per_core,
+                "Events per core, exactly (generated workloads: the last step may be cut short)")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, kMaxWorkloadEvents));
   s->add_option("--layers", o.workload.layers, "training_step/variable_batch: layers")
@@ -211,6 +213,10 @@ std::shared_ptr<StressCommand> add_stress_command(CLI::App& app) {
                 "Bisect the smallest capacity with no OOM per core: on or off")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
+  s->add_option("--capacity-search-max", cmd->capacity_search_max,
+                "Largest capacity the search tries, the same for every policy (K, M, G; default "
+                "max(4 x --hbm-bytes, 64G)); a policy that needs more shows >SIZE")
+      ->check(size_validator());
   s->add_option("--json", cmd->json_path, "Write the full report (every figure) as JSON");
   s->add_option("--html", cmd->html_path, "Write a self-contained HTML report");
   return cmd;
@@ -220,6 +226,18 @@ bool run_stress_if_selected(const StressCommand& cmd, int argc, char** argv, int
   if (cmd.app == nullptr || !cmd.app->parsed()) return false;
   StressOptions o = cmd.options;
   try {
+    if (!o.trace_path.empty()) {
+      // A trace brings its own events: an option that only shapes a generated workload would be
+      // silently ignored, so it is an error instead.
+      for (const char* flag : kGeneratorOnlyFlags) {
+        if (cmd.app->count(flag) > 0) {
+          throw InvalidArgumentError(std::string(flag) +
+                                     " sets up a generated workload and has no effect with "
+                                     "--trace (a trace brings its own events; remove " +
+                                     flag + ")");
+        }
+      }
+    }
     o.allocators = split_list(cmd.allocators);
     o.auto_defragment.clear();
     if (cmd.auto_defragment != "off") o.auto_defragment.push_back(true);
@@ -238,6 +256,15 @@ bool run_stress_if_selected(const StressCommand& cmd, int argc, char** argv, int
     if (!cmd.bucket_bytes.empty()) o.bucket_bytes = parse_bytes(cmd.bucket_bytes);
     o.under_load = cmd.load == "on";
     o.search_capacity = cmd.capacity_search == "on";
+    if (!cmd.capacity_search_max.empty()) {
+      if (!o.search_capacity)
+        throw InvalidArgumentError(
+            "--capacity-search-max has no effect with --capacity-search off (remove one)");
+      o.capacity_search_max_bytes = parse_bytes(cmd.capacity_search_max);
+      if (o.capacity_search_max_bytes < 4 * kKiB)
+        throw InvalidArgumentError("--capacity-search-max " + cmd.capacity_search_max +
+                                   " (expected at least 4K)");
+    }
     for (int i = 0; i < argc; ++i) o.command += (i ? " " : "") + std::string(argv[i]);
     o.validate();
     check_output_path("--json", cmd.json_path);

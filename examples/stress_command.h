@@ -4,7 +4,8 @@
 //   vtpu stress [--cores 8] [--workload training_step] [--trace FILE] [--allocators bfc,tlsf]
 //               [--auto-defragment on|off|both] [--hbm-bytes 16G] [--seed 1] [--events 100000]
 //               [--load on|off] [--backing] [--stop-on-oom] [--capacity-search on|off]
-//               [--json FILE] [--html FILE] ... (--help lists the workload and load knobs)
+//               [--capacity-search-max SIZE] [--json FILE] [--html FILE] ... (--help lists the
+//               workload and load knobs; with --trace, a workload option is a usage error)
 //
 // Exit codes: 0 success; 1 a vtpu error (bad trace, out of memory with --stop-on-oom, after the
 // full out-of-memory report; an integrity or all-reduce check that failed); 2 bad usage.

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -234,6 +235,20 @@ std::string num_or_dash(const nlohmann::json& v, const char* f = "%.0f") {
   return v.is_null() ? "-" : fmt(f, v.get<double>());
 }
 
+// The search's upper bound of a summary, 0 when no search ran.
+uint64_t search_bound(const nlohmann::json& summary) {
+  const auto it = summary.find("capacity_search_max_bytes");
+  return it == summary.end() || it->is_null() ? 0 : it->get<uint64_t>();
+}
+
+// "-" (no search), the capacity found, or ">BOUND" (not found below the bound).
+std::string min_capacity_text(const nlohmann::json& summary) {
+  if (!summary["min_capacity_bytes"].is_null())
+    return format_bytes(summary["min_capacity_bytes"].get<uint64_t>());
+  const uint64_t bound = search_bound(summary);
+  return bound == 0 ? "-" : ">" + format_bytes(bound);
+}
+
 }  // namespace
 
 bool is_cross_core_free(int core, uint32_t slot, uint32_t per_mille) {
@@ -288,6 +303,51 @@ void StressOptions::validate() const {
     fail("cross_core_free_max_lag " + std::to_string(cross_core_free_max_lag) +
          " (expected 0..1000000 events)");
   if (timeline_samples < 0) fail("timeline_samples must be >= 0");
+  if (capacity_search_max_bytes != 0 && capacity_search_max_bytes < 4 * kKiB)
+    fail("capacity_search_max_bytes " + std::to_string(capacity_search_max_bytes) +
+         " (expected >= 4 KiB, or 0 for max(4 x hbm_bytes, 64 GiB))");
+}
+
+uint64_t StressOptions::capacity_search_limit() const {
+  if (capacity_search_max_bytes != 0) return capacity_search_max_bytes;
+  const uint64_t four_hbm = hbm_bytes > UINT64_MAX / 4 ? UINT64_MAX : 4 * hbm_bytes;
+  return std::max<uint64_t>(four_hbm, 64 * kGiB);
+}
+
+std::string format_stress_progress(const StressOptions::Progress& p) {
+  using Phase = StressOptions::Progress::Phase;
+  const Phase phase = p.phase.load();
+  const uint64_t total = p.total.load();
+  const uint64_t done = std::min(p.done.load(), total);
+  const std::string run =
+      "run " + std::to_string(p.run.load()) + "/" + std::to_string(p.runs.load()) + " ";
+  std::string what, counts;
+  switch (phase) {
+    case Phase::kBuildingStreams:
+      return "building the event streams";
+    case Phase::kPlanning:
+      what = "planning heaps (planned)";
+      counts = std::to_string(done) + "/" + std::to_string(total) + " cores";
+      break;
+    case Phase::kReplay:
+      what = run + "replay";
+      counts = std::to_string(done) + "/" + std::to_string(total) + " events";
+      break;
+    case Phase::kCapacitySearch:
+      what = run + "capacity search";
+      counts = std::to_string(done) + "/" + std::to_string(total) + " cores, " +
+               std::to_string(p.search_replays.load()) + " capacities tried";
+      break;
+    case Phase::kDone:
+      return "done";
+  }
+  constexpr int kWidth = 20;
+  const double fraction = total == 0 ? 0.0 : static_cast<double>(done) / total;
+  std::string bar(static_cast<size_t>(fraction * kWidth), '#');
+  bar.resize(kWidth, '.');
+  // Floor, so that 100% shows only when every unit of the phase is done.
+  const auto percent = static_cast<int>(total == 0 ? 0 : done * 100 / total);
+  return what + " [" + bar + "] " + std::to_string(percent) + "% " + counts;
 }
 
 nlohmann::json run_stress(const StressOptions& options) {
@@ -321,19 +381,37 @@ nlohmann::json run_stress(const StressOptions& options) {
   uint64_t events_per_run = 0;
   for (const CoreStream& s : streams) events_per_run += s.ops.size();
   const size_t num_runs = options.allocators.size() * options.auto_defragment.size();
-  if (options.progress != nullptr) options.progress->total.store(events_per_run * num_runs);
-
-  std::vector<std::shared_ptr<const HeapPlan>> plans(static_cast<size_t>(n));
-  if (std::find(options.allocators.begin(), options.allocators.end(), "planned") !=
-      options.allocators.end()) {
-    for (int c = 0; c < n; ++c) plans[c] = plan_for_stream(streams[c]);
-  }
+  StressOptions::Progress* progress = options.progress;
+  using Phase = StressOptions::Progress::Phase;
+  // Starts a phase of `total` units (the run number is set before).
+  auto enter = [progress](Phase phase, uint64_t total) {
+    if (progress == nullptr) return;
+    progress->done.store(0);
+    progress->total.store(total);
+    progress->search_replays.store(0);
+    progress->phase.store(phase);
+  };
+  if (progress != nullptr) progress->runs.store(num_runs);
 
   RuntimeOptions ro;
   ro.num_cores = n;
   ro.hbm_bytes_per_core = 1 * kMiB;  // the cores' own arenas are unused: each run makes its own
   ro.hbm_backing = false;
   Runtime runtime(ro);
+
+  // Each core plans its own stream, in parallel (plan_heap is thread-safe).
+  std::vector<std::shared_ptr<const HeapPlan>> plans(static_cast<size_t>(n));
+  if (std::find(options.allocators.begin(), options.allocators.end(), "planned") !=
+      options.allocators.end()) {
+    enter(Phase::kPlanning, static_cast<uint64_t>(n));
+    runtime.run_spmd([&](CoreContext& ctx) {
+      const int c = ctx.core_id();
+      plans[c] = plan_for_stream(streams[c]);
+      if (progress != nullptr) progress->done.fetch_add(1);
+    });
+  }
+  const uint64_t search_limit = options.capacity_search_limit();
+
   std::unique_ptr<Communicator> comm;
   if (options.under_load) {
     std::vector<int> group(static_cast<size_t>(n));
@@ -343,8 +421,12 @@ nlohmann::json run_stress(const StressOptions& options) {
 
   nlohmann::json runs = nlohmann::json::array();
   LoadCounters load;
+  uint64_t run_number = 0;
+  // The capacity search's per-core results by (policy, auto_defragment as the arena uses it).
+  std::map<std::pair<std::string, bool>, std::vector<std::optional<uint64_t>>> searched;
   for (const std::string& policy : options.allocators) {
     for (const bool defrag : options.auto_defragment) {
+      if (progress != nullptr) progress->run.store(++run_number);
       StressReplayOptions ro_base;
       ro_base.policy = policy;
       ro_base.auto_defragment = defrag;
@@ -356,6 +438,8 @@ nlohmann::json run_stress(const StressOptions& options) {
       ro_base.concurrent = options.under_load && n > 1;
       nlohmann::json run = {{"allocator", policy}, {"auto_defragment", defrag}};
       std::vector<std::unique_ptr<CoreReplayer>> replayers(static_cast<size_t>(n));
+      std::vector<StressCoreMetrics> metrics(static_cast<size_t>(n));
+      for (int c = 0; c < n; ++c) metrics[c].core = c;
       try {
         for (int c = 0; c < n; ++c) {
           StressReplayOptions o = ro_base;
@@ -363,96 +447,106 @@ nlohmann::json run_stress(const StressOptions& options) {
           replayers[c] = std::make_unique<CoreReplayer>(streams[c], o);
         }
       } catch (const InvalidArgumentError& e) {
-        // e.g. a planned heap larger than the arena: the run cannot start; say why.
+        // e.g. a planned heap larger than the arena: the run cannot start; say why. Its figures
+        // are zeros, one entry per core (as the schema and the HTML renderer expect of every
+        // run), and its capacity search runs as every other run's does.
         run["error"] = e.message();
-        run["summary"] = stress_metrics_json(StressCoreMetrics{}, false);
-        // One zero entry per core, as the schema (and the HTML renderer) expects of every run.
-        run["per_core"] = nlohmann::json::array();
-        for (int c = 0; c < n; ++c) {
-          StressCoreMetrics zero;
-          zero.core = c;
-          run["per_core"].push_back(stress_metrics_json(zero, true));
-        }
-        runs.push_back(std::move(run));
-        continue;
+        replayers.clear();
       }
-      const bool cross = options.under_load && n > 1 && options.cross_core_free_per_mille > 0;
-      CrossCoreFrees frees(n, options.cross_core_free_max_lag, runtime.options().collective_timeout,
-                           replayers);
-      const int abort_handler =
-          runtime.add_abort_handler([&frees](int, const std::exception_ptr&) { frees.abort(); });
-      std::vector<StressCoreMetrics> metrics(static_cast<size_t>(n));
-      try {
-        runtime.run_spmd([&](CoreContext& ctx) {
-          const int c = ctx.core_id();
-          CoreReplayer& r = *replayers[c];
-          const auto& ops = streams[c].ops;
-          const size_t total = ops.size();
-          const bool load_on = options.under_load;
-          const auto rounds = load_on ? static_cast<size_t>(options.collective_rounds) : 0;
-          std::vector<float> bucket(load_on ? options.bucket_bytes / 4 : 0);
-          const int d = options.matmul_dim;
-          Eigen::MatrixXf a, b, m;
-          if (load_on) {
-            a = Eigen::MatrixXf::Constant(d, d, 0.5f);
-            b = Eigen::MatrixXf::Constant(d, d, 0.25f);
-            m.resize(d, d);
-          }
-          auto round = [&] {
-            // With cross-core frees, all cores meet (applying their inboxes) before any enters
-            // the all-reduce, so a core blocked in it never holds up a free another core awaits.
-            if (cross) frees.gate(c);
-            load_round(ctx, *comm, bucket, a, b, m, load);
-          };
-          size_t next_round = 0;
-          uint64_t unreported = 0;
-          r.begin();
-          for (size_t i = 0; i < total && !r.stopped(); ++i) {
-            // Round k sits before event floor(k * total / rounds), so every core runs `rounds`.
-            while (next_round < rounds && i >= next_round * total / rounds) {
+      if (!run.contains("error")) {
+        enter(Phase::kReplay, events_per_run);
+        const bool cross = options.under_load && n > 1 && options.cross_core_free_per_mille > 0;
+        CrossCoreFrees frees(n, options.cross_core_free_max_lag,
+                             runtime.options().collective_timeout, replayers);
+        const int abort_handler =
+            runtime.add_abort_handler([&frees](int, const std::exception_ptr&) { frees.abort(); });
+        try {
+          runtime.run_spmd([&](CoreContext& ctx) {
+            const int c = ctx.core_id();
+            CoreReplayer& r = *replayers[c];
+            const auto& ops = streams[c].ops;
+            const size_t total = ops.size();
+            const bool load_on = options.under_load;
+            const auto rounds = load_on ? static_cast<size_t>(options.collective_rounds) : 0;
+            std::vector<float> bucket(load_on ? options.bucket_bytes / 4 : 0);
+            const int d = options.matmul_dim;
+            Eigen::MatrixXf a, b, m;
+            if (load_on) {
+              a = Eigen::MatrixXf::Constant(d, d, 0.5f);
+              b = Eigen::MatrixXf::Constant(d, d, 0.25f);
+              m.resize(d, d);
+            }
+            auto round = [&] {
+              // With cross-core frees, all cores meet (applying their inboxes) before any enters
+              // the all-reduce, so a core blocked in it never holds up a free another core awaits.
+              if (cross) frees.gate(c);
+              load_round(ctx, *comm, bucket, a, b, m, load);
+            };
+            size_t next_round = 0;
+            uint64_t unreported = 0;
+            r.begin();
+            for (size_t i = 0; i < total && !r.stopped(); ++i) {
+              // Round k sits before event floor(k * total / rounds), so every core runs `rounds`.
+              while (next_round < rounds && i >= next_round * total / rounds) {
+                round();
+                ++next_round;
+              }
+              if (cross) frees.before_event(c, i);
+              const CoreStream::Op& op = ops[i];
+              if (cross && !op.is_alloc &&
+                  is_cross_core_free(c, op.slot, options.cross_core_free_per_mille) &&
+                  r.is_live(op.slot)) {
+                frees.hand_off(c, op.slot, i);
+              } else {
+                r.run_op(i);
+              }
+              if (progress != nullptr && ++unreported == kProgressEvery) {
+                progress->done.fetch_add(unreported, std::memory_order_relaxed);
+                unreported = 0;
+              }
+            }
+            while (next_round < rounds) {
               round();
               ++next_round;
             }
-            if (cross) frees.before_event(c, i);
-            const CoreStream::Op& op = ops[i];
-            if (cross && !op.is_alloc &&
-                is_cross_core_free(c, op.slot, options.cross_core_free_per_mille) &&
-                r.is_live(op.slot)) {
-              frees.hand_off(c, op.slot, i);
-            } else {
-              r.run_op(i);
+            if (cross) {
+              frees.flush(c);  // every free this core handed off is applied
+              frees.gate(c);   // and every other core's: no core frees into another after this
             }
-            if (options.progress != nullptr && ++unreported == kProgressEvery) {
-              options.progress->done.fetch_add(unreported, std::memory_order_relaxed);
-              unreported = 0;
-            }
-          }
-          while (next_round < rounds) {
-            round();
-            ++next_round;
-          }
-          if (cross) {
-            frees.flush(c);  // every free this core handed off is applied
-            frees.gate(c);   // and every other core's: no core frees into another after this
-          }
-          if (options.progress != nullptr)
-            options.progress->done.fetch_add(unreported, std::memory_order_relaxed);
-          metrics[c] = r.finish();
-        });
-      } catch (...) {
+            if (progress != nullptr)
+              progress->done.fetch_add(unreported, std::memory_order_relaxed);
+            metrics[c] = r.finish();
+          });
+        } catch (...) {
+          runtime.remove_abort_handler(abort_handler);
+          throw;
+        }
         runtime.remove_abort_handler(abort_handler);
-        throw;
+        replayers.clear();
       }
-      runtime.remove_abort_handler(abort_handler);
-      replayers.clear();
       if (options.search_capacity) {
-        runtime.run_spmd([&](CoreContext& ctx) {
-          const int c = ctx.core_id();
-          StressReplayOptions o = ro_base;
-          o.heap_plan = plans[c];
-          const uint64_t limit = std::max<uint64_t>(4 * options.hbm_bytes, 64 * kGiB);
-          metrics[c].min_capacity_bytes = find_min_capacity(streams[c], o, limit);
-        });
+        // `planned` cannot relocate, so the arena ignores auto_defragment for it: its two runs
+        // would search exactly the same replays, and share one search.
+        const std::pair<std::string, bool> key(policy, policy != "planned" && defrag);
+        auto found = searched.find(key);
+        if (found == searched.end()) {
+          enter(Phase::kCapacitySearch, static_cast<uint64_t>(n));
+          std::vector<std::optional<uint64_t>> per_core(static_cast<size_t>(n));
+          runtime.run_spmd([&](CoreContext& ctx) {
+            const int c = ctx.core_id();
+            StressReplayOptions o = ro_base;
+            o.heap_plan = plans[c];
+            per_core[c] =
+                find_min_capacity(streams[c], o, search_limit,
+                                  progress != nullptr ? &progress->search_replays : nullptr);
+            if (progress != nullptr) progress->done.fetch_add(1);
+          });
+          found = searched.emplace(key, std::move(per_core)).first;
+        }
+        for (int c = 0; c < n; ++c) {
+          metrics[c].min_capacity_bytes = found->second[c];
+          metrics[c].capacity_search_max_bytes = search_limit;
+        }
       }
       run["summary"] = stress_metrics_json(merge_core_metrics(metrics), false);
       nlohmann::json per_core = nlohmann::json::array();
@@ -461,6 +555,7 @@ nlohmann::json run_stress(const StressOptions& options) {
       runs.push_back(std::move(run));
     }
   }
+  if (progress != nullptr) progress->phase.store(Phase::kDone);
   nlohmann::json doc = {{"format", "vtpu-stress"},
                         {"version", 1},
                         {"command", options.command},
@@ -477,6 +572,11 @@ nlohmann::json run_stress(const StressOptions& options) {
                  {"cross_core_free_per_mille",
                   options.under_load && n > 1 ? options.cross_core_free_per_mille : 0},
                  {"cross_core_free_max_lag", options.cross_core_free_max_lag}};
+  if (options.search_capacity) {
+    doc["capacity_search_max_bytes"] = search_limit;
+  } else {
+    doc["capacity_search_max_bytes"] = nullptr;
+  }
   doc["runs"] = std::move(runs);
   return doc;
 }
@@ -499,11 +599,13 @@ std::string format_stress_table(const nlohmann::json& report) {
   for (const nlohmann::json& run : report["runs"]) {
     const nlohmann::json& s = run["summary"];
     if (run.contains("error")) {
-      std::snprintf(line, sizeof line, "%-9s %-6s  not run: %s\n",
+      std::snprintf(line, sizeof line, "%-9s %-6s  not run: %s",
                     run["allocator"].get<std::string>().c_str(),
                     run["auto_defragment"].get<bool>() ? "on" : "off",
                     run["error"].get<std::string>().c_str());
       out += line;
+      if (search_bound(s) > 0) out += " (min_capacity " + min_capacity_text(s) + ")";
+      out += "\n";
       continue;
     }
     const std::string integrity = std::to_string(s["integrity_failures"].get<uint64_t>()) + "/" +
@@ -522,12 +624,19 @@ std::string format_stress_table(const nlohmann::json& report) {
         static_cast<unsigned long long>(s["true_ooms"].get<uint64_t>()),
         s["events_per_second"].get<double>() / 1e6, s["events_per_cpu_second"].get<double>() / 1e6,
         static_cast<unsigned long long>(s["defragmentations"].get<uint64_t>()),
-        format_bytes(s["defrag_bytes_moved"].get<uint64_t>()).c_str(),
-        s["min_capacity_bytes"].is_null()
-            ? "-"
-            : format_bytes(s["min_capacity_bytes"].get<uint64_t>()).c_str(),
+        format_bytes(s["defrag_bytes_moved"].get<uint64_t>()).c_str(), min_capacity_text(s).c_str(),
         integrity.c_str());
     out += line;
+  }
+  uint64_t bound = 0;
+  for (const nlohmann::json& run : report["runs"])
+    bound = std::max(bound, search_bound(run["summary"]));
+  if (bound > 0) {
+    out +=
+        "min_capacity: the smallest arena per core with no OOM (the largest core's), searched "
+        "from peak live up to " +
+        format_bytes(bound) + " for every policy; >" + format_bytes(bound) + ": not found below " +
+        format_bytes(bound) + " (--capacity-search-max)\n";
   }
   out += "\nlatency, ns (sampled; median / p99 / p99.99):\n";
   std::snprintf(line, sizeof line, "%-9s %-6s %28s %28s %12s\n", "allocator", "defrag", "alloc",

@@ -20,7 +20,9 @@
 //     the times repeats run to run, as with --load off. With a lag L > 0, timing decides where in
 //     those L events a free lands, and peak live exceeds the run without cross-core frees by at
 //     most the bytes of the cross-core frees among any L consecutive events of the owner.
-// The capacity search (find_min_capacity) always replays metadata-only without load.
+// The capacity search (find_min_capacity) always replays metadata-only without load, from each
+// core's peak live bytes up to capacity_search_limit(), the same bound for every policy (a run
+// that could not start, such as a planned heap above hbm_bytes, is searched too).
 #pragma once
 
 #include <atomic>
@@ -46,26 +48,47 @@ struct StressOptions {
   bool backing = false;                           // real bytes and checksums (slower)
   bool stop_on_oom = false;                       // rethrow the first OutOfMemoryError
   bool search_capacity = true;                    // find the smallest capacity with no OOM
-  int collective_rounds = 100;                    // all-reduces per core per run (under load)
-  uint64_t bucket_bytes = 256 * kKiB;             // all-reduce bucket, a multiple of 4
-  int matmul_dim = 64;                            // square f32 matmul before every all-reduce
-  uint32_t cross_core_free_per_mille = 50;        // share of frees done by the next core, 0..1000
+  /// Upper bound of the capacity search, bytes, the same for every policy and core (no larger
+  /// capacity is tried); 0: the default rule, max(4 x hbm_bytes, 64 GiB) (saturating at 2^64-1).
+  uint64_t capacity_search_max_bytes = 0;
+  int collective_rounds = 100;              // all-reduces per core per run (under load)
+  uint64_t bucket_bytes = 256 * kKiB;       // all-reduce bucket, a multiple of 4
+  int matmul_dim = 64;                      // square f32 matmul before every all-reduce
+  uint32_t cross_core_free_per_mille = 50;  // share of frees done by the next core, 0..1000
   /// A cross-core free handed off at the owner's event i lands before the owner's event
   /// i + 1 + cross_core_free_max_lag (events; 0..1000000). 0: before the owner's next event.
   uint32_t cross_core_free_max_lag = 0;
   int timeline_samples = 1000;         // per core and run
   uint64_t latency_sample_every = 16;  // time one op in this many
   std::string command;                 // the command line, for the report
-  /// For a progress bar (may be null): run_stress stores the events all runs will replay in
-  /// `total` once the streams are built, and adds to `done` every few thousand events.
+  /// For a progress bar (may be null), written by run_stress and read by any thread: which
+  /// phase the work is in and how far that phase is. The phases, in order: building the event
+  /// streams; planning heaps (only with `planned`; per core); then, for each run (policy,
+  /// auto_defragment), its replay (counted in events, updated every few thousand) followed by
+  /// its capacity search (when on; counted in cores done, with the capacities tried so far). A
+  /// phase's counters reach their totals only when the phase is over; the next phase starts from 0.
   struct Progress {
-    std::atomic<uint64_t> total{0};
-    std::atomic<uint64_t> done{0};
+    enum class Phase : int { kBuildingStreams, kPlanning, kReplay, kCapacitySearch, kDone };
+    std::atomic<Phase> phase{Phase::kBuildingStreams};
+    std::atomic<uint64_t> run{0};    // the current run, from 1 (replay and capacity search)
+    std::atomic<uint64_t> runs{0};   // runs in all
+    std::atomic<uint64_t> total{0};  // this phase's units: events (replay) or cores
+    std::atomic<uint64_t> done{0};   // units of this phase done so far
+    std::atomic<uint64_t> search_replays{0};  // capacity search: capacities tried in this run
   }* progress = nullptr;
 
   /// Throws InvalidArgumentError naming the first bad field.
   void validate() const;
+  /// The capacity search's upper bound in bytes: capacity_search_max_bytes, or the default rule.
+  uint64_t capacity_search_limit() const;
 };
+
+/// One line for a progress bar, from a snapshot of `p`: the phase (and run), a 20-character bar
+/// and the percentage of that phase, and its counts, e.g.
+/// "run 2/4 replay [########............] 42% 1234567/2939393 events" or
+/// "run 2/4 capacity search [#####...............] 25% 2/8 cores, 37 capacities tried". 100% shows
+/// only when the named phase is complete. Thread-safe.
+std::string format_stress_progress(const StressOptions::Progress& p);
 
 /// Whether the free of `slot` (a CoreStream slot) on core `core` is handed to the next core under
 /// load: a fixed hash of (core, slot) below `per_mille` of 1000, so every policy sees the same

@@ -194,6 +194,8 @@ StressCoreMetrics merge_core_metrics(std::span<const StressCoreMetrics> cores) {
     } else {
       all_searched = false;
     }
+    s.capacity_search_max_bytes =
+        std::max(s.capacity_search_max_bytes, c.capacity_search_max_bytes);
     s.integrity_checks += c.integrity_checks;
     s.integrity_failures += c.integrity_failures;
     if (c.stopped_by_oom && !s.stopped_by_oom) s.stopped_by_oom = c.stopped_by_oom;
@@ -237,6 +239,13 @@ nlohmann::json stress_metrics_json(const StressCoreMetrics& m, bool with_details
     j["min_capacity_bytes"] = *m.min_capacity_bytes;
   } else {
     j["min_capacity_bytes"] = nullptr;
+  }
+  // The search's upper bound (null: no search); min_capacity_bytes null with a bound means
+  // "not found below capacity_search_max_bytes".
+  if (m.capacity_search_max_bytes > 0) {
+    j["capacity_search_max_bytes"] = m.capacity_search_max_bytes;
+  } else {
+    j["capacity_search_max_bytes"] = nullptr;
   }
   j["integrity_checks"] = m.integrity_checks;
   j["integrity_failures"] = m.integrity_failures;
@@ -352,15 +361,19 @@ void CoreReplayer::alloc_locked(const CoreStream::Op& op, size_t i) {
       options_.latency_sample_every > 0 && alloc_counter_++ % options_.latency_sample_every == 0;
   std::optional<ArenaPlacement> p;
   ArenaFreeSpace fs;
+  // The arena keeps labels only for --stop-on-oom, whose report lists the largest live buffers
+  // by label; otherwise the hot path copies no strings (the block map maps chunks to slots).
+  auto label = [&] { return options_.stop_on_oom ? stream_.labels[op.label] : std::string(); };
   if (timed) {
+    std::string l = label();
     const auto t0 = std::chrono::steady_clock::now();
-    p = arena_->try_allocate(op.bytes, {}, &fs);
+    p = arena_->try_allocate(op.bytes, std::move(l), &fs);
     const auto t1 = std::chrono::steady_clock::now();
     const double ns =
         static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
     m_.alloc_latency_ns.push_back(static_cast<float>(std::max(0.0, ns - clock_overhead_ns_)));
   } else {
-    p = arena_->try_allocate(op.bytes, {}, &fs);
+    p = arena_->try_allocate(op.bytes, label(), &fs);
   }
   if (!p) {
     state_[op.slot] = SlotState::kFailed;
@@ -529,7 +542,8 @@ StressCoreMetrics CoreReplayer::finish() {
 }
 
 std::optional<uint64_t> find_min_capacity(const CoreStream& stream, const StressReplayOptions& base,
-                                          uint64_t max_capacity_bytes) {
+                                          uint64_t max_capacity_bytes,
+                                          std::atomic<uint64_t>* replays) {
   StressReplayOptions o = base;
   o.backing = false;
   o.timeline_samples = 0;
@@ -551,8 +565,12 @@ std::optional<uint64_t> find_min_capacity(const CoreStream& stream, const Stress
     }
   }
   if (peak_live == 0) return 0;
+  // Regression (stress F9): the first try was at the peak live bytes even above the bound, so a
+  // search could return a capacity past max_capacity_bytes.
+  if (peak_live > max_capacity_bytes) return std::nullopt;
   auto completes = [&](uint64_t capacity) {
     o.capacity_bytes = capacity;
+    if (replays != nullptr) replays->fetch_add(1, std::memory_order_relaxed);
     try {
       CoreReplayer r(stream, o);
       return r.run_all();
@@ -561,11 +579,11 @@ std::optional<uint64_t> find_min_capacity(const CoreStream& stream, const Stress
     }
   };
   uint64_t lo = peak_live - 1;  // fails: the live bytes alone do not fit
-  uint64_t hi = std::max<uint64_t>(peak_live, 4 * kKiB);
+  uint64_t hi = std::min(max_capacity_bytes, std::max<uint64_t>(peak_live, 4 * kKiB));
   while (!completes(hi)) {
     lo = hi;
     if (hi >= max_capacity_bytes) return std::nullopt;
-    hi = std::min(max_capacity_bytes, hi * 2);
+    hi = hi > max_capacity_bytes / 2 ? max_capacity_bytes : hi * 2;
   }
   while (hi - lo > std::max<uint64_t>(4 * kKiB, hi / 1000)) {
     const uint64_t mid = lo + (hi - lo) / 2;

@@ -23,10 +23,13 @@
 //     checksum; all live buffers are checked after every defragmentation (explicit or automatic),
 //     each buffer again when it is freed, and all at finish().
 // The capacity search (find_min_capacity) replays the stream metadata-only, stopping at the first
-// OOM, and bisects the capacity. A policy need not be monotone in capacity (a larger arena can
-// split differently), so the result is the boundary the bisection found, checked to complete.
+// OOM, and bisects the capacity between the peak live bytes and an upper bound that the caller
+// gives and that no tried capacity exceeds. A policy need not be monotone in capacity (a larger
+// arena can split differently), so the result is the boundary the bisection found, checked to
+// complete.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -140,7 +143,8 @@ struct StressCoreMetrics {
   uint64_t defragmentations = 0;
   uint64_t defrag_bytes_moved = 0;
   uint64_t defrag_time_ns = 0;
-  std::optional<uint64_t> min_capacity_bytes;
+  std::optional<uint64_t> min_capacity_bytes;  // none: no search, or not found below the bound
+  uint64_t capacity_search_max_bytes = 0;      // the search's upper bound; 0: no search ran
   uint64_t integrity_checks = 0;
   uint64_t integrity_failures = 0;
   std::vector<StressTimelineSample> timeline;
@@ -244,9 +248,15 @@ class CoreReplayer {
 
 /// The smallest capacity (bytes) at which `stream` replays with no OOM under `base`'s policy and
 /// auto_defragment setting, metadata-only, to within max(4 KiB, 0.1%) of the boundary the
-/// bisection finds (see the header comment), searching up to `max_capacity_bytes`; std::nullopt
-/// when even that fails. Thread-safe.
+/// bisection finds (see the header comment). The same rule for every policy: capacities are
+/// tried from the stream's peak live bytes, doubling, and never above `max_capacity_bytes`, so
+/// a result is always <= max_capacity_bytes; std::nullopt ("not found below max_capacity_bytes")
+/// when the replay at max_capacity_bytes fails, or without any replay when the peak live bytes
+/// alone exceed it. A capacity the policy rejects (below its minimum, or below a planned heap)
+/// counts as a failure. Every capacity tried adds 1 to *replays when given (a progress counter,
+/// may be read by another thread). Thread-safe.
 std::optional<uint64_t> find_min_capacity(const CoreStream& stream, const StressReplayOptions& base,
-                                          uint64_t max_capacity_bytes);
+                                          uint64_t max_capacity_bytes,
+                                          std::atomic<uint64_t>* replays = nullptr);
 
 }  // namespace vtpu

@@ -61,7 +61,7 @@ std::vector<TraceEvent> training_steps(const StressWorkloadOptions& o, int core,
   for (int l = 0; l < n; ++l) sink.alloc(weight[l], layer_label(l, "weight"));
   for (int l = 0; l < n; ++l) sink.alloc(2 * weight[l], layer_label(l, "opt_state"));
   std::vector<uint64_t> act_id(n), grad_id(n);
-  do {  // at least one step
+  do {  // whole steps; make_stress_workload cuts the stream to events_per_core
     const uint64_t eighths =
         variable ? uniform_uint64(rng, static_cast<uint64_t>(o.min_batch_eighths), 8) : 8;
     auto scaled = [&](uint64_t bytes) { return std::max<uint64_t>(1, bytes / 8 * eighths); };
@@ -168,7 +168,7 @@ void StressWorkloadOptions::validate() const {
 }
 
 std::string describe_stress_workload(const StressWorkloadOptions& o) {
-  const std::string events = ", ~" + std::to_string(o.events_per_core) + " events per core";
+  const std::string events = ", " + std::to_string(o.events_per_core) + " events per core";
   if (o.name == "uniform" || o.name == "lognormal" || o.name == "bimodal") {
     SizeOptions s = o.sizes;
     s.distribution = parse_size_distribution(o.name);
@@ -200,17 +200,28 @@ std::vector<TraceEvent> make_stress_workload(const StressWorkloadOptions& o, int
   if (core < 0)
     throw InvalidArgumentError("stress workload on core " + std::to_string(core) +
                                " (expected >= 0)");
-  if (o.name == "training_step") return training_steps(o, core, false);
-  if (o.name == "variable_batch") return training_steps(o, core, true);
-  if (o.name == "kv_cache") return kv_cache(o, core);
-  SteadyStateOptions s;
-  s.sizes = o.sizes;
-  s.sizes.distribution = parse_size_distribution(o.name);
-  s.live_buffers = std::min(o.live_buffers, o.events_per_core);
-  s.pairs = (o.events_per_core - s.live_buffers + 1) / 2;
-  s.core = core;
-  s.seed = stress_core_seed(o.seed, core);
-  return make_steady_state_workload(s);
+  std::vector<TraceEvent> events;
+  if (o.name == "training_step") {
+    events = training_steps(o, core, false);
+  } else if (o.name == "variable_batch") {
+    events = training_steps(o, core, true);
+  } else if (o.name == "kv_cache") {
+    events = kv_cache(o, core);
+  } else {
+    SteadyStateOptions s;
+    s.sizes = o.sizes;
+    s.sizes.distribution = parse_size_distribution(o.name);
+    s.live_buffers = std::min(o.live_buffers, o.events_per_core);
+    s.pairs = (o.events_per_core - s.live_buffers + 1) / 2;
+    s.core = core;
+    s.seed = stress_core_seed(o.seed, core);
+    events = make_steady_state_workload(s);
+  }
+  // Every generator stops after the step (or tick, or pair) that reaches events_per_core; the
+  // stream is cut there, so it has exactly events_per_core events. A prefix of a valid stream is
+  // valid: buffers still live at the end are allowed.
+  if (events.size() > o.events_per_core) events.resize(o.events_per_core);
+  return events;
 }
 
 }  // namespace vtpu

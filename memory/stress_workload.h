@@ -24,10 +24,11 @@
 //       tick picks one live request and grows its KV buffer by one block (allocate the larger
 //       buffer, then free the old one, as a contiguous cache is reallocated); a request that
 //       reaches its length frees its buffer and a new request takes its place.
-// training_step and variable_batch run at least one step. Every generator stops after the step (or
-// tick) in which its core reaches `events_per_core` events, so a stream may run a few events past
-// it. t_us is the event index (1 us apart). Core c draws from
-// std::mt19937_64(stress_core_seed(seed, c)), so cores differ but each is repeatable.
+// Every workload has exactly `events_per_core` events per core: a generator runs whole steps (or
+// ticks, or free/alloc pairs) until it reaches that count and the stream is cut there, so the last
+// step may be partial and buffers may be live at the end (a training_step stream shorter than its
+// setup, 2 x layers events, holds only weights). t_us is the event index (1 us apart). Core c draws
+// from std::mt19937_64(stress_core_seed(seed, c)), so cores differ but each is repeatable.
 #pragma once
 
 #include <cstdint>
@@ -50,7 +51,7 @@ const std::vector<std::string>& stress_workload_names();
 struct StressWorkloadOptions {
   std::string name = "training_step";
   uint64_t seed = 1;
-  uint64_t events_per_core = 100000;  // target events per core (>= 1); see the header comment
+  uint64_t events_per_core = 100000;  // events per core, exactly (1..kMaxWorkloadEvents)
   // uniform, lognormal, bimodal: the distribution's parameters (its `distribution` field is set
   // from `name`) and the live buffers of the steady state (>= 1).
   SizeOptions sizes;

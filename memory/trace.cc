@@ -19,7 +19,7 @@ namespace {
 
 constexpr int kFormatVersion = 1;
 constexpr size_t kMaxQuotedChars = 80;  // longest value quoted in an error message
-constexpr int kMaxJsonDepth = 64;        // deepest nesting a line may have
+constexpr int kMaxJsonDepth = 64;       // deepest nesting a line may have
 
 using Json = nlohmann::json;
 
@@ -255,6 +255,23 @@ TraceEvent parse_event(const Json& j, const std::string& where) {
   return e;
 }
 
+// Reads one line (without its '\n') into `line`, like std::getline, but stops after
+// kMaxTraceLineBytes + 1 bytes: returns kTooLong then, without reading the rest of the line, so a
+// multi-gigabyte line (a corrupt or binary file) costs at most the cap in memory and time.
+enum class LineRead { kLine, kEnd, kTooLong };
+LineRead read_capped_line(std::streambuf& in, std::string& line) {
+  line.clear();
+  bool any = false;
+  for (;;) {
+    const int c = in.sbumpc();
+    if (c == std::char_traits<char>::eof()) return any ? LineRead::kLine : LineRead::kEnd;
+    any = true;
+    if (c == '\n') return LineRead::kLine;
+    if (line.size() == kMaxTraceLineBytes) return LineRead::kTooLong;
+    line.push_back(static_cast<char>(c));
+  }
+}
+
 bool is_blank(const std::string& line) {
   return std::all_of(line.begin(), line.end(),
                      [](char c) { return c == ' ' || c == '\t' || c == '\r'; });
@@ -270,10 +287,30 @@ Trace read_trace(std::istream& in, const std::string& name) {
   uint64_t line_number = 0;
   bool seen_content = false;
   std::vector<std::string> keys;  // top-level keys of the current line, for duplicate detection
-  while (std::getline(in, line)) {
+  std::streambuf* buf = in.rdbuf();
+  if (buf == nullptr || !in.good())
+    throw InvalidArgumentError(name + ": the stream cannot be read (no buffer, or already failed)");
+  for (;;) {
+    LineRead got = LineRead::kEnd;
+    try {
+      got = read_capped_line(*buf, line);
+    } catch (const std::exception& e) {  // a streambuf may throw on a read error
+      throw InvalidArgumentError(name + ": read error after line " + std::to_string(line_number) +
+                                 " (" + e.what() + ")");
+    }
+    if (got == LineRead::kEnd) break;
     ++line_number;
-    if (is_blank(line)) continue;
     const std::string where = name + ":" + std::to_string(line_number) + ": ";
+    if (got == LineRead::kTooLong)
+      throw InvalidArgumentError(where + "line longer than " + std::to_string(kMaxTraceLineBytes) +
+                                 " bytes (kMaxTraceLineBytes, 1 MiB: the longest line a trace may "
+                                 "have; the rest of the line was not read)");
+    // nlohmann::json stops at a NUL as at the end of input, so `{...}\0garbage` would parse as
+    // `{...}`; a NUL is never valid in JSON text, so it is an error wherever it is.
+    if (const size_t nul = line.find('\0'); nul != std::string::npos)
+      throw InvalidArgumentError(where + "NUL byte at column " + std::to_string(nul + 1) +
+                                 " (a trace line is JSON text, which never contains a NUL byte)");
+    if (is_blank(line)) continue;
     keys.clear();
     std::string duplicate;
     auto detect_duplicates = [&](int depth, Json::parse_event_t event, Json& parsed) {
@@ -316,8 +353,7 @@ Trace read_trace(std::istream& in, const std::string& name) {
     checker.apply(e);
     trace.events.push_back(std::move(e));
   }
-  if (in.bad())
-    throw InvalidArgumentError(name + ": read error after line " + std::to_string(line_number));
+  in.setstate(std::ios::eofbit);
   return trace;
 }
 

@@ -12,6 +12,10 @@
 // defragment records that an arena moved live buffers. Replay skips (and counts) oom and
 // defragment events. The rules a reader enforces, in the order it checks them:
 //
+//   - a line is at most kMaxTraceLineBytes (1 MiB) long, not counting its '\n'; a longer line is
+//     an error naming its line number and the limit, and is not read past the limit;
+//   - a NUL byte anywhere in a line is an error (JSON text never holds one; a parser that stops
+//     at it would accept `{...}\0garbage`);
 //   - every non-blank line is one JSON object, nested at most 64 levels deep; blank lines (only
 //     spaces, tabs, '\r') are skipped but still counted in line numbers; duplicate keys in one
 //     object are an error;
@@ -34,6 +38,7 @@
 // Buffers still live at the end of a trace are allowed (parameters usually are).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
@@ -44,6 +49,10 @@
 #include <vector>
 
 namespace vtpu {
+
+/// The longest line a trace reader accepts, in bytes, not counting the '\n' (1 MiB). A real
+/// event line is under 200 bytes; the cap bounds the memory and time a corrupt file can cost.
+inline constexpr size_t kMaxTraceLineBytes = size_t{1} << 20;
 
 class TraceChecker;  // trace.cc: the rules that need the events before (live ids, time order)
 

@@ -309,6 +309,124 @@ TEST(StressHarnessTest, PlannedRunsWhenACoreHasNoEvents) {
   EXPECT_NO_THROW(render_stress_html(doc));
 }
 
+// Regression (stress F9): the capacity search's bound was an unstated max(4 x hbm, 64 GiB), a
+// run that could not start (a planned heap above --hbm-bytes) was not searched at all, and a
+// policy not found below the bound showed "-" like a run without a search. Now one stated bound
+// holds for every policy, is in the JSON and the table, and "not found" says below what.
+TEST(StressHarnessTest, CapacitySearchHasOneStatedBoundForEveryPolicy) {
+  StressOptions o = tight_uniform(1);
+  o.under_load = false;
+  o.hbm_bytes = 64 * kKiB;  // every policy OOMs; planned cannot even start
+  o.allocators = {"bfc", "tlsf", "first_fit", "buddy", "planned"};
+  o.auto_defragment = {true};
+  o.search_capacity = true;
+  o.capacity_search_max_bytes = 64 * kMiB;
+  const nlohmann::json doc = run_stress(o);
+  EXPECT_EQ(doc["capacity_search_max_bytes"], 64 * kMiB);
+  ASSERT_EQ(doc["runs"].size(), 5u);
+  // The planned run could not start, yet it is searched: its minimum is its plan's heap (every
+  // capacity >= the heap completes, none below it does), to the search's precision.
+  const std::vector<TraceEvent> events = make_stress_workload(o.workload, 0);
+  const uint64_t heap = plan_for_stream(compile_core_streams(events, 1, "w")[0])->heap_bytes();
+  for (const nlohmann::json& run : doc["runs"]) {
+    const std::string name = run["allocator"];
+    const nlohmann::json& s = run["summary"];
+    EXPECT_EQ(s["capacity_search_max_bytes"], 64 * kMiB) << name;
+    EXPECT_EQ(run["per_core"][0]["capacity_search_max_bytes"], 64 * kMiB) << name;
+    ASSERT_FALSE(s["min_capacity_bytes"].is_null()) << name;
+    EXPECT_LE(s["min_capacity_bytes"].get<uint64_t>(), 64 * kMiB) << name;
+    EXPECT_EQ(run.contains("error"), name == "planned") << name;
+    if (name == "planned") {
+      EXPECT_GE(s["min_capacity_bytes"].get<uint64_t>(), heap);
+      EXPECT_LE(s["min_capacity_bytes"].get<uint64_t>(),
+                heap + std::max<uint64_t>(4 * kKiB, heap / 1000));
+    }
+  }
+  const std::string table = format_stress_table(doc);
+  EXPECT_NE(table.find("searched from peak live up to 64.00 MiB for every policy"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("not run: "), std::string::npos) << table;
+  // Below the peak live bytes (~6.4 MiB) nothing completes: every policy is "not found below".
+  o.capacity_search_max_bytes = 4 * kMiB;
+  const nlohmann::json low = run_stress(o);
+  for (const nlohmann::json& run : low["runs"]) {
+    EXPECT_TRUE(run["summary"]["min_capacity_bytes"].is_null()) << run["allocator"];
+    EXPECT_EQ(run["summary"]["capacity_search_max_bytes"], 4 * kMiB) << run["allocator"];
+  }
+  const std::string low_table = format_stress_table(low);
+  EXPECT_NE(low_table.find(">4.00 MiB"), std::string::npos) << low_table;
+  EXPECT_NE(low_table.find("not found below 4.00 MiB"), std::string::npos) << low_table;
+  // Without a search there is no bound.
+  o.search_capacity = false;
+  o.capacity_search_max_bytes = 0;
+  o.allocators = {"bfc"};
+  const nlohmann::json off = run_stress(o);
+  EXPECT_TRUE(off["capacity_search_max_bytes"].is_null());
+  EXPECT_TRUE(off["runs"][0]["summary"]["capacity_search_max_bytes"].is_null());
+}
+
+TEST(StressHarnessTest, CapacitySearchDefaultBoundRule) {
+  StressOptions o;
+  o.hbm_bytes = 8 * kMiB;
+  EXPECT_EQ(o.capacity_search_limit(), 64 * kGiB);
+  o.hbm_bytes = 32 * kGiB;
+  EXPECT_EQ(o.capacity_search_limit(), 128 * kGiB);
+  o.hbm_bytes = uint64_t{1} << 62;  // 4 x would wrap: saturates
+  EXPECT_EQ(o.capacity_search_limit(), UINT64_MAX);
+  o.capacity_search_max_bytes = 5 * kMiB;
+  EXPECT_EQ(o.capacity_search_limit(), 5 * kMiB);
+  o.capacity_search_max_bytes = 1024;
+  EXPECT_THROW(o.validate(), InvalidArgumentError);
+}
+
+// Regression (stress F14): the bar counted replayed events only, so it showed 100% through the
+// whole capacity search (and rounded 99.6% up to 100%). The line now names the phase and run,
+// counts that phase's own units, and floors its percentage.
+TEST(StressHarnessTest, ProgressNamesThePhaseAndShowsFullOnlyWhenItIsDone) {
+  using Phase = StressOptions::Progress::Phase;
+  StressOptions::Progress p;
+  EXPECT_EQ(format_stress_progress(p), "building the event streams");
+  p.phase = Phase::kPlanning;
+  p.total = 8;
+  p.done = 2;
+  EXPECT_EQ(format_stress_progress(p),
+            "planning heaps (planned) [#####...............] 25% 2/8 cores");
+  p.runs = 2;
+  p.run = 1;
+  p.phase = Phase::kReplay;
+  p.total = 1000;
+  p.done = 996;
+  EXPECT_EQ(format_stress_progress(p), "run 1/2 replay [###################.] 99% 996/1000 events");
+  p.done = 1000;
+  EXPECT_EQ(format_stress_progress(p),
+            "run 1/2 replay [####################] 100% 1000/1000 events");
+  p.phase = Phase::kCapacitySearch;
+  p.total = 8;
+  p.done = 3;
+  p.search_replays = 37;
+  EXPECT_EQ(format_stress_progress(p),
+            "run 1/2 capacity search [#######.............] 37% 3/8 cores, 37 capacities tried");
+
+  // run_stress walks the phases: after the last run's capacity search (cores as units) it is done.
+  StressOptions o = tight_uniform(2);
+  o.under_load = false;
+  o.workload.events_per_core = 500;
+  o.allocators = {"bfc", "planned"};
+  o.auto_defragment = {true};
+  o.hbm_bytes = 64 * kMiB;
+  o.search_capacity = true;
+  StressOptions::Progress q;
+  o.progress = &q;
+  run_stress(o);
+  EXPECT_EQ(q.phase.load(), Phase::kDone);
+  EXPECT_EQ(q.runs.load(), 2u);
+  EXPECT_EQ(q.run.load(), 2u);
+  EXPECT_EQ(q.total.load(), 2u);  // the last phase: the search, over 2 cores
+  EXPECT_EQ(q.done.load(), 2u);
+  EXPECT_GT(q.search_replays.load(), 0u);
+}
+
 TEST(StressHarnessTest, BadOptionsNameTheValue) {
   StressOptions o = tight_uniform(2);
   o.allocators = {"bfc", "nope"};

@@ -700,7 +700,64 @@ TEST(VtpuCliTest, StressStopOnOomPrintsTheReport) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("out of memory (--stop-on-oom)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("8192"), std::string::npos) << r.output;  // the failed request
+  // Regression (stress F10): the live buffers of the report had no labels ("(unlabelled)").
+  // Core 0 holds a at offset 0 and c at 8192 (b's hole at 4096 is too small for d).
+  EXPECT_NE(r.output.find("at offset 0  a\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("at offset 8192  c\n"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("(unlabelled)"), std::string::npos) << r.output;
   std::filesystem::remove(trace);
+}
+
+// Regression (stress F13): the generator options were silently ignored with --trace (only
+// --workload was refused, by CLI11). Each is now a usage error that names it.
+TEST(VtpuCliTest, StressRejectsGeneratorOptionsWithATrace) {
+  const std::string trace = stress_trace();
+  for (const char* flag : {"--workload lognormal", "--events 100", "--seed 7", "--layers 3",
+                           "--activation-bytes 1M", "--weight-bytes 1M", "--live 10",
+                           "--max-requests 4", "--kv-block-bytes 4K", "--max-blocks 16"}) {
+    const std::string name = std::string(flag).substr(0, std::string(flag).find(' '));
+    expect_failure("stress --cores 1 --trace " + trace + " " + flag,
+                   name + " sets up a generated workload and has no effect with --trace", 2);
+  }
+  expect_failure("stress --cores 1 --events 100 --capacity-search off --capacity-search-max 1G",
+                 "--capacity-search-max has no effect with --capacity-search off", 2);
+  std::filesystem::remove(trace);
+}
+
+// Regression (stress F12): --events did not bound training_step, which ran whole steps (with the
+// default 12 layers, a step is 122 events after 24 of setup), so 1001 events became 1122.
+TEST(VtpuCliTest, StressEventsIsExactForEveryWorkload) {
+  const std::string json =
+      (std::filesystem::temp_directory_path() / "vtpu_cli_stress_events.json").string();
+  for (const char* workload :
+       {"uniform", "lognormal", "bimodal", "training_step", "variable_batch", "kv_cache"}) {
+    const CliRun r = run_cli(std::string("stress --cores 2 --workload ") + workload +
+                             " --events 1001 --load off --capacity-search off --json " + json);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json j = nlohmann::json::parse(std::ifstream(json));
+    EXPECT_EQ(j["runs"][0]["summary"]["events"], 2002) << workload;
+    for (const auto& core : j["runs"][0]["per_core"]) EXPECT_EQ(core["events"], 1001) << workload;
+    EXPECT_NE(j["workload"]["description"].get<std::string>().find(", 1001 events per core"),
+              std::string::npos)
+        << j["workload"]["description"];
+  }
+  std::filesystem::remove(json);
+}
+
+// Regression (stress F8, F11): a NUL byte ended a line for the JSON parser, and a line had no
+// length cap; both are errors with the line number now.
+TEST(VtpuCliTest, StressRejectsNulBytesAndOverlongTraceLines) {
+  const std::string event = R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8})";
+  const std::string nul = temp_file(
+      "vtpu_cli_stress_nul.jsonl", std::string(R"({"format": "vtpu-trace", "version": 1})") + "\n" +
+                                       event + std::string("\0garbage\n", 9));
+  expect_failure("stress --cores 1 --trace " + nul, "jsonl:2: NUL byte at column 48", 1);
+  const std::string long_line =
+      temp_file("vtpu_cli_stress_long.jsonl", event + std::string(2 << 20, ' ') + "\n");
+  expect_failure("stress --cores 1 --trace " + long_line, "jsonl:1: line longer than 1048576 bytes",
+                 1);
+  std::filesystem::remove(nul);
+  std::filesystem::remove(long_line);
 }
 
 TEST(VtpuCliTest, StressWritesAnHtmlPageWithTheReportEmbedded) {

@@ -329,7 +329,9 @@ std::vector<uint64_t> reference_best_fit(const std::vector<BufferInterval>& iv, 
   return offsets;
 }
 
-uint64_t reference_heap(const std::vector<BufferInterval>& iv, uint64_t align) {
+// The two global orders, as the planner (and XLA) define them: {size order, duration order}.
+std::pair<std::vector<size_t>, std::vector<size_t>> reference_orders(
+    const std::vector<BufferInterval>& iv) {
   std::vector<size_t> by_size(iv.size());
   std::iota(by_size.begin(), by_size.end(), size_t{0});
   std::vector<size_t> by_duration = by_size;
@@ -342,6 +344,11 @@ uint64_t reference_heap(const std::vector<BufferInterval>& iv, uint64_t align) {
     return std::make_tuple(duration(b), iv[b].bytes, a) <
            std::make_tuple(duration(a), iv[a].bytes, b);
   });
+  return {by_size, by_duration};
+}
+
+uint64_t reference_heap(const std::vector<BufferInterval>& iv, uint64_t align) {
+  const auto [by_size, by_duration] = reference_orders(iv);
   uint64_t best = ~uint64_t{0};
   for (const auto* order : {&by_size, &by_duration}) {
     const std::vector<uint64_t> off = reference_best_fit(iv, align, *order);
@@ -391,6 +398,33 @@ TEST(HeapPlannerTest, SameHeapAsTheQuadraticReference) {
   const HeapPlan plan = plan_heap(iv);
   EXPECT_EQ(plan.heap_bytes(), reference_heap(iv, 256));
   expect_valid(plan);
+}
+
+// The plan's offsets are exactly the O(n^2) reference's for both orders (the planner keeps the
+// smaller heap, the size order on a tie): the radix sort of the busy list (k >= 64) must not
+// move a single placement. The steady state of 1000 live buffers makes busy lists of thousands.
+TEST(HeapPlannerTest, SameOffsetsAsTheQuadraticReference) {
+  auto check = [](const std::vector<BufferInterval>& iv, uint64_t align) {
+    const HeapPlan plan = plan_heap(iv, HeapPlannerOptions{.alignment_bytes = align});
+    const auto [by_size, by_duration] = reference_orders(iv);
+    const std::vector<uint64_t> size_offsets = reference_best_fit(iv, align, by_size);
+    const std::vector<uint64_t> duration_offsets = reference_best_fit(iv, align, by_duration);
+    uint64_t size_top = 0, duration_top = 0;
+    for (size_t i = 0; i < iv.size(); ++i) {
+      size_top = std::max(size_top, size_offsets[i] + aligned(iv[i].bytes, align));
+      duration_top = std::max(duration_top, duration_offsets[i] + aligned(iv[i].bytes, align));
+    }
+    EXPECT_EQ(plan.size_order_heap_bytes(), size_top);
+    EXPECT_EQ(plan.duration_order_heap_bytes(), duration_top);
+    EXPECT_EQ(plan.offsets(), duration_top < size_top ? duration_offsets : size_offsets);
+  };
+  std::mt19937_64 gen(17);
+  for (int trial = 0; trial < 30; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    check(random_intervals(gen, 1 + gen() % 400, 300, 100000), trial % 2 == 0 ? 1 : 256);
+  }
+  check(steady_state_intervals(4000, 1000, 7), 256);
+  check(steady_state_intervals(3000, 1000, 8), 1);
 }
 
 // 200k buffers (a stream of 400k events): the planner finishes (the first version's O(n^2) scan

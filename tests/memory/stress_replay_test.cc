@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -147,6 +148,17 @@ TEST(StressReplayTest, StopOnOomThrowsTheArenaReport) {
     EXPECT_EQ(e.report().requested_bytes, 16 * kMiB);
     EXPECT_EQ(e.report().largest_free_block_bytes, 4 * kMiB);
     EXPECT_EQ(e.report().total_free_bytes, 32 * kMiB);
+    EXPECT_EQ(e.report().label, "big");
+    // Regression (stress F10): the replay gave the arena no labels, so every live buffer of the
+    // report was "(unlabelled)". The live ones are the odd blocks, each at offset 4 MiB x index.
+    ASSERT_EQ(e.report().largest_live_buffers.size(), 8u);
+    for (const LiveBufferInfo& b : e.report().largest_live_buffers) {
+      EXPECT_EQ(b.label, "block" + std::to_string(b.offset / (4 * kMiB))) << b.offset;
+      EXPECT_EQ(b.offset / (4 * kMiB) % 2, 1u) << b.offset;
+    }
+    EXPECT_EQ(e.report().to_string().find("(unlabelled)"), std::string::npos);
+    EXPECT_NE(e.report().to_string().find("at offset 4194304  block1"), std::string::npos)
+        << e.report().to_string();
   }
 }
 
@@ -274,6 +286,31 @@ TEST(StressReplayTest, MinCapacityMatchesTheHandWorkedValue) {
     EXPECT_LE(*on, 4 * kMiB + 8 * kKiB) << policy;
   }
   EXPECT_FALSE(find_min_capacity(s[0], options("bfc", false), 4 * kMiB).has_value());
+}
+
+// Regression (stress F9): the search tried the peak live bytes first even above its bound, so
+// with a 3 MiB bound it returned 4 MiB (bfc with compaction). Now, for every policy, a result
+// never exceeds the bound, and a peak live above the bound is "not found" without a replay.
+TEST(StressReplayTest, MinCapacityNeverExceedsTheBoundForAnyPolicy) {
+  const auto s = compile_core_streams(hole_then_bigger(), 1, "t");  // peak live 4 MiB
+  for (const std::string policy : {"bfc", "tlsf", "first_fit", "buddy", "planned"}) {
+    for (const bool defrag : {false, true}) {
+      StressReplayOptions o = options(policy, defrag);
+      if (policy == "planned") o.heap_plan = plan_for_stream(s[0]);
+      std::atomic<uint64_t> replays{0};
+      EXPECT_FALSE(find_min_capacity(s[0], o, 3 * kMiB, &replays).has_value()) << policy;
+      EXPECT_EQ(replays.load(), 0u) << policy;
+      for (const uint64_t bound : {4 * kMiB, 4 * kMiB + 4 * kKiB, 5 * kMiB, 64 * kMiB}) {
+        const auto found = find_min_capacity(s[0], o, bound, &replays);
+        if (found) {
+          EXPECT_LE(*found, bound) << policy << " " << bound;
+        }
+      }
+      EXPECT_GT(replays.load(), 0u) << policy;
+    }
+  }
+  // bfc with compaction needs exactly the peak live bytes: found at a bound of 4 MiB.
+  EXPECT_EQ(find_min_capacity(s[0], options("bfc", true), 4 * kMiB), 4 * kMiB);
 }
 
 TEST(StressReplayTest, PlannedPolicyReplaysItsOwnPlan) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -35,7 +36,7 @@ TEST_P(EveryWorkload, SameSeedSameEventsAndValidTrace) {
   const auto a = make_stress_workload(small(GetParam()), 3);
   const auto b = make_stress_workload(small(GetParam()), 3);
   EXPECT_EQ(a, b);
-  ASSERT_GE(a.size(), 5000u);
+  ASSERT_EQ(a.size(), 5000u);
   for (const TraceEvent& e : a) EXPECT_EQ(e.core, 3);
   EXPECT_NO_THROW(validate_trace_events(a, GetParam()));
 }
@@ -47,6 +48,23 @@ TEST_P(EveryWorkload, SeedAndCoreChangeTheEvents) {
   for (TraceEvent& e : other_core) e.core = 0;  // compare the sizes and order, not the core
   EXPECT_NE(base, other_seed);
   EXPECT_NE(base, other_core);
+}
+
+// Regression (stress F12): --events did not bound training_step (nor variable_batch, kv_cache or
+// an odd count of a steady state): generators ran whole steps past it. Now every workload has
+// exactly events_per_core events, including counts inside the setup or the first step, and the
+// cut stream is a valid trace and a prefix of a longer one (the same seed gives the same events).
+TEST_P(EveryWorkload, EventsPerCoreIsExact) {
+  const auto longer = make_stress_workload(small(GetParam()), 0);
+  for (const uint64_t n : {uint64_t{1}, uint64_t{2}, uint64_t{7}, uint64_t{11}, uint64_t{38},
+                           uint64_t{39}, uint64_t{201}, uint64_t{4999}}) {
+    StressWorkloadOptions o = small(GetParam());
+    o.events_per_core = n;
+    const auto events = make_stress_workload(o, 0);
+    ASSERT_EQ(events.size(), n) << GetParam();
+    EXPECT_NO_THROW(validate_trace_events(events, GetParam()));
+    EXPECT_TRUE(std::equal(events.begin(), events.end(), longer.begin())) << GetParam() << " " << n;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(StressWorkload, EveryWorkload,
@@ -74,7 +92,7 @@ Replayed replay(const std::vector<TraceEvent>& events) {
 TEST(StressWorkloadTest, TrainingStepShape) {
   StressWorkloadOptions o = small("training_step");
   o.layers = 3;
-  o.events_per_core = 1;  // setup plus exactly one step
+  o.events_per_core = 38;  // setup plus exactly one step
   const auto events = make_stress_workload(o, 0);
   const Replayed r = replay(events);
   // Setup: 3 weights, 3 optimizer states. Step: forward 3 x (act, scratch alloc+free), loss;

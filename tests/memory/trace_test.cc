@@ -7,12 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <sstream>
+#include <streambuf>
 #include <string>
 #include <vector>
 
@@ -112,6 +114,74 @@ TEST(TraceTest, RejectsMalformedLines) {
   expect_rejected("17\n", {"t.jsonl:1:", "expected a JSON object", "17"});
   expect_rejected(R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8, "id": 1})",
                   {"t.jsonl:1:", "duplicate field \"id\""});
+}
+
+// Regression (stress F8): nlohmann::json stops at a NUL as at the end of input, so a valid
+// object followed by a NUL byte and garbage was accepted as the object alone.
+TEST(TraceTest, RejectsANulByteAnywhereInALine) {
+  const std::string event = R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8})";  // 47 bytes
+  ASSERT_EQ(event.size(), 47u);
+  using namespace std::string_literals;
+  expect_rejected(kHeader + event + "\0garbage\n"s, {"t.jsonl:2:", "NUL byte at column 48"});
+  expect_rejected(kHeader + event + "\0\n"s, {"t.jsonl:2:", "NUL byte at column 48"});
+  expect_rejected("\0"s + event + "\n", {"t.jsonl:1:", "NUL byte at column 1"});
+  expect_rejected("\n\0\n"s, {"t.jsonl:2:", "NUL byte at column 1"});  // not a blank line
+  expect_rejected(
+      R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8, "label": "a)"s + "\0"s + R"(b"})" + "\n",
+      {"t.jsonl:1:", "NUL byte at column 60"});
+  // The JSON escape \u0000 is six characters of text, not a NUL byte: a label may hold it.
+  const Trace t =
+      read_text(R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8, "label": "a\u0000b"})"
+                "\n");
+  ASSERT_EQ(t.events.size(), 1u);
+  EXPECT_EQ(t.events[0].label, "a\0b"s);
+}
+
+// Serves `bytes` bytes of 'x' (then end of input), 4 KiB at a time, and counts what it served.
+class EndlessLineBuf : public std::streambuf {
+ public:
+  explicit EndlessLineBuf(uint64_t bytes) : left_(bytes) {}
+  uint64_t served() const { return served_; }
+
+ protected:
+  int_type underflow() override {
+    if (left_ == 0) return traits_type::eof();
+    const auto n = static_cast<size_t>(std::min<uint64_t>(left_, chunk_.size()));
+    std::fill(chunk_.begin(), chunk_.end(), 'x');
+    setg(chunk_.data(), chunk_.data(), chunk_.data() + n);
+    left_ -= n;
+    served_ += n;
+    return traits_type::to_int_type(chunk_[0]);
+  }
+
+ private:
+  std::array<char, 4096> chunk_{};
+  uint64_t left_;
+  uint64_t served_ = 0;
+};
+
+// Regression (stress F11): a line had no length cap, so a multi-gigabyte line was read whole
+// before any check. Now a line may hold kMaxTraceLineBytes bytes (not counting '\n'), and one
+// byte more is an error naming the line and the limit, read no further than the cap.
+TEST(TraceTest, RejectsLinesLongerThanTheCapWithoutReadingThem) {
+  ASSERT_EQ(kMaxTraceLineBytes, 1048576u);
+  const std::string event = R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8})";
+  const std::string at_cap = event + std::string(kMaxTraceLineBytes - event.size(), ' ');
+  EXPECT_EQ(read_text(kHeader + at_cap + "\n").events.size(), 1u);
+  EXPECT_EQ(read_text(kHeader + at_cap).events.size(), 1u);  // no final newline
+  expect_rejected(kHeader + at_cap + " \n",
+                  {"t.jsonl:2:", "line longer than 1048576 bytes", "1 MiB"});
+  EndlessLineBuf endless(uint64_t{64} << 20);  // one 64 MiB line
+  std::istream in(&endless);
+  try {
+    read_trace(in, "endless");
+    ADD_FAILURE() << "a 64 MiB line was accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("endless:1: line longer than 1048576 bytes"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LE(endless.served(), kMaxTraceLineBytes + 4096);  // stopped at the cap (+ one chunk)
 }
 
 TEST(TraceTest, RejectsBadHeaders) {
