@@ -1256,6 +1256,77 @@ TEST(VtpuCliPlanTest, TrainMlpPlanTextReport) {
   }
 }
 
+// `train mlp --plan` ends with the planner's estimate against the run (compare_estimate, as
+// `train fsdp --plan` and `train transformer --plan` do), for a data-parallel and a
+// tensor-parallel plan alike, and --json carries it as estimate_vs_measured. The batch defaults to
+// the estimate's, and another --batch is refused before anything runs.
+TEST(VtpuCliPlanTest, TrainMlpPlanComparesTheEstimateWithTheRun) {
+  VTPU_REQUIRE_DIGITS();
+  for (const std::string strategy :
+       {R"j({"name": "dp(x)", "data": "x"})j", R"j({"name": "tp(x)", "tensor": "x"})j"}) {
+    SCOPED_TRACE(strategy);
+    const std::string path = temp_file("vtpu_cli_mlp_plan_estimate.json",
+                                       R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+        "mesh": {"axes": ["x"], "shape": [2]}, "strategy": )j" +
+                                           strategy +
+                                           R"j(, "estimate": {"step_seconds": 0.001,
+        "hbm_bytes_per_core": 40000, "input_bytes_per_core": 2000, "hardware": "this_machine",
+        "batch": 8}})j");
+    const nlohmann::json j = expect_runs_like_one_core("train mlp --steps 5 --json --plan " + path,
+                                                       "/run/losses", "/reference/losses");
+    if (j.is_null()) continue;
+    EXPECT_EQ(j["config"]["global_batch"], 8);  // the estimate's
+    ASSERT_TRUE(j.contains("estimate_vs_measured")) << j.dump();
+    const nlohmann::json& e = j["estimate_vs_measured"];
+    EXPECT_EQ(e["estimate"]["step_seconds"], 0.001);
+    EXPECT_EQ(e["estimated_hbm_bytes_per_core"], 42000);
+    EXPECT_EQ(e["measured"]["num_cores"], 2);
+    EXPECT_EQ(e["measured"]["steps"], 5);
+    EXPECT_GT(e["measured"]["cpu_seconds_per_step"].get<double>(), 0.0);
+    // The measured peak is the run's largest peak_bytes_in_use; the replicated training set is the
+    // part of it the model file does not describe.
+    uint64_t peak = 0;
+    for (const nlohmann::json& core : j["run"]["hbm"])
+      peak = std::max(peak, core["peak_bytes_in_use"].get<uint64_t>());
+    EXPECT_EQ(e["measured"]["peak_hbm_bytes_per_core"], peak);
+    const uint64_t data = e["measured"]["unmodelled_hbm_bytes"];
+    EXPECT_GT(data, 0u);
+    EXPECT_EQ(e["comparable_hbm_bytes_per_core"].get<uint64_t>(), peak - data);
+    const double ms = j["run"]["median_step_ms"];  // estimate 1 ms: the ratio is the median in ms
+    EXPECT_NEAR(e["step_ratio"].get<double>(), ms, 1e-9 * ms);
+    const CliRun text = run_cli("train mlp --steps 5 --log-every 0 --plan " + path);
+    ASSERT_EQ(text.exit_code, 0) << text.output;
+    for (const std::string needle :
+         {"planner estimate vs measured (plan " + path + ": " +
+              j["plan"]["strategy"].get<std::string>() + " on this_machine; 2 cores, 5 steps)",
+          std::string("training set (replicated on every core)")}) {
+      EXPECT_NE(text.output.find(needle), std::string::npos) << needle << "\n" << text.output;
+    }
+    expect_failure("train mlp --batch 16 --plan " + path,
+                   "estimates a global batch of 8 but the run uses 16", 1);
+  }
+}
+
+// --optimizer adam under every mode of `train mlp --plan`: the default learning rate is Adam's
+// (1e-3) and the losses match one core running Adam (the reference of the same process).
+TEST(VtpuCliPlanTest, TrainMlpPlanRunsAdam) {
+  VTPU_REQUIRE_DIGITS();
+  for (const std::string roles :
+       {R"j({"tensor": "x"})j", R"j({"data": "x"})j", R"j({"fsdp": "x"})j"}) {
+    SCOPED_TRACE(roles);
+    const std::string path = temp_file("vtpu_cli_mlp_plan_adam.json",
+                                       R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+        "mesh": {"axes": ["x"], "shape": [2]}, "strategy": )j" +
+                                           roles + "}");
+    const nlohmann::json j = expect_runs_like_one_core(
+        "train mlp --steps 5 --batch 8 --optimizer adam --json --plan " + path, "/run/losses",
+        "/reference/losses");
+    if (j.is_null()) continue;
+    EXPECT_EQ(j["config"]["optimizer"], "adam");
+    EXPECT_NEAR(j["config"]["learning_rate"].get<double>(), 1e-3, 1e-9);
+  }
+}
+
 // The transformer on 1x8, 2x4, 8x1 and 1x2: the emitted plan runs with
 // `vtpu train transformer --plan` and matches one core. On v5e, 2x4 is dp(data,model): data
 // parallel over both axes, flattened into one group of 8.
