@@ -409,22 +409,6 @@ void to_json(nlohmann::json& j, const FsdpResult& r) {
                     {"padded_numel", f.padded_numel},
                     {"shard_numel", f.shard_numel}});
   }
-  auto stats = [](const std::vector<CollectiveStats>& v) {
-    nlohmann::json a = nlohmann::json::array();
-    for (size_t c = 0; c < v.size(); ++c) {
-      a.push_back({{"core", c},
-                   {"num_collectives", v[c].num_collectives},
-                   {"bytes", v[c].bytes},
-                   {"seconds", v[c].seconds}});
-    }
-    return a;
-  };
-  nlohmann::json hbm = nlohmann::json::array();
-  for (size_t c = 0; c < r.hbm.size(); ++c) {
-    nlohmann::json s = r.hbm[c];
-    s["core"] = c;
-    hbm.push_back(s);
-  }
   j = nlohmann::json{{"num_cores", r.num_cores},
                      {"prefetch", r.prefetch},
                      {"optimizer", r.optimizer},
@@ -437,10 +421,10 @@ void to_json(nlohmann::json& j, const FsdpResult& r) {
                      {"train_accuracy", r.train_accuracy},
                      {"median_step_ms", r.median_step_ms},
                      {"peak_hbm_core0", r.peak},
-                     {"hbm", hbm},
-                     {"all_gather", stats(r.all_gather)},
-                     {"reduce_scatter", stats(r.reduce_scatter)},
-                     {"loss_all_reduce", stats(r.loss_all_reduce)}};
+                     {"hbm", per_core_json(r.hbm)},
+                     {"all_gather", per_core_json(r.all_gather)},
+                     {"reduce_scatter", per_core_json(r.reduce_scatter)},
+                     {"loss_all_reduce", per_core_json(r.loss_all_reduce)}};
 }
 
 }  // namespace vtpu::examples

@@ -355,14 +355,7 @@ void to_json(nlohmann::json& j, const MlpTensorParallelResult& r) {
   j["data"] = r.data;
   j["tensor"] = r.tensor;
   j["shard_parameters"] = r.shard_parameters;
-  nlohmann::json tar = nlohmann::json::array();
-  for (size_t c = 0; c < r.tensor_all_reduce.size(); ++c) {
-    tar.push_back({{"core", c},
-                   {"num_collectives", r.tensor_all_reduce[c].num_collectives},
-                   {"bytes", r.tensor_all_reduce[c].bytes},
-                   {"seconds", r.tensor_all_reduce[c].seconds}});
-  }
-  j["tensor_all_reduce"] = tar;
+  j["tensor_all_reduce"] = per_core_json(r.tensor_all_reduce);
 }
 
 }  // namespace vtpu::examples

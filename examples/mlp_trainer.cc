@@ -222,20 +222,28 @@ MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig&
       .run;
 }
 
-void to_json(nlohmann::json& j, const MlpResult& r) {
-  nlohmann::json hbm = nlohmann::json::array();
-  for (size_t c = 0; c < r.hbm.size(); ++c) {
-    nlohmann::json s = r.hbm[c];
+nlohmann::json per_core_json(const std::vector<MemoryStats>& stats) {
+  nlohmann::json a = nlohmann::json::array();
+  for (size_t c = 0; c < stats.size(); ++c) {
+    nlohmann::json s = stats[c];
     s["core"] = c;
-    hbm.push_back(s);
+    a.push_back(s);
   }
-  nlohmann::json ar = nlohmann::json::array();
-  for (size_t c = 0; c < r.all_reduce.size(); ++c) {
-    ar.push_back({{"core", c},
-                  {"num_collectives", r.all_reduce[c].num_collectives},
-                  {"bytes", r.all_reduce[c].bytes},
-                  {"seconds", r.all_reduce[c].seconds}});
+  return a;
+}
+
+nlohmann::json per_core_json(const std::vector<CollectiveStats>& stats) {
+  nlohmann::json a = nlohmann::json::array();
+  for (size_t c = 0; c < stats.size(); ++c) {
+    a.push_back({{"core", c},
+                 {"num_collectives", stats[c].num_collectives},
+                 {"bytes", stats[c].bytes},
+                 {"seconds", stats[c].seconds}});
   }
+  return a;
+}
+
+void to_json(nlohmann::json& j, const MlpResult& r) {
   j = nlohmann::json{{"num_cores", r.num_cores},
                      {"num_parameters", r.num_parameters},
                      {"losses", r.losses},
@@ -244,9 +252,9 @@ void to_json(nlohmann::json& j, const MlpResult& r) {
                      {"train_accuracy", r.train_accuracy},
                      {"median_step_ms", r.median_step_ms},
                      {"replicas_identical", r.replicas_identical},
-                     {"hbm", hbm},
+                     {"hbm", per_core_json(r.hbm)},
                      {"vmem", r.vmem},
-                     {"all_reduce", ar}};
+                     {"all_reduce", per_core_json(r.all_reduce)}};
 }
 
 }  // namespace vtpu::examples

@@ -101,6 +101,11 @@ struct MlpResult {
 };
 void to_json(nlohmann::json& j, const MlpResult& r);
 
+/// Per-core lists as the MLP trainers' JSON reports write them: element c is stats[c] with
+/// "core": c added; for collectives, "num_collectives", "bytes" and "seconds". Thread-safe.
+nlohmann::json per_core_json(const std::vector<MemoryStats>& stats);
+nlohmann::json per_core_json(const std::vector<CollectiveStats>& stats);
+
 /// Trains on `split.train` on every core of `runtime` (data parallel), evaluates on `split.test`:
 /// train_mlp_tensor_parallel on DataTensorLayout::grid(cores, 1) (examples/mlp_tp_trainer.h).
 /// Calls `on_log(step, loss)` on core 0 every config.log_every steps when given. Throws

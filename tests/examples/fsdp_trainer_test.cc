@@ -25,12 +25,9 @@ class FsdpTrainerTest : public testing::DigitsFixture<> {
   // divides, and 10 * 37 + 10 = 380, which 3 and 8 do not divide: every core count pads.
   static FsdpConfig config(bool prefetch, const std::string& optimizer = "sgd") {
     FsdpConfig c;
-    c.mlp.steps = 40;
-    c.mlp.global_batch = 24;  // a multiple of 2, 3, 4 and 8
-    c.mlp.hidden = 37;
+    c.mlp = testing::mlp_test_config(40, 24, 37, 7);  // 24: a multiple of 2, 3, 4 and 8
     c.mlp.optimizer = optimizer;
     c.mlp.learning_rate = optimizer == "adam" ? 0.01f : 0.2f;
-    c.mlp.seed = 7;
     c.prefetch = prefetch;
     return c;
   }

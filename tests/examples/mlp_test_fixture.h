@@ -1,6 +1,6 @@
 // What the digits MLP trainer tests share (mlp_trainer_test, mlp_tp_trainer_test,
-// fsdp_trainer_test): the runtime they train on, the real digits split, and BFC's rounding for
-// their worked HBM figures.
+// fsdp_trainer_test): the runtime they train on, the real digits split, a short training config,
+// and BFC's rounding for their worked HBM figures.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "examples/digits_dataset.h"
+#include "examples/mlp_trainer.h"
 #include "runtime/runtime_options.h"
 #include "test_data.h"
 
@@ -20,6 +21,19 @@ inline RuntimeOptions mlp_runtime_options(int cores) {
   o.num_cores = cores;
   o.hbm_bytes_per_core = 64ull << 20;
   return o;
+}
+
+/// A short run: `steps` steps of `global_batch` rows, `hidden` hidden units, `seed`, no logging;
+/// every other field at MlpConfig's default (SGD at 0.2, Eigen, one micro-batch).
+inline MlpConfig mlp_test_config(int64_t steps, int64_t global_batch, int64_t hidden,
+                                 uint64_t seed = 0) {
+  MlpConfig c;
+  c.steps = steps;
+  c.global_batch = global_batch;
+  c.hidden = hidden;
+  c.seed = seed;
+  c.log_every = 0;
+  return c;
 }
 
 /// BFC hands out chunks in multiples of 256 bytes.

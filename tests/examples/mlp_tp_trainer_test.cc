@@ -19,6 +19,7 @@ namespace vtpu::examples {
 namespace {
 
 using testing::mlp_runtime_options;
+using testing::mlp_test_config;
 
 // Hand-worked: hidden 4 over 2 shards, parameters numbered 0.. in the flat [W1 (64 x 4), b1 (4),
 // W2 (4 x 10), b2 (10)] (310 floats). Shard 1 holds W1 columns 2..3 (row k: 4k + 2, 4k + 3), b1
@@ -54,11 +55,7 @@ class MlpTpVsSingleCoreTest : public testing::DigitsFixture<::testing::TestWithP
 
 TEST_P(MlpTpVsSingleCoreTest, LossesMatchTheSingleCoreRunWithin1e4) {
   const Case& k = GetParam();
-  MlpConfig c;
-  c.steps = 60;
-  c.global_batch = 32;
-  c.hidden = 64;
-  c.log_every = 0;
+  const MlpConfig c = mlp_test_config(60, 32, 64);
   Runtime one(mlp_runtime_options(1));
   const MlpResult ref = train_mlp(one, split_, c);
   const Mesh mesh(k.mesh, {"data", "model"});
@@ -95,11 +92,7 @@ TEST_P(MlpTpVsSingleCoreTest, LossesMatchTheSingleCoreRunWithin1e4) {
 // with the parameters and visible at the peak (the at_peak hook runs under every layout).
 TEST_P(MlpTpVsSingleCoreTest, AdamMatchesTheSingleCoreAdamRunWithin1e4) {
   const Case& k = GetParam();
-  MlpConfig c;
-  c.steps = 40;
-  c.global_batch = 32;
-  c.hidden = 64;
-  c.log_every = 0;
+  MlpConfig c = mlp_test_config(40, 32, 64);
   c.optimizer = "adam";
   c.learning_rate = 0.01f;
   Runtime one(mlp_runtime_options(1));
@@ -146,11 +139,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, MlpTpVsSingleCoreTest,
 class MlpTpMicroBatchTest : public testing::DigitsFixture<> {};
 
 TEST_F(MlpTpMicroBatchTest, MicroBatchesReproduceDataShardsExactly) {
-  MlpConfig c;
-  c.steps = 25;
-  c.global_batch = 32;
-  c.hidden = 64;
-  c.log_every = 0;
+  MlpConfig c = mlp_test_config(25, 32, 64);
   Runtime rt4(mlp_runtime_options(4));
   const MlpTensorParallelResult shards =
       train_mlp_tensor_parallel(rt4, split_, c, DataTensorLayout::grid(2, 2));
@@ -167,10 +156,7 @@ TEST_F(MlpTpMicroBatchTest, MicroBatchesReproduceDataShardsExactly) {
 TEST(MlpTpTrainerErrorsTest, BadConfigsAreClear) {
   VTPU_REQUIRE_DIGITS();
   const DigitsSplit split = split_digits(load_digits_csv(testing::digits_path()));
-  MlpConfig c;
-  c.steps = 1;
-  c.global_batch = 8;
-  c.hidden = 37;
+  MlpConfig c = mlp_test_config(1, 8, 37);
   Runtime rt(mlp_runtime_options(2));
   try {
     train_mlp_tensor_parallel(rt, split, c, DataTensorLayout::grid(1, 2));

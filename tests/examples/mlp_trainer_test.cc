@@ -14,6 +14,7 @@ namespace vtpu::examples {
 namespace {
 
 using testing::mlp_runtime_options;
+using testing::mlp_test_config;
 
 // An independent reference: the same model trained with naive double-precision loops on the host
 // (no Eigen, no cores, no collectives), from the same initial parameters and the same batches,
@@ -94,12 +95,8 @@ std::vector<double> reference_losses(const DigitsDataset& train, int64_t hidden,
 class MlpTrainerTest : public testing::DigitsFixture<> {};
 
 TEST_F(MlpTrainerTest, SingleCoreMatchesANaiveDoublePrecisionReference) {
-  MlpConfig c;
-  c.steps = 40;
-  c.global_batch = 32;
-  c.hidden = 16;
+  MlpConfig c = mlp_test_config(40, 32, 16, 3);
   c.learning_rate = 0.2f;
-  c.seed = 3;
   Runtime rt(mlp_runtime_options(1));
   const MlpResult r = train_mlp(rt, split_, c);
   const std::vector<double> ref =
@@ -112,13 +109,9 @@ TEST_F(MlpTrainerTest, SingleCoreMatchesANaiveDoublePrecisionReference) {
 }
 
 TEST_F(MlpTrainerTest, AdamMatchesANaiveDoublePrecisionReference) {
-  MlpConfig c;
-  c.steps = 40;
-  c.global_batch = 32;
-  c.hidden = 16;
+  MlpConfig c = mlp_test_config(40, 32, 16, 3);
   c.optimizer = "adam";
   c.learning_rate = 0.01f;
-  c.seed = 3;
   const std::vector<double> ref = reference_losses(split_.train, c.hidden, c.global_batch,
                                                    c.learning_rate, c.seed, c.steps, true);
   for (int cores : {1, 4}) {
@@ -140,11 +133,7 @@ TEST_F(MlpTrainerTest, AdamMatchesANaiveDoublePrecisionReference) {
 TEST_F(MlpTrainerTest, PallasKernelsMatchTheEigenPath) {
   for (int cores : {1, 4}) {
     for (int64_t hidden : {32, 300}) {
-      MlpConfig c;
-      c.steps = 40;
-      c.global_batch = 32;
-      c.hidden = hidden;
-      c.seed = 5;
+      MlpConfig c = mlp_test_config(40, 32, hidden, 5);
       Runtime rt_eigen(mlp_runtime_options(cores));
       const MlpResult eigen = train_mlp(rt_eigen, split_, c);
       c.kernels = "pallas";
@@ -170,11 +159,7 @@ TEST_F(MlpTrainerTest, PallasKernelsMatchTheEigenPath) {
 // The property the README promises: for a seed and global batch, the loss at every step is the
 // single-core loss, within 1e-5 relative, for 1, 2, 4 and 8 cores.
 TEST_F(MlpTrainerTest, LossesMatchTheSingleCoreRunForEveryCoreCount) {
-  MlpConfig c;
-  c.steps = 60;
-  c.global_batch = 64;
-  c.hidden = 32;
-  c.seed = 11;
+  const MlpConfig c = mlp_test_config(60, 64, 32, 11);
   Runtime rt1(mlp_runtime_options(1));
   const MlpResult base = train_mlp(rt1, split_, c);
   for (int n : {2, 4, 8}) {
@@ -223,14 +208,10 @@ TEST_F(MlpTrainerTest, MicroBatchesOnOneCoreReproduceNCoresExactly) {
   };
   for (const Case& k : {Case{"sgd", "eigen", 1024, 8}, Case{"adam", "eigen", 1024, 8},
                         Case{"sgd", "eigen", 1024, 2}, Case{"adam", "pallas", 300, 4}}) {
-    MlpConfig c;
-    c.steps = 25;
-    c.global_batch = 64;
-    c.hidden = k.hidden;
+    MlpConfig c = mlp_test_config(25, 64, k.hidden, 4);
     c.optimizer = k.optimizer;
     c.learning_rate = mlp_default_learning_rate(k.optimizer);
     c.kernels = k.kernels;
-    c.seed = 4;
     Runtime rt(mlp_runtime_options(k.n));
     const MlpResult cores = train_mlp(rt, split_, c);
     c.micro_batches = k.n;
