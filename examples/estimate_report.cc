@@ -8,31 +8,16 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "common/units.h"
 #include "examples/mlp_trainer.h"
+#include "examples/train_plan.h"
 
 namespace vtpu::examples {
 
 namespace {
-
-double number_at(const nlohmann::json& e, const char* key, const std::string& source,
-                 bool required) {
-  if (!e.contains(key) || e[key].is_null()) {
-    if (!required) return 0.0;
-    throw InvalidArgumentError("plan file '" + source + "': estimate." + key +
-                               " is missing (expected a number; written by `vtpu plan --emit`)");
-  }
-  const nlohmann::json& v = e[key];
-  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0) {
-    throw InvalidArgumentError("plan file '" + source + "': estimate." + key + " is " + v.dump() +
-                               " (expected a finite number >= 0)");
-  }
-  return v.get<double>();
-}
 
 std::string ratio_text(double r, bool within) {
   if (!(r > 0)) return "-";
@@ -47,47 +32,6 @@ bool within(double ratio) {
 
 }  // namespace
 
-std::optional<PlanEstimate> plan_estimate_from_json(const nlohmann::json& plan,
-                                                    const std::string& source) {
-  if (!plan.is_object()) {
-    throw InvalidArgumentError("plan file '" + source + "' is " + plan.type_name() +
-                               " (expected a JSON object)");
-  }
-  if (!plan.contains("estimate") || plan["estimate"].is_null() ||
-      (plan["estimate"].is_object() && plan["estimate"].empty())) {
-    return std::nullopt;
-  }
-  if (!plan["estimate"].is_object()) {
-    throw InvalidArgumentError("plan file '" + source + "': estimate is " +
-                               plan["estimate"].dump() +
-                               " (expected an object, as `vtpu plan --emit` writes)");
-  }
-  const nlohmann::json& e = plan["estimate"];
-  PlanEstimate p;
-  p.source = source;
-  if (plan.contains("strategy") && plan["strategy"].is_object() &&
-      plan["strategy"].contains("name") && plan["strategy"]["name"].is_string()) {
-    p.strategy = plan["strategy"]["name"].get<std::string>();
-  }
-  if (e.contains("hardware") && e["hardware"].is_string())
-    p.hardware = e["hardware"].get<std::string>();
-  p.step_seconds = number_at(e, "step_seconds", source, true);
-  if (!(p.step_seconds > 0)) {
-    throw InvalidArgumentError("plan file '" + source +
-                               "': estimate.step_seconds is 0 (expected > 0)");
-  }
-  p.compute_seconds = number_at(e, "compute_seconds", source, false);
-  p.comm_seconds = number_at(e, "comm_seconds", source, false);
-  p.hbm_bytes_per_core =
-      static_cast<uint64_t>(std::llround(number_at(e, "hbm_bytes_per_core", source, true)));
-  p.input_bytes_per_core =
-      static_cast<uint64_t>(std::llround(number_at(e, "input_bytes_per_core", source, false)));
-  const double s = number_at(e, "oversubscription", source, false);
-  p.oversubscription = s > 0 ? s : 1.0;
-  p.batch = static_cast<int64_t>(std::llround(number_at(e, "batch", source, false)));
-  return p;
-}
-
 void PlanEstimate::check_batch(int64_t run_batch) const {
   if (batch != 0 && batch != run_batch) {
     throw InvalidArgumentError(
@@ -97,16 +41,10 @@ void PlanEstimate::check_batch(int64_t run_batch) const {
   }
 }
 
-std::optional<PlanEstimate> read_plan_estimate(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw NotFoundError("cannot open plan file '" + path + "'");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidArgumentError("plan file '" + path + "' is not JSON: " + e.what());
-  }
-  return plan_estimate_from_json(j, path);
+std::optional<PlanEstimate> comparable_estimate(const TrainPlan& plan, int64_t batch) {
+  if (!plan.estimate || !(plan.estimate->step_seconds > 0)) return std::nullopt;
+  plan.estimate->check_batch(batch);
+  return plan.estimate;
 }
 
 void StepMeter::tick() {
@@ -142,6 +80,22 @@ void record_host(MeasuredRun& run) {
   run.host_cpus = cpus > 0 ? static_cast<int>(cpus) : 0;
   double load[3] = {0, 0, 0};
   if (getloadavg(load, 3) == 3) run.load_average = {load[0], load[1], load[2]};
+}
+
+MeasuredRun measure_run(int num_cores, int64_t steps, double median_step_ms, const StepMeter& meter,
+                        const std::vector<MemoryStats>& hbm, uint64_t unmodelled_hbm_bytes,
+                        std::string unmodelled_what) {
+  MeasuredRun m;
+  m.num_cores = num_cores;
+  m.steps = steps;
+  m.median_step_seconds = median_step_ms * 1e-3;
+  m.cpu_seconds_per_step = meter.median_cpu_seconds();
+  for (const MemoryStats& s : hbm)
+    m.peak_hbm_bytes_per_core = std::max(m.peak_hbm_bytes_per_core, s.peak_bytes_in_use);
+  m.unmodelled_hbm_bytes = unmodelled_hbm_bytes;
+  m.unmodelled_what = std::move(unmodelled_what);
+  record_host(m);
+  return m;
 }
 
 EstimateReport compare_estimate(const PlanEstimate& estimate, const MeasuredRun& measured) {

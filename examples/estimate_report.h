@@ -27,17 +27,20 @@
 #include <string>
 #include <vector>
 
+#include "memory/memory_stats.h"
+
 namespace vtpu::examples {
 
-/// The "estimate" of a `vtpu plan --emit` file (format "vtpu-plan", version 1). Plain data.
+/// The "estimate" of a `vtpu plan --emit` file (format "vtpu-plan", version 1), as
+/// parse_train_plan (examples/train_plan.h) reads it into TrainPlan::estimate. Plain data.
 struct PlanEstimate {
   std::string source;                 // the file it came from, for messages
   std::string strategy;               // strategy.name ("" when absent)
   std::string hardware;               // estimate.hardware ("" when absent)
-  double step_seconds = 0.0;          // estimate.step_seconds (> 0)
+  double step_seconds = 0.0;          // estimate.step_seconds (0 when absent)
   double compute_seconds = 0.0;       // estimate.compute_seconds (0 when absent)
   double comm_seconds = 0.0;          // estimate.comm_seconds (0 when absent)
-  uint64_t hbm_bytes_per_core = 0;    // estimate.hbm_bytes_per_core
+  uint64_t hbm_bytes_per_core = 0;    // estimate.hbm_bytes_per_core (0 when absent)
   uint64_t input_bytes_per_core = 0;  // estimate.input_bytes_per_core (0 in older plans)
   double oversubscription = 1.0;      // estimate.oversubscription (1 when absent)
   int64_t batch = 0;                  // estimate.batch, the global batch (0 when absent)
@@ -47,15 +50,12 @@ struct PlanEstimate {
   void check_batch(int64_t batch) const;
 };
 
-/// Reads the estimate of a parsed plan: nullopt when the plan has no "estimate" or an empty one
-/// (a hand-written plan). Throws InvalidArgumentError naming `source` and the field when the plan
-/// is not an object, "estimate" is not an object, or step_seconds / hbm_bytes_per_core is
-/// missing, not a number, or not > 0 (step) / >= 0 (HBM). Thread-safe.
-std::optional<PlanEstimate> plan_estimate_from_json(const nlohmann::json& plan,
-                                                    const std::string& source);
-/// The same from a file. Throws NotFoundError when it cannot be opened, InvalidArgumentError for
-/// malformed JSON (with the parser's message) and as above. Thread-safe.
-std::optional<PlanEstimate> read_plan_estimate(const std::string& path);
+struct TrainPlan;  // examples/train_plan.h, which reads the estimate (the one plan reader)
+
+/// The estimate of `plan` that a run of `batch` global rows is compared with: nullopt when the
+/// plan has no estimate or no step time in it (a hand-written plan). Throws InvalidArgumentError
+/// (check_batch) when the estimate is for another global batch. Thread-safe.
+std::optional<PlanEstimate> comparable_estimate(const TrainPlan& plan, int64_t batch);
 
 /// Process CPU time per step, measured on core 0 at the end of every step. Only one thread may
 /// call tick() (core 0's); read the results after the run. Thread-compatible.
@@ -95,6 +95,14 @@ struct MeasuredRun {
 
 /// Fills `host_cpus` and `load_average` from the running system (sysconf, getloadavg).
 void record_host(MeasuredRun& run);
+
+/// A trainer's run as MeasuredRun: `num_cores`, `steps`, core 0's median step time (in ms, as the
+/// trainers report it), the meter's median CPU time per step, the largest peak_bytes_in_use of
+/// `hbm` (one per core), the part of it the model file does not describe, and the host
+/// (record_host).
+MeasuredRun measure_run(int num_cores, int64_t steps, double median_step_ms, const StepMeter& meter,
+                        const std::vector<MemoryStats>& hbm, uint64_t unmodelled_hbm_bytes = 0,
+                        std::string unmodelled_what = {});
 
 /// The comparison. Plain data.
 struct EstimateReport {

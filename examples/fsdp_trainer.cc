@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "examples/adam.h"
+#include "examples/mlp_layout.h"
 #include "examples/train_step_log.h"
 #include "sharding/sharded_array.h"
 
@@ -18,14 +19,8 @@ namespace vtpu::examples {
 
 namespace {
 
-using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using MatMap = Eigen::Map<RowMatrix>;
-using ConstMatMap = Eigen::Map<const RowMatrix>;
-using VecMap = Eigen::Map<Eigen::RowVectorXf>;
-using ConstVecMap = Eigen::Map<const Eigen::RowVectorXf>;
-
-constexpr int64_t kIn = DigitsDataset::kNumFeatures;
-constexpr int64_t kOut = DigitsDataset::kNumClasses;
+constexpr int64_t kIn = kMlpIn;
+constexpr int64_t kOut = kMlpOut;
 constexpr uint64_t kF = sizeof(float);
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -153,8 +148,6 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
 
   // The same input pipeline as train_mlp: the training rows replicated on every core.
   const ReplicatedDigits data = replicate_digits(runtime, train, "fsdp");
-  const ShardedArray& train_x = data.pixels;
-  const ShardedArray& train_y = data.one_hot;
 
   // The initial parameters as train_mlp draws them, split into the two padded FlatParameters.
   const std::vector<float> init = mlp_init_parameters(h, mc.seed);
@@ -218,33 +211,27 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
         std::memset(s.v_shards[l].data(), 0, s.v_shards[l].size_bytes());
       }
     }
-    // Batch and activations, allocated once as in train_mlp; the loss sum for the all-reduce.
-    DeviceBuffer xbuf = allocate(b * kIn, "fsdp/x");
-    DeviceBuffer ybuf = allocate(b * kOut, "fsdp/y");
-    DeviceBuffer z1buf = allocate(b * h, "fsdp/z1");
-    DeviceBuffer a1buf = allocate(b * h, "fsdp/a1");
-    DeviceBuffer logitsbuf = allocate(b * kOut, "fsdp/logits");
+    // Batch and activations, allocated once and pinned as in train_mlp (one micro-batch); the
+    // loss sum for the all-reduce.
+    MlpStepBuffers io(ctx, data, MlpStepShape{b, b, h, false}, "fsdp", mc.seed);
+    note_allocation();
     DeviceBuffer lossbuf = allocate(1, "fsdp/loss");
     // Raw pointers below live for the whole run: pin so that defragmentation never moves them.
     std::vector<BufferPin> pins;
     for (const DeviceBuffer* buf : std::initializer_list<const DeviceBuffer*>{
-             &s.param_shards[0], &s.param_shards[1], &grad_shards[0], &grad_shards[1], &xbuf, &ybuf,
-             &z1buf, &a1buf, &logitsbuf, &lossbuf, &train_x.buffer(c), &train_y.buffer(c)}) {
+             &s.param_shards[0], &s.param_shards[1], &grad_shards[0], &grad_shards[1], &lossbuf}) {
       pins.push_back(buf->pin());
     }
     for (size_t l = 0; l < s.m_shards.size(); ++l) {
       pins.push_back(s.m_shards[l].pin());
       pins.push_back(s.v_shards[l].pin());
     }
-    const float* data_x = train_x.local_data(c).data();
-    const float* data_y = train_y.local_data(c).data();
-    MatMap xb(xbuf.as<float>().data(), b, kIn);
-    MatMap yb(ybuf.as<float>().data(), b, kOut);
-    MatMap z1(z1buf.as<float>().data(), b, h);
-    MatMap a1(a1buf.as<float>().data(), b, h);
-    MatMap logits(logitsbuf.as<float>().data(), b, kOut);
+    MatMap xb(io.x_data(), b, kIn);
+    MatMap yb(io.y_data(), b, kOut);
+    MatMap z1(io.z1.as<float>().data(), b, h);
+    MatMap a1(io.a1.as<float>().data(), b, h);
+    MatMap logits(io.logits.as<float>().data(), b, kOut);
     float* loss_slot = lossbuf.as<float>().data();
-    BatchSampler sampler(train.num_rows(), mc.seed);  // same batches on every core count
 
     // A temporary of one layer's padded flat size, pinned while it lives.
     struct Temp {
@@ -288,7 +275,7 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
       CollectiveHandle h0 = gather(0, *g0);  // prefetch: overlaps the batch copy below
       std::optional<Temp> g1;
       CollectiveHandle h1;
-      copy_batch_rows(sampler, mc.global_batch, c * b, b, data_x, data_y, xb.data(), yb.data());
+      io.load_batch(mc.global_batch, c * b);
       if (prefetch) {  // forward prefetch: layer 1's gather runs while layer 0 computes
         g1 = temp(1, "gathered");
         h1 = gather(1, *g1);
@@ -422,22 +409,6 @@ void to_json(nlohmann::json& j, const FsdpResult& r) {
                     {"padded_numel", f.padded_numel},
                     {"shard_numel", f.shard_numel}});
   }
-  auto stats = [](const std::vector<CollectiveStats>& v) {
-    nlohmann::json a = nlohmann::json::array();
-    for (size_t c = 0; c < v.size(); ++c) {
-      a.push_back({{"core", c},
-                   {"num_collectives", v[c].num_collectives},
-                   {"bytes", v[c].bytes},
-                   {"seconds", v[c].seconds}});
-    }
-    return a;
-  };
-  nlohmann::json hbm = nlohmann::json::array();
-  for (size_t c = 0; c < r.hbm.size(); ++c) {
-    nlohmann::json s = r.hbm[c];
-    s["core"] = c;
-    hbm.push_back(s);
-  }
   j = nlohmann::json{{"num_cores", r.num_cores},
                      {"prefetch", r.prefetch},
                      {"optimizer", r.optimizer},
@@ -450,10 +421,10 @@ void to_json(nlohmann::json& j, const FsdpResult& r) {
                      {"train_accuracy", r.train_accuracy},
                      {"median_step_ms", r.median_step_ms},
                      {"peak_hbm_core0", r.peak},
-                     {"hbm", hbm},
-                     {"all_gather", stats(r.all_gather)},
-                     {"reduce_scatter", stats(r.reduce_scatter)},
-                     {"loss_all_reduce", stats(r.loss_all_reduce)}};
+                     {"hbm", per_core_json(r.hbm)},
+                     {"all_gather", per_core_json(r.all_gather)},
+                     {"reduce_scatter", per_core_json(r.reduce_scatter)},
+                     {"loss_all_reduce", per_core_json(r.loss_all_reduce)}};
 }
 
 }  // namespace vtpu::examples

@@ -100,7 +100,8 @@ std::vector<FlatParamShape> fsdp_flat_params(int64_t hidden, int num_cores);
 /// buffers in an arena's chunk records, classified by label. Sizes in bytes.
 struct HbmBreakdown {
   uint64_t training_set = 0;     // the replicated training rows and one-hot labels
-  uint64_t params = 0;           // parameters: the replica (data parallel) or the shard (FSDP)
+  uint64_t params = 0;           // parameters: the replica (data parallel), the tensor shard
+                                 // (Megatron) or the shard (FSDP)
   uint64_t grads = 0;            // gradients: the all-reduce bucket (with the loss) or the shard
   uint64_t opt_state = 0;        // optimizer state: Adam's m and v (0 with plain SGD)
   uint64_t gathered = 0;         // FSDP: all-gathered parameters (temporaries)

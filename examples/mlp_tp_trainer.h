@@ -1,6 +1,8 @@
-// The digits MLP of examples/mlp_trainer.h with Megatron tensor parallelism, alone or combined
-// with data parallelism on a 2-D mesh: what `vtpu train mlp --plan PLAN.json` runs for the
-// planner's tp(...) and dp(...)+tp(...) strategies.
+// The one training loop of the digits MLP (examples/mlp_trainer.h): Megatron tensor parallelism
+// over T shards combined with data parallelism over D shards on a D x T layout. It is what
+// `vtpu train mlp --plan PLAN.json` runs for the planner's tp(...) and dp(...)+tp(...)
+// strategies, and with T = 1 it is train_mlp, plain data parallelism (the shard is then the whole
+// model and no tensor all-reduce runs).
 //
 // Source: Shoeybi et al., "Megatron-LM: Training Multi-Billion Parameter Language Models Using
 // Model Parallelism" (2019), Sec. 3 and Fig. 3a: the MLP block Y = relu(X A) B with A split by
@@ -11,14 +13,16 @@
 //     b1[t*Hs:(t+1)*Hs]      (Hs)                                      P('model')
 //     W2[t*Hs:(t+1)*Hs, :]   (Hs x 10)   row-parallel second dense     P('model', None)
 //     b2                     (10)        replicated, added once after the all-reduce
-// as one flat vector [W1_t, b1_t, W2_t, b2] (75 Hs + 10 floats).
+// as one flat vector [W1_t, b1_t, W2_t, b2] (75 Hs + 10 floats; MlpLayout{Hs} of
+// examples/mlp_layout.h).
 //
 // One step on the core of data shard d and tensor shard t (b = global batch / D rows of the
-// global batch, as train_mlp splits it):
+// global batch, as train_mlp splits it; with micro_batches = K the forward and backward below run
+// K times on b / K rows each, the gradients accumulated in micro-batch order as train_mlp does):
 //     forward    z1 = x W1_t + b1_t; a1 = relu(z1)           local, (b x Hs)
 //                partial = a1 W2_t                            (b x 10), a partial sum over t
 //                logits = all_reduce(partial) + b2            Megatron's g: 1 all-reduce over
-//                                                             the tensor group
+//                                                             the tensor group (none for T = 1)
 //                softmax cross-entropy                        the same on every tensor shard
 //     backward   dZ2 = (P - Y) / B; dW2_t = a1^T dZ2; db2 = colsum(dZ2)
 //                dA1 = dZ2 W2_t^T; dZ1 = dA1 * (z1 > 0); dW1_t = x^T dZ1; db1_t = colsum(dZ1)
@@ -26,12 +30,19 @@
 //                dX = dZ1 W1_t^T) is not run, because X is the data and needs no gradient
 //                (as autograd skips a leaf that does not require grad)
 //     data       one all-reduce over the data group of the bucket [dW1_t, db1_t, dW2_t, db2,
-//                loss sum] (as train_mlp's DDP bucket); none for D = 1
-//     SGD        on the shard; every core of a data group applies identical sums.
-// Every tensor shard computes the same dZ2, so b2 and its gradient stay identical across the
-// tensor group without communication. The losses equal the single-core run's up to f32
+//                loss sum] (as train_mlp's DDP bucket; a group of one core for D = 1)
+//     optimizer  on the shard: SGD, or Adam (examples/adam.h) with its moments m and v shaped
+//                like the shard; every core of a data group applies identical sums.
+// Every tensor shard computes the same dZ2, so b2, its gradient and (Adam) its moments stay
+// identical across the tensor group without communication; Adam is elementwise, so updating the
+// shards is updating the whole vector. The losses equal the single-core run's up to f32
 // summation order (the logits are summed over T partial products, and the gradients over D
-// shards).
+// shards); with T = 1 they are train_mlp's exactly.
+//
+// HBM per core, allocated once in this order: mlp/params (the shard), mlp/grads+loss,
+// mlp/micro_grads+loss (K > 1), mlp/opt_state.exp_avg and .exp_avg_sq (Adam), then the batch and
+// activations of MlpStepBuffers (examples/mlp_trainer.h) with Hs hidden units, after the
+// replicated training set (mlp/train_pixels, mlp/train_labels).
 #pragma once
 
 #include <cstdint>
@@ -56,7 +67,7 @@ struct MlpTensorParallelResult {
   MlpResult run;
   int64_t data = 1, tensor = 1;                    // D and T
   int64_t shard_parameters = 0;                    // floats of one core's shard
-  std::vector<CollectiveStats> tensor_all_reduce;  // per core, over its tensor group
+  std::vector<CollectiveStats> tensor_all_reduce;  // per core, over its tensor group (0 for T = 1)
 };
 void to_json(nlohmann::json& j, const MlpTensorParallelResult& r);
 
@@ -70,11 +81,12 @@ std::vector<float> mlp_tp_shard(const std::vector<float>& full, int64_t hidden, 
                                 int64_t rank);
 
 /// Trains on `split.train` over `layout` (it must use every core of `runtime`), evaluates on
-/// `split.test`. config.kernels must be "eigen" and config.at_peak is not used. Calls on_log(step,
-/// loss) on core 0 every config.log_every steps. Throws InvalidArgumentError for a bad config,
-/// a layout of another core count, or T not dividing config.hidden; UnimplementedError for
-/// kernels "pallas"; OutOfMemoryError when a buffer does not fit; FailedPreconditionError when
-/// the loss diverges.
+/// `split.test`. Every MlpConfig field applies: the global batch splits over the D data shards
+/// (and their micro-batches), config.kernels "pallas" needs T = 1, and config.at_peak is called
+/// as train_mlp calls it. Calls on_log(step, loss) on core 0 every config.log_every steps. Throws
+/// InvalidArgumentError for a bad config, a layout of another core count, or T not dividing
+/// config.hidden; UnimplementedError for kernels "pallas" with T > 1; OutOfMemoryError when a
+/// buffer does not fit; FailedPreconditionError when the loss diverges.
 MlpTensorParallelResult train_mlp_tensor_parallel(
     Runtime& runtime, const DigitsSplit& split, const MlpConfig& config,
     const DataTensorLayout& layout,

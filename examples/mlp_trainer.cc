@@ -2,43 +2,26 @@
 
 #include <Eigen/Core>
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <numeric>
-#include <optional>
 #include <random>
-#include <span>
 #include <vector>
 
 #include "common/error.h"
-#include "examples/train_step_log.h"
-#include "runtime/pallas_kernels.h"
+#include "examples/mlp_layout.h"
+#include "examples/mlp_tp_trainer.h"
 #include "sharding/sharded_array.h"
 
 namespace vtpu::examples {
 
 namespace {
 
-using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using MatMap = Eigen::Map<RowMatrix>;
-using ConstMatMap = Eigen::Map<const RowMatrix>;
-using VecMap = Eigen::Map<Eigen::RowVectorXf>;
-
-constexpr int64_t kIn = DigitsDataset::kNumFeatures;
-constexpr int64_t kOut = DigitsDataset::kNumClasses;
-
-/// Offsets of the flat parameter vector [W1 (64 x H), b1 (H), W2 (H x 10), b2 (10)], in elements.
-struct Layout {
-  int64_t hidden;
-  int64_t w1() const { return 0; }
-  int64_t b1() const { return kIn * hidden; }
-  int64_t w2() const { return b1() + hidden; }
-  int64_t b2() const { return w2() + hidden * kOut; }
-  int64_t size() const { return b2() + kOut; }
-};
+constexpr int64_t kIn = kMlpIn;
+constexpr int64_t kOut = kMlpOut;
+using Layout = MlpLayout;
 
 }  // namespace
 
@@ -102,14 +85,39 @@ ReplicatedDigits replicate_digits(Runtime& runtime, const DigitsDataset& train,
                                                    replicated, label_prefix + "/train_labels")};
 }
 
-void copy_batch_rows(BatchSampler& sampler, int64_t global_batch, int64_t first, int64_t rows,
-                     const float* data_x, const float* data_y, float* x, float* y) {
+MlpStepBuffers::MlpStepBuffers(CoreContext& ctx, const ReplicatedDigits& data,
+                               const MlpStepShape& shape, const std::string& label_prefix,
+                               uint64_t seed)
+    : shape_(shape),
+      sampler_(static_cast<int64_t>(data.pixels.local_data(ctx.core_id()).size()) / kIn, seed),
+      data_x_(data.pixels.local_data(ctx.core_id()).data()),
+      data_y_(data.one_hot.local_data(ctx.core_id()).data()) {
+  const auto f32 = [](int64_t rows, int64_t cols) {
+    return static_cast<uint64_t>(rows * cols) * sizeof(float);
+  };
+  const std::string& p = label_prefix;
+  x = ctx.allocate(f32(shape.rows, kIn), p + "/x");
+  y = ctx.allocate(f32(shape.rows, kOut), p + "/y");
+  z1 = ctx.allocate(f32(shape.micro_rows, shape.hidden), p + "/z1");
+  a1 = ctx.allocate(f32(shape.micro_rows, shape.hidden), p + "/a1");
+  logits = ctx.allocate(f32(shape.micro_rows, kOut), p + "/logits");
+  if (shape.probs) probs = ctx.allocate(f32(shape.micro_rows, kOut), p + "/probs");
+  const int c = ctx.core_id();
+  for (const DeviceBuffer* buf : std::initializer_list<const DeviceBuffer*>{
+           &x, &y, &z1, &a1, &logits, &probs, &data.pixels.buffer(c), &data.one_hot.buffer(c)}) {
+    if (buf->valid()) pins_.push_back(buf->pin());
+  }
+}
+
+void MlpStepBuffers::load_batch(int64_t global_batch, int64_t first) {
+  float* xs = x_data();
+  float* ys = y_data();
   for (int64_t r = 0; r < global_batch; ++r) {
-    const int64_t row = sampler.next();
+    const int64_t row = sampler_.next();
     const int64_t local = r - first;
-    if (local < 0 || local >= rows) continue;
-    std::memcpy(x + local * kIn, data_x + row * kIn, kIn * sizeof(float));
-    std::memcpy(y + local * kOut, data_y + row * kOut, kOut * sizeof(float));
+    if (local < 0 || local >= shape_.rows) continue;
+    std::memcpy(xs + local * kIn, data_x_ + row * kIn, kIn * sizeof(float));
+    std::memcpy(ys + local * kOut, data_y_ + row * kOut, kOut * sizeof(float));
   }
 }
 
@@ -130,69 +138,6 @@ double softmax_cross_entropy_rows(float* logits_data, const float* y_data, int64
   }
   return loss_sum;
 }
-
-namespace {
-
-/// What outlives the SPMD program on each core: the parameter replica and the gradient bucket.
-/// One forward and backward pass with the pipelined kernels (runtime/pallas_kernels.h) on rows
-/// [row0, row0 + b) of this core's batch buffers x and y: a1 = relu(x W1 + b1) and logits = a1 W2 +
-/// b2 (fused dense), P = softmax(logits) (row softmax), then dW2 = a1^T dZ2, dA1 = dZ2 W2^T, dW1 =
-/// x^T dZ1 (tiled matmuls with transposed operands). Writes the gradients into `grads` (the layout
-/// of `params`) and returns the local loss sum. The same math as the Eigen path; only f32 summation
-/// order may differ.
-double pallas_step(VirtualCore& core, const DeviceBuffer& x, const DeviceBuffer& y, int64_t row0,
-                   const DeviceBuffer& params, const DeviceBuffer& grads, const DeviceBuffer& a1buf,
-                   const DeviceBuffer& z1buf, const DeviceBuffer& logitsbuf,
-                   const DeviceBuffer& probsbuf, const Layout& layout, int64_t b, float inv_batch) {
-  const int64_t h = layout.hidden;
-  const uint64_t f = sizeof(float);
-  auto at = [&](const DeviceBuffer& buf, int64_t rows, int64_t cols, int64_t offset_elements) {
-    return HbmMatrix{&buf, rows, cols, static_cast<uint64_t>(offset_elements) * f};
-  };
-  const HbmMatrix X = at(x, b, kIn, row0 * kIn), A1 = at(a1buf, b, h, 0), Z1 = at(z1buf, b, h, 0);
-  const HbmMatrix L = at(logitsbuf, b, kOut, 0), P = at(probsbuf, b, kOut, 0);
-  MatmulOptions relu, bias, ta, tb;
-  relu.epilogue = MatmulEpilogue::kBiasRelu;
-  bias.epilogue = MatmulEpilogue::kBias;
-  ta.transpose_lhs = true;
-  tb.transpose_rhs = true;
-  // Blocks of at most 256 (the default), and the whole dim when it is smaller (always legal).
-  // Forward.
-  pallas_dense(core, X, at(params, kIn, h, layout.w1()), at(params, 1, h, layout.b1()), A1,
-               fit_blocks(relu, b, h, kIn));
-  pallas_dense(core, A1, at(params, h, kOut, layout.w2()), at(params, 1, kOut, layout.b2()), L,
-               fit_blocks(bias, b, kOut, h));
-  pallas_softmax(core, L, P, fit_block(256, b));
-  MatMap probs(probsbuf.as<float>().data(), b, kOut);
-  MatMap yb(y.as<float>().data() + row0 * kOut, b, kOut);
-  double loss_sum = 0.0;
-  for (int64_t i = 0; i < b; ++i) {
-    Eigen::Index label;
-    yb.row(i).maxCoeff(&label);
-    loss_sum -= std::log(static_cast<double>(probs(i, label)));
-  }
-  // Backward: dZ2 = (P - Y) / B into the logits buffer.
-  MatMap dz2(logitsbuf.as<float>().data(), b, kOut);
-  dz2 = (probs - yb) * inv_batch;
-  float* g = grads.as<float>().data();
-  pallas_matmul(core, A1, L, at(grads, h, kOut, layout.w2()),
-                fit_blocks(ta, h, kOut, b));  // a1^T dZ2
-  VecMap(g + layout.b2(), kOut) = dz2.colwise().sum();
-  pallas_matmul(core, L, at(params, h, kOut, layout.w2()), Z1,
-                fit_blocks(tb, b, h, kOut));  // dZ2 W2^T
-  MatMap a1(a1buf.as<float>().data(), b, h), dz1(z1buf.as<float>().data(), b, h);
-  dz1 = (a1.array() > 0.0f).select(dz1, 0.0f);  // dZ1 (a1 > 0 exactly where z1 > 0)
-  pallas_matmul(core, X, Z1, at(grads, kIn, h, layout.w1()), fit_blocks(ta, kIn, h, b));  // x^T dZ1
-  VecMap(g + layout.b1(), h) = dz1.colwise().sum();
-  return loss_sum;
-}
-
-struct CoreState {
-  DeviceBuffer params;  // Layout::size() floats
-  DeviceBuffer grads;   // Layout::size() + 1 floats; the last is the global loss sum
-};
-
-}  // namespace
 
 void MlpConfig::validate(int num_cores) const {
   if (num_cores < 1) {
@@ -271,201 +216,34 @@ double mlp_accuracy(const std::vector<float>& parameters, int64_t hidden, const 
 
 MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig& config,
                     const std::function<void(int64_t, double)>& on_log) {
-  const int n = runtime.num_cores();
-  config.validate(n);
-  const DigitsDataset& train = split.train;
-  if (train.num_rows() == 0) throw InvalidArgumentError("training split is empty");
-  const Layout layout{config.hidden};
-  const int64_t num_params = layout.size();
-  const int64_t local_batch = config.global_batch / n;
-  const int64_t batch = config.global_batch;
-  const float inv_batch = 1.0f / static_cast<float>(batch);
+  // Data parallel is Megatron with one tensor shard: the shard is the whole model.
+  return train_mlp_tensor_parallel(runtime, split, config,
+                                   DataTensorLayout::grid(runtime.num_cores(), 1), on_log)
+      .run;
+}
 
-  std::vector<int> cores(static_cast<size_t>(n));
-  std::iota(cores.begin(), cores.end(), 0);
-  Communicator comm(runtime, cores);
-  // The at_peak hook's barriers run on their own communicator, so that `comm`'s stats count only
-  // the gradient all-reduces.
-  std::optional<Communicator> sync;
-  if (config.at_peak) sync.emplace(runtime, cores);
-
-  // The training rows go to every core once (replicated, P() on a 1-D mesh), as a device-side
-  // input pipeline would hold them; each step, core c takes rows [c*b, (c+1)*b) of the global
-  // batch from its replica. So the host is not on the step's critical path.
-  const ReplicatedDigits data = replicate_digits(runtime, train, "mlp");
-  const ShardedArray& train_x = data.pixels;
-  const ShardedArray& train_y = data.one_hot;
-
-  const std::vector<float> init = mlp_init_parameters(config.hidden, config.seed);
-  MlpResult result;
-  result.num_cores = n;
-  result.num_parameters = num_params;
-  result.losses.assign(static_cast<size_t>(config.steps), 0.0);
-  result.step_seconds.assign(static_cast<size_t>(config.steps), 0.0);
-  std::vector<CoreState> state(static_cast<size_t>(n));
-
-  // One SPMD program runs every step, as a jitted training loop would.
-  runtime.run_spmd([&](CoreContext& ctx) {
-    const int c = ctx.core_id();
-    CoreState& s = state[static_cast<size_t>(c)];
-    const int64_t b = local_batch;
-    const int64_t k_micro = config.micro_batches;
-    const int64_t mb = b / k_micro;  // rows per micro-batch (all of b by default)
-    const int64_t h = config.hidden;
-    const auto f = sizeof(float);
-    const bool adam = config.optimizer == "adam";
-    // Buffers live across steps, allocated once, as XLA's buffer assignment would.
-    s.params = ctx.allocate(static_cast<uint64_t>(num_params) * f, "mlp/params");
-    s.grads = ctx.allocate(static_cast<uint64_t>(num_params + 1) * f, "mlp/grads+loss");
-    // Gradient accumulation: micro-batches after the first compute into this bucket, which is
-    // then added into s.grads.
-    DeviceBuffer micro = k_micro > 1 ? ctx.allocate(static_cast<uint64_t>(num_params + 1) * f,
-                                                    "mlp/micro_grads+loss")
-                                     : DeviceBuffer();
-    // Adam's moments (PyTorch's exp_avg and exp_avg_sq), replicated like the parameters.
-    DeviceBuffer adam_m, adam_v;
-    if (adam) {
-      adam_m = ctx.allocate(static_cast<uint64_t>(num_params) * f, "mlp/opt_state.exp_avg");
-      adam_v = ctx.allocate(static_cast<uint64_t>(num_params) * f, "mlp/opt_state.exp_avg_sq");
-      std::memset(adam_m.data(), 0, adam_m.size_bytes());
-      std::memset(adam_v.data(), 0, adam_v.size_bytes());
-    }
-    DeviceBuffer xbuf = ctx.allocate(static_cast<uint64_t>(b * kIn) * f, "mlp/x");
-    DeviceBuffer ybuf = ctx.allocate(static_cast<uint64_t>(b * kOut) * f, "mlp/y");
-    DeviceBuffer z1buf = ctx.allocate(static_cast<uint64_t>(mb * h) * f, "mlp/z1");
-    DeviceBuffer a1buf = ctx.allocate(static_cast<uint64_t>(mb * h) * f, "mlp/a1");
-    DeviceBuffer logitsbuf = ctx.allocate(static_cast<uint64_t>(mb * kOut) * f, "mlp/logits");
-    const bool pallas = config.kernels == "pallas";
-    // The pallas path keeps the softmax probabilities apart from the logits.
-    DeviceBuffer probsbuf =
-        pallas ? ctx.allocate(static_cast<uint64_t>(mb * kOut) * f, "mlp/probs") : DeviceBuffer();
-    std::memcpy(s.params.data(), init.data(), init.size() * f);
-    // The step below keeps raw pointers into these buffers for the whole run: pin them so that
-    // defragmentation (on an allocation by anyone else on this core) never moves them.
-    std::vector<BufferPin> pins;
-    for (const DeviceBuffer* buf : std::initializer_list<const DeviceBuffer*>{
-             &s.params, &s.grads, &micro, &adam_m, &adam_v, &xbuf, &ybuf, &z1buf, &a1buf,
-             &logitsbuf, &train_x.buffer(c), &train_y.buffer(c)}) {
-      if (buf->valid()) pins.push_back(buf->pin());
-    }
-
-    float* p = s.params.as<float>().data();
-    float* g = s.grads.as<float>().data();
-    const float* data_x = train_x.local_data(c).data();
-    const float* data_y = train_y.local_data(c).data();
-    ConstMatMap w1(p + layout.w1(), kIn, h);
-    Eigen::Map<const Eigen::RowVectorXf> b1(p + layout.b1(), h);
-    ConstMatMap w2(p + layout.w2(), h, kOut);
-    Eigen::Map<const Eigen::RowVectorXf> b2(p + layout.b2(), kOut);
-    MatMap z1(z1buf.as<float>().data(), mb, h);
-    MatMap a1(a1buf.as<float>().data(), mb, h);
-    MatMap logits(logitsbuf.as<float>().data(), mb, kOut);
-    Eigen::Map<Eigen::VectorXf> params(p, num_params);
-    Eigen::Map<const Eigen::VectorXf> grads(g, num_params);
-    BatchSampler sampler(train.num_rows(), config.seed);  // same batches on every core count
-
-    // Forward and backward (Eigen) of rows [row0, row0 + mb) of this core's batch: writes the
-    // gradients into `grad` (Layout) and returns the loss sum.
-    auto eigen_step = [&](int64_t row0, float* grad) {
-      ConstMatMap xb(xbuf.as<float>().data() + row0 * kIn, mb, kIn);
-      ConstMatMap yb(ybuf.as<float>().data() + row0 * kOut, mb, kOut);
-      MatMap dw1(grad + layout.w1(), kIn, h);
-      VecMap db1(grad + layout.b1(), h);
-      MatMap dw2(grad + layout.w2(), h, kOut);
-      VecMap db2(grad + layout.b2(), kOut);
-      // Forward.
-      z1.noalias() = xb * w1;
-      z1.rowwise() += b1;
-      a1 = z1.cwiseMax(0.0f);
-      logits.noalias() = a1 * w2;
-      logits.rowwise() += b2;
-      // Softmax cross-entropy, stable; logits become the probabilities.
-      const double loss_sum = softmax_cross_entropy_rows(logits.data(), yb.data(), mb);
-      // Backward: dZ2 = (P - Y) / B, scaled by the global batch so that the sum over cores is
-      // the gradient of the global mean.
-      logits = (logits - yb) * inv_batch;
-      dw2.noalias() = a1.transpose() * logits;
-      db2 = logits.colwise().sum();
-      a1.noalias() = logits * w2.transpose();     // dA1
-      z1 = (z1.array() > 0.0f).select(a1, 0.0f);  // dZ1
-      dw1.noalias() = xb.transpose() * z1;
-      db1 = z1.colwise().sum();
-      return loss_sum;
-    };
-
-    for (int64_t step = 0; step < config.steps; ++step) {
-      const auto t0 = std::chrono::steady_clock::now();
-      // This core's rows of the global batch.
-      copy_batch_rows(sampler, config.global_batch, c * b, b, data_x, data_y,
-                      xbuf.as<float>().data(), ybuf.as<float>().data());
-      // Micro-batch k's gradients and loss sum: k = 0 straight into the bucket, each later one
-      // into `micro` and then added, so the bucket holds ((g_0 + g_1) + g_2) + ..., the order in
-      // which the all-reduce folds the cores' buckets.
-      for (int64_t k = 0; k < k_micro; ++k) {
-        const DeviceBuffer& into = k == 0 ? s.grads : micro;
-        float* gk = into.as<float>().data();
-        const double loss_sum =
-            pallas ? pallas_step(ctx.core(), xbuf, ybuf, k * mb, s.params, into, a1buf, z1buf,
-                                 logitsbuf, probsbuf, layout, mb, inv_batch)
-                   : eigen_step(k * mb, gk);
-        gk[num_params] = static_cast<float>(loss_sum);
-        if (k > 0) {
-          Eigen::Map<Eigen::VectorXf>(g, num_params + 1) +=
-              Eigen::Map<const Eigen::VectorXf>(gk, num_params + 1);
-        }
-      }
-      // One bucket, one all-reduce: the gradients and the loss sum.
-      comm.all_reduce<float>(ctx, s.grads.as<float>());
-      // The optimizer on every replica (identical inputs, identical results).
-      if (adam) {
-        adam_update(s.params.as<float>(), std::span<const float>(g, num_params), adam_m.as<float>(),
-                    adam_v.as<float>(), step + 1, config.learning_rate, config.adam);
-      } else {
-        params -= config.learning_rate * grads;
-      }
-      const double loss = static_cast<double>(g[num_params]) / static_cast<double>(batch);
-      finish_step(c, step, config.steps, config.log_every, loss, t0, result.step_seconds,
-                  result.losses, on_log);
-    }
-    if (config.at_peak) {
-      sync->barrier(ctx);  // every core at its peak (timeouts and aborts included)
-      if (c == 0) config.at_peak(runtime);
-      sync->barrier(ctx);
-    }
-  });
-
-  result.median_step_ms = 1e3 * median_of(result.step_seconds);
-  auto p0 = state[0].params.as<float>();
-  result.parameters.assign(p0.begin(), p0.end());
-  result.replicas_identical = true;
-  for (int c = 1; c < n; ++c) {
-    auto pc = state[static_cast<size_t>(c)].params.as<float>();
-    if (std::memcmp(pc.data(), p0.data(), p0.size_bytes()) != 0) result.replicas_identical = false;
+nlohmann::json per_core_json(const std::vector<MemoryStats>& stats) {
+  nlohmann::json a = nlohmann::json::array();
+  for (size_t c = 0; c < stats.size(); ++c) {
+    nlohmann::json s = stats[c];
+    s["core"] = c;
+    a.push_back(s);
   }
-  result.test_accuracy = mlp_accuracy(result.parameters, config.hidden, split.test);
-  result.train_accuracy = mlp_accuracy(result.parameters, config.hidden, train);
-  for (int c = 0; c < n; ++c) {
-    result.hbm.push_back(runtime.core(c).hbm().memory_stats());
-    result.vmem.push_back(runtime.core(c).memory(MemorySpace::kVmem).memory_stats());
-    result.all_reduce.push_back(comm.stats(c));
+  return a;
+}
+
+nlohmann::json per_core_json(const std::vector<CollectiveStats>& stats) {
+  nlohmann::json a = nlohmann::json::array();
+  for (size_t c = 0; c < stats.size(); ++c) {
+    a.push_back({{"core", c},
+                 {"num_collectives", stats[c].num_collectives},
+                 {"bytes", stats[c].bytes},
+                 {"seconds", stats[c].seconds}});
   }
-  return result;
+  return a;
 }
 
 void to_json(nlohmann::json& j, const MlpResult& r) {
-  nlohmann::json hbm = nlohmann::json::array();
-  for (size_t c = 0; c < r.hbm.size(); ++c) {
-    nlohmann::json s = r.hbm[c];
-    s["core"] = c;
-    hbm.push_back(s);
-  }
-  nlohmann::json ar = nlohmann::json::array();
-  for (size_t c = 0; c < r.all_reduce.size(); ++c) {
-    ar.push_back({{"core", c},
-                  {"num_collectives", r.all_reduce[c].num_collectives},
-                  {"bytes", r.all_reduce[c].bytes},
-                  {"seconds", r.all_reduce[c].seconds}});
-  }
   j = nlohmann::json{{"num_cores", r.num_cores},
                      {"num_parameters", r.num_parameters},
                      {"losses", r.losses},
@@ -474,9 +252,9 @@ void to_json(nlohmann::json& j, const MlpResult& r) {
                      {"train_accuracy", r.train_accuracy},
                      {"median_step_ms", r.median_step_ms},
                      {"replicas_identical", r.replicas_identical},
-                     {"hbm", hbm},
+                     {"hbm", per_core_json(r.hbm)},
                      {"vmem", r.vmem},
-                     {"all_reduce", ar}};
+                     {"all_reduce", per_core_json(r.all_reduce)}};
 }
 
 }  // namespace vtpu::examples

@@ -9,6 +9,12 @@
 // gradients; every core then applies the same optimizer update to its replica. Because the
 // all-reduce gives bit-identical sums on every core, the replicas never drift apart.
 //
+// train_mlp is the tensor size 1 case of the one MLP training loop, train_mlp_tensor_parallel
+// (examples/mlp_tp_trainer.h) on the layout data N x tensor 1: with one tensor shard the shard is
+// the whole model and the Megatron all-reduce of the logits is not run. This file holds what the
+// MLP trainers share (train_fsdp too): configuration, initial parameters, batch order, the
+// per-core batch and activation buffers, the loss and the evaluation.
+//
 // The loss is mean cross-entropy over the global batch, so for a given seed and global batch the
 // losses match a single-core run up to f32 summation order.
 //
@@ -95,9 +101,16 @@ struct MlpResult {
 };
 void to_json(nlohmann::json& j, const MlpResult& r);
 
-/// Trains on `split.train`, evaluates on `split.test`. Calls `on_log(step, loss)` every
-/// config.log_every steps when given. Throws InvalidArgumentError for a bad config and
-/// OutOfMemoryError (ResourceExhausted, with the arena's report) when the model does not fit.
+/// Per-core lists as the MLP trainers' JSON reports write them: element c is stats[c] with
+/// "core": c added; for collectives, "num_collectives", "bytes" and "seconds". Thread-safe.
+nlohmann::json per_core_json(const std::vector<MemoryStats>& stats);
+nlohmann::json per_core_json(const std::vector<CollectiveStats>& stats);
+
+/// Trains on `split.train` on every core of `runtime` (data parallel), evaluates on `split.test`:
+/// train_mlp_tensor_parallel on DataTensorLayout::grid(cores, 1) (examples/mlp_tp_trainer.h).
+/// Calls `on_log(step, loss)` on core 0 every config.log_every steps when given. Throws
+/// InvalidArgumentError for a bad config, OutOfMemoryError (ResourceExhausted, with the arena's
+/// report) when the model does not fit, FailedPreconditionError when the loss diverges.
 MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig& config,
                     const std::function<void(int64_t step, double loss)>& on_log = {});
 
@@ -133,12 +146,50 @@ struct ReplicatedDigits {
 ReplicatedDigits replicate_digits(Runtime& runtime, const DigitsDataset& train,
                                   const std::string& label_prefix);
 
-/// Copies this core's rows of the next global batch: draws `global_batch` rows from `sampler`
-/// (every core draws all of them, so the samplers stay in step) and copies rows
-/// [first, first + rows) of the batch from the replicated data (`data_x` rows x 64, `data_y`
-/// rows x 10) into `x` (rows x 64) and `y` (rows x 10). Thread-compatible.
-void copy_batch_rows(BatchSampler& sampler, int64_t global_batch, int64_t first, int64_t rows,
-                     const float* data_x, const float* data_y, float* x, float* y);
+/// The sizes of MlpStepBuffers (below), in rows and hidden units. Plain data.
+struct MlpStepShape {
+  int64_t rows = 0;        // this core's rows of the global batch
+  int64_t micro_rows = 0;  // rows per micro-batch (the activations' rows), divides rows
+  int64_t hidden = 0;      // hidden units on this core (a tensor shard's, under Megatron)
+  bool probs = false;      // also allocate <prefix>/probs
+};
+
+/// One core's batch rows and activations for the digits MLP step, allocated once in the core's
+/// HBM for the whole run (as XLA's buffer assignment would), in this order and with these labels:
+///   <prefix>/x       rows x 64             this core's rows of the global batch
+///   <prefix>/y       rows x 10             their one-hot labels
+///   <prefix>/z1      micro_rows x hidden   pre-activation (backward: dZ1)
+///   <prefix>/a1      micro_rows x hidden   ReLU output (backward: dA1)
+///   <prefix>/logits  micro_rows x 10       logits, then probabilities, then dZ2
+///   <prefix>/probs   micro_rows x 10       only with `probs` (the pallas kernels keep them apart)
+/// The trainers keep raw pointers into these buffers and into this core's replica of the training
+/// set, so all of them are pinned while the object lives (defragmentation never moves them).
+/// The batch order is a BatchSampler over the training rows from `seed`, the same on every core
+/// and core count. Throws OutOfMemoryError when a buffer does not fit. Only the owning core may
+/// call; not copyable.
+class MlpStepBuffers {
+ public:
+  MlpStepBuffers(CoreContext& ctx, const ReplicatedDigits& data, const MlpStepShape& shape,
+                 const std::string& label_prefix, uint64_t seed);
+  MlpStepBuffers(const MlpStepBuffers&) = delete;
+  MlpStepBuffers& operator=(const MlpStepBuffers&) = delete;
+
+  /// Draws the next global batch of `global_batch` rows (every core draws all of them, so the
+  /// samplers stay in step) and copies rows [first, first + shape.rows) of it into x and y.
+  void load_batch(int64_t global_batch, int64_t first);
+
+  const MlpStepShape& shape() const { return shape_; }
+  DeviceBuffer x, y, z1, a1, logits, probs;  // probs is empty unless shape.probs
+  float* x_data() const { return x.as<float>().data(); }
+  float* y_data() const { return y.as<float>().data(); }
+
+ private:
+  MlpStepShape shape_;
+  BatchSampler sampler_;
+  const float* data_x_;  // this core's replica of the training pixels (num_rows x 64)
+  const float* data_y_;  // and of the one-hot labels (num_rows x 10)
+  std::vector<BufferPin> pins_;
+};
 
 /// Stable softmax cross-entropy over `rows` rows of 10 logits, in place: `logits` becomes the
 /// probabilities, and the return value is the sum over rows of -log p[label] (the label is the

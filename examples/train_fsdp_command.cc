@@ -158,10 +158,7 @@ int run(const TrainFsdpCommand& cmd) {
 
   // The plan's estimate, compared with the run of its strategy (examples/estimate_report.h).
   std::optional<PlanEstimate> estimate;
-  if (plan) {
-    estimate = read_plan_estimate(cmd.plan_path);
-    if (estimate) estimate->check_batch(mc.global_batch);
-  }
+  if (plan) estimate = comparable_estimate(*plan, mc.global_batch);
   StepMeter meter;
   std::optional<FsdpResult> fsdp;
   if (fsdp_mode) {
@@ -180,16 +177,10 @@ int run(const TrainFsdpCommand& cmd) {
                                            : std::function<void(int64_t, double)>());
   std::optional<EstimateReport> report;
   if (estimate) {
-    MeasuredRun m;
-    m.num_cores = n;
-    m.steps = mc.steps;
-    m.median_step_seconds = 1e-3 * (fsdp ? fsdp->median_step_ms : dp.result.median_step_ms);
-    m.cpu_seconds_per_step = meter.median_cpu_seconds();
-    for (const MemoryStats& s : fsdp ? fsdp->hbm : dp.result.hbm)
-      m.peak_hbm_bytes_per_core = std::max(m.peak_hbm_bytes_per_core, s.peak_bytes_in_use);
-    m.unmodelled_hbm_bytes = (fsdp ? fsdp->peak : dp.peak).training_set;
-    m.unmodelled_what = "training set (replicated on every core)";
-    record_host(m);
+    const MeasuredRun m =
+        measure_run(n, mc.steps, fsdp ? fsdp->median_step_ms : dp.result.median_step_ms, meter,
+                    fsdp ? fsdp->hbm : dp.result.hbm, (fsdp ? fsdp->peak : dp.peak).training_set,
+                    "training set (replicated on every core)");
     report = compare_estimate(*estimate, m);
   }
   // The reference: train mlp on 1 core, accumulating its gradient over N micro-batches (core c's

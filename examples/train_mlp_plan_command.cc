@@ -1,6 +1,7 @@
 #include "examples/train_mlp_plan_command.h"
 
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -9,6 +10,7 @@
 #include "common/error.h"
 #include "common/units.h"
 #include "examples/digits_dataset.h"
+#include "examples/estimate_report.h"
 #include "examples/fsdp_trainer.h"
 #include "examples/mlp_tp_trainer.h"
 #include "examples/train_plan.h"
@@ -40,6 +42,7 @@ struct PlanRun {
   double test_accuracy = 0, train_accuracy = 0;
   std::vector<MemoryStats> hbm;
   nlohmann::json json;
+  uint64_t training_set_bytes = 0;  // core 0's replica of the training set (chunk bytes)
 };
 
 }  // namespace
@@ -56,7 +59,7 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
   options.num_cores = static_cast<int>(plan.num_cores());
   options.validate();
   MlpConfig mlp = args.mlp;
-  if (!args.batch_given && plan.estimated_batch > 0) mlp.global_batch = plan.estimated_batch;
+  if (!args.batch_given && plan.estimated_batch() > 0) mlp.global_batch = plan.estimated_batch();
   std::optional<DataTensorLayout> layout;
   if (mode == MlpPlanMode::kTensorParallel) {
     layout = plan_data_tensor_layout(plan, "vtpu train mlp");
@@ -65,6 +68,9 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
     mlp.validate(options.num_cores);
   }
   const int n = options.num_cores;
+  // The plan's estimate, compared with this run (examples/estimate_report.h); checked before
+  // anything runs.
+  const std::optional<PlanEstimate> estimate = comparable_estimate(plan, mlp.global_batch);
   const DigitsSplit split = split_digits(load_digits_csv(args.data_path));
   if (!args.json) {
     std::printf("vtpu train mlp --plan %s: strategy %s on mesh %s: %d virtual cores, %s HBM each\n",
@@ -81,13 +87,13 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
                   mode == MlpPlanMode::kFsdp ? "ZeRO-3 / FSDP (train fsdp)" : "data parallel", n);
     }
     std::printf(
-        "model 64->%lld->10, global batch %lld%s, lr %g, %lld steps, seed %llu; digits %s: %lld "
-        "train / %lld test rows\n",
+        "model 64->%lld->10, global batch %lld%s, %s lr %g, %lld steps, seed %llu; digits %s: "
+        "%lld train / %lld test rows\n",
         static_cast<long long>(mlp.hidden), static_cast<long long>(mlp.global_batch),
-        !args.batch_given && plan.estimated_batch > 0 ? " (the plan's)" : "",
-        static_cast<double>(mlp.learning_rate), static_cast<long long>(mlp.steps),
-        static_cast<unsigned long long>(mlp.seed), args.data_path.c_str(),
-        static_cast<long long>(split.train.num_rows()),
+        !args.batch_given && plan.estimated_batch() > 0 ? " (the plan's)" : "",
+        mlp.optimizer == "adam" ? "Adam" : "SGD", static_cast<double>(mlp.learning_rate),
+        static_cast<long long>(mlp.steps), static_cast<unsigned long long>(mlp.seed),
+        args.data_path.c_str(), static_cast<long long>(split.train.num_rows()),
         static_cast<long long>(split.test.num_rows()));
     std::fflush(stdout);
   }
@@ -95,23 +101,44 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
     if (!args.json) std::printf("step %6lld  loss %.6f\n", static_cast<long long>(step), loss);
   };
 
+  StepMeter meter;
+  MlpConfig run_config = mlp;
+  std::function<void(int64_t, double)> on_log = log;
+  HbmBreakdown peak;  // core 0 after the last step (train_mlp's buffers are allocated once)
+  if (estimate) {
+    on_log = meter.wrap(log, mlp.log_every, mlp.steps);  // every step, for the process CPU time
+    run_config.log_every = 1;
+    run_config.at_peak = [&peak](Runtime& rt) {
+      peak = hbm_breakdown(rt.core(0).hbm().chunk_records());
+    };
+  }
   PlanRun run;
   std::optional<MlpTensorParallelResult> tp;
   {
     Runtime runtime(options);
     if (mode == MlpPlanMode::kTensorParallel) {
-      tp = train_mlp_tensor_parallel(runtime, split, mlp, *layout, log);
+      tp = train_mlp_tensor_parallel(runtime, split, run_config, *layout, on_log);
       const MlpResult& r = tp->run;
-      run = {r.losses, r.median_step_ms, r.test_accuracy, r.train_accuracy, r.hbm, *tp};
+      run = {r.losses, r.median_step_ms, r.test_accuracy, r.train_accuracy, r.hbm,
+             *tp,      peak.training_set};
     } else if (mode == MlpPlanMode::kFsdp) {
       FsdpConfig fc;
-      fc.mlp = mlp;
-      const FsdpResult r = train_fsdp(runtime, split, fc, log);
-      run = {r.losses, r.median_step_ms, r.test_accuracy, r.train_accuracy, r.hbm, r};
+      fc.mlp = run_config;
+      fc.mlp.at_peak = {};  // train_fsdp records its own peak
+      const FsdpResult r = train_fsdp(runtime, split, fc, on_log);
+      run = {r.losses, r.median_step_ms,   r.test_accuracy, r.train_accuracy, r.hbm,
+             r,        r.peak.training_set};
     } else {
-      const MlpResult r = train_mlp(runtime, split, mlp, log);
-      run = {r.losses, r.median_step_ms, r.test_accuracy, r.train_accuracy, r.hbm, r};
+      const MlpResult r = train_mlp(runtime, split, run_config, on_log);
+      run = {r.losses, r.median_step_ms, r.test_accuracy, r.train_accuracy, r.hbm,
+             r,        peak.training_set};
     }
+  }
+  std::optional<EstimateReport> report;
+  if (estimate) {
+    report = compare_estimate(
+        *estimate, measure_run(n, mlp.steps, run.median_step_ms, meter, run.hbm,
+                               run.training_set_bytes, "training set (replicated on every core)"));
   }
   RuntimeOptions one = options;
   one.num_cores = 1;
@@ -128,13 +155,10 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
                  {"strategy", plan.strategy_name},
                  {"mesh", {{"axes", plan.mesh_axes}, {"shape", plan.mesh_shape}}}};
     j["mode"] = mode_name(mode);
-    j["config"] = {{"cores", n},
-                   {"steps", mlp.steps},
-                   {"global_batch", mlp.global_batch},
-                   {"hidden", mlp.hidden},
-                   {"learning_rate", mlp.learning_rate},
-                   {"seed", mlp.seed},
-                   {"data", args.data_path}};
+    j["config"] = {
+        {"cores", n},           {"steps", mlp.steps},         {"global_batch", mlp.global_batch},
+        {"hidden", mlp.hidden}, {"optimizer", mlp.optimizer}, {"learning_rate", mlp.learning_rate},
+        {"seed", mlp.seed},     {"data", args.data_path}};
     if (layout) j["config"]["data_x_tensor"] = {layout->data, layout->tensor};
     j["run"] = run.json;
     j["reference"] = {{"num_cores", 1},
@@ -142,6 +166,7 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
                       {"median_step_ms", reference.median_step_ms}};
     j["max_relative_loss_difference"] = diff;
     j["losses_match"] = ok;
+    if (report) j["estimate_vs_measured"] = report->to_json();
     std::cout << j.dump(2) << std::endl;
     return ok ? 0 : 1;
   }
@@ -173,9 +198,7 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
                 static_cast<unsigned long long>(run.hbm[i].peak_bytes_in_use),
                 static_cast<unsigned long long>(run.hbm[i].bytes_limit));
   }
-  // ESTIMATE REPORT (branch wip-measure): the one call of the shared estimate-vs-measured
-  // function goes here, with `plan` (estimated_step_seconds, estimated_hbm_bytes_per_core),
-  // run.median_step_ms and run.hbm (peak_bytes_in_use per core). Nothing else prints estimates.
+  if (report) std::printf("%s", report->to_string().c_str());
   return ok ? 0 : 1;
 }
 

@@ -8,6 +8,10 @@
 // and checks the losses against train_mlp on 1 core in the same process (issue 6: within 1e-4
 // relative). The mesh's core count replaces --cores (both given and different is an error); the
 // global batch defaults to the plan's (estimate.batch), so that the run is the one estimated.
+// SGD or Adam, as `train mlp --optimizer` says, in every mode. When the plan has an estimate
+// (a `vtpu plan --emit` file), the report ends with the planner's estimate against the measured
+// step time and HBM per core (compare_estimate, examples/estimate_report.h), and --json adds it as
+// "estimate_vs_measured".
 #pragma once
 
 #include <cstdint>
@@ -24,7 +28,7 @@ struct TrainMlpPlanArgs {
   std::string plan_path;
   RuntimeOptions options;    // num_cores is replaced by the plan's
   std::optional<int> cores;  // --cores, when given
-  MlpConfig mlp;
+  MlpConfig mlp;             // learning_rate already the optimizer's default when --lr is absent
   bool batch_given = false;  // --batch was given (else the plan's batch, if it has one)
   std::string data_path;
   bool json = false;
@@ -33,7 +37,8 @@ struct TrainMlpPlanArgs {
 /// Runs the plan and prints the report (text or JSON). Returns 0 when the losses match the
 /// single-core run within 1e-4 relative, else 1. Throws what load_train_plan, mlp_plan_mode and
 /// the trainers throw (a bad or unrunnable plan, a bad config, out of HBM), and
-/// InvalidArgumentError for --cores that differs from the plan's mesh.
+/// InvalidArgumentError for --cores that differs from the plan's mesh or a --batch other than the
+/// one the plan's estimate is for.
 int run_train_mlp_plan(const TrainMlpPlanArgs& args);
 
 }  // namespace vtpu::examples

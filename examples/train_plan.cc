@@ -1,6 +1,7 @@
 #include "examples/train_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -38,6 +39,46 @@ std::string axis_without_role(const std::vector<int64_t>& shape,
     if (!named) return names[i];
   }
   return {};
+}
+
+/// The non-empty "estimate" object of `plan`'s file, checked field by field; `bad` makes the
+/// error (it names the file).
+template <typename Bad>
+PlanEstimate parse_estimate(const nlohmann::json& e, const TrainPlan& plan, const Bad& bad) {
+  // A number: `absent` when missing or null; else finite, an integer when `integer`, and > 0
+  // when `positive` (else >= 0).
+  auto number = [&](const char* key, bool integer, bool positive, double absent) {
+    if (!e.contains(key) || e[key].is_null()) return absent;
+    const nlohmann::json& v = e[key];
+    const bool ok = (integer ? v.is_number_integer() : v.is_number()) &&
+                    std::isfinite(v.get<double>()) &&
+                    (positive ? v.get<double>() > 0 : v.get<double>() >= 0);
+    if (!ok) {
+      throw bad(std::string("estimate.") + key + " is " + v.dump() + " (expected " +
+                (integer ? "an integer" : "a number") + (positive ? " > 0" : " >= 0") + ")");
+    }
+    return v.get<double>();
+  };
+  auto bytes = [&](const char* key) {
+    return static_cast<uint64_t>(std::llround(number(key, true, false, 0.0)));
+  };
+  PlanEstimate p;
+  p.source = plan.path;
+  p.strategy = plan.strategy_name;
+  if (e.contains("hardware") && !e["hardware"].is_null()) {
+    if (!e["hardware"].is_string()) {
+      throw bad("estimate.hardware is " + e["hardware"].dump() + " (expected a profile name)");
+    }
+    p.hardware = e["hardware"].get<std::string>();
+  }
+  p.step_seconds = number("step_seconds", false, true, 0.0);
+  p.compute_seconds = number("compute_seconds", false, false, 0.0);
+  p.comm_seconds = number("comm_seconds", false, false, 0.0);
+  p.hbm_bytes_per_core = bytes("hbm_bytes_per_core");
+  p.input_bytes_per_core = bytes("input_bytes_per_core");
+  p.oversubscription = number("oversubscription", false, true, 1.0);
+  p.batch = static_cast<int64_t>(std::llround(number("batch", true, true, 0.0)));
+  return p;
 }
 
 }  // namespace
@@ -200,31 +241,10 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
   }
   if (j.contains("estimate") && !j["estimate"].is_null()) {
     const nlohmann::json& e = j["estimate"];
-    if (!e.is_object()) throw bad("estimate is " + e.dump() + " (expected an object)");
-    if (e.contains("step_seconds")) {
-      if (!e["step_seconds"].is_number() || e["step_seconds"].get<double>() < 0) {
-        throw bad("estimate.step_seconds is " + e["step_seconds"].dump() +
-                  " (expected a number >= 0)");
-      }
-      plan.estimated_step_seconds = e["step_seconds"].get<double>();
+    if (!e.is_object()) {
+      throw bad("estimate is " + e.dump() + " (expected an object, as `vtpu plan --emit` writes)");
     }
-    if (e.contains("hbm_bytes_per_core")) {
-      if (!e["hbm_bytes_per_core"].is_number_integer() ||
-          e["hbm_bytes_per_core"].get<int64_t>() < 0) {
-        throw bad("estimate.hbm_bytes_per_core is " + e["hbm_bytes_per_core"].dump() +
-                  " (expected an integer >= 0)");
-      }
-      plan.estimated_hbm_bytes_per_core = e["hbm_bytes_per_core"].get<uint64_t>();
-    }
-    if (e.contains("batch")) {
-      if (!e["batch"].is_number_integer() || e["batch"].get<int64_t>() < 1) {
-        throw bad("estimate.batch is " + e["batch"].dump() + " (expected an integer >= 1)");
-      }
-      plan.estimated_batch = e["batch"].get<int64_t>();
-    }
-    if (e.contains("hardware") && e["hardware"].is_string()) {
-      plan.hardware = e["hardware"].get<std::string>();
-    }
+    if (!e.empty()) plan.estimate = parse_estimate(e, plan, bad);
   }
   return plan;
 }

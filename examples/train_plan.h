@@ -28,11 +28,13 @@
 
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "examples/data_tensor_layout.h"
+#include "examples/estimate_report.h"
 #include "sharding/auto_planner.h"
 #include "sharding/mesh.h"
 
@@ -50,11 +52,14 @@ struct TrainPlan {
   std::vector<std::string> fsdp;       // strategy.fsdp axes (empty: null)
   /// `layers`: (layer name, sharding) in model order; empty when the file has none.
   std::vector<std::pair<std::string, std::string>> layers;
-  // The planner's "estimate" (0 / empty when absent): what the run is compared with.
-  double estimated_step_seconds = 0.0;
-  uint64_t estimated_hbm_bytes_per_core = 0;
-  int64_t estimated_batch = 0;  // the global batch the estimate is for
-  std::string hardware;         // the profile the estimate used
+  /// The planner's "estimate" (examples/estimate_report.h): what the run is compared with, and
+  /// the global batch it is for. nullopt when the file has none (absent, null or {}); a
+  /// hand-written plan may give only some fields (e.g. just "batch"), the others are 0
+  /// (oversubscription 1). source and strategy are the plan's path and strategy name.
+  std::optional<PlanEstimate> estimate;
+
+  /// estimate->batch, or 0 when the plan names no batch.
+  int64_t estimated_batch() const { return estimate ? estimate->batch : 0; }
 
   /// Product of mesh_shape: the cores the plan runs on.
   int64_t num_cores() const;
@@ -75,8 +80,11 @@ TrainPlan load_train_plan(const std::string& path);
 /// name, a size outside 1..4096, more than 4096 cores); a missing strategy, an unknown strategy
 /// key (expected name, data, tensor, fsdp, batch_axes), a role that is not null, a name or a list
 /// of names, an axis that is not a mesh axis, an axis named twice in one role or in the tensor
-/// role and another; a mesh axis of size > 1 with no role; a malformed `layers` or `estimate`.
-/// Thread-safe.
+/// role and another; a mesh axis of size > 1 with no role; a malformed `layers`; an `estimate`
+/// that is not an object, or a field of it of the wrong type or range (step_seconds a number > 0;
+/// compute_seconds, comm_seconds numbers >= 0; hbm_bytes_per_core, input_bytes_per_core integers
+/// >= 0; oversubscription a number > 0; batch an integer >= 1; hardware a string). The one reader
+/// of a plan's estimate: the trainers and the estimate report take it from here. Thread-safe.
 TrainPlan parse_train_plan(const nlohmann::json& plan, const std::string& source);
 
 /// Throws InvalidArgumentError when the plan's model is set and is not `model`, naming the

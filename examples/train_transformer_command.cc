@@ -59,8 +59,8 @@ int run(const TrainTransformerCommand& cmd) {
     mesh = TransformerMesh{layout->data, layout->tensor};
     strategy = plan->strategy_name + " (from " + cmd.plan + ")";
     // The global batch of the estimate, unless --batch says otherwise.
-    if (cmd.batch_option->count() == 0 && plan->estimated_batch > 0) {
-      c.batch = plan->estimated_batch;
+    if (cmd.batch_option->count() == 0 && plan->estimated_batch() > 0) {
+      c.batch = plan->estimated_batch();
     }
   } else if (!cmd.mesh.empty()) {
     mesh = parse_transformer_mesh(cmd.mesh);
@@ -129,10 +129,7 @@ int run(const TrainTransformerCommand& cmd) {
   if (!cmd.json) std::printf("mesh %s:\n", mesh.to_string().c_str());
   // The plan's estimate, compared with this run (examples/estimate_report.h).
   std::optional<PlanEstimate> estimate;
-  if (plan) {
-    estimate = read_plan_estimate(cmd.plan);
-    if (estimate) estimate->check_batch(c.batch);
-  }
+  if (plan) estimate = comparable_estimate(*plan, c.batch);
   StepMeter meter;
   TransformerConfig run_config = c;
   std::function<void(int64_t, double)> on_log = log("mesh  ");
@@ -146,14 +143,9 @@ int run(const TrainTransformerCommand& cmd) {
       layout ? *layout : DataTensorLayout::grid(mesh.data, mesh.tensor), on_log);
   std::optional<EstimateReport> report;
   if (estimate) {
-    MeasuredRun m;
-    m.num_cores = static_cast<int>(mesh.num_cores());
-    m.steps = c.steps;
-    m.median_step_seconds = r.median_step_ms * 1e-3;
-    m.cpu_seconds_per_step = meter.median_cpu_seconds();
-    for (const MemoryStats& s : r.hbm)
-      m.peak_hbm_bytes_per_core = std::max(m.peak_hbm_bytes_per_core, s.peak_bytes_in_use);
-    record_host(m);  // the tokens are the step's input batch: nothing unmodelled
+    // The tokens are the step's input batch: nothing unmodelled.
+    const MeasuredRun m =
+        measure_run(static_cast<int>(mesh.num_cores()), c.steps, r.median_step_ms, meter, r.hbm);
     report = compare_estimate(*estimate, m);
   }
 

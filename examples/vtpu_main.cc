@@ -157,8 +157,12 @@ int run_train_mlp(const TrainArgs& args) {
     }
     if (!args.hbm_bytes.empty()) options.hbm_bytes_per_core = vtpu::parse_bytes(args.hbm_bytes);
     if (!args.allocator.empty()) options.allocator = args.allocator;
-    return vtpu::examples::run_train_mlp_plan({args.plan_path, options, args.cores, args.mlp,
-                                               args.batch_given, args.data_path, args.json});
+    MlpConfig mlp = args.mlp;
+    if (args.lr_option->count() == 0) {
+      mlp.learning_rate = vtpu::examples::mlp_default_learning_rate(mlp.optimizer);
+    }
+    return vtpu::examples::run_train_mlp_plan(
+        {args.plan_path, options, args.cores, mlp, args.batch_given, args.data_path, args.json});
   }
   // --estimate-from: the plan must be one this command runs (data parallel over all its cores).
   std::optional<vtpu::examples::PlanEstimate> estimate;
@@ -179,13 +183,12 @@ int run_train_mlp(const TrainArgs& args) {
                                        " cores (expected the same, or --cores left out)");
     }
     options.num_cores = static_cast<int>(plan.num_cores());
-    estimate = vtpu::examples::read_plan_estimate(args.estimate_from);
+    estimate = vtpu::examples::comparable_estimate(plan, args.mlp.global_batch);
     if (!estimate) {
       throw vtpu::InvalidArgumentError("--estimate-from " + args.estimate_from +
                                        ": the plan has no estimate (expected a `vtpu plan "
                                        "--emit` file)");
     }
-    estimate->check_batch(args.mlp.global_batch);
   }
   if (args.cores) options.num_cores = *args.cores;
   if (!args.hbm_bytes.empty()) options.hbm_bytes_per_core = vtpu::parse_bytes(args.hbm_bytes);
@@ -258,17 +261,10 @@ int run_train_mlp(const TrainArgs& args) {
   if (!args.memory_events.empty()) runtime.save_memory_event_log(args.memory_events);
   std::optional<vtpu::examples::EstimateReport> report;
   if (estimate) {
-    vtpu::examples::MeasuredRun m;
-    m.num_cores = options.num_cores;
-    m.steps = args.mlp.steps;
-    m.median_step_seconds = result.median_step_ms * 1e-3;
-    m.cpu_seconds_per_step = meter.median_cpu_seconds();
-    for (const vtpu::MemoryStats& s : result.hbm)
-      m.peak_hbm_bytes_per_core = std::max(m.peak_hbm_bytes_per_core, s.peak_bytes_in_use);
-    m.unmodelled_hbm_bytes = peak.training_set;
-    m.unmodelled_what = "training set (replicated on every core)";
-    vtpu::examples::record_host(m);
-    report = vtpu::examples::compare_estimate(*estimate, m);
+    report = vtpu::examples::compare_estimate(
+        *estimate, vtpu::examples::measure_run(
+                       options.num_cores, args.mlp.steps, result.median_step_ms, meter, result.hbm,
+                       peak.training_set, "training set (replicated on every core)"));
   }
   if (args.json) {
     nlohmann::json j = result;
@@ -521,8 +517,8 @@ int main(int argc, char** argv) {
   train->require_subcommand(0, 1);
   CLI::App* mlp = train->add_subcommand(
       "mlp",
-      "Data-parallel 64->H->10 MLP on the UCI handwritten digits (ReLU, softmax "
-      "cross-entropy, SGD)");
+      "64->H->10 MLP on the UCI handwritten digits (ReLU, softmax cross-entropy, SGD or "
+      "Adam): data parallel, or with --plan any strategy of a `vtpu plan` file");
   TrainArgs args;
   mlp->add_option("--cores", args.cores, "Virtual cores (default 8, or num_cores of --config)")
       ->check(CLI::Range(1, 1024));
@@ -584,8 +580,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   mlp->add_option("--estimate-from", args.estimate_from,
-                  "A `vtpu plan --emit` file for this run (data parallel, its mesh's cores): print "
-                  "its estimated step time and HBM per core against the measured ones");
+                  "A `vtpu plan --emit` file for this plain run (data parallel, its mesh's cores): "
+                  "print its estimated step time and HBM per core against the measured ones "
+                  "(--plan prints the same for any plan it runs)");
   mlp->add_flag("--json", args.json, "Print the result as JSON (with the per-step losses)");
   mlp->add_option("--plan", args.plan_path,
                   "Run a `vtpu plan` file for the mlp model: data parallel, FSDP or (data x) "

@@ -1,40 +1,52 @@
-// examples/estimate_report.h: the plan's estimate is read as written, the ratios and verdicts are
-// the hand-worked ones, and the step meter forwards the log where the trainer would have.
+// examples/estimate_report.h: the plan's estimate is read as written (by the one plan reader,
+// parse_train_plan), compared only when it has a step time for the run's batch, the ratios and
+// verdicts are the hand-worked ones, and the step meter forwards the log where the trainer would
+// have.
 #include "examples/estimate_report.h"
 
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "examples/train_plan.h"
 
 namespace vtpu::examples {
 namespace {
 
+// A valid plan file (data parallel over one axis 'x' of 2) with `estimate` as given.
 nlohmann::json plan_with(nlohmann::json estimate) {
   return {{"format", "vtpu-plan"},
           {"version", 1},
-          {"strategy", {{"name", "dp(x)"}}},
+          {"mesh", {{"axes", nlohmann::json::array({"x"})}, {"shape", nlohmann::json::array({2})}}},
+          {"strategy", {{"name", "dp(x)"}, {"data", "x"}}},
           {"estimate", std::move(estimate)}};
 }
 
+// The estimate as the one plan reader (parse_train_plan, examples/train_plan.h) reads it.
+std::optional<PlanEstimate> read(const nlohmann::json& plan, const std::string& source) {
+  return parse_train_plan(plan, source).estimate;
+}
+
 TEST(EstimateReportTest, ReadsTheEstimateAsWritten) {
-  const auto e = plan_estimate_from_json(plan_with({{"step_seconds", 2.5e-4},
-                                                    {"compute_seconds", 1e-4},
-                                                    {"comm_seconds", 1.5e-4},
-                                                    {"hbm_bytes_per_core", 42896},
-                                                    {"input_bytes_per_core", 2368},
-                                                    {"oversubscription", 4.0},
-                                                    {"hardware", "this_machine"},
-                                                    {"batch", 64}}),
-                                         "p.json");
+  const auto e = read(plan_with({{"step_seconds", 2.5e-4},
+                                 {"compute_seconds", 1e-4},
+                                 {"comm_seconds", 1.5e-4},
+                                 {"hbm_bytes_per_core", 42896},
+                                 {"input_bytes_per_core", 2368},
+                                 {"oversubscription", 4.0},
+                                 {"hardware", "this_machine"},
+                                 {"batch", 64}}),
+                      "p.json");
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->source, "p.json");
   EXPECT_EQ(e->strategy, "dp(x)");
   EXPECT_EQ(e->hardware, "this_machine");
   EXPECT_DOUBLE_EQ(e->step_seconds, 2.5e-4);
+  EXPECT_DOUBLE_EQ(e->compute_seconds, 1e-4);
   EXPECT_DOUBLE_EQ(e->comm_seconds, 1.5e-4);
   EXPECT_EQ(e->hbm_bytes_per_core, 42896u);
   EXPECT_EQ(e->input_bytes_per_core, 2368u);
@@ -50,43 +62,62 @@ TEST(EstimateReportTest, ReadsTheEstimateAsWritten) {
         << err.message();
   }
   // An older plan: no input bytes, no oversubscription, no batch.
-  const auto old = plan_estimate_from_json(
-      plan_with({{"step_seconds", 1e-3}, {"hbm_bytes_per_core", 100}}), "old.json");
+  const auto old = read(plan_with({{"step_seconds", 1e-3}, {"hbm_bytes_per_core", 100}}), "old");
   ASSERT_TRUE(old.has_value());
   EXPECT_EQ(old->input_bytes_per_core, 0u);
   EXPECT_DOUBLE_EQ(old->oversubscription, 1.0);
   EXPECT_NO_THROW(old->check_batch(7));
 }
 
+// A run is compared with a plan's estimate only when it has a step time; a batch it names must be
+// the run's.
+TEST(EstimateReportTest, ComparableEstimateNeedsAStepTimeAndTheSameBatch) {
+  const TrainPlan planned =
+      parse_train_plan(plan_with({{"step_seconds", 0.5}, {"batch", 16}}), "p.json");
+  ASSERT_TRUE(comparable_estimate(planned, 16).has_value());
+  EXPECT_DOUBLE_EQ(comparable_estimate(planned, 16)->step_seconds, 0.5);
+  EXPECT_THROW(comparable_estimate(planned, 8), InvalidArgumentError);
+  // A hand-written plan that gives only the batch: the batch is read, there is nothing to compare.
+  const TrainPlan batch_only = parse_train_plan(plan_with({{"batch", 16}}), "b.json");
+  EXPECT_EQ(batch_only.estimated_batch(), 16);
+  EXPECT_DOUBLE_EQ(batch_only.estimate->step_seconds, 0.0);
+  EXPECT_FALSE(comparable_estimate(batch_only, 8).has_value());
+  EXPECT_FALSE(comparable_estimate(parse_train_plan(plan_with(nullptr), "n"), 8).has_value());
+}
+
 TEST(EstimateReportTest, AHandWrittenPlanHasNoEstimateAndABadOneIsAnError) {
-  EXPECT_FALSE(plan_estimate_from_json(plan_with(nlohmann::json::object()), "p").has_value());
-  EXPECT_FALSE(plan_estimate_from_json(plan_with(nullptr), "p").has_value());
+  EXPECT_FALSE(read(plan_with(nlohmann::json::object()), "p").has_value());
+  EXPECT_FALSE(read(plan_with(nullptr), "p").has_value());
   nlohmann::json no_estimate = plan_with(nullptr);
   no_estimate.erase("estimate");
-  EXPECT_FALSE(plan_estimate_from_json(no_estimate, "p").has_value());
+  EXPECT_FALSE(read(no_estimate, "p").has_value());
+  EXPECT_EQ(parse_train_plan(no_estimate, "p").estimated_batch(), 0);
   const auto message = [](const nlohmann::json& plan) {
     try {
-      plan_estimate_from_json(plan, "bad.json");
+      read(plan, "bad.json");
     } catch (const InvalidArgumentError& e) {
       return e.message();
     }
     return std::string("no error");
   };
-  EXPECT_NE(
-      message(plan_with({{"hbm_bytes_per_core", 1}})).find("estimate.step_seconds is missing"),
-      std::string::npos);
   EXPECT_NE(message(plan_with({{"step_seconds", "fast"}, {"hbm_bytes_per_core", 1}}))
-                .find("estimate.step_seconds is \"fast\""),
+                .find("estimate.step_seconds is \"fast\" (expected a number > 0)"),
             std::string::npos);
   EXPECT_NE(message(plan_with({{"step_seconds", 0}, {"hbm_bytes_per_core", 1}}))
-                .find("step_seconds is 0 (expected > 0)"),
+                .find("step_seconds is 0 (expected a number > 0)"),
             std::string::npos);
   EXPECT_NE(message(plan_with({{"step_seconds", 1}, {"hbm_bytes_per_core", -5}}))
-                .find("estimate.hbm_bytes_per_core is -5"),
+                .find("estimate.hbm_bytes_per_core is -5 (expected an integer >= 0)"),
+            std::string::npos);
+  EXPECT_NE(message(plan_with({{"step_seconds", 1}, {"oversubscription", 0}}))
+                .find("estimate.oversubscription is 0 (expected a number > 0)"),
+            std::string::npos);
+  EXPECT_NE(message(plan_with({{"hardware", 5}})).find("estimate.hardware is 5"),
             std::string::npos);
   EXPECT_NE(message(plan_with(3)).find("estimate is 3 (expected an object"), std::string::npos);
-  EXPECT_NE(message(nlohmann::json::array()).find("expected a JSON object"), std::string::npos);
-  EXPECT_THROW(read_plan_estimate("/nonexistent/plan.json"), NotFoundError);
+  EXPECT_NE(message(plan_with({{"step_seconds", 1}})).find("no error"), std::string::npos);
+  EXPECT_NE(message(nlohmann::json::array()).find("plan file 'bad.json': expected a JSON object"),
+            std::string::npos);
 }
 
 TEST(EstimateReportTest, RatiosAndVerdictsAreTheHandWorkedOnes) {

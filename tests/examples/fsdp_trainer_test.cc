@@ -10,37 +10,24 @@
 
 #include "common/error.h"
 #include "memory/hbm_arena.h"
-#include "test_data.h"
+#include "mlp_test_fixture.h"
 
 namespace vtpu::examples {
 namespace {
 
-RuntimeOptions options(int cores) {
-  RuntimeOptions o;
-  o.num_cores = cores;
-  o.hbm_bytes_per_core = 64ull << 20;
-  return o;
-}
+using testing::mlp_runtime_options;
 
-// BFC hands out chunks in multiples of 256 bytes.
-uint64_t round256(uint64_t bytes) { return (bytes + 255) / 256 * 256; }
+using testing::round256;
 
-class FsdpTrainerTest : public ::testing::Test {
+class FsdpTrainerTest : public testing::DigitsFixture<> {
  protected:
-  void SetUp() override {
-    VTPU_REQUIRE_DIGITS();
-    split_ = split_digits(load_digits_csv(testing::digits_path()));
-  }
   // hidden 37: the FlatParameters have 65 * 37 = 2405 elements, which none of 2, 3, 4 and 8
   // divides, and 10 * 37 + 10 = 380, which 3 and 8 do not divide: every core count pads.
   static FsdpConfig config(bool prefetch, const std::string& optimizer = "sgd") {
     FsdpConfig c;
-    c.mlp.steps = 40;
-    c.mlp.global_batch = 24;  // a multiple of 2, 3, 4 and 8
-    c.mlp.hidden = 37;
+    c.mlp = testing::mlp_test_config(40, 24, 37, 7);  // 24: a multiple of 2, 3, 4 and 8
     c.mlp.optimizer = optimizer;
     c.mlp.learning_rate = optimizer == "adam" ? 0.01f : 0.2f;
-    c.mlp.seed = 7;
     c.prefetch = prefetch;
     return c;
   }
@@ -48,7 +35,7 @@ class FsdpTrainerTest : public ::testing::Test {
   // the same per-core partial gradients in the same (rank) order as the N-core reduction.
   MlpResult reference(MlpConfig c, int n) const {
     c.micro_batches = n;
-    Runtime rt(options(1));
+    Runtime rt(mlp_runtime_options(1));
     return train_mlp(rt, split_, c);
   }
   // Core 0's HBM breakdown of data-parallel train_mlp on n cores after its last step (its peak).
@@ -56,11 +43,10 @@ class FsdpTrainerTest : public ::testing::Test {
     MlpConfig dp = config(true, optimizer).mlp;
     HbmBreakdown peak;
     dp.at_peak = [&](Runtime& rt) { peak = hbm_breakdown(rt.core(0).hbm().chunk_records()); };
-    Runtime rt(options(n));
+    Runtime rt(mlp_runtime_options(n));
     train_mlp(rt, split_, dp);
     return peak;
   }
-  DigitsSplit split_;
 };
 
 TEST(FsdpFlatParamsTest, PaddingIsFlatParameterStyle) {
@@ -100,7 +86,7 @@ TEST_F(FsdpTrainerTest, LossesMatchTheSingleCoreRunForEveryCoreCount) {
     for (bool prefetch : {true, false}) {
       for (int n : {1, 2, 3, 4, 8}) {
         const MlpResult base = reference(config(prefetch, optimizer).mlp, n);
-        Runtime rt(options(n));
+        Runtime rt(mlp_runtime_options(n));
         const FsdpResult r = train_fsdp(rt, split_, config(prefetch, optimizer), {});
         ASSERT_EQ(r.losses.size(), base.losses.size());
         for (size_t s = 0; s < base.losses.size(); ++s) {
@@ -145,9 +131,9 @@ TEST_F(FsdpTrainerTest, HiddenThousandMatchesTheSingleCoreRun) {
       c.mlp.steps = 30;
       c.mlp.global_batch = 48;  // a multiple of 2, 3 and 8
       const MlpResult base = reference(c.mlp, n);
-      Runtime rt(options(n));
+      Runtime rt(mlp_runtime_options(n));
       const FsdpResult f = train_fsdp(rt, split_, c, {});
-      Runtime rt_dp(options(n));
+      Runtime rt_dp(mlp_runtime_options(n));
       const MlpResult dp = train_mlp(rt_dp, split_, c.mlp);
       EXPECT_LE(max_relative_difference(f.losses, base.losses), 1e-4) << optimizer << ", " << n;
       EXPECT_LE(max_relative_difference(dp.losses, base.losses), 1e-4) << optimizer << ", " << n;
@@ -167,7 +153,7 @@ TEST_F(FsdpTrainerTest, AdamStateIsShardedLikeTheParameters) {
   const int n = 3;
   const uint64_t shard_chunks = 3328 + 512;
   for (bool prefetch : {false, true}) {
-    Runtime rt(options(n));
+    Runtime rt(mlp_runtime_options(n));
     const FsdpResult r = train_fsdp(rt, split_, config(prefetch, "adam"), {});
     EXPECT_EQ(r.peak.params, shard_chunks);
     EXPECT_EQ(r.peak.grads, shard_chunks);
@@ -199,7 +185,7 @@ TEST_F(FsdpTrainerTest, PersistentHbmIsExactlyTheShardBytes) {
   // Padded layers: 2406 floats (9624 B, a 9728 B chunk) and 381 floats (1524 B, 1536 B).
   const uint64_t layer0 = 9728, layer1 = 1536;
   for (bool prefetch : {false, true}) {
-    Runtime rt(options(n));
+    Runtime rt(mlp_runtime_options(n));
     const FsdpResult r = train_fsdp(rt, split_, config(prefetch), {});
     EXPECT_EQ(r.peak.params, shard_chunks);
     EXPECT_EQ(r.peak.grads, shard_chunks);
@@ -235,7 +221,7 @@ TEST_F(FsdpTrainerTest, PersistentHbmIsExactlyTheShardBytes) {
 }
 
 TEST_F(FsdpTrainerTest, BadConfigs) {
-  Runtime rt(options(4));
+  Runtime rt(mlp_runtime_options(4));
   auto expect_message = [&](const FsdpConfig& bad, const std::string& needle) {
     try {
       train_fsdp(rt, split_, bad, {});
@@ -258,7 +244,7 @@ TEST_F(FsdpTrainerTest, BadConfigs) {
   expect_message(c, "optimizer is 'lamb' (expected sgd or adam)");
   EXPECT_THROW(max_relative_difference({1.0}, {1.0, 2.0}), InvalidArgumentError);
   // Too little HBM: the arena's out-of-memory error, never a crash.
-  RuntimeOptions tiny = options(2);
+  RuntimeOptions tiny = mlp_runtime_options(2);
   tiny.hbm_bytes_per_core = 64 << 10;
   Runtime small(tiny);
   EXPECT_THROW(train_fsdp(small, split_, config(true), {}), ResourceExhaustedError);

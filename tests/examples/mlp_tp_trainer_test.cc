@@ -1,7 +1,8 @@
 // The digits MLP with Megatron tensor parallelism (examples/mlp_tp_trainer.h): the shards are the
 // right blocks, the losses match the single-core train_mlp run within 1e-4 relative on 1-D and
-// 2-D layouts (the planner's tp and dp+tp strategies), one tensor all-reduce per step, 1/T of the
-// parameters per core, and clear errors.
+// 2-D layouts (the planner's tp and dp+tp strategies) with SGD and with Adam, one tensor
+// all-reduce per step (per micro-batch), 1/T of the parameters and optimizer state per core, and
+// clear errors.
 #include "examples/mlp_tp_trainer.h"
 
 #include <gtest/gtest.h>
@@ -12,17 +13,13 @@
 
 #include "common/error.h"
 #include "examples/fsdp_trainer.h"
-#include "test_data.h"
+#include "mlp_test_fixture.h"
 
 namespace vtpu::examples {
 namespace {
 
-RuntimeOptions options(int cores) {
-  RuntimeOptions o;
-  o.num_cores = cores;
-  o.hbm_bytes_per_core = 64ull << 20;
-  return o;
-}
+using testing::mlp_runtime_options;
+using testing::mlp_test_config;
 
 // Hand-worked: hidden 4 over 2 shards, parameters numbered 0.. in the flat [W1 (64 x 4), b1 (4),
 // W2 (4 x 10), b2 (10)] (310 floats). Shard 1 holds W1 columns 2..3 (row k: 4k + 2, 4k + 3), b1
@@ -54,27 +51,16 @@ struct Case {
   std::string name;
 };
 
-class MlpTpVsSingleCoreTest : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    VTPU_REQUIRE_DIGITS();
-    split_ = split_digits(load_digits_csv(testing::digits_path()));
-  }
-  DigitsSplit split_;
-};
+class MlpTpVsSingleCoreTest : public testing::DigitsFixture<::testing::TestWithParam<Case>> {};
 
 TEST_P(MlpTpVsSingleCoreTest, LossesMatchTheSingleCoreRunWithin1e4) {
   const Case& k = GetParam();
-  MlpConfig c;
-  c.steps = 60;
-  c.global_batch = 32;
-  c.hidden = 64;
-  c.log_every = 0;
-  Runtime one(options(1));
+  const MlpConfig c = mlp_test_config(60, 32, 64);
+  Runtime one(mlp_runtime_options(1));
   const MlpResult ref = train_mlp(one, split_, c);
   const Mesh mesh(k.mesh, {"data", "model"});
   const DataTensorLayout layout = DataTensorLayout::from_mesh(mesh, k.data, k.tensor);
-  Runtime rt(options(static_cast<int>(mesh.size())));
+  Runtime rt(mlp_runtime_options(static_cast<int>(mesh.size())));
   const MlpTensorParallelResult r = train_mlp_tensor_parallel(rt, split_, c, layout);
   EXPECT_LE(max_relative_difference(r.run.losses, ref.losses), 1e-4);
   EXPECT_LT(r.run.losses.back(), 0.5 * r.run.losses.front());  // it trains
@@ -99,6 +85,44 @@ TEST_P(MlpTpVsSingleCoreTest, LossesMatchTheSingleCoreRunWithin1e4) {
   }
 }
 
+// --optimizer adam (examples/adam.h) on the shards, as train_mlp and train_fsdp have it: the
+// losses match the single-core Adam run within 1e-4 relative and the model learns at Adam's
+// small learning rate (plain SGD at that rate would not, and is far from the Adam losses); core
+// 0's two moments are each shaped like its parameter shard (75 H / T + 10 floats), allocated once
+// with the parameters and visible at the peak (the at_peak hook runs under every layout).
+TEST_P(MlpTpVsSingleCoreTest, AdamMatchesTheSingleCoreAdamRunWithin1e4) {
+  const Case& k = GetParam();
+  MlpConfig c = mlp_test_config(40, 32, 64);
+  c.optimizer = "adam";
+  c.learning_rate = 0.01f;
+  Runtime one(mlp_runtime_options(1));
+  const MlpResult ref = train_mlp(one, split_, c);
+  MlpConfig sgd = c;
+  sgd.optimizer = "sgd";
+  Runtime one_sgd(mlp_runtime_options(1));
+  const MlpResult sgd_ref = train_mlp(one_sgd, split_, sgd);
+
+  const Mesh mesh(k.mesh, {"data", "model"});
+  const DataTensorLayout layout = DataTensorLayout::from_mesh(mesh, k.data, k.tensor);
+  MlpConfig tc = c;
+  HbmBreakdown peak;
+  int peaks = 0;
+  tc.at_peak = [&](Runtime& rt) {
+    peak = hbm_breakdown(rt.core(0).hbm().chunk_records());
+    ++peaks;
+  };
+  Runtime rt(mlp_runtime_options(static_cast<int>(mesh.size())));
+  const MlpTensorParallelResult r = train_mlp_tensor_parallel(rt, split_, tc, layout);
+  EXPECT_LE(max_relative_difference(r.run.losses, ref.losses), 1e-4);
+  EXPECT_GT(max_relative_difference(r.run.losses, sgd_ref.losses), 1e-2);
+  EXPECT_LT(r.run.losses.back(), 0.6 * r.run.losses.front());  // it learns
+  EXPECT_TRUE(r.run.replicas_identical);
+  EXPECT_EQ(peaks, 1);
+  const uint64_t shard_bytes = 4 * static_cast<uint64_t>(75 * c.hidden / layout.tensor + 10);
+  EXPECT_EQ(peak.params, testing::round256(shard_bytes));
+  EXPECT_EQ(peak.opt_state, 2 * testing::round256(shard_bytes));
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, MlpTpVsSingleCoreTest,
                          ::testing::Values(Case{{1, 2}, {}, {"model"}, "tp2"},
                                            Case{{1, 8}, {}, {"model"}, "tp8"},
@@ -108,14 +132,32 @@ INSTANTIATE_TEST_SUITE_P(Layouts, MlpTpVsSingleCoreTest,
                                            Case{{2, 4}, {}, {"data", "model"}, "tp8_two_axes"}),
                          [](const auto& info) { return info.param.name; });
 
+// Gradient accumulation runs under tensor parallelism too (one training loop): on D x T = 1 x 2
+// with 2 micro-batches a core performs the f32 additions of the 2 x 2 layout's data shards, in
+// rank order, and its tensor all-reduces sum the same partial logits, so the runs are
+// bit-identical. Each micro-batch has its own all-reduce of the (b / K x 10) logits.
+class MlpTpMicroBatchTest : public testing::DigitsFixture<> {};
+
+TEST_F(MlpTpMicroBatchTest, MicroBatchesReproduceDataShardsExactly) {
+  MlpConfig c = mlp_test_config(25, 32, 64);
+  Runtime rt4(mlp_runtime_options(4));
+  const MlpTensorParallelResult shards =
+      train_mlp_tensor_parallel(rt4, split_, c, DataTensorLayout::grid(2, 2));
+  c.micro_batches = 2;
+  Runtime rt2(mlp_runtime_options(2));
+  const MlpTensorParallelResult micro =
+      train_mlp_tensor_parallel(rt2, split_, c, DataTensorLayout::grid(1, 2));
+  EXPECT_EQ(micro.run.losses, shards.run.losses);
+  EXPECT_EQ(micro.run.parameters, shards.run.parameters);
+  EXPECT_EQ(micro.tensor_all_reduce[0].num_collectives, 2u * 25u);
+  EXPECT_EQ(micro.tensor_all_reduce[0].bytes, 2u * 25u * 16u * 10u * 4u);
+}
+
 TEST(MlpTpTrainerErrorsTest, BadConfigsAreClear) {
   VTPU_REQUIRE_DIGITS();
   const DigitsSplit split = split_digits(load_digits_csv(testing::digits_path()));
-  MlpConfig c;
-  c.steps = 1;
-  c.global_batch = 8;
-  c.hidden = 37;
-  Runtime rt(options(2));
+  MlpConfig c = mlp_test_config(1, 8, 37);
+  Runtime rt(mlp_runtime_options(2));
   try {
     train_mlp_tensor_parallel(rt, split, c, DataTensorLayout::grid(1, 2));
     FAIL() << "no error";

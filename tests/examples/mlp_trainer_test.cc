@@ -8,17 +8,13 @@
 
 #include "common/error.h"
 #include "memory/hbm_arena.h"
-#include "test_data.h"
+#include "mlp_test_fixture.h"
 
 namespace vtpu::examples {
 namespace {
 
-RuntimeOptions options(int cores) {
-  RuntimeOptions o;
-  o.num_cores = cores;
-  o.hbm_bytes_per_core = 64ull << 20;
-  return o;
-}
+using testing::mlp_runtime_options;
+using testing::mlp_test_config;
 
 // An independent reference: the same model trained with naive double-precision loops on the host
 // (no Eigen, no cores, no collectives), from the same initial parameters and the same batches,
@@ -96,23 +92,12 @@ std::vector<double> reference_losses(const DigitsDataset& train, int64_t hidden,
   return losses;
 }
 
-class MlpTrainerTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    VTPU_REQUIRE_DIGITS();
-    split_ = split_digits(load_digits_csv(testing::digits_path()));
-  }
-  DigitsSplit split_;
-};
+class MlpTrainerTest : public testing::DigitsFixture<> {};
 
 TEST_F(MlpTrainerTest, SingleCoreMatchesANaiveDoublePrecisionReference) {
-  MlpConfig c;
-  c.steps = 40;
-  c.global_batch = 32;
-  c.hidden = 16;
+  MlpConfig c = mlp_test_config(40, 32, 16, 3);
   c.learning_rate = 0.2f;
-  c.seed = 3;
-  Runtime rt(options(1));
+  Runtime rt(mlp_runtime_options(1));
   const MlpResult r = train_mlp(rt, split_, c);
   const std::vector<double> ref =
       reference_losses(split_.train, c.hidden, c.global_batch, c.learning_rate, c.seed, c.steps);
@@ -124,17 +109,13 @@ TEST_F(MlpTrainerTest, SingleCoreMatchesANaiveDoublePrecisionReference) {
 }
 
 TEST_F(MlpTrainerTest, AdamMatchesANaiveDoublePrecisionReference) {
-  MlpConfig c;
-  c.steps = 40;
-  c.global_batch = 32;
-  c.hidden = 16;
+  MlpConfig c = mlp_test_config(40, 32, 16, 3);
   c.optimizer = "adam";
   c.learning_rate = 0.01f;
-  c.seed = 3;
   const std::vector<double> ref = reference_losses(split_.train, c.hidden, c.global_batch,
                                                    c.learning_rate, c.seed, c.steps, true);
   for (int cores : {1, 4}) {
-    Runtime rt(options(cores));
+    Runtime rt(mlp_runtime_options(cores));
     const MlpResult r = train_mlp(rt, split_, c);
     ASSERT_EQ(r.losses.size(), ref.size());
     for (size_t s = 0; s < ref.size(); ++s) {
@@ -152,15 +133,11 @@ TEST_F(MlpTrainerTest, AdamMatchesANaiveDoublePrecisionReference) {
 TEST_F(MlpTrainerTest, PallasKernelsMatchTheEigenPath) {
   for (int cores : {1, 4}) {
     for (int64_t hidden : {32, 300}) {
-      MlpConfig c;
-      c.steps = 40;
-      c.global_batch = 32;
-      c.hidden = hidden;
-      c.seed = 5;
-      Runtime rt_eigen(options(cores));
+      MlpConfig c = mlp_test_config(40, 32, hidden, 5);
+      Runtime rt_eigen(mlp_runtime_options(cores));
       const MlpResult eigen = train_mlp(rt_eigen, split_, c);
       c.kernels = "pallas";
-      Runtime rt_pallas(options(cores));
+      Runtime rt_pallas(mlp_runtime_options(cores));
       const MlpResult pallas = train_mlp(rt_pallas, split_, c);
       ASSERT_EQ(pallas.losses.size(), eigen.losses.size());
       for (size_t s = 0; s < eigen.losses.size(); ++s) {
@@ -182,15 +159,11 @@ TEST_F(MlpTrainerTest, PallasKernelsMatchTheEigenPath) {
 // The property the README promises: for a seed and global batch, the loss at every step is the
 // single-core loss, within 1e-5 relative, for 1, 2, 4 and 8 cores.
 TEST_F(MlpTrainerTest, LossesMatchTheSingleCoreRunForEveryCoreCount) {
-  MlpConfig c;
-  c.steps = 60;
-  c.global_batch = 64;
-  c.hidden = 32;
-  c.seed = 11;
-  Runtime rt1(options(1));
+  const MlpConfig c = mlp_test_config(60, 64, 32, 11);
+  Runtime rt1(mlp_runtime_options(1));
   const MlpResult base = train_mlp(rt1, split_, c);
   for (int n : {2, 4, 8}) {
-    Runtime rt(options(n));
+    Runtime rt(mlp_runtime_options(n));
     const MlpResult r = train_mlp(rt, split_, c);
     ASSERT_EQ(r.losses.size(), base.losses.size());
     for (size_t s = 0; s < base.losses.size(); ++s) {
@@ -235,18 +208,14 @@ TEST_F(MlpTrainerTest, MicroBatchesOnOneCoreReproduceNCoresExactly) {
   };
   for (const Case& k : {Case{"sgd", "eigen", 1024, 8}, Case{"adam", "eigen", 1024, 8},
                         Case{"sgd", "eigen", 1024, 2}, Case{"adam", "pallas", 300, 4}}) {
-    MlpConfig c;
-    c.steps = 25;
-    c.global_batch = 64;
-    c.hidden = k.hidden;
+    MlpConfig c = mlp_test_config(25, 64, k.hidden, 4);
     c.optimizer = k.optimizer;
     c.learning_rate = mlp_default_learning_rate(k.optimizer);
     c.kernels = k.kernels;
-    c.seed = 4;
-    Runtime rt(options(k.n));
+    Runtime rt(mlp_runtime_options(k.n));
     const MlpResult cores = train_mlp(rt, split_, c);
     c.micro_batches = k.n;
-    Runtime rt1(options(1));
+    Runtime rt1(mlp_runtime_options(1));
     const MlpResult one = train_mlp(rt1, split_, c);
     EXPECT_EQ(one.losses, cores.losses) << k.optimizer << " " << k.kernels << " " << k.n;
     EXPECT_EQ(one.parameters, cores.parameters) << k.optimizer << " " << k.kernels << " " << k.n;
@@ -269,14 +238,14 @@ TEST_F(MlpTrainerTest, AdamDefaultsLearn) {
   MlpConfig c;
   c.optimizer = "adam";
   c.learning_rate = mlp_default_learning_rate("adam");
-  Runtime rt(options(4));
+  Runtime rt(mlp_runtime_options(4));
   const MlpResult r = train_mlp(rt, split_, c);
   EXPECT_GE(r.test_accuracy, 0.90);
   EXPECT_TRUE(r.replicas_identical);
 }
 
 TEST_F(MlpTrainerTest, DefaultsReachNinetyPercentOnTheHeldOutSplit) {
-  Runtime rt(options(8));
+  Runtime rt(mlp_runtime_options(8));
   const MlpResult r = train_mlp(rt, split_, MlpConfig{});
   EXPECT_GE(r.test_accuracy, 0.90);
   // Accuracy agrees with an independent host evaluation of the returned parameters.
@@ -284,7 +253,7 @@ TEST_F(MlpTrainerTest, DefaultsReachNinetyPercentOnTheHeldOutSplit) {
 }
 
 TEST_F(MlpTrainerTest, BadConfigsAndTooSmallHbm) {
-  Runtime rt(options(4));
+  Runtime rt(mlp_runtime_options(4));
   MlpConfig c;
   c.global_batch = 10;
   try {
@@ -323,7 +292,7 @@ TEST_F(MlpTrainerTest, BadConfigsAndTooSmallHbm) {
   c.adam = AdamOptions{};
   c.adam.eps = -1.0f;
   expect_message(c, "adam eps is -1.000000 (expected a finite value > 0)");
-  RuntimeOptions tiny = options(2);
+  RuntimeOptions tiny = mlp_runtime_options(2);
   tiny.hbm_bytes_per_core = 16 * 1024;
   Runtime small(tiny);
   try {

@@ -68,9 +68,13 @@ TEST(TrainPlanTest, ReadsMeshStrategyLayersAndEstimate) {
   EXPECT_EQ(p.data, Names{"data"});
   EXPECT_EQ(p.tensor, Names{"model"});
   EXPECT_TRUE(p.fsdp.empty());
-  EXPECT_EQ(p.estimated_step_seconds, 0.01);
-  EXPECT_EQ(p.estimated_hbm_bytes_per_core, 1234u);
-  EXPECT_EQ(p.estimated_batch, 16);
+  ASSERT_TRUE(p.estimate.has_value());
+  EXPECT_EQ(p.estimate->step_seconds, 0.01);
+  EXPECT_EQ(p.estimate->hbm_bytes_per_core, 1234u);
+  EXPECT_EQ(p.estimate->batch, 16);
+  EXPECT_EQ(p.estimated_batch(), 16);
+  EXPECT_EQ(p.estimate->source, "t.json");
+  EXPECT_EQ(p.estimate->strategy, "dp(data)+tp(model)");
   ASSERT_EQ(p.layers.size(), 2u);
   EXPECT_EQ(p.layers[1].second, "heads");
   EXPECT_EQ(p.describe_mesh(), "data=2 model=4");

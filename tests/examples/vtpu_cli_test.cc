@@ -908,6 +908,28 @@ TEST(VtpuCliTest, TrainFsdpRunsAPlan) {
   expect_failure("train fsdp --plan /nonexistent/plan.json", "cannot open plan file", 1);
 }
 
+// Checks the estimate_vs_measured `e` of a `train mlp` run of `steps` steps on the 2-core plans
+// the tests below write (estimate: step 1 ms, HBM 40000 + 2000 input bytes per core) against the
+// run's own figures (`run`: the JSON object with its median_step_ms and per-core hbm).
+void expect_mlp_estimate_report(const nlohmann::json& e, const nlohmann::json& run, int64_t steps) {
+  EXPECT_EQ(e["estimate"]["step_seconds"], 0.001);
+  EXPECT_EQ(e["estimated_hbm_bytes_per_core"], 42000);
+  EXPECT_EQ(e["measured"]["num_cores"], 2);
+  EXPECT_EQ(e["measured"]["steps"], steps);
+  EXPECT_GT(e["measured"]["cpu_seconds_per_step"].get<double>(), 0.0);
+  // The measured peak is the run's largest peak_bytes_in_use; the replicated training set is the
+  // part of it the model file does not describe.
+  uint64_t peak = 0;
+  for (const nlohmann::json& core : run["hbm"])
+    peak = std::max(peak, core["peak_bytes_in_use"].get<uint64_t>());
+  EXPECT_EQ(e["measured"]["peak_hbm_bytes_per_core"], peak);
+  const uint64_t data = e["measured"]["unmodelled_hbm_bytes"];
+  EXPECT_GT(data, 0u);
+  EXPECT_EQ(e["comparable_hbm_bytes_per_core"].get<uint64_t>(), peak - data);
+  const double ms = run["median_step_ms"];  // estimate 1 ms: the ratio is the median in ms
+  EXPECT_NEAR(e["step_ratio"].get<double>(), ms, 1e-9 * ms);
+}
+
 TEST(VtpuCliTest, TrainMlpComparesAPlansEstimateWithTheRun) {
   VTPU_REQUIRE_DIGITS();
   const std::string mesh = R"j("model": "mlp", "mesh": {"axes": ["x"], "shape": [2]},)j";
@@ -919,19 +941,7 @@ TEST(VtpuCliTest, TrainMlpComparesAPlansEstimateWithTheRun) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["num_cores"], 2);  // the plan's mesh
-  const nlohmann::json& e = j["estimate_vs_measured"];
-  EXPECT_EQ(e["estimate"]["step_seconds"], 0.001);
-  EXPECT_EQ(e["estimated_hbm_bytes_per_core"], 42000);
-  EXPECT_EQ(e["measured"]["num_cores"], 2);
-  EXPECT_EQ(e["measured"]["steps"], 5);
-  EXPECT_GT(e["measured"]["cpu_seconds_per_step"].get<double>(), 0.0);
-  // The replicated training set is the part of the arena's peak the model file does not describe.
-  const uint64_t peak = e["measured"]["peak_hbm_bytes_per_core"];
-  const uint64_t data = e["measured"]["unmodelled_hbm_bytes"];
-  EXPECT_GT(data, 0u);
-  EXPECT_EQ(e["comparable_hbm_bytes_per_core"].get<uint64_t>(), peak - data);
-  const double ms = j["median_step_ms"];  // estimate 1 ms: the ratio is the median in ms
-  EXPECT_NEAR(e["step_ratio"].get<double>(), ms, 1e-9 * ms);
+  expect_mlp_estimate_report(j["estimate_vs_measured"], j, 5);
   // The table form.
   r = run_cli("train mlp --steps 5 --batch 8 --estimate-from " + dp);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -1253,6 +1263,61 @@ TEST(VtpuCliPlanTest, TrainMlpPlanTextReport) {
         "(tolerance 0.0001): ok", "tensor group 1 (the logits, 160 bytes)",
         "replicas identical after training: yes", "peak_bytes_in_use"}) {
     EXPECT_NE(r.output.find(needle), std::string::npos) << needle << "\n" << r.output;
+  }
+}
+
+// `train mlp --plan` ends with the planner's estimate against the run (compare_estimate, as
+// `train fsdp --plan` and `train transformer --plan` do), for a data-parallel and a
+// tensor-parallel plan alike, and --json carries it as estimate_vs_measured. The batch defaults to
+// the estimate's, and another --batch is refused before anything runs.
+TEST(VtpuCliPlanTest, TrainMlpPlanComparesTheEstimateWithTheRun) {
+  VTPU_REQUIRE_DIGITS();
+  for (const std::string strategy :
+       {R"j({"name": "dp(x)", "data": "x"})j", R"j({"name": "tp(x)", "tensor": "x"})j"}) {
+    SCOPED_TRACE(strategy);
+    const std::string path = temp_file("vtpu_cli_mlp_plan_estimate.json",
+                                       R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+        "mesh": {"axes": ["x"], "shape": [2]}, "strategy": )j" +
+                                           strategy +
+                                           R"j(, "estimate": {"step_seconds": 0.001,
+        "hbm_bytes_per_core": 40000, "input_bytes_per_core": 2000, "hardware": "this_machine",
+        "batch": 8}})j");
+    const nlohmann::json j = expect_runs_like_one_core("train mlp --steps 5 --json --plan " + path,
+                                                       "/run/losses", "/reference/losses");
+    if (j.is_null()) continue;
+    EXPECT_EQ(j["config"]["global_batch"], 8);  // the estimate's
+    ASSERT_TRUE(j.contains("estimate_vs_measured")) << j.dump();
+    expect_mlp_estimate_report(j["estimate_vs_measured"], j["run"], 5);
+    const CliRun text = run_cli("train mlp --steps 5 --log-every 0 --plan " + path);
+    ASSERT_EQ(text.exit_code, 0) << text.output;
+    for (const std::string needle :
+         {"planner estimate vs measured (plan " + path + ": " +
+              j["plan"]["strategy"].get<std::string>() + " on this_machine; 2 cores, 5 steps)",
+          std::string("training set (replicated on every core)")}) {
+      EXPECT_NE(text.output.find(needle), std::string::npos) << needle << "\n" << text.output;
+    }
+    expect_failure("train mlp --batch 16 --plan " + path,
+                   "estimates a global batch of 8 but the run uses 16", 1);
+  }
+}
+
+// --optimizer adam under every mode of `train mlp --plan`: the default learning rate is Adam's
+// (1e-3) and the losses match one core running Adam (the reference of the same process).
+TEST(VtpuCliPlanTest, TrainMlpPlanRunsAdam) {
+  VTPU_REQUIRE_DIGITS();
+  for (const std::string roles :
+       {R"j({"tensor": "x"})j", R"j({"data": "x"})j", R"j({"fsdp": "x"})j"}) {
+    SCOPED_TRACE(roles);
+    const std::string path = temp_file("vtpu_cli_mlp_plan_adam.json",
+                                       R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+        "mesh": {"axes": ["x"], "shape": [2]}, "strategy": )j" +
+                                           roles + "}");
+    const nlohmann::json j = expect_runs_like_one_core(
+        "train mlp --steps 5 --batch 8 --optimizer adam --json --plan " + path, "/run/losses",
+        "/reference/losses");
+    if (j.is_null()) continue;
+    EXPECT_EQ(j["config"]["optimizer"], "adam");
+    EXPECT_NEAR(j["config"]["learning_rate"].get<double>(), 1e-3, 1e-9);
   }
 }
 
