@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "examples/transformer_model.h"
 #include "runtime/hardware_profile.h"
 #include "sharding/model_graph.h"
 
@@ -246,6 +247,17 @@ TEST(TrainPlanTest, WhatVtpuTrainRuns) {
 
 ModelGraph model_file(const std::string& name) {
   return ModelGraph::load_json_file(std::string(VTPU_SOURCE_DIR) + "/examples/models/" + name);
+}
+
+// Issue 6 adversarial pass, F17: examples/models/transformer.json, "the default vtpu train
+// transformer model", left out the LM head's bias that the trainer has (120,576 parameters
+// against the trainer's 120,704). The file now counts the trainer's parameters exactly.
+TEST(TrainPlanTest, ShippedTransformerFileCountsTheTrainersParameters) {
+  const ModelGraph t = model_file("transformer.json");
+  const TransformerLayout layout(TransformerConfig{}, 1);
+  EXPECT_EQ(t.num_parameters(), layout.size());
+  EXPECT_EQ(t.num_parameters(), 120704);
+  EXPECT_TRUE(t.layers.back().bias) << t.layers.back().name;
 }
 
 // The planner within what vtpu train runs: on every mesh the winner is runnable, and its layers
