@@ -157,8 +157,30 @@ int run_train_mlp(const TrainArgs& args) {
     }
     if (!args.hbm_bytes.empty()) options.hbm_bytes_per_core = vtpu::parse_bytes(args.hbm_bytes);
     if (!args.allocator.empty()) options.allocator = args.allocator;
-    return vtpu::examples::run_train_mlp_plan({args.plan_path, options, args.cores, args.mlp,
-                                               args.batch_given, args.data_path, args.json});
+    // Regression (adversarial pass adv7, G7/G8): with --plan the optimizer's default learning
+    // rate was not applied (Adam ran at SGD's 0.2), and a tensor-parallel plan ran SGD whatever
+    // --optimizer said and ignored --micro-batches, so `--optimizer adam` ended in a loss
+    // MISMATCH against the 1-core Adam reference (0.825 relative).
+    MlpConfig mlp = args.mlp;
+    if (args.lr_option->count() == 0) {
+      mlp.learning_rate = vtpu::examples::mlp_default_learning_rate(mlp.optimizer);
+    }
+    const vtpu::examples::TrainPlan plan = vtpu::examples::load_train_plan(args.plan_path);
+    if (plan.num_cores() > 1 &&
+        vtpu::examples::mlp_plan_mode(plan, true) == vtpu::examples::MlpPlanMode::kTensorParallel) {
+      if (mlp.optimizer != "sgd") {
+        throw vtpu::UnimplementedError("--optimizer " + mlp.optimizer +
+                                       " is not implemented for the tensor-parallel plan '" +
+                                       args.plan_path + "' (the Megatron MLP trains with sgd)");
+      }
+      if (mlp.micro_batches != 1) {
+        throw vtpu::UnimplementedError("--micro-batches " + std::to_string(mlp.micro_batches) +
+                                       " is not implemented for the tensor-parallel plan '" +
+                                       args.plan_path + "' (expected 1)");
+      }
+    }
+    return vtpu::examples::run_train_mlp_plan(
+        {args.plan_path, options, args.cores, mlp, args.batch_given, args.data_path, args.json});
   }
   // --estimate-from: the plan must be one this command runs (data parallel over all its cores).
   std::optional<vtpu::examples::PlanEstimate> estimate;

@@ -1299,6 +1299,29 @@ TEST(VtpuCliPlanTest, TrainMlpPlanTextReport) {
   }
 }
 
+// Adversarial pass adv7. G7: a tensor-parallel mlp plan ran SGD whatever --optimizer said (and
+// ignored --micro-batches), so --optimizer adam ended in a loss MISMATCH (0.825) against the
+// 1-core Adam reference. G8: with --plan, Adam ran at SGD's default lr 0.2, not 1e-3.
+TEST(VtpuCliPlanTest, TrainMlpPlanRejectsWhatTensorParallelDoesNotRunAndUsesAdamsLr) {
+  VTPU_REQUIRE_DIGITS();
+  const std::string tp = temp_file("vtpu_cli_mlp_tp_adam.json",
+                                   R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+      "mesh": {"axes": ["data", "model"], "shape": [1, 2]},
+      "strategy": {"name": "tp(model)", "tensor": "model"}})j");
+  expect_failure("train mlp --steps 2 --batch 8 --optimizer adam --plan " + tp,
+                 "--optimizer adam is not implemented for the tensor-parallel plan", 1);
+  expect_failure("train mlp --steps 2 --batch 8 --micro-batches 2 --plan " + tp,
+                 "--micro-batches 2 is not implemented for the tensor-parallel plan", 1);
+  const std::string dp = temp_file("vtpu_cli_mlp_dp_adam.json",
+                                   R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+      "mesh": {"axes": ["x"], "shape": [2]}, "strategy": {"name": "dp(x)", "data": "x"}})j");
+  const CliRun r =
+      run_cli("train mlp --steps 2 --batch 8 --optimizer adam --log-every 0 --plan " + dp);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("lr 0.001"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(tolerance 0.0001): ok"), std::string::npos) << r.output;
+}
+
 // The transformer on 1x8, 2x4, 8x1 and 1x2: the emitted plan runs with
 // `vtpu train transformer --plan` and matches one core. On v5e, 2x4 is dp(data,model): data
 // parallel over both axes, flattened into one group of 8.
