@@ -472,15 +472,20 @@ TEST(AdversarialFaultsTest, ThrowMidCollectiveFailsFastThenLaterCallsFailAtOnceT
 
 // ---- many cores --------------------------------------------------------------------------------
 
+// Options for 64 or 256 cores on 2 CPUs: 1 MiB of HBM and 4 KiB link slots per core, 60 s waits.
+RuntimeOptions many_core_options(int n) {
+  RuntimeOptions o = small_options(n);
+  o.hbm_bytes_per_core = 1 << 20;
+  o.link_slot_bytes = 4096;
+  o.collective_timeout = 60s;
+  return o;
+}
+
 // 64 and 256 virtual cores on 2 CPUs: small all_reduce (both auto choices), all_gather and a
 // barrier complete with the right values (the time is printed, not asserted).
 TEST(AdversarialManyCoresTest, SixtyFourAndTwoHundredFiftySixCoresComplete) {
   for (int n : {64, 256}) {
-    RuntimeOptions o = small_options(n);
-    o.hbm_bytes_per_core = 1 << 20;
-    o.link_slot_bytes = 4096;
-    o.collective_timeout = 60s;
-    Runtime rt(o);
+    Runtime rt(many_core_options(n));
     Communicator comm(rt, iota_group(n));
     const auto t0 = std::chrono::steady_clock::now();
     rt.run_spmd([&](CoreContext& ctx) {
@@ -1004,11 +1009,7 @@ TEST(AdversarialDirectGatherScatterTest, TimeoutAndThrowOnOneCore) {
 // and 64 cores as 8 disjoint groups of 8 at once.
 TEST(AdversarialDirectGatherScatterTest, SixtyFourAndTwoHundredFiftySixCores) {
   for (int n : {64, 256}) {
-    RuntimeOptions o = small_options(n);
-    o.hbm_bytes_per_core = 1 << 20;
-    o.link_slot_bytes = 4096;
-    o.collective_timeout = 60s;
-    Runtime rt(o);
+    Runtime rt(many_core_options(n));
     Communicator comm(rt, iota_group(n));
     std::vector<std::unique_ptr<Communicator>> groups;
     for (int g = 0; g < n / 8; ++g)

@@ -130,22 +130,30 @@ TEST(AdversarialShardingTest, ZeroElementArraysMoveNothing) {
   EXPECT_FALSE(plan_reshard({2, 8}, a, b, uniform).steps.empty());
 }
 
+// A model of one dense layer "fc" (width x width, no bias), SGD, built by hand: the planner's
+// input without the model file's size limits.
+ModelGraph one_dense_layer(const std::string& name, int64_t width, int64_t batch) {
+  ModelGraph m;
+  m.name = name;
+  m.optimizer = "sgd";
+  m.batch = batch;
+  ModelLayer fc;
+  fc.name = "fc";
+  fc.kind = LayerKind::kDense;
+  fc.in = width;
+  fc.out = width;
+  fc.bias = false;
+  m.layers = {fc};
+  return m;
+}
+
 // Issue 6 adversarial pass, F15: the planner turned double byte counts into uint64 with a
 // saturating (undefined) conversion, so a hand-built ModelGraph (which skips the model file's
 // size limits) printed "the smallest HBM per core that would fit is 16384.00 PiB
 // (18446744073709551615 bytes)". It is now an error naming the model, the bytes and the strategy.
 TEST(AdversarialShardingTest, PlannerRejectsByteCountsPast64Bits) {
-  ModelGraph m;
-  m.name = "huge";
-  m.optimizer = "sgd";
-  m.batch = 8;
-  ModelLayer fc;
-  fc.name = "fc";
-  fc.kind = LayerKind::kDense;
-  fc.in = int64_t{1} << 31;
-  fc.out = int64_t{1} << 31;  // 2^62 weights: 2^65 bytes of f32 parameters per core, unsharded
-  fc.bias = false;
-  m.layers = {fc};
+  // 2^62 weights: 2^65 bytes of f32 parameters per core, unsharded.
+  ModelGraph m = one_dense_layer("huge", int64_t{1} << 31, 8);
   ASSERT_EQ(m.num_parameters(), int64_t{1} << 62);
   try {
     plan_auto_sharding(m, {1, 2}, {"data", "model"}, CostModel(HardwareProfile::get("v5e")), 0);
@@ -167,15 +175,7 @@ TEST(AdversarialShardingTest, PlannerRejectsByteCountsPast64Bits) {
 // was unbounded: 12 axes of 2 took 40 s and 0.9 GB, 16 axes (65,536 devices) would be 43 million
 // candidates. More than kMaxPlannedAxes such axes is an error; size-1 axes do not count.
 TEST(AdversarialShardingTest, PlannerBoundsTheAxesItEnumerates) {
-  ModelGraph m;
-  m.name = "tiny";
-  m.optimizer = "sgd";
-  m.batch = 1024;
-  ModelLayer fc;
-  fc.name = "fc";
-  fc.in = 8;
-  fc.out = 8;
-  m.layers = {fc};
+  const ModelGraph m = one_dense_layer("tiny", 8, 1024);
   const CostModel v5e(HardwareProfile::get("v5e"));
   auto names = [](size_t n) {
     std::vector<std::string> out;
