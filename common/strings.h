@@ -1,6 +1,8 @@
 // Small string helpers for error messages.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -15,6 +17,45 @@ std::string join(const Range& items, std::string_view sep = ", ") {
     out += item;
   }
   return out;
+}
+
+/// Characters an error message quotes of one user-given text (a spec, a --mesh) before
+/// abbreviate() shortens it.
+inline constexpr size_t kMaxQuotedChars = 300;
+
+/// `text` when it has at most `max_chars` bytes; else its first and last bytes around
+/// "... (N bytes omitted) ...", max_chars in all (about 2/3 head, 1/3 tail), never cutting a
+/// UTF-8 sequence. For error messages that quote user input (issue 6 adversarial pass, F27: a
+/// 150 KB spec made a 150 KB error line). Thread-safe (pure).
+inline std::string abbreviate(std::string_view text, size_t max_chars = kMaxQuotedChars) {
+  if (text.size() <= max_chars) return std::string(text);
+  const auto continuation = [&](size_t i) {
+    return i < text.size() && (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80;
+  };
+  size_t head = max_chars * 2 / 3;
+  size_t tail_start = text.size() - (max_chars - head);
+  while (head > 0 && continuation(head)) --head;  // cut before a lead byte
+  while (tail_start < text.size() && continuation(tail_start)) ++tail_start;
+  return std::string(text.substr(0, head)) + "... (" + std::to_string(tail_start - head) +
+         " bytes omitted) ..." + std::string(text.substr(tail_start));
+}
+
+/// Up to `max_chars` bytes of `text` around byte `pos` (the whole text when it is short), with
+/// "..." where it was cut, never cutting a UTF-8 sequence; for parse errors that point at a
+/// position in a long input. Thread-safe (pure).
+inline std::string excerpt_around(std::string_view text, size_t pos,
+                                  size_t max_chars = kMaxQuotedChars) {
+  if (text.size() <= max_chars) return std::string(text);
+  const auto continuation = [&](size_t i) {
+    return i < text.size() && (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80;
+  };
+  size_t begin = pos > max_chars / 2 ? pos - max_chars / 2 : 0;
+  size_t end = std::min(text.size(), begin + max_chars);
+  if (end == text.size()) begin = text.size() - max_chars;
+  while (begin > 0 && continuation(begin)) --begin;
+  while (end < text.size() && continuation(end)) ++end;
+  return (begin > 0 ? "..." : "") + std::string(text.substr(begin, end - begin)) +
+         (end < text.size() ? "..." : "");
 }
 
 }  // namespace vtpu

@@ -1,33 +1,85 @@
 #include "examples/mesh_arg.h"
 
-#include <stdexcept>
-
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace vtpu::examples {
 
+namespace {
+
+constexpr int64_t kMaxMeshSize = 4096;
+
+}  // namespace
+
+// Regression (issue 6 adversarial pass, F19): std::stoll skipped leading whitespace and took a
+// sign, so --mesh " 2x 2" and --mesh +2x2 were accepted. Only digits are now.
 std::vector<int64_t> parse_mesh_shape(const std::string& text) {
   std::vector<int64_t> dims;
   size_t pos = 0;
   while (true) {
     const size_t x = text.find('x', pos);
     const std::string part = text.substr(pos, x == std::string::npos ? std::string::npos : x - pos);
-    size_t used = 0;
     int64_t v = 0;
-    try {
-      v = std::stoll(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
+    bool ok = !part.empty() && part.size() <= 4;
+    for (char ch : part) {
+      ok = ok && ch >= '0' && ch <= '9';
+      if (ok) v = v * 10 + (ch - '0');
     }
-    if (part.empty() || used != part.size() || v < 1 || v > 4096) {
-      throw InvalidArgumentError("--mesh '" + text +
-                                 "' is not a mesh shape (expected sizes >= 1 joined by 'x', "
-                                 "e.g. 2x4)");
+    if (!ok || v < 1 || v > kMaxMeshSize) {
+      throw InvalidArgumentError(
+          "--mesh '" + abbreviate(text) + "' is not a mesh shape (expected sizes 1.." +
+          std::to_string(kMaxMeshSize) + " in decimal digits joined by 'x', e.g. 2x4)");
     }
     dims.push_back(v);
     if (x == std::string::npos) return dims;
     pos = x + 1;
   }
+}
+
+void check_mesh_devices(const std::string& text, const std::vector<int64_t>& shape, int64_t limit,
+                        const std::string& why) {
+  int64_t devices = 1;
+  bool more = false;  // stopped multiplying: the product is above `limit`, maybe above int64
+  for (size_t i = 0; i < shape.size() && !more; ++i) {
+    devices *= shape[i];  // each size is <= 4096 and devices <= limit <= 2^50: no overflow
+    more = devices > limit && i + 1 < shape.size();
+  }
+  if (devices > limit) {
+    throw InvalidArgumentError("--mesh " + abbreviate(text) + " has " + (more ? "more than " : "") +
+                               std::to_string(devices) + " devices (expected at most " +
+                               std::to_string(limit) + why + ")");
+  }
+}
+
+std::vector<std::string> mesh_axis_names(const std::string& axes_text, const std::string& mesh_text,
+                                         const std::vector<int64_t>& shape,
+                                         std::vector<std::string> defaults) {
+  std::vector<std::string> axes;
+  if (axes_text.empty()) {
+    axes = std::move(defaults);
+  } else {
+    // Regression (issue 6 adversarial pass, F19): CLI11's delimiter dropped empty names, so
+    // --axes ",y" said "names 1 axes" instead of naming the empty one.
+    size_t pos = 0;
+    while (true) {
+      const size_t comma = axes_text.find(',', pos);
+      const size_t end = comma == std::string::npos ? axes_text.size() : comma;
+      if (end == pos) {
+        throw InvalidArgumentError("--axes '" + abbreviate(axes_text) +
+                                   "' has an empty name for axis " + std::to_string(axes.size()) +
+                                   " (expected comma-separated, non-empty mesh axis names)");
+      }
+      axes.push_back(axes_text.substr(pos, end - pos));
+      if (comma == std::string::npos) break;
+      pos = comma + 1;
+    }
+  }
+  if (axes.size() != shape.size()) {
+    throw InvalidArgumentError("--axes names " + std::to_string(axes.size()) + " axes but --mesh " +
+                               abbreviate(mesh_text) + " has " + std::to_string(shape.size()) +
+                               " (expected one name per axis)");
+  }
+  return axes;
 }
 
 std::vector<std::string> default_axis_names(size_t n) {

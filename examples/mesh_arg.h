@@ -7,9 +7,29 @@
 
 namespace vtpu::examples {
 
-/// "2x2x2" -> {2, 2, 2}; "8" -> {8}. Throws InvalidArgumentError naming the text when a part is
-/// not an integer in 1..4096.
+/// Devices of a mesh that a command plans without running (`vtpu reshard --explain`, `vtpu plan`;
+/// a 256 x 256 reshard plan takes about a second) and that a run starts as virtual cores
+/// (RuntimeOptions' num_cores limit; also what `vtpu plan --emit` writes, since `vtpu train` runs
+/// the plan).
+inline constexpr int64_t kMaxPlanDevices = 65536;
+inline constexpr int64_t kMaxRunDevices = 1024;
+
+/// "2x2x2" -> {2, 2, 2}; "8" -> {8}. Each part is decimal digits only (no sign, no whitespace)
+/// with a value in 1..4096. Throws InvalidArgumentError naming the text otherwise.
 std::vector<int64_t> parse_mesh_shape(const std::string& text);
+
+/// Throws InvalidArgumentError "--mesh TEXT has N devices (expected at most LIMIT<why>)" when the
+/// product of `shape` (from parse_mesh_shape(text)) exceeds `limit`; never overflows (stops
+/// multiplying past the limit and says "more than N").
+void check_mesh_devices(const std::string& text, const std::vector<int64_t>& shape, int64_t limit,
+                        const std::string& why);
+
+/// The mesh's axis names: `axes_text` split at commas ("x,y"), or `defaults` when it is empty.
+/// Throws InvalidArgumentError naming --axes for an empty name (",y", "x,,y", "x,") or a count
+/// other than shape's rank (naming --mesh too).
+std::vector<std::string> mesh_axis_names(const std::string& axes_text, const std::string& mesh_text,
+                                         const std::vector<int64_t>& shape,
+                                         std::vector<std::string> defaults);
 
 /// x, y, z, w, then a4, a5, ... for n axes.
 std::vector<std::string> default_axis_names(size_t n);

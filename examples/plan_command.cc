@@ -22,7 +22,7 @@ struct PlanCommand {
   CLI::App* app = nullptr;
   std::string model_path;
   std::string mesh = "2x4";
-  std::vector<std::string> axes;
+  std::string axes;
   std::string hardware = "v5e";
   std::string hbm_bytes;
   int64_t batch = 0;
@@ -38,18 +38,19 @@ int run(const PlanCommand& c) {
   ModelGraph model = ModelGraph::load_json_file(c.model_path);
   if (c.batch > 0) model.batch = c.batch;
   const std::vector<int64_t> shape = parse_mesh_shape(c.mesh);
-  std::vector<std::string> axes = c.axes;
-  if (axes.empty()) {
-    if (shape.size() == 2) {
-      axes = {"data", "model"};
-    } else {
-      axes = default_axis_names(shape.size());
-    }
-  }
-  if (axes.size() != shape.size()) {
-    throw InvalidArgumentError("--axes names " + std::to_string(axes.size()) + " axes but --mesh " +
-                               c.mesh + " has " + std::to_string(shape.size()) +
-                               " (expected one name per axis)");
+  const std::vector<std::string> axes =
+      mesh_axis_names(c.axes, c.mesh, shape,
+                      shape.size() == 2 ? std::vector<std::string>{"data", "model"}
+                                        : default_axis_names(shape.size()));
+  // Regression (issue 6 adversarial pass, F13): the product of the --mesh sizes was unbounded:
+  // --mesh 4096x4096 planned 16,777,216 cores, and --emit wrote a plan vtpu train cannot run.
+  if (c.emit_path.empty()) {
+    check_mesh_devices(c.mesh, shape, kMaxPlanDevices, " to plan");
+  } else {
+    check_mesh_devices(c.mesh, shape, kMaxRunDevices,
+                       " for a plan --emit writes, which vtpu train runs on virtual cores; "
+                       "without --emit vtpu plan plans up to " +
+                           std::to_string(kMaxPlanDevices));
   }
   const CostModel cost(HardwareProfile::get(c.hardware));
   const uint64_t limit = c.hbm_bytes.empty() ? 0 : parse_bytes(c.hbm_bytes);
@@ -114,10 +115,8 @@ std::shared_ptr<PlanCommand> add_plan_command(CLI::App& app) {
   c->app->add_option("model", c->model_path, "Model file (JSON; examples/models/*.json)")
       ->required();
   c->app->add_option("--mesh", c->mesh, "Mesh shape, e.g. 2x4 or 1x8")->capture_default_str();
-  c->app
-      ->add_option("--axes", c->axes,
-                   "Comma-separated mesh axis names (default data,model for 2-D, else x,y,z)")
-      ->delimiter(',');
+  c->app->add_option("--axes", c->axes,
+                     "Comma-separated mesh axis names (default data,model for 2-D, else x,y,z)");
   c->app
       ->add_option(
           "--hardware", c->hardware,

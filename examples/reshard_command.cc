@@ -22,7 +22,7 @@ namespace vtpu::examples {
 struct ReshardCommand {
   CLI::App* app = nullptr;
   std::string mesh = "2x2x2";
-  std::vector<std::string> axes;
+  std::string axes;
   std::vector<int64_t> shape;
   std::string from;
   std::string to;
@@ -36,11 +36,6 @@ struct ReshardCommand {
 };
 
 namespace {
-
-// Devices of a mesh that --explain plans (a 256 x 256 plan takes about a second) and that a run
-// starts as virtual cores (RuntimeOptions' num_cores limit).
-constexpr int64_t kMaxExplainDevices = 65536;
-constexpr int64_t kMaxRunDevices = 1024;
 
 // What a checked run may hold: 2^28 elements of f32 (1 GiB) over the host copies and every core's
 // source and target blocks.
@@ -72,29 +67,16 @@ void check_run_size(const std::vector<int64_t>& shape, const NamedSharding& sour
 int run(const ReshardCommand& c) {
   const std::vector<int64_t> mesh_shape = parse_mesh_shape(c.mesh);
   const std::vector<std::string> axes =
-      c.axes.empty() ? default_axis_names(mesh_shape.size()) : c.axes;
-  if (axes.size() != mesh_shape.size()) {
-    throw InvalidArgumentError("--axes names " + std::to_string(axes.size()) + " axes but --mesh " +
-                               c.mesh + " has " + std::to_string(mesh_shape.size()) +
-                               " (expected one name per axis)");
-  }
+      mesh_axis_names(c.axes, c.mesh, mesh_shape, default_axis_names(mesh_shape.size()));
   // Regression (issue 6 adversarial pass, F26): each --mesh size was bounded but not their
   // product: --mesh 4096x4096 --explain took 66 s and 3.6 GB, and a run of 2048 devices failed
   // only after planning, with "num_cores is 2048" that did not name --mesh.
-  const int64_t limit = c.explain ? kMaxExplainDevices : kMaxRunDevices;
-  int64_t devices = 1;
-  bool more = false;  // stopped multiplying: the product is above `limit`, maybe above int64
-  for (size_t i = 0; i < mesh_shape.size() && !more; ++i) {
-    devices *= mesh_shape[i];  // each size is <= 4096 and devices <= limit: no overflow
-    more = devices > limit && i + 1 < mesh_shape.size();
-  }
-  if (devices > limit) {
-    throw InvalidArgumentError("--mesh " + c.mesh + " has " + (more ? "more than " : "") +
-                               std::to_string(devices) + " devices (expected at most " +
-                               std::to_string(limit) +
-                               (c.explain ? " to plan)"
-                                          : " for a run on virtual cores; --explain plans up to " +
-                                                std::to_string(kMaxExplainDevices) + ")"));
+  if (c.explain) {
+    check_mesh_devices(c.mesh, mesh_shape, kMaxPlanDevices, " to plan");
+  } else {
+    check_mesh_devices(
+        c.mesh, mesh_shape, kMaxRunDevices,
+        " for a run on virtual cores; --explain plans up to " + std::to_string(kMaxPlanDevices));
   }
   const Mesh mesh(mesh_shape, axes);
   const NamedSharding source(mesh, PartitionSpec::parse(c.from));
@@ -206,8 +188,7 @@ std::shared_ptr<ReshardCommand> add_reshard_command(CLI::App& app) {
       "all-to-all, all-reduce, reduce-scatter, slice, permute); run and check them unless "
       "--explain");
   c->app->add_option("--mesh", c->mesh, "Mesh shape, e.g. 2x2x2")->capture_default_str();
-  c->app->add_option("--axes", c->axes, "Comma-separated mesh axis names (default x,y,z,w)")
-      ->delimiter(',');
+  c->app->add_option("--axes", c->axes, "Comma-separated mesh axis names (default x,y,z,w)");
   c->app->add_option("--shape", c->shape, "Comma-separated global array shape, e.g. 8,8")
       ->delimiter(',')
       ->required()

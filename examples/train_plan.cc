@@ -7,6 +7,8 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/strings.h"
+#include "examples/mesh_arg.h"
 
 namespace vtpu::examples {
 
@@ -152,13 +154,23 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
     plan.mesh_axes.push_back(name);
   }
   int64_t cores = 1;
-  for (const auto& d : (*mesh)["shape"]) {
+  const nlohmann::json& sizes = (*mesh)["shape"];
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const nlohmann::json& d = sizes[i];
     if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > 4096) {
       throw bad("mesh size " + d.dump() + " (expected an integer 1..4096)");
     }
     plan.mesh_shape.push_back(d.get<int64_t>());
-    cores *= d.get<int64_t>();
-    if (cores > 4096) throw bad("mesh has more than 4096 cores (" + mesh->dump() + ")");
+    cores *= d.get<int64_t>();  // <= 1024 * 4096 before the check: no overflow
+    // Regression (adversarial pass adv7, G1): up to 4096 cores passed here, and a plan of 2048
+    // failed later with "num_cores is 2048 (expected 1..1024)", naming neither the plan nor its
+    // mesh. vtpu train starts one virtual core per device (RuntimeOptions allows 1..1024).
+    if (cores > kMaxRunDevices) {
+      throw bad("mesh " + abbreviate(mesh->dump()) + " has " +
+                (i + 1 < sizes.size() ? "more than " : "") + std::to_string(cores) +
+                " cores (expected at most " + std::to_string(kMaxRunDevices) +
+                ": vtpu train runs one virtual core per device)");
+    }
   }
   if (plan.mesh_axes.empty() || plan.mesh_axes.size() != plan.mesh_shape.size()) {
     throw bad("mesh has " + std::to_string(plan.mesh_axes.size()) + " axes and " +
@@ -334,7 +346,41 @@ PlanConstraints plan_constraints(const std::string& model, const std::vector<int
   return c;
 }
 
+namespace {
+
+// Layer names of the models vtpu train runs (examples/mlp_trainer.h, transformer_model.h):
+// mlp fc1, relu, fc2; transformer embed, blocks.<i>.{ln1, attn, ln2, mlp.fc1, mlp.gelu,
+// mlp.fc2}, ln_f, head. True for every name of another model (nothing to check it against).
+bool is_model_layer(const std::string& model, const std::string& layer) {
+  if (model == "mlp") return layer == "fc1" || layer == "relu" || layer == "fc2";
+  if (model != "transformer") return true;
+  if (layer == "embed" || layer == "ln_f" || layer == "head") return true;
+  if (!layer.starts_with("blocks.")) return false;
+  size_t i = 7;
+  while (i < layer.size() && layer[i] >= '0' && layer[i] <= '9') ++i;
+  if (i == 7 || i >= layer.size() || layer[i] != '.') return false;
+  const std::string part = layer.substr(i + 1);
+  for (const char* p : {"ln1", "attn", "ln2", "mlp.fc1", "mlp.gelu", "mlp.fc2"})
+    if (part == p) return true;
+  return false;
+}
+
+}  // namespace
+
 DataTensorLayout plan_data_tensor_layout(const TrainPlan& plan, const std::string& command) {
+  // Regression (adversarial pass adv7, G3): a layer the model does not have ("fc9" in an mlp
+  // plan) was reported as "is 'row', but the trainer shards it 'sharded'", as if it existed.
+  for (const auto& [layer, sharding] : plan.layers) {
+    if (!is_model_layer(plan.model, layer)) {
+      throw InvalidArgumentError(
+          "plan file '" + plan.path + "' names layer '" + abbreviate(layer) + "', which model '" +
+          plan.model + "' does not have (expected " +
+          (plan.model == "mlp" ? std::string("fc1, relu, fc2")
+                               : std::string("embed, blocks.<i>.ln1/attn/ln2/mlp.fc1/mlp.gelu/"
+                                             "mlp.fc2, ln_f, head")) +
+          ")");
+    }
+  }
   if (!plan.fsdp.empty()) {
     throw UnimplementedError(command + " cannot run strategy " + plan.describe_strategy() +
                              " of plan '" + plan.path +

@@ -57,7 +57,9 @@ int run(const TrainTransformerCommand& cmd) {
     require_plan_model(*plan, "transformer", "vtpu train transformer");
     layout = plan_data_tensor_layout(*plan, "vtpu train transformer");
     mesh = TransformerMesh{layout->data, layout->tensor};
-    strategy = plan->strategy_name + " (from " + cmd.plan + ")";
+    // adv7 G4: an unnamed strategy printed "strategy  (from ...)".
+    strategy = (plan->strategy_name.empty() ? plan->describe_strategy() : plan->strategy_name) +
+               " (from " + cmd.plan + ")";
     // The global batch of the estimate, unless --batch says otherwise.
     if (cmd.batch_option->count() == 0 && plan->estimated_batch() > 0) {
       c.batch = plan->estimated_batch();

@@ -113,6 +113,23 @@ class StrategyPlanner {
     return {};
   }
 
+  /// ceil(bytes) per core as an integer. Throws InvalidArgumentError naming the model, `what`
+  /// and the strategy when it is 2^63 or more (or not finite). Regression (issue 6 adversarial
+  /// pass, F15): the double-to-uint64 conversion saturated, and a hand-built ModelGraph (which
+  /// skips the model file's size limits) printed "the smallest HBM per core that would fit is
+  /// 16384.00 PiB (18446744073709551615 bytes)".
+  uint64_t byte_count(double bytes, const char* what, const std::string& strategy) const {
+    if (!(bytes < 0x1p63)) {
+      char b[64];
+      std::snprintf(b, sizeof b, "%.4g", bytes);
+      throw InvalidArgumentError("model '" + m_.name + "' needs " + b + " bytes of " + what +
+                                 " per core with " + strategy +
+                                 " (expected less than 2^63 bytes; the model file's limits, "
+                                 "docs/SHARDING.md \"Model files\", keep sizes below that)");
+    }
+    return static_cast<uint64_t>(std::ceil(bytes));
+  }
+
   /// Runs the DP; fills `c` (layers, times, bytes, fits, min HBM).
   void plan(uint64_t limit, PlanCandidate& c) {
     bl_ = static_cast<double>(m_.batch / (d_ * f_));
@@ -212,22 +229,23 @@ class StrategyPlanner {
     }
     c.fits = best_fit != nullptr;
     c.tensor_splits_nothing = t_ > 1;
-    c.min_hbm_bytes_per_core = static_cast<uint64_t>(std::ceil(smallest->total_bytes()));
+    c.min_hbm_bytes_per_core = byte_count(smallest->total_bytes(), "HBM", c.name);
     const Label& chosen = best_fit != nullptr ? *best_fit : *smallest;
     c.compute_seconds = chosen.compute;
     c.comm_seconds = chosen.comm;
     c.step_seconds = chosen.time;
     c.comm_bytes_per_core = chosen.comm_bytes;
-    c.hbm_bytes_per_core = static_cast<uint64_t>(std::ceil(chosen.total_bytes()));
-    c.param_bytes_per_core = static_cast<uint64_t>(std::ceil(chosen.param_state_bytes));
-    c.activation_bytes_per_core = static_cast<uint64_t>(std::ceil(chosen.activation_bytes));
-    c.transient_bytes_per_core = static_cast<uint64_t>(std::ceil(chosen.max_bytes));
+    (void)byte_count(chosen.comm_bytes, "communication", c.name);  // to_json's llround needs it
+    c.hbm_bytes_per_core = byte_count(chosen.total_bytes(), "HBM", c.name);
+    c.param_bytes_per_core = byte_count(chosen.param_state_bytes, "parameter state", c.name);
+    c.activation_bytes_per_core = byte_count(chosen.activation_bytes, "activations", c.name);
+    c.transient_bytes_per_core = byte_count(chosen.max_bytes, "transient buffers", c.name);
     // The step's input batch on each core (replicated over the tensor axes): the first layer's
     // input (token ids are int32) and one int32 label per token.
     const ModelLayer& first = m_.layers.front();
     const double in_bytes =
         first.kind == LayerKind::kEmbedding ? 4.0 : static_cast<double>(first.in) * e_;
-    c.input_bytes_per_core = static_cast<uint64_t>(std::ceil(tokens_ * (in_bytes + 4.0)));
+    c.input_bytes_per_core = byte_count(tokens_ * (in_bytes + 4.0), "input batch", c.name);
     // Walk back.
     c.layers.assign(n, LayerPlan{});
     int index = chosen.parent, state = chosen.parent_state;
@@ -475,6 +493,16 @@ AutoShardingPlan plan_auto_sharding(const ModelGraph& model, const std::vector<i
   std::vector<size_t> active;  // axes of size > 1
   for (size_t a = 0; a < mesh_shape.size(); ++a)
     if (mesh_shape[a] > 1) active.push_back(a);
+  // Regression (adversarial pass adv7, G6): the 3^k candidates were unbounded: --mesh of 12 axes
+  // of 2 took 40 s and 0.9 GB, and 16 axes (65,536 devices, within vtpu plan's device bound)
+  // would be 43 million candidates.
+  if (active.size() > static_cast<size_t>(kMaxPlannedAxes)) {
+    throw InvalidArgumentError(
+        abbreviate(mesh.to_string()) + " has " + std::to_string(active.size()) +
+        " axes of size > 1, so the planner would try 3^" + std::to_string(active.size()) +
+        " strategies (expected at most " + std::to_string(kMaxPlannedAxes) +
+        " such axes; merge axes that play one role into one)");
+  }
   size_t combos = 1;
   for (size_t i = 0; i < active.size(); ++i) combos *= 3;
   static const AxisRole kRoles[3] = {AxisRole::kData, AxisRole::kTensor, AxisRole::kFsdp};

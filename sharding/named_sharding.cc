@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace vtpu {
 
@@ -37,14 +38,15 @@ NamedSharding::NamedSharding(Mesh mesh, PartitionSpec spec, ShardingMode mode)
           known += (known.empty() ? "'" : ", '") + a + "'";
         }
         throw InvalidArgumentError(
-            "PartitionSpec " + spec_.to_string() + " names axis '" + name + "' in " + where(d) +
-            ", which " + mesh_.to_string() +
-            " does not have (mesh axes: " + (known.empty() ? "none" : known) + ")");
+            "PartitionSpec " + abbreviate(spec_.to_string()) + " names axis '" + abbreviate(name) +
+            "' in " + where(d) + ", which " + abbreviate(mesh_.to_string()) +
+            " does not have (mesh axes: " + (known.empty() ? "none" : abbreviate(known)) + ")");
       }
       auto [it, inserted] = first_dim.emplace(name, d);
       if (!inserted) {
         throw InvalidArgumentError(
-            "PartitionSpec " + spec_.to_string() + " uses mesh axis '" + name + "' twice (in " +
+            "PartitionSpec " + abbreviate(spec_.to_string()) + " uses mesh axis '" +
+            abbreviate(name) + "' twice (in " +
             (it->second == d ? where(d)
              : d < kUnreduced
                  ? "entries " + std::to_string(it->second) + " and " + std::to_string(d)
@@ -104,7 +106,7 @@ int64_t NamedSharding::num_shards(int dim) const {
 void NamedSharding::check_rank(const std::vector<int64_t>& global_shape) const {
   if (spec_.size() > global_shape.size()) {
     throw InvalidArgumentError(
-        "PartitionSpec " + spec_.to_string() + " has " + std::to_string(spec_.size()) +
+        "PartitionSpec " + abbreviate(spec_.to_string()) + " has " + std::to_string(spec_.size()) +
         " entries but the array of shape " + shape_text(global_shape) + " has rank " +
         std::to_string(global_shape.size()) + " (expected at most one entry per dimension)");
   }
@@ -129,11 +131,11 @@ void NamedSharding::check_shape(const std::vector<int64_t>& global_shape) const 
       const int64_t n = num_shards(static_cast<int>(d));
       if (global_shape[d] % n != 0) {
         throw InvalidArgumentError(
-            "strict sharding " + spec_.to_string() + " splits dimension " + std::to_string(d) +
-            " of shape " + shape_text(global_shape) + " into " + std::to_string(n) +
-            " shards, but its size " + std::to_string(global_shape[d]) + " is not divisible by " +
-            std::to_string(n) + " (expected a multiple of " + std::to_string(n) +
-            "; use ShardingMode::kPadded for uneven shards)");
+            "strict sharding " + abbreviate(spec_.to_string()) + " splits dimension " +
+            std::to_string(d) + " of shape " + shape_text(global_shape) + " into " +
+            std::to_string(n) + " shards, but its size " + std::to_string(global_shape[d]) +
+            " is not divisible by " + std::to_string(n) + " (expected a multiple of " +
+            std::to_string(n) + "; use ShardingMode::kPadded for uneven shards)");
       }
     }
   }

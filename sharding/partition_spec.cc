@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace vtpu {
 
@@ -17,7 +18,7 @@ void check_name(const std::string& name, size_t dim) {
                                " has an empty axis name (expected a mesh axis name)");
   }
   if (name.find_first_of("'\"") != std::string::npos) {
-    throw InvalidArgumentError("PartitionSpec axis name <" + name + "> in entry " +
+    throw InvalidArgumentError("PartitionSpec axis name <" + abbreviate(name) + "> in entry " +
                                std::to_string(dim) + " contains a quote character (expected none)");
   }
 }
@@ -86,7 +87,9 @@ class SpecParser {
   [[noreturn]] void fail(const std::string& expected) const { fail_at(pos_, expected); }
   [[noreturn]] void fail_at(size_t pos, const std::string& expected) const {
     const std::string found = pos >= text_.size() ? "end of text" : character_at(pos);
-    throw InvalidArgumentError("cannot parse PartitionSpec \"" + std::string(text_) +
+    // Regression (issue 6 adversarial pass, F27): a long spec was quoted whole (a 150 KB line);
+    // the message now quotes the part around the position.
+    throw InvalidArgumentError("cannot parse PartitionSpec \"" + excerpt_around(text_, pos) +
                                "\": expected " + expected + " at position " + std::to_string(pos) +
                                ", found " + found);
   }
@@ -263,7 +266,7 @@ PartitionSpec::PartitionSpec(std::vector<Entry> entries, std::vector<std::string
     : PartitionSpec(std::move(entries)) {
   for (const std::string& name : unreduced) {
     if (name.empty() || name.find_first_of("'\"") != std::string::npos) {
-      throw InvalidArgumentError("PartitionSpec unreduced axis name <" + name +
+      throw InvalidArgumentError("PartitionSpec unreduced axis name <" + abbreviate(name) +
                                  "> is empty or contains a quote character (expected a mesh "
                                  "axis name)");
     }
@@ -287,7 +290,7 @@ ReduceOp parse_reduce_op(std::string_view name) {
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProd}) {
     if (reduce_op_name(op) == name) return op;
   }
-  throw InvalidArgumentError("unknown reduce op '" + std::string(name) +
+  throw InvalidArgumentError("unknown reduce op '" + abbreviate(name) +
                              "' (expected sum, max, min or prod)");
 }
 

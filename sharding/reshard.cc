@@ -813,7 +813,12 @@ std::string ReshardPlan::to_string() const {
                 source.spec().to_string().c_str(), target.spec().to_string().c_str());
   out += line;
   out += cost.describe() + "\n";
-  if (steps.empty()) return out + "no steps: the array already has the target sharding\n";
+  if (steps.empty()) {
+    return out + (num_elements_of(global_shape) == 0
+                      ? "no steps: the array has no elements (every block is empty in both "
+                        "shardings, so nothing moves)\n"
+                      : "no steps: the array already has the target sharding\n");
+  }
   std::snprintf(line, sizeof line, "%4s  %-22s %-9s %-7s %-8s %-12s %14s %11s  %s\n", "step", "op",
                 "axes", "groups", "dims", "buffer/core", "bytes sent/core", "est. time",
                 "spec after");
@@ -853,8 +858,13 @@ ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSh
   target.check_shape(global_shape);
   // Regression (adversarial pass of issue 6, F2): a 2^62-element array used to pass and fail deep
   // in the planner, with an error that quoted a shard's shape instead of the array's.
-  num_elements_of(global_shape);
+  const int64_t elements = num_elements_of(global_shape);
   check_same_mesh(source.mesh(), target.mesh());
+  // Regression (issue 6 adversarial pass, F12): a 0-element array was planned as collectives
+  // estimated at 0 s (the alpha term was lost with the bytes). Every block of an empty array is
+  // empty in either sharding, so nothing moves, as XLA's ZeroSizedHloElimination replaces the
+  // SPMD partitioner's zero-element collectives with empty constants.
+  if (elements == 0) return ReshardPlan{global_shape, source, target, cost, {}, 0};
   Planner planner(global_shape, source, target, cost);
   std::vector<ReshardStep> steps = planner.plan(strategy, kMaxSearchStates);
   return ReshardPlan{global_shape, source, target, cost, std::move(steps), planner.search_states()};

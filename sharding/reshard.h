@@ -179,8 +179,10 @@ inline constexpr size_t kMaxDiscoveredStatesPerSettled = 2;
 /// longer than the rank, strict divisibility; see NamedSharding::check_shape), has more than 2^60
 /// elements (num_elements_of), or the target's
 /// mesh differs from the source's in shape, axis names or set of devices (a different device
-/// order is allowed and becomes a permute). Pure: touches no runtime. Thread-safe. The default
-/// cost model is the shipped this_machine profile.
+/// order is allowed and becomes a permute). A 0-element array gets no steps: every block is
+/// empty in both shardings, so nothing moves (XLA's ZeroSizedHloElimination likewise drops the
+/// SPMD partitioner's zero-element collectives). Pure: touches no runtime. Thread-safe. The
+/// default cost model is the shipped this_machine profile.
 ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSharding& source,
                          const NamedSharding& target,
                          const CostModel& cost = CostModel::this_machine(),

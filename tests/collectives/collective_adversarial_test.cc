@@ -4,6 +4,7 @@
 // names the bug (or the contract) it pins; references are computed here, independently.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <latch>
 #include <limits>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -470,15 +472,20 @@ TEST(AdversarialFaultsTest, ThrowMidCollectiveFailsFastThenLaterCallsFailAtOnceT
 
 // ---- many cores --------------------------------------------------------------------------------
 
+// Options for 64 or 256 cores on 2 CPUs: 1 MiB of HBM and 4 KiB link slots per core, 60 s waits.
+RuntimeOptions many_core_options(int n) {
+  RuntimeOptions o = small_options(n);
+  o.hbm_bytes_per_core = 1 << 20;
+  o.link_slot_bytes = 4096;
+  o.collective_timeout = 60s;
+  return o;
+}
+
 // 64 and 256 virtual cores on 2 CPUs: small all_reduce (both auto choices), all_gather and a
 // barrier complete with the right values (the time is printed, not asserted).
 TEST(AdversarialManyCoresTest, SixtyFourAndTwoHundredFiftySixCoresComplete) {
   for (int n : {64, 256}) {
-    RuntimeOptions o = small_options(n);
-    o.hbm_bytes_per_core = 1 << 20;
-    o.link_slot_bytes = 4096;
-    o.collective_timeout = 60s;
-    Runtime rt(o);
+    Runtime rt(many_core_options(n));
     Communicator comm(rt, iota_group(n));
     const auto t0 = std::chrono::steady_clock::now();
     rt.run_spmd([&](CoreContext& ctx) {
@@ -666,6 +673,367 @@ TEST(AdversarialAlgorithmsTest, NonAllReduceAlgorithmsAreRejectedOnEveryGroupSiz
       EXPECT_TRUE(contains(msg, "is not an all_reduce algorithm"))
           << n << " " << algorithm_name(a) << msg;
     }
+  }
+}
+
+// ---- direct all_gather / reduce_scatter (issue 6 F11 made them direct; adversarial pass adv7) --
+
+// Sequential reference of a tiled reduce_scatter along `dim` of `shape`, op folded in rank order:
+// rank q's block is slice q of that dimension (dims[dim] / n wide), row-major.
+template <typename T>
+std::vector<T> reference_reduce_scatter(const std::vector<std::vector<T>>& in,
+                                        const std::vector<int64_t>& shape, int dim, ReduceOp op,
+                                        int q) {
+  const int n = static_cast<int>(in.size());
+  const int64_t width = shape[static_cast<size_t>(dim)] / n;
+  std::vector<T> out;
+  const uint64_t total = testing_util::num_elements(shape);
+  for (uint64_t flat = 0; flat < total; ++flat) {
+    const std::vector<int64_t> idx = testing_util::unravel(flat, shape);
+    if (idx[static_cast<size_t>(dim)] / width != q) continue;
+    T acc = in[0][flat];
+    for (int r = 1; r < n; ++r) {
+      const T v = in[static_cast<size_t>(r)][flat];
+      switch (op) {
+        case ReduceOp::kSum:
+          acc = acc + v;
+          break;
+        case ReduceOp::kProd:
+          acc = acc * v;
+          break;
+        case ReduceOp::kMax:
+          acc = std::max(acc, v);
+          break;
+        case ReduceOp::kMin:
+          acc = std::min(acc, v);
+          break;
+      }
+    }
+    out.push_back(acc);  // row-major over the block: the same order as the flat walk
+  }
+  return out;
+}
+
+// Sequential reference of a tiled all_gather along `axis`: output index i takes rank
+// i[axis] / shape[axis]'s element at i with i[axis] mod shape[axis].
+template <typename T>
+std::vector<T> reference_all_gather(const std::vector<std::vector<T>>& in,
+                                    const std::vector<int64_t>& shape, int axis) {
+  const int n = static_cast<int>(in.size());
+  std::vector<int64_t> out_shape = shape;
+  out_shape[static_cast<size_t>(axis)] *= n;
+  const uint64_t total = testing_util::num_elements(out_shape);
+  std::vector<T> out(total);
+  for (uint64_t flat = 0; flat < total; ++flat) {
+    std::vector<int64_t> idx = testing_util::unravel(flat, out_shape);
+    const int64_t w = shape[static_cast<size_t>(axis)];
+    const int q = static_cast<int>(idx[static_cast<size_t>(axis)] / w);
+    idx[static_cast<size_t>(axis)] %= w;
+    out[flat] = in[static_cast<size_t>(q)][testing_util::ravel(idx, shape)];
+  }
+  return out;
+}
+
+std::vector<std::vector<int64_t>> small_int_inputs(int n, uint64_t count, int salt) {
+  std::vector<std::vector<int64_t>> in(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r)
+    for (uint64_t i = 0; i < count; ++i)
+      in[static_cast<size_t>(r)].push_back(
+          static_cast<int64_t>((r * 7 + static_cast<int>(i) * 3 + salt) % 11) - 5);
+  return in;
+}
+
+// Every op, 1 element per rank, odd rank counts, middle and trailing scatter axes, out of place
+// and in NCCL's in-place forms, against the sequential references.
+TEST(AdversarialDirectGatherScatterTest, SizesAxesOpsAndInPlaceFormsMatchTheReference) {
+  Runtime rt(small_options(8));
+  for (int n : {1, 2, 3, 5, 8}) {
+    Communicator comm(rt, iota_group(n));
+    for (const auto& [shape, dim] : std::vector<std::pair<std::vector<int64_t>, int>>{
+             {{n}, 0}, {{7 * n}, 0}, {{3, n, 2}, 1}, {{2, 3, 2 * n}, 2}, {{1, 1, n}, 2}}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProd}) {
+        SCOPED_TRACE("n " + std::to_string(n) + " dim " + std::to_string(dim) + " op " +
+                     std::to_string(static_cast<int>(op)) + " shape[dim] " +
+                     std::to_string(shape[static_cast<size_t>(dim)]));
+        const uint64_t count = testing_util::num_elements(shape), per = count / n;
+        const auto in = small_int_inputs(n, count, static_cast<int>(op) + dim);
+        rt.run_spmd(iota_group(n), [&](CoreContext& ctx) {
+          const int c = ctx.core_id();
+          const std::vector<int64_t> want = reference_reduce_scatter(in, shape, dim, op, c);
+          std::vector<int64_t> x = in[static_cast<size_t>(c)], out(per, 99);
+          comm.reduce_scatter<int64_t>(ctx, x, out, shape, op, dim, true);
+          ASSERT_EQ(out, want) << "out of place";
+          // NCCL in place (leading dims 1 only): recv == send + rank * recvcount.
+          bool leading_ones = true;
+          for (int k = 0; k < dim; ++k) leading_ones = leading_ones && shape[size_t(k)] == 1;
+          if (leading_ones) {
+            std::span<int64_t> xs(x);
+            comm.reduce_scatter<int64_t>(ctx, xs, xs.subspan(c * per, per), shape, op, dim, true);
+            ASSERT_TRUE(std::equal(want.begin(), want.end(), x.begin() + c * per)) << "in place";
+          }
+          // all_gather of the blocks rebuilds the reference's full reduction, tiled on `dim`.
+          std::vector<int64_t> block_shape = shape;
+          block_shape[static_cast<size_t>(dim)] /= n;
+          std::vector<std::vector<int64_t>> blocks(static_cast<size_t>(n));
+          for (int q = 0; q < n; ++q)
+            blocks[size_t(q)] = reference_reduce_scatter(in, shape, dim, op, q);
+          const std::vector<int64_t> gathered_want = reference_all_gather(blocks, block_shape, dim);
+          std::vector<int64_t> g(count, -77);
+          comm.all_gather<int64_t>(ctx, want, g, block_shape, dim, true);
+          ASSERT_EQ(g, gathered_want) << "all_gather";
+          if (leading_ones) {  // in place: send == recv + rank * sendcount
+            std::vector<int64_t> g2(count, -77);
+            std::copy(want.begin(), want.end(), g2.begin() + c * per);
+            std::span<int64_t> gs(g2);
+            comm.all_gather<int64_t>(ctx, gs.subspan(c * per, per), gs, block_shape, dim, true);
+            ASSERT_EQ(g2, gathered_want) << "all_gather in place";
+          }
+        });
+      }
+    }
+  }
+}
+
+// A scatter dimension N does not divide is an error naming it, on every core, and the group is
+// usable afterwards (after reset); all_gather of any size (5 elements on 3 cores) is fine.
+TEST(AdversarialDirectGatherScatterTest, UndividedScatterDimensionIsAnError) {
+  Runtime rt(small_options(3));
+  Communicator comm(rt, iota_group(3));
+  std::vector<std::string> msgs(3);
+  try {
+    rt.run_spmd([&](CoreContext& ctx) {
+      std::vector<float> x(5, 1.0f), out(2);
+      const std::array<int64_t, 1> shape = {5};
+      try {
+        comm.reduce_scatter<float>(ctx, x, out, shape, ReduceOp::kSum, 0, true);
+      } catch (const InvalidArgumentError& e) {
+        msgs[size_t(ctx.core_id())] = e.what();
+        throw;
+      }
+    });
+  } catch (const InvalidArgumentError&) {
+  }
+  for (const std::string& m : msgs) EXPECT_TRUE(contains(m, "5")) << m;
+  std::printf("[ info ] undivided reduce_scatter: %s\n", msgs[0].c_str());
+  comm.reset();
+  rt.run_spmd([&](CoreContext& ctx) {
+    std::vector<float> x(5, static_cast<float>(ctx.core_id())), g(15);
+    const std::array<int64_t, 1> shape = {5};
+    comm.all_gather<float>(ctx, x, g, shape, 0, true);
+    for (int i = 0; i < 15; ++i) ASSERT_EQ(g[size_t(i)], static_cast<float>(i / 5));
+  });
+}
+
+// reduce_scatter with every partial overlap of recv into send (before, inside, straddling the
+// end, misaligned with the blocks) gives the out-of-place answer; all_gather rejects every
+// overlap that is not the in-place form.
+TEST(AdversarialDirectGatherScatterTest, PartialOverlapsAreCorrectOrRejected) {
+  Runtime rt(small_options(4));
+  Communicator comm(rt, iota_group(4));
+  const int n = 4;
+  const uint64_t count = 24, per = 6;
+  const std::vector<int64_t> shape = {24};
+  const auto in = small_int_inputs(n, count, 3);
+  for (int64_t shift : {-5, -1, 1, 2, 5, 7, 13, 18, 20, 23}) {
+    SCOPED_TRACE("recv = send + " + std::to_string(shift));
+    rt.run_spmd([&](CoreContext& ctx) {
+      const int c = ctx.core_id();
+      const std::vector<int64_t> want = reference_reduce_scatter(in, shape, 0, ReduceOp::kSum, c);
+      std::vector<int64_t> buf(64, 0);
+      const size_t base = 20;
+      std::copy(in[size_t(c)].begin(), in[size_t(c)].end(), buf.begin() + base);
+      std::span<int64_t> b(buf);
+      comm.reduce_scatter<int64_t>(ctx, b.subspan(base, count),
+                                   b.subspan(static_cast<size_t>(int64_t(base) + shift), per),
+                                   shape, ReduceOp::kSum, 0, true);
+      ASSERT_TRUE(std::equal(want.begin(), want.end(), buf.begin() + int64_t(base) + shift));
+    });
+  }
+  for (int64_t shift : {-3, 1, 5, 6, 11}) {
+    SCOPED_TRACE("all_gather send = recv + " + std::to_string(shift));
+    std::atomic<int> rejected{0};
+    try {
+      rt.run_spmd([&](CoreContext& ctx) {
+        std::vector<int64_t> buf(64, 1);
+        std::span<int64_t> b(buf);
+        const std::array<int64_t, 1> s = {6};
+        try {
+          comm.all_gather<int64_t>(ctx, b.subspan(size_t(20 + shift), 6), b.subspan(20, 24), s, 0,
+                                   true);
+        } catch (const InvalidArgumentError&) {
+          rejected.fetch_add(1);
+          throw;
+        }
+      });
+    } catch (const Error&) {
+    }
+    // Rank r with shift == 6 r is the in-place form for that rank only; the others must reject.
+    EXPECT_GE(rejected.load(), 3);
+    comm.reset();
+  }
+}
+
+// Disjoint replica groups at once: {0..3} and {4..7} reduce-scatter while {0,2,4,6} and
+// {1,3,5,7} all-gather, interleaved 20 times on 8 cores, every result against the reference.
+TEST(AdversarialDirectGatherScatterTest, DisjointGroupsRunAtOnce) {
+  Runtime rt(small_options(8));
+  Communicator lo(rt, {0, 1, 2, 3}), hi(rt, {4, 5, 6, 7});
+  Communicator even(rt, {0, 2, 4, 6}), odd(rt, {1, 3, 5, 7});
+  rt.run_spmd([&](CoreContext& ctx) {
+    const int c = ctx.core_id();
+    Communicator& rs = c < 4 ? lo : hi;
+    Communicator& ag = c % 2 == 0 ? even : odd;
+    for (int it = 0; it < 20; ++it) {
+      const uint64_t count = 4 * static_cast<uint64_t>(1 + it % 5);
+      std::vector<int64_t> x(count), out(count / 4);
+      for (uint64_t i = 0; i < count; ++i) x[i] = c * 1000 + it * 10 + static_cast<int64_t>(i);
+      const std::array<int64_t, 1> s = {static_cast<int64_t>(count)};
+      rs.reduce_scatter<int64_t>(ctx, x, out, s, ReduceOp::kSum, 0, true);
+      const int rank = rs.rank_of(c), first = c < 4 ? 0 : 4;
+      for (uint64_t j = 0; j < count / 4; ++j) {
+        const int64_t i = rank * static_cast<int64_t>(count / 4) + static_cast<int64_t>(j);
+        int64_t want = 0;
+        for (int q = first; q < first + 4; ++q) want += q * 1000 + it * 10 + i;
+        ASSERT_EQ(out[j], want) << "core " << c << " it " << it;
+      }
+      std::vector<int64_t> one = {c * 100 + it}, all(4);
+      const std::array<int64_t, 1> s1 = {1};
+      ag.all_gather<int64_t>(ctx, one, all, s1, 0, true);
+      for (int q = 0; q < 4; ++q) ASSERT_EQ(all[size_t(q)], (2 * q + c % 2) * 100 + it);
+    }
+  });
+}
+
+// Async: several reduce_scatter and all_gather starts in flight, waited out of order, with
+// compute between start and wait; the buffers hold the reference values after each wait.
+TEST(AdversarialDirectGatherScatterTest, AsyncStartsWaitedOutOfOrder) {
+  Runtime rt(small_options(4));
+  Communicator comm(rt, iota_group(4));
+  rt.run_spmd([&](CoreContext& ctx) {
+    const int c = ctx.core_id();
+    constexpr int kMany = 6;
+    std::vector<std::vector<float>> xs(kMany), outs(kMany), gs(kMany);
+    std::vector<CollectiveHandle> hs;
+    const std::array<int64_t, 1> s = {400}, b = {100};
+    for (int k = 0; k < kMany; ++k) {
+      xs[size_t(k)].assign(400, static_cast<float>(c + k));
+      outs[size_t(k)].assign(100, -1.0f);
+      gs[size_t(k)].assign(400, -1.0f);
+      if (k % 2 == 0) {
+        hs.push_back(comm.reduce_scatter_start<float>(ctx, xs[size_t(k)], outs[size_t(k)], s,
+                                                      ReduceOp::kSum, 0, true));
+      } else {
+        hs.push_back(comm.all_gather_start<float>(ctx,
+                                                  std::span<const float>(xs[size_t(k)]).first(100),
+                                                  std::span<float>(gs[size_t(k)]), b, 0, true));
+      }
+    }
+    double busy = 0;
+    for (int i = 0; i < 100000; ++i) busy += std::sqrt(static_cast<double>(i));
+    EXPECT_GT(busy, 0);
+    for (int k = kMany - 1; k >= 0; --k) hs[size_t(k)].wait();
+    for (int k = 0; k < kMany; k += 2)
+      for (float v : outs[size_t(k)]) ASSERT_EQ(v, static_cast<float>(0 + 1 + 2 + 3 + 4 * k));
+    for (int k = 1; k < kMany; k += 2)
+      for (int i = 0; i < 400; ++i)
+        ASSERT_EQ(gs[size_t(k)][size_t(i)], static_cast<float>(i / 100 + k)) << k << " " << i;
+  });
+}
+
+// A core that never calls: the others fail with DeadlineExceeded naming it within the timeout;
+// a core that throws before calling: the others fail fast with Aborted. The group works after
+// reset(), in both the direct reduce_scatter and all_gather.
+TEST(AdversarialDirectGatherScatterTest, TimeoutAndThrowOnOneCore) {
+  RuntimeOptions o = small_options(4);
+  o.collective_timeout = 300ms;
+  Runtime rt(o);
+  Communicator comm(rt, iota_group(4));
+  for (bool gather : {false, true}) {
+    SCOPED_TRACE(gather ? "all_gather" : "reduce_scatter");
+    std::vector<std::string> msgs(4);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      rt.run_spmd([&](CoreContext& ctx) {
+        const int c = ctx.core_id();
+        if (c == 2) return;  // never calls
+        std::vector<float> x(400, 1.0f), out(gather ? 1600 : 100);
+        const std::array<int64_t, 1> s = {400};
+        try {
+          if (gather) {
+            comm.all_gather<float>(ctx, x, out, s, 0, true);
+          } else {
+            comm.reduce_scatter<float>(ctx, x, out, s, ReduceOp::kSum, 0, true);
+          }
+        } catch (const Error& e) {
+          msgs[size_t(c)] = e.what();
+          throw;
+        }
+      });
+    } catch (const Error&) {
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(s, 5.0);
+    int naming = 0;
+    for (int c : {0, 1, 3}) naming += contains(msgs[size_t(c)], "2") ? 1 : 0;
+    EXPECT_GE(naming, 1) << msgs[0] << " | " << msgs[1] << " | " << msgs[3];
+    std::printf("[ info ] missing core: %.2f s; core 0: %s\n", s, msgs[0].c_str());
+    comm.reset();
+    const auto t1 = std::chrono::steady_clock::now();
+    EXPECT_THROW(rt.run_spmd([&](CoreContext& ctx) {
+      const int c = ctx.core_id();
+      if (c == 1) {
+        std::this_thread::sleep_for(20ms);
+        throw InternalError("core 1 broke");
+      }
+      std::vector<float> x(1 << 16, 1.0f), out(gather ? 4 << 16 : 1 << 14);
+      const std::array<int64_t, 1> s = {1 << 16};
+      if (gather) {
+        comm.all_gather<float>(ctx, x, out, s, 0, true);
+      } else {
+        comm.reduce_scatter<float>(ctx, x, out, s, ReduceOp::kSum, 0, true);
+      }
+    }),
+                 InternalError);
+    EXPECT_LT(std::chrono::steady_clock::now() - t1, 2s);
+    comm.reset();
+    rt.run_spmd([&](CoreContext& ctx) {
+      std::vector<float> x(8, 1.0f), out(2);
+      const std::array<int64_t, 1> s = {8};
+      comm.reduce_scatter<float>(ctx, x, out, s, ReduceOp::kSum, 0, true);
+      EXPECT_EQ(out[1], 4.0f);
+    });
+  }
+}
+
+// 64 and 256 cores: 1 element per rank reduce-scattered and all-gathered over the whole group,
+// and 64 cores as 8 disjoint groups of 8 at once.
+TEST(AdversarialDirectGatherScatterTest, SixtyFourAndTwoHundredFiftySixCores) {
+  for (int n : {64, 256}) {
+    Runtime rt(many_core_options(n));
+    Communicator comm(rt, iota_group(n));
+    std::vector<std::unique_ptr<Communicator>> groups;
+    for (int g = 0; g < n / 8; ++g)
+      groups.push_back(std::make_unique<Communicator>(rt, iota_group(8, 8 * g)));
+    const auto t0 = std::chrono::steady_clock::now();
+    rt.run_spmd([&](CoreContext& ctx) {
+      const int c = ctx.core_id();
+      std::vector<int64_t> x(static_cast<size_t>(n)), one(1), all(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) x[size_t(i)] = c + i;
+      const std::array<int64_t, 1> s = {n}, s1 = {1};
+      comm.reduce_scatter<int64_t>(ctx, x, one, s, ReduceOp::kSum, 0, true);
+      ASSERT_EQ(one[0], int64_t{n} * (n - 1) / 2 + int64_t{n} * c);
+      comm.all_gather<int64_t>(ctx, one, all, s1, 0, true);
+      for (int q = 0; q < n; ++q)
+        ASSERT_EQ(all[size_t(q)], int64_t{n} * (n - 1) / 2 + int64_t{n} * q);
+      Communicator& g = *groups[size_t(c / 8)];
+      std::vector<int64_t> y(8, c), z(1);
+      const std::array<int64_t, 1> s8 = {8};
+      g.reduce_scatter<int64_t>(ctx, y, z, s8, ReduceOp::kMax, 0, true);
+      ASSERT_EQ(z[0], (c / 8) * 8 + 7);
+    });
+    std::printf(
+        "[ info ] %d cores: direct reduce_scatter + all_gather + 8-groups: %.1f ms\n", n,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
 }
 

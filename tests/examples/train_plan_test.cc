@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "examples/transformer_model.h"
 #include "runtime/hardware_profile.h"
 #include "sharding/model_graph.h"
 
@@ -144,6 +145,42 @@ TEST(TrainPlanTest, BadPlansNameTheFieldAndWhatWasExpected) {
   bad({"estimate.batch is 0"}, [](auto& j) { j["estimate"]["batch"] = 0; });
 }
 
+// Adversarial pass adv7. G1: a plan of 2048 cores passed (the bound was 4096) and vtpu train then
+// failed with "num_cores is 2048 (expected 1..1024)", naming neither the plan nor its mesh. G3: a
+// layer the model does not have ("fc9") was reported as "is 'row', but the trainer shards it
+// 'sharded'", as if the mlp had it.
+TEST(TrainPlanTest, MeshBeyondTheRuntimeAndUnknownLayersAreRejected) {
+  nlohmann::json j = good_plan();
+  j["mesh"]["shape"] = {2, 1024};
+  expect_error<InvalidArgumentError>(
+      [&] { parse_train_plan(j, "p.json"); },
+      {"plan file 'p.json'", "has 2048 cores (expected at most 1024: vtpu train runs one"});
+  j["mesh"]["shape"] = {4096, 4096};
+  expect_error<InvalidArgumentError>([&] { parse_train_plan(j, "p.json"); },
+                                     {"has more than 4096 cores (expected at most 1024"});
+  j["mesh"]["shape"] = {2, 512};
+  EXPECT_EQ(parse_train_plan(j, "p.json").mesh_shape, (std::vector<int64_t>{2, 512}));
+
+  nlohmann::json t = good_plan();
+  t["layers"] = {{{"name", "blocks.0.attn"}, {"sharding", "heads"}},
+                 {{"name", "blocks.12.mlp.fc2"}, {"sharding", "row"}},
+                 {{"name", "head"}, {"sharding", "replicated"}}};
+  EXPECT_NO_THROW(plan_data_tensor_layout(parse_train_plan(t, "t.json"), "train transformer"));
+  for (const char* name : {"blocks.0.mlp", "blocks.x.attn", "blocks..attn", "fc1", "lm_head"}) {
+    t["layers"] = {{{"name", name}, {"sharding", "replicated"}}};
+    expect_error<InvalidArgumentError>(
+        [&] { plan_data_tensor_layout(parse_train_plan(t, "t.json"), "train transformer"); },
+        {"plan file 't.json' names layer '" + std::string(name) +
+         "', which model 'transformer' does not have"});
+  }
+  nlohmann::json m = good_plan();
+  m["model"] = "mlp";
+  m["layers"] = {{{"name", "fc1"}, {"sharding", "column"}}, {{"name", "fc9"}, {"sharding", "row"}}};
+  expect_error<InvalidArgumentError>(
+      [&] { plan_data_tensor_layout(parse_train_plan(m, "m.json"), "train mlp"); },
+      {"names layer 'fc9', which model 'mlp' does not have (expected fc1, relu, fc2)"});
+}
+
 TEST(TrainPlanTest, WrongModelNamesBoth) {
   const TrainPlan p = parse_train_plan(good_plan(), "p.json");
   expect_error<InvalidArgumentError>(
@@ -250,6 +287,17 @@ TEST(TrainPlanTest, WhatVtpuTrainRuns) {
 
 ModelGraph model_file(const std::string& name) {
   return ModelGraph::load_json_file(std::string(VTPU_SOURCE_DIR) + "/examples/models/" + name);
+}
+
+// Issue 6 adversarial pass, F17: examples/models/transformer.json, "the default vtpu train
+// transformer model", left out the LM head's bias that the trainer has (120,576 parameters
+// against the trainer's 120,704). The file now counts the trainer's parameters exactly.
+TEST(TrainPlanTest, ShippedTransformerFileCountsTheTrainersParameters) {
+  const ModelGraph t = model_file("transformer.json");
+  const TransformerLayout layout(TransformerConfig{}, 1);
+  EXPECT_EQ(t.num_parameters(), layout.size());
+  EXPECT_EQ(t.num_parameters(), 120704);
+  EXPECT_TRUE(t.layers.back().bias) << t.layers.back().name;
 }
 
 // The planner within what vtpu train runs: on every mesh the winner is runnable, and its layers

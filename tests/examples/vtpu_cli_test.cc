@@ -484,6 +484,15 @@ TEST(VtpuCliTest, ReshardRejectsBadShapesAndRunsTooLargeToHold) {
   EXPECT_NE(max.output.find("all_reduce(max)", max.output.find("ran on 2 virtual cores")),
             std::string::npos)
       << max.output;
+  // F12: a 0-element array was planned as an all_to_all estimated at 0 s (the alpha term lost
+  // with the bytes); every block is empty, so nothing moves, planned or run.
+  const std::string empty = "reshard --mesh 2x2 --shape 0,8 --from \"P('x')\" --to \"P(None,'x')\"";
+  for (const std::string& args : {empty + " --explain", empty}) {
+    const CliRun e = run_cli(args);
+    EXPECT_EQ(e.exit_code, 0) << e.output;
+    EXPECT_NE(e.output.find("no steps: the array has no elements"), std::string::npos) << e.output;
+    EXPECT_EQ(e.output.find("1  all_to_all"), std::string::npos) << e.output;  // no step row
+  }
   // 2^62 elements: the error names the array's own shape, not a shard's (F2).
   expect_failure(
       "reshard --mesh 2 --shape 4611686018427387904 --from \"P('x')\" --to \"P()\" "
@@ -1119,6 +1128,40 @@ TEST(VtpuCliPlanTest, PlanPrintsEveryCandidateAndEmitsTheWinner) {
 TEST(VtpuCliPlanTest, NoFitFailsWithTheSmallestHbmThatWouldFit) {
   expect_failure("plan " + model_path("mlp.json") + " --mesh 1x8 --hbm-bytes 1K",
                  "smallest HBM per core that would fit is", 1);
+}
+
+// Adversarial pass of issue 6. F13: vtpu plan bounded each --mesh size but not their product
+// (--mesh 4096x4096 planned 16,777,216 cores; --emit wrote plans vtpu train cannot run). F19:
+// --mesh " 2x 2" and +2x2 were accepted (std::stoll skips spaces, takes a sign), and --axes ",y"
+// said "names 1 axes" (CLI11 dropped the empty name).
+TEST(VtpuCliPlanTest, MeshProductIsBoundedAndMeshAndAxesAreParsedStrictly) {
+  const std::string plan = "plan " + model_path("transformer.json");
+  expect_failure(plan + " --mesh 4096x4096",
+                 "--mesh 4096x4096 has 16777216 devices (expected at most 65536 to plan)", 1);
+  expect_failure(plan + " --mesh 4096x4096x4096x4096x4096x4096",
+                 "has more than 16777216 devices (expected at most 65536 to plan)", 1);
+  const std::string out =
+      (std::filesystem::temp_directory_path() / "vtpu_cli_plan_2048.json").string();
+  std::filesystem::remove(out);
+  expect_failure(plan + " --mesh 2048 --emit " + out,
+                 "--mesh 2048 has 2048 devices (expected at most 1024 for a plan --emit writes", 1);
+  EXPECT_FALSE(std::filesystem::exists(out));
+  for (const char* mesh : {"\" 2x 2\"", "+2x2", "2x-2", "\"2x2 \"", "0x2", "2x4097", "2x"}) {
+    SCOPED_TRACE(mesh);
+    expect_failure(plan + " --mesh " + mesh, "is not a mesh shape", 1);
+    expect_failure(
+        std::string("reshard --shape 4 --from \"P()\" --to \"P()\" --explain --mesh ") + mesh,
+        "is not a mesh shape", 1);
+  }
+  expect_failure(plan + " --mesh 2x2 --axes \",y\"", "--axes ',y' has an empty name for axis 0", 1);
+  expect_failure(plan + " --mesh 2x2 --axes \"x,\"", "--axes 'x,' has an empty name for axis 1", 1);
+  expect_failure(
+      "reshard --mesh 2x2x2 --axes \"x,,z\" --shape 4 --from \"P()\" --to \"P()\" --explain",
+      "--axes 'x,,z' has an empty name for axis 1", 1);
+  expect_failure(plan + " --mesh 2x2 --axes a,b,c", "--axes names 3 axes but --mesh 2x2 has 2", 1);
+  const CliRun ok = run_cli(plan + " --mesh 2x2 --axes a,b --hardware v5e");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("Mesh(a=2, b=2)"), std::string::npos) << ok.output;
 }
 
 TEST(VtpuCliPlanTest, MalformedModelFileNamesTheField) {

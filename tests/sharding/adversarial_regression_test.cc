@@ -5,10 +5,17 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdint>
+#include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
+#include "common/error.h"
+#include "common/strings.h"
 #include "runtime/runtime.h"
+#include "sharding/auto_planner.h"
+#include "sharding/cost_model.h"
 #include "sharding/reshard.h"
 #include "sharding/sharded_array.h"
 
@@ -84,6 +91,155 @@ TEST(AdversarialShardingTest, ReshardSearchOnTenAxesFallsBackToGreedyWithinItsBo
   EXPECT_EQ(greedy.search_states, 0u);
   ASSERT_FALSE(searched.steps.empty());
   EXPECT_EQ(searched.steps.back().spec_after, to.spec());
+}
+
+// Issue 6 adversarial pass, F12: a 0-element array was planned as collectives estimated at 0 s
+// (the alpha term was lost with the bytes) and run through them. Every block is empty in both
+// shardings, so the plan has no steps (as XLA drops zero-element collectives), and running it
+// gives the empty array with the target sharding.
+TEST(AdversarialShardingTest, ZeroElementArraysMoveNothing) {
+  const Mesh mesh({2, 2}, {"x", "y"});
+  const ReshardCostModel uniform;  // alpha > 0: any collective would cost at least alpha
+  ASSERT_GT(uniform.alpha_seconds, 0.0);
+  for (const auto& [shape, from, to] :
+       std::vector<std::tuple<std::vector<int64_t>, std::string, std::string>>{
+           {{0, 8}, "P('x')", "P(None,'x')"},
+           {{8, 0}, "P('x','y')", "P()"},
+           {{0}, "P(unreduced={'x','y'})", "P('x')"},
+           {{0, 0}, "P(('x','y'))", "P(None,('y','x'))"}}) {
+    SCOPED_TRACE(from + " -> " + to);
+    const NamedSharding a(mesh, PartitionSpec::parse(from));
+    const NamedSharding b(mesh, PartitionSpec::parse(to));
+    const ReshardPlan plan = plan_reshard(shape, a, b, uniform);
+    EXPECT_TRUE(plan.steps.empty());
+    EXPECT_EQ(plan.total_estimated_seconds(), 0.0);
+    EXPECT_NE(plan.to_string().find("no steps: the array has no elements"), std::string::npos);
+    RuntimeOptions o;
+    o.num_cores = 4;
+    o.hbm_bytes_per_core = 1 << 20;
+    Runtime rt(o);
+    const ShardedArray in = ShardedArray::device_put(rt, {}, shape, a);
+    const ShardedArray out = execute_reshard(rt, in, plan);
+    EXPECT_EQ(out.sharding(), b);
+    EXPECT_EQ(out.global_shape(), shape);
+    EXPECT_TRUE(out.gather().empty());
+  }
+  // A non-empty array of the same specs still moves (the rule is about elements, not specs).
+  const NamedSharding a(mesh, PartitionSpec::parse("P('x')"));
+  const NamedSharding b(mesh, PartitionSpec::parse("P(None,'x')"));
+  EXPECT_FALSE(plan_reshard({2, 8}, a, b, uniform).steps.empty());
+}
+
+// A model of one dense layer "fc" (width x width, no bias), SGD, built by hand: the planner's
+// input without the model file's size limits.
+ModelGraph one_dense_layer(const std::string& name, int64_t width, int64_t batch) {
+  ModelGraph m;
+  m.name = name;
+  m.optimizer = "sgd";
+  m.batch = batch;
+  ModelLayer fc;
+  fc.name = "fc";
+  fc.kind = LayerKind::kDense;
+  fc.in = width;
+  fc.out = width;
+  fc.bias = false;
+  m.layers = {fc};
+  return m;
+}
+
+// Issue 6 adversarial pass, F15: the planner turned double byte counts into uint64 with a
+// saturating (undefined) conversion, so a hand-built ModelGraph (which skips the model file's
+// size limits) printed "the smallest HBM per core that would fit is 16384.00 PiB
+// (18446744073709551615 bytes)". It is now an error naming the model, the bytes and the strategy.
+TEST(AdversarialShardingTest, PlannerRejectsByteCountsPast64Bits) {
+  // 2^62 weights: 2^65 bytes of f32 parameters per core, unsharded.
+  ModelGraph m = one_dense_layer("huge", int64_t{1} << 31, 8);
+  ASSERT_EQ(m.num_parameters(), int64_t{1} << 62);
+  try {
+    plan_auto_sharding(m, {1, 2}, {"data", "model"}, CostModel(HardwareProfile::get("v5e")), 0);
+    ADD_FAILURE() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("model 'huge' needs "), std::string::npos) << msg;
+    EXPECT_NE(msg.find("(expected less than 2^63 bytes"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("18446744073709551615"), std::string::npos) << msg;
+  }
+  // 2^20 x 2^20 weights (2^42 B with gradients) still plan, and do not fit v5e's 16 GiB.
+  m.layers[0].in = m.layers[0].out = int64_t{1} << 20;
+  const AutoShardingPlan p =
+      plan_auto_sharding(m, {1, 2}, {"data", "model"}, CostModel(HardwareProfile::get("v5e")), 0);
+  EXPECT_LT(p.winner, 0);
+}
+
+// Adversarial pass adv7, G6: the planner tries 3^k strategies for k mesh axes of size > 1, and k
+// was unbounded: 12 axes of 2 took 40 s and 0.9 GB, 16 axes (65,536 devices) would be 43 million
+// candidates. More than kMaxPlannedAxes such axes is an error; size-1 axes do not count.
+TEST(AdversarialShardingTest, PlannerBoundsTheAxesItEnumerates) {
+  const ModelGraph m = one_dense_layer("tiny", 8, 1024);
+  const CostModel v5e(HardwareProfile::get("v5e"));
+  auto names = [](size_t n) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < n; ++i) out.push_back("a" + std::to_string(i));
+    return out;
+  };
+  try {
+    plan_auto_sharding(m, std::vector<int64_t>(9, 2), names(9), v5e, 0);
+    ADD_FAILURE() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("has 9 axes of size > 1, so the planner would try 3^9 "
+                                         "strategies (expected at most 8 such axes"),
+              std::string::npos)
+        << e.what();
+  }
+  std::vector<int64_t> shape(8, 2);
+  shape.insert(shape.end(), 4, 1);  // 12 axes, 8 of them of size > 1
+  const AutoShardingPlan p = plan_auto_sharding(m, shape, names(12), v5e, 0);
+  EXPECT_EQ(p.candidates.size(), 6561u);
+  EXPECT_GE(p.winner, 0);
+}
+
+// Issue 6 adversarial pass, F27: errors quoted the whole spec, so a 20 000-axis spec made a
+// 150 KB error line. The quoted spec is now abbreviated (parse errors: the part around the
+// position), and the message stays a few hundred characters.
+TEST(AdversarialShardingTest, ErrorsAbbreviateHugeSpecs) {
+  std::string axes;
+  for (int i = 0; i < 20000; ++i) axes += (i ? "," : "") + std::string("a") + std::to_string(i);
+  const Mesh mesh({2}, {"x"});
+  try {
+    NamedSharding(mesh, PartitionSpec::parse("P((" + axes + "))"));
+    ADD_FAILURE() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    const std::string msg = e.what();
+    EXPECT_LT(msg.size(), 1000u);
+    EXPECT_NE(msg.find("names axis 'a0' in entry 0"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("bytes omitted"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'a19999'))"), std::string::npos) << msg;  // the tail is kept
+  }
+  try {
+    PartitionSpec::parse("P((" + axes + ",$))");
+    ADD_FAILURE() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    const std::string msg = e.what();
+    EXPECT_LT(msg.size(), 1000u);
+    EXPECT_NE(msg.find("a19999,$))\": expected"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("found '$'"), std::string::npos) << msg;
+  }
+  // A short spec is quoted whole, as before.
+  try {
+    PartitionSpec::parse("P('x',$)");
+    ADD_FAILURE() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("\"P('x',$)\""), std::string::npos) << e.what();
+  }
+  // abbreviate never cuts a UTF-8 sequence: 400 two-byte characters keep whole ones.
+  std::string accents;
+  for (int i = 0; i < 400; ++i) accents += "\xC3\xA9";
+  const std::string a = abbreviate(accents);
+  EXPECT_LE(a.size(), kMaxQuotedChars + 40);
+  const size_t cut = a.find("...");
+  ASSERT_NE(cut, std::string::npos);
+  EXPECT_EQ(cut % 2, 0u);
+  EXPECT_EQ((a.size() - a.rfind("...") - 3) % 2, 0u);
 }
 
 }  // namespace
