@@ -262,12 +262,19 @@ std::shared_ptr<BenchCollectivesCommand> add_bench_collectives_command(CLI::App&
   app->add_option("--link-slots", o.link_num_slots, "Slots per link (default: RuntimeOptions' 4)")
       ->check(CLI::Range(2, 1024));
   app->add_flag("--json", cmd->json, "Print the configuration, memcpy bandwidth and rows as JSON");
+  // F16: an empty path is a usage error, not "no --calibrate" (it used to run a plain sweep).
   app->add_option("--calibrate", cmd->calibrate_path,
                   "Instead of one sweep: sweep all_gather, reduce_scatter, all_reduce and "
                   "all_to_all (default 8 B..4 MiB, 10 timed calls; --min-bytes, --max-bytes, "
                   "--iters, --warmup, --cores apply), fit alpha and beta of each, measure peak "
                   "f32 FLOP/s and memcpy bandwidth, and write a this_machine hardware profile "
-                  "to this JSON file");
+                  "to this JSON file")
+      ->check(CLI::Validator(
+          [](const std::string& path) {
+            return path.empty() ? std::string("expected a file path, got an empty string")
+                                : std::string();
+          },
+          "PATH", "non-empty path"));
   return cmd;
 }
 

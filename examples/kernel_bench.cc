@@ -12,9 +12,12 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <tuple>
 
 #include "common/error.h"
 #include "common/units.h"
+#include "examples/calibration.h"
+#include "examples/nn_kernels.h"
 #include "runtime/pallas_kernels.h"
 #include "runtime/runtime.h"
 
@@ -24,6 +27,7 @@ namespace {
 
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Map = Eigen::Map<RowMatrix>;
+using CMap = Eigen::Map<const RowMatrix>;
 using Clock = std::chrono::steady_clock;
 
 double median(std::vector<double> v) {
@@ -267,7 +271,206 @@ void to_json(nlohmann::json& j, const KernelBenchResult& r) {
   }
 }
 
+namespace {
+
+/// CPU seconds of this thread (CLOCK_THREAD_CPUTIME_ID): unlike the wall clock, it does not run
+/// while a loaded host has the thread preempted.
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+/// Best CPU seconds per call of `call`, over `batches` batches of calls that each run at least
+/// `min_batch_seconds` of this thread's CPU time (so that the clock's resolution does not decide
+/// a short kernel's figure). Thread CPU time, so that preemption on a loaded host does not count;
+/// the best batch is the one least disturbed by other programs sharing the CPU's caches.
+template <typename F>
+double best_seconds_per_call(F&& call, int batches = 5, double min_batch_seconds = 2e-4) {
+  call();  // warm: first-touch pages, Eigen's blocking buffers
+  double best = 1e30;
+  for (int b = 0; b < batches; ++b) {
+    int64_t calls = 0;
+    const double t0 = thread_cpu_seconds();
+    double elapsed = 0;
+    do {
+      call();
+      ++calls;
+      elapsed = thread_cpu_seconds() - t0;
+    } while (elapsed < min_batch_seconds);
+    best = std::min(best, elapsed / static_cast<double>(calls));
+  }
+  return best;
+}
+
+/// Operands of the kernel measurements, rotated through pools much larger than the L2, so that
+/// every call reads operands that are not in the cache: as in a training step, whose kernels read
+/// what earlier kernels wrote megabytes ago (the transformer's step touches 16 MiB). Inputs come
+/// from a pool of values uniform in [-1, 1] that is never written; outputs go to a separate
+/// rotating pool that is never read as an input (so no value is fed back: repeated GELUs would
+/// shrink inputs towards 0, where tanh takes a fast path).
+class OperandPool {
+ public:
+  explicit OperandPool(int64_t floats)
+      : in_(static_cast<size_t>(floats)), out_(static_cast<size_t>(floats)) {
+    std::mt19937 gen(7);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (float& x : in_) x = u(gen);
+  }
+  /// The next `floats` contiguous input floats (read only).
+  const float* in(int64_t floats) { return next(in_, in_offset_, floats); }
+  /// The next `floats` contiguous output floats.
+  float* out(int64_t floats) { return next(out_, out_offset_, floats); }
+
+ private:
+  static float* next(std::vector<float>& v, int64_t& offset, int64_t floats) {
+    if (offset + floats > static_cast<int64_t>(v.size())) offset = 0;
+    float* p = v.data() + offset;
+    offset += (floats + 15) / 16 * 16;  // 64-byte steps
+    return p;
+  }
+  std::vector<float> in_, out_;
+  int64_t in_offset_ = 0, out_offset_ = 0;
+};
+
+/// KernelRates' elementwise kernels over `elements` floats, and its row kernels at row lengths
+/// 16..1024 (about `elements` per call), each fitted to seconds per row = a + b x length by
+/// fit_alpha_beta (examples/calibration.h, relative residuals). The kernels are the trainers'
+/// (examples/nn_kernels.h); operands come from `pool`.
+void measure_elementwise_rates(int64_t elements, OperandPool& pool, KernelRates& r) {
+  const double n = static_cast<double>(elements);
+  using Arr = Eigen::Map<Eigen::ArrayXf>;
+  using CArr = Eigen::Map<const Eigen::ArrayXf>;
+  r.elementwise_per_second["pass"] = n / best_seconds_per_call([&] {
+                                       CArr x(pool.in(elements), elements);
+                                       Arr y(pool.out(elements), elements);
+                                       y = x * 1.5f + 0.5f;
+                                     });
+  // The trainers' activation: GELU forward and its derivative, one tanh each (2 per element),
+  // the derivative scaling an incoming gradient as the backward does.
+  r.elementwise_per_second["transcendental"] =
+      2 * n / best_seconds_per_call([&] {
+        CArr x(pool.in(elements), elements);
+        Arr y(pool.out(elements), elements);
+        CArr g(pool.in(elements), elements);
+        Arr dx(pool.out(elements), elements);
+        y = x.unaryExpr([](float z) { return nn::gelu(z); });
+        dx = g.binaryExpr(x, [](float gg, float z) { return gg * nn::gelu_grad(z); });
+      });
+  std::vector<double> lengths, ln, ce, sm_lengths, sm;
+  for (int64_t len = 16; len <= 1024; len *= 2) {
+    const int64_t rows = std::max<int64_t>(elements / len, 16);
+    std::vector<float> mu(static_cast<size_t>(rows)), rs(static_cast<size_t>(rows));
+    std::vector<float> gain(static_cast<size_t>(len), 1.0f), bias(static_cast<size_t>(len), 0.0f);
+    std::vector<float> dg(static_cast<size_t>(len)), db(static_cast<size_t>(len));
+    const double ln_s = best_seconds_per_call([&] {
+      const float* x = pool.in(rows * len);
+      float* y = pool.out(rows * len);
+      float* dx = pool.out(rows * len);
+      nn::layer_norm_forward(x, y, mu.data(), rs.data(), gain.data(), bias.data(), rows, len);
+      nn::layer_norm_backward(x, y, mu.data(), rs.data(), gain.data(), dx, dg.data(), db.data(),
+                              rows, len);
+    });
+    if (len <= 256) {  // attention blocks up to 256 KiB: the sequence lengths vtpu trains
+      // One causal attention block of len x len, forward then backward (len rows). Both work in
+      // place, so each call copies its operands into fresh slices first; the copies (two passes
+      // over the block, which the trainer does not make) are timed alone and subtracted, but
+      // never below half the measured time.
+      const int64_t block = len * len;
+      const double sm_s = best_seconds_per_call([&] {
+        const float* scores = pool.in(block);
+        float* probs = pool.out(block);
+        float* dp = pool.out(block);
+        std::copy_n(scores, block, probs);
+        nn::causal_softmax_forward(probs, len);
+        std::copy_n(scores, block, dp);
+        nn::softmax_backward(probs, dp, len, 0.25f);
+      });
+      const double copy_s = best_seconds_per_call([&] {
+        const float* scores = pool.in(block);
+        float* probs = pool.out(block);
+        float* dp = pool.out(block);
+        std::copy_n(scores, block, probs);
+        std::copy_n(scores, block, dp);
+      });
+      sm_lengths.push_back(static_cast<double>(len));
+      sm.push_back(std::max(sm_s - copy_s, 0.5 * sm_s) / static_cast<double>(len));
+    }
+    // The cross-entropy works in place on its logits: as above, copy then subtract the copy.
+    const double ce_s = best_seconds_per_call([&] {
+      const float* src = pool.in(rows * len);
+      float* logits = pool.out(rows * len);
+      std::copy_n(src, rows * len, logits);
+      nn::softmax_cross_entropy(logits, rows, len, 1e-3f,
+                                [](int64_t i) { return static_cast<int32_t>(i % 7); });
+    });
+    const double ce_copy_s = best_seconds_per_call([&] {
+      const float* src = pool.in(rows * len);
+      std::copy_n(src, rows * len, pool.out(rows * len));
+    });
+    lengths.push_back(static_cast<double>(len));
+    ln.push_back(ln_s / static_cast<double>(rows));
+    ce.push_back(std::max(ce_s - ce_copy_s, 0.5 * ce_s) / static_cast<double>(rows));
+  }
+  for (const auto& [name, xs, ts] :
+       {std::tuple<const char*, std::vector<double>*, std::vector<double>*>{"layer_norm", &lengths,
+                                                                            &ln},
+        {"softmax", &sm_lengths, &sm},
+        {"cross_entropy", &lengths, &ce}}) {
+    const LinearFit f = fit_alpha_beta(*xs, *ts);
+    // A slope of 0 (flat times: noise) would fail validation; 1e-15 s per element is below any
+    // real kernel.
+    r.row_kernels[name] = {f.a, f.b > 0 ? f.b : 1e-15};
+  }
+}
+
+}  // namespace
+
+KernelRates measure_kernel_rates(const std::vector<int64_t>& gemm_sizes,
+                                 int64_t elementwise_elements) {
+  for (size_t i = 0; i < gemm_sizes.size(); ++i) {
+    if (gemm_sizes[i] < 1 || gemm_sizes[i] > 1024 ||
+        (i > 0 && gemm_sizes[i] <= gemm_sizes[i - 1])) {
+      throw InvalidArgumentError("GEMM size " + std::to_string(gemm_sizes[i]) +
+                                 " (expected strictly increasing sizes in 1..1024)");
+    }
+  }
+  if (elementwise_elements < 1024 || elementwise_elements > (int64_t{1} << 20)) {
+    throw InvalidArgumentError("elementwise elements " + std::to_string(elementwise_elements) +
+                               " (expected 1024..2^20)");
+  }
+  Eigen::setNbThreads(1);
+  // 32 MiB of inputs (16 times the largest GEMM's, 2 x 1024^2 floats) and 32 MiB of outputs:
+  // far beyond the L2.
+  OperandPool pool(int64_t{8} << 20);
+  KernelRates r;
+  r.gemm_sizes = gemm_sizes;
+  for (int64_t m : gemm_sizes) {
+    for (int64_t k : gemm_sizes) {
+      for (int64_t n : gemm_sizes) {
+        // Contiguous row-major operands of exactly (m, k) and (k, n), as the trainers' maps.
+        const double s = best_seconds_per_call(
+            [&] {
+              CMap am(pool.in(m * k), m, k), bm(pool.in(k * n), k, n);
+              Map cm(pool.out(m * n), m, n);
+              cm.noalias() = am * bm;
+            },
+            3);
+        r.gemm_flops_per_second.push_back(2.0 * static_cast<double>(m) * static_cast<double>(k) *
+                                          static_cast<double>(n) / s);
+      }
+    }
+  }
+  measure_elementwise_rates(elementwise_elements, pool, r);
+  r.validate("this_machine");
+  return r;
+}
+
 HardwareProfile measure_this_machine(uint64_t copy_bytes, int gemm_n) {
+  // The GEMM table's sizes: powers of 2 that bracket the trainers' shapes (head dim 16, d_model
+  // 64, 10 classes, up to 1024 tokens); larger shapes are priced at the 1024 rate (clamped).
+  static const std::vector<int64_t> kKernelGemmSizes = {8, 16, 32, 64, 128, 256, 512, 1024};
+  constexpr int64_t kKernelElements = 65536;  // 256 KiB of floats: in the L2 with the output
   Eigen::setNbThreads(1);
   std::vector<std::byte> src(copy_bytes, std::byte{1}), dst(copy_bytes, std::byte{0});
   double best_copy = 1e30;
@@ -328,6 +531,7 @@ HardwareProfile measure_this_machine(uint64_t copy_bytes, int gemm_n) {
   p.host_cpus = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
   p.cache_bytes = cache_bytes_per_second > 0 ? cache_bytes : 0;
   p.cache_bytes_per_second = p.cache_bytes > 0 ? cache_bytes_per_second : 0.0;
+  p.kernels = measure_kernel_rates(kKernelGemmSizes, kKernelElements);
   p.sources = {
       {"peak_flops_per_second.f32",
        "measured: best of 5 single-threaded Eigen GEMMs, f32 " + std::to_string(gemm_n) + "^3"},
@@ -346,6 +550,31 @@ HardwareProfile measure_this_machine(uint64_t copy_bytes, int gemm_n) {
       {"host_cpus",
        "measured: online CPUs (sysconf(_SC_NPROCESSORS_ONLN)); the virtual cores' threads share "
        "them"}};
+  const std::string cold =
+      "; inputs rotated through a 32 MiB pool (outputs through another), so that no call finds "
+      "them in the L2 (as in a "
+      "training step)";
+  p.sources["kernels.gemm_flops_per_second"] =
+      "measured: single-threaded Eigen f32 GEMMs of contiguous row-major (m, k) x (k, n) at every "
+      "(m, k, n) in gemm_sizes^3, FLOP/s of the best of 3 batches of calls (each >= 0.2 ms of "
+      "thread CPU time)" +
+      cold;
+  p.sources["kernels.elementwise_per_second.pass"] =
+      "measured: Eigen y = 1.5 x + 0.5 over 65536 floats, elements per second (best of 5 "
+      "batches)" +
+      cold;
+  p.sources["kernels.elementwise_per_second.transcendental"] =
+      "measured: the trainers' GELU forward and backward (examples/nn_kernels.h; one std::tanh "
+      "each, one float at a time) over 65536 floats, transcendentals per second (best of 5 "
+      "batches)" +
+      cold;
+  p.sources["kernels.row_kernels"] =
+      "measured: the trainers' kernels (examples/nn_kernels.h) on rows of 16..1024 elements "
+      "(about 65536 per call; best of 5 batches): layer_norm forward + backward, softmax one "
+      "causal attention block forward + backward per row (16..256), cross_entropy softmax "
+      "cross-entropy per row; seconds per row fitted to seconds_per_row + seconds_per_element x "
+      "length by least squares on relative residuals" +
+      cold;
   if (p.cache_bytes > 0) {
     p.sources["cache_bytes"] = "measured: L2 per CPU (sysconf(_SC_LEVEL2_CACHE_SIZE))";
     p.sources["cache_bytes_per_second"] = "measured: best of " + std::to_string(kCacheCopies) +

@@ -82,6 +82,19 @@ void print_matmul_bench(const KernelBenchResult& r);
 /// links are memcpy through ring buffers; calibrate with `vtpu bench collectives`). host_cpus is
 /// the online CPU count; cache_bytes the L2 per CPU and cache_bytes_per_second the best of 2000
 /// warm memcpy of a quarter of it (both 0 when the system reports no L2 size).
+/// Also measures the kernel rates (measure_kernel_rates, below) into `kernels`.
 HardwareProfile measure_this_machine(uint64_t copy_bytes = uint64_t{64} << 20, int gemm_n = 1024);
+
+/// The kernel rates of a host profile (runtime/hardware_profile.h, KernelRates), measured on this
+/// thread: the single-threaded Eigen f32 GEMM at every (m, k, n) in gemm_sizes^3 (strictly
+/// increasing), the elementwise kernels over `elementwise_elements` floats, and the row kernels
+/// (the trainers' examples/nn_kernels.h) fitted over row lengths 16..1024. Every call reads its
+/// operands from a 32 MiB rotation, never from the L2 (as in a training step, whose kernels read
+/// what earlier kernels wrote megabytes ago). Best of several batches of calls, so that a
+/// loaded host's preemptions do not decide a figure. Takes a few seconds with sizes 8..1024.
+/// Throws InvalidArgumentError for sizes outside 1..1024 or not increasing, or elements
+/// outside 1024..2^20.
+KernelRates measure_kernel_rates(const std::vector<int64_t>& gemm_sizes,
+                                 int64_t elementwise_elements);
 
 }  // namespace vtpu::examples

@@ -79,7 +79,11 @@ int run(const PlanCommand& c) {
     std::cout << j.dump(2) << std::endl;
   } else {
     std::printf("%s", plan.to_string().c_str());
-    std::printf("%s\n", cost.describe().c_str());
+    // The footer describes the model the table was priced with: the mesh's cores, so its
+    // oversubscription (plan_auto_sharding prices with for_cores(mesh size) too).
+    int64_t cores = 1;
+    for (int64_t s : shape) cores *= s;
+    std::printf("%s\n", cost.for_cores(static_cast<int>(cores)).describe().c_str());
     if (!constraints.runner.empty()) {
       std::printf(
           "run the plan with: %s --plan PLAN.json (strategies it cannot run are marked "

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "common/error.h"
+#include "examples/nn_kernels.h"
 #include "sharding/mesh.h"
 #include "sharding/named_sharding.h"
 
@@ -32,7 +33,6 @@ using VecMap = Eigen::Map<RowVec<S>>;
 template <typename S>
 using CVecMap = Eigen::Map<const RowVec<S>>;
 
-constexpr double kLayerNormEps = 1e-5;
 constexpr double kInitStd = 0.02;
 
 std::string str(int64_t v) { return std::to_string(v); }
@@ -266,54 +266,10 @@ struct Workspace {
   }
 };
 
-/// y = LN(x) * gain + bias, row-wise; stores the mean and 1/std per row.
-template <typename S>
-void layer_norm_forward(const S* x, S* y, S* mu, S* rs, const S* gain, const S* bias, int64_t n,
-                        int64_t d) {
-  CMatMap<S> X(x, n, d);
-  MatMap<S> Y(y, n, d);
-  CVecMap<S> g(gain, d), b(bias, d);
-  for (int64_t i = 0; i < n; ++i) {
-    const S m = X.row(i).mean();
-    const S var = (X.row(i).array() - m).square().mean();
-    const S r = S(1) / std::sqrt(var + static_cast<S>(kLayerNormEps));
-    mu[i] = m;
-    rs[i] = r;
-    Y.row(i) = (((X.row(i).array() - m) * r) * g.array() + b.array()).matrix();
-  }
-}
-
-/// Given dy, accumulates dgain and dbias and writes dx (overwrites).
-template <typename S>
-void layer_norm_backward(const S* x, const S* dy, const S* mu, const S* rs, const S* gain, S* dx,
-                         S* dgain, S* dbias, int64_t n, int64_t d) {
-  CMatMap<S> X(x, n, d), DY(dy, n, d);
-  MatMap<S> DX(dx, n, d);
-  CVecMap<S> g(gain, d);
-  VecMap<S> dg(dgain, d), db(dbias, d);
-  RowVec<S> xhat(d), dxhat(d);
-  for (int64_t i = 0; i < n; ++i) {
-    xhat = (X.row(i).array() - mu[i]) * rs[i];
-    dxhat = (DY.row(i).array() * g.array()).matrix();
-    dg.array() += DY.row(i).array() * xhat.array();
-    db += DY.row(i);
-    const S mean_dxhat = dxhat.mean();
-    const S mean_dxhat_xhat = (dxhat.array() * xhat.array()).mean();
-    DX.row(i) = (rs[i] * (dxhat.array() - mean_dxhat - xhat.array() * mean_dxhat_xhat)).matrix();
-  }
-}
-
-template <typename S>
-S gelu(S u) {
-  constexpr S k = static_cast<S>(0.7978845608028654);  // sqrt(2 / pi)
-  return S(0.5) * u * (S(1) + std::tanh(k * (u + S(0.044715) * u * u * u)));
-}
-template <typename S>
-S gelu_grad(S u) {
-  constexpr S k = static_cast<S>(0.7978845608028654);
-  const S t = std::tanh(k * (u + S(0.044715) * u * u * u));
-  return S(0.5) * (S(1) + t) + S(0.5) * u * (S(1) - t * t) * k * (S(1) + S(3 * 0.044715) * u * u);
-}
+using nn::gelu;
+using nn::gelu_grad;
+using nn::layer_norm_backward;
+using nn::layer_norm_forward;
 
 }  // namespace
 
@@ -412,13 +368,7 @@ double TransformerShard<S>::run(std::span<const S> params, std::span<S> grads,
         CStridedMap<S> vv(base + 2 * dl, ctx, dh, Eigen::OuterStride<>(3 * dl));
         MatMap<S> pr(W + b.probs + (s * hl + h) * ctx * ctx, ctx, ctx);
         pr.noalias() = (q * k.transpose()) * scale;
-        for (int64_t i = 0; i < ctx; ++i) {
-          auto row = pr.row(i);
-          const S m = row.head(i + 1).maxCoeff();
-          row.head(i + 1) = (row.head(i + 1).array() - m).exp().matrix();
-          row.head(i + 1) /= row.head(i + 1).sum();
-          row.tail(ctx - i - 1).setZero();  // causal mask
-        }
+        nn::causal_softmax_forward(pr.data(), ctx);
         StridedMap<S> o(W + b.att + s * ctx * dl + h * dh, ctx, dh, Eigen::OuterStride<>(dl));
         o.noalias() = pr * vv;
       }
@@ -449,17 +399,7 @@ double TransformerShard<S>::run(std::span<const S> params, std::span<S> grads,
   mm(W + w.hf, false, prm("head.w"), false, W + w.logits, n, v, d);
   logits.rowwise() += CVecMap<S>(prm("head.b"), v);
   // Softmax cross-entropy; logits become dlogits = (softmax - onehot) * grad_scale.
-  double loss_sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    auto row = logits.row(i);
-    const S m = row.maxCoeff();
-    row = (row.array() - m).exp().matrix();
-    const S z = row.sum();
-    const int32_t t = target(i);
-    loss_sum -= std::log(static_cast<double>(row(t)) / static_cast<double>(z));
-    row *= grad_scale / z;
-    row(t) -= grad_scale;
-  }
+  const double loss_sum = nn::softmax_cross_entropy(logits.data(), n, v, grad_scale, target);
 
   // ---- backward ----
   MatMap<S> dx(W + w.dx, n, d), dtmp(W + w.dtmp, n, d);
@@ -506,10 +446,7 @@ double TransformerShard<S>::run(std::span<const S> params, std::span<S> grads,
         dv.noalias() = pr.transpose() * dout;
         dp.noalias() = dout * vv.transpose();
         // Softmax backward: dS = P o (dP - rowsum(dP o P)); masked entries have P = 0.
-        for (int64_t i = 0; i < ctx; ++i) {
-          const S dot = (dp.row(i).array() * pr.row(i).array()).sum();
-          dp.row(i) = (pr.row(i).array() * (dp.row(i).array() - dot) * scale).matrix();
-        }
+        nn::softmax_backward(pr.data(), dp.data(), ctx, scale);
         dq.noalias() = dp * k;
         dk.noalias() = dp.transpose() * q;
       }

@@ -1,5 +1,6 @@
 #include "runtime/hardware_profile.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -83,7 +84,157 @@ void require_rate(double value, const std::string& field) {
   }
 }
 
+/// "kernels": {"gemm_sizes": [..], "gemm_flops_per_second": [..], "elementwise_per_second":
+/// {..}}; values are checked by KernelRates::validate.
+KernelRates kernel_rates_from_json(const nlohmann::json& k) {
+  if (!k.is_object()) {
+    throw InvalidArgumentError("hardware profile key 'kernels' is " + k.dump() +
+                               " (expected an object with gemm_sizes, gemm_flops_per_second and "
+                               "elementwise_per_second)");
+  }
+  KernelRates r;
+  for (const auto& [key, v] : k.items()) {
+    if (key == "gemm_sizes") {
+      if (!v.is_array()) {
+        throw InvalidArgumentError("hardware profile kernels.gemm_sizes is " + v.dump() +
+                                   " (expected an array of integers)");
+      }
+      for (const nlohmann::json& x : v) {
+        const double d = x.is_number() ? x.get<double>() : 0.0;
+        if (!x.is_number() || d != std::floor(d) || d < 1 || d > double(int64_t{1} << 20)) {
+          throw InvalidArgumentError("hardware profile kernels.gemm_sizes holds " + x.dump() +
+                                     " (expected integers in 1..2^20)");
+        }
+        r.gemm_sizes.push_back(static_cast<int64_t>(d));
+      }
+    } else if (key == "gemm_flops_per_second") {
+      if (!v.is_array()) {
+        throw InvalidArgumentError("hardware profile kernels.gemm_flops_per_second is " +
+                                   v.dump().substr(0, 80) + " (expected an array of numbers)");
+      }
+      for (const nlohmann::json& x : v) {
+        if (!x.is_number()) {
+          throw InvalidArgumentError("hardware profile kernels.gemm_flops_per_second holds " +
+                                     x.dump() + " (expected numbers)");
+        }
+        r.gemm_flops_per_second.push_back(x.get<double>());
+      }
+    } else if (key == "elementwise_per_second") {
+      if (!v.is_object()) {
+        throw InvalidArgumentError("hardware profile kernels.elementwise_per_second is " +
+                                   v.dump() + " (expected an object of kernel name to rate)");
+      }
+      for (const auto& [op, x] : v.items()) {
+        if (!x.is_number()) {
+          throw InvalidArgumentError("hardware profile kernels.elementwise_per_second." + op +
+                                     " is " + x.dump() + " (expected a number)");
+        }
+        r.elementwise_per_second[op] = x.get<double>();
+      }
+    } else if (key == "row_kernels") {
+      if (!v.is_object()) {
+        throw InvalidArgumentError("hardware profile kernels.row_kernels is " + v.dump() +
+                                   " (expected an object of kernel name to fit)");
+      }
+      for (const auto& [op, f] : v.items()) {
+        if (!f.is_object() || f.size() != 2 || !f.contains("seconds_per_row") ||
+            !f.contains("seconds_per_element") || !f.at("seconds_per_row").is_number() ||
+            !f.at("seconds_per_element").is_number()) {
+          throw InvalidArgumentError("hardware profile kernels.row_kernels." + op + " is " +
+                                     f.dump() +
+                                     " (expected {\"seconds_per_row\": s, "
+                                     "\"seconds_per_element\": s})");
+        }
+        r.row_kernels[op] = {f.at("seconds_per_row").get<double>(),
+                             f.at("seconds_per_element").get<double>()};
+      }
+    } else {
+      throw InvalidArgumentError("unknown hardware profile key 'kernels." + key +
+                                 "' (known: elementwise_per_second, gemm_flops_per_second, "
+                                 "gemm_sizes, row_kernels)");
+    }
+  }
+  return r;
+}
+
 }  // namespace
+
+const std::vector<std::string>& elementwise_kernel_names() {
+  // What each measures: examples/kernel_bench.cc (measure_kernel_rates) and docs/SHARDING.md.
+  static const std::vector<std::string> kNames = {"pass", "transcendental"};
+  return kNames;
+}
+
+const std::vector<std::string>& row_kernel_names() {
+  static const std::vector<std::string> kNames = {"layer_norm", "softmax", "cross_entropy"};
+  return kNames;
+}
+
+void KernelRates::validate(const std::string& profile_name) const {
+  const std::string where = "hardware profile '" + profile_name + "': kernels.";
+  if (gemm_sizes.empty() != gemm_flops_per_second.empty()) {
+    throw InvalidArgumentError(where + "gemm_sizes has " + std::to_string(gemm_sizes.size()) +
+                               " entries and gemm_flops_per_second " +
+                               std::to_string(gemm_flops_per_second.size()) +
+                               " (expected both set, or neither)");
+  }
+  for (size_t i = 0; i < gemm_sizes.size(); ++i) {
+    if (gemm_sizes[i] < 1 || gemm_sizes[i] > (int64_t{1} << 20) ||
+        (i > 0 && gemm_sizes[i] <= gemm_sizes[i - 1])) {
+      throw InvalidArgumentError(where + "gemm_sizes[" + std::to_string(i) + "] is " +
+                                 std::to_string(gemm_sizes[i]) +
+                                 " (expected strictly increasing sizes in 1..2^20)");
+    }
+  }
+  const size_t s = gemm_sizes.size();
+  if (gemm_flops_per_second.size() != s * s * s) {
+    throw InvalidArgumentError(
+        where + "gemm_flops_per_second has " + std::to_string(gemm_flops_per_second.size()) +
+        " entries (expected " + std::to_string(s * s * s) + ", one per (m, k, n) in gemm_sizes^3)");
+  }
+  for (size_t i = 0; i < gemm_flops_per_second.size(); ++i) {
+    require_rate(gemm_flops_per_second[i],
+                 "kernels.gemm_flops_per_second[" + std::to_string(i) + "]");
+  }
+  const std::vector<std::string>& names = elementwise_kernel_names();
+  for (const auto& [op, rate] : elementwise_per_second) {
+    if (std::find(names.begin(), names.end(), op) == names.end()) {
+      throw InvalidArgumentError(where + "elementwise_per_second." + op +
+                                 ": unknown kernel (expected one of: " + join(names) + ")");
+    }
+    require_rate(rate, "kernels.elementwise_per_second." + op);
+  }
+  for (const auto& [op, fit] : row_kernels) {
+    const std::vector<std::string>& rows = row_kernel_names();
+    if (std::find(rows.begin(), rows.end(), op) == rows.end()) {
+      throw InvalidArgumentError(where + "row_kernels." + op +
+                                 ": unknown kernel (expected one of: " + join(rows) + ")");
+    }
+    if (!(fit.seconds_per_row >= 0) || fit.seconds_per_row > 1.0 ||
+        !(fit.seconds_per_element > 0) || fit.seconds_per_element > 1.0) {
+      throw InvalidArgumentError(where + "row_kernels." + op + " is seconds_per_row " +
+                                 number_text(fit.seconds_per_row) + ", seconds_per_element " +
+                                 number_text(fit.seconds_per_element) +
+                                 " (expected 0..1 s per row and > 0, at most 1 s per element)");
+    }
+  }
+  // Partial measurements would price some kernels at the peak and others as measured: a profile
+  // with any kernel rates must have all of them.
+  if (!empty()) {
+    std::vector<std::string> missing;
+    if (gemm_sizes.empty()) missing.push_back("gemm_sizes");
+    for (const std::string& op : names)
+      if (!elementwise_per_second.contains(op)) missing.push_back("elementwise_per_second." + op);
+    for (const std::string& op : row_kernel_names())
+      if (!row_kernels.contains(op)) missing.push_back("row_kernels." + op);
+    if (!missing.empty()) {
+      throw InvalidArgumentError("hardware profile '" + profile_name + "': kernels lacks " +
+                                 join(missing) +
+                                 " (expected every kernel rate `vtpu bench hardware` measures, "
+                                 "or no kernels object)");
+    }
+  }
+}
 
 double HardwareProfile::peak_flops(const std::string& dtype) const {
   const auto it = peak_flops_per_second.find(dtype);
@@ -154,6 +305,7 @@ void HardwareProfile::validate() const {
                                  " (expected >= 2)");
     }
   }
+  kernels.validate(name);
   if (host_cpus < 0) {
     throw InvalidArgumentError("hardware profile '" + name + "': host_cpus is " +
                                std::to_string(host_cpus) +
@@ -174,6 +326,23 @@ void HardwareProfile::validate() const {
         number_text(link_bytes_per_second) + ", link_latency_seconds " +
         number_text(link_latency_seconds) + ", links_per_chip " + std::to_string(links_per_chip) +
         " (expected a finite rate of 0 or >= 1 B/s, a latency of 0..60 s and >= 0 links)");
+  }
+  // F7 (issue 6): a torus or ring prices collectives over its links (sharding/cost_model.h: a
+  // bidirectional ring per torus dimension, 2 links per chip each), so both figures must be set.
+  const int torus_dims = topology == "torus_3d"   ? 3
+                         : topology == "torus_2d" ? 2
+                         : topology == "ring"     ? 1
+                                                  : 0;
+  if (torus_dims > 0 && link_bytes_per_second == 0) {
+    throw InvalidArgumentError(
+        "hardware profile '" + name + "': link_bytes_per_second is 0 on topology " + topology +
+        " (expected a rate >= 1 B/s: collectives are priced over the links)");
+  }
+  if (torus_dims > 0 && links_per_chip < 2 * torus_dims) {
+    throw InvalidArgumentError("hardware profile '" + name + "': links_per_chip is " +
+                               std::to_string(links_per_chip) + " on topology " + topology +
+                               " (expected >= " + std::to_string(2 * torus_dims) +
+                               ": one link each way per torus dimension)");
   }
 }
 
@@ -200,6 +369,7 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
                                                "cache_bytes",
                                                "cache_bytes_per_second",
                                                "collectives",
+                                               "kernels",
                                                "sources"};
   for (const auto& [key, value] : j.items()) {
     if (!kKnown.contains(key)) {
@@ -276,6 +446,7 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
       p.collectives[op] = f;
     }
   }
+  if (j.contains("kernels")) p.kernels = kernel_rates_from_json(j.at("kernels"));
   if (j.contains("sources")) {
     const nlohmann::json& s = j.at("sources");
     if (!s.is_object()) {
@@ -310,6 +481,16 @@ nlohmann::json HardwareProfile::to_json() const {
   if (cache_bytes != 0) {
     j["cache_bytes"] = cache_bytes;
     j["cache_bytes_per_second"] = cache_bytes_per_second;
+  }
+  if (!kernels.empty()) {
+    j["kernels"] = {{"gemm_sizes", kernels.gemm_sizes},
+                    {"gemm_flops_per_second", kernels.gemm_flops_per_second},
+                    {"elementwise_per_second", kernels.elementwise_per_second},
+                    {"row_kernels", nlohmann::json::object()}};
+    for (const auto& [op, fit] : kernels.row_kernels) {
+      j["kernels"]["row_kernels"][op] = {{"seconds_per_row", fit.seconds_per_row},
+                                         {"seconds_per_element", fit.seconds_per_element}};
+    }
   }
   if (!collectives.empty()) {
     nlohmann::json c = nlohmann::json::object();

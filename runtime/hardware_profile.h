@@ -26,6 +26,45 @@ struct CollectiveFit {
   int group_size = 0;                  // cores in the group the fit was measured on (>= 2)
 };
 
+/// Measured kernel throughputs of a host (written by `vtpu bench hardware` and `vtpu bench
+/// collectives --calibrate`, read by sharding/cost_model.h). Empty on the TPU profiles, whose
+/// compute is priced at the peak FLOP/s. Plain data.
+struct KernelRates {
+  /// f32 GEMM C(m, n) = A(m, k) B(k, n), row-major Eigen, one thread: FLOP/s (2 m k n per call)
+  /// measured at every (m, k, n) in gemm_sizes^3 (sizes strictly increasing, >= 1), stored at
+  /// index (i_m * S + i_k) * S + i_n with S = gemm_sizes.size(). Empty: no table.
+  std::vector<int64_t> gemm_sizes;
+  std::vector<double> gemm_flops_per_second;
+  /// Elementwise kernels, elements per second, by name (see kElementwiseKernels in the .cc and
+  /// docs/SHARDING.md's term table for what each measures). Empty: none measured.
+  std::map<std::string, double> elementwise_per_second;
+  /// Row kernels (a reduction along each row, then an elementwise pass over it): seconds for
+  /// one row of `length` elements = seconds_per_row + seconds_per_element x length, fitted to
+  /// rows of several lengths, by name (see row_kernel_names()). Empty: none measured.
+  struct RowFit {
+    double seconds_per_row = 0;      // >= 0
+    double seconds_per_element = 0;  // > 0
+  };
+  std::map<std::string, RowFit> row_kernels;
+  bool empty() const {
+    return gemm_sizes.empty() && elementwise_per_second.empty() && row_kernels.empty();
+  }
+  /// Throws InvalidArgumentError naming the first bad entry.
+  void validate(const std::string& profile_name) const;
+};
+
+/// The elementwise kernel names a profile's kernels.elementwise_per_second must hold when it has
+/// any kernel rates: "pass" (an Eigen elementwise pass y = a x + b over a float array, elements
+/// per second), "transcendental" (the trainers' GELU forward and backward, one tanh each, one
+/// element at a time: transcendentals per second; examples/nn_kernels.h).
+const std::vector<std::string>& elementwise_kernel_names();
+/// The row kernel names kernels.row_kernels must hold when the profile has any kernel rates:
+/// "layer_norm" (forward and backward of one row), "softmax" (one row of a causal attention
+/// block: forward over its first i + 1 entries, backward over the row), "cross_entropy"
+/// (softmax cross-entropy of one row of logits and its gradient). Measured on the trainers' own
+/// kernels (examples/nn_kernels.h).
+const std::vector<std::string>& row_kernel_names();
+
 /// One chip's figures. Units are in the names: bytes, bytes per second, FLOP per second, seconds.
 /// Plain data, thread-compatible.
 struct HardwareProfile {
@@ -61,6 +100,11 @@ struct HardwareProfile {
   /// "beta_seconds_per_byte":
   /// .., "group_size": 8}, ...}.
   std::map<std::string, CollectiveFit> collectives;
+  /// Measured kernel throughputs (host profiles); JSON key "kernels": {"gemm_sizes": [...],
+  /// "gemm_flops_per_second": [...], "elementwise_per_second": {"pass": ..., "transcendental":
+  /// ...}, "row_kernels": {"layer_norm": {"seconds_per_row": .., "seconds_per_element": ..}, ...}}.
+  /// Absent on the TPU profiles.
+  KernelRates kernels;
   /// Source of each figure, keyed by field name ("hbm_bytes_per_second", or
   /// "peak_flops_per_second.bf16"); "UNSURE: ..." where the figure is not published.
   std::map<std::string, std::string> sources;

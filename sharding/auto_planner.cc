@@ -142,7 +142,7 @@ class StrategyPlanner {
       const std::vector<Option> opts = options(l);
       for (size_t o = 0; o < opts.size(); ++o) {
         const Option& op = opts[o];
-        const LayerCost lc = layer_cost(l, op, i == 0);
+        const LayerCost lc = layer_cost(l, op, i == 0, i + 1 == n);
         const auto extend = [&](const Label* prev, int prev_state, int prev_index, char from) {
           double fwd_bwd_seconds = 0, bytes = 0;
           std::string reshard;
@@ -365,17 +365,93 @@ class StrategyPlanner {
     return true;
   }
 
-  /// `first`: the model's first layer, whose input (data or token ids) needs no gradient, so a
-  /// split first layer has no backward all-reduce of its input gradient.
-  LayerCost layer_cost(const ModelLayer& l, const Option& op, bool first) const {
+  /// The sizes the layer's costs read: tensor cores t, local tokens T, sequence length S, the
+  /// layer's split s (t when its weights are split, else 1), its in and out features.
+  struct Dims {
+    double t, T, S, s, in, out;
+  };
+  Dims dims(const ModelLayer& l, const Option& op) const {
     const double t = static_cast<double>(t_);
-    const double T = tokens_;
-    const double S = static_cast<double>(m_.seq_len);
+    return {t,
+            tokens_,
+            static_cast<double>(m_.seq_len),
+            std::string(op.choice) != "replicated" ? t : 1.0,
+            static_cast<double>(l.in),
+            static_cast<double>(l.out)};
+  }
+
+  /// Seconds per core of one training step's kernels of layer `l` under `op` (forward and
+  /// backward, as vtpu's trainers run them) on a profile with kernel rates (cost_model.h):
+  ///   dense      GEMMs (T, in, out) forward, (in, T, out) weight gradient, (T, out, in) input
+  ///              gradient (not for the first layer: its input needs none), in/out the local
+  ///              shard's; bias add and bias gradient: 2 T out elementwise passes
+  ///   elementwise 2 T dim passes (forward, backward) and 2 T dim transcendentals_per_element
+  ///              transcendentals (forward, and the backward recomputes them: GELU's tanh)
+  ///   layer_norm T rows of dim through the measured layer norm (forward + backward)
+  ///   attention  GEMMs (T, d, 3d/t), (T, d/t, d) forward and their two gradients each; per
+  ///              sequence and local head: scores (S, dh, S) and context (S, S, dh) forward,
+  ///              4 (S, S, dh)-sized GEMMs backward; softmax rows (forward causal + backward);
+  ///              bias adds and residual adds as passes
+  ///   embedding  gather and scatter-add: 2 T d passes
+  /// and, after the last layer, the softmax cross-entropy's rows of its output features.
+  double kernel_seconds(const ModelLayer& l, const Option& op, bool first, bool last) const {
     const std::string choice = op.choice;
-    const bool split = choice != "replicated";
-    const double s = split ? t : 1.0;
+    const auto [t, T, S, s, in, out] = dims(l, op);
+    const std::string& dt = m_.dtype;
+    const auto gemm = [&](double m, double k, double n, double count = 1) {
+      return cost_.gemm_seconds(m, k, n, dt, count);
+    };
+    const auto pass = [&](double elements) { return cost_.elementwise_seconds("pass", elements); };
+    double sec = 0;
+    switch (l.kind) {
+      case LayerKind::kDense: {
+        const double kin = choice == "row" ? in / t : in;
+        const double nout = choice == "column" ? out / t : out;
+        sec = gemm(T, kin, nout) + gemm(kin, T, nout) + (first ? 0.0 : gemm(T, nout, kin));
+        if (l.bias) sec += pass(2 * T * nout);
+        break;
+      }
+      case LayerKind::kElementwise: {
+        const double e = T * out / s;
+        sec = pass(2 * e);
+        if (l.transcendentals_per_element > 0) {
+          sec += cost_.elementwise_seconds("transcendental", 2 * l.transcendentals_per_element * e);
+        }
+        break;
+      }
+      case LayerKind::kLayerNorm:
+        sec = cost_.row_seconds("layer_norm", T, out);
+        break;
+      case LayerKind::kAttention: {
+        const double dl = out / s, heads = static_cast<double>(l.heads) / s;
+        const double dh = out / static_cast<double>(l.heads);
+        const double problems = bl_ * heads;  // (sequence, local head) pairs
+        sec = gemm(T, out, 3 * dl) + gemm(out, T, 3 * dl) + (first ? 0.0 : gemm(T, 3 * dl, out));
+        sec += gemm(T, dl, out) + gemm(dl, T, out) + gemm(T, out, dl);
+        sec += gemm(S, dh, S, problems) + gemm(S, S, dh, problems);      // forward
+        sec += gemm(S, S, dh, 3 * problems) + gemm(S, dh, S, problems);  // backward
+        sec += cost_.row_seconds("softmax", problems * S, S);
+        // qkv bias add and gradient, output bias and residual adds forward and backward.
+        sec += pass(2 * T * 3 * dl + 4 * T * out);
+        break;
+      }
+      case LayerKind::kEmbedding:
+        sec = pass(2 * T * (choice == "features" ? out / t : out));
+        break;
+    }
+    if (last) {  // softmax cross-entropy over the output features (sharded: the local ones)
+      sec += cost_.row_seconds("cross_entropy", T, op.out == 'S' ? out / t : out);
+    }
+    return sec;
+  }
+
+  /// `first`: the model's first layer, whose input (data or token ids) needs no gradient, so a
+  /// split first layer has no backward all-reduce of its input gradient (nor, with kernel rates,
+  /// an input-gradient GEMM); `last`: the layer the loss reads.
+  LayerCost layer_cost(const ModelLayer& l, const Option& op, bool first, bool last) const {
+    const std::string choice = op.choice;
+    const auto [t, T, S, s, in, out] = dims(l, op);
     double flops = 0, params = 0, act = 0;  // per core, elements for params/act
-    const double in = static_cast<double>(l.in), out = static_cast<double>(l.out);
     switch (l.kind) {
       case LayerKind::kDense:
         flops = 2 * T * in * out / s;
@@ -419,7 +495,13 @@ class StrategyPlanner {
     // level on a profile with a cache (cost_model.h).
     const double working_set = param_bytes + in_bytes + act * e_;
     const double traffic = 3 * working_set;
-    c.compute_seconds = cost_.op_seconds(3 * flops, traffic, working_set, m_.dtype);
+    // A profile with measured kernel rates (this machine) prices the layer's kernels one by one
+    // (kernel_seconds), under the same memory roofline; the TPU profiles price its FLOPs at the
+    // peak, as before.
+    c.compute_seconds = cost_.has_kernel_rates()
+                            ? std::max(kernel_seconds(l, op, first, last),
+                                       cost_.memory_seconds(traffic, working_set))
+                            : cost_.op_seconds(3 * flops, traffic, working_set, m_.dtype);
     // Optimizer update: memory-bound, words read + written per local parameter; its working set
     // is the local parameters, gradients and optimizer state.
     const int k = m_.optimizer_state_factor();

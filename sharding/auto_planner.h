@@ -40,7 +40,11 @@
 // tensor-axis cores; E = dtype bytes):
 //   compute  3 x forward FLOPs (forward + backward's two matmuls) / t when the layer is split;
 //            time max(FLOPs / peak, HBM traffic / bandwidth) (roofline), traffic 3 x (weights +
-//            input + output bytes)
+//            input + output bytes); on a profile with kernel rates (cost_model.h) the FLOPs term
+//            is the sum of the layer's measured kernels instead: its GEMMs forward and backward,
+//            elementwise passes, transcendentals and row kernels (layer norm, attention softmax,
+//            and the loss's cross-entropy after the last layer; docs/SHARDING.md, "Kernel
+//            rates")
 //   FLOPs    dense 2 T in out; attention 8 T d^2 + 4 T S d + 5 B h S^2 (projections, scores and
 //            context, softmax; full S^2, no causal skipping); layer_norm 8 T d; elementwise
 //            flops_per_element T d; embedding T d (a gather)

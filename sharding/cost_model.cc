@@ -118,10 +118,14 @@ double CostModel::all_to_all_factor(int64_t n) const {
   if (uniform_) return uniform_factor_;
   if (n < 2) return 1.0;
   if (const auto it = profile_.collectives.find("all_to_all"); it != profile_.collectives.end()) {
+    // c relative to the all-gather's beta as priced: its fit, else the links over one torus
+    // dimension (F14: a profile may calibrate the all-to-all alone).
     const auto ag = profile_.collectives.find("all_gather");
-    return ag == profile_.collectives.end()
-               ? 1.0
-               : it->second.beta_seconds_per_byte / ag->second.beta_seconds_per_byte;
+    const double link = profile_.link_bytes_per_second;
+    const double ag_beta = ag != profile_.collectives.end() ? ag->second.beta_seconds_per_byte
+                           : link > 0 ? 1.0 / ((torus_rank() == 0 ? 1.0 : 2.0) * link)
+                                      : 0.0;
+    return ag_beta > 0 ? it->second.beta_seconds_per_byte / ag_beta : 1.0;
   }
   if (torus_rank() == 0) return 1.0;
   const double nn = static_cast<double>(n);
@@ -247,6 +251,74 @@ double CostModel::memory_seconds(double bytes, double working_set_bytes) const {
   return bytes / profile_.cache_bytes_per_second * oversubscription();
 }
 
+double CostModel::gemm_flops_per_second(double m, double k, double n,
+                                        const std::string& dtype) const {
+  const KernelRates& r = profile_.kernels;
+  if (uniform_ || r.gemm_sizes.empty() || dtype != "f32") return peak_flops_per_core(dtype);
+  const size_t S = r.gemm_sizes.size();
+  // Per coordinate: the grid cell [i, i + 1] holding log2(x) (clamped) and the weight of i + 1.
+  const auto cell = [&](double x, size_t* i, double* w) {
+    const double lo = static_cast<double>(r.gemm_sizes.front());
+    const double hi = static_cast<double>(r.gemm_sizes.back());
+    const double lx = std::log2(std::clamp(x, lo, hi));
+    *i = 0;
+    while (*i + 2 < S && std::log2(static_cast<double>(r.gemm_sizes[*i + 1])) <= lx) ++*i;
+    if (S == 1) {
+      *w = 0;
+      return;
+    }
+    const double a = std::log2(static_cast<double>(r.gemm_sizes[*i]));
+    const double b = std::log2(static_cast<double>(r.gemm_sizes[*i + 1]));
+    *w = std::clamp((lx - a) / (b - a), 0.0, 1.0);
+  };
+  size_t im = 0, ik = 0, in = 0;
+  double wm = 0, wk = 0, wn = 0;
+  cell(m, &im, &wm);
+  cell(k, &ik, &wk);
+  cell(n, &in, &wn);
+  double log_rate = 0;
+  for (int dm = 0; dm < 2; ++dm) {
+    for (int dk = 0; dk < 2; ++dk) {
+      for (int dn = 0; dn < 2; ++dn) {
+        const double w = (dm ? wm : 1 - wm) * (dk ? wk : 1 - wk) * (dn ? wn : 1 - wn);
+        if (w == 0) continue;
+        const size_t idx = ((im + dm) * S + (ik + dk)) * S + (in + dn);
+        log_rate += w * std::log(r.gemm_flops_per_second[idx]);
+      }
+    }
+  }
+  return std::exp(log_rate) / profile_.cores_per_chip;
+}
+
+double CostModel::gemm_seconds(double m, double k, double n, const std::string& dtype,
+                               double count) const {
+  if (m <= 0 || k <= 0 || n <= 0 || count <= 0) return 0.0;
+  return count * 2 * m * k * n / gemm_flops_per_second(m, k, n, dtype) * oversubscription();
+}
+
+double CostModel::elementwise_seconds(const std::string& kernel, double elements) const {
+  const auto it = profile_.kernels.elementwise_per_second.find(kernel);
+  if (it == profile_.kernels.elementwise_per_second.end()) {
+    throw FailedPreconditionError("hardware profile '" + profile_.name +
+                                  "' has no kernels.elementwise_per_second." + kernel +
+                                  " (expected a profile measured by `vtpu bench hardware`)");
+  }
+  if (elements <= 0) return 0.0;
+  return elements / (it->second / profile_.cores_per_chip) * oversubscription();
+}
+
+double CostModel::row_seconds(const std::string& kernel, double rows, double length) const {
+  const auto it = profile_.kernels.row_kernels.find(kernel);
+  if (it == profile_.kernels.row_kernels.end()) {
+    throw FailedPreconditionError("hardware profile '" + profile_.name +
+                                  "' has no kernels.row_kernels." + kernel +
+                                  " (expected a profile measured by `vtpu bench hardware`)");
+  }
+  if (rows <= 0 || length <= 0) return 0.0;
+  return rows * (it->second.seconds_per_row + it->second.seconds_per_element * length) *
+         profile_.cores_per_chip * oversubscription();
+}
+
 double CostModel::op_seconds(double flops, double hbm_bytes, const std::string& dtype) const {
   return std::max(compute_seconds(flops, dtype), hbm_seconds(hbm_bytes));
 }
@@ -270,6 +342,16 @@ std::string CostModel::describe() const {
     }
     s += line;
   }
+  if (has_kernel_rates()) {
+    const KernelRates& k = p.kernels;
+    std::snprintf(
+        line, sizeof line,
+        "; compute per kernel: measured GEMM rates %s..%s (m, k, n), transcendentals %.3g/s, "
+        "elementwise %.3g/s, layer norm / softmax / cross-entropy rows",
+        std::to_string(k.gemm_sizes.front()).c_str(), std::to_string(k.gemm_sizes.back()).c_str(),
+        k.elementwise_per_second.at("transcendental"), k.elementwise_per_second.at("pass"));
+    s += line;
+  }
   if (p.cache_bytes > 0 && !uniform_) {
     std::snprintf(line, sizeof line, "; working sets <= %s per CPU at %.3g B/s (cache)",
                   format_bytes(p.cache_bytes).c_str(), p.cache_bytes_per_second);
@@ -287,27 +369,41 @@ std::string CostModel::describe_links() const {
                   uniform_factor_);
     return line;
   }
-  if (!profile_.collectives.empty()) {
-    std::string s = "cost model: " + profile_.name + " (calibrated";
-    for (const auto& [op, f] : profile_.collectives) {
-      std::snprintf(line, sizeof line, "; %s alpha %.3g s, beta %.3g s/B on %d cores", op.c_str(),
-                    f.alpha_seconds, f.beta_seconds_per_byte, f.group_size);
-      s += line;
-    }
-    return s + ")";
-  }
-  std::snprintf(line, sizeof line,
-                "cost model: %s (%s): alpha %.3g s per ring step, link %.3g B/s one way, "
-                "beta 1/(2 k link) over k torus dimensions",
-                profile_.name.c_str(), profile_.topology.c_str(), profile_.link_latency_seconds,
-                profile_.link_bytes_per_second);
   if (torus_rank() == 0) {
-    std::snprintf(line, sizeof line,
-                  "cost model: %s (%s): alpha %.3g s per step, beta 1/link = %.3g s/B",
+    std::snprintf(line, sizeof line, "%s (%s): alpha %.3g s per step, beta 1/link = %.3g s/B",
                   profile_.name.c_str(), profile_.topology.c_str(), profile_.link_latency_seconds,
-                  1.0 / profile_.link_bytes_per_second);
+                  profile_.link_bytes_per_second > 0 ? 1.0 / profile_.link_bytes_per_second : 0.0);
+  } else {
+    std::snprintf(line, sizeof line,
+                  "%s (%s): alpha %.3g s per ring step, link %.3g B/s one way, "
+                  "beta 1/(2 k link) over k torus dimensions",
+                  profile_.name.c_str(), profile_.topology.c_str(), profile_.link_latency_seconds,
+                  profile_.link_bytes_per_second);
   }
-  return line;
+  const std::string links = line;
+  if (profile_.collectives.empty()) return "cost model: " + links;
+  // F14: a profile may calibrate only some collectives; the others are priced from the links,
+  // and the line says which.
+  std::string s = "cost model: " + profile_.name + " (calibrated";
+  std::vector<std::string> from_links;
+  for (const char* op : {"all_gather", "reduce_scatter", "all_reduce", "all_to_all"}) {
+    const auto it = profile_.collectives.find(op);
+    if (it == profile_.collectives.end()) {
+      from_links.push_back(op);
+      continue;
+    }
+    std::snprintf(line, sizeof line, "; %s alpha %.3g s, beta %.3g s/B on %d cores", op,
+                  it->second.alpha_seconds, it->second.beta_seconds_per_byte,
+                  it->second.group_size);
+    s += line;
+  }
+  s += ")";
+  if (!from_links.empty()) {
+    s += "; not calibrated, priced from the links: ";
+    for (size_t i = 0; i < from_links.size(); ++i) s += (i > 0 ? ", " : "") + from_links[i];
+    s += " (" + links + ")";
+  }
+  return s;
 }
 
 }  // namespace vtpu

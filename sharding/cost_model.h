@@ -51,6 +51,15 @@
 // kernels), so step time = sum of operation times + sum of collective times: an upper bound for
 // XLA, which overlaps some collectives.
 //
+// Kernel rates (profiles with HardwareProfile::kernels: this machine after `vtpu bench hardware`,
+// never a TPU profile). FLOPs at the 1024^3 GEMM peak badly misprice small models: their GEMMs
+// are small and their elementwise work (GELU's scalar tanh, layer norms, softmaxes) is not GEMM
+// at all. A profile with kernels holds measured rates per kernel, as Alpa's operator profiling
+// does: the f32 GEMM rate on a grid of (m, k, n) (gemm_flops_per_second, interpolated in log
+// space), elementwise rates (elementwise_seconds) and row kernels priced as seconds per row =
+// a + b x length (row_seconds). The auto planner then sums a layer's kernels (auto_planner.h)
+// instead of pricing its FLOPs at the peak; oversubscription applies to them as to the rest.
+//
 // Virtual cores on a host (profiles with host_cpus > 0: this machine, never a TPU profile). Two
 // terms, both 1 on the TPU profiles and on a model whose core count is unset (for_cores):
 // - Oversubscription. N virtual cores are N threads on C = host_cpus CPUs. When all N compute at
@@ -146,6 +155,28 @@ class CostModel {
   /// bytes / the bandwidth of the level holding `working_set_bytes` (the cache when
   /// fits_in_cache, else HBM) x oversubscription() (seconds).
   double memory_seconds(double bytes, double working_set_bytes) const;
+  /// Whether the profile holds measured kernel rates (HardwareProfile::kernels: a host profile
+  /// written by `vtpu bench hardware`); the auto planner then prices layers kernel by kernel
+  /// (sharding/auto_planner.h) instead of at the peak.
+  bool has_kernel_rates() const { return !uniform_ && !profile_.kernels.empty(); }
+  /// FLOP/s of one core for a GEMM (m, k) x (k, n) (sizes in elements, >= 1): for f32 on a
+  /// profile with a GEMM table, the measured rates interpolated trilinearly in (log2 m, log2 k,
+  /// log2 n) on log(rate), each coordinate clamped to the table's sizes; otherwise the peak
+  /// (peak_flops_per_core). Not scaled by oversubscription.
+  double gemm_flops_per_second(double m, double k, double n, const std::string& dtype) const;
+  /// `count` GEMMs of (m, k) x (k, n): count x 2 m k n / gemm_flops_per_second x
+  /// oversubscription() (seconds). 0 when a size or count is 0.
+  double gemm_seconds(double m, double k, double n, const std::string& dtype,
+                      double count = 1) const;
+  /// `elements` through the measured elementwise kernel `kernel` (a name of
+  /// elementwise_kernel_names()): elements / rate x oversubscription() (seconds). Throws
+  /// FailedPreconditionError when the profile did not measure it.
+  double elementwise_seconds(const std::string& kernel, double elements) const;
+  /// `rows` rows of `length` elements through the measured row kernel `kernel` (a name of
+  /// row_kernel_names()): rows x (seconds_per_row + seconds_per_element x length) x
+  /// oversubscription() (seconds). Throws FailedPreconditionError when the profile did not
+  /// measure it.
+  double row_seconds(const std::string& kernel, double rows, double length) const;
   /// max(compute_seconds, hbm_seconds): the roofline time of one operation (see the header).
   double op_seconds(double flops, double hbm_bytes, const std::string& dtype) const;
   /// max(compute_seconds, memory_seconds): the roofline with the level that holds the working

@@ -212,15 +212,18 @@ ModelGraph ModelGraph::parse(const std::string& text, const std::string& origin)
       l.out = r.positive(lj, path, "out");
       l.bias = r.boolean(lj, path, "bias", true);
     } else if (kind == "elementwise") {
-      r.check_keys(lj, path, {"name", "kind", "dim", "flops_per_element"});
+      r.check_keys(lj, path,
+                   {"name", "kind", "dim", "flops_per_element", "transcendentals_per_element"});
       l.kind = LayerKind::kElementwise;
       l.in = l.out = r.positive(lj, path, "dim");
-      if (lj.contains("flops_per_element")) {
-        const nlohmann::json& v = lj.at("flops_per_element");
+      for (const char* key : {"flops_per_element", "transcendentals_per_element"}) {
+        if (!lj.contains(key)) continue;
+        const nlohmann::json& v = lj.at(key);
         if (!v.is_number() || v.get<double>() < 0 || v.get<double>() > 1e6) {
-          r.fail(path + ".flops_per_element", "is " + v.dump() + " (expected a number 0..1e6)");
+          r.fail(path + "." + key, "is " + v.dump() + " (expected a number 0..1e6)");
         }
-        l.flops_per_element = v.get<double>();
+        (std::string(key) == "flops_per_element" ? l.flops_per_element
+                                                 : l.transcendentals_per_element) = v.get<double>();
       }
     } else if (kind == "layer_norm") {
       r.check_keys(lj, path, {"name", "kind", "dim"});

@@ -10,7 +10,8 @@
 // (batch, seq_len, features) elements (seq_len 1: (batch, features)). Layer kinds and their fields
 // (sizes in elements):
 //   dense | matmul  in, out [, bias = true]        y = x W + b, W (in, out)
-//   elementwise     dim [, flops_per_element = 1]  y = f(x) (ReLU, GELU, residual add, ...)
+//   elementwise     dim [, flops_per_element = 1,  y = f(x) (ReLU, GELU, residual add, ...)
+//                   transcendentals_per_element = 0]
 //   layer_norm      dim                            gamma, beta (dim)
 //   attention       d_model, heads [, bias = true] causal self-attention: Wqkv (d, 3d), Wo (d, d)
 //   embedding       vocab, d_model [, positions]   table (vocab, d); optional learned positions
@@ -39,6 +40,9 @@ struct ModelLayer {
   int64_t heads = 0;             // attention
   bool bias = true;              // dense, attention
   double flops_per_element = 1;  // elementwise: forward FLOPs per output element
+  /// elementwise: forward transcendental evaluations (tanh, exp, ...) per output element, counted
+  /// apart from the FLOPs as XLA's HloCostAnalysis counts "transcendentals" (GELU's tanh: 1).
+  double transcendentals_per_element = 0;
 
   /// Parameter elements of the layer.
   int64_t num_parameters() const;

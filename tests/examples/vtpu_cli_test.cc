@@ -616,6 +616,9 @@ TEST(VtpuCliTest, BenchCollectivesRejectsBadInput) {
                  "--max-bytes 8 gives no all_to_all on 4 cores a whole element of f32", 2);
   expect_failure("bench collectives --link-slot-bytes 100",
                  "--link-slot-bytes 100 is not a multiple of 64", 2);
+  // F16: an empty --calibrate path is a usage error, not an ordinary sweep.
+  expect_failure("bench collectives --calibrate \"\" --cores 2",
+                 "expected a file path, got an empty string", 2);
 }
 
 // ---- vtpu stress ---------------------------------------------------------------------------
@@ -1123,6 +1126,16 @@ TEST(VtpuCliPlanTest, PlanPrintsEveryCandidateAndEmitsTheWinner) {
   EXPECT_EQ(j["format"], "vtpu-plan");
   EXPECT_EQ(j["model"], "transformer");
   EXPECT_EQ(j["mesh"]["shape"], nlohmann::json({2, 4}));
+}
+
+// The footer describes the model the table was priced with: the mesh's 8 cores on the shipped
+// profile's 2 host CPUs are oversubscribed 4 times (it used to say "core count unset").
+TEST(VtpuCliPlanTest, FooterStatesTheMeshOversubscription) {
+  const CliRun r = run_cli("plan " + model_path("mlp.json") + " --mesh 8 --hardware this_machine");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("8 virtual cores on 2 host CPUs: work x 4"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("core count unset"), std::string::npos) << r.output;
 }
 
 TEST(VtpuCliPlanTest, NoFitFailsWithTheSmallestHbmThatWouldFit) {

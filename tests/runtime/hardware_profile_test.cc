@@ -48,7 +48,17 @@ TEST(HardwareProfileTest, EveryFigureOfEveryShippedProfileNamesItsSource) {
       EXPECT_TRUE(p.sources.contains("cache_bytes")) << name;
       EXPECT_TRUE(p.sources.contains("cache_bytes_per_second")) << name;
     }
+    if (!p.kernels.empty()) {
+      for (const char* field :
+           {"kernels.gemm_flops_per_second", "kernels.elementwise_per_second.pass",
+            "kernels.elementwise_per_second.transcendental", "kernels.row_kernels"}) {
+        EXPECT_TRUE(p.sources.contains(field)) << name << " " << field;
+      }
+    }
   }
+  // The TPU profiles price compute at the peak: no kernel rates.
+  for (const char* tpu : {"v4", "v5e", "v5p"})
+    EXPECT_TRUE(HardwareProfile::get(tpu).kernels.empty());
 }
 
 TEST(HardwareProfileTest, JsonRoundTrips) {
@@ -206,6 +216,43 @@ TEST(HardwareProfileTest, RejectsAbsurdLatenciesAndRepeatedKeys) {
     EXPECT_NE(std::string(e.what()).find("is 1048577 bytes (expected at most 1048576"),
               std::string::npos)
         << e.what();
+  }
+}
+
+// F7 (issue 6): a torus profile with no links, or fewer than one each way per torus dimension,
+// passed validation and then failed in the cost model without naming the field or the file.
+TEST(HardwareProfileTest, TorusNeedsLinksAndALinkRate) {
+  const std::string path = (std::filesystem::temp_directory_path() / "vtpu_hw_links.json").string();
+  const auto expect_rejected = [&](const char* key, const nlohmann::json& value,
+                                   const std::string& topology, const char* needle) {
+    nlohmann::json j = HardwareProfile::get("v5e").to_json();
+    j[key] = value;
+    j["topology"] = topology;
+    std::ofstream(path) << j.dump();
+    try {
+      HardwareProfile::load_json_file(path);
+      ADD_FAILURE() << key << " = " << value.dump() << " on " << topology << " was accepted";
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+  };
+  expect_rejected("links_per_chip", 0, "torus_2d",
+                  "links_per_chip is 0 on topology torus_2d (expected >= 4");
+  expect_rejected("links_per_chip", 5, "torus_3d",
+                  "links_per_chip is 5 on topology torus_3d (expected >= 6");
+  expect_rejected("links_per_chip", 1, "ring",
+                  "links_per_chip is 1 on topology ring (expected >= 2");
+  expect_rejected("link_bytes_per_second", 0, "torus_2d",
+                  "link_bytes_per_second is 0 on topology torus_2d (expected a rate >= 1 B/s");
+  // Shared memory needs neither (this machine's uncalibrated collectives use the memcpy rate).
+  nlohmann::json j = HardwareProfile::get("v5e").to_json();
+  j["topology"] = "shared_memory";
+  j["links_per_chip"] = 0;
+  EXPECT_EQ(HardwareProfile::from_json(j).links_per_chip, 0);
+  // The shipped profiles keep loading.
+  for (const std::string& name : HardwareProfile::builtin_names()) {
+    EXPECT_NO_THROW(HardwareProfile::get(name)) << name;
   }
 }
 

@@ -104,12 +104,8 @@ TEST(AutoPlannerTest, NoFitIsAnErrorWithTheExactMinimum) {
   EXPECT_EQ(find(p, "tp(y)").input_bytes_per_core, 40u);
 }
 
-TEST(AutoPlannerTest, OnAHostProfileTheMeshsCoresShareTheCpus) {
-  // 2 CPUs at 1e10 f32 FLOP/s, a 1 MiB cache at 4e10 B/s. One dense 4 -> 4 without bias, batch 8,
-  // SGD, dp over 8 cores (1 row each): 8 threads on 2 CPUs, so every time x 4. fc: 3 x 2 x 1 x 4
-  // x 4 = 96 FLOPs -> 9.6e-9 s; working set 64 + 16 + 16 = 96 B (x 4 threads per CPU fits the
-  // cache), traffic 288 B -> 7.2e-9 s; roofline 9.6e-9 s. SGD update: 3 x 64 B at 4e10 B/s =
-  // 4.8e-9 s. Both x 4: 5.76e-8 s of compute.
+/// 2 CPUs at 1e10 f32 FLOP/s, a 1 MiB cache at 4e10 B/s, no kernel rates.
+HardwareProfile host_profile() {
   HardwareProfile host = HardwareProfile::get("v5e");
   host.name = "host";
   host.peak_flops_per_second = {{"f32", 1e10}};
@@ -117,6 +113,16 @@ TEST(AutoPlannerTest, OnAHostProfileTheMeshsCoresShareTheCpus) {
   host.host_cpus = 2;
   host.cache_bytes = 1 << 20;
   host.cache_bytes_per_second = 4e10;
+  return host;
+}
+
+TEST(AutoPlannerTest, OnAHostProfileTheMeshsCoresShareTheCpus) {
+  // 2 CPUs at 1e10 f32 FLOP/s, a 1 MiB cache at 4e10 B/s. One dense 4 -> 4 without bias, batch 8,
+  // SGD, dp over 8 cores (1 row each): 8 threads on 2 CPUs, so every time x 4. fc: 3 x 2 x 1 x 4
+  // x 4 = 96 FLOPs -> 9.6e-9 s; working set 64 + 16 + 16 = 96 B (x 4 threads per CPU fits the
+  // cache), traffic 288 B -> 7.2e-9 s; roofline 9.6e-9 s. SGD update: 3 x 64 B at 4e10 B/s =
+  // 4.8e-9 s. Both x 4: 5.76e-8 s of compute.
+  const HardwareProfile host = host_profile();
   const ModelGraph m = ModelGraph::parse(R"({"name": "tiny", "optimizer": "sgd", "batch": 8,
     "layers": [{"name": "fc", "kind": "dense", "in": 4, "out": 4, "bias": false}]})");
   const AutoShardingPlan p = plan_auto_sharding(m, {1, 8}, {"x", "y"}, CostModel(host));
@@ -126,6 +132,64 @@ TEST(AutoPlannerTest, OnAHostProfileTheMeshsCoresShareTheCpus) {
   EXPECT_EQ(p.to_json()["estimate"]["oversubscription"], 4.0);
   // On v5e the same plan has no host terms.
   EXPECT_DOUBLE_EQ(plan_auto_sharding(m, {1, 8}, {"x", "y"}, v5e()).oversubscription, 1.0);
+}
+
+/// A host profile with round kernel rates: every GEMM at 1e9 FLOP/s, elementwise passes at 1e9
+/// and transcendentals at 1e8/s, rows at (1e-6 s + 1e-9 s per element) for layer norm,
+/// (2e-6 + 1e-9) for softmax and (1e-6 + 1e-8) for cross-entropy; host_profile()'s cache.
+HardwareProfile kernel_host() {
+  HardwareProfile host = host_profile();
+  host.name = "kernel_host";
+  host.kernels.gemm_sizes = {1, 1024};
+  host.kernels.gemm_flops_per_second.assign(8, 1e9);
+  host.kernels.elementwise_per_second = {{"pass", 1e9}, {"transcendental", 1e8}};
+  host.kernels.row_kernels = {
+      {"layer_norm", {1e-6, 1e-9}}, {"softmax", {2e-6, 1e-9}}, {"cross_entropy", {1e-6, 1e-8}}};
+  return host;
+}
+
+TEST(AutoPlannerTest, KernelRatesPriceEachLayersKernels) {
+  // Batch 8, one core, SGD. Worked from kernel_seconds in sharding/auto_planner.cc:
+  //   fc1 (first: no input gradient): GEMMs (8,4,4) + (4,8,4) = 512 FLOPs -> 5.12e-7 s
+  //   act: 2 x 32 passes -> 6.4e-8 s, 2 x 32 transcendentals -> 6.4e-7 s: 7.04e-7 s
+  //   ln: 8 rows x (1e-6 + 4e-9) = 8.032e-6 s
+  //   fc2 (last): (8,4,2) + (4,8,2) + (8,2,4) = 384 FLOPs -> 3.84e-7 s; cross-entropy over 8
+  //   rows of 2: 8 x (1e-6 + 2e-8) = 8.16e-6 s
+  // SGD updates (3 words per parameter at the cache's 4e10 B/s): fc1 64 B -> 4.8e-9 s, ln 32 B
+  // -> 2.4e-9 s, fc2 32 B -> 2.4e-9 s. Every layer's memory traffic is below its kernel time.
+  const ModelGraph m = ModelGraph::parse(R"({"name": "k", "optimizer": "sgd", "batch": 8,
+    "layers": [{"name": "fc1", "kind": "dense", "in": 4, "out": 4, "bias": false},
+               {"name": "act", "kind": "elementwise", "dim": 4, "transcendentals_per_element": 1},
+               {"name": "ln", "kind": "layer_norm", "dim": 4},
+               {"name": "fc2", "kind": "dense", "in": 4, "out": 2, "bias": false}]})");
+  const AutoShardingPlan p = plan_auto_sharding(m, {1}, {"x"}, CostModel(kernel_host()));
+  const PlanCandidate& c = p.candidates.front();
+  ASSERT_EQ(c.layers.size(), 4u);
+  EXPECT_NEAR(c.layers[0].compute_seconds, 5.12e-7 + 4.8e-9, 1e-18);
+  EXPECT_NEAR(c.layers[1].compute_seconds, 7.04e-7, 1e-18);
+  EXPECT_NEAR(c.layers[2].compute_seconds, 8.032e-6 + 2.4e-9, 1e-18);
+  EXPECT_NEAR(c.layers[3].compute_seconds, 3.84e-7 + 8.16e-6 + 2.4e-9, 1e-18);
+  EXPECT_NEAR(c.compute_seconds, 1.78016e-5, 1e-17);
+  // The same model on v5e keeps the FLOPs-at-peak formula (no kernel rates).
+  EXPECT_FALSE(v5e().has_kernel_rates());
+}
+
+TEST(AutoPlannerTest, KernelRatesPriceAttentionPerHead) {
+  // d_model 4, 2 heads (head dim 2), seq_len 2, batch 1: T = 2 tokens, 2 (sequence, head)
+  // problems. attention (not first): projections (2,4,12) (4,2,12) (2,12,4) (2,4,4) (4,2,4)
+  // (2,4,4) = 3 x 192 + 3 x 64 FLOPs; per problem (2,2,2) x 6 = 16 x 6 FLOPs, x 2 problems:
+  // 960 FLOPs -> 9.6e-7 s. Softmax: 4 rows x (2e-6 + 2e-9) = 8.008e-6 s. Passes: 2 x 2 x 12 +
+  // 4 x 2 x 4 = 80 -> 8e-8 s. Last layer: cross-entropy 2 rows x (1e-6 + 4e-8) = 2.08e-6 s.
+  // SGD: 80 parameters, 3 x 320 B at 4e10 B/s = 2.4e-8 s. ln: 2 rows x (1e-6 + 4e-9) + SGD
+  // 3 x 32 B / 4e10.
+  const ModelGraph m = ModelGraph::parse(R"({"name": "a", "optimizer": "sgd", "batch": 1,
+    "seq_len": 2, "layers": [{"name": "ln", "kind": "layer_norm", "dim": 4},
+               {"name": "attn", "kind": "attention", "d_model": 4, "heads": 2}]})");
+  const AutoShardingPlan p = plan_auto_sharding(m, {1}, {"x"}, CostModel(kernel_host()));
+  const PlanCandidate& c = p.candidates.front();
+  ASSERT_EQ(c.layers.size(), 2u);
+  EXPECT_NEAR(c.layers[0].compute_seconds, 2.008e-6 + 2.4e-9, 1e-18);
+  EXPECT_NEAR(c.layers[1].compute_seconds, 9.6e-7 + 8.008e-6 + 8e-8 + 2.08e-6 + 2.4e-8, 1e-18);
 }
 
 TEST(AutoPlannerTest, MegatronBlockIsColumnThenRowWithOneAllReduceEachWay) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -215,6 +216,133 @@ TEST(CostModelTest, ProfileCollectivesRoundTripAndAreValidated) {
   j = p.to_json();
   j["collectives"]["all_reduce"]["group_size"] = 1;
   EXPECT_THROW(HardwareProfile::from_json(j), InvalidArgumentError);
+}
+
+// F14 (issue 6): a profile that calibrates only some collectives prices the others from its
+// links, exactly as the uncalibrated profile does, and the cost-model line names them.
+TEST(CostModelTest, PartlyCalibratedProfilePricesTheRestFromTheLinks) {
+  HardwareProfile p = HardwareProfile::get("v5e");
+  p.collectives["all_gather"] = CollectiveFit{2e-5, 1e-10, 8};
+  const CostModel m(p), links = v5e();
+  // all_gather: the fit, 2e-5 + 1e-10 x 3/4 x 64 MiB.
+  EXPECT_NEAR(m.collective(CollectiveKind::kAllGather, kB, {1}, {4}).seconds,
+              2e-5 + 1e-10 * 0.75 * kB, 1e-15);
+  // The others: the link model, 3 us + 0.75 B / 9e10 for a reduce-scatter over the axis of 4.
+  for (CollectiveKind k :
+       {CollectiveKind::kReduceScatter, CollectiveKind::kAllReduce, CollectiveKind::kAllToAll}) {
+    EXPECT_EQ(m.collective(k, kB, {1}, {4}).seconds, links.collective(k, kB, {1}, {4}).seconds)
+        << collective_name(k);
+  }
+  EXPECT_NEAR(m.collective(CollectiveKind::kReduceScatter, kB, {1}, {4}).seconds,
+              3e-6 + 0.75 * kB / 9e10, 1e-15);
+  const std::string line = m.describe();
+  EXPECT_NE(line.find("(calibrated; all_gather alpha 2e-05 s, beta 1e-10 s/B on 8 cores)"),
+            std::string::npos)
+      << line;
+  EXPECT_NE(line.find("not calibrated, priced from the links: reduce_scatter, all_reduce, "
+                      "all_to_all (v5e (torus_2d)"),
+            std::string::npos)
+      << line;
+  // An all-to-all calibrated alone: c against the links' all-gather beta 1 / (2 x 4.5e10).
+  HardwareProfile q = HardwareProfile::get("v5e");
+  q.collectives["all_to_all"] = CollectiveFit{2e-5, 3.0 / 9e10, 8};
+  EXPECT_NEAR(CostModel(q).all_to_all_factor(4), 3.0, 1e-12);
+  // Fully calibrated: nothing from the links.
+  EXPECT_EQ(CostModel::this_machine().describe().find("priced from the links"), std::string::npos);
+}
+
+/// host_profile() with kernel rates: GEMMs measured at sizes {8, 64} with rate 1e9 x 2^(i_m +
+/// i_k + i_n) (1e9 FLOP/s at (8, 8, 8), 8e9 at (64, 64, 64)), passes 1e9/s, transcendentals 1e8/s,
+/// and round row fits.
+HardwareProfile kernel_profile() {
+  HardwareProfile p = host_profile();
+  p.peak_flops_per_second["bf16"] = 1.97e14;  // a dtype the f32 table does not cover
+  p.kernels.gemm_sizes = {8, 64};
+  for (int im = 0; im < 2; ++im)
+    for (int ik = 0; ik < 2; ++ik)
+      for (int in = 0; in < 2; ++in)
+        p.kernels.gemm_flops_per_second.push_back(1e9 * (1 << (im + ik + in)));
+  p.kernels.elementwise_per_second = {{"pass", 1e9}, {"transcendental", 1e8}};
+  p.kernels.row_kernels = {
+      {"layer_norm", {1e-6, 1e-9}}, {"softmax", {2e-6, 1e-9}}, {"cross_entropy", {1e-6, 1e-8}}};
+  return p;
+}
+
+TEST(CostModelTest, GemmRatesInterpolateTheMeasuredTableInLogSpace) {
+  const CostModel m(kernel_profile());
+  ASSERT_TRUE(m.has_kernel_rates());
+  EXPECT_NEAR(m.gemm_flops_per_second(8, 8, 8, "f32"), 1e9, 1e-3);
+  EXPECT_NEAR(m.gemm_flops_per_second(64, 64, 64, "f32"), 8e9, 1e-2);
+  EXPECT_NEAR(m.gemm_flops_per_second(8, 8, 64, "f32"), 2e9, 1e-3);
+  EXPECT_NEAR(m.gemm_flops_per_second(64, 8, 8, "f32"), 2e9, 1e-3);
+  // sqrt(8 x 64) in every coordinate is halfway in log2: log-rate halfway, 1e9 x 2^1.5.
+  const double mid = std::sqrt(8.0 * 64.0);
+  EXPECT_NEAR(m.gemm_flops_per_second(mid, mid, mid, "f32"), 1e9 * std::pow(2.0, 1.5), 1e-2);
+  // Clamped outside the table.
+  EXPECT_NEAR(m.gemm_flops_per_second(2, 4, 1, "f32"), 1e9, 1e-3);
+  EXPECT_NEAR(m.gemm_flops_per_second(4096, 8, 8, "f32"), 2e9, 1e-3);
+  // Time: 3 GEMMs of 64^3 = 3 x 524288 FLOPs at 8e9 FLOP/s; x 4 on 8 cores of 2 CPUs.
+  EXPECT_NEAR(m.gemm_seconds(64, 64, 64, "f32", 3), 1.96608e-4, 1e-15);
+  EXPECT_NEAR(m.for_cores(8).gemm_seconds(64, 64, 64, "f32", 3), 4 * 1.96608e-4, 1e-15);
+  EXPECT_EQ(m.gemm_seconds(0, 64, 64, "f32"), 0.0);
+  // The table is f32: another dtype uses the peak.
+  EXPECT_DOUBLE_EQ(m.gemm_flops_per_second(64, 64, 64, "bf16"), m.peak_flops_per_core("bf16"));
+}
+
+TEST(CostModelTest, ElementwiseAndRowKernelsUseTheirMeasuredRates) {
+  const CostModel m(kernel_profile());
+  EXPECT_NEAR(m.elementwise_seconds("transcendental", 1e6), 1e-2, 1e-15);
+  EXPECT_NEAR(m.elementwise_seconds("pass", 1e6), 1e-3, 1e-15);
+  EXPECT_NEAR(m.row_seconds("softmax", 100, 64), 100 * (2e-6 + 64e-9), 1e-15);
+  EXPECT_NEAR(m.for_cores(8).row_seconds("layer_norm", 10, 1000), 4 * 10 * 2e-6, 1e-15);
+  EXPECT_EQ(m.row_seconds("cross_entropy", 0, 64), 0.0);
+  // The TPU profiles have none: their compute stays FLOPs at the peak.
+  EXPECT_FALSE(v5e().has_kernel_rates());
+  EXPECT_THROW(v5e().elementwise_seconds("transcendental", 1), FailedPreconditionError);
+  EXPECT_THROW(v5e().row_seconds("softmax", 1, 1), FailedPreconditionError);
+  EXPECT_DOUBLE_EQ(v5e().gemm_flops_per_second(64, 64, 64, "bf16"),
+                   v5e().peak_flops_per_core("bf16"));
+  EXPECT_NE(m.describe().find("compute per kernel: measured GEMM rates 8..64"), std::string::npos)
+      << m.describe();
+}
+
+TEST(CostModelTest, KernelRatesRoundTripAndAreValidated) {
+  const HardwareProfile p = kernel_profile();
+  const HardwareProfile q = HardwareProfile::from_json(p.to_json());
+  EXPECT_EQ(q.kernels.gemm_sizes, p.kernels.gemm_sizes);
+  EXPECT_EQ(q.kernels.gemm_flops_per_second, p.kernels.gemm_flops_per_second);
+  EXPECT_EQ(q.kernels.elementwise_per_second, p.kernels.elementwise_per_second);
+  EXPECT_DOUBLE_EQ(q.kernels.row_kernels.at("softmax").seconds_per_row, 2e-6);
+  EXPECT_DOUBLE_EQ(q.kernels.row_kernels.at("cross_entropy").seconds_per_element, 1e-8);
+  const auto rejected = [](const nlohmann::json& j, const std::string& needle) {
+    try {
+      HardwareProfile::from_json(j);
+      ADD_FAILURE() << j["kernels"].dump() << " was accepted";
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  nlohmann::json j = p.to_json();
+  j["kernels"]["gemm_flops_per_second"].erase(0);
+  rejected(j, "gemm_flops_per_second has 7 entries (expected 8");
+  j = p.to_json();
+  j["kernels"]["gemm_sizes"] = {64, 8};
+  rejected(j, "gemm_sizes[1] is 8 (expected strictly increasing");
+  j = p.to_json();
+  j["kernels"]["elementwise_per_second"]["sin"] = 1e9;
+  rejected(j, "elementwise_per_second.sin: unknown kernel");
+  j = p.to_json();
+  j["kernels"]["elementwise_per_second"].erase("transcendental");
+  rejected(j, "lacks elementwise_per_second.transcendental");
+  j = p.to_json();
+  j["kernels"]["row_kernels"]["softmax"]["seconds_per_element"] = 0;
+  rejected(j, "row_kernels.softmax is seconds_per_row 2e-06, seconds_per_element 0");
+  j = p.to_json();
+  j["kernels"]["gemm_flops_per_second"][3] = 0;
+  rejected(j, "kernels.gemm_flops_per_second[3]");
+  j = p.to_json();
+  j["kernels"]["rows"] = 1;
+  rejected(j, "unknown hardware profile key 'kernels.rows'");
 }
 
 }  // namespace
