@@ -57,16 +57,7 @@ uint64_t parse_seed(const std::string& text) {
 }
 
 CLI::Validator seed_validator() {
-  return CLI::Validator(
-      [](std::string& s) {
-        try {
-          parse_seed(s);
-          return std::string();
-        } catch (const Error& e) {
-          return e.message();
-        }
-      },
-      "SEED");
+  return parse_validator([](const std::string& s) { parse_seed(s); }, "SEED");
 }
 
 // The options that only shape a generated workload (memory/stress_workload.h).
@@ -185,16 +176,7 @@ std::shared_ptr<StressCommand> add_stress_command(CLI::App& app) {
                 "OOM, then retry), growth (also before a request would raise the reserved "
                 "footprint, when compacting lets it land lower), off; both = on,off")
       ->capture_default_str()
-      ->check(CLI::Validator(
-          [](std::string& s) {
-            try {
-              parse_defrag_modes(s);
-              return std::string();
-            } catch (const Error& e) {
-              return e.message();
-            }
-          },
-          "MODES"));
+      ->check(parse_validator([](const std::string& s) { parse_defrag_modes(s); }, "MODES"));
   s->add_option("--hbm-bytes", cmd->hbm_bytes, "Arena capacity per core (K, M, G = 1024^n)")
       ->capture_default_str()
       ->check(size_validator());

@@ -29,6 +29,8 @@ constexpr uint64_t kProgressEvery = 4096;  // events between updates of the shar
 // Host memory estimate (estimate_stress_host_memory), per entry, bytes. A label longer than the
 // small-string buffer (15 characters, e.g. "layer12/act_grad") takes a 32-byte heap block.
 constexpr uint64_t kLabelHeapBytes = 32;
+// A compiled stream's own table of labels and vector headers, per core.
+constexpr uint64_t kStreamFixedBytes = 64 * 1024;
 // The replayer's per-slot arrays: state 1, arena id 8, requested bytes 8, label index 4,
 // slot-by-sequence 4; with --backing also checksum 8 and live index 4.
 constexpr uint64_t kReplaySlotBytes = 25;
@@ -362,7 +364,8 @@ StressHostMemory estimate_stress_host_memory(const StressOptions& o, uint64_t ev
   const uint64_t slots = sat_mul(cores, (events_per_core + 1) / 2);
   const uint64_t runs = sat_mul(o.allocators.size(), o.defrag_modes.size());
   StressHostMemory m;
-  m.streams = sat_add(sat_mul(events, sizeof(CoreStream::Op)), sat_mul(slots, 8));
+  m.streams = sat_add(sat_add(sat_mul(events, sizeof(CoreStream::Op)), sat_mul(slots, 8)),
+                      sat_mul(cores, kStreamFixedBytes));
   if (o.trace_path.empty()) {
     // make_stress_workload's events of all cores (labels on their allocations), then compiled.
     m.stream_build = sat_add(
@@ -391,29 +394,28 @@ StressHostMemory estimate_stress_host_memory(const StressOptions& o, uint64_t ev
   return m;
 }
 
-const char* defrag_mode_name(DefragMode mode) {
-  switch (mode) {
-    case DefragMode::kOff:
-      return "off";
-    case DefragMode::kOnFailure:
-      return "on_failure";
-    case DefragMode::kBeforeGrowth:
-      return "before_growth";
-  }
-  return "?";
+namespace {
+// Each mode's JSON name and command-line word.
+struct DefragModeNames {
+  DefragMode mode;
+  const char* name;
+  const char* flag;
+};
+constexpr DefragModeNames kDefragModeNames[] = {
+    {DefragMode::kOff, "off", "off"},
+    {DefragMode::kOnFailure, "on_failure", "on"},
+    {DefragMode::kBeforeGrowth, "before_growth", "growth"},
+};
+const DefragModeNames& names_of(DefragMode mode) {
+  for (const DefragModeNames& n : kDefragModeNames)
+    if (n.mode == mode) return n;
+  throw InternalError("unknown DefragMode " + std::to_string(static_cast<int>(mode)));
 }
+}  // namespace
 
-const char* defrag_mode_flag(DefragMode mode) {
-  switch (mode) {
-    case DefragMode::kOff:
-      return "off";
-    case DefragMode::kOnFailure:
-      return "on";
-    case DefragMode::kBeforeGrowth:
-      return "growth";
-  }
-  return "?";
-}
+const char* defrag_mode_name(DefragMode mode) { return names_of(mode).name; }
+
+const char* defrag_mode_flag(DefragMode mode) { return names_of(mode).flag; }
 
 int stress_exit_code(const nlohmann::json& report) {
   uint64_t failures = report["load"]["all_reduce_failures"].get<uint64_t>();
