@@ -9,17 +9,21 @@
 
 namespace vtpu::examples {
 
-CLI::Validator size_validator() {
+CLI::Validator parse_validator(std::function<void(const std::string&)> parse, std::string name) {
   return CLI::Validator(
-      [](std::string& s) {
+      [parse = std::move(parse)](std::string& s) {
         try {
-          parse_bytes(s);
+          parse(s);
           return std::string();
         } catch (const Error& e) {
           return e.message();
         }
       },
-      "SIZE");
+      std::move(name));
+}
+
+CLI::Validator size_validator() {
+  return parse_validator([](const std::string& s) { parse_bytes(s); }, "SIZE");
 }
 
 CLI::Validator dimension_validator() {

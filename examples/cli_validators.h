@@ -3,8 +3,14 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
 
 namespace vtpu::examples {
+
+/// A validator named `name` that runs `parse` on the text and reports the message of the
+/// vtpu::Error it throws (the text is valid when it throws nothing).
+CLI::Validator parse_validator(std::function<void(const std::string&)> parse, std::string name);
 
 /// A byte size with an optional K/M/G/T suffix (powers of 1024), as parse_bytes (common/units.h)
 /// reads it; the error is parse_bytes' message, which names the text and what was expected.

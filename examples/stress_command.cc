@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -56,22 +57,42 @@ uint64_t parse_seed(const std::string& text) {
 }
 
 CLI::Validator seed_validator() {
-  return CLI::Validator(
-      [](std::string& s) {
-        try {
-          parse_seed(s);
-          return std::string();
-        } catch (const Error& e) {
-          return e.message();
-        }
-      },
-      "SEED");
+  return parse_validator([](const std::string& s) { parse_seed(s); }, "SEED");
 }
 
 // The options that only shape a generated workload (memory/stress_workload.h).
 constexpr const char* kGeneratorOnlyFlags[] = {
     "--workload",     "--events", "--seed",         "--layers",         "--activation-bytes",
     "--weight-bytes", "--live",   "--max-requests", "--kv-block-bytes", "--max-blocks"};
+
+std::vector<std::string> split_list(const std::string& text);
+
+// --auto-defragment: a comma-separated list of on, growth, off (both = on,off), each at most once.
+std::vector<DefragMode> parse_defrag_modes(const std::string& text) {
+  std::vector<DefragMode> modes;
+  for (const std::string& word : split_list(text)) {
+    std::vector<DefragMode> add;
+    if (word == "on") {
+      add = {DefragMode::kOnFailure};
+    } else if (word == "growth") {
+      add = {DefragMode::kBeforeGrowth};
+    } else if (word == "off") {
+      add = {DefragMode::kOff};
+    } else if (word == "both") {
+      add = {DefragMode::kOnFailure, DefragMode::kOff};
+    } else {
+      throw InvalidArgumentError("--auto-defragment '" + text + "': unknown mode '" + word +
+                                 "' (expected a comma-separated list of on, growth, off, both)");
+    }
+    for (DefragMode m : add) {
+      if (std::find(modes.begin(), modes.end(), m) != modes.end())
+        throw InvalidArgumentError("--auto-defragment '" + text + "' gives mode '" +
+                                   defrag_mode_flag(m) + "' twice (each mode runs once)");
+      modes.push_back(m);
+    }
+  }
+  return modes;
+}
 
 std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> out;
@@ -151,9 +172,11 @@ std::shared_ptr<StressCommand> add_stress_command(CLI::App& app) {
                     ",planned (planned: a heap plan made from each core's stream)")
       ->capture_default_str();
   s->add_option("--auto-defragment", cmd->auto_defragment,
-                "Compact on a fragmentation OOM and retry: on, off, or both (two runs)")
+                "When arenas compact, one run per mode, comma-separated: on (on a fragmentation "
+                "OOM, then retry), growth (also before a request would raise the reserved "
+                "footprint, when compacting lets it land lower), off; both = on,off")
       ->capture_default_str()
-      ->check(CLI::IsMember({"on", "off", "both"}));
+      ->check(parse_validator([](const std::string& s) { parse_defrag_modes(s); }, "MODES"));
   s->add_option("--hbm-bytes", cmd->hbm_bytes, "Arena capacity per core (K, M, G = 1024^n)")
       ->capture_default_str()
       ->check(size_validator());
@@ -239,9 +262,7 @@ bool run_stress_if_selected(const StressCommand& cmd, int argc, char** argv, int
       }
     }
     o.allocators = split_list(cmd.allocators);
-    o.auto_defragment.clear();
-    if (cmd.auto_defragment != "off") o.auto_defragment.push_back(true);
-    if (cmd.auto_defragment != "on") o.auto_defragment.push_back(false);
+    o.defrag_modes = parse_defrag_modes(cmd.auto_defragment);
     o.hbm_bytes = parse_bytes(cmd.hbm_bytes);
     o.workload.seed = parse_seed(cmd.seed);
     for (const char* flag : {"--json", "--html"}) {
@@ -291,19 +312,21 @@ bool run_stress_if_selected(const StressCommand& cmd, int argc, char** argv, int
       if (!out.flush()) throw NotFoundError("cannot write --json '" + cmd.json_path + "'");
     }
     if (!cmd.html_path.empty()) write_stress_html(report, cmd.html_path);
-    uint64_t integrity_failures = 0;
-    for (const auto& run : report["runs"])
-      integrity_failures += run["summary"]["integrity_failures"].get<uint64_t>();
-    const uint64_t reduce_failures = report["load"]["all_reduce_failures"].get<uint64_t>();
-    if (integrity_failures + reduce_failures > 0) {
-      std::fprintf(stderr,
-                   "vtpu: error: %llu buffer checksum failures and %llu wrong all-reduce results\n",
-                   static_cast<unsigned long long>(integrity_failures),
-                   static_cast<unsigned long long>(reduce_failures));
-      *exit_code = 1;
-      return true;
+    *exit_code = stress_exit_code(report);
+    if (*exit_code != 0) {
+      uint64_t integrity_failures = 0, failed_runs = 0;
+      for (const auto& run : report["runs"]) {
+        integrity_failures += run["summary"]["integrity_failures"].get<uint64_t>();
+        if (run.value("failed", false)) ++failed_runs;
+      }
+      std::fprintf(
+          stderr,
+          "vtpu: error: %llu failed runs (FAILED above, with their errors), %llu buffer "
+          "checksum failures and %llu wrong all-reduce results\n",
+          static_cast<unsigned long long>(failed_runs),
+          static_cast<unsigned long long>(integrity_failures),
+          static_cast<unsigned long long>(report["load"]["all_reduce_failures"].get<uint64_t>()));
     }
-    *exit_code = 0;
   } catch (const OutOfMemoryError& e) {
     std::fprintf(stderr, "vtpu: error: out of memory (--stop-on-oom)\n%s\n",
                  e.report().to_string().c_str());

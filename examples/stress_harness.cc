@@ -26,9 +26,29 @@ namespace vtpu::examples {
 namespace {
 
 constexpr uint64_t kProgressEvery = 4096;  // events between updates of the shared counter
-// Host bytes per generated event while the streams are built: a TraceEvent (88 B with its label
-// string) plus the compiled op (32 B) and its share of the per-slot arrays.
-constexpr double kHostBytesPerEvent = 136.0;
+// Host memory estimate (estimate_stress_host_memory), per entry, bytes. A label longer than the
+// small-string buffer (15 characters, e.g. "layer12/act_grad") takes a 32-byte heap block.
+constexpr uint64_t kLabelHeapBytes = 32;
+// A compiled stream's own table of labels and vector headers, per core.
+constexpr uint64_t kStreamFixedBytes = 64 * 1024;
+// The replayer's per-slot arrays: state 1, arena id 8, requested bytes 8, label index 4,
+// slot-by-sequence 4; with --backing also checksum 8 and live index 4.
+constexpr uint64_t kReplaySlotBytes = 25;
+constexpr uint64_t kBackedSlotBytes = 12;
+// The arena per live buffer: its slot (the Live record with its label string, 96 B) and the
+// policy's chunk records (32 B for the chunk and a free neighbour's, 64 B).
+constexpr uint64_t kArenaLiveBytes = 160;
+// The arena's fixed tables (bfc's 4096 size classes, ~260 KiB) and the replayer's own.
+constexpr uint64_t kArenaFixedBytes = 320 * 1024;
+// A heap plan per buffer: its BufferInterval (with a heap label) and offset, kept, and about as
+// much again while planning (order arrays, the interval index, the busy lists).
+constexpr uint64_t kPlanBufferBytes = 2 * (sizeof(BufferInterval) + kLabelHeapBytes + 8);
+// nlohmann::json of one timeline sample (an object of 5 numbers) and of one worst-moment block
+// (6 fields with a label), both with their std::map nodes and malloc headers, and one run's
+// summary or per-core figures without them.
+constexpr uint64_t kJsonTimelineSampleBytes = 640;
+constexpr uint64_t kJsonBlockBytes = 800;
+constexpr uint64_t kJsonFiguresBytes = 8 * 1024;
 
 bool is_known_policy(const std::string& name) {
   if (name == "planned") return true;
@@ -249,7 +269,162 @@ std::string min_capacity_text(const nlohmann::json& summary) {
   return bound == 0 ? "-" : ">" + format_bytes(bound);
 }
 
+struct StreamPeaks {
+  uint64_t live_buffers = 0;  // most buffers live at once
+  uint64_t live_bytes = 0;    // most requested bytes live at once
+};
+StreamPeaks stream_peaks(const CoreStream& s) {
+  StreamPeaks p;
+  std::vector<uint64_t> bytes(s.num_slots());
+  uint64_t buffers = 0, live = 0;
+  for (const CoreStream::Op& op : s.ops) {
+    if (op.is_alloc) {
+      bytes[op.slot] = op.bytes;
+      live += op.bytes;
+      ++buffers;
+    } else {
+      live -= bytes[op.slot];
+      --buffers;
+    }
+    p.live_buffers = std::max(p.live_buffers, buffers);
+    p.live_bytes = std::max(p.live_bytes, live);
+  }
+  return p;
+}
+
+// The table's defrag column: "off", "on" (on failure) or "growth" (before growth).
+std::string defrag_text(const nlohmann::json& run) {
+  const std::string mode = run.value(
+      "defragment_mode", std::string(run["auto_defragment"].get<bool>() ? "on_failure" : "off"));
+  return mode == "before_growth" ? "growth" : mode == "on_failure" ? "on" : "off";
+}
+
+// The communicator of the load's all-reduces: every core of `runtime`.
+std::unique_ptr<Communicator> make_load_communicator(Runtime& runtime) {
+  std::vector<int> group(static_cast<size_t>(runtime.num_cores()));
+  for (int c = 0; c < runtime.num_cores(); ++c) group[c] = c;
+  return std::make_unique<Communicator>(runtime, group);
+}
+
+uint64_t host_ram_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+// Throws InvalidArgumentError when `need` exceeds this machine's RAM, naming the consumers.
+void check_host_memory(const StressOptions& o, const StressHostMemory& need) {
+  const uint64_t ram = host_ram_bytes();
+  if (ram == 0 || need.peak_bytes() <= ram) return;
+  const std::string events =
+      o.trace_path.empty() ? std::to_string(o.workload.events_per_core) + " events" : "the trace";
+  throw InvalidArgumentError("stress: " + std::to_string(o.cores) + " cores x " + events +
+                             " need about " + format_bytes(need.peak_bytes()) +
+                             " of host memory (" + need.breakdown() +
+                             "), more than this machine's " + format_bytes(ram) +
+                             " (expected fewer --cores or --events, fewer --allocators, or no "
+                             "--backing)");
+}
+
+uint64_t sat_mul(uint64_t a, uint64_t b) {
+  uint64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
 }  // namespace
+
+uint64_t StressHostMemory::peak_bytes() const {
+  const uint64_t during_runs =
+      sat_add(sat_add(sat_add(streams, plans), sat_add(replay, reports)), backing);
+  return std::max(stream_build, during_runs);
+}
+
+std::string StressHostMemory::breakdown() const {
+  std::string out;
+  auto add = [&](const char* name, uint64_t v) {
+    if (v == 0) return;
+    out += (out.empty() ? "" : ", ") + std::string(name) + " " + format_bytes(v);
+  };
+  add("building the streams", stream_build);
+  add("streams", streams);
+  add("heap plans", plans);
+  add("replay", replay);
+  add("reports", reports);
+  add("backing", backing);
+  return out;
+}
+
+StressHostMemory estimate_stress_host_memory(const StressOptions& o, uint64_t events_per_core,
+                                             uint64_t live_buffers_per_core,
+                                             uint64_t peak_live_bytes_all_cores) {
+  const auto cores = static_cast<uint64_t>(std::max(o.cores, 1));
+  const uint64_t events = sat_mul(cores, events_per_core);
+  // Every allocation is freed at most once, so at least half the events are allocations.
+  const uint64_t slots = sat_mul(cores, (events_per_core + 1) / 2);
+  const uint64_t runs = sat_mul(o.allocators.size(), o.defrag_modes.size());
+  StressHostMemory m;
+  m.streams = sat_add(sat_add(sat_mul(events, sizeof(CoreStream::Op)), sat_mul(slots, 8)),
+                      sat_mul(cores, kStreamFixedBytes));
+  if (o.trace_path.empty()) {
+    // make_stress_workload's events of all cores (labels on their allocations), then compiled.
+    m.stream_build = sat_add(
+        sat_add(sat_mul(events, sizeof(TraceEvent)), sat_mul(slots, kLabelHeapBytes)), m.streams);
+  }
+  if (std::find(o.allocators.begin(), o.allocators.end(), "planned") != o.allocators.end())
+    m.plans = sat_mul(slots, kPlanBufferBytes);
+  const uint64_t slot_bytes = kReplaySlotBytes + (o.backing ? kBackedSlotBytes : 0);
+  // One float per latency_sample_every events, and the summary's pooled copy.
+  const uint64_t latency =
+      o.latency_sample_every == 0 ? 0 : sat_mul(events, 2 * sizeof(float)) / o.latency_sample_every;
+  const uint64_t samples =
+      std::min<uint64_t>(events_per_core, static_cast<uint64_t>(std::max(o.timeline_samples, 0)));
+  // Per core: the timeline and the worst-moment map (a block per live chunk and hole).
+  const uint64_t details =
+      sat_add(sat_mul(samples + 1, sizeof(StressTimelineSample)),
+              sat_mul(2 * live_buffers_per_core + 1, sizeof(StressBlock) + kLabelHeapBytes));
+  m.replay = sat_add(sat_add(sat_mul(slots, slot_bytes), latency),
+                     sat_mul(cores, sat_add(sat_mul(live_buffers_per_core, kArenaLiveBytes),
+                                            sat_add(details, kArenaFixedBytes))));
+  const uint64_t per_core_run =
+      sat_add(sat_add(sat_mul(samples + 1, kJsonTimelineSampleBytes), kJsonFiguresBytes),
+              sat_mul(2 * live_buffers_per_core + 1, kJsonBlockBytes));
+  m.reports = sat_mul(runs, sat_add(sat_mul(cores, per_core_run), kJsonFiguresBytes));
+  if (o.backing) m.backing = peak_live_bytes_all_cores;
+  return m;
+}
+
+namespace {
+// Each mode's JSON name and command-line word.
+struct DefragModeNames {
+  DefragMode mode;
+  const char* name;
+  const char* flag;
+};
+constexpr DefragModeNames kDefragModeNames[] = {
+    {DefragMode::kOff, "off", "off"},
+    {DefragMode::kOnFailure, "on_failure", "on"},
+    {DefragMode::kBeforeGrowth, "before_growth", "growth"},
+};
+const DefragModeNames& names_of(DefragMode mode) {
+  for (const DefragModeNames& n : kDefragModeNames)
+    if (n.mode == mode) return n;
+  throw InternalError("unknown DefragMode " + std::to_string(static_cast<int>(mode)));
+}
+}  // namespace
+
+const char* defrag_mode_name(DefragMode mode) { return names_of(mode).name; }
+
+const char* defrag_mode_flag(DefragMode mode) { return names_of(mode).flag; }
+
+int stress_exit_code(const nlohmann::json& report) {
+  uint64_t failures = report["load"]["all_reduce_failures"].get<uint64_t>();
+  for (const auto& run : report["runs"]) {
+    failures += run["summary"]["integrity_failures"].get<uint64_t>();
+    if (run.value("failed", false)) ++failures;
+  }
+  return failures > 0 ? 1 : 0;
+}
 
 bool is_cross_core_free(int core, uint32_t slot, uint32_t per_mille) {
   uint64_t z = (static_cast<uint64_t>(core) << 32 | slot) * 0x9E3779B97F4A7C15ULL;
@@ -272,21 +447,18 @@ void StressOptions::validate() const {
         fail("allocator policy '" + allocators[i] + "' given twice (each policy runs once)");
     }
   }
-  if (auto_defragment.empty()) fail("no auto-defragment setting given");
-  if (trace_path.empty()) {
-    // Every core's events exist at once as trace events while the streams are compiled (about
-    // kHostBytesPerEvent each with the compiled ops); refuse a run that cannot fit in RAM rather
-    // than die of std::bad_alloc (or of the OOM killer) after minutes.
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    const double ram = pages > 0 && page > 0 ? static_cast<double>(pages) * page : 0.0;
-    const double need = static_cast<double>(cores) * static_cast<double>(workload.events_per_core) *
-                        kHostBytesPerEvent;
-    if (ram > 0 && need > ram) {
-      fail(std::to_string(cores) + " cores x " + std::to_string(workload.events_per_core) +
-           " events need about " + format_bytes(static_cast<uint64_t>(need)) +
-           " of host memory for their event streams, more than this machine's " +
-           format_bytes(static_cast<uint64_t>(ram)) + " (expected fewer --cores or --events)");
+  if (defrag_modes.empty()) fail("no auto-defragment mode given");
+  for (size_t i = 0; i < defrag_modes.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (defrag_modes[i] == defrag_modes[j])
+        fail(std::string("auto-defragment mode '") + defrag_mode_flag(defrag_modes[i]) +
+             "' given twice (each mode runs once)");
     }
+  }
+  if (trace_path.empty()) {
+    // Refuse a run that cannot fit in RAM rather than die of std::bad_alloc (or of the OOM
+    // killer) after minutes. run_stress checks again once the streams exist (live counts).
+    check_host_memory(*this, estimate_stress_host_memory(*this, workload.events_per_core));
   }
   if (hbm_bytes < 4 * kKiB) fail("hbm_bytes " + std::to_string(hbm_bytes) + " (expected >= 4 KiB)");
   if (collective_rounds < 0 || collective_rounds > 10000000)
@@ -368,6 +540,8 @@ nlohmann::json run_stress(const StressOptions& options) {
                 {"skipped_events", skipped_events}};
   } else {
     std::vector<TraceEvent> all;
+    // Exactly events_per_core per core: reserved once, so growing never holds two copies (F3).
+    all.reserve(static_cast<size_t>(n) * options.workload.events_per_core);
     for (int c = 0; c < n; ++c) {
       std::vector<TraceEvent> e = make_stress_workload(options.workload, c);
       all.insert(all.end(), std::make_move_iterator(e.begin()), std::make_move_iterator(e.end()));
@@ -379,8 +553,19 @@ nlohmann::json run_stress(const StressOptions& options) {
                 {"trace_path", nullptr}};
   }
   uint64_t events_per_run = 0;
-  for (const CoreStream& s : streams) events_per_run += s.ops.size();
-  const size_t num_runs = options.allocators.size() * options.auto_defragment.size();
+  uint64_t max_events = 0, max_live_buffers = 0, live_bytes_all_cores = 0;
+  for (const CoreStream& s : streams) {
+    events_per_run += s.ops.size();
+    max_events = std::max<uint64_t>(max_events, s.ops.size());
+    const StreamPeaks p = stream_peaks(s);
+    max_live_buffers = std::max(max_live_buffers, p.live_buffers);
+    live_bytes_all_cores += p.live_bytes;
+  }
+  // F3: with the live counts known, the estimate covers the arenas, the block maps and the
+  // backing too (a trace is first checked here).
+  check_host_memory(options, estimate_stress_host_memory(options, max_events, max_live_buffers,
+                                                         live_bytes_all_cores));
+  const size_t num_runs = options.allocators.size() * options.defrag_modes.size();
   StressOptions::Progress* progress = options.progress;
   using Phase = StressOptions::Progress::Phase;
   // Starts a phase of `total` units (the run number is set before).
@@ -413,33 +598,34 @@ nlohmann::json run_stress(const StressOptions& options) {
   const uint64_t search_limit = options.capacity_search_limit();
 
   std::unique_ptr<Communicator> comm;
-  if (options.under_load) {
-    std::vector<int> group(static_cast<size_t>(n));
-    for (int c = 0; c < n; ++c) group[c] = c;
-    comm = std::make_unique<Communicator>(runtime, group);
-  }
+  if (options.under_load) comm = make_load_communicator(runtime);
 
   nlohmann::json runs = nlohmann::json::array();
   LoadCounters load;
   uint64_t run_number = 0;
-  // The capacity search's per-core results by (policy, auto_defragment as the arena uses it).
-  std::map<std::pair<std::string, bool>, std::vector<std::optional<uint64_t>>> searched;
+  // The capacity search's per-core results by (policy, defrag mode as the arena uses it).
+  std::map<std::pair<std::string, DefragMode>, std::vector<std::optional<uint64_t>>> searched;
   for (const std::string& policy : options.allocators) {
-    for (const bool defrag : options.auto_defragment) {
+    for (const DefragMode mode : options.defrag_modes) {
       if (progress != nullptr) progress->run.store(++run_number);
+      const bool defrag = mode != DefragMode::kOff;
       StressReplayOptions ro_base;
       ro_base.policy = policy;
       ro_base.auto_defragment = defrag;
+      ro_base.defragment_before_growth = mode == DefragMode::kBeforeGrowth;
       ro_base.capacity_bytes = options.hbm_bytes;
       ro_base.backing = options.backing;
       ro_base.timeline_samples = options.timeline_samples;
       ro_base.latency_sample_every = options.latency_sample_every;
       ro_base.stop_on_oom = options.stop_on_oom;
       ro_base.concurrent = options.under_load && n > 1;
-      nlohmann::json run = {{"allocator", policy}, {"auto_defragment", defrag}};
+      nlohmann::json run = {{"allocator", policy},
+                            {"auto_defragment", defrag},
+                            {"defragment_mode", defrag_mode_name(mode)}};
       std::vector<std::unique_ptr<CoreReplayer>> replayers(static_cast<size_t>(n));
       std::vector<StressCoreMetrics> metrics(static_cast<size_t>(n));
       for (int c = 0; c < n; ++c) metrics[c].core = c;
+      std::string failure;  // what failed this run (F1: recorded, and the other runs go on)
       try {
         for (int c = 0; c < n; ++c) {
           StressReplayOptions o = ro_base;
@@ -452,8 +638,11 @@ nlohmann::json run_stress(const StressOptions& options) {
         // run), and its capacity search runs as every other run's does.
         run["error"] = e.message();
         replayers.clear();
+      } catch (const std::exception& e) {
+        failure = std::string("setting up the replay failed: ") + e.what();
+        replayers.clear();
       }
-      if (!run.contains("error")) {
+      if (!run.contains("error") && failure.empty()) {
         enter(Phase::kReplay, events_per_run);
         const bool cross = options.under_load && n > 1 && options.cross_core_free_per_mille > 0;
         CrossCoreFrees frees(n, options.cross_core_free_max_lag,
@@ -492,6 +681,7 @@ nlohmann::json run_stress(const StressOptions& options) {
                 ++next_round;
               }
               if (cross) frees.before_event(c, i);
+              if (options.before_event_for_testing) options.before_event_for_testing(policy, c, i);
               const CoreStream::Op& op = ops[i];
               if (cross && !op.is_alloc &&
                   is_cross_core_free(c, op.slot, options.cross_core_free_per_mille) &&
@@ -517,36 +707,60 @@ nlohmann::json run_stress(const StressOptions& options) {
               progress->done.fetch_add(unreported, std::memory_order_relaxed);
             metrics[c] = r.finish();
           });
+        } catch (const std::exception& e) {
+          runtime.remove_abort_handler(abort_handler);
+          if (options.stop_on_oom && dynamic_cast<const OutOfMemoryError*>(&e) != nullptr) throw;
+          failure = std::string("replay failed: ") + e.what();
         } catch (...) {
           runtime.remove_abort_handler(abort_handler);
           throw;
         }
-        runtime.remove_abort_handler(abort_handler);
+        if (failure.empty()) runtime.remove_abort_handler(abort_handler);
         replayers.clear();
+        if (!failure.empty()) {
+          // The partial figures of the cores are not a run's figures: zeros, as for a run that
+          // could not start. The aborted group may have left data in its links: a fresh one.
+          for (int c = 0; c < n; ++c) {
+            metrics[c] = StressCoreMetrics{};
+            metrics[c].core = c;
+          }
+          if (comm) comm = make_load_communicator(runtime);
+        }
       }
       if (options.search_capacity) {
-        // `planned` cannot relocate, so the arena ignores auto_defragment for it: its two runs
-        // would search exactly the same replays, and share one search.
-        const std::pair<std::string, bool> key(policy, policy != "planned" && defrag);
+        // `planned` cannot relocate, so the arena ignores the defrag mode for it: its runs would
+        // search exactly the same replays, and share one search.
+        const std::pair<std::string, DefragMode> key(policy,
+                                                     policy == "planned" ? DefragMode::kOff : mode);
         auto found = searched.find(key);
         if (found == searched.end()) {
           enter(Phase::kCapacitySearch, static_cast<uint64_t>(n));
           std::vector<std::optional<uint64_t>> per_core(static_cast<size_t>(n));
-          runtime.run_spmd([&](CoreContext& ctx) {
-            const int c = ctx.core_id();
-            StressReplayOptions o = ro_base;
-            o.heap_plan = plans[c];
-            per_core[c] =
-                find_min_capacity(streams[c], o, search_limit,
-                                  progress != nullptr ? &progress->search_replays : nullptr);
-            if (progress != nullptr) progress->done.fetch_add(1);
-          });
-          found = searched.emplace(key, std::move(per_core)).first;
+          try {
+            runtime.run_spmd([&](CoreContext& ctx) {
+              const int c = ctx.core_id();
+              StressReplayOptions o = ro_base;
+              o.heap_plan = plans[c];
+              per_core[c] =
+                  find_min_capacity(streams[c], o, search_limit,
+                                    progress != nullptr ? &progress->search_replays : nullptr);
+              if (progress != nullptr) progress->done.fetch_add(1);
+            });
+            found = searched.emplace(key, std::move(per_core)).first;
+          } catch (const std::exception& e) {
+            if (failure.empty()) failure = std::string("capacity search failed: ") + e.what();
+          }
         }
-        for (int c = 0; c < n; ++c) {
-          metrics[c].min_capacity_bytes = found->second[c];
-          metrics[c].capacity_search_max_bytes = search_limit;
+        if (found != searched.end()) {
+          for (int c = 0; c < n; ++c) {
+            metrics[c].min_capacity_bytes = found->second[c];
+            metrics[c].capacity_search_max_bytes = search_limit;
+          }
         }
+      }
+      if (!failure.empty()) {
+        run["error"] = failure;
+        run["failed"] = true;
       }
       run["summary"] = stress_metrics_json(merge_core_metrics(metrics), false);
       nlohmann::json per_core = nlohmann::json::array();
@@ -599,9 +813,9 @@ std::string format_stress_table(const nlohmann::json& report) {
   for (const nlohmann::json& run : report["runs"]) {
     const nlohmann::json& s = run["summary"];
     if (run.contains("error")) {
-      std::snprintf(line, sizeof line, "%-9s %-6s  not run: %s",
-                    run["allocator"].get<std::string>().c_str(),
-                    run["auto_defragment"].get<bool>() ? "on" : "off",
+      std::snprintf(line, sizeof line, "%-9s %-6s  %s: %s",
+                    run["allocator"].get<std::string>().c_str(), defrag_text(run).c_str(),
+                    run.value("failed", false) ? "FAILED" : "not run",
                     run["error"].get<std::string>().c_str());
       out += line;
       if (search_bound(s) > 0) out += " (min_capacity " + min_capacity_text(s) + ")";
@@ -613,8 +827,7 @@ std::string format_stress_table(const nlohmann::json& report) {
     std::snprintf(
         line, sizeof line,
         "%-9s %-6s %10llu %12s %12s %9s %9.4f %8.4f %6llu %6llu %9.2f %9.2f %7llu %10s %12s %10s\n",
-        run["allocator"].get<std::string>().c_str(),
-        run["auto_defragment"].get<bool>() ? "on" : "off",
+        run["allocator"].get<std::string>().c_str(), defrag_text(run).c_str(),
         static_cast<unsigned long long>(s["events"].get<uint64_t>()),
         format_bytes(s["peak_reserved_bytes"].get<uint64_t>()).c_str(),
         format_bytes(s["peak_live_bytes"].get<uint64_t>()).c_str(),
@@ -650,8 +863,7 @@ std::string format_stress_table(const nlohmann::json& report) {
              num_or_dash(l["p99_99"]);
     };
     std::snprintf(line, sizeof line, "%-9s %-6s %28s %28s %12.3f\n",
-                  run["allocator"].get<std::string>().c_str(),
-                  run["auto_defragment"].get<bool>() ? "on" : "off",
+                  run["allocator"].get<std::string>().c_str(), defrag_text(run).c_str(),
                   lat(s["alloc_latency_ns"]).c_str(), lat(s["free_latency_ns"]).c_str(),
                   static_cast<double>(s["defrag_time_ns"].get<uint64_t>()) / 1e6);
     out += line;

@@ -336,6 +336,14 @@ void validate_stress_report(const Json& report) {
     if (!run.is_object()) C::wrong(rp, run, "an object");
     C::string(run, rp, "allocator");
     C::boolean(run, rp, "auto_defragment");
+    if (auto it = run.find("defragment_mode");
+        it != run.end() &&
+        !(it->is_string() && (*it == "off" || *it == "on_failure" || *it == "before_growth")))
+      C::wrong(C::join(rp, "defragment_mode"), *it, "\"off\", \"on_failure\" or \"before_growth\"");
+    if (auto it = run.find("error"); it != run.end() && !it->is_string())
+      C::wrong(C::join(rp, "error"), *it, "a string");
+    if (auto it = run.find("failed"); it != run.end() && !it->is_boolean())
+      C::wrong(C::join(rp, "failed"), *it, "a boolean");
     C::summary(C::object(run, rp, "summary"), C::join(rp, "summary"));
     const Json& per_core = C::array(run, rp, "per_core");
     const std::string pcp = C::join(rp, "per_core");

@@ -65,6 +65,7 @@ td.gstart, th.gstart { border-left: 1px solid var(--line); }
 td.best { background: var(--best); color: var(--bestfg); font-weight: 650; }
 td.bad { background: var(--bad); color: var(--badfg); font-weight: 650; }
 td.na { color: #a0a7b0; }
+.runerr { display: block; max-width: 460px; white-space: normal; color: var(--badfg); font-size: 12px; }
 tr:hover td { background-color: #f6f9ff; }
 tr:hover td.best { background: #c5eecd; }
 .stats { display: flex; flex-wrap: wrap; gap: 6px 22px; margin: 4px 0 8px; font-size: 13px; }
@@ -188,6 +189,13 @@ function fmtNs(ns) {
   return sig3(ns / 1e9) + ' s';
 }
 function fmtUs(us) { return us == null ? '\u2013' : fmtNs(us * 1e3); }
+// "HBM needed" of a summary or core: the capacity found, '>' + the search's bound when none was
+// found below it (min_capacity_bytes null, capacity_search_max_bytes set; the terminal table's
+// >SIZE), or '\u2013' when no search ran.
+function capacityText(obj) {
+  if (obj.min_capacity_bytes != null) return fmtBytes(obj.min_capacity_bytes);
+  return obj.capacity_search_max_bytes != null ? '>' + fmtBytes(obj.capacity_search_max_bytes) : '\u2013';
+}
 function fmtRate(r) { return r == null ? '\u2013' : fmtShort(r) + '/s'; }
 function fmtFrac(f) { return f == null ? '\u2013' : f.toFixed(3); }
 function fmtRatio(f) { return f == null ? '\u2013' : f.toFixed(3) + '\u00d7'; }
@@ -202,7 +210,9 @@ function allocColor(a) {
   if (!(a in extraIx)) extraIx[a] = Object.keys(extraIx).length;
   return EXTRA[extraIx[a] % EXTRA.length];
 }
-function runName(r) { return r.allocator + (r.auto_defragment ? ' + defrag' : ''); }
+function runName(r) {
+  return r.allocator + (r.defragment_mode === 'before_growth' ? ' + defrag before growth' : r.auto_defragment ? ' + defrag' : '');
+}
 // FNV-1a of the label: the same label gets the same colour in every map and every page.
 function fnv(s) { var h = 2166136261; for (var i = 0; i < s.length; i++) { h ^= s.charCodeAt(i); h = Math.imul(h, 16777619); } return h >>> 0; }
 var labelColorCache = new Map();
@@ -429,7 +439,7 @@ var COLS = [
   { g: 'memory', key: 'peak_reserved_bytes', t: 'peak reserved', f: fmtBytes, best: 'min' },
   { g: 'memory', key: 'peak_live_bytes', t: 'peak live', f: fmtBytes },
   { g: 'memory', key: 'reserved_over_live', t: 'reserved / live', f: fmtRatio, best: 'min' },
-  { g: 'memory', key: 'min_capacity_bytes', t: 'HBM needed', f: fmtBytes, best: 'min' },
+  { g: 'memory', key: 'min_capacity_bytes', t: 'HBM needed', f: fmtBytes, best: 'min', text: capacityText },
   { g: 'fragmentation', key: 'fragmentation_mean', t: 'mean', f: fmtFrac, best: 'min' },
   { g: 'fragmentation', key: 'fragmentation_max', t: 'max', f: fmtFrac, best: 'min' },
   { g: 'out of memory', key: 'false_ooms', t: 'false', f: fmtCount, best: 'min' },
@@ -481,6 +491,7 @@ function buildTable(host, rows, rank, COLS) {
     if (!rank || !c.best) return null;
     var vals = [];
     rows.forEach(function (row) {
+      if (row.run.error != null) return;  // its figures are zeros, not results
       if (c.defrag && !(row.obj.defragmentations > 0)) return;
       var v = cellValue(row.obj, c); if (v != null) vals.push(v);
     });
@@ -496,16 +507,19 @@ function buildTable(host, rows, rank, COLS) {
     var sw = el('span', 'swl' + (row.run.auto_defragment ? ' dash' : ''), null, td0);
     sw.style.borderTopColor = allocColor(row.run.allocator); sw.style.marginRight = '7px'; sw.style.verticalAlign = 'middle';
     el('span', null, runName(row.run), td0);
+    if (row.run.error != null && row.core == null)
+      el('span', 'runerr', (row.run.failed ? 'FAILED: ' : 'not run: ') + row.run.error, td0);
     if (row.core != null) el('td', 'first', String(row.core), tr);
     var prevG2 = null;
     COLS.forEach(function (c, k) {
       var v = cellValue(row.obj, c);
       var cls = [];
       if (c.g !== prevG2) { cls.push('gstart'); prevG2 = c.g; }
-      if (v == null) cls.push('na');
+      var text = c.text ? c.text(row.obj) : v == null ? '\u2013' : c.f(v);
+      if (text === '\u2013') cls.push('na');
       else if (c.badIfPositive && v > 0) cls.push('bad');
-      else if (best[k] != null && v === best[k] && !(c.defrag && !(row.obj.defragmentations > 0))) cls.push('best');
-      var td = el('td', cls.join(' '), v == null ? '\u2013' : c.f(v), tr);
+      else if (best[k] != null && v === best[k] && row.run.error == null && !(c.defrag && !(row.obj.defragmentations > 0))) cls.push('best');
+      var td = el('td', cls.join(' '), text, tr);
       if (v != null && typeof v === 'number') td.title = c.g + ' ' + c.t + ': ' + v;
     });
   });

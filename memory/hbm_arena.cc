@@ -249,6 +249,17 @@ std::optional<ArenaPlacement> HbmArena::try_allocate_locked(uint64_t size_bytes,
                                                             std::string& label,
                                                             bool* defragmented) {
   std::optional<PolicyAllocation> a = policy_->allocate(size_bytes);
+  if (a && options_.defragment_before_growth && options_.auto_defragment &&
+      a->offset + a->chunk_bytes > reserved_high_water_ && stats_.num_frees != frees_at_defrag_ &&
+      policy_->can_relocate() &&
+      stats_.bytes_in_use + policy_->rounded_bytes(size_bytes) < a->offset + a->chunk_bytes) {
+    // The request would raise the reserved footprint although the live chunks and it would end
+    // lower after a compaction: give the chunk back, compact, and place the request again.
+    policy_->free(a->offset);
+    defragment_locked();
+    *defragmented = true;
+    a = policy_->allocate(size_bytes);
+  }
   if (!a && options_.auto_defragment && policy_->can_relocate() && size_bytes <= capacity_bytes_ &&
       policy_->rounded_bytes(size_bytes) <= policy_->total_free_bytes()) {
     defragment_locked();
@@ -305,6 +316,7 @@ std::optional<ArenaPlacement> HbmArena::try_allocate_locked(uint64_t size_bytes,
   s.live.pins = 0;
   s.live.freed = false;
   ++num_live_;
+  reserved_high_water_ = std::max(reserved_high_water_, a->offset + a->chunk_bytes);
   stats_.bytes_in_use += a->chunk_bytes;
   stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
   stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, a->chunk_bytes);
@@ -581,6 +593,7 @@ DefragmentResult HbmArena::defragment_locked() {
     record_locked(std::move(e));
   }
   ++stats_.num_defragmentations;
+  frees_at_defrag_ = stats_.num_frees;
   stats_.defrag_buffers_moved += result.buffers_moved;
   stats_.defrag_bytes_moved += result.bytes_moved;
   stats_.defrag_time_ns += result.duration_ns;

@@ -45,6 +45,16 @@ struct ArenaOptions {
   /// On an allocation that fails although total free >= the rounded request, compact the arena
   /// and retry once, as the TPU runtime does. Ignored by policies that cannot relocate (planned).
   bool auto_defragment = true;
+  /// With auto_defragment, also compact BEFORE an allocation that would raise the arena's reserved
+  /// footprint (its high-water mark: the highest chunk end any allocation has reached), when the
+  /// live chunks plus the request would end lower once compacted, and some buffer was freed since
+  /// the last compaction (otherwise compacting again moves nothing). The allocation is then made
+  /// in the compacted arena. This keeps peak reserved close to peak live at the price of the bytes
+  /// moved (memory_stats() counts them with the other compactions), as Linux's proactive
+  /// compaction compacts before a high-order allocation would need new memory. Default false: off
+  /// (the TPU runtime compacts only on a failed request). Ignored when auto_defragment is false
+  /// and by policies that cannot relocate (planned).
+  bool defragment_before_growth = false;
   std::string name = {};  // pool name for messages ("" = unnamed)
   /// Keep an event log (alloc, free, oom, defragment with timestamps) in the vtpu trace format
   /// (memory/trace.h), so any run can be replayed. It grows by one event per operation.
@@ -310,6 +320,10 @@ class HbmArena {
   size_t num_pending_free_ = 0;       // GUARDED_BY(mu_) freed while pinned, not yet released
   uint64_t pending_free_bytes_ = 0;   // GUARDED_BY(mu_) their chunk bytes
   MemoryStats stats_;                 // GUARDED_BY(mu_), counters only
+  // Highest offset + chunk bytes any allocation has reached (the reserved footprint), and
+  // stats_.num_frees at the last compaction (defragment_before_growth).
+  uint64_t reserved_high_water_ = 0;  // GUARDED_BY(mu_)
+  uint64_t frees_at_defrag_ = 0;      // GUARDED_BY(mu_)
   std::chrono::steady_clock::time_point epoch_;
   std::vector<TraceEvent> events_;  // GUARDED_BY(mu_)
   void record_locked(TraceEvent e);

@@ -80,6 +80,21 @@ std::vector<CoreStream> compile_core_streams(std::span<const TraceEvent> events,
   validate_trace_events(events, name);
   std::vector<CoreStream> streams(static_cast<size_t>(num_cores));
   for (int c = 0; c < num_cores; ++c) streams[c].core = c;
+  {
+    // Exact sizes first, so that the ops and ids are allocated once, without the up to 2x of
+    // vector growth (the host memory estimate, examples/stress_harness.h, counts them exactly).
+    std::vector<uint64_t> ops(streams.size()), allocs(streams.size());
+    for (const TraceEvent& e : events) {
+      if (e.op == TraceOp::kOom || e.op == TraceOp::kDefragment) continue;
+      const size_t c = static_cast<size_t>(e.core % num_cores);
+      ++ops[c];
+      if (e.op == TraceOp::kAlloc) ++allocs[c];
+    }
+    for (size_t c = 0; c < streams.size(); ++c) {
+      streams[c].ops.reserve(ops[c]);
+      streams[c].slot_ids.reserve(allocs[c]);
+    }
+  }
   std::vector<std::unordered_map<std::string, uint32_t>> label_index(streams.size());
   // (trace core, id) -> slot of the live buffer; trace cores are kept apart.
   std::unordered_map<int, std::unordered_map<uint64_t, uint32_t>> live;
@@ -298,6 +313,7 @@ CoreReplayer::CoreReplayer(const CoreStream& stream, StressReplayOptions options
   a.backing = options_.backing;
   a.core_id = stream.core;
   a.auto_defragment = options_.auto_defragment;
+  a.defragment_before_growth = options_.defragment_before_growth;
   a.name = "stress";
   arena_ = std::make_unique<HbmArena>(a);
   const uint32_t n = stream.num_slots();

@@ -81,6 +81,7 @@ std::shared_ptr<const HeapPlan> plan_for_stream(const CoreStream& stream);
 struct StressReplayOptions {
   std::string policy = "bfc";
   bool auto_defragment = true;
+  bool defragment_before_growth = false;  // ArenaOptions::defragment_before_growth
   uint64_t capacity_bytes = 16 * kGiB;
   bool backing = false;                // real bytes: fill, checksum and verify every buffer
   int timeline_samples = 1000;         // 0: no timeline

@@ -6,6 +6,7 @@
 #include "examples/stress_harness.h"
 
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -51,7 +52,7 @@ TEST(StressHarnessTest, EightCoresUnderLoadKeepEveryChecksumThroughDefragmentati
   StressOptions o = tight_uniform(8);
   o.backing = true;
   o.allocators = {"bfc", "tlsf"};
-  o.auto_defragment = {true};
+  o.defrag_modes = {DefragMode::kOnFailure};
   const nlohmann::json doc = run_stress(o);
   ASSERT_EQ(doc["runs"].size(), 2u);
   EXPECT_EQ(doc["load"]["all_reduces"], 2 * 8 * 50);
@@ -81,7 +82,7 @@ TEST(StressHarnessTest, WithoutLoadTheFiguresRepeatExactly) {
   StressOptions o = tight_uniform(2);
   o.under_load = false;
   o.allocators = {"bfc", "first_fit"};
-  o.auto_defragment = {true, false};
+  o.defrag_modes = {DefragMode::kOnFailure, DefragMode::kOff};
   o.search_capacity = true;
   const nlohmann::json a = run_stress(o);
   const nlohmann::json b = run_stress(o);
@@ -110,7 +111,7 @@ StressOptions training_under_load(int cores, uint32_t cross_per_mille, uint32_t 
   o.workload.name = "training_step";
   o.workload.events_per_core = 20000;
   o.allocators = {"bfc"};
-  o.auto_defragment = {true};
+  o.defrag_modes = {DefragMode::kOnFailure};
   o.search_capacity = false;
   o.collective_rounds = 20;
   o.bucket_bytes = 16 * kKiB;
@@ -177,7 +178,7 @@ TEST(StressHarnessTest, CrossCoreFreeLagBoundsTheExtraLiveBytes) {
 TEST(StressHarnessTest, DocumentHasTheSharedSchema) {
   StressOptions o = tight_uniform(2);
   o.allocators = {"bfc"};
-  o.auto_defragment = {false};
+  o.defrag_modes = {DefragMode::kOff};
   o.timeline_samples = 100;
   o.search_capacity = true;
   o.command = "vtpu stress test";
@@ -259,7 +260,7 @@ TEST(StressHarnessTest, PlannedNeedsItsHeapAndSaysSo) {
   o.under_load = false;
   o.hbm_bytes = 64 * kKiB;
   o.allocators = {"planned"};
-  o.auto_defragment = {false};
+  o.defrag_modes = {DefragMode::kOff};
   const nlohmann::json doc = run_stress(o);
   ASSERT_EQ(doc["runs"].size(), 1u);
   EXPECT_NE(doc["runs"][0]["error"].get<std::string>().find("heap"), std::string::npos)
@@ -297,7 +298,7 @@ TEST(StressHarnessTest, PlannedRunsWhenACoreHasNoEvents) {
   o.trace_path = path;
   o.under_load = false;
   o.allocators = {"planned", "bfc"};
-  o.auto_defragment = {false};
+  o.defrag_modes = {DefragMode::kOff};
   o.hbm_bytes = 16 * kMiB;
   o.search_capacity = false;
   const nlohmann::json doc = run_stress(o);
@@ -318,7 +319,7 @@ TEST(StressHarnessTest, CapacitySearchHasOneStatedBoundForEveryPolicy) {
   o.under_load = false;
   o.hbm_bytes = 64 * kKiB;  // every policy OOMs; planned cannot even start
   o.allocators = {"bfc", "tlsf", "first_fit", "buddy", "planned"};
-  o.auto_defragment = {true};
+  o.defrag_modes = {DefragMode::kOnFailure};
   o.search_capacity = true;
   o.capacity_search_max_bytes = 64 * kMiB;
   const nlohmann::json doc = run_stress(o);
@@ -413,7 +414,7 @@ TEST(StressHarnessTest, ProgressNamesThePhaseAndShowsFullOnlyWhenItIsDone) {
   o.under_load = false;
   o.workload.events_per_core = 500;
   o.allocators = {"bfc", "planned"};
-  o.auto_defragment = {true};
+  o.defrag_modes = {DefragMode::kOnFailure};
   o.hbm_bytes = 64 * kMiB;
   o.search_capacity = true;
   StressOptions::Progress q;
@@ -491,7 +492,7 @@ TEST(StressHarnessTest, PlannedUnderLoadWithLateFreesCompletes) {
   StressOptions o = training_under_load(4, 200, 64);
   o.workload.events_per_core = 4000;
   o.allocators = {"bfc", "planned"};
-  o.auto_defragment = {false};
+  o.defrag_modes = {DefragMode::kOff};
   const nlohmann::json doc = run_stress(o);
   ASSERT_EQ(doc["runs"].size(), 2u);
   for (const auto& run : doc["runs"]) {
@@ -519,7 +520,7 @@ TEST(StressHarnessTest, RealTracesMeetTheTargets) {
     o.trace_path = dir + "/" + name + ".jsonl";
     o.under_load = false;
     o.allocators = {"bfc", "tlsf", "first_fit", "planned"};
-    o.auto_defragment = {true};
+    o.defrag_modes = {DefragMode::kOnFailure};
     o.hbm_bytes = 1 * kGiB;
     o.search_capacity = false;
     const nlohmann::json doc = run_stress(o);
@@ -532,6 +533,247 @@ TEST(StressHarnessTest, RealTracesMeetTheTargets) {
       }
     }
     EXPECT_LE(best, 1.10) << name;
+  }
+}
+
+// Auto-defragmentation before growth (DefragMode::kBeforeGrowth) under load with 8 cores and
+// backed arenas: an arena large enough that no request fails, so every compaction is one that
+// the growth trigger made, and every checksum survives them. With lag-0 cross-core frees each
+// arena sees its stream's order, so the growth run's footprint is compared with the on-failure
+// run's on the same events.
+TEST(StressHarnessTest, EightCoresUnderLoadKeepEveryChecksumWhenCompactingBeforeGrowth) {
+  StressOptions o = tight_uniform(8);
+  o.backing = true;
+  o.hbm_bytes = 64 * kMiB;  // ~6.4 MiB live: nothing fails, on_failure never compacts
+  o.allocators = {"bfc"};
+  o.defrag_modes = {DefragMode::kOnFailure, DefragMode::kBeforeGrowth};
+  const nlohmann::json doc = run_stress(o);
+  ASSERT_EQ(doc["runs"].size(), 2u);
+  EXPECT_EQ(doc["load"]["all_reduce_failures"], 0);
+  const auto& on = doc["runs"][0]["summary"];
+  const auto& growth = doc["runs"][1]["summary"];
+  EXPECT_EQ(doc["runs"][0]["defragment_mode"], "on_failure");
+  EXPECT_EQ(doc["runs"][1]["defragment_mode"], "before_growth");
+  EXPECT_EQ(doc["runs"][1]["auto_defragment"], true);
+  EXPECT_EQ(on["defragmentations"], 0);
+  EXPECT_GT(growth["defragmentations"].get<uint64_t>(), 0u);
+  EXPECT_GT(growth["defrag_bytes_moved"].get<uint64_t>(), 0u);
+  EXPECT_GT(growth["defrag_time_ns"].get<uint64_t>(), 0u);
+  EXPECT_GT(growth["cross_core_frees"].get<uint64_t>(), 0u);
+  EXPECT_GT(growth["integrity_checks"].get<uint64_t>(), growth["allocs"].get<uint64_t>() / 2);
+  EXPECT_EQ(growth["integrity_failures"], 0);
+  EXPECT_EQ(growth["false_ooms"], 0);
+  EXPECT_EQ(growth["true_ooms"], 0);
+  EXPECT_EQ(growth["peak_live_bytes"], on["peak_live_bytes"]);
+  EXPECT_LT(growth["peak_reserved_bytes"].get<uint64_t>(),
+            on["peak_reserved_bytes"].get<uint64_t>());
+  for (size_t c = 0; c < 8; ++c) {
+    EXPECT_LE(doc["runs"][1]["per_core"][c]["reserved_over_live"].get<double>(),
+              doc["runs"][0]["per_core"][c]["reserved_over_live"].get<double>())
+        << "core " << c;
+  }
+  EXPECT_EQ(stress_exit_code(doc), 0);
+}
+
+// Finding F1: a throw inside one policy's run (an internal error, a bad_alloc) lost every other
+// policy's results. The run is now recorded as failed with its error text, the others complete
+// (under load too: the next run gets a fresh communicator), and the exit status is 1.
+TEST(StressHarnessTest, AFailingRunIsRecordedAndTheOthersComplete) {
+  for (const bool under_load : {false, true}) {
+    StressOptions o = tight_uniform(4);
+    o.under_load = under_load;
+    o.hbm_bytes = 64 * kMiB;
+    o.allocators = {"bfc", "tlsf", "first_fit"};
+    o.defrag_modes = {DefragMode::kOnFailure};
+    o.search_capacity = true;
+    o.before_event_for_testing = [](const std::string& allocator, int core, uint64_t event) {
+      if (allocator == "bfc" && core == 2 && event == 1000) throw std::bad_alloc();
+      if (allocator == "tlsf" && core == 1 && event == 3000)
+        throw InternalError("injected failure in tlsf");
+    };
+    const nlohmann::json doc = run_stress(o);
+    ASSERT_EQ(doc["runs"].size(), 3u) << under_load;
+    const auto& bfc = doc["runs"][0];
+    const auto& tlsf = doc["runs"][1];
+    const auto& first_fit = doc["runs"][2];
+    EXPECT_EQ(bfc["failed"], true);
+    EXPECT_NE(bfc["error"].get<std::string>().find("replay failed: std::bad_alloc"),
+              std::string::npos)
+        << bfc["error"];
+    EXPECT_EQ(tlsf["failed"], true);
+    EXPECT_NE(tlsf["error"].get<std::string>().find("injected failure in tlsf"), std::string::npos)
+        << tlsf["error"];
+    // A failed run's figures are zeros, one entry per core; its capacity search still ran.
+    EXPECT_EQ(bfc["summary"]["events"], 0);
+    EXPECT_EQ(bfc["per_core"].size(), 4u);
+    EXPECT_FALSE(bfc["summary"]["min_capacity_bytes"].is_null());
+    // The run after them is complete.
+    EXPECT_FALSE(first_fit.contains("error"));
+    EXPECT_EQ(first_fit["summary"]["events"].get<uint64_t>(), expected_events(o));
+    EXPECT_EQ(doc["load"]["all_reduce_failures"], 0);
+    if (under_load) {
+      // first_fit's 50 rounds on each of the 4 cores ran on the fresh communicator.
+      EXPECT_GE(doc["load"]["all_reduces"].get<uint64_t>(), 4u * 50);
+    }
+    EXPECT_EQ(stress_exit_code(doc), 1);
+    const std::string table = format_stress_table(doc);
+    EXPECT_NE(table.find("FAILED: replay failed: std::bad_alloc"), std::string::npos) << table;
+    EXPECT_NE(table.find("FAILED: replay failed: Internal: injected failure in tlsf"),
+              std::string::npos)
+        << table;
+    // The HTML report takes the document, failed runs included.
+    EXPECT_NO_THROW(validate_stress_report(doc));
+    EXPECT_NE(render_stress_html(doc).find("injected failure in tlsf"), std::string::npos);
+  }
+}
+
+// With auto-defragmentation before growth, the seeded workloads reach peak reserved / peak live
+// <= 1.10 with bfc, without a false OOM (the target; docs/STRESS.md has the full table).
+TEST(StressHarnessTest, CompactingBeforeGrowthMeetsTheRatioTargetOnSeededWorkloads) {
+  for (const char* workload :
+       {"uniform", "lognormal", "bimodal", "training_step", "variable_batch", "kv_cache"}) {
+    StressOptions o;
+    o.cores = 2;
+    o.workload.name = workload;
+    o.workload.events_per_core = 20000;
+    o.under_load = false;
+    o.allocators = {"bfc"};
+    o.defrag_modes = {DefragMode::kOnFailure, DefragMode::kBeforeGrowth};
+    o.search_capacity = false;
+    const nlohmann::json doc = run_stress(o);
+    const auto& on = doc["runs"][0]["summary"];
+    const auto& growth = doc["runs"][1]["summary"];
+    EXPECT_LE(growth["reserved_over_live"].get<double>(), 1.10) << workload;
+    EXPECT_LE(growth["reserved_over_live"].get<double>(), on["reserved_over_live"].get<double>())
+        << workload;
+    EXPECT_EQ(growth["false_ooms"], 0) << workload;
+  }
+}
+
+// Heap bytes in use (glibc: every arena's small chunks plus the mmapped ones).
+uint64_t heap_bytes_in_use() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
+// Finding F3: the host memory check counted only the streams being built. Each consumer of the
+// estimate is now checked against the heap bytes really allocated for it: at least that much,
+// and at most 3x (so the check does not refuse runs that fit by a wide margin).
+TEST(StressHarnessTest, HostMemoryEstimateCoversWhatIsAllocated) {
+  StressOptions o;
+  o.cores = 2;
+  o.workload.name = "training_step";
+  o.workload.events_per_core = 40000;
+  // Small buffers: the backed replay below fills and checksums every byte.
+  o.workload.activation_bytes = 16 * kKiB;
+  o.workload.weight_bytes = 4 * kKiB;
+  o.under_load = false;
+  o.backing = true;
+  o.hbm_bytes = 1 * kGiB;
+  o.allocators = {"bfc", "planned"};
+  o.defrag_modes = {DefragMode::kOnFailure};
+  o.search_capacity = false;
+  auto expect_covers = [](const char* what, uint64_t estimate, uint64_t measured) {
+    EXPECT_GE(estimate, measured) << what;
+    EXPECT_LE(estimate, 3 * measured) << what;
+  };
+  const uint64_t h0 = heap_bytes_in_use();
+  std::vector<TraceEvent> all;
+  all.reserve(2 * o.workload.events_per_core);
+  for (int c = 0; c < 2; ++c) {
+    std::vector<TraceEvent> e = make_stress_workload(o.workload, c);
+    all.insert(all.end(), std::make_move_iterator(e.begin()), std::make_move_iterator(e.end()));
+  }
+  std::vector<CoreStream> streams = compile_core_streams(all, 2, "t");
+  const uint64_t building = heap_bytes_in_use() - h0;
+  std::vector<TraceEvent>().swap(all);
+  const uint64_t kept = heap_bytes_in_use() - h0;
+  uint64_t live_buffers = 0, live_bytes = 0;
+  for (const CoreStream& st : streams) {
+    std::vector<uint64_t> bytes(st.num_slots());
+    uint64_t n = 0, b = 0, peak_b = 0;
+    for (const CoreStream::Op& op : st.ops) {
+      if (op.is_alloc) {
+        bytes[op.slot] = op.bytes;
+        ++n;
+        b += op.bytes;
+      } else {
+        --n;
+        b -= bytes[op.slot];
+      }
+      live_buffers = std::max(live_buffers, n);
+      peak_b = std::max(peak_b, b);
+    }
+    live_bytes += peak_b;
+  }
+  const StressHostMemory est =
+      estimate_stress_host_memory(o, o.workload.events_per_core, live_buffers, live_bytes);
+  expect_covers("stream_build", est.stream_build, building);
+  expect_covers("streams", est.streams, kept);
+  // Heap plans: what the plans keep (the estimate adds as much again for planning).
+  uint64_t h = heap_bytes_in_use();
+  {
+    std::vector<std::shared_ptr<const HeapPlan>> plans;
+    for (const CoreStream& st : streams) plans.push_back(plan_for_stream(st));
+    const uint64_t measured = heap_bytes_in_use() - h;
+    EXPECT_GE(est.plans, measured);
+    EXPECT_LE(est.plans, 6 * measured);
+  }
+  // One run's replayers and backed arenas on both cores, replayed to the end (the backing's
+  // touched pages are not heap: est.backing is each core's peak live bytes, the least it touches).
+  h = heap_bytes_in_use();
+  {
+    std::vector<std::unique_ptr<CoreReplayer>> replayers;
+    StressReplayOptions ro;
+    ro.backing = true;
+    ro.capacity_bytes = o.hbm_bytes;
+    uint64_t reserved = 0;
+    for (const CoreStream& st : streams) {
+      replayers.push_back(std::make_unique<CoreReplayer>(st, ro));
+      replayers.back()->run_all();
+      reserved += replayers.back()->arena().memory_stats().peak_bytes_in_use;
+    }
+    const uint64_t measured = heap_bytes_in_use() - h;
+    expect_covers("replay", est.replay, measured);
+    EXPECT_LE(est.backing, reserved);
+    EXPECT_EQ(est.backing, live_bytes);
+  }
+  // The reports: the document of run_stress (two runs) without the streams and replays.
+  h = heap_bytes_in_use();
+  {
+    o.backing = false;
+    const nlohmann::json doc = run_stress(o);
+    const uint64_t measured = heap_bytes_in_use() - h;
+    o.backing = true;
+    expect_covers("reports", est.reports, measured);
+  }
+  // The breakdown names every consumer, and the check refuses what exceeds this machine's RAM.
+  EXPECT_NE(est.breakdown().find("heap plans"), std::string::npos) << est.breakdown();
+  EXPECT_NE(est.breakdown().find("backing"), std::string::npos) << est.breakdown();
+  StressOptions huge = o;
+  huge.cores = 1024;
+  huge.workload.events_per_core = uint64_t{1} << 27;
+  try {
+    huge.validate();
+    ADD_FAILURE() << "1024 cores x 2^27 events were accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(e.message().find("host memory (building the streams"), std::string::npos)
+        << e.message();
+  }
+  // Many runs of many cores: the reports alone (timelines) exceed any RAM here.
+  StressHostMemory m = estimate_stress_host_memory(huge, 1000);
+  EXPECT_GT(m.reports, 1024u * 2 * 1000 * 600);
+}
+
+TEST(StressHarnessTest, CliTakesAListOfDefragModes) {
+  const std::string base = "stress --cores 1 --events 2000 --load off --capacity-search off";
+  std::string out;
+  EXPECT_EQ(run_cli(base + " --auto-defragment on,growth,off", &out), 0) << out;
+  EXPECT_NE(out.find(" growth "), std::string::npos) << out;
+  for (const char* bad : {"sometimes", "on,on", "both,off", ""}) {
+    out.clear();
+    EXPECT_EQ(run_cli(base + " --auto-defragment '" + bad + "'", &out), 2) << bad << ": " << out;
+    EXPECT_EQ(out.find("allocator"), std::string::npos) << "the run happened: " << out;
   }
 }
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "examples/stress_html_assets.h"
 #include "stress_report_fixture.h"
 
 namespace vtpu::examples {
@@ -668,6 +669,60 @@ TEST(StressHtmlScreenshotTest, RendersANonBlankPageOfTheRequestedSize) {
   EXPECT_EQ(blank_image.height, 200u);
   EXPECT_EQ(image_stats(blank_image).distinct, 1u);
   std::filesystem::remove_all(dir);
+}
+
+// Regression (issue 5, item 3): the page's "HBM needed" cell showed "–" when the capacity search
+// found no capacity below its bound, where the terminal table and the JSON say ">SIZE". The
+// page's own formatting functions are run in node (skipped when node is absent).
+TEST(StressHtmlTest, HbmNeededShowsTheBoundWhenTheSearchFoundNone) {
+  std::string out;
+  if (run_command("command -v node", &out) != 0) GTEST_SKIP() << "node is not installed";
+  const std::string js = kStressHtmlJs;
+  const size_t a = js.find("// ---------- formatting ----------");
+  const size_t b = js.find("// ---------- colours ----------");
+  ASSERT_NE(a, std::string::npos);
+  ASSERT_NE(b, std::string::npos);
+  // The summary and per-core tables format the column with capacityText.
+  EXPECT_NE(js.find("key: 'min_capacity_bytes', t: 'HBM needed', f: fmtBytes, best: 'min', "
+                    "text: capacityText"),
+            std::string::npos);
+  const std::filesystem::path dir = temp_dir("capacity");
+  const std::filesystem::path file = dir / "capacity.js";
+  {
+    std::ofstream f(file);
+    f << js.substr(a, b - a)
+      << "\nconsole.log(JSON.stringify(["
+         "capacityText({min_capacity_bytes: null, capacity_search_max_bytes: 68719476736}),"
+         "capacityText({min_capacity_bytes: 5242880, capacity_search_max_bytes: 68719476736}),"
+         "capacityText({min_capacity_bytes: null, capacity_search_max_bytes: null}),"
+         "capacityText({min_capacity_bytes: 0, capacity_search_max_bytes: 4096})]));\n";
+  }
+  out.clear();
+  ASSERT_EQ(run_command("node " + file.string(), &out), 0) << out;
+  EXPECT_EQ(out, "[\">64.0 GiB\",\"5.00 MiB\",\"\u2013\",\"0 B\"]\n");
+  std::filesystem::remove_all(dir);
+}
+
+// A run that failed mid-way (`failed`, `error`) and the defrag mode are part of the document the
+// page reads: accepted when well-typed, rejected naming the field otherwise.
+TEST(StressHtmlTest, FailedRunsAndDefragModesAreValidated) {
+  Json doc = make_stress_report(StressFixtureOptions{});
+  doc["runs"][0]["failed"] = true;
+  doc["runs"][0]["error"] = "replay failed: std::bad_alloc";
+  doc["runs"][0]["defragment_mode"] = "before_growth";
+  EXPECT_NO_THROW(validate_stress_report(doc));
+  EXPECT_NE(render_stress_html(doc).find("replay failed: std::bad_alloc"), std::string::npos);
+  for (const auto& [key, value] : std::vector<std::pair<std::string, Json>>{
+           {"failed", "yes"}, {"error", 3}, {"defragment_mode", "sometimes"}}) {
+    Json bad = doc;
+    bad["runs"][0][key] = value;
+    try {
+      validate_stress_report(bad);
+      ADD_FAILURE() << key << " " << value << " was accepted";
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(e.message().find("runs[0]." + key), std::string::npos) << e.message();
+    }
+  }
 }
 
 }  // namespace

@@ -326,3 +326,76 @@ TEST(DefragmentTest, PlannedPolicyIsNeverCompacted) {
 
 }  // namespace
 }  // namespace vtpu
+
+namespace vtpu {
+namespace {
+
+// ArenaOptions::defragment_before_growth, hand-worked on bfc: A, B, C, D of 4 KiB at 0, 4, 8 and
+// 12 KiB; A and C freed leave two 4 KiB holes, and the footprint (high-water mark) is 16 KiB. An
+// 8 KiB request fits no hole, so bfc would put it at 16 KiB (end 24 KiB), although live 8 KiB +
+// 8 KiB = 16 KiB fit below the footprint once compacted: the arena compacts first (B -> 0,
+// D -> 4 KiB, 8 KiB moved) and places it at 8 KiB. Contents survive.
+TEST(DefragmentTest, BeforeGrowthCompactsInsteadOfRaisingTheFootprint) {
+  for (const bool before_growth : {false, true}) {
+    ArenaOptions o = options(1 * kMiB, /*backing=*/true);
+    o.defragment_before_growth = before_growth;
+    HbmArena arena(o);
+    const BufferId a = arena.allocate(4 * kKiB), b = arena.allocate(4 * kKiB);
+    const BufferId c = arena.allocate(4 * kKiB), d = arena.allocate(4 * kKiB);
+    ASSERT_EQ(arena.offset(d), 12 * kKiB);
+    const uint64_t sum_b = fill(arena, b, 1), sum_d = fill(arena, d, 2);
+    arena.free(a);
+    arena.free(c);
+    const BufferId e = arena.allocate(8 * kKiB);
+    const MemoryStats s = arena.memory_stats();
+    if (!before_growth) {
+      EXPECT_EQ(arena.offset(e), 16 * kKiB);
+      EXPECT_EQ(s.num_defragmentations, 0u);
+      continue;
+    }
+    EXPECT_EQ(arena.offset(b), 0u);
+    EXPECT_EQ(arena.offset(d), 4 * kKiB);
+    EXPECT_EQ(arena.offset(e), 8 * kKiB);
+    EXPECT_EQ(s.num_defragmentations, 1u);
+    EXPECT_EQ(s.defrag_buffers_moved, 2u);
+    EXPECT_EQ(s.defrag_bytes_moved, 8 * kKiB);
+    EXPECT_EQ(s.num_ooms, 0u);
+    EXPECT_EQ(checksum(arena, b), sum_b);
+    EXPECT_EQ(checksum(arena, d), sum_d);
+    arena.check_consistency();
+    // Raising the footprint with nothing freed since the compaction: nothing to gain, no
+    // compaction.
+    const BufferId f = arena.allocate(64 * kKiB);
+    EXPECT_EQ(arena.offset(f), 16 * kKiB);
+    EXPECT_EQ(arena.memory_stats().num_defragmentations, 1u);
+    // A request that fits below the footprint (in a hole) never compacts.
+    arena.free(b);
+    const BufferId g = arena.allocate(4 * kKiB);
+    EXPECT_EQ(arena.offset(g), 0u);
+    EXPECT_EQ(arena.memory_stats().num_defragmentations, 1u);
+    // A freed buffer at the top: the next growth compacts again. Live: g 4, d 4, e 8 KiB; f freed
+    // leaves 16..80 KiB free, the footprint 80 KiB; a 96 KiB request would end at 112 KiB from
+    // 16 KiB, and 16 + 96 = 112 KiB compacted: no gain, no compaction.
+    arena.free(f);
+    const BufferId h = arena.allocate(96 * kKiB);
+    EXPECT_EQ(arena.offset(h), 16 * kKiB);
+    EXPECT_EQ(arena.memory_stats().num_defragmentations, 1u);
+    arena.check_consistency();
+  }
+}
+
+// The trigger is part of auto-defragmentation: off with auto_defragment = false.
+TEST(DefragmentTest, BeforeGrowthNeedsAutoDefragment) {
+  ArenaOptions o = options(1 * kMiB, /*backing=*/false);
+  o.auto_defragment = false;
+  o.defragment_before_growth = true;
+  HbmArena arena(o);
+  const BufferId a = arena.allocate(4 * kKiB);
+  arena.allocate(4 * kKiB);
+  arena.free(a);
+  EXPECT_EQ(arena.offset(arena.allocate(8 * kKiB)), 8 * kKiB);
+  EXPECT_EQ(arena.memory_stats().num_defragmentations, 0u);
+}
+
+}  // namespace
+}  // namespace vtpu
