@@ -146,19 +146,23 @@ class PlacedIntervalIndex {
   size_t collect_overlapping(const BufferInterval& interval, std::vector<Entry>& out) const {
     const size_t q = last_position(interval.start);  // starts_[q] == interval.start
     const size_t r = last_position(interval.end);
-    // Count first, so that the copy below writes through a plain pointer.
     size_t k = 0;
     for (size_t node = q + leaves_; node >= 1; node /= 2) k += fill_[node] - first_[node];
-    for_each_placed_word(q + 1, r, [&](size_t, uint64_t word) { k += std::popcount(word); });
-    if (out.size() < k) out.resize(std::max(k, 2 * out.size()));
+    if (out.size() < k + 64) out.resize(std::max(k + 64, 2 * out.size()));
     Entry* to = out.data();
     for (size_t node = q + leaves_; node >= 1; node /= 2) {  // (a): live at the start
       to = std::copy(listed_.data() + first_[node], listed_.data() + fill_[node], to);
     }
-    for_each_placed_word(q + 1, r, [&](size_t base, uint64_t word) {  // (b): start in (q, r]
+    // (b): starting in (q, r]; room for a whole word's 64 entries is made before each word.
+    for_each_placed_word(q + 1, r, [&](size_t base, uint64_t word) {
+      size_t at = static_cast<size_t>(to - out.data());
+      if (out.size() < at + 64) {
+        out.resize(2 * out.size());
+        to = out.data() + at;
+      }
       for (; word != 0; word &= word - 1) *to++ = by_position_[base + std::countr_zero(word)];
     });
-    return k;
+    return static_cast<size_t>(to - out.data());
   }
 
  private:
