@@ -107,13 +107,30 @@ void BfcPolicy::heap_remove(int cls, uint32_t pos) {
   if (pos < heap_size(cls)) heap_place(cls, pos, last);
 }
 
+void BfcPolicy::large_insert(const LargeKey& key) {
+  if (spare_large_.empty()) {
+    large_.insert(large_.end(), key);
+    return;
+  }
+  spare_large_.value() = key;
+  large_.insert(large_.end(), std::move(spare_large_));
+}
+
+void BfcPolicy::large_erase(LargeSet::const_iterator it) {
+  if (spare_large_.empty()) {
+    spare_large_ = large_.extract(it);
+  } else {
+    large_.erase(it);
+  }
+}
+
 void BfcPolicy::insert_free(ChunkId id) {
   const Chunk& c = chunks_[id];
   const uint64_t size = c.size_bytes();
   if (size <= kMaxSmallChunkBytes) {
     heap_push(small_class(size), id);
   } else {
-    large_.insert(LargeKey{size, c.offset, id});
+    large_insert(LargeKey{size, c.offset, id});
   }
   total_free_bytes_ += size;
 }
@@ -124,7 +141,7 @@ void BfcPolicy::remove_free(ChunkId id) {
   if (size <= kMaxSmallChunkBytes) {
     heap_remove(small_class(size), c.heap_pos);
   } else {
-    large_.erase(LargeKey{size, c.offset, id});
+    large_erase(large_.find(LargeKey{size, c.offset, id}));
   }
   total_free_bytes_ -= size;
 }
@@ -143,7 +160,7 @@ std::optional<PolicyAllocation> BfcPolicy::allocate(uint64_t size_bytes) {
     auto it = large_.lower_bound(LargeKey{rounded, 0, 0});
     if (it == large_.end()) return std::nullopt;
     id = it->id;
-    large_.erase(it);
+    large_erase(it);
   }
   const uint64_t size = chunks_[id].size_bytes();
   total_free_bytes_ -= size;

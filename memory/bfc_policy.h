@@ -45,13 +45,15 @@
 // so free() reads no neighbour record unless it merges. largest_free_block_bytes() is O(1),
 // bin_stats() O(4096 + n_large), check_consistency() O(n). Metadata: one 32-byte record per chunk
 // (ChunkPool: 32-bit ids, the in-use flag in the size's low bit), 16 bytes per further free chunk
-// of a class, a std::set node per free large chunk, 26-51 bytes of index per chunk in use (64-byte
-// buckets of 5 slots, at most half full), and a fixed 4096-class table (~160 KiB). Limits: offsets
-// and sizes keep the full 64-bit range; at most 2^32 - 1 chunks (ChunkPool).
-// Speed (README, "Benchmarks"): with 1k live buffers everything sits in L2 and a free+alloc pair
-// costs about 70-100 ns on the shared 2-core VM this was measured on; with 100k the 7 MiB of
-// records and index no longer fit the caches, and the pair is bound by its chain of dependent cache
-// misses (the buffer's index bucket, then its record), each ~250-350 ns there
+// of a class, a std::set node per free large chunk (one spare node is kept, so splitting or
+// merging a large chunk, which takes one out and puts one back, costs no malloc or free: +6-9%
+// replay speed on training_step and kv_cache, whose activations and KV buffers are large), 26-51
+// bytes of index per chunk in use (64-byte buckets of 5 slots, at most half full), and a fixed
+// 4096-class table (~160 KiB). Limits: offsets and sizes keep the full 64-bit range; at most 2^32 -
+// 1 chunks (ChunkPool). Speed (README, "Benchmarks"): with 1k live buffers everything sits in L2
+// and a free+alloc pair costs about 70-100 ns on the shared 2-core VM this was measured on; with
+// 100k the 7 MiB of records and index no longer fit the caches, and the pair is bound by its chain
+// of dependent cache misses (the buffer's index bucket, then its record), each ~250-350 ns there
 // (BM_DependentLoad in bench/memory_bench.cc).
 #pragma once
 
@@ -175,8 +177,18 @@ class BfcPolicy final : public AllocatorPolicy {
   std::vector<HeapEntry> class_tops_;  // each class heap's top; id kNoChunk when the class is empty
   std::vector<std::vector<HeapEntry>> class_rest_;      // each class heap's entries 1, 2, ...
   std::array<uint64_t, kClassWords> class_has_rest_{};  // bit c set <=> class_rest_[c] not empty
-  std::set<LargeKey> large_;                            // free chunks above kMaxSmallChunkBytes
-  OffsetIndex in_use_;                                  // offset -> chunk, chunks in use only
+  using LargeSet = std::set<LargeKey>;
+  /// Files a free large chunk, reusing spare_large_'s node when there is one, with end() as the
+  /// hint (right, in O(1), for the largest free chunk, which is the one most often split).
+  void large_insert(const LargeKey& key);
+  /// Takes `it` out of the set, keeping its node in spare_large_ for the next large_insert.
+  void large_erase(LargeSet::const_iterator it);
+
+  LargeSet large_;  // free chunks above kMaxSmallChunkBytes
+  // A node taken out of large_ and not yet put back: splitting or merging a large chunk takes
+  // one out and puts one back, so with this spare it costs no malloc or free.
+  LargeSet::node_type spare_large_;
+  OffsetIndex in_use_;  // offset -> chunk, chunks in use only
   uint64_t total_free_bytes_ = 0;
   ChunkId head_ = kNoChunk;  // the chunk at offset 0
 };

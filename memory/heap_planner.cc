@@ -54,22 +54,53 @@ std::vector<uint64_t> placed_sizes(const std::vector<BufferInterval>& intervals,
   return sizes;
 }
 
+// How a placed buffer's (offset, placed bytes) is stored in the index. Two layouts, one
+// algorithm: Compact packs both in one 64-bit word in units of the alignment (offset in the high
+// half, so the words sort by offset), usable when the sum of all placed sizes is below 2^32 units
+// (no best-fit offset or end can pass that sum: a buffer goes into a gap below placed ones or on
+// top of the ones live with it); Wide keeps two 64-bit byte counts.
+struct CompactEntry {
+  using Entry = uint64_t;
+  uint64_t unit;  // the alignment in bytes
+  Entry make(uint64_t offset, uint64_t bytes) const {
+    return (offset / unit) << 32 | (bytes / unit);
+  }
+  uint64_t offset(Entry e) const { return (e >> 32) * unit; }
+  uint64_t end(Entry e) const { return ((e >> 32) + (e & 0xFFFFFFFFu)) * unit; }
+  static uint64_t sort_key(Entry e) { return e >> 32; }
+};
+struct WideEntry {
+  using Entry = std::pair<uint64_t, uint64_t>;  // (offset, placed bytes)
+  Entry make(uint64_t offset, uint64_t bytes) const { return {offset, bytes}; }
+  static uint64_t offset(const Entry& e) { return e.first; }
+  static uint64_t end(const Entry& e) { return e.first + e.second; }
+  static uint64_t sort_key(const Entry& e) { return e.first; }
+};
+
 // The placed buffers, indexed for the one query best fit needs: which placed buffers are live at
-// some time in [s, e]? XLA's GlobalDecreasingSizeBestFitHeap asks its BufferIntervalTree (a search
-// tree keyed by start whose nodes carry their subtree's latest end) for ChunksOverlappingInTime.
-// Here every interval is known before any is placed, so the index is static and exact: with the
-// intervals sorted by (start, index) into positions, a buffer j overlaps a query [s, e] (s the
-// start of the buffer being placed, so some position q has start == s) exactly when either
+// some time in [s, e], and where are they? XLA's GlobalDecreasingSizeBestFitHeap asks its
+// BufferIntervalTree (a search tree keyed by start whose nodes carry their subtree's latest end)
+// for ChunksOverlappingInTime. Here every interval is known before any is placed, so the index is
+// laid out once and filled as buffers are placed: with the intervals sorted by (start, index)
+// into positions, a buffer j overlaps a query [s, e] (s the start of the buffer being placed, so
+// some position q has start == s) exactly when either
 //   (a) j is live at s: pos(j) <= q <= last(j), last(j) the last position starting at or before
-//       end(j). Each interval's position range [pos(j), last(j)] is stored at its O(log n)
-//       canonical nodes of a segment tree over positions (in CSR arrays), so the intervals live at
-//       s are those listed at the nodes on the path from leaf q to the root; or
-//   (b) j starts in (s, e]: positions (q, r], read from a bitset of the placed positions.
-// A query costs the live buffers at s (placed or not: the lists are fixed), plus (r - q) / 64 words
-// of the bitset, plus the k buffers found; building costs O(n log n) time and memory.
+//       end(j). The position range [pos(j), last(j)] has O(log n) canonical nodes in a segment
+//       tree over positions; each node has a fixed slice of one array (CSR), sized for every
+//       interval that has it as a canonical node, and a placed buffer's entry is appended to the
+//       slices of its nodes. The placed buffers live at s are then the filled parts of the slices
+//       on the path from leaf q to the root: contiguous entries, no test per interval; or
+//   (b) j starts in (s, e]: positions (q, r], found in a bitset of the placed positions, their
+//       entries stored by position.
+// A query costs the k placed buffers found plus (r - q) / 64 words of the bitset; building costs
+// O(n log n) time and memory (one entry per canonical node of each interval).
+template <typename Layout>
 class PlacedIntervalIndex {
  public:
-  explicit PlacedIntervalIndex(const std::vector<BufferInterval>& intervals) {
+  using Entry = typename Layout::Entry;
+
+  PlacedIntervalIndex(const std::vector<BufferInterval>& intervals, Layout layout)
+      : layout_(layout) {
     const size_t n = intervals.size();
     std::vector<size_t> by_start(n);
     std::iota(by_start.begin(), by_start.end(), size_t{0});
@@ -78,72 +109,89 @@ class PlacedIntervalIndex {
     });
     position_.resize(n);
     starts_.resize(n);
-    index_at_.resize(n);
     for (size_t p = 0; p < n; ++p) {
       position_[by_start[p]] = static_cast<uint32_t>(p);
-      index_at_[p] = static_cast<uint32_t>(by_start[p]);
       starts_[p] = intervals[by_start[p]].start;
     }
+    last_.resize(n);
+    for (size_t j = 0; j < n; ++j)
+      last_[j] = static_cast<uint32_t>(last_position(intervals[j].end));
     leaves_ = 1;
     while (leaves_ < n) leaves_ *= 2;
-    // Two passes over the canonical nodes of every interval's position range: count, then fill.
-    auto for_each_node = [&](size_t j, auto&& fn) {
-      size_t lo = position_[j] + leaves_;
-      size_t hi = last_position(intervals[j].end) + 1 + leaves_;
-      while (lo < hi) {
-        if (lo & 1) fn(lo++);
-        if (hi & 1) fn(--hi);
-        lo /= 2;
-        hi /= 2;
-      }
-    };
     first_.assign(2 * leaves_ + 1, 0);
     for (size_t j = 0; j < n; ++j) for_each_node(j, [&](size_t node) { ++first_[node + 1]; });
     for (size_t node = 0; node < 2 * leaves_; ++node) first_[node + 1] += first_[node];
     listed_.resize(first_.back());
-    std::vector<size_t> fill(first_.begin(), first_.end() - 1);
-    for (size_t j = 0; j < n; ++j) {
-      for_each_node(j, [&](size_t node) { listed_[fill[node]++] = static_cast<uint32_t>(j); });
-    }
+    by_position_.resize(n);
     placed_bits_.assign((n + 63) / 64, 0);
-    placed_.assign(n, 0);
+    fill_.assign(first_.begin(), first_.end() - 1);
   }
+
+  const Layout& layout() const { return layout_; }
 
   void clear() {
     std::fill(placed_bits_.begin(), placed_bits_.end(), 0);
-    std::fill(placed_.begin(), placed_.end(), 0);
+    std::copy(first_.begin(), first_.end() - 1, fill_.begin());
   }
 
-  void insert(size_t i) {
-    placed_[i] = 1;
+  void insert(size_t i, Entry e) {
+    for_each_node(i, [&](size_t node) { listed_[fill_[node]++] = e; });
     const uint32_t p = position_[i];
+    by_position_[p] = e;
     placed_bits_[p / 64] |= uint64_t{1} << (p % 64);
   }
 
-  // Calls fn(j) once for every placed interval j live at some time in [start(i), end(i)].
-  template <typename Fn>
-  void for_each_overlapping(const BufferInterval& interval, Fn&& fn) const {
-    const size_t q = last_position(interval.start);          // starts_[q] == interval.start
+  // Writes to out[0, k) the entry of every placed interval live at some time in [start, end] of
+  // `interval` and returns k. `out` only grows (so no per-query clear or fill).
+  size_t collect_overlapping(const BufferInterval& interval, std::vector<Entry>& out) const {
+    const size_t q = last_position(interval.start);  // starts_[q] == interval.start
+    const size_t r = last_position(interval.end);
+    size_t k = 0;
+    for (size_t node = q + leaves_; node >= 1; node /= 2) k += fill_[node] - first_[node];
+    if (out.size() < k + 64) out.resize(std::max(k + 64, 2 * out.size()));
+    Entry* to = out.data();
     for (size_t node = q + leaves_; node >= 1; node /= 2) {  // (a): live at the start
-      for (uint32_t k = first_[node]; k < first_[node + 1]; ++k) {
-        if (placed_[listed_[k]]) fn(listed_[k]);
-      }
+      to = std::copy(listed_.data() + first_[node], listed_.data() + fill_[node], to);
     }
-    const size_t r = last_position(interval.end);  // (b): starting in (start, end]
-    for (size_t p = q + 1; p <= r;) {
-      const uint64_t word = placed_bits_[p / 64] >> (p % 64);
-      if (word == 0) {
-        p = (p / 64 + 1) * 64;
-        continue;
+    // (b): starting in (q, r]; room for a whole word's 64 entries is made before each word.
+    for_each_placed_word(q + 1, r, [&](size_t base, uint64_t word) {
+      size_t at = static_cast<size_t>(to - out.data());
+      if (out.size() < at + 64) {
+        out.resize(2 * out.size());
+        to = out.data() + at;
       }
-      p += static_cast<size_t>(std::countr_zero(word));
-      if (p > r) break;
-      fn(index_at_[p]);
-      ++p;
-    }
+      for (; word != 0; word &= word - 1) *to++ = by_position_[base + std::countr_zero(word)];
+    });
+    return static_cast<size_t>(to - out.data());
   }
 
  private:
+  // Calls fn(node) for each canonical node of interval j's position range [pos(j), last(j)].
+  template <typename Fn>
+  void for_each_node(size_t j, Fn&& fn) const {
+    size_t lo = position_[j] + leaves_;
+    size_t hi = last_[j] + 1 + leaves_;
+    while (lo < hi) {
+      if (lo & 1) fn(lo++);
+      if (hi & 1) fn(--hi);
+      lo /= 2;
+      hi /= 2;
+    }
+  }
+
+  // Calls fn(base, word) for the placed bits of positions [lo, hi], 64 at a time: bit b of
+  // `word` is position base + b.
+  template <typename Fn>
+  void for_each_placed_word(size_t lo, size_t hi, Fn&& fn) const {
+    if (lo > hi) return;
+    for (size_t w = lo / 64; w <= hi / 64; ++w) {
+      uint64_t word = placed_bits_[w];
+      if (w == lo / 64) word &= ~uint64_t{0} << (lo % 64);
+      if (w == hi / 64 && hi % 64 != 63) word &= (uint64_t{1} << (hi % 64 + 1)) - 1;
+      if (word != 0) fn(w * 64, word);
+    }
+  }
+
   // The last position whose start is <= t (t is at least the first start in every call).
   size_t last_position(int64_t t) const {
     return static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), t) -
@@ -151,86 +199,100 @@ class PlacedIntervalIndex {
            1;
   }
 
+  Layout layout_;
   std::vector<uint32_t> position_;  // interval index -> position
-  std::vector<uint32_t> index_at_;  // position -> interval index
+  std::vector<uint32_t> last_;      // interval index -> last(j)
   std::vector<int64_t> starts_;     // start at each position, ascending
   size_t leaves_ = 1;               // a power of two >= n
-  std::vector<size_t> first_;     // CSR: node's intervals are listed_[first_[node], first_[node+1])
-  std::vector<uint32_t> listed_;  // interval indices, grouped by canonical node
+  std::vector<size_t> first_;       // CSR: node's slice is listed_[first_[node], first_[node + 1])
+  std::vector<size_t> fill_;        // node's placed entries are listed_[first_[node], fill_[node])
+  std::vector<Entry> listed_;
+  std::vector<Entry> by_position_;     // entry of the interval at each placed position
   std::vector<uint64_t> placed_bits_;  // bit p: the interval at position p is placed
-  std::vector<uint8_t> placed_;        // per interval index
 };
 
-using Busy = std::vector<std::pair<uint64_t, uint64_t>>;  // (offset, placed bytes)
-
-// Sorts `busy` by offset: an LSD radix sort, 8 bits a pass over only the bits the offsets use
+// Sorts `busy` by offset: an LSD radix sort, 11 bits a pass over only the bits the offsets use
 // (above the zero bits they share, the alignment's), so O(k) a pass where std::sort took
 // O(k log k) comparisons (with a steady state of ~1000 live buffers, k is in the thousands for
-// every placement). Measured on a loaded machine: HeapPlannerTest.TwoHundredThousandBuffers...
-// took 3.4 s of CPU against 5.8 s with std::sort. Short lists use std::sort.
-// Entries with equal offsets may come out in any order: place_best_fit's scan finds the same gaps
-// whatever their order (after the first of them the cursor is already past their offset), so the
-// plan is the one a full sort of the pairs gives.
-void sort_by_offset(Busy& busy, Busy& scratch) {
+// every placement). Short lists use std::sort. Entries with equal offsets may come out in any
+// order: place_best_fit's scan finds the same gaps whatever their order (after the first of them
+// the cursor is already past their offset), so the plan is the one a full sort of the pairs gives.
+template <typename Layout, typename Entry>
+void sort_by_offset(Entry* busy, size_t k, std::vector<Entry>& scratch) {
   constexpr size_t kRadixFrom = 64;  // below this, std::sort
-  const size_t k = busy.size();
+  constexpr int kDigitBits = 11;     // 2048 counters a pass: 8 KiB, in L1
+  auto by_key = [](const Entry& a, const Entry& b) {
+    return Layout::sort_key(a) < Layout::sort_key(b);
+  };
   if (k < kRadixFrom) {
-    std::sort(busy.begin(), busy.end());
+    std::sort(busy, busy + k, by_key);
     return;
   }
   uint64_t any = 0, top = 0;
-  for (const auto& b : busy) {
-    any |= b.first;
-    top = std::max(top, b.first);
+  for (size_t j = 0; j < k; ++j) {
+    any |= Layout::sort_key(busy[j]);
+    top = std::max(top, Layout::sort_key(busy[j]));
   }
   if (top == 0) return;  // all at offset 0
   const int low = std::countr_zero(any);
   const int high = std::bit_width(top);
-  scratch.resize(k);
-  Busy* src = &busy;
-  Busy* dst = &scratch;
-  for (int shift = low; shift < high; shift += 8) {
-    std::array<uint32_t, 257> count{};
-    for (const auto& b : *src) ++count[((b.first >> shift) & 0xFF) + 1];
-    for (size_t d = 0; d < 256; ++d) count[d + 1] += count[d];
-    for (const auto& b : *src) (*dst)[count[(b.first >> shift) & 0xFF]++] = b;
+  const int passes = (high - low + kDigitBits - 1) / kDigitBits;  // 1..6
+  constexpr uint64_t kMask = (uint64_t{1} << kDigitBits) - 1;
+  constexpr size_t kDigits = size_t{1} << kDigitBits;
+  // Every pass's counts in one read of the list, then one scatter per pass.
+  std::array<std::array<uint32_t, kDigits>, 6> count{};
+  for (size_t j = 0; j < k; ++j) {
+    const uint64_t key = Layout::sort_key(busy[j]) >> low;
+    for (int d = 0; d < passes; ++d) ++count[d][(key >> (d * kDigitBits)) & kMask];
+  }
+  if (scratch.size() < k) scratch.resize(std::max(k, 2 * scratch.size()));
+  Entry* src = busy;
+  Entry* dst = scratch.data();
+  for (int d = 0; d < passes; ++d) {
+    uint32_t sum = 0;
+    for (uint32_t& c : count[d]) sum += std::exchange(c, sum);  // counts -> first index
+    const int shift = low + d * kDigitBits;
+    for (size_t j = 0; j < k; ++j) {
+      dst[count[d][(Layout::sort_key(src[j]) >> shift) & kMask]++] = src[j];
+    }
     std::swap(src, dst);
   }
-  if (src != &busy) busy.swap(scratch);
+  if (src != busy) std::copy(src, src + k, busy);
 }
 
 // Places the intervals one at a time in `order`, each into the smallest gap between the placed
 // buffers it is live together with (lowest offset on a tie), else above them all, as XLA's
 // GlobalDecreasingSizeBestFitHeap::FindChunkCandidate does. The placed buffers live together with
 // the next one come from the PlacedIntervalIndex and only those k are sorted by offset: a
-// placement costs O(L + range / 64 + k log k) (L buffers live at its start), not a scan of every
-// placed buffer.
+// placement costs O(k + range / 64) (a radix sort), not a scan of every placed buffer.
+template <typename Layout>
 std::vector<uint64_t> place_best_fit(const std::vector<BufferInterval>& intervals,
                                      const std::vector<uint64_t>& sizes,
                                      const std::vector<size_t>& order,
-                                     PlacedIntervalIndex& placed) {
+                                     PlacedIntervalIndex<Layout>& placed) {
+  using Entry = typename Layout::Entry;
+  const Layout& layout = placed.layout();
   std::vector<uint64_t> offsets(intervals.size(), 0);
   placed.clear();
-  Busy busy, scratch;  // reused
+  std::vector<Entry> busy, scratch;  // reused
   for (size_t i : order) {
-    busy.clear();
-    placed.for_each_overlapping(intervals[i],
-                                [&](size_t j) { busy.emplace_back(offsets[j], sizes[j]); });
-    sort_by_offset(busy, scratch);
+    const size_t k = placed.collect_overlapping(intervals[i], busy);
+    sort_by_offset<Layout>(busy.data(), k, scratch);
     const uint64_t need = sizes[i];
     uint64_t cursor = 0;  // end of the busy space seen so far
     uint64_t best_gap = ~uint64_t{0};
-    std::optional<uint64_t> best;
-    for (const auto& [offset, size] : busy) {
-      if (offset > cursor) {
-        const uint64_t gap = offset - cursor;
-        if (gap >= need && gap < best_gap) {
-          best = cursor;
-          best_gap = gap;
-        }
-      }
-      cursor = std::max(cursor, offset + size);  // placed ranges never pass 2^64 (checked below)
+    uint64_t best_offset = 0;
+    for (size_t j = 0; j < k; ++j) {  // no branch on the data: selects, not jumps
+      const Entry& b = busy[j];
+      const uint64_t offset = layout.offset(b);
+      const uint64_t gap = offset > cursor ? offset - cursor : 0;
+      const bool better = gap >= need && gap < best_gap;
+      best_offset = better ? cursor : best_offset;
+      best_gap = better ? gap : best_gap;
+      cursor = std::max(cursor, layout.end(b));  // placed ranges never pass 2^64 (checked below)
     }
+    std::optional<uint64_t> best;
+    if (best_gap != ~uint64_t{0}) best = best_offset;
     if (!best) {
       uint64_t top_end = 0;
       if (__builtin_add_overflow(cursor, need, &top_end)) {
@@ -241,9 +303,20 @@ std::vector<uint64_t> place_best_fit(const std::vector<BufferInterval>& interval
       best = cursor;
     }
     offsets[i] = *best;
-    placed.insert(i);
+    placed.insert(i, layout.make(*best, need));
   }
   return offsets;
+}
+
+// Both orders' offsets, with the index in the layout that fits the sizes.
+template <typename Layout>
+std::pair<std::vector<uint64_t>, std::vector<uint64_t>> place_both_orders(
+    const std::vector<BufferInterval>& intervals, const std::vector<uint64_t>& sizes,
+    const std::vector<size_t>& by_size, const std::vector<size_t>& by_duration, Layout layout) {
+  PlacedIntervalIndex<Layout> index(intervals, layout);
+  std::vector<uint64_t> size_offsets = place_best_fit(intervals, sizes, by_size, index);
+  std::vector<uint64_t> duration_offsets = place_best_fit(intervals, sizes, by_duration, index);
+  return {std::move(size_offsets), std::move(duration_offsets)};
 }
 
 uint64_t heap_end(const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& sizes) {
@@ -369,9 +442,16 @@ HeapPlan plan_heap(std::vector<BufferInterval> intervals, const HeapPlannerOptio
     throw InvalidArgumentError("heap plan of " + std::to_string(n) +
                                " intervals (expected at most 2^32 - 1)");
   }
-  PlacedIntervalIndex index(intervals);
-  std::vector<uint64_t> size_offsets = place_best_fit(intervals, sizes, by_size, index);
-  std::vector<uint64_t> duration_offsets = place_best_fit(intervals, sizes, by_duration, index);
+  // Compact entries when no offset or end can reach 2^32 units of the alignment.
+  const uint64_t align = options.alignment_bytes;
+  uint64_t total_units = 0;
+  bool compact = true;
+  for (uint64_t size : sizes)
+    compact = compact && !__builtin_add_overflow(total_units, size / align, &total_units);
+  compact = compact && total_units < (uint64_t{1} << 32);
+  auto [size_offsets, duration_offsets] =
+      compact ? place_both_orders(intervals, sizes, by_size, by_duration, CompactEntry{align})
+              : place_both_orders(intervals, sizes, by_size, by_duration, WideEntry{});
   const uint64_t size_heap = heap_end(size_offsets, sizes);
   const uint64_t duration_heap = heap_end(duration_offsets, sizes);
   const bool duration_wins = duration_heap < size_heap;  // a tie goes to the first, as in XLA

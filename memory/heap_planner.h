@@ -20,14 +20,16 @@
 // The lower bound on any plan is peak_live_bytes: the most aligned bytes live at one time.
 //
 // Cost: each placement asks an index for the placed buffers whose live ranges overlap its own
-// (XLA's BufferIntervalTree::ChunksOverlappingInTime; here a static index built once: a segment
-// tree over the buffers sorted by start whose nodes list the buffers live across them, plus a
-// bitset of the placed ones) and sorts only those k by offset (a radix sort when k >= 64). Per
-// order that is O(n log n) to build plus, per buffer, O(L + d / 64 + k log k), with L the buffers
-// live at its start and d the buffers that start during its life; so a stream of 1M events whose
-// live set stays in the thousands plans in seconds (docs/STRESS.md), where scanning every placed
-// buffer (the planner's first version) was O(n^2). The index takes O(n log n) memory (4 bytes per
-// canonical node of each buffer's range, ~2 log2 of its length).
+// (XLA's BufferIntervalTree::ChunksOverlappingInTime; here a static index laid out once and
+// filled as buffers are placed: a segment tree over the buffers sorted by start, each node with a
+// slice of one array that holds the placed buffers live across it, plus the placed buffers by
+// start and a bitset of which are placed) and radix-sorts only those k by offset. Per order that
+// is O(n log n) to build plus, per buffer, O(k + d / 64), with d the buffers that start during its
+// life; the entries are copied from contiguous slices (8 bytes each when the sizes sum to less
+// than 2^32 alignment units), so a steady state of ~1000 live buffers costs ~k = 1000 entries a
+// placement (docs/STRESS.md). Scanning every placed buffer (the planner's first version) was
+// O(n^2). The index takes O(n log n) memory: one 8- or 16-byte entry per canonical node of each
+// buffer's range (~2 log2 of its length).
 #pragma once
 
 #include <cstddef>
