@@ -674,8 +674,10 @@ TEST(VtpuCliTest, StressReplaysATraceOnCoresModuloN) {
   const std::string trace = stress_trace();
   const std::string json =
       (std::filesystem::temp_directory_path() / "vtpu_cli_stress_trace.json").string();
-  // One core: both trace cores land on core 0. 16 KiB leaves no room for d above c without
-  // compaction (a, _, c, then 8 KiB needs [12, 20) KiB), so auto-defragment off gives 1 false OOM.
+  // One core: both trace cores land on core 0, merged by t_us (the file holds trace core 1, then
+  // trace core 0): x (1000 B -> 1 KiB) at [0, 1), a at [1, 5) KiB, x freed at t 1 before b, so b
+  // and c go to [5, 9) and [9, 13) KiB. With b freed, 16 KiB holds 8 KiB free in three holes
+  // (1 + 4 + 3 KiB), so auto-defragment off gives 1 false OOM for d (8 KiB).
   const CliRun r = run_cli("stress --cores 1 --trace " + trace +
                            " --allocators first_fit --hbm-bytes 16K --load off --json " + json);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -693,13 +695,15 @@ TEST(VtpuCliTest, StressReplaysATraceOnCoresModuloN) {
   EXPECT_EQ(on["summary"]["defragmentations"], 1);
   EXPECT_EQ(off["summary"]["false_ooms"], 1);
   EXPECT_EQ(off["summary"]["true_ooms"], 0);
-  // Smallest arena: 16 KiB with compaction (a, c, d = 16 KiB live), 20 KiB without.
+  // Smallest arena: 16 KiB with compaction (a, c, d = 16 KiB live), 24 KiB without (d needs
+  // [13, 21) KiB; 20 KiB leaves 7 KiB above c).
   EXPECT_EQ(on["summary"]["min_capacity_bytes"], 16384);
-  EXPECT_EQ(off["summary"]["min_capacity_bytes"], 20480);
+  EXPECT_EQ(off["summary"]["min_capacity_bytes"], 24576);
   const auto& worst = off["per_core"][0]["worst"];
-  EXPECT_DOUBLE_EQ(worst["fragmentation"].get<double>(), 0.5);  // 4 KiB holes at 4 K and 12 K
-  EXPECT_EQ(worst["blocks"][0]["label"], "a");
-  EXPECT_EQ(worst["blocks"][1]["state"], "free");
+  // Largest free 4 KiB of 8 KiB free: the holes [0, 1), [5, 9) and [13, 16) KiB.
+  EXPECT_DOUBLE_EQ(worst["fragmentation"].get<double>(), 0.5);
+  EXPECT_EQ(worst["blocks"][0]["state"], "free");  // x's KiB
+  EXPECT_EQ(worst["blocks"][1]["label"], "a");
   std::filesystem::remove(json);
   std::filesystem::remove(trace);
 }

@@ -126,6 +126,34 @@ TEST_P(IssueExample, AutoDefragmentationTurnsTheFalseOomIntoASuccess) {
 
 INSTANTIATE_TEST_SUITE_P(Policies, IssueExample, ::testing::Values("bfc", "first_fit"));
 
+// New-user pass U19: a trace written core by core (all of trace core 0, then all of trace core 2)
+// folded onto 2 virtual cores puts both trace cores on core 0. Their buffers are live at the same
+// time (t 0..10 on both), so the folded stream must interleave them by t_us and peak at 2 MiB of
+// live bytes, not replay core 2's buffer after core 0's was freed (1 MiB). Trace core 1 stays alone
+// on core 1 in file order.
+TEST(StressReplayTest, FoldedTraceCoresMergeByTime) {
+  auto at = [](TraceEvent e, double t) {
+    e.t_us = t;
+    return e;
+  };
+  const std::vector<TraceEvent> ev = {
+      at(alloc(1, kMiB, "a", 0), 0.0), at(free_of(1, 0), 10.0),  // trace core 0
+      at(alloc(7, 64, "c", 1), 3.0),   at(free_of(7, 1), 4.0),   // trace core 1
+      at(alloc(1, kMiB, "b", 2), 1.0), at(free_of(1, 2), 9.0)};  // trace core 2, same id
+  const auto streams = compile_core_streams(ev, 2, "folded");
+  ASSERT_EQ(streams[0].ops.size(), 4u);
+  EXPECT_TRUE(streams[0].ops[0].is_alloc);
+  EXPECT_TRUE(streams[0].ops[1].is_alloc);
+  EXPECT_FALSE(streams[0].ops[2].is_alloc);
+  EXPECT_FALSE(streams[0].ops[3].is_alloc);
+  EXPECT_EQ(streams[0].ops[1].t_us, 1.0);
+  EXPECT_EQ(streams[0].ops[2].slot, 1u);  // t 9: trace core 2's buffer (the second alloc) first
+  EXPECT_EQ(streams[0].ops[3].slot, 0u);
+  ASSERT_EQ(streams[1].ops.size(), 2u);
+  const StressCoreMetrics m = run(streams[0], options("bfc", false));
+  EXPECT_EQ(m.peak_live_bytes, 2 * kMiB);
+}
+
 TEST(StressReplayTest, SkippedAllocationSkipsItsFree) {
   std::vector<TraceEvent> ev = {alloc(0, 48 * kMiB), alloc(1, 32 * kMiB), free_of(1), free_of(0)};
   const auto streams = compile_core_streams(timed(ev), 1, "t");
