@@ -532,6 +532,13 @@ nlohmann::json run_stress(const StressOptions& options) {
   if (!options.trace_path.empty()) {
     const Trace trace = read_trace(options.trace_path);
     streams = compile_core_streams(trace.events, n, options.trace_path, &skipped_events);
+    // New-user pass U2: a trace with nothing to replay (empty, header only, or only oom and
+    // defragment records) is an error rather than a table of zeros that looks like a result.
+    if (trace.events.size() == skipped_events) {
+      throw InvalidArgumentError(
+          "trace '" + options.trace_path + "' has no alloc or free events (" +
+          std::to_string(trace.events.size()) + " events in all; expected at least one to replay)");
+    }
     workload = {{"name", "trace"},
                 {"description", "trace " + options.trace_path + " (" +
                                     std::to_string(trace.events.size()) + " events)"},

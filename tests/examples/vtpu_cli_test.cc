@@ -776,6 +776,20 @@ TEST(VtpuCliTest, StressRejectsNulBytesAndOverlongTraceLines) {
   std::filesystem::remove(long_line);
 }
 
+// New-user pass U2: an empty trace, a header-only one and one holding only oom records exited 0
+// with a table of zeros; each is an error naming the file now.
+TEST(VtpuCliTest, StressRejectsATraceWithNothingToReplay) {
+  const std::string header = R"({"format": "vtpu-trace", "version": 1})";
+  for (const std::string& text :
+       {std::string(), header + "\n",
+        header + "\n" + R"({"t_us": 0, "op": "oom", "id": 1, "bytes": 8})" + "\n"}) {
+    const std::string path = temp_file("vtpu_cli_stress_empty.jsonl", text);
+    expect_failure("stress --cores 1 --trace " + path,
+                   "vtpu_cli_stress_empty.jsonl' has no alloc or free events", 1);
+    std::filesystem::remove(path);
+  }
+}
+
 TEST(VtpuCliTest, StressWritesAnHtmlPageWithTheReportEmbedded) {
   const std::string html =
       (std::filesystem::temp_directory_path() / "vtpu_cli_stress.html").string();
