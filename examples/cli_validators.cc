@@ -9,6 +9,27 @@
 
 namespace vtpu::examples {
 
+// Decimal digits only, at most 2^64 - 1: CLI11's own uint64_t parsing wraps "-1" and saturates
+// "2^64", which would silently replay a seed the user did not type.
+uint64_t parse_seed(const std::string& text) {
+  uint64_t v = 0;
+  bool ok = !text.empty() && text.size() <= 20;
+  for (char ch : text) {
+    if (!ok) break;
+    ok = ch >= '0' && ch <= '9' && !__builtin_mul_overflow(v, uint64_t{10}, &v) &&
+         !__builtin_add_overflow(v, static_cast<uint64_t>(ch - '0'), &v);
+  }
+  if (!ok) {
+    throw InvalidArgumentError("--seed '" + text +
+                               "' (expected a decimal integer in [0, 18446744073709551615])");
+  }
+  return v;
+}
+
+CLI::Validator seed_validator() {
+  return parse_validator([](const std::string& s) { parse_seed(s); }, "SEED");
+}
+
 CLI::Validator parse_validator(std::function<void(const std::string&)> parse, std::string name) {
   return CLI::Validator(
       [parse = std::move(parse)](std::string& s) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -22,5 +23,11 @@ CLI::Validator dimension_validator();
 
 /// A learning rate: a finite number > 0 ("learning rate 0 must be a finite number > 0").
 CLI::Validator learning_rate_validator();
+
+/// A seed: decimal digits only, 0 .. 2^64 - 1 (CLI11's own uint64_t parsing wraps "-1" and
+/// saturates past 2^64 - 1, which would silently use a seed the user did not type). Throws
+/// InvalidArgumentError naming the text.
+uint64_t parse_seed(const std::string& text);
+CLI::Validator seed_validator();
 
 }  // namespace vtpu::examples

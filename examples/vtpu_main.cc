@@ -646,7 +646,9 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::IsMember({"policy", "arena"}));
-  memory->add_option("--seed", bench_args.seed, "Workload seed")->capture_default_str();
+  memory->add_option("--seed", bench_args.seed, "Workload seed, 0 .. 2^64 - 1")
+      ->capture_default_str()
+      ->check(vtpu::examples::seed_validator());
   memory->add_flag("--json", bench_args.json, "Print the configuration and results as JSON");
   CLI::App* frag = bench->add_subcommand(
       "fragmentation",
@@ -674,7 +676,9 @@ int main(int argc, char** argv) {
   frag->add_option("--capacity", frag_args.capacity, "Arena bytes, e.g. 64MiB")
       ->capture_default_str()
       ->check(vtpu::examples::size_validator());
-  frag->add_option("--seed", frag_args.seed, "First seed")->capture_default_str();
+  frag->add_option("--seed", frag_args.seed, "First seed, 0 .. 2^64 - 1")
+      ->capture_default_str()
+      ->check(vtpu::examples::seed_validator());
   frag->add_flag("--json", frag_args.json, "Print the results as JSON");
   const auto fsdp = vtpu::examples::add_train_fsdp_command(*train);
   const auto collectives = vtpu::examples::add_bench_collectives_command(*bench);

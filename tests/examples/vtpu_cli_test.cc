@@ -790,6 +790,15 @@ TEST(VtpuCliTest, StressRejectsATraceWithNothingToReplay) {
   }
 }
 
+// New-user pass U13: `bench memory --seed -3` ran seed 2^64 - 3 and a seed past 2^64 - 1 ran
+// 2^64 - 1 (CLI11's uint64_t parsing); both are usage errors, as for `vtpu stress`.
+TEST(VtpuCliTest, BenchSeedsAreCheckedLikeTheStressSeed) {
+  for (const std::string cmd : {"bench memory --pairs 10 --live 10", "bench fragmentation"}) {
+    expect_failure(cmd + " --seed -3", "--seed '-3' (expected a decimal integer", 2);
+    expect_failure(cmd + " --seed 99999999999999999999999", "--seed '99999999999999999999999'", 2);
+  }
+}
+
 TEST(VtpuCliTest, StressWritesAnHtmlPageWithTheReportEmbedded) {
   const std::string html =
       (std::filesystem::temp_directory_path() / "vtpu_cli_stress.html").string();
