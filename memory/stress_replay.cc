@@ -70,47 +70,17 @@ nlohmann::json latency_json(std::vector<float> samples) {
   return j;
 }
 
-// The order in which compile_core_streams takes the events: each trace core's own events in file
-// order, and the trace cores merged by t_us (ties: file order). When several trace cores fold
-// onto one virtual core (core % num_cores), its stream then follows the trace's clock rather than
-// the file's layout: a trace written core by core (all of core 0, then all of core 2) would
-// otherwise replay core 2's buffers after core 0's had been freed and understate the folded peak.
-// A trace whose cores are already interleaved in time order keeps its order. O(n log k) for k
-// trace cores.
+// The order in which compile_core_streams takes the events: by t_us, ties in file order. Each
+// trace core's own events are already in that order (validate_trace_events rejects a t_us earlier
+// than its core's previous one), so this only interleaves trace cores by the trace's clock. When
+// several of them fold onto one virtual core (core % num_cores), a trace written core by core (all
+// of core 0, then all of core 2) would otherwise replay core 2's buffers after core 0's had been
+// freed and understate the folded peak.
 std::vector<size_t> replay_order(std::span<const TraceEvent> events) {
-  std::unordered_map<int, std::vector<size_t>> by_core;
-  for (size_t i = 0; i < events.size(); ++i) by_core[events[i].core].push_back(i);
-  std::vector<size_t> order;
-  order.reserve(events.size());
-  if (by_core.size() <= 1) {
-    for (size_t i = 0; i < events.size(); ++i) order.push_back(i);
-    return order;
-  }
-  struct Head {
-    double t_us;
-    size_t index;
-    const std::vector<size_t>* list;
-    size_t pos;
-  };
-  auto later = [](const Head& a, const Head& b) {
-    return a.t_us != b.t_us ? a.t_us > b.t_us : a.index > b.index;
-  };
-  std::vector<Head> heap;
-  for (const auto& [core, list] : by_core)
-    heap.push_back({events[list[0]].t_us, list[0], &list, 0});
-  std::make_heap(heap.begin(), heap.end(), later);
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), later);
-    Head h = heap.back();
-    heap.pop_back();
-    order.push_back(h.index);
-    if (++h.pos < h.list->size()) {
-      h.index = (*h.list)[h.pos];
-      h.t_us = events[h.index].t_us;
-      heap.push_back(h);
-      std::push_heap(heap.begin(), heap.end(), later);
-    }
-  }
+  std::vector<size_t> order(events.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return events[a].t_us < events[b].t_us; });
   return order;
 }
 
