@@ -57,17 +57,28 @@ void layer_norm_backward(const S* x, const S* dy, const S* mu, const S* rs, cons
   }
 }
 
-/// GELU, tanh form (Hendrycks & Gimpel 2016), and its derivative.
+/// GELU, tanh form (Hendrycks & Gimpel 2016): a = u/2 (1 + tanh(k (u + 0.044715 u^3))),
+/// k = sqrt(2/pi), over n elements (u and a may alias). Vectorised: Eigen's array tanh, which for
+/// float is a rational approximation on SIMD registers (Eigen 3.4 generic_fast_tanh_float, the
+/// same kind of approximation XLA's CPU backend emits for tanh); for double, std::tanh.
 template <typename S>
-S gelu(S u) {
+void gelu_forward(const S* u, S* a, int64_t n) {
   constexpr S k = static_cast<S>(0.7978845608028654);  // sqrt(2 / pi)
-  return S(0.5) * u * (S(1) + std::tanh(k * (u + S(0.044715) * u * u * u)));
+  Eigen::Map<const Eigen::Array<S, Eigen::Dynamic, 1>> U(u, n);
+  Eigen::Map<Eigen::Array<S, Eigen::Dynamic, 1>> A(a, n);
+  A = S(0.5) * U * (S(1) + (k * (U + S(0.044715) * U.cube())).tanh());
 }
+
+/// GELU backward in place over n elements: g *= gelu'(u). Recomputes the tanh of the forward
+/// (one per element, as the forward), so the forward keeps only u.
 template <typename S>
-S gelu_grad(S u) {
+void gelu_backward(const S* u, S* g, int64_t n) {
   constexpr S k = static_cast<S>(0.7978845608028654);
-  const S t = std::tanh(k * (u + S(0.044715) * u * u * u));
-  return S(0.5) * (S(1) + t) + S(0.5) * u * (S(1) - t * t) * k * (S(1) + S(3 * 0.044715) * u * u);
+  Eigen::Map<const Eigen::Array<S, Eigen::Dynamic, 1>> U(u, n);
+  Eigen::Map<Eigen::Array<S, Eigen::Dynamic, 1>> G(g, n);
+  const auto t = (k * (U + S(0.044715) * U.cube())).tanh();
+  G *= S(0.5) * (S(1) + t) +
+       S(0.5) * U * (S(1) - t.square()) * k * (S(1) + S(3 * 0.044715) * U.square());
 }
 
 /// In place on the c x c scores of one head: row i becomes softmax of its first i + 1 entries,

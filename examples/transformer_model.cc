@@ -266,8 +266,6 @@ struct Workspace {
   }
 };
 
-using nn::gelu;
-using nn::gelu_grad;
 using nn::layer_norm_backward;
 using nn::layer_norm_forward;
 
@@ -385,7 +383,7 @@ double TransformerShard<S>::run(std::span<const S> params, std::span<S> grads,
     MatMap<S> u(W + b.u, n, fl), a(W + b.a, n, fl);
     mm(W + b.h2, false, prm(pre + "mlp.w1"), false, W + b.u, n, fl, d);
     u.rowwise() += CVecMap<S>(prm(pre + "mlp.b1"), fl);
-    a = u.unaryExpr([](S z) { return gelu(z); });
+    nn::gelu_forward(u.data(), a.data(), n * fl);
     mm(W + b.a, false, prm(pre + "mlp.w2"), false, W + w.dtmp, n, d, fl);
     all_reduce(W + w.dtmp, n * d);  // g
     const int64_t next = l + 1 < c.layers ? w.blocks[static_cast<size_t>(l + 1)].x_in : w.x_out;
@@ -419,7 +417,7 @@ double TransformerShard<S>::run(std::span<const S> params, std::span<S> grads,
     MatMap<S> du(W + w.du, n, fl);
     mm(W + b.a, true, W + w.dx, false, grd(pre + "mlp.w2"), fl, d, n);
     mm(W + w.dx, false, prm(pre + "mlp.w2"), true, W + w.du, n, fl, d);
-    du = du.binaryExpr(u, [](S g, S z) { return g * gelu_grad(z); });
+    nn::gelu_backward(u.data(), du.data(), n * fl);
     mm(W + b.h2, true, W + w.du, false, grd(pre + "mlp.w1"), d, fl, n);
     VecMap<S>(grd(pre + "mlp.b1"), fl) = du.colwise().sum();
     mm(W + w.du, false, prm(pre + "mlp.w1"), true, W + w.dtmp, n, d, fl);
