@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,29 @@ void check_run_size(const std::vector<int64_t>& shape, const NamedSharding& sour
   }
 }
 
+// "source blocks per core (uneven): d0 (2, 10), d1 (2, 10), d2 (1, 10), d3 (0, 10)" when the
+// logical blocks of `sharding` differ between devices; nothing when they are all equal. At most
+// kMaxListed devices are listed, then the count of the rest.
+void print_uneven_blocks(const char* side, const NamedSharding& sharding, const Mesh& mesh,
+                         const std::vector<int64_t>& shape) {
+  constexpr size_t kMaxListed = 16;
+  const std::vector<int64_t> first = sharding.local_shape(mesh.devices()[0], shape);
+  bool uneven = false;
+  for (int dev : mesh.devices()) uneven = uneven || sharding.local_shape(dev, shape) != first;
+  if (!uneven) return;
+  std::string line = std::string(side) + " blocks per core (uneven):";
+  size_t listed = 0;
+  for (int dev : mesh.devices()) {
+    if (listed == kMaxListed) {
+      line += ", ... (" + std::to_string(mesh.devices().size() - kMaxListed) + " more)";
+      break;
+    }
+    line += (listed++ == 0 ? " d" : ", d") + std::to_string(dev) + " " +
+            shape_text(sharding.local_shape(dev, shape));
+  }
+  std::printf("%s\n", line.c_str());
+}
+
 int run(const ReshardCommand& c) {
   const std::vector<int64_t> mesh_shape = parse_mesh_shape(c.mesh);
   const std::vector<std::string> axes =
@@ -100,6 +124,10 @@ int run(const ReshardCommand& c) {
               shape_text(target.local_shape(mesh.devices()[0], c.shape)).c_str(),
               shape_text(source.shard_shape(c.shape)).c_str(),
               shape_text(target.shard_shape(c.shape)).c_str());
+  // Uneven shards (new-user pass N4): the first core's block hides the short ones, so list every
+  // core's logical block, in mesh device order, for a side whose blocks differ.
+  print_uneven_blocks("source", source, mesh, c.shape);
+  print_uneven_blocks("target", target, mesh, c.shape);
   if (c.explain) return 0;
   check_run_size(c.shape, source, target);
 
@@ -178,6 +206,15 @@ int run(const ReshardCommand& c) {
   return bad == 0 ? 0 : 1;
 }
 
+// The help text of a uniform-model option: its value applies only when one of --alpha, --beta
+// or --a2a-factor is given (new-user pass N7: a CLI11 "=5e-05" default read as in effect).
+std::string uniform_default(double value) {
+  std::ostringstream os;
+  os << value;
+  return "when any of --alpha/--beta/--a2a-factor is given, default " + os.str() +
+         "; otherwise --hardware prices the plan";
+}
+
 }  // namespace
 
 std::shared_ptr<ReshardCommand> add_reshard_command(CLI::App& app) {
@@ -208,19 +245,19 @@ std::shared_ptr<ReshardCommand> add_reshard_command(CLI::App& app) {
   c->alpha_opt = c->app
                      ->add_option("--alpha", c->cost.alpha_seconds,
                                   "Uniform model instead of --hardware: latency per collective, "
-                                  "seconds (0..60)")
-                     ->capture_default_str()
+                                  "seconds (0..60; " +
+                                      uniform_default(c->cost.alpha_seconds) + ")")
                      ->check(CLI::Range(0.0, 60.0));
   c->beta_opt = c->app
                     ->add_option("--beta", c->cost.beta_seconds_per_byte,
-                                 "Uniform model: seconds per byte (1 / bus bandwidth; 0..1)")
-                    ->capture_default_str()
+                                 "Uniform model: seconds per byte (1 / bus bandwidth; 0..1; " +
+                                     uniform_default(c->cost.beta_seconds_per_byte) + ")")
                     ->check(CLI::Range(0.0, 1.0));
   c->factor_opt = c->app
                       ->add_option("--a2a-factor", c->cost.all_to_all_factor,
                                    "Uniform model: constant c of the all-to-all formula "
-                                   "alpha + beta*(n-1)/n^2*B*c (0..1e6)")
-                      ->capture_default_str()
+                                   "alpha + beta*(n-1)/n^2*B*c (0..1e6; " +
+                                       uniform_default(c->cost.all_to_all_factor) + ")")
                       ->check(CLI::Range(0.0, 1e6));
   c->app->add_option("--seed", c->seed, "Seed of the random input")->capture_default_str();
   return c;

@@ -142,9 +142,21 @@ class SpecParser {
   /// True when at least one keyword was parsed.
   bool parse_keywords(Parsed& out) {
     bool seen_unreduced = false, seen_op = false;
+    size_t op_at = 0;
+    const auto done = [&] {
+      // A reduce op names how pending partial values combine; with no unreduced axis there is
+      // nothing pending (DTensor's Partial(reduce_op) is a placement of its own, never beside
+      // Shard or Replicate alone). Regression (new-user pass N14): it was accepted and dropped.
+      if (seen_op && out.unreduced.empty()) {
+        fail_at(op_at,
+                "unreduced={...} with at least one axis beside reduce_op= (a reduce op applies "
+                "to the pending partial sums over unreduced axes; this spec has none)");
+      }
+      return seen_unreduced || seen_op;
+    };
     while (true) {
       skip_ws();
-      if (!at_keyword()) return seen_unreduced || seen_op;
+      if (!at_keyword()) return done();
       const size_t start = pos_;
       const std::string word(peek_identifier());
       pos_ += word.size();
@@ -167,6 +179,7 @@ class SpecParser {
       } else {
         if (seen_op) fail_at(start, "reduce_op= at most once");
         seen_op = true;
+        op_at = start;
         const size_t at = pos_;
         const std::string name = parse_name();
         try {
@@ -176,7 +189,7 @@ class SpecParser {
         }
       }
       skip_ws();
-      if (peek() != ',') return true;
+      if (peek() != ',') return done();
       ++pos_;
     }
   }

@@ -426,6 +426,27 @@ TEST(VtpuCliTest, ReshardExplainPrintsThePlanWithoutRunning) {
   EXPECT_EQ(r.output.find("check against"), std::string::npos) << r.output;  // not run
 }
 
+// The uneven example (new-user pass N4): 5 rows over 4 cores are ceil(5/4) = 2 rows per
+// shard, so cores 0..3 hold 2, 2, 1 and 0 rows; every core's block is listed, the even target not.
+TEST(VtpuCliTest, ReshardListsUnevenBlocksPerCore) {
+  const CliRun r =
+      run_cli("reshard --mesh 4 --shape 5,10 --from \"P('x')\" --to \"P()\" --explain");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("source blocks per core (uneven): d0 (2, 10), d1 (2, 10), d2 (1, 10), "
+                          "d3 (0, 10)\n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("target blocks per core"), std::string::npos) << r.output;
+  // 20 rows over 16 cores of a 1-D mesh: 2 per shard for 10 cores, then 0; 16 listed, none more.
+  const CliRun big =
+      run_cli("reshard --mesh 17 --shape 20 --from \"P()\" --to \"P('x')\" --explain");
+  ASSERT_EQ(big.exit_code, 0) << big.output;
+  EXPECT_NE(big.output.find("target blocks per core (uneven): d0 (2,), d1 (2,)"), std::string::npos)
+      << big.output;
+  EXPECT_NE(big.output.find("d9 (2,), d10 (0,)"), std::string::npos) << big.output;
+  EXPECT_NE(big.output.find("d15 (0,), ... (1 more)\n"), std::string::npos) << big.output;
+}
+
 TEST(VtpuCliTest, ReshardRunsAndChecksAgainstGatherThenSlice) {
   for (const std::string args :
        {"--mesh 4 --shape 5,10 --from \"P('x')\" --to \"P()\"",

@@ -417,6 +417,11 @@ TEST(ReshardErrors, BadSpecsAndMeshes) {
   expect_invalid([] { PartitionSpec::parse("P('x', reduce_op='mean')"); },
                  {"reduce op", "position"});
   expect_invalid([] { PartitionSpec::parse("'x', unreduced={'y'}"); }, {"only inside P(...)"});
+  // A reduce op with nothing unreduced (new-user pass N14): an error at the keyword, not dropped.
+  expect_invalid([] { PartitionSpec::parse("P('x', reduce_op='max')"); },
+                 {"unreduced={...}", "position 7", "this spec has none"});
+  expect_invalid([] { PartitionSpec::parse("P('x', unreduced={}, reduce_op='min')"); },
+                 {"unreduced={...}", "position 21"});
 }
 
 TEST(ReshardSpecText, UnreducedRoundTrips) {
