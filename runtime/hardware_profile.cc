@@ -335,8 +335,8 @@ void HardwareProfile::validate() const {
                                                   : 0;
   if (torus_dims > 0 && link_bytes_per_second == 0) {
     throw InvalidArgumentError(
-        "hardware profile '" + name + "': link_bytes_per_second is 0 on topology " + topology +
-        " (expected a rate >= 1 B/s: collectives are priced over the links)");
+        "hardware profile '" + name + "': link_bytes_per_second is 0 or missing on topology " +
+        topology + " (expected a rate >= 1 B/s: collectives are priced over the links)");
   }
   if (torus_dims > 0 && links_per_chip < 2 * torus_dims) {
     throw InvalidArgumentError("hardware profile '" + name + "': links_per_chip is " +
