@@ -435,7 +435,25 @@ bool is_cross_core_free(int core, uint32_t slot, uint32_t per_mille) {
 void StressOptions::validate() const {
   auto fail = [](const std::string& m) { throw InvalidArgumentError("stress: " + m); };
   if (cores < 1 || cores > 1024) fail("cores " + std::to_string(cores) + " (expected 1..1024)");
-  if (trace_path.empty()) workload.validate();
+  if (trace_path.empty()) {
+    workload.validate();
+    // New-user pass U26: a stream that is all setup never reaches the steady state its
+    // description names (--events 1000 with --live 1000 was 1000 allocations and no free).
+    const uint64_t setup = stress_setup_events(workload);
+    if (workload.events_per_core <= setup) {
+      const std::string& w = workload.name;
+      const std::string what =
+          w == "kv_cache"
+              ? "the prompts of the first --max-requests " + std::to_string(setup) + " requests"
+          : w == "training_step" || w == "variable_batch"
+              ? "the weights and optimizer state of --layers " + std::to_string(workload.layers) +
+                    " (" + std::to_string(setup) + " allocations)"
+              : "the fill of --live " + std::to_string(setup) + " buffers";
+      fail("--events " + std::to_string(workload.events_per_core) + " holds only the setup of " +
+           "--workload " + w + ", " + what + ", and no steady-state event (--events counts the " +
+           "setup: expected more than " + std::to_string(setup) + ")");
+    }
+  }
   if (allocators.empty()) fail("no allocator policy given");
   for (const std::string& a : allocators)
     if (!is_known_policy(a))

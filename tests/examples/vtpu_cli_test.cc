@@ -745,8 +745,75 @@ TEST(VtpuCliTest, StressRejectsGeneratorOptionsWithATrace) {
                    name + " sets up a generated workload and has no effect with --trace", 2);
   }
   expect_failure("stress --cores 1 --events 100 --capacity-search off --capacity-search-max 1G",
-                 "--capacity-search-max has no effect with --capacity-search off", 2);
+                 "--capacity-search-max bounds the capacity search and has no effect with "
+                 "--capacity-search off (remove --capacity-search-max)",
+                 2);
   std::filesystem::remove(trace);
+}
+
+// New-user pass U7: options for another workload, load options with --load off and cross-core
+// frees on one core ran and were silently ignored; each is a usage error naming the option, the
+// workloads (or mode) it applies to and the option that rules it out, as with --trace.
+TEST(VtpuCliTest, StressRejectsOptionsTheRunDoesNotUse) {
+  const std::string run = "stress --cores 2 --events 2000 --capacity-search off ";
+  const struct {
+    const char* args;
+    const char* message;
+  } cases[] = {
+      {"--workload lognormal --layers 3",
+       "--layers applies only to --workload training_step and variable_batch and has no effect "
+       "with --workload lognormal (remove --layers)"},
+      {"--workload kv_cache --activation-bytes 1M",
+       "--activation-bytes applies only to --workload training_step and variable_batch and has no "
+       "effect with --workload kv_cache"},
+      {"--workload kv_cache --weight-bytes 1M", "--weight-bytes applies only to --workload"},
+      {"--workload training_step --live 10",
+       "--live applies only to --workload uniform, lognormal and bimodal and has no effect with "
+       "--workload training_step"},
+      {"--live 10", "with --workload training_step"},  // the default workload
+      {"--workload bimodal --max-requests 4", "--max-requests applies only to --workload kv_cache"},
+      {"--workload uniform --kv-block-bytes 4K",
+       "--kv-block-bytes applies only to --workload kv_cache"},
+      {"--workload variable_batch --max-blocks 16",
+       "--max-blocks applies only to --workload kv_cache"},
+      {"--load off --collective-rounds 5",
+       "--collective-rounds sets up the load that runs alongside (--load on) and has no effect "
+       "with --load off (remove --collective-rounds)"},
+      {"--load off --bucket-bytes 4K", "--bucket-bytes sets up the load"},
+      {"--load off --cross-core-frees 100",
+       "--cross-core-frees hands frees to another core "
+       "(--load on, --cores >= 2) and has no effect with "
+       "--load off"},
+      {"--load off --cross-core-free-lag 5", "--cross-core-free-lag hands frees"},
+  };
+  for (const auto& c : cases) expect_failure(run + c.args, c.message, 2);
+  expect_failure("stress --cores 1 --events 200 --cross-core-frees 100",
+                 "--cross-core-frees hands frees to another core (--load on, --cores >= 2) and has "
+                 "no effect with --cores 1",
+                 2);
+  // The options a run does use are still accepted.
+  for (const char* args : {"--workload lognormal --live 10", "--workload kv_cache --max-blocks 16",
+                           "--layers 2 --activation-bytes 64K", "--collective-rounds 2"}) {
+    const CliRun r = run_cli(
+        "stress --cores 2 --events 300 --capacity-search off --allocators bfc "
+        "--auto-defragment on " +
+        std::string(args));
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+  }
+}
+
+// New-user pass U20: --json F --html F wrote the JSON and then overwrote it with the page.
+TEST(VtpuCliTest, StressRejectsOneFileForJsonAndHtml) {
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string same = (dir / "vtpu_cli_stress_same.out").string();
+  std::filesystem::remove(same);
+  expect_failure("stress --cores 1 --events 100 --json " + same + " --html " + same,
+                 "--json '" + same + "' and --html '" + same + "' are the same file", 2);
+  // The same file by another spelling.
+  const std::string other = (dir / "." / "vtpu_cli_stress_same.out").string();
+  expect_failure("stress --cores 1 --events 100 --json " + same + " --html " + other,
+                 "are the same file", 2);
+  EXPECT_FALSE(std::filesystem::exists(same));  // refused before the run
 }
 
 // Regression (stress F12): --events did not bound training_step, which ran whole steps (with the
@@ -766,6 +833,38 @@ TEST(VtpuCliTest, StressEventsIsExactForEveryWorkload) {
               std::string::npos)
         << j["workload"]["description"];
   }
+  std::filesystem::remove(json);
+}
+
+// New-user pass U26: --events no larger than the workload's setup (the fill of --live buffers,
+// the weights and optimizer state, the first prompts) ran no steady-state event at all while the
+// header said "steady state"; it is a usage error naming the setup now, and one event more runs.
+TEST(VtpuCliTest, StressRefusesEventsThatAreAllSetup) {
+  const std::string run =
+      "stress --cores 1 --load off --capacity-search off --allocators bfc "
+      "--auto-defragment on ";
+  expect_failure(run + "--workload lognormal --events 1000",
+                 "--events 1000 holds only the setup of --workload lognormal, the fill of --live "
+                 "1000 buffers, and no steady-state event (--events counts the setup: expected "
+                 "more than 1000)",
+                 2);
+  expect_failure(run + "--workload uniform --live 50 --events 20", "the fill of --live 50 buffers",
+                 2);
+  expect_failure(run + "--workload training_step --layers 3 --events 6",
+                 "the weights and optimizer state of --layers 3 (6 allocations)", 2);
+  expect_failure(run + "--workload kv_cache --max-requests 40 --events 40",
+                 "the prompts of the first --max-requests 40 requests", 2);
+  const std::string json =
+      (std::filesystem::temp_directory_path() / "vtpu_cli_stress_setup.json").string();
+  const CliRun r = run_cli(run + "--workload lognormal --live 100 --events 301 --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("301 events per core (100 fill the arena, 201 in the steady state)"),
+            std::string::npos)
+      << r.output;
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(json));
+  const auto& core = j["runs"][0]["per_core"][0];
+  EXPECT_EQ(core["allocs"], 200);  // the fill, then 100 free/alloc pairs and one more free
+  EXPECT_EQ(core["frees"], 101);
   std::filesystem::remove(json);
 }
 
