@@ -829,11 +829,12 @@ std::string format_stress_table(const nlohmann::json& report) {
                 format_bytes(report["hbm_bytes"].get<uint64_t>()).c_str(),
                 report["under_load"].get<bool>() ? "yes" : "no");
   out += line;
-  std::snprintf(line, sizeof line,
-                "%-9s %-6s %10s %12s %12s %8s %9s %8s %6s %6s %9s %9s %7s %10s %12s %10s\n",
-                "allocator", "defrag", "events", "peak_resv", "peak_live", "resv/live", "frag_mean",
-                "frag_max", "f_oom", "t_oom", "Mevents/s", "Mev/cpu_s", "defrags", "moved",
-                "min_capacity", "integrity");
+  std::snprintf(
+      line, sizeof line,
+      "%-9s %-6s %10s %12s %12s %8s %9s %8s %10s %9s %6s %6s %9s %9s %7s %10s %12s %10s\n",
+      "allocator", "defrag", "events", "peak_resv", "peak_live", "resv/live", "frag_mean",
+      "frag_max", "holes_mean", "holes_max", "f_oom", "t_oom", "Mevents/s", "Mev/cpu_s", "defrags",
+      "moved", "min_capacity", "integrity");
   out += line;
   for (const nlohmann::json& run : report["runs"]) {
     const nlohmann::json& s = run["summary"];
@@ -851,13 +852,16 @@ std::string format_stress_table(const nlohmann::json& report) {
                                   std::to_string(s["integrity_checks"].get<uint64_t>());
     std::snprintf(
         line, sizeof line,
-        "%-9s %-6s %10llu %12s %12s %9s %9.4f %8.4f %6llu %6llu %9.2f %9.2f %7llu %10s %12s %10s\n",
+        "%-9s %-6s %10llu %12s %12s %9s %9.4f %8.4f %10.4f %9.4f %6llu %6llu %9.2f %9.2f %7llu "
+        "%10s "
+        "%12s %10s\n",
         run["allocator"].get<std::string>().c_str(), defrag_text(run).c_str(),
         static_cast<unsigned long long>(s["events"].get<uint64_t>()),
         format_bytes(s["peak_reserved_bytes"].get<uint64_t>()).c_str(),
         format_bytes(s["peak_live_bytes"].get<uint64_t>()).c_str(),
         num_or_dash(s["reserved_over_live"], "%.3f").c_str(), s["fragmentation_mean"].get<double>(),
-        s["fragmentation_max"].get<double>(),
+        s["fragmentation_max"].get<double>(), s["reserved_fragmentation_mean"].get<double>(),
+        s["reserved_fragmentation_max"].get<double>(),
         static_cast<unsigned long long>(s["false_ooms"].get<uint64_t>()),
         static_cast<unsigned long long>(s["true_ooms"].get<uint64_t>()),
         s["events_per_second"].get<double>() / 1e6, s["events_per_cpu_second"].get<double>() / 1e6,

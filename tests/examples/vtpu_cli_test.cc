@@ -709,8 +709,19 @@ TEST(VtpuCliTest, StressReplaysATraceOnCoresModuloN) {
   EXPECT_EQ(on["summary"]["min_capacity_bytes"], 16384);
   EXPECT_EQ(off["summary"]["min_capacity_bytes"], 24576);
   const auto& worst = off["per_core"][0]["worst"];
-  // Largest free 4 KiB of 8 KiB free: the holes [0, 1), [5, 9) and [13, 16) KiB.
+  // Largest free 4 KiB of 8 KiB free: the holes [0, 1), [5, 9) and [13, 16) KiB. The moment is
+  // b's free (event 5), chosen by reserved fragmentation: 5 KiB of holes in the 13 KiB extent
+  // (U27); x's free (event 2) left 1 of 5 KiB, and d's false OOM changes nothing.
+  EXPECT_EQ(worst["event"], 5);
   EXPECT_DOUBLE_EQ(worst["fragmentation"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(worst["reserved_fragmentation"].get<double>(), 5.0 / 13);
+  EXPECT_DOUBLE_EQ(off["summary"]["reserved_fragmentation_max"].get<double>(), 5.0 / 13);
+  // Per event: 0, 0, 1/5, 1/9, 1/13, 5/13, then 5/13 (off) or 0 (on: d lands after compaction).
+  const double holes = 0.2 + 1.0 / 9 + 1.0 / 13 + 5.0 / 13;
+  EXPECT_NEAR(off["summary"]["reserved_fragmentation_mean"].get<double>(), (holes + 5.0 / 13) / 7,
+              1e-12);
+  EXPECT_NEAR(on["summary"]["reserved_fragmentation_mean"].get<double>(), holes / 7, 1e-12);
+  EXPECT_NE(r.output.find("holes_max"), std::string::npos) << r.output;
   EXPECT_EQ(worst["blocks"][0]["state"], "free");  // x's KiB
   EXPECT_EQ(worst["blocks"][1]["label"], "a");
   std::filesystem::remove(json);
