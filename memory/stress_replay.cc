@@ -460,10 +460,9 @@ void CoreReplayer::alloc_locked(const CoreStream::Op& op, size_t i) {
   live_requested_bytes_ += op.bytes;
   m_.peak_live_bytes = std::max(m_.peak_live_bytes, live_requested_bytes_);
   m_.peak_reserved_bytes = std::max(m_.peak_reserved_bytes, p->offset + p->chunk_bytes);
-  if (p->offset + p->chunk_bytes > extent_) {
-    extent_ = p->offset + p->chunk_bytes;
-    top_slot_ = op.slot;
-  }
+  ends_.emplace_back(p->offset + p->chunk_bytes, op.slot);
+  std::push_heap(ends_.begin(), ends_.end());
+  extent_ = std::max(extent_, p->offset + p->chunk_bytes);
   if (options_.backing) {
     std::byte* data = arena_->data(p->id);
     const uint64_t seed = mix64((static_cast<uint64_t>(stream_.core) << 40) ^ op.slot);
@@ -502,7 +501,7 @@ void CoreReplayer::free_locked(uint32_t slot, size_t i, double t_us, bool cross)
     arena_->free(id, &fs);
   }
   state_[slot] = SlotState::kFreed;
-  if (slot == top_slot_) recompute_extent_locked();
+  update_extent_locked();
   ++m_.frees;
   if (cross) ++m_.cross_core_frees;
   live_requested_bytes_ -= requested_[slot];
@@ -513,7 +512,7 @@ void CoreReplayer::after_event_locked(size_t i, double t_us, const ArenaFreeSpac
                                       bool own_op) {
   if (fs.num_defragmentations != seen_defragmentations_) {
     seen_defragmentations_ = fs.num_defragmentations;
-    recompute_extent_locked();  // the compaction moved every chunk
+    rebuild_ends_locked();  // the compaction moved every chunk
     if (options_.backing) verify_all_locked();
   }
   const double frag = fragmentation_ratio(fs.largest_free_block_bytes, fs.total_free_bytes);
@@ -545,16 +544,32 @@ void CoreReplayer::verify_all_locked() {
   for (uint32_t slot : live_slots_) verify_locked(slot);
 }
 
-void CoreReplayer::recompute_extent_locked() {
-  extent_ = 0;
-  top_slot_ = 0;
+void CoreReplayer::rebuild_ends_locked() {
+  ends_.clear();
   // HbmArena numbers its allocations from 1 in the order it makes them (ArenaPlacement::seq), and
   // a chunk record's alloc_seq is that number, which maps back to a slot.
   for (const MemoryChunkRecord& r : arena_->chunk_records()) {
-    if (!r.in_use || r.alloc_seq < 1 || r.alloc_seq > slot_of_seq_.size()) continue;
-    extent_ = r.offset + r.chunk_bytes;
-    top_slot_ = slot_of_seq_[r.alloc_seq - 1];
+    if (r.in_use && r.alloc_seq >= 1 && r.alloc_seq <= slot_of_seq_.size())
+      ends_.emplace_back(r.offset + r.chunk_bytes, slot_of_seq_[r.alloc_seq - 1]);
   }
+  std::make_heap(ends_.begin(), ends_.end());
+  update_extent_locked();
+}
+
+void CoreReplayer::update_extent_locked() {
+  auto freed = [this](const std::pair<uint64_t, uint32_t>& e) {
+    return state_[e.second] != SlotState::kLive;
+  };
+  const uint64_t live = m_.allocs - m_.frees;
+  if (ends_.size() > 2 * live + 1024) {  // mostly freed entries: keep the live ones
+    ends_.erase(std::remove_if(ends_.begin(), ends_.end(), freed), ends_.end());
+    std::make_heap(ends_.begin(), ends_.end());
+  }
+  while (!ends_.empty() && freed(ends_.front())) {
+    std::pop_heap(ends_.begin(), ends_.end());
+    ends_.pop_back();
+  }
+  extent_ = ends_.empty() ? 0 : ends_.front().first;
 }
 
 void CoreReplayer::capture_worst_locked(size_t i, double t_us, double frag, double reserved_frag) {

@@ -47,6 +47,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/units.h"
@@ -232,9 +233,11 @@ class CoreReplayer {
                           bool own_op);
   void verify_all_locked();
   bool verify_locked(uint32_t slot);
-  // Sets extent_ and top_slot_ from the arena's chunks (after a compaction, or when the highest
-  // live chunk is freed).
-  void recompute_extent_locked();
+  // Rebuilds ends_ from the arena's chunk records (after a compaction moved every chunk).
+  void rebuild_ends_locked();
+  // Drops freed slots from the top of ends_ (and compacts it when most entries are freed), then
+  // sets extent_ to the top end.
+  void update_extent_locked();
   void capture_worst_locked(size_t event_index, double t_us, double fragmentation,
                             double reserved_fragmentation);
 
@@ -260,10 +263,12 @@ class CoreReplayer {
   uint64_t free_counter_ = 0;
   double clock_overhead_ns_ = 0.0;
   double captured_fragmentation_ = -1.0;  // reserved fragmentation of the last capture
-  // The heap's extent: the end of the highest live chunk (0 when nothing is live), and its slot;
-  // kept per event without walking the arena but after a compaction or a free of that slot.
+  // The heap's extent: the end of the highest live chunk (0 when nothing is live), the top of
+  // ends_, a max-heap of (chunk end, slot) with lazy deletion: an allocation pushes its entry, a
+  // free leaves it until it reaches the top, so each event costs O(log n) amortized and only a
+  // compaction re-reads the arena.
   uint64_t extent_ = 0;
-  uint32_t top_slot_ = 0;
+  std::vector<std::pair<uint64_t, uint32_t>> ends_;
   bool stopped_ = false;
   std::chrono::steady_clock::time_point start_;
   double start_cpu_seconds_ = 0.0;
