@@ -222,7 +222,8 @@ std::shared_ptr<StressCommand> add_stress_command(CLI::App& app) {
                 "OOM, then retry), growth (also before a request would raise the reserved "
                 "footprint, when compacting lets it land lower), off; both = on,off")
       ->capture_default_str()
-      ->check(parse_validator([](const std::string& s) { parse_defrag_modes(s); }, "MODES"));
+      ->check(parse_validator([](const std::string& s) { parse_defrag_modes(s); }, "MODES",
+                              "--auto-defragment"));
   s->add_option("--hbm-bytes", cmd->hbm_bytes, "Arena capacity per core (K, M, G = 1024^n)")
       ->capture_default_str()
       ->check(size_validator());

@@ -557,9 +557,15 @@ nlohmann::json run_stress(const StressOptions& options) {
           "trace '" + options.trace_path + "' has no alloc or free events (" +
           std::to_string(trace.events.size()) + " events in all; expected at least one to replay)");
     }
+    // New-user pass U3: the skipped oom and defragment records are counted where the user reads.
+    const uint64_t total = trace.events.size();
+    std::string counts = std::to_string(total) + (total == 1 ? " event" : " events");
+    if (skipped_events > 0) {
+      counts += ", " + std::to_string(skipped_events) + " oom/defragment " +
+                (skipped_events == 1 ? "event" : "events") + " skipped";
+    }
     workload = {{"name", "trace"},
-                {"description", "trace " + options.trace_path + " (" +
-                                    std::to_string(trace.events.size()) + " events)"},
+                {"description", "trace " + options.trace_path + " (" + counts + ")"},
                 {"seed", nullptr},
                 {"trace_path", options.trace_path},
                 {"skipped_events", skipped_events}};

@@ -913,8 +913,8 @@ TEST(VtpuCliTest, StressRejectsATraceWithNothingToReplay) {
 // 2^64 - 1 (CLI11's uint64_t parsing); both are usage errors, as for `vtpu stress`.
 TEST(VtpuCliTest, BenchSeedsAreCheckedLikeTheStressSeed) {
   for (const std::string cmd : {"bench memory --pairs 10 --live 10", "bench fragmentation"}) {
-    expect_failure(cmd + " --seed -3", "--seed '-3' (expected a decimal integer", 2);
-    expect_failure(cmd + " --seed 99999999999999999999999", "--seed '99999999999999999999999'", 2);
+    expect_failure(cmd + " --seed -3", "--seed: '-3' (expected a decimal integer", 2);
+    expect_failure(cmd + " --seed 99999999999999999999999", "--seed: '99999999999999999999999'", 2);
   }
 }
 
@@ -937,6 +937,45 @@ TEST(VtpuCliTest, StressChecksOutputPathsBeforeTheRun) {
                  "--html '/nonexistent-dir/r.html': directory '/nonexistent-dir' does not exist",
                  2);
   expect_failure("stress --cores 1 --events 100 --json /tmp", "--json '/tmp' is a directory", 2);
+}
+
+// New-user pass U3: the oom and defragment records a replay skips were counted only in the JSON
+// (workload.skipped_events); the header line says so too.
+TEST(VtpuCliTest, StressHeaderCountsSkippedTraceEvents) {
+  const std::string header = R"({"format": "vtpu-trace", "version": 1})";
+  const std::string path = temp_file(
+      "vtpu_cli_stress_skipped.jsonl",
+      header + "\n" + R"({"t_us": 0, "op": "alloc", "id": 1, "bytes": 8})" + "\n" +
+          R"({"t_us": 1, "op": "oom", "id": 2, "bytes": 8})" + "\n" +
+          R"({"t_us": 2, "op": "defragment", "bytes_moved": 0, "buffers_moved": 0, "duration_us": 1})" +
+          "\n");
+  const CliRun r = run_cli("stress --cores 1 --trace " + path +
+                           " --load off --capacity-search off --auto-defragment on");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("vtpu_cli_stress_skipped.jsonl (3 events, 2 oom/defragment events "
+                          "skipped)"),
+            std::string::npos)
+      << r.output;
+  std::filesystem::remove(path);
+}
+
+// New-user pass U1: a bad --auto-defragment or --seed named the option twice
+// ("--auto-defragment: --auto-defragment 'on,on' ..."); CLI11's prefix names it once now.
+TEST(VtpuCliTest, ValidatorErrorsNameTheOptionOnce) {
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"stress --auto-defragment on,on",
+            "usage error: --auto-defragment: 'on,on' gives mode 'on' twice (each mode runs once)"},
+           {"stress --auto-defragment ON",
+            "usage error: --auto-defragment: 'ON': unknown mode 'ON' (expected a comma-separated "
+            "list of on, growth, off, both)"},
+           {"stress --seed -1",
+            "usage error: --seed: '-1' (expected a decimal integer in [0, "
+            "18446744073709551615])"},
+           {"bench memory --pairs 10 --live 10 --seed x", "usage error: --seed: 'x' (expected"}}) {
+    const CliRun r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << args;
+    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+  }
 }
 
 TEST(VtpuCliTest, StressRejectsBadInput) {

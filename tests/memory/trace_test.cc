@@ -215,7 +215,9 @@ TEST(TraceTest, RejectsMissingAndIllTypedFields) {
   expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8, "label": 7})",
                   {"\"label\" is 7", "expected a string"});
   expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8, "byte": 8})",
-                  {"t.jsonl:2:", "unexpected field \"byte\""});
+                  {"t.jsonl:2:", "unexpected field \"byte\" in an alloc event (value 8)"});
+  expect_rejected(h + R"({"t_us": 0, "op": "oom", "id": 0, "bytes": 8, "label": "x", "x": 1})",
+                  {"unexpected field \"x\" in an oom event"});  // U5: "an", not "a alloc"
   expect_rejected(h + R"({"t_us": 0, "op": "free", "id": 0, "bytes": 8})",
                   {"unexpected field \"bytes\" in a free event"});
   expect_rejected(h + R"({"t_us": 0, "op": "defragment", "bytes_moved": 0, "buffers_moved": 0})",
