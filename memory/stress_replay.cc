@@ -655,6 +655,13 @@ std::optional<uint64_t> find_min_capacity(const CoreStream& stream, const Stress
       return false;  // below the policy's minimum, or below a planned heap
     }
   };
+  // New-user pass U23: `planned` places every buffer where its plan says, whatever the capacity,
+  // so the plan's heap is the exact answer (the bisection reported up to its tolerance above it).
+  if (o.policy == "planned" && o.heap_plan != nullptr) {
+    const uint64_t heap = o.heap_plan->heap_bytes();
+    if (heap > max_capacity_bytes) return std::nullopt;
+    if (completes(heap)) return heap;
+  }
   uint64_t lo = peak_live - 1;  // fails: the live bytes alone do not fit
   uint64_t hi = std::min(max_capacity_bytes, std::max<uint64_t>(peak_live, 4 * kKiB));
   while (!completes(hi)) {

@@ -282,8 +282,9 @@ class CoreReplayer {
 /// a result is always <= max_capacity_bytes; std::nullopt ("not found below max_capacity_bytes")
 /// when the replay at max_capacity_bytes fails, or without any replay when the peak live bytes
 /// alone exceed it. A capacity the policy rejects (below its minimum, or below a planned heap)
-/// counts as a failure. Every capacity tried adds 1 to *replays when given (a progress counter,
-/// may be read by another thread). Thread-safe.
+/// counts as a failure. For `planned` (with base.heap_plan) the plan's heap bytes are the exact
+/// answer and are tried first: returned when the replay there completes. Every capacity tried adds
+/// 1 to *replays when given (a progress counter, may be read by another thread). Thread-safe.
 std::optional<uint64_t> find_min_capacity(const CoreStream& stream, const StressReplayOptions& base,
                                           uint64_t max_capacity_bytes,
                                           std::atomic<uint64_t>* replays = nullptr);

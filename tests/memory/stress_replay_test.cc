@@ -392,6 +392,22 @@ TEST(StressReplayTest, PlannedPolicyReplaysItsOwnPlan) {
   EXPECT_EQ(m.peak_reserved_bytes, o.heap_plan->heap_bytes());
 }
 
+// New-user pass U23: planned's min capacity is its plan's heap bytes exactly, not a bisection
+// bound up to max(4 KiB, 0.1%) above them (191479164 B against a 191391744 B plan in the report).
+TEST(StressReplayTest, PlannedMinCapacityIsItsHeapExactly) {
+  StressWorkloadOptions w;
+  w.name = "lognormal";
+  w.events_per_core = 2000;
+  w.live_buffers = 200;
+  const auto streams = compile_core_streams(make_stress_workload(w, 0), 1, "lognormal");
+  StressReplayOptions o = options("planned", false);
+  o.heap_plan = plan_for_stream(streams[0]);
+  const uint64_t heap = o.heap_plan->heap_bytes();
+  ASSERT_GT(heap, o.heap_plan->peak_live_bytes());  // the bisection would start below the heap
+  EXPECT_EQ(find_min_capacity(streams[0], o, 64 * kGiB), std::optional<uint64_t>(heap));
+  EXPECT_EQ(find_min_capacity(streams[0], o, heap - 1), std::nullopt);
+}
+
 TEST(StressReplayTest, MergeSumsCountsAndTakesMaxima) {
   StressCoreMetrics a, b;
   a.events = 10;
