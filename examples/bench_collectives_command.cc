@@ -53,7 +53,7 @@ CLI::Validator bench_bytes_validator(uint64_t lo) {
         try {
           const uint64_t v = parse_bytes(s);
           if (v < lo || v > kMaxBenchBytes) {
-            return "size " + s + " is out of range (expected " + std::to_string(lo) + " bytes .. " +
+            return "size " + s + " is out of range (expected " + format_bytes(lo) + " .. " +
                    format_bytes(kMaxBenchBytes) + ")";
           }
           return std::string();

@@ -27,17 +27,20 @@ uint64_t parse_seed(const std::string& text) {
 }
 
 CLI::Validator seed_validator() {
-  return parse_validator([](const std::string& s) { parse_seed(s); }, "SEED");
+  return parse_validator([](const std::string& s) { parse_seed(s); }, "SEED", "--seed");
 }
 
-CLI::Validator parse_validator(std::function<void(const std::string&)> parse, std::string name) {
+CLI::Validator parse_validator(std::function<void(const std::string&)> parse, std::string name,
+                               std::string flag) {
   return CLI::Validator(
-      [parse = std::move(parse)](std::string& s) {
+      [parse = std::move(parse), prefix = flag.empty() ? flag : flag + " "](std::string& s) {
         try {
           parse(s);
           return std::string();
         } catch (const Error& e) {
-          return e.message();
+          std::string message = e.message();
+          if (!prefix.empty() && message.rfind(prefix, 0) == 0) message.erase(0, prefix.size());
+          return message;
         }
       },
       std::move(name));

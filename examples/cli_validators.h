@@ -10,8 +10,12 @@
 namespace vtpu::examples {
 
 /// A validator named `name` that runs `parse` on the text and reports the message of the
-/// vtpu::Error it throws (the text is valid when it throws nothing).
-CLI::Validator parse_validator(std::function<void(const std::string&)> parse, std::string name);
+/// vtpu::Error it throws (the text is valid when it throws nothing). CLI11 puts the option's name
+/// before the message ("--seed: ..."), so a message that starts with `flag` and a space (parse
+/// functions that are also called outside CLI11 name their option) loses that prefix, and the
+/// option is named once (new-user pass U1: "--auto-defragment: --auto-defragment 'on,on' ...").
+CLI::Validator parse_validator(std::function<void(const std::string&)> parse, std::string name,
+                               std::string flag = {});
 
 /// A byte size with an optional K/M/G/T suffix (powers of 1024), as parse_bytes (common/units.h)
 /// reads it; the error is parse_bytes' message, which names the text and what was expected.

@@ -6,8 +6,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "common/error.h"
@@ -39,10 +41,75 @@ struct StressCommand {
 
 namespace {
 
-// The options that only shape a generated workload (memory/stress_workload.h).
-constexpr const char* kGeneratorOnlyFlags[] = {
-    "--workload",     "--events", "--seed",         "--layers",         "--activation-bytes",
-    "--weight-bytes", "--live",   "--max-requests", "--kv-block-bytes", "--max-blocks"};
+// Options that only some runs use. An option this run would not use is a usage error naming it
+// and what it applies to, never silently ignored (new-user pass U7; stress F13 for --trace).
+struct OptionScope {
+  const char* flag;
+  const char* applies_to;  // "applies only to ..." / what it does
+  bool applies;
+  std::string context;  // the option that makes it inapplicable, e.g. "--load off"
+};
+
+// Throws InvalidArgumentError for the first option given on the command line that this run does
+// not use (one table for --trace, --workload, --load, --cores and --capacity-search).
+void check_options_apply(const StressCommand& cmd) {
+  const StressOptions& o = cmd.options;
+  const bool trace = !o.trace_path.empty();
+  const std::string& w = o.workload.name;
+  const bool sizes = w == "uniform" || w == "lognormal" || w == "bimodal";
+  const bool layers = w == "training_step" || w == "variable_batch";
+  const bool kv = w == "kv_cache";
+  const bool load = cmd.load == "on";
+  const bool search = cmd.capacity_search == "on";
+  const std::string workload = "--workload " + w;
+  const std::string load_context = !load ? "--load off" : "--cores 1";
+  const char* kGenerated = "sets up a generated workload and";
+  const char* kSizes = "applies only to --workload uniform, lognormal and bimodal and";
+  const char* kLayers = "applies only to --workload training_step and variable_batch and";
+  const char* kKv = "applies only to --workload kv_cache and";
+  const char* kLoad = "sets up the load that runs alongside (--load on) and";
+  const char* kCross = "hands frees to another core (--load on, --cores >= 2) and";
+  const OptionScope scopes[] = {
+      {"--workload", kGenerated, !trace, "--trace"},
+      {"--events", kGenerated, !trace, "--trace"},
+      {"--seed", kGenerated, !trace, "--trace"},
+      {"--layers", trace ? kGenerated : kLayers, !trace && layers, trace ? "--trace" : workload},
+      {"--activation-bytes", trace ? kGenerated : kLayers, !trace && layers,
+       trace ? "--trace" : workload},
+      {"--weight-bytes", trace ? kGenerated : kLayers, !trace && layers,
+       trace ? "--trace" : workload},
+      {"--live", trace ? kGenerated : kSizes, !trace && sizes, trace ? "--trace" : workload},
+      {"--max-requests", trace ? kGenerated : kKv, !trace && kv, trace ? "--trace" : workload},
+      {"--kv-block-bytes", trace ? kGenerated : kKv, !trace && kv, trace ? "--trace" : workload},
+      {"--max-blocks", trace ? kGenerated : kKv, !trace && kv, trace ? "--trace" : workload},
+      {"--collective-rounds", kLoad, load, "--load off"},
+      {"--bucket-bytes", kLoad, load, "--load off"},
+      {"--cross-core-frees", kCross, load && o.cores > 1, load_context},
+      {"--cross-core-free-lag", kCross, load && o.cores > 1, load_context},
+      {"--capacity-search-max", "bounds the capacity search and", search, "--capacity-search off"},
+  };
+  for (const OptionScope& s : scopes) {
+    if (s.applies || cmd.app->count(s.flag) == 0) continue;
+    std::string hint = s.context == "--trace" ? "a trace brings its own events; " : "";
+    throw InvalidArgumentError(std::string(s.flag) + " " + s.applies_to + " has no effect with " +
+                               s.context + " (" + hint + "remove " + s.flag + ")");
+  }
+}
+
+// --json and --html must name two different files: the second would overwrite the first
+// (new-user pass U20). Compares the paths as the file system resolves them.
+void check_distinct_outputs(const std::string& json_path, const std::string& html_path) {
+  if (json_path.empty() || html_path.empty()) return;
+  std::error_code json_error, html_error, link_error;
+  const std::filesystem::path a = std::filesystem::weakly_canonical(json_path, json_error);
+  const std::filesystem::path b = std::filesystem::weakly_canonical(html_path, html_error);
+  const bool same = json_path == html_path || (!json_error && !html_error && a == b) ||
+                    std::filesystem::equivalent(json_path, html_path, link_error);  // hard links
+  if (same)
+    throw InvalidArgumentError("--json '" + json_path + "' and --html '" + html_path +
+                               "' are the same file (the HTML page would overwrite the JSON; "
+                               "give two paths)");
+}
 
 std::vector<std::string> split_list(const std::string& text);
 
@@ -155,7 +222,8 @@ std::shared_ptr<StressCommand> add_stress_command(CLI::App& app) {
                 "OOM, then retry), growth (also before a request would raise the reserved "
                 "footprint, when compacting lets it land lower), off; both = on,off")
       ->capture_default_str()
-      ->check(parse_validator([](const std::string& s) { parse_defrag_modes(s); }, "MODES"));
+      ->check(parse_validator([](const std::string& s) { parse_defrag_modes(s); }, "MODES",
+                              "--auto-defragment"));
   s->add_option("--hbm-bytes", cmd->hbm_bytes, "Arena capacity per core (K, M, G = 1024^n)")
       ->capture_default_str()
       ->check(size_validator());
@@ -228,18 +296,7 @@ bool run_stress_if_selected(const StressCommand& cmd, int argc, char** argv, int
   if (cmd.app == nullptr || !cmd.app->parsed()) return false;
   StressOptions o = cmd.options;
   try {
-    if (!o.trace_path.empty()) {
-      // A trace brings its own events: an option that only shapes a generated workload would be
-      // silently ignored, so it is an error instead.
-      for (const char* flag : kGeneratorOnlyFlags) {
-        if (cmd.app->count(flag) > 0) {
-          throw InvalidArgumentError(std::string(flag) +
-                                     " sets up a generated workload and has no effect with "
-                                     "--trace (a trace brings its own events; remove " +
-                                     flag + ")");
-        }
-      }
-    }
+    check_options_apply(cmd);
     o.allocators = split_list(cmd.allocators);
     o.defrag_modes = parse_defrag_modes(cmd.auto_defragment);
     o.hbm_bytes = parse_bytes(cmd.hbm_bytes);
@@ -257,9 +314,6 @@ bool run_stress_if_selected(const StressCommand& cmd, int argc, char** argv, int
     o.under_load = cmd.load == "on";
     o.search_capacity = cmd.capacity_search == "on";
     if (!cmd.capacity_search_max.empty()) {
-      if (!o.search_capacity)
-        throw InvalidArgumentError(
-            "--capacity-search-max has no effect with --capacity-search off (remove one)");
       o.capacity_search_max_bytes = parse_bytes(cmd.capacity_search_max);
       if (o.capacity_search_max_bytes < 4 * kKiB)
         throw InvalidArgumentError("--capacity-search-max " + cmd.capacity_search_max +
@@ -269,6 +323,7 @@ bool run_stress_if_selected(const StressCommand& cmd, int argc, char** argv, int
     o.validate();
     check_output_path("--json", cmd.json_path);
     check_output_path("--html", cmd.html_path);
+    check_distinct_outputs(cmd.json_path, cmd.html_path);
   } catch (const InvalidArgumentError& e) {
     std::fprintf(stderr, "vtpu: usage error: %s\nRun with --help for the options.\n",
                  e.message().c_str());

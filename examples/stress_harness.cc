@@ -435,7 +435,25 @@ bool is_cross_core_free(int core, uint32_t slot, uint32_t per_mille) {
 void StressOptions::validate() const {
   auto fail = [](const std::string& m) { throw InvalidArgumentError("stress: " + m); };
   if (cores < 1 || cores > 1024) fail("cores " + std::to_string(cores) + " (expected 1..1024)");
-  if (trace_path.empty()) workload.validate();
+  if (trace_path.empty()) {
+    workload.validate();
+    // New-user pass U26: a stream that is all setup never reaches the steady state its
+    // description names (--events 1000 with --live 1000 was 1000 allocations and no free).
+    const uint64_t setup = stress_setup_events(workload);
+    if (workload.events_per_core <= setup) {
+      const std::string& w = workload.name;
+      const std::string what =
+          w == "kv_cache"
+              ? "the prompts of the first --max-requests " + std::to_string(setup) + " requests"
+          : w == "training_step" || w == "variable_batch"
+              ? "the weights and optimizer state of --layers " + std::to_string(workload.layers) +
+                    " (" + std::to_string(setup) + " allocations)"
+              : "the fill of --live " + std::to_string(setup) + " buffers";
+      fail("--events " + std::to_string(workload.events_per_core) + " holds only the setup of " +
+           "--workload " + w + ", " + what + ", and no steady-state event (--events counts the " +
+           "setup: expected more than " + std::to_string(setup) + ")");
+    }
+  }
   if (allocators.empty()) fail("no allocator policy given");
   for (const std::string& a : allocators)
     if (!is_known_policy(a))
@@ -539,9 +557,15 @@ nlohmann::json run_stress(const StressOptions& options) {
           "trace '" + options.trace_path + "' has no alloc or free events (" +
           std::to_string(trace.events.size()) + " events in all; expected at least one to replay)");
     }
+    // New-user pass U3: the skipped oom and defragment records are counted where the user reads.
+    const uint64_t total = trace.events.size();
+    std::string counts = std::to_string(total) + (total == 1 ? " event" : " events");
+    if (skipped_events > 0) {
+      counts += ", " + std::to_string(skipped_events) + " oom/defragment " +
+                (skipped_events == 1 ? "event" : "events") + " skipped";
+    }
     workload = {{"name", "trace"},
-                {"description", "trace " + options.trace_path + " (" +
-                                    std::to_string(trace.events.size()) + " events)"},
+                {"description", "trace " + options.trace_path + " (" + counts + ")"},
                 {"seed", nullptr},
                 {"trace_path", options.trace_path},
                 {"skipped_events", skipped_events}};
@@ -811,11 +835,12 @@ std::string format_stress_table(const nlohmann::json& report) {
                 format_bytes(report["hbm_bytes"].get<uint64_t>()).c_str(),
                 report["under_load"].get<bool>() ? "yes" : "no");
   out += line;
-  std::snprintf(line, sizeof line,
-                "%-9s %-6s %10s %12s %12s %8s %9s %8s %6s %6s %9s %9s %7s %10s %12s %10s\n",
-                "allocator", "defrag", "events", "peak_resv", "peak_live", "resv/live", "frag_mean",
-                "frag_max", "f_oom", "t_oom", "Mevents/s", "Mev/cpu_s", "defrags", "moved",
-                "min_capacity", "integrity");
+  std::snprintf(
+      line, sizeof line,
+      "%-9s %-6s %10s %12s %12s %8s %9s %8s %10s %9s %6s %6s %9s %9s %7s %10s %12s %10s\n",
+      "allocator", "defrag", "events", "peak_resv", "peak_live", "resv/live", "frag_mean",
+      "frag_max", "holes_mean", "holes_max", "f_oom", "t_oom", "Mevents/s", "Mev/cpu_s", "defrags",
+      "moved", "min_capacity", "integrity");
   out += line;
   for (const nlohmann::json& run : report["runs"]) {
     const nlohmann::json& s = run["summary"];
@@ -833,13 +858,16 @@ std::string format_stress_table(const nlohmann::json& report) {
                                   std::to_string(s["integrity_checks"].get<uint64_t>());
     std::snprintf(
         line, sizeof line,
-        "%-9s %-6s %10llu %12s %12s %9s %9.4f %8.4f %6llu %6llu %9.2f %9.2f %7llu %10s %12s %10s\n",
+        "%-9s %-6s %10llu %12s %12s %9s %9.4f %8.4f %10.4f %9.4f %6llu %6llu %9.2f %9.2f %7llu "
+        "%10s "
+        "%12s %10s\n",
         run["allocator"].get<std::string>().c_str(), defrag_text(run).c_str(),
         static_cast<unsigned long long>(s["events"].get<uint64_t>()),
         format_bytes(s["peak_reserved_bytes"].get<uint64_t>()).c_str(),
         format_bytes(s["peak_live_bytes"].get<uint64_t>()).c_str(),
         num_or_dash(s["reserved_over_live"], "%.3f").c_str(), s["fragmentation_mean"].get<double>(),
-        s["fragmentation_max"].get<double>(),
+        s["fragmentation_max"].get<double>(), s["reserved_fragmentation_mean"].get<double>(),
+        s["reserved_fragmentation_max"].get<double>(),
         static_cast<unsigned long long>(s["false_ooms"].get<uint64_t>()),
         static_cast<unsigned long long>(s["true_ooms"].get<uint64_t>()),
         s["events_per_second"].get<double>() / 1e6, s["events_per_cpu_second"].get<double>() / 1e6,

@@ -442,6 +442,8 @@ var COLS = [
   { g: 'memory', key: 'min_capacity_bytes', t: 'HBM needed', f: fmtBytes, best: 'min', text: capacityText },
   { g: 'fragmentation', key: 'fragmentation_mean', t: 'mean', f: fmtFrac, best: 'min' },
   { g: 'fragmentation', key: 'fragmentation_max', t: 'max', f: fmtFrac, best: 'min' },
+  { g: 'fragmentation', key: 'reserved_fragmentation_mean', t: 'holes in reserved, mean', f: fmtFrac, best: 'min' },
+  { g: 'fragmentation', key: 'reserved_fragmentation_max', t: 'holes in reserved, max', f: fmtFrac, best: 'min' },
   { g: 'out of memory', key: 'false_ooms', t: 'false', f: fmtCount, best: 'min' },
   { g: 'out of memory', key: 'true_ooms', t: 'true', f: fmtCount, best: 'min' },
   { g: 'alloc latency', key: 'alloc_latency_ns', sub: 'median', t: 'median', f: fmtNs, best: 'min' },
@@ -538,7 +540,7 @@ var state = { fragCore: 0, memRun: 0, mapRun: 0, mapCore: 0, hidden: new Set() }
   var bestRun = 0, bestCore = 0, bv = -2;
   runs.forEach(function (r, i) {
     r.per_core.forEach(function (pc) {
-      var v = pc.worst ? pc.worst.fragmentation : -1;
+      var v = !pc.worst ? -1 : pc.worst.reserved_fragmentation != null ? pc.worst.reserved_fragmentation : pc.worst.fragmentation;
       if (v > bv) { bv = v; bestRun = i; bestCore = pc.core; }
     });
   });
@@ -647,6 +649,7 @@ function drawMap() {
   function stat(k, v) { var s = el('div', null, k + ' ', stats); el('b', null, v, s); }
   stat('event', fmtCount(w.event) + ' (t = ' + fmtUs(w.t_us) + ')');
   stat('fragmentation', fmtFrac(w.fragmentation));
+  if (w.reserved_fragmentation != null) stat('holes in reserved', fmtFrac(w.reserved_fragmentation));
   stat('capacity', fmtBytes(cap));
   stat('in use', fmtBytes(st.used) + ' in ' + fmtCount(st.used_blocks) + ' blocks');
   stat('free', fmtBytes(cap - st.used) + ' in ' + fmtCount(st.free_blocks) + ' holes');

@@ -167,6 +167,17 @@ std::shared_ptr<const HeapPlan> plan_for_stream(const CoreStream& stream) {
   return std::make_shared<const HeapPlan>(plan_heap(std::move(intervals)));
 }
 
+double reserved_fragmentation_ratio(uint64_t bytes_in_use, uint64_t bytes_reserved) {
+  if (bytes_reserved == 0) return 0.0;
+  return 1.0 - static_cast<double>(bytes_in_use) / static_cast<double>(bytes_reserved);
+}
+
+double StressCoreMetrics::reserved_fragmentation_mean() const {
+  return fragmentation_samples == 0
+             ? 0.0
+             : reserved_fragmentation_sum / static_cast<double>(fragmentation_samples);
+}
+
 double StressCoreMetrics::fragmentation_mean() const {
   return fragmentation_samples == 0
              ? 0.0
@@ -207,6 +218,9 @@ StressCoreMetrics merge_core_metrics(std::span<const StressCoreMetrics> cores) {
     s.fragmentation_sum += c.fragmentation_sum;
     s.fragmentation_samples += c.fragmentation_samples;
     s.fragmentation_max = std::max(s.fragmentation_max, c.fragmentation_max);
+    s.reserved_fragmentation_sum += c.reserved_fragmentation_sum;
+    s.reserved_fragmentation_max =
+        std::max(s.reserved_fragmentation_max, c.reserved_fragmentation_max);
     s.false_ooms += c.false_ooms;
     s.true_ooms += c.true_ooms;
     s.alloc_latency_ns.insert(s.alloc_latency_ns.end(), c.alloc_latency_ns.begin(),
@@ -254,6 +268,8 @@ nlohmann::json stress_metrics_json(const StressCoreMetrics& m, bool with_details
   }
   j["fragmentation_mean"] = m.fragmentation_mean();
   j["fragmentation_max"] = m.fragmentation_max;
+  j["reserved_fragmentation_mean"] = m.reserved_fragmentation_mean();
+  j["reserved_fragmentation_max"] = m.reserved_fragmentation_max;
   j["false_ooms"] = m.false_ooms;
   j["true_ooms"] = m.true_ooms;
   j["alloc_latency_ns"] = latency_json(m.alloc_latency_ns);
@@ -310,6 +326,7 @@ nlohmann::json stress_metrics_json(const StressCoreMetrics& m, bool with_details
   j["worst"] = {{"event", m.worst.event},
                 {"t_us", m.worst.t_us},
                 {"fragmentation", m.worst.fragmentation},
+                {"reserved_fragmentation", m.worst.reserved_fragmentation},
                 {"capacity_bytes", m.worst.capacity_bytes},
                 {"blocks", std::move(blocks)}};
   return j;
@@ -443,6 +460,9 @@ void CoreReplayer::alloc_locked(const CoreStream::Op& op, size_t i) {
   live_requested_bytes_ += op.bytes;
   m_.peak_live_bytes = std::max(m_.peak_live_bytes, live_requested_bytes_);
   m_.peak_reserved_bytes = std::max(m_.peak_reserved_bytes, p->offset + p->chunk_bytes);
+  ends_.emplace_back(p->offset + p->chunk_bytes, op.slot);
+  std::push_heap(ends_.begin(), ends_.end());
+  extent_ = std::max(extent_, p->offset + p->chunk_bytes);
   if (options_.backing) {
     std::byte* data = arena_->data(p->id);
     const uint64_t seed = mix64((static_cast<uint64_t>(stream_.core) << 40) ^ op.slot);
@@ -481,6 +501,7 @@ void CoreReplayer::free_locked(uint32_t slot, size_t i, double t_us, bool cross)
     arena_->free(id, &fs);
   }
   state_[slot] = SlotState::kFreed;
+  update_extent_locked();
   ++m_.frees;
   if (cross) ++m_.cross_core_frees;
   live_requested_bytes_ -= requested_[slot];
@@ -489,21 +510,25 @@ void CoreReplayer::free_locked(uint32_t slot, size_t i, double t_us, bool cross)
 
 void CoreReplayer::after_event_locked(size_t i, double t_us, const ArenaFreeSpace& fs,
                                       bool own_op) {
-  const double frag = fragmentation_ratio(fs.largest_free_block_bytes, fs.total_free_bytes);
-  m_.fragmentation_sum += frag;
-  ++m_.fragmentation_samples;
-  m_.fragmentation_max = std::max(m_.fragmentation_max, frag);
   if (fs.num_defragmentations != seen_defragmentations_) {
     seen_defragmentations_ = fs.num_defragmentations;
+    rebuild_ends_locked();  // the compaction moved every chunk
     if (options_.backing) verify_all_locked();
   }
-  if (options_.track_worst && frag > captured_fragmentation_ + 1e-3)
-    capture_worst_locked(i, t_us, frag);
+  const double frag = fragmentation_ratio(fs.largest_free_block_bytes, fs.total_free_bytes);
+  const double reserved_frag = reserved_fragmentation_ratio(fs.bytes_in_use, extent_);
+  m_.fragmentation_sum += frag;
+  m_.reserved_fragmentation_sum += reserved_frag;
+  ++m_.fragmentation_samples;
+  m_.fragmentation_max = std::max(m_.fragmentation_max, frag);
+  m_.reserved_fragmentation_max = std::max(m_.reserved_fragmentation_max, reserved_frag);
+  if (options_.track_worst && reserved_frag > captured_fragmentation_ + 1e-3)
+    capture_worst_locked(i, t_us, frag, reserved_frag);
   // Timeline samples come from the core's own ops only, so their event index strictly increases
   // (a cross-core free lands between two of them and is seen by the next sample).
   if (own_op && options_.timeline_samples > 0 &&
       (i % timeline_stride_ == 0 || i + 1 == stream_.ops.size())) {
-    m_.timeline.push_back({i, t_us, fs.bytes_in_use, highest_live_end_locked(), frag});
+    m_.timeline.push_back({i, t_us, fs.bytes_in_use, extent_, frag});
   }
 }
 
@@ -519,21 +544,42 @@ void CoreReplayer::verify_all_locked() {
   for (uint32_t slot : live_slots_) verify_locked(slot);
 }
 
-uint64_t CoreReplayer::highest_live_end_locked() const {
-  uint64_t end = 0;
-  arena_->walk([&](const ChunkInfo& c) {
-    if (c.in_use) end = c.offset + c.size_bytes;
-  });
-  return end;
+void CoreReplayer::rebuild_ends_locked() {
+  ends_.clear();
+  // HbmArena numbers its allocations from 1 in the order it makes them (ArenaPlacement::seq), and
+  // a chunk record's alloc_seq is that number, which maps back to a slot.
+  for (const MemoryChunkRecord& r : arena_->chunk_records()) {
+    if (r.in_use && r.alloc_seq >= 1 && r.alloc_seq <= slot_of_seq_.size())
+      ends_.emplace_back(r.offset + r.chunk_bytes, slot_of_seq_[r.alloc_seq - 1]);
+  }
+  std::make_heap(ends_.begin(), ends_.end());
+  update_extent_locked();
 }
 
-void CoreReplayer::capture_worst_locked(size_t i, double t_us, double frag) {
-  captured_fragmentation_ = frag;
+void CoreReplayer::update_extent_locked() {
+  auto freed = [this](const std::pair<uint64_t, uint32_t>& e) {
+    return state_[e.second] != SlotState::kLive;
+  };
+  const uint64_t live = m_.allocs - m_.frees;
+  if (ends_.size() > 2 * live + 1024) {  // mostly freed entries: keep the live ones
+    ends_.erase(std::remove_if(ends_.begin(), ends_.end(), freed), ends_.end());
+    std::make_heap(ends_.begin(), ends_.end());
+  }
+  while (!ends_.empty() && freed(ends_.front())) {
+    std::pop_heap(ends_.begin(), ends_.end());
+    ends_.pop_back();
+  }
+  extent_ = ends_.empty() ? 0 : ends_.front().first;
+}
+
+void CoreReplayer::capture_worst_locked(size_t i, double t_us, double frag, double reserved_frag) {
+  captured_fragmentation_ = reserved_frag;
   StressWorstMoment& w = m_.worst;
   w.captured = true;
   w.event = i;
   w.t_us = t_us;
   w.fragmentation = frag;
+  w.reserved_fragmentation = reserved_frag;
   w.blocks.clear();
   // HbmArena numbers its allocations from 1 in the order it makes them (ArenaPlacement::seq), and
   // a chunk record's alloc_seq is that number, which maps back to a slot.
@@ -609,6 +655,13 @@ std::optional<uint64_t> find_min_capacity(const CoreStream& stream, const Stress
       return false;  // below the policy's minimum, or below a planned heap
     }
   };
+  // New-user pass U23: `planned` places every buffer where its plan says, whatever the capacity,
+  // so the plan's heap is the exact answer (the bisection reported up to its tolerance above it).
+  if (o.policy == "planned" && o.heap_plan != nullptr) {
+    const uint64_t heap = o.heap_plan->heap_bytes();
+    if (heap > max_capacity_bytes) return std::nullopt;
+    if (completes(heap)) return heap;
+  }
   uint64_t lo = peak_live - 1;  // fails: the live bytes alone do not fit
   uint64_t hi = std::min(max_capacity_bytes, std::max<uint64_t>(peak_live, 4 * kKiB));
   while (!completes(hi)) {

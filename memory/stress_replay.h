@@ -3,7 +3,14 @@
 //
 // Per core and run (policy, auto_defragment), on every event:
 //   - fragmentation = 1 - largest free block / total free (0 when nothing is free), read from the
-//     arena after the event; its mean is over events (event-weighted), its max over events;
+//     arena after the event; its mean is over events (event-weighted), its max over events. It
+//     counts the never-touched top of the arena as free, so with a working set far below the
+//     capacity it reads ~0 however holey the heap is, and a buddy arena with anything allocated
+//     reads >= ~0.5 (its largest block is at most half the arena);
+//   - reserved fragmentation = 1 - bytes_in_use / bytes_reserved (0 when nothing is live): the
+//     share of the heap's extent [0, bytes_reserved) that is free holes, PyTorch's reserved but
+//     unallocated memory (memory_viz, 1 - allocated / reserved) with the heap's current extent as
+//     "reserved". It does not depend on the capacity above the extent; mean and max as above;
 //   - bytes_in_use = chunk bytes of live buffers; bytes_reserved = the end offset of the highest
 //     live chunk (the heap's extent at that moment); peak_reserved_bytes = max over successful
 //     allocations of offset + chunk bytes; peak_live_bytes = max over time of the requested bytes
@@ -16,9 +23,11 @@
 //     percentiles are nearest-rank (summarize_latencies);
 //   - timeline: up to `timeline_samples` samples evenly spaced in event index;
 //   - worst moment: the block map (every chunk, address order, with the label, trace id and
-//     requested bytes of used ones) captured at the first event whose fragmentation exceeds the
-//     previous capture by more than 0.001, so the capture is within 0.001 of the maximum and at
-//     most ~1000 captures are taken;
+//     requested bytes of used ones) captured at the first event whose reserved fragmentation
+//     exceeds the previous capture by more than 0.001, so the capture is within 0.001 of the
+//     maximum reserved fragmentation and at most ~1000 captures are taken (chosen by reserved
+//     fragmentation, not fragmentation, whose ~0 at a large capacity put the worst moment at
+//     event 0; new-user pass U27);
 //   - with a backed arena, every live buffer holds seeded contents and carries their 64-bit
 //     checksum; all live buffers are checked after every defragmentation (explicit or automatic),
 //     each buffer again when it is freed, and all at finish().
@@ -38,6 +47,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/units.h"
@@ -102,6 +112,9 @@ struct StressTimelineSample {
   double fragmentation = 0.0;
 };
 
+/// 1 - bytes_in_use / bytes_reserved, 0 when bytes_reserved is 0 (the header comment). Pure.
+double reserved_fragmentation_ratio(uint64_t bytes_in_use, uint64_t bytes_reserved);
+
 /// One chunk of the worst-moment block map. Sizes in bytes.
 struct StressBlock {
   uint64_t offset = 0;
@@ -117,7 +130,8 @@ struct StressWorstMoment {
   bool captured = false;
   uint64_t event = 0;
   double t_us = 0.0;
-  double fragmentation = 0.0;
+  double fragmentation = 0.0;           // at that event
+  double reserved_fragmentation = 0.0;  // at that event: what the moment was chosen by
   uint64_t capacity_bytes = 0;
   std::vector<StressBlock> blocks;  // address order, tiling [0, capacity)
 };
@@ -135,6 +149,8 @@ struct StressCoreMetrics {
   double fragmentation_sum = 0.0;  // over events, for the mean
   uint64_t fragmentation_samples = 0;
   double fragmentation_max = 0.0;
+  double reserved_fragmentation_sum = 0.0;  // over the same events as fragmentation_sum
+  double reserved_fragmentation_max = 0.0;
   uint64_t false_ooms = 0;
   uint64_t true_ooms = 0;
   std::vector<float> alloc_latency_ns;  // sampled
@@ -155,6 +171,7 @@ struct StressCoreMetrics {
   std::optional<double> worst_core_reserved_over_live;
 
   double fragmentation_mean() const;
+  double reserved_fragmentation_mean() const;
   /// peak_reserved / peak_live, 0 when nothing was live; a summary's is the worst core's own
   /// ratio (not the ratio of the largest peaks, which may come from different cores).
   double reserved_over_live() const;
@@ -216,8 +233,13 @@ class CoreReplayer {
                           bool own_op);
   void verify_all_locked();
   bool verify_locked(uint32_t slot);
-  uint64_t highest_live_end_locked() const;
-  void capture_worst_locked(size_t event_index, double t_us, double fragmentation);
+  // Rebuilds ends_ from the arena's chunk records (after a compaction moved every chunk).
+  void rebuild_ends_locked();
+  // Drops freed slots from the top of ends_ (and compacts it when most entries are freed), then
+  // sets extent_ to the top end.
+  void update_extent_locked();
+  void capture_worst_locked(size_t event_index, double t_us, double fragmentation,
+                            double reserved_fragmentation);
 
   const CoreStream& stream_;
   StressReplayOptions options_;
@@ -240,7 +262,13 @@ class CoreReplayer {
   size_t last_op_ = 0;  // index of the latest op run_op replayed
   uint64_t free_counter_ = 0;
   double clock_overhead_ns_ = 0.0;
-  double captured_fragmentation_ = -1.0;
+  double captured_fragmentation_ = -1.0;  // reserved fragmentation of the last capture
+  // The heap's extent: the end of the highest live chunk (0 when nothing is live), the top of
+  // ends_, a max-heap of (chunk end, slot) with lazy deletion: an allocation pushes its entry, a
+  // free leaves it until it reaches the top, so each event costs O(log n) amortized and only a
+  // compaction re-reads the arena.
+  uint64_t extent_ = 0;
+  std::vector<std::pair<uint64_t, uint32_t>> ends_;
   bool stopped_ = false;
   std::chrono::steady_clock::time_point start_;
   double start_cpu_seconds_ = 0.0;
@@ -254,8 +282,9 @@ class CoreReplayer {
 /// a result is always <= max_capacity_bytes; std::nullopt ("not found below max_capacity_bytes")
 /// when the replay at max_capacity_bytes fails, or without any replay when the peak live bytes
 /// alone exceed it. A capacity the policy rejects (below its minimum, or below a planned heap)
-/// counts as a failure. Every capacity tried adds 1 to *replays when given (a progress counter,
-/// may be read by another thread). Thread-safe.
+/// counts as a failure. For `planned` (with base.heap_plan) the plan's heap bytes are the exact
+/// answer and are tried first: returned when the replay there completes. Every capacity tried adds
+/// 1 to *replays when given (a progress counter, may be read by another thread). Thread-safe.
 std::optional<uint64_t> find_min_capacity(const CoreStream& stream, const StressReplayOptions& base,
                                           uint64_t max_capacity_bytes,
                                           std::atomic<uint64_t>* replays = nullptr);

@@ -123,6 +123,10 @@ std::vector<TraceEvent> kv_cache(const StressWorkloadOptions& o, int core) {
   return sink.take();
 }
 
+bool is_steady_state_workload(const std::string& name) {
+  return name == "uniform" || name == "lognormal" || name == "bimodal";
+}
+
 }  // namespace
 
 const std::vector<std::string>& stress_workload_names() {
@@ -142,7 +146,7 @@ void StressWorkloadOptions::validate() const {
   require(events_per_core >= 1 && events_per_core <= kMaxWorkloadEvents,
           "events_per_core " + std::to_string(events_per_core) + " (expected 1.." +
               std::to_string(kMaxWorkloadEvents) + ")");
-  if (name == "uniform" || name == "lognormal" || name == "bimodal") {
+  if (is_steady_state_workload(name)) {
     require(live_buffers >= 1, "live_buffers 0 (expected >= 1)");
     SizeOptions s = sizes;
     s.distribution = parse_size_distribution(name);
@@ -167,13 +171,22 @@ void StressWorkloadOptions::validate() const {
   }
 }
 
+uint64_t stress_setup_events(const StressWorkloadOptions& o) {
+  if (is_steady_state_workload(o.name)) return o.live_buffers;
+  if (o.name == "kv_cache") return static_cast<uint64_t>(std::max(o.max_requests, 0));
+  return 2 * static_cast<uint64_t>(std::max(o.layers, 0));
+}
+
 std::string describe_stress_workload(const StressWorkloadOptions& o) {
   const std::string events = ", " + std::to_string(o.events_per_core) + " events per core";
-  if (o.name == "uniform" || o.name == "lognormal" || o.name == "bimodal") {
+  if (is_steady_state_workload(o.name)) {
     SizeOptions s = o.sizes;
     s.distribution = parse_size_distribution(o.name);
+    // New-user pass U26: the fill is part of the stream; say how much of it is steady state.
+    const uint64_t fill = std::min(o.live_buffers, o.events_per_core);
     return "steady state of " + std::to_string(o.live_buffers) + " live buffers, " +
-           describe_sizes(s) + events;
+           describe_sizes(s) + events + " (" + std::to_string(fill) + " fill the arena, " +
+           std::to_string(o.events_per_core - fill) + " in the steady state)";
   }
   if (o.name == "kv_cache") {
     return "KV cache: " + std::to_string(o.max_requests) + " concurrent requests growing in " +

@@ -27,7 +27,8 @@
 // Every workload has exactly `events_per_core` events per core: a generator runs whole steps (or
 // ticks, or free/alloc pairs) until it reaches that count and the stream is cut there, so the last
 // step may be partial and buffers may be live at the end (a training_step stream shorter than its
-// setup, 2 x layers events, holds only weights). t_us is the event index (1 us apart). Core c draws
+// setup, 2 x layers events, holds only weights; `vtpu stress` refuses an events_per_core that
+// is all setup, stress_setup_events). t_us is the event index (1 us apart). Core c draws
 // from std::mt19937_64(stress_core_seed(seed, c)), so cores differ but each is repeatable.
 #pragma once
 
@@ -73,6 +74,13 @@ struct StressWorkloadOptions {
 
 /// One line for reports: the workload and its main parameters.
 std::string describe_stress_workload(const StressWorkloadOptions& options);
+
+/// Events at the start of every core's stream that only set the workload up, before its first
+/// steady-state event: the fill of `live_buffers` allocations (uniform, lognormal, bimodal), the
+/// weights and optimizer state, 2 x layers allocations (training_step, variable_batch), the
+/// first `max_requests` prompts (kv_cache). They count in events_per_core. Pure function; the
+/// options need not be valid.
+uint64_t stress_setup_events(const StressWorkloadOptions& options);
 
 /// The seed of core `core`'s engine: splitmix64(seed + core * golden ratio), so that adjacent
 /// seeds and cores give unrelated streams. Pure function.

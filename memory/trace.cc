@@ -197,9 +197,12 @@ TraceEvent parse_event(const Json& j, const std::string& where) {
   const std::optional<TraceOp> op = parse_op(op_it->get_ref<const std::string&>());
   if (!op) fail("unknown op " + quote(*op_it) + " (expected one of alloc, free, oom, defragment)");
   for (const auto& [key, value] : j.items()) {
-    if (!key_allowed(*op, key))
-      fail("unexpected field \"" + key + "\" in a " + std::string(trace_op_name(*op)) +
-           " event (value " + quote(value) + ")");
+    if (!key_allowed(*op, key)) {
+      const std::string name(trace_op_name(*op));  // "an alloc", "an oom" (new-user pass U5)
+      fail("unexpected field \"" + key + "\" in " +
+           (name[0] == 'a' || name[0] == 'o' ? "an " : "a ") + name + " event (value " +
+           quote(value) + ")");
+    }
   }
   auto get_uint = [&](const char* key, bool required, uint64_t minimum) -> uint64_t {
     auto it = j.find(key);

@@ -232,10 +232,18 @@ TEST(CollectiveBenchTest, OptionChecksNameTheValue) {
   o = tiny(2);
   o.algorithm = "tree";
   EXPECT_NE(check_collective_bench_options(o).find("--algorithm tree"), std::string::npos);
+  // New-user pass U17: a --min-bytes below one element is skipped like every too-small size
+  // (nccl-tests takes any -b): s64 from 1 byte sweeps 1, 2, 4 (skipped), then 8 .. 4096.
   o = tiny(2);
   o.dtype = DataType::kS64;
-  o.min_bytes = 7;
-  EXPECT_NE(check_collective_bench_options(o).find("--min-bytes 7"), std::string::npos);
+  o.min_bytes = 1;
+  EXPECT_EQ(check_collective_bench_options(o), "");
+  {
+    const std::vector<CollectiveBenchShape> shapes = CollectiveBenchmark(o).sweep_shapes();
+    ASSERT_EQ(shapes.size(), 10u);  // 8, 16, ..., 4096
+    EXPECT_EQ(shapes.front().count, 1u);
+    EXPECT_EQ(shapes.back().count, 512u);
+  }
   o = tiny(2);
   EXPECT_EQ(check_collective_bench_options(o), "");
   EXPECT_EQ(CollectiveBenchmark(o).requested_algorithm(), "auto");

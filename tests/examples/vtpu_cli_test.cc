@@ -606,11 +606,22 @@ TEST(VtpuCliTest, BenchCollectivesTable) {
   }
 }
 
+// New-user pass U17: sizes below one element are skipped, a --min-bytes of 1 included (nccl-tests
+// takes any -b); f64 from 1 byte: 1, 2, 4 skipped (the header says so), rows 8 and 16.
+TEST(VtpuCliTest, BenchCollectivesSkipsMinBytesBelowOneElement) {
+  const nlohmann::json j = bench_collectives_json(
+      "--cores 2 --dtype f64 --min-bytes 1 --max-bytes 16 --iters 1 --warmup 0");
+  ASSERT_EQ(j["rows"].size(), 2u) << j.dump();
+  EXPECT_EQ(j["rows"][0]["bytes"], 8);
+  EXPECT_EQ(j["rows"][1]["bytes"], 16);
+}
+
 TEST(VtpuCliTest, BenchCollectivesRejectsBadInput) {
   expect_failure("bench collectives --cores 0", "--cores", 2);
   expect_failure("bench collectives --op all_scatter", "all_scatter", 2);
   expect_failure("bench collectives --min-bytes lots", "invalid byte size 'lots'", 2);
-  expect_failure("bench collectives --max-bytes 2G", "size 2G is out of range", 2);
+  expect_failure("bench collectives --max-bytes 2G",
+                 "size 2G is out of range (expected 1 B .. 1.00 GiB)", 2);
   expect_failure("bench collectives --dtype f16", "f16", 2);
   expect_failure("bench collectives --reduce avg", "avg", 2);
   expect_failure("bench collectives --iters 0", "--iters", 2);
@@ -628,8 +639,6 @@ TEST(VtpuCliTest, BenchCollectivesRejectsBadInput) {
                  "--algorithm tree is not available for all_reduce", 2);
   expect_failure("bench collectives --min-bytes 1M --max-bytes 64K",
                  "--min-bytes 1048576 is larger than --max-bytes 65536", 2);
-  expect_failure("bench collectives --dtype f64 --min-bytes 4",
-                 "--min-bytes 4 holds no whole all_reduce element of f64", 2);
   expect_failure("bench collectives --op broadcast --algorithm ring",
                  "--algorithm ring is not available for broadcast (expected one of: auto, chain)",
                  2);
@@ -721,8 +730,19 @@ TEST(VtpuCliTest, StressReplaysATraceOnCoresModuloN) {
   EXPECT_EQ(on["summary"]["min_capacity_bytes"], 16384);
   EXPECT_EQ(off["summary"]["min_capacity_bytes"], 24576);
   const auto& worst = off["per_core"][0]["worst"];
-  // Largest free 4 KiB of 8 KiB free: the holes [0, 1), [5, 9) and [13, 16) KiB.
+  // Largest free 4 KiB of 8 KiB free: the holes [0, 1), [5, 9) and [13, 16) KiB. The moment is
+  // b's free (event 5), chosen by reserved fragmentation: 5 KiB of holes in the 13 KiB extent
+  // (U27); x's free (event 2) left 1 of 5 KiB, and d's false OOM changes nothing.
+  EXPECT_EQ(worst["event"], 5);
   EXPECT_DOUBLE_EQ(worst["fragmentation"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(worst["reserved_fragmentation"].get<double>(), 5.0 / 13);
+  EXPECT_DOUBLE_EQ(off["summary"]["reserved_fragmentation_max"].get<double>(), 5.0 / 13);
+  // Per event: 0, 0, 1/5, 1/9, 1/13, 5/13, then 5/13 (off) or 0 (on: d lands after compaction).
+  const double holes = 0.2 + 1.0 / 9 + 1.0 / 13 + 5.0 / 13;
+  EXPECT_NEAR(off["summary"]["reserved_fragmentation_mean"].get<double>(), (holes + 5.0 / 13) / 7,
+              1e-12);
+  EXPECT_NEAR(on["summary"]["reserved_fragmentation_mean"].get<double>(), holes / 7, 1e-12);
+  EXPECT_NE(r.output.find("holes_max"), std::string::npos) << r.output;
   EXPECT_EQ(worst["blocks"][0]["state"], "free");  // x's KiB
   EXPECT_EQ(worst["blocks"][1]["label"], "a");
   std::filesystem::remove(json);
@@ -757,8 +777,75 @@ TEST(VtpuCliTest, StressRejectsGeneratorOptionsWithATrace) {
                    name + " sets up a generated workload and has no effect with --trace", 2);
   }
   expect_failure("stress --cores 1 --events 100 --capacity-search off --capacity-search-max 1G",
-                 "--capacity-search-max has no effect with --capacity-search off", 2);
+                 "--capacity-search-max bounds the capacity search and has no effect with "
+                 "--capacity-search off (remove --capacity-search-max)",
+                 2);
   std::filesystem::remove(trace);
+}
+
+// New-user pass U7: options for another workload, load options with --load off and cross-core
+// frees on one core ran and were silently ignored; each is a usage error naming the option, the
+// workloads (or mode) it applies to and the option that rules it out, as with --trace.
+TEST(VtpuCliTest, StressRejectsOptionsTheRunDoesNotUse) {
+  const std::string run = "stress --cores 2 --events 2000 --capacity-search off ";
+  const struct {
+    const char* args;
+    const char* message;
+  } cases[] = {
+      {"--workload lognormal --layers 3",
+       "--layers applies only to --workload training_step and variable_batch and has no effect "
+       "with --workload lognormal (remove --layers)"},
+      {"--workload kv_cache --activation-bytes 1M",
+       "--activation-bytes applies only to --workload training_step and variable_batch and has no "
+       "effect with --workload kv_cache"},
+      {"--workload kv_cache --weight-bytes 1M", "--weight-bytes applies only to --workload"},
+      {"--workload training_step --live 10",
+       "--live applies only to --workload uniform, lognormal and bimodal and has no effect with "
+       "--workload training_step"},
+      {"--live 10", "with --workload training_step"},  // the default workload
+      {"--workload bimodal --max-requests 4", "--max-requests applies only to --workload kv_cache"},
+      {"--workload uniform --kv-block-bytes 4K",
+       "--kv-block-bytes applies only to --workload kv_cache"},
+      {"--workload variable_batch --max-blocks 16",
+       "--max-blocks applies only to --workload kv_cache"},
+      {"--load off --collective-rounds 5",
+       "--collective-rounds sets up the load that runs alongside (--load on) and has no effect "
+       "with --load off (remove --collective-rounds)"},
+      {"--load off --bucket-bytes 4K", "--bucket-bytes sets up the load"},
+      {"--load off --cross-core-frees 100",
+       "--cross-core-frees hands frees to another core "
+       "(--load on, --cores >= 2) and has no effect with "
+       "--load off"},
+      {"--load off --cross-core-free-lag 5", "--cross-core-free-lag hands frees"},
+  };
+  for (const auto& c : cases) expect_failure(run + c.args, c.message, 2);
+  expect_failure("stress --cores 1 --events 200 --cross-core-frees 100",
+                 "--cross-core-frees hands frees to another core (--load on, --cores >= 2) and has "
+                 "no effect with --cores 1",
+                 2);
+  // The options a run does use are still accepted.
+  for (const char* args : {"--workload lognormal --live 10", "--workload kv_cache --max-blocks 16",
+                           "--layers 2 --activation-bytes 64K", "--collective-rounds 2"}) {
+    const CliRun r = run_cli(
+        "stress --cores 2 --events 300 --capacity-search off --allocators bfc "
+        "--auto-defragment on " +
+        std::string(args));
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+  }
+}
+
+// New-user pass U20: --json F --html F wrote the JSON and then overwrote it with the page.
+TEST(VtpuCliTest, StressRejectsOneFileForJsonAndHtml) {
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string same = (dir / "vtpu_cli_stress_same.out").string();
+  std::filesystem::remove(same);
+  expect_failure("stress --cores 1 --events 100 --json " + same + " --html " + same,
+                 "--json '" + same + "' and --html '" + same + "' are the same file", 2);
+  // The same file by another spelling.
+  const std::string other = (dir / "." / "vtpu_cli_stress_same.out").string();
+  expect_failure("stress --cores 1 --events 100 --json " + same + " --html " + other,
+                 "are the same file", 2);
+  EXPECT_FALSE(std::filesystem::exists(same));  // refused before the run
 }
 
 // Regression (stress F12): --events did not bound training_step, which ran whole steps (with the
@@ -778,6 +865,38 @@ TEST(VtpuCliTest, StressEventsIsExactForEveryWorkload) {
               std::string::npos)
         << j["workload"]["description"];
   }
+  std::filesystem::remove(json);
+}
+
+// New-user pass U26: --events no larger than the workload's setup (the fill of --live buffers,
+// the weights and optimizer state, the first prompts) ran no steady-state event at all while the
+// header said "steady state"; it is a usage error naming the setup now, and one event more runs.
+TEST(VtpuCliTest, StressRefusesEventsThatAreAllSetup) {
+  const std::string run =
+      "stress --cores 1 --load off --capacity-search off --allocators bfc "
+      "--auto-defragment on ";
+  expect_failure(run + "--workload lognormal --events 1000",
+                 "--events 1000 holds only the setup of --workload lognormal, the fill of --live "
+                 "1000 buffers, and no steady-state event (--events counts the setup: expected "
+                 "more than 1000)",
+                 2);
+  expect_failure(run + "--workload uniform --live 50 --events 20", "the fill of --live 50 buffers",
+                 2);
+  expect_failure(run + "--workload training_step --layers 3 --events 6",
+                 "the weights and optimizer state of --layers 3 (6 allocations)", 2);
+  expect_failure(run + "--workload kv_cache --max-requests 40 --events 40",
+                 "the prompts of the first --max-requests 40 requests", 2);
+  const std::string json =
+      (std::filesystem::temp_directory_path() / "vtpu_cli_stress_setup.json").string();
+  const CliRun r = run_cli(run + "--workload lognormal --live 100 --events 301 --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("301 events per core (100 fill the arena, 201 in the steady state)"),
+            std::string::npos)
+      << r.output;
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(json));
+  const auto& core = j["runs"][0]["per_core"][0];
+  EXPECT_EQ(core["allocs"], 200);  // the fill, then 100 free/alloc pairs and one more free
+  EXPECT_EQ(core["frees"], 101);
   std::filesystem::remove(json);
 }
 
@@ -815,8 +934,8 @@ TEST(VtpuCliTest, StressRejectsATraceWithNothingToReplay) {
 // 2^64 - 1 (CLI11's uint64_t parsing); both are usage errors, as for `vtpu stress`.
 TEST(VtpuCliTest, BenchSeedsAreCheckedLikeTheStressSeed) {
   for (const std::string cmd : {"bench memory --pairs 10 --live 10", "bench fragmentation"}) {
-    expect_failure(cmd + " --seed -3", "--seed '-3' (expected a decimal integer", 2);
-    expect_failure(cmd + " --seed 99999999999999999999999", "--seed '99999999999999999999999'", 2);
+    expect_failure(cmd + " --seed -3", "--seed: '-3' (expected a decimal integer", 2);
+    expect_failure(cmd + " --seed 99999999999999999999999", "--seed: '99999999999999999999999'", 2);
   }
 }
 
@@ -839,6 +958,45 @@ TEST(VtpuCliTest, StressChecksOutputPathsBeforeTheRun) {
                  "--html '/nonexistent-dir/r.html': directory '/nonexistent-dir' does not exist",
                  2);
   expect_failure("stress --cores 1 --events 100 --json /tmp", "--json '/tmp' is a directory", 2);
+}
+
+// New-user pass U3: the oom and defragment records a replay skips were counted only in the JSON
+// (workload.skipped_events); the header line says so too.
+TEST(VtpuCliTest, StressHeaderCountsSkippedTraceEvents) {
+  const std::string header = R"({"format": "vtpu-trace", "version": 1})";
+  const std::string path = temp_file(
+      "vtpu_cli_stress_skipped.jsonl",
+      header + "\n" + R"({"t_us": 0, "op": "alloc", "id": 1, "bytes": 8})" + "\n" +
+          R"({"t_us": 1, "op": "oom", "id": 2, "bytes": 8})" + "\n" +
+          R"({"t_us": 2, "op": "defragment", "bytes_moved": 0, "buffers_moved": 0, "duration_us": 1})" +
+          "\n");
+  const CliRun r = run_cli("stress --cores 1 --trace " + path +
+                           " --load off --capacity-search off --auto-defragment on");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("vtpu_cli_stress_skipped.jsonl (3 events, 2 oom/defragment events "
+                          "skipped)"),
+            std::string::npos)
+      << r.output;
+  std::filesystem::remove(path);
+}
+
+// New-user pass U1: a bad --auto-defragment or --seed named the option twice
+// ("--auto-defragment: --auto-defragment 'on,on' ..."); CLI11's prefix names it once now.
+TEST(VtpuCliTest, ValidatorErrorsNameTheOptionOnce) {
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"stress --auto-defragment on,on",
+            "usage error: --auto-defragment: 'on,on' gives mode 'on' twice (each mode runs once)"},
+           {"stress --auto-defragment ON",
+            "usage error: --auto-defragment: 'ON': unknown mode 'ON' (expected a comma-separated "
+            "list of on, growth, off, both)"},
+           {"stress --seed -1",
+            "usage error: --seed: '-1' (expected a decimal integer in [0, "
+            "18446744073709551615])"},
+           {"bench memory --pairs 10 --live 10 --seed x", "usage error: --seed: 'x' (expected"}}) {
+    const CliRun r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << args;
+    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+  }
 }
 
 TEST(VtpuCliTest, StressRejectsBadInput) {

@@ -95,10 +95,15 @@ TEST_P(IssueExample, FragmentationIsSevenEighthsAndSixteenMibIsAFalseOom) {
   for (int k = 2; k <= 8; ++k) sum += 1.0 - 1.0 / k;
   sum += 2 * 0.875;
   EXPECT_NEAR(m.fragmentation_mean(), sum / 26, 1e-12);
+  // Reserved fragmentation: block 15 keeps the extent at 64 MiB, so the k-th free leaves k of 16
+  // blocks as holes (k/16), 0 after the allocs, and 8/16 after both failed requests.
+  EXPECT_DOUBLE_EQ(m.reserved_fragmentation_max, 0.5);
+  EXPECT_NEAR(m.reserved_fragmentation_mean(), (36.0 / 16 + 2 * 0.5) / 26, 1e-12);
   // The worst moment is the 8th free (event 23): 16 chunks of 4 MiB, free and used alternating.
   ASSERT_TRUE(m.worst.captured);
   EXPECT_EQ(m.worst.event, 23u);
   EXPECT_DOUBLE_EQ(m.worst.fragmentation, 0.875);
+  EXPECT_DOUBLE_EQ(m.worst.reserved_fragmentation, 0.5);
   ASSERT_EQ(m.worst.blocks.size(), 16u);
   for (size_t i = 0; i < 16; ++i) {
     const StressBlock& b = m.worst.blocks[i];
@@ -122,6 +127,41 @@ TEST_P(IssueExample, AutoDefragmentationTurnsTheFalseOomIntoASuccess) {
   EXPECT_EQ(m.defragmentations, 1u);              // the 40 MiB request is a true OOM: no compaction
   EXPECT_EQ(m.defrag_bytes_moved, 8 * 4 * kMiB);  // all 8 odd blocks slide down
   EXPECT_EQ(m.peak_live_bytes, 64 * kMiB);
+  // After the compaction the 8 blocks fill [0, 32) MiB and the 16 MiB request lands at 32: the
+  // extent is 48 MiB with no hole (the replay re-reads it after a compaction; before it, block
+  // 15 ended at 64 MiB).
+  ASSERT_EQ(m.timeline.size(), 26u);
+  EXPECT_EQ(m.timeline[24].bytes_reserved, 48 * kMiB);
+  EXPECT_EQ(m.timeline[24].bytes_in_use, 48 * kMiB);
+  EXPECT_EQ(m.timeline[23].bytes_reserved, 64 * kMiB);
+  EXPECT_DOUBLE_EQ(m.reserved_fragmentation_max, 0.5);  // before the compaction, as above
+}
+
+// New-user pass U27: at 16 GiB the untouched top of the arena is the largest free block, so
+// fragmentation reads ~0 and the worst moment was event 0. a, b, c of 4 KiB, then b freed:
+// fragmentation = 1 - (16 GiB - 12 KiB) / (16 GiB - 8 KiB) (~2.4e-7), while a third of the
+// 12 KiB extent is a hole. The worst moment is b's free, by reserved fragmentation; freeing c
+// (the highest chunk) leaves a alone, an extent of 4 KiB with no hole.
+TEST(StressReplayTest, ReservedFragmentationIgnoresTheUntouchedTopOfALargeArena) {
+  for (const char* policy : {"bfc", "first_fit", "tlsf"}) {
+    const auto streams =
+        compile_core_streams(timed({alloc(1, 4 * kKiB, "a"), alloc(2, 4 * kKiB, "b"),
+                                    alloc(3, 4 * kKiB, "c"), free_of(2), free_of(3)}),
+                             1, "u27");
+    const StressCoreMetrics m = run(streams[0], options(policy, true, 16 * kGiB));
+    const double gib16 = 16.0 * 1024 * 1024 * 1024;
+    EXPECT_NEAR(m.fragmentation_max, 1.0 - (gib16 - 12288) / (gib16 - 8192), 1e-12) << policy;
+    EXPECT_LT(m.fragmentation_max, 1e-6) << policy;
+    EXPECT_DOUBLE_EQ(m.reserved_fragmentation_max, 1.0 / 3) << policy;
+    EXPECT_NEAR(m.reserved_fragmentation_mean(), (1.0 / 3) / 5, 1e-12) << policy;
+    ASSERT_TRUE(m.worst.captured) << policy;
+    EXPECT_EQ(m.worst.event, 3u) << policy;
+    EXPECT_DOUBLE_EQ(m.worst.reserved_fragmentation, 1.0 / 3) << policy;
+    ASSERT_EQ(m.timeline.size(), 5u) << policy;
+    const uint64_t extent_kib[] = {4, 8, 12, 12, 4};
+    for (size_t i = 0; i < 5; ++i)
+      EXPECT_EQ(m.timeline[i].bytes_reserved, extent_kib[i] * kKiB) << policy << " " << i;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, IssueExample, ::testing::Values("bfc", "first_fit"));
@@ -350,6 +390,22 @@ TEST(StressReplayTest, PlannedPolicyReplaysItsOwnPlan) {
   const StressCoreMetrics m = run(s[0], o);
   EXPECT_EQ(m.false_ooms + m.true_ooms, 0u);
   EXPECT_EQ(m.peak_reserved_bytes, o.heap_plan->heap_bytes());
+}
+
+// New-user pass U23: planned's min capacity is its plan's heap bytes exactly, not a bisection
+// bound up to max(4 KiB, 0.1%) above them (191479164 B against a 191391744 B plan in the report).
+TEST(StressReplayTest, PlannedMinCapacityIsItsHeapExactly) {
+  StressWorkloadOptions w;
+  w.name = "lognormal";
+  w.events_per_core = 2000;
+  w.live_buffers = 200;
+  const auto streams = compile_core_streams(make_stress_workload(w, 0), 1, "lognormal");
+  StressReplayOptions o = options("planned", false);
+  o.heap_plan = plan_for_stream(streams[0]);
+  const uint64_t heap = o.heap_plan->heap_bytes();
+  ASSERT_GT(heap, o.heap_plan->peak_live_bytes());  // the bisection would start below the heap
+  EXPECT_EQ(find_min_capacity(streams[0], o, 64 * kGiB), std::optional<uint64_t>(heap));
+  EXPECT_EQ(find_min_capacity(streams[0], o, heap - 1), std::nullopt);
 }
 
 TEST(StressReplayTest, MergeSumsCountsAndTakesMaxima) {

@@ -162,6 +162,43 @@ TEST(StressWorkloadTest, KvCacheGrowsByOneBlockAndBoundsRequests) {
   EXPECT_GT(grown, 1000u);
 }
 
+// New-user pass U26: stress_setup_events is the count of allocations before the first
+// steady-state event, checked on the events: the fill (then a free), the weights and optimizer
+// state (then layer 0's activation), the prompts (then a request grows and frees its old buffer).
+TEST_P(EveryWorkload, SetupEventsEndWhereTheSteadyStateStarts) {
+  const StressWorkloadOptions o = small(GetParam());
+  const std::string& w = GetParam();
+  const uint64_t setup = stress_setup_events(o);
+  const uint64_t expected = w == "kv_cache"                                   ? 8
+                            : (w == "training_step" || w == "variable_batch") ? 12
+                                                                              : 200;
+  ASSERT_EQ(setup, expected) << w;
+  const auto events = make_stress_workload(o, 0);
+  std::set<uint64_t> setup_ids;
+  for (uint64_t i = 0; i < setup; ++i) {
+    EXPECT_EQ(events[i].op, TraceOp::kAlloc) << w << " " << i;
+    setup_ids.insert(events[i].id);
+  }
+  if (w == "kv_cache") {
+    EXPECT_EQ(events[setup].op, TraceOp::kAlloc);  // the grown buffer, then the old one's free
+    EXPECT_EQ(events[setup + 1].op, TraceOp::kFree);
+    EXPECT_EQ(setup_ids.count(events[setup + 1].id), 1u);
+  } else if (w == "training_step" || w == "variable_batch") {
+    EXPECT_EQ(events[setup - 1].label, "layer5/opt_state");
+    EXPECT_EQ(events[setup].label, "layer0/act");
+  } else {
+    EXPECT_EQ(events[setup].op, TraceOp::kFree);
+  }
+}
+
+TEST(StressWorkloadTest, SteadyStateDescriptionSaysHowManyEventsFill) {
+  StressWorkloadOptions o = small("lognormal");
+  EXPECT_NE(describe_stress_workload(o).find(
+                "5000 events per core (200 fill the arena, 4800 in the steady state)"),
+            std::string::npos)
+      << describe_stress_workload(o);
+}
+
 TEST(StressWorkloadTest, SteadyStateKeepsLiveBuffers) {
   const StressWorkloadOptions o = small("bimodal");
   const auto events = make_stress_workload(o, 0);

@@ -5,6 +5,7 @@
 #include "memory/trace.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <array>
@@ -16,6 +17,7 @@
 #include <sstream>
 #include <streambuf>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/error.h"
@@ -213,7 +215,9 @@ TEST(TraceTest, RejectsMissingAndIllTypedFields) {
   expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8, "label": 7})",
                   {"\"label\" is 7", "expected a string"});
   expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8, "byte": 8})",
-                  {"t.jsonl:2:", "unexpected field \"byte\""});
+                  {"t.jsonl:2:", "unexpected field \"byte\" in an alloc event (value 8)"});
+  expect_rejected(h + R"({"t_us": 0, "op": "oom", "id": 0, "bytes": 8, "label": "x", "x": 1})",
+                  {"unexpected field \"x\" in an oom event"});  // U5: "an", not "a alloc"
   expect_rejected(h + R"({"t_us": 0, "op": "free", "id": 0, "bytes": 8})",
                   {"unexpected field \"bytes\" in a free event"});
   expect_rejected(h + R"({"t_us": 0, "op": "defragment", "bytes_moved": 0, "buffers_moved": 0})",
@@ -290,6 +294,28 @@ TEST(TraceTest, RejectsTimeGoingBackwardsOnOneCore) {
 {"t_us": 1, "core": 3, "op": "alloc", "id": 0, "bytes": 8})")
                 .events.size(),
             3u);
+}
+
+// New-user pass U6 (documented, README "Pipes"): a named pipe is read like a file, once from the
+// start, so a trace can be streamed in; the writer here opens the FIFO from another thread.
+TEST(TraceTest, ReadsANamedPipe) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "vtpu_trace_test_fifo.jsonl").string();
+  std::filesystem::remove(path);
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  std::thread writer([&] {
+    std::ofstream out(path);  // blocks until the reader opens the FIFO
+    out << kHeader << R"({"t_us": 0, "op": "alloc", "id": 1, "bytes": 4096})"
+        << "\n"
+        << R"({"t_us": 1, "op": "free", "id": 1})"
+        << "\n";
+  });
+  const Trace t = read_trace(path);
+  writer.join();
+  std::filesystem::remove(path);
+  ASSERT_EQ(t.events.size(), 2u);
+  EXPECT_EQ(t.events[0].bytes, 4096u);
+  EXPECT_EQ(t.events[1].op, TraceOp::kFree);
 }
 
 TEST(TraceTest, MissingFileIsNotFound) {
