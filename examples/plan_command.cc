@@ -66,7 +66,9 @@ int run(const PlanCommand& c) {
           {{"strategy", k.name},
            {"feasible", k.feasible},
            {"fits", k.fits},
-           {"hbm_bytes_per_core", k.fits ? k.hbm_bytes_per_core : k.min_hbm_bytes_per_core},
+           // Without the input batch, as the plan file's estimate (the limit sees their sum).
+           {"hbm_bytes_per_core", k.arena_bytes_per_core() - k.input_bytes_per_core},
+           {"input_bytes_per_core", k.input_bytes_per_core},
            {"comm_bytes_per_core", k.comm_bytes_per_core},
            {"compute_seconds", k.compute_seconds},
            {"comm_seconds", k.comm_seconds},

@@ -30,8 +30,11 @@ struct LayerCost {
   double compute_seconds = 0;
   double comm_seconds = 0;
   double comm_bytes = 0;
-  double add_bytes = 0;        // parameters, gradients, optimizer state, saved activations
-  double transient_bytes = 0;  // FSDP's gathered parameters + unsharded gradients
+  double add_bytes = 0;  // parameters, gradients, optimizer state, saved activations
+  /// FSDP: the layer's flat parameter gathered over the fsdp axes (tensor-local, padded to a
+  /// multiple of the fsdp cores), which is also the size of its unsharded gradient; 0 without
+  /// fsdp axes or parameters (the layer is then no FSDP unit).
+  double unit_bytes = 0;
   double param_state_bytes = 0;
   double activation_bytes = 0;
 };
@@ -40,6 +43,9 @@ struct LayerCost {
 struct Label {
   double time = 0, compute = 0, comm = 0, comm_bytes = 0;
   double add_bytes = 0, max_bytes = 0;
+  /// FSDP units so far: the last one's bytes and the one's before it (0: none). The transient
+  /// peak of a unit depends on its neighbours (fsdp_transient), so they are part of the state.
+  double last_unit = 0, unit_before = 0;
   double param_state_bytes = 0, activation_bytes = 0;
   int parent = -1;  // index into the previous layer's labels of `parent_state`
   int parent_state = 0;
@@ -52,8 +58,22 @@ struct Label {
 int state_index(char s) { return s == 'R' ? 0 : s == 'S' ? 1 : 2; }
 constexpr char kStates[3] = {'R', 'S', 'P'};
 
+/// FSDP's transient bytes while unit u1 (the unit before it u2, after it u3; 0: none) is in use,
+/// in the schedule of `vtpu train fsdp` with prefetch (examples/fsdp_trainer.cc), which is PyTorch
+/// FSDP's FULL_SHARD with forward_prefetch and BackwardPrefetch.BACKWARD_PRE. A unit's gathered
+/// parameters and its unsharded gradient have the same size. Forward: u1 gathered and u3
+/// prefetched. Backward: u1 gathered, its gradient, u2 prefetched and u3's gradient (its
+/// reduce-scatter pending): u2 + 2 u1 + u3. The first unit (u2 = 0) needs no input gradient, so
+/// its gathered parameters are freed before its gradient exists: u1 + u3 forward and backward.
+double fsdp_transient(double u2, double u1, double u3) {
+  if (u1 == 0) return 0;
+  return u2 == 0 ? u1 + u3 : u2 + 2 * u1 + u3;
+}
+
 bool dominates(const Label& a, const Label& b) {
-  return a.time <= b.time && a.add_bytes <= b.add_bytes && a.max_bytes <= b.max_bytes;
+  // The transients still to come grow with the last two units' bytes (fsdp_transient).
+  return a.time <= b.time && a.add_bytes <= b.add_bytes && a.max_bytes <= b.max_bytes &&
+         a.last_unit <= b.last_unit && a.unit_before <= b.unit_before;
 }
 
 void insert_pareto(std::vector<Label>& front, Label l) {
@@ -164,7 +184,12 @@ class StrategyPlanner {
           nl.comm_bytes += nl.layer_comm_bytes;
           nl.time = nl.compute + nl.comm;
           nl.add_bytes += lc.add_bytes + resharded;
-          nl.max_bytes = std::max(nl.max_bytes, lc.transient_bytes);
+          if (lc.unit_bytes > 0) {  // the previous unit's neighbours are now known
+            nl.max_bytes =
+                std::max(nl.max_bytes, fsdp_transient(nl.unit_before, nl.last_unit, lc.unit_bytes));
+            nl.unit_before = nl.last_unit;
+            nl.last_unit = lc.unit_bytes;
+          }
           nl.param_state_bytes += lc.param_state_bytes;
           nl.activation_bytes += lc.activation_bytes + resharded;
           insert_pareto(frontier[i][static_cast<size_t>(state_index(op.out))], std::move(nl));
@@ -205,6 +230,7 @@ class StrategyPlanner {
         l.comm += seconds;
         l.comm_bytes += bytes;
         l.time += seconds;
+        l.max_bytes = std::max(l.max_bytes, fsdp_transient(l.unit_before, l.last_unit, 0));
         l.parent = static_cast<int>(k);
         l.parent_state = s;
         finals.emplace_back(std::move(l), s);
@@ -215,6 +241,14 @@ class StrategyPlanner {
       c.infeasible_reason = "no sequence of the allowed layer shardings connects";
       return;
     }
+    // The step's input batch on each core (replicated over the tensor axes): the first layer's
+    // input (token ids are int32) and one int32 label per token. The same for every label; it
+    // counts against the limit (the limit is the whole arena).
+    const ModelLayer& first = m_.layers.front();
+    const double in_bytes =
+        first.kind == LayerKind::kEmbedding ? 4.0 : static_cast<double>(first.in) * e_;
+    const double input_bytes = tokens_ * (in_bytes + 4.0);
+    c.input_bytes_per_core = byte_count(input_bytes, "input batch", c.name);
     const Label* best_fit = nullptr;
     const Label* smallest = nullptr;
     for (const auto& [l, s] : finals) {
@@ -222,14 +256,14 @@ class StrategyPlanner {
           (l.total_bytes() == smallest->total_bytes() && l.time < smallest->time)) {
         smallest = &l;
       }
-      if (l.total_bytes() <= static_cast<double>(limit) &&
+      if (l.total_bytes() + input_bytes <= static_cast<double>(limit) &&
           (best_fit == nullptr || l.time < best_fit->time)) {
         best_fit = &l;
       }
     }
     c.fits = best_fit != nullptr;
     c.tensor_splits_nothing = t_ > 1;
-    c.min_hbm_bytes_per_core = byte_count(smallest->total_bytes(), "HBM", c.name);
+    c.min_hbm_bytes_per_core = byte_count(smallest->total_bytes() + input_bytes, "HBM", c.name);
     const Label& chosen = best_fit != nullptr ? *best_fit : *smallest;
     c.compute_seconds = chosen.compute;
     c.comm_seconds = chosen.comm;
@@ -240,12 +274,6 @@ class StrategyPlanner {
     c.param_bytes_per_core = byte_count(chosen.param_state_bytes, "parameter state", c.name);
     c.activation_bytes_per_core = byte_count(chosen.activation_bytes, "activations", c.name);
     c.transient_bytes_per_core = byte_count(chosen.max_bytes, "transient buffers", c.name);
-    // The step's input batch on each core (replicated over the tensor axes): the first layer's
-    // input (token ids are int32) and one int32 label per token.
-    const ModelLayer& first = m_.layers.front();
-    const double in_bytes =
-        first.kind == LayerKind::kEmbedding ? 4.0 : static_cast<double>(first.in) * e_;
-    c.input_bytes_per_core = byte_count(tokens_ * (in_bytes + 4.0), "input batch", c.name);
     // Walk back.
     c.layers.assign(n, LayerPlan{});
     int index = chosen.parent, state = chosen.parent_state;
@@ -488,6 +516,9 @@ class StrategyPlanner {
     LayerCost c;
     const double f = static_cast<double>(f_);
     const double param_bytes = params * e_;  // tensor-local, before FSDP sharding
+    // FSDP's flat parameter is padded to a multiple of the fsdp cores (as `train fsdp` and
+    // PyTorch's FlatParameter): each core's shard of it, and of its gradient and optimizer state.
+    const double shard_bytes = f_ > 1 ? std::ceil(params / f) * e_ : param_bytes;
     const double in_bytes =
         (l.kind == LayerKind::kEmbedding ? T * 4 : T * in * e_) / (op.in == 'S' ? t : 1.0);
     // Forward reads the weights and the input and writes the output; backward's two matmuls
@@ -519,7 +550,7 @@ class StrategyPlanner {
           cost_.collective(CollectiveKind::kReduceScatter, param_bytes, fsdp_pos_, fsdp_sizes_);
       c.comm_seconds += 2 * ag.seconds + rs.seconds;
       c.comm_bytes += 2 * ag.sent_bytes_per_core + rs.sent_bytes_per_core;
-      c.transient_bytes = 2 * param_bytes;
+      c.unit_bytes = shard_bytes * f;
     }
     if (d_ > 1 && param_bytes > 0) {
       // Gradients go into one bucket per step (as DDP and vtpu's trainers do): the layer pays
@@ -529,7 +560,7 @@ class StrategyPlanner {
       c.comm_seconds += ar.seconds - 2 * ar.alpha_seconds;
       c.comm_bytes += ar.sent_bytes_per_core;
     }
-    c.param_state_bytes = (2.0 + k) * param_bytes / f;
+    c.param_state_bytes = (2.0 + k) * shard_bytes;
     c.activation_bytes = act * e_;
     c.add_bytes = c.param_state_bytes + c.activation_bytes;
     return c;
@@ -569,6 +600,11 @@ AutoShardingPlan plan_auto_sharding(const ModelGraph& model, const std::vector<i
   plan.axis_names = axis_names;
   plan.hardware = cost.profile().name;
   plan.hbm_limit_bytes = hbm_limit_bytes != 0 ? hbm_limit_bytes : cost.hbm_bytes_per_core();
+  // A host profile's "HBM" is the host's RAM, which the mesh's virtual cores share.
+  if (hbm_limit_bytes == 0 && cost.profile().host_cpus > 0) {
+    plan.host_ram_bytes = cost.hbm_bytes_per_core();
+    plan.hbm_limit_bytes = plan.host_ram_bytes / static_cast<uint64_t>(mesh.size());
+  }
   plan.oversubscription = cost.oversubscription();
   cost.peak_flops_per_core(model.dtype);  // a dtype the profile lacks is an error up front
 
@@ -706,12 +742,18 @@ std::string AutoShardingPlan::to_string() const {
   mesh += ")";
   std::snprintf(line, sizeof line,
                 "vtpu plan: model '%s' (%lld parameters, %s, %s, batch %lld x seq %lld) on %s, "
-                "hardware %s, HBM limit %s per core\n",
+                "hardware %s, HBM limit %s per core",
                 model.name.c_str(), static_cast<long long>(model.num_parameters()),
                 model.dtype.c_str(), model.optimizer.c_str(), static_cast<long long>(model.batch),
                 static_cast<long long>(model.seq_len), mesh.c_str(), hardware.c_str(),
                 format_bytes(hbm_limit_bytes).c_str());
   out += line;
+  if (host_ram_bytes != 0) {
+    const int64_t n = Mesh(mesh_shape, axis_names).size();
+    out += " (host RAM " + format_bytes(host_ram_bytes) + " shared by " + std::to_string(n) +
+           (n == 1 ? " virtual core)" : " virtual cores)");
+  }
+  out += "\n";
   if (oversubscription != 1.0) {
     std::snprintf(line, sizeof line,
                   "host: %lld virtual cores share the host's CPUs: per-core work x %.3g "
@@ -729,8 +771,8 @@ std::string AutoShardingPlan::to_string() const {
                     "-", "-", "-", "-", c.why_lost.c_str());
     } else {
       std::snprintf(line, sizeof line, "%-26s %12s %14.0f %12s %12s %12s  %s\n", c.name.c_str(),
-                    format_bytes(c.fits ? c.hbm_bytes_per_core : c.min_hbm_bytes_per_core).c_str(),
-                    c.comm_bytes_per_core, format_seconds(c.compute_seconds).c_str(),
+                    format_bytes(c.arena_bytes_per_core()).c_str(), c.comm_bytes_per_core,
+                    format_seconds(c.compute_seconds).c_str(),
                     format_seconds(c.comm_seconds).c_str(), format_seconds(c.step_seconds).c_str(),
                     static_cast<int>(i) == winner ? "WINNER" : c.why_lost.c_str());
     }
@@ -746,8 +788,8 @@ std::string AutoShardingPlan::to_string() const {
   const PlanCandidate& w = candidates[static_cast<size_t>(winner)];
   std::snprintf(line, sizeof line,
                 "winner %s: HBM per core %s = parameters+gradients+optimizer %s + activations %s "
-                "+ FSDP transient %s; input batch %s per core besides\n",
-                w.name.c_str(), format_bytes(w.hbm_bytes_per_core).c_str(),
+                "+ FSDP transient %s + input batch %s\n",
+                w.name.c_str(), format_bytes(w.arena_bytes_per_core()).c_str(),
                 format_bytes(w.param_bytes_per_core).c_str(),
                 format_bytes(w.activation_bytes_per_core).c_str(),
                 format_bytes(w.transient_bytes_per_core).c_str(),

@@ -32,9 +32,11 @@
 // all-reduce of 2 floats per token).
 //
 // Exactness under the HBM limit. Time and HBM both add up along the chain, except FSDP's
-// transient buffer (the largest layer's gathered parameters and gradients), which is a max. The
-// DP keeps, per layer and state, every label (time, additive bytes, transient bytes) that no
-// other label beats on all three (a Pareto frontier): the constrained shortest path, exact.
+// transient buffers, whose peak is a max over the units (every layer with parameters is one FSDP
+// unit) of what is gathered or unsharded while a unit is in use, which depends on its neighbour
+// units (prefetch; see "HBM" below). The DP keeps, per layer and state, every label (time,
+// additive bytes, transient peak so far, the last two units' bytes) that no other label beats on
+// all of them (a Pareto frontier): the constrained shortest path, exact.
 //
 // Costs per layer, per core (T = local tokens = batch / (data x fsdp cores) x seq_len; t =
 // tensor-axis cores; E = dtype bytes):
@@ -49,9 +51,17 @@
 //            context, softmax; full S^2, no causal skipping); layer_norm 8 T d; elementwise
 //            flops_per_element T d; embedding T d (a gather)
 //   HBM      parameters + gradients + optimizer state (Adam 2x, momentum 1x, SGD 0) of the
-//            local shard, plus saved activations (dense/elementwise/embedding output; layer_norm
+//            local shard (under FSDP, of the flat parameter padded to a multiple of the fsdp
+//            cores), plus saved activations (dense/elementwise/embedding output; layer_norm
 //            output and 2 statistics per token; attention Q, K, V, scores, context and output;
-//            the output of a reshard between layers), plus FSDP's transient buffer
+//            the output of a reshard between layers), plus FSDP's transient peak: the largest
+//            over units u of what `vtpu train fsdp` holds with prefetch (PyTorch FSDP's
+//            FULL_SHARD with forward and BACKWARD_PRE prefetch), U(u) = u's gathered
+//            parameters = its unsharded gradient: forward U(u) + U(next); backward U(prev) +
+//            2 U(u) + U(next) (u gathered and its gradient, prev prefetched, next's gradient in
+//            its reduce-scatter); the first unit's backward U(u) + U(next) (its input needs no
+//            gradient, so its parameters are freed first); plus the step's input batch. The
+//            limit is checked against the whole sum (the limit is the arena).
 //   comm     the reshards above over the tensor axes (B = the activation's bytes over the tensor
 //            group), FSDP all-gather x 2 + reduce-scatter of the layer's (tensor-local)
 //            parameters over the fsdp axes, all-reduce of the (fsdp-local) gradients over the
@@ -107,12 +117,14 @@ struct PlanCandidate {
   uint64_t hbm_bytes_per_core = 0;    // of `layers`
   uint64_t param_bytes_per_core = 0;  // parameters + gradients + optimizer state of `layers`
   uint64_t activation_bytes_per_core = 0;
-  uint64_t transient_bytes_per_core = 0;  // FSDP's gathered parameters and gradients
+  uint64_t transient_bytes_per_core = 0;  // FSDP's gathered parameters and gradients, peak
   /// The step's input batch per core: the first layer's input (int32 ids for an embedding) and
-  /// one int32 label per token. Reported beside hbm_bytes_per_core, not counted in it or against
-  /// the limit (the trainers' arenas hold it; docs/SHARDING.md "Estimate against measurement").
+  /// one int32 label per token. Not in hbm_bytes_per_core (the plan file's estimate keeps them
+  /// apart; docs/SHARDING.md "Estimate against measurement"), but counted against the limit.
   uint64_t input_bytes_per_core = 0;
-  uint64_t min_hbm_bytes_per_core = 0;  // the smallest any per-layer plan of the strategy needs
+  /// The smallest HBM per core any per-layer plan of the strategy needs, the input batch
+  /// included: what the limit must be for it to fit.
+  uint64_t min_hbm_bytes_per_core = 0;
   /// Why the program that runs plans cannot run this strategy ("" when it can; see
   /// PlanConstraints). Such a candidate is costed but never wins.
   std::string unsupported_reason;
@@ -120,6 +132,12 @@ struct PlanCandidate {
   /// The strategy has tensor axes but the chosen plan splits no layer over them (every layer
   /// replicated: those axes only repeat the compute).
   bool tensor_splits_nothing = false;
+
+  /// Bytes of the arena per core that the limit is checked against: hbm_bytes_per_core +
+  /// input_bytes_per_core when the candidate fits, else min_hbm_bytes_per_core.
+  uint64_t arena_bytes_per_core() const {
+    return fits ? hbm_bytes_per_core + input_bytes_per_core : min_hbm_bytes_per_core;
+  }
 };
 
 /// What the program that will run the plan can execute (for `vtpu train`: examples/train_plan.h).
@@ -142,7 +160,11 @@ struct AutoShardingPlan {
   std::vector<int64_t> mesh_shape;
   std::vector<std::string> axis_names;
   std::string hardware;  // the profile's name
+  /// Per core, against hbm + input batch. On a host profile (host_cpus > 0) without an explicit
+  /// limit, the host's RAM divided by the mesh's cores (they share it).
   uint64_t hbm_limit_bytes = 0;
+  /// The host RAM the mesh's virtual cores share, when hbm_limit_bytes is its share; else 0.
+  uint64_t host_ram_bytes = 0;
   /// s(N) of sharding/cost_model.h for the mesh's N cores: 1 on a TPU profile, N / host_cpus on
   /// this machine when the mesh has more cores than CPUs.
   double oversubscription = 1.0;
@@ -155,7 +177,8 @@ struct AutoShardingPlan {
   /// Throws FailedPreconditionError when nothing fits.
   nlohmann::json to_json() const;
   /// Throws ResourceExhaustedError when no runnable candidate fits, naming the HBM limit and the
-  /// smallest HBM per core that would fit (bytes, exact) and the strategy that needs it;
+  /// smallest HBM per core that would fit (bytes, exact, the input batch included) and the
+  /// strategy that needs it;
   /// FailedPreconditionError when no feasible candidate can be run (naming one and why);
   /// InvalidArgumentError when no candidate is feasible.
   void require_fit() const;
@@ -166,7 +189,8 @@ struct AutoShardingPlan {
 inline constexpr int kMaxPlannedAxes = 8;
 
 /// Plans `model` on a mesh of `mesh_shape` with `axis_names` under `hbm_limit_bytes` per core
-/// (0: the cost model's HBM per core), within `constraints`. Prices with
+/// (0: the cost model's HBM per core; on a host profile, its HBM (the host RAM) / mesh cores),
+/// within `constraints`. Prices with
 /// `cost.for_cores(mesh size)`: every strategy keeps all of the mesh's cores busy. Never throws
 /// for a model that does not fit (see require_fit); throws InvalidArgumentError for a bad mesh
 /// (as Mesh does), for more than kMaxPlannedAxes axes of size > 1, for byte counts of 2^63 or

@@ -14,6 +14,7 @@ namespace vtpu {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 CostModel v5e() { return CostModel(HardwareProfile::get("v5e")); }
 
@@ -37,17 +38,22 @@ ModelGraph wide_mlp(int64_t batch) {
 
 TEST(AutoPlannerTest, ParametersBeyondOneCoreMakeDataParallelLoseAndFsdpWin) {
   // Per layer 1024*1024 + 1024 = 1,049,600 parameters = 4,198,400 bytes; 8 layers 33,587,200 B.
-  // Local batch on 8 cores: 8192 / 8 = 1024 rows; each output 1024 x 1024 x 4 = 4,194,304 B.
+  // Local batch on 8 cores: 8192 / 8 = 1024 rows; each output 1024 x 1024 x 4 = 4,194,304 B;
+  // input batch 1024 x (1024 x 4 + 4) = 4,198,400 B.
   // dp(y):   (1 + 1 + 2) x 33,587,200 + 8 x 4,194,304                     = 167,903,232 B
-  // fsdp(y): 4 x 33,587,200 / 8 + 8 x 4,194,304 + 2 x 4,198,400 (transient) = 58,744,832 B
-  const uint64_t limit = 64u << 20;
+  // fsdp(y): 4 x 33,587,200 / 8 + 8 x 4,194,304 + 4 x 4,198,400 (transient) = 67,141,632 B
+  // (the transient peak is a middle layer's backward: the previous layer prefetched, the layer
+  // gathered, its gradient and the next layer's gradient in its reduce-scatter, 4 x 4,198,400).
+  const uint64_t limit = 72u << 20;
   const AutoShardingPlan p = plan_auto_sharding(wide_mlp(8192), {1, 8}, {"x", "y"}, v5e(), limit);
   const PlanCandidate& dp = find(p, "dp(y)");
   const PlanCandidate& fsdp = find(p, "fsdp(y)");
-  EXPECT_EQ(dp.min_hbm_bytes_per_core, 167903232u);
+  EXPECT_EQ(dp.min_hbm_bytes_per_core, 167903232u + 4198400u);
   EXPECT_FALSE(dp.fits);
   EXPECT_THAT(dp.why_lost, HasSubstr("exceeds HBM by"));
-  EXPECT_EQ(fsdp.hbm_bytes_per_core, 58744832u);
+  EXPECT_EQ(fsdp.hbm_bytes_per_core, 67141632u);
+  EXPECT_EQ(fsdp.transient_bytes_per_core, 4 * 4198400u);
+  EXPECT_EQ(fsdp.input_bytes_per_core, 4198400u);
   ASSERT_GE(p.winner, 0);
   EXPECT_EQ(p.candidates[static_cast<size_t>(p.winner)].name, "fsdp(y)");
   EXPECT_EQ(p.candidates.size(), 3u);  // one axis of size > 1: dp, tp, fsdp
@@ -77,31 +83,103 @@ TEST(AutoPlannerTest, TinyModelWithLargeActivationsIsDataParallel) {
 }
 
 TEST(AutoPlannerTest, NoFitIsAnErrorWithTheExactMinimum) {
-  // One dense 4 -> 4 without bias, batch 2, SGD, on 1x2:
-  //   dp(y):   params 64 + grads 64 + output 1 x 4 x 4            = 144 B
-  //   fsdp(y): 128 / 2 + output 16 + transient 2 x 64             = 208 B
-  //   tp(y):   column: (32 + 32) + output 2 rows x 2 features x 4 = 80 B (the minimum)
+  // One dense 4 -> 4 without bias, batch 2, SGD, on 1x2. The input batch counts against the
+  // limit (new-user pass 8, N21: it did not): dp and fsdp split the batch (1 row per core), tp
+  // does not (2 rows); a row is 4 f32 inputs (16 B) and an int32 label (4 B).
+  //   dp(y):   params 64 + grads 64 + output 1 x 4 x 4 + input 20             = 164 B
+  //   fsdp(y): 128 / 2 + output 16 + transient 64 (the one unit) + input 20   = 164 B
+  //   tp(y):   column: (32 + 32) + output 2 rows x 2 features x 4 + input 40 = 120 B (minimum)
   const ModelGraph m = ModelGraph::parse(R"({"name": "tiny", "optimizer": "sgd", "batch": 2,
     "layers": [{"name": "fc", "kind": "dense", "in": 4, "out": 4, "bias": false}]})");
   const AutoShardingPlan p = plan_auto_sharding(m, {1, 2}, {"x", "y"}, v5e(), 64);
   EXPECT_EQ(p.winner, -1);
-  EXPECT_EQ(find(p, "dp(y)").min_hbm_bytes_per_core, 144u);
-  EXPECT_EQ(find(p, "fsdp(y)").min_hbm_bytes_per_core, 208u);
-  EXPECT_EQ(find(p, "tp(y)").min_hbm_bytes_per_core, 80u);
+  EXPECT_EQ(find(p, "dp(y)").min_hbm_bytes_per_core, 164u);
+  EXPECT_EQ(find(p, "fsdp(y)").min_hbm_bytes_per_core, 164u);
+  EXPECT_EQ(find(p, "tp(y)").min_hbm_bytes_per_core, 120u);
+  EXPECT_EQ(find(p, "dp(y)").input_bytes_per_core, 20u);
+  EXPECT_EQ(find(p, "tp(y)").input_bytes_per_core, 40u);
   try {
     p.require_fit();
     FAIL() << "expected ResourceExhaustedError";
   } catch (const ResourceExhaustedError& e) {
-    EXPECT_THAT(e.message(), HasSubstr("smallest HBM per core that would fit is 80 B (80 bytes)"));
+    EXPECT_THAT(e.message(),
+                HasSubstr("smallest HBM per core that would fit is 120 B (120 bytes)"));
     EXPECT_THAT(e.message(), HasSubstr("tp(y)"));
   }
   EXPECT_THROW(p.to_json(), FailedPreconditionError);
-  // At exactly 80 bytes it fits.
-  EXPECT_EQ(plan_auto_sharding(m, {1, 2}, {"x", "y"}, v5e(), 80).winner, 0);
-  // The input batch, beside the HBM figure: dp splits the batch (1 row per core), tp does not
-  // (2 rows); a row is 4 f32 inputs (16 B) and an int32 label (4 B).
-  EXPECT_EQ(find(p, "dp(y)").input_bytes_per_core, 20u);
-  EXPECT_EQ(find(p, "tp(y)").input_bytes_per_core, 40u);
+  // At exactly 120 bytes it fits; at 119 (room for everything but one byte of the input) not.
+  const AutoShardingPlan at = plan_auto_sharding(m, {1, 2}, {"x", "y"}, v5e(), 120);
+  ASSERT_EQ(at.winner, 0);
+  EXPECT_EQ(at.candidates[0].name, "tp(y)");
+  EXPECT_EQ(at.candidates[0].hbm_bytes_per_core, 80u);  // the plan file's figure: no input
+  EXPECT_EQ(at.candidates[0].arena_bytes_per_core(), 120u);
+  EXPECT_THAT(at.to_string(), HasSubstr("HBM per core 120 B = parameters+gradients+optimizer"));
+  EXPECT_THAT(find(at, "dp(y)").why_lost, HasSubstr("exceeds HBM by 44 B (needs 164 B per core)"));
+  EXPECT_EQ(plan_auto_sharding(m, {1, 2}, {"x", "y"}, v5e(), 119).winner, -1);
+}
+
+/// The default digits MLP of `vtpu train fsdp` (examples/models/mlp.json).
+ModelGraph digits_mlp() {
+  return ModelGraph::parse(R"({"name": "mlp", "optimizer": "sgd", "batch": 64,
+    "layers": [{"name": "fc1", "kind": "dense", "in": 64, "out": 64},
+               {"name": "relu", "kind": "elementwise", "dim": 64},
+               {"name": "fc2", "kind": "dense", "in": 64, "out": 10}]})");
+}
+
+// New-user pass 8, N9: the FSDP transient was 2 x the largest layer (its gathered parameters and
+// gradient), so on 8 cores fsdp (41.51 KiB) came out above dp (41.89 KiB less 0.4) and never won,
+// while `vtpu train fsdp --cores 8` measures 35328 B for FSDP against 46080 B for data parallel.
+TEST(AutoPlannerTest, FsdpHbmOfTheDigitsMlpFollowsTheTrainersBuffers) {
+  // 8 cores, 8 rows each. FlatParameters (train fsdp prints them): fc1 64 x 64 + 64 = 4160
+  // elements (shard 520), fc2 64 x 10 + 10 = 650, padded to 656 (shard 82).
+  //   parameters + gradients: 2 x (520 + 82) x 4                          = 4816 B
+  //   activations: 8 rows x (64 + 64 + 10) x 4                           = 4416 B
+  //   transient: U(fc1) = 16640, U(fc2) = 2624 B. fc1 (first): forward fc1 + fc2 prefetched,
+  //     backward its gradient + fc2's pending = 19264; fc2 (last): backward fc1 prefetched +
+  //     fc2 gathered + fc2's gradient = 16640 + 2 x 2624                 = 21888 B
+  //   hbm 31120 B; input batch 8 x (64 x 4 + 4) = 2080 B; the limit sees 33200 B.
+  // train fsdp --cores 8 measures 35328 B without the training set: persistent 5632 (BFC rounds
+  // 2080 and 328 B to 256), temps 19456 + 2816 (the same three buffers, rounded), batch rows and
+  // activations 7168 (one-hot f32 labels), loss 256: 1.06x the 33200.
+  //   dp: 2 x 4810 x 4 + 4416 = 42896 B, 44976 B with the input (measured 46080).
+  const AutoShardingPlan p = plan_auto_sharding(digits_mlp(), {8}, {"x"}, v5e());
+  const PlanCandidate& fsdp = find(p, "fsdp(x)");
+  const PlanCandidate& dp = find(p, "dp(x)");
+  EXPECT_EQ(fsdp.param_bytes_per_core, 4816u);
+  EXPECT_EQ(fsdp.activation_bytes_per_core, 4416u);
+  EXPECT_EQ(fsdp.transient_bytes_per_core, 21888u);
+  EXPECT_EQ(fsdp.hbm_bytes_per_core, 31120u);
+  EXPECT_EQ(fsdp.input_bytes_per_core, 2080u);
+  EXPECT_EQ(dp.hbm_bytes_per_core, 42896u);
+  EXPECT_LT(fsdp.hbm_bytes_per_core, dp.hbm_bytes_per_core);
+  // A limit between the two: fsdp fits, dp does not.
+  const AutoShardingPlan tight = plan_auto_sharding(digits_mlp(), {8}, {"x"}, v5e(), 33200);
+  EXPECT_TRUE(find(tight, "fsdp(x)").fits);
+  EXPECT_FALSE(find(tight, "dp(x)").fits);
+  const AutoShardingPlan tighter = plan_auto_sharding(digits_mlp(), {8}, {"x"}, v5e(), 33199);
+  EXPECT_FALSE(find(tighter, "fsdp(x)").fits);
+}
+
+TEST(AutoPlannerTest, FsdpTransientOfAMiddleUnitHoldsItsNeighbours) {
+  // Three dense layers without bias, SGD, batch 4 on 4 fsdp cores (1 row each):
+  //   fc0 4 -> 4 (16 elements, U = 64 B), fc1 4 -> 2 (8, U = 32 B), fc2 2 -> 3 (6, padded to 8,
+  //   U = 32 B).
+  //   fc0 (first): fwd 64 + 32 = 96, bwd its gradient + fc1's pending = 96
+  //   fc1: fc0 prefetched + fc1 gathered + its gradient + fc2's pending = 64 + 2 x 32 + 32 = 160
+  //   fc2 (last): fc1 prefetched + fc2 gathered + its gradient = 32 + 2 x 32 = 96
+  //   parameters + gradients 2 x (4 + 2 + 2) x 4 = 64; activations (4 + 2 + 3) x 4 = 36;
+  //   hbm 64 + 36 + 160 = 260 B; input 4 x 4 + 4 = 20 B.
+  const ModelGraph m = ModelGraph::parse(R"({"name": "chain", "optimizer": "sgd", "batch": 4,
+    "layers": [{"name": "fc0", "kind": "dense", "in": 4, "out": 4, "bias": false},
+               {"name": "fc1", "kind": "dense", "in": 4, "out": 2, "bias": false},
+               {"name": "fc2", "kind": "dense", "in": 2, "out": 3, "bias": false}]})");
+  const AutoShardingPlan p = plan_auto_sharding(m, {4}, {"x"}, v5e());
+  const PlanCandidate& fsdp = find(p, "fsdp(x)");
+  EXPECT_EQ(fsdp.transient_bytes_per_core, 160u);
+  EXPECT_EQ(fsdp.param_bytes_per_core, 64u);
+  EXPECT_EQ(fsdp.activation_bytes_per_core, 36u);
+  EXPECT_EQ(fsdp.hbm_bytes_per_core, 260u);
+  EXPECT_EQ(fsdp.arena_bytes_per_core(), 280u);
 }
 
 /// 2 CPUs at 1e10 f32 FLOP/s, a 1 MiB cache at 4e10 B/s, no kernel rates.
@@ -114,6 +192,28 @@ HardwareProfile host_profile() {
   host.cache_bytes = 1 << 20;
   host.cache_bytes_per_second = 4e10;
   return host;
+}
+
+TEST(AutoPlannerTest, HostProfileCoresShareTheHostRam) {
+  // New-user pass 8, N2: on a host profile every virtual core got the whole host RAM as its
+  // limit. host_profile() keeps v5e's 16 GiB with 1 core per chip; 8 virtual cores share it.
+  const ModelGraph m = ModelGraph::parse(R"({"name": "tiny", "optimizer": "sgd", "batch": 8,
+    "layers": [{"name": "fc", "kind": "dense", "in": 4, "out": 4, "bias": false}]})");
+  const AutoShardingPlan p = plan_auto_sharding(m, {2, 4}, {"x", "y"}, CostModel(host_profile()));
+  EXPECT_EQ(p.hbm_limit_bytes, uint64_t{2} << 30);
+  EXPECT_EQ(p.host_ram_bytes, uint64_t{16} << 30);
+  EXPECT_THAT(p.to_string(),
+              HasSubstr("HBM limit 2.00 GiB per core (host RAM 16.00 GiB shared by 8 virtual "
+                        "cores)\n"));
+  // An explicit limit overrides; a TPU profile's limit is its HBM per core, unshared.
+  const AutoShardingPlan given =
+      plan_auto_sharding(m, {2, 4}, {"x", "y"}, CostModel(host_profile()), 12345);
+  EXPECT_EQ(given.hbm_limit_bytes, 12345u);
+  EXPECT_EQ(given.host_ram_bytes, 0u);
+  EXPECT_THAT(given.to_string(), Not(HasSubstr("host RAM")));
+  const AutoShardingPlan tpu = plan_auto_sharding(m, {2, 4}, {"x", "y"}, v5e());
+  EXPECT_EQ(tpu.hbm_limit_bytes, uint64_t{16} << 30);
+  EXPECT_EQ(tpu.host_ram_bytes, 0u);
 }
 
 TEST(AutoPlannerTest, OnAHostProfileTheMeshsCoresShareTheCpus) {
@@ -215,13 +315,6 @@ TEST(AutoPlannerTest, MegatronBlockIsColumnThenRowWithOneAllReduceEachWay) {
   // Activation all-reduces: forward before ln2 and ln3, backward at attn and fc1 inputs; each
   // of 8 x 1024 tokens x 2048 x 4 bytes = 64 MiB: 4 x 2 x 3/4 x 64 MiB sent per core.
   EXPECT_NEAR(tp.comm_bytes_per_core, 4 * 2 * 0.75 * 67108864.0, 1.0);
-}
-
-ModelGraph digits_mlp() {
-  return ModelGraph::parse(R"({"name": "mlp", "optimizer": "sgd", "batch": 64,
-    "layers": [{"name": "fc1", "kind": "dense", "in": 64, "out": 64},
-               {"name": "relu", "kind": "elementwise", "dim": 64},
-               {"name": "fc2", "kind": "dense", "in": 64, "out": 10}]})");
 }
 
 /// A runner that implements Megatron's MLP only (fc1 column, relu sharded, fc2 row) and no FSDP.
