@@ -669,8 +669,42 @@ AutoShardingPlan plan_auto_sharding(const ModelGraph& model, const std::vector<i
   return plan;
 }
 
+std::vector<std::string> AutoShardingPlan::candidate_names() const {
+  std::vector<std::string> names;
+  for (const PlanCandidate& c : candidates) names.push_back(c.name);
+  return names;
+}
+
+void AutoShardingPlan::choose(const std::string& name, bool allow_over_hbm) {
+  const auto it = std::find_if(candidates.begin(), candidates.end(),
+                               [&](const PlanCandidate& c) { return c.name == name; });
+  if (it == candidates.end()) {
+    throw InvalidArgumentError("strategy '" + abbreviate(name) + "' is not a candidate of model '" +
+                               model.name + "' on " +
+                               abbreviate(Mesh(mesh_shape, axis_names).to_string()) +
+                               " (expected one of: " + abbreviate(join(candidate_names())) + ")");
+  }
+  const PlanCandidate& c = *it;
+  if (!c.feasible) {
+    throw FailedPreconditionError("strategy '" + name + "' of model '" + model.name +
+                                  "' cannot run: " + c.infeasible_reason);
+  }
+  if (!c.unsupported_reason.empty()) {
+    throw FailedPreconditionError("strategy '" + name + "' of model '" + model.name +
+                                  "' cannot run: " + c.unsupported_reason);
+  }
+  if (!c.fits && !allow_over_hbm) {
+    throw ResourceExhaustedError(
+        "strategy '" + name + "' of model '" + model.name + "' does not fit: it needs " +
+        format_bytes(c.min_hbm_bytes_per_core) + " (" + std::to_string(c.min_hbm_bytes_per_core) +
+        " bytes) of HBM per core, over the limit of " + format_bytes(hbm_limit_bytes) + " (" +
+        std::to_string(hbm_limit_bytes) + " bytes)");
+  }
+  pinned = static_cast<int>(it - candidates.begin());
+}
+
 void AutoShardingPlan::require_fit() const {
-  if (winner >= 0) return;
+  if (winner >= 0 || pinned >= 0) return;
   const PlanCandidate* best = nullptr;  // the smallest in HBM of the runnable candidates
   const PlanCandidate* unsupported = nullptr;
   for (const PlanCandidate& c : candidates) {
@@ -732,7 +766,7 @@ std::string AutoShardingPlan::to_string() const {
                     format_bytes(c.fits ? c.hbm_bytes_per_core : c.min_hbm_bytes_per_core).c_str(),
                     c.comm_bytes_per_core, format_seconds(c.compute_seconds).c_str(),
                     format_seconds(c.comm_seconds).c_str(), format_seconds(c.step_seconds).c_str(),
-                    static_cast<int>(i) == winner ? "WINNER" : c.why_lost.c_str());
+                    result_text(static_cast<int>(i)).c_str());
     }
     if (c.feasible && c.tensor_splits_nothing) {
       line[std::strlen(line) - 1] = '\0';
@@ -742,12 +776,19 @@ std::string AutoShardingPlan::to_string() const {
     }
     out += line;
   }
-  if (winner < 0) return out + "no strategy fits\n";
-  const PlanCandidate& w = candidates[static_cast<size_t>(winner)];
+  if (chosen() < 0) return out + "no strategy fits\n";
+  const PlanCandidate& w = candidates[static_cast<size_t>(chosen())];
+  std::string who = "winner " + w.name;
+  if (pinned >= 0 && pinned != winner) {
+    who = "chosen " + w.name + " (--strategy; the winner is " +
+          (winner >= 0 ? candidates[static_cast<size_t>(winner)].name : std::string("none")) + ")";
+  } else if (pinned >= 0) {
+    who += " (chosen by --strategy too)";
+  }
   std::snprintf(line, sizeof line,
-                "winner %s: HBM per core %s = parameters+gradients+optimizer %s + activations %s "
+                "%s: HBM per core %s = parameters+gradients+optimizer %s + activations %s "
                 "+ FSDP transient %s; input batch %s per core besides\n",
-                w.name.c_str(), format_bytes(w.hbm_bytes_per_core).c_str(),
+                who.c_str(), format_bytes(w.hbm_bytes_per_core).c_str(),
                 format_bytes(w.param_bytes_per_core).c_str(),
                 format_bytes(w.activation_bytes_per_core).c_str(),
                 format_bytes(w.transient_bytes_per_core).c_str(),
@@ -767,12 +808,19 @@ std::string AutoShardingPlan::to_string() const {
   return out;
 }
 
+std::string AutoShardingPlan::result_text(int i) const {
+  const PlanCandidate& c = candidates[static_cast<size_t>(i)];
+  if (i == winner) return i == pinned ? "WINNER, CHOSEN (--strategy)" : "WINNER";
+  if (i == pinned) return "CHOSEN (--strategy); " + c.why_lost;
+  return c.why_lost;
+}
+
 nlohmann::json AutoShardingPlan::to_json() const {
-  if (winner < 0) {
+  if (chosen() < 0) {
     throw FailedPreconditionError("no plan to emit: model '" + model.name +
                                   "' fits on no strategy");
   }
-  const PlanCandidate& w = candidates[static_cast<size_t>(winner)];
+  const PlanCandidate& w = candidates[static_cast<size_t>(chosen())];
   std::vector<std::string> batch_axes;  // data and fsdp axes, mesh order
   for (size_t a = 0; a < axis_names.size(); ++a) {
     if (w.roles[a] == AxisRole::kData || w.roles[a] == AxisRole::kFsdp)
@@ -870,6 +918,12 @@ nlohmann::json AutoShardingPlan::to_json() const {
       {"hardware", hardware},
       {"batch", model.batch}};
   j["layers"] = layers;
+  if (pinned >= 0 && pinned != winner) {
+    j["pinned"] = {
+        {"winner", winner >= 0 ? nlohmann::json(candidates[static_cast<size_t>(winner)].name)
+                               : nlohmann::json(nullptr)},
+        {"why_lost", w.why_lost}};
+  }
   return j;
 }
 

@@ -104,6 +104,82 @@ TEST(AutoPlannerTest, NoFitIsAnErrorWithTheExactMinimum) {
   EXPECT_EQ(find(p, "tp(y)").input_bytes_per_core, 40u);
 }
 
+// choose() pins a candidate by its table name in place of the winner (vtpu plan --strategy).
+// The tiny model of the test above: dp(y) needs 144 B, fsdp(y) 208 B, tp(y) 80 B.
+TEST(AutoPlannerTest, ChoosePinsANamedCandidateOrSaysWhyItCannot) {
+  const ModelGraph m = ModelGraph::parse(R"({"name": "tiny", "optimizer": "sgd", "batch": 2,
+    "layers": [{"name": "fc", "kind": "dense", "in": 4, "out": 4, "bias": false}]})");
+  AutoShardingPlan p = plan_auto_sharding(m, {1, 2}, {"x", "y"}, v5e(), 150);
+  ASSERT_GE(p.winner, 0);
+  const std::string winner = p.candidates[static_cast<size_t>(p.winner)].name;
+  EXPECT_EQ(p.chosen(), p.winner);
+  try {
+    p.choose("dp(x)");
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_THAT(e.message(), HasSubstr("strategy 'dp(x)' is not a candidate of model 'tiny' on "
+                                       "Mesh(x=1, y=2)"));
+    for (const char* name : {"dp(y)", "tp(y)", "fsdp(y)"})
+      EXPECT_THAT(e.message(), HasSubstr(name));
+  }
+  try {
+    p.choose("fsdp(y)");  // 208 B > 150 B
+    FAIL() << "expected ResourceExhaustedError";
+  } catch (const ResourceExhaustedError& e) {
+    EXPECT_THAT(e.message(), HasSubstr("strategy 'fsdp(y)' of model 'tiny' does not fit: it needs "
+                                       "208 B (208 bytes) of HBM per core, over the limit of "
+                                       "150 B (150 bytes)"));
+  }
+  EXPECT_EQ(p.pinned, -1);  // a failed choose() pins nothing
+  p.choose("fsdp(y)", /*allow_over_hbm=*/true);
+  ASSERT_GE(p.pinned, 0);
+  EXPECT_EQ(p.chosen(), p.pinned);
+  const nlohmann::json j = p.to_json();
+  EXPECT_EQ(j["strategy"]["name"], "fsdp(y)");
+  EXPECT_EQ(j["strategy"]["fsdp"], "y");
+  EXPECT_EQ(j["estimate"]["hbm_bytes_per_core"], 208);
+  EXPECT_EQ(j["pinned"]["winner"], winner);
+  EXPECT_THAT(j["pinned"]["why_lost"].get<std::string>(), HasSubstr("exceeds HBM by 58 B"));
+  const std::string table = p.to_string();
+  EXPECT_THAT(table, HasSubstr("CHOSEN (--strategy); exceeds HBM by 58 B"));
+  EXPECT_THAT(table, HasSubstr("WINNER"));
+  EXPECT_THAT(table, HasSubstr("chosen fsdp(y) (--strategy; the winner is " + winner + ")"));
+  // Pinning the winner emits what the planner would, with no "pinned" record.
+  p.choose(winner);
+  EXPECT_FALSE(p.to_json().contains("pinned"));
+  EXPECT_THAT(p.to_string(), HasSubstr("WINNER, CHOSEN (--strategy)"));
+  // Nothing fits within 64 B: a pinned candidate over the limit is still emitted (a what-if).
+  AutoShardingPlan none = plan_auto_sharding(m, {1, 2}, {"x", "y"}, v5e(), 64);
+  EXPECT_THROW(none.choose("dp(y)"), ResourceExhaustedError);
+  none.choose("dp(y)", true);
+  EXPECT_NO_THROW(none.require_fit());
+  EXPECT_TRUE(none.to_json()["pinned"]["winner"].is_null());
+  // A batch of 3 does not split over 2 data cores; a strategy the runner rejects cannot run.
+  const ModelGraph odd = ModelGraph::parse(R"({"name": "tiny", "optimizer": "sgd", "batch": 3,
+    "layers": [{"name": "fc", "kind": "dense", "in": 4, "out": 4, "bias": false}]})");
+  PlanConstraints no_tp;
+  no_tp.runner = "the runner";
+  no_tp.unsupported = [](const PlanCandidate& c) {
+    return c.tensor_axes.empty() ? std::string() : std::string("no tensor parallelism");
+  };
+  AutoShardingPlan q = plan_auto_sharding(odd, {1, 2}, {"x", "y"}, v5e(), 0, no_tp);
+  try {
+    q.choose("dp(y)", true);
+    FAIL() << "expected FailedPreconditionError";
+  } catch (const FailedPreconditionError& e) {
+    EXPECT_THAT(e.message(), HasSubstr("strategy 'dp(y)' of model 'tiny' cannot run: batch 3 "
+                                       "does not split over 2 data x fsdp cores"));
+  }
+  try {
+    q.choose("tp(y)", true);
+    FAIL() << "expected FailedPreconditionError";
+  } catch (const FailedPreconditionError& e) {
+    EXPECT_THAT(e.message(), HasSubstr("strategy 'tp(y)' of model 'tiny' cannot run: the runner: "
+                                       "no tensor parallelism"));
+  }
+  EXPECT_EQ(q.pinned, -1);
+}
+
 /// 2 CPUs at 1e10 f32 FLOP/s, a 1 MiB cache at 4e10 B/s, no kernel rates.
 HardwareProfile host_profile() {
   HardwareProfile host = HardwareProfile::get("v5e");
