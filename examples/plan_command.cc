@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,8 @@ struct PlanCommand {
   std::string emit_path;
   bool json = false;
   bool any_strategy = false;
-  std::string strategy;  // --strategy: the candidate to emit in place of the winner
+  // --strategy: the candidate to emit in place of the winner ("" is a name no candidate has).
+  std::optional<std::string> strategy;
 };
 
 namespace {
@@ -39,25 +41,25 @@ namespace {
 /// candidate is a usage error (CLI::ValidationError, exit 2) listing the names; a candidate that
 /// cannot run or does not fit is an error saying why, and, when --any-strategy would lift that,
 /// says so. With --any-strategy a candidate over the HBM limit is pinned (a what-if).
-void pin_strategy(const PlanCommand& c, AutoShardingPlan& plan) {
+void pin_strategy(const std::string& name, bool any_strategy, AutoShardingPlan& plan) {
   const std::vector<std::string> names = plan.candidate_names();
-  if (std::find(names.begin(), names.end(), c.strategy) == names.end()) {
-    throw CLI::ValidationError("--strategy", "'" + abbreviate(c.strategy) +
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    throw CLI::ValidationError("--strategy", "'" + abbreviate(name) +
                                                  "' is not a candidate on this mesh (expected one "
                                                  "of: " +
                                                  join(names) + ")");
   }
   const auto hint = [&](const std::string& message) {
-    return message + (c.any_strategy ? std::string()
-                                     : " (--any-strategy lets --strategy pin it as a what-if)");
+    return message +
+           (any_strategy ? std::string() : " (--any-strategy lets --strategy pin it as a what-if)");
   };
   try {
-    plan.choose(c.strategy, /*allow_over_hbm=*/c.any_strategy);
+    plan.choose(name, /*allow_over_hbm=*/any_strategy);
   } catch (const FailedPreconditionError& e) {
     // Infeasible (the batch or a layer does not split) is not lifted by --any-strategy; what
     // vtpu train does not run is (the constraints are then off).
     const PlanCandidate& k = plan.candidates[static_cast<size_t>(
-        std::find(names.begin(), names.end(), c.strategy) - names.begin())];
+        std::find(names.begin(), names.end(), name) - names.begin())];
     if (k.feasible) throw FailedPreconditionError(hint(std::string(e.message())));
     throw;
   } catch (const ResourceExhaustedError& e) {
@@ -91,7 +93,7 @@ int run(const PlanCommand& c) {
   const PlanConstraints constraints =
       c.any_strategy ? PlanConstraints{} : plan_constraints(model.name, shape, axes);
   AutoShardingPlan plan = plan_auto_sharding(model, shape, axes, cost, limit, constraints);
-  if (!c.strategy.empty()) pin_strategy(c, plan);
+  if (c.strategy) pin_strategy(*c.strategy, c.any_strategy, plan);
   if (c.json) {
     nlohmann::json rows = nlohmann::json::array();
     for (const PlanCandidate& k : plan.candidates) {

@@ -56,9 +56,19 @@ bool dominates(const Label& a, const Label& b) {
   return a.time <= b.time && a.add_bytes <= b.add_bytes && a.max_bytes <= b.max_bytes;
 }
 
-void insert_pareto(std::vector<Label>& front, Label l) {
+/// Inserts `l` into `front` unless a label there dominates it, and drops the labels it dominates.
+/// `safe` tells whether every completion of a label is sure to fit the HBM limit; such a label
+/// also beats every strictly slower one (see plan()), which keeps the frontier small when the
+/// limit is far away.
+template <typename Safe>
+void insert_pareto(std::vector<Label>& front, Label l, const Safe& safe) {
   for (const Label& x : front) {
-    if (dominates(x, l)) return;
+    if (dominates(x, l) || (x.time < l.time && safe(x))) return;
+  }
+  if (safe(l)) {
+    front.erase(
+        std::remove_if(front.begin(), front.end(), [&](const Label& x) { return l.time < x.time; }),
+        front.end());
   }
   front.erase(
       std::remove_if(front.begin(), front.end(), [&](const Label& x) { return dominates(l, x); }),
@@ -137,7 +147,30 @@ class StrategyPlanner {
     const size_t n = m_.layers.size();
     // frontier[i][s]: labels after layer i with output state s.
     std::vector<std::array<std::vector<Label>, 3>> frontier(n);
+    // Regression (adversarial pass adv8, H5): the frontier of a long chain of dense layers grew
+    // with the chain (each split or replicated choice a new time/HBM trade-off), so 1,000 layers
+    // on a 2x4 mesh took 105 s and 358 MB. A label is safe when even the largest bytes the rest of
+    // the chain can add keep it within the limit: then any completion of a slower label in the
+    // same state is beaten by the same completion of the safe one (time and bytes add up the same
+    // way from a state), so slower labels are dropped. Exact: a candidate that does not fit never
+    // has a safe label, so nothing changes there (and its min_hbm_bytes_per_core stays exact).
+    std::vector<double> rest_add(n, 0.0), rest_transient(n, 0.0);  // layers after i
+    for (size_t i = n; i-- > 1;) {
+      const ModelLayer& l = m_.layers[i];
+      double add = 0, transient = 0;
+      for (const Option& op : options(l)) {
+        const LayerCost lc = layer_cost(l, op, false, i + 1 == n);
+        add = std::max(add, lc.add_bytes + act_bytes(l.in));  // + the largest reshard saved
+        transient = std::max(transient, lc.transient_bytes);
+      }
+      rest_add[i - 1] = rest_add[i] + add;
+      rest_transient[i - 1] = std::max(rest_transient[i], transient);
+    }
     for (size_t i = 0; i < n; ++i) {
+      const auto safe = [&, i](const Label& x) {
+        return x.add_bytes + rest_add[i] + std::max(x.max_bytes, rest_transient[i]) <=
+               static_cast<double>(limit);
+      };
       const ModelLayer& l = m_.layers[i];
       const std::vector<Option> opts = options(l);
       for (size_t o = 0; o < opts.size(); ++o) {
@@ -167,7 +200,7 @@ class StrategyPlanner {
           nl.max_bytes = std::max(nl.max_bytes, lc.transient_bytes);
           nl.param_state_bytes += lc.param_state_bytes;
           nl.activation_bytes += lc.activation_bytes + resharded;
-          insert_pareto(frontier[i][static_cast<size_t>(state_index(op.out))], std::move(nl));
+          insert_pareto(frontier[i][static_cast<size_t>(state_index(op.out))], std::move(nl), safe);
         };
         if (i == 0) {
           extend(nullptr, 0, -1, 'R');

@@ -112,7 +112,10 @@ struct PlanCandidate {
   /// one int32 label per token. Reported beside hbm_bytes_per_core, not counted in it or against
   /// the limit (the trainers' arenas hold it; docs/SHARDING.md "Estimate against measurement").
   uint64_t input_bytes_per_core = 0;
-  uint64_t min_hbm_bytes_per_core = 0;  // the smallest any per-layer plan of the strategy needs
+  /// The smallest HBM any per-layer plan of the strategy needs: exact when !fits; when the
+  /// candidate fits, the DP may have dropped slower plans that need less, so it is only an upper
+  /// bound then (no output shows it for a fitting candidate).
+  uint64_t min_hbm_bytes_per_core = 0;
   /// Why the program that runs plans cannot run this strategy ("" when it can; see
   /// PlanConstraints). Such a candidate is costed but never wins.
   std::string unsupported_reason;

@@ -1457,6 +1457,7 @@ TEST(VtpuCliPlanTest, StrategyPinsACandidateThatTrainRunsAgainstItsEstimate) {
     EXPECT_NE(unknown.output.find(needle), std::string::npos) << needle << "\n" << unknown.output;
   }
   EXPECT_FALSE(std::filesystem::exists(out));
+  expect_failure(mlp + " --mesh 8 --strategy ''", "--strategy: '' is not a candidate", 2);
   // A candidate vtpu train cannot run: why, and that --any-strategy lifts it.
   const std::string hybrid = mlp + " --mesh 2x4 --hardware v5e --strategy 'fsdp(data)+tp(model)'";
   expect_failure(hybrid,

@@ -104,6 +104,18 @@ TEST(AutoPlannerTest, NoFitIsAnErrorWithTheExactMinimum) {
   EXPECT_EQ(find(p, "tp(y)").input_bytes_per_core, 40u);
 }
 
+/// Expects plan.choose(name, allow_over_hbm) to throw E with `needle` in its message.
+template <typename E>
+void expect_choose_error(AutoShardingPlan& plan, const std::string& name, bool allow_over_hbm,
+                         const std::string& needle) {
+  try {
+    plan.choose(name, allow_over_hbm);
+    ADD_FAILURE() << "expected an error choosing " << name;
+  } catch (const E& e) {
+    EXPECT_THAT(e.message(), HasSubstr(needle));
+  }
+}
+
 // choose() pins a candidate by its table name in place of the winner (vtpu plan --strategy).
 // The tiny model of the test above: dp(y) needs 144 B, fsdp(y) 208 B, tp(y) 80 B.
 TEST(AutoPlannerTest, ChoosePinsANamedCandidateOrSaysWhyItCannot) {
@@ -113,23 +125,15 @@ TEST(AutoPlannerTest, ChoosePinsANamedCandidateOrSaysWhyItCannot) {
   ASSERT_GE(p.winner, 0);
   const std::string winner = p.candidates[static_cast<size_t>(p.winner)].name;
   EXPECT_EQ(p.chosen(), p.winner);
-  try {
-    p.choose("dp(x)");
-    FAIL() << "expected InvalidArgumentError";
-  } catch (const InvalidArgumentError& e) {
-    EXPECT_THAT(e.message(), HasSubstr("strategy 'dp(x)' is not a candidate of model 'tiny' on "
-                                       "Mesh(x=1, y=2)"));
-    for (const char* name : {"dp(y)", "tp(y)", "fsdp(y)"})
-      EXPECT_THAT(e.message(), HasSubstr(name));
-  }
-  try {
-    p.choose("fsdp(y)");  // 208 B > 150 B
-    FAIL() << "expected ResourceExhaustedError";
-  } catch (const ResourceExhaustedError& e) {
-    EXPECT_THAT(e.message(), HasSubstr("strategy 'fsdp(y)' of model 'tiny' does not fit: it needs "
-                                       "208 B (208 bytes) of HBM per core, over the limit of "
-                                       "150 B (150 bytes)"));
-  }
+  expect_choose_error<InvalidArgumentError>(
+      p, "dp(x)", false,
+      "strategy 'dp(x)' is not a candidate of model 'tiny' on Mesh(x=1, y=2) (expected one of: ");
+  for (const char* name : {"dp(y)", "tp(y)", "fsdp(y)"})
+    expect_choose_error<InvalidArgumentError>(p, "dp(x)", false, name);
+  expect_choose_error<ResourceExhaustedError>(  // 208 B > 150 B
+      p, "fsdp(y)", false,
+      "strategy 'fsdp(y)' of model 'tiny' does not fit: it needs 208 B (208 bytes) of HBM per "
+      "core, over the limit of 150 B (150 bytes)");
   EXPECT_EQ(p.pinned, -1);  // a failed choose() pins nothing
   p.choose("fsdp(y)", /*allow_over_hbm=*/true);
   ASSERT_GE(p.pinned, 0);
@@ -163,20 +167,13 @@ TEST(AutoPlannerTest, ChoosePinsANamedCandidateOrSaysWhyItCannot) {
     return c.tensor_axes.empty() ? std::string() : std::string("no tensor parallelism");
   };
   AutoShardingPlan q = plan_auto_sharding(odd, {1, 2}, {"x", "y"}, v5e(), 0, no_tp);
-  try {
-    q.choose("dp(y)", true);
-    FAIL() << "expected FailedPreconditionError";
-  } catch (const FailedPreconditionError& e) {
-    EXPECT_THAT(e.message(), HasSubstr("strategy 'dp(y)' of model 'tiny' cannot run: batch 3 "
-                                       "does not split over 2 data x fsdp cores"));
-  }
-  try {
-    q.choose("tp(y)", true);
-    FAIL() << "expected FailedPreconditionError";
-  } catch (const FailedPreconditionError& e) {
-    EXPECT_THAT(e.message(), HasSubstr("strategy 'tp(y)' of model 'tiny' cannot run: the runner: "
-                                       "no tensor parallelism"));
-  }
+  expect_choose_error<FailedPreconditionError>(
+      q, "dp(y)", true,
+      "strategy 'dp(y)' of model 'tiny' cannot run: batch 3 does not split over 2 data x fsdp "
+      "cores");
+  expect_choose_error<FailedPreconditionError>(
+      q, "tp(y)", true,
+      "strategy 'tp(y)' of model 'tiny' cannot run: the runner: no tensor parallelism");
   EXPECT_EQ(q.pinned, -1);
 }
 
