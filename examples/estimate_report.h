@@ -114,8 +114,11 @@ struct EstimateReport {
   double hbm_ratio = 0.0;          // comparable_hbm / estimated_hbm (0 when the estimate is 0)
   double cpu_bound_seconds = 0.0;  // cpu_seconds_per_step / min(cores, host CPUs) (0: unknown)
   double cpu_ratio = 0.0;          // cpu_bound_seconds / estimate.step_seconds
-  bool step_within = false;        // |step_ratio - 1| <= kTolerance
-  bool hbm_within = false;         // |hbm_ratio - 1| <= kTolerance
+  bool step_within = false;        // |step_ratio - 1| <= kTolerance (false when not comparable)
+  /// False when the estimate is for a shipped TPU profile (v4, v5e, v5p: no host_cpus): its step
+  /// time is a TPU's, not this host's, so the step row is printed but not judged.
+  bool step_comparable = true;
+  bool hbm_within = false;  // |hbm_ratio - 1| <= kTolerance
 
   static constexpr double kTolerance = 0.25;  // issue 6: within 25%
 

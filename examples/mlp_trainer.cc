@@ -152,9 +152,11 @@ void MlpConfig::validate(int num_cores) const {
     throw InvalidArgumentError("learning rate is " + std::to_string(learning_rate) +
                                " (expected a finite value > 0)");
   }
-  if (global_batch < 1) {
+  // Regression (adversarial pass adv8, H3): only the command line bounded the batch; a plan's
+  // estimate.batch of 2^62 reached the trainer, whose buffer sizes overflowed (SIGSEGV).
+  if (global_batch < 1 || global_batch > kMaxMlpGlobalBatch) {
     throw InvalidArgumentError("global batch is " + std::to_string(global_batch) +
-                               " (expected >= 1)");
+                               " (expected 1.." + std::to_string(kMaxMlpGlobalBatch) + ")");
   }
   if (global_batch % num_cores != 0) {
     throw InvalidArgumentError("global batch " + std::to_string(global_batch) +

@@ -49,6 +49,10 @@
 
 namespace vtpu::examples {
 
+/// The largest global batch of the MLP trainers (`--batch` stops there; buffer sizes stay far
+/// from int64 overflow for any hidden size).
+inline constexpr int64_t kMaxMlpGlobalBatch = int64_t{1} << 30;
+
 struct MlpConfig {
   int64_t steps = 500;        // optimizer steps
   int64_t global_batch = 64;  // rows per step over all cores; must be a multiple of the cores

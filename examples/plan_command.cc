@@ -1,9 +1,11 @@
 #include "examples/plan_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,9 +31,41 @@ struct PlanCommand {
   std::string emit_path;
   bool json = false;
   bool any_strategy = false;
+  // --strategy: the candidate to emit in place of the winner ("" is a name no candidate has).
+  std::optional<std::string> strategy;
 };
 
 namespace {
+
+/// --strategy NAME: pins that candidate (AutoShardingPlan::choose). A name that is not a
+/// candidate is a usage error (CLI::ValidationError, exit 2) listing the names; a candidate that
+/// cannot run or does not fit is an error saying why, and, when --any-strategy would lift that,
+/// says so. With --any-strategy a candidate over the HBM limit is pinned (a what-if).
+void pin_strategy(const std::string& name, bool any_strategy, AutoShardingPlan& plan) {
+  const std::vector<std::string> names = plan.candidate_names();
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    throw CLI::ValidationError("--strategy", "'" + abbreviate(name) +
+                                                 "' is not a candidate on this mesh (expected one "
+                                                 "of: " +
+                                                 join(names) + ")");
+  }
+  const auto hint = [&](const std::string& message) {
+    return message +
+           (any_strategy ? std::string() : " (--any-strategy lets --strategy pin it as a what-if)");
+  };
+  try {
+    plan.choose(name, /*allow_over_hbm=*/any_strategy);
+  } catch (const FailedPreconditionError& e) {
+    // Infeasible (the batch or a layer does not split) is not lifted by --any-strategy; what
+    // vtpu train does not run is (the constraints are then off).
+    const PlanCandidate& k = plan.candidates[static_cast<size_t>(
+        std::find(names.begin(), names.end(), name) - names.begin())];
+    if (k.feasible) throw FailedPreconditionError(hint(std::string(e.message())));
+    throw;
+  } catch (const ResourceExhaustedError& e) {
+    throw ResourceExhaustedError(hint(std::string(e.message())));
+  }
+}
 
 int run(const PlanCommand& c) {
   check_output_path("--emit", c.emit_path);
@@ -58,7 +92,8 @@ int run(const PlanCommand& c) {
   // that for what-if questions.
   const PlanConstraints constraints =
       c.any_strategy ? PlanConstraints{} : plan_constraints(model.name, shape, axes);
-  const AutoShardingPlan plan = plan_auto_sharding(model, shape, axes, cost, limit, constraints);
+  AutoShardingPlan plan = plan_auto_sharding(model, shape, axes, cost, limit, constraints);
+  if (c.strategy) pin_strategy(*c.strategy, c.any_strategy, plan);
   if (c.json) {
     nlohmann::json rows = nlohmann::json::array();
     for (const PlanCandidate& k : plan.candidates) {
@@ -77,7 +112,14 @@ int run(const PlanCommand& c) {
            {"why_lost", k.why_lost}});
     }
     nlohmann::json j = {{"candidates", rows}, {"hbm_limit_bytes", plan.hbm_limit_bytes}};
-    if (plan.winner >= 0) j["plan"] = plan.to_json();
+    const auto name_of = [&](int i) {
+      return i >= 0 ? nlohmann::json(plan.candidates[static_cast<size_t>(i)].name)
+                    : nlohmann::json(nullptr);
+    };
+    j["winner"] = name_of(plan.winner);
+    j["chosen"] = name_of(plan.chosen());
+    j["chosen_by"] = plan.pinned >= 0 ? "--strategy" : "planner";
+    if (plan.chosen() >= 0) j["plan"] = plan.to_json();
     std::cout << j.dump(2) << std::endl;
   } else {
     std::printf("%s", plan.to_string().c_str());
@@ -134,6 +176,11 @@ std::shared_ptr<PlanCommand> add_plan_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   c->app->add_option("--emit", c->emit_path, "Write the winner as a plan JSON file");
   c->app->add_flag("--json", c->json, "Print the candidates and the plan as JSON");
+  c->app->add_option(
+      "--strategy", c->strategy,
+      "Report and emit this candidate (its name as the table prints it, e.g. 'fsdp(x)', "
+      "'dp(data,model)') instead of the winner: a what-if or manual override. It must run and fit "
+      "the HBM limit (with --any-strategy: any feasible candidate, even over the limit)");
   c->app->add_flag("--any-strategy", c->any_strategy,
                    "Let any strategy win, also one that vtpu train cannot run (by default the mlp "
                    "and transformer models are planned within what vtpu train runs)");

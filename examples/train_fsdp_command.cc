@@ -31,7 +31,8 @@ struct TrainFsdpCommand {
   std::string data_path = default_digits_path();
   std::string hbm_bytes;
   bool json = false;
-  CLI::Option* lr_option = nullptr;  // --lr; when absent the optimizer's default applies
+  CLI::Option* lr_option = nullptr;     // --lr; when absent the optimizer's default applies
+  CLI::Option* batch_option = nullptr;  // --batch; when absent a plan's estimate.batch applies
 };
 
 namespace {
@@ -119,6 +120,11 @@ int run(const TrainFsdpCommand& cmd) {
   options.validate();
   FsdpConfig config = cmd.config;
   config.prefetch = cmd.prefetch == "on";
+  // As train mlp --plan: the global batch defaults to the plan's, so that the run is the one
+  // estimated (a plan emitted with `vtpu plan --batch 32` used to fail "estimates a global batch
+  // of 32 but the run uses 64" unless --batch 32 was repeated).
+  const bool plan_batch = plan && cmd.batch_option->count() == 0 && plan->estimated_batch() > 0;
+  if (plan_batch) config.mlp.global_batch = plan->estimated_batch();
   if (cmd.lr_option->count() == 0) {
     config.mlp.learning_rate = mlp_default_learning_rate(config.mlp.optimizer);
   }
@@ -144,12 +150,13 @@ int run(const TrainFsdpCommand& cmd) {
       std::printf(", strategy %s\n", plan->describe_strategy().c_str());
     }
     std::printf(
-        "model 64->%lld->10, global batch %lld (%lld per core), %s lr %g, %lld steps, seed %llu, "
-        "prefetch %s\n",
+        "model 64->%lld->10, global batch %lld (%lld per core)%s, %s lr %g, %lld steps, seed "
+        "%llu, prefetch %s\n",
         static_cast<long long>(mc.hidden), static_cast<long long>(mc.global_batch),
-        static_cast<long long>(mc.global_batch / n), mc.optimizer == "adam" ? "Adam" : "SGD",
-        static_cast<double>(mc.learning_rate), static_cast<long long>(mc.steps),
-        static_cast<unsigned long long>(mc.seed), fsdp_mode ? cmd.prefetch.c_str() : "n/a");
+        static_cast<long long>(mc.global_batch / n), plan_batch ? " (the plan's)" : "",
+        mc.optimizer == "adam" ? "Adam" : "SGD", static_cast<double>(mc.learning_rate),
+        static_cast<long long>(mc.steps), static_cast<unsigned long long>(mc.seed),
+        fsdp_mode ? cmd.prefetch.c_str() : "n/a");
     std::fflush(stdout);
   }
   auto log = [&](int64_t step, double loss) {
@@ -315,10 +322,11 @@ std::shared_ptr<TrainFsdpCommand> add_train_fsdp_command(CLI::App& train) {
   app->add_option("--steps", m.steps, "Optimizer steps")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
-  app->add_option("--batch", m.global_batch,
-                  "Global batch (rows per step over all cores; a multiple of the cores)")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  cmd->batch_option =
+      app->add_option("--batch", m.global_batch,
+                      "Global batch (rows per step over all cores; a multiple of the cores; "
+                      "default 64, or the --plan estimate's batch)")
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app->add_option("--hidden", m.hidden, "Hidden units")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

@@ -9,6 +9,8 @@
 #include "common/error.h"
 #include "common/strings.h"
 #include "examples/mesh_arg.h"
+#include "sharding/named_sharding.h"
+#include "sharding/partition_spec.h"
 
 namespace vtpu::examples {
 
@@ -47,22 +49,28 @@ std::string axis_without_role(const std::vector<int64_t>& shape,
 /// error (it names the file).
 template <typename Bad>
 PlanEstimate parse_estimate(const nlohmann::json& e, const TrainPlan& plan, const Bad& bad) {
-  // A number: `absent` when missing or null; else finite, an integer when `integer`, and > 0
-  // when `positive` (else >= 0).
-  auto number = [&](const char* key, bool integer, bool positive, double absent) {
+  // A number: `absent` when missing or null; else finite, an integer when `integer`, > 0 when
+  // `positive` (else >= 0), and at most `most` when set (`most_text` its text).
+  auto number = [&](const char* key, bool integer, bool positive, double absent, double most = 0.0,
+                    const char* most_text = "") {
     if (!e.contains(key) || e[key].is_null()) return absent;
     const nlohmann::json& v = e[key];
     const bool ok = (integer ? v.is_number_integer() : v.is_number()) &&
                     std::isfinite(v.get<double>()) &&
-                    (positive ? v.get<double>() > 0 : v.get<double>() >= 0);
+                    (positive ? v.get<double>() > 0 : v.get<double>() >= 0) &&
+                    (most == 0.0 || v.get<double>() <= most);
     if (!ok) {
-      throw bad(std::string("estimate.") + key + " is " + v.dump() + " (expected " +
-                (integer ? "an integer" : "a number") + (positive ? " > 0" : " >= 0") + ")");
+      throw bad(std::string("estimate.") + key + " is " + abbreviate(v.dump()) + " (expected " +
+                (integer ? "an integer" : "a number") + (positive ? " > 0" : " >= 0") +
+                (most == 0.0 ? std::string() : std::string(", at most ") + most_text) + ")");
     }
     return v.get<double>();
   };
+  // Regression (adversarial pass adv8, H4): 2^64 - 1 bytes went through llround (undefined past
+  // 2^63; printed 9223372036854775808), and two fields of 2^63 - 1 wrapped their sum to 0, which
+  // the report took for "no estimate".
   auto bytes = [&](const char* key) {
-    return static_cast<uint64_t>(std::llround(number(key, true, false, 0.0)));
+    return static_cast<uint64_t>(std::llround(number(key, true, false, 0.0, 0x1p62, "2^62")));
   };
   PlanEstimate p;
   p.source = plan.path;
@@ -79,7 +87,10 @@ PlanEstimate parse_estimate(const nlohmann::json& e, const TrainPlan& plan, cons
   p.hbm_bytes_per_core = bytes("hbm_bytes_per_core");
   p.input_bytes_per_core = bytes("input_bytes_per_core");
   p.oversubscription = number("oversubscription", false, true, 1.0);
-  p.batch = static_cast<int64_t>(std::llround(number("batch", true, true, 0.0)));
+  // Regression (adversarial pass adv8, H3): a batch of 2^62 became train mlp's global batch
+  // (--batch stops at 2^30) and crashed it (SIGSEGV). Bounded as vtpu plan --batch is.
+  p.batch = static_cast<int64_t>(
+      std::llround(number("batch", true, true, 0.0, 0x1p40, "2^40, as vtpu plan --batch")));
   return p;
 }
 
@@ -238,6 +249,29 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
               " (expected every mesh axis of size > 1 in data, tensor or fsdp)");
   }
 
+  // Regression (adversarial pass adv7, G4): "shardings" was never read, so a hand-edited
+  // "P('nope')" ran without complaint. The trainers still derive their layouts from the strategy,
+  // but every PartitionSpec must be one the plan's mesh can hold (NamedSharding's checks).
+  if (j.contains("shardings") && !j["shardings"].is_null()) {
+    const nlohmann::json& sh = j["shardings"];
+    if (!sh.is_object()) {
+      throw bad("shardings is " + abbreviate(sh.dump()) +
+                " (expected an object of PartitionSpecs, e.g. {\"fc1.w\": \"P(None, 'x')\"})");
+    }
+    const Mesh mesh = plan.mesh();
+    for (auto it = sh.begin(); it != sh.end(); ++it) {
+      const std::string where = "shardings['" + abbreviate(it.key()) + "']";
+      if (!it.value().is_string()) {
+        throw bad(where + " is " + abbreviate(it.value().dump()) +
+                  " (expected a PartitionSpec string such as \"P('x', None)\")");
+      }
+      try {
+        (void)NamedSharding(mesh, PartitionSpec::parse(it.value().get<std::string>()));
+      } catch (const InvalidArgumentError& e) {
+        throw bad(where + " is " + abbreviate(it.value().dump()) + ": " + e.message());
+      }
+    }
+  }
   if (j.contains("layers") && !j["layers"].is_null()) {
     if (!j["layers"].is_array())
       throw bad("layers is " + j["layers"].dump() + " (expected a list)");

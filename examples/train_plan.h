@@ -13,8 +13,8 @@
 //
 // A strategy role is null, one axis name, or a list of axis names; a role on several axes uses
 // them together, flattened row-major in the order listed (JAX's P(('data', 'model'))). The
-// shardings are the planner's record and are not read; the trainers run their own Megatron
-// layout, which `layers` must agree with.
+// shardings are the planner's record: each is checked to be a PartitionSpec the plan's mesh can
+// hold, but the trainers run their own Megatron layout, which `layers` must agree with.
 //
 // What runs (plan_unsupported_reason):
 //   model        strategies                                       run by
@@ -80,11 +80,15 @@ TrainPlan load_train_plan(const std::string& path);
 /// name, a size outside 1..4096, more than 4096 cores); a missing strategy, an unknown strategy
 /// key (expected name, data, tensor, fsdp, batch_axes), a role that is not null, a name or a list
 /// of names, an axis that is not a mesh axis, an axis named twice in one role or in the tensor
-/// role and another; a mesh axis of size > 1 with no role; a malformed `layers`; an `estimate`
+/// role and another; a mesh axis of size > 1 with no role; `shardings` not an object, or an entry
+/// that is not a PartitionSpec string valid on the plan's mesh (PartitionSpec::parse and
+/// NamedSharding's checks: an unknown axis, an axis used twice; the error names the key and
+/// value); a malformed `layers`; an `estimate`
 /// that is not an object, or a field of it of the wrong type or range (step_seconds a number > 0;
 /// compute_seconds, comm_seconds numbers >= 0; hbm_bytes_per_core, input_bytes_per_core integers
-/// >= 0; oversubscription a number > 0; batch an integer >= 1; hardware a string). The one reader
-/// of a plan's estimate: the trainers and the estimate report take it from here. Thread-safe.
+/// 0..2^62; oversubscription a number > 0; batch an integer 1..2^40; hardware a string). The one
+/// reader of a plan's estimate: the trainers and the estimate report take it from here.
+/// Thread-safe.
 TrainPlan parse_train_plan(const nlohmann::json& plan, const std::string& source);
 
 /// Throws InvalidArgumentError when the plan's model is set and is not `model`, naming the

@@ -686,12 +686,15 @@ int main(int argc, char** argv) {
   const auto stress = vtpu::examples::add_stress_command(app);
   const auto kernel = vtpu::examples::add_bench_kernel_command(*bench);
   const auto plan = vtpu::examples::add_plan_command(app);
+  const auto usage_error = [](const std::string& what) {
+    std::fprintf(stderr, "vtpu: usage error: %s\nRun with --help for the options.\n", what.c_str());
+    return 2;
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    std::fprintf(stderr, "vtpu: usage error: %s\nRun with --help for the options.\n", e.what());
-    return 2;
+    return usage_error(e.what());
   }
   if (*train && train->get_subcommands().empty()) {
     std::fprintf(stderr, "vtpu train: expected a model name (mlp, transformer, fsdp)\n%s",
@@ -707,9 +710,7 @@ int main(int argc, char** argv) {
   }
   if (*memory) {
     if (const std::string problem = check_bench_memory_args(bench_args); !problem.empty()) {
-      std::fprintf(stderr, "vtpu: usage error: %s\nRun with --help for the options.\n",
-                   problem.c_str());
-      return 2;
+      return usage_error(problem);
     }
   }
   args.batch_given = mlp_batch->count() > 0;
@@ -730,6 +731,10 @@ int main(int argc, char** argv) {
   } catch (const vtpu::Error& e) {
     std::fprintf(stderr, "vtpu: error: %s\n", e.what());
     return 1;
+  } catch (const CLI::ParseError& e) {
+    // An option value that can only be checked once the command has run part way (vtpu plan
+    // --strategy: the candidates' names depend on the mesh).
+    return usage_error(e.what());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vtpu: internal error: %s\n", e.what());
     return 1;

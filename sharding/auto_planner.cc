@@ -76,9 +76,19 @@ bool dominates(const Label& a, const Label& b) {
          a.last_unit <= b.last_unit && a.unit_before <= b.unit_before;
 }
 
-void insert_pareto(std::vector<Label>& front, Label l) {
+/// Inserts `l` into `front` unless a label there dominates it, and drops the labels it dominates.
+/// `safe` tells whether every completion of a label is sure to fit the HBM limit; such a label
+/// also beats every strictly slower one (see plan()), which keeps the frontier small when the
+/// limit is far away.
+template <typename Safe>
+void insert_pareto(std::vector<Label>& front, Label l, const Safe& safe) {
   for (const Label& x : front) {
-    if (dominates(x, l)) return;
+    if (dominates(x, l) || (x.time < l.time && safe(x))) return;
+  }
+  if (safe(l)) {
+    front.erase(
+        std::remove_if(front.begin(), front.end(), [&](const Label& x) { return l.time < x.time; }),
+        front.end());
   }
   front.erase(
       std::remove_if(front.begin(), front.end(), [&](const Label& x) { return dominates(l, x); }),
@@ -157,7 +167,40 @@ class StrategyPlanner {
     const size_t n = m_.layers.size();
     // frontier[i][s]: labels after layer i with output state s.
     std::vector<std::array<std::vector<Label>, 3>> frontier(n);
+    // Regression (adversarial pass adv8, H5): the frontier of a long chain of dense layers grew
+    // with the chain (each split or replicated choice a new time/HBM trade-off), so 1,000 layers
+    // on a 2x4 mesh took 105 s and 358 MB. A label is safe when even the largest bytes the rest of
+    // the chain can add keep it within the limit: then any completion of a slower label in the
+    // same state is beaten by the same completion of the safe one (time and bytes add up the same
+    // way from a state), so slower labels are dropped. Exact: a candidate that does not fit never
+    // has a safe label, so nothing changes there (and its min_hbm_bytes_per_core stays exact).
+    // The step's input batch on each core (replicated over the tensor axes): the first layer's
+    // input (token ids are int32) and one int32 label per token. The same for every label; it
+    // counts against the limit (the limit is the whole arena).
+    const ModelLayer& first = m_.layers.front();
+    const double in_bytes =
+        first.kind == LayerKind::kEmbedding ? 4.0 : static_cast<double>(first.in) * e_;
+    const double input_bytes = tokens_ * (in_bytes + 4.0);
+    std::vector<double> rest_add(n, 0.0), rest_unit(n, 0.0);  // layers after i
+    for (size_t i = n; i-- > 1;) {
+      const ModelLayer& l = m_.layers[i];
+      double add = 0, unit = 0;
+      for (const Option& op : options(l)) {
+        const LayerCost lc = layer_cost(l, op, false, i + 1 == n);
+        add = std::max(add, lc.add_bytes + act_bytes(l.in));  // + the largest reshard saved
+        unit = std::max(unit, lc.unit_bytes);
+      }
+      rest_add[i - 1] = rest_add[i] + add;
+      rest_unit[i - 1] = std::max(rest_unit[i], unit);
+    }
     for (size_t i = 0; i < n; ++i) {
+      // Every FSDP transient still to come is u2 + 2 u1 + u3 (fsdp_transient) of units among the
+      // label's last two and the rest's: at most 4 times the largest of them.
+      const auto safe = [&, i](const Label& x) {
+        const double unit = std::max({x.last_unit, x.unit_before, rest_unit[i]});
+        return x.add_bytes + rest_add[i] + std::max(x.max_bytes, 4 * unit) + input_bytes <=
+               static_cast<double>(limit);
+      };
       const ModelLayer& l = m_.layers[i];
       const std::vector<Option> opts = options(l);
       for (size_t o = 0; o < opts.size(); ++o) {
@@ -192,7 +235,7 @@ class StrategyPlanner {
           }
           nl.param_state_bytes += lc.param_state_bytes;
           nl.activation_bytes += lc.activation_bytes + resharded;
-          insert_pareto(frontier[i][static_cast<size_t>(state_index(op.out))], std::move(nl));
+          insert_pareto(frontier[i][static_cast<size_t>(state_index(op.out))], std::move(nl), safe);
         };
         if (i == 0) {
           extend(nullptr, 0, -1, 'R');
@@ -241,13 +284,6 @@ class StrategyPlanner {
       c.infeasible_reason = "no sequence of the allowed layer shardings connects";
       return;
     }
-    // The step's input batch on each core (replicated over the tensor axes): the first layer's
-    // input (token ids are int32) and one int32 label per token. The same for every label; it
-    // counts against the limit (the limit is the whole arena).
-    const ModelLayer& first = m_.layers.front();
-    const double in_bytes =
-        first.kind == LayerKind::kEmbedding ? 4.0 : static_cast<double>(first.in) * e_;
-    const double input_bytes = tokens_ * (in_bytes + 4.0);
     c.input_bytes_per_core = byte_count(input_bytes, "input batch", c.name);
     const Label* best_fit = nullptr;
     const Label* smallest = nullptr;
@@ -705,8 +741,42 @@ AutoShardingPlan plan_auto_sharding(const ModelGraph& model, const std::vector<i
   return plan;
 }
 
+std::vector<std::string> AutoShardingPlan::candidate_names() const {
+  std::vector<std::string> names;
+  for (const PlanCandidate& c : candidates) names.push_back(c.name);
+  return names;
+}
+
+void AutoShardingPlan::choose(const std::string& name, bool allow_over_hbm) {
+  const auto it = std::find_if(candidates.begin(), candidates.end(),
+                               [&](const PlanCandidate& c) { return c.name == name; });
+  if (it == candidates.end()) {
+    throw InvalidArgumentError("strategy '" + abbreviate(name) + "' is not a candidate of model '" +
+                               model.name + "' on " +
+                               abbreviate(Mesh(mesh_shape, axis_names).to_string()) +
+                               " (expected one of: " + abbreviate(join(candidate_names())) + ")");
+  }
+  const PlanCandidate& c = *it;
+  if (!c.feasible) {
+    throw FailedPreconditionError("strategy '" + name + "' of model '" + model.name +
+                                  "' cannot run: " + c.infeasible_reason);
+  }
+  if (!c.unsupported_reason.empty()) {
+    throw FailedPreconditionError("strategy '" + name + "' of model '" + model.name +
+                                  "' cannot run: " + c.unsupported_reason);
+  }
+  if (!c.fits && !allow_over_hbm) {
+    throw ResourceExhaustedError(
+        "strategy '" + name + "' of model '" + model.name + "' does not fit: it needs " +
+        format_bytes(c.min_hbm_bytes_per_core) + " (" + std::to_string(c.min_hbm_bytes_per_core) +
+        " bytes) of HBM per core, over the limit of " + format_bytes(hbm_limit_bytes) + " (" +
+        std::to_string(hbm_limit_bytes) + " bytes)");
+  }
+  pinned = static_cast<int>(it - candidates.begin());
+}
+
 void AutoShardingPlan::require_fit() const {
-  if (winner >= 0) return;
+  if (winner >= 0 || pinned >= 0) return;
   const PlanCandidate* best = nullptr;  // the smallest in HBM of the runnable candidates
   const PlanCandidate* unsupported = nullptr;
   for (const PlanCandidate& c : candidates) {
@@ -774,7 +844,7 @@ std::string AutoShardingPlan::to_string() const {
                     format_bytes(c.arena_bytes_per_core()).c_str(), c.comm_bytes_per_core,
                     format_seconds(c.compute_seconds).c_str(),
                     format_seconds(c.comm_seconds).c_str(), format_seconds(c.step_seconds).c_str(),
-                    static_cast<int>(i) == winner ? "WINNER" : c.why_lost.c_str());
+                    result_text(static_cast<int>(i)).c_str());
     }
     if (c.feasible && c.tensor_splits_nothing) {
       line[std::strlen(line) - 1] = '\0';
@@ -784,12 +854,19 @@ std::string AutoShardingPlan::to_string() const {
     }
     out += line;
   }
-  if (winner < 0) return out + "no strategy fits\n";
-  const PlanCandidate& w = candidates[static_cast<size_t>(winner)];
+  if (chosen() < 0) return out + "no strategy fits\n";
+  const PlanCandidate& w = candidates[static_cast<size_t>(chosen())];
+  std::string who = "winner " + w.name;
+  if (pinned >= 0 && pinned != winner) {
+    who = "chosen " + w.name + " (--strategy; the winner is " +
+          (winner >= 0 ? candidates[static_cast<size_t>(winner)].name : std::string("none")) + ")";
+  } else if (pinned >= 0) {
+    who += " (chosen by --strategy too)";
+  }
   std::snprintf(line, sizeof line,
-                "winner %s: HBM per core %s = parameters+gradients+optimizer %s + activations %s "
+                "%s: HBM per core %s = parameters+gradients+optimizer %s + activations %s "
                 "+ FSDP transient %s + input batch %s\n",
-                w.name.c_str(), format_bytes(w.arena_bytes_per_core()).c_str(),
+                who.c_str(), format_bytes(w.arena_bytes_per_core()).c_str(),
                 format_bytes(w.param_bytes_per_core).c_str(),
                 format_bytes(w.activation_bytes_per_core).c_str(),
                 format_bytes(w.transient_bytes_per_core).c_str(),
@@ -809,12 +886,19 @@ std::string AutoShardingPlan::to_string() const {
   return out;
 }
 
+std::string AutoShardingPlan::result_text(int i) const {
+  const PlanCandidate& c = candidates[static_cast<size_t>(i)];
+  if (i == winner) return i == pinned ? "WINNER, CHOSEN (--strategy)" : "WINNER";
+  if (i == pinned) return "CHOSEN (--strategy); " + c.why_lost;
+  return c.why_lost;
+}
+
 nlohmann::json AutoShardingPlan::to_json() const {
-  if (winner < 0) {
+  if (chosen() < 0) {
     throw FailedPreconditionError("no plan to emit: model '" + model.name +
                                   "' fits on no strategy");
   }
-  const PlanCandidate& w = candidates[static_cast<size_t>(winner)];
+  const PlanCandidate& w = candidates[static_cast<size_t>(chosen())];
   std::vector<std::string> batch_axes;  // data and fsdp axes, mesh order
   for (size_t a = 0; a < axis_names.size(); ++a) {
     if (w.roles[a] == AxisRole::kData || w.roles[a] == AxisRole::kFsdp)
@@ -912,6 +996,12 @@ nlohmann::json AutoShardingPlan::to_json() const {
       {"hardware", hardware},
       {"batch", model.batch}};
   j["layers"] = layers;
+  if (pinned >= 0 && pinned != winner) {
+    j["pinned"] = {
+        {"winner", winner >= 0 ? nlohmann::json(candidates[static_cast<size_t>(winner)].name)
+                               : nlohmann::json(nullptr)},
+        {"why_lost", w.why_lost}};
+  }
   return j;
 }
 

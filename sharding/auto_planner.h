@@ -123,7 +123,9 @@ struct PlanCandidate {
   /// apart; docs/SHARDING.md "Estimate against measurement"), but counted against the limit.
   uint64_t input_bytes_per_core = 0;
   /// The smallest HBM per core any per-layer plan of the strategy needs, the input batch
-  /// included: what the limit must be for it to fit.
+  /// included: what the limit must be for it to fit. Exact when !fits; when the candidate fits,
+  /// the DP may have dropped slower plans that need less, so it is only an upper bound then (no
+  /// output shows it for a fitting candidate).
   uint64_t min_hbm_bytes_per_core = 0;
   /// Why the program that runs plans cannot run this strategy ("" when it can; see
   /// PlanConstraints). Such a candidate is costed but never wins.
@@ -170,18 +172,42 @@ struct AutoShardingPlan {
   double oversubscription = 1.0;
   std::vector<PlanCandidate> candidates;  // every strategy, winner first then by step time
   int winner = -1;                        // index into candidates; -1 when nothing fits
+  /// Index into candidates of the strategy choose() pinned in place of the winner (a what-if or
+  /// manual override, as Alpa and JAX let a user fix a sharding); -1 when none was pinned.
+  int pinned = -1;
 
-  /// The table of `vtpu plan` (README "Planner" explains the columns), then the winner's layers.
+  /// The candidate to_string details and to_json emits: `pinned` when set, else `winner` (-1
+  /// when neither).
+  int chosen() const { return pinned >= 0 ? pinned : winner; }
+  /// Names of the candidates, in table order.
+  std::vector<std::string> candidate_names() const;
+  /// Pins the candidate named `name` (as the table prints it, e.g. "fsdp(x)", "dp(data,model)").
+  /// Throws InvalidArgumentError when no candidate has that name (listing the names);
+  /// FailedPreconditionError when the candidate cannot run (the batch or a dimension does not
+  /// split, or the constraints' runner does not implement it), naming why; ResourceExhaustedError
+  /// when no per-layer plan of it fits the HBM limit, naming the bytes it needs, unless
+  /// `allow_over_hbm` (then its smallest plan is pinned).
+  void choose(const std::string& name, bool allow_over_hbm = false);
+
+  /// The table of `vtpu plan` (README "Planner" explains the columns), then the chosen
+  /// candidate's layers. The result column marks the winner "WINNER" and a pinned candidate
+  /// "CHOSEN (--strategy)".
   std::string to_string() const;
-  /// The plan file (docs/SHARDING.md, "Plan files"; format "vtpu-plan", version 1) of the winner.
-  /// Throws FailedPreconditionError when nothing fits.
+  /// The plan file (docs/SHARDING.md, "Plan files"; format "vtpu-plan", version 1) of the chosen
+  /// candidate; a pinned one adds "pinned": {"winner": name or null, "why_lost": ...}. Throws
+  /// FailedPreconditionError when nothing fits and nothing was pinned.
   nlohmann::json to_json() const;
-  /// Throws ResourceExhaustedError when no runnable candidate fits, naming the HBM limit and the
+  /// Returns when a candidate was pinned (choose() checked it). Else throws
+  /// ResourceExhaustedError when no runnable candidate fits, naming the HBM limit and the
   /// smallest HBM per core that would fit (bytes, exact, the input batch included) and the
   /// strategy that needs it;
   /// FailedPreconditionError when no feasible candidate can be run (naming one and why);
   /// InvalidArgumentError when no candidate is feasible.
   void require_fit() const;
+
+ private:
+  /// The table's result column for candidate `i`: WINNER, CHOSEN or why it lost.
+  std::string result_text(int i) const;
 };
 
 /// Mesh axes of size > 1 the planner accepts: it tries 3^k strategies (each axis data, tensor or

@@ -107,7 +107,7 @@ TEST(EstimateReportTest, AHandWrittenPlanHasNoEstimateAndABadOneIsAnError) {
                 .find("step_seconds is 0 (expected a number > 0)"),
             std::string::npos);
   EXPECT_NE(message(plan_with({{"step_seconds", 1}, {"hbm_bytes_per_core", -5}}))
-                .find("estimate.hbm_bytes_per_core is -5 (expected an integer >= 0)"),
+                .find("estimate.hbm_bytes_per_core is -5 (expected an integer >= 0, at most 2^62)"),
             std::string::npos);
   EXPECT_NE(message(plan_with({{"step_seconds", 1}, {"oversubscription", 0}}))
                 .find("estimate.oversubscription is 0 (expected a number > 0)"),
@@ -169,6 +169,39 @@ TEST(EstimateReportTest, RatiosAndVerdictsAreTheHandWorkedOnes) {
   // One core on two CPUs: the CPU time is divided by 1.
   m.num_cores = 1;
   EXPECT_DOUBLE_EQ(compare_estimate(e, m).cpu_bound_seconds, 2.0);
+}
+
+// Adversarial pass adv8, H6: an estimate for a TPU profile (vtpu plan's default --hardware v5e)
+// was judged against virtual cores on this host ("5769.60x (outside 25%)"). Its step row is now
+// printed but not judged; a host profile's (this_machine, or a file of another name) still is.
+TEST(EstimateReportTest, ATpuEstimatesStepTimeIsNotJudgedOnThisHost) {
+  PlanEstimate e;
+  e.step_seconds = 0.5;
+  e.hbm_bytes_per_core = 1000;
+  MeasuredRun m;
+  m.num_cores = 2;
+  m.steps = 3;
+  m.median_step_seconds = 0.625;
+  m.peak_hbm_bytes_per_core = 1000;
+  for (const char* tpu : {"v4", "v5e", "v5p"}) {
+    e.hardware = tpu;
+    const EstimateReport r = compare_estimate(e, m);
+    EXPECT_FALSE(r.step_comparable) << tpu;
+    EXPECT_FALSE(r.step_within) << tpu;
+    EXPECT_TRUE(r.hbm_within) << tpu;
+    EXPECT_NE(r.to_string().find("1.25x (not judged: the estimate is for " + std::string(tpu) +
+                                 ", a TPU; plan with --hardware this_machine to compare)"),
+              std::string::npos)
+        << r.to_string();
+    EXPECT_EQ(r.to_json()["step_comparable"], false);
+  }
+  for (const char* host : {"this_machine", "my_calibrated_host", ""}) {
+    e.hardware = host;
+    const EstimateReport r = compare_estimate(e, m);
+    EXPECT_TRUE(r.step_comparable) << host;
+    EXPECT_TRUE(r.step_within) << host;
+    EXPECT_NE(r.to_string().find("1.25x (within 25%)"), std::string::npos) << r.to_string();
+  }
 }
 
 TEST(EstimateReportTest, StepMeterTicksEveryStepAndForwardsWhereTheTrainerWould) {

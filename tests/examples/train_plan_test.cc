@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -143,6 +144,22 @@ TEST(TrainPlanTest, BadPlansNameTheFieldAndWhatWasExpected) {
   bad({"estimate.step_seconds is \"fast\""},
       [](auto& j) { j["estimate"]["step_seconds"] = "fast"; });
   bad({"estimate.batch is 0"}, [](auto& j) { j["estimate"]["batch"] = 0; });
+  // Adversarial pass adv8. H3: a batch of 2^62 reached train mlp and crashed it; H4: 2^64 - 1
+  // bytes overflowed llround, and two fields of 2^63 - 1 wrapped their sum to 0.
+  bad({"estimate.batch is 1099511627777 (expected an integer > 0, at most 2^40"},
+      [](auto& j) { j["estimate"]["batch"] = (int64_t{1} << 40) + 1; });
+  bad({"estimate.hbm_bytes_per_core is 18446744073709551615 (expected an integer >= 0, at most "
+       "2^62)"},
+      [](auto& j) { j["estimate"]["hbm_bytes_per_core"] = ~uint64_t{0}; });
+  bad({"estimate.input_bytes_per_core is 9223372036854775807"},
+      [](auto& j) { j["estimate"]["input_bytes_per_core"] = std::numeric_limits<int64_t>::max(); });
+  nlohmann::json most = good_plan();
+  most["estimate"]["batch"] = int64_t{1} << 40;
+  most["estimate"]["hbm_bytes_per_core"] = uint64_t{1} << 62;
+  most["estimate"]["input_bytes_per_core"] = uint64_t{1} << 62;
+  const TrainPlan p = parse_train_plan(most, "p.json");
+  EXPECT_EQ(p.estimate->batch, int64_t{1} << 40);
+  EXPECT_EQ(p.estimate->hbm_bytes_per_core + p.estimate->input_bytes_per_core, uint64_t{1} << 63);
 }
 
 // Adversarial pass adv7. G1: a plan of 2048 cores passed (the bound was 4096) and vtpu train then
@@ -179,6 +196,36 @@ TEST(TrainPlanTest, MeshBeyondTheRuntimeAndUnknownLayersAreRejected) {
   expect_error<InvalidArgumentError>(
       [&] { plan_data_tensor_layout(parse_train_plan(m, "m.json"), "train mlp"); },
       {"names layer 'fc9', which model 'mlp' does not have (expected fc1, relu, fc2)"});
+}
+
+// Adversarial pass adv8, G4: a plan's shardings were never read, so "P('nope')" ran. Each entry
+// must now be a PartitionSpec the plan's mesh (data=2, model=4) can hold.
+TEST(TrainPlanTest, ShardingsAreCheckedAgainstThePlansMesh) {
+  nlohmann::json j = good_plan();
+  j["shardings"] = {{"fc1.w", "P(None, 'model')"},
+                    {"fc1.out", "P('data', unreduced={'model'})"},
+                    {"embed.out", "P(('data', 'model'))"},
+                    {"ln.gamma", "P()"}};
+  EXPECT_NO_THROW(parse_train_plan(j, "p.json"));
+  const std::vector<std::pair<nlohmann::json, std::string>> bad = {
+      {"P('nope')", "names axis 'nope' in entry 0, which Mesh("},
+      {"P('data', 'data')", "uses mesh axis 'data' twice (in entries 0 and 1)"},
+      {"P(('model', 'model'))", "uses mesh axis 'model' twice"},
+      {"P('data', unreduced={'data'})", "uses mesh axis 'data' twice"},
+      {"P('data'", "P('data'"},
+      {"x", "'x'"},
+      {7, "is 7 (expected a PartitionSpec string"},
+      {nullptr, "is null (expected a PartitionSpec string"}};
+  for (const auto& [value, needle] : bad) {
+    SCOPED_TRACE(value.dump());
+    j["shardings"] = {{"fc1.w", "P()"}, {"fc2.w", value}};
+    expect_error<InvalidArgumentError>(
+        [&] { parse_train_plan(j, "p.json"); },
+        {"plan file 'p.json': shardings['fc2.w'] is " + value.dump(), needle});
+  }
+  j["shardings"] = nlohmann::json::array({"P()"});
+  expect_error<InvalidArgumentError>([&] { parse_train_plan(j, "p.json"); },
+                                     {"shardings is [\"P()\"] (expected an object"});
 }
 
 TEST(TrainPlanTest, WrongModelNamesBoth) {
@@ -342,6 +389,26 @@ TEST(TrainPlanTest, PlannerPicksOnlyRunnableStrategies) {
   }
   const ModelGraph t = model_file("transformer.json");
   const CostModel cost(HardwareProfile::get("v5e"));
+  // Every feasible candidate, pinned (vtpu plan --strategy --any-strategy) and emitted, reads
+  // back: its shardings are valid on the mesh (G4), its strategy is the pinned one, and the plan
+  // records the winner it replaced.
+  for (const char* file : {"mlp.json", "transformer.json"}) {
+    const ModelGraph m = model_file(file);
+    AutoShardingPlan any = plan_auto_sharding(m, {2, 4}, {"data", "model"}, cost);
+    const std::string winner = any.candidates[static_cast<size_t>(any.winner)].name;
+    int pinned = 0;
+    for (const PlanCandidate& c : any.candidates) {
+      if (!c.feasible) continue;
+      any.choose(c.name, /*allow_over_hbm=*/true);
+      const nlohmann::json j = any.to_json();
+      const TrainPlan p = parse_train_plan(j, "pinned");
+      EXPECT_EQ(p.strategy_name, c.name);
+      EXPECT_EQ(j.contains("pinned"), c.name != winner) << c.name;
+      if (c.name != winner) EXPECT_EQ(j["pinned"]["winner"], winner);
+      ++pinned;
+    }
+    EXPECT_EQ(pinned, 9) << file;  // 3^2 roles on 2x4, all feasible at these batches
+  }
   const AutoShardingPlan plan =
       plan_auto_sharding(t, {1, 8}, {"data", "model"}, cost, 0,
                          plan_constraints("transformer", {1, 8}, {"data", "model"}));

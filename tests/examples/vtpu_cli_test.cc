@@ -1583,6 +1583,134 @@ TEST(VtpuCliPlanTest, TrainMlpPlanRunsAdam) {
   }
 }
 
+// vtpu plan --strategy pins a candidate in place of the winner (adversarial pass adv8): the
+// planner never picks fsdp for the digits MLP on this machine, so `train fsdp --plan` could not be
+// compared with its estimate. The pinned plan runs and ends with the estimate-vs-measured report;
+// the batch defaults to the plan's, as with train mlp --plan.
+TEST(VtpuCliPlanTest, StrategyPinsACandidateThatTrainRunsAgainstItsEstimate) {
+  VTPU_REQUIRE_DIGITS();
+  const std::string out =
+      (std::filesystem::temp_directory_path() / "vtpu_cli_pinned_fsdp.json").string();
+  std::filesystem::remove(out);
+  const std::string mlp = "plan " + model_path("mlp.json");
+  const CliRun r = run_cli(mlp +
+                           " --mesh 8 --hardware this_machine --batch 32 --strategy "
+                           "'fsdp(x)' --emit " +
+                           out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("WINNER"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("CHOSEN (--strategy)"), std::string::npos) << r.output;
+  std::ifstream in(out);
+  ASSERT_TRUE(in.good()) << r.output;
+  const nlohmann::json plan = nlohmann::json::parse(in);
+  EXPECT_EQ(plan["strategy"]["name"], "fsdp(x)");
+  EXPECT_EQ(plan["strategy"]["fsdp"], "x");
+  EXPECT_TRUE(plan["strategy"]["data"].is_null());
+  EXPECT_EQ(plan["estimate"]["batch"], 32);
+  if (plan.contains("pinned")) EXPECT_NE(plan["pinned"]["winner"], "fsdp(x)");
+  const CliRun fsdp = run_cli("train fsdp --steps 3 --log-every 0 --plan " + out);
+  ASSERT_EQ(fsdp.exit_code, 0) << fsdp.output;
+  for (const std::string needle : {std::string("ZeRO-3 / FSDP on 8 virtual cores"),
+                                   std::string("global batch 32 (4 per core) (the plan's)"),
+                                   "planner estimate vs measured (plan " + out +
+                                       ": fsdp(x) on this_machine; 8 cores, 3 steps)",
+                                   std::string("HBM per core (bytes)")}) {
+    EXPECT_NE(fsdp.output.find(needle), std::string::npos) << needle << "\n" << fsdp.output;
+  }
+  // --json names the winner and the chosen candidate.
+  const CliRun js = run_cli(mlp + " --mesh 8 --hardware this_machine --json --strategy 'tp(x)'");
+  ASSERT_EQ(js.exit_code, 0) << js.output;
+  const nlohmann::json j = nlohmann::json::parse(js.output);
+  EXPECT_EQ(j["chosen"], "tp(x)");
+  EXPECT_EQ(j["chosen_by"], "--strategy");
+  EXPECT_EQ(j["plan"]["strategy"]["name"], "tp(x)");
+  EXPECT_TRUE(j["winner"].is_string());
+
+  // An unknown name is a usage error listing the candidates; nothing is written.
+  std::filesystem::remove(out);
+  const CliRun unknown = run_cli(mlp + " --mesh 8 --strategy 'fsdp(y)' --emit " + out);
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
+  for (const char* needle : {"usage error: --strategy: 'fsdp(y)' is not a candidate on this mesh "
+                             "(expected one of: ",
+                             "dp(x)", "tp(x)", "fsdp(x)"}) {
+    EXPECT_NE(unknown.output.find(needle), std::string::npos) << needle << "\n" << unknown.output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(out));
+  expect_failure(mlp + " --mesh 8 --strategy ''", "--strategy: '' is not a candidate", 2);
+  // A candidate vtpu train cannot run: why, and that --any-strategy lifts it.
+  const std::string hybrid = mlp + " --mesh 2x4 --hardware v5e --strategy 'fsdp(data)+tp(model)'";
+  expect_failure(hybrid,
+                 "strategy 'fsdp(data)+tp(model)' of model 'mlp' cannot run: vtpu train mlp: FSDP "
+                 "with tensor parallelism is not implemented",
+                 1);
+  expect_failure(hybrid, "(--any-strategy lets --strategy pin it as a what-if)", 1);
+  const CliRun any = run_cli(hybrid + " --any-strategy");
+  EXPECT_EQ(any.exit_code, 0) << any.output;
+  EXPECT_NE(any.output.find("chosen fsdp(data)+tp(model) (--strategy; the winner is "),
+            std::string::npos)
+      << any.output;
+  // Over the HBM limit: dp needs 2 x 4810 x 4 (parameters, gradients) + 8 rows x (64 + 64 + 10)
+  // x 4 (activations) = 42,896 bytes per core.
+  expect_failure(mlp + " --mesh 1x8 --hbm-bytes 20K --strategy 'dp(model)'",
+                 "strategy 'dp(model)' of model 'mlp' does not fit: it needs 41.89 KiB (42896 "
+                 "bytes) of HBM per core, over the limit of 20.00 KiB (20480 bytes)",
+                 1);
+  const CliRun over =
+      run_cli(mlp + " --mesh 1x8 --hbm-bytes 20K --strategy 'dp(model)' --any-strategy");
+  EXPECT_EQ(over.exit_code, 0) << over.output;
+  EXPECT_NE(over.output.find("CHOSEN (--strategy); exceeds HBM by"), std::string::npos)
+      << over.output;
+  // A batch that does not split cannot run with or without --any-strategy.
+  const CliRun odd = run_cli(mlp + " --mesh 1x8 --batch 12 --strategy 'dp(model)' --any-strategy");
+  EXPECT_EQ(odd.exit_code, 1) << odd.output;
+  EXPECT_NE(odd.output.find("cannot run: batch 12 does not split over 8 data x fsdp cores"),
+            std::string::npos)
+      << odd.output;
+  EXPECT_EQ(odd.output.find("--any-strategy lets"), std::string::npos) << odd.output;
+}
+
+// Adversarial pass adv7, G5: a tensor group of 3 does not divide the 64 hidden units; the run
+// printed "... 21 hidden units per core ..." before failing. Now it fails before any output.
+TEST(VtpuCliPlanTest, TrainMlpPlanChecksTheTensorSplitBeforePrinting) {
+  VTPU_REQUIRE_DIGITS();
+  const std::string path = temp_file("vtpu_cli_mlp_tp3.json",
+                                     R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+      "mesh": {"axes": ["data", "model"], "shape": [1, 3]},
+      "strategy": {"name": "tp(model)", "tensor": "model"}})j");
+  const CliRun r = run_cli("train mlp --batch 6 --steps 2 --plan " + path);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("hidden 64 does not split over a tensor-parallel group of 3 cores"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("hidden units per core"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("vtpu train mlp --plan"), std::string::npos) << r.output;
+}
+
+// Adversarial pass adv8, H3: a hand-edited estimate.batch of 2^62 became train mlp's global
+// batch (the command line stops at 2^30) and the run crashed with SIGSEGV. The reader bounds it
+// at vtpu plan's 2^40, and the trainer's config check at 2^30.
+TEST(VtpuCliPlanTest, TrainMlpPlanBoundsThePlansBatch) {
+  VTPU_REQUIRE_DIGITS();
+  for (const char* batch : {"4611686018427387904", "1099511627776"}) {
+    SCOPED_TRACE(batch);
+    const std::string path = temp_file("vtpu_cli_mlp_huge_batch.json",
+                                       R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+        "mesh": {"axes": ["x"], "shape": [2]}, "strategy": {"name": "dp(x)", "data": "x"},
+        "estimate": {"step_seconds": 0.001, "batch": )j" +
+                                           std::string(batch) + "}}");
+    for (const char* command : {"train mlp", "train fsdp"}) {
+      const CliRun r = run_cli(std::string(command) + " --steps 2 --plan " + path);
+      EXPECT_EQ(r.exit_code, 1) << command << "\n" << r.output;
+      EXPECT_NE(r.output.find(std::string(batch) == "1099511627776"
+                                  ? "global batch is 1099511627776 (expected 1..1073741824)"
+                                  : "estimate.batch is 4611686018427387904"),
+                std::string::npos)
+          << command << "\n"
+          << r.output;
+    }
+  }
+}
+
 // The transformer on 1x8, 2x4, 8x1 and 1x2: the emitted plan runs with
 // `vtpu train transformer --plan` and matches one core. On v5e, 2x4 is dp(data,model): data
 // parallel over both axes, flattened into one group of 8.

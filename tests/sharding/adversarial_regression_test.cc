@@ -198,6 +198,30 @@ TEST(AdversarialShardingTest, PlannerBoundsTheAxesItEnumerates) {
   EXPECT_GE(p.winner, 0);
 }
 
+// Adversarial pass adv8, H5: the DP kept every time/HBM trade-off of a long chain of dense
+// layers (each layer split or replicated), so the frontier grew with the chain: 1,000 layers on
+// 2x4 took 105 s and 358 MB, 2,000 more than 2 minutes (the CTest timeout turns that into a
+// failure). Labels whose every completion fits now drop slower ones (exact: such a label's
+// completions beat the slower label's). Identical layers far from the limit make one choice.
+TEST(AdversarialShardingTest, PlannerIsLinearInALongChainFarFromTheLimit) {
+  std::string layers;
+  const int n = 2000;
+  for (int i = 0; i < n; ++i) {
+    layers += std::string(i ? "," : "") + R"({"name": "fc)" + std::to_string(i) +
+              R"(", "kind": "dense", "in": 4, "out": 4})";
+  }
+  const ModelGraph m =
+      ModelGraph::parse(R"({"name": "deep", "batch": 8, "layers": [)" + layers + "]}");
+  const CostModel v5e(HardwareProfile::get("v5e"));
+  const AutoShardingPlan p = plan_auto_sharding(m, {2, 4}, {"data", "model"}, v5e, 0);
+  ASSERT_GE(p.winner, 0);
+  EXPECT_EQ(p.candidates.size(), 9u);
+  const PlanCandidate& w = p.candidates[static_cast<size_t>(p.winner)];
+  ASSERT_EQ(w.layers.size(), static_cast<size_t>(n));
+  for (size_t i = 1; i + 1 < w.layers.size(); ++i)
+    EXPECT_EQ(w.layers[i].choice, w.layers[1].choice) << w.layers[i].layer;
+}
+
 // Issue 6 adversarial pass, F27: errors quoted the whole spec, so a 20 000-axis spec made a
 // 150 KB error line. The quoted spec is now abbreviated (parse errors: the part around the
 // position), and the message stays a few hundred characters.

@@ -182,6 +182,79 @@ TEST(AutoPlannerTest, FsdpTransientOfAMiddleUnitHoldsItsNeighbours) {
   EXPECT_EQ(fsdp.arena_bytes_per_core(), 280u);
 }
 
+/// Expects plan.choose(name, allow_over_hbm) to throw E with `needle` in its message.
+template <typename E>
+void expect_choose_error(AutoShardingPlan& plan, const std::string& name, bool allow_over_hbm,
+                         const std::string& needle) {
+  try {
+    plan.choose(name, allow_over_hbm);
+    ADD_FAILURE() << "expected an error choosing " << name;
+  } catch (const E& e) {
+    EXPECT_THAT(e.message(), HasSubstr(needle));
+  }
+}
+
+// choose() pins a candidate by its table name in place of the winner (vtpu plan --strategy).
+// The tiny model of the test above: dp(y) needs 144 B, fsdp(y) 208 B, tp(y) 80 B.
+TEST(AutoPlannerTest, ChoosePinsANamedCandidateOrSaysWhyItCannot) {
+  const ModelGraph m = ModelGraph::parse(R"({"name": "tiny", "optimizer": "sgd", "batch": 2,
+    "layers": [{"name": "fc", "kind": "dense", "in": 4, "out": 4, "bias": false}]})");
+  AutoShardingPlan p = plan_auto_sharding(m, {1, 2}, {"x", "y"}, v5e(), 150);
+  ASSERT_GE(p.winner, 0);
+  const std::string winner = p.candidates[static_cast<size_t>(p.winner)].name;
+  EXPECT_EQ(p.chosen(), p.winner);
+  expect_choose_error<InvalidArgumentError>(
+      p, "dp(x)", false,
+      "strategy 'dp(x)' is not a candidate of model 'tiny' on Mesh(x=1, y=2) (expected one of: ");
+  for (const char* name : {"dp(y)", "tp(y)", "fsdp(y)"})
+    expect_choose_error<InvalidArgumentError>(p, "dp(x)", false, name);
+  expect_choose_error<ResourceExhaustedError>(  // 208 B > 150 B
+      p, "fsdp(y)", false,
+      "strategy 'fsdp(y)' of model 'tiny' does not fit: it needs 208 B (208 bytes) of HBM per "
+      "core, over the limit of 150 B (150 bytes)");
+  EXPECT_EQ(p.pinned, -1);  // a failed choose() pins nothing
+  p.choose("fsdp(y)", /*allow_over_hbm=*/true);
+  ASSERT_GE(p.pinned, 0);
+  EXPECT_EQ(p.chosen(), p.pinned);
+  const nlohmann::json j = p.to_json();
+  EXPECT_EQ(j["strategy"]["name"], "fsdp(y)");
+  EXPECT_EQ(j["strategy"]["fsdp"], "y");
+  EXPECT_EQ(j["estimate"]["hbm_bytes_per_core"], 208);
+  EXPECT_EQ(j["pinned"]["winner"], winner);
+  EXPECT_THAT(j["pinned"]["why_lost"].get<std::string>(), HasSubstr("exceeds HBM by 58 B"));
+  const std::string table = p.to_string();
+  EXPECT_THAT(table, HasSubstr("CHOSEN (--strategy); exceeds HBM by 58 B"));
+  EXPECT_THAT(table, HasSubstr("WINNER"));
+  EXPECT_THAT(table, HasSubstr("chosen fsdp(y) (--strategy; the winner is " + winner + ")"));
+  // Pinning the winner emits what the planner would, with no "pinned" record.
+  p.choose(winner);
+  EXPECT_FALSE(p.to_json().contains("pinned"));
+  EXPECT_THAT(p.to_string(), HasSubstr("WINNER, CHOSEN (--strategy)"));
+  // Nothing fits within 64 B: a pinned candidate over the limit is still emitted (a what-if).
+  AutoShardingPlan none = plan_auto_sharding(m, {1, 2}, {"x", "y"}, v5e(), 64);
+  EXPECT_THROW(none.choose("dp(y)"), ResourceExhaustedError);
+  none.choose("dp(y)", true);
+  EXPECT_NO_THROW(none.require_fit());
+  EXPECT_TRUE(none.to_json()["pinned"]["winner"].is_null());
+  // A batch of 3 does not split over 2 data cores; a strategy the runner rejects cannot run.
+  const ModelGraph odd = ModelGraph::parse(R"({"name": "tiny", "optimizer": "sgd", "batch": 3,
+    "layers": [{"name": "fc", "kind": "dense", "in": 4, "out": 4, "bias": false}]})");
+  PlanConstraints no_tp;
+  no_tp.runner = "the runner";
+  no_tp.unsupported = [](const PlanCandidate& c) {
+    return c.tensor_axes.empty() ? std::string() : std::string("no tensor parallelism");
+  };
+  AutoShardingPlan q = plan_auto_sharding(odd, {1, 2}, {"x", "y"}, v5e(), 0, no_tp);
+  expect_choose_error<FailedPreconditionError>(
+      q, "dp(y)", true,
+      "strategy 'dp(y)' of model 'tiny' cannot run: batch 3 does not split over 2 data x fsdp "
+      "cores");
+  expect_choose_error<FailedPreconditionError>(
+      q, "tp(y)", true,
+      "strategy 'tp(y)' of model 'tiny' cannot run: the runner: no tensor parallelism");
+  EXPECT_EQ(q.pinned, -1);
+}
+
 /// 2 CPUs at 1e10 f32 FLOP/s, a 1 MiB cache at 4e10 B/s, no kernel rates.
 HardwareProfile host_profile() {
   HardwareProfile host = HardwareProfile::get("v5e");
