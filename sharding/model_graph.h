@@ -13,7 +13,8 @@
 //   elementwise     dim [, flops_per_element = 1,  y = f(x) (ReLU, GELU, residual add, ...)
 //                   transcendentals_per_element = 0]
 //   layer_norm      dim                            gamma, beta (dim)
-//   attention       d_model, heads [, bias = true] causal self-attention: Wqkv (d, 3d), Wo (d, d)
+//   attention       d_model, heads [, bias = true] causal self-attention: Wqkv (d, 3, d) (input,
+//                                                  q/k/v, heads x head dim), Wo (d, d)
 //   embedding       vocab, d_model [, positions]   table (vocab, d); optional learned positions
 //                                                  (positions, d); input: token ids (first layer)
 #pragma once
