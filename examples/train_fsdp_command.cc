@@ -16,6 +16,7 @@
 #include "examples/digits_dataset.h"
 #include "examples/estimate_report.h"
 #include "examples/fsdp_trainer.h"
+#include "examples/mlp_reference.h"
 #include "examples/mlp_trainer.h"
 #include "examples/train_plan.h"
 #include "runtime/runtime.h"
@@ -36,28 +37,6 @@ struct TrainFsdpCommand {
 
 namespace {
 
-/// The tolerance of issue 6: N-core losses equal the single-core losses within 1e-4 relative.
-constexpr double kLossTolerance = 1e-4;
-
-struct DpRun {
-  MlpResult result;
-  HbmBreakdown peak;  // core 0 after the last step, all training buffers live (its peak)
-};
-
-/// `on_step`, when set, is called on core 0 after every step (a StepMeter's callback).
-DpRun run_dp(const RuntimeOptions& options, const DigitsSplit& split, MlpConfig config,
-             const std::function<void(int64_t, double)>& on_step = {}) {
-  Runtime runtime(options);
-  DpRun run;
-  // train_mlp allocates every buffer once, so after the last step core 0 holds its peak.
-  config.at_peak = [&run](Runtime& rt) {
-    run.peak = hbm_breakdown(rt.core(0).hbm().chunk_records());
-  };
-  config.log_every = on_step ? 1 : 0;
-  run.result = train_mlp(runtime, split, config, on_step);
-  return run;
-}
-
 std::string ratio_text(uint64_t one, uint64_t fsdp) {
   if (fsdp == 0) return one == 0 ? "-" : "inf";
   char buf[32];
@@ -67,7 +46,7 @@ std::string ratio_text(uint64_t one, uint64_t fsdp) {
 
 /// Core 0's HBM at its peak by what the bytes hold: the 1-core reference run, data parallel on
 /// the N cores and, when it ran, FSDP on the N cores, with the ratio 1 core / FSDP.
-void print_breakdown(const DpRun& one, const DpRun& dp, const FsdpResult* fsdp, bool adam) {
+void print_breakdown(const MlpRun& one, const MlpRun& dp, const FsdpResult* fsdp, bool adam) {
   const HbmBreakdown *a = &one.peak, *b = &dp.peak, *f = fsdp ? &fsdp->peak : nullptr;
   std::printf("%-34s %14s %14s %14s %11s\n", "HBM per core (core 0, at its peak)", "1 core (ref)",
               "DP (N cores)", f ? "FSDP (N cores)" : "", f ? "1 core/FSDP" : "");
@@ -172,9 +151,9 @@ int run(const TrainFsdpCommand& cmd) {
     fsdp = train_fsdp(runtime, split, run_config, on_log);
   }
   MlpConfig dp_config = mc;
-  DpRun dp = run_dp(options, split, dp_config,
-                    estimate && !fsdp_mode ? meter.wrap({}, 0, mc.steps)
-                                           : std::function<void(int64_t, double)>());
+  MlpRun dp = run_mlp(options, split, dp_config,
+                      estimate && !fsdp_mode ? meter.wrap({}, 0, mc.steps)
+                                             : std::function<void(int64_t, double)>());
   std::optional<EstimateReport> report;
   if (estimate) {
     const MeasuredRun m =
@@ -184,22 +163,11 @@ int run(const TrainFsdpCommand& cmd) {
     report = compare_estimate(*estimate, m);
   }
   // The reference: train mlp on 1 core, accumulating its gradient over N micro-batches (core c's
-  // rows), so that it performs the N-core runs' f32 additions in their rank order
-  // (examples/mlp_trainer.h). And, for comparison only, 1 core with the whole batch in one GEMM.
-  RuntimeOptions one = options;
-  one.num_cores = 1;
-  MlpConfig ref_config = mc;
-  ref_config.micro_batches = n;
-  const DpRun reference = run_dp(one, split, ref_config);
-  std::optional<DpRun> one_batch;
-  if (n > 1) one_batch = run_dp(one, split, mc);
-  const std::vector<double>& one_batch_losses =
-      one_batch ? one_batch->result.losses : reference.result.losses;
-
+  // rows), so that it performs the N-core runs' f32 additions in their rank order; and, for
+  // comparison only, 1 core with the whole batch in one GEMM (examples/mlp_reference.h).
+  const MlpReference reference = run_mlp_reference(options, split, mc, n);
   const std::vector<double>& losses = fsdp ? fsdp->losses : dp.result.losses;
-  const double diff = max_relative_difference(losses, reference.result.losses);
-  const double one_batch_diff = max_relative_difference(losses, one_batch_losses);
-  const bool ok = diff <= kLossTolerance;
+  const bool ok = reference.matches(losses);
   const bool padding_ok = !fsdp || fsdp->padding_is_zero;
   const char* what = fsdp ? "FSDP" : "data parallel";
   if (cmd.json) {
@@ -221,37 +189,16 @@ int run(const TrainFsdpCommand& cmd) {
                           {"test_accuracy", dp.result.test_accuracy},
                           {"peak_hbm_core0", dp.peak},
                           {"peak_bytes_in_use_core0", dp.result.hbm[0].peak_bytes_in_use}};
-    j["reference"] = {{"num_cores", 1},
-                      {"micro_batches", n},
-                      {"losses", reference.result.losses},
-                      {"median_step_ms", reference.result.median_step_ms},
-                      {"peak_hbm_core0", reference.peak},
-                      {"peak_bytes_in_use_core0", reference.result.hbm[0].peak_bytes_in_use}};
-    j["one_batch_reference"] = {{"num_cores", 1},
-                                {"micro_batches", 1},
-                                {"losses", one_batch_losses},
-                                {"max_relative_loss_difference", one_batch_diff}};
-    j["max_relative_loss_difference"] = diff;
+    reference.add_json(j, losses);
     if (fsdp) {
       j["max_relative_loss_difference_vs_data_parallel"] =
           max_relative_difference(fsdp->losses, dp.result.losses);
     }
-    j["losses_match"] = ok;
     if (report) j["estimate_vs_measured"] = report->to_json();
     std::cout << j.dump(2) << std::endl;
     return ok && padding_ok ? 0 : 1;
   }
-  std::printf(
-      "losses: %s on %d cores vs train mlp on 1 core with %d micro-batches (same process, same "
-      "f32 additions in the same order): max relative difference %.3g over %lld steps "
-      "(tolerance %g): %s\n",
-      what, n, n, diff, static_cast<long long>(mc.steps), kLossTolerance, ok ? "ok" : "MISMATCH");
-  if (one_batch) {
-    std::printf(
-        "        vs train mlp on 1 core in one batch (one GEMM over all %lld rows: other f32 "
-        "rounding, not checked): max relative difference %.3g\n",
-        static_cast<long long>(mc.global_batch), one_batch_diff);
-  }
+  std::printf("%s", reference.to_string(what, n, losses).c_str());
   if (fsdp) {
     // FSDP against data parallel on the same cores: both split the batch the same way, so what
     // remains is the order of the gradient sums (reduce-scatter vs all-reduce).
@@ -289,13 +236,13 @@ int run(const TrainFsdpCommand& cmd) {
   std::printf("median step time: ");
   if (fsdp) std::printf("FSDP %.3f ms, ", fsdp->median_step_ms);
   std::printf("DP %.3f ms (%d cores); train mlp on 1 core %.3f ms (%d micro-batches)\n",
-              dp.result.median_step_ms, n, reference.result.median_step_ms, n);
+              dp.result.median_step_ms, n, reference.checked.result.median_step_ms, n);
   if (fsdp) {
     std::printf("padding of the parameter%s shards after training: %s\n",
                 mc.optimizer == "adam" ? ", m and v" : "",
                 fsdp->padding_is_zero ? "all 0" : "NOT 0");
   }
-  print_breakdown(reference, dp, fsdp ? &*fsdp : nullptr, mc.optimizer == "adam");
+  print_breakdown(reference.checked, dp, fsdp ? &*fsdp : nullptr, mc.optimizer == "adam");
   if (report) std::printf("%s", report->to_string().c_str());
   return ok && padding_ok ? 0 : 1;
 }
