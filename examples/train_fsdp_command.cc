@@ -32,7 +32,9 @@ struct TrainFsdpCommand {
   std::string data_path = default_digits_path();
   std::string hbm_bytes;
   bool json = false;
-  CLI::Option* lr_option = nullptr;  // --lr; when absent the optimizer's default applies
+  CLI::Option* lr_option = nullptr;         // --lr; when absent the optimizer's default applies
+  CLI::Option* hidden_option = nullptr;     // --hidden; with --plan, default the plan's
+  CLI::Option* optimizer_option = nullptr;  // --optimizer; with --plan, default the plan's
 };
 
 namespace {
@@ -84,8 +86,10 @@ int run(const TrainFsdpCommand& cmd) {
   if (cmd.cores) options.num_cores = *cmd.cores;
   bool fsdp_mode = true;
   std::optional<TrainPlan> plan;
+  std::optional<MlpPlanModel> planned;  // the plan's model_graph, when it has one
   if (!cmd.plan_path.empty()) {
     plan = load_train_plan(cmd.plan_path);
+    planned = mlp_plan_model(*plan);  // first: a plan for another model is refused as such
     fsdp_mode = mlp_plan_mode(*plan) == MlpPlanMode::kFsdp;
     if (cmd.cores && *cmd.cores != plan->num_cores()) {
       throw InvalidArgumentError("--cores " + std::to_string(*cmd.cores) + " but plan '" +
@@ -98,6 +102,16 @@ int run(const TrainFsdpCommand& cmd) {
   options.validate();
   FsdpConfig config = cmd.config;
   config.prefetch = cmd.prefetch == "on";
+  // The model the plan was made for (its model_graph), unless a flag says the same.
+  if (planned) {
+    MlpConfig& m = config.mlp;
+    m.hidden =
+        plan_setting(*plan, "hidden", "fc1.out", "--hidden", planned->hidden,
+                     cmd.hidden_option->count() ? std::optional<int64_t>(m.hidden) : std::nullopt);
+    m.optimizer = plan_setting(
+        *plan, "optimizer", "model_graph.optimizer", "--optimizer", planned->optimizer,
+        cmd.optimizer_option->count() ? std::optional<std::string>(m.optimizer) : std::nullopt);
+  }
   if (cmd.lr_option->count() == 0) {
     config.mlp.learning_rate = mlp_default_learning_rate(config.mlp.optimizer);
   }
@@ -266,21 +280,25 @@ std::shared_ptr<TrainFsdpCommand> add_train_fsdp_command(CLI::App& train) {
                   "Global batch (rows per step over all cores; a multiple of the cores)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  app->add_option("--hidden", m.hidden, "Hidden units")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->hidden_option =
+      app->add_option("--hidden", m.hidden, "Hidden units (with --plan, default the plan's)")
+          ->capture_default_str()
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->lr_option =
       app->add_option(
              "--lr", m.learning_rate,
              "Learning rate (> 0; default 0.2 with sgd, 1e-3 with adam as torch.optim.Adam)")
           ->check(learning_rate_validator());
-  app->add_option("--optimizer", m.optimizer,
-                  "sgd (plain SGD, no state) or adam (Adam with bias correction, betas 0.9/0.999, "
-                  "eps 1e-8; m and v sharded like the parameters)")
+  cmd->optimizer_option =
+      app->add_option(
+             "--optimizer", m.optimizer,
+             "sgd (plain SGD, no state) or adam (Adam with bias correction, betas 0.9/0.999, "
+             "eps 1e-8; m and v sharded like the parameters)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"sgd", "adam"}));
+  app->add_option("--seed", m.seed, "Seed for parameter init and batch order, 0 .. 2^64 - 1")
       ->capture_default_str()
-      ->check(CLI::IsMember({"sgd", "adam"}));
-  app->add_option("--seed", m.seed, "Seed for parameter init and batch order")
-      ->capture_default_str();
+      ->check(seed_validator());
   app->add_option("--plan", cmd->plan_path,
                   "A `vtpu plan` file: strategy.fsdp runs FSDP over its mesh, strategy.data alone "
                   "runs data parallel");

@@ -47,6 +47,8 @@ struct PlanRun {
 
 int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
   const TrainPlan plan = load_train_plan(args.plan_path);
+  // First: a plan for another model is refused as such, before its strategy is looked at.
+  const std::optional<MlpPlanModel> planned = mlp_plan_model(plan);
   const MlpPlanMode mode = mlp_plan_mode(plan, /*allow_tensor=*/true);
   if (args.cores && *args.cores != plan.num_cores()) {
     throw InvalidArgumentError("--cores " + std::to_string(*args.cores) + " but plan '" +
@@ -58,6 +60,16 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
   options.validate();
   MlpConfig mlp = args.mlp;
   if (!args.batch_given && plan.estimated_batch() > 0) mlp.global_batch = plan.estimated_batch();
+  // The model the plan was made for (its model_graph), unless a flag says the same.
+  if (planned) {
+    mlp.hidden =
+        plan_setting(plan, "hidden", "fc1.out", "--hidden", planned->hidden,
+                     args.hidden_given ? std::optional<int64_t>(mlp.hidden) : std::nullopt);
+    mlp.optimizer = plan_setting(
+        plan, "optimizer", "model_graph.optimizer", "--optimizer", planned->optimizer,
+        args.optimizer_given ? std::optional<std::string>(mlp.optimizer) : std::nullopt);
+  }
+  if (!args.lr_given) mlp.learning_rate = mlp_default_learning_rate(mlp.optimizer);
   std::optional<DataTensorLayout> layout;
   if (mode == MlpPlanMode::kTensorParallel) {
     layout = plan_data_tensor_layout(plan, "vtpu train mlp");
@@ -85,9 +97,10 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
                   mode == MlpPlanMode::kFsdp ? "ZeRO-3 / FSDP (train fsdp)" : "data parallel", n);
     }
     std::printf(
-        "model 64->%lld->10, global batch %lld%s, %s lr %g, %lld steps, seed %llu; digits %s: "
+        "model 64->%lld->10%s, global batch %lld%s, %s lr %g, %lld steps, seed %llu; digits %s: "
         "%lld train / %lld test rows\n",
-        static_cast<long long>(mlp.hidden), static_cast<long long>(mlp.global_batch),
+        static_cast<long long>(mlp.hidden), plan.model_graph ? " (the plan's)" : "",
+        static_cast<long long>(mlp.global_batch),
         !args.batch_given && plan.estimated_batch() > 0 ? " (the plan's)" : "",
         mlp.optimizer == "adam" ? "Adam" : "SGD", static_cast<double>(mlp.learning_rate),
         static_cast<long long>(mlp.steps), static_cast<unsigned long long>(mlp.seed),

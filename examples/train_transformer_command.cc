@@ -64,6 +64,16 @@ int run(const TrainTransformerCommand& cmd) {
     if (cmd.batch_option->count() == 0 && plan->estimated_batch() > 0) {
       c.batch = plan->estimated_batch();
     }
+    // The model the plan was made for (its model_graph; vtpu train transformer has no flags for
+    // the sizes): a model_graph that is not this transformer is an error.
+    if (const std::optional<TransformerPlanModel> m = transformer_plan_model(*plan)) {
+      c.vocab = m->vocab;
+      c.context = m->context;
+      c.d_model = m->d_model;
+      c.heads = m->heads;
+      c.layers = m->layers;
+      c.hidden = m->hidden;
+    }
   } else if (!cmd.mesh.empty()) {
     mesh = parse_transformer_mesh(cmd.mesh);
   } else if (cmd.cores) {

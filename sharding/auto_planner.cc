@@ -886,6 +886,7 @@ nlohmann::json AutoShardingPlan::to_json() const {
       {"hardware", hardware},
       {"batch", model.batch}};
   j["layers"] = layers;
+  j["model_graph"] = model.to_json();  // the sizes the plan is for (trainers take them)
   return j;
 }
 

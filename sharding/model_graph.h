@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,10 @@ struct ModelGraph {
   static ModelGraph parse(const std::string& text, const std::string& origin = "model");
   /// Reads and parses a file. Throws NotFoundError when it cannot be read, else as parse().
   static ModelGraph load_json_file(const std::string& path);
+  /// The model in the model-file format (no "description"; every optional field written), so
+  /// that parse(to_json().dump()) gives this model back. A plan file carries it as "model_graph"
+  /// (docs/SHARDING.md, "Plan files").
+  nlohmann::json to_json() const;
 };
 
 }  // namespace vtpu

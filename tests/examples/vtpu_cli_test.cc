@@ -1430,6 +1430,77 @@ TEST(VtpuCliPlanTest, TrainMlpPlanChecksAgainstTheMicroBatchedReference) {
   }
 }
 
+// Regression (new-user pass nu8, N1): a plan made for hidden 128 ran the trainer's hidden 64 and
+// judged the hidden-128 estimate against it (0.63x "outside 25%"), a transformer plan for
+// d_model 32 ran d_model 64, and a model "mlp" without its relu was accepted. The plan's
+// model_graph now sets the sizes, a contradicting flag is an error, and another architecture is
+// refused naming the layer.
+TEST(VtpuCliPlanTest, TrainRunsThePlansModelSizes) {
+  VTPU_REQUIRE_DIGITS();
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string out = (dir / "vtpu_cli_mlp128_plan.json").string();
+  const std::string mlp128 = temp_file("vtpu_cli_mlp128.json", R"j({"name": "mlp", "batch": 16,
+      "optimizer": "sgd", "layers": [{"name": "fc1", "kind": "dense", "in": 64, "out": 128},
+      {"name": "relu", "kind": "elementwise", "dim": 128},
+      {"name": "fc2", "kind": "dense", "in": 128, "out": 10}]})j");
+  std::filesystem::remove(out);
+  CliRun r = run_cli("plan " + mlp128 + " --mesh 1x2 --hardware this_machine --emit " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = expect_runs_like_one_core("train mlp --steps 3 --json --plan " + out,
+                                                     "/run/losses", "/reference/losses");
+  if (!j.is_null()) {
+    EXPECT_EQ(j["config"]["hidden"], 128);
+    EXPECT_EQ(j["config"]["optimizer"], "sgd");
+    EXPECT_EQ(j["config"]["global_batch"], 16);
+  }
+  expect_failure("train mlp --steps 1 --hidden 64 --plan " + out,
+                 "is for hidden 128 (fc1.out), --hidden is 64 (expected 128, or --hidden left out)",
+                 1);
+  expect_failure("train mlp --steps 1 --optimizer adam --plan " + out,
+                 "is for optimizer sgd (model_graph.optimizer), --optimizer is adam", 1);
+  r = run_cli("train mlp --steps 1 --hidden 128 --log-every 0 --plan " + out);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("model 64->128->10 (the plan's)"), std::string::npos) << r.output;
+
+  const std::string norelu = temp_file("vtpu_cli_mlp_norelu.json", R"j({"name": "mlp",
+      "batch": 16, "optimizer": "sgd", "layers": [
+      {"name": "fc1", "kind": "dense", "in": 64, "out": 64},
+      {"name": "fc2", "kind": "dense", "in": 64, "out": 10}]})j");
+  std::filesystem::remove(out);
+  r = run_cli("plan " + norelu + " --mesh 2 --hardware this_machine --emit " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_failure("train mlp --steps 1 --plan " + out,
+                 "model_graph has layers[1] 'fc2' dense 64 -> 10 (expected 'relu' elementwise dim "
+                 "64), which vtpu train mlp does not run",
+                 1);
+  expect_failure("train fsdp --steps 1 --plan " + out, "which vtpu train mlp does not run", 1);
+
+  // A transformer of d_model 32, 2 heads, 1 block, MLP hidden 64, context 16.
+  std::string t = R"j({"name": "transformer", "batch": 4, "seq_len": 16, "optimizer": "adam",
+      "layers": [{"name": "embed", "kind": "embedding", "vocab": 128, "d_model": 32,
+      "positions": 16}, {"name": "blocks.0.ln1", "kind": "layer_norm", "dim": 32},
+      {"name": "blocks.0.attn", "kind": "attention", "d_model": 32, "heads": 2},
+      {"name": "blocks.0.ln2", "kind": "layer_norm", "dim": 32},
+      {"name": "blocks.0.mlp.fc1", "kind": "dense", "in": 32, "out": 64},
+      {"name": "blocks.0.mlp.gelu", "kind": "elementwise", "dim": 64},
+      {"name": "blocks.0.mlp.fc2", "kind": "dense", "in": 64, "out": 32},
+      {"name": "ln_f", "kind": "layer_norm", "dim": 32},
+      {"name": "head", "kind": "dense", "in": 32, "out": 128}]})j";
+  const std::string small = temp_file("vtpu_cli_small_transformer.json", t);
+  std::filesystem::remove(out);
+  r = run_cli("plan " + small + " --mesh 1x2 --hardware this_machine --emit " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json tj = expect_runs_like_one_core(
+      "train transformer --steps 2 --json --data " + transformer_text_file() + " --plan " + out,
+      "/mesh/losses", "/reference/losses");
+  if (!tj.is_null()) {
+    for (const auto& [key, value] : std::vector<std::pair<const char*, int>>{
+             {"d_model", 32}, {"heads", 2}, {"layers", 1}, {"hidden", 64}, {"context", 16}}) {
+      EXPECT_EQ(tj["config"][key], value) << key;
+    }
+  }
+}
+
 // --optimizer adam under every mode of `train mlp --plan`: the default learning rate is Adam's
 // (1e-3) and the losses match one core running Adam (the reference of the same process).
 TEST(VtpuCliPlanTest, TrainMlpPlanRunsAdam) {
