@@ -62,16 +62,22 @@ int run(const PlanCommand& c) {
   if (c.json) {
     nlohmann::json rows = nlohmann::json::array();
     for (const PlanCandidate& k : plan.candidates) {
+      // Regression (new-user pass nu8, N16): a "cannot run" row (the batch or a layer does not
+      // split) had runnable: true and step_seconds 0, so a script sorting the runnable rows by
+      // step time picked an impossible strategy. Such a row is not costed: its costs are null.
+      const auto cost = [&k](auto value) {
+        return k.feasible ? nlohmann::json(value) : nlohmann::json(nullptr);
+      };
       rows.push_back(
           {{"strategy", k.name},
+           {"runnable", k.feasible && k.unsupported_reason.empty()},
            {"feasible", k.feasible},
            {"fits", k.fits},
-           {"hbm_bytes_per_core", k.fits ? k.hbm_bytes_per_core : k.min_hbm_bytes_per_core},
-           {"comm_bytes_per_core", k.comm_bytes_per_core},
-           {"compute_seconds", k.compute_seconds},
-           {"comm_seconds", k.comm_seconds},
-           {"step_seconds", k.step_seconds},
-           {"runnable", k.unsupported_reason.empty()},
+           {"hbm_bytes_per_core", cost(k.fits ? k.hbm_bytes_per_core : k.min_hbm_bytes_per_core)},
+           {"comm_bytes_per_core", cost(k.comm_bytes_per_core)},
+           {"compute_seconds", cost(k.compute_seconds)},
+           {"comm_seconds", cost(k.comm_seconds)},
+           {"step_seconds", cost(k.step_seconds)},
            {"why_lost", k.why_lost}});
     }
     nlohmann::json j = {{"candidates", rows}, {"hbm_limit_bytes", plan.hbm_limit_bytes}};

@@ -1213,6 +1213,36 @@ TEST(VtpuCliPlanTest, MalformedModelFileNamesTheField) {
   expect_failure("plan " + broken + " --mesh 1x2", "line 3", 1);
 }
 
+// Regression (new-user pass nu8, N16): with --batch 63 on 2x4 every "cannot run: batch 63 does
+// not split" row had runnable: true and step_seconds 0. Rows that cannot run are now
+// runnable: false with null costs; the tp(data,model) winner (the batch is not split) is costed.
+TEST(VtpuCliPlanTest, PlanJsonRowsThatCannotRunAreNotRunnableAndNotCosted) {
+  const CliRun r = run_cli("plan " + model_path("mlp.json") + " --mesh 2x4 --batch 63 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  int cannot = 0, runnable = 0;
+  for (const nlohmann::json& c : j["candidates"]) {
+    SCOPED_TRACE(c.dump());
+    const bool cannot_run = c["why_lost"].get<std::string>().starts_with("cannot run");
+    EXPECT_EQ(c["runnable"].get<bool>(), !cannot_run);
+    if (!c["feasible"].get<bool>()) {
+      ++cannot;
+      for (const char* key : {"step_seconds", "compute_seconds", "comm_seconds",
+                              "hbm_bytes_per_core", "comm_bytes_per_core"}) {
+        EXPECT_TRUE(c[key].is_null()) << key;
+      }
+    } else {
+      ++runnable;
+      EXPECT_GT(c["step_seconds"].get<double>(), 0.0);
+      EXPECT_GT(c["hbm_bytes_per_core"].get<uint64_t>(), 0u);
+    }
+  }
+  EXPECT_GT(cannot, 0);
+  EXPECT_GT(runnable, 0);
+  EXPECT_EQ(j["candidates"][0]["strategy"], "tp(data,model)");
+  EXPECT_EQ(j["plan"]["strategy"]["name"], "tp(data,model)");
+}
+
 TEST(VtpuCliPlanTest, ReshardExplainOnV5e) {
   // The all-gather over z of (4, 2) f32 blocks: B = 64 bytes over n = 2 on one torus ring:
   // 1 us (one hop) + 1/(2 x 4.5e10) x 1/2 x 64 s = 1.0004 us.
