@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/strings.h"
 #include "common/units.h"
+#include "examples/cli_validators.h"
 #include "examples/mesh_arg.h"
 #include "examples/output_path.h"
 #include "examples/train_plan.h"
@@ -37,11 +38,17 @@ int run(const PlanCommand& c) {
   check_output_path("--emit", c.emit_path);
   ModelGraph model = ModelGraph::load_json_file(c.model_path);
   if (c.batch > 0) model.batch = c.batch;
-  const std::vector<int64_t> shape = parse_mesh_shape(c.mesh);
-  const std::vector<std::string> axes =
-      mesh_axis_names(c.axes, c.mesh, shape,
-                      shape.size() == 2 ? std::vector<std::string>{"data", "model"}
-                                        : default_axis_names(shape.size()));
+  // Regression (new-user pass nu8, N5): a malformed --mesh or --axes exited 1, not 2.
+  std::vector<int64_t> shape;
+  std::vector<std::string> axes;
+  if (!check_usage([&] {
+        shape = parse_mesh_shape(c.mesh);
+        axes = mesh_axis_names(c.axes, c.mesh, shape,
+                               shape.size() == 2 ? std::vector<std::string>{"data", "model"}
+                                                 : default_axis_names(shape.size()));
+      })) {
+    return 2;
+  }
   // Regression (issue 6 adversarial pass, F13): the product of the --mesh sizes was unbounded:
   // --mesh 4096x4096 planned 16,777,216 cores, and --emit wrote a plan vtpu train cannot run.
   if (c.emit_path.empty()) {
@@ -132,8 +139,10 @@ std::shared_ptr<PlanCommand> add_plan_command(CLI::App& app) {
           "--hardware", c->hardware,
           "Hardware profile: " + join(HardwareProfile::builtin_names()) + ", or a profile .json")
       ->capture_default_str();
-  c->app->add_option("--hbm-bytes", c->hbm_bytes,
-                     "HBM limit per core, e.g. 16G (default: the profile's HBM per core)");
+  c->app
+      ->add_option("--hbm-bytes", c->hbm_bytes,
+                   "HBM limit per core, e.g. 16G (default: the profile's HBM per core)")
+      ->check(size_validator());
   c->app->add_option("--batch", c->batch, "Global batch (default: the model file's)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   c->app->add_option("--emit", c->emit_path, "Write the winner as a plan JSON file");

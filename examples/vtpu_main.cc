@@ -561,8 +561,9 @@ int main(int argc, char** argv) {
                   "--cores 1 --micro-batches N repeats the f32 sums of --cores N exactly")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  mlp->add_option("--seed", args.mlp.seed, "Seed for parameter init and batch order")
-      ->capture_default_str();
+  mlp->add_option("--seed", args.mlp.seed, "Seed for parameter init and batch order, 0 .. 2^64 - 1")
+      ->capture_default_str()
+      ->check(vtpu::examples::seed_validator());
   mlp->add_option("--data", args.data_path, "digits.csv.gz from Debian python3-sklearn")
       ->capture_default_str();
   mlp->add_option("--hbm-bytes", args.hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)")

@@ -443,7 +443,7 @@ TEST(VtpuCliTest, ReshardRejectsBadInput) {
   expect_failure("reshard --mesh 2x2 --shape 8 --from \"P('x','x')\" --to \"P()\"", "twice", 1);
   expect_failure("reshard --mesh 2x2 --shape 8 --from \"P('q')\" --to \"P()\"", "'q'", 1);
   expect_failure("reshard --mesh 2x2 --shape 8 --from \"P('x','y')\" --to \"P()\"", "rank 1", 1);
-  expect_failure("reshard --mesh 2xz --shape 8 --from \"P()\" --to \"P()\"", "--mesh '2xz'", 1);
+  expect_failure("reshard --mesh 2xz --shape 8 --from \"P()\" --to \"P()\"", "--mesh '2xz'", 2);
   expect_failure("reshard --mesh 2x2 --shape 8 --from \"P()\"", "--to", 2);
 }
 
@@ -799,6 +799,27 @@ TEST(VtpuCliTest, BenchSeedsAreCheckedLikeTheStressSeed) {
   }
 }
 
+// Regression (new-user pass nu8, N18, N19): `--seed -1` wrapped to 18446744073709551615 in the
+// trainers and reshard; `train transformer --lr -1` printed a 309-digit DBL_MAX and `--lr nan`
+// exited 1. All are usage errors (exit 2) that name the value, checked before anything runs.
+TEST(VtpuCliTest, TrainerAndReshardSeedsAndTheTransformerLrAreChecked) {
+  for (const std::string cmd : {"train mlp", "train fsdp", "train transformer",
+                                "reshard --mesh 2 --shape 4 --from \"P('x')\" --to \"P()\""}) {
+    expect_failure(cmd + " --seed -1", "--seed '-1' (expected a decimal integer", 2);
+    expect_failure(cmd + " --seed 99999999999999999999999", "--seed '99999999999999999999999'", 2);
+  }
+  for (const char* lr : {"-1", "nan", "0", "inf"}) {
+    const CliRun r = run_cli(std::string("train transformer --cores 1 --steps 1 --lr ") + lr);
+    EXPECT_EQ(r.exit_code, 2) << lr << "\n" << r.output;
+    EXPECT_NE(r.output.find(std::string("learning rate ") + lr + " must be a finite number > 0"),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(r.output.find("179769313486231570814527423731704356798070567525844996598917476803"),
+              std::string::npos)
+        << r.output;
+  }
+}
+
 TEST(VtpuCliTest, StressWritesAnHtmlPageWithTheReportEmbedded) {
   const std::string html =
       (std::filesystem::temp_directory_path() / "vtpu_cli_stress.html").string();
@@ -1106,7 +1127,7 @@ TEST(VtpuCliTest, TrainTransformerRejectsBadInput) {
                  "heads 4 are not divisible by the tensor-parallel axis size 3", 1);
   expect_failure("train transformer --mesh 1x8 --batch 2 --steps 1 --data /dev/null",
                  "heads 4 are not divisible by the tensor-parallel axis size 8", 1);
-  expect_failure("train transformer --mesh 2x" + data, "mesh '2x' is not DxT", 1);
+  expect_failure("train transformer --mesh 2x" + data, "mesh '2x' is not DxT", 2);
   expect_failure("train transformer --mesh 3x1" + data,
                  "batch 2 is not divisible by the data-parallel axis size 3", 1);
   expect_failure("train transformer --cores 3 --mesh 2x2" + data,
@@ -1188,17 +1209,22 @@ TEST(VtpuCliPlanTest, MeshProductIsBoundedAndMeshAndAxesAreParsedStrictly) {
   EXPECT_FALSE(std::filesystem::exists(out));
   for (const char* mesh : {"\" 2x 2\"", "+2x2", "2x-2", "\"2x2 \"", "0x2", "2x4097", "2x"}) {
     SCOPED_TRACE(mesh);
-    expect_failure(plan + " --mesh " + mesh, "is not a mesh shape", 1);
+    expect_failure(plan + " --mesh " + mesh, "is not a mesh shape", 2);
     expect_failure(
         std::string("reshard --shape 4 --from \"P()\" --to \"P()\" --explain --mesh ") + mesh,
-        "is not a mesh shape", 1);
+        "is not a mesh shape", 2);
   }
-  expect_failure(plan + " --mesh 2x2 --axes \",y\"", "--axes ',y' has an empty name for axis 0", 1);
-  expect_failure(plan + " --mesh 2x2 --axes \"x,\"", "--axes 'x,' has an empty name for axis 1", 1);
+  expect_failure(plan + " --mesh 2x2 --axes \",y\"", "--axes ',y' has an empty name for axis 0", 2);
+  expect_failure(plan + " --mesh 2x2 --axes \"x,\"", "--axes 'x,' has an empty name for axis 1", 2);
   expect_failure(
       "reshard --mesh 2x2x2 --axes \"x,,z\" --shape 4 --from \"P()\" --to \"P()\" --explain",
-      "--axes 'x,,z' has an empty name for axis 1", 1);
-  expect_failure(plan + " --mesh 2x2 --axes a,b,c", "--axes names 3 axes but --mesh 2x2 has 2", 1);
+      "--axes 'x,,z' has an empty name for axis 1", 2);
+  expect_failure(plan + " --mesh 2x2 --axes a,b,c", "--axes names 3 axes but --mesh 2x2 has 2", 2);
+  // Regression (new-user pass nu8, N5): these malformed flag values exited 1, not 2 (usage).
+  expect_failure(plan + " --mesh 2x2 --axes a,a", "--axes 'a,a' names 'a' twice", 2);
+  expect_failure("reshard --mesh 2x2 --axes a,a --shape 4 --from \"P()\" --to \"P()\" --explain",
+                 "--axes 'a,a' names 'a' twice", 2);
+  expect_failure(plan + " --mesh 2x4 --hbm-bytes lots", "invalid byte size 'lots'", 2);
   const CliRun ok = run_cli(plan + " --mesh 2x2 --axes a,b --hardware v5e");
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_NE(ok.output.find("Mesh(a=2, b=2)"), std::string::npos) << ok.output;
