@@ -1,6 +1,7 @@
 #include "examples/cli_validators.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -24,6 +25,17 @@ uint64_t parse_seed(const std::string& text) {
                                "' (expected a decimal integer in [0, 18446744073709551615])");
   }
   return v;
+}
+
+bool check_usage(const std::function<void()>& parse) {
+  try {
+    parse();
+    return true;
+  } catch (const InvalidArgumentError& e) {
+    std::fprintf(stderr, "vtpu: usage error: %s\nRun with --help for the options.\n",
+                 e.message().c_str());
+    return false;
+  }
 }
 
 CLI::Validator seed_validator() {

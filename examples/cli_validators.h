@@ -17,6 +17,12 @@ namespace vtpu::examples {
 CLI::Validator parse_validator(std::function<void(const std::string&)> parse, std::string name,
                                std::string flag = {});
 
+/// Runs `parse` (which reads command-line values); an InvalidArgumentError it throws is a usage
+/// error: its message is printed to stderr as "vtpu: usage error: MESSAGE", as CLI11's are, and
+/// the result is false (the command then exits 2). Other errors pass through. For checks that
+/// need several options at once (--axes against --mesh), which a per-option validator cannot do.
+bool check_usage(const std::function<void()>& parse);
+
 /// A byte size with an optional K/M/G/T suffix (powers of 1024), as parse_bytes (common/units.h)
 /// reads it; the error is parse_bytes' message, which names the text and what was expected.
 CLI::Validator size_validator();

@@ -1,5 +1,8 @@
 #include "examples/mesh_arg.h"
 
+#include <algorithm>
+#include <cstddef>
+
 #include "common/error.h"
 #include "common/strings.h"
 
@@ -72,6 +75,13 @@ std::vector<std::string> mesh_axis_names(const std::string& axes_text, const std
       axes.push_back(axes_text.substr(pos, end - pos));
       if (comma == std::string::npos) break;
       pos = comma + 1;
+    }
+  }
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (std::find(axes.begin(), axes.begin() + static_cast<std::ptrdiff_t>(i), axes[i]) !=
+        axes.begin() + static_cast<std::ptrdiff_t>(i)) {
+      throw InvalidArgumentError("--axes '" + abbreviate(axes_text) + "' names '" +
+                                 abbreviate(axes[i]) + "' twice (expected unique mesh axis names)");
     }
   }
   if (axes.size() != shape.size()) {

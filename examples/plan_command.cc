@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/strings.h"
 #include "common/units.h"
+#include "examples/cli_validators.h"
 #include "examples/mesh_arg.h"
 #include "examples/output_path.h"
 #include "examples/train_plan.h"
@@ -71,11 +72,17 @@ int run(const PlanCommand& c) {
   check_output_path("--emit", c.emit_path);
   ModelGraph model = ModelGraph::load_json_file(c.model_path);
   if (c.batch > 0) model.batch = c.batch;
-  const std::vector<int64_t> shape = parse_mesh_shape(c.mesh);
-  const std::vector<std::string> axes =
-      mesh_axis_names(c.axes, c.mesh, shape,
-                      shape.size() == 2 ? std::vector<std::string>{"data", "model"}
-                                        : default_axis_names(shape.size()));
+  // Regression (new-user pass nu8, N5): a malformed --mesh or --axes exited 1, not 2.
+  std::vector<int64_t> shape;
+  std::vector<std::string> axes;
+  if (!check_usage([&] {
+        shape = parse_mesh_shape(c.mesh);
+        axes = mesh_axis_names(c.axes, c.mesh, shape,
+                               shape.size() == 2 ? std::vector<std::string>{"data", "model"}
+                                                 : default_axis_names(shape.size()));
+      })) {
+    return 2;
+  }
   // Regression (issue 6 adversarial pass, F13): the product of the --mesh sizes was unbounded:
   // --mesh 4096x4096 planned 16,777,216 cores, and --emit wrote a plan vtpu train cannot run.
   if (c.emit_path.empty()) {
@@ -97,18 +104,24 @@ int run(const PlanCommand& c) {
   if (c.json) {
     nlohmann::json rows = nlohmann::json::array();
     for (const PlanCandidate& k : plan.candidates) {
+      // Regression (new-user pass nu8, N16): a "cannot run" row (the batch or a layer does not
+      // split) had runnable: true and step_seconds 0, so a script sorting the runnable rows by
+      // step time picked an impossible strategy. Such a row is not costed: its costs are null.
+      const auto cost = [&k](auto value) {
+        return k.feasible ? nlohmann::json(value) : nlohmann::json(nullptr);
+      };
       rows.push_back(
           {{"strategy", k.name},
+           {"runnable", k.feasible && k.unsupported_reason.empty()},
            {"feasible", k.feasible},
            {"fits", k.fits},
            // Without the input batch, as the plan file's estimate (the limit sees their sum).
-           {"hbm_bytes_per_core", k.arena_bytes_per_core() - k.input_bytes_per_core},
-           {"input_bytes_per_core", k.input_bytes_per_core},
-           {"comm_bytes_per_core", k.comm_bytes_per_core},
-           {"compute_seconds", k.compute_seconds},
-           {"comm_seconds", k.comm_seconds},
-           {"step_seconds", k.step_seconds},
-           {"runnable", k.unsupported_reason.empty()},
+           {"hbm_bytes_per_core", cost(k.arena_bytes_per_core() - k.input_bytes_per_core)},
+           {"input_bytes_per_core", cost(k.input_bytes_per_core)},
+           {"comm_bytes_per_core", cost(k.comm_bytes_per_core)},
+           {"compute_seconds", cost(k.compute_seconds)},
+           {"comm_seconds", cost(k.comm_seconds)},
+           {"step_seconds", cost(k.step_seconds)},
            {"why_lost", k.why_lost}});
     }
     nlohmann::json j = {{"candidates", rows}, {"hbm_limit_bytes", plan.hbm_limit_bytes}};
@@ -170,8 +183,10 @@ std::shared_ptr<PlanCommand> add_plan_command(CLI::App& app) {
           "--hardware", c->hardware,
           "Hardware profile: " + join(HardwareProfile::builtin_names()) + ", or a profile .json")
       ->capture_default_str();
-  c->app->add_option("--hbm-bytes", c->hbm_bytes,
-                     "HBM limit per core, e.g. 16G (default: the profile's HBM per core)");
+  c->app
+      ->add_option("--hbm-bytes", c->hbm_bytes,
+                   "HBM limit per core, e.g. 16G (default: the profile's HBM per core)")
+      ->check(size_validator());
   c->app->add_option("--batch", c->batch, "Global batch (default: the model file's)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   c->app->add_option("--emit", c->emit_path, "Write the winner as a plan JSON file");

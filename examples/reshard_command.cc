@@ -89,9 +89,15 @@ void print_uneven_blocks(const char* side, const NamedSharding& sharding, const 
 }
 
 int run(const ReshardCommand& c) {
-  const std::vector<int64_t> mesh_shape = parse_mesh_shape(c.mesh);
-  const std::vector<std::string> axes =
-      mesh_axis_names(c.axes, c.mesh, mesh_shape, default_axis_names(mesh_shape.size()));
+  // Regression (new-user pass nu8, N5): a malformed --mesh or --axes exited 1, not 2.
+  std::vector<int64_t> mesh_shape;
+  std::vector<std::string> axes;
+  if (!check_usage([&] {
+        mesh_shape = parse_mesh_shape(c.mesh);
+        axes = mesh_axis_names(c.axes, c.mesh, mesh_shape, default_axis_names(mesh_shape.size()));
+      })) {
+    return 2;
+  }
   // Regression (issue 6 adversarial pass, F26): each --mesh size was bounded but not their
   // product: --mesh 4096x4096 --explain took 66 s and 3.6 GB, and a run of 2048 devices failed
   // only after planning, with "num_cores is 2048" that did not name --mesh.
@@ -259,7 +265,9 @@ std::shared_ptr<ReshardCommand> add_reshard_command(CLI::App& app) {
                                    "alpha + beta*(n-1)/n^2*B*c (0..1e6; " +
                                        uniform_default(c->cost.all_to_all_factor) + ")")
                       ->check(CLI::Range(0.0, 1e6));
-  c->app->add_option("--seed", c->seed, "Seed of the random input")->capture_default_str();
+  c->app->add_option("--seed", c->seed, "Seed of the random input, 0 .. 2^64 - 1")
+      ->capture_default_str()
+      ->check(seed_validator());
   return c;
 }
 

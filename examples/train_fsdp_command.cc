@@ -16,6 +16,7 @@
 #include "examples/digits_dataset.h"
 #include "examples/estimate_report.h"
 #include "examples/fsdp_trainer.h"
+#include "examples/mlp_reference.h"
 #include "examples/mlp_trainer.h"
 #include "examples/train_plan.h"
 #include "runtime/runtime.h"
@@ -31,33 +32,13 @@ struct TrainFsdpCommand {
   std::string data_path = default_digits_path();
   std::string hbm_bytes;
   bool json = false;
-  CLI::Option* lr_option = nullptr;     // --lr; when absent the optimizer's default applies
-  CLI::Option* batch_option = nullptr;  // --batch; when absent a plan's estimate.batch applies
+  CLI::Option* lr_option = nullptr;         // --lr; when absent the optimizer's default applies
+  CLI::Option* batch_option = nullptr;      // --batch; when absent a plan's estimate.batch applies
+  CLI::Option* hidden_option = nullptr;     // --hidden; with --plan, default the plan's
+  CLI::Option* optimizer_option = nullptr;  // --optimizer; with --plan, default the plan's
 };
 
 namespace {
-
-/// The tolerance of issue 6: N-core losses equal the single-core losses within 1e-4 relative.
-constexpr double kLossTolerance = 1e-4;
-
-struct DpRun {
-  MlpResult result;
-  HbmBreakdown peak;  // core 0 after the last step, all training buffers live (its peak)
-};
-
-/// `on_step`, when set, is called on core 0 after every step (a StepMeter's callback).
-DpRun run_dp(const RuntimeOptions& options, const DigitsSplit& split, MlpConfig config,
-             const std::function<void(int64_t, double)>& on_step = {}) {
-  Runtime runtime(options);
-  DpRun run;
-  // train_mlp allocates every buffer once, so after the last step core 0 holds its peak.
-  config.at_peak = [&run](Runtime& rt) {
-    run.peak = hbm_breakdown(rt.core(0).hbm().chunk_records());
-  };
-  config.log_every = on_step ? 1 : 0;
-  run.result = train_mlp(runtime, split, config, on_step);
-  return run;
-}
 
 std::string ratio_text(uint64_t one, uint64_t fsdp) {
   if (fsdp == 0) return one == 0 ? "-" : "inf";
@@ -68,7 +49,7 @@ std::string ratio_text(uint64_t one, uint64_t fsdp) {
 
 /// Core 0's HBM at its peak by what the bytes hold: the 1-core reference run, data parallel on
 /// the N cores and, when it ran, FSDP on the N cores, with the ratio 1 core / FSDP.
-void print_breakdown(const DpRun& one, const DpRun& dp, const FsdpResult* fsdp, bool adam) {
+void print_breakdown(const MlpRun& one, const MlpRun& dp, const FsdpResult* fsdp, bool adam) {
   const HbmBreakdown *a = &one.peak, *b = &dp.peak, *f = fsdp ? &fsdp->peak : nullptr;
   std::printf("%-34s %14s %14s %14s %11s\n", "HBM per core (core 0, at its peak)", "1 core (ref)",
               "DP (N cores)", f ? "FSDP (N cores)" : "", f ? "1 core/FSDP" : "");
@@ -106,8 +87,10 @@ int run(const TrainFsdpCommand& cmd) {
   if (cmd.cores) options.num_cores = *cmd.cores;
   bool fsdp_mode = true;
   std::optional<TrainPlan> plan;
+  std::optional<MlpPlanModel> planned;  // the plan's model_graph, when it has one
   if (!cmd.plan_path.empty()) {
     plan = load_train_plan(cmd.plan_path);
+    planned = mlp_plan_model(*plan);  // first: a plan for another model is refused as such
     fsdp_mode = mlp_plan_mode(*plan) == MlpPlanMode::kFsdp;
     if (cmd.cores && *cmd.cores != plan->num_cores()) {
       throw InvalidArgumentError("--cores " + std::to_string(*cmd.cores) + " but plan '" +
@@ -125,6 +108,16 @@ int run(const TrainFsdpCommand& cmd) {
   // of 32 but the run uses 64" unless --batch 32 was repeated).
   const bool plan_batch = plan && cmd.batch_option->count() == 0 && plan->estimated_batch() > 0;
   if (plan_batch) config.mlp.global_batch = plan->estimated_batch();
+  // The model the plan was made for (its model_graph), unless a flag says the same.
+  if (planned) {
+    MlpConfig& m = config.mlp;
+    m.hidden =
+        plan_setting(*plan, "hidden", "fc1.out", "--hidden", planned->hidden,
+                     cmd.hidden_option->count() ? std::optional<int64_t>(m.hidden) : std::nullopt);
+    m.optimizer = plan_setting(
+        *plan, "optimizer", "model_graph.optimizer", "--optimizer", planned->optimizer,
+        cmd.optimizer_option->count() ? std::optional<std::string>(m.optimizer) : std::nullopt);
+  }
   if (cmd.lr_option->count() == 0) {
     config.mlp.learning_rate = mlp_default_learning_rate(config.mlp.optimizer);
   }
@@ -179,9 +172,9 @@ int run(const TrainFsdpCommand& cmd) {
     fsdp = train_fsdp(runtime, split, run_config, on_log);
   }
   MlpConfig dp_config = mc;
-  DpRun dp = run_dp(options, split, dp_config,
-                    estimate && !fsdp_mode ? meter.wrap({}, 0, mc.steps)
-                                           : std::function<void(int64_t, double)>());
+  MlpRun dp = run_mlp(options, split, dp_config,
+                      estimate && !fsdp_mode ? meter.wrap({}, 0, mc.steps)
+                                             : std::function<void(int64_t, double)>());
   std::optional<EstimateReport> report;
   if (estimate) {
     const MeasuredRun m =
@@ -191,22 +184,11 @@ int run(const TrainFsdpCommand& cmd) {
     report = compare_estimate(*estimate, m);
   }
   // The reference: train mlp on 1 core, accumulating its gradient over N micro-batches (core c's
-  // rows), so that it performs the N-core runs' f32 additions in their rank order
-  // (examples/mlp_trainer.h). And, for comparison only, 1 core with the whole batch in one GEMM.
-  RuntimeOptions one = options;
-  one.num_cores = 1;
-  MlpConfig ref_config = mc;
-  ref_config.micro_batches = n;
-  const DpRun reference = run_dp(one, split, ref_config);
-  std::optional<DpRun> one_batch;
-  if (n > 1) one_batch = run_dp(one, split, mc);
-  const std::vector<double>& one_batch_losses =
-      one_batch ? one_batch->result.losses : reference.result.losses;
-
+  // rows), so that it performs the N-core runs' f32 additions in their rank order; and, for
+  // comparison only, 1 core with the whole batch in one GEMM (examples/mlp_reference.h).
+  const MlpReference reference = run_mlp_reference(options, split, mc, n);
   const std::vector<double>& losses = fsdp ? fsdp->losses : dp.result.losses;
-  const double diff = max_relative_difference(losses, reference.result.losses);
-  const double one_batch_diff = max_relative_difference(losses, one_batch_losses);
-  const bool ok = diff <= kLossTolerance;
+  const bool ok = reference.matches(losses);
   const bool padding_ok = !fsdp || fsdp->padding_is_zero;
   const char* what = fsdp ? "FSDP" : "data parallel";
   if (cmd.json) {
@@ -228,37 +210,16 @@ int run(const TrainFsdpCommand& cmd) {
                           {"test_accuracy", dp.result.test_accuracy},
                           {"peak_hbm_core0", dp.peak},
                           {"peak_bytes_in_use_core0", dp.result.hbm[0].peak_bytes_in_use}};
-    j["reference"] = {{"num_cores", 1},
-                      {"micro_batches", n},
-                      {"losses", reference.result.losses},
-                      {"median_step_ms", reference.result.median_step_ms},
-                      {"peak_hbm_core0", reference.peak},
-                      {"peak_bytes_in_use_core0", reference.result.hbm[0].peak_bytes_in_use}};
-    j["one_batch_reference"] = {{"num_cores", 1},
-                                {"micro_batches", 1},
-                                {"losses", one_batch_losses},
-                                {"max_relative_loss_difference", one_batch_diff}};
-    j["max_relative_loss_difference"] = diff;
+    reference.add_json(j, losses);
     if (fsdp) {
       j["max_relative_loss_difference_vs_data_parallel"] =
           max_relative_difference(fsdp->losses, dp.result.losses);
     }
-    j["losses_match"] = ok;
     if (report) j["estimate_vs_measured"] = report->to_json();
     std::cout << j.dump(2) << std::endl;
     return ok && padding_ok ? 0 : 1;
   }
-  std::printf(
-      "losses: %s on %d cores vs train mlp on 1 core with %d micro-batches (same process, same "
-      "f32 additions in the same order): max relative difference %.3g over %lld steps "
-      "(tolerance %g): %s\n",
-      what, n, n, diff, static_cast<long long>(mc.steps), kLossTolerance, ok ? "ok" : "MISMATCH");
-  if (one_batch) {
-    std::printf(
-        "        vs train mlp on 1 core in one batch (one GEMM over all %lld rows: other f32 "
-        "rounding, not checked): max relative difference %.3g\n",
-        static_cast<long long>(mc.global_batch), one_batch_diff);
-  }
+  std::printf("%s", reference.to_string(what, n, losses).c_str());
   if (fsdp) {
     // FSDP against data parallel on the same cores: both split the batch the same way, so what
     // remains is the order of the gradient sums (reduce-scatter vs all-reduce).
@@ -296,13 +257,13 @@ int run(const TrainFsdpCommand& cmd) {
   std::printf("median step time: ");
   if (fsdp) std::printf("FSDP %.3f ms, ", fsdp->median_step_ms);
   std::printf("DP %.3f ms (%d cores); train mlp on 1 core %.3f ms (%d micro-batches)\n",
-              dp.result.median_step_ms, n, reference.result.median_step_ms, n);
+              dp.result.median_step_ms, n, reference.checked.result.median_step_ms, n);
   if (fsdp) {
     std::printf("padding of the parameter%s shards after training: %s\n",
                 mc.optimizer == "adam" ? ", m and v" : "",
                 fsdp->padding_is_zero ? "all 0" : "NOT 0");
   }
-  print_breakdown(reference, dp, fsdp ? &*fsdp : nullptr, mc.optimizer == "adam");
+  print_breakdown(reference.checked, dp, fsdp ? &*fsdp : nullptr, mc.optimizer == "adam");
   if (report) std::printf("%s", report->to_string().c_str());
   return ok && padding_ok ? 0 : 1;
 }
@@ -327,21 +288,25 @@ std::shared_ptr<TrainFsdpCommand> add_train_fsdp_command(CLI::App& train) {
                       "Global batch (rows per step over all cores; a multiple of the cores; "
                       "default 64, or the --plan estimate's batch)")
           ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  app->add_option("--hidden", m.hidden, "Hidden units")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->hidden_option =
+      app->add_option("--hidden", m.hidden, "Hidden units (with --plan, default the plan's)")
+          ->capture_default_str()
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->lr_option =
       app->add_option(
              "--lr", m.learning_rate,
              "Learning rate (> 0; default 0.2 with sgd, 1e-3 with adam as torch.optim.Adam)")
           ->check(learning_rate_validator());
-  app->add_option("--optimizer", m.optimizer,
-                  "sgd (plain SGD, no state) or adam (Adam with bias correction, betas 0.9/0.999, "
-                  "eps 1e-8; m and v sharded like the parameters)")
+  cmd->optimizer_option =
+      app->add_option(
+             "--optimizer", m.optimizer,
+             "sgd (plain SGD, no state) or adam (Adam with bias correction, betas 0.9/0.999, "
+             "eps 1e-8; m and v sharded like the parameters)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"sgd", "adam"}));
+  app->add_option("--seed", m.seed, "Seed for parameter init and batch order, 0 .. 2^64 - 1")
       ->capture_default_str()
-      ->check(CLI::IsMember({"sgd", "adam"}));
-  app->add_option("--seed", m.seed, "Seed for parameter init and batch order")
-      ->capture_default_str();
+      ->check(seed_validator());
   app->add_option("--plan", cmd->plan_path,
                   "A `vtpu plan` file: strategy.fsdp runs FSDP over its mesh, strategy.data alone "
                   "runs data parallel");

@@ -285,6 +285,14 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
       plan.layers.emplace_back(l["name"].get<std::string>(), l["sharding"].get<std::string>());
     }
   }
+  if (j.contains("model_graph") && !j["model_graph"].is_null()) {
+    plan.model_graph =
+        ModelGraph::parse(j["model_graph"].dump(), "plan file '" + source + "': model_graph");
+    if (!plan.model.empty() && plan.model_graph->name != plan.model) {
+      throw bad("model_graph is model '" + plan.model_graph->name + "' but model is '" +
+                plan.model + "' (expected the same)");
+    }
+  }
   if (j.contains("estimate") && !j["estimate"].is_null()) {
     const nlohmann::json& e = j["estimate"];
     if (!e.is_object()) {
@@ -293,6 +301,159 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
     if (!e.empty()) plan.estimate = parse_estimate(e, plan, bad);
   }
   return plan;
+}
+
+namespace {
+
+/// "'fc1' dense 64 -> 128" and so on: what a layer of a model_graph is, for messages.
+std::string layer_text(const ModelLayer& l) {
+  std::string s = "'" + abbreviate(l.name) + "' " + layer_kind_name(l.kind);
+  switch (l.kind) {
+    case LayerKind::kDense:
+      return s + " " + std::to_string(l.in) + " -> " + std::to_string(l.out) +
+             (l.bias ? "" : " without bias");
+    case LayerKind::kElementwise:
+    case LayerKind::kLayerNorm:
+      return s + " dim " + std::to_string(l.out);
+    case LayerKind::kAttention:
+      return s + " d_model " + std::to_string(l.out) + ", heads " + std::to_string(l.heads) +
+             (l.bias ? "" : " without bias");
+    case LayerKind::kEmbedding:
+      return s + " vocab " + std::to_string(l.vocab) + ", d_model " + std::to_string(l.out) +
+             ", positions " + std::to_string(l.positions);
+  }
+  return s;
+}
+
+ModelLayer expected_layer(const std::string& name, LayerKind kind, int64_t in, int64_t out) {
+  ModelLayer l;
+  l.name = name;
+  l.kind = kind;
+  l.in = in;
+  l.out = out;
+  return l;
+}
+
+/// Throws unless `plan`'s model_graph has exactly the layers `want` (names, kinds and sizes;
+/// elementwise FLOP counts are the planner's business) and `dtype` f32. `trainer` and `layout`
+/// describe the trainer's architecture in the message.
+void require_architecture(const TrainPlan& plan, const std::vector<ModelLayer>& want,
+                          const std::string& trainer, const std::string& layout) {
+  const ModelGraph& g = *plan.model_graph;
+  auto fail = [&](const std::string& what) {
+    throw InvalidArgumentError("plan file '" + plan.path + "': model_graph " + what + ", which " +
+                               trainer + " does not run (its model: " + layout + ")");
+  };
+  if (g.dtype != "f32") fail("has dtype " + g.dtype + " (expected f32)");
+  for (size_t i = 0; i < std::max(want.size(), g.layers.size()); ++i) {
+    if (i >= g.layers.size()) {
+      fail("ends after " + std::to_string(g.layers.size()) + " layers (expected layers[" +
+           std::to_string(i) + "] " + layer_text(want[i]) + ")");
+    }
+    if (i >= want.size()) {
+      fail("has layers[" + std::to_string(i) + "] " + layer_text(g.layers[i]) +
+           " after the last (" + want.back().name + ")");
+    }
+    const ModelLayer& a = g.layers[i];
+    const ModelLayer& b = want[i];
+    if (a.name != b.name || a.kind != b.kind || a.in != b.in || a.out != b.out ||
+        a.bias != b.bias || a.heads != b.heads || a.vocab != b.vocab ||
+        a.positions != b.positions) {
+      fail("has layers[" + std::to_string(i) + "] " + layer_text(a) + " (expected " +
+           layer_text(b) + ")");
+    }
+  }
+}
+
+}  // namespace
+
+std::optional<MlpPlanModel> mlp_plan_model(const TrainPlan& plan) {
+  // Another model is refused by name (require_plan_model), not by layer.
+  if (!plan.model_graph || plan.model_graph->name != "mlp") return std::nullopt;
+  const ModelGraph& g = *plan.model_graph;
+  const int64_t h = !g.layers.empty() ? g.layers[0].out : 0;
+  const std::string layout =
+      "fc1 dense 64 -> H, relu elementwise H, fc2 dense H -> 10, f32, sgd or adam";
+  require_architecture(plan,
+                       {expected_layer("fc1", LayerKind::kDense, 64, h),
+                        expected_layer("relu", LayerKind::kElementwise, h, h),
+                        expected_layer("fc2", LayerKind::kDense, h, 10)},
+                       "vtpu train mlp", layout);
+  if (g.seq_len != 1 || (g.optimizer != "sgd" && g.optimizer != "adam")) {
+    throw InvalidArgumentError("plan file '" + plan.path + "': model_graph has " +
+                               (g.seq_len != 1
+                                    ? "seq_len " + std::to_string(g.seq_len) + " (expected 1)"
+                                    : "optimizer " + g.optimizer + " (expected sgd or adam)") +
+                               ", which vtpu train mlp does not run (its model: " + layout + ")");
+  }
+  return MlpPlanModel{h, g.optimizer};
+}
+
+std::optional<TransformerPlanModel> transformer_plan_model(const TrainPlan& plan) {
+  if (!plan.model_graph || plan.model_graph->name != "transformer") return std::nullopt;
+  const ModelGraph& g = *plan.model_graph;
+  const std::vector<ModelLayer>& ls = g.layers;
+  TransformerPlanModel m;
+  m.vocab = ls[0].vocab;  // parse() leaves no model without layers
+  m.d_model = ls[0].out;
+  m.context = g.seq_len;
+  m.layers = ls.size() >= 3 ? static_cast<int64_t>(ls.size() - 3) / 6 : 0;
+  if (m.layers < 1) m.layers = 1;
+  m.heads = ls.size() > 2 ? ls[2].heads : 0;
+  m.hidden = ls.size() > 4 ? ls[4].out : 0;
+  const int64_t d = m.d_model, f = m.hidden;
+  std::vector<ModelLayer> want;
+  ModelLayer embed = expected_layer("embed", LayerKind::kEmbedding, 0, d);
+  embed.vocab = m.vocab;
+  embed.positions = m.context;
+  embed.bias = ls[0].bias;  // an embedding has no bias field
+  want.push_back(embed);
+  for (int64_t i = 0; i < m.layers; ++i) {
+    const std::string b = "blocks." + std::to_string(i) + ".";
+    want.push_back(expected_layer(b + "ln1", LayerKind::kLayerNorm, d, d));
+    ModelLayer attn = expected_layer(b + "attn", LayerKind::kAttention, d, d);
+    attn.heads = m.heads;
+    want.push_back(attn);
+    want.push_back(expected_layer(b + "ln2", LayerKind::kLayerNorm, d, d));
+    want.push_back(expected_layer(b + "mlp.fc1", LayerKind::kDense, d, f));
+    want.push_back(expected_layer(b + "mlp.gelu", LayerKind::kElementwise, f, f));
+    want.push_back(expected_layer(b + "mlp.fc2", LayerKind::kDense, f, d));
+  }
+  want.push_back(expected_layer("ln_f", LayerKind::kLayerNorm, d, d));
+  want.push_back(expected_layer("head", LayerKind::kDense, d, m.vocab));
+  // Layer norms and elementwise layers carry bias = true by default; compare like with like.
+  for (size_t i = 0; i < want.size() && i < ls.size(); ++i) {
+    if (want[i].kind != LayerKind::kDense && want[i].kind != LayerKind::kAttention) {
+      want[i].bias = ls[i].bias;
+    }
+  }
+  const std::string layout =
+      "embed, then per block ln1, attn, ln2, mlp.fc1, mlp.gelu, mlp.fc2, then ln_f, head; "
+      "f32, adam";
+  require_architecture(plan, want, "vtpu train transformer", layout);
+  if (g.optimizer != "adam") {
+    throw InvalidArgumentError("plan file '" + plan.path + "': model_graph has optimizer " +
+                               g.optimizer + " (expected adam: vtpu train transformer runs Adam)");
+  }
+  return m;
+}
+
+int64_t plan_setting(const TrainPlan& plan, const std::string& what, const std::string& field,
+                     const std::string& flag, int64_t planned, std::optional<int64_t> given) {
+  if (!given || *given == planned) return planned;
+  throw InvalidArgumentError("plan file '" + plan.path + "' is for " + what + " " +
+                             std::to_string(planned) + " (" + field + "), " + flag + " is " +
+                             std::to_string(*given) + " (expected " + std::to_string(planned) +
+                             ", or " + flag + " left out)");
+}
+
+std::string plan_setting(const TrainPlan& plan, const std::string& what, const std::string& field,
+                         const std::string& flag, const std::string& planned,
+                         std::optional<std::string> given) {
+  if (!given || *given == planned) return planned;
+  throw InvalidArgumentError("plan file '" + plan.path + "' is for " + what + " " + planned + " (" +
+                             field + "), " + flag + " is " + *given + " (expected " + planned +
+                             ", or " + flag + " left out)");
 }
 
 void require_plan_model(const TrainPlan& plan, const std::string& model,

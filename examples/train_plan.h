@@ -15,6 +15,8 @@
 // them together, flattened row-major in the order listed (JAX's P(('data', 'model'))). The
 // shardings are the planner's record: each is checked to be a PartitionSpec the plan's mesh can
 // hold, but the trainers run their own Megatron layout, which `layers` must agree with.
+// "model_graph" (the model the plan was made for, in the model-file format) gives the run's sizes
+// and must be the trainer's architecture (mlp_plan_model, transformer_plan_model).
 //
 // What runs (plan_unsupported_reason):
 //   model        strategies                                       run by
@@ -37,6 +39,7 @@
 #include "examples/estimate_report.h"
 #include "sharding/auto_planner.h"
 #include "sharding/mesh.h"
+#include "sharding/model_graph.h"
 
 namespace vtpu::examples {
 
@@ -57,6 +60,10 @@ struct TrainPlan {
   /// hand-written plan may give only some fields (e.g. just "batch"), the others are 0
   /// (oversubscription 1). source and strategy are the plan's path and strategy name.
   std::optional<PlanEstimate> estimate;
+  /// "model_graph": the model the plan was made for, in the model-file format (`vtpu plan --emit`
+  /// writes it; ModelGraph::to_json). nullopt when absent (a hand-written plan: the trainer's own
+  /// sizes). Its sizes are the run's defaults (mlp_plan_model, transformer_plan_model).
+  std::optional<ModelGraph> model_graph;
 
   /// estimate->batch, or 0 when the plan names no batch.
   int64_t estimated_batch() const { return estimate ? estimate->batch : 0; }
@@ -90,6 +97,43 @@ TrainPlan load_train_plan(const std::string& path);
 /// reader of a plan's estimate: the trainers and the estimate report take it from here.
 /// Thread-safe.
 TrainPlan parse_train_plan(const nlohmann::json& plan, const std::string& source);
+
+/// The digits MLP a plan's model_graph describes. Plain data.
+struct MlpPlanModel {
+  int64_t hidden = 0;     // fc1.out
+  std::string optimizer;  // "sgd" or "adam"
+};
+/// The sizes of the plan's model_graph for `vtpu train mlp|fsdp`, or nullopt when the plan has
+/// none or it is another model than "mlp" (require_plan_model refuses that by name). Throws
+/// InvalidArgumentError naming the file, the layer and what the trainer has when the model_graph is
+/// not the trainer's architecture: exactly fc1 dense 64 -> H, relu elementwise H, fc2 dense H -> 10
+/// (both with bias), f32, seq_len 1, optimizer sgd or adam. Thread-safe.
+std::optional<MlpPlanModel> mlp_plan_model(const TrainPlan& plan);
+
+/// The decoder-only transformer a plan's model_graph describes (examples/transformer_model.h).
+struct TransformerPlanModel {
+  int64_t vocab = 0, context = 0, d_model = 0, heads = 0, layers = 0, hidden = 0;
+};
+/// The sizes of the plan's model_graph for `vtpu train transformer`, or nullopt when the plan
+/// has none or it is another model than "transformer". Throws InvalidArgumentError naming the file,
+/// the layer and what the trainer has when it is not the trainer's architecture: embed (embedding
+/// vocab V, d_model D, positions = seq_len), then per block i blocks.i.ln1 (layer_norm D),
+/// blocks.i.attn (attention D, H heads, bias), blocks.i.ln2, blocks.i.mlp.fc1 (dense D -> F),
+/// blocks.i.mlp.gelu (elementwise F), blocks.i.mlp.fc2 (dense F -> D), then ln_f (layer_norm D) and
+/// head (dense D -> V); at least one block, the same H and F in every block, f32, optimizer adam.
+/// Thread-safe.
+std::optional<TransformerPlanModel> transformer_plan_model(const TrainPlan& plan);
+
+/// A run setting from the plan's model: `planned` when `given` is empty, else *given when it
+/// equals `planned`. Throws InvalidArgumentError naming the file, for example "plan file 'p.json'
+/// is for hidden 128 (fc1.out), --hidden is 64 (expected 128, or --hidden left out)".
+/// `what` names the setting ("hidden"), `field` where the plan has it ("fc1.out"), `flag` the
+/// option ("--hidden"). Thread-safe.
+int64_t plan_setting(const TrainPlan& plan, const std::string& what, const std::string& field,
+                     const std::string& flag, int64_t planned, std::optional<int64_t> given);
+std::string plan_setting(const TrainPlan& plan, const std::string& what, const std::string& field,
+                         const std::string& flag, const std::string& planned,
+                         std::optional<std::string> given);
 
 /// Throws InvalidArgumentError when the plan's model is set and is not `model`, naming the
 /// file, both names and `command` ("vtpu train mlp"). Thread-safe.

@@ -64,8 +64,19 @@ int run(const TrainTransformerCommand& cmd) {
     if (cmd.batch_option->count() == 0 && plan->estimated_batch() > 0) {
       c.batch = plan->estimated_batch();
     }
+    // The model the plan was made for (its model_graph; vtpu train transformer has no flags for
+    // the sizes): a model_graph that is not this transformer is an error.
+    if (const std::optional<TransformerPlanModel> m = transformer_plan_model(*plan)) {
+      c.vocab = m->vocab;
+      c.context = m->context;
+      c.d_model = m->d_model;
+      c.heads = m->heads;
+      c.layers = m->layers;
+      c.hidden = m->hidden;
+    }
   } else if (!cmd.mesh.empty()) {
-    mesh = parse_transformer_mesh(cmd.mesh);
+    // nu8 N5: a malformed --mesh is a usage error (exit 2).
+    if (!check_usage([&] { mesh = parse_transformer_mesh(cmd.mesh); })) return 2;
   } else if (cmd.cores) {
     mesh = TransformerMesh{1, *cmd.cores};
   }
@@ -268,8 +279,9 @@ std::shared_ptr<TrainTransformerCommand> add_train_transformer_command(CLI::App&
   app->add_option("--steps", c.steps, "Adam steps")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
-  app->add_option("--seed", c.seed, "Seed for parameter init and batch windows")
-      ->capture_default_str();
+  app->add_option("--seed", c.seed, "Seed for parameter init and batch windows, 0 .. 2^64 - 1")
+      ->capture_default_str()
+      ->check(seed_validator());
   cmd->batch_option =
       app->add_option("--batch", c.batch,
                       "Sequences per step over all cores (a multiple of D; with --plan, default "
@@ -278,7 +290,7 @@ std::shared_ptr<TrainTransformerCommand> add_train_transformer_command(CLI::App&
           ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app->add_option("--lr", c.learning_rate, "Adam learning rate (> 0)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(learning_rate_validator());
   app->add_option("--data", cmd->data, "Text file (data/fortunes.txt from scripts/fetch-data.sh)")
       ->capture_default_str();
   app->add_option("--log-every", c.log_every, "Print the loss every K steps (0: only the last)")

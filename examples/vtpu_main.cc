@@ -87,7 +87,9 @@ struct TrainArgs {
   bool batch_given = false;   // --batch was given
   MlpConfig mlp;
   bool json = false;
-  CLI::Option* lr_option = nullptr;  // --lr; when absent the optimizer's default applies
+  CLI::Option* lr_option = nullptr;         // --lr; when absent the optimizer's default applies
+  CLI::Option* hidden_option = nullptr;     // --hidden; with --plan, default the plan's
+  CLI::Option* optimizer_option = nullptr;  // --optimizer; with --plan, default the plan's
 };
 
 void print_mlp_report(const MlpResult& r, const MlpConfig& c) {
@@ -157,12 +159,18 @@ int run_train_mlp(const TrainArgs& args) {
     }
     if (!args.hbm_bytes.empty()) options.hbm_bytes_per_core = vtpu::parse_bytes(args.hbm_bytes);
     if (!args.allocator.empty()) options.allocator = args.allocator;
-    MlpConfig mlp = args.mlp;
-    if (args.lr_option->count() == 0) {
-      mlp.learning_rate = vtpu::examples::mlp_default_learning_rate(mlp.optimizer);
-    }
-    return vtpu::examples::run_train_mlp_plan(
-        {args.plan_path, options, args.cores, mlp, args.batch_given, args.data_path, args.json});
+    vtpu::examples::TrainMlpPlanArgs plan_args;
+    plan_args.plan_path = args.plan_path;
+    plan_args.options = options;
+    plan_args.cores = args.cores;
+    plan_args.mlp = args.mlp;
+    plan_args.batch_given = args.batch_given;
+    plan_args.hidden_given = args.hidden_option->count() > 0;
+    plan_args.optimizer_given = args.optimizer_option->count() > 0;
+    plan_args.lr_given = args.lr_option->count() > 0;
+    plan_args.data_path = args.data_path;
+    plan_args.json = args.json;
+    return vtpu::examples::run_train_mlp_plan(plan_args);
   }
   // --estimate-from: the plan must be one this command runs (data parallel over all its cores).
   std::optional<vtpu::examples::PlanEstimate> estimate;
@@ -531,27 +539,31 @@ int main(int argc, char** argv) {
                       "--plan, default the plan's)")
           ->capture_default_str()
           ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  mlp->add_option("--hidden", args.mlp.hidden, "Hidden units")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  args.hidden_option =
+      mlp->add_option("--hidden", args.mlp.hidden, "Hidden units (with --plan, default the plan's)")
+          ->capture_default_str()
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   args.lr_option =
       mlp->add_option(
              "--lr", args.mlp.learning_rate,
              "Learning rate (> 0; default 0.2 with sgd, 1e-3 with adam as torch.optim.Adam)")
           ->check(vtpu::examples::learning_rate_validator());
-  mlp->add_option("--optimizer", args.mlp.optimizer,
-                  "sgd (plain SGD, no state) or adam (Adam with bias correction, betas 0.9/0.999, "
-                  "eps 1e-8; m and v replicated like the parameters)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"sgd", "adam"}));
+  args.optimizer_option =
+      mlp->add_option("--optimizer", args.mlp.optimizer,
+                      "sgd (plain SGD, no state) or adam (Adam with bias correction, betas "
+                      "0.9/0.999, eps 1e-8; m and v replicated like the parameters; with --plan, "
+                      "default the plan's)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"sgd", "adam"}));
   mlp->add_option("--micro-batches", args.mlp.micro_batches,
                   "Gradient accumulation: each core computes its rows as K micro-batches and sums "
                   "their gradients in order before the all-reduce (K divides batch / cores); "
                   "--cores 1 --micro-batches N repeats the f32 sums of --cores N exactly")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  mlp->add_option("--seed", args.mlp.seed, "Seed for parameter init and batch order")
-      ->capture_default_str();
+  mlp->add_option("--seed", args.mlp.seed, "Seed for parameter init and batch order, 0 .. 2^64 - 1")
+      ->capture_default_str()
+      ->check(vtpu::examples::seed_validator());
   mlp->add_option("--data", args.data_path, "digits.csv.gz from Debian python3-sklearn")
       ->capture_default_str();
   mlp->add_option("--hbm-bytes", args.hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)")

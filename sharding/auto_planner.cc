@@ -912,49 +912,64 @@ nlohmann::json AutoShardingPlan::to_json() const {
     return PartitionSpec(std::move(entries), std::move(unreduced)).normalized().to_string();
   };
   const PartitionSpec::Entry none;
+  // Every parameter's global shape beside its spec, so that the spec can be applied as written
+  // (jax.sharding.NamedSharding(mesh, spec) on an array of that shape).
+  nlohmann::json shapes = nlohmann::json::object();
+  const auto param = [&](const std::string& name, std::vector<int64_t> shape,
+                         std::vector<PartitionSpec::Entry> entries) {
+    shardings[name] = spec(std::move(entries));
+    shapes[name] = std::move(shape);
+  };
   for (size_t i = 0; i < model.layers.size(); ++i) {
     const ModelLayer& l = model.layers[i];
     const LayerPlan& p = w.layers[i];
     const std::string& c = p.choice;
     const std::string& n = l.name;
+    const int64_t d = l.out;
     switch (l.kind) {
       case LayerKind::kDense:
         if (c == "column") {
-          shardings[n + ".w"] = spec({fs, tp});
-          if (l.bias) shardings[n + ".b"] = spec({tp});
+          param(n + ".w", {l.in, l.out}, {fs, tp});
+          if (l.bias) param(n + ".b", {l.out}, {tp});
         } else if (c == "row") {
-          shardings[n + ".w"] = spec({tp, fs});
-          if (l.bias) shardings[n + ".b"] = spec({fs});
+          param(n + ".w", {l.in, l.out}, {tp, fs});
+          if (l.bias) param(n + ".b", {l.out}, {fs});
         } else {
-          shardings[n + ".w"] = spec({fs, none});
-          if (l.bias) shardings[n + ".b"] = spec({fs});
+          param(n + ".w", {l.in, l.out}, {fs, none});
+          if (l.bias) param(n + ".b", {l.out}, {fs});
         }
         break;
       case LayerKind::kAttention:
+        // Regression (new-user pass nu8, N17): wqkv was written P(None, 'model') over a (d, 3d)
+        // array, a contiguous split of the fused Q|K|V columns (core 0: Q and half of K). The
+        // trainer holds it as (d, 3, d) -- input, q/k/v, heads x head dim -- and splits the last
+        // dimension, so every core has whole heads of Q, K and V (examples/transformer_model.h).
         if (c == "heads") {
-          shardings[n + ".wqkv"] = spec({fs, tp});
-          shardings[n + ".wo"] = spec({tp, fs});
-          if (l.bias) shardings[n + ".bqkv"] = spec({tp});
+          param(n + ".wqkv", {d, 3, d}, {fs, none, tp});
+          param(n + ".wo", {d, d}, {tp, fs});
+          if (l.bias) param(n + ".bqkv", {3, d}, {none, tp});
         } else {
-          shardings[n + ".wqkv"] = spec({fs, none});
-          shardings[n + ".wo"] = spec({fs, none});
-          if (l.bias) shardings[n + ".bqkv"] = spec({fs});
+          param(n + ".wqkv", {d, 3, d}, {fs, none, none});
+          param(n + ".wo", {d, d}, {fs, none});
+          if (l.bias) param(n + ".bqkv", {3, d}, {none, fs});
         }
-        if (l.bias) shardings[n + ".bo"] = spec({fs});
+        if (l.bias) param(n + ".bo", {d}, {fs});
         break;
       case LayerKind::kLayerNorm:
-        shardings[n + ".gamma"] = spec({fs});
-        shardings[n + ".beta"] = spec({fs});
+        param(n + ".gamma", {d}, {fs});
+        param(n + ".beta", {d}, {fs});
         break;
       case LayerKind::kEmbedding:
         if (c == "vocab") {
-          shardings[n + ".table"] = spec({tp, fs});
+          param(n + ".table", {l.vocab, d}, {tp, fs});
         } else if (c == "features") {
-          shardings[n + ".table"] = spec({fs, tp});
+          param(n + ".table", {l.vocab, d}, {fs, tp});
         } else {
-          shardings[n + ".table"] = spec({fs, none});
+          param(n + ".table", {l.vocab, d}, {fs, none});
         }
-        if (l.positions > 0) shardings[n + ".positions"] = spec({fs, c == "features" ? tp : none});
+        if (l.positions > 0) {
+          param(n + ".positions", {l.positions, d}, {fs, c == "features" ? tp : none});
+        }
         break;
       case LayerKind::kElementwise:
         break;
@@ -985,6 +1000,7 @@ nlohmann::json AutoShardingPlan::to_json() const {
                    {"fsdp", axis_json(w.fsdp_axes)},
                    {"batch_axes", batch_axes}};
   j["shardings"] = shardings;
+  j["parameter_shapes"] = shapes;
   j["estimate"] = {
       {"step_seconds", w.step_seconds},
       {"compute_seconds", w.compute_seconds},
@@ -1002,6 +1018,7 @@ nlohmann::json AutoShardingPlan::to_json() const {
                                : nlohmann::json(nullptr)},
         {"why_lost", w.why_lost}};
   }
+  j["model_graph"] = model.to_json();  // the sizes the plan is for (trainers take them)
   return j;
 }
 

@@ -299,6 +299,41 @@ ModelGraph ModelGraph::parse(const std::string& text, const std::string& origin)
   return m;
 }
 
+nlohmann::json ModelGraph::to_json() const {
+  nlohmann::json ls = nlohmann::json::array();
+  for (const ModelLayer& l : layers) {
+    nlohmann::json o = {{"name", l.name}, {"kind", layer_kind_name(l.kind)}};
+    switch (l.kind) {
+      case LayerKind::kDense:
+        o["in"] = l.in;
+        o["out"] = l.out;
+        o["bias"] = l.bias;
+        break;
+      case LayerKind::kElementwise:
+        o["dim"] = l.out;
+        o["flops_per_element"] = l.flops_per_element;
+        o["transcendentals_per_element"] = l.transcendentals_per_element;
+        break;
+      case LayerKind::kLayerNorm:
+        o["dim"] = l.out;
+        break;
+      case LayerKind::kAttention:
+        o["d_model"] = l.out;
+        o["heads"] = l.heads;
+        o["bias"] = l.bias;
+        break;
+      case LayerKind::kEmbedding:
+        o["vocab"] = l.vocab;
+        o["d_model"] = l.out;
+        if (l.positions > 0) o["positions"] = l.positions;
+        break;
+    }
+    ls.push_back(std::move(o));
+  }
+  return {{"name", name},   {"dtype", dtype},     {"optimizer", optimizer},
+          {"batch", batch}, {"seq_len", seq_len}, {"layers", std::move(ls)}};
+}
+
 ModelGraph ModelGraph::load_json_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {  // F9: was "not valid JSON at line 1, column 1"

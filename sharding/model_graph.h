@@ -13,12 +13,14 @@
 //   elementwise     dim [, flops_per_element = 1,  y = f(x) (ReLU, GELU, residual add, ...)
 //                   transcendentals_per_element = 0]
 //   layer_norm      dim                            gamma, beta (dim)
-//   attention       d_model, heads [, bias = true] causal self-attention: Wqkv (d, 3d), Wo (d, d)
+//   attention       d_model, heads [, bias = true] causal self-attention: Wqkv (d, 3, d) (input,
+//                                                  q/k/v, heads x head dim), Wo (d, d)
 //   embedding       vocab, d_model [, positions]   table (vocab, d); optional learned positions
 //                                                  (positions, d); input: token ids (first layer)
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -71,6 +73,10 @@ struct ModelGraph {
   static ModelGraph parse(const std::string& text, const std::string& origin = "model");
   /// Reads and parses a file. Throws NotFoundError when it cannot be read, else as parse().
   static ModelGraph load_json_file(const std::string& path);
+  /// The model in the model-file format (no "description"; every optional field written), so
+  /// that parse(to_json().dump()) gives this model back. A plan file carries it as "model_graph"
+  /// (docs/SHARDING.md, "Plan files").
+  nlohmann::json to_json() const;
 };
 
 }  // namespace vtpu

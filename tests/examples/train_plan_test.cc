@@ -7,8 +7,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -424,6 +426,145 @@ TEST(TrainPlanTest, PlannerPicksOnlyRunnableStrategies) {
         << c.why_lost;
   }
   EXPECT_TRUE(seen);
+}
+
+// Regression (new-user pass nu8, N1): `train mlp|transformer --plan` ran the trainer's default
+// sizes (hidden 64; d_model 64, 2 blocks) whatever the plan was made for, checked only layer
+// names, and judged the plan's estimate against the other model. An emitted plan now carries its
+// model_graph; the sizes read back are the run's defaults, a contradicting flag is refused, and a
+// model_graph that is not the trainer's architecture (no relu, no blocks) is refused by layer.
+TEST(TrainPlanTest, PlanModelSizesAreTheRunsAndOtherArchitecturesAreRefused) {
+  ModelGraph mlp = model_file("mlp.json");
+  mlp.layers[0].out = mlp.layers[1].in = mlp.layers[1].out = mlp.layers[2].in = 128;
+  const CostModel cost(HardwareProfile::get("v5e"));
+  const Names axes = {"data", "model"};
+  const nlohmann::json emitted =
+      plan_auto_sharding(mlp, {1, 2}, axes, cost, 0, plan_constraints("mlp", {1, 2}, axes))
+          .to_json();
+  ASSERT_TRUE(emitted.contains("model_graph")) << emitted.dump();
+  EXPECT_EQ(emitted["model_graph"]["layers"][0]["out"], 128);
+  const TrainPlan p = parse_train_plan(emitted, "p.json");
+  ASSERT_TRUE(p.model_graph.has_value());
+  EXPECT_EQ(p.model_graph->num_parameters(), mlp.num_parameters());
+  const std::optional<MlpPlanModel> m = mlp_plan_model(p);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->hidden, 128);
+  EXPECT_EQ(m->optimizer, "sgd");
+  EXPECT_EQ(plan_setting(p, "hidden", "fc1.out", "--hidden", 128, std::nullopt), 128);
+  EXPECT_EQ(plan_setting(p, "hidden", "fc1.out", "--hidden", 128, 128), 128);
+  expect_error<InvalidArgumentError>(
+      [&] { plan_setting(p, "hidden", "fc1.out", "--hidden", 128, 64); },
+      {"plan file 'p.json' is for hidden 128 (fc1.out), --hidden is 64 (expected 128, or "
+       "--hidden left out)"});
+  expect_error<InvalidArgumentError>(
+      [&] {
+        plan_setting(p, "optimizer", "model_graph.optimizer", "--optimizer", "sgd",
+                     std::string("adam"));
+      },
+      {"is for optimizer sgd (model_graph.optimizer), --optimizer is adam"});
+  // A plan without a model_graph (hand-written) keeps the trainer's sizes.
+  EXPECT_FALSE(
+      mlp_plan_model(parse_train_plan(nlohmann::json::parse(plan_text(
+                                          R"({"axes": ["x"], "shape": [2]})", R"({"data": "x"})")),
+                                      "h.json"))
+          .has_value());
+
+  // Not the MLP: relu missing, another input width, momentum, bf16.
+  auto with_graph = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = emitted;
+    edit(j["model_graph"]);
+    return parse_train_plan(j, "p.json");
+  };
+  expect_error<InvalidArgumentError>(
+      [&] {
+        mlp_plan_model(with_graph([](nlohmann::json& g) {
+          g["layers"].erase(1);
+          g["layers"][1]["in"] = 128;
+        }));
+      },
+      {"plan file 'p.json': model_graph has layers[1] 'fc2' dense 128 -> 10 (expected 'relu' "
+       "elementwise dim 128), which vtpu train mlp does not run"});
+  expect_error<InvalidArgumentError>(
+      [&] { mlp_plan_model(with_graph([](nlohmann::json& g) { g["layers"][0]["in"] = 32; })); },
+      {"layers[0] 'fc1' dense 32 -> 128 (expected 'fc1' dense 64 -> 128)"});
+  expect_error<InvalidArgumentError>(
+      [&] { mlp_plan_model(with_graph([](nlohmann::json& g) { g["optimizer"] = "momentum"; })); },
+      {"optimizer momentum (expected sgd or adam)"});
+  expect_error<InvalidArgumentError>(
+      [&] { mlp_plan_model(with_graph([](nlohmann::json& g) { g["dtype"] = "bf16"; })); },
+      {"dtype bf16 (expected f32)"});
+  expect_error<InvalidArgumentError>(
+      [&] { with_graph([](nlohmann::json& g) { g["name"] = "other"; }); },
+      {"model_graph is model 'other' but model is 'mlp'"});
+
+  // The transformer: the shipped file reads back as the trainer's defaults; a file with only
+  // embed and head (newuser8's d13.json) is refused.
+  const ModelGraph t = model_file("transformer.json");
+  const nlohmann::json te =
+      plan_auto_sharding(t, {2, 4}, axes, cost, 0, plan_constraints("transformer", {2, 4}, axes))
+          .to_json();
+  const std::optional<TransformerPlanModel> tm =
+      transformer_plan_model(parse_train_plan(te, "t.json"));
+  ASSERT_TRUE(tm.has_value());
+  const TransformerConfig d;
+  EXPECT_EQ(tm->vocab, d.vocab);
+  EXPECT_EQ(tm->context, d.context);
+  EXPECT_EQ(tm->d_model, d.d_model);
+  EXPECT_EQ(tm->heads, d.heads);
+  EXPECT_EQ(tm->layers, d.layers);
+  EXPECT_EQ(tm->hidden, d.hidden);
+  nlohmann::json small = te;
+  nlohmann::json& layers = small["model_graph"]["layers"];
+  layers = nlohmann::json::array({layers[0], layers[layers.size() - 1]});
+  layers[0]["d_model"] = 32;
+  layers[1]["in"] = 32;
+  expect_error<InvalidArgumentError>(
+      [&] { transformer_plan_model(parse_train_plan(small, "t.json")); },
+      {"model_graph has layers[1] 'head' dense 32 -> 128 (expected 'blocks.0.ln1' layer_norm dim "
+       "32), which vtpu train transformer does not run"});
+}
+
+// Regression (new-user pass nu8, N17): the emitted plan gave attention's wqkv as P(None, 'model')
+// on a (d, 3d) array, a contiguous split of the fused Q|K|V columns, where the trainer holds
+// (d, 3, d) with P(None, None, 'model') (whole heads of Q, K and V per core). Every attention and
+// MLP parameter of a tensor-parallel plan now has the trainer's shape and spec, as the trainer's
+// own layout (TransformerLayout) gives them.
+TEST(TrainPlanTest, EmittedShardingsAreTheTrainersLayout) {
+  const ModelGraph t = model_file("transformer.json");
+  const CostModel cost(HardwareProfile::get("v5e"));
+  const Names axes = {"data", "model"};
+  const std::vector<int64_t> shape = {1, 2};
+  PlanConstraints only_tp = plan_constraints("transformer", shape, axes);
+  const auto runs = only_tp.unsupported;
+  only_tp.unsupported = [runs](const PlanCandidate& k) {
+    return k.tensor_axes.empty() ? std::string("not tensor parallel") : runs(k);
+  };
+  const AutoShardingPlan plan = plan_auto_sharding(t, shape, axes, cost, 0, only_tp);
+  ASSERT_GE(plan.winner, 0);
+  const nlohmann::json j = plan.to_json();
+  ASSERT_EQ(j["strategy"]["name"], "tp(model)") << j["strategy"];
+  // The plan's parameter names for the trainer's (examples/transformer_model.cc).
+  const std::vector<std::pair<std::string, std::string>> names = {
+      {"attn.wqkv", "attn.wqkv"}, {"attn.bqkv", "attn.bqkv"}, {"attn.wo", "attn.wo"},
+      {"mlp.w1", "mlp.fc1.w"},    {"mlp.b1", "mlp.fc1.b"},    {"mlp.w2", "mlp.fc2.w"}};
+  const TransformerLayout layout(TransformerConfig{}, 2);
+  int checked = 0;
+  for (const TransformerParam& p : layout.params()) {
+    for (const auto& [trainer, planned] : names) {
+      const std::string prefix = p.name.substr(0, p.name.find('.', 7) + 1);  // "blocks.<i>."
+      if (!p.name.starts_with("blocks.") || p.name != prefix + trainer) continue;
+      const std::string key = prefix + planned;
+      SCOPED_TRACE(p.name + " -> " + key);
+      ASSERT_TRUE(j["shardings"].contains(key));
+      EXPECT_EQ(j["parameter_shapes"][key], nlohmann::json(p.global_shape));
+      EXPECT_EQ(PartitionSpec::parse(j["shardings"][key].get<std::string>()).normalized(),
+                p.spec.normalized());
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 6 * 2);  // 6 parameters in each of the 2 blocks
+  EXPECT_EQ(j["shardings"]["blocks.0.attn.wqkv"], "P(None, None, 'model')");
+  EXPECT_EQ(j["parameter_shapes"]["blocks.0.attn.wqkv"], nlohmann::json({64, 3, 64}));
 }
 
 }  // namespace

@@ -464,7 +464,7 @@ TEST(VtpuCliTest, ReshardRejectsBadInput) {
   expect_failure("reshard --mesh 2x2 --shape 8 --from \"P('x','x')\" --to \"P()\"", "twice", 1);
   expect_failure("reshard --mesh 2x2 --shape 8 --from \"P('q')\" --to \"P()\"", "'q'", 1);
   expect_failure("reshard --mesh 2x2 --shape 8 --from \"P('x','y')\" --to \"P()\"", "rank 1", 1);
-  expect_failure("reshard --mesh 2xz --shape 8 --from \"P()\" --to \"P()\"", "--mesh '2xz'", 1);
+  expect_failure("reshard --mesh 2xz --shape 8 --from \"P()\" --to \"P()\"", "--mesh '2xz'", 2);
   expect_failure("reshard --mesh 2x2 --shape 8 --from \"P()\"", "--to", 2);
 }
 
@@ -939,6 +939,27 @@ TEST(VtpuCliTest, BenchSeedsAreCheckedLikeTheStressSeed) {
   }
 }
 
+// Regression (new-user pass nu8, N18, N19): `--seed -1` wrapped to 18446744073709551615 in the
+// trainers and reshard; `train transformer --lr -1` printed a 309-digit DBL_MAX and `--lr nan`
+// exited 1. All are usage errors (exit 2) that name the value, checked before anything runs.
+TEST(VtpuCliTest, TrainerAndReshardSeedsAndTheTransformerLrAreChecked) {
+  for (const std::string cmd : {"train mlp", "train fsdp", "train transformer",
+                                "reshard --mesh 2 --shape 4 --from \"P('x')\" --to \"P()\""}) {
+    expect_failure(cmd + " --seed -1", "--seed '-1' (expected a decimal integer", 2);
+    expect_failure(cmd + " --seed 99999999999999999999999", "--seed '99999999999999999999999'", 2);
+  }
+  for (const char* lr : {"-1", "nan", "0", "inf"}) {
+    const CliRun r = run_cli(std::string("train transformer --cores 1 --steps 1 --lr ") + lr);
+    EXPECT_EQ(r.exit_code, 2) << lr << "\n" << r.output;
+    EXPECT_NE(r.output.find(std::string("learning rate ") + lr + " must be a finite number > 0"),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(r.output.find("179769313486231570814527423731704356798070567525844996598917476803"),
+              std::string::npos)
+        << r.output;
+  }
+}
+
 TEST(VtpuCliTest, StressWritesAnHtmlPageWithTheReportEmbedded) {
   const std::string html =
       (std::filesystem::temp_directory_path() / "vtpu_cli_stress.html").string();
@@ -1285,7 +1306,7 @@ TEST(VtpuCliTest, TrainTransformerRejectsBadInput) {
                  "heads 4 are not divisible by the tensor-parallel axis size 3", 1);
   expect_failure("train transformer --mesh 1x8 --batch 2 --steps 1 --data /dev/null",
                  "heads 4 are not divisible by the tensor-parallel axis size 8", 1);
-  expect_failure("train transformer --mesh 2x" + data, "mesh '2x' is not DxT", 1);
+  expect_failure("train transformer --mesh 2x" + data, "mesh '2x' is not DxT", 2);
   expect_failure("train transformer --mesh 3x1" + data,
                  "batch 2 is not divisible by the data-parallel axis size 3", 1);
   expect_failure("train transformer --cores 3 --mesh 2x2" + data,
@@ -1367,17 +1388,22 @@ TEST(VtpuCliPlanTest, MeshProductIsBoundedAndMeshAndAxesAreParsedStrictly) {
   EXPECT_FALSE(std::filesystem::exists(out));
   for (const char* mesh : {"\" 2x 2\"", "+2x2", "2x-2", "\"2x2 \"", "0x2", "2x4097", "2x"}) {
     SCOPED_TRACE(mesh);
-    expect_failure(plan + " --mesh " + mesh, "is not a mesh shape", 1);
+    expect_failure(plan + " --mesh " + mesh, "is not a mesh shape", 2);
     expect_failure(
         std::string("reshard --shape 4 --from \"P()\" --to \"P()\" --explain --mesh ") + mesh,
-        "is not a mesh shape", 1);
+        "is not a mesh shape", 2);
   }
-  expect_failure(plan + " --mesh 2x2 --axes \",y\"", "--axes ',y' has an empty name for axis 0", 1);
-  expect_failure(plan + " --mesh 2x2 --axes \"x,\"", "--axes 'x,' has an empty name for axis 1", 1);
+  expect_failure(plan + " --mesh 2x2 --axes \",y\"", "--axes ',y' has an empty name for axis 0", 2);
+  expect_failure(plan + " --mesh 2x2 --axes \"x,\"", "--axes 'x,' has an empty name for axis 1", 2);
   expect_failure(
       "reshard --mesh 2x2x2 --axes \"x,,z\" --shape 4 --from \"P()\" --to \"P()\" --explain",
-      "--axes 'x,,z' has an empty name for axis 1", 1);
-  expect_failure(plan + " --mesh 2x2 --axes a,b,c", "--axes names 3 axes but --mesh 2x2 has 2", 1);
+      "--axes 'x,,z' has an empty name for axis 1", 2);
+  expect_failure(plan + " --mesh 2x2 --axes a,b,c", "--axes names 3 axes but --mesh 2x2 has 2", 2);
+  // Regression (new-user pass nu8, N5): these malformed flag values exited 1, not 2 (usage).
+  expect_failure(plan + " --mesh 2x2 --axes a,a", "--axes 'a,a' names 'a' twice", 2);
+  expect_failure("reshard --mesh 2x2 --axes a,a --shape 4 --from \"P()\" --to \"P()\" --explain",
+                 "--axes 'a,a' names 'a' twice", 2);
+  expect_failure(plan + " --mesh 2x4 --hbm-bytes lots", "invalid byte size 'lots'", 2);
   const CliRun ok = run_cli(plan + " --mesh 2x2 --axes a,b --hardware v5e");
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_NE(ok.output.find("Mesh(a=2, b=2)"), std::string::npos) << ok.output;
@@ -1390,6 +1416,36 @@ TEST(VtpuCliPlanTest, MalformedModelFileNamesTheField) {
   expect_failure("plan " + path + " --mesh 1x2", "layers[0] 'fc'.out: missing", 1);
   const std::string broken = temp_file("vtpu_cli_broken_model.json", "{\n\"name\": \"m\",\n}");
   expect_failure("plan " + broken + " --mesh 1x2", "line 3", 1);
+}
+
+// Regression (new-user pass nu8, N16): with --batch 63 on 2x4 every "cannot run: batch 63 does
+// not split" row had runnable: true and step_seconds 0. Rows that cannot run are now
+// runnable: false with null costs; the tp(data,model) winner (the batch is not split) is costed.
+TEST(VtpuCliPlanTest, PlanJsonRowsThatCannotRunAreNotRunnableAndNotCosted) {
+  const CliRun r = run_cli("plan " + model_path("mlp.json") + " --mesh 2x4 --batch 63 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  int cannot = 0, runnable = 0;
+  for (const nlohmann::json& c : j["candidates"]) {
+    SCOPED_TRACE(c.dump());
+    const bool cannot_run = c["why_lost"].get<std::string>().starts_with("cannot run");
+    EXPECT_EQ(c["runnable"].get<bool>(), !cannot_run);
+    if (!c["feasible"].get<bool>()) {
+      ++cannot;
+      for (const char* key : {"step_seconds", "compute_seconds", "comm_seconds",
+                              "hbm_bytes_per_core", "comm_bytes_per_core"}) {
+        EXPECT_TRUE(c[key].is_null()) << key;
+      }
+    } else {
+      ++runnable;
+      EXPECT_GT(c["step_seconds"].get<double>(), 0.0);
+      EXPECT_GT(c["hbm_bytes_per_core"].get<uint64_t>(), 0u);
+    }
+  }
+  EXPECT_GT(cannot, 0);
+  EXPECT_GT(runnable, 0);
+  EXPECT_EQ(j["candidates"][0]["strategy"], "tp(data,model)");
+  EXPECT_EQ(j["plan"]["strategy"]["name"], "tp(data,model)");
 }
 
 TEST(VtpuCliPlanTest, ReshardExplainOnV5e) {
@@ -1560,6 +1616,123 @@ TEST(VtpuCliPlanTest, TrainMlpPlanComparesTheEstimateWithTheRun) {
     }
     expect_failure("train mlp --batch 16 --plan " + path,
                    "estimates a global batch of 8 but the run uses 16", 1);
+  }
+}
+
+// Regression (new-user pass nu8, N20): `train mlp --plan` checked a data-parallel plan against
+// the one-batch 1-core run, so at hidden 1024 a correct dp(x) plan failed the 1e-4 check (4.9e-4
+// after 500 steps) while `train fsdp --plan` of the same plan passed. Both now check against 1
+// core with one micro-batch per core of the data-parallel group: the same f32 additions in the
+// same order, so data parallel and FSDP match it exactly; the one-batch run is printed unchecked.
+// Under dp+tp the group is the data axis (2 micro-batches); pure tp has a group of 1.
+TEST(VtpuCliPlanTest, TrainMlpPlanChecksAgainstTheMicroBatchedReference) {
+  VTPU_REQUIRE_DIGITS();
+  struct Case {
+    const char* mesh;
+    const char* strategy;
+    int64_t micro_batches;
+    bool exact;
+  };
+  for (const Case& c :
+       {Case{R"j({"axes": ["x"], "shape": [4]})j", R"j({"data": "x"})j", 4, true},
+        Case{R"j({"axes": ["x"], "shape": [4]})j", R"j({"fsdp": "x"})j", 4, true},
+        Case{R"j({"axes": ["d", "t"], "shape": [2, 2]})j", R"j({"data": "d", "tensor": "t"})j", 2,
+             false},
+        Case{R"j({"axes": ["x"], "shape": [2]})j", R"j({"tensor": "x"})j", 1, false}}) {
+    SCOPED_TRACE(c.strategy);
+    const std::string path = temp_file("vtpu_cli_mlp_plan_reference.json",
+                                       R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+        "mesh": )j" + std::string(c.mesh) + R"j(, "strategy": )j" +
+                                           c.strategy + "}");
+    const nlohmann::json j = expect_runs_like_one_core(
+        "train mlp --steps 20 --batch 16 --hidden 256 --json --plan " + path, "/run/losses",
+        "/reference/losses");
+    if (j.is_null()) continue;
+    EXPECT_EQ(j["reference"]["micro_batches"], c.micro_batches);
+    EXPECT_EQ(j["one_batch_reference"]["micro_batches"], 1);
+    EXPECT_EQ(j["one_batch_reference"]["losses"].size(), 20u);
+    if (c.exact) EXPECT_EQ(j["max_relative_loss_difference"].get<double>(), 0.0);
+  }
+  const std::string dp = temp_file("vtpu_cli_mlp_plan_reference_text.json",
+                                   R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+      "mesh": {"axes": ["x"], "shape": [4]}, "strategy": {"data": "x"}})j");
+  const CliRun r = run_cli("train mlp --steps 3 --batch 8 --log-every 0 --plan " + dp);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* needle : {"vs train mlp on 1 core with 4 micro-batches",
+                             "max relative difference 0 over 3 steps (tolerance 0.0001): ok",
+                             "in one batch", "not checked"}) {
+    EXPECT_NE(r.output.find(needle), std::string::npos) << needle << "\n" << r.output;
+  }
+}
+
+// Regression (new-user pass nu8, N1): a plan made for hidden 128 ran the trainer's hidden 64 and
+// judged the hidden-128 estimate against it (0.63x "outside 25%"), a transformer plan for
+// d_model 32 ran d_model 64, and a model "mlp" without its relu was accepted. The plan's
+// model_graph now sets the sizes, a contradicting flag is an error, and another architecture is
+// refused naming the layer.
+TEST(VtpuCliPlanTest, TrainRunsThePlansModelSizes) {
+  VTPU_REQUIRE_DIGITS();
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string out = (dir / "vtpu_cli_mlp128_plan.json").string();
+  const std::string mlp128 = temp_file("vtpu_cli_mlp128.json", R"j({"name": "mlp", "batch": 16,
+      "optimizer": "sgd", "layers": [{"name": "fc1", "kind": "dense", "in": 64, "out": 128},
+      {"name": "relu", "kind": "elementwise", "dim": 128},
+      {"name": "fc2", "kind": "dense", "in": 128, "out": 10}]})j");
+  std::filesystem::remove(out);
+  CliRun r = run_cli("plan " + mlp128 + " --mesh 1x2 --hardware this_machine --emit " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = expect_runs_like_one_core("train mlp --steps 3 --json --plan " + out,
+                                                     "/run/losses", "/reference/losses");
+  if (!j.is_null()) {
+    EXPECT_EQ(j["config"]["hidden"], 128);
+    EXPECT_EQ(j["config"]["optimizer"], "sgd");
+    EXPECT_EQ(j["config"]["global_batch"], 16);
+  }
+  expect_failure("train mlp --steps 1 --hidden 64 --plan " + out,
+                 "is for hidden 128 (fc1.out), --hidden is 64 (expected 128, or --hidden left out)",
+                 1);
+  expect_failure("train mlp --steps 1 --optimizer adam --plan " + out,
+                 "is for optimizer sgd (model_graph.optimizer), --optimizer is adam", 1);
+  r = run_cli("train mlp --steps 1 --hidden 128 --log-every 0 --plan " + out);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("model 64->128->10 (the plan's)"), std::string::npos) << r.output;
+
+  const std::string norelu = temp_file("vtpu_cli_mlp_norelu.json", R"j({"name": "mlp",
+      "batch": 16, "optimizer": "sgd", "layers": [
+      {"name": "fc1", "kind": "dense", "in": 64, "out": 64},
+      {"name": "fc2", "kind": "dense", "in": 64, "out": 10}]})j");
+  std::filesystem::remove(out);
+  r = run_cli("plan " + norelu + " --mesh 2 --hardware this_machine --emit " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_failure("train mlp --steps 1 --plan " + out,
+                 "model_graph has layers[1] 'fc2' dense 64 -> 10 (expected 'relu' elementwise dim "
+                 "64), which vtpu train mlp does not run",
+                 1);
+  expect_failure("train fsdp --steps 1 --plan " + out, "which vtpu train mlp does not run", 1);
+
+  // A transformer of d_model 32, 2 heads, 1 block, MLP hidden 64, context 16.
+  std::string t = R"j({"name": "transformer", "batch": 4, "seq_len": 16, "optimizer": "adam",
+      "layers": [{"name": "embed", "kind": "embedding", "vocab": 128, "d_model": 32,
+      "positions": 16}, {"name": "blocks.0.ln1", "kind": "layer_norm", "dim": 32},
+      {"name": "blocks.0.attn", "kind": "attention", "d_model": 32, "heads": 2},
+      {"name": "blocks.0.ln2", "kind": "layer_norm", "dim": 32},
+      {"name": "blocks.0.mlp.fc1", "kind": "dense", "in": 32, "out": 64},
+      {"name": "blocks.0.mlp.gelu", "kind": "elementwise", "dim": 64},
+      {"name": "blocks.0.mlp.fc2", "kind": "dense", "in": 64, "out": 32},
+      {"name": "ln_f", "kind": "layer_norm", "dim": 32},
+      {"name": "head", "kind": "dense", "in": 32, "out": 128}]})j";
+  const std::string small = temp_file("vtpu_cli_small_transformer.json", t);
+  std::filesystem::remove(out);
+  r = run_cli("plan " + small + " --mesh 1x2 --hardware this_machine --emit " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json tj = expect_runs_like_one_core(
+      "train transformer --steps 2 --json --data " + transformer_text_file() + " --plan " + out,
+      "/mesh/losses", "/reference/losses");
+  if (!tj.is_null()) {
+    for (const auto& [key, value] : std::vector<std::pair<const char*, int>>{
+             {"d_model", 32}, {"heads", 2}, {"layers", 1}, {"hidden", 64}, {"context", 16}}) {
+      EXPECT_EQ(tj["config"][key], value) << key;
+    }
   }
 }
 
