@@ -84,8 +84,9 @@ void require_rate(double value, const std::string& field) {
   }
 }
 
-/// "kernels": {"gemm_sizes": [..], "gemm_flops_per_second": [..], "elementwise_per_second":
-/// {..}}; values are checked by KernelRates::validate.
+/// "kernels": {"gemm_sizes": [..], "gemm_flops_per_second": [..], optional
+/// "gemm_warm_flops_per_second": [..], "elementwise_per_second": {..}, "row_kernels": {..}}; values
+/// are checked by KernelRates::validate.
 KernelRates kernel_rates_from_json(const nlohmann::json& k) {
   if (!k.is_object()) {
     throw InvalidArgumentError("hardware profile key 'kernels' is " + k.dump() +
@@ -107,17 +108,19 @@ KernelRates kernel_rates_from_json(const nlohmann::json& k) {
         }
         r.gemm_sizes.push_back(static_cast<int64_t>(d));
       }
-    } else if (key == "gemm_flops_per_second") {
+    } else if (key == "gemm_flops_per_second" || key == "gemm_warm_flops_per_second") {
       if (!v.is_array()) {
-        throw InvalidArgumentError("hardware profile kernels.gemm_flops_per_second is " +
+        throw InvalidArgumentError("hardware profile kernels." + key + " is " +
                                    v.dump().substr(0, 80) + " (expected an array of numbers)");
       }
+      std::vector<double>& table =
+          key == "gemm_flops_per_second" ? r.gemm_flops_per_second : r.gemm_warm_flops_per_second;
       for (const nlohmann::json& x : v) {
         if (!x.is_number()) {
-          throw InvalidArgumentError("hardware profile kernels.gemm_flops_per_second holds " +
-                                     x.dump() + " (expected numbers)");
+          throw InvalidArgumentError("hardware profile kernels." + key + " holds " + x.dump() +
+                                     " (expected numbers)");
         }
-        r.gemm_flops_per_second.push_back(x.get<double>());
+        table.push_back(x.get<double>());
       }
     } else if (key == "elementwise_per_second") {
       if (!v.is_object()) {
@@ -151,7 +154,7 @@ KernelRates kernel_rates_from_json(const nlohmann::json& k) {
     } else {
       throw InvalidArgumentError("unknown hardware profile key 'kernels." + key +
                                  "' (known: elementwise_per_second, gemm_flops_per_second, "
-                                 "gemm_sizes, row_kernels)");
+                                 "gemm_sizes, gemm_warm_flops_per_second, row_kernels)");
     }
   }
   return r;
@@ -187,14 +190,19 @@ void KernelRates::validate(const std::string& profile_name) const {
     }
   }
   const size_t s = gemm_sizes.size();
-  if (gemm_flops_per_second.size() != s * s * s) {
-    throw InvalidArgumentError(
-        where + "gemm_flops_per_second has " + std::to_string(gemm_flops_per_second.size()) +
-        " entries (expected " + std::to_string(s * s * s) + ", one per (m, k, n) in gemm_sizes^3)");
-  }
-  for (size_t i = 0; i < gemm_flops_per_second.size(); ++i) {
-    require_rate(gemm_flops_per_second[i],
-                 "kernels.gemm_flops_per_second[" + std::to_string(i) + "]");
+  // The warm table is optional (profiles measured before it existed), the cold one is not.
+  for (const auto& [name, table] : {std::pair<const char*, const std::vector<double>*>{
+                                        "gemm_flops_per_second", &gemm_flops_per_second},
+                                    {"gemm_warm_flops_per_second", &gemm_warm_flops_per_second}}) {
+    if (table == &gemm_warm_flops_per_second && table->empty()) continue;
+    if (table->size() != s * s * s) {
+      throw InvalidArgumentError(where + name + " has " + std::to_string(table->size()) +
+                                 " entries (expected " + std::to_string(s * s * s) +
+                                 ", one per (m, k, n) in gemm_sizes^3)");
+    }
+    for (size_t i = 0; i < table->size(); ++i) {
+      require_rate((*table)[i], std::string("kernels.") + name + "[" + std::to_string(i) + "]");
+    }
   }
   const std::vector<std::string>& names = elementwise_kernel_names();
   for (const auto& [op, rate] : elementwise_per_second) {
@@ -487,6 +495,9 @@ nlohmann::json HardwareProfile::to_json() const {
                     {"gemm_flops_per_second", kernels.gemm_flops_per_second},
                     {"elementwise_per_second", kernels.elementwise_per_second},
                     {"row_kernels", nlohmann::json::object()}};
+    if (!kernels.gemm_warm_flops_per_second.empty()) {  // written only when measured
+      j["kernels"]["gemm_warm_flops_per_second"] = kernels.gemm_warm_flops_per_second;
+    }
     for (const auto& [op, fit] : kernels.row_kernels) {
       j["kernels"]["row_kernels"][op] = {{"seconds_per_row", fit.seconds_per_row},
                                          {"seconds_per_element", fit.seconds_per_element}};

@@ -51,6 +51,47 @@ double formula_factor(CollectiveKind kind, double n) {
   }
 }
 
+/// The rate of a GEMM (m, k) x (k, n) from a table measured at every (m, k, n) in sizes^3
+/// (KernelRates' layout: index (i_m S + i_k) S + i_n): trilinear interpolation of log(rate) in
+/// (log2 m, log2 k, log2 n), each coordinate clamped to [sizes.front(), sizes.back()]. `sizes`
+/// strictly increasing and non-empty, `rates` of sizes.size()^3 entries > 0 (validated profile).
+double interpolate_gemm_rate(const std::vector<int64_t>& sizes, const std::vector<double>& rates,
+                             double m, double k, double n) {
+  const size_t S = sizes.size();
+  // Per coordinate: the grid cell [i, i + 1] holding log2(x) (clamped) and the weight of i + 1.
+  const auto cell = [&](double x, size_t* i, double* w) {
+    const double lo = static_cast<double>(sizes.front());
+    const double hi = static_cast<double>(sizes.back());
+    const double lx = std::log2(std::clamp(x, lo, hi));
+    *i = 0;
+    while (*i + 2 < S && std::log2(static_cast<double>(sizes[*i + 1])) <= lx) ++*i;
+    if (S == 1) {
+      *w = 0;
+      return;
+    }
+    const double a = std::log2(static_cast<double>(sizes[*i]));
+    const double b = std::log2(static_cast<double>(sizes[*i + 1]));
+    *w = std::clamp((lx - a) / (b - a), 0.0, 1.0);
+  };
+  size_t im = 0, ik = 0, in = 0;
+  double wm = 0, wk = 0, wn = 0;
+  cell(m, &im, &wm);
+  cell(k, &ik, &wk);
+  cell(n, &in, &wn);
+  double log_rate = 0;
+  for (int dm = 0; dm < 2; ++dm) {
+    for (int dk = 0; dk < 2; ++dk) {
+      for (int dn = 0; dn < 2; ++dn) {
+        const double w = (dm ? wm : 1 - wm) * (dk ? wk : 1 - wk) * (dn ? wn : 1 - wn);
+        if (w == 0) continue;
+        const size_t idx = ((im + dm) * S + (ik + dk)) * S + (in + dn);
+        log_rate += w * std::log(rates[idx]);
+      }
+    }
+  }
+  return std::exp(log_rate);
+}
+
 }  // namespace
 
 CostModel::CostModel(HardwareProfile profile) : profile_(std::move(profile)) {
@@ -251,49 +292,21 @@ double CostModel::memory_seconds(double bytes, double working_set_bytes) const {
   return bytes / profile_.cache_bytes_per_second * oversubscription();
 }
 
-double CostModel::gemm_flops_per_second(double m, double k, double n,
-                                        const std::string& dtype) const {
+double CostModel::gemm_flops_per_second(double m, double k, double n, const std::string& dtype,
+                                        double working_set_bytes) const {
   const KernelRates& r = profile_.kernels;
   if (uniform_ || r.gemm_sizes.empty() || dtype != "f32") return peak_flops_per_core(dtype);
-  const size_t S = r.gemm_sizes.size();
-  // Per coordinate: the grid cell [i, i + 1] holding log2(x) (clamped) and the weight of i + 1.
-  const auto cell = [&](double x, size_t* i, double* w) {
-    const double lo = static_cast<double>(r.gemm_sizes.front());
-    const double hi = static_cast<double>(r.gemm_sizes.back());
-    const double lx = std::log2(std::clamp(x, lo, hi));
-    *i = 0;
-    while (*i + 2 < S && std::log2(static_cast<double>(r.gemm_sizes[*i + 1])) <= lx) ++*i;
-    if (S == 1) {
-      *w = 0;
-      return;
-    }
-    const double a = std::log2(static_cast<double>(r.gemm_sizes[*i]));
-    const double b = std::log2(static_cast<double>(r.gemm_sizes[*i + 1]));
-    *w = std::clamp((lx - a) / (b - a), 0.0, 1.0);
-  };
-  size_t im = 0, ik = 0, in = 0;
-  double wm = 0, wk = 0, wn = 0;
-  cell(m, &im, &wm);
-  cell(k, &ik, &wk);
-  cell(n, &in, &wn);
-  double log_rate = 0;
-  for (int dm = 0; dm < 2; ++dm) {
-    for (int dk = 0; dk < 2; ++dk) {
-      for (int dn = 0; dn < 2; ++dn) {
-        const double w = (dm ? wm : 1 - wm) * (dk ? wk : 1 - wk) * (dn ? wn : 1 - wn);
-        if (w == 0) continue;
-        const size_t idx = ((im + dm) * S + (ik + dk)) * S + (in + dn);
-        log_rate += w * std::log(r.gemm_flops_per_second[idx]);
-      }
-    }
-  }
-  return std::exp(log_rate) / profile_.cores_per_chip;
+  const bool warm = !r.gemm_warm_flops_per_second.empty() && fits_in_cache(working_set_bytes);
+  return interpolate_gemm_rate(
+             r.gemm_sizes, warm ? r.gemm_warm_flops_per_second : r.gemm_flops_per_second, m, k, n) /
+         profile_.cores_per_chip;
 }
 
-double CostModel::gemm_seconds(double m, double k, double n, const std::string& dtype,
-                               double count) const {
+double CostModel::gemm_seconds(double m, double k, double n, const std::string& dtype, double count,
+                               double working_set_bytes) const {
   if (m <= 0 || k <= 0 || n <= 0 || count <= 0) return 0.0;
-  return count * 2 * m * k * n / gemm_flops_per_second(m, k, n, dtype) * oversubscription();
+  return count * 2 * m * k * n / gemm_flops_per_second(m, k, n, dtype, working_set_bytes) *
+         oversubscription();
 }
 
 double CostModel::elementwise_seconds(const std::string& kernel, double elements) const {

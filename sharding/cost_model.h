@@ -59,6 +59,13 @@
 // space), elementwise rates (elementwise_seconds) and row kernels priced as seconds per row =
 // a + b x length (row_seconds). The auto planner then sums a layer's kernels (auto_planner.h)
 // instead of pricing its FLOPs at the peak; oversubscription applies to them as to the rest.
+// The GEMM table comes twice: cold (operands rotated out of the cache, as in a step that touches
+// megabytes) and, optionally, warm (the same operands every call, so they stay cached). A GEMM
+// whose operation passes the cache test below (fits_in_cache of the operation's working set, the
+// figure that also picks the memory term's bandwidth) is priced from the warm table: the
+// cache-aware roofline's compute side, where the level that holds the data decides the attainable
+// rate (Ilic, Pratas and Sousa, IEEE CAL 2014). A profile without the warm table prices every
+// GEMM cold.
 //
 // Virtual cores on a host (profiles with host_cpus > 0: this machine, never a TPU profile). Two
 // terms, both 1 on the TPU profiles and on a model whose core count is unset (for_cores):
@@ -81,6 +88,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -159,15 +167,23 @@ class CostModel {
   /// written by `vtpu bench hardware`); the auto planner then prices layers kernel by kernel
   /// (sharding/auto_planner.h) instead of at the peak.
   bool has_kernel_rates() const { return !uniform_ && !profile_.kernels.empty(); }
-  /// FLOP/s of one core for a GEMM (m, k) x (k, n) (sizes in elements, >= 1): for f32 on a
-  /// profile with a GEMM table, the measured rates interpolated trilinearly in (log2 m, log2 k,
-  /// log2 n) on log(rate), each coordinate clamped to the table's sizes; otherwise the peak
-  /// (peak_flops_per_core). Not scaled by oversubscription.
-  double gemm_flops_per_second(double m, double k, double n, const std::string& dtype) const;
-  /// `count` GEMMs of (m, k) x (k, n): count x 2 m k n / gemm_flops_per_second x
-  /// oversubscription() (seconds). 0 when a size or count is 0.
-  double gemm_seconds(double m, double k, double n, const std::string& dtype,
-                      double count = 1) const;
+  /// FLOP/s of one core for a GEMM (m, k) x (k, n) (sizes in elements, >= 1) run inside an
+  /// operation whose working set is `working_set_bytes` (bytes; the same figure that decides
+  /// memory_seconds' level, see the header's "Caches"): for f32 on a profile with a GEMM table,
+  /// the measured rates interpolated trilinearly in (log2 m, log2 k, log2 n) on log(rate), each
+  /// coordinate clamped to the table's sizes, from the warm table
+  /// (KernelRates::gemm_warm_flops_per_second) when the profile has one and
+  /// fits_in_cache(working_set_bytes), else from the cold table; otherwise the peak
+  /// (peak_flops_per_core). The default working set, +infinity, never fits: the cold table. Not
+  /// scaled by oversubscription.
+  double gemm_flops_per_second(
+      double m, double k, double n, const std::string& dtype,
+      double working_set_bytes = std::numeric_limits<double>::infinity()) const;
+  /// `count` GEMMs of (m, k) x (k, n) in an operation of `working_set_bytes` (bytes; as for
+  /// gemm_flops_per_second): count x 2 m k n / gemm_flops_per_second x oversubscription()
+  /// (seconds). 0 when a size or count is 0.
+  double gemm_seconds(double m, double k, double n, const std::string& dtype, double count = 1,
+                      double working_set_bytes = std::numeric_limits<double>::infinity()) const;
   /// `elements` through the measured elementwise kernel `kernel` (a name of
   /// elementwise_kernel_names()): elements / rate x oversubscription() (seconds). Throws
   /// FailedPreconditionError when the profile did not measure it.

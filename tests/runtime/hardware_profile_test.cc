@@ -54,6 +54,9 @@ TEST(HardwareProfileTest, EveryFigureOfEveryShippedProfileNamesItsSource) {
             "kernels.elementwise_per_second.transcendental", "kernels.row_kernels"}) {
         EXPECT_TRUE(p.sources.contains(field)) << name << " " << field;
       }
+      if (!p.kernels.gemm_warm_flops_per_second.empty()) {  // optional
+        EXPECT_TRUE(p.sources.contains("kernels.gemm_warm_flops_per_second")) << name;
+      }
     }
   }
   // The TPU profiles price compute at the peak: no kernel rates.

@@ -289,6 +289,41 @@ TEST(CostModelTest, GemmRatesInterpolateTheMeasuredTableInLogSpace) {
   EXPECT_DOUBLE_EQ(m.gemm_flops_per_second(64, 64, 64, "bf16"), m.peak_flops_per_core("bf16"));
 }
 
+TEST(CostModelTest, WarmGemmTableIsUsedWhenTheWorkingSetFitsTheCache) {
+  // kernel_profile()'s cold table plus a warm one at 3 x 2^(i_m + i_k + i_n) x 1e9 (3x the cold
+  // rate everywhere); host_profile()'s cache: 1 MiB per CPU, 2 CPUs.
+  HardwareProfile p = kernel_profile();
+  for (double cold : p.kernels.gemm_flops_per_second)
+    p.kernels.gemm_warm_flops_per_second.push_back(3 * cold);
+  const CostModel m(p);
+  const double mib = 1 << 20;
+  // Fits (1 MiB <= 1 MiB): warm, interpolated in log space as the cold table is.
+  EXPECT_NEAR(m.gemm_flops_per_second(64, 64, 64, "f32", mib), 24e9, 1e-2);
+  EXPECT_NEAR(m.gemm_flops_per_second(8, 8, 64, "f32", 1000), 6e9, 1e-3);
+  const double mid = std::sqrt(8.0 * 64.0);
+  EXPECT_NEAR(m.gemm_flops_per_second(mid, mid, mid, "f32", 1000), 3e9 * std::pow(2.0, 1.5), 1e-2);
+  // One byte over, or no working set given (+infinity): cold.
+  EXPECT_NEAR(m.gemm_flops_per_second(64, 64, 64, "f32", mib + 1), 8e9, 1e-2);
+  EXPECT_NEAR(m.gemm_flops_per_second(64, 64, 64, "f32"), 8e9, 1e-2);
+  // 3 GEMMs of 64^3 = 1,572,864 FLOPs: 6.5536e-5 s warm, 1.96608e-4 s cold.
+  EXPECT_NEAR(m.gemm_seconds(64, 64, 64, "f32", 3, 4096), 6.5536e-5, 1e-15);
+  EXPECT_NEAR(m.gemm_seconds(64, 64, 64, "f32", 3, 2 * mib), 1.96608e-4, 1e-15);
+  // 8 cores on 2 CPUs: 4 threads share each CPU's cache, so 300 KiB x 4 > 1 MiB is cold (and
+  // every time x 4), while 256 KiB x 4 = 1 MiB still fits.
+  EXPECT_NEAR(m.for_cores(8).gemm_seconds(64, 64, 64, "f32", 3, 300 * 1024), 4 * 1.96608e-4, 1e-15);
+  EXPECT_NEAR(m.for_cores(8).gemm_seconds(64, 64, 64, "f32", 3, 256 * 1024), 4 * 6.5536e-5, 1e-15);
+  // Without the warm table (kernel_profile(), a profile measured before it), every GEMM is cold.
+  EXPECT_NEAR(CostModel(kernel_profile()).gemm_flops_per_second(64, 64, 64, "f32", 1000), 8e9,
+              1e-2);
+  // Without a cache level nothing fits: cold.
+  p.cache_bytes = 0;
+  p.cache_bytes_per_second = 0;
+  EXPECT_NEAR(CostModel(p).gemm_flops_per_second(64, 64, 64, "f32", 1000), 8e9, 1e-2);
+  // The table is f32: another dtype uses the peak, warm or not.
+  EXPECT_DOUBLE_EQ(m.gemm_flops_per_second(64, 64, 64, "bf16", 1000),
+                   m.peak_flops_per_core("bf16"));
+}
+
 TEST(CostModelTest, ElementwiseAndRowKernelsUseTheirMeasuredRates) {
   const CostModel m(kernel_profile());
   EXPECT_NEAR(m.elementwise_seconds("transcendental", 1e6), 1e-2, 1e-15);
@@ -343,6 +378,28 @@ TEST(CostModelTest, KernelRatesRoundTripAndAreValidated) {
   j = p.to_json();
   j["kernels"]["rows"] = 1;
   rejected(j, "unknown hardware profile key 'kernels.rows'");
+  // The warm table: optional (absent above, and not written when empty), but when present one
+  // rate >= 1 FLOP/s per (m, k, n), as the cold one.
+  EXPECT_FALSE(p.to_json()["kernels"].contains("gemm_warm_flops_per_second"));
+  HardwareProfile warm = p;
+  warm.kernels.gemm_warm_flops_per_second.assign(8, 5e9);
+  EXPECT_EQ(HardwareProfile::from_json(warm.to_json()).kernels.gemm_warm_flops_per_second,
+            warm.kernels.gemm_warm_flops_per_second);
+  j = warm.to_json();
+  j["kernels"]["gemm_warm_flops_per_second"].erase(0);
+  rejected(j, "kernels.gemm_warm_flops_per_second has 7 entries (expected 8, one per (m, k, n)");
+  j = warm.to_json();
+  j["kernels"]["gemm_warm_flops_per_second"][5] = -2e9;
+  rejected(j, "field 'kernels.gemm_warm_flops_per_second[5]' is -2e+09 (expected a finite rate");
+  j = warm.to_json();
+  j["kernels"]["gemm_warm_flops_per_second"][2] = 0;
+  rejected(j, "field 'kernels.gemm_warm_flops_per_second[2]' is 0 (expected a finite rate >= 1");
+  j = warm.to_json();
+  j["kernels"]["gemm_warm_flops_per_second"][1] = "fast";
+  rejected(j, "kernels.gemm_warm_flops_per_second holds \"fast\" (expected numbers)");
+  j = warm.to_json();
+  j["kernels"]["gemm_warm_flops_per_second"] = 5e9;
+  rejected(j, "kernels.gemm_warm_flops_per_second is 5000000000.0 (expected an array");
 }
 
 }  // namespace
