@@ -359,9 +359,10 @@ std::string CostModel::describe() const {
     const KernelRates& k = p.kernels;
     std::snprintf(
         line, sizeof line,
-        "; compute per kernel: measured GEMM rates %s..%s (m, k, n), transcendentals %.3g/s, "
+        "; compute per kernel: measured GEMM rates %s..%s (m, k, n)%s, transcendentals %.3g/s, "
         "elementwise %.3g/s, layer norm / softmax / cross-entropy rows",
         std::to_string(k.gemm_sizes.front()).c_str(), std::to_string(k.gemm_sizes.back()).c_str(),
+        k.gemm_warm_flops_per_second.empty() ? "" : " (warm when the working set fits the cache)",
         k.elementwise_per_second.at("transcendental"), k.elementwise_per_second.at("pass"));
     s += line;
   }

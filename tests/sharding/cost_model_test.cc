@@ -312,6 +312,10 @@ TEST(CostModelTest, WarmGemmTableIsUsedWhenTheWorkingSetFitsTheCache) {
   // every time x 4), while 256 KiB x 4 = 1 MiB still fits.
   EXPECT_NEAR(m.for_cores(8).gemm_seconds(64, 64, 64, "f32", 3, 300 * 1024), 4 * 1.96608e-4, 1e-15);
   EXPECT_NEAR(m.for_cores(8).gemm_seconds(64, 64, 64, "f32", 3, 256 * 1024), 4 * 6.5536e-5, 1e-15);
+  EXPECT_NE(m.describe().find("(m, k, n) (warm when the working set fits the cache)"),
+            std::string::npos)
+      << m.describe();
+  EXPECT_EQ(CostModel(kernel_profile()).describe().find("warm"), std::string::npos);
   // Without the warm table (kernel_profile(), a profile measured before it), every GEMM is cold.
   EXPECT_NEAR(CostModel(kernel_profile()).gemm_flops_per_second(64, 64, 64, "f32", 1000), 8e9,
               1e-2);
