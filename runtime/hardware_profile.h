@@ -103,12 +103,15 @@ struct HardwareProfile {
   /// cache level, all traffic at hbm_bytes_per_second. Both or neither must be set.
   uint64_t cache_bytes = 0;
   double cache_bytes_per_second = 0.0;
-  /// Calibrated collectives by name ("all_gather", "reduce_scatter", "all_reduce", "all_to_all");
-  /// empty for the TPU profiles, whose collective times follow from the link figures and the
-  /// topology. JSON key "collectives": {"all_gather": {"alpha_seconds": ..,
-  /// "beta_seconds_per_byte":
-  /// .., "group_size": 8}, ...}.
-  std::map<std::string, CollectiveFit> collectives;
+  /// Calibrated collectives by name ("all_gather", "reduce_scatter", "all_reduce", "all_to_all"):
+  /// one or more fits each, measured on distinct group sizes (sharding/cost_model.h picks one per
+  /// replica group: the fit of that size, else the nearest in log n). Empty for the TPU profiles,
+  /// whose collective times follow from the link figures and the topology. JSON key
+  /// "collectives": {"all_gather": {"alpha_seconds": .., "beta_seconds_per_byte": ..,
+  /// "group_size": 8}, "all_reduce": [{.., "group_size": 2}, {.., "group_size": 8}], ...}: a
+  /// collective is one fit object or a non-empty array of them (to_json writes the object form
+  /// for one fit, the array sorted by group_size for several).
+  std::map<std::string, std::vector<CollectiveFit>> collectives;
   /// Measured kernel throughputs (host profiles); JSON key "kernels": {"gemm_sizes": [...],
   /// "gemm_flops_per_second": [...], optional "gemm_warm_flops_per_second": [...],
   /// "elementwise_per_second": {"pass": ..., "transcendental": ...}, "row_kernels":

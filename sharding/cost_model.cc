@@ -155,18 +155,43 @@ int CostModel::torus_dims_used(const std::vector<int>& mesh_axis_positions) cons
   return static_cast<int>(dims.size());
 }
 
+const CollectiveFit* CostModel::calibrated_fit(const std::string& op, int64_t n) const {
+  if (uniform_) return nullptr;
+  const auto it = profile_.collectives.find(op);
+  if (it == profile_.collectives.end() || it->second.empty()) return nullptr;
+  // The fit of group size n, else the nearest group size in log n; a tie (n halfway in log
+  // between two calibrated sizes) goes to the larger size (header).
+  const double log_n = std::log2(static_cast<double>(std::max<int64_t>(n, 1)));
+  const CollectiveFit* best = nullptr;
+  double best_distance = 0;
+  for (const CollectiveFit& f : it->second) {
+    const double d = std::abs(std::log2(static_cast<double>(f.group_size)) - log_n);
+    if (best == nullptr || d < best_distance ||
+        (d == best_distance && f.group_size > best->group_size)) {
+      best = &f;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
 double CostModel::all_to_all_factor(int64_t n) const {
   if (uniform_) return uniform_factor_;
   if (n < 2) return 1.0;
-  if (const auto it = profile_.collectives.find("all_to_all"); it != profile_.collectives.end()) {
-    // c relative to the all-gather's beta as priced: its fit, else the links over one torus
+  if (const CollectiveFit* a2a = calibrated_fit("all_to_all", n)) {
+    // c relative to the all-gather's beta as priced: its fit for n, else the links over one torus
     // dimension (F14: a profile may calibrate the all-to-all alone).
-    const auto ag = profile_.collectives.find("all_gather");
+    const CollectiveFit* ag = calibrated_fit("all_gather", n);
     const double link = profile_.link_bytes_per_second;
-    const double ag_beta = ag != profile_.collectives.end() ? ag->second.beta_seconds_per_byte
-                           : link > 0 ? 1.0 / ((torus_rank() == 0 ? 1.0 : 2.0) * link)
-                                      : 0.0;
-    return ag_beta > 0 ? it->second.beta_seconds_per_byte / ag_beta : 1.0;
+    const double ag_beta = ag != nullptr ? ag->beta_seconds_per_byte
+                           : link > 0    ? 1.0 / ((torus_rank() == 0 ? 1.0 : 2.0) * link)
+                                         : 0.0;
+    // Each beta is scaled by s(N) / s(its group size): the ratio as priced.
+    const double scale =
+        concurrent_cores_ > 0 && ag != nullptr
+            ? oversubscription_at(ag->group_size) / oversubscription_at(a2a->group_size)
+            : 1.0;
+    return ag_beta > 0 ? scale * a2a->beta_seconds_per_byte / ag_beta : 1.0;
   }
   if (torus_rank() == 0) return 1.0;
   const double nn = static_cast<double>(n);
@@ -217,8 +242,8 @@ CollectiveCost CostModel::collective(CollectiveKind kind, double bytes,
     return finish(uniform_alpha_, uniform_beta_,
                   kind == CollectiveKind::kAllToAll ? uniform_factor_ : 1.0);
   }
-  if (const auto it = profile_.collectives.find(fit_name(kind)); it != profile_.collectives.end()) {
-    const CollectiveFit& f = it->second;
+  if (const CollectiveFit* fit = calibrated_fit(fit_name(kind), n)) {
+    const CollectiveFit& f = *fit;
     // The fit ran with group_size cores busy; this program keeps concurrent_cores_ busy (header).
     const double scale = concurrent_cores_ > 0 ? oversubscription_at(concurrent_cores_) /
                                                      oversubscription_at(f.group_size)
@@ -406,10 +431,15 @@ std::string CostModel::describe_links() const {
       from_links.push_back(op);
       continue;
     }
-    std::snprintf(line, sizeof line, "; %s alpha %.3g s, beta %.3g s/B on %d cores", op,
-                  it->second.alpha_seconds, it->second.beta_seconds_per_byte,
-                  it->second.group_size);
-    s += line;
+    std::vector<CollectiveFit> fits = it->second;
+    std::ranges::sort(fits, {}, &CollectiveFit::group_size);
+    s += std::string("; ") + op;
+    for (size_t i = 0; i < fits.size(); ++i) {
+      std::snprintf(line, sizeof line, "%s alpha %.3g s, beta %.3g s/B on %d cores",
+                    i > 0 ? "," : "", fits[i].alpha_seconds, fits[i].beta_seconds_per_byte,
+                    fits[i].group_size);
+      s += line;
+    }
   }
   s += ")";
   if (!from_links.empty()) {

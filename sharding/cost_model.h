@@ -19,13 +19,20 @@
 //
 // Where alpha, beta and c come from:
 // - A calibrated profile (HardwareProfile::collectives, written by `vtpu bench collectives
-//   --calibrate`) gives alpha and beta per collective, fitted to the formula above on a group of
-//   n_cal cores, and used as fitted for every group size: alpha is a constant per collective, as
-//   in Alpa (on this machine it is mostly the cost of waking and synchronising the cores, not of
-//   ring steps; scaling it by (n-1)/(n_cal-1) made the reshard search split one all-gather into
-//   one per axis to save "steps"). The all-to-all fit's beta is used with c = 1, and
-//   all_to_all_factor() reports c = beta_all_to_all / beta_all_gather, the constant the formula
-//   would need with the all-gather's beta. A permute uses the all-gather's alpha and beta.
+//   --calibrate`) gives alpha and beta per collective, fitted to the formula above on groups of
+//   one or more sizes n_cal (`--cores 2,4,8` writes one fit per size). A group of n cores uses
+//   the fit with n_cal = n when there is one; otherwise the fit whose n_cal is nearest in log n
+//   (|log2 n_cal - log2 n| smallest; a tie, n halfway between two calibrated sizes, goes to the
+//   larger n_cal, measured with at least as many cores synchronising), used with its alpha and
+//   beta as fitted (calibrated_fit()). alpha is not rescaled with n, as in Alpa (on this machine
+//   it is mostly the cost of waking and synchronising the cores, not of ring steps; scaling it by
+//   (n-1)/(n_cal-1) made the reshard search split one all-gather into one per axis to save
+//   "steps"); this is why fits at several sizes exist: on 2 CPUs an 8-core fit's alpha is four
+//   threads per CPU time-sharing, which no rescaling turns into a 2-core group's. The only
+//   scaling is the oversubscription one below, s(N) / s(n_cal). The all-to-all fit's beta is used
+//   with c = 1, and all_to_all_factor() reports c = beta_all_to_all / beta_all_gather (both as
+//   priced for n), the constant the formula would need with the all-gather's beta. A permute
+//   uses the all-gather's alpha and beta (the fit for its group of 2).
 // - Otherwise the links and the topology. Mesh axis i maps to torus dimension i (a mesh of more
 //   axes than the torus has dimensions folds the extra axes onto the last dimension), and every
 //   torus dimension is a bidirectional ring with wraparound. A collective over k mesh axes that
@@ -74,10 +81,12 @@
 //   thread C/N of a CPU, so per-core compute and memory time are multiplied by
 //   s(N) = max(1, N / C). The profile's peak FLOP/s and bandwidths are single-threaded on an idle
 //   CPU (`vtpu bench hardware`), so s(N) is the only correction. Calibrated collectives were
-//   measured on group_size cores all running (s(group_size) already inside the fit), so a fit is
-//   scaled by s(N) / s(group_size): an 8-core fit used on a 2-core mesh of this 2-CPU machine is
-//   divided by 4, on the 8-core mesh it is used as measured. Other load on the host is not
-//   modelled (the estimate is for a host running only this program).
+//   measured on group_size cores all running (s(group_size) already inside the fit), so the fit
+//   chosen for a group (above) is scaled by s(N) / s(group_size), N the mesh's cores: on this
+//   2-CPU machine a 2-core fit prices a 2-core mesh as measured and a 2-core group of an 8-core
+//   mesh times 4; with only an 8-core fit, a 2-core mesh gets it divided by 4 (which overstates
+//   its alpha: see above). Other load on the host is not modelled (the estimate is for a host
+//   running only this program).
 // - Caches. An operation whose working set (the bytes it touches once: its weights, input and
 //   output) fits in the profile's cache level streams its traffic at cache_bytes_per_second, not
 //   at hbm_bytes_per_second: the roofline's memory term with the bandwidth of the level that holds
@@ -147,6 +156,11 @@ class CostModel {
                             const std::vector<int>& mesh_axis_positions,
                             const std::vector<int64_t>& axis_sizes) const;
 
+  /// The calibrated fit of `op` ("all_gather", "reduce_scatter", "all_reduce", "all_to_all") that
+  /// prices a group of `n` cores: the one measured on n cores, else the nearest group size in
+  /// log n, ties to the larger (see the header), unscaled. nullptr when the profile has no fit of
+  /// `op` or the model is uniform. The pointer lives as long as this model.
+  const CollectiveFit* calibrated_fit(const std::string& op, int64_t n) const;
   /// The all-to-all constant c for a group of n over one axis (see the header).
   double all_to_all_factor(int64_t n) const;
 

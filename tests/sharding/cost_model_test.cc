@@ -113,8 +113,8 @@ TEST(CostModelTest, UniformModelIsTheOldReshardFormula) {
 TEST(CostModelTest, CalibratedFitsKeepAlphaAndBeta) {
   HardwareProfile p = HardwareProfile::get("this_machine");
   p.collectives.clear();
-  p.collectives["all_gather"] = CollectiveFit{7e-5, 1e-9, 8};
-  p.collectives["all_to_all"] = CollectiveFit{7e-5, 3e-9, 8};
+  p.collectives["all_gather"] = {CollectiveFit{7e-5, 1e-9, 8}};
+  p.collectives["all_to_all"] = {CollectiveFit{7e-5, 3e-9, 8}};
   const CostModel m(p);
   // On the calibration group: alpha as fitted.
   EXPECT_NEAR(m.collective(CollectiveKind::kAllGather, 1e6, {0}, {8}).seconds,
@@ -141,7 +141,7 @@ HardwareProfile host_profile() {
   p.host_cpus = 2;
   p.cache_bytes = 1 << 20;
   p.cache_bytes_per_second = 4e10;
-  p.collectives = {{"all_reduce", CollectiveFit{4e-5, 2e-9, 8}}};
+  p.collectives = {{"all_reduce", {CollectiveFit{4e-5, 2e-9, 8}}}};
   return p;
 }
 
@@ -205,11 +205,13 @@ TEST(CostModelTest, BadArgumentsAreErrors) {
 
 TEST(CostModelTest, ProfileCollectivesRoundTripAndAreValidated) {
   HardwareProfile p = HardwareProfile::get("v5e");
-  p.collectives["all_reduce"] = CollectiveFit{1e-5, 2e-9, 8};
+  p.collectives["all_reduce"] = {CollectiveFit{1e-5, 2e-9, 8}};
   const HardwareProfile q = HardwareProfile::from_json(p.to_json());
   ASSERT_EQ(q.collectives.count("all_reduce"), 1u);
-  EXPECT_DOUBLE_EQ(q.collectives.at("all_reduce").beta_seconds_per_byte, 2e-9);
-  EXPECT_EQ(q.collectives.at("all_reduce").group_size, 8);
+  ASSERT_EQ(q.collectives.at("all_reduce").size(), 1u);
+  EXPECT_TRUE(p.to_json()["collectives"]["all_reduce"].is_object());  // one fit: the object form
+  EXPECT_DOUBLE_EQ(q.collectives.at("all_reduce").at(0).beta_seconds_per_byte, 2e-9);
+  EXPECT_EQ(q.collectives.at("all_reduce").at(0).group_size, 8);
   nlohmann::json j = p.to_json();
   j["collectives"]["broadcast"] = j["collectives"]["all_reduce"];
   EXPECT_THROW(HardwareProfile::from_json(j), InvalidArgumentError);
@@ -222,7 +224,7 @@ TEST(CostModelTest, ProfileCollectivesRoundTripAndAreValidated) {
 // links, exactly as the uncalibrated profile does, and the cost-model line names them.
 TEST(CostModelTest, PartlyCalibratedProfilePricesTheRestFromTheLinks) {
   HardwareProfile p = HardwareProfile::get("v5e");
-  p.collectives["all_gather"] = CollectiveFit{2e-5, 1e-10, 8};
+  p.collectives["all_gather"] = {CollectiveFit{2e-5, 1e-10, 8}};
   const CostModel m(p), links = v5e();
   // all_gather: the fit, 2e-5 + 1e-10 x 3/4 x 64 MiB.
   EXPECT_NEAR(m.collective(CollectiveKind::kAllGather, kB, {1}, {4}).seconds,
@@ -245,10 +247,78 @@ TEST(CostModelTest, PartlyCalibratedProfilePricesTheRestFromTheLinks) {
       << line;
   // An all-to-all calibrated alone: c against the links' all-gather beta 1 / (2 x 4.5e10).
   HardwareProfile q = HardwareProfile::get("v5e");
-  q.collectives["all_to_all"] = CollectiveFit{2e-5, 3.0 / 9e10, 8};
+  q.collectives["all_to_all"] = {CollectiveFit{2e-5, 3.0 / 9e10, 8}};
   EXPECT_NEAR(CostModel(q).all_to_all_factor(4), 3.0, 1e-12);
   // Fully calibrated: nothing from the links.
   EXPECT_EQ(CostModel::this_machine().describe().find("priced from the links"), std::string::npos);
+}
+
+/// host_profile() with all-gather and all-reduce fits on 2 and 8 cores (listed 8 first: the order
+/// in the profile does not matter) and an all-to-all fit on 8 only.
+HardwareProfile two_size_profile() {
+  HardwareProfile p = host_profile();
+  p.collectives = {{"all_gather", {CollectiveFit{5e-5, 5e-10, 8}, CollectiveFit{1e-6, 2e-10, 2}}},
+                   {"all_reduce", {CollectiveFit{3e-5, 4e-10, 8}, CollectiveFit{2e-6, 1e-10, 2}}},
+                   {"all_to_all", {CollectiveFit{5e-5, 1.5e-9, 8}}}};
+  return p;
+}
+
+TEST(CostModelTest, FitsAtSeveralGroupSizesPriceEachGroupWithItsOwn) {
+  const CostModel base(two_size_profile());
+  const CostModel two = base.for_cores(2), eight = base.for_cores(8);
+  // 2-core mesh, group of 2, the 2-core fits as measured (s(2) / s(2) = 1), B = 1e6:
+  // all-gather 1e-6 + 2e-10 x 1/2 x 1e6 = 1.01e-4; all-reduce 2 (2e-6 + 1e-10 x 1/2 x 1e6)
+  // = 1.04e-4.
+  EXPECT_NEAR(two.collective(CollectiveKind::kAllGather, 1e6, {0}, {2}).seconds, 1.01e-4, 1e-15);
+  const CollectiveCost ar2 = two.collective(CollectiveKind::kAllReduce, 1e6, {0}, {2});
+  EXPECT_NEAR(ar2.seconds, 1.04e-4, 1e-15);
+  EXPECT_NEAR(ar2.alpha_seconds, 2e-6, 1e-18);
+  // 8-core mesh, group of 8, the 8-core fits as measured: all-gather 5e-5 + 5e-10 x 7/8 x 1e6 =
+  // 4.875e-4; all-reduce 2 (3e-5 + 4e-10 x 7/8 x 1e6) = 7.6e-4.
+  EXPECT_NEAR(eight.collective(CollectiveKind::kAllGather, 1e6, {0}, {8}).seconds, 4.875e-4, 1e-15);
+  EXPECT_NEAR(eight.collective(CollectiveKind::kAllReduce, 1e6, {0}, {8}).seconds, 7.6e-4, 1e-15);
+  // A group of 2 in the 8-core mesh: the 2-core fit times s(8) / s(2) = 4: 4 x 1.01e-4.
+  EXPECT_NEAR(eight.collective(CollectiveKind::kAllGather, 1e6, {1}, {2}).seconds, 4.04e-4, 1e-15);
+  // Core count unset: the group's own fit, unscaled.
+  EXPECT_NEAR(base.collective(CollectiveKind::kAllReduce, 1e6, {0}, {2}).seconds, 1.04e-4, 1e-15);
+  EXPECT_NEAR(base.collective(CollectiveKind::kAllReduce, 1e6, {0}, {8}).seconds, 7.6e-4, 1e-15);
+  // The all-to-all has only an 8-core fit: a group of 2 on a 2-core mesh uses it divided by
+  // s(8) / s(2) = 4: 1.25e-5 + 3.75e-10 x 1/4 x 1e6 = 1.0625e-4. c as priced against the 2-core
+  // all-gather beta 2e-10: 3.75e-10 / 2e-10 = 1.875.
+  EXPECT_NEAR(two.collective(CollectiveKind::kAllToAll, 1e6, {0}, {2}).seconds, 1.0625e-4, 1e-15);
+  EXPECT_NEAR(two.all_to_all_factor(2), 1.875, 1e-12);
+  EXPECT_NEAR(eight.all_to_all_factor(8), 3.0, 1e-12);  // 1.5e-9 / 5e-10, both on 8 cores
+}
+
+TEST(CostModelTest, AGroupBetweenCalibratedSizesUsesTheNearestInLogN) {
+  const CostModel base(two_size_profile());
+  // 4 is halfway between 2 and 8 in log2 (1 each way): the tie goes to the larger, 8.
+  ASSERT_NE(base.calibrated_fit("all_gather", 4), nullptr);
+  EXPECT_EQ(base.calibrated_fit("all_gather", 4)->group_size, 8);
+  // On a 4-core mesh it is scaled by s(4) / s(8) = 2 / 4: 2.5e-5 + 2.5e-10 x 3/4 x 1e6 = 2.125e-4.
+  const CollectiveCost four =
+      base.for_cores(4).collective(CollectiveKind::kAllGather, 1e6, {0}, {4});
+  EXPECT_NEAR(four.alpha_seconds, 2.5e-5, 1e-18);
+  EXPECT_NEAR(four.seconds, 2.125e-4, 1e-15);
+  // On an 8-core mesh (a 2x4 mesh's axis of 4), as measured: 5e-5 + 5e-10 x 3/4 x 1e6 = 4.25e-4.
+  EXPECT_NEAR(base.for_cores(8).collective(CollectiveKind::kAllGather, 1e6, {1}, {4}).seconds,
+              4.25e-4, 1e-15);
+  // 3 is nearer 2 (log2 3 - 1 = 0.58 < 3 - log2 3 = 1.42): the 2-core fit, times s(3) / s(2) =
+  // 1.5 on a 3-core mesh: 1.5 (1e-6 + 2e-10 x 2/3 x 1e6) = 2.015e-4.
+  EXPECT_EQ(base.calibrated_fit("all_gather", 3)->group_size, 2);
+  EXPECT_NEAR(base.for_cores(3).collective(CollectiveKind::kAllGather, 1e6, {0}, {3}).seconds,
+              2.015e-4, 1e-15);
+  // 5 and 16 are nearer 8; the all-to-all has only 8.
+  EXPECT_EQ(base.calibrated_fit("all_gather", 5)->group_size, 8);
+  EXPECT_EQ(base.calibrated_fit("all_reduce", 16)->group_size, 8);
+  EXPECT_EQ(base.calibrated_fit("all_to_all", 2)->group_size, 8);
+  EXPECT_EQ(base.calibrated_fit("reduce_scatter", 2), nullptr);
+  // The cost-model line lists every fit, smallest group first.
+  const std::string line = base.describe();
+  EXPECT_NE(line.find("all_gather alpha 1e-06 s, beta 2e-10 s/B on 2 cores, alpha 5e-05 s, beta "
+                      "5e-10 s/B on 8 cores"),
+            std::string::npos)
+      << line;
 }
 
 /// host_profile() with kernel rates: GEMMs measured at sizes {8, 64} with rate 1e9 x 2^(i_m +
