@@ -284,7 +284,12 @@ double thread_cpu_seconds() {
 /// Best CPU seconds per call of `call`, over `batches` batches of calls that each run at least
 /// `min_batch_seconds` of this thread's CPU time (so that the clock's resolution does not decide
 /// a short kernel's figure). Thread CPU time, so that preemption on a loaded host does not count;
-/// the best batch is the one least disturbed by other programs sharing the CPU's caches.
+/// the best batch is the one least disturbed by other programs sharing the CPU's caches. The
+/// clock is read after runs of 1, 2, 4, ... calls, not after every call: on this VM one read of
+/// CLOCK_THREAD_CPUTIME_ID costs about 1.3 us of CPU (a system call; bench/
+/// gemm_transpose_bench.cc's BM_ThreadCpuClock), which a read per call added to every call and
+/// so halved the measured rate of a 1 us GEMM (issue 6: the (64, 64, 8) GEMM's table rate was
+/// 24e9 FLOP/s, Google Benchmark's 57e9).
 template <typename F>
 double best_seconds_per_call(F&& call, int batches = 5, double min_batch_seconds = 2e-4) {
   call();  // warm: first-touch pages, Eigen's blocking buffers
@@ -293,11 +298,11 @@ double best_seconds_per_call(F&& call, int batches = 5, double min_batch_seconds
     int64_t calls = 0;
     const double t0 = thread_cpu_seconds();
     double elapsed = 0;
-    do {
-      call();
-      ++calls;
+    for (int64_t run = 1; elapsed < min_batch_seconds; run *= 2) {
+      for (int64_t i = 0; i < run; ++i) call();
+      calls += run;
       elapsed = thread_cpu_seconds() - t0;
-    } while (elapsed < min_batch_seconds);
+    }
     best = std::min(best, elapsed / static_cast<double>(calls));
   }
   return best;
