@@ -1,5 +1,6 @@
 #include "examples/bench_collectives_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -24,7 +25,9 @@ struct BenchCollectivesCommand {
   std::string reduce = "sum";
   std::string link_slot_bytes;
   bool json = false;
-  std::string calibrate_path;  // --calibrate OUT.json
+  std::string calibrate_path;    // --calibrate OUT.json
+  std::vector<int> cores = {8};  // --cores: one size for a sweep, one or more for --calibrate
+  CLI::Option* cores_opt = nullptr;
   CLI::Option* min_opt = nullptr;
   CLI::Option* max_opt = nullptr;
   CLI::Option* iters_opt = nullptr;
@@ -111,20 +114,28 @@ void print_header(CollectiveBenchmark& bench, const MemcpyBandwidth& bw) {
 int run_calibrate(const BenchCollectivesCommand& cmd) {
   check_output_path("--calibrate", cmd.calibrate_path);
   CalibrationOptions c;
-  c.cores = cmd.options.cores;
+  if (cmd.cores_opt->count() > 0) c.cores = cmd.cores;
   if (cmd.min_opt->count() > 0) c.min_bytes = parse_bytes(cmd.min_bytes);
   if (cmd.max_opt->count() > 0) c.max_bytes = parse_bytes(cmd.max_bytes);
   if (cmd.iters_opt->count() > 0) c.iters = cmd.options.iters;
   if (cmd.warmup_opt->count() > 0) c.warmup = cmd.options.warmup;
-  if (c.cores < 2) {
-    std::fprintf(stderr, "vtpu: usage error: --calibrate needs --cores >= 2 (got %d)\n", c.cores);
-    return 2;
+  std::string sizes;
+  for (size_t i = 0; i < c.cores.size(); ++i) {
+    const int n = c.cores[i];
+    if (n < 2 || std::count(c.cores.begin(), c.cores.begin() + i, n) > 0) {
+      std::fprintf(stderr,
+                   "vtpu: usage error: --calibrate needs distinct --cores >= 2 (got %d%s)\n", n,
+                   n < 2 ? "" : " twice");
+      return 2;
+    }
+    sizes += (sizes.empty() ? "" : ",") + std::to_string(n);
   }
   std::printf(
       "# vtpu bench collectives --calibrate: all_gather, reduce_scatter, all_reduce, all_to_all on "
-      "%d cores, %s..%s, %d timed calls per size; fit t = alpha + beta * x (x as in "
-      "sharding/cost_model.h) by least squares on relative residuals\n",
-      c.cores, format_bytes(c.min_bytes).c_str(), format_bytes(c.max_bytes).c_str(), c.iters);
+      "%s cores, %s..%s, %d timed calls per size; fit t = alpha + beta * x (x as in "
+      "sharding/cost_model.h) by least squares on relative residuals, one fit per collective and "
+      "core count\n",
+      sizes.c_str(), format_bytes(c.min_bytes).c_str(), format_bytes(c.max_bytes).c_str(), c.iters);
   std::fflush(stdout);
   const HardwareProfile p = calibrate_this_machine(c, [](const std::string& line) {
     std::printf("%s\n", line.c_str());
@@ -142,7 +153,15 @@ int run_calibrate(const BenchCollectivesCommand& cmd) {
 
 int run(const BenchCollectivesCommand& cmd) {
   if (!cmd.calibrate_path.empty()) return run_calibrate(cmd);
+  if (cmd.cores.size() != 1) {
+    std::fprintf(stderr,
+                 "vtpu: usage error: --cores takes one core count for a sweep (got %zu; a list "
+                 "such as 2,4,8 is for --calibrate)\n",
+                 cmd.cores.size());
+    return 2;
+  }
   CollectiveBenchOptions o = cmd.options;
+  o.cores = cmd.cores.front();
   o.min_bytes = parse_bytes(cmd.min_bytes);
   o.max_bytes = parse_bytes(cmd.max_bytes);
   if (!cmd.link_slot_bytes.empty()) o.link_slot_bytes = parse_bytes(cmd.link_slot_bytes);
@@ -219,9 +238,12 @@ std::shared_ptr<BenchCollectivesCommand> add_bench_collectives_command(CLI::App&
       "memory-traffic bound, and a check against a sequential reference");
   cmd->app = app;
   CollectiveBenchOptions& o = cmd->options;
-  app->add_option("--cores", o.cores, "Virtual cores in the group")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
+  cmd->cores_opt = app->add_option("--cores", cmd->cores,
+                                   "Virtual cores in the group; with --calibrate a comma-separated "
+                                   "list, one fit per size (default 2,4,8)")
+                       ->delimiter(',')
+                       ->default_str("8")
+                       ->check(CLI::Range(1, 1024));
   app->add_option("--op", o.op, "Collective: " + join_names(op_names()))
       ->capture_default_str()
       ->check(CLI::IsMember(op_names()));
@@ -265,8 +287,9 @@ std::shared_ptr<BenchCollectivesCommand> add_bench_collectives_command(CLI::App&
   // F16: an empty path is a usage error, not "no --calibrate" (it used to run a plain sweep).
   app->add_option("--calibrate", cmd->calibrate_path,
                   "Instead of one sweep: sweep all_gather, reduce_scatter, all_reduce and "
-                  "all_to_all (default 8 B..4 MiB, 10 timed calls; --min-bytes, --max-bytes, "
-                  "--iters, --warmup, --cores apply), fit alpha and beta of each, measure peak "
+                  "all_to_all on each of --cores (default 2,4,8; default 8 B..4 MiB, 10 timed "
+                  "calls; --min-bytes, --max-bytes, --iters, --warmup apply), fit alpha and beta "
+                  "of each per core count, measure peak "
                   "f32 FLOP/s and memcpy bandwidth, and write a this_machine hardware profile "
                   "to this JSON file")
       ->check(CLI::Validator(

@@ -84,7 +84,8 @@ CollectiveFit collective_fit_of(const std::string& op, const LinearFit& fit, int
   return c;
 }
 
-void check_fit_grows(const std::string& op, const LinearFit& fit, const CalibrationOptions& o) {
+void check_fit_grows(const std::string& op, const LinearFit& fit, const CalibrationOptions& o,
+                     int cores) {
   // Regression (issue 6 adversarial pass, F21): times that fell with size (noise, or a sweep of
   // 8..16 bytes) gave a negative beta, printed as "-6.67e-05 GB/s", and the profile was rejected
   // after every sweep had run with "beta_seconds_per_byte is -0.000012 (expected ... > 0)".
@@ -93,7 +94,7 @@ void check_fit_grows(const std::string& op, const LinearFit& fit, const Calibrat
   std::snprintf(text, sizeof text, "%.3g", fit.b);
   throw InvalidArgumentError(
       "calibration: " + op + " times do not grow with size over " + format_bytes(o.min_bytes) +
-      ".." + format_bytes(o.max_bytes) + " on " + std::to_string(o.cores) + " cores (fitted beta " +
+      ".." + format_bytes(o.max_bytes) + " on " + std::to_string(cores) + " cores (fitted beta " +
       text +
       " s/B; expected > 0): widen the range (e.g. --max-bytes 4M), add --iters, or calibrate on a "
       "quieter machine");
@@ -101,53 +102,73 @@ void check_fit_grows(const std::string& op, const LinearFit& fit, const Calibrat
 
 HardwareProfile calibrate_this_machine(const CalibrationOptions& o,
                                        const std::function<void(const std::string&)>& log) {
+  if (o.cores.empty()) {
+    throw InvalidArgumentError("calibration: no group sizes (expected at least one, e.g. 2,4,8)");
+  }
+  std::vector<int> sizes = o.cores;
+  std::ranges::sort(sizes);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] < 2 || (i > 0 && sizes[i] == sizes[i - 1])) {
+      throw InvalidArgumentError("calibration: group size " + std::to_string(sizes[i]) +
+                                 (sizes[i] < 2 ? " is below 2" : " is repeated") +
+                                 " (expected distinct sizes >= 2, e.g. 2,4,8)");
+    }
+  }
+  std::string size_list;
+  for (int n : sizes) size_list += (size_list.empty() ? "" : ",") + std::to_string(n);
   HardwareProfile p = measure_this_machine();
   char line[512];
   for (const char* op : {"all_gather", "reduce_scatter", "all_reduce", "all_to_all"}) {
-    CollectiveBenchOptions bo;
-    bo.cores = o.cores;
-    bo.op = op;
-    bo.min_bytes = o.min_bytes;
-    bo.max_bytes = o.max_bytes;
-    bo.iters = o.iters;
-    bo.warmup = o.warmup;
-    if (const std::string problem = check_collective_bench_options(bo); !problem.empty()) {
-      throw InvalidArgumentError("calibration: " + problem);
-    }
-    CollectiveBenchmark bench(bo);
-    std::vector<double> xs, ts;
-    uint64_t wrong = 0;
-    bench.run([&](const CollectiveBenchRow& r) {
-      xs.push_back(calibration_x(op, static_cast<double>(r.shape.bytes), o.cores));
-      ts.push_back(r.time_us * 1e-6);
-      wrong += r.wrong;
-    });
-    if (wrong != 0) {
-      throw InternalError(std::string("calibration: ") + op + " gave " + std::to_string(wrong) +
-                          " wrong elements (see vtpu bench collectives --op " + op + ")");
-    }
-    const LinearFit fit = fit_alpha_beta(xs, ts);
-    check_fit_grows(op, fit, o);
-    const CollectiveFit cf = collective_fit_of(op, fit, o.cores);
-    p.collectives[op] = cf;
-    std::snprintf(line, sizeof line,
-                  "fitted by `vtpu bench collectives --calibrate`: %zu sizes %s..%s on %d cores, "
-                  "%d timed calls each (median of the slowest core), weighted least squares; max "
-                  "relative residual %.0f%%",
-                  fit.points, format_bytes(o.min_bytes).c_str(), format_bytes(o.max_bytes).c_str(),
-                  o.cores, o.iters, 100 * fit.max_relative_error);
-    p.sources[std::string("collectives.") + op] = line;
-    if (log) {
+    for (int cores : sizes) {
+      CollectiveBenchOptions bo;
+      bo.cores = cores;
+      bo.op = op;
+      bo.min_bytes = o.min_bytes;
+      bo.max_bytes = o.max_bytes;
+      bo.iters = o.iters;
+      bo.warmup = o.warmup;
+      if (const std::string problem = check_collective_bench_options(bo); !problem.empty()) {
+        throw InvalidArgumentError("calibration: " + problem);
+      }
+      CollectiveBenchmark bench(bo);
+      std::vector<double> xs, ts;
+      uint64_t wrong = 0;
+      bench.run([&](const CollectiveBenchRow& r) {
+        xs.push_back(calibration_x(op, static_cast<double>(r.shape.bytes), cores));
+        ts.push_back(r.time_us * 1e-6);
+        wrong += r.wrong;
+      });
+      if (wrong != 0) {
+        throw InternalError(std::string("calibration: ") + op + " gave " + std::to_string(wrong) +
+                            " wrong elements on " + std::to_string(cores) +
+                            " cores (see vtpu bench collectives --op " + op + ")");
+      }
+      const LinearFit fit = fit_alpha_beta(xs, ts);
+      check_fit_grows(op, fit, o, cores);
+      const CollectiveFit cf = collective_fit_of(op, fit, cores);
+      p.collectives[op].push_back(cf);
       std::snprintf(line, sizeof line,
-                    "%-15s alpha %9.3g s  beta %9.3g s/B (%.3g GB/s)  %zu sizes, max relative "
-                    "residual %.0f%%",
-                    op, cf.alpha_seconds, cf.beta_seconds_per_byte, 1e-9 / cf.beta_seconds_per_byte,
-                    fit.points, 100 * fit.max_relative_error);
-      log(line);
+                    "fitted by `vtpu bench collectives --calibrate`: %zu sizes %s..%s on %d cores, "
+                    "%d timed calls each (median of the slowest core), weighted least squares; "
+                    "max relative residual %.0f%%",
+                    fit.points, format_bytes(o.min_bytes).c_str(),
+                    format_bytes(o.max_bytes).c_str(), cores, o.iters,
+                    100 * fit.max_relative_error);
+      const std::string key =
+          std::string("collectives.") + op + (sizes.size() > 1 ? "." + std::to_string(cores) : "");
+      p.sources[key] = line;
+      if (log) {
+        std::snprintf(line, sizeof line,
+                      "%-15s %2d cores  alpha %9.3g s  beta %9.3g s/B (%.3g GB/s)  %zu sizes, max "
+                      "relative residual %.0f%%",
+                      op, cores, cf.alpha_seconds, cf.beta_seconds_per_byte,
+                      1e-9 / cf.beta_seconds_per_byte, fit.points, 100 * fit.max_relative_error);
+        log(line);
+      }
     }
   }
-  p.description += "; collectives calibrated by `vtpu bench collectives --calibrate` on " +
-                   std::to_string(o.cores) + " cores";
+  p.description +=
+      "; collectives calibrated by `vtpu bench collectives --calibrate` on " + size_list + " cores";
   p.validate();
   return p;
 }

@@ -1,8 +1,10 @@
 // Calibration of a hardware profile from measurements on this machine, behind
 // `vtpu bench collectives --calibrate OUT.json` (README, "Planner").
 //
-// Method. For each of all_gather, reduce_scatter, all_reduce and all_to_all, the collectives
-// benchmark (examples/collective_bench.h) sweeps doubling sizes on N cores; each row gives a
+// Method. For each of all_gather, reduce_scatter, all_reduce and all_to_all and each group size
+// N of the options (default 2, 4 and 8: one fit per collective and size, which the cost model
+// picks by the replica group's size), the collectives benchmark (examples/collective_bench.h)
+// sweeps doubling sizes on N cores; each row gives a
 // size S (nccl-tests' size) and a time t (median over calls of the slowest core). The row is put
 // in the cost model's form t = a + b x (sharding/cost_model.h, B the whole array over the group):
 //   all_gather, reduce_scatter  B = S                x = (n-1)/n S     alpha = a,   beta = b
@@ -21,6 +23,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "runtime/hardware_profile.h"
 
@@ -47,7 +50,7 @@ double calibration_x(const std::string& op, double row_bytes, int n);
 CollectiveFit collective_fit_of(const std::string& op, const LinearFit& fit, int n);
 
 struct CalibrationOptions {
-  int cores = 8;                           // group size of the sweeps
+  std::vector<int> cores = {2, 4, 8};      // group sizes of the sweeps (distinct, >= 2)
   uint64_t min_bytes = 8;                  // first size of each sweep, bytes
   uint64_t max_bytes = uint64_t{4} << 20;  // last size of each sweep, bytes
   int iters = 10;                          // timed calls per size
@@ -55,14 +58,18 @@ struct CalibrationOptions {
 };
 
 /// The check calibrate_this_machine applies to each fit: throws InvalidArgumentError naming `op`,
-/// the fitted beta and the sweep's range of `o` when fit.b is not > 0.
-void check_fit_grows(const std::string& op, const LinearFit& fit, const CalibrationOptions& o);
+/// the fitted beta, the sweep's range of `o` and the group size `cores` when fit.b is not > 0.
+void check_fit_grows(const std::string& op, const LinearFit& fit, const CalibrationOptions& o,
+                     int cores);
 
-/// Measures this machine (measure_this_machine) and fits the four collectives; returns a
-/// validated profile named "this_machine" whose `collectives` hold the fits and whose sources
-/// say how each figure was measured. `log` receives one line per fitted collective. Throws
-/// what the benchmark throws, and InvalidArgumentError naming the collective when its fitted
-/// beta is not > 0 (its times did not grow with size: too narrow a range or too noisy).
+/// Measures this machine (measure_this_machine) and fits the four collectives on every group
+/// size of options.cores; returns a validated profile named "this_machine" whose `collectives`
+/// hold one fit per collective and size and whose sources say how each figure was measured
+/// ("collectives.all_reduce" for a single size, "collectives.all_reduce.8" per size otherwise).
+/// `log` receives one line per fit. Throws InvalidArgumentError when options.cores is empty or
+/// holds a size < 2 or a repeated size, what the benchmark throws, and InvalidArgumentError
+/// naming the collective when its fitted beta is not > 0 (its times did not grow with size: too
+/// narrow a range or too noisy).
 HardwareProfile calibrate_this_machine(const CalibrationOptions& options,
                                        const std::function<void(const std::string&)>& log = {});
 

@@ -284,7 +284,12 @@ double thread_cpu_seconds() {
 /// Best CPU seconds per call of `call`, over `batches` batches of calls that each run at least
 /// `min_batch_seconds` of this thread's CPU time (so that the clock's resolution does not decide
 /// a short kernel's figure). Thread CPU time, so that preemption on a loaded host does not count;
-/// the best batch is the one least disturbed by other programs sharing the CPU's caches.
+/// the best batch is the one least disturbed by other programs sharing the CPU's caches. The
+/// clock is read after runs of 1, 2, 4, ... calls, not after every call: on this VM one read of
+/// CLOCK_THREAD_CPUTIME_ID costs about 1.3 us of CPU (a system call; bench/
+/// gemm_transpose_bench.cc's BM_ThreadCpuClock), which a read per call added to every call and
+/// so halved the measured rate of a 1 us GEMM (issue 6: the (64, 64, 8) GEMM's table rate was
+/// 24e9 FLOP/s, Google Benchmark's 57e9).
 template <typename F>
 double best_seconds_per_call(F&& call, int batches = 5, double min_batch_seconds = 2e-4) {
   call();  // warm: first-touch pages, Eigen's blocking buffers
@@ -293,11 +298,11 @@ double best_seconds_per_call(F&& call, int batches = 5, double min_batch_seconds
     int64_t calls = 0;
     const double t0 = thread_cpu_seconds();
     double elapsed = 0;
-    do {
-      call();
-      ++calls;
+    for (int64_t run = 1; elapsed < min_batch_seconds; run *= 2) {
+      for (int64_t i = 0; i < run; ++i) call();
+      calls += run;
       elapsed = thread_cpu_seconds() - t0;
-    } while (elapsed < min_batch_seconds);
+    }
     best = std::min(best, elapsed / static_cast<double>(calls));
   }
   return best;
@@ -456,8 +461,23 @@ KernelRates measure_kernel_rates(const std::vector<int64_t>& gemm_sizes,
               cm.noalias() = am * bm;
             },
             3);
-        r.gemm_flops_per_second.push_back(2.0 * static_cast<double>(m) * static_cast<double>(k) *
-                                          static_cast<double>(n) / s);
+        // Warm: the same operands every call (the first, untimed call brings them in), as in a
+        // step whose whole working set stays in the cache. Operands beyond the cache measure
+        // about the cold rate.
+        const float* wa = pool.in(m * k);
+        const float* wb = pool.in(k * n);
+        float* wc = pool.out(m * n);
+        const double warm_s = best_seconds_per_call(
+            [&] {
+              CMap am(wa, m, k), bm(wb, k, n);
+              Map cm(wc, m, n);
+              cm.noalias() = am * bm;
+            },
+            3);
+        const double flops =
+            2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
+        r.gemm_flops_per_second.push_back(flops / s);
+        r.gemm_warm_flops_per_second.push_back(flops / warm_s);
       }
     }
   }
@@ -559,6 +579,9 @@ HardwareProfile measure_this_machine(uint64_t copy_bytes, int gemm_n) {
       "(m, k, n) in gemm_sizes^3, FLOP/s of the best of 3 batches of calls (each >= 0.2 ms of "
       "thread CPU time)" +
       cold;
+  p.sources["kernels.gemm_warm_flops_per_second"] =
+      "measured: the same GEMMs as kernels.gemm_flops_per_second, each right after its cold "
+      "measurement, with the same operands in every call (warm: in the cache when they fit)";
   p.sources["kernels.elementwise_per_second.pass"] =
       "measured: Eigen y = 1.5 x + 0.5 over 65536 floats, elements per second (best of 5 "
       "batches)" +

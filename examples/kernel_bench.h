@@ -90,8 +90,10 @@ HardwareProfile measure_this_machine(uint64_t copy_bytes = uint64_t{64} << 20, i
 /// increasing), the elementwise kernels over `elementwise_elements` floats, and the row kernels
 /// (the trainers' examples/nn_kernels.h) fitted over row lengths 16..1024. Every call reads its
 /// operands from a 32 MiB rotation, never from the L2 (as in a training step, whose kernels read
-/// what earlier kernels wrote megabytes ago). Best of several batches of calls, so that a
-/// loaded host's preemptions do not decide a figure. Takes a few seconds with sizes 8..1024.
+/// what earlier kernels wrote megabytes ago). The GEMMs are measured a second time warm
+/// (gemm_warm_flops_per_second: the same operands in every call, so those that fit stay in the
+/// cache, as in a small model whose whole step fits). Best of several batches of calls, so that
+/// a loaded host's preemptions do not decide a figure. Takes a few seconds with sizes 8..1024.
 /// Throws InvalidArgumentError for sizes outside 1..1024 or not increasing, or elements
 /// outside 1024..2^20.
 KernelRates measure_kernel_rates(const std::vector<int64_t>& gemm_sizes,

@@ -64,6 +64,46 @@ void require_positive(double value, const std::string& field) {
   }
 }
 
+/// One collective's entry of "collectives": a fit object or a non-empty array of them (the array
+/// must not mix in anything else: a number, a nested array). group_size must be an integer; its
+/// range and distinctness are checked by validate().
+std::vector<CollectiveFit> collective_fits_from_json(const std::string& op,
+                                                     const nlohmann::json& value) {
+  static const std::string kForm =
+      "{\"alpha_seconds\": s, \"beta_seconds_per_byte\": s, \"group_size\": n}";
+  const auto one = [&](const nlohmann::json& fit, const std::string& where) {
+    if (!fit.is_object() || !fit.contains("alpha_seconds") ||
+        !fit.contains("beta_seconds_per_byte") || !fit.contains("group_size")) {
+      throw InvalidArgumentError("hardware profile " + where + " is " + fit.dump() + " (expected " +
+                                 kForm + (value.is_array() ? "" : " or an array of them") + ")");
+    }
+    CollectiveFit f;
+    f.alpha_seconds = number_field(fit, "alpha_seconds");
+    f.beta_seconds_per_byte = number_field(fit, "beta_seconds_per_byte");
+    const double g = number_field(fit, "group_size");
+    if (!std::isfinite(g) || g != std::floor(g) || std::abs(g) > (1 << 20)) {
+      throw InvalidArgumentError("hardware profile " + where + ".group_size is " +
+                                 fit.at("group_size").dump() +
+                                 " (expected an integer number of cores >= 2)");
+    }
+    f.group_size = static_cast<int>(g);
+    return f;
+  };
+  std::vector<CollectiveFit> fits;
+  if (!value.is_array()) {
+    fits.push_back(one(value, "collectives." + op));
+    return fits;
+  }
+  if (value.empty()) {
+    throw InvalidArgumentError("hardware profile collectives." + op + " is [] (expected a fit " +
+                               kForm + " or a non-empty array of them)");
+  }
+  for (size_t i = 0; i < value.size(); ++i) {
+    fits.push_back(one(value[i], "collectives." + op + "[" + std::to_string(i) + "]"));
+  }
+  return fits;
+}
+
 /// Latencies above this are typos (1e308 made every estimate inf: issue 6 adversarial pass, F5).
 constexpr double kMaxLatencySeconds = 60.0;
 
@@ -84,8 +124,9 @@ void require_rate(double value, const std::string& field) {
   }
 }
 
-/// "kernels": {"gemm_sizes": [..], "gemm_flops_per_second": [..], "elementwise_per_second":
-/// {..}}; values are checked by KernelRates::validate.
+/// "kernels": {"gemm_sizes": [..], "gemm_flops_per_second": [..], optional
+/// "gemm_warm_flops_per_second": [..], "elementwise_per_second": {..}, "row_kernels": {..}}; values
+/// are checked by KernelRates::validate.
 KernelRates kernel_rates_from_json(const nlohmann::json& k) {
   if (!k.is_object()) {
     throw InvalidArgumentError("hardware profile key 'kernels' is " + k.dump() +
@@ -107,17 +148,19 @@ KernelRates kernel_rates_from_json(const nlohmann::json& k) {
         }
         r.gemm_sizes.push_back(static_cast<int64_t>(d));
       }
-    } else if (key == "gemm_flops_per_second") {
+    } else if (key == "gemm_flops_per_second" || key == "gemm_warm_flops_per_second") {
       if (!v.is_array()) {
-        throw InvalidArgumentError("hardware profile kernels.gemm_flops_per_second is " +
+        throw InvalidArgumentError("hardware profile kernels." + key + " is " +
                                    v.dump().substr(0, 80) + " (expected an array of numbers)");
       }
+      std::vector<double>& table =
+          key == "gemm_flops_per_second" ? r.gemm_flops_per_second : r.gemm_warm_flops_per_second;
       for (const nlohmann::json& x : v) {
         if (!x.is_number()) {
-          throw InvalidArgumentError("hardware profile kernels.gemm_flops_per_second holds " +
-                                     x.dump() + " (expected numbers)");
+          throw InvalidArgumentError("hardware profile kernels." + key + " holds " + x.dump() +
+                                     " (expected numbers)");
         }
-        r.gemm_flops_per_second.push_back(x.get<double>());
+        table.push_back(x.get<double>());
       }
     } else if (key == "elementwise_per_second") {
       if (!v.is_object()) {
@@ -151,7 +194,7 @@ KernelRates kernel_rates_from_json(const nlohmann::json& k) {
     } else {
       throw InvalidArgumentError("unknown hardware profile key 'kernels." + key +
                                  "' (known: elementwise_per_second, gemm_flops_per_second, "
-                                 "gemm_sizes, row_kernels)");
+                                 "gemm_sizes, gemm_warm_flops_per_second, row_kernels)");
     }
   }
   return r;
@@ -187,14 +230,19 @@ void KernelRates::validate(const std::string& profile_name) const {
     }
   }
   const size_t s = gemm_sizes.size();
-  if (gemm_flops_per_second.size() != s * s * s) {
-    throw InvalidArgumentError(
-        where + "gemm_flops_per_second has " + std::to_string(gemm_flops_per_second.size()) +
-        " entries (expected " + std::to_string(s * s * s) + ", one per (m, k, n) in gemm_sizes^3)");
-  }
-  for (size_t i = 0; i < gemm_flops_per_second.size(); ++i) {
-    require_rate(gemm_flops_per_second[i],
-                 "kernels.gemm_flops_per_second[" + std::to_string(i) + "]");
+  // The warm table is optional (profiles measured before it existed), the cold one is not.
+  for (const auto& [name, table] : {std::pair<const char*, const std::vector<double>*>{
+                                        "gemm_flops_per_second", &gemm_flops_per_second},
+                                    {"gemm_warm_flops_per_second", &gemm_warm_flops_per_second}}) {
+    if (table == &gemm_warm_flops_per_second && table->empty()) continue;
+    if (table->size() != s * s * s) {
+      throw InvalidArgumentError(where + name + " has " + std::to_string(table->size()) +
+                                 " entries (expected " + std::to_string(s * s * s) +
+                                 ", one per (m, k, n) in gemm_sizes^3)");
+    }
+    for (size_t i = 0; i < table->size(); ++i) {
+      require_rate((*table)[i], std::string("kernels.") + name + "[" + std::to_string(i) + "]");
+    }
   }
   const std::vector<std::string>& names = elementwise_kernel_names();
   for (const auto& [op, rate] : elementwise_per_second) {
@@ -287,22 +335,39 @@ void HardwareProfile::validate() const {
     throw InvalidArgumentError("hardware profile '" + name + "': cores_per_chip is " +
                                std::to_string(cores_per_chip) + " (expected >= 1)");
   }
-  for (const auto& [op, fit] : collectives) {
-    if (!(fit.alpha_seconds >= 0) || fit.alpha_seconds > kMaxLatencySeconds) {
+  for (const auto& [op, fits] : collectives) {
+    if (fits.empty()) {
       throw InvalidArgumentError("hardware profile '" + name + "': collectives." + op +
-                                 ".alpha_seconds is " + number_text(fit.alpha_seconds) +
-                                 " (expected 0..60 seconds)");
+                                 " has no fit (expected at least one, or no entry)");
     }
-    require_positive(fit.beta_seconds_per_byte, "collectives." + op + ".beta_seconds_per_byte");
-    if (fit.beta_seconds_per_byte > 1.0) {  // below 1 B/s, as require_rate
-      throw InvalidArgumentError(
-          "hardware profile '" + name + "': collectives." + op + ".beta_seconds_per_byte is " +
-          number_text(fit.beta_seconds_per_byte) + " (expected at most 1 second per byte)");
-    }
-    if (fit.group_size < 2) {
-      throw InvalidArgumentError("hardware profile '" + name + "': collectives." + op +
-                                 ".group_size is " + std::to_string(fit.group_size) +
-                                 " (expected >= 2)");
+    std::set<int> sizes;
+    for (const CollectiveFit& fit : fits) {
+      // The fit's group size names it when there are several.
+      const std::string field =
+          "collectives." + op +
+          (fits.size() > 1 ? "[group_size " + std::to_string(fit.group_size) + "]" : "");
+      if (!(fit.alpha_seconds >= 0) || fit.alpha_seconds > kMaxLatencySeconds) {
+        throw InvalidArgumentError("hardware profile '" + name + "': " + field +
+                                   ".alpha_seconds is " + number_text(fit.alpha_seconds) +
+                                   " (expected 0..60 seconds)");
+      }
+      require_positive(fit.beta_seconds_per_byte, field + ".beta_seconds_per_byte");
+      if (fit.beta_seconds_per_byte > 1.0) {  // below 1 B/s, as require_rate
+        throw InvalidArgumentError(
+            "hardware profile '" + name + "': " + field + ".beta_seconds_per_byte is " +
+            number_text(fit.beta_seconds_per_byte) + " (expected at most 1 second per byte)");
+      }
+      if (fit.group_size < 2) {
+        throw InvalidArgumentError("hardware profile '" + name + "': collectives." + op +
+                                   ".group_size is " + std::to_string(fit.group_size) +
+                                   " (expected >= 2)");
+      }
+      if (!sizes.insert(fit.group_size).second) {
+        throw InvalidArgumentError("hardware profile '" + name + "': collectives." + op +
+                                   " has two fits with group_size " +
+                                   std::to_string(fit.group_size) +
+                                   " (expected one fit per group size)");
+      }
     }
   }
   kernels.validate(name);
@@ -433,17 +498,7 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
         throw InvalidArgumentError("hardware profile collectives." + op +
                                    ": unknown collective (expected one of: " + join(kOps) + ")");
       }
-      if (!fit.is_object() || !fit.contains("alpha_seconds") ||
-          !fit.contains("beta_seconds_per_byte") || !fit.contains("group_size")) {
-        throw InvalidArgumentError("hardware profile collectives." + op + " is " + fit.dump() +
-                                   " (expected {\"alpha_seconds\": s, \"beta_seconds_per_byte\": "
-                                   "s, \"group_size\": n})");
-      }
-      CollectiveFit f;
-      f.alpha_seconds = number_field(fit, "alpha_seconds");
-      f.beta_seconds_per_byte = number_field(fit, "beta_seconds_per_byte");
-      f.group_size = static_cast<int>(number_field(fit, "group_size"));
-      p.collectives[op] = f;
+      p.collectives[op] = collective_fits_from_json(op, fit);
     }
   }
   if (j.contains("kernels")) p.kernels = kernel_rates_from_json(j.at("kernels"));
@@ -487,6 +542,9 @@ nlohmann::json HardwareProfile::to_json() const {
                     {"gemm_flops_per_second", kernels.gemm_flops_per_second},
                     {"elementwise_per_second", kernels.elementwise_per_second},
                     {"row_kernels", nlohmann::json::object()}};
+    if (!kernels.gemm_warm_flops_per_second.empty()) {  // written only when measured
+      j["kernels"]["gemm_warm_flops_per_second"] = kernels.gemm_warm_flops_per_second;
+    }
     for (const auto& [op, fit] : kernels.row_kernels) {
       j["kernels"]["row_kernels"][op] = {{"seconds_per_row", fit.seconds_per_row},
                                          {"seconds_per_element", fit.seconds_per_element}};
@@ -494,10 +552,17 @@ nlohmann::json HardwareProfile::to_json() const {
   }
   if (!collectives.empty()) {
     nlohmann::json c = nlohmann::json::object();
-    for (const auto& [op, fit] : collectives) {
-      c[op] = {{"alpha_seconds", fit.alpha_seconds},
-               {"beta_seconds_per_byte", fit.beta_seconds_per_byte},
-               {"group_size", fit.group_size}};
+    for (const auto& [op, fits] : collectives) {
+      std::vector<CollectiveFit> sorted = fits;
+      std::ranges::sort(sorted, {}, &CollectiveFit::group_size);
+      nlohmann::json a = nlohmann::json::array();
+      for (const CollectiveFit& fit : sorted) {
+        a.push_back({{"alpha_seconds", fit.alpha_seconds},
+                     {"beta_seconds_per_byte", fit.beta_seconds_per_byte},
+                     {"group_size", fit.group_size}});
+      }
+      // One fit keeps the single-object form of the profiles written before several existed.
+      c[op] = a.size() == 1 ? a[0] : a;
     }
     j["collectives"] = c;
   }

@@ -35,6 +35,12 @@ struct KernelRates {
   /// index (i_m * S + i_k) * S + i_n with S = gemm_sizes.size(). Empty: no table.
   std::vector<int64_t> gemm_sizes;
   std::vector<double> gemm_flops_per_second;
+  /// The same GEMMs WARM: FLOP/s with the same operands reused by every call, so that they stay
+  /// in the cache (gemm_flops_per_second's operands are rotated out of it). Same (m, k, n) grid
+  /// and index as gemm_flops_per_second. sharding/cost_model.h uses it for a GEMM whose working
+  /// set fits the profile's cache level. Empty (a profile measured before it existed): every GEMM
+  /// is priced at the cold rate.
+  std::vector<double> gemm_warm_flops_per_second;
   /// Elementwise kernels, elements per second, by name (see kElementwiseKernels in the .cc and
   /// docs/SHARDING.md's term table for what each measures). Empty: none measured.
   std::map<std::string, double> elementwise_per_second;
@@ -47,9 +53,12 @@ struct KernelRates {
   };
   std::map<std::string, RowFit> row_kernels;
   bool empty() const {
-    return gemm_sizes.empty() && elementwise_per_second.empty() && row_kernels.empty();
+    return gemm_sizes.empty() && gemm_warm_flops_per_second.empty() &&
+           elementwise_per_second.empty() && row_kernels.empty();
   }
-  /// Throws InvalidArgumentError naming the first bad entry.
+  /// Throws InvalidArgumentError naming the first bad entry: a size out of order or range, a
+  /// table whose length is not gemm_sizes.size()^3 (the warm one: when it is not empty), a rate
+  /// below 1 FLOP/s or not finite, an unknown or missing kernel.
   void validate(const std::string& profile_name) const;
 };
 
@@ -94,16 +103,20 @@ struct HardwareProfile {
   /// cache level, all traffic at hbm_bytes_per_second. Both or neither must be set.
   uint64_t cache_bytes = 0;
   double cache_bytes_per_second = 0.0;
-  /// Calibrated collectives by name ("all_gather", "reduce_scatter", "all_reduce", "all_to_all");
-  /// empty for the TPU profiles, whose collective times follow from the link figures and the
-  /// topology. JSON key "collectives": {"all_gather": {"alpha_seconds": ..,
-  /// "beta_seconds_per_byte":
-  /// .., "group_size": 8}, ...}.
-  std::map<std::string, CollectiveFit> collectives;
+  /// Calibrated collectives by name ("all_gather", "reduce_scatter", "all_reduce", "all_to_all"):
+  /// one or more fits each, measured on distinct group sizes (sharding/cost_model.h picks one per
+  /// replica group: the fit of that size, else the nearest in log n). Empty for the TPU profiles,
+  /// whose collective times follow from the link figures and the topology. JSON key
+  /// "collectives": {"all_gather": {"alpha_seconds": .., "beta_seconds_per_byte": ..,
+  /// "group_size": 8}, "all_reduce": [{.., "group_size": 2}, {.., "group_size": 8}], ...}: a
+  /// collective is one fit object or a non-empty array of them (to_json writes the object form
+  /// for one fit, the array sorted by group_size for several).
+  std::map<std::string, std::vector<CollectiveFit>> collectives;
   /// Measured kernel throughputs (host profiles); JSON key "kernels": {"gemm_sizes": [...],
-  /// "gemm_flops_per_second": [...], "elementwise_per_second": {"pass": ..., "transcendental":
-  /// ...}, "row_kernels": {"layer_norm": {"seconds_per_row": .., "seconds_per_element": ..}, ...}}.
-  /// Absent on the TPU profiles.
+  /// "gemm_flops_per_second": [...], optional "gemm_warm_flops_per_second": [...],
+  /// "elementwise_per_second": {"pass": ..., "transcendental": ...}, "row_kernels":
+  /// {"layer_norm": {"seconds_per_row": .., "seconds_per_element": ..}, ...}}. Absent on the TPU
+  /// profiles.
   KernelRates kernels;
   /// Source of each figure, keyed by field name ("hbm_bytes_per_second", or
   /// "peak_flops_per_second.bf16"); "UNSURE: ..." where the figure is not published.

@@ -458,12 +458,16 @@ class StrategyPlanner {
   ///              bias adds and residual adds as passes
   ///   embedding  gather and scatter-add: 2 T d passes
   /// and, after the last layer, the softmax cross-entropy's rows of its output features.
-  double kernel_seconds(const ModelLayer& l, const Option& op, bool first, bool last) const {
+  /// Every GEMM is priced warm or cold by the layer's working set (`working_set_bytes`, bytes,
+  /// as layer_cost computes it for the memory term): the layer's weights, input and output
+  /// either stay in the cache level between its kernels or they do not (cost_model.h).
+  double kernel_seconds(const ModelLayer& l, const Option& op, bool first, bool last,
+                        double working_set_bytes) const {
     const std::string choice = op.choice;
     const auto [t, T, S, s, in, out] = dims(l, op);
     const std::string& dt = m_.dtype;
     const auto gemm = [&](double m, double k, double n, double count = 1) {
-      return cost_.gemm_seconds(m, k, n, dt, count);
+      return cost_.gemm_seconds(m, k, n, dt, count, working_set_bytes);
     };
     const auto pass = [&](double elements) { return cost_.elementwise_seconds("pass", elements); };
     double sec = 0;
@@ -559,14 +563,14 @@ class StrategyPlanner {
         (l.kind == LayerKind::kEmbedding ? T * 4 : T * in * e_) / (op.in == 'S' ? t : 1.0);
     // Forward reads the weights and the input and writes the output; backward's two matmuls
     // touch each again: 3 x the working set (weights + input + output), which decides the memory
-    // level on a profile with a cache (cost_model.h).
+    // level on a profile with a cache (cost_model.h), and whether the layer's GEMMs run warm.
     const double working_set = param_bytes + in_bytes + act * e_;
     const double traffic = 3 * working_set;
     // A profile with measured kernel rates (this machine) prices the layer's kernels one by one
     // (kernel_seconds), under the same memory roofline; the TPU profiles price its FLOPs at the
     // peak, as before.
     c.compute_seconds = cost_.has_kernel_rates()
-                            ? std::max(kernel_seconds(l, op, first, last),
+                            ? std::max(kernel_seconds(l, op, first, last, working_set),
                                        cost_.memory_seconds(traffic, working_set))
                             : cost_.op_seconds(3 * flops, traffic, working_set, m_.dtype);
     // Optimizer update: memory-bound, words read + written per local parameter; its working set

@@ -46,7 +46,8 @@
 //            is the sum of the layer's measured kernels instead: its GEMMs forward and backward,
 //            elementwise passes, transcendentals and row kernels (layer norm, attention softmax,
 //            and the loss's cross-entropy after the last layer; docs/SHARDING.md, "Kernel
-//            rates")
+//            rates"), its GEMMs at the warm rates when the layer's working set (weights + input
+//            + output bytes, the figure that picks the memory level) passes the cache test
 //   FLOPs    dense 2 T in out; attention 8 T d^2 + 4 T S d + 5 B h S^2 (projections, scores and
 //            context, softmax; full S^2, no causal skipping); layer_norm 8 T d; elementwise
 //            flops_per_element T d; embedding T d (a gather)

@@ -51,6 +51,47 @@ double formula_factor(CollectiveKind kind, double n) {
   }
 }
 
+/// The rate of a GEMM (m, k) x (k, n) from a table measured at every (m, k, n) in sizes^3
+/// (KernelRates' layout: index (i_m S + i_k) S + i_n): trilinear interpolation of log(rate) in
+/// (log2 m, log2 k, log2 n), each coordinate clamped to [sizes.front(), sizes.back()]. `sizes`
+/// strictly increasing and non-empty, `rates` of sizes.size()^3 entries > 0 (validated profile).
+double interpolate_gemm_rate(const std::vector<int64_t>& sizes, const std::vector<double>& rates,
+                             double m, double k, double n) {
+  const size_t S = sizes.size();
+  // Per coordinate: the grid cell [i, i + 1] holding log2(x) (clamped) and the weight of i + 1.
+  const auto cell = [&](double x, size_t* i, double* w) {
+    const double lo = static_cast<double>(sizes.front());
+    const double hi = static_cast<double>(sizes.back());
+    const double lx = std::log2(std::clamp(x, lo, hi));
+    *i = 0;
+    while (*i + 2 < S && std::log2(static_cast<double>(sizes[*i + 1])) <= lx) ++*i;
+    if (S == 1) {
+      *w = 0;
+      return;
+    }
+    const double a = std::log2(static_cast<double>(sizes[*i]));
+    const double b = std::log2(static_cast<double>(sizes[*i + 1]));
+    *w = std::clamp((lx - a) / (b - a), 0.0, 1.0);
+  };
+  size_t im = 0, ik = 0, in = 0;
+  double wm = 0, wk = 0, wn = 0;
+  cell(m, &im, &wm);
+  cell(k, &ik, &wk);
+  cell(n, &in, &wn);
+  double log_rate = 0;
+  for (int dm = 0; dm < 2; ++dm) {
+    for (int dk = 0; dk < 2; ++dk) {
+      for (int dn = 0; dn < 2; ++dn) {
+        const double w = (dm ? wm : 1 - wm) * (dk ? wk : 1 - wk) * (dn ? wn : 1 - wn);
+        if (w == 0) continue;
+        const size_t idx = ((im + dm) * S + (ik + dk)) * S + (in + dn);
+        log_rate += w * std::log(rates[idx]);
+      }
+    }
+  }
+  return std::exp(log_rate);
+}
+
 }  // namespace
 
 CostModel::CostModel(HardwareProfile profile) : profile_(std::move(profile)) {
@@ -114,18 +155,43 @@ int CostModel::torus_dims_used(const std::vector<int>& mesh_axis_positions) cons
   return static_cast<int>(dims.size());
 }
 
+const CollectiveFit* CostModel::calibrated_fit(const std::string& op, int64_t n) const {
+  if (uniform_) return nullptr;
+  const auto it = profile_.collectives.find(op);
+  if (it == profile_.collectives.end() || it->second.empty()) return nullptr;
+  // The fit of group size n, else the nearest group size in log n; a tie (n halfway in log
+  // between two calibrated sizes) goes to the larger size (header).
+  const double log_n = std::log2(static_cast<double>(std::max<int64_t>(n, 1)));
+  const CollectiveFit* best = nullptr;
+  double best_distance = 0;
+  for (const CollectiveFit& f : it->second) {
+    const double d = std::abs(std::log2(static_cast<double>(f.group_size)) - log_n);
+    if (best == nullptr || d < best_distance ||
+        (d == best_distance && f.group_size > best->group_size)) {
+      best = &f;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
 double CostModel::all_to_all_factor(int64_t n) const {
   if (uniform_) return uniform_factor_;
   if (n < 2) return 1.0;
-  if (const auto it = profile_.collectives.find("all_to_all"); it != profile_.collectives.end()) {
-    // c relative to the all-gather's beta as priced: its fit, else the links over one torus
+  if (const CollectiveFit* a2a = calibrated_fit("all_to_all", n)) {
+    // c relative to the all-gather's beta as priced: its fit for n, else the links over one torus
     // dimension (F14: a profile may calibrate the all-to-all alone).
-    const auto ag = profile_.collectives.find("all_gather");
+    const CollectiveFit* ag = calibrated_fit("all_gather", n);
     const double link = profile_.link_bytes_per_second;
-    const double ag_beta = ag != profile_.collectives.end() ? ag->second.beta_seconds_per_byte
-                           : link > 0 ? 1.0 / ((torus_rank() == 0 ? 1.0 : 2.0) * link)
-                                      : 0.0;
-    return ag_beta > 0 ? it->second.beta_seconds_per_byte / ag_beta : 1.0;
+    const double ag_beta = ag != nullptr ? ag->beta_seconds_per_byte
+                           : link > 0    ? 1.0 / ((torus_rank() == 0 ? 1.0 : 2.0) * link)
+                                         : 0.0;
+    // Each beta is scaled by s(N) / s(its group size): the ratio as priced.
+    const double scale =
+        concurrent_cores_ > 0 && ag != nullptr
+            ? oversubscription_at(ag->group_size) / oversubscription_at(a2a->group_size)
+            : 1.0;
+    return ag_beta > 0 ? scale * a2a->beta_seconds_per_byte / ag_beta : 1.0;
   }
   if (torus_rank() == 0) return 1.0;
   const double nn = static_cast<double>(n);
@@ -176,8 +242,8 @@ CollectiveCost CostModel::collective(CollectiveKind kind, double bytes,
     return finish(uniform_alpha_, uniform_beta_,
                   kind == CollectiveKind::kAllToAll ? uniform_factor_ : 1.0);
   }
-  if (const auto it = profile_.collectives.find(fit_name(kind)); it != profile_.collectives.end()) {
-    const CollectiveFit& f = it->second;
+  if (const CollectiveFit* fit = calibrated_fit(fit_name(kind), n)) {
+    const CollectiveFit& f = *fit;
     // The fit ran with group_size cores busy; this program keeps concurrent_cores_ busy (header).
     const double scale = concurrent_cores_ > 0 ? oversubscription_at(concurrent_cores_) /
                                                      oversubscription_at(f.group_size)
@@ -251,49 +317,21 @@ double CostModel::memory_seconds(double bytes, double working_set_bytes) const {
   return bytes / profile_.cache_bytes_per_second * oversubscription();
 }
 
-double CostModel::gemm_flops_per_second(double m, double k, double n,
-                                        const std::string& dtype) const {
+double CostModel::gemm_flops_per_second(double m, double k, double n, const std::string& dtype,
+                                        double working_set_bytes) const {
   const KernelRates& r = profile_.kernels;
   if (uniform_ || r.gemm_sizes.empty() || dtype != "f32") return peak_flops_per_core(dtype);
-  const size_t S = r.gemm_sizes.size();
-  // Per coordinate: the grid cell [i, i + 1] holding log2(x) (clamped) and the weight of i + 1.
-  const auto cell = [&](double x, size_t* i, double* w) {
-    const double lo = static_cast<double>(r.gemm_sizes.front());
-    const double hi = static_cast<double>(r.gemm_sizes.back());
-    const double lx = std::log2(std::clamp(x, lo, hi));
-    *i = 0;
-    while (*i + 2 < S && std::log2(static_cast<double>(r.gemm_sizes[*i + 1])) <= lx) ++*i;
-    if (S == 1) {
-      *w = 0;
-      return;
-    }
-    const double a = std::log2(static_cast<double>(r.gemm_sizes[*i]));
-    const double b = std::log2(static_cast<double>(r.gemm_sizes[*i + 1]));
-    *w = std::clamp((lx - a) / (b - a), 0.0, 1.0);
-  };
-  size_t im = 0, ik = 0, in = 0;
-  double wm = 0, wk = 0, wn = 0;
-  cell(m, &im, &wm);
-  cell(k, &ik, &wk);
-  cell(n, &in, &wn);
-  double log_rate = 0;
-  for (int dm = 0; dm < 2; ++dm) {
-    for (int dk = 0; dk < 2; ++dk) {
-      for (int dn = 0; dn < 2; ++dn) {
-        const double w = (dm ? wm : 1 - wm) * (dk ? wk : 1 - wk) * (dn ? wn : 1 - wn);
-        if (w == 0) continue;
-        const size_t idx = ((im + dm) * S + (ik + dk)) * S + (in + dn);
-        log_rate += w * std::log(r.gemm_flops_per_second[idx]);
-      }
-    }
-  }
-  return std::exp(log_rate) / profile_.cores_per_chip;
+  const bool warm = !r.gemm_warm_flops_per_second.empty() && fits_in_cache(working_set_bytes);
+  return interpolate_gemm_rate(
+             r.gemm_sizes, warm ? r.gemm_warm_flops_per_second : r.gemm_flops_per_second, m, k, n) /
+         profile_.cores_per_chip;
 }
 
-double CostModel::gemm_seconds(double m, double k, double n, const std::string& dtype,
-                               double count) const {
+double CostModel::gemm_seconds(double m, double k, double n, const std::string& dtype, double count,
+                               double working_set_bytes) const {
   if (m <= 0 || k <= 0 || n <= 0 || count <= 0) return 0.0;
-  return count * 2 * m * k * n / gemm_flops_per_second(m, k, n, dtype) * oversubscription();
+  return count * 2 * m * k * n / gemm_flops_per_second(m, k, n, dtype, working_set_bytes) *
+         oversubscription();
 }
 
 double CostModel::elementwise_seconds(const std::string& kernel, double elements) const {
@@ -346,9 +384,10 @@ std::string CostModel::describe() const {
     const KernelRates& k = p.kernels;
     std::snprintf(
         line, sizeof line,
-        "; compute per kernel: measured GEMM rates %s..%s (m, k, n), transcendentals %.3g/s, "
+        "; compute per kernel: measured GEMM rates %s..%s (m, k, n)%s, transcendentals %.3g/s, "
         "elementwise %.3g/s, layer norm / softmax / cross-entropy rows",
         std::to_string(k.gemm_sizes.front()).c_str(), std::to_string(k.gemm_sizes.back()).c_str(),
+        k.gemm_warm_flops_per_second.empty() ? "" : " (warm when the working set fits the cache)",
         k.elementwise_per_second.at("transcendental"), k.elementwise_per_second.at("pass"));
     s += line;
   }
@@ -392,10 +431,15 @@ std::string CostModel::describe_links() const {
       from_links.push_back(op);
       continue;
     }
-    std::snprintf(line, sizeof line, "; %s alpha %.3g s, beta %.3g s/B on %d cores", op,
-                  it->second.alpha_seconds, it->second.beta_seconds_per_byte,
-                  it->second.group_size);
-    s += line;
+    std::vector<CollectiveFit> fits = it->second;
+    std::ranges::sort(fits, {}, &CollectiveFit::group_size);
+    s += std::string("; ") + op;
+    for (size_t i = 0; i < fits.size(); ++i) {
+      std::snprintf(line, sizeof line, "%s alpha %.3g s, beta %.3g s/B on %d cores",
+                    i > 0 ? "," : "", fits[i].alpha_seconds, fits[i].beta_seconds_per_byte,
+                    fits[i].group_size);
+      s += line;
+    }
   }
   s += ")";
   if (!from_links.empty()) {

@@ -19,13 +19,20 @@
 //
 // Where alpha, beta and c come from:
 // - A calibrated profile (HardwareProfile::collectives, written by `vtpu bench collectives
-//   --calibrate`) gives alpha and beta per collective, fitted to the formula above on a group of
-//   n_cal cores, and used as fitted for every group size: alpha is a constant per collective, as
-//   in Alpa (on this machine it is mostly the cost of waking and synchronising the cores, not of
-//   ring steps; scaling it by (n-1)/(n_cal-1) made the reshard search split one all-gather into
-//   one per axis to save "steps"). The all-to-all fit's beta is used with c = 1, and
-//   all_to_all_factor() reports c = beta_all_to_all / beta_all_gather, the constant the formula
-//   would need with the all-gather's beta. A permute uses the all-gather's alpha and beta.
+//   --calibrate`) gives alpha and beta per collective, fitted to the formula above on groups of
+//   one or more sizes n_cal (`--cores 2,4,8` writes one fit per size). A group of n cores uses
+//   the fit with n_cal = n when there is one; otherwise the fit whose n_cal is nearest in log n
+//   (|log2 n_cal - log2 n| smallest; a tie, n halfway between two calibrated sizes, goes to the
+//   larger n_cal, measured with at least as many cores synchronising), used with its alpha and
+//   beta as fitted (calibrated_fit()). alpha is not rescaled with n, as in Alpa (on this machine
+//   it is mostly the cost of waking and synchronising the cores, not of ring steps; scaling it by
+//   (n-1)/(n_cal-1) made the reshard search split one all-gather into one per axis to save
+//   "steps"); this is why fits at several sizes exist: on 2 CPUs an 8-core fit's alpha is four
+//   threads per CPU time-sharing, which no rescaling turns into a 2-core group's. The only
+//   scaling is the oversubscription one below, s(N) / s(n_cal). The all-to-all fit's beta is used
+//   with c = 1, and all_to_all_factor() reports c = beta_all_to_all / beta_all_gather (both as
+//   priced for n), the constant the formula would need with the all-gather's beta. A permute
+//   uses the all-gather's alpha and beta (the fit for its group of 2).
 // - Otherwise the links and the topology. Mesh axis i maps to torus dimension i (a mesh of more
 //   axes than the torus has dimensions folds the extra axes onto the last dimension), and every
 //   torus dimension is a bidirectional ring with wraparound. A collective over k mesh axes that
@@ -59,6 +66,13 @@
 // space), elementwise rates (elementwise_seconds) and row kernels priced as seconds per row =
 // a + b x length (row_seconds). The auto planner then sums a layer's kernels (auto_planner.h)
 // instead of pricing its FLOPs at the peak; oversubscription applies to them as to the rest.
+// The GEMM table comes twice: cold (operands rotated out of the cache, as in a step that touches
+// megabytes) and, optionally, warm (the same operands every call, so they stay cached). A GEMM
+// whose operation passes the cache test below (fits_in_cache of the operation's working set, the
+// figure that also picks the memory term's bandwidth) is priced from the warm table: the
+// cache-aware roofline's compute side, where the level that holds the data decides the attainable
+// rate (Ilic, Pratas and Sousa, IEEE CAL 2014). A profile without the warm table prices every
+// GEMM cold.
 //
 // Virtual cores on a host (profiles with host_cpus > 0: this machine, never a TPU profile). Two
 // terms, both 1 on the TPU profiles and on a model whose core count is unset (for_cores):
@@ -67,10 +81,12 @@
 //   thread C/N of a CPU, so per-core compute and memory time are multiplied by
 //   s(N) = max(1, N / C). The profile's peak FLOP/s and bandwidths are single-threaded on an idle
 //   CPU (`vtpu bench hardware`), so s(N) is the only correction. Calibrated collectives were
-//   measured on group_size cores all running (s(group_size) already inside the fit), so a fit is
-//   scaled by s(N) / s(group_size): an 8-core fit used on a 2-core mesh of this 2-CPU machine is
-//   divided by 4, on the 8-core mesh it is used as measured. Other load on the host is not
-//   modelled (the estimate is for a host running only this program).
+//   measured on group_size cores all running (s(group_size) already inside the fit), so the fit
+//   chosen for a group (above) is scaled by s(N) / s(group_size), N the mesh's cores: on this
+//   2-CPU machine a 2-core fit prices a 2-core mesh as measured and a 2-core group of an 8-core
+//   mesh times 4; with only an 8-core fit, a 2-core mesh gets it divided by 4 (which overstates
+//   its alpha: see above). Other load on the host is not modelled (the estimate is for a host
+//   running only this program).
 // - Caches. An operation whose working set (the bytes it touches once: its weights, input and
 //   output) fits in the profile's cache level streams its traffic at cache_bytes_per_second, not
 //   at hbm_bytes_per_second: the roofline's memory term with the bandwidth of the level that holds
@@ -81,6 +97,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -139,6 +156,11 @@ class CostModel {
                             const std::vector<int>& mesh_axis_positions,
                             const std::vector<int64_t>& axis_sizes) const;
 
+  /// The calibrated fit of `op` ("all_gather", "reduce_scatter", "all_reduce", "all_to_all") that
+  /// prices a group of `n` cores: the one measured on n cores, else the nearest group size in
+  /// log n, ties to the larger (see the header), unscaled. nullptr when the profile has no fit of
+  /// `op` or the model is uniform. The pointer lives as long as this model.
+  const CollectiveFit* calibrated_fit(const std::string& op, int64_t n) const;
   /// The all-to-all constant c for a group of n over one axis (see the header).
   double all_to_all_factor(int64_t n) const;
 
@@ -159,15 +181,23 @@ class CostModel {
   /// written by `vtpu bench hardware`); the auto planner then prices layers kernel by kernel
   /// (sharding/auto_planner.h) instead of at the peak.
   bool has_kernel_rates() const { return !uniform_ && !profile_.kernels.empty(); }
-  /// FLOP/s of one core for a GEMM (m, k) x (k, n) (sizes in elements, >= 1): for f32 on a
-  /// profile with a GEMM table, the measured rates interpolated trilinearly in (log2 m, log2 k,
-  /// log2 n) on log(rate), each coordinate clamped to the table's sizes; otherwise the peak
-  /// (peak_flops_per_core). Not scaled by oversubscription.
-  double gemm_flops_per_second(double m, double k, double n, const std::string& dtype) const;
-  /// `count` GEMMs of (m, k) x (k, n): count x 2 m k n / gemm_flops_per_second x
-  /// oversubscription() (seconds). 0 when a size or count is 0.
-  double gemm_seconds(double m, double k, double n, const std::string& dtype,
-                      double count = 1) const;
+  /// FLOP/s of one core for a GEMM (m, k) x (k, n) (sizes in elements, >= 1) run inside an
+  /// operation whose working set is `working_set_bytes` (bytes; the same figure that decides
+  /// memory_seconds' level, see the header's "Caches"): for f32 on a profile with a GEMM table,
+  /// the measured rates interpolated trilinearly in (log2 m, log2 k, log2 n) on log(rate), each
+  /// coordinate clamped to the table's sizes, from the warm table
+  /// (KernelRates::gemm_warm_flops_per_second) when the profile has one and
+  /// fits_in_cache(working_set_bytes), else from the cold table; otherwise the peak
+  /// (peak_flops_per_core). The default working set, +infinity, never fits: the cold table. Not
+  /// scaled by oversubscription.
+  double gemm_flops_per_second(
+      double m, double k, double n, const std::string& dtype,
+      double working_set_bytes = std::numeric_limits<double>::infinity()) const;
+  /// `count` GEMMs of (m, k) x (k, n) in an operation of `working_set_bytes` (bytes; as for
+  /// gemm_flops_per_second): count x 2 m k n / gemm_flops_per_second x oversubscription()
+  /// (seconds). 0 when a size or count is 0.
+  double gemm_seconds(double m, double k, double n, const std::string& dtype, double count = 1,
+                      double working_set_bytes = std::numeric_limits<double>::infinity()) const;
   /// `elements` through the measured elementwise kernel `kernel` (a name of
   /// elementwise_kernel_names()): elements / rate x oversubscription() (seconds). Throws
   /// FailedPreconditionError when the profile did not measure it.

@@ -51,7 +51,7 @@ TEST(CalibrationTest, AllReduceRowsGiveTheModelsAlphaAndBeta) {
   EXPECT_EQ(fit.group_size, 8);
   // Loaded into a profile, the cost model reproduces the synthetic times.
   HardwareProfile p = HardwareProfile::get("this_machine");
-  p.collectives["all_reduce"] = fit;
+  p.collectives["all_reduce"] = {fit};
   const CostModel m(p);
   EXPECT_NEAR(m.collective(CollectiveKind::kAllReduce, 1 << 20, {0}, {8}).seconds,
               2 * (alpha + beta * 7.0 / 8.0 * (1 << 20)), 1e-12);
@@ -135,7 +135,7 @@ TEST(CalibrationTest, TimesThatFallWithSizeAreAnErrorNamingTheCollective) {
   o.min_bytes = 8;
   o.max_bytes = 16;
   try {
-    check_fit_grows("all_gather", f, o);
+    check_fit_grows("all_gather", f, o, 8);
     ADD_FAILURE() << "a negative beta was accepted";
   } catch (const InvalidArgumentError& e) {
     EXPECT_NE(std::string(e.what()).find("all_gather times do not grow with size over 8 B..16 B "
@@ -144,7 +144,7 @@ TEST(CalibrationTest, TimesThatFallWithSizeAreAnErrorNamingTheCollective) {
         << e.what();
   }
   std::vector<double> rising = {1.0e-5, 2.0e-5};
-  EXPECT_NO_THROW(check_fit_grows("all_gather", fit_alpha_beta(x, rising), o));
+  EXPECT_NO_THROW(check_fit_grows("all_gather", fit_alpha_beta(x, rising), o, 8));
 }
 
 }  // namespace

@@ -649,6 +649,16 @@ TEST(VtpuCliTest, BenchCollectivesRejectsBadInput) {
   // F16: an empty --calibrate path is a usage error, not an ordinary sweep.
   expect_failure("bench collectives --calibrate \"\" --cores 2",
                  "expected a file path, got an empty string", 2);
+  // A list of core counts is for --calibrate (one fit per count); a sweep runs on one.
+  expect_failure("bench collectives --cores 2,4",
+                 "--cores takes one core count for a sweep (got 2; a list such as 2,4,8 is for "
+                 "--calibrate)",
+                 2);
+  const std::string out = temp_file("vtpu_cli_calibrate_cores.json", "");
+  expect_failure("bench collectives --calibrate " + out + " --cores 2,4,2",
+                 "--calibrate needs distinct --cores >= 2 (got 2 twice)", 2);
+  expect_failure("bench collectives --calibrate " + out + " --cores 1,8",
+                 "--calibrate needs distinct --cores >= 2 (got 1)", 2);
 }
 
 // ---- vtpu stress ---------------------------------------------------------------------------

@@ -54,6 +54,9 @@ TEST(HardwareProfileTest, EveryFigureOfEveryShippedProfileNamesItsSource) {
             "kernels.elementwise_per_second.transcendental", "kernels.row_kernels"}) {
         EXPECT_TRUE(p.sources.contains(field)) << name << " " << field;
       }
+      if (!p.kernels.gemm_warm_flops_per_second.empty()) {  // optional
+        EXPECT_TRUE(p.sources.contains("kernels.gemm_warm_flops_per_second")) << name;
+      }
     }
   }
   // The TPU profiles price compute at the peak: no kernel rates.
@@ -188,6 +191,38 @@ TEST(HardwareProfileTest, RejectsAbsurdLatenciesAndRepeatedKeys) {
   j["collectives"]["all_gather"] = fit;
   j["collectives"]["all_gather"]["beta_seconds_per_byte"] = 2.0;
   expect_rejected(j, "collectives.all_gather.beta_seconds_per_byte is 2 (expected at most 1");
+
+  // Several fits of one collective (issue 6): an array, each fit naming its group size.
+  const auto fit_on = [&](int n, double alpha) {
+    nlohmann::json f = fit;
+    f["group_size"] = n;
+    f["alpha_seconds"] = alpha;
+    return f;
+  };
+  j = v5e;
+  j["collectives"] = {{"all_reduce", {fit_on(8, 3e-5), fit_on(2, 2e-6)}}, {"all_gather", fit}};
+  const HardwareProfile several = HardwareProfile::from_json(j);
+  ASSERT_EQ(several.collectives.at("all_reduce").size(), 2u);
+  EXPECT_EQ(several.collectives.at("all_gather").size(), 1u);  // the object form, beside it
+  // Written back sorted by group size; one fit stays an object.
+  const nlohmann::json back = several.to_json()["collectives"];
+  EXPECT_EQ(back["all_reduce"], nlohmann::json({fit_on(2, 2e-6), fit_on(8, 3e-5)}));
+  EXPECT_EQ(back["all_gather"], fit);
+  j["collectives"]["all_reduce"] = {fit_on(2, 2e-6), fit_on(8, 3e-5), fit_on(2, 1e-6)};
+  expect_rejected(j, "collectives.all_reduce has two fits with group_size 2");
+  j["collectives"]["all_reduce"] = {fit_on(8, 3e-5), fit_on(1, 2e-6)};
+  expect_rejected(j, "collectives.all_reduce.group_size is 1 (expected >= 2)");
+  j["collectives"]["all_reduce"] = {fit_on(8, 3e-5), fit_on(2, 1e308)};
+  expect_rejected(j, "collectives.all_reduce[group_size 2].alpha_seconds is 1e+308");
+  j["collectives"]["all_reduce"] = {fit_on(8, 3e-5), 5};  // a fit and something else
+  expect_rejected(j, "collectives.all_reduce[1] is 5 (expected {\"alpha_seconds\"");
+  j["collectives"]["all_reduce"] = {fit_on(8, 3e-5), nlohmann::json::array({fit_on(2, 2e-6)})};
+  expect_rejected(j, "collectives.all_reduce[1] is [{");
+  j["collectives"]["all_reduce"] = nlohmann::json::array();
+  expect_rejected(j, "collectives.all_reduce is [] (expected a fit");
+  j["collectives"]["all_reduce"] = {fit_on(8, 3e-5)};
+  j["collectives"]["all_reduce"][0]["group_size"] = 2.5;
+  expect_rejected(j, "collectives.all_reduce[0].group_size is 2.5 (expected an integer");
 
   // A repeated key in a file, at the top level and inside an object.
   const std::string text = v5e.dump();

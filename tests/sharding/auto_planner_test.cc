@@ -347,6 +347,37 @@ TEST(AutoPlannerTest, KernelRatesPriceEachLayersKernels) {
   EXPECT_FALSE(v5e().has_kernel_rates());
 }
 
+TEST(AutoPlannerTest, GemmsOfALayerThatFitsTheCacheRunAtTheWarmRate) {
+  // kernel_host() with a warm GEMM table at 4e9 FLOP/s (cold 1e9), a 1024 B cache at 4e10 B/s
+  // and HBM at 1e10 B/s. Batch 8, one core, SGD, no bias. Working sets (layer_cost: weights +
+  // input + output bytes):
+  //   fc1 4 -> 4:  64 + 8 x 4 x 4 + 8 x 4 x 4    =  320 B <= 1024: warm
+  //   fc2 4 -> 64: 1024 + 8 x 4 x 4 + 8 x 64 x 4 = 3200 B >  1024: cold
+  // fc1 (first: no input gradient): GEMMs (8,4,4) + (4,8,4) = 512 FLOPs at 4e9 = 1.28e-7 s
+  //   (memory: 3 x 320 B at 4e10 = 2.4e-8 s, below); SGD 3 x 64 B from the cache (working set
+  //   2 x 64 B) = 4.8e-9 s.
+  // fc2 (last): GEMMs (8,4,64) + (4,8,64) + (8,64,4) = 12288 FLOPs at 1e9 = 1.2288e-5 s;
+  //   cross-entropy 8 rows x (1e-6 + 64 x 1e-8) = 1.312e-5 s (memory 3 x 3200 B at 1e10 =
+  //   9.6e-7 s, below); SGD 3 x 1024 B from HBM (working set 2048 B) = 3.072e-7 s.
+  HardwareProfile host = kernel_host();
+  host.kernels.gemm_warm_flops_per_second.assign(8, 4e9);
+  host.cache_bytes = 1024;
+  host.hbm_bytes_per_second = 1e10;
+  const ModelGraph m = ModelGraph::parse(R"({"name": "w", "optimizer": "sgd", "batch": 8,
+    "layers": [{"name": "fc1", "kind": "dense", "in": 4, "out": 4, "bias": false},
+               {"name": "fc2", "kind": "dense", "in": 4, "out": 64, "bias": false}]})");
+  const PlanCandidate c = plan_auto_sharding(m, {1}, {"x"}, CostModel(host)).candidates.front();
+  ASSERT_EQ(c.layers.size(), 2u);
+  EXPECT_NEAR(c.layers[0].compute_seconds, 1.28e-7 + 4.8e-9, 1e-18);
+  EXPECT_NEAR(c.layers[1].compute_seconds, 1.2288e-5 + 1.312e-5 + 3.072e-7, 1e-18);
+  // Without the warm table (a profile measured before it) fc1's GEMMs are cold: 5.12e-7 s; fc2
+  // is unchanged.
+  host.kernels.gemm_warm_flops_per_second.clear();
+  const PlanCandidate cold = plan_auto_sharding(m, {1}, {"x"}, CostModel(host)).candidates.front();
+  EXPECT_NEAR(cold.layers[0].compute_seconds, 5.12e-7 + 4.8e-9, 1e-18);
+  EXPECT_NEAR(cold.layers[1].compute_seconds, 1.2288e-5 + 1.312e-5 + 3.072e-7, 1e-18);
+}
+
 TEST(AutoPlannerTest, KernelRatesPriceAttentionPerHead) {
   // d_model 4, 2 heads (head dim 2), seq_len 2, batch 1: T = 2 tokens, 2 (sequence, head)
   // problems. attention (not first): projections (2,4,12) (4,2,12) (2,12,4) (2,4,4) (4,2,4)

@@ -113,8 +113,8 @@ TEST(CostModelTest, UniformModelIsTheOldReshardFormula) {
 TEST(CostModelTest, CalibratedFitsKeepAlphaAndBeta) {
   HardwareProfile p = HardwareProfile::get("this_machine");
   p.collectives.clear();
-  p.collectives["all_gather"] = CollectiveFit{7e-5, 1e-9, 8};
-  p.collectives["all_to_all"] = CollectiveFit{7e-5, 3e-9, 8};
+  p.collectives["all_gather"] = {CollectiveFit{7e-5, 1e-9, 8}};
+  p.collectives["all_to_all"] = {CollectiveFit{7e-5, 3e-9, 8}};
   const CostModel m(p);
   // On the calibration group: alpha as fitted.
   EXPECT_NEAR(m.collective(CollectiveKind::kAllGather, 1e6, {0}, {8}).seconds,
@@ -141,7 +141,7 @@ HardwareProfile host_profile() {
   p.host_cpus = 2;
   p.cache_bytes = 1 << 20;
   p.cache_bytes_per_second = 4e10;
-  p.collectives = {{"all_reduce", CollectiveFit{4e-5, 2e-9, 8}}};
+  p.collectives = {{"all_reduce", {CollectiveFit{4e-5, 2e-9, 8}}}};
   return p;
 }
 
@@ -205,11 +205,13 @@ TEST(CostModelTest, BadArgumentsAreErrors) {
 
 TEST(CostModelTest, ProfileCollectivesRoundTripAndAreValidated) {
   HardwareProfile p = HardwareProfile::get("v5e");
-  p.collectives["all_reduce"] = CollectiveFit{1e-5, 2e-9, 8};
+  p.collectives["all_reduce"] = {CollectiveFit{1e-5, 2e-9, 8}};
   const HardwareProfile q = HardwareProfile::from_json(p.to_json());
   ASSERT_EQ(q.collectives.count("all_reduce"), 1u);
-  EXPECT_DOUBLE_EQ(q.collectives.at("all_reduce").beta_seconds_per_byte, 2e-9);
-  EXPECT_EQ(q.collectives.at("all_reduce").group_size, 8);
+  ASSERT_EQ(q.collectives.at("all_reduce").size(), 1u);
+  EXPECT_TRUE(p.to_json()["collectives"]["all_reduce"].is_object());  // one fit: the object form
+  EXPECT_DOUBLE_EQ(q.collectives.at("all_reduce").at(0).beta_seconds_per_byte, 2e-9);
+  EXPECT_EQ(q.collectives.at("all_reduce").at(0).group_size, 8);
   nlohmann::json j = p.to_json();
   j["collectives"]["broadcast"] = j["collectives"]["all_reduce"];
   EXPECT_THROW(HardwareProfile::from_json(j), InvalidArgumentError);
@@ -222,7 +224,7 @@ TEST(CostModelTest, ProfileCollectivesRoundTripAndAreValidated) {
 // links, exactly as the uncalibrated profile does, and the cost-model line names them.
 TEST(CostModelTest, PartlyCalibratedProfilePricesTheRestFromTheLinks) {
   HardwareProfile p = HardwareProfile::get("v5e");
-  p.collectives["all_gather"] = CollectiveFit{2e-5, 1e-10, 8};
+  p.collectives["all_gather"] = {CollectiveFit{2e-5, 1e-10, 8}};
   const CostModel m(p), links = v5e();
   // all_gather: the fit, 2e-5 + 1e-10 x 3/4 x 64 MiB.
   EXPECT_NEAR(m.collective(CollectiveKind::kAllGather, kB, {1}, {4}).seconds,
@@ -245,10 +247,78 @@ TEST(CostModelTest, PartlyCalibratedProfilePricesTheRestFromTheLinks) {
       << line;
   // An all-to-all calibrated alone: c against the links' all-gather beta 1 / (2 x 4.5e10).
   HardwareProfile q = HardwareProfile::get("v5e");
-  q.collectives["all_to_all"] = CollectiveFit{2e-5, 3.0 / 9e10, 8};
+  q.collectives["all_to_all"] = {CollectiveFit{2e-5, 3.0 / 9e10, 8}};
   EXPECT_NEAR(CostModel(q).all_to_all_factor(4), 3.0, 1e-12);
   // Fully calibrated: nothing from the links.
   EXPECT_EQ(CostModel::this_machine().describe().find("priced from the links"), std::string::npos);
+}
+
+/// host_profile() with all-gather and all-reduce fits on 2 and 8 cores (listed 8 first: the order
+/// in the profile does not matter) and an all-to-all fit on 8 only.
+HardwareProfile two_size_profile() {
+  HardwareProfile p = host_profile();
+  p.collectives = {{"all_gather", {CollectiveFit{5e-5, 5e-10, 8}, CollectiveFit{1e-6, 2e-10, 2}}},
+                   {"all_reduce", {CollectiveFit{3e-5, 4e-10, 8}, CollectiveFit{2e-6, 1e-10, 2}}},
+                   {"all_to_all", {CollectiveFit{5e-5, 1.5e-9, 8}}}};
+  return p;
+}
+
+TEST(CostModelTest, FitsAtSeveralGroupSizesPriceEachGroupWithItsOwn) {
+  const CostModel base(two_size_profile());
+  const CostModel two = base.for_cores(2), eight = base.for_cores(8);
+  // 2-core mesh, group of 2, the 2-core fits as measured (s(2) / s(2) = 1), B = 1e6:
+  // all-gather 1e-6 + 2e-10 x 1/2 x 1e6 = 1.01e-4; all-reduce 2 (2e-6 + 1e-10 x 1/2 x 1e6)
+  // = 1.04e-4.
+  EXPECT_NEAR(two.collective(CollectiveKind::kAllGather, 1e6, {0}, {2}).seconds, 1.01e-4, 1e-15);
+  const CollectiveCost ar2 = two.collective(CollectiveKind::kAllReduce, 1e6, {0}, {2});
+  EXPECT_NEAR(ar2.seconds, 1.04e-4, 1e-15);
+  EXPECT_NEAR(ar2.alpha_seconds, 2e-6, 1e-18);
+  // 8-core mesh, group of 8, the 8-core fits as measured: all-gather 5e-5 + 5e-10 x 7/8 x 1e6 =
+  // 4.875e-4; all-reduce 2 (3e-5 + 4e-10 x 7/8 x 1e6) = 7.6e-4.
+  EXPECT_NEAR(eight.collective(CollectiveKind::kAllGather, 1e6, {0}, {8}).seconds, 4.875e-4, 1e-15);
+  EXPECT_NEAR(eight.collective(CollectiveKind::kAllReduce, 1e6, {0}, {8}).seconds, 7.6e-4, 1e-15);
+  // A group of 2 in the 8-core mesh: the 2-core fit times s(8) / s(2) = 4: 4 x 1.01e-4.
+  EXPECT_NEAR(eight.collective(CollectiveKind::kAllGather, 1e6, {1}, {2}).seconds, 4.04e-4, 1e-15);
+  // Core count unset: the group's own fit, unscaled.
+  EXPECT_NEAR(base.collective(CollectiveKind::kAllReduce, 1e6, {0}, {2}).seconds, 1.04e-4, 1e-15);
+  EXPECT_NEAR(base.collective(CollectiveKind::kAllReduce, 1e6, {0}, {8}).seconds, 7.6e-4, 1e-15);
+  // The all-to-all has only an 8-core fit: a group of 2 on a 2-core mesh uses it divided by
+  // s(8) / s(2) = 4: 1.25e-5 + 3.75e-10 x 1/4 x 1e6 = 1.0625e-4. c as priced against the 2-core
+  // all-gather beta 2e-10: 3.75e-10 / 2e-10 = 1.875.
+  EXPECT_NEAR(two.collective(CollectiveKind::kAllToAll, 1e6, {0}, {2}).seconds, 1.0625e-4, 1e-15);
+  EXPECT_NEAR(two.all_to_all_factor(2), 1.875, 1e-12);
+  EXPECT_NEAR(eight.all_to_all_factor(8), 3.0, 1e-12);  // 1.5e-9 / 5e-10, both on 8 cores
+}
+
+TEST(CostModelTest, AGroupBetweenCalibratedSizesUsesTheNearestInLogN) {
+  const CostModel base(two_size_profile());
+  // 4 is halfway between 2 and 8 in log2 (1 each way): the tie goes to the larger, 8.
+  ASSERT_NE(base.calibrated_fit("all_gather", 4), nullptr);
+  EXPECT_EQ(base.calibrated_fit("all_gather", 4)->group_size, 8);
+  // On a 4-core mesh it is scaled by s(4) / s(8) = 2 / 4: 2.5e-5 + 2.5e-10 x 3/4 x 1e6 = 2.125e-4.
+  const CollectiveCost four =
+      base.for_cores(4).collective(CollectiveKind::kAllGather, 1e6, {0}, {4});
+  EXPECT_NEAR(four.alpha_seconds, 2.5e-5, 1e-18);
+  EXPECT_NEAR(four.seconds, 2.125e-4, 1e-15);
+  // On an 8-core mesh (a 2x4 mesh's axis of 4), as measured: 5e-5 + 5e-10 x 3/4 x 1e6 = 4.25e-4.
+  EXPECT_NEAR(base.for_cores(8).collective(CollectiveKind::kAllGather, 1e6, {1}, {4}).seconds,
+              4.25e-4, 1e-15);
+  // 3 is nearer 2 (log2 3 - 1 = 0.58 < 3 - log2 3 = 1.42): the 2-core fit, times s(3) / s(2) =
+  // 1.5 on a 3-core mesh: 1.5 (1e-6 + 2e-10 x 2/3 x 1e6) = 2.015e-4.
+  EXPECT_EQ(base.calibrated_fit("all_gather", 3)->group_size, 2);
+  EXPECT_NEAR(base.for_cores(3).collective(CollectiveKind::kAllGather, 1e6, {0}, {3}).seconds,
+              2.015e-4, 1e-15);
+  // 5 and 16 are nearer 8; the all-to-all has only 8.
+  EXPECT_EQ(base.calibrated_fit("all_gather", 5)->group_size, 8);
+  EXPECT_EQ(base.calibrated_fit("all_reduce", 16)->group_size, 8);
+  EXPECT_EQ(base.calibrated_fit("all_to_all", 2)->group_size, 8);
+  EXPECT_EQ(base.calibrated_fit("reduce_scatter", 2), nullptr);
+  // The cost-model line lists every fit, smallest group first.
+  const std::string line = base.describe();
+  EXPECT_NE(line.find("all_gather alpha 1e-06 s, beta 2e-10 s/B on 2 cores, alpha 5e-05 s, beta "
+                      "5e-10 s/B on 8 cores"),
+            std::string::npos)
+      << line;
 }
 
 /// host_profile() with kernel rates: GEMMs measured at sizes {8, 64} with rate 1e9 x 2^(i_m +
@@ -287,6 +357,45 @@ TEST(CostModelTest, GemmRatesInterpolateTheMeasuredTableInLogSpace) {
   EXPECT_EQ(m.gemm_seconds(0, 64, 64, "f32"), 0.0);
   // The table is f32: another dtype uses the peak.
   EXPECT_DOUBLE_EQ(m.gemm_flops_per_second(64, 64, 64, "bf16"), m.peak_flops_per_core("bf16"));
+}
+
+TEST(CostModelTest, WarmGemmTableIsUsedWhenTheWorkingSetFitsTheCache) {
+  // kernel_profile()'s cold table plus a warm one at 3 x 2^(i_m + i_k + i_n) x 1e9 (3x the cold
+  // rate everywhere); host_profile()'s cache: 1 MiB per CPU, 2 CPUs.
+  HardwareProfile p = kernel_profile();
+  for (double cold : p.kernels.gemm_flops_per_second)
+    p.kernels.gemm_warm_flops_per_second.push_back(3 * cold);
+  const CostModel m(p);
+  const double mib = 1 << 20;
+  // Fits (1 MiB <= 1 MiB): warm, interpolated in log space as the cold table is.
+  EXPECT_NEAR(m.gemm_flops_per_second(64, 64, 64, "f32", mib), 24e9, 1e-2);
+  EXPECT_NEAR(m.gemm_flops_per_second(8, 8, 64, "f32", 1000), 6e9, 1e-3);
+  const double mid = std::sqrt(8.0 * 64.0);
+  EXPECT_NEAR(m.gemm_flops_per_second(mid, mid, mid, "f32", 1000), 3e9 * std::pow(2.0, 1.5), 1e-2);
+  // One byte over, or no working set given (+infinity): cold.
+  EXPECT_NEAR(m.gemm_flops_per_second(64, 64, 64, "f32", mib + 1), 8e9, 1e-2);
+  EXPECT_NEAR(m.gemm_flops_per_second(64, 64, 64, "f32"), 8e9, 1e-2);
+  // 3 GEMMs of 64^3 = 1,572,864 FLOPs: 6.5536e-5 s warm, 1.96608e-4 s cold.
+  EXPECT_NEAR(m.gemm_seconds(64, 64, 64, "f32", 3, 4096), 6.5536e-5, 1e-15);
+  EXPECT_NEAR(m.gemm_seconds(64, 64, 64, "f32", 3, 2 * mib), 1.96608e-4, 1e-15);
+  // 8 cores on 2 CPUs: 4 threads share each CPU's cache, so 300 KiB x 4 > 1 MiB is cold (and
+  // every time x 4), while 256 KiB x 4 = 1 MiB still fits.
+  EXPECT_NEAR(m.for_cores(8).gemm_seconds(64, 64, 64, "f32", 3, 300 * 1024), 4 * 1.96608e-4, 1e-15);
+  EXPECT_NEAR(m.for_cores(8).gemm_seconds(64, 64, 64, "f32", 3, 256 * 1024), 4 * 6.5536e-5, 1e-15);
+  EXPECT_NE(m.describe().find("(m, k, n) (warm when the working set fits the cache)"),
+            std::string::npos)
+      << m.describe();
+  EXPECT_EQ(CostModel(kernel_profile()).describe().find("warm"), std::string::npos);
+  // Without the warm table (kernel_profile(), a profile measured before it), every GEMM is cold.
+  EXPECT_NEAR(CostModel(kernel_profile()).gemm_flops_per_second(64, 64, 64, "f32", 1000), 8e9,
+              1e-2);
+  // Without a cache level nothing fits: cold.
+  p.cache_bytes = 0;
+  p.cache_bytes_per_second = 0;
+  EXPECT_NEAR(CostModel(p).gemm_flops_per_second(64, 64, 64, "f32", 1000), 8e9, 1e-2);
+  // The table is f32: another dtype uses the peak, warm or not.
+  EXPECT_DOUBLE_EQ(m.gemm_flops_per_second(64, 64, 64, "bf16", 1000),
+                   m.peak_flops_per_core("bf16"));
 }
 
 TEST(CostModelTest, ElementwiseAndRowKernelsUseTheirMeasuredRates) {
@@ -343,6 +452,28 @@ TEST(CostModelTest, KernelRatesRoundTripAndAreValidated) {
   j = p.to_json();
   j["kernels"]["rows"] = 1;
   rejected(j, "unknown hardware profile key 'kernels.rows'");
+  // The warm table: optional (absent above, and not written when empty), but when present one
+  // rate >= 1 FLOP/s per (m, k, n), as the cold one.
+  EXPECT_FALSE(p.to_json()["kernels"].contains("gemm_warm_flops_per_second"));
+  HardwareProfile warm = p;
+  warm.kernels.gemm_warm_flops_per_second.assign(8, 5e9);
+  EXPECT_EQ(HardwareProfile::from_json(warm.to_json()).kernels.gemm_warm_flops_per_second,
+            warm.kernels.gemm_warm_flops_per_second);
+  j = warm.to_json();
+  j["kernels"]["gemm_warm_flops_per_second"].erase(0);
+  rejected(j, "kernels.gemm_warm_flops_per_second has 7 entries (expected 8, one per (m, k, n)");
+  j = warm.to_json();
+  j["kernels"]["gemm_warm_flops_per_second"][5] = -2e9;
+  rejected(j, "field 'kernels.gemm_warm_flops_per_second[5]' is -2e+09 (expected a finite rate");
+  j = warm.to_json();
+  j["kernels"]["gemm_warm_flops_per_second"][2] = 0;
+  rejected(j, "field 'kernels.gemm_warm_flops_per_second[2]' is 0 (expected a finite rate >= 1");
+  j = warm.to_json();
+  j["kernels"]["gemm_warm_flops_per_second"][1] = "fast";
+  rejected(j, "kernels.gemm_warm_flops_per_second holds \"fast\" (expected numbers)");
+  j = warm.to_json();
+  j["kernels"]["gemm_warm_flops_per_second"] = 5e9;
+  rejected(j, "kernels.gemm_warm_flops_per_second is 5000000000.0 (expected an array");
 }
 
 }  // namespace
