@@ -34,6 +34,7 @@ struct TrainFsdpCommand {
   bool json = false;
   CLI::Option* lr_option = nullptr;         // --lr; when absent the optimizer's default applies
   CLI::Option* batch_option = nullptr;      // --batch; when absent a plan's estimate.batch applies
+  CLI::Option* prefetch_option = nullptr;   // --prefetch; absent with --plan: kPlanFsdpPrefetch
   CLI::Option* hidden_option = nullptr;     // --hidden; with --plan, default the plan's
   CLI::Option* optimizer_option = nullptr;  // --optimizer; with --plan, default the plan's
 };
@@ -102,7 +103,9 @@ int run(const TrainFsdpCommand& cmd) {
   }
   options.validate();
   FsdpConfig config = cmd.config;
-  config.prefetch = cmd.prefetch == "on";
+  // A plan runs as priced (kPlanFsdpPrefetch) unless --prefetch says otherwise.
+  config.prefetch =
+      plan && cmd.prefetch_option->count() == 0 ? kPlanFsdpPrefetch : cmd.prefetch == "on";
   // As train mlp --plan: the global batch defaults to the plan's, so that the run is the one
   // estimated (a plan emitted with `vtpu plan --batch 32` used to fail "estimates a global batch
   // of 32 but the run uses 64" unless --batch 32 was repeated).
@@ -149,7 +152,7 @@ int run(const TrainFsdpCommand& cmd) {
         static_cast<long long>(mc.global_batch / n), plan_batch ? " (the plan's)" : "",
         mc.optimizer == "adam" ? "Adam" : "SGD", static_cast<double>(mc.learning_rate),
         static_cast<long long>(mc.steps), static_cast<unsigned long long>(mc.seed),
-        fsdp_mode ? cmd.prefetch.c_str() : "n/a");
+        fsdp_mode ? (config.prefetch ? "on" : "off") : "n/a");
     std::fflush(stdout);
   }
   auto log = [&](int64_t step, double loss) {
@@ -310,11 +313,12 @@ std::shared_ptr<TrainFsdpCommand> add_train_fsdp_command(CLI::App& train) {
   app->add_option("--plan", cmd->plan_path,
                   "A `vtpu plan` file: strategy.fsdp runs FSDP over its mesh, strategy.data alone "
                   "runs data parallel");
-  app->add_option("--prefetch", cmd->prefetch,
-                  "on: start all-gathers early and overlap reduce-scatters (async collectives); "
-                  "off: every collective synchronous")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"on", "off"}));
+  cmd->prefetch_option =
+      app->add_option("--prefetch", cmd->prefetch,
+                      "on: start all-gathers early and overlap reduce-scatters (async "
+                      "collectives); off: every collective synchronous (default on; off with "
+                      "--plan, whose estimate prices the collectives unoverlapped)")
+          ->check(CLI::IsMember({"on", "off"}));
   app->add_option("--data", cmd->data_path, "digits.csv.gz from Debian python3-sklearn")
       ->capture_default_str();
   app->add_option("--hbm-bytes", cmd->hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)")

@@ -138,7 +138,8 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
     } else if (mode == MlpPlanMode::kFsdp) {
       FsdpConfig fc;
       fc.mlp = run_config;
-      fc.mlp.at_peak = {};  // train_fsdp records its own peak
+      fc.mlp.at_peak = {};              // train_fsdp records its own peak
+      fc.prefetch = kPlanFsdpPrefetch;  // as priced: collectives not overlapped
       const FsdpResult r = train_fsdp(runtime, split, fc, on_log);
       run = {r.losses, r.median_step_ms,   r.test_accuracy, r.train_accuracy, r.hbm,
              r,        r.peak.training_set};

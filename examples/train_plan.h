@@ -43,6 +43,14 @@
 
 namespace vtpu::examples {
 
+/// Whether a plan's FSDP run prefetches (async all-gathers ahead of use, reduce-scatters
+/// overlapped: `train fsdp --prefetch on`). The planner prices FSDP's collectives one after the
+/// other, not overlapped with compute (sharding/auto_planner.cc), so a plan runs them
+/// synchronously; `train fsdp --plan P --prefetch on` asks for the overlap anyway. On this 2-CPU
+/// host the async hand-off to each core's communication worker costs more than it overlaps
+/// (README, "FSDP": 81 us against 34 us per step on 2 cores, 2026-12-01 16:20 UTC, quiet).
+inline constexpr bool kPlanFsdpPrefetch = false;
+
 /// A parsed, checked plan file. Plain data, thread-compatible.
 struct TrainPlan {
   std::string path;                    // where it came from (for messages)
