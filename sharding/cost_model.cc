@@ -242,7 +242,10 @@ CollectiveCost CostModel::collective(CollectiveKind kind, double bytes,
     return finish(uniform_alpha_, uniform_beta_,
                   kind == CollectiveKind::kAllToAll ? uniform_factor_ : 1.0);
   }
-  if (const CollectiveFit* fit = calibrated_fit(fit_name(kind), n)) {
+  // A permute sends each device's block to one peer, whatever the group: it is priced as the
+  // exchange of a group of 2 (the header), not by the fit of its whole group.
+  const int64_t fit_n = kind == CollectiveKind::kCollectivePermute ? 2 : n;
+  if (const CollectiveFit* fit = calibrated_fit(fit_name(kind), fit_n)) {
     const CollectiveFit& f = *fit;
     // The fit ran with group_size cores busy; this program keeps concurrent_cores_ busy (header).
     const double scale = concurrent_cores_ > 0 ? oversubscription_at(concurrent_cores_) /

@@ -288,6 +288,13 @@ TEST(CostModelTest, FitsAtSeveralGroupSizesPriceEachGroupWithItsOwn) {
   EXPECT_NEAR(two.collective(CollectiveKind::kAllToAll, 1e6, {0}, {2}).seconds, 1.0625e-4, 1e-15);
   EXPECT_NEAR(two.all_to_all_factor(2), 1.875, 1e-12);
   EXPECT_NEAR(eight.all_to_all_factor(8), 3.0, 1e-12);  // 1.5e-9 / 5e-10, both on 8 cores
+  // A collective permute over 8 devices sends each block to one peer: the 2-core all-gather fit
+  // (a pair's exchange), with its formula alpha + beta B: unset core count 1e-6 + 2e-10 x 1e6 =
+  // 2.01e-4; on the 8-core mesh times s(8) / s(2) = 4.
+  EXPECT_NEAR(base.collective(CollectiveKind::kCollectivePermute, 1e6, {0}, {8}).seconds, 2.01e-4,
+              1e-15);
+  EXPECT_NEAR(eight.collective(CollectiveKind::kCollectivePermute, 1e6, {0}, {8}).seconds, 8.04e-4,
+              1e-15);
 }
 
 TEST(CostModelTest, AGroupBetweenCalibratedSizesUsesTheNearestInLogN) {
