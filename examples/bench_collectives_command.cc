@@ -287,7 +287,7 @@ std::shared_ptr<BenchCollectivesCommand> add_bench_collectives_command(CLI::App&
   // F16: an empty path is a usage error, not "no --calibrate" (it used to run a plain sweep).
   app->add_option("--calibrate", cmd->calibrate_path,
                   "Instead of one sweep: sweep all_gather, reduce_scatter, all_reduce and "
-                  "all_to_all on each of --cores (default 2,4,8; default 8 B..4 MiB, 10 timed "
+                  "all_to_all on each of --cores (default 2,4,8; default 8 B..4 MiB, 30 timed "
                   "calls; --min-bytes, --max-bytes, --iters, --warmup apply), fit alpha and beta "
                   "of each per core count, measure peak "
                   "f32 FLOP/s and memcpy bandwidth, and write a this_machine hardware profile "

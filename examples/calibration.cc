@@ -76,6 +76,11 @@ double calibration_x(const std::string& op, double row_bytes, int n) {
                              "' (expected all_gather, reduce_scatter, all_reduce or all_to_all)");
 }
 
+double calibration_formula_bytes(const std::string& op, double row_bytes, int n) {
+  calibration_x(op, row_bytes, n);  // throws for an op without a formula
+  return op == "all_to_all" ? n * row_bytes : row_bytes;
+}
+
 CollectiveFit collective_fit_of(const std::string& op, const LinearFit& fit, int n) {
   CollectiveFit c;
   c.alpha_seconds = op == "all_reduce" ? fit.a / 2 : fit.a;
@@ -132,10 +137,13 @@ HardwareProfile calibrate_this_machine(const CalibrationOptions& o,
       }
       CollectiveBenchmark bench(bo);
       std::vector<double> xs, ts;
+      std::vector<std::pair<double, double>> curve;  // (B, seconds), the cost model's B
       uint64_t wrong = 0;
       bench.run([&](const CollectiveBenchRow& r) {
-        xs.push_back(calibration_x(op, static_cast<double>(r.shape.bytes), cores));
+        const double row_bytes = static_cast<double>(r.shape.bytes);
+        xs.push_back(calibration_x(op, row_bytes, cores));
         ts.push_back(r.time_us * 1e-6);
+        curve.emplace_back(calibration_formula_bytes(op, row_bytes, cores), ts.back());
         wrong += r.wrong;
       });
       if (wrong != 0) {
@@ -145,12 +153,13 @@ HardwareProfile calibrate_this_machine(const CalibrationOptions& o,
       }
       const LinearFit fit = fit_alpha_beta(xs, ts);
       check_fit_grows(op, fit, o, cores);
-      const CollectiveFit cf = collective_fit_of(op, fit, cores);
+      CollectiveFit cf = collective_fit_of(op, fit, cores);
+      cf.measured = std::move(curve);
       p.collectives[op].push_back(cf);
       std::snprintf(line, sizeof line,
                     "fitted by `vtpu bench collectives --calibrate`: %zu sizes %s..%s on %d cores, "
                     "%d timed calls each (median of the slowest core), weighted least squares; "
-                    "max relative residual %.0f%%",
+                    "max relative residual %.0f%%; the measured curve is kept and interpolated",
                     fit.points, format_bytes(o.min_bytes).c_str(),
                     format_bytes(o.max_bytes).c_str(), cores, o.iters,
                     100 * fit.max_relative_error);

@@ -15,6 +15,8 @@
 // that the 8-byte rows, where alpha dominates, count as much as the 64 MiB rows: minimise
 // sum_i ((a + b x_i - t_i) / t_i)^2, solved with Eigen's column-pivoting Householder QR. A
 // negative a (latency below resolution) is clamped to 0 and b refitted through the origin. The
+// rows themselves are kept too, as the fit's measured curve (CollectiveFit::measured: (B, t) per
+// row, B as in the table above), which the cost model interpolates inside the swept range. The
 // peak f32 FLOP/s (single-threaded Eigen GEMM) and HBM bandwidth (memcpy) come from
 // measure_this_machine (`vtpu bench hardware`, examples/kernel_bench.h).
 #pragma once
@@ -46,6 +48,11 @@ LinearFit fit_alpha_beta(std::span<const double> x, std::span<const double> t);
 /// table gives it; throws InvalidArgumentError for another op.
 double calibration_x(const std::string& op, double row_bytes, int n);
 
+/// The cost model's B (sharding/cost_model.h) of a benchmark row of `op` with size `row_bytes`
+/// on n cores: row_bytes, or n * row_bytes for all_to_all (S per core). Throws like
+/// calibration_x. calibrate_this_machine stores each row as (B, time) in CollectiveFit::measured.
+double calibration_formula_bytes(const std::string& op, double row_bytes, int n);
+
 /// The fit of `op` turned into the cost model's alpha and beta (all_reduce halves a).
 CollectiveFit collective_fit_of(const std::string& op, const LinearFit& fit, int n);
 
@@ -53,7 +60,7 @@ struct CalibrationOptions {
   std::vector<int> cores = {2, 4, 8};      // group sizes of the sweeps (distinct, >= 2)
   uint64_t min_bytes = 8;                  // first size of each sweep, bytes
   uint64_t max_bytes = uint64_t{4} << 20;  // last size of each sweep, bytes
-  int iters = 10;                          // timed calls per size
+  int iters = 30;                          // timed calls per size
   int warmup = 3;                          // untimed calls per size
 };
 

@@ -87,6 +87,22 @@ std::vector<CollectiveFit> collective_fits_from_json(const std::string& op,
                                  " (expected an integer number of cores >= 2)");
     }
     f.group_size = static_cast<int>(g);
+    if (fit.contains("measured")) {
+      const nlohmann::json& m = fit.at("measured");
+      const auto bad = [&](const std::string& what) {
+        return InvalidArgumentError("hardware profile " + where + ".measured " + what +
+                                    " (expected an array of [bytes, seconds] pairs)");
+      };
+      if (!m.is_array()) throw bad("is " + m.dump());
+      for (size_t i = 0; i < m.size(); ++i) {
+        const nlohmann::json& point = m[i];
+        if (!point.is_array() || point.size() != 2 || !point[0].is_number() ||
+            !point[1].is_number()) {
+          throw bad("[" + std::to_string(i) + "] is " + point.dump());
+        }
+        f.measured.emplace_back(point[0].get<double>(), point[1].get<double>());
+      }
+    }
     return f;
   };
   std::vector<CollectiveFit> fits;
@@ -357,6 +373,21 @@ void HardwareProfile::validate() const {
             "hardware profile '" + name + "': " + field + ".beta_seconds_per_byte is " +
             number_text(fit.beta_seconds_per_byte) + " (expected at most 1 second per byte)");
       }
+      for (size_t i = 0; i < fit.measured.size(); ++i) {
+        const auto [bytes, seconds] = fit.measured[i];
+        const std::string point = field + ".measured[" + std::to_string(i) + "]";
+        if (!(bytes > 0) || !std::isfinite(bytes) ||
+            (i > 0 && !(bytes > fit.measured[i - 1].first))) {
+          throw InvalidArgumentError("hardware profile '" + name + "': " + point + " has bytes " +
+                                     number_text(bytes) +
+                                     " (expected a finite size > 0, larger than the point before)");
+        }
+        if (!(seconds > 0) || seconds > kMaxLatencySeconds) {
+          throw InvalidArgumentError("hardware profile '" + name + "': " + point + " has seconds " +
+                                     number_text(seconds) +
+                                     " (expected a time in (0, 60] seconds)");
+        }
+      }
       if (fit.group_size < 2) {
         throw InvalidArgumentError("hardware profile '" + name + "': collectives." + op +
                                    ".group_size is " + std::to_string(fit.group_size) +
@@ -557,9 +588,15 @@ nlohmann::json HardwareProfile::to_json() const {
       std::ranges::sort(sorted, {}, &CollectiveFit::group_size);
       nlohmann::json a = nlohmann::json::array();
       for (const CollectiveFit& fit : sorted) {
-        a.push_back({{"alpha_seconds", fit.alpha_seconds},
-                     {"beta_seconds_per_byte", fit.beta_seconds_per_byte},
-                     {"group_size", fit.group_size}});
+        nlohmann::json f = {{"alpha_seconds", fit.alpha_seconds},
+                            {"beta_seconds_per_byte", fit.beta_seconds_per_byte},
+                            {"group_size", fit.group_size}};
+        if (!fit.measured.empty()) {
+          nlohmann::json m = nlohmann::json::array();
+          for (const auto& [bytes, seconds] : fit.measured) m.push_back({bytes, seconds});
+          f["measured"] = std::move(m);
+        }
+        a.push_back(std::move(f));
       }
       // One fit keeps the single-object form of the profiles written before several existed.
       c[op] = a.size() == 1 ? a[0] : a;

@@ -13,6 +13,7 @@
 #include <map>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace vtpu {
@@ -20,10 +21,23 @@ namespace vtpu {
 /// A calibrated alpha-beta fit of one collective (written by `vtpu bench collectives --calibrate`,
 /// read by sharding/cost_model.h). The time of the collective over a group of `group_size` cores
 /// is the formula of sharding/cost_model.h with these alpha and beta, B in bytes as defined there.
+///
+/// A calibrated fit may also carry the measured curve it was fitted to: `measured` holds
+/// (B, seconds) points, B in bytes as the formula defines it and seconds the whole collective's
+/// time (both terms of an all-reduce), B strictly increasing. The cost model then interpolates
+/// the curve instead of evaluating the formula inside its range (a performance table, as XLA's
+/// latency-hiding scheduler's cost model interpolates measured collective tables: openxla.org,
+/// "LHS Cost Model"), because one alpha + beta x cannot follow a curve whose algorithm changes
+/// with size (on this machine the 8-core all-reduce switches from recursive doubling to direct at
+/// 16 KiB, and the line was 40% low there). JSON: "measured": [[B, seconds], ...]; absent when
+/// empty.
 struct CollectiveFit {
   double alpha_seconds = 0.0;          // latency term of the formula, seconds (>= 0)
   double beta_seconds_per_byte = 0.0;  // inverse bandwidth of the formula, seconds per byte (> 0)
   int group_size = 0;                  // cores in the group the fit was measured on (>= 2)
+  /// (B bytes, seconds) of the calibration sweep; B > 0 strictly increasing, seconds > 0 (at
+  /// most 60). Empty: the formula alone.
+  std::vector<std::pair<double, double>> measured;
 };
 
 /// Measured kernel throughputs of a host (written by `vtpu bench hardware` and `vtpu bench
@@ -108,7 +122,8 @@ struct HardwareProfile {
   /// replica group: the fit of that size, else the nearest in log n). Empty for the TPU profiles,
   /// whose collective times follow from the link figures and the topology. JSON key
   /// "collectives": {"all_gather": {"alpha_seconds": .., "beta_seconds_per_byte": ..,
-  /// "group_size": 8}, "all_reduce": [{.., "group_size": 2}, {.., "group_size": 8}], ...}: a
+  /// "group_size": 8}, "all_reduce": [{.., "group_size": 2, "measured": [[8, 3.4e-6], ...]},
+  /// {.., "group_size": 8}], ...}: a
   /// collective is one fit object or a non-empty array of them (to_json writes the object form
   /// for one fit, the array sorted by group_size for several).
   std::map<std::string, std::vector<CollectiveFit>> collectives;

@@ -155,6 +155,18 @@ int CostModel::torus_dims_used(const std::vector<int>& mesh_axis_positions) cons
   return static_cast<int>(dims.size());
 }
 
+double CostModel::measured_seconds(const CollectiveFit& fit, double bytes, double beta_factor) {
+  const auto& m = fit.measured;
+  if (bytes <= m.front().first) return m.front().second;
+  if (bytes >= m.back().first) {
+    return m.back().second + fit.beta_seconds_per_byte * beta_factor * (bytes - m.back().first);
+  }
+  const auto hi = std::ranges::upper_bound(m, bytes, {}, &std::pair<double, double>::first);
+  const auto lo = std::prev(hi);
+  const double w = (bytes - lo->first) / (hi->first - lo->first);
+  return lo->second + w * (hi->second - lo->second);
+}
+
 const CollectiveFit* CostModel::calibrated_fit(const std::string& op, int64_t n) const {
   if (uniform_) return nullptr;
   const auto it = profile_.collectives.find(op);
@@ -251,7 +263,17 @@ CollectiveCost CostModel::collective(CollectiveKind kind, double bytes,
     const double scale = concurrent_cores_ > 0 ? oversubscription_at(concurrent_cores_) /
                                                      oversubscription_at(f.group_size)
                                                : 1.0;
-    return finish(scale * f.alpha_seconds, scale * f.beta_seconds_per_byte, 1.0);
+    finish(scale * f.alpha_seconds, scale * f.beta_seconds_per_byte, 1.0);
+    if (!f.measured.empty()) {  // the measured curve (header)
+      const bool permute = kind == CollectiveKind::kCollectivePermute;
+      const double reps = kind == CollectiveKind::kAllReduce ? 2 : 1;
+      const double table_bytes = permute ? 2 * bytes : bytes;
+      const double beyond_factor = permute ? 0.5 : formula_factor(kind, nd);
+      c.seconds = scale * measured_seconds(f, table_bytes, reps * beyond_factor);
+      c.alpha_seconds = scale * f.measured.front().second / reps;
+      c.measured = true;
+    }
+    return c;
   }
   const double link = profile_.link_bytes_per_second;
   const double hop = profile_.link_latency_seconds;
@@ -442,6 +464,13 @@ std::string CostModel::describe_links() const {
                     i > 0 ? "," : "", fits[i].alpha_seconds, fits[i].beta_seconds_per_byte,
                     fits[i].group_size);
       s += line;
+      if (!fits[i].measured.empty()) {
+        std::snprintf(line, sizeof line, " (measured curve, %zu sizes %s..%s)",
+                      fits[i].measured.size(),
+                      format_bytes(static_cast<uint64_t>(fits[i].measured.front().first)).c_str(),
+                      format_bytes(static_cast<uint64_t>(fits[i].measured.back().first)).c_str());
+        s += line;
+      }
     }
   }
   s += ")";

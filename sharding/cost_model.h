@@ -33,6 +33,19 @@
 //   with c = 1, and all_to_all_factor() reports c = beta_all_to_all / beta_all_gather (both as
 //   priced for n), the constant the formula would need with the all-gather's beta. A permute
 //   uses the all-gather's alpha and beta (the fit for its group of 2).
+//   A fit that carries its measured curve (CollectiveFit::measured, written by --calibrate since
+//   2026-12-01) is a performance table: inside the curve's range of B the time is interpolated
+//   linearly in B between the two nearest measured sizes, instead of the formula (XLA's
+//   latency-hiding scheduler prices collectives from measured tables the same way: openxla.org,
+//   "LHS Cost Model"). Below the first size the first size's time is used (the latency floor);
+//   above the last, the last time plus the formula's beta term for the extra bytes. The table is
+//   read at the same B whatever the group's n, and a permute reads the 2-core all-gather's table
+//   at 2 B (a 2-core all-gather of 2 B sends each core's B to its one peer). The oversubscription
+//   scaling applies as to the formula. alpha_seconds then reports the table's first time (halved
+//   for an all-reduce, as the formula's), so that seconds - alpha stays the bandwidth share that
+//   the auto planner charges per layer. Why: one line alpha + beta x cannot follow a curve whose
+//   algorithm changes with size; on this machine's 8-core all-reduce the line fitted to 8 B..4 MiB
+//   was 40% below the measured time at 16-32 KiB, where the MLP's gradient bucket lies.
 // - Otherwise the links and the topology. Mesh axis i maps to torus dimension i (a mesh of more
 //   axes than the torus has dimensions folds the extra axes onto the last dimension), and every
 //   torus dimension is a bidirectional ring with wraparound. A collective over k mesh axes that
@@ -111,7 +124,8 @@ struct CollectiveCost {
   double alpha_seconds = 0;          // the alpha used
   double beta_seconds_per_byte = 0;  // the beta used
   double factor = 1;                 // the all-to-all constant c used (1 for the others)
-  double seconds = 0;                // the formula's value
+  double seconds = 0;                // the formula's value, or the measured curve's (below)
+  bool measured = false;             // seconds interpolated from the fit's measured curve
   double sent_bytes_per_core = 0;    // bytes one core sends (see the header)
 };
 
@@ -161,6 +175,10 @@ class CostModel {
   /// log n, ties to the larger (see the header), unscaled. nullptr when the profile has no fit of
   /// `op` or the model is uniform. The pointer lives as long as this model.
   const CollectiveFit* calibrated_fit(const std::string& op, int64_t n) const;
+  /// The time of `fit`'s measured curve (non-empty) at `bytes` (B as in the header), seconds:
+  /// linear between the two nearest measured sizes, the first time below the curve, and above it
+  /// the last time + fit.beta_seconds_per_byte * beta_factor * (bytes - last size).
+  static double measured_seconds(const CollectiveFit& fit, double bytes, double beta_factor);
   /// The all-to-all constant c for a group of n over one axis (see the header).
   double all_to_all_factor(int64_t n) const;
 

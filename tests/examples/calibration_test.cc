@@ -57,6 +57,26 @@ TEST(CalibrationTest, AllReduceRowsGiveTheModelsAlphaAndBeta) {
               2 * (alpha + beta * 7.0 / 8.0 * (1 << 20)), 1e-12);
 }
 
+TEST(CalibrationTest, RowsBecomeTheCostModelsMeasuredCurveAtItsB) {
+  // B of a row: the size S for all_gather, reduce_scatter and all_reduce (the whole array), n S
+  // for all_to_all (S per core).
+  EXPECT_EQ(calibration_formula_bytes("all_gather", 4096, 8), 4096);
+  EXPECT_EQ(calibration_formula_bytes("reduce_scatter", 4096, 8), 4096);
+  EXPECT_EQ(calibration_formula_bytes("all_reduce", 4096, 8), 4096);
+  EXPECT_EQ(calibration_formula_bytes("all_to_all", 4096, 8), 32768);
+  EXPECT_THROW(calibration_formula_bytes("broadcast", 4096, 8), InvalidArgumentError);
+  // An all-to-all row of S = 4096 per core on 8 cores that took t: the cost model, given the row
+  // as its curve, prices the all-to-all of the whole 32 KiB at t, whatever its fitted line says.
+  HardwareProfile p = HardwareProfile::get("this_machine");
+  CollectiveFit fit{1e-5, 1e-9, 8};
+  fit.measured = {{calibration_formula_bytes("all_to_all", 2048, 8), 30e-6},
+                  {calibration_formula_bytes("all_to_all", 4096, 8), 70e-6}};
+  p.collectives["all_to_all"] = {fit};
+  const CostModel m(p);
+  EXPECT_NEAR(m.collective(CollectiveKind::kAllToAll, 32768, {0}, {8}).seconds, 70e-6, 1e-15);
+  EXPECT_NEAR(m.collective(CollectiveKind::kAllToAll, 24576, {0}, {8}).seconds, 50e-6, 1e-15);
+}
+
 TEST(CalibrationTest, NoisyDataStaysClose) {
   // +-5% multiplicative noise; the relative weighting keeps both ends: alpha within 5%,
   // beta within 2%.

@@ -70,6 +70,46 @@ TEST(HardwareProfileTest, JsonRoundTrips) {
   EXPECT_EQ(q.to_json(), p.to_json());
 }
 
+TEST(HardwareProfileTest, AMeasuredCurveRoundTripsAndIsChecked) {
+  auto expect_rejected = [](const nlohmann::json& j, const char* needle) {
+    try {
+      HardwareProfile::from_json(j);
+      ADD_FAILURE() << j.dump() << " was accepted";
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  nlohmann::json j = HardwareProfile::get("v5e").to_json();
+  j["collectives"] = {{"all_reduce",
+                       {{"alpha_seconds", 1e-5},
+                        {"beta_seconds_per_byte", 1e-9},
+                        {"group_size", 8},
+                        {"measured", {{8, 2e-5}, {1024, 3e-5}, {4096, 5e-5}}}}}};
+  const HardwareProfile p = HardwareProfile::from_json(j);
+  ASSERT_EQ(p.collectives.at("all_reduce").size(), 1u);
+  const std::vector<std::pair<double, double>> want = {{8, 2e-5}, {1024, 3e-5}, {4096, 5e-5}};
+  EXPECT_EQ(p.collectives.at("all_reduce")[0].measured, want);
+  EXPECT_EQ(HardwareProfile::from_json(p.to_json()).to_json(), p.to_json());
+  EXPECT_EQ(p.to_json()["collectives"]["all_reduce"]["measured"],
+            j["collectives"]["all_reduce"]["measured"]);
+
+  nlohmann::json bad = j;
+  bad["collectives"]["all_reduce"]["measured"] = {{8, 2e-5}, {8, 3e-5}};
+  expect_rejected(bad,
+                  "collectives.all_reduce.measured[1] has bytes 8 (expected a finite size > 0, "
+                  "larger than the point before)");
+  bad["collectives"]["all_reduce"]["measured"] = {{0, 2e-5}};
+  expect_rejected(bad, "measured[0] has bytes 0");
+  bad["collectives"]["all_reduce"]["measured"] = {{8, 0.0}};
+  expect_rejected(bad, "measured[0] has seconds 0 (expected a time in (0, 60] seconds)");
+  bad["collectives"]["all_reduce"]["measured"] = {{8, 2e-5, 1}};
+  expect_rejected(bad,
+                  "collectives.all_reduce.measured [0] is [8,2e-05,1] (expected an array of "
+                  "[bytes, seconds] pairs)");
+  bad["collectives"]["all_reduce"]["measured"] = "fast";
+  expect_rejected(bad, "measured is \"fast\"");
+}
+
 TEST(HardwareProfileTest, HostFieldsRoundTripAndTheCacheNeedsBothFigures) {
   HardwareProfile p = HardwareProfile::get("v5e");
   EXPECT_EQ(p.host_cpus, 0);  // a TPU core is its own hardware

@@ -297,6 +297,48 @@ TEST(CostModelTest, FitsAtSeveralGroupSizesPriceEachGroupWithItsOwn) {
               1e-15);
 }
 
+TEST(CostModelTest, AMeasuredCurveIsInterpolatedInsideItsRangeAndExtendedByBeta) {
+  HardwareProfile p = host_profile();
+  CollectiveFit ag{1e-6, 1e-9, 8};
+  ag.measured = {{8, 10e-6}, {1024, 20e-6}, {4096, 50e-6}};
+  CollectiveFit ar = ag;  // all-reduce: the same curve (times of the whole all-reduce)
+  CollectiveFit two{1e-6, 2e-10, 2};
+  two.measured = {{8, 1e-6}, {2048, 3e-6}};
+  p.collectives = {{"all_gather", {ag, two}}, {"all_reduce", {ar}}};
+  const CostModel m(p);
+  // Inside: linear between (1024, 20 us) and (4096, 50 us): B = 2560 is halfway, 35 us.
+  const CollectiveCost inside = m.collective(CollectiveKind::kAllGather, 2560, {0}, {8});
+  EXPECT_TRUE(inside.measured);
+  EXPECT_NEAR(inside.seconds, 35e-6, 1e-15);
+  EXPECT_NEAR(inside.alpha_seconds, 10e-6, 1e-18);  // the curve's first time
+  // On a point: its time. Below the first size: the first time.
+  EXPECT_NEAR(m.collective(CollectiveKind::kAllGather, 1024, {0}, {8}).seconds, 20e-6, 1e-15);
+  EXPECT_NEAR(m.collective(CollectiveKind::kAllGather, 4, {0}, {8}).seconds, 10e-6, 1e-15);
+  // Above: 50 us + beta (n-1)/n (B - 4096) = 50e-6 + 1e-9 x 7/8 x 4096 = 53.584 us; the
+  // all-reduce's formula counts that term twice: 50e-6 + 2 x 3.584e-6 = 57.168 us.
+  EXPECT_NEAR(m.collective(CollectiveKind::kAllGather, 8192, {0}, {8}).seconds, 53.584e-6, 1e-15);
+  const CollectiveCost big_ar = m.collective(CollectiveKind::kAllReduce, 8192, {0}, {8});
+  EXPECT_NEAR(big_ar.seconds, 57.168e-6, 1e-15);
+  EXPECT_NEAR(big_ar.alpha_seconds, 5e-6, 1e-18);  // half the first time, as the formula's alpha
+  // The formula alone would have said 2 (1e-6 + 1e-9 x 7/8 x 8192) = 16.336 us.
+  // The sent bytes do not depend on the pricing: 2 x 7/8 x 8192.
+  EXPECT_NEAR(big_ar.sent_bytes_per_core, 14336, 1e-9);
+  // Oversubscription scales the curve like the formula: a group of 2 in an 8-core program on
+  // this 2-CPU host reads the 2-core curve times s(8) / s(2) = 4: at B = 1028 (halfway) 2 us x 4.
+  EXPECT_NEAR(m.for_cores(8).collective(CollectiveKind::kAllGather, 1028, {0}, {2}).seconds, 8e-6,
+              1e-15);
+  // A permute of a 1024-byte block reads the 2-core all-gather curve at 2 x 1024 = 2048: 3 us.
+  EXPECT_NEAR(m.collective(CollectiveKind::kCollectivePermute, 1024, {0}, {8}).seconds, 3e-6,
+              1e-15);
+  // Beyond the 2-core curve a permute adds its formula's beta x B for the extra block bytes: a
+  // 2048-byte block reads the curve at 4096, past its last size 2048, so 3 us + 2e-10 x 1024.
+  EXPECT_NEAR(m.collective(CollectiveKind::kCollectivePermute, 2048, {0}, {8}).seconds,
+              3e-6 + 2e-10 * 1024, 1e-15);
+  // The description names the curve.
+  EXPECT_NE(m.describe().find("measured curve, 3 sizes 8 B..4.00 KiB"), std::string::npos)
+      << m.describe();
+}
+
 TEST(CostModelTest, AGroupBetweenCalibratedSizesUsesTheNearestInLogN) {
   const CostModel base(two_size_profile());
   // 4 is halfway between 2 and 8 in log2 (1 each way): the tie goes to the larger, 8.
