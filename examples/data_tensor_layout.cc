@@ -3,11 +3,21 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace vtpu::examples {
 
 std::string DataTensorLayout::to_string() const {
   return std::to_string(data) + "x" + std::to_string(tensor);
+}
+
+std::string DataTensorLayout::describe() const {
+  const auto axes = [](const std::vector<std::string>& a) {
+    if (a.empty()) return std::string();
+    return (a.size() == 1 ? " (mesh axis " : " (mesh axes ") + join(a, ",") + ")";
+  };
+  return "data-parallel group " + std::to_string(data) + axes(data_axes) + " x tensor group " +
+         std::to_string(tensor) + axes(tensor_axes);
 }
 
 DataTensorLayout DataTensorLayout::grid(int64_t data, int64_t tensor) {
@@ -47,6 +57,8 @@ DataTensorLayout DataTensorLayout::from_mesh(const Mesh& mesh,
   DataTensorLayout l;
   l.data_groups = mesh.replica_groups(data_axes);
   l.tensor_groups = mesh.replica_groups(tensor_axes);
+  l.data_axes = data_axes;
+  l.tensor_axes = tensor_axes;
   l.data = static_cast<int64_t>(l.data_groups.front().size());
   l.tensor = static_cast<int64_t>(l.tensor_groups.front().size());
   const auto per_core = std::vector<int>(static_cast<size_t>(n), -1);

@@ -34,10 +34,19 @@ struct DataTensorLayout {
   std::vector<int> tensor_rank;   // its tensor shard
   std::vector<int> data_group;    // index into data_groups
   std::vector<int> tensor_group;  // index into tensor_groups
+  // The mesh axes of each role, as given to from_mesh (grid: "data" and "model").
+  std::vector<std::string> data_axes;
+  std::vector<std::string> tensor_axes;
 
   int64_t num_cores() const { return data * tensor; }
   /// "2x4" (D x T).
   std::string to_string() const;
+  /// The group sizes and the mesh axes of each role: "data-parallel group 8 (mesh axes
+  /// data,model) x tensor group 1" for dp(data,model) on a 2x4 mesh, "data-parallel group 2
+  /// (mesh axis data) x tensor group 4 (mesh axis model)" for grid(2, 4); a role on no axis
+  /// names none. (Not "data 8 x model 1": a plan's mesh axes may be called "data" and "model"
+  /// in other roles; new-user pass nu8, N8.)
+  std::string describe() const;
 
   /// The mesh (D, T) with data first: core (d, t) = d * T + t. Throws InvalidArgumentError for
   /// a size < 1.

@@ -614,4 +614,24 @@ MlpPlanMode mlp_plan_mode(const TrainPlan& plan, bool allow_tensor) {
   return MlpPlanMode::kDataParallel;
 }
 
+// Regression (new-user pass nu8, N13): a tensor-parallel plan was refused with "train fsdp
+// cannot run strategy ...", though the user ran `train mlp --estimate-from`.
+void check_mlp_estimate_plan(const TrainPlan& plan) {
+  // One core splits nothing: any strategy of a 1-core mesh is what train mlp --cores 1 runs.
+  if (plan.num_cores() <= 1) {
+    require_plan_model(plan, "mlp", "vtpu train mlp --estimate-from");
+    return;
+  }
+  const MlpPlanMode mode = mlp_plan_mode(plan, /*allow_tensor=*/true);
+  if (mode == MlpPlanMode::kDataParallel) return;
+  const bool tensor = mode == MlpPlanMode::kTensorParallel;
+  throw InvalidArgumentError(
+      "train mlp --estimate-from " + plan.path +
+      ": --estimate-from takes a data-parallel plan (every mesh axis of size > 1 in data) or a "
+      "1-core plan; strategy " +
+      plan.describe_strategy() + " is " + (tensor ? "tensor parallel" : "FSDP") +
+      ": run it with `vtpu train " + (tensor ? "mlp" : "fsdp") + " --plan " + plan.path +
+      "`, which ends with the same estimate report");
+}
+
 }  // namespace vtpu::examples

@@ -6,13 +6,14 @@
 //
 //   {"format": "vtpu-plan", "version": 1, "model": "mlp",
 //    "mesh": {"axes": ["data", "model"], "shape": [2, 4]},
-//    "strategy": {"name": "dp(data)+tp(model)", "data": "data", "tensor": "model", "fsdp": null,
-//                 "batch_axes": ["data"]},
+//    "strategy": {"name": "dp(data)+tp(model)", "data": ["data"], "tensor": ["model"],
+//                 "fsdp": null, "batch_axes": ["data"]},
 //    "layers": [{"name": "fc1", "sharding": "column", ...}, ...],
 //    "estimate": {"step_seconds": ..., "hbm_bytes_per_core": ..., "batch": 64, ...}, ...}
 //
-// A strategy role is null, one axis name, or a list of axis names; a role on several axes uses
-// them together, flattened row-major in the order listed (JAX's P(('data', 'model'))). The
+// A strategy role is null or a list of axis names (`vtpu plan` writes lists; one axis name as a
+// string, as plan files before nu8 N10 wrote it, is read as a list of one); a role on several axes
+// uses them together, flattened row-major in the order listed (JAX's P(('data', 'model'))). The
 // shardings are the planner's record: each is checked to be a PartitionSpec the plan's mesh can
 // hold, but the trainers run their own Megatron layout, which `layers` must agree with.
 // "model_graph" (the model the plan was made for, in the model-file format) gives the run's sizes
@@ -182,5 +183,12 @@ enum class MlpPlanMode { kFsdp, kDataParallel, kTensorParallel };
 /// tensor parallelism unless `allow_tensor` (`vtpu train fsdp` runs FSDP and data parallel
 /// plans; `vtpu train mlp --plan` runs all three). Thread-safe.
 MlpPlanMode mlp_plan_mode(const TrainPlan& plan, bool allow_tensor = false);
+/// Checks that `vtpu train mlp --estimate-from` can compare a run with `plan`: the plan's mesh
+/// has one core, or the plan is data parallel over every mesh axis of size > 1 (what `vtpu train
+/// mlp` runs without --plan). Throws InvalidArgumentError otherwise, naming `train mlp
+/// --estimate-from`, the plan's strategy, what the flag takes, and the command that runs the
+/// strategy (`vtpu train mlp --plan` for tensor parallel, `vtpu train fsdp --plan` for FSDP);
+/// what mlp_plan_mode(plan, true) throws for a plan no trainer runs. Thread-safe.
+void check_mlp_estimate_plan(const TrainPlan& plan);
 
 }  // namespace vtpu::examples

@@ -89,6 +89,12 @@ int run(const TrainTransformerCommand& cmd) {
   if (mesh.data == 1 && cmd.plan.empty()) strategy = mesh.tensor > 1 ? "tp(model)" : "single core";
   c.validate();
   c.validate_mesh(mesh.data, mesh.tensor);
+  // The plan's cores per role, else the DxT grid (axes "data", "model"). The printout names the
+  // groups and the plan's mesh axes (nu8 N8: "mesh 8x1 (data 8 x model 1)" for dp(data,model)
+  // on Mesh(data=2, model=4) reused the axis names for the roles).
+  const DataTensorLayout run_layout =
+      layout ? *layout : DataTensorLayout::grid(mesh.data, mesh.tensor);
+  const std::string mesh_label = plan ? plan->mesh().to_string() : "mesh " + mesh.to_string();
   const TokenText text = load_token_text(cmd.data, c.vocab, c.context);
 
   RuntimeOptions options;
@@ -98,12 +104,9 @@ int run(const TrainTransformerCommand& cmd) {
   const int64_t params = TransformerLayout(c, 1).size();
   const int64_t shard = TransformerLayout(c, mesh.tensor).size();
   if (!cmd.json) {
-    std::printf(
-        "vtpu train transformer: mesh %s (data %lld x model %lld) on %d virtual cores, %s HBM "
-        "each; strategy %s\n",
-        mesh.to_string().c_str(), static_cast<long long>(mesh.data),
-        static_cast<long long>(mesh.tensor), options.num_cores,
-        format_bytes(options.hbm_bytes_per_core).c_str(), strategy.c_str());
+    std::printf("vtpu train transformer: %s: %s on %d virtual cores, %s HBM each; strategy %s\n",
+                mesh_label.c_str(), run_layout.describe().c_str(), options.num_cores,
+                format_bytes(options.hbm_bytes_per_core).c_str(), strategy.c_str());
     std::printf("text %s: %zu byte tokens, %lld distinct\n", cmd.data.c_str(), text.tokens.size(),
                 static_cast<long long>(text.vocab_used));
     std::printf(
@@ -139,7 +142,7 @@ int run(const TrainTransformerCommand& cmd) {
     Runtime rt(one);
     ref = train_transformer(rt, text.tokens, c, {1, 1}, log("1 core"));
   }
-  if (!cmd.json) std::printf("mesh %s:\n", mesh.to_string().c_str());
+  if (!cmd.json) std::printf("%s:\n", mesh_label.c_str());
   // The plan's estimate, compared with this run (examples/estimate_report.h).
   std::optional<PlanEstimate> estimate;
   if (plan) estimate = comparable_estimate(*plan, c.batch);
@@ -151,9 +154,8 @@ int run(const TrainTransformerCommand& cmd) {
     run_config.log_every = 1;
   }
   Runtime runtime(options);
-  const TransformerResult r = train_transformer_on_layout(
-      runtime, text.tokens, run_config,
-      layout ? *layout : DataTensorLayout::grid(mesh.data, mesh.tensor), on_log);
+  const TransformerResult r =
+      train_transformer_on_layout(runtime, text.tokens, run_config, run_layout, on_log);
   std::optional<EstimateReport> report;
   if (estimate) {
     // The tokens are the step's input batch: nothing unmodelled.
@@ -204,8 +206,8 @@ int run(const TrainTransformerCommand& cmd) {
     }
     std::printf("uniform-guess loss ln(%lld distinct bytes) = %.4f nats; initial loss %.4f\n",
                 static_cast<long long>(text.vocab_used), text.uniform_loss, r.losses.front());
-    std::printf("final loss %.4f (mesh %s) = %.2f x uniform\n", r.losses.back(),
-                mesh.to_string().c_str(), r.losses.back() / text.uniform_loss);
+    std::printf("final loss %.4f (%s) = %.2f x uniform\n", r.losses.back(), mesh_label.c_str(),
+                r.losses.back() / text.uniform_loss);
     if (ref) {
       std::printf(
           "single core final loss %.4f; max relative difference over %lld steps %.2e (step %lld; "
@@ -213,21 +215,24 @@ int run(const TrainTransformerCommand& cmd) {
           ref->losses.back(), static_cast<long long>(c.steps), max_rel,
           static_cast<long long>(worst), kMaxRelativeDifference, ok ? "ok" : "EXCEEDED");
     }
-    std::printf("time: mesh %s %.2f s (median step %.2f ms)", mesh.to_string().c_str(),
-                r.total_seconds, r.median_step_ms);
+    std::printf("time: %s %.2f s (median step %.2f ms)", mesh_label.c_str(), r.total_seconds,
+                r.median_step_ms);
     if (ref) {
       std::printf(", single core %.2f s (median step %.2f ms)", ref->total_seconds,
                   ref->median_step_ms);
     }
     std::printf("\n");
-    const CollectiveStats& ta = r.tensor_all_reduce[0];
-    const CollectiveStats& da = r.data_all_reduce[0];
-    std::printf(
-        "all-reduce on core 0: model axis %llu calls (%lld per step: 2 forward + 2 backward per "
-        "block), %s; data axis %llu calls, %s\n",
-        static_cast<unsigned long long>(ta.num_collectives), static_cast<long long>(4 * c.layers),
-        format_bytes(ta.bytes).c_str(), static_cast<unsigned long long>(da.num_collectives),
-        format_bytes(da.bytes).c_str());
+    // A group of one core runs no all-reduce (examples/transformer_trainer.h).
+    const auto calls = [](const CollectiveStats& st, int64_t group, const std::string& per_step) {
+      if (group == 1) return std::string("none (a group of 1 core)");
+      return std::to_string(st.num_collectives) + " calls (" + per_step + "), " +
+             format_bytes(st.bytes);
+    };
+    std::printf("all-reduce on core 0: tensor group %s; data-parallel group %s\n",
+                calls(r.tensor_all_reduce[0], mesh.tensor,
+                      std::to_string(4 * c.layers) + " per step: 2 forward + 2 backward per block")
+                    .c_str(),
+                calls(r.data_all_reduce[0], mesh.data, "1 per step: the gradient bucket").c_str());
     std::printf(
         "HBM per core (bytes): weights %llu, gradients+loss %llu, Adam m+v %llu, activations "
         "%llu, tokens %llu; total %llu",

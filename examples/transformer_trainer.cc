@@ -190,9 +190,15 @@ TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const 
     std::copy(shard.begin(), shard.end(), p.begin());
     std::fill(m.begin(), m.end(), 0.0f);
     std::fill(v.begin(), v.end(), 0.0f);
-    const TensorAllReduce<float> tp_all_reduce = [&](std::span<float> x) {
-      tp.all_reduce<float>(ctx, x);
-    };
+    // A group of one core sums nothing: Megatron with tensor parallel size 1 (and DDP on one
+    // replica) runs no all-reduce, so neither does this trainer. The Communicator's one-core
+    // all-reduce of a buffer in place leaves it as it is, so the results are bit for bit those of
+    // calling it. Regression (new-user pass nu8, N8): dp(data,model) counted 8 "model axis"
+    // all-reduces per step over tensor groups of 1 core.
+    TensorAllReduce<float> tp_all_reduce;  // null: none (TransformerShard::run skips it)
+    if (tp.size() > 1) {
+      tp_all_reduce = [&](std::span<float> x) { tp.all_reduce<float>(ctx, x); };
+    }
     // --kernels pallas: every dense projection is the pipelined tiled matmul on this core, its
     // operands located in the HBM buffers above (blocks of at most 256, two VMEM buffers each).
     DenseMatmul<float> pallas_matmul_fn;
@@ -228,7 +234,7 @@ TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const 
                                         work.as<float>(), tp_all_reduce, pallas_matmul_fn);
       g[static_cast<size_t>(shard_size)] = static_cast<float>(loss_sum);
       // Data parallel: one bucket (the shard's gradients and the loss sum) over the column.
-      dp.all_reduce<float>(ctx, g);
+      if (dp.size() > 1) dp.all_reduce<float>(ctx, g);
       adam_update(p, g.first(static_cast<size_t>(shard_size)), m, v, step + 1, config);
       const double loss = static_cast<double>(g[static_cast<size_t>(shard_size)]) /
                           static_cast<double>(config.batch * ctx_len);

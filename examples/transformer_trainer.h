@@ -12,7 +12,9 @@
 //     replica group {t, T + t, ...} sums the shard's gradients and the loss (one bucket, as
 //     PyTorch DDP), then every core applies the same Adam update.
 // Every all-reduce is the Communicator's deterministic one (folds in rank order), so a run is
-// bit-reproducible, and every core of a replica group ends with identical values.
+// bit-reproducible, and every core of a replica group ends with identical values. A group of one
+// core runs no all-reduce at all (T = 1: no tensor all-reduces, as Megatron with tensor parallel
+// size 1; D = 1: no gradient all-reduce).
 //
 // Each core's HBM holds: its weight shard, the gradient bucket, Adam's m and v (all of the shard's
 // size), the activation workspace for batch / D sequences, and the step's tokens. The host feeds
@@ -91,9 +93,11 @@ struct TransformerResult {
            token_bytes = 0;
   bool replicas_identical = false;  // every data replica's final shard equals replica 0's, bitwise
   std::vector<MemoryStats> hbm;     // per core, after training (peak_bytes_in_use is the peak)
-  std::vector<CollectiveStats> tensor_all_reduce;  // per core, over its "model" replica group
-  std::vector<CollectiveStats> data_all_reduce;    // per core, over its "data" replica group
-  std::vector<std::vector<float>> shards;          // final weights of cores (0, t), t < T
+  /// Per core, over its tensor group (4 * layers per step); none when the group has one core.
+  std::vector<CollectiveStats> tensor_all_reduce;
+  /// Per core, over its data-parallel group (1 per step); none when the group has one core.
+  std::vector<CollectiveStats> data_all_reduce;
+  std::vector<std::vector<float>> shards;  // final weights of cores (0, t), t < T
 };
 void to_json(nlohmann::json& j, const TransformerResult& r);
 

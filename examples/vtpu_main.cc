@@ -176,14 +176,7 @@ int run_train_mlp(const TrainArgs& args) {
   std::optional<vtpu::examples::PlanEstimate> estimate;
   if (!args.estimate_from.empty()) {
     const vtpu::examples::TrainPlan plan = vtpu::examples::load_train_plan(args.estimate_from);
-    // One core splits nothing: any strategy of a 1-core mesh is what train mlp --cores 1 runs.
-    if (plan.num_cores() > 1 &&
-        vtpu::examples::mlp_plan_mode(plan) != vtpu::examples::MlpPlanMode::kDataParallel) {
-      throw vtpu::InvalidArgumentError(
-          "--estimate-from " + args.estimate_from + ": strategy " + plan.describe_strategy() +
-          " is not what train mlp runs (expected data parallel over every mesh axis; compare an "
-          "FSDP plan with `vtpu train fsdp --plan`)");
-    }
+    vtpu::examples::check_mlp_estimate_plan(plan);
     if (args.cores && *args.cores != plan.num_cores()) {
       throw vtpu::InvalidArgumentError("--cores " + std::to_string(*args.cores) + " but plan '" +
                                        args.estimate_from + "' has a mesh of " +

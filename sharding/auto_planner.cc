@@ -250,26 +250,45 @@ class StrategyPlanner {
       }
     }
     // The loss: a partial output is all-reduced; a sharded one pays the parallel cross-entropy.
-    std::vector<std::pair<Label, int>> finals;  // label with the end cost, its state
+    // Then the gradient bucket's latency, once. Rows of their own in the table (after_layers).
     const ModelLayer& last = m_.layers.back();
+    const auto end_rows = [&](int s) {
+      std::vector<LayerPlan> rows;
+      if (kStates[s] != 'R') {
+        const bool partial = kStates[s] == 'P';
+        const CollectiveCost cc =
+            tp(CollectiveKind::kAllReduce, partial ? act_bytes(last.out) : 2 * tokens_ * e_);
+        LayerPlan r;
+        r.layer = partial ? "(final all-reduce)" : "(loss all-reduce)";
+        r.choice = "-";
+        r.in_state = kStates[s];
+        r.out_state = partial ? 'R' : 'S';
+        r.reshard_in = "all_reduce";
+        r.comm_seconds = cc.seconds;
+        r.comm_bytes_per_core = cc.sent_bytes_per_core;
+        rows.push_back(std::move(r));
+      }
+      if (d_ > 1 && m_.num_parameters() > 0) {
+        LayerPlan r;
+        r.layer = "(gradient bucket)";
+        r.choice = "-";
+        r.in_state = r.out_state = '-';
+        r.comm_seconds =
+            2 * cost_.collective(CollectiveKind::kAllReduce, 1.0, dp_pos_, dp_sizes_).alpha_seconds;
+        rows.push_back(std::move(r));
+      }
+      return rows;
+    };
+    std::vector<std::pair<Label, int>> finals;  // label with the end cost, its state
     for (int s = 0; s < 3; ++s) {
+      const std::vector<LayerPlan> rows = end_rows(s);
+      double seconds = 0, bytes = 0;
+      for (const LayerPlan& r : rows) {
+        seconds += r.comm_seconds;
+        bytes += r.comm_bytes_per_core;
+      }
       for (size_t k = 0; k < frontier[n - 1][static_cast<size_t>(s)].size(); ++k) {
         Label l = frontier[n - 1][static_cast<size_t>(s)][k];
-        double seconds = 0, bytes = 0;
-        if (kStates[s] == 'P') {
-          const CollectiveCost cc = tp(CollectiveKind::kAllReduce, act_bytes(last.out));
-          seconds = cc.seconds;
-          bytes = cc.sent_bytes_per_core;
-        } else if (kStates[s] == 'S') {
-          const CollectiveCost cc = tp(CollectiveKind::kAllReduce, 2 * tokens_ * e_);
-          seconds = cc.seconds;
-          bytes = cc.sent_bytes_per_core;
-        }
-        if (d_ > 1 && m_.num_parameters() > 0) {  // the gradient bucket's latency, once
-          seconds +=
-              2 *
-              cost_.collective(CollectiveKind::kAllReduce, 1.0, dp_pos_, dp_sizes_).alpha_seconds;
-        }
         l.comm += seconds;
         l.comm_bytes += bytes;
         l.time += seconds;
@@ -310,6 +329,7 @@ class StrategyPlanner {
     c.param_bytes_per_core = byte_count(chosen.param_state_bytes, "parameter state", c.name);
     c.activation_bytes_per_core = byte_count(chosen.activation_bytes, "activations", c.name);
     c.transient_bytes_per_core = byte_count(chosen.max_bytes, "transient buffers", c.name);
+    c.after_layers = end_rows(chosen.parent_state);
     // Walk back.
     c.layers.assign(n, LayerPlan{});
     int index = chosen.parent, state = chosen.parent_state;
@@ -594,7 +614,8 @@ class StrategyPlanner {
     }
     if (d_ > 1 && param_bytes > 0) {
       // Gradients go into one bucket per step (as DDP and vtpu's trainers do): the layer pays
-      // the bandwidth term, and the step pays the all-reduce's latency once (in plan()).
+      // the bandwidth term, and the step pays the all-reduce's latency once (in plan(): the
+      // "(gradient bucket)" row after the layers).
       const CollectiveCost ar =
           cost_.collective(CollectiveKind::kAllReduce, param_bytes / f, dp_pos_, dp_sizes_);
       c.comm_seconds += ar.seconds - 2 * ar.alpha_seconds;
@@ -618,9 +639,10 @@ class StrategyPlanner {
 
 std::string axes_list(const std::vector<std::string>& axes) { return join(axes, ","); }
 
+// Regression (new-user pass nu8, N10): one axis was written as a string ("data": "x"), where
+// docs/SHARDING.md shows lists; always a list now (the plan reader takes both).
 nlohmann::json axis_json(const std::vector<std::string>& axes) {
   if (axes.empty()) return nullptr;
-  if (axes.size() == 1) return axes[0];
   return axes;
 }
 
@@ -885,6 +907,16 @@ std::string AutoShardingPlan::to_string() const {
                   l.reshard_in.empty() ? "-" : l.reshard_in.c_str(),
                   format_seconds(l.compute_seconds).c_str(), format_seconds(l.comm_seconds).c_str(),
                   l.comm_bytes_per_core);
+    out += line;
+  }
+  // The communication after the last layer (PlanCandidate::after_layers): no layer, no compute.
+  for (const LayerPlan& l : w.after_layers) {
+    const std::string in_out =
+        l.in_state == '-' ? "-" : std::string{l.in_state, '-', '>', l.out_state};
+    std::snprintf(line, sizeof line, "%-22s %-11s %-6s %-16s %12s %12s %14.0f\n", l.layer.c_str(),
+                  l.choice.c_str(), in_out.c_str(),
+                  l.reshard_in.empty() ? "-" : l.reshard_in.c_str(), "-",
+                  format_seconds(l.comm_seconds).c_str(), l.comm_bytes_per_core);
     out += line;
   }
   return out;

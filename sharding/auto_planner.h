@@ -66,8 +66,10 @@
 //   comm     the reshards above over the tensor axes (B = the activation's bytes over the tensor
 //            group), FSDP all-gather x 2 + reduce-scatter of the layer's (tensor-local)
 //            parameters over the fsdp axes, all-reduce of the (fsdp-local) gradients over the
-//            data axes (one bucket per step, as DDP: the latency is paid once); plus the optimizer
-//            update (HBM-bound: Adam reads and writes 7, SGD 3 words per local parameter)
+//            data axes (one bucket per step, as DDP: the latency is paid once, in the row
+//            "(gradient bucket)" after the layers, PlanCandidate::after_layers); plus the
+//            optimizer update (HBM-bound: Adam reads and writes 7, SGD 3 words per local
+//            parameter)
 // Step time = compute + communication (no overlap; see cost_model.h).
 //
 // Constraints (PlanConstraints): the program that runs the plan may implement only some
@@ -113,6 +115,15 @@ struct PlanCandidate {
   std::string infeasible_reason;
   bool fits = false;              // some per-layer plan fits the HBM limit
   std::vector<LayerPlan> layers;  // the fastest plan that fits (else the smallest in HBM)
+  /// The step's communication after the last layer, which no layer's row holds, as rows of their
+  /// own (layer in parentheses, choice "-"; no compute): "(final all-reduce)" of a partial last
+  /// activation over the tensor axes (P->R, reshard_in "all_reduce"), or "(loss all-reduce)" of
+  /// a sharded one (S->S: the vocab-parallel cross-entropy's all-reduce of 2 values per token);
+  /// and "(gradient bucket)", the latency of the data axes' one gradient all-reduce per step
+  /// (each layer's row holds its bandwidth term for the layer's gradients; in_state, out_state
+  /// '-', reshard_in "", 0 bytes). Empty when there is none. The comm of `layers` and these
+  /// rows adds up to comm_seconds and comm_bytes_per_core.
+  std::vector<LayerPlan> after_layers;
   double compute_seconds = 0, comm_seconds = 0, step_seconds = 0;
   double comm_bytes_per_core = 0;     // bytes one core sends per step
   uint64_t hbm_bytes_per_core = 0;    // of `layers`

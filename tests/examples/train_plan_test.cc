@@ -302,6 +302,50 @@ TEST(TrainPlanTest, MlpModes) {
       {"is for model 'transformer' (expected 'mlp'"});
 }
 
+// Regression (new-user pass nu8, N13): `train mlp --estimate-from` of a tensor-parallel plan said
+// "train fsdp cannot run strategy ...". The error names the command the user ran, what the flag
+// takes and the command that runs the strategy.
+TEST(TrainPlanTest, EstimateFromTakesDataParallelAndOneCorePlans) {
+  const std::string mesh = R"j({"axes": ["data", "model"], "shape": [2, 4]})j";
+  auto load = [&](const std::string& name, const std::string& m, const std::string& strategy) {
+    return load_train_plan(write_plan(name, plan_text(m, strategy)));
+  };
+  EXPECT_NO_THROW(check_mlp_estimate_plan(
+      load("est_dp.json", mesh, R"j({"name": "dp(data,model)", "data": ["data", "model"]})j")));
+  // One core: any strategy is what train mlp --cores 1 runs.
+  EXPECT_NO_THROW(check_mlp_estimate_plan(load(
+      "est_one.json", R"j({"axes": ["model"], "shape": [1]})j", R"j({"name": "tp(model)"})j")));
+  const TrainPlan tp =
+      load("est_tp.json", mesh, R"j({"name": "tp(model)", "data": "data", "tensor": "model"})j");
+  expect_error<InvalidArgumentError>(
+      [&] { check_mlp_estimate_plan(tp); },
+      {"train mlp --estimate-from " + tp.path + ": --estimate-from takes a data-parallel plan",
+       "or a 1-core plan; strategy 'tp(model)' (data: ['data'], tensor: ['model'], fsdp: null) is "
+       "tensor parallel: run it with `vtpu train mlp --plan " +
+           tp.path + "`"});
+  try {
+    check_mlp_estimate_plan(tp);
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_EQ(std::string(e.what()).find("fsdp cannot"), std::string::npos) << e.what();
+  }
+  const TrainPlan fsdp =
+      load("est_fsdp.json", mesh, R"j({"name": "fsdp(data,model)", "fsdp": ["data", "model"]})j");
+  expect_error<InvalidArgumentError>(
+      [&] { check_mlp_estimate_plan(fsdp); },
+      {"train mlp --estimate-from " + fsdp.path, "strategy 'fsdp(data,model)'",
+       "is FSDP: run it with `vtpu train fsdp --plan " + fsdp.path + "`"});
+  // A strategy no trainer runs is refused by mlp_plan_mode, under train mlp's name.
+  expect_error<UnimplementedError>(
+      [&] {
+        check_mlp_estimate_plan(
+            load("est_hsdp.json", mesh, R"j({"name": "hsdp", "data": "data", "fsdp": "model"})j"));
+      },
+      {"train mlp cannot run strategy 'hsdp'", "hybrid sharding"});
+  expect_error<InvalidArgumentError>(
+      [&] { check_mlp_estimate_plan(parse_train_plan(good_plan(), "t.json")); },
+      {"is for model 'transformer' (expected 'mlp' for vtpu train mlp"});
+}
+
 TEST(TrainPlanTest, WhatVtpuTrainRuns) {
   const std::vector<int64_t> shape = {2, 4};
   const Names axes = {"data", "model"};
@@ -336,6 +380,33 @@ TEST(TrainPlanTest, WhatVtpuTrainRuns) {
 
 ModelGraph model_file(const std::string& name) {
   return ModelGraph::load_json_file(std::string(VTPU_SOURCE_DIR) + "/examples/models/" + name);
+}
+
+// Regression (new-user pass nu8, N10): a one-axis role was written as a string ("data": "x"),
+// where docs/SHARDING.md shows lists and a reader written from it iterates the characters. The
+// planner writes lists; plan files written before (a string) still read the same.
+TEST(TrainPlanTest, EmittedOneAxisRolesAreListsAndStringsStillRead) {
+  const ModelGraph m = model_file("mlp.json");
+  const CostModel cost(HardwareProfile::get("v5e"));
+  const Names axes = {"data", "model"};
+  AutoShardingPlan plan =
+      plan_auto_sharding(m, {2, 4}, axes, cost, 0, plan_constraints("mlp", {2, 4}, axes));
+  plan.choose("dp(data)+tp(model)");
+  nlohmann::json j = plan.to_json();
+  EXPECT_EQ(j["strategy"]["data"], nlohmann::json::array({"data"}));
+  EXPECT_EQ(j["strategy"]["tensor"], nlohmann::json::array({"model"}));
+  EXPECT_TRUE(j["strategy"]["fsdp"].is_null());
+  EXPECT_EQ(j["strategy"]["batch_axes"], nlohmann::json::array({"data"}));
+  const TrainPlan listed = parse_train_plan(j, "listed.json");
+  EXPECT_EQ(listed.data, Names{"data"});
+  EXPECT_EQ(listed.tensor, Names{"model"});
+  EXPECT_TRUE(listed.fsdp.empty());
+  j["strategy"]["data"] = "data";
+  j["strategy"]["tensor"] = "model";
+  const TrainPlan old = parse_train_plan(j, "old.json");
+  EXPECT_EQ(old.data, listed.data);
+  EXPECT_EQ(old.tensor, listed.tensor);
+  EXPECT_EQ(mlp_plan_mode(old, true), MlpPlanMode::kTensorParallel);
 }
 
 // Issue 6 adversarial pass, F17: examples/models/transformer.json, "the default vtpu train
@@ -405,6 +476,14 @@ TEST(TrainPlanTest, PlannerPicksOnlyRunnableStrategies) {
       const nlohmann::json j = any.to_json();
       const TrainPlan p = parse_train_plan(j, "pinned");
       EXPECT_EQ(p.strategy_name, c.name);
+      // Round trip of the roles (nu8 N10): written as lists (null for none), read back as written.
+      for (const char* role : {"data", "tensor", "fsdp"}) {
+        EXPECT_TRUE(j["strategy"][role].is_null() || j["strategy"][role].is_array())
+            << c.name << " " << role << ": " << j["strategy"][role];
+      }
+      EXPECT_EQ(p.data, c.data_axes) << c.name;
+      EXPECT_EQ(p.tensor, c.tensor_axes) << c.name;
+      EXPECT_EQ(p.fsdp, c.fsdp_axes) << c.name;
       EXPECT_EQ(j.contains("pinned"), c.name != winner) << c.name;
       if (c.name != winner) EXPECT_EQ(j["pinned"]["winner"], winner);
       ++pinned;

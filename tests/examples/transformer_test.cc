@@ -341,13 +341,17 @@ TEST_P(MeshVsSingleCoreTest, LossesMatchTheSingleCoreRunWithin1e4) {
     }
   }
   EXPECT_TRUE(r.replicas_identical);
-  // Megatron's count: 2 all-reduces per block in forward and 2 in backward on the tensor axis;
-  // one gradient bucket per step on the data axis.
+  // Megatron's count: 2 all-reduces per block in forward and 2 in backward over the tensor
+  // group; one gradient bucket per step over the data-parallel group. A group of one core runs
+  // none (Megatron with tensor parallel size 1 does no all-reduce; nu8 N8).
   for (size_t core = 0; core < r.tensor_all_reduce.size(); ++core) {
     EXPECT_EQ(r.tensor_all_reduce[core].num_collectives,
-              static_cast<uint64_t>(c.steps * 4 * c.layers));
-    EXPECT_EQ(r.data_all_reduce[core].num_collectives, static_cast<uint64_t>(c.steps));
+              mesh.tensor > 1 ? static_cast<uint64_t>(c.steps * 4 * c.layers) : 0u);
+    EXPECT_EQ(r.data_all_reduce[core].num_collectives,
+              mesh.data > 1 ? static_cast<uint64_t>(c.steps) : 0u);
   }
+  EXPECT_EQ(ref.tensor_all_reduce[0].num_collectives, 0u);
+  EXPECT_EQ(ref.data_all_reduce[0].num_collectives, 0u);
   // Each core holds 1/T of the split weights: fewer weight bytes than the single core.
   if (mesh.tensor > 1) {
     EXPECT_LT(r.weight_bytes, ref.weight_bytes);
@@ -391,6 +395,28 @@ TEST(TransformerTrainerTest, PlanLayoutsRunOnTheMeshReplicaGroups) {
       rt2, text.tokens, c, DataTensorLayout::from_mesh(mesh, {"x", "y"}, {}));
   EXPECT_EQ(flat.losses, dp4.losses);
   EXPECT_EQ(flat.mesh.data, 4);
+  // Regression (new-user pass nu8, N8): dp(x,y) has tensor groups of 1 core, and counted 4
+  // "model axis" all-reduces per block and step over them. It runs none; the data group of 4
+  // runs its one bucket per step.
+  for (size_t core = 0; core < 4; ++core) {
+    EXPECT_EQ(flat.tensor_all_reduce[core].num_collectives, 0u) << core;
+    EXPECT_EQ(flat.tensor_all_reduce[core].bytes, 0u) << core;
+    EXPECT_EQ(flat.data_all_reduce[core].num_collectives, static_cast<uint64_t>(c.steps)) << core;
+  }
+  EXPECT_EQ(flat.shards, dp4.shards);
+  EXPECT_TRUE(flat.replicas_identical);
+}
+
+TEST(TransformerTrainerTest, LayoutDescribesTheGroupsAndThePlansMeshAxes) {
+  EXPECT_EQ(DataTensorLayout::grid(2, 4).describe(),
+            "data-parallel group 2 (mesh axis data) x tensor group 4 (mesh axis model)");
+  // dp(data,model) on Mesh(data=2, model=4): one data-parallel group of 8, tensor groups of 1.
+  const Mesh mesh({2, 4}, {"data", "model"});
+  EXPECT_EQ(DataTensorLayout::from_mesh(mesh, {"data", "model"}, {}).describe(),
+            "data-parallel group 8 (mesh axes data,model) x tensor group 1");
+  // dp(model)+tp(data): the roles swap the axis names.
+  EXPECT_EQ(DataTensorLayout::from_mesh(mesh, {"model"}, {"data"}).describe(),
+            "data-parallel group 4 (mesh axis model) x tensor group 2 (mesh axis data)");
 }
 
 TEST(TransformerTrainerTest, SameSeedIsBitReproducible) {

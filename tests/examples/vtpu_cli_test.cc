@@ -1203,7 +1203,9 @@ TEST(VtpuCliTest, TrainMlpComparesAPlansEstimateWithTheRun) {
   const std::string fsdp = temp_file("vtpu_cli_estimate_fsdp.json", R"j({"format": "vtpu-plan",
     "version": 1, )j" + mesh + R"j( "strategy": {"name": "fsdp(x)", "data": null,
     "tensor": null, "fsdp": "x"}, "estimate": {"step_seconds": 0.001, "hbm_bytes_per_core": 1}})j");
-  expect_failure("train mlp --estimate-from " + fsdp, "is not what train mlp runs", 1);
+  expect_failure("train mlp --estimate-from " + fsdp,
+                 "train mlp --estimate-from " + fsdp + ": --estimate-from takes a data-parallel",
+                 1);
   const std::string bare = temp_file("vtpu_cli_estimate_bare.json", R"j({"format": "vtpu-plan",
     "version": 1, )j" + mesh + R"j( "strategy": {"name": "dp(x)", "data": "x", "tensor": null,
     "fsdp": null}})j");
@@ -1268,9 +1270,13 @@ TEST(VtpuCliTest, TrainTransformerTextOutput) {
                            transformer_text_file());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* needle :
-       {"mesh 1x2 (data 1 x model 2)", "strategy tp(model)", "loss(1core)",
-        "uniform-guess loss ln(31 distinct bytes)", "max relative difference",
-        "HBM per core (bytes): weights", "peak_bytes_in_use", "model axis 16 calls"}) {
+       {"mesh 1x2: data-parallel group 1 (mesh axis data) x tensor group 2 (mesh axis model) on "
+        "2 virtual cores",
+        "strategy tp(model)", "loss(1core)", "uniform-guess loss ln(31 distinct bytes)",
+        "max relative difference", "HBM per core (bytes): weights", "peak_bytes_in_use",
+        "all-reduce on core 0: tensor group 16 calls (8 per step: 2 forward + 2 backward per "
+        "block), ",
+        "; data-parallel group none (a group of 1 core)\n"}) {
     EXPECT_NE(r.output.find(needle), std::string::npos) << needle << "\n" << r.output;
   }
 }
@@ -1284,7 +1290,11 @@ TEST(VtpuCliTest, TrainTransformerRunsAPlan) {
   const CliRun r = run_cli("train transformer --plan " + plan +
                            " --steps 2 --batch 2 --no-reference --data " + transformer_text_file());
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("mesh 1x2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("vtpu train transformer: Mesh(data=1, model=2): data-parallel group 1 "
+                          "(mesh axis data) x tensor group 2 (mesh axis model) on 2 virtual "
+                          "cores"),
+            std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("strategy tp-only (from " + plan + ")"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("max relative difference"), std::string::npos) << r.output;
   // The plan's estimate beside the measurement (examples/estimate_report.h).
@@ -1787,7 +1797,7 @@ TEST(VtpuCliPlanTest, StrategyPinsACandidateThatTrainRunsAgainstItsEstimate) {
   ASSERT_TRUE(in.good()) << r.output;
   const nlohmann::json plan = nlohmann::json::parse(in);
   EXPECT_EQ(plan["strategy"]["name"], "fsdp(x)");
-  EXPECT_EQ(plan["strategy"]["fsdp"], "x");
+  EXPECT_EQ(plan["strategy"]["fsdp"], nlohmann::json::array({"x"}));  // always a list (nu8 N10)
   EXPECT_TRUE(plan["strategy"]["data"].is_null());
   EXPECT_EQ(plan["estimate"]["batch"], 32);
   if (plan.contains("pinned")) EXPECT_NE(plan["pinned"]["winner"], "fsdp(x)");

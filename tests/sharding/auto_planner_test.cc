@@ -220,7 +220,7 @@ TEST(AutoPlannerTest, ChoosePinsANamedCandidateOrSaysWhyItCannot) {
   EXPECT_EQ(p.chosen(), p.pinned);
   const nlohmann::json j = p.to_json();
   EXPECT_EQ(j["strategy"]["name"], "fsdp(y)");
-  EXPECT_EQ(j["strategy"]["fsdp"], "y");
+  EXPECT_EQ(j["strategy"]["fsdp"], nlohmann::json::array({"y"}));
   EXPECT_EQ(j["estimate"]["hbm_bytes_per_core"], 144);  // the input batch apart
   EXPECT_EQ(j["pinned"]["winner"], winner);
   EXPECT_THAT(j["pinned"]["why_lost"].get<std::string>(), HasSubstr("exceeds HBM by 14 B"));
@@ -475,6 +475,83 @@ TEST(AutoPlannerTest, ConstraintsForceTheRunnersLayersAndMarkWhatItCannotRun) {
   EXPECT_THROW(none.require_fit(), FailedPreconditionError);
 }
 
+/// The comm of a candidate's rows (its layers and after_layers), as the table prints them.
+std::pair<double, double> row_comm(const PlanCandidate& c) {
+  double seconds = 0, bytes = 0;
+  for (const auto* rows : {&c.layers, &c.after_layers}) {
+    for (const LayerPlan& l : *rows) {
+      seconds += l.comm_seconds;
+      bytes += l.comm_bytes_per_core;
+    }
+  }
+  return {seconds, bytes};
+}
+
+// Regression (new-user pass nu8, N6): tp(model)'s comm (4480 B, the all-reduce of the partial
+// logits after fc2) was in the strategy's total but in no row of the per-layer table, and the
+// data-parallel gradient bucket's latency (paid once per step) neither. Both are rows of their
+// own now, and the rows add up to the candidate's comm.
+TEST(AutoPlannerTest, RowsAfterTheLayersCompleteTheCandidatesComm) {
+  const AutoShardingPlan p = plan_auto_sharding(digits_mlp(), {2, 4}, {"x", "y"}, v5e(),
+                                                uint64_t{1} << 30, megatron_only());
+  // dp(x)+tp(y): the partial logits, 32 local rows x 10 x 4 B = 1280 B, all-reduced over 4
+  // cores (2 x 3/4 x 1280 = 1920 B sent), then the gradient bucket's latency over x.
+  const PlanCandidate& mixed = find(p, "dp(x)+tp(y)");
+  ASSERT_EQ(mixed.after_layers.size(), 2u);
+  const LayerPlan& final_ar = mixed.after_layers[0];
+  EXPECT_EQ(final_ar.layer, "(final all-reduce)");
+  EXPECT_EQ(final_ar.in_state, 'P');
+  EXPECT_EQ(final_ar.out_state, 'R');
+  EXPECT_EQ(final_ar.reshard_in, "all_reduce");
+  EXPECT_EQ(final_ar.compute_seconds, 0.0);
+  EXPECT_NEAR(final_ar.comm_bytes_per_core, 2 * 3.0 / 4 * 1280, 1e-9);
+  EXPECT_GT(final_ar.comm_seconds, 0.0);
+  const LayerPlan& bucket = mixed.after_layers[1];
+  EXPECT_EQ(bucket.layer, "(gradient bucket)");
+  EXPECT_EQ(bucket.comm_bytes_per_core, 0.0);  // latency only: the layers carry the bytes
+  EXPECT_GT(bucket.comm_seconds, 0.0);
+  // tp(x,y) has no data axes: no bucket. dp(x,y) has no tensor axes: only the bucket, with
+  // every byte in the layers' rows (fc1's and fc2's gradients).
+  const PlanCandidate& tp = find(p, "tp(x,y)");
+  ASSERT_TRUE(tp.feasible);
+  ASSERT_EQ(tp.after_layers.size(), 1u);
+  EXPECT_EQ(tp.after_layers[0].layer, "(final all-reduce)");
+  EXPECT_NEAR(tp.after_layers[0].comm_bytes_per_core, 2 * 7.0 / 8 * 2560, 1e-9);
+  const PlanCandidate& dp = find(p, "dp(x,y)");
+  ASSERT_EQ(dp.after_layers.size(), 1u);
+  EXPECT_EQ(dp.after_layers[0].layer, "(gradient bucket)");
+  for (const PlanCandidate* c : {&mixed, &tp, &dp}) {
+    SCOPED_TRACE(c->name);
+    const auto [seconds, bytes] = row_comm(*c);
+    EXPECT_NEAR(seconds, c->comm_seconds, 1e-12 * c->comm_seconds);
+    EXPECT_NEAR(bytes, c->comm_bytes_per_core, 1e-9 * c->comm_bytes_per_core);
+    EXPECT_GT(c->comm_seconds, 0.0);
+  }
+  // dp(x,y): the layers' rows hold 2 x 7/8 of the 4810 parameters' bytes, the bucket row none.
+  EXPECT_NEAR(row_comm(dp).second, 2 * 7.0 / 8 * 4810 * 4, 1e-6);
+  // The table prints them after the layers.
+  AutoShardingPlan shown = p;
+  shown.choose("dp(x)+tp(y)");
+  const std::string table = shown.to_string();
+  EXPECT_THAT(table, HasSubstr("(final all-reduce)     -           P->R   all_reduce"));
+  EXPECT_THAT(table, HasSubstr("(gradient bucket)      -           -      -"));
+  EXPECT_LT(table.find("fc2  "), table.find("(final all-reduce)"));
+  EXPECT_LT(table.find("(final all-reduce)"), table.find("(gradient bucket)"));
+  // A sharded last activation pays the vocab-parallel cross-entropy's all-reduce of 2 floats
+  // per token: 64 tokens x 2 x 4 B = 512 B, 2 x 7/8 x 512 = 896 B sent.
+  const ModelGraph column_last = ModelGraph::parse(R"({"name": "c", "optimizer": "sgd",
+    "batch": 64, "layers": [{"name": "fc1", "kind": "dense", "in": 64, "out": 64},
+                            {"name": "relu", "kind": "elementwise", "dim": 64}]})");
+  const AutoShardingPlan sharded_plan = plan_auto_sharding(column_last, {1, 8}, {"x", "y"}, v5e(),
+                                                           uint64_t{1} << 30, megatron_only());
+  const PlanCandidate& s = find(sharded_plan, "tp(y)");
+  ASSERT_EQ(s.after_layers.size(), 1u);
+  EXPECT_EQ(s.after_layers[0].layer, "(loss all-reduce)");
+  EXPECT_EQ(s.after_layers[0].in_state, 'S');
+  EXPECT_NEAR(s.after_layers[0].comm_bytes_per_core, 2 * 7.0 / 8 * 512, 1e-9);
+  EXPECT_NEAR(row_comm(s).first, s.comm_seconds, 1e-12 * s.comm_seconds);
+}
+
 TEST(AutoPlannerTest, TwoDimensionalMeshHasNineCandidatesAndEmitsThePlanFormat) {
   const ModelGraph m = ModelGraph::load_json_file(std::string(VTPU_SOURCE_DIR) +
                                                   "/examples/models/transformer.json");
@@ -518,8 +595,9 @@ TEST(AutoPlannerTest, MixedStrategyShardingsNameTheAxes) {
   const PlanCandidate& w = p.candidates[static_cast<size_t>(p.winner)];
   EXPECT_EQ(w.name, "dp(data)+tp(model)");
   const nlohmann::json j = p.to_json();
-  EXPECT_EQ(j["strategy"]["data"], "data");
-  EXPECT_EQ(j["strategy"]["tensor"], "model");
+  // One axis is a list of one, as docs/SHARDING.md shows (nu8 N10: it was the string "data").
+  EXPECT_EQ(j["strategy"]["data"], nlohmann::json::array({"data"}));
+  EXPECT_EQ(j["strategy"]["tensor"], nlohmann::json::array({"model"}));
   EXPECT_TRUE(j["strategy"]["fsdp"].is_null());
   EXPECT_EQ(j["shardings"]["fc1.w"], "P(None, 'model')");
   EXPECT_EQ(j["shardings"]["fc2.w"], "P('model')");
