@@ -249,8 +249,9 @@ class StrategyPlanner {
         }
       }
     }
-    // The loss: a partial output is all-reduced; a sharded one pays the parallel cross-entropy.
-    // Then the gradient bucket's latency, once. Rows of their own in the table (after_layers).
+    // The loss: a partial output is all-reduced; a sharded one pays the parallel cross-entropy;
+    // FSDP's batch shards sum their losses. Then the gradient bucket's latency, once. Rows of their
+    // own in the table (after_layers).
     const ModelLayer& last = m_.layers.back();
     const auto end_rows = [&](int s) {
       std::vector<LayerPlan> rows;
@@ -263,6 +264,21 @@ class StrategyPlanner {
         r.choice = "-";
         r.in_state = kStates[s];
         r.out_state = partial ? 'R' : 'S';
+        r.reshard_in = "all_reduce";
+        r.comm_seconds = cc.seconds;
+        r.comm_bytes_per_core = cc.sent_bytes_per_core;
+        rows.push_back(std::move(r));
+      }
+      if (f_ > 1 && d_ == 1) {
+        // FSDP shards the batch over its axes: the step's loss is summed over them by an
+        // all-reduce of one element, as vtpu train fsdp does ("all-reduce loss"). With data
+        // axes too, the loss rides in the gradient bucket (below).
+        const CollectiveCost cc =
+            cost_.collective(CollectiveKind::kAllReduce, e_, fsdp_pos_, fsdp_sizes_);
+        LayerPlan r;
+        r.layer = "(loss all-reduce)";
+        r.choice = "-";
+        r.in_state = r.out_state = '-';
         r.reshard_in = "all_reduce";
         r.comm_seconds = cc.seconds;
         r.comm_bytes_per_core = cc.sent_bytes_per_core;

@@ -58,8 +58,12 @@ TEST(AutoPlannerTest, ParametersBeyondOneCoreMakeDataParallelLoseAndFsdpWin) {
   EXPECT_EQ(p.candidates[static_cast<size_t>(p.winner)].name, "fsdp(y)");
   EXPECT_EQ(p.candidates.size(), 3u);  // one axis of size > 1: dp, tp, fsdp
   // ZeRO-3 moves 2 all-gathers and 1 reduce-scatter of every layer's parameters:
-  // 3 x 7/8 x 33,587,200 bytes sent per core.
-  EXPECT_NEAR(fsdp.comm_bytes_per_core, 3 * 7.0 / 8 * 33587200, 1.0);
+  // 3 x 7/8 x 33,587,200 bytes sent per core; and the batch shards' losses are summed by an
+  // all-reduce of one f32 (2 x 7/8 x 4 = 7 bytes), a row of its own after the layers.
+  EXPECT_NEAR(fsdp.comm_bytes_per_core, 3 * 7.0 / 8 * 33587200 + 7, 1e-6);
+  ASSERT_EQ(fsdp.after_layers.size(), 1u);
+  EXPECT_EQ(fsdp.after_layers[0].layer, "(loss all-reduce)");
+  EXPECT_NEAR(fsdp.after_layers[0].comm_bytes_per_core, 7, 1e-9);
   // Without the limit, data parallel (one all-reduce = 2 x 7/8 x params) is faster than FSDP.
   const AutoShardingPlan free =
       plan_auto_sharding(wide_mlp(8192), {1, 8}, {"x", "y"}, v5e(), uint64_t{1} << 40);
