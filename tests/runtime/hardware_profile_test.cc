@@ -13,6 +13,16 @@
 namespace vtpu {
 namespace {
 
+/// Expects from_json(j) to throw InvalidArgumentError whose message contains `needle`.
+void expect_rejected(const nlohmann::json& j, const char* needle) {
+  try {
+    HardwareProfile::from_json(j);
+    ADD_FAILURE() << j.dump() << " was accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
 TEST(HardwareProfileTest, ShipsV4V5eV5pAndAMeasuredThisMachine) {
   const std::vector<std::string> names = HardwareProfile::builtin_names();
   EXPECT_EQ(names, (std::vector<std::string>{"this_machine", "v4", "v5e", "v5p"}));
@@ -71,14 +81,6 @@ TEST(HardwareProfileTest, JsonRoundTrips) {
 }
 
 TEST(HardwareProfileTest, AMeasuredCurveRoundTripsAndIsChecked) {
-  auto expect_rejected = [](const nlohmann::json& j, const char* needle) {
-    try {
-      HardwareProfile::from_json(j);
-      ADD_FAILURE() << j.dump() << " was accepted";
-    } catch (const InvalidArgumentError& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
   nlohmann::json j = HardwareProfile::get("v5e").to_json();
   j["collectives"] = {{"all_reduce",
                        {{"alpha_seconds", 1e-5},
@@ -205,14 +207,6 @@ TEST(HardwareProfileTest, RejectsNonIntegersTinyRatesUnknownTopologyAndBadSizes)
 // Adversarial findings F5 and F6 (issue 6): a latency or alpha of 1e308 loaded and made every
 // reshard estimate inf; a key written twice in a file silently took its last value.
 TEST(HardwareProfileTest, RejectsAbsurdLatenciesAndRepeatedKeys) {
-  auto expect_rejected = [](const nlohmann::json& j, const char* needle) {
-    try {
-      HardwareProfile::from_json(j);
-      ADD_FAILURE() << j.dump() << " was accepted";
-    } catch (const InvalidArgumentError& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
   const nlohmann::json v5e = HardwareProfile::get("v5e").to_json();
   nlohmann::json j = v5e;
   j["link_latency_seconds"] = 1e308;
