@@ -37,8 +37,13 @@ CliRun run_cli(const std::string& args) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
 }
 
+// The file is named after the running test too: ctest -j runs tests in parallel processes, and
+// two tests that wrote, read and removed one shared path (stress_trace()) failed each other with
+// "File does not exist" (CI of c2af569).
 std::string temp_file(const std::string& name, const std::string& content) {
-  const std::string path = (std::filesystem::temp_directory_path() / name).string();
+  const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string prefix = test != nullptr ? std::string(test->name()) + "_" : "";
+  const std::string path = (std::filesystem::temp_directory_path() / (prefix + name)).string();
   std::ofstream(path) << content;
   return path;
 }
