@@ -255,19 +255,25 @@ class StrategyPlanner {
     const ModelLayer& last = m_.layers.back();
     const auto end_rows = [&](int s) {
       std::vector<LayerPlan> rows;
+      // One row: no layer, no compute; in/out '-' when the activation's layout does not change.
+      const auto add = [&](const char* name, char in, char out, const char* reshard, double seconds,
+                           double bytes) {
+        LayerPlan r;
+        r.layer = name;
+        r.choice = "-";
+        r.in_state = in;
+        r.out_state = out;
+        r.reshard_in = reshard;
+        r.comm_seconds = seconds;
+        r.comm_bytes_per_core = bytes;
+        rows.push_back(std::move(r));
+      };
       if (kStates[s] != 'R') {
         const bool partial = kStates[s] == 'P';
         const CollectiveCost cc =
             tp(CollectiveKind::kAllReduce, partial ? act_bytes(last.out) : 2 * tokens_ * e_);
-        LayerPlan r;
-        r.layer = partial ? "(final all-reduce)" : "(loss all-reduce)";
-        r.choice = "-";
-        r.in_state = kStates[s];
-        r.out_state = partial ? 'R' : 'S';
-        r.reshard_in = "all_reduce";
-        r.comm_seconds = cc.seconds;
-        r.comm_bytes_per_core = cc.sent_bytes_per_core;
-        rows.push_back(std::move(r));
+        add(partial ? "(final all-reduce)" : "(loss all-reduce)", kStates[s], partial ? 'R' : 'S',
+            "all_reduce", cc.seconds, cc.sent_bytes_per_core);
       }
       if (f_ > 1 && d_ == 1) {
         // FSDP shards the batch over its axes: the step's loss is summed over them by an
@@ -275,23 +281,12 @@ class StrategyPlanner {
         // axes too, the loss rides in the gradient bucket (below).
         const CollectiveCost cc =
             cost_.collective(CollectiveKind::kAllReduce, e_, fsdp_pos_, fsdp_sizes_);
-        LayerPlan r;
-        r.layer = "(loss all-reduce)";
-        r.choice = "-";
-        r.in_state = r.out_state = '-';
-        r.reshard_in = "all_reduce";
-        r.comm_seconds = cc.seconds;
-        r.comm_bytes_per_core = cc.sent_bytes_per_core;
-        rows.push_back(std::move(r));
+        add("(loss all-reduce)", '-', '-', "all_reduce", cc.seconds, cc.sent_bytes_per_core);
       }
       if (d_ > 1 && m_.num_parameters() > 0) {
-        LayerPlan r;
-        r.layer = "(gradient bucket)";
-        r.choice = "-";
-        r.in_state = r.out_state = '-';
-        r.comm_seconds =
-            2 * cost_.collective(CollectiveKind::kAllReduce, 1.0, dp_pos_, dp_sizes_).alpha_seconds;
-        rows.push_back(std::move(r));
+        add("(gradient bucket)", '-', '-', "",
+            2 * cost_.collective(CollectiveKind::kAllReduce, 1.0, dp_pos_, dp_sizes_).alpha_seconds,
+            0);
       }
       return rows;
     };

@@ -118,9 +118,11 @@ struct PlanCandidate {
   /// The step's communication after the last layer, which no layer's row holds, as rows of their
   /// own (layer in parentheses, choice "-"; no compute): "(final all-reduce)" of a partial last
   /// activation over the tensor axes (P->R, reshard_in "all_reduce"), or "(loss all-reduce)" of
-  /// a sharded one (S->S: the vocab-parallel cross-entropy's all-reduce of 2 values per token);
-  /// and "(gradient bucket)", the latency of the data axes' one gradient all-reduce per step
-  /// (each layer's row holds its bandwidth term for the layer's gradients; in_state, out_state
+  /// a sharded one (S->S: the vocab-parallel cross-entropy's all-reduce of 2 values per token),
+  /// or, for FSDP without data axes, of the batch shards' summed loss (one element over the FSDP
+  /// axes; in_state, out_state '-'); and "(gradient bucket)", the latency of the data axes' one
+  /// gradient all-reduce per step (each layer's row holds its bandwidth term for the layer's
+  /// gradients; in_state, out_state
   /// '-', reshard_in "", 0 bytes). Empty when there is none. The comm of `layers` and these
   /// rows adds up to comm_seconds and comm_bytes_per_core.
   std::vector<LayerPlan> after_layers;
