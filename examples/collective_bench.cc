@@ -444,7 +444,7 @@ const MemcpyBandwidth& CollectiveBenchmark::memcpy_bandwidth() {
 }
 
 void CollectiveBenchmark::run(const std::function<void(const CollectiveBenchRow&)>& on_row) {
-  const MemcpyBandwidth& bw = memcpy_bandwidth();
+  const MemcpyBandwidth bw = options_.measure_bound ? memcpy_bandwidth() : MemcpyBandwidth{};
   const int n = options_.cores;
   const uint64_t elem = data_type_bytes(options_.dtype);
   // Every size of the sweep, then buffers big enough for the largest.
@@ -536,7 +536,7 @@ void CollectiveBenchmark::run(const std::function<void(const CollectiveBenchRow&
             ? op_.traffic_bytes(shape, elem, n)
             : static_cast<double>(n) *
                   static_cast<double>((shape.send_elements + shape.recv_elements) * elem);
-    row.bound_us = row.traffic_bytes / bw.bytes_per_second * 1e6;
+    row.bound_us = bw.bytes_per_second > 0 ? row.traffic_bytes / bw.bytes_per_second * 1e6 : 0.0;
 
     expected.resize(shape.recv_elements);
     for (int r = 0; r < n; ++r) {
@@ -570,7 +570,8 @@ nlohmann::json collective_bench_row_json(const CollectiveBenchmark& bench,
           {"busbw_factor", bench.busbw_factor()},
           {"traffic_bytes", row.traffic_bytes},
           {"bound_us", row.bound_us},
-          {"time_over_bound", row.time_us / row.bound_us},
+          {"time_over_bound",
+           row.bound_us > 0 ? nlohmann::json(row.time_us / row.bound_us) : nlohmann::json(nullptr)},
           {"wrong", row.wrong},
           {"check", row.wrong == 0 ? "ok" : "WRONG"}};
 }

@@ -118,6 +118,9 @@ struct CollectiveBenchOptions {
   int warmup = 5;                           // untimed calls per size
   uint64_t link_slot_bytes = 0;             // 0: RuntimeOptions' default, capped (see below)
   int link_num_slots = 0;                   // 0: RuntimeOptions' default
+  /// Measure memcpy bandwidth before the sweep (64 MiB per CPU, about 0.1-0.3 s) for each row's
+  /// bound; false leaves bound_us 0 (a caller that needs only the times: the collective probe).
+  bool measure_bound = true;
 };
 
 struct MemcpyBandwidth {

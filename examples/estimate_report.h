@@ -7,11 +7,12 @@
 // What is compared (ratio = measured / estimate; "within 25%" when |ratio - 1| <= 0.25):
 //   step time  estimate.step_seconds against the median over steps of core 0's wall time per step
 //              (the trainers' step_seconds). Printed beside it, not judged: the process CPU time
-//              per step (all threads; the median of the CPU time between the ends of consecutive
-//              steps on core 0, StepMeter) and that divided by min(cores, host CPUs): the wall
-//              time the step's CPU work would take spread evenly over the CPUs the run can use,
-//              with no waiting. Other programs on the host inflate the wall time but, to first
-//              order, not the CPU time, so on a loaded host the CPU figure is the fairer one.
+//              per step (all threads; StepMeter: the median over readings on core 0, at most one
+//              per 200 us of wall time, of the CPU time per step between them) and that divided by
+//              min(cores, host CPUs): the wall time the step's CPU work would take spread evenly
+//              over the CPUs the run can use, with no waiting. Other programs on the host inflate
+//              the wall time but, to first order, not the CPU time, so on a loaded host the CPU
+//              figure is the fairer one.
 //   HBM/core   estimate.hbm_bytes_per_core + estimate.input_bytes_per_core (the planner's model
 //              state, activations, FSDP transient, and the step's input batch) against the largest
 //              peak_bytes_in_use over the cores minus what the model file does not describe (the
@@ -27,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/latency_probe.h"
 #include "memory/memory_stats.h"
 
 namespace vtpu::examples {
@@ -59,25 +61,44 @@ std::optional<PlanEstimate> comparable_estimate(const TrainPlan& plan, int64_t b
 
 /// Process CPU time per step, measured on core 0 at the end of every step. Only one thread may
 /// call tick() (core 0's); read the results after the run. Thread-compatible.
+///
+/// Reading the process CPU time (clock_gettime(CLOCK_PROCESS_CPUTIME_ID), a system call that sums
+/// every thread) costs about 1.3 us on this VM, while a step of the 2-core MLP takes 13-25 us; read
+/// on core 0 every step, it lengthened core 0's step, which is the one the report times, and kept
+/// the other cores waiting at the next collective. So the wall time (the vDSO steady clock, tens
+/// of ns) is read at every tick, and the CPU time only when at least kCpuReadSeconds of wall time
+/// have passed since the last CPU reading (and at the first tick): under 1% of the run.
 class StepMeter {
  public:
-  /// Records the process CPU time (CLOCK_PROCESS_CPUTIME_ID: every thread of the process) and the
-  /// wall time now.
+  /// Wall time between CPU time readings (seconds): at 1.3 us a reading, under 1%.
+  static constexpr double kCpuReadSeconds = 200e-6;
+
+  /// Records the wall time now and, when due (above), the process CPU time
+  /// (CLOCK_PROCESS_CPUTIME_ID: every thread of the process).
   void tick();
+  /// tick() with the clocks given: `wall_seconds` now, and `read_cpu_seconds` called only when a
+  /// CPU reading is due. For tests.
+  void record(double wall_seconds, const std::function<double()>& read_cpu_seconds);
   /// A trainer's on_log callback that ticks on every step and forwards (step, loss) to `on_log`
   /// (when set) only where the trainer would have: every `every` steps (0: never) and at the last
   /// of `steps`. The trainer must be run with log_every = 1 so that it calls back every step.
   /// The meter must outlive the callback.
   std::function<void(int64_t, double)> wrap(std::function<void(int64_t, double)> on_log,
                                             int64_t every, int64_t steps);
-  /// Medians over the intervals between consecutive ticks (seconds; 0 with fewer than 2 ticks).
+  /// Median over consecutive CPU readings of (CPU time between them) / (ticks between them),
+  /// seconds per step; 0 with fewer than 2 readings.
   double median_cpu_seconds() const;
+  /// Median over the intervals between consecutive ticks (seconds; 0 with fewer than 2 ticks).
   double median_wall_seconds() const;
   /// Intervals measured (ticks - 1, or 0).
-  size_t intervals() const { return cpu_.empty() ? 0 : cpu_.size() - 1; }
+  size_t intervals() const { return wall_.empty() ? 0 : wall_.size() - 1; }
+  /// CPU time readings taken.
+  size_t cpu_readings() const { return cpu_.size(); }
 
  private:
-  std::vector<double> cpu_, wall_;  // readings at each tick, seconds
+  std::vector<double> wall_;                    // wall time at each tick, seconds
+  std::vector<std::pair<size_t, double>> cpu_;  // (tick index, process CPU seconds)
+  double last_cpu_wall_ = 0;                    // wall time of the last CPU reading
 };
 
 /// What a run measured, and the host it ran on. Plain data.
@@ -119,6 +140,14 @@ struct EstimateReport {
   /// time is a TPU's, not this host's, so the step row is printed but not judged.
   bool step_comparable = true;
   bool hbm_within = false;  // |hbm_ratio - 1| <= kTolerance
+  /// The collective probe after the run (add_collective_probe; examples/latency_probe.h): the
+  /// profile's collectives re-measured at one size, and the estimate with their shifts. Empty /
+  /// 0 when it did not run (no calibrated collectives in the plan's profile, or not comparable).
+  std::vector<CollectiveProbe> probes;
+  double probed_step_seconds = 0.0;  // the estimate with the probed collectives (0: none)
+  double probed_step_ratio = 0.0;    // measured.median_step_seconds / probed_step_seconds
+  bool probed_step_within = false;   // |probed_step_ratio - 1| <= kTolerance
+  std::string probe_error;           // why the probe failed ("" when it ran or was not due)
 
   static constexpr double kTolerance = 0.25;  // issue 6: within 25%
 
@@ -129,5 +158,15 @@ struct EstimateReport {
 
 /// Compares. Pure. Thread-safe.
 EstimateReport compare_estimate(const PlanEstimate& estimate, const MeasuredRun& measured);
+
+/// Runs the collective probe (examples/latency_probe.h) for `report`'s run and fills its probe
+/// fields: when the step is comparable and the plan's hardware profile (HardwareProfile::get of
+/// estimate.hardware) holds calibrated collectives, probes every fit of at most
+/// measured.num_cores cores and re-estimates the plan's strategy with the shifted profile
+/// (reestimate_step_seconds). Takes about 0.1 s on 8 cores; call it right after the run, while
+/// the host is in the mode the run met. A vtpu::Error from the probe or the re-estimate does not
+/// fail the run: its message goes to probe_error (printed). Not thread-safe with other timed work.
+void add_collective_probe(EstimateReport& report, const TrainPlan& plan,
+                          const CollectiveProbeOptions& options = {});
 
 }  // namespace vtpu::examples

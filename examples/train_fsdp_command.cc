@@ -185,6 +185,7 @@ int run(const TrainFsdpCommand& cmd) {
                     fsdp ? fsdp->hbm : dp.result.hbm, (fsdp ? fsdp->peak : dp.peak).training_set,
                     "training set (replicated on every core)");
     report = compare_estimate(*estimate, m);
+    add_collective_probe(*report, *plan);  // right after the run: the host mode it met
   }
   // The reference: train mlp on 1 core, accumulating its gradient over N micro-batches (core c's
   // rows), so that it performs the N-core runs' f32 additions in their rank order; and, for

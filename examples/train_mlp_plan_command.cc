@@ -154,6 +154,7 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
     report = compare_estimate(
         *estimate, measure_run(n, mlp.steps, run.median_step_ms, meter, run.hbm,
                                run.training_set_bytes, "training set (replicated on every core)"));
+    add_collective_probe(*report, plan);  // right after the run: the host mode it met
   }
   // The reference of the data-parallel group (examples/mlp_reference.h): 1 core with one
   // micro-batch per data-parallel core performs the group's f32 gradient additions in their

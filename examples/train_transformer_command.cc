@@ -162,6 +162,7 @@ int run(const TrainTransformerCommand& cmd) {
     const MeasuredRun m =
         measure_run(static_cast<int>(mesh.num_cores()), c.steps, r.median_step_ms, meter, r.hbm);
     report = compare_estimate(*estimate, m);
+    add_collective_probe(*report, *plan);  // right after the run: the host mode it met
   }
 
   double max_rel = 0.0;

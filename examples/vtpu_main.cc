@@ -174,8 +174,10 @@ int run_train_mlp(const TrainArgs& args) {
   }
   // --estimate-from: the plan must be one this command runs (data parallel over all its cores).
   std::optional<vtpu::examples::PlanEstimate> estimate;
+  std::optional<vtpu::examples::TrainPlan> estimate_plan;
   if (!args.estimate_from.empty()) {
-    const vtpu::examples::TrainPlan plan = vtpu::examples::load_train_plan(args.estimate_from);
+    const vtpu::examples::TrainPlan& plan =
+        estimate_plan.emplace(vtpu::examples::load_train_plan(args.estimate_from));
     vtpu::examples::check_mlp_estimate_plan(plan);
     if (args.cores && *args.cores != plan.num_cores()) {
       throw vtpu::InvalidArgumentError("--cores " + std::to_string(*args.cores) + " but plan '" +
@@ -266,6 +268,8 @@ int run_train_mlp(const TrainArgs& args) {
         *estimate, vtpu::examples::measure_run(
                        options.num_cores, args.mlp.steps, result.median_step_ms, meter, result.hbm,
                        peak.training_set, "training set (replicated on every core)"));
+    vtpu::examples::add_collective_probe(*report,
+                                         *estimate_plan);  // right after the run: its host mode
   }
   if (args.json) {
     nlohmann::json j = result;

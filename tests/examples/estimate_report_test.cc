@@ -194,6 +194,9 @@ TEST(EstimateReportTest, ATpuEstimatesStepTimeIsNotJudgedOnThisHost) {
               std::string::npos)
         << r.to_string();
     EXPECT_EQ(r.to_json()["step_comparable"], false);
+    EXPECT_TRUE(r.to_json()["step_ratio"].is_null());
+    EXPECT_TRUE(r.to_json()["step_within_25_percent"].is_null());
+    EXPECT_TRUE(r.to_json()["probe"].is_null());
   }
   for (const char* host : {"this_machine", "my_calibrated_host", ""}) {
     e.hardware = host;
@@ -202,6 +205,36 @@ TEST(EstimateReportTest, ATpuEstimatesStepTimeIsNotJudgedOnThisHost) {
     EXPECT_TRUE(r.step_within) << host;
     EXPECT_NE(r.to_string().find("1.25x (within 25%)"), std::string::npos) << r.to_string();
   }
+}
+
+TEST(EstimateReportTest, TheCollectiveProbeIsPrintedAndJudgedBesideTheProfilesEstimate) {
+  PlanEstimate e;
+  e.step_seconds = 16e-6;
+  e.hardware = "this_machine";
+  MeasuredRun m;
+  m.num_cores = 2;
+  m.median_step_seconds = 32e-6;  // 2.00x the profile's estimate
+  EstimateReport r = compare_estimate(e, m);
+  EXPECT_FALSE(r.step_within);
+  // As add_collective_probe fills it: the host's hand-off is 1.7 us slower than the profile's,
+  // and the plan's seven collectives make the estimate 16 + 7 x 1.7 = 27.9 us: 32 / 27.9 = 1.147.
+  r.probes = {{"all_gather", 2, 4096, 0.9e-6, 2.6e-6}, {"all_reduce", 2, 4096, 0.9e-6, 2.6e-6}};
+  r.probed_step_seconds = 27.9e-6;
+  r.probed_step_ratio = m.median_step_seconds / r.probed_step_seconds;
+  r.probed_step_within = true;
+  const std::string text = r.to_string();
+  EXPECT_NE(text.find("with collectives probed now           27.900 us      32.000 us  1.15x "
+                      "(within 25%)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("all_gather       2 cores 2.600 us / 0.900 us"), std::string::npos) << text;
+  const nlohmann::json j = r.to_json()["probe"];
+  EXPECT_EQ(j["rows"].size(), 2u);
+  EXPECT_EQ(j["rows"][0]["op"], "all_gather");
+  EXPECT_EQ(j["rows"][0]["group_size"], 2);
+  EXPECT_DOUBLE_EQ(j["rows"][0]["measured_seconds"].get<double>(), 2.6e-6);
+  EXPECT_DOUBLE_EQ(j["step_seconds"].get<double>(), 27.9e-6);
+  EXPECT_EQ(j["step_within_25_percent"], true);
 }
 
 TEST(EstimateReportTest, StepMeterTicksEveryStepAndForwardsWhereTheTrainerWould) {
@@ -219,6 +252,34 @@ TEST(EstimateReportTest, StepMeterTicksEveryStepAndForwardsWhereTheTrainerWould)
   for (int64_t s = 0; s < 4; ++s) none(s, 0.0);
   EXPECT_EQ(quiet.intervals(), 3u);
   EXPECT_EQ(StepMeter().median_cpu_seconds(), 0.0);
+}
+
+// Hand-worked: steps of 51 us wall, so a CPU reading is due every 4 ticks (204 us >= 200), at 0,
+// 4, 8, ...; the process burns 2 CPU-seconds per wall-second (two busy cores) except between
+// ticks 4 and 8, where it burns 3. CPU per step is then 100 us, 150 us, 100 us: median 100 us.
+TEST(EstimateReportTest, StepMeterReadsTheCpuClockAtMostOncePer200usOfWallTime) {
+  StepMeter meter;
+  int reads = 0;
+  double cpu = 0;
+  for (int t = 0; t <= 12; ++t) {
+    const double wall = 51e-6 * t;
+    meter.record(wall, [&] {
+      ++reads;
+      return cpu;
+    });
+    cpu += (t >= 4 && t < 8) ? 150e-6 : 100e-6;
+  }
+  EXPECT_EQ(reads, 4);  // ticks 0, 4, 8, 12
+  EXPECT_EQ(meter.cpu_readings(), 4u);
+  EXPECT_EQ(meter.intervals(), 12u);
+  EXPECT_NEAR(meter.median_cpu_seconds(), 100e-6, 1e-12);
+  EXPECT_NEAR(meter.median_wall_seconds(), 51e-6, 1e-12);
+  // Steps of 1 ms: a reading at every tick.
+  StepMeter slow;
+  int slow_reads = 0;
+  for (int t = 0; t < 5; ++t) slow.record(1e-3 * t, [&] { return 0.5e-3 * ++slow_reads; });
+  EXPECT_EQ(slow_reads, 5);
+  EXPECT_NEAR(slow.median_cpu_seconds(), 0.5e-3, 1e-12);
 }
 
 }  // namespace

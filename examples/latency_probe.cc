@@ -1,0 +1,105 @@
+#include "examples/latency_probe.h"
+
+#include <algorithm>
+#include <string>
+
+#include "common/error.h"
+#include "examples/calibration.h"
+#include "examples/collective_bench.h"
+#include "examples/train_plan.h"
+#include "sharding/auto_planner.h"
+#include "sharding/cost_model.h"
+
+namespace vtpu::examples {
+
+double profile_row_seconds(const std::string& op, const CollectiveFit& fit, uint64_t row_bytes) {
+  const double s = static_cast<double>(row_bytes);
+  const int n = fit.group_size;
+  const double x = calibration_x(op, s, n);  // throws for an unknown op
+  const double b = calibration_formula_bytes(op, s, n);
+  if (!fit.measured.empty() && b >= fit.measured.front().first && b <= fit.measured.back().first) {
+    return CostModel::measured_seconds(fit, b, 1.0);  // inside the curve: no beta term used
+  }
+  const double a = op == "all_reduce" ? 2 * fit.alpha_seconds : fit.alpha_seconds;
+  return a + fit.beta_seconds_per_byte * x;
+}
+
+std::vector<CollectiveProbe> probe_collectives(const HardwareProfile& profile, int max_cores,
+                                               const CollectiveProbeOptions& options) {
+  std::vector<CollectiveProbe> probes;
+  for (const auto& [op, fits] : profile.collectives) {
+    for (const CollectiveFit& fit : fits) {
+      if (fit.group_size < 2 || fit.group_size > max_cores) continue;
+      CollectiveBenchOptions bo;
+      bo.cores = fit.group_size;
+      bo.op = op;
+      bo.min_bytes = bo.max_bytes = options.row_bytes;
+      bo.iters = options.iters;
+      bo.warmup = options.warmup;
+      bo.measure_bound = false;
+      if (const std::string problem = check_collective_bench_options(bo); !problem.empty()) {
+        throw InvalidArgumentError("collective probe: " + problem);
+      }
+      CollectiveBenchmark bench(bo);
+      CollectiveProbe p;
+      p.op = op;
+      p.group_size = fit.group_size;
+      p.row_bytes = options.row_bytes;
+      p.profile_seconds = profile_row_seconds(op, fit, options.row_bytes);
+      bench.run([&](const CollectiveBenchRow& r) {
+        if (r.wrong != 0) {
+          throw InternalError("collective probe: " + op + " on " + std::to_string(fit.group_size) +
+                              " cores gave " + std::to_string(r.wrong) +
+                              " wrong elements (see vtpu bench collectives --op " + op + ")");
+        }
+        p.row_bytes = r.shape.bytes;
+        p.measured_seconds = r.time_us * 1e-6;
+      });
+      if (p.measured_seconds > 0) probes.push_back(std::move(p));
+    }
+  }
+  return probes;
+}
+
+HardwareProfile shift_collectives(const HardwareProfile& profile,
+                                  const std::vector<CollectiveProbe>& probes) {
+  constexpr double kFloor = 1e-9;  // a time must stay > 0 (HardwareProfile::validate)
+  HardwareProfile shifted = profile;
+  for (const CollectiveProbe& p : probes) {
+    const auto it = shifted.collectives.find(p.op);
+    if (it == shifted.collectives.end()) continue;
+    for (CollectiveFit& fit : it->second) {
+      if (fit.group_size != p.group_size) continue;
+      const double d = p.shift_seconds();
+      for (auto& point : fit.measured) point.second = std::max(kFloor, point.second + d);
+      fit.alpha_seconds = std::max(0.0, fit.alpha_seconds + (p.op == "all_reduce" ? d / 2 : d));
+    }
+  }
+  shifted.validate();
+  return shifted;
+}
+
+namespace {
+std::optional<double> strategy_step_seconds(const TrainPlan& plan, const HardwareProfile& hw) {
+  const AutoShardingPlan priced =
+      plan_auto_sharding(*plan.model_graph, plan.mesh_shape, plan.mesh_axes, CostModel(hw), 0, {});
+  for (const PlanCandidate& k : priced.candidates) {
+    if (k.name == plan.strategy_name && k.feasible) return k.step_seconds;
+  }
+  return std::nullopt;
+}
+}  // namespace
+
+std::optional<double> reestimate_step_seconds(const TrainPlan& plan, const HardwareProfile& profile,
+                                              const HardwareProfile& shifted) {
+  if (!plan.estimate || !(plan.estimate->step_seconds > 0) || !plan.model_graph ||
+      plan.strategy_name.empty()) {
+    return std::nullopt;
+  }
+  const std::optional<double> before = strategy_step_seconds(plan, profile);
+  const std::optional<double> after = strategy_step_seconds(plan, shifted);
+  if (!before || !after) return std::nullopt;
+  return plan.estimate->step_seconds + (*after - *before);
+}
+
+}  // namespace vtpu::examples

@@ -1,0 +1,80 @@
+// Collective probe: the calibrated profile's collectives re-measured at run time, at one size,
+// so that a run's estimate can be judged in the mode the host is in when the run happens
+// (docs/SHARDING.md, "Estimate against measurement").
+//
+// Why. On this machine (a VM with 2 vCPUs) the cost of one hand-off between two virtual cores
+// switches between about 0.9 us and 2.5-3.2 us per 4 KiB 2-core all-gather on a scale of minutes,
+// with the same binary on an idle host; vtpu's link waits resolve at once or spinning in both
+// modes (link wait statistics, docs/SHARDING.md), so the change is in the host's memory path
+// between the vCPUs, not in vtpu. A profile calibrated in one mode misprices every collective of
+// a run in the other by a fixed amount per call: the probe measures that amount.
+//
+// Method. For every calibrated fit (op, group size n) of the profile with n <= the run's cores,
+// `vtpu bench collectives` (examples/collective_bench.h) times `iters` calls of a `row_bytes` row
+// (nccl-tests' size; median over calls of the slowest core, as the calibration does) on n fresh
+// virtual cores. The difference to the profile's time for the same row (its measured curve, or
+// its formula) is the fit's shift: a latency term, added to every point of the curve and to
+// alpha (half of it for an all-reduce, whose alpha is per half: sharding/cost_model.h), beta
+// unchanged. This is the calibration's own measurement repeated at one size (the 2-core curve in
+// the slow mode is the fast one plus 1.5-1.9 us at 4-16 KiB: an additive shift), in the spirit of
+// NCCL's and XLA's practice of re-measuring on the machine a job runs on rather than trusting a
+// table measured elsewhere.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/hardware_profile.h"
+
+namespace vtpu::examples {
+
+struct TrainPlan;
+
+/// One fit of the profile, re-measured. Plain data.
+struct CollectiveProbe {
+  std::string op;               // "all_gather", "reduce_scatter", "all_reduce", "all_to_all"
+  int group_size = 0;           // n, the fit's group size (cores)
+  uint64_t row_bytes = 0;       // the benchmark row's size S, bytes (nccl-tests' "size")
+  double profile_seconds = 0;   // the profile's time for that row (curve or formula), seconds
+  double measured_seconds = 0;  // the median time measured now, seconds
+  /// measured - profile: the shift applied to the fit, seconds (negative when faster now).
+  double shift_seconds() const { return measured_seconds - profile_seconds; }
+};
+
+struct CollectiveProbeOptions {
+  uint64_t row_bytes = 4096;  // S of each probe row, bytes (4 KiB: every curve's range holds it)
+  int iters = 200;            // timed calls per fit
+  int warmup = 20;            // untimed calls per fit
+};
+
+/// The profile's time, seconds, for a `vtpu bench collectives` row of `op` with size `row_bytes`
+/// on `fit.group_size` cores: its measured curve at the row's B (CostModel::measured_seconds) when
+/// the curve covers it, else the formula alpha + beta x (2 alpha for an all-reduce) with x as
+/// examples/calibration.h converts rows. Throws InvalidArgumentError for an unknown op.
+double profile_row_seconds(const std::string& op, const CollectiveFit& fit, uint64_t row_bytes);
+
+/// Probes every fit of `profile.collectives` whose group size is <= max_cores (header), in the
+/// profile's order; empty when there is none (a TPU profile, an uncalibrated one, max_cores < 2).
+/// Runs benchmarks on fresh virtual cores (not thread-safe with other work timing the host).
+/// Throws what the benchmark throws and InternalError when a probe's result is wrong.
+std::vector<CollectiveProbe> probe_collectives(const HardwareProfile& profile, int max_cores,
+                                               const CollectiveProbeOptions& options = {});
+
+/// `profile` with each probed fit shifted by its probe's shift_seconds (header): every measured
+/// point's time + shift and alpha + shift (+ shift / 2 for all_reduce), each clamped to >= 1 ns
+/// (alpha to >= 0). Fits without a probe are unchanged. Validated (throws what
+/// HardwareProfile::validate throws). Pure.
+HardwareProfile shift_collectives(const HardwareProfile& profile,
+                                  const std::vector<CollectiveProbe>& probes);
+
+/// The plan's step-time estimate moved by what `shifted` changes: the plan's
+/// estimate->step_seconds + (step time of the plan's strategy priced with `shifted` - priced
+/// with `profile`), both by plan_auto_sharding on the plan's model_graph and mesh with the
+/// profile's HBM limit. nullopt when the plan lacks an estimate, a model_graph or a strategy
+/// name, or its strategy is not among the candidates. Throws what plan_auto_sharding throws.
+std::optional<double> reestimate_step_seconds(const TrainPlan& plan, const HardwareProfile& profile,
+                                              const HardwareProfile& shifted);
+
+}  // namespace vtpu::examples

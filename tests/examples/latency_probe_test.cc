@@ -1,0 +1,137 @@
+#include "examples/latency_probe.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "examples/train_plan.h"
+#include "sharding/auto_planner.h"
+#include "sharding/cost_model.h"
+#include "sharding/model_graph.h"
+
+namespace vtpu::examples {
+namespace {
+
+// A host profile (this machine's shipped one) whose collectives are replaced by hand-made fits.
+HardwareProfile host_profile_with(std::map<std::string, std::vector<CollectiveFit>> fits) {
+  HardwareProfile p = HardwareProfile::get("this_machine");
+  p.collectives = std::move(fits);
+  p.validate();
+  return p;
+}
+
+CollectiveFit curve_fit(int n, std::vector<std::pair<double, double>> points) {
+  CollectiveFit f;
+  f.group_size = n;
+  f.alpha_seconds = points.front().second;
+  f.beta_seconds_per_byte = 1e-10;
+  f.measured = std::move(points);
+  return f;
+}
+
+TEST(LatencyProbeTest, ProfileRowSecondsReadsTheCurveAtTheRowsBOrTheFormula) {
+  const CollectiveFit f = curve_fit(2, {{1024, 1e-6}, {8192, 2e-6}});
+  // all_gather: B = S = 4096, between 1024 and 8192: 1 us + 3072 / 7168 us.
+  EXPECT_NEAR(profile_row_seconds("all_gather", f, 4096), 1e-6 + 3072.0 / 7168.0 * 1e-6, 1e-15);
+  // all_to_all: B = n S = 8192, the last point.
+  EXPECT_NEAR(profile_row_seconds("all_to_all", f, 4096), 2e-6, 1e-15);
+  // No curve: the formula. all_reduce on 2 cores: 2 alpha + beta x, x = 2 (n-1)/n S = S.
+  CollectiveFit line;
+  line.group_size = 2;
+  line.alpha_seconds = 1e-6;
+  line.beta_seconds_per_byte = 1e-9;
+  EXPECT_NEAR(profile_row_seconds("all_reduce", line, 1000), 2e-6 + 1e-6, 1e-15);
+  // reduce_scatter on 4 cores: alpha + beta (n-1)/n S.
+  line.group_size = 4;
+  EXPECT_NEAR(profile_row_seconds("reduce_scatter", line, 4000), 1e-6 + 3e-6, 1e-15);
+  EXPECT_THROW(profile_row_seconds("broadcast", line, 4000), InvalidArgumentError);
+}
+
+TEST(LatencyProbeTest, ShiftMovesEachProbedCurveAndAlphaByTheDifference) {
+  const HardwareProfile p = host_profile_with(
+      {{"all_gather", {curve_fit(2, {{1024, 1e-6}, {8192, 2e-6}}), curve_fit(8, {{1024, 40e-6}})}},
+       {"all_reduce", {curve_fit(2, {{1024, 0.5e-6}, {8192, 1.5e-6}})}}});
+  std::vector<CollectiveProbe> probes(2);
+  probes[0] = {"all_gather", 2, 4096, 1.4e-6, 3.0e-6};  // +1.6 us
+  probes[1] = {"all_reduce", 2, 4096, 1.0e-6, 0.2e-6};  // -0.8 us
+  const HardwareProfile s = shift_collectives(p, probes);
+  const CollectiveFit& ag2 = s.collectives.at("all_gather")[0];
+  EXPECT_NEAR(ag2.measured[0].second, 2.6e-6, 1e-15);
+  EXPECT_NEAR(ag2.measured[1].second, 3.6e-6, 1e-15);
+  EXPECT_NEAR(ag2.alpha_seconds, 1e-6 + 1.6e-6, 1e-15);
+  EXPECT_EQ(ag2.beta_seconds_per_byte, 1e-10);
+  // The 8-core fit had no probe: unchanged.
+  EXPECT_EQ(s.collectives.at("all_gather")[1].measured[0].second, 40e-6);
+  // all_reduce: the first point would go below 0 and is clamped to 1 ns; alpha moves by half.
+  const CollectiveFit& ar2 = s.collectives.at("all_reduce")[0];
+  EXPECT_NEAR(ar2.measured[0].second, 1e-9, 1e-18);
+  EXPECT_NEAR(ar2.measured[1].second, 0.7e-6, 1e-15);
+  EXPECT_NEAR(ar2.alpha_seconds, 0.1e-6, 1e-15);  // 0.5 us - 0.8 / 2 us
+  // Through the cost model: a 2-core all-gather of B inside the curve costs exactly 1.6 us more.
+  const CostModel before(p), after(s);
+  const double b = 3000;
+  EXPECT_NEAR(after.collective(CollectiveKind::kAllGather, b, {0}, {2}).seconds -
+                  before.collective(CollectiveKind::kAllGather, b, {0}, {2}).seconds,
+              1.6e-6, 1e-15);
+}
+
+// A plan of the digits MLP on a 2-core mesh, as `vtpu plan --emit` writes it, read back.
+TrainPlan mlp_plan(const HardwareProfile& hw, const std::string& strategy) {
+  const ModelGraph model =
+      ModelGraph::load_json_file(std::string(VTPU_SOURCE_DIR) + "/examples/models/mlp.json");
+  AutoShardingPlan plan = plan_auto_sharding(model, {2}, {"x"}, CostModel(hw), 0, {});
+  plan.choose(strategy);
+  nlohmann::json j = plan.to_json();
+  j["estimate"]["hardware"] = "this_machine";
+  return parse_train_plan(j, "mlp2.json");
+}
+
+TEST(LatencyProbeTest, ReestimateMovesThePlansEstimateByWhatTheShiftChanges) {
+  const HardwareProfile p = HardwareProfile::get("this_machine");
+  ASSERT_FALSE(p.collectives.empty()) << "the shipped this_machine profile is calibrated";
+  const TrainPlan dp = mlp_plan(p, "dp(x)");
+  ASSERT_TRUE(dp.estimate);
+  // No shift: the plan's own estimate, exactly.
+  const std::optional<double> same = reestimate_step_seconds(dp, p, p);
+  ASSERT_TRUE(same);
+  EXPECT_DOUBLE_EQ(*same, dp.estimate->step_seconds);
+  // Data parallel on 2 cores communicates once per step: the gradient bucket's all-reduce. A
+  // shift of +2 us on the 2-core all-reduce adds 2 us to the step, and a shift on the all-gather
+  // (which data parallel does not call) adds nothing.
+  CollectiveProbe ar{"all_reduce", 2, 4096, 1e-6, 3e-6};
+  const std::optional<double> slower = reestimate_step_seconds(dp, p, shift_collectives(p, {ar}));
+  ASSERT_TRUE(slower);
+  EXPECT_NEAR(*slower - dp.estimate->step_seconds, 2e-6, 1e-12);
+  CollectiveProbe ag{"all_gather", 2, 4096, 1e-6, 3e-6};
+  EXPECT_NEAR(*reestimate_step_seconds(dp, p, shift_collectives(p, {ag})),
+              dp.estimate->step_seconds, 1e-15);
+  // A plan without a model graph (hand-written) is not re-estimated.
+  TrainPlan bare = dp;
+  bare.model_graph.reset();
+  EXPECT_FALSE(reestimate_step_seconds(bare, p, p));
+}
+
+TEST(LatencyProbeTest, ProbesEveryFitUpToTheRunsCoresAtTheRowSize) {
+  const HardwareProfile p = host_profile_with(
+      {{"all_gather", {curve_fit(2, {{1024, 1e-6}, {8192, 2e-6}}), curve_fit(4, {{1024, 9e-6}})}},
+       {"all_reduce", {curve_fit(2, {{1024, 1e-6}, {8192, 2e-6}})}}});
+  CollectiveProbeOptions o;
+  o.iters = 5;
+  o.warmup = 1;
+  const std::vector<CollectiveProbe> two = probe_collectives(p, 2, o);
+  ASSERT_EQ(two.size(), 2u);  // the 4-core fit is beyond a 2-core run
+  for (const CollectiveProbe& q : two) {
+    EXPECT_EQ(q.group_size, 2);
+    EXPECT_EQ(q.row_bytes, 4096u);
+    EXPECT_GT(q.measured_seconds, 0.0);
+    EXPECT_NEAR(q.profile_seconds, 1e-6 + 3072.0 / 7168.0 * 1e-6, 1e-15);
+  }
+  EXPECT_EQ(probe_collectives(p, 4, o).size(), 3u);
+  EXPECT_TRUE(probe_collectives(p, 1, o).empty());
+  EXPECT_TRUE(probe_collectives(HardwareProfile::get("v5e"), 8, o).empty());
+}
+
+}  // namespace
+}  // namespace vtpu::examples
