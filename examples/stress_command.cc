@@ -348,16 +348,22 @@ bool run_stress_if_selected(const StressCommand& cmd, int argc, char** argv, int
     if (!cmd.html_path.empty()) write_stress_html(report, cmd.html_path);
     *exit_code = stress_exit_code(report);
     if (*exit_code != 0) {
-      uint64_t integrity_failures = 0, failed_runs = 0;
+      uint64_t integrity_failures = 0, failed_runs = 0, runs_not_run = 0;
       for (const auto& run : report["runs"]) {
         integrity_failures += run["summary"]["integrity_failures"].get<uint64_t>();
-        if (run.value("failed", false)) ++failed_runs;
+        if (run.value("failed", false)) {
+          ++failed_runs;
+        } else if (run.contains("error")) {
+          ++runs_not_run;
+        }
       }
       std::fprintf(
           stderr,
-          "vtpu: error: %llu failed runs (FAILED above, with their errors), %llu buffer "
-          "checksum failures and %llu wrong all-reduce results\n",
+          "vtpu: error: %llu failed runs (FAILED above, with their errors), %llu runs that "
+          "could not start (not run above, with the reason), %llu buffer checksum failures and "
+          "%llu wrong all-reduce results\n",
           static_cast<unsigned long long>(failed_runs),
+          static_cast<unsigned long long>(runs_not_run),
           static_cast<unsigned long long>(integrity_failures),
           static_cast<unsigned long long>(report["load"]["all_reduce_failures"].get<uint64_t>()));
     }

@@ -1048,6 +1048,30 @@ TEST(VtpuCliTest, StressRejectsBadInput) {
   std::filesystem::remove(bad);
 }
 
+// New-user pass U23: a `planned` run whose heap plan exceeds --hbm-bytes could not start, yet
+// vtpu stress exited 0; a CI job checking the exit code never learnt the comparison was missing.
+// The table and the JSON are still written, and the other run's figures are there.
+TEST(VtpuCliTest, StressExitsOneWhenARunCouldNotStart) {
+  const std::string json = temp_file("vtpu_cli_stress_not_run.json", "");
+  const CliRun r = run_cli(
+      "stress --cores 1 --events 2000 --hbm-bytes 100M --allocators planned,bfc "
+      "--auto-defragment on --load off --capacity-search off --json " +
+      json);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("planned   on      not run: heap plan needs"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("0 failed runs (FAILED above, with their errors), 1 runs that could "
+                          "not start"),
+            std::string::npos)
+      << r.output;
+  const nlohmann::json doc = nlohmann::json::parse(std::ifstream(json));
+  ASSERT_EQ(doc["runs"].size(), 2u);
+  EXPECT_TRUE(doc["runs"][0].contains("error"));
+  EXPECT_FALSE(doc["runs"][1].contains("error"));
+  EXPECT_EQ(doc["runs"][1]["summary"]["events"], 2000);
+  std::filesystem::remove(json);
+}
+
 TEST(VtpuCliTest, StressReplaysTheRealTraces) {
   const std::string trace = std::string(VTPU_SHARED_DIR) + "/traces/pytorch_cnn_train.jsonl";
   if (!std::filesystem::exists(trace)) GTEST_SKIP() << trace << " is absent (a bare clone)";
