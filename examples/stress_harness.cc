@@ -878,6 +878,13 @@ std::string format_stress_table(const nlohmann::json& report) {
         integrity.c_str());
     out += line;
   }
+  // New-user pass U24: with several cores, resv/live is not the quotient of the two peaks beside
+  // it (each peak is the largest over cores); say so under the table, as for min_capacity.
+  if (report["cores"].get<int>() > 1) {
+    out +=
+        "resv/live: the worst core's own peak_resv / peak_live; peak_resv and peak_live are each "
+        "the largest over cores, possibly from different cores, so their quotient can differ\n";
+  }
   uint64_t bound = 0;
   for (const nlohmann::json& run : report["runs"])
     bound = std::max(bound, search_bound(run["summary"]));

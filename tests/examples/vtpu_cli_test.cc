@@ -712,6 +712,19 @@ TEST(VtpuCliTest, StressTableAndJson) {
   std::set<uint64_t> events;
   for (const auto& run : j["runs"]) events.insert(run["summary"]["events"].get<uint64_t>());
   EXPECT_EQ(events.size(), 1u);  // the same event stream for every run
+  // New-user pass U24: the summary resv/live is the worst core's own ratio, not the quotient of
+  // the summary peaks; the table says so under it.
+  EXPECT_NE(r.output.find("resv/live: the worst core's own peak_resv / peak_live; peak_resv and "
+                          "peak_live are each the largest over cores"),
+            std::string::npos)
+      << r.output;
+  for (const auto& run : j["runs"]) {
+    double worst = 0;
+    for (const auto& core : run["per_core"])
+      worst = std::max(
+          worst, core["peak_reserved_bytes"].get<double>() / core["peak_live_bytes"].get<double>());
+    EXPECT_NEAR(run["summary"]["reserved_over_live"].get<double>(), worst, 1e-12) << run;
+  }
   std::filesystem::remove(json);
 }
 
