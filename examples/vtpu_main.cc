@@ -39,6 +39,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -306,6 +307,24 @@ struct BenchMemoryArgs {
 // Checks what CLI11 cannot: names against the policy registry, the capacity against every policy
 // and the workload size. Returns a message for a usage error, empty when the arguments are fine.
 std::string check_bench_memory_args(const BenchMemoryArgs& args) {
+  // New-user pass U14: `--allocators bfc,bfc` ran bfc twice where `vtpu stress` refuses it; each
+  // list names a thing at most once, as in vtpu stress.
+  const auto twice = [](const auto& list) -> std::optional<std::string> {
+    for (size_t i = 0; i < list.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (list[j] == list[i]) {
+          std::ostringstream value;
+          value << list[i];
+          return value.str();
+        }
+    return std::nullopt;
+  };
+  if (const auto name = twice(args.allocators))
+    return "--allocators: allocator policy '" + *name + "' given twice (each policy runs once)";
+  if (const auto via = twice(args.via))
+    return "--via: '" + *via + "' given twice (each of policy, arena runs once)";
+  if (const auto live = twice(args.live))
+    return "--live: " + *live + " given twice (each live count runs once)";
   const uint64_t capacity = vtpu::parse_bytes(args.capacity);
   for (const std::string& name : args.allocators) {
     try {
@@ -363,6 +382,13 @@ int run_bench_memory(const BenchMemoryArgs& args) {
   if (!args.trace_path.empty()) {
     const vtpu::Trace trace = vtpu::read_trace(args.trace_path);
     const vtpu::ReplayProgram program(trace.events, args.trace_path);
+    // New-user pass U15: an empty or header-only trace gave rows of 0 samples with 0.0 ns
+    // medians that looked like measurements; as in `vtpu stress` (U2), it is an error.
+    if (program.ops().empty()) {
+      throw vtpu::InvalidArgumentError(
+          "trace '" + args.trace_path + "' has no alloc or free events (" +
+          std::to_string(trace.events.size()) + " events in all; expected at least one to replay)");
+    }
     options.ops_per_sample = 1;
     config["trace"] = args.trace_path;
     config["trace_header"] = trace.header;

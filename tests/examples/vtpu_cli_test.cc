@@ -406,6 +406,36 @@ TEST(VtpuCliTest, BenchMemoryRejectsBadInput) {
   expect_failure("bench memory --trace " + bad, "vtpu_bad_trace.jsonl:2: free of id 4", 1);
 }
 
+// New-user pass U14: `--allocators bfc,bfc` ran bfc twice (four rows) where vtpu stress refuses
+// a policy given twice; every list of bench memory now names a thing once.
+TEST(VtpuCliTest, BenchMemoryRejectsAnEntryGivenTwice) {
+  expect_failure("bench memory --pairs 100 --live 10 --allocators bfc,bfc",
+                 "--allocators: allocator policy 'bfc' given twice", 2);
+  expect_failure("bench memory --pairs 100 --live 10 --allocators bfc,tlsf,bfc",
+                 "--allocators: allocator policy 'bfc' given twice", 2);
+  expect_failure("bench memory --pairs 100 --live 10 --allocators bfc --via arena,arena",
+                 "--via: 'arena' given twice", 2);
+  expect_failure("bench memory --pairs 100 --live 10,20,10 --allocators bfc",
+                 "--live: 10 given twice", 2);
+  const CliRun r = run_cli("bench memory --pairs 100 --live 10 --allocators bfc,tlsf --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["results"].size(), 4u);  // 2 policies x policy, arena
+}
+
+// New-user pass U15: an empty, a header-only and an oom-only trace gave rows of 0 samples with
+// 0.0 ns medians, exit 0; each is an error naming the file, as in vtpu stress (U2).
+TEST(VtpuCliTest, BenchMemoryRejectsATraceWithNothingToReplay) {
+  const std::string header = R"({"format": "vtpu-trace", "version": 1})";
+  for (const std::string& text :
+       {std::string(), header + "\n",
+        header + "\n" + R"({"t_us": 0, "op": "oom", "id": 1, "bytes": 8})" + "\n"}) {
+    const std::string path = temp_file("vtpu_cli_bench_empty.jsonl", text);
+    expect_failure("bench memory --allocators bfc --trace " + path,
+                   "vtpu_cli_bench_empty.jsonl' has no alloc or free events", 1);
+    std::filesystem::remove(path);
+  }
+}
+
 }  // namespace
 
 namespace {
