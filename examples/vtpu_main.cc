@@ -39,6 +39,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -532,6 +533,29 @@ int run_bench_fragmentation(const BenchFragmentationArgs& args) {
   return 0;
 }
 
+// The text of a command-line parse error, with CLI11's wording made plain where a user trips on
+// it: an option given twice (new-user pass U16: "--cores: At Most 1 required but received 2"),
+// and a file name after a --json that prints to stdout (U18: `bench collectives --json out.json`
+// said only that out.json was not expected, where `vtpu stress --json FILE` takes one).
+std::string parse_error_text(const CLI::ParseError& e, int argc, char** argv) {
+  std::string text = e.what();
+  static const std::regex kTwice(R"(^(-[^:]+): At Most 1 required but received (\d+)$)");
+  if (std::smatch m; std::regex_match(text, m, kTwice))
+    return m[1].str() + " given " + m[2].str() + " times (expected at most once)";
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+    for (int i = 1; i + 1 < argc; ++i) {
+      const std::string next = argv[i + 1];
+      if (std::string(argv[i]) == "--json" && !next.empty() && next[0] != '-' &&
+          text.find(next) != std::string::npos)
+        return text +
+               " (here --json takes no file name: it prints the JSON on stdout; redirect "
+               "it: --json > " +
+               next + ")";
+    }
+  }
+  return text;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -725,7 +749,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    return usage_error(e.what());
+    return usage_error(parse_error_text(e, argc, argv));
   }
   if (*train && train->get_subcommands().empty()) {
     std::fprintf(stderr, "vtpu train: expected a model name (mlp, transformer, fsdp)\n%s",
@@ -765,7 +789,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // An option value that can only be checked once the command has run part way (vtpu plan
     // --strategy: the candidates' names depend on the mesh).
-    return usage_error(e.what());
+    return usage_error(parse_error_text(e, argc, argv));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vtpu: internal error: %s\n", e.what());
     return 1;

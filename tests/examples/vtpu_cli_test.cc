@@ -1115,6 +1115,25 @@ TEST(VtpuCliTest, StressExitsOneWhenARunCouldNotStart) {
   std::filesystem::remove(json);
 }
 
+// New-user pass U16: an option given twice read "--cores: At Most 1 required but received 2"
+// (CLI11's wording); U18: `bench collectives --json out.json` said only that out.json was not
+// expected, to a user used to `vtpu stress --json FILE`.
+TEST(VtpuCliTest, ParseErrorsArePlain) {
+  expect_failure("stress --cores 2 --cores 3 --events 10",
+                 "usage error: --cores given 2 times (expected at most once)", 2);
+  expect_failure("bench collectives --cores 2 --iters 1 --iters 2 --iters 3",
+                 "usage error: --iters given 3 times (expected at most once)", 2);
+  expect_failure("bench collectives --cores 2 --max-bytes 16 --json out.json",
+                 "The following argument was not expected: out.json (here --json takes no file "
+                 "name: it prints the JSON on stdout; redirect it: --json > out.json)",
+                 2);
+  // A stray word elsewhere keeps CLI11's message alone.
+  const CliRun r = run_cli("bench collectives --cores 2 --max-bytes 16 stray");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("The following argument was not expected: stray\n"), std::string::npos)
+      << r.output;
+}
+
 TEST(VtpuCliTest, StressReplaysTheRealTraces) {
   const std::string trace = std::string(VTPU_SHARED_DIR) + "/traces/pytorch_cnn_train.jsonl";
   if (!std::filesystem::exists(trace)) GTEST_SKIP() << trace << " is absent (a bare clone)";
