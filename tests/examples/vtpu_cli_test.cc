@@ -9,8 +9,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -592,6 +594,10 @@ TEST(VtpuCliTest, BenchCollectivesJsonRows) {
     EXPECT_EQ(row["traffic_bytes"].get<double>(), 2.0 * 3.0 * static_cast<double>(bytes));
     bytes *= 2;
   }
+  // U25: nccl-tests' "Avg bus bandwidth", the mean of the rows' busbw.
+  double busbw_sum = 0;
+  for (const auto& row : rows) busbw_sum += row["busbw_GBps"].get<double>();
+  EXPECT_NEAR(j["avg_busbw_GBps"].get<double>(), busbw_sum / 14, 1e-12 * busbw_sum);
 }
 
 TEST(VtpuCliTest, BenchCollectivesOtherTypesAndReductions) {
@@ -634,6 +640,26 @@ TEST(VtpuCliTest, BenchCollectivesTable) {
   const CliRun r =
       run_cli("bench collectives --cores 2 --min-bytes 1K --max-bytes 4K --iters 2 --warmup 0");
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // New-user pass U25: nccl-tests' closing lines, the average the mean of the busbw column (the
+  // 10th field of the rows of 1024, 2048 and 4096 bytes; printed to 3 decimals).
+  double busbw_sum = 0;
+  int rows = 0;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::vector<std::string> f{std::istream_iterator<std::string>(fields), {}};
+    if (f.size() == 12 && (f[0] == "1024" || f[0] == "2048" || f[0] == "4096")) {
+      busbw_sum += std::stod(f[8]);
+      ++rows;
+    }
+  }
+  ASSERT_EQ(rows, 3) << r.output;
+  EXPECT_NE(r.output.find("\n# Out of bounds values : 0 OK\n# Avg bus bandwidth    : "),
+            std::string::npos)
+      << r.output;
+  const size_t avg_at = r.output.find("# Avg bus bandwidth    : ");
+  ASSERT_NE(avg_at, std::string::npos);
+  EXPECT_NEAR(std::stod(r.output.substr(avg_at + 25)), busbw_sum / 3, 0.0006) << r.output;
   for (const char* needle :
        {"memcpy bandwidth", "median over the timed calls", "busbw(GB/s)", "time/bound",
         "        4096", " ok", "recursive_doubling", "what auto chose per size"}) {
