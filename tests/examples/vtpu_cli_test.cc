@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -998,6 +999,23 @@ TEST(VtpuCliTest, StressRejectsNulBytesAndOverlongTraceLines) {
                  1);
   std::filesystem::remove(nul);
   std::filesystem::remove(long_line);
+}
+
+// New-user pass U4: a gzip'd trace failed with "NUL byte at column 9"; the error says what the
+// file is, for bench memory as for stress (both read it with read_trace).
+TEST(VtpuCliTest, AGzipTraceIsNamedAsSuch) {
+  const std::string plain =
+      temp_file("vtpu_cli_gz.jsonl",
+                R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8})" + std::string("\n"));
+  const std::string gz = plain + ".gz";
+  ASSERT_EQ(std::system(("gzip -c " + plain + " > " + gz).c_str()), 0);
+  expect_failure("stress --cores 1 --trace " + gz,
+                 "vtpu_cli_gz.jsonl.gz:1: the file looks gzip-compressed (it starts with gzip's "
+                 "magic bytes 1f 8b)",
+                 1);
+  expect_failure("bench memory --allocators bfc --trace " + gz, "looks gzip-compressed", 1);
+  std::filesystem::remove(plain);
+  std::filesystem::remove(gz);
 }
 
 // New-user pass U2: an empty trace, a header-only one and one holding only oom records exited 0
