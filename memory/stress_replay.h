@@ -275,10 +275,15 @@ class CoreReplayer {
   StressCoreMetrics m_;
 };
 
+/// The step of find_min_capacity's tries: every capacity it tries, and so every answer but the
+/// bound itself and a planned heap, is a multiple of it (a page).
+inline constexpr uint64_t kCapacitySearchGranuleBytes = 4 * kKiB;
+
 /// The smallest capacity (bytes) at which `stream` replays with no OOM under `base`'s policy and
 /// auto_defragment setting, metadata-only, to within max(4 KiB, 0.1%) of the boundary the
 /// bisection finds (see the header comment). The same rule for every policy: capacities are
-/// tried from the stream's peak live bytes, doubling, and never above `max_capacity_bytes`, so
+/// multiples of kCapacitySearchGranuleBytes (but the bound), tried from the stream's peak live
+/// bytes rounded up, doubling, and never above `max_capacity_bytes`, so
 /// a result is always <= max_capacity_bytes; std::nullopt ("not found below max_capacity_bytes")
 /// when the replay at max_capacity_bytes fails, or without any replay when the peak live bytes
 /// alone exceed it. A capacity the policy rejects (below its minimum, or below a planned heap)

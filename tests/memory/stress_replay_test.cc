@@ -356,6 +356,35 @@ TEST(StressReplayTest, MinCapacityMatchesTheHandWorkedValue) {
   EXPECT_FALSE(find_min_capacity(s[0], options("bfc", false), 4 * kMiB).has_value());
 }
 
+// New-user pass U21: min_capacity was an odd byte count (72294241 B). Capacities tried are now
+// multiples of 4 KiB. Hand-worked: one 10000-byte buffer (10240 B once bfc or first_fit rounds it
+// to 256 B) cannot fit 8 KiB and fits 12 KiB, the next multiple; the old search tried 10000 and
+// 20000 B, then bisected to 12500 B.
+TEST(StressReplayTest, MinCapacityIsAMultipleOfTheSearchGranule) {
+  ASSERT_EQ(kCapacitySearchGranuleBytes, 4 * kKiB);
+  const auto one = compile_core_streams(timed({alloc(0, 10000)}), 1, "t");
+  for (const char* policy : {"bfc", "first_fit"}) {
+    EXPECT_EQ(find_min_capacity(one[0], options(policy, false), 64 * kMiB), 12 * kKiB) << policy;
+  }
+  // A larger stream: every answer of every policy is a multiple, and completes there.
+  StressWorkloadOptions w;
+  w.name = "lognormal";
+  w.events_per_core = 3000;
+  w.live_buffers = 300;
+  const auto streams = compile_core_streams(make_stress_workload(w, 0), 1, "lognormal");
+  for (const char* policy : {"bfc", "tlsf", "first_fit", "buddy"}) {
+    for (const bool defrag : {false, true}) {
+      const auto found = find_min_capacity(streams[0], options(policy, defrag), 4 * kGiB);
+      ASSERT_TRUE(found.has_value()) << policy;
+      EXPECT_EQ(*found % kCapacitySearchGranuleBytes, 0u) << policy << " " << *found;
+      const StressCoreMetrics m = run(streams[0], options(policy, defrag, *found));
+      EXPECT_EQ(m.true_ooms + m.false_ooms, 0u) << policy << " " << defrag;
+    }
+  }
+  // The bound is tried as given when it is not a multiple: 10241 B holds the buffer.
+  EXPECT_EQ(find_min_capacity(one[0], options("bfc", false), 10241), 10241u);
+}
+
 // Regression (stress F9): the search tried the peak live bytes first even above its bound, so
 // with a 3 MiB bound it returned 4 MiB (bfc with compaction). Now, for every policy, a result
 // never exceeds the bound, and a peak live above the bound is "not found" without a replay.
