@@ -21,7 +21,9 @@
 //   - latency: one op in `latency_sample_every` (separately for allocs and frees) is timed with
 //     std::chrono::steady_clock, minus the clock's own cost (measure_clock_overhead_ns);
 //     percentiles are nearest-rank (summarize_latencies);
-//   - timeline: up to `timeline_samples` samples evenly spaced in event index;
+//   - timeline: samples evenly spaced in event index: event 0, every
+//     ceil(n / timeline_samples)-th event and the last, so at most timeline_samples + 1 (1001
+//     for 20000 events at the default 1000);
 //   - worst moment: the block map (every chunk, address order, with the label, trace id and
 //     requested bytes of used ones) captured at the first event whose reserved fragmentation
 //     exceeds the previous capture by more than 0.001, so the capture is within 0.001 of the
@@ -94,7 +96,7 @@ struct StressReplayOptions {
   bool defragment_before_growth = false;  // ArenaOptions::defragment_before_growth
   uint64_t capacity_bytes = 16 * kGiB;
   bool backing = false;                // real bytes: fill, checksum and verify every buffer
-  int timeline_samples = 1000;         // 0: no timeline
+  int timeline_samples = 1000;         // 0: no timeline; else a stride, up to this + 1 samples
   uint64_t latency_sample_every = 16;  // time one op in this many; 0: no latency
   bool track_worst = true;             // capture the worst-moment block map
   bool stop_on_oom = false;            // rethrow the arena's OutOfMemoryError at the first OOM
