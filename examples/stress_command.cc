@@ -224,7 +224,8 @@ std::shared_ptr<StressCommand> add_stress_command(CLI::App& app) {
       ->capture_default_str()
       ->check(parse_validator([](const std::string& s) { parse_defrag_modes(s); }, "MODES",
                               "--auto-defragment"));
-  s->add_option("--hbm-bytes", cmd->hbm_bytes, "Arena capacity per core (K, M, G = 1024^n)")
+  s->add_option("--hbm-bytes", cmd->hbm_bytes,
+                "Arena capacity per core (K, M, G, T = 1024^n; 16G = 16GB = 16GiB)")
       ->capture_default_str()
       ->check(size_validator());
   s->add_option("--seed", cmd->seed, "Workload seed, 0 .. 2^64 - 1")
@@ -284,7 +285,7 @@ std::shared_ptr<StressCommand> add_stress_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
   s->add_option("--capacity-search-max", cmd->capacity_search_max,
-                "Largest capacity the search tries, the same for every policy (K, M, G; default "
+                "Largest capacity the search tries, the same for every policy (K, M, G, T; default "
                 "max(4 x --hbm-bytes, 64G)); a policy that needs more shows >SIZE")
       ->check(size_validator());
   s->add_option("--json", cmd->json_path, "Write the full report (every figure) as JSON");
