@@ -425,20 +425,6 @@ TEST(VtpuCliTest, BenchMemoryRejectsAnEntryGivenTwice) {
   EXPECT_EQ(nlohmann::json::parse(r.output)["results"].size(), 4u);  // 2 policies x policy, arena
 }
 
-// New-user pass U15: an empty, a header-only and an oom-only trace gave rows of 0 samples with
-// 0.0 ns medians, exit 0; each is an error naming the file, as in vtpu stress (U2).
-TEST(VtpuCliTest, BenchMemoryRejectsATraceWithNothingToReplay) {
-  const std::string header = R"({"format": "vtpu-trace", "version": 1})";
-  for (const std::string& text :
-       {std::string(), header + "\n",
-        header + "\n" + R"({"t_us": 0, "op": "oom", "id": 1, "bytes": 8})" + "\n"}) {
-    const std::string path = temp_file("vtpu_cli_bench_empty.jsonl", text);
-    expect_failure("bench memory --allocators bfc --trace " + path,
-                   "vtpu_cli_bench_empty.jsonl' has no alloc or free events", 1);
-    std::filesystem::remove(path);
-  }
-}
-
 }  // namespace
 
 namespace {
@@ -1019,16 +1005,19 @@ TEST(VtpuCliTest, AGzipTraceIsNamedAsSuch) {
 }
 
 // New-user pass U2: an empty trace, a header-only one and one holding only oom records exited 0
-// with a table of zeros; each is an error naming the file now.
-TEST(VtpuCliTest, StressRejectsATraceWithNothingToReplay) {
+// with a table of zeros; each is an error naming the file now. U15: bench memory gave rows of 0
+// samples with 0.0 ns medians for them, exit 0; the same error now.
+TEST(VtpuCliTest, StressAndBenchMemoryRejectATraceWithNothingToReplay) {
   const std::string header = R"({"format": "vtpu-trace", "version": 1})";
-  for (const std::string& text :
-       {std::string(), header + "\n",
-        header + "\n" + R"({"t_us": 0, "op": "oom", "id": 1, "bytes": 8})" + "\n"}) {
-    const std::string path = temp_file("vtpu_cli_stress_empty.jsonl", text);
-    expect_failure("stress --cores 1 --trace " + path,
-                   "vtpu_cli_stress_empty.jsonl' has no alloc or free events", 1);
-    std::filesystem::remove(path);
+  for (const std::string command : {"stress --cores 1", "bench memory --allocators bfc"}) {
+    for (const std::string& text :
+         {std::string(), header + "\n",
+          header + "\n" + R"({"t_us": 0, "op": "oom", "id": 1, "bytes": 8})" + "\n"}) {
+      const std::string path = temp_file("vtpu_cli_empty.jsonl", text);
+      expect_failure(command + " --trace " + path,
+                     "vtpu_cli_empty.jsonl' has no alloc or free events", 1);
+      std::filesystem::remove(path);
+    }
   }
 }
 
