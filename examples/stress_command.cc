@@ -224,7 +224,8 @@ std::shared_ptr<StressCommand> add_stress_command(CLI::App& app) {
       ->capture_default_str()
       ->check(parse_validator([](const std::string& s) { parse_defrag_modes(s); }, "MODES",
                               "--auto-defragment"));
-  s->add_option("--hbm-bytes", cmd->hbm_bytes, "Arena capacity per core (K, M, G = 1024^n)")
+  s->add_option("--hbm-bytes", cmd->hbm_bytes,
+                "Arena capacity per core (K, M, G, T = 1024^n; 16G = 16GB = 16GiB)")
       ->capture_default_str()
       ->check(size_validator());
   s->add_option("--seed", cmd->seed, "Workload seed, 0 .. 2^64 - 1")
@@ -284,7 +285,7 @@ std::shared_ptr<StressCommand> add_stress_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
   s->add_option("--capacity-search-max", cmd->capacity_search_max,
-                "Largest capacity the search tries, the same for every policy (K, M, G; default "
+                "Largest capacity the search tries, the same for every policy (K, M, G, T; default "
                 "max(4 x --hbm-bytes, 64G)); a policy that needs more shows >SIZE")
       ->check(size_validator());
   s->add_option("--json", cmd->json_path, "Write the full report (every figure) as JSON");
@@ -348,16 +349,22 @@ bool run_stress_if_selected(const StressCommand& cmd, int argc, char** argv, int
     if (!cmd.html_path.empty()) write_stress_html(report, cmd.html_path);
     *exit_code = stress_exit_code(report);
     if (*exit_code != 0) {
-      uint64_t integrity_failures = 0, failed_runs = 0;
+      uint64_t integrity_failures = 0, failed_runs = 0, runs_not_run = 0;
       for (const auto& run : report["runs"]) {
         integrity_failures += run["summary"]["integrity_failures"].get<uint64_t>();
-        if (run.value("failed", false)) ++failed_runs;
+        if (run.value("failed", false)) {
+          ++failed_runs;
+        } else if (run.contains("error")) {
+          ++runs_not_run;
+        }
       }
       std::fprintf(
           stderr,
-          "vtpu: error: %llu failed runs (FAILED above, with their errors), %llu buffer "
-          "checksum failures and %llu wrong all-reduce results\n",
+          "vtpu: error: %llu failed runs (FAILED above, with their errors), %llu runs that "
+          "could not start (not run above, with the reason), %llu buffer checksum failures and "
+          "%llu wrong all-reduce results\n",
           static_cast<unsigned long long>(failed_runs),
+          static_cast<unsigned long long>(runs_not_run),
           static_cast<unsigned long long>(integrity_failures),
           static_cast<unsigned long long>(report["load"]["all_reduce_failures"].get<uint64_t>()));
     }

@@ -151,9 +151,10 @@ bool is_cross_core_free(int core, uint32_t slot, uint32_t per_mille);
 /// the next run starts on a fresh communicator.
 nlohmann::json run_stress(const StressOptions& options);
 
-/// The exit status of `vtpu stress` for a report: 1 when a run failed (`failed`), a buffer
-/// checksum failed or an all-reduce result was wrong, else 0. A run that could not start (an
-/// `error` without `failed`, e.g. a planned heap above --hbm-bytes) is a result, not a failure.
+/// The exit status of `vtpu stress` for a report: 1 when a run failed (`failed`) or could not
+/// start (an `error` without `failed`, e.g. a planned heap above --hbm-bytes: the run has no
+/// figures), a buffer checksum failed or an all-reduce result was wrong, else 0. OOMs counted in
+/// a run that completed are results, not failures.
 int stress_exit_code(const nlohmann::json& report);
 
 /// The terminal tables of a report: one line per run (summary over cores), then latencies.

@@ -39,6 +39,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -310,6 +312,24 @@ struct BenchMemoryArgs {
 // Checks what CLI11 cannot: names against the policy registry, the capacity against every policy
 // and the workload size. Returns a message for a usage error, empty when the arguments are fine.
 std::string check_bench_memory_args(const BenchMemoryArgs& args) {
+  // New-user pass U14: `--allocators bfc,bfc` ran bfc twice where `vtpu stress` refuses it; each
+  // list names a thing at most once, as in vtpu stress.
+  const auto twice = [](const auto& list) -> std::optional<std::string> {
+    for (size_t i = 0; i < list.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (list[j] == list[i]) {
+          std::ostringstream value;
+          value << list[i];
+          return value.str();
+        }
+    return std::nullopt;
+  };
+  if (const auto name = twice(args.allocators))
+    return "--allocators: allocator policy '" + *name + "' given twice (each policy runs once)";
+  if (const auto via = twice(args.via))
+    return "--via: '" + *via + "' given twice (each of policy, arena runs once)";
+  if (const auto live = twice(args.live))
+    return "--live: " + *live + " given twice (each live count runs once)";
   const uint64_t capacity = vtpu::parse_bytes(args.capacity);
   for (const std::string& name : args.allocators) {
     try {
@@ -367,6 +387,13 @@ int run_bench_memory(const BenchMemoryArgs& args) {
   if (!args.trace_path.empty()) {
     const vtpu::Trace trace = vtpu::read_trace(args.trace_path);
     const vtpu::ReplayProgram program(trace.events, args.trace_path);
+    // New-user pass U15: an empty or header-only trace gave rows of 0 samples with 0.0 ns
+    // medians that looked like measurements; as in `vtpu stress` (U2), it is an error.
+    if (program.ops().empty()) {
+      throw vtpu::InvalidArgumentError(
+          "trace '" + args.trace_path + "' has no alloc or free events (" +
+          std::to_string(trace.events.size()) + " events in all; expected at least one to replay)");
+    }
     options.ops_per_sample = 1;
     config["trace"] = args.trace_path;
     config["trace_header"] = trace.header;
@@ -508,6 +535,29 @@ int run_bench_fragmentation(const BenchFragmentationArgs& args) {
   }
   if (args.json) std::cout << nlohmann::json{{"results", results}}.dump(2) << std::endl;
   return 0;
+}
+
+// The text of a command-line parse error, with CLI11's wording made plain where a user trips on
+// it: an option given twice (new-user pass U16: "--cores: At Most 1 required but received 2"),
+// and a file name after a --json that prints to stdout (U18: `bench collectives --json out.json`
+// said only that out.json was not expected, where `vtpu stress --json FILE` takes one).
+std::string parse_error_text(const CLI::ParseError& e, int argc, char** argv) {
+  std::string text = e.what();
+  static const std::regex kTwice(R"(^(-[^:]+): At Most 1 required but received (\d+)$)");
+  if (std::smatch m; std::regex_match(text, m, kTwice))
+    return m[1].str() + " given " + m[2].str() + " times (expected at most once)";
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+    for (int i = 1; i + 1 < argc; ++i) {
+      const std::string next = argv[i + 1];
+      if (std::string(argv[i]) == "--json" && !next.empty() && next[0] != '-' &&
+          text.find(next) != std::string::npos)
+        return text +
+               " (here --json takes no file name: it prints the JSON on stdout; redirect "
+               "it: --json > " +
+               next + ")";
+    }
+  }
+  return text;
 }
 
 }  // namespace
@@ -703,7 +753,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    return usage_error(e.what());
+    return usage_error(parse_error_text(e, argc, argv));
   }
   if (*train && train->get_subcommands().empty()) {
     std::fprintf(stderr, "vtpu train: expected a model name (mlp, transformer, fsdp)\n%s",
@@ -743,7 +793,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // An option value that can only be checked once the command has run part way (vtpu plan
     // --strategy: the candidates' names depend on the mesh).
-    return usage_error(e.what());
+    return usage_error(parse_error_text(e, argc, argv));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vtpu: internal error: %s\n", e.what());
     return 1;

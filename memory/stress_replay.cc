@@ -662,15 +662,25 @@ std::optional<uint64_t> find_min_capacity(const CoreStream& stream, const Stress
     if (heap > max_capacity_bytes) return std::nullopt;
     if (completes(heap)) return heap;
   }
-  uint64_t lo = peak_live - 1;  // fails: the live bytes alone do not fit
-  uint64_t hi = std::min(max_capacity_bytes, std::max<uint64_t>(peak_live, 4 * kKiB));
+  // New-user pass U21: every capacity tried is a multiple of kCapacitySearchGranuleBytes (but
+  // the bound itself, when it is not), so the answer is a size one would give an arena, not an
+  // odd byte count such as 72294241.
+  constexpr uint64_t kGranule = kCapacitySearchGranuleBytes;
+  const auto round_up = [&](uint64_t bytes) {  // to a multiple, or to the bound if above it
+    if (bytes >= max_capacity_bytes) return max_capacity_bytes;
+    const uint64_t short_by = (kGranule - bytes % kGranule) % kGranule;
+    return max_capacity_bytes - bytes < short_by ? max_capacity_bytes : bytes + short_by;
+  };
+  uint64_t lo = (peak_live - 1) / kGranule * kGranule;  // fails: the live bytes alone do not fit
+  uint64_t hi = std::min(max_capacity_bytes, round_up(peak_live));
   while (!completes(hi)) {
     lo = hi;
     if (hi >= max_capacity_bytes) return std::nullopt;
     hi = hi > max_capacity_bytes / 2 ? max_capacity_bytes : hi * 2;
   }
-  while (hi - lo > std::max<uint64_t>(4 * kKiB, hi / 1000)) {
-    const uint64_t mid = lo + (hi - lo) / 2;
+  while (hi - lo > std::max<uint64_t>(kGranule, hi / 1000)) {
+    const uint64_t mid = round_up(lo + (hi - lo) / 2);  // lo < mid < hi: lo is a multiple
+    if (mid >= hi) break;
     if (completes(mid)) {
       hi = mid;
     } else {

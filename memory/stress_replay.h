@@ -21,7 +21,9 @@
 //   - latency: one op in `latency_sample_every` (separately for allocs and frees) is timed with
 //     std::chrono::steady_clock, minus the clock's own cost (measure_clock_overhead_ns);
 //     percentiles are nearest-rank (summarize_latencies);
-//   - timeline: up to `timeline_samples` samples evenly spaced in event index;
+//   - timeline: samples evenly spaced in event index: event 0, every
+//     ceil(n / timeline_samples)-th event and the last, so at most timeline_samples + 1 (1001
+//     for 20000 events at the default 1000);
 //   - worst moment: the block map (every chunk, address order, with the label, trace id and
 //     requested bytes of used ones) captured at the first event whose reserved fragmentation
 //     exceeds the previous capture by more than 0.001, so the capture is within 0.001 of the
@@ -94,7 +96,7 @@ struct StressReplayOptions {
   bool defragment_before_growth = false;  // ArenaOptions::defragment_before_growth
   uint64_t capacity_bytes = 16 * kGiB;
   bool backing = false;                // real bytes: fill, checksum and verify every buffer
-  int timeline_samples = 1000;         // 0: no timeline
+  int timeline_samples = 1000;         // 0: no timeline; else a stride, up to this + 1 samples
   uint64_t latency_sample_every = 16;  // time one op in this many; 0: no latency
   bool track_worst = true;             // capture the worst-moment block map
   bool stop_on_oom = false;            // rethrow the arena's OutOfMemoryError at the first OOM
@@ -275,10 +277,15 @@ class CoreReplayer {
   StressCoreMetrics m_;
 };
 
+/// The step of find_min_capacity's tries: every capacity it tries, and so every answer but the
+/// bound itself and a planned heap, is a multiple of it (a page).
+inline constexpr uint64_t kCapacitySearchGranuleBytes = 4 * kKiB;
+
 /// The smallest capacity (bytes) at which `stream` replays with no OOM under `base`'s policy and
 /// auto_defragment setting, metadata-only, to within max(4 KiB, 0.1%) of the boundary the
 /// bisection finds (see the header comment). The same rule for every policy: capacities are
-/// tried from the stream's peak live bytes, doubling, and never above `max_capacity_bytes`, so
+/// multiples of kCapacitySearchGranuleBytes (but the bound), tried from the stream's peak live
+/// bytes rounded up, doubling, and never above `max_capacity_bytes`, so
 /// a result is always <= max_capacity_bytes; std::nullopt ("not found below max_capacity_bytes")
 /// when the replay at max_capacity_bytes fails, or without any replay when the peak live bytes
 /// alone exceed it. A capacity the policy rejects (below its minimum, or below a planned heap)

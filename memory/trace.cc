@@ -308,6 +308,15 @@ Trace read_trace(std::istream& in, const std::string& name) {
       throw InvalidArgumentError(where + "line longer than " + std::to_string(kMaxTraceLineBytes) +
                                  " bytes (kMaxTraceLineBytes, 1 MiB: the longest line a trace may "
                                  "have; the rest of the line was not read)");
+    // New-user pass U4: a gzip'd trace read "NUL byte at column 9"; say what the file is.
+    if (line_number == 1 && line.size() >= 2 && static_cast<unsigned char>(line[0]) == 0x1f &&
+        static_cast<unsigned char>(line[1]) == 0x8b)
+      throw InvalidArgumentError(
+          where +
+          "the file looks gzip-compressed (it starts with gzip's magic bytes 1f 8b), and "
+          "a trace is plain JSON Lines text: decompress it first (gunzip, or pass "
+          "<(zcat " +
+          name + ") in its place)");
     // nlohmann::json stops at a NUL as at the end of input, so `{...}\0garbage` would parse as
     // `{...}`; a NUL is never valid in JSON text, so it is an error wherever it is.
     if (const size_t nul = line.find('\0'); nul != std::string::npos)

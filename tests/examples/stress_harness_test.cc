@@ -358,6 +358,8 @@ TEST(StressHarnessTest, CapacitySearchHasOneStatedBoundForEveryPolicy) {
             std::string::npos)
       << table;
   EXPECT_NE(table.find("not run: "), std::string::npos) << table;
+  // New-user pass U23: a run that could not start has no figures; the exit status says so.
+  EXPECT_EQ(stress_exit_code(doc), 1);
   // Below the peak live bytes (~6.4 MiB) nothing completes: every policy is "not found below".
   o.capacity_search_max_bytes = 4 * kMiB;
   const nlohmann::json low = run_stress(o);

@@ -7,10 +7,13 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -406,6 +409,22 @@ TEST(VtpuCliTest, BenchMemoryRejectsBadInput) {
   expect_failure("bench memory --trace " + bad, "vtpu_bad_trace.jsonl:2: free of id 4", 1);
 }
 
+// New-user pass U14: `--allocators bfc,bfc` ran bfc twice (four rows) where vtpu stress refuses
+// a policy given twice; every list of bench memory now names a thing once.
+TEST(VtpuCliTest, BenchMemoryRejectsAnEntryGivenTwice) {
+  expect_failure("bench memory --pairs 100 --live 10 --allocators bfc,bfc",
+                 "--allocators: allocator policy 'bfc' given twice", 2);
+  expect_failure("bench memory --pairs 100 --live 10 --allocators bfc,tlsf,bfc",
+                 "--allocators: allocator policy 'bfc' given twice", 2);
+  expect_failure("bench memory --pairs 100 --live 10 --allocators bfc --via arena,arena",
+                 "--via: 'arena' given twice", 2);
+  expect_failure("bench memory --pairs 100 --live 10,20,10 --allocators bfc",
+                 "--live: 10 given twice", 2);
+  const CliRun r = run_cli("bench memory --pairs 100 --live 10 --allocators bfc,tlsf --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["results"].size(), 4u);  // 2 policies x policy, arena
+}
+
 }  // namespace
 
 namespace {
@@ -562,6 +581,10 @@ TEST(VtpuCliTest, BenchCollectivesJsonRows) {
     EXPECT_EQ(row["traffic_bytes"].get<double>(), 2.0 * 3.0 * static_cast<double>(bytes));
     bytes *= 2;
   }
+  // U25: nccl-tests' "Avg bus bandwidth", the mean of the rows' busbw.
+  double busbw_sum = 0;
+  for (const auto& row : rows) busbw_sum += row["busbw_GBps"].get<double>();
+  EXPECT_NEAR(j["avg_busbw_GBps"].get<double>(), busbw_sum / 14, 1e-12 * busbw_sum);
 }
 
 TEST(VtpuCliTest, BenchCollectivesOtherTypesAndReductions) {
@@ -604,6 +627,26 @@ TEST(VtpuCliTest, BenchCollectivesTable) {
   const CliRun r =
       run_cli("bench collectives --cores 2 --min-bytes 1K --max-bytes 4K --iters 2 --warmup 0");
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // New-user pass U25: nccl-tests' closing lines, the average the mean of the busbw column (the
+  // 10th field of the rows of 1024, 2048 and 4096 bytes; printed to 3 decimals).
+  double busbw_sum = 0;
+  int rows = 0;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::vector<std::string> f{std::istream_iterator<std::string>(fields), {}};
+    if (f.size() == 12 && (f[0] == "1024" || f[0] == "2048" || f[0] == "4096")) {
+      busbw_sum += std::stod(f[8]);
+      ++rows;
+    }
+  }
+  ASSERT_EQ(rows, 3) << r.output;
+  EXPECT_NE(r.output.find("\n# Out of bounds values : 0 OK\n# Avg bus bandwidth    : "),
+            std::string::npos)
+      << r.output;
+  const size_t avg_at = r.output.find("# Avg bus bandwidth    : ");
+  ASSERT_NE(avg_at, std::string::npos);
+  EXPECT_NEAR(std::stod(r.output.substr(avg_at + 25)), busbw_sum / 3, 0.0006) << r.output;
   for (const char* needle :
        {"memcpy bandwidth", "median over the timed calls", "busbw(GB/s)", "time/bound",
         "        4096", " ok", "recursive_doubling", "what auto chose per size"}) {
@@ -712,6 +755,19 @@ TEST(VtpuCliTest, StressTableAndJson) {
   std::set<uint64_t> events;
   for (const auto& run : j["runs"]) events.insert(run["summary"]["events"].get<uint64_t>());
   EXPECT_EQ(events.size(), 1u);  // the same event stream for every run
+  // New-user pass U24: the summary resv/live is the worst core's own ratio, not the quotient of
+  // the summary peaks; the table says so under it.
+  EXPECT_NE(r.output.find("resv/live: the worst core's own peak_resv / peak_live; peak_resv and "
+                          "peak_live are each the largest over cores"),
+            std::string::npos)
+      << r.output;
+  for (const auto& run : j["runs"]) {
+    double worst = 0;
+    for (const auto& core : run["per_core"])
+      worst = std::max(
+          worst, core["peak_reserved_bytes"].get<double>() / core["peak_live_bytes"].get<double>());
+    EXPECT_NEAR(run["summary"]["reserved_over_live"].get<double>(), worst, 1e-12) << run;
+  }
   std::filesystem::remove(json);
 }
 
@@ -931,17 +987,37 @@ TEST(VtpuCliTest, StressRejectsNulBytesAndOverlongTraceLines) {
   std::filesystem::remove(long_line);
 }
 
+// New-user pass U4: a gzip'd trace failed with "NUL byte at column 9"; the error says what the
+// file is, for bench memory as for stress (both read it with read_trace).
+TEST(VtpuCliTest, AGzipTraceIsNamedAsSuch) {
+  const std::string plain =
+      temp_file("vtpu_cli_gz.jsonl",
+                R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8})" + std::string("\n"));
+  const std::string gz = plain + ".gz";
+  ASSERT_EQ(std::system(("gzip -c " + plain + " > " + gz).c_str()), 0);
+  expect_failure("stress --cores 1 --trace " + gz,
+                 "vtpu_cli_gz.jsonl.gz:1: the file looks gzip-compressed (it starts with gzip's "
+                 "magic bytes 1f 8b)",
+                 1);
+  expect_failure("bench memory --allocators bfc --trace " + gz, "looks gzip-compressed", 1);
+  std::filesystem::remove(plain);
+  std::filesystem::remove(gz);
+}
+
 // New-user pass U2: an empty trace, a header-only one and one holding only oom records exited 0
-// with a table of zeros; each is an error naming the file now.
-TEST(VtpuCliTest, StressRejectsATraceWithNothingToReplay) {
+// with a table of zeros; each is an error naming the file now. U15: bench memory gave rows of 0
+// samples with 0.0 ns medians for them, exit 0; the same error now.
+TEST(VtpuCliTest, StressAndBenchMemoryRejectATraceWithNothingToReplay) {
   const std::string header = R"({"format": "vtpu-trace", "version": 1})";
-  for (const std::string& text :
-       {std::string(), header + "\n",
-        header + "\n" + R"({"t_us": 0, "op": "oom", "id": 1, "bytes": 8})" + "\n"}) {
-    const std::string path = temp_file("vtpu_cli_stress_empty.jsonl", text);
-    expect_failure("stress --cores 1 --trace " + path,
-                   "vtpu_cli_stress_empty.jsonl' has no alloc or free events", 1);
-    std::filesystem::remove(path);
+  for (const std::string command : {"stress --cores 1", "bench memory --allocators bfc"}) {
+    for (const std::string& text :
+         {std::string(), header + "\n",
+          header + "\n" + R"({"t_us": 0, "op": "oom", "id": 1, "bytes": 8})" + "\n"}) {
+      const std::string path = temp_file("vtpu_cli_empty.jsonl", text);
+      expect_failure(command + " --trace " + path,
+                     "vtpu_cli_empty.jsonl' has no alloc or free events", 1);
+      std::filesystem::remove(path);
+    }
   }
 }
 
@@ -1046,6 +1122,49 @@ TEST(VtpuCliTest, StressRejectsBadInput) {
       temp_file("vtpu_cli_stress_bad.jsonl", "{\"t_us\": 0, \"op\": \"free\", \"id\": 5}\n");
   expect_failure("stress --trace " + bad, "jsonl:1: free of id 5", 1);
   std::filesystem::remove(bad);
+}
+
+// New-user pass U23: a `planned` run whose heap plan exceeds --hbm-bytes could not start, yet
+// vtpu stress exited 0; a CI job checking the exit code never learnt the comparison was missing.
+// The table and the JSON are still written, and the other run's figures are there.
+TEST(VtpuCliTest, StressExitsOneWhenARunCouldNotStart) {
+  const std::string json = temp_file("vtpu_cli_stress_not_run.json", "");
+  const CliRun r = run_cli(
+      "stress --cores 1 --events 2000 --hbm-bytes 100M --allocators planned,bfc "
+      "--auto-defragment on --load off --capacity-search off --json " +
+      json);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("planned   on      not run: heap plan needs"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("0 failed runs (FAILED above, with their errors), 1 runs that could "
+                          "not start"),
+            std::string::npos)
+      << r.output;
+  const nlohmann::json doc = nlohmann::json::parse(std::ifstream(json));
+  ASSERT_EQ(doc["runs"].size(), 2u);
+  EXPECT_TRUE(doc["runs"][0].contains("error"));
+  EXPECT_FALSE(doc["runs"][1].contains("error"));
+  EXPECT_EQ(doc["runs"][1]["summary"]["events"], 2000);
+  std::filesystem::remove(json);
+}
+
+// New-user pass U16: an option given twice read "--cores: At Most 1 required but received 2"
+// (CLI11's wording); U18: `bench collectives --json out.json` said only that out.json was not
+// expected, to a user used to `vtpu stress --json FILE`.
+TEST(VtpuCliTest, ParseErrorsArePlain) {
+  expect_failure("stress --cores 2 --cores 3 --events 10",
+                 "usage error: --cores given 2 times (expected at most once)", 2);
+  expect_failure("bench collectives --cores 2 --iters 1 --iters 2 --iters 3",
+                 "usage error: --iters given 3 times (expected at most once)", 2);
+  expect_failure("bench collectives --cores 2 --max-bytes 16 --json out.json",
+                 "The following argument was not expected: out.json (here --json takes no file "
+                 "name: it prints the JSON on stdout; redirect it: --json > out.json)",
+                 2);
+  // A stray word elsewhere keeps CLI11's message alone.
+  const CliRun r = run_cli("bench collectives --cores 2 --max-bytes 16 stray");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("The following argument was not expected: stray\n"), std::string::npos)
+      << r.output;
 }
 
 TEST(VtpuCliTest, StressReplaysTheRealTraces) {

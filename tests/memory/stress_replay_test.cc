@@ -356,6 +356,53 @@ TEST(StressReplayTest, MinCapacityMatchesTheHandWorkedValue) {
   EXPECT_FALSE(find_min_capacity(s[0], options("bfc", false), 4 * kMiB).has_value());
 }
 
+// New-user pass U12: the docs said "up to 1000" timeline samples, and 20000 events gave 1001:
+// event 0, every 20th, and the last. The docs now give that rule; this pins it.
+TEST(StressReplayTest, TimelineSamplesEventZeroEveryStrideAndTheLast) {
+  std::vector<TraceEvent> events;
+  for (uint64_t id = 0; id < 10000; ++id) {
+    events.push_back(alloc(id, 256));
+    events.push_back(free_of(id));
+  }
+  const auto s = compile_core_streams(timed(std::move(events)), 1, "t");
+  ASSERT_EQ(s[0].ops.size(), 20000u);
+  const StressCoreMetrics m = run(s[0], options("bfc", false));  // timeline_samples 1000
+  ASSERT_EQ(m.timeline.size(), 1001u);
+  for (size_t k = 0; k < 1000; ++k) EXPECT_EQ(m.timeline[k].event, 20 * k) << k;
+  EXPECT_EQ(m.timeline[1000].event, 19999u);
+  EXPECT_EQ(m.timeline[1000].bytes_in_use, 0u);  // after the last free
+  EXPECT_EQ(m.timeline[0].bytes_in_use, 256u);   // after the first alloc
+}
+
+// New-user pass U21: min_capacity was an odd byte count (72294241 B). Capacities tried are now
+// multiples of 4 KiB. Hand-worked: one 10000-byte buffer (10240 B once bfc or first_fit rounds it
+// to 256 B) cannot fit 8 KiB and fits 12 KiB, the next multiple; the old search tried 10000 and
+// 20000 B, then bisected to 12500 B.
+TEST(StressReplayTest, MinCapacityIsAMultipleOfTheSearchGranule) {
+  ASSERT_EQ(kCapacitySearchGranuleBytes, 4 * kKiB);
+  const auto one = compile_core_streams(timed({alloc(0, 10000)}), 1, "t");
+  for (const char* policy : {"bfc", "first_fit"}) {
+    EXPECT_EQ(find_min_capacity(one[0], options(policy, false), 64 * kMiB), 12 * kKiB) << policy;
+  }
+  // A larger stream: every answer of every policy is a multiple, and completes there.
+  StressWorkloadOptions w;
+  w.name = "lognormal";
+  w.events_per_core = 3000;
+  w.live_buffers = 300;
+  const auto streams = compile_core_streams(make_stress_workload(w, 0), 1, "lognormal");
+  for (const char* policy : {"bfc", "tlsf", "first_fit", "buddy"}) {
+    for (const bool defrag : {false, true}) {
+      const auto found = find_min_capacity(streams[0], options(policy, defrag), 4 * kGiB);
+      ASSERT_TRUE(found.has_value()) << policy;
+      EXPECT_EQ(*found % kCapacitySearchGranuleBytes, 0u) << policy << " " << *found;
+      const StressCoreMetrics m = run(streams[0], options(policy, defrag, *found));
+      EXPECT_EQ(m.true_ooms + m.false_ooms, 0u) << policy << " " << defrag;
+    }
+  }
+  // The bound is tried as given when it is not a multiple: 10241 B holds the buffer.
+  EXPECT_EQ(find_min_capacity(one[0], options("bfc", false), 10241), 10241u);
+}
+
 // Regression (stress F9): the search tried the peak live bytes first even above its bound, so
 // with a 3 MiB bound it returned 4 MiB (bfc with compaction). Now, for every policy, a result
 // never exceeds the bound, and a peak live above the bound is "not found" without a replay.

@@ -118,6 +118,23 @@ TEST(TraceTest, RejectsMalformedLines) {
                   {"t.jsonl:1:", "duplicate field \"id\""});
 }
 
+// New-user pass U4: a gzip'd trace was reported as "NUL byte at column 9" (the gzip header's
+// ninth byte); the magic bytes 1f 8b on line 1 say what the file is and how to read it.
+TEST(TraceTest, NamesAGzipCompressedFile) {
+  using namespace std::string_literals;
+  // The first 10 bytes of `gzip -c` output (magic, deflate, no flags, mtime 0, unix) and some data.
+  const std::string gz = "\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xab\x56\n\x01"s;
+  expect_rejected(
+      gz, {"t.jsonl:1: the file looks gzip-compressed", "magic bytes 1f 8b", "<(zcat t.jsonl)"});
+  // Not on a later line: there the bytes are a malformed line like any other.
+  expect_rejected(kHeader + "\x1f\x8b\n"s, {"t.jsonl:2:"});
+  try {
+    read_text(kHeader + "\x1f\x8b\n"s);
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_EQ(e.message().find("gzip"), std::string::npos) << e.message();
+  }
+}
+
 // Regression (stress F8): nlohmann::json stops at a NUL as at the end of input, so a valid
 // object followed by a NUL byte and garbage was accepted as the object alone.
 TEST(TraceTest, RejectsANulByteAnywhereInALine) {
