@@ -199,20 +199,26 @@ TEST(AdversarialShardingTest, PlannerBoundsTheAxesItEnumerates) {
   EXPECT_GE(p.winner, 0);
 }
 
+/// `n` dense layers of 4 -> 4 features (with bias), batch 8, f32, Adam: the chain of findings
+/// adv8 H5.
+ModelGraph dense_chain(const std::string& name, int n) {
+  std::string layers;
+  for (int i = 0; i < n; ++i) {
+    layers += std::string(i ? "," : "") + R"({"name": "fc)" + std::to_string(i) +
+              R"(", "kind": "dense", "in": 4, "out": 4})";
+  }
+  return ModelGraph::parse(R"({"name": ")" + name + R"(", "batch": 8, "layers": [)" + layers +
+                           "]}");
+}
+
 // Adversarial pass adv8, H5: the DP kept every time/HBM trade-off of a long chain of dense
 // layers (each layer split or replicated), so the frontier grew with the chain: 1,000 layers on
 // 2x4 took 105 s and 358 MB, 2,000 more than 2 minutes (the CTest timeout turns that into a
 // failure). Labels whose every completion fits now drop slower ones (exact: such a label's
 // completions beat the slower label's). Identical layers far from the limit make one choice.
 TEST(AdversarialShardingTest, PlannerIsLinearInALongChainFarFromTheLimit) {
-  std::string layers;
   const int n = 2000;
-  for (int i = 0; i < n; ++i) {
-    layers += std::string(i ? "," : "") + R"({"name": "fc)" + std::to_string(i) +
-              R"(", "kind": "dense", "in": 4, "out": 4})";
-  }
-  const ModelGraph m =
-      ModelGraph::parse(R"({"name": "deep", "batch": 8, "layers": [)" + layers + "]}");
+  const ModelGraph m = dense_chain("deep", n);
   const CostModel v5e(HardwareProfile::get("v5e"));
   const AutoShardingPlan p = plan_auto_sharding(m, {2, 4}, {"data", "model"}, v5e, 0);
   ASSERT_GE(p.winner, 0);
@@ -230,14 +236,7 @@ TEST(AdversarialShardingTest, PlannerIsLinearInALongChainFarFromTheLimit) {
 // is the one the one-by-one DP (main at 9ed6982) printed for this model and limit; exactness on
 // a chain small enough to enumerate: AutoPlannerTest.DpMatchesBruteForceOverEveryShardingSequence.
 TEST(AdversarialShardingTest, PlannerPlansALongChainNearTheLimit) {
-  std::string layers;
-  const int n = 1000;
-  for (int i = 0; i < n; ++i) {
-    layers += std::string(i ? "," : "") + R"({"name": "fc)" + std::to_string(i) +
-              R"(", "kind": "dense", "in": 4, "out": 4})";
-  }
-  const ModelGraph m =
-      ModelGraph::parse(R"({"name": "L1000", "batch": 8, "layers": [)" + layers + "]}");
+  const ModelGraph m = dense_chain("L1000", 1000);
   const CostModel v5e(HardwareProfile::get("v5e"));
   const uint64_t limit = 200 << 10;
   const AutoShardingPlan p = plan_auto_sharding(m, {2, 4}, {"data", "model"}, v5e, limit);
