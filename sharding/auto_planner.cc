@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -39,6 +40,14 @@ struct LayerCost {
   double activation_bytes = 0;
 };
 
+/// How a label of the DP was reached: the label it extends and the layer's option. The walk back
+/// from the chosen label recomputes each layer's costs from these (StrategyPlanner::plan).
+struct Step {
+  int32_t parent = -1;      // index into the previous layer's labels of `parent_state`
+  int8_t parent_state = 0;  // 0 R, 1 S, 2 P
+  int8_t option = -1;       // index into the layer's options
+};
+
 /// A label of the DP: one partial plan ending in a state.
 struct Label {
   double time = 0, compute = 0, comm = 0, comm_bytes = 0;
@@ -47,11 +56,7 @@ struct Label {
   /// peak of a unit depends on its neighbours (fsdp_transient), so they are part of the state.
   double last_unit = 0, unit_before = 0;
   double param_state_bytes = 0, activation_bytes = 0;
-  int parent = -1;  // index into the previous layer's labels of `parent_state`
-  int parent_state = 0;
-  int option = -1;
-  std::string reshard;
-  double layer_compute = 0, layer_comm = 0, layer_comm_bytes = 0;
+  Step step;
   double total_bytes() const { return add_bytes + max_bytes; }
 };
 
@@ -70,30 +75,113 @@ double fsdp_transient(double u2, double u1, double u3) {
   return u2 == 0 ? u1 + u3 : u2 + 2 * u1 + u3;
 }
 
-bool dominates(const Label& a, const Label& b) {
-  // The transients still to come grow with the last two units' bytes (fsdp_transient).
-  return a.time <= b.time && a.add_bytes <= b.add_bytes && a.max_bytes <= b.max_bytes &&
-         a.last_unit <= b.last_unit && a.unit_before <= b.unit_before;
+/// The part of a label on which the bytes still to come depend, besides add_bytes: the transient
+/// peak so far and the last two FSDP units. Every completion's bytes grow with each of them
+/// (fsdp_transient is monotone in its arguments).
+std::array<double, 3> unit_key(const Label& l) { return {l.max_bytes, l.last_unit, l.unit_before}; }
+
+bool key_le(const std::array<double, 3>& a, const std::array<double, 3>& b) {
+  return a[0] <= b[0] && a[1] <= b[1] && a[2] <= b[2];
 }
 
-/// Inserts `l` into `front` unless a label there dominates it, and drops the labels it dominates.
-/// `safe` tells whether every completion of a label is sure to fit the HBM limit; such a label
-/// also beats every strictly slower one (see plan()), which keeps the frontier small when the
-/// limit is far away.
+/// The labels of `labels` that the fastest-fit DP keeps, in their order: those that no other
+/// label beats. Label a beats b when a dominates b (no slower, and no more bytes in add_bytes and
+/// unit_key: every completion of b costs a's completion at least as much time and bytes), or when
+/// `safe(a)` (every completion of a fits the HBM limit) and a is strictly faster. Of equal labels
+/// the first is kept. This is the set that inserting the labels one by one into a Pareto frontier
+/// keeps, in O(G N + N log N) for N labels in G distinct unit_keys instead of O(N^2): the labels
+/// sorted by (time, add_bytes, unit_key, order), a label is dominated exactly when an earlier one
+/// of a unit_key <= its own (componentwise) has add_bytes <= its own, which one sweep finds.
 template <typename Safe>
-void insert_pareto(std::vector<Label>& front, Label l, const Safe& safe) {
-  for (const Label& x : front) {
-    if (dominates(x, l) || (x.time < l.time && safe(x))) return;
+void keep_pareto(std::vector<Label>& labels, const Safe& safe) {
+  const size_t n = labels.size();
+  if (n <= 1) return;
+  // A safe label beats every strictly slower one.
+  double safe_time = std::numeric_limits<double>::infinity();
+  for (const Label& l : labels)
+    if (safe(l)) safe_time = std::min(safe_time, l.time);
+  // The distinct unit_keys, ranked in lexicographic order, and for each the ranks of the keys
+  // it is <= (componentwise): the groups its labels may dominate.
+  std::vector<std::array<double, 3>> keys;
+  std::vector<uint32_t> group(n, 0);
+  for (size_t k = 0; k < n; ++k) {
+    const std::array<double, 3> key = unit_key(labels[k]);
+    const auto it = std::find(keys.begin(), keys.end(), key);
+    group[k] = static_cast<uint32_t>(it - keys.begin());
+    if (it == keys.end()) keys.push_back(key);
   }
-  if (safe(l)) {
-    front.erase(
-        std::remove_if(front.begin(), front.end(), [&](const Label& x) { return l.time < x.time; }),
-        front.end());
+  std::vector<uint32_t> rank(keys.size());
+  for (size_t g = 0; g < keys.size(); ++g) {
+    rank[g] = static_cast<uint32_t>(
+        std::count_if(keys.begin(), keys.end(), [&](const auto& x) { return x < keys[g]; }));
   }
-  front.erase(
-      std::remove_if(front.begin(), front.end(), [&](const Label& x) { return dominates(l, x); }),
-      front.end());
-  front.push_back(std::move(l));
+  std::vector<std::vector<uint32_t>> above(keys.size());  // by rank
+  for (size_t a = 0; a < keys.size(); ++a) {
+    for (size_t b = 0; b < keys.size(); ++b)
+      if (key_le(keys[a], keys[b])) above[rank[a]].push_back(rank[b]);
+  }
+  struct Entry {
+    double time, add_bytes;
+    uint32_t rank, index;
+  };
+  std::vector<Entry> order;
+  order.reserve(n);
+  for (size_t k = 0; k < n; ++k) {
+    if (!(labels[k].time > safe_time)) {
+      order.push_back(
+          {labels[k].time, labels[k].add_bytes, rank[group[k]], static_cast<uint32_t>(k)});
+    }
+  }
+  std::sort(order.begin(), order.end(), [](const Entry& x, const Entry& y) {
+    if (x.time != y.time) return x.time < y.time;
+    if (x.add_bytes != y.add_bytes) return x.add_bytes < y.add_bytes;
+    if (x.rank != y.rank) return x.rank < y.rank;
+    return x.index < y.index;
+  });
+  // min_add[r]: the least add_bytes of the labels swept so far whose key is <= key r.
+  std::vector<double> min_add(keys.size(), std::numeric_limits<double>::infinity());
+  std::vector<char> kept(n, 0);
+  for (const Entry& e : order) {
+    if (e.add_bytes < min_add[e.rank]) kept[e.index] = 1;
+    for (uint32_t r : above[e.rank]) min_add[r] = std::min(min_add[r], e.add_bytes);
+  }
+  size_t w = 0;
+  for (size_t k = 0; k < n; ++k)
+    if (kept[k]) labels[w++] = labels[k];
+  labels.resize(w);
+}
+
+/// The labels of `labels` that the smallest-HBM DP keeps, in their order: label a beats b when
+/// unit_key(a) <= unit_key(b) and (add_bytes, time) of a is lexicographically <= b's (every
+/// completion of a needs fewer bytes than b's, or as many and no more time); of equal labels the
+/// first is kept. So at most one label per unit_key survives.
+void keep_smallest(std::vector<Label>& labels) {
+  const auto lex_le = [](const Label& a, const Label& b) {
+    return a.add_bytes < b.add_bytes || (a.add_bytes == b.add_bytes && a.time <= b.time);
+  };
+  std::vector<size_t> best;  // per distinct unit_key, its first lexicographically smallest label
+  for (size_t k = 0; k < labels.size(); ++k) {
+    const auto it = std::find_if(best.begin(), best.end(), [&](size_t b) {
+      return unit_key(labels[b]) == unit_key(labels[k]);
+    });
+    if (it == best.end()) {
+      best.push_back(k);
+    } else if (!lex_le(labels[*it], labels[k])) {
+      *it = k;
+    }
+  }
+  std::vector<char> kept(labels.size(), 0);
+  for (size_t b : best) {
+    const bool beaten = std::any_of(best.begin(), best.end(), [&](size_t a) {
+      return a != b && key_le(unit_key(labels[a]), unit_key(labels[b])) &&
+             lex_le(labels[a], labels[b]);
+    });
+    if (!beaten) kept[b] = 1;
+  }
+  size_t w = 0;
+  for (size_t k = 0; k < labels.size(); ++k)
+    if (kept[k]) labels[w++] = labels[k];
+  labels.resize(w);
 }
 
 class StrategyPlanner {
@@ -160,20 +248,17 @@ class StrategyPlanner {
     return static_cast<uint64_t>(std::ceil(bytes));
   }
 
-  /// Runs the DP; fills `c` (layers, times, bytes, fits, min HBM).
+  /// Runs the DPs; fills `c` (layers, times, bytes, fits, min HBM).
   void plan(uint64_t limit, PlanCandidate& c) {
     bl_ = static_cast<double>(m_.batch / (d_ * f_));
     tokens_ = bl_ * static_cast<double>(m_.seq_len);
     const size_t n = m_.layers.size();
-    // frontier[i][s]: labels after layer i with output state s.
-    std::vector<std::array<std::vector<Label>, 3>> frontier(n);
-    // Regression (adversarial pass adv8, H5): the frontier of a long chain of dense layers grew
-    // with the chain (each split or replicated choice a new time/HBM trade-off), so 1,000 layers
-    // on a 2x4 mesh took 105 s and 358 MB. A label is safe when even the largest bytes the rest of
-    // the chain can add keep it within the limit: then any completion of a slower label in the
-    // same state is beaten by the same completion of the safe one (time and bytes add up the same
-    // way from a state), so slower labels are dropped. Exact: a candidate that does not fit never
-    // has a safe label, so nothing changes there (and its min_hbm_bytes_per_core stays exact).
+    std::vector<LayerOptions> layers(n);
+    for (size_t i = 0; i < n; ++i) {
+      layers[i].options = options(m_.layers[i]);
+      for (const Option& op : layers[i].options)
+        layers[i].costs.push_back(layer_cost(m_.layers[i], op, i == 0, i + 1 == n));
+    }
     // The step's input batch on each core (replicated over the tensor axes): the first layer's
     // input (token ids are int32) and one int32 label per token. The same for every label; it
     // counts against the limit (the limit is the whole arena).
@@ -181,74 +266,11 @@ class StrategyPlanner {
     const double in_bytes =
         first.kind == LayerKind::kEmbedding ? 4.0 : static_cast<double>(first.in) * e_;
     const double input_bytes = tokens_ * (in_bytes + 4.0);
-    std::vector<double> rest_add(n, 0.0), rest_unit(n, 0.0);  // layers after i
-    for (size_t i = n; i-- > 1;) {
-      const ModelLayer& l = m_.layers[i];
-      double add = 0, unit = 0;
-      for (const Option& op : options(l)) {
-        const LayerCost lc = layer_cost(l, op, false, i + 1 == n);
-        add = std::max(add, lc.add_bytes + act_bytes(l.in));  // + the largest reshard saved
-        unit = std::max(unit, lc.unit_bytes);
-      }
-      rest_add[i - 1] = rest_add[i] + add;
-      rest_unit[i - 1] = std::max(rest_unit[i], unit);
-    }
-    for (size_t i = 0; i < n; ++i) {
-      // Every FSDP transient still to come is u2 + 2 u1 + u3 (fsdp_transient) of units among the
-      // label's last two and the rest's: at most 4 times the largest of them.
-      const auto safe = [&, i](const Label& x) {
-        const double unit = std::max({x.last_unit, x.unit_before, rest_unit[i]});
-        return x.add_bytes + rest_add[i] + std::max(x.max_bytes, 4 * unit) + input_bytes <=
-               static_cast<double>(limit);
-      };
-      const ModelLayer& l = m_.layers[i];
-      const std::vector<Option> opts = options(l);
-      for (size_t o = 0; o < opts.size(); ++o) {
-        const Option& op = opts[o];
-        const LayerCost lc = layer_cost(l, op, i == 0, i + 1 == n);
-        const auto extend = [&](const Label* prev, int prev_state, int prev_index, char from) {
-          double fwd_bwd_seconds = 0, bytes = 0;
-          std::string reshard;
-          if (!transition(from, op.in, act_bytes(l.in), &fwd_bwd_seconds, &bytes, &reshard)) return;
-          // A reshard makes a new activation that the layer's backward reads: saved too.
-          const double resharded =
-              from == op.in ? 0.0 : act_bytes(l.in) / (op.in == 'S' ? tensor_d() : 1.0);
-          Label nl;
-          if (prev != nullptr) nl = *prev;
-          nl.parent = prev_index;
-          nl.parent_state = prev_state;
-          nl.option = static_cast<int>(o);
-          nl.reshard = reshard;
-          nl.layer_compute = lc.compute_seconds;
-          nl.layer_comm = lc.comm_seconds + fwd_bwd_seconds;
-          nl.layer_comm_bytes = lc.comm_bytes + bytes;
-          nl.compute += nl.layer_compute;
-          nl.comm += nl.layer_comm;
-          nl.comm_bytes += nl.layer_comm_bytes;
-          nl.time = nl.compute + nl.comm;
-          nl.add_bytes += lc.add_bytes + resharded;
-          if (lc.unit_bytes > 0) {  // the previous unit's neighbours are now known
-            nl.max_bytes =
-                std::max(nl.max_bytes, fsdp_transient(nl.unit_before, nl.last_unit, lc.unit_bytes));
-            nl.unit_before = nl.last_unit;
-            nl.last_unit = lc.unit_bytes;
-          }
-          nl.param_state_bytes += lc.param_state_bytes;
-          nl.activation_bytes += lc.activation_bytes + resharded;
-          insert_pareto(frontier[i][static_cast<size_t>(state_index(op.out))], std::move(nl), safe);
-        };
-        if (i == 0) {
-          extend(nullptr, 0, -1, 'R');
-          continue;
-        }
-        for (int s = 0; s < 3; ++s) {
-          const std::vector<Label>& prev = frontier[i - 1][static_cast<size_t>(s)];
-          for (size_t k = 0; k < prev.size(); ++k) {
-            extend(&prev[k], s, static_cast<int>(k), kStates[s]);
-          }
-        }
-      }
-    }
+    // Two DPs: the fastest plan that fits, and the smallest plan in HBM (what the limit must be;
+    // the plan shown when nothing fits).
+    const Chain fastest =
+        run_chain(layers, Keep::kFastestFit, static_cast<double>(limit), input_bytes);
+    const Chain smallest_chain = run_chain(layers, Keep::kSmallest, 0, input_bytes);
     // The loss: a partial output is all-reduced; a sharded one pays the parallel cross-entropy;
     // FSDP's batch shards sum their losses. Then the gradient bucket's latency, once. Rows of their
     // own in the table (after_layers).
@@ -290,26 +312,34 @@ class StrategyPlanner {
       }
       return rows;
     };
-    std::vector<std::pair<Label, int>> finals;  // label with the end cost, its state
-    for (int s = 0; s < 3; ++s) {
-      const std::vector<LayerPlan> rows = end_rows(s);
-      double seconds = 0, bytes = 0;
-      for (const LayerPlan& r : rows) {
-        seconds += r.comm_seconds;
-        bytes += r.comm_bytes_per_core;
+    // The complete plans of a DP: its last labels with the end rows' costs (Step: the label's
+    // index and state after the last layer).
+    const auto finals_of = [&](const Chain& chain) {
+      std::vector<Label> finals;
+      for (int s = 0; s < 3; ++s) {
+        const std::vector<LayerPlan> rows = end_rows(s);
+        double seconds = 0, bytes = 0;
+        for (const LayerPlan& r : rows) {
+          seconds += r.comm_seconds;
+          bytes += r.comm_bytes_per_core;
+        }
+        const std::vector<Label>& labels = chain.last[static_cast<size_t>(s)];
+        for (size_t k = 0; k < labels.size(); ++k) {
+          Label l = labels[k];
+          l.comm += seconds;
+          l.comm_bytes += bytes;
+          l.time += seconds;
+          l.max_bytes = std::max(l.max_bytes, fsdp_transient(l.unit_before, l.last_unit, 0));
+          l.step = {static_cast<int32_t>(k), static_cast<int8_t>(s), -1};
+          finals.push_back(l);
+        }
       }
-      for (size_t k = 0; k < frontier[n - 1][static_cast<size_t>(s)].size(); ++k) {
-        Label l = frontier[n - 1][static_cast<size_t>(s)][k];
-        l.comm += seconds;
-        l.comm_bytes += bytes;
-        l.time += seconds;
-        l.max_bytes = std::max(l.max_bytes, fsdp_transient(l.unit_before, l.last_unit, 0));
-        l.parent = static_cast<int>(k);
-        l.parent_state = s;
-        finals.emplace_back(std::move(l), s);
-      }
-    }
-    if (finals.empty()) {  // no chain of allowed layouts (not reached: every R/S input is allowed)
+      return finals;
+    };
+    const std::vector<Label> fast_finals = finals_of(fastest);
+    const std::vector<Label> small_finals = finals_of(smallest_chain);
+    if (small_finals.empty()) {  // no chain of allowed layouts (not reached: every R/S input is
+                                 // allowed)
       c.feasible = false;
       c.infeasible_reason = "no sequence of the allowed layer shardings connects";
       return;
@@ -317,11 +347,13 @@ class StrategyPlanner {
     c.input_bytes_per_core = byte_count(input_bytes, "input batch", c.name);
     const Label* best_fit = nullptr;
     const Label* smallest = nullptr;
-    for (const auto& [l, s] : finals) {
+    for (const Label& l : small_finals) {
       if (smallest == nullptr || l.total_bytes() < smallest->total_bytes() ||
           (l.total_bytes() == smallest->total_bytes() && l.time < smallest->time)) {
         smallest = &l;
       }
+    }
+    for (const Label& l : fast_finals) {
       if (l.total_bytes() + input_bytes <= static_cast<double>(limit) &&
           (best_fit == nullptr || l.time < best_fit->time)) {
         best_fit = &l;
@@ -331,6 +363,7 @@ class StrategyPlanner {
     c.tensor_splits_nothing = t_ > 1;
     c.min_hbm_bytes_per_core = byte_count(smallest->total_bytes() + input_bytes, "HBM", c.name);
     const Label& chosen = best_fit != nullptr ? *best_fit : *smallest;
+    const Chain& chain = best_fit != nullptr ? fastest : smallest_chain;
     c.compute_seconds = chosen.compute;
     c.comm_seconds = chosen.comm;
     c.step_seconds = chosen.time;
@@ -340,25 +373,31 @@ class StrategyPlanner {
     c.param_bytes_per_core = byte_count(chosen.param_state_bytes, "parameter state", c.name);
     c.activation_bytes_per_core = byte_count(chosen.activation_bytes, "activations", c.name);
     c.transient_bytes_per_core = byte_count(chosen.max_bytes, "transient buffers", c.name);
-    c.after_layers = end_rows(chosen.parent_state);
-    // Walk back.
+    c.after_layers = end_rows(chosen.step.parent_state);
+    // Walk back, recomputing each layer's costs from its option and the state before it (the
+    // same sums the DP added).
     c.layers.assign(n, LayerPlan{});
-    int index = chosen.parent, state = chosen.parent_state;
+    int index = chosen.step.parent, state = chosen.step.parent_state;
     for (size_t i = n; i-- > 0;) {
-      const Label& l = frontier[i][static_cast<size_t>(state)][static_cast<size_t>(index)];
-      const Option op = options(m_.layers[i])[static_cast<size_t>(l.option)];
+      const Step st = chain.steps[i][static_cast<size_t>(state)][static_cast<size_t>(index)];
+      const Option& op = layers[i].options[static_cast<size_t>(st.option)];
+      const LayerCost& lc = layers[i].costs[static_cast<size_t>(st.option)];
+      double fwd_bwd_seconds = 0, bytes = 0;
+      std::string reshard;
+      transition(i == 0 ? 'R' : kStates[st.parent_state], op.in, act_bytes(m_.layers[i].in),
+                 &fwd_bwd_seconds, &bytes, &reshard);
       LayerPlan& p = c.layers[i];
       p.layer = m_.layers[i].name;
       p.choice = op.choice;
       p.in_state = op.in;
       p.out_state = op.out;
-      p.reshard_in = l.reshard;
-      p.compute_seconds = l.layer_compute;
-      p.comm_seconds = l.layer_comm;
-      p.comm_bytes_per_core = l.layer_comm_bytes;
+      p.reshard_in = reshard;
+      p.compute_seconds = lc.compute_seconds;
+      p.comm_seconds = lc.comm_seconds + fwd_bwd_seconds;
+      p.comm_bytes_per_core = lc.comm_bytes + bytes;
       if (p.choice != "replicated") c.tensor_splits_nothing = false;
-      index = l.parent;
-      state = l.parent_state;
+      index = st.parent;
+      state = st.parent_state;
     }
   }
 
@@ -366,6 +405,144 @@ class StrategyPlanner {
   double tensor_d() const { return static_cast<double>(t_); }
 
  private:
+  /// A layer's options over the tensor axes and its costs under each.
+  struct LayerOptions {
+    std::vector<Option> options;
+    std::vector<LayerCost> costs;
+  };
+
+  /// What a DP over the chain keeps per layer and state.
+  enum class Keep {
+    /// Every label that may lead to the fastest plan within the limit (keep_pareto), less those
+    /// that cannot fit whatever the rest of the chain does.
+    kFastestFit,
+    /// The labels that may lead to the plan of fewest bytes, and of those the fastest
+    /// (keep_smallest): at most one per unit_key.
+    kSmallest,
+  };
+
+  /// One DP's result: the labels after the last layer, per output state, and per layer and
+  /// output state how each kept label was reached (index k of steps[i][s] is label k after
+  /// layer i in state s).
+  struct Chain {
+    std::array<std::vector<Label>, 3> last;
+    std::vector<std::array<std::vector<Step>, 3>> steps;
+  };
+
+  /// Runs the DP over the chain: each layer extends every kept label of the previous layer by
+  /// each option (with the reshard between them), then keeps what `keep` keeps. `limit` and
+  /// `input_bytes` (bytes per core) are the HBM limit and the input batch counted against it.
+  ///
+  /// Regression (adversarial pass adv8, H5): the frontier of a long chain of dense layers grows
+  /// with the chain (each split or replicated choice a new time/HBM trade-off). Three rules keep
+  /// kFastestFit exact and fast:
+  ///   - a label is safe when even the largest bytes the rest of the chain can add keep it within
+  ///     the limit: any completion of a slower label in the same state is then beaten by the same
+  ///     completion of the safe one (time and bytes add up the same way from a state), so the
+  ///     slower labels go (far from the limit: 1,000 layers on 2x4 took 105 s before this rule);
+  ///   - a label that cannot fit even if the rest of the chain adds the least it can (each later
+  ///     layer's smallest option, no reshard, no transient peak beyond what its units already
+  ///     imply) goes: no completion of it fits, and no label it beats could fit either;
+  ///   - the frontier is built per layer by sorting (keep_pareto), not by inserting labels one
+  ///     at a time: near the limit the frontier still holds O(L) labels for L layers (every
+  ///     count of split layers that can still fit), and insertion cost O(L^3) over the chain
+  ///     (1,000 layers under --hbm-bytes 200K: 114 s); sorting costs O(L^2 log L).
+  /// The labels kept that can fit are the same, in the same order, as the one-by-one Pareto
+  /// insertion of every label, so the winner and its plan are the same.
+  Chain run_chain(const std::vector<LayerOptions>& layers, Keep keep, double limit,
+                  double input_bytes) const {
+    const size_t n = layers.size();
+    // Per layer i, over the layers after it: the most and the least bytes they can add, and
+    // their largest FSDP unit.
+    std::vector<double> rest_add(n, 0.0), rest_min_add(n, 0.0), rest_unit(n, 0.0);
+    for (size_t i = n; i-- > 1;) {
+      double add = 0, min_add = std::numeric_limits<double>::infinity(), unit = 0;
+      for (const LayerCost& lc : layers[i].costs) {
+        add = std::max(add, lc.add_bytes + act_bytes(m_.layers[i].in));  // + the largest reshard
+        min_add = std::min(min_add, lc.add_bytes);
+        unit = std::max(unit, lc.unit_bytes);
+      }
+      rest_add[i - 1] = rest_add[i] + add;
+      rest_min_add[i - 1] = rest_min_add[i] + min_add;
+      rest_unit[i - 1] = std::max(rest_unit[i], unit);
+    }
+    Chain chain;
+    chain.steps.resize(n);
+    std::array<std::vector<Label>, 3> prev, next;
+    for (size_t i = 0; i < n; ++i) {
+      const ModelLayer& l = m_.layers[i];
+      for (std::vector<Label>& v : next) v.clear();
+      for (size_t o = 0; o < layers[i].options.size(); ++o) {
+        const Option& op = layers[i].options[o];
+        const LayerCost& lc = layers[i].costs[o];
+        std::vector<Label>& out = next[static_cast<size_t>(state_index(op.out))];
+        for (int s = 0; s < (i == 0 ? 1 : 3); ++s) {
+          const char from = i == 0 ? 'R' : kStates[s];
+          double fwd_bwd_seconds = 0, bytes = 0;
+          std::string reshard;
+          if (!transition(from, op.in, act_bytes(l.in), &fwd_bwd_seconds, &bytes, &reshard)) {
+            continue;
+          }
+          // A reshard makes a new activation that the layer's backward reads: saved too.
+          const double resharded =
+              from == op.in ? 0.0 : act_bytes(l.in) / (op.in == 'S' ? tensor_d() : 1.0);
+          const double layer_comm = lc.comm_seconds + fwd_bwd_seconds;
+          const double layer_comm_bytes = lc.comm_bytes + bytes;
+          const size_t count = i == 0 ? 1 : prev[static_cast<size_t>(s)].size();
+          for (size_t k = 0; k < count; ++k) {
+            Label nl = i == 0 ? Label{} : prev[static_cast<size_t>(s)][k];
+            nl.step = {i == 0 ? -1 : static_cast<int32_t>(k), static_cast<int8_t>(s),
+                       static_cast<int8_t>(o)};
+            nl.compute += lc.compute_seconds;
+            nl.comm += layer_comm;
+            nl.comm_bytes += layer_comm_bytes;
+            nl.time = nl.compute + nl.comm;
+            nl.add_bytes += lc.add_bytes + resharded;
+            if (lc.unit_bytes > 0) {  // the previous unit's neighbours are now known
+              nl.max_bytes = std::max(nl.max_bytes,
+                                      fsdp_transient(nl.unit_before, nl.last_unit, lc.unit_bytes));
+              nl.unit_before = nl.last_unit;
+              nl.last_unit = lc.unit_bytes;
+            }
+            nl.param_state_bytes += lc.param_state_bytes;
+            nl.activation_bytes += lc.activation_bytes + resharded;
+            out.push_back(nl);
+          }
+        }
+      }
+      for (size_t s = 0; s < 3; ++s) {
+        std::vector<Label>& labels = next[s];
+        if (keep == Keep::kSmallest) {
+          keep_smallest(labels);
+        } else {
+          // Every FSDP transient still to come is u2 + 2 u1 + u3 (fsdp_transient) of units among
+          // the label's last two and the rest's: at most 4 times the largest of them.
+          const auto safe = [&](const Label& x) {
+            const double unit = std::max({x.last_unit, x.unit_before, rest_unit[i]});
+            return x.add_bytes + rest_add[i] + std::max(x.max_bytes, 4 * unit) + input_bytes <=
+                   limit;
+          };
+          // The least bytes any completion needs: the transient of the last unit is at least
+          // its value with no unit after it. A relative margin of 1e-9 keeps rounding in these
+          // sums from dropping a label that fits.
+          const auto cannot_fit = [&](const Label& x) {
+            const double least =
+                x.add_bytes + rest_min_add[i] +
+                std::max(x.max_bytes, fsdp_transient(x.unit_before, x.last_unit, 0)) + input_bytes;
+            return least > limit * (1 + 1e-9);
+          };
+          std::erase_if(labels, cannot_fit);
+          keep_pareto(labels, safe);
+        }
+        chain.steps[i][s].reserve(labels.size());
+        for (const Label& x : labels) chain.steps[i][s].push_back(x.step);
+      }
+      std::swap(prev, next);
+    }
+    chain.last = std::move(prev);
+    return chain;
+  }
+
   double act_bytes(int64_t features) const { return tokens_ * static_cast<double>(features) * e_; }
   CollectiveCost tp(CollectiveKind k, double bytes) const {
     return cost_.collective(k, bytes, tp_pos_, tp_sizes_);

@@ -36,7 +36,12 @@
 // unit) of what is gathered or unsharded while a unit is in use, which depends on its neighbour
 // units (prefetch; see "HBM" below). The DP keeps, per layer and state, every label (time,
 // additive bytes, transient peak so far, the last two units' bytes) that no other label beats on
-// all of them (a Pareto frontier): the constrained shortest path, exact.
+// all of them (a Pareto frontier): the constrained shortest path, exact. It also drops labels
+// that cannot lead to the optimum: those no completion of which fits, and those slower than a
+// label every completion of which fits; it builds each frontier by sorting (O(N log N) for N
+// labels), so a chain of L layers whose frontier holds O(L) labels near the limit costs
+// O(L^2 log L). A second DP finds the smallest HBM exactly (docs/SHARDING.md, "Why dynamic
+// programming, not an ILP").
 //
 // Costs per layer, per core (T = local tokens = batch / (data x fsdp cores) x seq_len; t =
 // tensor-axis cores; E = dtype bytes):
@@ -137,9 +142,7 @@ struct PlanCandidate {
   /// apart; docs/SHARDING.md "Estimate against measurement"), but counted against the limit.
   uint64_t input_bytes_per_core = 0;
   /// The smallest HBM per core any per-layer plan of the strategy needs, the input batch
-  /// included: what the limit must be for it to fit. Exact when !fits; when the candidate fits,
-  /// the DP may have dropped slower plans that need less, so it is only an upper bound then (no
-  /// output shows it for a fitting candidate).
+  /// included: what the limit must be for it to fit. Exact (a DP of its own), fitting or not.
   uint64_t min_hbm_bytes_per_core = 0;
   /// Why the program that runs plans cannot run this strategy ("" when it can; see
   /// PlanConstraints). Such a candidate is costed but never wins.

@@ -4,6 +4,7 @@
 // their buffers, gather() returned wrong data in about a third of these rounds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -198,20 +199,26 @@ TEST(AdversarialShardingTest, PlannerBoundsTheAxesItEnumerates) {
   EXPECT_GE(p.winner, 0);
 }
 
+/// `n` dense layers of 4 -> 4 features (with bias), batch 8, f32, Adam: the chain of findings
+/// adv8 H5.
+ModelGraph dense_chain(const std::string& name, int n) {
+  std::string layers;
+  for (int i = 0; i < n; ++i) {
+    layers += std::string(i ? "," : "") + R"({"name": "fc)" + std::to_string(i) +
+              R"(", "kind": "dense", "in": 4, "out": 4})";
+  }
+  return ModelGraph::parse(R"({"name": ")" + name + R"(", "batch": 8, "layers": [)" + layers +
+                           "]}");
+}
+
 // Adversarial pass adv8, H5: the DP kept every time/HBM trade-off of a long chain of dense
 // layers (each layer split or replicated), so the frontier grew with the chain: 1,000 layers on
 // 2x4 took 105 s and 358 MB, 2,000 more than 2 minutes (the CTest timeout turns that into a
 // failure). Labels whose every completion fits now drop slower ones (exact: such a label's
 // completions beat the slower label's). Identical layers far from the limit make one choice.
 TEST(AdversarialShardingTest, PlannerIsLinearInALongChainFarFromTheLimit) {
-  std::string layers;
   const int n = 2000;
-  for (int i = 0; i < n; ++i) {
-    layers += std::string(i ? "," : "") + R"({"name": "fc)" + std::to_string(i) +
-              R"(", "kind": "dense", "in": 4, "out": 4})";
-  }
-  const ModelGraph m =
-      ModelGraph::parse(R"({"name": "deep", "batch": 8, "layers": [)" + layers + "]}");
+  const ModelGraph m = dense_chain("deep", n);
   const CostModel v5e(HardwareProfile::get("v5e"));
   const AutoShardingPlan p = plan_auto_sharding(m, {2, 4}, {"data", "model"}, v5e, 0);
   ASSERT_GE(p.winner, 0);
@@ -220,6 +227,65 @@ TEST(AdversarialShardingTest, PlannerIsLinearInALongChainFarFromTheLimit) {
   ASSERT_EQ(w.layers.size(), static_cast<size_t>(n));
   for (size_t i = 1; i + 1 < w.layers.size(); ++i)
     EXPECT_EQ(w.layers[i].choice, w.layers[1].choice) << w.layers[i].layer;
+}
+
+// Regression (adversarial pass adv8, H5, near the limit): under a limit that a 1,000-layer chain
+// just fits, few labels are safe and the frontier holds a label for every count of split layers
+// that can still fit; inserting labels one by one took 114 s (and 338 s on a loaded machine) and
+// 460 MB. The DP now drops labels that cannot fit and builds each frontier by sorting. The table
+// is the one the one-by-one DP (main at 9ed6982) printed for this model and limit; exactness on
+// a chain small enough to enumerate: AutoPlannerTest.DpMatchesBruteForceOverEveryShardingSequence.
+TEST(AdversarialShardingTest, PlannerPlansALongChainNearTheLimit) {
+  const ModelGraph m = dense_chain("L1000", 1000);
+  const CostModel v5e(HardwareProfile::get("v5e"));
+  const uint64_t limit = 200 << 10;
+  const AutoShardingPlan p = plan_auto_sharding(m, {2, 4}, {"data", "model"}, v5e, limit);
+  const std::string table = p.to_string();
+  for (const char* row : {
+           "dp(model)+fsdp(data)         172.21 KiB         180000     0.760 us     3.008 ms     "
+           "3.009 ms  WINNER",
+           "fsdp(data)+tp(model)         199.95 KiB         122968     0.991 us     4.221 ms     "
+           "4.222 ms  40.3% slower than the winner",
+           "dp(data)+tp(model)           199.92 KiB         116108     0.734 us     5.169 ms     "
+           "5.170 ms  71.8% slower than the winner",
+           "dp(data)+fsdp(model)          94.08 KiB         200000     0.588 us     9.004 ms     "
+           "9.005 ms  199.3% slower than the winner",
+           "fsdp(model)+tp(data)         109.73 KiB         180006     0.706 us     9.008 ms     "
+           "9.009 ms  199.4% slower than the winner (tp splits no layer: its axes repeat the "
+           "compute)",
+           "fsdp(data,model)              62.89 KiB         210007     0.501 us    21.015 ms    "
+           "21.016 ms  598.5% slower than the winner",
+           "tp(data,model)               437.66 KiB              0     1.936 us     0.000 us     "
+           "1.936 us  exceeds HBM by 237.66 KiB (needs 437.66 KiB per core) (tp splits no layer: "
+           "its axes repeat the compute)",
+           "dp(data,model)               328.14 KiB         140000     1.106 us    14.778 us    "
+           "15.884 us  exceeds HBM by 128.14 KiB (needs 328.14 KiB per core)",
+           "dp(model)+tp(data)           203.13 KiB         123952     0.672 us     4.005 ms     "
+           "4.006 ms  exceeds HBM by 3.13 KiB (needs 203.13 KiB per core)",
+       }) {
+    EXPECT_NE(table.find(std::string(row) + "\n"), std::string::npos) << row;
+  }
+  ASSERT_GE(p.winner, 0);
+  for (const PlanCandidate& c : p.candidates) {
+    if (!c.fits) continue;
+    EXPECT_LE(c.arena_bytes_per_core(), limit) << c.name;
+    EXPECT_LE(c.min_hbm_bytes_per_core, c.arena_bytes_per_core()) << c.name;
+  }
+  // The two tp candidates just under the limit: 2 KiB less leaves them slower or not fitting
+  // (a faster plan within the lower limit would have been faster within this one too).
+  const AutoShardingPlan lower =
+      plan_auto_sharding(m, {2, 4}, {"data", "model"}, v5e, limit - 2048);
+  for (const char* name : {"dp(data)+tp(model)", "fsdp(data)+tp(model)"}) {
+    const auto find = [&](const AutoShardingPlan& q) -> const PlanCandidate& {
+      return *std::find_if(q.candidates.begin(), q.candidates.end(),
+                           [&](const PlanCandidate& c) { return c.name == name; });
+    };
+    const PlanCandidate &at = find(p), &below = find(lower);
+    ASSERT_TRUE(at.fits) << name;
+    EXPECT_LT(at.arena_bytes_per_core(), limit);
+    EXPECT_GT(at.arena_bytes_per_core(), limit - 2048);
+    EXPECT_TRUE(!below.fits || below.step_seconds >= at.step_seconds) << name;
+  }
 }
 
 // Issue 6 adversarial pass, F27: errors quoted the whole spec, so a 20 000-axis spec made a

@@ -5,8 +5,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 
@@ -607,6 +612,107 @@ TEST(AutoPlannerTest, MixedStrategyShardingsNameTheAxes) {
   EXPECT_EQ(j["shardings"]["fc2.w"], "P('model')");
   EXPECT_EQ(j["shardings"]["fc1.out"], "P('data', None, 'model')");
   EXPECT_EQ(j["shardings"]["fc2.out"], "P('data', unreduced={'model'})");
+}
+
+// Regression (adversarial pass adv8, H5): the DP now drops labels that cannot fit and builds each
+// frontier by sorting, and a second DP finds the smallest plan. Against brute force on a chain
+// small enough to enumerate: every per-layer sharding sequence (3^5 x 2^2 = 972) is costed on its
+// own (each layer forced by PlanConstraints::tensor_sharding: a DP with one path), and at limits
+// on either side of every sequence's HBM the planner must find, per candidate, the fastest
+// sequence that fits, the exact smallest HBM, and without a fit the fastest of the smallest.
+TEST(AutoPlannerTest, DpMatchesBruteForceOverEveryShardingSequenceAtEveryLimit) {
+  const ModelGraph m = ModelGraph::parse(R"({"name": "small", "batch": 8, "layers": [
+      {"name": "a", "kind": "dense", "in": 8, "out": 16},
+      {"name": "b", "kind": "elementwise", "dim": 16},
+      {"name": "c", "kind": "dense", "in": 16, "out": 8, "bias": false},
+      {"name": "d", "kind": "dense", "in": 8, "out": 8},
+      {"name": "e", "kind": "elementwise", "dim": 8},
+      {"name": "f", "kind": "dense", "in": 8, "out": 16},
+      {"name": "g", "kind": "dense", "in": 16, "out": 8}]})");
+  const CostModel cost = v5e();
+  const std::vector<int64_t> shape = {2, 4};
+  const std::vector<std::string> axes = {"x", "y"};
+  const size_t n = m.layers.size();
+  std::vector<std::vector<std::string>> choices(n);
+  for (size_t i = 0; i < n; ++i) {
+    choices[i] = m.layers[i].kind == LayerKind::kDense
+                     ? std::vector<std::string>{"replicated", "column", "row"}
+                     : std::vector<std::string>{"replicated", "sharded"};
+  }
+  struct Sequence {
+    double step_seconds;
+    uint64_t arena_bytes;
+  };
+  std::map<std::string, std::vector<Sequence>> costed;  // per candidate
+  std::set<uint64_t> arenas;
+  std::vector<size_t> pick(n, 0);
+  for (bool more = true; more;) {
+    PlanConstraints forced;
+    forced.tensor_sharding = [&](const ModelLayer& l) {
+      for (size_t i = 0; i < n; ++i)
+        if (m.layers[i].name == l.name) return choices[i][pick[i]];
+      return std::string();
+    };
+    const AutoShardingPlan p = plan_auto_sharding(m, shape, axes, cost, uint64_t{1} << 40, forced);
+    for (const PlanCandidate& c : p.candidates) {
+      if (!c.feasible) continue;
+      ASSERT_TRUE(c.fits) << c.name;
+      costed[c.name].push_back({c.step_seconds, c.arena_bytes_per_core()});
+      arenas.insert(c.arena_bytes_per_core());
+    }
+    more = false;
+    for (size_t i = 0; i < n && !more; ++i) {  // the next sequence, as an odometer
+      if (++pick[i] < choices[i].size()) {
+        more = true;
+      } else {
+        pick[i] = 0;
+      }
+    }
+  }
+  ASSERT_EQ(costed.size(), 9u);
+  ASSERT_EQ(costed.at("fsdp(x)+tp(y)").size(), 972u);
+  ASSERT_GT(arenas.size(),
+            100u);  // many distinct limits, most of them inside some candidate's range
+  int fitting_limits = 0;
+  for (const uint64_t arena : arenas) {
+    for (const uint64_t limit : {arena - 1, arena}) {
+      SCOPED_TRACE("limit " + std::to_string(limit));
+      const AutoShardingPlan p = plan_auto_sharding(m, shape, axes, cost, limit);
+      double fastest = std::numeric_limits<double>::infinity();  // over candidates
+      for (const PlanCandidate& c : p.candidates) {
+        SCOPED_TRACE(c.name);
+        ASSERT_TRUE(c.feasible);
+        const std::vector<Sequence>& seqs = costed.at(c.name);
+        uint64_t smallest = UINT64_MAX;
+        for (const Sequence& s : seqs) smallest = std::min(smallest, s.arena_bytes);
+        double fastest_fit = std::numeric_limits<double>::infinity();
+        double fastest_smallest = std::numeric_limits<double>::infinity();
+        for (const Sequence& s : seqs) {
+          if (s.arena_bytes <= limit) fastest_fit = std::min(fastest_fit, s.step_seconds);
+          if (s.arena_bytes == smallest)
+            fastest_smallest = std::min(fastest_smallest, s.step_seconds);
+        }
+        EXPECT_EQ(c.min_hbm_bytes_per_core, smallest);
+        ASSERT_EQ(c.fits, fastest_fit <= std::numeric_limits<double>::max());
+        if (c.fits) {
+          EXPECT_DOUBLE_EQ(c.step_seconds, fastest_fit);
+          EXPECT_LE(c.arena_bytes_per_core(), limit);
+          fastest = std::min(fastest, fastest_fit);
+        } else {
+          EXPECT_DOUBLE_EQ(c.step_seconds, fastest_smallest);
+          EXPECT_EQ(c.arena_bytes_per_core(), smallest);
+        }
+      }
+      if (fastest <= std::numeric_limits<double>::max()) {
+        ++fitting_limits;
+        ASSERT_GE(p.winner, 0);
+        EXPECT_DOUBLE_EQ(p.candidates[static_cast<size_t>(p.winner)].step_seconds, fastest);
+      } else {
+        EXPECT_EQ(p.winner, -1);
+      }
+    }
+  }
+  EXPECT_GT(fitting_limits, 100);
 }
 
 }  // namespace
