@@ -68,6 +68,25 @@ void pin_strategy(const std::string& name, bool any_strategy, AutoShardingPlan& 
   }
 }
 
+/// One row of the per-layer table as JSON: the layer (or, after the layers, "(final all-reduce)",
+/// "(loss all-reduce)", "(gradient bucket)"), its sharding, its activation layout before and after
+/// over the tensor axes, the collective before it, and its costs per core and step. A field the
+/// table prints as "-" (the rows after the layers have no layer, sharding or layout) is null.
+nlohmann::json layer_row_json(const LayerPlan& l) {
+  const auto state = [](char s) {
+    return s == '-' ? nlohmann::json(nullptr) : nlohmann::json(std::string(1, s));
+  };
+  return {{"name", l.layer},
+          {"sharding", l.choice == "-" ? nlohmann::json(nullptr) : nlohmann::json(l.choice)},
+          {"in", state(l.in_state)},
+          {"out", state(l.out_state)},
+          {"reshard_before",
+           l.reshard_in.empty() ? nlohmann::json(nullptr) : nlohmann::json(l.reshard_in)},
+          {"compute_seconds", l.compute_seconds},
+          {"comm_seconds", l.comm_seconds},
+          {"comm_bytes_per_core", l.comm_bytes_per_core}};
+}
+
 int run(const PlanCommand& c) {
   check_output_path("--emit", c.emit_path);
   ModelGraph model = ModelGraph::load_json_file(c.model_path);
@@ -110,6 +129,14 @@ int run(const PlanCommand& c) {
       const auto cost = [&k](auto value) {
         return k.feasible ? nlohmann::json(value) : nlohmann::json(nullptr);
       };
+      // The table's per-layer rows, for every candidate (the table prints the chosen one's):
+      // the layers' and the after_layers' comm add up to comm_bytes_per_core and comm_seconds.
+      const auto layer_rows = [&k](const std::vector<LayerPlan>& ls) {
+        if (!k.feasible) return nlohmann::json(nullptr);
+        nlohmann::json out = nlohmann::json::array();
+        for (const LayerPlan& l : ls) out.push_back(layer_row_json(l));
+        return out;
+      };
       rows.push_back(
           {{"strategy", k.name},
            {"runnable", k.feasible && k.unsupported_reason.empty()},
@@ -122,7 +149,9 @@ int run(const PlanCommand& c) {
            {"compute_seconds", cost(k.compute_seconds)},
            {"comm_seconds", cost(k.comm_seconds)},
            {"step_seconds", cost(k.step_seconds)},
-           {"why_lost", k.why_lost}});
+           {"why_lost", k.why_lost},
+           {"layers", layer_rows(k.layers)},
+           {"after_layers", layer_rows(k.after_layers)}});
     }
     nlohmann::json j = {{"candidates", rows}, {"hbm_limit_bytes", plan.hbm_limit_bytes}};
     const auto name_of = [&](int i) {

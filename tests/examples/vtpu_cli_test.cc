@@ -1473,6 +1473,69 @@ TEST(VtpuCliPlanTest, PlanJsonRowsThatCannotRunAreNotRunnableAndNotCosted) {
   EXPECT_EQ(j["plan"]["strategy"]["name"], "tp(data,model)");
 }
 
+// Regression (session 10): --json had no rows after the last layer, which the table prints:
+// "(final all-reduce)" of tp's partial logits, "(gradient bucket)" of data parallel, "(loss
+// all-reduce)" of FSDP without data axes. Every candidate now has "layers" and "after_layers",
+// and their comm adds up to the candidate's totals.
+TEST(VtpuCliPlanTest, PlanJsonRowsAddUpToEachCandidatesComm) {
+  // --any-strategy: every strategy costed, also those vtpu train does not run (FSDP with tp).
+  for (const char* mesh : {"2x4 --any-strategy", "1x8 --any-strategy", "8"}) {
+    SCOPED_TRACE(mesh);
+    const CliRun r = run_cli("plan " + model_path("mlp.json") + " --mesh " + mesh + " --json");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json j = nlohmann::json::parse(r.output);
+    std::set<std::string> after_names;
+    for (const nlohmann::json& c : j["candidates"]) {
+      SCOPED_TRACE(c["strategy"].get<std::string>());
+      if (!c["feasible"].get<bool>()) {
+        EXPECT_TRUE(c["layers"].is_null());
+        EXPECT_TRUE(c["after_layers"].is_null());
+        continue;
+      }
+      ASSERT_EQ(c["layers"].size(), 3u);
+      EXPECT_EQ(c["layers"][0]["name"], "fc1");
+      EXPECT_EQ(c["layers"][2]["name"], "fc2");
+      double bytes = 0, seconds = 0;
+      for (const char* key : {"layers", "after_layers"}) {
+        for (const nlohmann::json& row : c[key]) {
+          bytes += row["comm_bytes_per_core"].get<double>();
+          seconds += row["comm_seconds"].get<double>();
+        }
+      }
+      for (const nlohmann::json& row : c["after_layers"]) {
+        after_names.insert(row["name"].get<std::string>());
+        EXPECT_TRUE(row["sharding"].is_null());
+        EXPECT_EQ(row["compute_seconds"].get<double>(), 0.0);
+      }
+      EXPECT_NEAR(bytes, c["comm_bytes_per_core"].get<double>(), 1e-6);
+      EXPECT_NEAR(seconds, c["comm_seconds"].get<double>(),
+                  1e-12 + 1e-9 * c["comm_seconds"].get<double>());
+    }
+    if (std::string(mesh) == "8") {
+      // 1-D: dp(x) has a gradient bucket, fsdp(x) a loss all-reduce, tp(x) (Megatron's fc2 row,
+      // partial logits) a final all-reduce.
+      EXPECT_EQ(after_names, (std::set<std::string>{"(final all-reduce)", "(gradient bucket)",
+                                                    "(loss all-reduce)"}));
+    }
+  }
+  // tp(x) on 8 cores: the all-reduce of fc2's partial (64, 10) f32 logits, 2560 bytes, sends
+  // 2 x 7/8 x 2560 = 4480 bytes per core (ring).
+  const CliRun r =
+      run_cli("plan " + model_path("mlp.json") + " --mesh 8 --strategy 'tp(x)' --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  for (const nlohmann::json& c : j["candidates"]) {
+    if (c["strategy"] != "tp(x)") continue;
+    ASSERT_EQ(c["after_layers"].size(), 1u) << c.dump();
+    const nlohmann::json& row = c["after_layers"][0];
+    EXPECT_EQ(row["name"], "(final all-reduce)");
+    EXPECT_EQ(row["in"], "P");
+    EXPECT_EQ(row["out"], "R");
+    EXPECT_EQ(row["reshard_before"], "all_reduce");
+    EXPECT_NEAR(row["comm_bytes_per_core"].get<double>(), 4480, 1e-9);
+  }
+}
+
 TEST(VtpuCliPlanTest, ReshardExplainOnV5e) {
   // The all-gather over z of (4, 2) f32 blocks: B = 64 bytes over n = 2 on one torus ring:
   // 1 us (one hop) + 1/(2 x 4.5e10) x 1/2 x 64 s = 1.0004 us.
