@@ -112,12 +112,31 @@ int run(const PlanCommand& c) {
                        "without --emit vtpu plan plans up to " +
                            std::to_string(kMaxPlanDevices));
   }
+  // Regression (session 10): a model named "mlp" or "transformer" with other layers was planned
+  // under that trainer's constraints and --emit wrote a plan `vtpu train` refuses only at train
+  // time. The trainers' own architecture check (examples/train_plan.h) runs here: --emit, which
+  // writes a plan for `vtpu train`, refuses the model (fail early, as jax.jit or torch.compile
+  // refuse at trace time, not at the first step); the table alone plans it as a foreign model.
+  std::string not_trainable;
+  try {
+    require_trainer_architecture(model, "model file '" + c.model_path + "'");
+  } catch (const InvalidArgumentError& e) {
+    if (!c.emit_path.empty()) {
+      throw InvalidArgumentError(std::string(e.message()) +
+                                 "; --emit writes plans for vtpu train, which reads a model "
+                                 "named '" +
+                                 model.name + "' as its own (give the model another \"name\" " +
+                                 "to emit a plan no vtpu train command runs)");
+    }
+    not_trainable = e.message();
+  }
   const CostModel cost(HardwareProfile::get(c.hardware));
   const uint64_t limit = c.hbm_bytes.empty() ? 0 : parse_bytes(c.hbm_bytes);
   // Only strategies `vtpu train` can run may win (examples/train_plan.h); --any-strategy lifts
   // that for what-if questions.
-  const PlanConstraints constraints =
-      c.any_strategy ? PlanConstraints{} : plan_constraints(model.name, shape, axes);
+  const PlanConstraints constraints = c.any_strategy || !not_trainable.empty()
+                                          ? PlanConstraints{}
+                                          : plan_constraints(model.name, shape, axes);
   AutoShardingPlan plan = plan_auto_sharding(model, shape, axes, cost, limit, constraints);
   if (c.strategy) pin_strategy(*c.strategy, c.any_strategy, plan);
   if (c.json) {
@@ -175,6 +194,9 @@ int run(const PlanCommand& c) {
           "run the plan with: %s --plan PLAN.json (strategies it cannot run are marked "
           "\"cannot run\"; --any-strategy plans without that limit)\n",
           constraints.runner.c_str());
+    } else if (!not_trainable.empty()) {
+      std::printf("%s: the plan is not restricted to what vtpu can run (--emit refuses it)\n",
+                  not_trainable.c_str());
     } else if (!c.any_strategy) {
       std::printf(
           "no vtpu train command runs model '%s' (mlp and transformer do): the plan is "

@@ -1789,14 +1789,39 @@ TEST(VtpuCliPlanTest, TrainRunsThePlansModelSizes) {
       "batch": 16, "optimizer": "sgd", "layers": [
       {"name": "fc1", "kind": "dense", "in": 64, "out": 64},
       {"name": "fc2", "kind": "dense", "in": 64, "out": 10}]})j");
-  std::filesystem::remove(out);
-  r = run_cli("plan " + norelu + " --mesh 2 --hardware this_machine --emit " + out);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  expect_failure("train mlp --steps 1 --plan " + out,
-                 "model_graph has layers[1] 'fc2' dense 64 -> 10 (expected 'relu' elementwise dim "
-                 "64), which vtpu train mlp does not run",
+  // Regression (session 10): `plan --emit` wrote this plan, which only vtpu train refused. It
+  // refuses now with the trainers' message, naming the model file; no file is written.
+  const std::string emitted = out + ".norelu";
+  std::filesystem::remove(emitted);
+  expect_failure("plan " + norelu + " --mesh 2 --hardware this_machine --emit " + emitted,
+                 "model file '" + norelu +
+                     "' has layers[1] 'fc2' dense 64 -> 10 (expected 'relu' elementwise dim 64), "
+                     "which vtpu train mlp does not run",
                  1);
-  expect_failure("train fsdp --steps 1 --plan " + out, "which vtpu train mlp does not run", 1);
+  EXPECT_FALSE(std::filesystem::exists(emitted));
+  // Without --emit it is planned as a foreign model, and the footer says why.
+  r = run_cli("plan " + norelu + " --mesh 2 --hardware this_machine");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("which vtpu train mlp does not run (its model: fc1 dense 64 -> H, relu "
+                          "elementwise H, fc2 dense H -> 10, f32, sgd or adam): the plan is not "
+                          "restricted to what vtpu can run (--emit refuses it)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("run the plan with"), std::string::npos) << r.output;
+  // A plan edited by hand is still refused by the trainers: the hidden-128 plan without relu.
+  nlohmann::json edited;
+  {
+    std::ifstream in(out);
+    edited = nlohmann::json::parse(in);
+  }
+  edited["model_graph"]["layers"].erase(1);
+  const std::string edited_path = temp_file("vtpu_cli_mlp_norelu_plan.json", edited.dump(2));
+  expect_failure("train mlp --steps 1 --plan " + edited_path,
+                 "model_graph has layers[1] 'fc2' dense 128 -> 10 (expected 'relu' elementwise "
+                 "dim 128), which vtpu train mlp does not run",
+                 1);
+  expect_failure("train fsdp --steps 1 --plan " + edited_path, "which vtpu train mlp does not run",
+                 1);
 
   // A transformer of d_model 32, 2 heads, 1 block, MLP hidden 64, context 16.
   std::string t = R"j({"name": "transformer", "batch": 4, "seq_len": 16, "optimizer": "adam",
