@@ -1536,6 +1536,79 @@ TEST(VtpuCliPlanTest, PlanJsonRowsAddUpToEachCandidatesComm) {
   }
 }
 
+// The line of `output` that starts with `prefix` ("" when none).
+std::string line_starting(const std::string& output, const std::string& prefix) {
+  size_t pos = 0;
+  while (pos < output.size()) {
+    const size_t end = std::min(output.find('\n', pos), output.size());
+    if (output.compare(pos, prefix.size(), prefix) == 0) return output.substr(pos, end - pos);
+    pos = end + 1;
+  }
+  return {};
+}
+
+// `vtpu reshard ARGS --explain`'s output, its header line and the row of step `step`.
+struct ExplainTable {
+  std::string output, header, row;
+};
+ExplainTable explain_table(const std::string& args, int step) {
+  const CliRun r = run_cli("reshard " + args + " --explain");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  ExplainTable t{r.output, line_starting(r.output, "step  op"),
+                 line_starting(r.output, "   " + std::to_string(step) + "  ")};
+  EXPECT_FALSE(t.header.empty()) << r.output;
+  EXPECT_FALSE(t.row.empty()) << r.output;
+  return t;
+}
+
+// Regression (new-user pass nu8, N22): long axis names and group counts ran into the next column
+// of `reshard --explain`, a 12-year estimate printed in ms, and counts of 1 were plural.
+TEST(VtpuCliPlanTest, ReshardExplainColumnsFitAndTimesAreReadable) {
+  // Step 3 permutes over both axes: "(data,model)" (12 characters) widens "axes".
+  const ExplainTable t = explain_table(
+      "--mesh 2x4 --axes data,model --shape 8,8 --from \"P(('data','model'))\" --to "
+      "\"P(None,('data','model'))\"",
+      3);
+  // Each column starts where its header does.
+  EXPECT_EQ(t.row.find("(data,model) "), t.header.find("axes")) << t.output;
+  EXPECT_EQ(t.row.find("1x8 "), t.header.find("groups")) << t.output;
+  EXPECT_EQ(t.row.find("6 pairs "), t.header.find("dims")) << t.output;
+
+  const ExplainTable w =
+      explain_table("--mesh 4096x16 --shape 4096,16 --from \"P('x','y')\" --to \"P(None,'y')\"", 1);
+  const size_t groups = w.row.find("16x4096 ");
+  EXPECT_EQ(groups, w.header.find("groups")) << w.output;
+  EXPECT_EQ(w.row.find("0 ", groups + 8), w.header.find("dims")) << w.output;
+  EXPECT_NE(w.output.find("total: 1 step, "), std::string::npos) << w.output;
+
+  // All-gathering a 2^30 x 2^30 f32 array (4 EiB) over 4 cores: years, not 3.9e11 ms.
+  const CliRun huge = run_cli(
+      "reshard --explain --mesh 4 --shape 1073741824,1073741824 --from \"P('x')\" --to \"P()\"");
+  ASSERT_EQ(huge.exit_code, 0) << huge.output;
+  const std::string total = line_starting(huge.output, "total: ");
+  EXPECT_TRUE(total.ends_with(" years")) << huge.output;
+  EXPECT_EQ(total.find(" ms"), std::string::npos) << huge.output;
+}
+
+TEST(VtpuCliTest, CountsOfOneAreSingular) {
+  VTPU_REQUIRE_DIGITS();
+  const CliRun r = run_cli("train fsdp --cores 1 --steps 1 --log-every 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* needle :
+       {"ZeRO-3 / FSDP on 1 virtual core,", ", 1 step, seed", "FSDP on 1 core vs train mlp",
+        "over 1 step (tolerance", "on the same 1 core:", "(1 core); train mlp on 1 core",
+        "(1 micro-batch)"}) {
+    EXPECT_NE(r.output.find(needle), std::string::npos) << needle << "\n" << r.output;
+  }
+  EXPECT_EQ(r.output.find(" 1 cores"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(" 1 steps"), std::string::npos) << r.output;
+  const CliRun mlp = run_cli("train mlp --cores 1 --steps 1 --log-every 0");
+  ASSERT_EQ(mlp.exit_code, 0) << mlp.output;
+  EXPECT_NE(mlp.output.find("vtpu train mlp: 1 virtual core,"), std::string::npos) << mlp.output;
+  EXPECT_NE(mlp.output.find(", 1 step, seed"), std::string::npos) << mlp.output;
+  EXPECT_NE(mlp.output.find("over 1 step ("), std::string::npos) << mlp.output;
+}
+
 TEST(VtpuCliPlanTest, ReshardExplainOnV5e) {
   // The all-gather over z of (4, 2) f32 blocks: B = 64 bytes over n = 2 on one torus ring:
   // 1 us (one hop) + 1/(2 x 4.5e10) x 1/2 x 64 s = 1.0004 us.
