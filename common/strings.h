@@ -19,6 +19,16 @@ std::string join(const Range& items, std::string_view sep = ", ") {
   return out;
 }
 
+/// `n` and a noun, singular for 1 and plural otherwise: count_text(1, "core") == "1 core",
+/// count_text(8, "core") == "8 cores", count_text(2, "micro-batch", "micro-batches"). `plural`
+/// defaults to singular + "s". Thread-safe (pure).
+inline std::string count_text(long long n, std::string_view singular,
+                              std::string_view plural = {}) {
+  std::string out = std::to_string(n) + " ";
+  if (n == 1) return out.append(singular);
+  return plural.empty() ? out.append(singular).append("s") : out.append(plural);
+}
+
 /// Characters an error message quotes of one user-given text (a spec, a --mesh) before
 /// abbreviate() shortens it.
 inline constexpr size_t kMaxQuotedChars = 300;

@@ -64,8 +64,19 @@ std::string format_bytes(uint64_t size_bytes) {
 }
 
 std::string format_seconds(double seconds) {
-  char buf[32];
-  if (seconds >= 1)
+  char buf[48];
+  constexpr double kMinute = 60, kHour = 3600, kDay = 86400, kYear = 365.25 * kDay;
+  if (seconds >= 1e4 * kYear)
+    std::snprintf(buf, sizeof buf, "%.3e years", seconds / kYear);
+  else if (seconds >= kYear)
+    std::snprintf(buf, sizeof buf, "%.3f years", seconds / kYear);
+  else if (seconds >= kDay)
+    std::snprintf(buf, sizeof buf, "%.3f days", seconds / kDay);
+  else if (seconds >= kHour)
+    std::snprintf(buf, sizeof buf, "%.3f h", seconds / kHour);
+  else if (seconds >= kMinute)
+    std::snprintf(buf, sizeof buf, "%.3f min", seconds / kMinute);
+  else if (seconds >= 1)
     std::snprintf(buf, sizeof buf, "%.3f s", seconds);
   else if (seconds >= 1e-3)
     std::snprintf(buf, sizeof buf, "%.3f ms", seconds * 1e3);

@@ -21,8 +21,9 @@ uint64_t parse_bytes(std::string_view text);
 /// where it matters: callers that need them print the integer too.
 std::string format_bytes(uint64_t size_bytes);
 
-/// Formats a duration for tables: "1.500 s" from 1 s up, "12.345 ms" from 1 ms, else
-/// "56.700 us" (three decimals in the unit).
+/// Formats a duration for tables, three decimals in the largest unit not above it: "56.700 us",
+/// "12.345 ms" from 1 ms, "1.500 s" from 1 s, "2.500 min" from 60 s, "1.500 h", "2.000 days",
+/// "12.237 years" (365.25 days) and from 10^4 years "1.234e+05 years".
 std::string format_seconds(double seconds);
 
 }  // namespace vtpu

@@ -267,6 +267,10 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
     };
     const int64_t w2_offset = 0, b2_offset = h * kOut;  // within layer 1
     const int64_t w1_offset = 0, b1_offset = kIn * h;   // within layer 0
+    // W2 and dW2 through copies at Eigen's alignment, as train_mlp does
+    // (examples/mlp_tp_trainer.cc: Eigen's smallest products round differently at other operand
+    // addresses).
+    RowMatrix w2_aligned(h, kOut), dw2_aligned(h, kOut);
 
     for (int64_t step = 0; step < mc.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -296,7 +300,8 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
       double loss_sum = 0.0;
       {
         const float* p = g1->span().data();
-        logits.noalias() = a1 * ConstMatMap(p + w2_offset, h, kOut);
+        w2_aligned = ConstMatMap(p + w2_offset, h, kOut);
+        logits.noalias() = a1 * w2_aligned;
         logits.rowwise() += ConstVecMap(p + b2_offset, kOut);
       }
       g1.reset();
@@ -316,10 +321,12 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
       {
         float* g = full1->span().data();
         std::fill(g + flat[1].numel, g + flat[1].padded_numel, 0.0f);  // padding
-        MatMap(g + w2_offset, h, kOut).noalias() = a1.transpose() * logits;
+        dw2_aligned.noalias() = a1.transpose() * logits;
+        MatMap(g + w2_offset, h, kOut) = dw2_aligned;
         VecMap(g + b2_offset, kOut) = logits.colwise().sum();
         hb1.wait();
-        a1.noalias() = logits * ConstMatMap(gb1->span().data() + w2_offset, h, kOut).transpose();
+        w2_aligned = ConstMatMap(gb1->span().data() + w2_offset, h, kOut);
+        a1.noalias() = logits * w2_aligned.transpose();
       }
       gb1.reset();
       CollectiveHandle rs1 = scatter(1, *full1);

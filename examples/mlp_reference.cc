@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "common/strings.h"
+
 namespace vtpu::examples {
 
 MlpRun run_mlp(const RuntimeOptions& options, const DigitsSplit& split, MlpConfig config,
@@ -60,10 +62,11 @@ std::string MlpReference::to_string(const std::string& what, int cores,
   }
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "losses: %s on %d cores vs train mlp on 1 core %s: max relative difference %.3g "
-                "over %zu steps (tolerance %g): %s\n",
-                what.c_str(), cores, against, diff, losses.size(), kMlpLossTolerance,
-                diff <= kMlpLossTolerance ? "ok" : "MISMATCH");
+                "losses: %s on %s vs train mlp on 1 core %s: max relative difference %.3g "
+                "over %s (tolerance %g): %s\n",
+                what.c_str(), count_text(cores, "core").c_str(), against, diff,
+                count_text(static_cast<long long>(losses.size()), "step").c_str(),
+                kMlpLossTolerance, diff <= kMlpLossTolerance ? "ok" : "MISMATCH");
   std::string s = buf;
   if (one_batch) {
     std::snprintf(buf, sizeof buf,

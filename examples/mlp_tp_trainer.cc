@@ -236,6 +236,16 @@ MlpTensorParallelResult train_mlp_tensor_parallel(
     Eigen::Map<Eigen::VectorXf> params(p, shard_size);
     Eigen::Map<const Eigen::VectorXf> grads(g, shard_size);
 
+    // W2 and its gradient through copies at Eigen's alignment (64 bytes). Regression (new-user
+    // pass nu8, N23): W2 starts 65 Hs floats into the flat parameters here and at the start of
+    // the gathered unit in train_fsdp, other addresses modulo the SIMD width. Eigen computes a
+    // product this small (rows + depth + cols < 20, e.g. dA1 = dZ2 W2^T for Hs = 1 and 8 rows)
+    // coefficient by coefficient, and which terms of those sums go through SIMD packets and which
+    // through scalar code depends on the operands' addresses: dA1 differed in its last bits, and
+    // FSDP's losses from these by 1.2e-7. Both trainers multiply with such copies (Hs x 10
+    // floats each), so the same operands at the same alignment run the same instructions.
+    RowMatrix w2_aligned(hs, kOut), dw2_aligned(hs, kOut);
+
     // Forward and backward (Eigen) of rows [row0, row0 + mb) of this core's batch: writes this
     // shard's gradients into `grad` (MlpLayout{hs}) and returns the loss sum.
     auto eigen_step = [&](int64_t row0, float* grad) {
@@ -245,11 +255,12 @@ MlpTensorParallelResult train_mlp_tensor_parallel(
       VecMap db1(grad + sl.b1(), hs);
       MatMap dw2(grad + sl.w2(), hs, kOut);
       VecMap db2(grad + sl.b2(), kOut);
+      w2_aligned = w2;
       // Forward: column-parallel W1, row-parallel W2.
       z1.noalias() = xb * w1;
       z1.rowwise() += b1;
       a1 = z1.cwiseMax(0.0f);
-      logits.noalias() = a1 * w2;
+      logits.noalias() = a1 * w2_aligned;
       // Megatron's g: the partial logits of the T shards, summed over the tensor group.
       if (tp != nullptr) tp->all_reduce<float>(ctx, io.logits.as<float>());
       logits.rowwise() += b2;
@@ -259,10 +270,11 @@ MlpTensorParallelResult train_mlp_tensor_parallel(
       // (P - Y) / B, the same on every tensor shard, scaled by the global batch so that the sum
       // over the data shards is the gradient of the global mean.
       logits = (logits - yb) * inv_batch;
-      dw2.noalias() = a1.transpose() * logits;
+      dw2_aligned.noalias() = a1.transpose() * logits;
+      dw2 = dw2_aligned;
       db2 = logits.colwise().sum();
-      a1.noalias() = logits * w2.transpose();     // dA1 (this shard's hidden units)
-      z1 = (z1.array() > 0.0f).select(a1, 0.0f);  // dZ1
+      a1.noalias() = logits * w2_aligned.transpose();  // dA1 (this shard's hidden units)
+      z1 = (z1.array() > 0.0f).select(a1, 0.0f);       // dZ1
       dw1.noalias() = xb.transpose() * z1;
       db1 = z1.colwise().sum();
       return loss_sum;

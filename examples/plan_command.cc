@@ -68,6 +68,25 @@ void pin_strategy(const std::string& name, bool any_strategy, AutoShardingPlan& 
   }
 }
 
+/// One row of the per-layer table as JSON: the layer (or, after the layers, "(final all-reduce)",
+/// "(loss all-reduce)", "(gradient bucket)"), its sharding, its activation layout before and after
+/// over the tensor axes, the collective before it, and its costs per core and step. A field the
+/// table prints as "-" (the rows after the layers have no layer, sharding or layout) is null.
+nlohmann::json layer_row_json(const LayerPlan& l) {
+  const auto state = [](char s) {
+    return s == '-' ? nlohmann::json(nullptr) : nlohmann::json(std::string(1, s));
+  };
+  return {{"name", l.layer},
+          {"sharding", l.choice == "-" ? nlohmann::json(nullptr) : nlohmann::json(l.choice)},
+          {"in", state(l.in_state)},
+          {"out", state(l.out_state)},
+          {"reshard_before",
+           l.reshard_in.empty() ? nlohmann::json(nullptr) : nlohmann::json(l.reshard_in)},
+          {"compute_seconds", l.compute_seconds},
+          {"comm_seconds", l.comm_seconds},
+          {"comm_bytes_per_core", l.comm_bytes_per_core}};
+}
+
 int run(const PlanCommand& c) {
   check_output_path("--emit", c.emit_path);
   ModelGraph model = ModelGraph::load_json_file(c.model_path);
@@ -93,12 +112,31 @@ int run(const PlanCommand& c) {
                        "without --emit vtpu plan plans up to " +
                            std::to_string(kMaxPlanDevices));
   }
+  // Regression (session 10): a model named "mlp" or "transformer" with other layers was planned
+  // under that trainer's constraints and --emit wrote a plan `vtpu train` refuses only at train
+  // time. The trainers' own architecture check (examples/train_plan.h) runs here: --emit, which
+  // writes a plan for `vtpu train`, refuses the model (fail early, as jax.jit or torch.compile
+  // refuse at trace time, not at the first step); the table alone plans it as a foreign model.
+  std::string not_trainable;
+  try {
+    require_trainer_architecture(model, "model file '" + c.model_path + "'");
+  } catch (const InvalidArgumentError& e) {
+    if (!c.emit_path.empty()) {
+      throw InvalidArgumentError(std::string(e.message()) +
+                                 "; --emit writes plans for vtpu train, which reads a model "
+                                 "named '" +
+                                 model.name + "' as its own (give the model another \"name\" " +
+                                 "to emit a plan no vtpu train command runs)");
+    }
+    not_trainable = e.message();
+  }
   const CostModel cost(HardwareProfile::get(c.hardware));
   const uint64_t limit = c.hbm_bytes.empty() ? 0 : parse_bytes(c.hbm_bytes);
   // Only strategies `vtpu train` can run may win (examples/train_plan.h); --any-strategy lifts
   // that for what-if questions.
-  const PlanConstraints constraints =
-      c.any_strategy ? PlanConstraints{} : plan_constraints(model.name, shape, axes);
+  const PlanConstraints constraints = c.any_strategy || !not_trainable.empty()
+                                          ? PlanConstraints{}
+                                          : plan_constraints(model.name, shape, axes);
   AutoShardingPlan plan = plan_auto_sharding(model, shape, axes, cost, limit, constraints);
   if (c.strategy) pin_strategy(*c.strategy, c.any_strategy, plan);
   if (c.json) {
@@ -109,6 +147,14 @@ int run(const PlanCommand& c) {
       // step time picked an impossible strategy. Such a row is not costed: its costs are null.
       const auto cost = [&k](auto value) {
         return k.feasible ? nlohmann::json(value) : nlohmann::json(nullptr);
+      };
+      // The table's per-layer rows, for every candidate (the table prints the chosen one's):
+      // the layers' and the after_layers' comm add up to comm_bytes_per_core and comm_seconds.
+      const auto layer_rows = [&k](const std::vector<LayerPlan>& ls) {
+        if (!k.feasible) return nlohmann::json(nullptr);
+        nlohmann::json out = nlohmann::json::array();
+        for (const LayerPlan& l : ls) out.push_back(layer_row_json(l));
+        return out;
       };
       rows.push_back(
           {{"strategy", k.name},
@@ -122,7 +168,9 @@ int run(const PlanCommand& c) {
            {"compute_seconds", cost(k.compute_seconds)},
            {"comm_seconds", cost(k.comm_seconds)},
            {"step_seconds", cost(k.step_seconds)},
-           {"why_lost", k.why_lost}});
+           {"why_lost", k.why_lost},
+           {"layers", layer_rows(k.layers)},
+           {"after_layers", layer_rows(k.after_layers)}});
     }
     nlohmann::json j = {{"candidates", rows}, {"hbm_limit_bytes", plan.hbm_limit_bytes}};
     const auto name_of = [&](int i) {
@@ -146,6 +194,9 @@ int run(const PlanCommand& c) {
           "run the plan with: %s --plan PLAN.json (strategies it cannot run are marked "
           "\"cannot run\"; --any-strategy plans without that limit)\n",
           constraints.runner.c_str());
+    } else if (!not_trainable.empty()) {
+      std::printf("%s: the plan is not restricted to what vtpu can run (--emit refuses it)\n",
+                  not_trainable.c_str());
     } else if (!c.any_strategy) {
       std::printf(
           "no vtpu train command runs model '%s' (mlp and transformer do): the plan is "

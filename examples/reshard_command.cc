@@ -195,9 +195,9 @@ int run(const ReshardCommand& c) {
       for (size_t i = 0; i < want.size(); ++i) bad += got[i] != want[i];
     }
   }
-  std::printf("ran on %lld virtual cores: %.3f ms wall after one warm-up run (estimate %.3f ms)\n",
-              static_cast<long long>(mesh.size()), seconds * 1e3,
-              plan.total_estimated_seconds() * 1e3);
+  std::printf("ran on %s: %.3f ms wall after one warm-up run (estimate %.3f ms)\n",
+              count_text(static_cast<long long>(mesh.size()), "virtual core").c_str(),
+              seconds * 1e3, plan.total_estimated_seconds() * 1e3);
   std::printf("%4s  %-22s %11s %15s %11s\n", "step", "op", "est. time", "in collective", "wall");
   for (size_t i = 0; i < timings.size(); ++i) {
     std::printf("%4zu  %-22s %8.3f ms %12.3f ms %8.3f ms\n", i + 1,

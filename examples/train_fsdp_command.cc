@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/strings.h"
 #include "common/units.h"
 #include "examples/cli_validators.h"
 #include "examples/digits_dataset.h"
@@ -131,9 +132,9 @@ int run(const TrainFsdpCommand& cmd) {
   const MlpConfig& mc = config.mlp;
   if (!cmd.json) {
     std::printf(
-        "vtpu train fsdp: %s on %d virtual cores, %s HBM each, digits %s: %lld train / %lld "
+        "vtpu train fsdp: %s on %s, %s HBM each, digits %s: %lld train / %lld "
         "test rows\n",
-        fsdp_mode ? "ZeRO-3 / FSDP" : "data parallel", n,
+        fsdp_mode ? "ZeRO-3 / FSDP" : "data parallel", count_text(n, "virtual core").c_str(),
         format_bytes(options.hbm_bytes_per_core).c_str(), cmd.data_path.c_str(),
         static_cast<long long>(split.train.num_rows()),
         static_cast<long long>(split.test.num_rows()));
@@ -146,12 +147,13 @@ int run(const TrainFsdpCommand& cmd) {
       std::printf(", strategy %s\n", plan->describe_strategy().c_str());
     }
     std::printf(
-        "model 64->%lld->10, global batch %lld (%lld per core)%s, %s lr %g, %lld steps, seed "
+        "model 64->%lld->10, global batch %lld (%lld per core)%s, %s lr %g, %s, seed "
         "%llu, prefetch %s\n",
         static_cast<long long>(mc.hidden), static_cast<long long>(mc.global_batch),
         static_cast<long long>(mc.global_batch / n), plan_batch ? " (the plan's)" : "",
         mc.optimizer == "adam" ? "Adam" : "SGD", static_cast<double>(mc.learning_rate),
-        static_cast<long long>(mc.steps), static_cast<unsigned long long>(mc.seed),
+        count_text(static_cast<long long>(mc.steps), "step").c_str(),
+        static_cast<unsigned long long>(mc.seed),
         fsdp_mode ? (config.prefetch ? "on" : "off") : "n/a");
     std::fflush(stdout);
   }
@@ -228,9 +230,9 @@ int run(const TrainFsdpCommand& cmd) {
     // FSDP against data parallel on the same cores: both split the batch the same way, so what
     // remains is the order of the gradient sums (reduce-scatter vs all-reduce).
     std::printf(
-        "        FSDP vs data parallel (train mlp) on the same %d cores: max relative "
+        "        FSDP vs data parallel (train mlp) on the same %s: max relative "
         "difference %.3g\n",
-        n, max_relative_difference(fsdp->losses, dp.result.losses));
+        count_text(n, "core").c_str(), max_relative_difference(fsdp->losses, dp.result.losses));
     std::printf("final loss %.4f   test accuracy %.4f   train accuracy %.4f\n", fsdp->losses.back(),
                 fsdp->test_accuracy, fsdp->train_accuracy);
     std::printf("FlatParameters (f32 elements):");
@@ -260,8 +262,9 @@ int run(const TrainFsdpCommand& cmd) {
   }
   std::printf("median step time: ");
   if (fsdp) std::printf("FSDP %.3f ms, ", fsdp->median_step_ms);
-  std::printf("DP %.3f ms (%d cores); train mlp on 1 core %.3f ms (%d micro-batches)\n",
-              dp.result.median_step_ms, n, reference.checked.result.median_step_ms, n);
+  std::printf("DP %.3f ms (%s); train mlp on 1 core %.3f ms (%s)\n", dp.result.median_step_ms,
+              count_text(n, "core").c_str(), reference.checked.result.median_step_ms,
+              count_text(n, "micro-batch", "micro-batches").c_str());
   if (fsdp) {
     std::printf("padding of the parameter%s shards after training: %s\n",
                 mc.optimizer == "adam" ? ", m and v" : "",

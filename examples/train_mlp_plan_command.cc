@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/strings.h"
 #include "common/units.h"
 #include "examples/digits_dataset.h"
 #include "examples/estimate_report.h"
@@ -86,9 +87,10 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
   const std::optional<PlanEstimate> estimate = comparable_estimate(plan, mlp.global_batch);
   const DigitsSplit split = split_digits(load_digits_csv(args.data_path));
   if (!args.json) {
-    std::printf("vtpu train mlp --plan %s: strategy %s on mesh %s: %d virtual cores, %s HBM each\n",
+    std::printf("vtpu train mlp --plan %s: strategy %s on mesh %s: %s, %s HBM each\n",
                 plan.path.c_str(), plan.describe_strategy().c_str(), plan.describe_mesh().c_str(),
-                n, format_bytes(options.hbm_bytes_per_core).c_str());
+                count_text(n, "virtual core").c_str(),
+                format_bytes(options.hbm_bytes_per_core).c_str());
     if (layout) {
       std::printf(
           "Megatron tensor parallel: data %lld x tensor %lld; W1 column-parallel, W2 "
@@ -96,18 +98,20 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
           static_cast<long long>(layout->data), static_cast<long long>(layout->tensor),
           static_cast<long long>(mlp.hidden / layout->tensor));
     } else {
-      std::printf("%s over all %d cores\n",
-                  mode == MlpPlanMode::kFsdp ? "ZeRO-3 / FSDP (train fsdp)" : "data parallel", n);
+      std::printf("%s over %s\n",
+                  mode == MlpPlanMode::kFsdp ? "ZeRO-3 / FSDP (train fsdp)" : "data parallel",
+                  n == 1 ? "1 core" : ("all " + std::to_string(n) + " cores").c_str());
     }
     std::printf(
-        "model 64->%lld->10%s, global batch %lld%s, %s lr %g, %lld steps, seed %llu; digits %s: "
+        "model 64->%lld->10%s, global batch %lld%s, %s lr %g, %s, seed %llu; digits %s: "
         "%lld train / %lld test rows\n",
         static_cast<long long>(mlp.hidden), plan.model_graph ? " (the plan's)" : "",
         static_cast<long long>(mlp.global_batch),
         !args.batch_given && plan.estimated_batch() > 0 ? " (the plan's)" : "",
         mlp.optimizer == "adam" ? "Adam" : "SGD", static_cast<double>(mlp.learning_rate),
-        static_cast<long long>(mlp.steps), static_cast<unsigned long long>(mlp.seed),
-        args.data_path.c_str(), static_cast<long long>(split.train.num_rows()),
+        count_text(static_cast<long long>(mlp.steps), "step").c_str(),
+        static_cast<unsigned long long>(mlp.seed), args.data_path.c_str(),
+        static_cast<long long>(split.train.num_rows()),
         static_cast<long long>(split.test.num_rows()));
     std::fflush(stdout);
   }
@@ -184,8 +188,8 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
   std::printf("%s", reference.to_string("the plan", n, run.losses).c_str());
   std::printf("final loss %.4f   test accuracy %.4f   train accuracy %.4f\n", run.losses.back(),
               run.test_accuracy, run.train_accuracy);
-  std::printf("median step time %.3f ms on %d cores; train mlp on 1 core %.3f ms\n",
-              run.median_step_ms, n, reference.checked.result.median_step_ms);
+  std::printf("median step time %.3f ms on %s; train mlp on 1 core %.3f ms\n", run.median_step_ms,
+              count_text(n, "core").c_str(), reference.checked.result.median_step_ms);
   if (tp) {
     const double steps = static_cast<double>(mlp.steps);
     std::printf(

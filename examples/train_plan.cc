@@ -334,15 +334,15 @@ ModelLayer expected_layer(const std::string& name, LayerKind kind, int64_t in, i
   return l;
 }
 
-/// Throws unless `plan`'s model_graph has exactly the layers `want` (names, kinds and sizes;
-/// elementwise FLOP counts are the planner's business) and `dtype` f32. `trainer` and `layout`
-/// describe the trainer's architecture in the message.
-void require_architecture(const TrainPlan& plan, const std::vector<ModelLayer>& want,
-                          const std::string& trainer, const std::string& layout) {
-  const ModelGraph& g = *plan.model_graph;
+/// Throws unless `g` has exactly the layers `want` (names, kinds and sizes; elementwise FLOP
+/// counts are the planner's business) and `dtype` f32. `where` begins the message ("plan file
+/// 'p.json': model_graph"); `trainer` and `layout` describe the trainer's architecture in it.
+void require_architecture(const ModelGraph& g, const std::string& where,
+                          const std::vector<ModelLayer>& want, const std::string& trainer,
+                          const std::string& layout) {
   auto fail = [&](const std::string& what) {
-    throw InvalidArgumentError("plan file '" + plan.path + "': model_graph " + what + ", which " +
-                               trainer + " does not run (its model: " + layout + ")");
+    throw InvalidArgumentError(where + " " + what + ", which " + trainer +
+                               " does not run (its model: " + layout + ")");
   };
   if (g.dtype != "f32") fail("has dtype " + g.dtype + " (expected f32)");
   for (size_t i = 0; i < std::max(want.size(), g.layers.size()); ++i) {
@@ -365,22 +365,18 @@ void require_architecture(const TrainPlan& plan, const std::vector<ModelLayer>& 
   }
 }
 
-}  // namespace
-
-std::optional<MlpPlanModel> mlp_plan_model(const TrainPlan& plan) {
-  // Another model is refused by name (require_plan_model), not by layer.
-  if (!plan.model_graph || plan.model_graph->name != "mlp") return std::nullopt;
-  const ModelGraph& g = *plan.model_graph;
+/// The sizes of `g`, an "mlp" model, as mlp_plan_model; `where` begins the messages.
+MlpPlanModel mlp_model(const ModelGraph& g, const std::string& where) {
   const int64_t h = !g.layers.empty() ? g.layers[0].out : 0;
   const std::string layout =
       "fc1 dense 64 -> H, relu elementwise H, fc2 dense H -> 10, f32, sgd or adam";
-  require_architecture(plan,
+  require_architecture(g, where,
                        {expected_layer("fc1", LayerKind::kDense, 64, h),
                         expected_layer("relu", LayerKind::kElementwise, h, h),
                         expected_layer("fc2", LayerKind::kDense, h, 10)},
                        "vtpu train mlp", layout);
   if (g.seq_len != 1 || (g.optimizer != "sgd" && g.optimizer != "adam")) {
-    throw InvalidArgumentError("plan file '" + plan.path + "': model_graph has " +
+    throw InvalidArgumentError(where + " has " +
                                (g.seq_len != 1
                                     ? "seq_len " + std::to_string(g.seq_len) + " (expected 1)"
                                     : "optimizer " + g.optimizer + " (expected sgd or adam)") +
@@ -389,9 +385,9 @@ std::optional<MlpPlanModel> mlp_plan_model(const TrainPlan& plan) {
   return MlpPlanModel{h, g.optimizer};
 }
 
-std::optional<TransformerPlanModel> transformer_plan_model(const TrainPlan& plan) {
-  if (!plan.model_graph || plan.model_graph->name != "transformer") return std::nullopt;
-  const ModelGraph& g = *plan.model_graph;
+/// The sizes of `g`, a "transformer" model, as transformer_plan_model; `where` begins the
+/// messages.
+TransformerPlanModel transformer_model(const ModelGraph& g, const std::string& where) {
   const std::vector<ModelLayer>& ls = g.layers;
   TransformerPlanModel m;
   m.vocab = ls[0].vocab;  // parse() leaves no model without layers
@@ -430,12 +426,34 @@ std::optional<TransformerPlanModel> transformer_plan_model(const TrainPlan& plan
   const std::string layout =
       "embed, then per block ln1, attn, ln2, mlp.fc1, mlp.gelu, mlp.fc2, then ln_f, head; "
       "f32, adam";
-  require_architecture(plan, want, "vtpu train transformer", layout);
+  require_architecture(g, where, want, "vtpu train transformer", layout);
   if (g.optimizer != "adam") {
-    throw InvalidArgumentError("plan file '" + plan.path + "': model_graph has optimizer " +
-                               g.optimizer + " (expected adam: vtpu train transformer runs Adam)");
+    throw InvalidArgumentError(where + " has optimizer " + g.optimizer +
+                               " (expected adam: vtpu train transformer runs Adam)");
   }
   return m;
+}
+
+std::string model_graph_where(const TrainPlan& plan) {
+  return "plan file '" + plan.path + "': model_graph";
+}
+
+}  // namespace
+
+std::optional<MlpPlanModel> mlp_plan_model(const TrainPlan& plan) {
+  // Another model is refused by name (require_plan_model), not by layer.
+  if (!plan.model_graph || plan.model_graph->name != "mlp") return std::nullopt;
+  return mlp_model(*plan.model_graph, model_graph_where(plan));
+}
+
+std::optional<TransformerPlanModel> transformer_plan_model(const TrainPlan& plan) {
+  if (!plan.model_graph || plan.model_graph->name != "transformer") return std::nullopt;
+  return transformer_model(*plan.model_graph, model_graph_where(plan));
+}
+
+void require_trainer_architecture(const ModelGraph& model, const std::string& where) {
+  if (model.name == "mlp") (void)mlp_model(model, where);
+  if (model.name == "transformer") (void)transformer_model(model, where);
 }
 
 int64_t plan_setting(const TrainPlan& plan, const std::string& what, const std::string& field,

@@ -133,6 +133,15 @@ struct TransformerPlanModel {
 /// Thread-safe.
 std::optional<TransformerPlanModel> transformer_plan_model(const TrainPlan& plan);
 
+/// Checks that `model` is the architecture `vtpu train` runs for its name, as mlp_plan_model and
+/// transformer_plan_model check a plan's model_graph (the one check, shared with `vtpu plan
+/// --emit`): nothing for a model named other than "mlp" or "transformer". `where` begins the
+/// message ("model file 'm.json'"). Throws InvalidArgumentError naming the first layer that
+/// differs and the trainer's model, e.g. "model file 'm.json' has layers[1] 'fc2' dense 64 -> 10
+/// (expected 'relu' elementwise dim 64), which vtpu train mlp does not run (its model: ...)".
+/// Thread-safe.
+void require_trainer_architecture(const ModelGraph& model, const std::string& where);
+
 /// A run setting from the plan's model: `planned` when `given` is empty, else *given when it
 /// equals `planned`. Throws InvalidArgumentError naming the file, for example "plan file 'p.json'
 /// is for hidden 128 (fc1.out), --hidden is 64 (expected 128, or --hidden left out)".

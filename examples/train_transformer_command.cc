@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/strings.h"
 #include "common/units.h"
 #include "examples/cli_validators.h"
 #include "examples/estimate_report.h"
@@ -104,8 +105,9 @@ int run(const TrainTransformerCommand& cmd) {
   const int64_t params = TransformerLayout(c, 1).size();
   const int64_t shard = TransformerLayout(c, mesh.tensor).size();
   if (!cmd.json) {
-    std::printf("vtpu train transformer: %s: %s on %d virtual cores, %s HBM each; strategy %s\n",
-                mesh_label.c_str(), run_layout.describe().c_str(), options.num_cores,
+    std::printf("vtpu train transformer: %s: %s on %s, %s HBM each; strategy %s\n",
+                mesh_label.c_str(), run_layout.describe().c_str(),
+                count_text(options.num_cores, "virtual core").c_str(),
                 format_bytes(options.hbm_bytes_per_core).c_str(), strategy.c_str());
     std::printf("text %s: %zu byte tokens, %lld distinct\n", cmd.data.c_str(), text.tokens.size(),
                 static_cast<long long>(text.vocab_used));
@@ -119,10 +121,11 @@ int run(const TrainTransformerCommand& cmd) {
         static_cast<long long>(c.hidden), static_cast<long long>(c.hidden / mesh.tensor),
         static_cast<long long>(params), static_cast<long long>(shard));
     std::printf(
-        "training: batch %lld sequences (%lld per data shard), Adam lr %g, %lld steps, seed "
+        "training: batch %lld sequences (%lld per data shard), Adam lr %g, %s, seed "
         "%llu, f32, %s kernels\n",
         static_cast<long long>(c.batch), static_cast<long long>(c.batch / mesh.data),
-        static_cast<double>(c.learning_rate), static_cast<long long>(c.steps),
+        static_cast<double>(c.learning_rate),
+        count_text(static_cast<long long>(c.steps), "step").c_str(),
         static_cast<unsigned long long>(c.seed), c.kernels.c_str());
     std::fflush(stdout);
   }
@@ -211,9 +214,9 @@ int run(const TrainTransformerCommand& cmd) {
                 r.losses.back() / text.uniform_loss);
     if (ref) {
       std::printf(
-          "single core final loss %.4f; max relative difference over %lld steps %.2e (step %lld; "
+          "single core final loss %.4f; max relative difference over %s %.2e (step %lld; "
           "limit %.0e): %s\n",
-          ref->losses.back(), static_cast<long long>(c.steps), max_rel,
+          ref->losses.back(), count_text(static_cast<long long>(c.steps), "step").c_str(), max_rel,
           static_cast<long long>(worst), kMaxRelativeDifference, ok ? "ok" : "EXCEEDED");
     }
     std::printf("time: %s %.2f s (median step %.2f ms)", mesh_label.c_str(), r.total_seconds,

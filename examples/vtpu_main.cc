@@ -98,9 +98,11 @@ void print_mlp_report(const MlpResult& r, const MlpConfig& c) {
   std::printf("final loss %.4f   test accuracy %.4f   train accuracy %.4f\n", r.losses.back(),
               r.test_accuracy, r.train_accuracy);
   std::printf(
-      "median step time %.3f ms over %zu steps (batch rows into HBM, forward, backward, "
+      "median step time %.3f ms over %s (batch rows into HBM, forward, backward, "
       "all-reduce, %s)\n",
-      r.median_step_ms, r.step_seconds.size(), c.optimizer == "adam" ? "Adam" : "SGD");
+      r.median_step_ms,
+      vtpu::count_text(static_cast<long long>(r.step_seconds.size()), "step").c_str(),
+      c.optimizer == "adam" ? "Adam" : "SGD");
   uint64_t calls = 0, bytes = 0;
   double seconds = 0;
   for (const auto& s : r.all_reduce) {
@@ -219,11 +221,11 @@ int run_train_mlp(const TrainArgs& args) {
   vtpu::Runtime runtime(options);
   if (!args.json) {
     std::printf(
-        "vtpu train mlp: %d virtual cores, %s HBM each (%s), digits %s: %lld train / "
+        "vtpu train mlp: %s, %s HBM each (%s), digits %s: %lld train / "
         "%lld test rows\n",
-        options.num_cores, vtpu::format_bytes(options.hbm_bytes_per_core).c_str(),
-        options.allocator.c_str(), args.data_path.c_str(),
-        static_cast<long long>(split.train.num_rows()),
+        vtpu::count_text(options.num_cores, "virtual core").c_str(),
+        vtpu::format_bytes(options.hbm_bytes_per_core).c_str(), options.allocator.c_str(),
+        args.data_path.c_str(), static_cast<long long>(split.train.num_rows()),
         static_cast<long long>(split.test.num_rows()));
     std::printf("model 64->%lld->10, global batch %lld (%lld per core",
                 static_cast<long long>(mlp.hidden), static_cast<long long>(mlp.global_batch),
@@ -231,8 +233,9 @@ int run_train_mlp(const TrainArgs& args) {
     if (mlp.micro_batches > 1) {
       std::printf(" in %lld micro-batches", static_cast<long long>(mlp.micro_batches));
     }
-    std::printf("), %s lr %g, %lld steps, seed %llu\n", mlp.optimizer == "adam" ? "Adam" : "SGD",
-                static_cast<double>(mlp.learning_rate), static_cast<long long>(mlp.steps),
+    std::printf("), %s lr %g, %s, seed %llu\n", mlp.optimizer == "adam" ? "Adam" : "SGD",
+                static_cast<double>(mlp.learning_rate),
+                vtpu::count_text(static_cast<long long>(mlp.steps), "step").c_str(),
                 static_cast<unsigned long long>(mlp.seed));
     std::fflush(stdout);
   }

@@ -1,6 +1,7 @@
 #include "sharding/reshard.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -12,6 +13,8 @@
 
 #include "collectives/communicator.h"
 #include "common/error.h"
+#include "common/strings.h"
+#include "common/units.h"
 #include "sharding/block_copy.h"
 
 namespace vtpu {
@@ -691,8 +694,11 @@ std::string seconds_text(double s) {
   if (s == 0) return "0";
   if (s < 1e-3) {
     std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
-  } else {
+  } else if (s < 1) {
     std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
+  } else {
+    // Regression (new-user pass nu8, N22): 12 years printed as "386173677021.164 ms".
+    return format_seconds(s);
   }
   return buf;
 }
@@ -819,13 +825,14 @@ std::string ReshardPlan::to_string() const {
                         "shardings, so nothing moves)\n"
                       : "no steps: the array already has the target sharding\n");
   }
-  std::snprintf(line, sizeof line, "%4s  %-22s %-9s %-7s %-8s %-12s %14s %11s  %s\n", "step", "op",
-                "axes", "groups", "dims", "buffer/core", "bytes sent/core", "est. time",
-                "spec after");
-  out += line;
+  // The columns are as wide as their widest cell (at least the header's minimum width).
+  // Regression (new-user pass nu8, N22): long axis names ("(data,model)") and group counts
+  // ("16x4096") ran into the next column.
+  std::vector<std::array<std::string, 9>> rows;
+  rows.push_back({"step", "op", "axes", "groups", "dims", "buffer/core", "bytes sent/core",
+                  "est. time", "spec after"});
   for (size_t i = 0; i < steps.size(); ++i) {
     const ReshardStep& s = steps[i];
-    const std::string op = s.op_label();
     const std::string groups = s.replica_groups.empty()
                                    ? "local"
                                    : std::to_string(s.replica_groups.size()) + "x" +
@@ -838,15 +845,33 @@ std::string ReshardPlan::to_string() const {
     } else if (s.op == ReshardOpKind::kCollectivePermute) {
       dims = std::to_string(s.pairs.size()) + " pairs";
     }
-    std::snprintf(line, sizeof line, "%4zu  %-22s %-9s %-7s %-8s %-12s %14llu %11s  %s\n", i + 1,
-                  op.c_str(), axes_text(s.axes).c_str(), groups.c_str(), dims.c_str(),
-                  shape_text(s.buffer_shape).c_str(),
-                  static_cast<unsigned long long>(s.sent_bytes_per_core),
-                  seconds_text(s.estimated_seconds).c_str(), s.spec_after.to_string().c_str());
-    out += line;
+    rows.push_back({std::to_string(i + 1), s.op_label(), axes_text(s.axes), groups, dims,
+                    shape_text(s.buffer_shape), std::to_string(s.sent_bytes_per_core),
+                    seconds_text(s.estimated_seconds), s.spec_after.to_string()});
   }
-  std::snprintf(line, sizeof line, "total: %zu steps, %llu bytes sent per core, estimated %s\n",
-                steps.size(), static_cast<unsigned long long>(total_sent_bytes_per_core()),
+  // Minimum widths as the table had them; right-aligned: step, bytes, time.
+  std::array<size_t, 9> width = {4, 22, 9, 7, 8, 12, 14, 11, 0};
+  constexpr std::array<bool, 9> right = {true,  false, false, false, false,
+                                         false, true,  true,  false};
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  for (const auto& row : rows) {
+    std::string text;
+    for (size_t c = 0; c < row.size(); ++c) {
+      const std::string pad(width[c] - std::min(width[c], row[c].size()), ' ');
+      if (c == 8) {
+        text += row[c];  // the last column: no padding
+      } else {
+        text += right[c] ? pad + row[c] : row[c] + pad;
+        text += c == 0 || c == 7 ? "  " : " ";
+      }
+    }
+    out += text + "\n";
+  }
+  std::snprintf(line, sizeof line, "total: %s, %llu bytes sent per core, estimated %s\n",
+                count_text(static_cast<long long>(steps.size()), "step").c_str(),
+                static_cast<unsigned long long>(total_sent_bytes_per_core()),
                 seconds_text(total_estimated_seconds()).c_str());
   return out + line;
 }

@@ -129,6 +129,14 @@ TEST(FormatSecondsTest, ThreeDecimalsInTheLargestUnitBelowTheValue) {
   EXPECT_EQ(format_seconds(1e-3), "1.000 ms");
   EXPECT_EQ(format_seconds(5.67e-5), "56.700 us");
   EXPECT_EQ(format_seconds(0.0), "0.000 us");
+  // Regression (new-user pass nu8, N22): a reshard estimated at 12 years printed
+  // "386173677021.164 ms". Minutes, hours, days and years, worked by hand.
+  EXPECT_EQ(format_seconds(59.9), "59.900 s");
+  EXPECT_EQ(format_seconds(150.0), "2.500 min");
+  EXPECT_EQ(format_seconds(5400.0), "1.500 h");
+  EXPECT_EQ(format_seconds(2 * 86400.0), "2.000 days");
+  EXPECT_EQ(format_seconds(386173677.021164), "12.237 years");  // / (365.25 x 86400)
+  EXPECT_EQ(format_seconds(1e5 * 365.25 * 86400), "1.000e+05 years");
 }
 
 TEST(FormatBytesTest, PiBIsTheLargestUnit) {

@@ -1592,6 +1592,142 @@ TEST(VtpuCliPlanTest, PlanJsonRowsThatCannotRunAreNotRunnableAndNotCosted) {
   EXPECT_EQ(j["plan"]["strategy"]["name"], "tp(data,model)");
 }
 
+// Regression (session 10): --json had no rows after the last layer, which the table prints:
+// "(final all-reduce)" of tp's partial logits, "(gradient bucket)" of data parallel, "(loss
+// all-reduce)" of FSDP without data axes. Every candidate now has "layers" and "after_layers",
+// and their comm adds up to the candidate's totals.
+TEST(VtpuCliPlanTest, PlanJsonRowsAddUpToEachCandidatesComm) {
+  // --any-strategy: every strategy costed, also those vtpu train does not run (FSDP with tp).
+  for (const char* mesh : {"2x4 --any-strategy", "1x8 --any-strategy", "8"}) {
+    SCOPED_TRACE(mesh);
+    const CliRun r = run_cli("plan " + model_path("mlp.json") + " --mesh " + mesh + " --json");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json j = nlohmann::json::parse(r.output);
+    std::set<std::string> after_names;
+    for (const nlohmann::json& c : j["candidates"]) {
+      SCOPED_TRACE(c["strategy"].get<std::string>());
+      if (!c["feasible"].get<bool>()) {
+        EXPECT_TRUE(c["layers"].is_null());
+        EXPECT_TRUE(c["after_layers"].is_null());
+        continue;
+      }
+      ASSERT_EQ(c["layers"].size(), 3u);
+      EXPECT_EQ(c["layers"][0]["name"], "fc1");
+      EXPECT_EQ(c["layers"][2]["name"], "fc2");
+      double bytes = 0, seconds = 0;
+      for (const char* key : {"layers", "after_layers"}) {
+        for (const nlohmann::json& row : c[key]) {
+          bytes += row["comm_bytes_per_core"].get<double>();
+          seconds += row["comm_seconds"].get<double>();
+        }
+      }
+      for (const nlohmann::json& row : c["after_layers"]) {
+        after_names.insert(row["name"].get<std::string>());
+        EXPECT_TRUE(row["sharding"].is_null());
+        EXPECT_EQ(row["compute_seconds"].get<double>(), 0.0);
+      }
+      EXPECT_NEAR(bytes, c["comm_bytes_per_core"].get<double>(), 1e-6);
+      EXPECT_NEAR(seconds, c["comm_seconds"].get<double>(),
+                  1e-12 + 1e-9 * c["comm_seconds"].get<double>());
+    }
+    if (std::string(mesh) == "8") {
+      // 1-D: dp(x) has a gradient bucket, fsdp(x) a loss all-reduce, tp(x) (Megatron's fc2 row,
+      // partial logits) a final all-reduce.
+      EXPECT_EQ(after_names, (std::set<std::string>{"(final all-reduce)", "(gradient bucket)",
+                                                    "(loss all-reduce)"}));
+    }
+  }
+  // tp(x) on 8 cores: the all-reduce of fc2's partial (64, 10) f32 logits, 2560 bytes, sends
+  // 2 x 7/8 x 2560 = 4480 bytes per core (ring).
+  const CliRun r =
+      run_cli("plan " + model_path("mlp.json") + " --mesh 8 --strategy 'tp(x)' --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  for (const nlohmann::json& c : j["candidates"]) {
+    if (c["strategy"] != "tp(x)") continue;
+    ASSERT_EQ(c["after_layers"].size(), 1u) << c.dump();
+    const nlohmann::json& row = c["after_layers"][0];
+    EXPECT_EQ(row["name"], "(final all-reduce)");
+    EXPECT_EQ(row["in"], "P");
+    EXPECT_EQ(row["out"], "R");
+    EXPECT_EQ(row["reshard_before"], "all_reduce");
+    EXPECT_NEAR(row["comm_bytes_per_core"].get<double>(), 4480, 1e-9);
+  }
+}
+
+// The line of `output` that starts with `prefix` ("" when none).
+std::string line_starting(const std::string& output, const std::string& prefix) {
+  size_t pos = 0;
+  while (pos < output.size()) {
+    const size_t end = std::min(output.find('\n', pos), output.size());
+    if (output.compare(pos, prefix.size(), prefix) == 0) return output.substr(pos, end - pos);
+    pos = end + 1;
+  }
+  return {};
+}
+
+// `vtpu reshard ARGS --explain`'s output, its header line and the row of step `step`.
+struct ExplainTable {
+  std::string output, header, row;
+};
+ExplainTable explain_table(const std::string& args, int step) {
+  const CliRun r = run_cli("reshard " + args + " --explain");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  ExplainTable t{r.output, line_starting(r.output, "step  op"),
+                 line_starting(r.output, "   " + std::to_string(step) + "  ")};
+  EXPECT_FALSE(t.header.empty()) << r.output;
+  EXPECT_FALSE(t.row.empty()) << r.output;
+  return t;
+}
+
+// Regression (new-user pass nu8, N22): long axis names and group counts ran into the next column
+// of `reshard --explain`, a 12-year estimate printed in ms, and counts of 1 were plural.
+TEST(VtpuCliPlanTest, ReshardExplainColumnsFitAndTimesAreReadable) {
+  // Step 3 permutes over both axes: "(data,model)" (12 characters) widens "axes".
+  const ExplainTable t = explain_table(
+      "--mesh 2x4 --axes data,model --shape 8,8 --from \"P(('data','model'))\" --to "
+      "\"P(None,('data','model'))\"",
+      3);
+  // Each column starts where its header does.
+  EXPECT_EQ(t.row.find("(data,model) "), t.header.find("axes")) << t.output;
+  EXPECT_EQ(t.row.find("1x8 "), t.header.find("groups")) << t.output;
+  EXPECT_EQ(t.row.find("6 pairs "), t.header.find("dims")) << t.output;
+
+  const ExplainTable w =
+      explain_table("--mesh 4096x16 --shape 4096,16 --from \"P('x','y')\" --to \"P(None,'y')\"", 1);
+  const size_t groups = w.row.find("16x4096 ");
+  EXPECT_EQ(groups, w.header.find("groups")) << w.output;
+  EXPECT_EQ(w.row.find("0 ", groups + 8), w.header.find("dims")) << w.output;
+  EXPECT_NE(w.output.find("total: 1 step, "), std::string::npos) << w.output;
+
+  // All-gathering a 2^30 x 2^30 f32 array (4 EiB) over 4 cores: years, not 3.9e11 ms.
+  const CliRun huge = run_cli(
+      "reshard --explain --mesh 4 --shape 1073741824,1073741824 --from \"P('x')\" --to \"P()\"");
+  ASSERT_EQ(huge.exit_code, 0) << huge.output;
+  const std::string total = line_starting(huge.output, "total: ");
+  EXPECT_TRUE(total.ends_with(" years")) << huge.output;
+  EXPECT_EQ(total.find(" ms"), std::string::npos) << huge.output;
+}
+
+TEST(VtpuCliTest, CountsOfOneAreSingular) {
+  VTPU_REQUIRE_DIGITS();
+  const CliRun r = run_cli("train fsdp --cores 1 --steps 1 --log-every 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* needle :
+       {"ZeRO-3 / FSDP on 1 virtual core,", ", 1 step, seed", "FSDP on 1 core vs train mlp",
+        "over 1 step (tolerance", "on the same 1 core:", "(1 core); train mlp on 1 core",
+        "(1 micro-batch)"}) {
+    EXPECT_NE(r.output.find(needle), std::string::npos) << needle << "\n" << r.output;
+  }
+  EXPECT_EQ(r.output.find(" 1 cores"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(" 1 steps"), std::string::npos) << r.output;
+  const CliRun mlp = run_cli("train mlp --cores 1 --steps 1 --log-every 0");
+  ASSERT_EQ(mlp.exit_code, 0) << mlp.output;
+  EXPECT_NE(mlp.output.find("vtpu train mlp: 1 virtual core,"), std::string::npos) << mlp.output;
+  EXPECT_NE(mlp.output.find(", 1 step, seed"), std::string::npos) << mlp.output;
+  EXPECT_NE(mlp.output.find("over 1 step ("), std::string::npos) << mlp.output;
+}
+
 TEST(VtpuCliPlanTest, ReshardExplainOnV5e) {
   // The all-gather over z of (4, 2) f32 blocks: B = 64 bytes over n = 2 on one torus ring:
   // 1 us (one hop) + 1/(2 x 4.5e10) x 1/2 x 64 s = 1.0004 us.
@@ -1845,14 +1981,39 @@ TEST(VtpuCliPlanTest, TrainRunsThePlansModelSizes) {
       "batch": 16, "optimizer": "sgd", "layers": [
       {"name": "fc1", "kind": "dense", "in": 64, "out": 64},
       {"name": "fc2", "kind": "dense", "in": 64, "out": 10}]})j");
-  std::filesystem::remove(out);
-  r = run_cli("plan " + norelu + " --mesh 2 --hardware this_machine --emit " + out);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  expect_failure("train mlp --steps 1 --plan " + out,
-                 "model_graph has layers[1] 'fc2' dense 64 -> 10 (expected 'relu' elementwise dim "
-                 "64), which vtpu train mlp does not run",
+  // Regression (session 10): `plan --emit` wrote this plan, which only vtpu train refused. It
+  // refuses now with the trainers' message, naming the model file; no file is written.
+  const std::string emitted = out + ".norelu";
+  std::filesystem::remove(emitted);
+  expect_failure("plan " + norelu + " --mesh 2 --hardware this_machine --emit " + emitted,
+                 "model file '" + norelu +
+                     "' has layers[1] 'fc2' dense 64 -> 10 (expected 'relu' elementwise dim 64), "
+                     "which vtpu train mlp does not run",
                  1);
-  expect_failure("train fsdp --steps 1 --plan " + out, "which vtpu train mlp does not run", 1);
+  EXPECT_FALSE(std::filesystem::exists(emitted));
+  // Without --emit it is planned as a foreign model, and the footer says why.
+  r = run_cli("plan " + norelu + " --mesh 2 --hardware this_machine");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("which vtpu train mlp does not run (its model: fc1 dense 64 -> H, relu "
+                          "elementwise H, fc2 dense H -> 10, f32, sgd or adam): the plan is not "
+                          "restricted to what vtpu can run (--emit refuses it)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("run the plan with"), std::string::npos) << r.output;
+  // A plan edited by hand is still refused by the trainers: the hidden-128 plan without relu.
+  nlohmann::json edited;
+  {
+    std::ifstream in(out);
+    edited = nlohmann::json::parse(in);
+  }
+  edited["model_graph"]["layers"].erase(1);
+  const std::string edited_path = temp_file("vtpu_cli_mlp_norelu_plan.json", edited.dump(2));
+  expect_failure("train mlp --steps 1 --plan " + edited_path,
+                 "model_graph has layers[1] 'fc2' dense 128 -> 10 (expected 'relu' elementwise "
+                 "dim 128), which vtpu train mlp does not run",
+                 1);
+  expect_failure("train fsdp --steps 1 --plan " + edited_path, "which vtpu train mlp does not run",
+                 1);
 
   // A transformer of d_model 32, 2 heads, 1 block, MLP hidden 64, context 16.
   std::string t = R"j({"name": "transformer", "batch": 4, "seq_len": 16, "optimizer": "adam",
