@@ -1482,6 +1482,15 @@ TEST(VtpuCliPlanTest, ReshardExplainOnV5e) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("v5e (torus_2d)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("32      1.0 us"), std::string::npos) << r.output;
+  // New-user pass 10, NU4: on 1x8 the size-1 axis x adds no torus dimension, so gathering over
+  // (x, y) is the one ring of y: 7 us + (7/8) x 67108864 / 9e10 s = 659.4 us (not 2x4's 333.2).
+  for (const char* from : {"P('y')", "P(('x','y'))"}) {
+    const CliRun g = run_cli(std::string("reshard --explain --hardware v5e --mesh 1x8 --shape "
+                                         "16777216 --to \"P()\" --from \"") +
+                             from + "\"");
+    ASSERT_EQ(g.exit_code, 0) << g.output;
+    EXPECT_NE(g.output.find("58720256    659.4 us"), std::string::npos) << from << "\n" << g.output;
+  }
   expect_failure(
       "reshard --mesh 2 --shape 8 --from \"P('x')\" --to \"P()\" --explain --hardware v5e "
       "--alpha 1",
