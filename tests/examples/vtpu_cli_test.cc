@@ -465,6 +465,64 @@ TEST(VtpuCliTest, ReshardRunsAndChecksAgainstGatherThenSlice) {
   }
 }
 
+// New-user pass 10, NU2: a run timed one call after one warm-up, in the first-touch slow part
+// (4-8 ms against ~45 us steady at 1 MiB). It now times --iters runs after --warmup runs and
+// reports their median, and says so.
+TEST(VtpuCliTest, ReshardTimesTheMedianOfRepeatedRuns) {
+  const std::string args = "reshard --mesh 2 --shape 4 --from \"P('x')\" --to \"P()\"";
+  const CliRun d = run_cli(args);
+  ASSERT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_NE(d.output.find("ran on 2 virtual cores: 3 warm-up runs, then 10 timed runs of the "
+                          "whole plan: median "),
+            std::string::npos)
+      << d.output;
+  EXPECT_NE(d.output.find("(medians over the timed runs;"), std::string::npos) << d.output;
+  const CliRun one = run_cli(args + " --warmup 0 --iters 1");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_NE(one.output.find("0 warm-up runs, then 1 timed run of the whole plan: median"),
+            std::string::npos)
+      << one.output;
+  EXPECT_NE(one.output.find("check against gather-then-slice: ok"), std::string::npos)
+      << one.output;
+  expect_failure(args + " --iters 0", "--iters", 2);
+  expect_failure(args + " --warmup -1", "--warmup", 2);
+  expect_failure(args + " --iters 1001", "--iters", 2);
+}
+
+// NU2's second half: the run keeps all of the mesh's cores busy, so reshard prices with
+// for_cores(mesh size) as `vtpu plan` does. The same 2-core all-gather of (524288,) f32 blocks
+// (2 MiB per core, the shipped this_machine 2-core fit) on an 8-core mesh is priced
+// s(8) / s(2) = (8 / 2) / 1 = 4 times its price on a 2-core mesh (95.2 us then 380.9 us).
+TEST(VtpuCliTest, ReshardPricesTheMeshsCoresRunningAtOnce) {
+  // The "total: ... estimated T us" of a plan, in microseconds.
+  const auto estimate_us = [](const CliRun& r) {
+    const size_t at = r.output.find(", estimated ");
+    EXPECT_NE(at, std::string::npos) << r.output;
+    if (at == std::string::npos) return 0.0;
+    size_t used = 0;
+    const double value = std::stod(r.output.substr(at + 12), &used);
+    EXPECT_EQ(r.output.substr(at + 12 + used, 3), " us") << r.output;
+    return value;
+  };
+  const CliRun eight = run_cli(
+      "reshard --explain --mesh 2x4 --shape 1048576,4 --from "
+      "\"P('x','y')\" --to \"P(None,'y')\"");
+  ASSERT_EQ(eight.exit_code, 0) << eight.output;
+  EXPECT_NE(eight.output.find("8 virtual cores on 2 host CPUs: work x 4"), std::string::npos)
+      << eight.output;
+  EXPECT_NE(eight.output.find("1  all_gather             x         4x2"), std::string::npos)
+      << eight.output;
+  const CliRun two = run_cli(
+      "reshard --explain --mesh 2 --shape 1048576 --from \"P('x')\" --to "
+      "\"P()\"");
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_NE(two.output.find("2 virtual cores on 2 host CPUs: work x 1"), std::string::npos)
+      << two.output;
+  const double on2 = estimate_us(two);
+  ASSERT_GT(on2, 50.0);
+  EXPECT_NEAR(estimate_us(eight) / on2, 4.0, 0.01);
+}
+
 TEST(VtpuCliTest, ReshardRejectsBadInput) {
   expect_failure("reshard --mesh 2x2 --shape 8 --from \"P('x','x')\" --to \"P()\"", "twice", 1);
   expect_failure("reshard --mesh 2x2 --shape 8 --from \"P('q')\" --to \"P()\"", "'q'", 1);
