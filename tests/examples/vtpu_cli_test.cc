@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -521,6 +522,46 @@ TEST(VtpuCliTest, ReshardPricesTheMeshsCoresRunningAtOnce) {
   const double on2 = estimate_us(two);
   ASSERT_GT(on2, 50.0);
   EXPECT_NEAR(estimate_us(eight) / on2, 4.0, 0.01);
+}
+
+// New-user pass 10, NU10: the README's "Resharding" says which plan the shipped this_machine
+// profile picks at which size. These are its figures (the profile of 2026-12-01 18:35 UTC); a
+// recalibration that moves them must update the README with them.
+TEST(VtpuCliTest, ReshardReadmeSizeDependentPlansOnThisMachine) {
+  const auto ops = [](const std::string& args) {
+    const CliRun r = run_cli("reshard --explain " + args);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::string names;  // the op column of the step rows, space-separated
+    std::istringstream lines(r.output);
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream row(line);
+      int step = 0;
+      std::string op;
+      if (line.starts_with("   ") && row >> step >> op) names += (names.empty() ? "" : " ") + op;
+    }
+    return std::make_pair(names, r.output);
+  };
+  const std::string a2a = " --mesh 4 --from \"P('x',None)\" --to \"P(None,'x')\"";
+  EXPECT_EQ(ops("--shape 8,8" + a2a).first, "all_to_all");
+  EXPECT_EQ(ops("--shape 612,612" + a2a).first, "all_to_all");
+  EXPECT_EQ(ops("--shape 616,616" + a2a).first, "all_gather dynamic_slice");
+  const auto big = ops("--shape 1024,1024" + a2a);
+  EXPECT_EQ(big.first, "all_gather dynamic_slice");
+  EXPECT_NE(big.second.find("estimated 270.4 us"), std::string::npos) << big.second;
+  const std::string rs = " --from \"P(unreduced={'x'})\" --to \"P('x')\"";
+  EXPECT_EQ(ops("--mesh 4 --shape 8" + rs).first, "all_reduce(sum) dynamic_slice");
+  EXPECT_EQ(ops("--mesh 4 --shape 812" + rs).first, "all_reduce(sum) dynamic_slice");
+  EXPECT_EQ(ops("--mesh 4 --shape 816" + rs).first, "reduce_scatter(sum)");
+  EXPECT_EQ(ops("--mesh 8 --shape 1040" + rs).first, "all_reduce(sum) dynamic_slice");
+  EXPECT_EQ(ops("--mesh 8 --shape 1080" + rs).first, "reduce_scatter(sum)");
+  const auto large = ops("--mesh 8 --shape 8000000" + rs);
+  EXPECT_EQ(large.first, "reduce_scatter(sum)");
+  EXPECT_NE(large.second.find("total: 1 steps, 28000000 bytes sent per core, estimated 3.893 ms"),
+            std::string::npos)
+      << large.second;
+  // v5e plans the table's collective at the small sizes too.
+  EXPECT_EQ(ops("--hardware v5e --shape 8,8" + a2a).first, "all_to_all");
+  EXPECT_EQ(ops("--hardware v5e --mesh 4 --shape 8" + rs).first, "reduce_scatter(sum)");
 }
 
 TEST(VtpuCliTest, ReshardRejectsBadInput) {
