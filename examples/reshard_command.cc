@@ -94,36 +94,37 @@ void print_uneven_blocks(const char* side, const NamedSharding& sharding, const 
 }
 
 int run(const ReshardCommand& c) {
-  // Regression (new-user pass nu8, N5): a malformed --mesh or --axes exited 1, not 2.
+  // --alpha/--beta/--a2a-factor replace the profile's collective model by a uniform one (the
+  // profile still gives nothing else a reshard uses).
+  const bool uniform = c.alpha_opt->count() + c.beta_opt->count() + c.factor_opt->count() > 0;
+  // Regression (new-user pass nu8, N5): a malformed --mesh or --axes exited 1, not 2; new-user
+  // pass 10, NU13: so did too many devices and --hardware with --alpha/--beta, both usage errors.
   std::vector<int64_t> mesh_shape;
   std::vector<std::string> axes;
   if (!check_usage([&] {
         mesh_shape = parse_mesh_shape(c.mesh);
         axes = mesh_axis_names(c.axes, c.mesh, mesh_shape, default_axis_names(mesh_shape.size()));
+        // Regression (issue 6 adversarial pass, F26): each --mesh size was bounded but not their
+        // product: --mesh 4096x4096 --explain took 66 s and 3.6 GB, and a run of 2048 devices
+        // failed only after planning, with "num_cores is 2048" that did not name --mesh.
+        if (c.explain) {
+          check_mesh_devices(c.mesh, mesh_shape, kMaxPlanDevices, " to plan");
+        } else {
+          check_mesh_devices(c.mesh, mesh_shape, kMaxRunDevices,
+                             " for a run on virtual cores; --explain plans up to " +
+                                 std::to_string(kMaxPlanDevices));
+        }
+        if (uniform && c.app->get_option("--hardware")->count() > 0) {
+          throw InvalidArgumentError(
+              "--hardware cannot be combined with --alpha/--beta/--a2a-factor (expected either a "
+              "hardware profile or a uniform alpha-beta model)");
+        }
       })) {
     return 2;
-  }
-  // Regression (issue 6 adversarial pass, F26): each --mesh size was bounded but not their
-  // product: --mesh 4096x4096 --explain took 66 s and 3.6 GB, and a run of 2048 devices failed
-  // only after planning, with "num_cores is 2048" that did not name --mesh.
-  if (c.explain) {
-    check_mesh_devices(c.mesh, mesh_shape, kMaxPlanDevices, " to plan");
-  } else {
-    check_mesh_devices(
-        c.mesh, mesh_shape, kMaxRunDevices,
-        " for a run on virtual cores; --explain plans up to " + std::to_string(kMaxPlanDevices));
   }
   const Mesh mesh(mesh_shape, axes);
   const NamedSharding source(mesh, PartitionSpec::parse(c.from));
   const NamedSharding target(mesh, PartitionSpec::parse(c.to));
-  // --alpha/--beta/--a2a-factor replace the profile's collective model by a uniform one (the
-  // profile still gives nothing else a reshard uses).
-  const bool uniform = c.alpha_opt->count() + c.beta_opt->count() + c.factor_opt->count() > 0;
-  if (uniform && c.app->get_option("--hardware")->count() > 0) {
-    throw InvalidArgumentError(
-        "--hardware cannot be combined with --alpha/--beta/--a2a-factor (expected either a "
-        "hardware profile or a uniform alpha-beta model)");
-  }
   // Priced for the mesh's cores all running at once, as `vtpu plan` prices a mesh (new-user pass
   // 10, NU2): a run keeps every core of the mesh busy (each step runs all its replica groups
   // concurrently), so on this_machine a 2-core group of an 8-core mesh gets the oversubscription

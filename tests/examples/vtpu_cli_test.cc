@@ -590,15 +590,18 @@ TEST(VtpuCliTest, ReshardRejectsBadShapesAndRunsTooLargeToHold) {
   const CliRun plan = run_cli(big + " --explain");
   EXPECT_EQ(plan.exit_code, 0) << plan.output;
   EXPECT_NE(plan.output.find("all_gather"), std::string::npos) << plan.output;
-  // F26: the mesh's device count is bounded (the product, not only each size).
+  // F26: the mesh's device count is bounded (the product, not only each size); a usage error
+  // (exit 2) like a malformed --mesh (new-user pass 10, NU13).
   expect_failure("reshard --mesh 4096x4096 --shape 4 --from \"P()\" --to \"P('x')\" --explain",
-                 "--mesh 4096x4096 has 16777216 devices (expected at most 65536 to plan)", 1);
+                 "vtpu: usage error: --mesh 4096x4096 has 16777216 devices (expected at most 65536 "
+                 "to plan)",
+                 2);
   expect_failure(
       "reshard --mesh 4096x4096x4096x4096x4096x4096 --shape 4 --from \"P()\" --to "
       "\"P()\" --explain",
-      "has more than 16777216 devices (expected at most 65536 to plan)", 1);
+      "has more than 16777216 devices (expected at most 65536 to plan)", 2);
   expect_failure("reshard --mesh 2048 --shape 4 --from \"P()\" --to \"P()\"",
-                 "--mesh 2048 has 2048 devices (expected at most 1024 for a run", 1);
+                 "--mesh 2048 has 2048 devices (expected at most 1024 for a run", 2);
   // F25: the run's timing table names the reduction as the plan table does.
   const CliRun max = run_cli(
       "reshard --mesh 2 --shape 4 --from \"P(unreduced={'x'}, "
@@ -1593,7 +1596,11 @@ TEST(VtpuCliPlanTest, ReshardExplainOnV5e) {
   expect_failure(
       "reshard --mesh 2 --shape 8 --from \"P('x')\" --to \"P()\" --explain --hardware v5e "
       "--alpha 1",
-      "--hardware cannot be combined", 1);
+      "vtpu: usage error: --hardware cannot be combined", 2);
+  expect_failure(
+      "reshard --mesh 4 --shape 8,8 --from \"P('x')\" --to \"P()\" --alpha 1e-5 --beta 1e-9 "
+      "--hardware v5e",
+      "vtpu: usage error: --hardware cannot be combined with --alpha/--beta/--a2a-factor", 2);
 }
 
 // ---- vtpu plan --emit, then vtpu train ... --plan: every emitted plan runs -------------------
