@@ -1,7 +1,9 @@
 #include "examples/reshard_command.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -13,6 +15,7 @@
 #include "common/units.h"
 #include "examples/cli_validators.h"
 #include "examples/mesh_arg.h"
+#include "examples/mlp_trainer.h"  // median_of
 #include "runtime/hardware_profile.h"
 #include "runtime/runtime.h"
 #include "sharding/block_copy.h"
@@ -34,6 +37,8 @@ struct ReshardCommand {
   CLI::Option* beta_opt = nullptr;
   CLI::Option* factor_opt = nullptr;
   uint64_t seed = 1;
+  int warmup = 3;
+  int iters = 10;
 };
 
 namespace {
@@ -89,40 +94,46 @@ void print_uneven_blocks(const char* side, const NamedSharding& sharding, const 
 }
 
 int run(const ReshardCommand& c) {
-  // Regression (new-user pass nu8, N5): a malformed --mesh or --axes exited 1, not 2.
+  // --alpha/--beta/--a2a-factor replace the profile's collective model by a uniform one (the
+  // profile still gives nothing else a reshard uses).
+  const bool uniform = c.alpha_opt->count() + c.beta_opt->count() + c.factor_opt->count() > 0;
+  // Regression (new-user pass nu8, N5): a malformed --mesh or --axes exited 1, not 2; new-user
+  // pass 10, NU13: so did too many devices and --hardware with --alpha/--beta, both usage errors.
   std::vector<int64_t> mesh_shape;
   std::vector<std::string> axes;
   if (!check_usage([&] {
         mesh_shape = parse_mesh_shape(c.mesh);
         axes = mesh_axis_names(c.axes, c.mesh, mesh_shape, default_axis_names(mesh_shape.size()));
+        // Regression (issue 6 adversarial pass, F26): each --mesh size was bounded but not their
+        // product: --mesh 4096x4096 --explain took 66 s and 3.6 GB, and a run of 2048 devices
+        // failed only after planning, with "num_cores is 2048" that did not name --mesh.
+        if (c.explain) {
+          check_mesh_devices(c.mesh, mesh_shape, kMaxPlanDevices, " to plan");
+        } else {
+          check_mesh_devices(c.mesh, mesh_shape, kMaxRunDevices,
+                             " for a run on virtual cores; --explain plans up to " +
+                                 std::to_string(kMaxPlanDevices));
+        }
+        if (uniform && c.app->get_option("--hardware")->count() > 0) {
+          throw InvalidArgumentError(
+              "--hardware cannot be combined with --alpha/--beta/--a2a-factor (expected either a "
+              "hardware profile or a uniform alpha-beta model)");
+        }
       })) {
     return 2;
-  }
-  // Regression (issue 6 adversarial pass, F26): each --mesh size was bounded but not their
-  // product: --mesh 4096x4096 --explain took 66 s and 3.6 GB, and a run of 2048 devices failed
-  // only after planning, with "num_cores is 2048" that did not name --mesh.
-  if (c.explain) {
-    check_mesh_devices(c.mesh, mesh_shape, kMaxPlanDevices, " to plan");
-  } else {
-    check_mesh_devices(
-        c.mesh, mesh_shape, kMaxRunDevices,
-        " for a run on virtual cores; --explain plans up to " + std::to_string(kMaxPlanDevices));
   }
   const Mesh mesh(mesh_shape, axes);
   const NamedSharding source(mesh, PartitionSpec::parse(c.from));
   const NamedSharding target(mesh, PartitionSpec::parse(c.to));
-  // --alpha/--beta/--a2a-factor replace the profile's collective model by a uniform one (the
-  // profile still gives nothing else a reshard uses).
-  const bool uniform = c.alpha_opt->count() + c.beta_opt->count() + c.factor_opt->count() > 0;
-  if (uniform && c.app->get_option("--hardware")->count() > 0) {
-    throw InvalidArgumentError(
-        "--hardware cannot be combined with --alpha/--beta/--a2a-factor (expected either a "
-        "hardware profile or a uniform alpha-beta model)");
-  }
+  // Priced for the mesh's cores all running at once, as `vtpu plan` prices a mesh (new-user pass
+  // 10, NU2): a run keeps every core of the mesh busy (each step runs all its replica groups
+  // concurrently), so on this_machine a 2-core group of an 8-core mesh gets the oversubscription
+  // s(8) / s(2) of the cost model's header. No effect on the TPU profiles or a uniform model.
   const CostModel model =
-      uniform ? CostModel::uniform(c.cost.alpha_seconds, c.cost.beta_seconds_per_byte,
-                                   c.cost.all_to_all_factor)
-              : CostModel(HardwareProfile::get(c.hardware));
+      (uniform ? CostModel::uniform(c.cost.alpha_seconds, c.cost.beta_seconds_per_byte,
+                                    c.cost.all_to_all_factor)
+               : CostModel(HardwareProfile::get(c.hardware)))
+          .for_cores(static_cast<int>(mesh.size()));
   const ReshardPlan plan = plan_reshard(c.shape, source, target, model);
   std::printf("%s", plan.to_string().c_str());
   std::printf("per-core block: %s -> %s (padded shard shape %s -> %s)\n",
@@ -165,15 +176,30 @@ int run(const ReshardCommand& c) {
     buffers.push_back(std::move(b));
   }
   const ShardedArray input = ShardedArray::from_buffers(c.shape, source, std::move(buffers));
-  std::vector<ReshardStepTiming> timings;
-  // A warm-up run first: link setup, the first touch of fresh HBM pages and the first use of
-  // each core's threads would otherwise be timed. The checked output is the timed run's.
-  ReshardCommunicatorCache communicators(runtime);  // the timed run reuses the warm-up's links
-  execute_reshard(runtime, input, plan, nullptr, &communicators);
-  const auto t0 = std::chrono::steady_clock::now();
-  const ShardedArray output = execute_reshard(runtime, input, plan, &timings, &communicators);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Timed as nccl-tests and `vtpu bench collectives` time a collective: --warmup untimed runs
+  // (link setup, the first touch of fresh HBM pages and link slots, the first use of each core's
+  // threads: new-user pass 10, NU2, the first runs at 1 MiB took 4-8 ms against ~45 us steady),
+  // then --iters timed runs of the whole plan, each on the same input into new output buffers;
+  // the report gives the median of each time over the timed runs. The checked output is the
+  // last timed run's.
+  ReshardCommunicatorCache communicators(runtime);  // every run reuses the first run's links
+  for (int i = 0; i < c.warmup; ++i) execute_reshard(runtime, input, plan, nullptr, &communicators);
+  std::vector<double> walls;
+  std::vector<std::vector<double>> step_collective(plan.steps.size());
+  std::vector<std::vector<double>> step_wall(plan.steps.size());
+  std::optional<ShardedArray> last;
+  for (int i = 0; i < c.iters; ++i) {
+    last.reset();  // the previous run's buffers go back to the arenas before this run allocates
+    std::vector<ReshardStepTiming> timings;
+    const auto t0 = std::chrono::steady_clock::now();
+    last = execute_reshard(runtime, input, plan, &timings, &communicators);
+    walls.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    for (size_t s = 0; s < timings.size() && s < plan.steps.size(); ++s) {
+      step_collective[s].push_back(timings[s].collective_seconds);
+      step_wall[s].push_back(timings[s].wall_seconds);
+    }
+  }
+  const ShardedArray& output = *last;
 
   // Reference: the logical value, sliced per device (a partial target is compared after its
   // pending reduction, through gather()).
@@ -195,18 +221,22 @@ int run(const ReshardCommand& c) {
       for (size_t i = 0; i < want.size(); ++i) bad += got[i] != want[i];
     }
   }
-  std::printf("ran on %s: %.3f ms wall after one warm-up run (estimate %.3f ms)\n",
-              count_text(static_cast<long long>(mesh.size()), "virtual core").c_str(),
-              seconds * 1e3, plan.total_estimated_seconds() * 1e3);
+  std::printf(
+      "ran on %s: %d warm-up run%s, then %d timed run%s of the whole plan: "
+      "median %.3f ms wall (min %.3f, max %.3f; estimate %.3f ms)\n",
+      count_text(static_cast<long long>(mesh.size()), "virtual core").c_str(), c.warmup,
+      c.warmup == 1 ? "" : "s", c.iters, c.iters == 1 ? "" : "s", median_of(walls) * 1e3,
+      std::ranges::min(walls) * 1e3, std::ranges::max(walls) * 1e3,
+      plan.total_estimated_seconds() * 1e3);
   std::printf("%4s  %-22s %11s %15s %11s\n", "step", "op", "est. time", "in collective", "wall");
-  for (size_t i = 0; i < timings.size(); ++i) {
+  for (size_t i = 0; i < plan.steps.size() && !step_wall[i].empty(); ++i) {
     std::printf("%4zu  %-22s %8.3f ms %12.3f ms %8.3f ms\n", i + 1,
                 plan.steps[i].op_label().c_str(), plan.steps[i].estimated_seconds * 1e3,
-                timings[i].collective_seconds * 1e3, timings[i].wall_seconds * 1e3);
+                median_of(step_collective[i]) * 1e3, median_of(step_wall[i]) * 1e3);
   }
   std::printf(
-      "(in collective: the slowest core's time inside the collective call; wall adds "
-      "padding copies, allocation and the SPMD launch)\n");
+      "(medians over the timed runs; in collective: the slowest core's time inside the "
+      "collective call; wall adds padding copies, allocation and the SPMD launch)\n");
   std::printf("check against gather-then-slice: %s", bad == 0 ? "ok\n" : "mismatch");
   if (bad != 0) std::printf(" (%zu elements differ)\n", bad);
   return bad == 0 ? 0 : 1;
@@ -265,6 +295,18 @@ std::shared_ptr<ReshardCommand> add_reshard_command(CLI::App& app) {
                                    "alpha + beta*(n-1)/n^2*B*c (0..1e6; " +
                                        uniform_default(c->cost.all_to_all_factor) + ")")
                       ->check(CLI::Range(0.0, 1e6));
+  c->app
+      ->add_option("--warmup", c->warmup,
+                   "Untimed runs of the whole plan before the timed ones (link setup, first touch "
+                   "of buffers), 0..1000")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
+  c->app
+      ->add_option("--iters", c->iters,
+                   "Timed runs of the whole plan; the report gives the median of each time over "
+                   "them, 1..1000")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   c->app->add_option("--seed", c->seed, "Seed of the random input, 0 .. 2^64 - 1")
       ->capture_default_str()
       ->check(seed_validator());

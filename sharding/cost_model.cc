@@ -239,6 +239,16 @@ CollectiveCost CostModel::collective(CollectiveKind kind, double bytes,
   }
   CollectiveCost c;
   if (n <= 1 || bytes <= 0) return c;
+  // Only axes of size > 1 span devices: a size-1 axis maps to no torus dimension (its ring has
+  // one chip and no links), so it neither adds links nor an all-to-all phase.
+  std::vector<int> positions;
+  std::vector<int64_t> sizes;
+  for (size_t i = 0; i < axis_sizes.size(); ++i) {
+    if (axis_sizes[i] > 1) {
+      positions.push_back(mesh_axis_positions[i]);
+      sizes.push_back(axis_sizes[i]);
+    }
+  }
   const double nd = static_cast<double>(n);
   c.sent_bytes_per_core =
       formula_factor(kind, nd) * bytes * (kind == CollectiveKind::kAllReduce ? 2 : 1);
@@ -288,13 +298,13 @@ CollectiveCost CostModel::collective(CollectiveKind kind, double bytes,
     const double s = oversubscription();
     return finish(s * hop * (nd - 1), s / link, 1.0);
   }
-  if (kind == CollectiveKind::kAllToAll && rank > 1 && axis_sizes.size() > 1) {
+  if (kind == CollectiveKind::kAllToAll && rank > 1 && sizes.size() > 1) {
     // Dimension-ordered: one all-to-all phase per torus dimension, each over that dimension's
     // ring with the whole per-core buffer (B_i = n_i * B / n).
     std::map<int, int64_t> per_dim;  // torus dimension -> devices along it in the group
-    for (size_t i = 0; i < axis_sizes.size(); ++i) {
-      int64_t& s = per_dim.try_emplace(std::min(mesh_axis_positions[i], rank - 1), 1).first->second;
-      s *= axis_sizes[i];
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      int64_t& s = per_dim.try_emplace(std::min(positions[i], rank - 1), 1).first->second;
+      s *= sizes[i];
     }
     double seconds = 0, alpha = 0;
     for (const auto& [dim, ni] : per_dim) {
@@ -311,7 +321,7 @@ CollectiveCost CostModel::collective(CollectiveKind kind, double bytes,
     c.seconds = seconds;
     return c;
   }
-  const int dims = rank == 1 ? 1 : torus_dims_used(mesh_axis_positions);
+  const int dims = rank == 1 ? 1 : torus_dims_used(positions);
   const double beta = 1.0 / (2.0 * dims * link);
   return finish(hop * (nd - 1), beta,
                 kind == CollectiveKind::kAllToAll ? all_to_all_factor(n) : 1.0);

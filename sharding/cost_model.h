@@ -47,7 +47,8 @@
 //   algorithm changes with size; on this machine's 8-core all-reduce the line fitted to 8 B..4 MiB
 //   was 40% below the measured time at 16-32 KiB, where the MLP's gradient bucket lies.
 // - Otherwise the links and the topology. Mesh axis i maps to torus dimension i (a mesh of more
-//   axes than the torus has dimensions folds the extra axes onto the last dimension), and every
+//   axes than the torus has dimensions folds the extra axes onto the last dimension; an axis of
+//   size 1 spans no devices and maps to none, so a 1x8 mesh is one ring), and every
 //   torus dimension is a bidirectional ring with wraparound. A collective over k mesh axes that
 //   map to k distinct torus dimensions runs on the rings of those dimensions and uses 2k links
 //   per chip (one each way per dimension): beta = 1 / (2 k link_bytes_per_second). On
@@ -164,7 +165,8 @@ class CostModel {
   /// permute; the others throw UnimplementedError) moving `bytes` (B of the header, in bytes) over
   /// a replica group whose devices differ on the mesh axes at `mesh_axis_positions` (positions in
   /// the mesh's axis list, used to map to torus dimensions) with sizes `axis_sizes` (same order;
-  /// the group size n is their product). A group of one device, or B = 0, costs nothing. Throws
+  /// the group size n is their product; axes of size 1 are ignored, so they map to no torus
+  /// dimension). A group of one device, or B = 0, costs nothing. Throws
   /// InvalidArgumentError when the two lists differ in length or a size is < 1.
   CollectiveCost collective(CollectiveKind kind, double bytes,
                             const std::vector<int>& mesh_axis_positions,

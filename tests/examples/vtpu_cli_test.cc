@@ -484,6 +484,104 @@ TEST(VtpuCliTest, ReshardRunsAndChecksAgainstGatherThenSlice) {
   }
 }
 
+// New-user pass 10, NU2: a run timed one call after one warm-up, in the first-touch slow part
+// (4-8 ms against ~45 us steady at 1 MiB). It now times --iters runs after --warmup runs and
+// reports their median, and says so.
+TEST(VtpuCliTest, ReshardTimesTheMedianOfRepeatedRuns) {
+  const std::string args = "reshard --mesh 2 --shape 4 --from \"P('x')\" --to \"P()\"";
+  const CliRun d = run_cli(args);
+  ASSERT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_NE(d.output.find("ran on 2 virtual cores: 3 warm-up runs, then 10 timed runs of the "
+                          "whole plan: median "),
+            std::string::npos)
+      << d.output;
+  EXPECT_NE(d.output.find("(medians over the timed runs;"), std::string::npos) << d.output;
+  const CliRun one = run_cli(args + " --warmup 0 --iters 1");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_NE(one.output.find("0 warm-up runs, then 1 timed run of the whole plan: median"),
+            std::string::npos)
+      << one.output;
+  EXPECT_NE(one.output.find("check against gather-then-slice: ok"), std::string::npos)
+      << one.output;
+  expect_failure(args + " --iters 0", "--iters", 2);
+  expect_failure(args + " --warmup -1", "--warmup", 2);
+  expect_failure(args + " --iters 1001", "--iters", 2);
+}
+
+// NU2's second half: the run keeps all of the mesh's cores busy, so reshard prices with
+// for_cores(mesh size) as `vtpu plan` does. The same 2-core all-gather of (524288,) f32 blocks
+// (2 MiB per core, the shipped this_machine 2-core fit) on an 8-core mesh is priced
+// s(8) / s(2) = (8 / 2) / 1 = 4 times its price on a 2-core mesh (95.2 us then 380.9 us).
+TEST(VtpuCliTest, ReshardPricesTheMeshsCoresRunningAtOnce) {
+  // The "total: ... estimated T us" of a plan, in microseconds.
+  const auto estimate_us = [](const CliRun& r) {
+    const size_t at = r.output.find(", estimated ");
+    EXPECT_NE(at, std::string::npos) << r.output;
+    if (at == std::string::npos) return 0.0;
+    size_t used = 0;
+    const double value = std::stod(r.output.substr(at + 12), &used);
+    EXPECT_EQ(r.output.substr(at + 12 + used, 3), " us") << r.output;
+    return value;
+  };
+  const CliRun eight = run_cli(
+      "reshard --explain --mesh 2x4 --shape 1048576,4 --from "
+      "\"P('x','y')\" --to \"P(None,'y')\"");
+  ASSERT_EQ(eight.exit_code, 0) << eight.output;
+  EXPECT_NE(eight.output.find("8 virtual cores on 2 host CPUs: work x 4"), std::string::npos)
+      << eight.output;
+  EXPECT_NE(eight.output.find("1  all_gather             x         4x2"), std::string::npos)
+      << eight.output;
+  const CliRun two = run_cli(
+      "reshard --explain --mesh 2 --shape 1048576 --from \"P('x')\" --to "
+      "\"P()\"");
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_NE(two.output.find("2 virtual cores on 2 host CPUs: work x 1"), std::string::npos)
+      << two.output;
+  const double on2 = estimate_us(two);
+  ASSERT_GT(on2, 50.0);
+  EXPECT_NEAR(estimate_us(eight) / on2, 4.0, 0.01);
+}
+
+// New-user pass 10, NU10: the README's "Resharding" says which plan the shipped this_machine
+// profile picks at which size. These are its figures (the profile of 2026-12-01 18:35 UTC); a
+// recalibration that moves them must update the README with them.
+TEST(VtpuCliTest, ReshardReadmeSizeDependentPlansOnThisMachine) {
+  const auto ops = [](const std::string& args) {
+    const CliRun r = run_cli("reshard --explain " + args);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::string names;  // the op column of the step rows, space-separated
+    std::istringstream lines(r.output);
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream row(line);
+      int step = 0;
+      std::string op;
+      if (line.starts_with("   ") && row >> step >> op) names += (names.empty() ? "" : " ") + op;
+    }
+    return std::make_pair(names, r.output);
+  };
+  const std::string a2a = " --mesh 4 --from \"P('x',None)\" --to \"P(None,'x')\"";
+  EXPECT_EQ(ops("--shape 8,8" + a2a).first, "all_to_all");
+  EXPECT_EQ(ops("--shape 612,612" + a2a).first, "all_to_all");
+  EXPECT_EQ(ops("--shape 616,616" + a2a).first, "all_gather dynamic_slice");
+  const auto big = ops("--shape 1024,1024" + a2a);
+  EXPECT_EQ(big.first, "all_gather dynamic_slice");
+  EXPECT_NE(big.second.find("estimated 270.4 us"), std::string::npos) << big.second;
+  const std::string rs = " --from \"P(unreduced={'x'})\" --to \"P('x')\"";
+  EXPECT_EQ(ops("--mesh 4 --shape 8" + rs).first, "all_reduce(sum) dynamic_slice");
+  EXPECT_EQ(ops("--mesh 4 --shape 812" + rs).first, "all_reduce(sum) dynamic_slice");
+  EXPECT_EQ(ops("--mesh 4 --shape 816" + rs).first, "reduce_scatter(sum)");
+  EXPECT_EQ(ops("--mesh 8 --shape 1040" + rs).first, "all_reduce(sum) dynamic_slice");
+  EXPECT_EQ(ops("--mesh 8 --shape 1080" + rs).first, "reduce_scatter(sum)");
+  const auto large = ops("--mesh 8 --shape 8000000" + rs);
+  EXPECT_EQ(large.first, "reduce_scatter(sum)");
+  EXPECT_NE(large.second.find("total: 1 steps, 28000000 bytes sent per core, estimated 3.893 ms"),
+            std::string::npos)
+      << large.second;
+  // v5e plans the table's collective at the small sizes too.
+  EXPECT_EQ(ops("--hardware v5e --shape 8,8" + a2a).first, "all_to_all");
+  EXPECT_EQ(ops("--hardware v5e --mesh 4 --shape 8" + rs).first, "reduce_scatter(sum)");
+}
+
 TEST(VtpuCliTest, ReshardRejectsBadInput) {
   expect_failure("reshard --mesh 2x2 --shape 8 --from \"P('x','x')\" --to \"P()\"", "twice", 1);
   expect_failure("reshard --mesh 2x2 --shape 8 --from \"P('q')\" --to \"P()\"", "'q'", 1);
@@ -510,15 +608,18 @@ TEST(VtpuCliTest, ReshardRejectsBadShapesAndRunsTooLargeToHold) {
   const CliRun plan = run_cli(big + " --explain");
   EXPECT_EQ(plan.exit_code, 0) << plan.output;
   EXPECT_NE(plan.output.find("all_gather"), std::string::npos) << plan.output;
-  // F26: the mesh's device count is bounded (the product, not only each size).
+  // F26: the mesh's device count is bounded (the product, not only each size); a usage error
+  // (exit 2) like a malformed --mesh (new-user pass 10, NU13).
   expect_failure("reshard --mesh 4096x4096 --shape 4 --from \"P()\" --to \"P('x')\" --explain",
-                 "--mesh 4096x4096 has 16777216 devices (expected at most 65536 to plan)", 1);
+                 "vtpu: usage error: --mesh 4096x4096 has 16777216 devices (expected at most 65536 "
+                 "to plan)",
+                 2);
   expect_failure(
       "reshard --mesh 4096x4096x4096x4096x4096x4096 --shape 4 --from \"P()\" --to "
       "\"P()\" --explain",
-      "has more than 16777216 devices (expected at most 65536 to plan)", 1);
+      "has more than 16777216 devices (expected at most 65536 to plan)", 2);
   expect_failure("reshard --mesh 2048 --shape 4 --from \"P()\" --to \"P()\"",
-                 "--mesh 2048 has 2048 devices (expected at most 1024 for a run", 1);
+                 "--mesh 2048 has 2048 devices (expected at most 1024 for a run", 2);
   // F25: the run's timing table names the reduction as the plan table does.
   const CliRun max = run_cli(
       "reshard --mesh 2 --shape 4 --from \"P(unreduced={'x'}, "
@@ -1737,10 +1838,23 @@ TEST(VtpuCliPlanTest, ReshardExplainOnV5e) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("v5e (torus_2d)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("32      1.0 us"), std::string::npos) << r.output;
+  // New-user pass 10, NU4: on 1x8 the size-1 axis x adds no torus dimension, so gathering over
+  // (x, y) is the one ring of y: 7 us + (7/8) x 67108864 / 9e10 s = 659.4 us (not 2x4's 333.2).
+  for (const char* from : {"P('y')", "P(('x','y'))"}) {
+    const CliRun g = run_cli(std::string("reshard --explain --hardware v5e --mesh 1x8 --shape "
+                                         "16777216 --to \"P()\" --from \"") +
+                             from + "\"");
+    ASSERT_EQ(g.exit_code, 0) << g.output;
+    EXPECT_NE(g.output.find("58720256    659.4 us"), std::string::npos) << from << "\n" << g.output;
+  }
   expect_failure(
       "reshard --mesh 2 --shape 8 --from \"P('x')\" --to \"P()\" --explain --hardware v5e "
       "--alpha 1",
-      "--hardware cannot be combined", 1);
+      "vtpu: usage error: --hardware cannot be combined", 2);
+  expect_failure(
+      "reshard --mesh 4 --shape 8,8 --from \"P('x')\" --to \"P()\" --alpha 1e-5 --beta 1e-9 "
+      "--hardware v5e",
+      "vtpu: usage error: --hardware cannot be combined with --alpha/--beta/--a2a-factor", 2);
 }
 
 // ---- vtpu plan --emit, then vtpu train ... --plan: every emitted plan runs -------------------

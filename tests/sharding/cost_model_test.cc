@@ -55,6 +55,28 @@ TEST(CostModelTest, OneAxisIsSlowerThanTwoForTheSameGroupSize) {
   EXPECT_GT(one, 1.9 * two);
 }
 
+TEST(CostModelTest, ASizeOneAxisIsNoTorusDimension) {
+  // A 1x8 mesh: the group over (x, y) is the same 8 chips on the one ring of y as the group over
+  // y alone: 2 links, beta = 1 / 9e10, 7e-6 + (7/8) * 67108864 / 9e10 = 659.45 us, twice the
+  // 2x4 mesh's 333.22 us (TwoAxesOfATorusUseFourLinks) less the alpha.
+  const CostModel m = v5e();
+  const CollectiveCost y = m.collective(CollectiveKind::kAllGather, kB, {1}, {8});
+  const CollectiveCost xy = m.collective(CollectiveKind::kAllGather, kB, {0, 1}, {1, 8});
+  const CollectiveCost yx = m.collective(CollectiveKind::kAllGather, kB, {1, 0}, {8, 1});
+  EXPECT_NEAR(y.seconds, 7e-6 + 58720256 / 9e10, 1e-12);
+  EXPECT_NEAR(y.seconds, 6.59447289e-4, 1e-12);
+  for (const CollectiveCost& c : {xy, yx}) {
+    EXPECT_DOUBLE_EQ(c.beta_seconds_per_byte, 1.0 / 9e10);
+    EXPECT_DOUBLE_EQ(c.alpha_seconds, 7e-6);
+    EXPECT_DOUBLE_EQ(c.seconds, y.seconds);
+  }
+  // All-to-all over (x, y) of 1x8: one phase on the ring of 8, c = 16/7:
+  // 7e-6 + (1 / 9e10) * (7/64) * B * 16/7 = 7e-6 + B / (4 * 9e10).
+  const CollectiveCost a2a = m.collective(CollectiveKind::kAllToAll, kB, {0, 1}, {1, 8});
+  EXPECT_NEAR(a2a.seconds, 7e-6 + kB / 4 / 9e10, 1e-12);
+  EXPECT_DOUBLE_EQ(a2a.seconds, m.collective(CollectiveKind::kAllToAll, kB, {1}, {8}).seconds);
+}
+
 TEST(CostModelTest, AllToAllOnARingUsesTheDerivedConstant) {
   // n = 4, each core holds X = 16 MiB, B = 4X. Shortest-path all-to-all on a bidirectional ring
   // of 4 moves X/4 to each of 3 peers over 1, 2, 1 hops: X * floor(16/4) / 4 = X byte-hops per
