@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "common/error.h"
 #include "common/strings.h"
 #include "examples/mesh_arg.h"
+#include "runtime/json_fields.h"
 #include "sharding/named_sharding.h"
 #include "sharding/partition_spec.h"
 
@@ -119,11 +119,15 @@ std::string TrainPlan::describe_mesh() const {
 }
 
 TrainPlan load_train_plan(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw NotFoundError("cannot open plan file '" + path + "'");
+  // Far above any plan vtpu plan --emit writes for a model vtpu train runs (a few KB), and above
+  // a 16 MiB model file's plan; a stream without end (/dev/zero) is cut off (adv10 A3).
+  constexpr uintmax_t kMaxPlanFileBytes = uintmax_t{64} << 20;
+  const std::string text = read_bounded_text_file(path, kMaxPlanFileBytes, "plan file", "64 MiB");
   nlohmann::json j;
+  // A hand-edited plan with a key given twice (two "strategy" objects) took the last one
+  // silently; model files and hardware profiles already rejected that (adv10 A4).
   try {
-    j = nlohmann::json::parse(in);
+    j = parse_json_unique_keys(text, "plan file '" + path + "'");
   } catch (const nlohmann::json::exception& e) {
     throw InvalidArgumentError("plan file '" + path + "' is not valid JSON: " + e.what());
   }

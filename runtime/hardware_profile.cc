@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -607,27 +605,16 @@ nlohmann::json HardwareProfile::to_json() const {
 }
 
 HardwareProfile HardwareProfile::load_json_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw InvalidArgumentError("hardware profile file '" + path +
-                               "' is a directory (expected a JSON file)");
-  }
-  std::ifstream in(path);
-  if (!in) throw NotFoundError("cannot open hardware profile file '" + path + "'");
   // F24 (issue 6 adversarial pass): nothing bounded what was read (a dataset passed by mistake
   // as --hardware data.json would be parsed whole); a profile is a few KB.
   constexpr uintmax_t kMaxProfileBytes = uintmax_t{1} << 20;
-  if (const uintmax_t bytes = std::filesystem::file_size(path, ec);
-      !ec && bytes > kMaxProfileBytes) {
-    throw InvalidArgumentError("hardware profile file '" + path + "' is " + std::to_string(bytes) +
-                               " bytes (expected at most " + std::to_string(kMaxProfileBytes) +
-                               ", 1 MiB)");
-  }
+  const std::string text =
+      read_bounded_text_file(path, kMaxProfileBytes, "hardware profile file", "1 MiB");
   nlohmann::json j;
   // Regression (issue 6 adversarial pass, F6): a key given twice in one object silently took the
   // last value; like an unknown key, it is now an error naming the key.
   try {
-    j = parse_json_unique_keys(in, "hardware profile file '" + path + "'");
+    j = parse_json_unique_keys(text, "hardware profile file '" + path + "'");
   } catch (const nlohmann::json::exception& e) {
     throw InvalidArgumentError("hardware profile file '" + path +
                                "' is not valid JSON: " + e.what());

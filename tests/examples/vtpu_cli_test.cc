@@ -253,7 +253,7 @@ TEST(VtpuCliTest, BenchHardwareChecksCopyBytesAndOutFirst) {
   expect_failure("bench hardware --gemm-n 64 --copy-bytes 1T", "--copy-bytes 1T: expected 1M..4G",
                  2);
   expect_failure("bench hardware --gemm-n 64 --out /nonexistent/dir/x.json",
-                 "cannot write '/nonexistent/dir/x.json'", 1);
+                 "--out '/nonexistent/dir/x.json': directory '/nonexistent/dir' does not exist", 1);
 }
 
 // Regression (issue 7): a profile file without an f32 peak was reported by its JSON "name"; the
@@ -1907,6 +1907,71 @@ TEST(VtpuCliPlanTest, TrainMlpPlanBoundsThePlansBatch) {
           << r.output;
     }
   }
+}
+
+// Adversarial pass adv8, H7: a candidate that only vtpu train's layer layouts make infeasible
+// (fc1 must be split 'column', 64 does not divide by 3; attention must be split 'heads', 4 do not
+// divide by 8) gave no hint that --any-strategy plans it (a layer may then stay replicated).
+TEST(VtpuCliPlanTest, ConstraintMadeInfeasibilityPointsToAnyStrategy) {
+  const std::string mlp = "plan " + model_path("mlp.json") + " --mesh 3 --hardware v5e";
+  expect_failure(mlp,
+                 "cannot run: batch 64 does not split over 3 data x fsdp cores; tp(x) is feasible "
+                 "with --any-strategy, which lets a layer stay replicated where vtpu train mlp "
+                 "splits it (a what-if: vtpu train mlp cannot run it)",
+                 1);
+  const CliRun any = run_cli(mlp + " --any-strategy");
+  EXPECT_EQ(any.exit_code, 0) << any.output;
+  EXPECT_NE(any.output.find("winner tp(x)"), std::string::npos) << any.output;
+  const std::string transformer = "plan " + model_path("transformer.json") +
+                                  " --mesh 1x8 --hardware v5e --strategy 'tp(model)'";
+  expect_failure(transformer,
+                 "which does not divide over 8 tensor cores (--any-strategy lets --strategy pin it "
+                 "as a what-if)",
+                 1);
+  const CliRun pinned = run_cli(transformer + " --any-strategy");
+  EXPECT_EQ(pinned.exit_code, 0) << pinned.output;
+  EXPECT_NE(pinned.output.find("CHOSEN (--strategy)"), std::string::npos) << pinned.output;
+  // The batch 64 alone makes dp(x) infeasible on 3 cores: --any-strategy does not lift that.
+  expect_failure("plan " + model_path("mlp.json") + " --mesh 3 --hardware v5e --strategy 'dp(x)'",
+                 "strategy 'dp(x)' of model 'mlp' cannot run: batch 64 does not split over 3 data "
+                 "x fsdp cores",
+                 1);
+  const CliRun batch =
+      run_cli("plan " + model_path("mlp.json") + " --mesh 3 --hardware v5e --strategy 'dp(x)'");
+  EXPECT_EQ(batch.output.find("--any-strategy lets"), std::string::npos) << batch.output;
+}
+
+// Adversarial pass adv10. A1: --emit to a full device printed "wrote /dev/full" and exited 0.
+// A3: a model file without end (/dev/zero) was read into memory without bound, and a plan file
+// that is a directory was "internal error: basic_filebuf::underflow". A4: a plan file with a key
+// given twice took the last value silently (model files and profiles already rejected that).
+TEST(VtpuCliPlanTest, UnwritableEmitAndEndlessDirectoryOrRepeatedKeyInputsFailClearly) {
+  const std::string mlp = model_path("mlp.json");
+  if (std::filesystem::exists("/dev/full")) {
+    const CliRun r = run_cli("plan " + mlp + " --mesh 2x4 --emit /dev/full");
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("--emit '/dev/full' cannot be written: No space left on device"),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(r.output.find("wrote /dev/full"), std::string::npos) << r.output;
+  }
+  expect_failure("plan /dev/zero --mesh 2x4",
+                 "model file '/dev/zero' is more than 16777216 bytes (expected at most 16777216, "
+                 "16 MiB)",
+                 1);
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  const CliRun d = run_cli("train mlp --steps 1 --plan " + dir);
+  EXPECT_EQ(d.exit_code, 1) << d.output;
+  EXPECT_NE(d.output.find("plan file '" + dir + "' is a directory (expected a JSON file)"),
+            std::string::npos)
+      << d.output;
+  EXPECT_EQ(d.output.find("internal error"), std::string::npos) << d.output;
+  const std::string twice = temp_file("vtpu_cli_plan_key_twice.json",
+                                      R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+      "mesh": {"axes": ["x"], "shape": [2]}, "strategy": {"name": "dp(x)", "data": "x"},
+      "strategy": {"name": "tp(x)", "tensor": "x"}})j");
+  expect_failure("train mlp --steps 1 --plan " + twice,
+                 "repeats the key 'strategy' in one object (expected each key once)", 1);
 }
 
 // The transformer on 1x8, 2x4, 8x1 and 1x2: the emitted plan runs with
