@@ -1316,6 +1316,26 @@ TEST(VtpuCliTest, TrainTransformerRunsAPlan) {
   EXPECT_NE(line_of("HBM per core (bytes)").find(" 1000000 "), std::string::npos) << r.output;
 }
 
+// Adversarial pass adv10, A5: a --batch that differs from the plan's estimate.batch failed only
+// after the header and the whole single-core reference run; it now fails before either.
+TEST(VtpuCliTest, TrainTransformerChecksThePlansBatchBeforeTraining) {
+  const std::string plan = temp_file("vtpu_cli_plan_batch8.json", R"json({
+    "format": "vtpu-plan", "version": 1, "model": "transformer",
+    "mesh": {"axes": ["data", "model"], "shape": [2, 1]},
+    "strategy": {"name": "dp(data)", "data": "data"},
+    "estimate": {"step_seconds": 0.5, "batch": 8}})json");
+  const CliRun r = run_cli("train transformer --steps 1 --batch 4 --plan " + plan + " --data " +
+                           transformer_text_file());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("plan file '" + plan +
+                          "' estimates a global batch of 8 but the run uses 4 (expected the "
+                          "same; re-plan with `vtpu plan --batch 4`)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("single-core reference"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("1 core step"), std::string::npos) << r.output;
+}
+
 TEST(VtpuCliTest, TrainTransformerRunsWithPallasKernels) {
   const CliRun r =
       run_cli("train transformer --mesh 1x2 --steps 3 --batch 2 --kernels pallas --data " +
