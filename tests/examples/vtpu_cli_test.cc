@@ -1334,6 +1334,17 @@ TEST(VtpuCliTest, TrainTransformerChecksThePlansBatchBeforeTraining) {
       << r.output;
   EXPECT_EQ(r.output.find("single-core reference"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("1 core step"), std::string::npos) << r.output;
+  // train fsdp --plan: the same check before its header.
+  VTPU_REQUIRE_DIGITS();
+  const std::string fsdp = temp_file("vtpu_cli_fsdp_plan_batch8.json", R"json({
+    "format": "vtpu-plan", "version": 1, "model": "mlp",
+    "mesh": {"axes": ["x"], "shape": [2]}, "strategy": {"name": "fsdp(x)", "fsdp": "x"},
+    "estimate": {"step_seconds": 0.5, "batch": 8}})json");
+  const CliRun f = run_cli("train fsdp --steps 1 --batch 4 --plan " + fsdp);
+  EXPECT_EQ(f.exit_code, 1) << f.output;
+  EXPECT_NE(f.output.find("estimates a global batch of 8 but the run uses 4"), std::string::npos)
+      << f.output;
+  EXPECT_EQ(f.output.find("vtpu train fsdp:"), std::string::npos) << f.output;
 }
 
 TEST(VtpuCliTest, TrainTransformerRunsWithPallasKernels) {
