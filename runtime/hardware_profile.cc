@@ -75,6 +75,16 @@ std::vector<CollectiveFit> collective_fits_from_json(const std::string& op,
       throw InvalidArgumentError("hardware profile " + where + " is " + fit.dump() + " (expected " +
                                  kForm + (value.is_array() ? "" : " or an array of them") + ")");
     }
+    // Regression (adversarial pass adv10, A6): an unknown key in a fit was ignored, so a typo
+    // such as "measure" for "measured" silently priced the collective by alpha-beta alone.
+    for (const auto& [key, v] : fit.items()) {
+      if (key != "alpha_seconds" && key != "beta_seconds_per_byte" && key != "group_size" &&
+          key != "measured") {
+        throw InvalidArgumentError("unknown hardware profile key '" + where + "." + key +
+                                   "' (known: alpha_seconds, beta_seconds_per_byte, group_size, "
+                                   "measured)");
+      }
+    }
     CollectiveFit f;
     f.alpha_seconds = number_field(fit, "alpha_seconds");
     f.beta_seconds_per_byte = number_field(fit, "beta_seconds_per_byte");
