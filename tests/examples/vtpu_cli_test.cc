@@ -1944,31 +1944,32 @@ TEST(VtpuCliPlanTest, TrainMlpPlanBoundsThePlansBatch) {
 // (fc1 must be split 'column', 64 does not divide by 3; attention must be split 'heads', 4 do not
 // divide by 8) gave no hint that --any-strategy plans it (a layer may then stay replicated).
 TEST(VtpuCliPlanTest, ConstraintMadeInfeasibilityPointsToAnyStrategy) {
-  const std::string mlp = "plan " + model_path("mlp.json") + " --mesh 3 --hardware v5e";
-  expect_failure(mlp,
-                 "cannot run: batch 64 does not split over 3 data x fsdp cores; tp(x) is feasible "
-                 "with --any-strategy, which lets a layer stay replicated where vtpu train mlp "
-                 "splits it (a what-if: vtpu train mlp cannot run it)",
-                 1);
-  const CliRun any = run_cli(mlp + " --any-strategy");
-  EXPECT_EQ(any.exit_code, 0) << any.output;
-  EXPECT_NE(any.output.find("winner tp(x)"), std::string::npos) << any.output;
-  const std::string transformer = "plan " + model_path("transformer.json") +
-                                  " --mesh 1x8 --hardware v5e --strategy 'tp(model)'";
-  expect_failure(transformer,
-                 "which does not divide over 8 tensor cores (--any-strategy lets --strategy pin it "
-                 "as a what-if)",
-                 1);
-  const CliRun pinned = run_cli(transformer + " --any-strategy");
-  EXPECT_EQ(pinned.exit_code, 0) << pinned.output;
-  EXPECT_NE(pinned.output.find("CHOSEN (--strategy)"), std::string::npos) << pinned.output;
+  // Fails with `hint` without --any-strategy; with it, exits 0 and prints `lifted`.
+  const auto hinted_then_lifted = [](const std::string& args, const std::string& hint,
+                                     const std::string& lifted) {
+    expect_failure(args, hint, 1);
+    const CliRun r = run_cli(args + " --any-strategy");
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(lifted), std::string::npos) << args << "\n" << r.output;
+  };
+  hinted_then_lifted("plan " + model_path("mlp.json") + " --mesh 3 --hardware v5e",
+                     "cannot run: batch 64 does not split over 3 data x fsdp cores; tp(x) is "
+                     "feasible with --any-strategy, which lets a layer stay replicated where vtpu "
+                     "train mlp splits it (a what-if: vtpu train mlp cannot run it)",
+                     "winner tp(x)");
+  hinted_then_lifted("plan " + model_path("transformer.json") +
+                         " --mesh 1x8 --hardware v5e --strategy 'tp(model)'",
+                     "which does not divide over 8 tensor cores (--any-strategy lets --strategy "
+                     "pin it as a what-if)",
+                     "CHOSEN (--strategy)");
   // The batch 64 alone makes dp(x) infeasible on 3 cores: --any-strategy does not lift that.
-  expect_failure("plan " + model_path("mlp.json") + " --mesh 3 --hardware v5e --strategy 'dp(x)'",
-                 "strategy 'dp(x)' of model 'mlp' cannot run: batch 64 does not split over 3 data "
-                 "x fsdp cores",
-                 1);
   const CliRun batch =
       run_cli("plan " + model_path("mlp.json") + " --mesh 3 --hardware v5e --strategy 'dp(x)'");
+  EXPECT_EQ(batch.exit_code, 1) << batch.output;
+  EXPECT_NE(batch.output.find("strategy 'dp(x)' of model 'mlp' cannot run: batch 64 does not "
+                              "split over 3 data x fsdp cores"),
+            std::string::npos)
+      << batch.output;
   EXPECT_EQ(batch.output.find("--any-strategy lets"), std::string::npos) << batch.output;
 }
 
