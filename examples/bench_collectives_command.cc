@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -143,9 +142,7 @@ int run_calibrate(const BenchCollectivesCommand& cmd) {
   });
   std::printf("peak f32 %.3g FLOP/s (Eigen GEMM, one thread), HBM (memcpy) %.3g B/s\n",
               p.peak_flops("f32"), p.hbm_bytes_per_second);
-  std::ofstream out(cmd.calibrate_path);
-  if (!out) throw NotFoundError("cannot write '" + cmd.calibrate_path + "'");
-  out << p.to_json().dump(2) << "\n";
+  write_output_file("--calibrate", cmd.calibrate_path, p.to_json().dump(2) + "\n");
   std::printf("wrote %s (load it with --hardware %s)\n", cmd.calibrate_path.c_str(),
               cmd.calibrate_path.c_str());
   return 0;

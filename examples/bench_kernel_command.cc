@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -12,6 +11,7 @@
 #include "common/error.h"
 #include "common/units.h"
 #include "examples/kernel_bench.h"
+#include "examples/output_path.h"
 
 namespace vtpu::examples {
 
@@ -150,15 +150,11 @@ bool run_bench_kernel_if_selected(const BenchKernelCommand& cmd, int* exit_code)
       *exit_code = 2;
       return true;
     }
-    std::ofstream out_file;
-    if (!cmd.out_path.empty()) {
-      out_file.open(cmd.out_path);
-      if (!out_file) throw NotFoundError("cannot write '" + cmd.out_path + "'");
-    }
+    check_output_path("--out", cmd.out_path);
     const HardwareProfile p = measure_this_machine(copy_bytes, cmd.gemm_n);
     const std::string text = p.to_json().dump(2);
     std::printf("%s\n", text.c_str());
-    if (out_file.is_open()) out_file << text << "\n";
+    if (!cmd.out_path.empty()) write_output_file("--out", cmd.out_path, text + "\n");
     *exit_code = 0;
     return true;
   }

@@ -38,4 +38,21 @@ void check_output_path(const char* flag, const std::string& path) {
   if (!existed) fs::remove(p, ec);
 }
 
+void write_output_file(const char* flag, const std::string& path, const std::string& text) {
+  const auto fail = [&](int err) {
+    return InvalidArgumentError(std::string(flag) + " '" + path +
+                                "' cannot be written: " + std::strerror(err));
+  };
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) throw fail(errno);
+  const size_t written = std::fwrite(text.data(), 1, text.size(), f);
+  const int write_err = errno;
+  // fclose flushes the stdio buffer: a full device reports ENOSPC here, not in fwrite.
+  if (written != text.size()) {
+    std::fclose(f);
+    throw fail(write_err);
+  }
+  if (std::fclose(f) != 0) throw fail(errno);
+}
+
 }  // namespace vtpu::examples

@@ -14,4 +14,12 @@ namespace vtpu::examples {
 /// path and, for an open that failed, the system's reason. Thread-safe.
 void check_output_path(const char* flag, const std::string& path);
 
+/// Writes `text` to `path` (the value of the option `flag`, e.g. "--emit"), replacing the file,
+/// and checks that every byte reached it: the open, the write and the close. Throws
+/// InvalidArgumentError "<flag> '<path>' cannot be written: <the system's reason>" (a full disk,
+/// /dev/full, a read-only file system). Thread-safe for distinct paths.
+/// Regression (adversarial pass adv10, A1): `vtpu plan --emit /dev/full` printed "wrote
+/// /dev/full" and exited 0 (the std::ofstream's failed flush was never checked).
+void write_output_file(const char* flag, const std::string& path, const std::string& text);
+
 }  // namespace vtpu::examples

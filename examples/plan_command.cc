@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -57,11 +56,14 @@ void pin_strategy(const std::string& name, bool any_strategy, AutoShardingPlan& 
   try {
     plan.choose(name, /*allow_over_hbm=*/any_strategy);
   } catch (const FailedPreconditionError& e) {
-    // Infeasible (the batch or a layer does not split) is not lifted by --any-strategy; what
-    // vtpu train does not run is (the constraints are then off).
+    // Infeasible because the batch does not split is not lifted by --any-strategy; what vtpu
+    // train does not run is (the constraints are then off), and so is a layer whose required
+    // sharding does not divide over the tensor axes (it may then stay replicated; adv8 H7).
     const PlanCandidate& k = plan.candidates[static_cast<size_t>(
         std::find(names.begin(), names.end(), name) - names.begin())];
-    if (k.feasible) throw FailedPreconditionError(hint(std::string(e.message())));
+    if (k.feasible || k.infeasible_by_constraints) {
+      throw FailedPreconditionError(hint(std::string(e.message())));
+    }
     throw;
   } catch (const ResourceExhaustedError& e) {
     throw ResourceExhaustedError(hint(std::string(e.message())));
@@ -85,6 +87,26 @@ nlohmann::json layer_row_json(const LayerPlan& l) {
           {"compute_seconds", l.compute_seconds},
           {"comm_seconds", l.comm_seconds},
           {"comm_bytes_per_core", l.comm_bytes_per_core}};
+}
+
+/// plan.require_fit(), and when no candidate is feasible but some are only because of vtpu train's
+/// required layer shardings (`runner` is not empty), says which and that --any-strategy plans
+/// them (adv8 H7: the message named only the first row's reason, e.g. the batch).
+void require_fit(const AutoShardingPlan& plan, const std::string& runner) {
+  try {
+    plan.require_fit();
+  } catch (const InvalidArgumentError& e) {
+    std::vector<std::string> lifted;
+    for (const PlanCandidate& k : plan.candidates) {
+      if (k.infeasible_by_constraints) lifted.push_back(k.name);
+    }
+    if (runner.empty() || lifted.empty()) throw;
+    throw InvalidArgumentError(std::string(e.message()) + "; " + join(lifted) +
+                               (lifted.size() == 1 ? " is" : " are") +
+                               " feasible with --any-strategy, which lets a layer stay "
+                               "replicated where " +
+                               runner + " splits it (a what-if: " + runner + " cannot run it)");
+  }
 }
 
 int run(const PlanCommand& c) {
@@ -205,11 +227,9 @@ int run(const PlanCommand& c) {
     }
   }
   std::fflush(stdout);
-  plan.require_fit();
+  require_fit(plan, constraints.runner);
   if (!c.emit_path.empty()) {
-    std::ofstream out(c.emit_path);
-    if (!out) throw NotFoundError("cannot write '" + c.emit_path + "'");
-    out << plan.to_json().dump(2) << "\n";
+    write_output_file("--emit", c.emit_path, plan.to_json().dump(2) + "\n");
     if (!c.json) std::printf("wrote %s\n", c.emit_path.c_str());
   }
   return 0;

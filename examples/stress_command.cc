@@ -7,7 +7,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <system_error>
 #include <thread>
@@ -341,10 +340,7 @@ bool run_stress_if_selected(const StressCommand& cmd, int argc, char** argv, int
     }
     std::fputs(format_stress_table(report).c_str(), stdout);
     if (!cmd.json_path.empty()) {
-      std::ofstream out(cmd.json_path, std::ios::trunc);
-      if (!out) throw NotFoundError("cannot open --json '" + cmd.json_path + "' for writing");
-      out << report.dump(1) << "\n";
-      if (!out.flush()) throw NotFoundError("cannot write --json '" + cmd.json_path + "'");
+      write_output_file("--json", cmd.json_path, report.dump(1) + "\n");
     }
     if (!cmd.html_path.empty()) write_stress_html(report, cmd.html_path);
     *exit_code = stress_exit_code(report);

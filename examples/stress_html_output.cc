@@ -1,18 +1,12 @@
 #include "examples/stress_html_output.h"
 
-#include <fstream>
-
-#include "common/error.h"
+#include "examples/output_path.h"
 #include "examples/stress_html.h"
 
 namespace vtpu::examples {
 
 void write_stress_html(const nlohmann::json& report, const std::string& path) {
-  const std::string html = render_stress_html(report);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw NotFoundError("cannot open --html '" + path + "' for writing");
-  out << html;
-  if (!out.flush()) throw NotFoundError("cannot write --html '" + path + "'");
+  write_output_file("--html", path, render_stress_html(report));
 }
 
 }  // namespace vtpu::examples

@@ -8,8 +8,8 @@
 namespace vtpu::examples {
 
 /// Writes render_stress_html(report) to `path`. Throws InvalidArgumentError when `report` is not
-/// a valid stress document (see docs/STRESS_HTML.md), NotFoundError when `path` cannot be
-/// written. Thread-safe.
+/// a valid stress document (see docs/STRESS_HTML.md), InvalidArgumentError naming --html and the
+/// system's reason when `path` cannot be written (write_output_file). Thread-safe.
 void write_stress_html(const nlohmann::json& report, const std::string& path);
 
 }  // namespace vtpu::examples

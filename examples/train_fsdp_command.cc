@@ -128,8 +128,12 @@ int run(const TrainFsdpCommand& cmd) {
   config.validate(options.num_cores);
   const int n = options.num_cores;
 
-  const DigitsSplit split = split_digits(load_digits_csv(cmd.data_path));
   const MlpConfig& mc = config.mlp;
+  // The plan's estimate, compared with the run of its strategy (examples/estimate_report.h);
+  // a batch that differs from the estimate's fails before the header (adv10 A5).
+  std::optional<PlanEstimate> estimate;
+  if (plan) estimate = comparable_estimate(*plan, mc.global_batch);
+  const DigitsSplit split = split_digits(load_digits_csv(cmd.data_path));
   if (!cmd.json) {
     std::printf(
         "vtpu train fsdp: %s on %s, %s HBM each, digits %s: %lld train / %lld "
@@ -161,9 +165,6 @@ int run(const TrainFsdpCommand& cmd) {
     if (!cmd.json) std::printf("step %6lld  loss %.6f\n", static_cast<long long>(step), loss);
   };
 
-  // The plan's estimate, compared with the run of its strategy (examples/estimate_report.h).
-  std::optional<PlanEstimate> estimate;
-  if (plan) estimate = comparable_estimate(*plan, mc.global_batch);
   StepMeter meter;
   std::optional<FsdpResult> fsdp;
   if (fsdp_mode) {

@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "common/error.h"
 #include "common/strings.h"
 #include "examples/mesh_arg.h"
+#include "runtime/json_fields.h"
 #include "sharding/named_sharding.h"
 #include "sharding/partition_spec.h"
 
@@ -72,6 +72,18 @@ PlanEstimate parse_estimate(const nlohmann::json& e, const TrainPlan& plan, cons
   auto bytes = [&](const char* key) {
     return static_cast<uint64_t>(std::llround(number(key, true, false, 0.0, 0x1p62, "2^62")));
   };
+  // Regression (adversarial pass adv10, A8): an unknown key was ignored, so a misspelt
+  // "step_second" silently dropped the estimate-vs-measured report (no step time, no report).
+  static const std::set<std::string> kEstimateKeys = {
+      "batch",       "comm_bytes_per_core", "comm_seconds",         "compute_seconds",
+      "hardware",    "hbm_bytes_per_core",  "input_bytes_per_core", "oversubscription",
+      "step_seconds"};
+  for (auto it = e.begin(); it != e.end(); ++it) {
+    if (!kEstimateKeys.contains(it.key())) {
+      throw bad("unknown estimate key '" + abbreviate(it.key()) + "' (expected " +
+                join(std::vector<std::string>(kEstimateKeys.begin(), kEstimateKeys.end())) + ")");
+    }
+  }
   PlanEstimate p;
   p.source = plan.path;
   p.strategy = plan.strategy_name;
@@ -119,11 +131,15 @@ std::string TrainPlan::describe_mesh() const {
 }
 
 TrainPlan load_train_plan(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw NotFoundError("cannot open plan file '" + path + "'");
+  // Far above any plan vtpu plan --emit writes for a model vtpu train runs (a few KB), and above
+  // a 16 MiB model file's plan; a stream without end (/dev/zero) is cut off (adv10 A3).
+  constexpr uintmax_t kMaxPlanFileBytes = uintmax_t{64} << 20;
+  const std::string text = read_bounded_text_file(path, kMaxPlanFileBytes, "plan file", "64 MiB");
   nlohmann::json j;
+  // A hand-edited plan with a key given twice (two "strategy" objects) took the last one
+  // silently; model files and hardware profiles already rejected that (adv10 A4).
   try {
-    j = nlohmann::json::parse(in);
+    j = parse_json_unique_keys(text, "plan file '" + path + "'");
   } catch (const nlohmann::json::exception& e) {
     throw InvalidArgumentError("plan file '" + path + "' is not valid JSON: " + e.what());
   }
@@ -144,6 +160,16 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
     throw bad("version is " +
               (j.contains("version") ? j["version"].dump() : std::string("missing")) +
               " (expected 1)");
+  }
+  // adv10 A8: a misspelt top-level key ("estimates") was ignored as silently as one in estimate.
+  static const std::set<std::string> kPlanKeys = {
+      "estimate",         "format", "layers",    "mesh",     "model",  "model_graph",
+      "parameter_shapes", "pinned", "shardings", "strategy", "version"};
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!kPlanKeys.contains(it.key())) {
+      throw bad("unknown key '" + abbreviate(it.key()) + "' (expected " +
+                join(std::vector<std::string>(kPlanKeys.begin(), kPlanKeys.end())) + ")");
+    }
   }
   TrainPlan plan;
   plan.path = source;

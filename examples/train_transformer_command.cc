@@ -90,6 +90,11 @@ int run(const TrainTransformerCommand& cmd) {
   if (mesh.data == 1 && cmd.plan.empty()) strategy = mesh.tensor > 1 ? "tp(model)" : "single core";
   c.validate();
   c.validate_mesh(mesh.data, mesh.tensor);
+  // The plan's estimate, compared with this run (examples/estimate_report.h). Checked before the
+  // header and the single-core reference: a batch that differs from the estimate's failed only
+  // after the reference had trained (adversarial pass adv10, A5).
+  std::optional<PlanEstimate> estimate;
+  if (plan) estimate = comparable_estimate(*plan, c.batch);
   // The plan's cores per role, else the DxT grid (axes "data", "model"). The printout names the
   // groups and the plan's mesh axes (nu8 N8: "mesh 8x1 (data 8 x model 1)" for dp(data,model)
   // on Mesh(data=2, model=4) reused the axis names for the roles).
@@ -146,9 +151,6 @@ int run(const TrainTransformerCommand& cmd) {
     ref = train_transformer(rt, text.tokens, c, {1, 1}, log("1 core"));
   }
   if (!cmd.json) std::printf("%s:\n", mesh_label.c_str());
-  // The plan's estimate, compared with this run (examples/estimate_report.h).
-  std::optional<PlanEstimate> estimate;
-  if (plan) estimate = comparable_estimate(*plan, c.batch);
   StepMeter meter;
   TransformerConfig run_config = c;
   std::function<void(int64_t, double)> on_log = log("mesh  ");

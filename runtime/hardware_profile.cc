@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -76,6 +74,16 @@ std::vector<CollectiveFit> collective_fits_from_json(const std::string& op,
         !fit.contains("beta_seconds_per_byte") || !fit.contains("group_size")) {
       throw InvalidArgumentError("hardware profile " + where + " is " + fit.dump() + " (expected " +
                                  kForm + (value.is_array() ? "" : " or an array of them") + ")");
+    }
+    // Regression (adversarial pass adv10, A6): an unknown key in a fit was ignored, so a typo
+    // such as "measure" for "measured" silently priced the collective by alpha-beta alone.
+    for (const auto& [key, v] : fit.items()) {
+      if (key != "alpha_seconds" && key != "beta_seconds_per_byte" && key != "group_size" &&
+          key != "measured") {
+        throw InvalidArgumentError("unknown hardware profile key '" + where + "." + key +
+                                   "' (known: alpha_seconds, beta_seconds_per_byte, group_size, "
+                                   "measured)");
+      }
     }
     CollectiveFit f;
     f.alpha_seconds = number_field(fit, "alpha_seconds");
@@ -607,27 +615,16 @@ nlohmann::json HardwareProfile::to_json() const {
 }
 
 HardwareProfile HardwareProfile::load_json_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw InvalidArgumentError("hardware profile file '" + path +
-                               "' is a directory (expected a JSON file)");
-  }
-  std::ifstream in(path);
-  if (!in) throw NotFoundError("cannot open hardware profile file '" + path + "'");
   // F24 (issue 6 adversarial pass): nothing bounded what was read (a dataset passed by mistake
   // as --hardware data.json would be parsed whole); a profile is a few KB.
   constexpr uintmax_t kMaxProfileBytes = uintmax_t{1} << 20;
-  if (const uintmax_t bytes = std::filesystem::file_size(path, ec);
-      !ec && bytes > kMaxProfileBytes) {
-    throw InvalidArgumentError("hardware profile file '" + path + "' is " + std::to_string(bytes) +
-                               " bytes (expected at most " + std::to_string(kMaxProfileBytes) +
-                               ", 1 MiB)");
-  }
+  const std::string text =
+      read_bounded_text_file(path, kMaxProfileBytes, "hardware profile file", "1 MiB");
   nlohmann::json j;
   // Regression (issue 6 adversarial pass, F6): a key given twice in one object silently took the
   // last value; like an unknown key, it is now an error naming the key.
   try {
-    j = parse_json_unique_keys(in, "hardware profile file '" + path + "'");
+    j = parse_json_unique_keys(text, "hardware profile file '" + path + "'");
   } catch (const nlohmann::json::exception& e) {
     throw InvalidArgumentError("hardware profile file '" + path +
                                "' is not valid JSON: " + e.what());

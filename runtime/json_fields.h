@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -50,6 +52,43 @@ nlohmann::json parse_json_unique_keys(Input&& input, const std::string& context)
         return true;
       };
   return nlohmann::json::parse(std::forward<Input>(input), check);
+}
+
+/// The text of the file `path` (a model file, hardware profile or plan file: `what` names it in
+/// messages, e.g. "model file"), at most `max_bytes` bytes. Reads no more than max_bytes + 1 bytes
+/// whatever the file is: a regular file's size is checked first, and a character device or FIFO
+/// (/dev/zero, a pipe) that never ends is cut off instead of filling memory. Throws
+/// InvalidArgumentError "<what> '<path>' is a directory (expected a JSON file)", "... is N bytes"
+/// or
+/// "... is more than N bytes (expected at most N, <max_text>)", and "cannot read <what> '<path>'"
+/// on a read error; NotFoundError "cannot open <what> '<path>'". Thread-safe.
+/// Regression (adversarial pass adv10, A3): `vtpu plan /dev/zero` read without end (the size
+/// check skipped files without a size) and `vtpu train mlp --plan DIR` printed "internal error:
+/// basic_filebuf::underflow".
+inline std::string read_bounded_text_file(const std::string& path, uintmax_t max_bytes,
+                                          const std::string& what, const std::string& max_text) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw InvalidArgumentError(what + " '" + path + "' is a directory (expected a JSON file)");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw NotFoundError("cannot open " + what + " '" + path + "'");
+  const auto too_big = [&](const std::string& size) {
+    return InvalidArgumentError(what + " '" + path + "' is " + size + " bytes (expected at most " +
+                                std::to_string(max_bytes) + ", " + max_text + ")");
+  };
+  if (const uintmax_t bytes = std::filesystem::file_size(path, ec); !ec && bytes > max_bytes) {
+    throw too_big(std::to_string(bytes));
+  }
+  std::string text;
+  char chunk[65536];
+  while (in) {
+    in.read(chunk, sizeof chunk);
+    text.append(chunk, static_cast<size_t>(in.gcount()));
+    if (text.size() > max_bytes) throw too_big("more than " + std::to_string(max_bytes));
+  }
+  if (in.bad()) throw InvalidArgumentError("cannot read " + what + " '" + path + "'");
+  return text;
 }
 
 }  // namespace vtpu

@@ -213,14 +213,18 @@ class StrategyPlanner {
     e_ = static_cast<double>(m.dtype_bytes());
   }
 
-  /// Empty when the strategy can run; else why not.
-  std::string infeasible() const {
+  /// Empty when the strategy can run; else why not, and `*by_constraints` is set when only the
+  /// constraints' required sharding of a layer makes it infeasible (every layer may otherwise
+  /// stay replicated: all_options always holds "replicated").
+  std::string infeasible(bool* by_constraints) const {
+    *by_constraints = false;
     if (m_.batch % (d_ * f_) != 0) {
       return "batch " + std::to_string(m_.batch) + " does not split over " +
              std::to_string(d_ * f_) + " data x fsdp cores";
     }
     for (const ModelLayer& l : m_.layers) {
       if (options(l).empty()) {
+        *by_constraints = true;
         return "layer '" + l.name + "' (" + layer_kind_name(l.kind) + ", " + layer_dims(l) +
                ") must be split '" + required(l) + "' (" +
                (constraints_.runner.empty() ? std::string("the runner") : constraints_.runner) +
@@ -893,7 +897,7 @@ AutoShardingPlan plan_auto_sharding(const ModelGraph& model, const std::vector<i
     if (!c.tensor_axes.empty()) parts.push_back("tp(" + axes_list(c.tensor_axes) + ")");
     c.name = parts.empty() ? "single core" : join(parts, "+");
     StrategyPlanner sp(model, cost, mesh_shape, c.roles, constraints);
-    c.infeasible_reason = sp.infeasible();
+    c.infeasible_reason = sp.infeasible(&c.infeasible_by_constraints);
     c.feasible = c.infeasible_reason.empty();
     if (c.feasible) sp.plan(plan.hbm_limit_bytes, c);
     if (c.feasible && constraints.unsupported) {

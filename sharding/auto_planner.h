@@ -118,6 +118,10 @@ struct PlanCandidate {
   std::vector<std::string> data_axes, tensor_axes, fsdp_axes;  // mesh order
   bool feasible = true;  // false: the batch or a dimension does not split
   std::string infeasible_reason;
+  /// Infeasible only because PlanConstraints::tensor_sharding requires a layer sharding that does
+  /// not divide over the tensor axes: without the constraints the layer could stay replicated
+  /// and the strategy would be feasible (false when the batch does not split, or when feasible).
+  bool infeasible_by_constraints = false;
   bool fits = false;              // some per-layer plan fits the HBM limit
   std::vector<LayerPlan> layers;  // the fastest plan that fits (else the smallest in HBM)
   /// The step's communication after the last layer, which no layer's row holds, as rows of their

@@ -2,11 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <vector>
 
 #include "common/error.h"
@@ -335,23 +332,10 @@ nlohmann::json ModelGraph::to_json() const {
 }
 
 ModelGraph ModelGraph::load_json_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {  // F9: was "not valid JSON at line 1, column 1"
-    throw InvalidArgumentError("model file '" + path + "' is a directory (expected a JSON file)");
-  }
-  std::ifstream in(path);
-  if (!in) throw NotFoundError("cannot open model file '" + path + "'");
   // F24 (issue 6 adversarial pass): a 10 MB file of 200 000 layers took 370 MB and 5.6 s to plan,
-  // and nothing bounded a bigger one; a model file is a few KB.
-  const uintmax_t bytes = std::filesystem::file_size(path, ec);
-  if (!ec && bytes > kMaxModelFileBytes) {
-    throw InvalidArgumentError("model file '" + path + "' is " + std::to_string(bytes) +
-                               " bytes (expected at most " + std::to_string(kMaxModelFileBytes) +
-                               ", 16 MiB)");
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse(ss.str(), path);
+  // and nothing bounded a bigger one; a model file is a few KB. F9: a directory was "not valid
+  // JSON at line 1, column 1".
+  return parse(read_bounded_text_file(path, kMaxModelFileBytes, "model file", "16 MiB"), path);
 }
 
 }  // namespace vtpu

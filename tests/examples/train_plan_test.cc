@@ -146,6 +146,19 @@ TEST(TrainPlanTest, BadPlansNameTheFieldAndWhatWasExpected) {
   bad({"estimate.step_seconds is \"fast\""},
       [](auto& j) { j["estimate"]["step_seconds"] = "fast"; });
   bad({"estimate.batch is 0"}, [](auto& j) { j["estimate"]["batch"] = 0; });
+  bad({"unknown key 'estimates' (expected estimate, format, layers, mesh, model, model_graph, "
+       "parameter_shapes, pinned, shardings, strategy, version)"},
+      [](auto& j) {
+        j["estimates"] = {{"step_seconds", 0.01}};
+      });
+  // adv10 A8: a misspelt key dropped the step time (and with it the report) silently.
+  bad({"unknown estimate key 'step_second' (expected batch, comm_bytes_per_core, comm_seconds, "
+       "compute_seconds, hardware, hbm_bytes_per_core, input_bytes_per_core, oversubscription, "
+       "step_seconds)"},
+      [](auto& j) {
+        j["estimate"].erase("step_seconds");
+        j["estimate"]["step_second"] = 0.01;
+      });
   // Adversarial pass adv8. H3: a batch of 2^62 reached train mlp and crashed it; H4: 2^64 - 1
   // bytes overflowed llround, and two fields of 2^63 - 1 wrapped their sum to 0.
   bad({"estimate.batch is 1099511627777 (expected an integer > 0, at most 2^40"},

@@ -256,7 +256,7 @@ TEST(VtpuCliTest, BenchHardwareChecksCopyBytesAndOutFirst) {
   expect_failure("bench hardware --gemm-n 64 --copy-bytes 1T", "--copy-bytes 1T: expected 1M..4G",
                  2);
   expect_failure("bench hardware --gemm-n 64 --out /nonexistent/dir/x.json",
-                 "cannot write '/nonexistent/dir/x.json'", 1);
+                 "--out '/nonexistent/dir/x.json': directory '/nonexistent/dir' does not exist", 1);
 }
 
 // Regression (issue 7): a profile file without an f32 peak was reported by its JSON "name"; the
@@ -1536,6 +1536,37 @@ TEST(VtpuCliTest, TrainTransformerRunsAPlan) {
   EXPECT_NE(line_of("HBM per core (bytes)").find(" 1000000 "), std::string::npos) << r.output;
 }
 
+// Adversarial pass adv10, A5: a --batch that differs from the plan's estimate.batch failed only
+// after the header and the whole single-core reference run; it now fails before either.
+TEST(VtpuCliTest, TrainTransformerChecksThePlansBatchBeforeTraining) {
+  const std::string plan = temp_file("vtpu_cli_plan_batch8.json", R"json({
+    "format": "vtpu-plan", "version": 1, "model": "transformer",
+    "mesh": {"axes": ["data", "model"], "shape": [2, 1]},
+    "strategy": {"name": "dp(data)", "data": "data"},
+    "estimate": {"step_seconds": 0.5, "batch": 8}})json");
+  const CliRun r = run_cli("train transformer --steps 1 --batch 4 --plan " + plan + " --data " +
+                           transformer_text_file());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("plan file '" + plan +
+                          "' estimates a global batch of 8 but the run uses 4 (expected the "
+                          "same; re-plan with `vtpu plan --batch 4`)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("single-core reference"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("1 core step"), std::string::npos) << r.output;
+  // train fsdp --plan: the same check before its header.
+  VTPU_REQUIRE_DIGITS();
+  const std::string fsdp = temp_file("vtpu_cli_fsdp_plan_batch8.json", R"json({
+    "format": "vtpu-plan", "version": 1, "model": "mlp",
+    "mesh": {"axes": ["x"], "shape": [2]}, "strategy": {"name": "fsdp(x)", "fsdp": "x"},
+    "estimate": {"step_seconds": 0.5, "batch": 8}})json");
+  const CliRun f = run_cli("train fsdp --steps 1 --batch 4 --plan " + fsdp);
+  EXPECT_EQ(f.exit_code, 1) << f.output;
+  EXPECT_NE(f.output.find("estimates a global batch of 8 but the run uses 4"), std::string::npos)
+      << f.output;
+  EXPECT_EQ(f.output.find("vtpu train fsdp:"), std::string::npos) << f.output;
+}
+
 TEST(VtpuCliTest, TrainTransformerRunsWithPallasKernels) {
   const CliRun r =
       run_cli("train transformer --mesh 1x2 --steps 3 --batch 2 --kernels pallas --data " +
@@ -2301,6 +2332,72 @@ TEST(VtpuCliPlanTest, TrainMlpPlanBoundsThePlansBatch) {
           << r.output;
     }
   }
+}
+
+// Adversarial pass adv8, H7: a candidate that only vtpu train's layer layouts make infeasible
+// (fc1 must be split 'column', 64 does not divide by 3; attention must be split 'heads', 4 do not
+// divide by 8) gave no hint that --any-strategy plans it (a layer may then stay replicated).
+TEST(VtpuCliPlanTest, ConstraintMadeInfeasibilityPointsToAnyStrategy) {
+  // Fails with `hint` without --any-strategy; with it, exits 0 and prints `lifted`.
+  const auto hinted_then_lifted = [](const std::string& args, const std::string& hint,
+                                     const std::string& lifted) {
+    expect_failure(args, hint, 1);
+    const CliRun r = run_cli(args + " --any-strategy");
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(lifted), std::string::npos) << args << "\n" << r.output;
+  };
+  hinted_then_lifted("plan " + model_path("mlp.json") + " --mesh 3 --hardware v5e",
+                     "cannot run: batch 64 does not split over 3 data x fsdp cores; tp(x) is "
+                     "feasible with --any-strategy, which lets a layer stay replicated where vtpu "
+                     "train mlp splits it (a what-if: vtpu train mlp cannot run it)",
+                     "winner tp(x)");
+  hinted_then_lifted("plan " + model_path("transformer.json") +
+                         " --mesh 1x8 --hardware v5e --strategy 'tp(model)'",
+                     "which does not divide over 8 tensor cores (--any-strategy lets --strategy "
+                     "pin it as a what-if)",
+                     "CHOSEN (--strategy)");
+  // The batch 64 alone makes dp(x) infeasible on 3 cores: --any-strategy does not lift that.
+  const CliRun batch =
+      run_cli("plan " + model_path("mlp.json") + " --mesh 3 --hardware v5e --strategy 'dp(x)'");
+  EXPECT_EQ(batch.exit_code, 1) << batch.output;
+  EXPECT_NE(batch.output.find("strategy 'dp(x)' of model 'mlp' cannot run: batch 64 does not "
+                              "split over 3 data x fsdp cores"),
+            std::string::npos)
+      << batch.output;
+  EXPECT_EQ(batch.output.find("--any-strategy lets"), std::string::npos) << batch.output;
+}
+
+// Adversarial pass adv10. A1: --emit to a full device printed "wrote /dev/full" and exited 0.
+// A3: a model file without end (/dev/zero) was read into memory without bound, and a plan file
+// that is a directory was "internal error: basic_filebuf::underflow". A4: a plan file with a key
+// given twice took the last value silently (model files and profiles already rejected that).
+TEST(VtpuCliPlanTest, UnwritableEmitAndEndlessDirectoryOrRepeatedKeyInputsFailClearly) {
+  const std::string mlp = model_path("mlp.json");
+  if (std::filesystem::exists("/dev/full")) {
+    const CliRun r = run_cli("plan " + mlp + " --mesh 2x4 --emit /dev/full");
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("--emit '/dev/full' cannot be written: No space left on device"),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(r.output.find("wrote /dev/full"), std::string::npos) << r.output;
+  }
+  expect_failure("plan /dev/zero --mesh 2x4",
+                 "model file '/dev/zero' is more than 16777216 bytes (expected at most 16777216, "
+                 "16 MiB)",
+                 1);
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  const CliRun d = run_cli("train mlp --steps 1 --plan " + dir);
+  EXPECT_EQ(d.exit_code, 1) << d.output;
+  EXPECT_NE(d.output.find("plan file '" + dir + "' is a directory (expected a JSON file)"),
+            std::string::npos)
+      << d.output;
+  EXPECT_EQ(d.output.find("internal error"), std::string::npos) << d.output;
+  const std::string twice = temp_file("vtpu_cli_plan_key_twice.json",
+                                      R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+      "mesh": {"axes": ["x"], "shape": [2]}, "strategy": {"name": "dp(x)", "data": "x"},
+      "strategy": {"name": "tp(x)", "tensor": "x"}})j");
+  expect_failure("train mlp --steps 1 --plan " + twice,
+                 "repeats the key 'strategy' in one object (expected each key once)", 1);
 }
 
 // The transformer on 1x8, 2x4, 8x1 and 1x2: the emitted plan runs with

@@ -110,6 +110,13 @@ TEST(HardwareProfileTest, AMeasuredCurveRoundTripsAndIsChecked) {
                   "[bytes, seconds] pairs)");
   bad["collectives"]["all_reduce"]["measured"] = "fast";
   expect_rejected(bad, "measured is \"fast\"");
+  // adv10 A6: a misspelt "measured" was ignored (the curve silently dropped).
+  bad = j;
+  bad["collectives"]["all_reduce"]["measure"] = bad["collectives"]["all_reduce"]["measured"];
+  bad["collectives"]["all_reduce"].erase("measured");
+  expect_rejected(bad,
+                  "unknown hardware profile key 'collectives.all_reduce.measure' (known: "
+                  "alpha_seconds, beta_seconds_per_byte, group_size, measured)");
 }
 
 TEST(HardwareProfileTest, HostFieldsRoundTripAndTheCacheNeedsBothFigures) {

@@ -473,6 +473,14 @@ TEST(AutoPlannerTest, ConstraintsForceTheRunnersLayersAndMarkWhatItCannotRun) {
   EXPECT_THAT(find(three, "tp(y)").why_lost,
               HasSubstr("layer 'fc1' (dense, in 64, out 64) must be split 'column' (the test "
                         "runner runs it so), which does not divide over 3 tensor cores"));
+  // Only the runner's layouts make it infeasible (adv8 H7): without them fc1 could stay
+  // replicated. dp(y) is infeasible because the batch 64 does not split 3 ways, which no
+  // constraint causes.
+  EXPECT_TRUE(find(three, "tp(y)").infeasible_by_constraints);
+  EXPECT_FALSE(find(three, "dp(y)").feasible);
+  EXPECT_FALSE(find(three, "dp(y)").infeasible_by_constraints);
+  EXPECT_TRUE(find(plan_auto_sharding(digits_mlp(), {1, 3}, {"x", "y"}, v5e()), "tp(y)").feasible);
+  EXPECT_FALSE(find(p, "tp(y)").infeasible_by_constraints);
   // Without constraints the planner is free; a runner that can run nothing fails clearly.
   EXPECT_TRUE(find(plan_auto_sharding(digits_mlp(), {1, 8}, {"x", "y"}, v5e()), "fsdp(y)")
                   .unsupported_reason.empty());
