@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/units.h"
+#include "examples/cli_validators.h"
 #include "examples/digits_dataset.h"
 #include "examples/estimate_report.h"
 #include "examples/fsdp_trainer.h"
@@ -50,11 +51,7 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
   // First: a plan for another model is refused as such, before its strategy is looked at.
   const std::optional<MlpPlanModel> planned = mlp_plan_model(plan);
   const MlpPlanMode mode = mlp_plan_mode(plan, /*allow_tensor=*/true);
-  if (args.cores && *args.cores != plan.num_cores()) {
-    throw InvalidArgumentError("--cores " + std::to_string(*args.cores) + " but plan '" +
-                               plan.path + "' has a mesh of " + std::to_string(plan.num_cores()) +
-                               " cores (expected the same, or --cores left out)");
-  }
+  if (!check_usage([&] { check_plan_cores(plan, args.cores); })) return 2;
   RuntimeOptions options = args.options;
   options.num_cores = static_cast<int>(plan.num_cores());
   options.validate();

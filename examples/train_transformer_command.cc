@@ -55,6 +55,8 @@ int run(const TrainTransformerCommand& cmd) {
   if (!cmd.plan.empty()) {
     plan = load_train_plan(cmd.plan);
     require_plan_model(*plan, "transformer", "vtpu train transformer");
+    // nu10 NU6: the plan's mesh and file, not the flattened data x tensor grid ("8x1").
+    if (!check_usage([&] { check_plan_cores(*plan, cmd.cores); })) return 2;
     layout = plan_data_tensor_layout(*plan, "vtpu train transformer");
     mesh = TransformerMesh{layout->data, layout->tensor};
     // adv7 G4: an unnamed strategy printed "strategy  (from ...)".

@@ -177,12 +177,8 @@ int run_train_mlp(const TrainArgs& args) {
   if (!args.estimate_from.empty()) {
     const vtpu::examples::TrainPlan plan = vtpu::examples::load_train_plan(args.estimate_from);
     vtpu::examples::check_mlp_estimate_plan(plan);
-    if (args.cores && *args.cores != plan.num_cores()) {
-      throw vtpu::InvalidArgumentError("--cores " + std::to_string(*args.cores) + " but plan '" +
-                                       args.estimate_from + "' has a mesh of " +
-                                       std::to_string(plan.num_cores()) +
-                                       " cores (expected the same, or --cores left out)");
-    }
+    if (!vtpu::examples::check_usage([&] { vtpu::examples::check_plan_cores(plan, args.cores); }))
+      return 2;
     options.num_cores = static_cast<int>(plan.num_cores());
     estimate = vtpu::examples::comparable_estimate(plan, args.mlp.global_batch);
     if (!estimate) {

@@ -238,6 +238,18 @@ TEST(TrainPlanTest, WrongModelNamesBoth) {
   require_plan_model(p, "transformer", "vtpu train transformer");  // no error
 }
 
+// Regression (new-user pass nu10, NU6): the trainers' --cores check names the plan's file and
+// mesh (train transformer named the flattened data x tensor grid, "8x1" for dp(data,model)).
+TEST(TrainPlanTest, CoresMustBeThePlansCores) {
+  const TrainPlan p = parse_train_plan(good_plan(), "p.json");  // data=2 model=4
+  check_plan_cores(p, std::nullopt);                            // no error
+  check_plan_cores(p, 8);
+  expect_error<InvalidArgumentError>(
+      [&] { check_plan_cores(p, 4); },
+      {"--cores 4 but plan 'p.json' has mesh data=2 model=4 (8 cores; expected --cores 8, or "
+       "--cores left out)"});
+}
+
 TEST(TrainPlanTest, DataTensorLayoutFlattensTheRoles) {
   // dp(data,model) on 2x4: one data group of all 8 cores, rank = 4 d + m (P(('data', 'model'))).
   nlohmann::json j = good_plan();

@@ -1157,8 +1157,11 @@ TEST(VtpuCliTest, TrainFsdpRunsAPlan) {
       R"j({"name": "dp(data)+tp(model)", "data": "data", "tensor": "model", "fsdp": null})j");
   expect_failure("train fsdp --plan " + tp, "cannot run strategy 'dp(data)+tp(model)'", 1);
   expect_failure("train fsdp --plan " + tp, "run it with vtpu train mlp --plan", 1);
+  // A flag that contradicts the plan is a usage error naming the plan's mesh (nu10 NU6).
   expect_failure("train fsdp --cores 8 --plan " + fsdp,
-                 "--cores 8 but plan '" + fsdp + "' has a mesh of 4 cores", 1);
+                 "vtpu: usage error: --cores 8 but plan '" + fsdp +
+                     "' has mesh data=2 model=2 (4 cores; expected --cores 4, or --cores left out)",
+                 2);
   expect_failure("train fsdp --plan /nonexistent/plan.json", "cannot open plan file", 1);
 }
 
@@ -1218,7 +1221,9 @@ TEST(VtpuCliTest, TrainMlpComparesAPlansEstimateWithTheRun) {
   expect_failure("train mlp --batch 16 --estimate-from " + dp,
                  "estimates a global batch of 8 but the run uses 16", 1);
   expect_failure("train mlp --cores 4 --batch 8 --estimate-from " + dp,
-                 "--cores 4 but plan '" + dp + "' has a mesh of 2 cores", 1);
+                 "vtpu: usage error: --cores 4 but plan '" + dp +
+                     "' has mesh x=2 (2 cores; expected --cores 2, or --cores left out)",
+                 2);
 }
 
 TEST(VtpuCliTest, TrainFsdpRejectsBadInput) {
@@ -1355,6 +1360,17 @@ TEST(VtpuCliTest, TrainTransformerRejectsBadInput) {
       "mesh": {"axes": ["x"], "shape": [2]}, "strategy": {"data": "x"}})json";
   expect_failure("train transformer --plan " + temp_file("vtpu_cli_mlp_plan.json", mlp_plan) + data,
                  "is for model 'mlp' (expected 'transformer' for vtpu train transformer)", 1);
+  // Regression (new-user pass nu10, NU6): --cores against a 2x4 plan named "the mesh 8x1" (the
+  // flattened data x tensor grid of dp(data,model)); now the plan's file and mesh, and a usage
+  // error as in train mlp and train fsdp.
+  const std::string plan24 = temp_file("vtpu_cli_plan24.json",
+                                       R"json({"format": "vtpu-plan", "version": 1,
+      "model": "transformer", "mesh": {"axes": ["data", "model"], "shape": [2, 4]},
+      "strategy": {"name": "dp(data,model)", "data": ["data", "model"]}})json");
+  expect_failure("train transformer --cores 4 --plan " + plan24 + data,
+                 "vtpu: usage error: --cores 4 but plan '" + plan24 +
+                     "' has mesh data=2 model=4 (8 cores; expected --cores 8, or --cores left out)",
+                 2);
 }
 namespace {
 
@@ -1587,7 +1603,10 @@ TEST(VtpuCliPlanTest, EveryRunnableMlpStrategyRuns) {
   const std::string dp = temp_file("vtpu_cli_mlp_dp.json",
                                    R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
       "mesh": {"axes": ["data", "model"], "shape": [2, 4]}, "strategy": {"data": ["data", "model"]}})j");
-  expect_failure("train mlp --cores 4 --plan " + dp, "--cores 4 but plan", 1);
+  expect_failure("train mlp --cores 4 --plan " + dp,
+                 "vtpu: usage error: --cores 4 but plan '" + dp +
+                     "' has mesh data=2 model=4 (8 cores; expected --cores 8, or --cores left out)",
+                 2);
   expect_failure("train mlp --plan " + dp + " --memory-profile /tmp/x.prof",
                  "--memory-profile cannot be combined with --plan", 1);
 }
