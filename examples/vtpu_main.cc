@@ -144,15 +144,25 @@ int run_train_mlp(const TrainArgs& args) {
   vtpu::RuntimeOptions options;
   if (!args.config_path.empty()) options = vtpu::RuntimeOptions::load_json_file(args.config_path);
   if (!args.plan_path.empty()) {
-    // The memory outputs and the pallas kernels belong to the plain data-parallel run.
-    for (const auto& [flag, value] : {std::pair{"--memory-profile", &args.memory_profile},
-                                      std::pair{"--memory-snapshot", &args.memory_snapshot},
-                                      std::pair{"--memory-events", &args.memory_events}}) {
-      if (!value->empty()) {
-        throw vtpu::InvalidArgumentError(std::string(flag) +
-                                         " cannot be combined with --plan (expected one of them)");
+    // The memory outputs, --estimate-from and the pallas kernels belong to the plain
+    // data-parallel run; a flag --plan would ignore is a usage error (exit 2), as CLI11's
+    // excludes() is. Regression (new-user pass nu10, NU23): --estimate-from B with --plan A ran A
+    // and silently compared it with A's estimate.
+    const bool usage_ok = vtpu::examples::check_usage([&] {
+      for (const auto& [flag, value] : {std::pair{"--memory-profile", &args.memory_profile},
+                                        std::pair{"--memory-snapshot", &args.memory_snapshot},
+                                        std::pair{"--memory-events", &args.memory_events},
+                                        std::pair{"--estimate-from", &args.estimate_from}}) {
+        if (!value->empty()) {
+          throw vtpu::InvalidArgumentError(
+              std::string(flag) + " cannot be combined with --plan (expected one of them" +
+              (std::string(flag) == "--estimate-from"
+                   ? ": --plan compares the run with its own plan's estimate)"
+                   : ")"));
+        }
       }
-    }
+    });
+    if (!usage_ok) return 2;
     if (args.mlp.kernels != "eigen") {
       throw vtpu::UnimplementedError("--kernels " + args.mlp.kernels +
                                      " is not implemented with --plan (expected eigen)");

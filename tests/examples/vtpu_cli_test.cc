@@ -1607,8 +1607,16 @@ TEST(VtpuCliPlanTest, EveryRunnableMlpStrategyRuns) {
                  "vtpu: usage error: --cores 4 but plan '" + dp +
                      "' has mesh data=2 model=4 (8 cores; expected --cores 8, or --cores left out)",
                  2);
+  // A flag --plan would ignore is a usage error (exit 2). Regression (new-user pass nu10, NU23):
+  // --estimate-from B with --plan A ran A against A's estimate, ignoring B without a word.
   expect_failure("train mlp --plan " + dp + " --memory-profile /tmp/x.prof",
-                 "--memory-profile cannot be combined with --plan", 1);
+                 "vtpu: usage error: --memory-profile cannot be combined with --plan (expected one "
+                 "of them)",
+                 2);
+  expect_failure("train mlp --plan " + dp + " --estimate-from " + hsdp,
+                 "vtpu: usage error: --estimate-from cannot be combined with --plan (expected one "
+                 "of them: --plan compares the run with its own plan's estimate)",
+                 2);
 }
 
 // Text output of a tensor-parallel run names the layout and the all-reduces.
