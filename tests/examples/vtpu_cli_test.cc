@@ -1295,7 +1295,7 @@ TEST(VtpuCliTest, TrainTransformerRunsAPlan) {
   const std::string plan = temp_file("vtpu_cli_plan.json", R"json({
     "format": "vtpu-plan", "version": 1, "model": "transformer",
     "mesh": {"axes": ["data", "model"], "shape": [1, 2]},
-    "strategy": {"name": "tp-only", "data": "data", "tensor": "model", "fsdp": null},
+    "strategy": {"name": "tp(model)", "data": "data", "tensor": "model", "fsdp": null},
     "estimate": {"step_seconds": 0.5, "hbm_bytes_per_core": 1000000}})json");
   const CliRun r = run_cli("train transformer --plan " + plan +
                            " --steps 2 --batch 2 --no-reference --data " + transformer_text_file());
@@ -1305,10 +1305,10 @@ TEST(VtpuCliTest, TrainTransformerRunsAPlan) {
                           "cores"),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("strategy tp-only (from " + plan + ")"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("strategy tp(model) (from " + plan + ")"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("max relative difference"), std::string::npos) << r.output;
   // The plan's estimate beside the measurement (examples/estimate_report.h).
-  EXPECT_NE(r.output.find("planner estimate vs measured (plan " + plan + ": tp-only on ?; 2 cores"),
+  EXPECT_NE(r.output.find("planner estimate vs measured (plan " + plan + ": tp(model) on ?; 2 cores"),
             std::string::npos)
       << r.output;
   const auto line_of = [&](const std::string& key) {  // in the report, after the trainer's lines
