@@ -141,6 +141,10 @@ int run(const TrainTransformerCommand& cmd) {
     if (!cmd.json) std::printf("single-core reference (mesh 1x1):\n");
     RuntimeOptions one = options;
     one.num_cores = 1;
+    // As train mlp's reference (examples/mlp_reference.h; nu10 NU8): one core holds the whole
+    // model, so --hbm-bytes limits the mesh run, not the reference (at least 16 GiB).
+    one.hbm_bytes_per_core =
+        std::max(options.hbm_bytes_per_core, RuntimeOptions{}.hbm_bytes_per_core);
     Runtime rt(one);
     ref = train_transformer(rt, text.tokens, c, {1, 1}, log("1 core"));
   }

@@ -1308,8 +1308,9 @@ TEST(VtpuCliTest, TrainTransformerRunsAPlan) {
   EXPECT_NE(r.output.find("strategy tp(model) (from " + plan + ")"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("max relative difference"), std::string::npos) << r.output;
   // The plan's estimate beside the measurement (examples/estimate_report.h).
-  EXPECT_NE(r.output.find("planner estimate vs measured (plan " + plan + ": tp(model) on ?; 2 cores"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find("planner estimate vs measured (plan " + plan + ": tp(model) on ?; 2 cores"),
+      std::string::npos)
       << r.output;
   const auto line_of = [&](const std::string& key) {  // in the report, after the trainer's lines
     const size_t at = r.output.find(key, r.output.find("planner estimate vs measured"));
@@ -1319,6 +1320,27 @@ TEST(VtpuCliTest, TrainTransformerRunsAPlan) {
   EXPECT_NE(line_of("step time (median wall, core 0)").find(" 500.000 ms "), std::string::npos)
       << r.output;
   EXPECT_NE(line_of("HBM per core (bytes)").find(" 1000000 "), std::string::npos) << r.output;
+}
+
+// --hbm-bytes limits the mesh's cores, not the single-core reference (nu10 NU8, as train mlp):
+// under 3 MiB the 1x2 mesh fits (about 2.2 MB per core) and the reference, which holds the whole
+// model, needs more than 3 MiB in its own 16 GiB arena.
+TEST(VtpuCliTest, TrainTransformerHbmLimitIsTheMeshsNotTheReferences) {
+  const CliRun r = run_cli(
+      "train transformer --mesh 1x2 --steps 1 --batch 2 --hbm-bytes 3M --json "
+      "--data " +
+      transformer_text_file());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  for (const auto& core : j["mesh"]["cores"]) EXPECT_EQ(core["bytes_limit"], 3 << 20) << core;
+  const nlohmann::json& ref = j["reference"]["cores"][0];
+  EXPECT_EQ(ref["bytes_limit"], uint64_t{16} << 30);
+  uint64_t held = 0;  // the reference's buffers by kind, before the allocator's rounding
+  for (const auto& [kind, bytes] : j["reference"]["hbm_bytes_per_core"].items()) {
+    held += bytes.get<uint64_t>();
+  }
+  EXPECT_GT(held, uint64_t{3} << 20);
+  EXPECT_GE(ref["peak_bytes_in_use"].get<uint64_t>(), held);
 }
 
 TEST(VtpuCliTest, TrainTransformerRunsWithPallasKernels) {
@@ -1617,6 +1639,29 @@ TEST(VtpuCliPlanTest, EveryRunnableMlpStrategyRuns) {
                  "vtpu: usage error: --estimate-from cannot be combined with --plan (expected one "
                  "of them: --plan compares the run with its own plan's estimate)",
                  2);
+}
+
+// Regression (new-user pass nu10, NU8): `train mlp --plan P --hbm-bytes X` ran the 1-core
+// reference under X too, so a limit the tp(x) cores fit failed with "out of HBM ... 'mlp/z1'",
+// reported as the run's. The reference has its own arena, max(X, 16 GiB).
+TEST(VtpuCliPlanTest, TrainMlpPlanHbmLimitIsTheRunsNotTheReferences) {
+  VTPU_REQUIRE_DIGITS();
+  const std::string path = temp_file("vtpu_cli_mlp_tp8_hbm.json",
+                                     R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+      "mesh": {"axes": ["x"], "shape": [8]}, "strategy": {"name": "tp(x)", "tensor": ["x"]}})j");
+  const CliRun r = run_cli("train mlp --steps 2 --batch 64 --json --hbm-bytes 480K --plan " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  for (const auto& core : j["run"]["hbm"]) EXPECT_EQ(core["bytes_limit"], 480 * 1024) << core;
+  EXPECT_EQ(j["reference"]["hbm_bytes_limit"], uint64_t{16} << 30);
+  // The reference's peak, above the run's limit: as MlpTrainerTest computes it, every buffer
+  // rounded to 256 B: the training set (1437 rows: pixels 367872 B, labels 57600 B), params and
+  // grads+loss (4810 and 4811 floats: 19456 B each), then the batch of 64 rows (16384 + 2560),
+  // z1 and a1 (16384 each) and the logits (2560).
+  const uint64_t live = 367872 + 57600 + 19456 + 19456;
+  EXPECT_EQ(j["reference"]["peak_bytes_in_use_core0"], live + 16384 + 2560 + 2 * 16384 + 2560);
+  EXPECT_GT(j["reference"]["peak_bytes_in_use_core0"].get<uint64_t>(), uint64_t{480 * 1024});
+  EXPECT_TRUE(j["losses_match"].get<bool>());
 }
 
 // Text output of a tensor-parallel run names the layout and the all-reduces.
