@@ -88,10 +88,9 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
                 n, format_bytes(options.hbm_bytes_per_core).c_str());
     if (layout) {
       std::printf(
-          "Megatron tensor parallel: data %lld x tensor %lld; W1 column-parallel, W2 "
-          "row-parallel, %lld hidden units per core, one all-reduce of the logits per step\n",
-          static_cast<long long>(layout->data), static_cast<long long>(layout->tensor),
-          static_cast<long long>(mlp.hidden / layout->tensor));
+          "Megatron tensor parallel: %s; W1 column-parallel, W2 row-parallel, %lld hidden units "
+          "per core, one all-reduce of the logits per step\n",
+          layout->describe().c_str(), static_cast<long long>(mlp.hidden / layout->tensor));
     } else {
       std::printf("%s over all %d cores\n",
                   mode == MlpPlanMode::kFsdp ? "ZeRO-3 / FSDP (train fsdp)" : "data parallel", n);
@@ -183,14 +182,19 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
   std::printf("median step time %.3f ms on %d cores; train mlp on 1 core %.3f ms\n",
               run.median_step_ms, n, reference.checked.result.median_step_ms);
   if (tp) {
-    const double steps = static_cast<double>(mlp.steps);
+    // As train transformer words it (nu10 NU14: "tensor group 1" meant calls per step here and
+    // the group's size there): calls and bytes per group, none for a group of 1 core.
+    const int64_t k = mlp.micro_batches;
     std::printf(
-        "all-reduce per step on core 0: tensor group %.0f (the logits, %.0f bytes), data group "
-        "%.0f (the gradient bucket, %.0f bytes); shard %lld of %lld parameters per core\n",
-        static_cast<double>(tp->tensor_all_reduce[0].num_collectives) / steps,
-        static_cast<double>(tp->tensor_all_reduce[0].bytes) / steps,
-        static_cast<double>(tp->run.all_reduce[0].num_collectives) / steps,
-        static_cast<double>(tp->run.all_reduce[0].bytes) / steps,
+        "all-reduce on core 0: tensor group %s; data-parallel group %s; shard %lld of %lld "
+        "parameters per core\n",
+        describe_group_all_reduce(
+            tp->tensor_all_reduce[0], layout->tensor,
+            std::to_string(k) + " per step: the logits" + (k > 1 ? " of each micro-batch" : ""))
+            .c_str(),
+        describe_group_all_reduce(tp->run.all_reduce[0], layout->data,
+                                  "1 per step: the gradient bucket")
+            .c_str(),
         static_cast<long long>(tp->shard_parameters),
         static_cast<long long>(tp->run.num_parameters));
     std::printf("replicas identical after training: %s\n",

@@ -229,16 +229,14 @@ int run(const TrainTransformerCommand& cmd) {
     }
     std::printf("\n");
     // A group of one core runs no all-reduce (examples/transformer_trainer.h).
-    const auto calls = [](const CollectiveStats& st, int64_t group, const std::string& per_step) {
-      if (group == 1) return std::string("none (a group of 1 core)");
-      return std::to_string(st.num_collectives) + " calls (" + per_step + "), " +
-             format_bytes(st.bytes);
-    };
     std::printf("all-reduce on core 0: tensor group %s; data-parallel group %s\n",
-                calls(r.tensor_all_reduce[0], mesh.tensor,
-                      std::to_string(4 * c.layers) + " per step: 2 forward + 2 backward per block")
+                describe_group_all_reduce(
+                    r.tensor_all_reduce[0], mesh.tensor,
+                    std::to_string(4 * c.layers) + " per step: 2 forward + 2 backward per block")
                     .c_str(),
-                calls(r.data_all_reduce[0], mesh.data, "1 per step: the gradient bucket").c_str());
+                describe_group_all_reduce(r.data_all_reduce[0], mesh.data,
+                                          "1 per step: the gradient bucket")
+                    .c_str());
     std::printf(
         "HBM per core (bytes): weights %llu, gradients+loss %llu, Adam m+v %llu, activations "
         "%llu, tokens %llu; total %llu",

@@ -1673,11 +1673,40 @@ TEST(VtpuCliPlanTest, TrainMlpPlanTextReport) {
       "strategy": {"name": "dp(data)+tp(model)", "data": "data", "tensor": "model"}})j");
   const CliRun r = run_cli("train mlp --steps 3 --batch 8 --log-every 1 --plan " + path);
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The groups as train transformer words them (nu10 NU14): sizes in the layout line; per group
+  // the calls over the run and the bytes: 3 steps of the (4 x 10) f32 logits = 480 B, and of the
+  // bucket of 75 * 32 + 10 parameters + the loss = 2411 floats = 28932 B = 28.25 KiB.
   for (const char* needle :
-       {"strategy 'dp(data)+tp(model)'", "data 2 x tensor 2", "32 hidden units per core",
-        "(tolerance 0.0001): ok", "tensor group 1 (the logits, 160 bytes)",
+       {"strategy 'dp(data)+tp(model)'",
+        "Megatron tensor parallel: data-parallel group 2 (mesh axis data) x tensor group 2 (mesh "
+        "axis model); ",
+        "32 hidden units per core", "(tolerance 0.0001): ok",
+        "all-reduce on core 0: tensor group 3 calls (1 per step: the logits), 480 B; "
+        "data-parallel group 3 calls (1 per step: the gradient bucket), 28.25 KiB; shard 2410 of "
+        "4810 parameters per core",
         "replicas identical after training: yes", "peak_bytes_in_use"}) {
     EXPECT_NE(r.output.find(needle), std::string::npos) << needle << "\n" << r.output;
+  }
+  // Pure tensor parallelism: the data group is one core and runs no all-reduce (it counted one
+  // per step), with the losses of the run that did (an all-reduce of one core leaves the bits).
+  // With 2 micro-batches of 4 rows: 6 all-reduces of (4 x 10) f32 logits = 960 B.
+  const std::string tp = temp_file("vtpu_cli_mlp_tp_only.json",
+                                   R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+      "mesh": {"axes": ["data", "model"], "shape": [1, 2]},
+      "strategy": {"name": "tp(model)", "tensor": "model"}})j");
+  const CliRun t = run_cli("train mlp --steps 3 --batch 8 --micro-batches 2 --plan " + tp);
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  EXPECT_NE(t.output.find("all-reduce on core 0: tensor group 6 calls (2 per step: the logits of "
+                          "each micro-batch), 960 B; data-parallel group none (a group of 1 "
+                          "core); shard 2410 of 4810 parameters per core"),
+            std::string::npos)
+      << t.output;
+  const CliRun tj = run_cli("train mlp --steps 3 --batch 8 --json --plan " + tp);
+  ASSERT_EQ(tj.exit_code, 0) << tj.output;
+  const nlohmann::json j = nlohmann::json::parse(tj.output);
+  for (const auto& core : j["run"]["all_reduce"]) EXPECT_EQ(core["num_collectives"], 0) << core;
+  for (const auto& core : j["run"]["tensor_all_reduce"]) {
+    EXPECT_EQ(core["num_collectives"], 3) << core;
   }
 }
 
