@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "common/strings.h"
+#include "common/units.h"
 
 namespace vtpu::examples {
 
@@ -78,6 +79,13 @@ DataTensorLayout DataTensorLayout::from_mesh(const Mesh& mesh,
     }
   }
   return l;
+}
+
+std::string describe_group_all_reduce(const CollectiveStats& stats, int64_t group_size,
+                                      const std::string& per_step) {
+  if (group_size == 1) return "none (a group of 1 core)";
+  return std::to_string(stats.num_collectives) + " calls (" + per_step + "), " +
+         format_bytes(stats.bytes);
 }
 
 }  // namespace vtpu::examples

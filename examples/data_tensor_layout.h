@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/communicator.h"
 #include "sharding/mesh.h"
 
 namespace vtpu::examples {
@@ -57,5 +58,12 @@ struct DataTensorLayout {
   static DataTensorLayout from_mesh(const Mesh& mesh, const std::vector<std::string>& data_axes,
                                     const std::vector<std::string>& tensor_axes);
 };
+
+/// One group's all-reduces on a core, as `vtpu train transformer` and `vtpu train mlp --plan`
+/// print them: "16 calls (8 per step: ...), 200.00 MiB" (`stats`' count and bytes, `per_step`
+/// saying what a step runs), or "none (a group of 1 core)" when `group_size` is 1 (the trainers
+/// run no all-reduce over one core). Thread-safe.
+std::string describe_group_all_reduce(const CollectiveStats& stats, int64_t group_size,
+                                      const std::string& per_step);
 
 }  // namespace vtpu::examples

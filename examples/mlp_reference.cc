@@ -1,9 +1,12 @@
 #include "examples/mlp_reference.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "common/error.h"
 #include "common/strings.h"
+#include "common/units.h"
 
 namespace vtpu::examples {
 
@@ -35,6 +38,7 @@ bool MlpReference::matches(const std::vector<double>& losses) const {
 void MlpReference::add_json(nlohmann::json& j, const std::vector<double>& losses) const {
   j["reference"] = {{"num_cores", 1},
                     {"micro_batches", micro_batches},
+                    {"hbm_bytes_limit", checked.result.hbm[0].bytes_limit},
                     {"losses", checked.result.losses},
                     {"median_step_ms", checked.result.median_step_ms},
                     {"peak_hbm_core0", checked.peak},
@@ -82,15 +86,31 @@ MlpReference run_mlp_reference(const RuntimeOptions& options, const DigitsSplit&
                                const MlpConfig& config, int64_t data_group) {
   RuntimeOptions one = options;
   one.num_cores = 1;
+  // Regression (new-user pass nu10, NU8): the reference ran under the run's --hbm-bytes, so a
+  // limit the sharded run fits (a tp(x) core holds 1/8 of the activations) failed with "out of
+  // HBM ... 'mlp/z1'", reported as the run's. The reference holds the whole model and batch on
+  // one core: it gets its own arena, at least the default 16 GiB.
+  one.hbm_bytes_per_core =
+      std::max(options.hbm_bytes_per_core, RuntimeOptions{}.hbm_bytes_per_core);
   MlpReference ref;
   ref.micro_batches = data_group * config.micro_batches;
   MlpConfig checked = config;
   checked.micro_batches = ref.micro_batches;
-  ref.checked = run_mlp(one, split, checked);
+  auto run_reference = [&](const MlpConfig& c) {
+    try {
+      return run_mlp(one, split, c);
+    } catch (const ResourceExhaustedError& e) {
+      throw ResourceExhaustedError(
+          "the 1-core reference run (train mlp on 1 core with " + std::to_string(c.micro_batches) +
+          " micro-batches, " + format_bytes(one.hbm_bytes_per_core) +
+          " of HBM: the larger of --hbm-bytes and 16 GiB) ran out of HBM: " + e.message());
+    }
+  };
+  ref.checked = run_reference(checked);
   if (ref.micro_batches > 1) {
     MlpConfig one_batch = config;
     one_batch.micro_batches = 1;
-    ref.one_batch = run_mlp(one, split, one_batch);
+    ref.one_batch = run_reference(one_batch);
   }
   return ref;
 }

@@ -55,9 +55,9 @@ struct MlpReference {
   double difference(const std::vector<double>& losses) const;
   /// True when difference(losses) <= kMlpLossTolerance.
   bool matches(const std::vector<double>& losses) const;
-  /// Adds "reference" (num_cores 1, micro_batches K, losses, median_step_ms, peak_hbm_core0,
-  /// peak_bytes_in_use_core0), "one_batch_reference" (micro_batches 1, losses,
-  /// max_relative_loss_difference against `losses`), "max_relative_loss_difference" and
+  /// Adds "reference" (num_cores 1, micro_batches K, hbm_bytes_limit (its arena), losses,
+  /// median_step_ms, peak_hbm_core0, peak_bytes_in_use_core0), "one_batch_reference" (micro_batches
+  /// 1, losses, max_relative_loss_difference against `losses`), "max_relative_loss_difference" and
   /// "losses_match" to `j`.
   void add_json(nlohmann::json& j, const std::vector<double>& losses) const;
   /// The report lines: `what` ("FSDP") on `cores` cores against the checked run (with the
@@ -68,8 +68,11 @@ struct MlpReference {
 
 /// Runs the references for a run of `config` whose data-parallel group has `data_group` cores:
 /// train_mlp on 1 core (options.num_cores replaced by 1) with data_group x config.micro_batches
-/// micro-batches, and, when that is > 1, with one. Throws what train_mlp throws
-/// (InvalidArgumentError when the batch does not split into the micro-batches).
+/// micro-batches, and, when that is > 1, with one. One core holds the whole model and batch, so
+/// the references do not run under the N-core run's HBM limit: their arena is
+/// max(options.hbm_bytes_per_core, RuntimeOptions' default 16 GiB) (`--hbm-bytes` limits the run,
+/// not its reference). Throws what train_mlp throws (InvalidArgumentError when the batch does not
+/// split into the micro-batches); a ResourceExhaustedError says that the reference ran out.
 MlpReference run_mlp_reference(const RuntimeOptions& options, const DigitsSplit& split,
                                const MlpConfig& config, int64_t data_group);
 

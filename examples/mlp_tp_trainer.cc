@@ -300,7 +300,9 @@ MlpTensorParallelResult train_mlp_tensor_parallel(
         }
       }
       // Data parallel: one bucket (the shard's gradients and the loss sum) over the data group.
-      dp.all_reduce<float>(ctx, s.grads.as<float>());
+      // A group of one core sums nothing, so it runs no all-reduce (as train_transformer_on_layout;
+      // the one-core all-reduce in place left the buffer as it was: the same bits).
+      if (dp.size() > 1) dp.all_reduce<float>(ctx, s.grads.as<float>());
       // The optimizer on the shard; every core of a data group applies identical sums.
       if (adam) {
         adam_update(s.params.as<float>(), std::span<const float>(g, shard_size), adam_m.as<float>(),

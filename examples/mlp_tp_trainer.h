@@ -30,7 +30,7 @@
 //                dX = dZ1 W1_t^T) is not run, because X is the data and needs no gradient
 //                (as autograd skips a leaf that does not require grad)
 //     data       one all-reduce over the data group of the bucket [dW1_t, db1_t, dW2_t, db2,
-//                loss sum] (as train_mlp's DDP bucket; a group of one core for D = 1)
+//                loss sum] (as train_mlp's DDP bucket; none for D = 1: a group of one core)
 //     optimizer  on the shard: SGD, or Adam (examples/adam.h) with its moments m and v shaped
 //                like the shard; every core of a data group applies identical sums.
 // Every tensor shard computes the same dZ2, so b2, its gradient and (Adam) its moments stay
@@ -61,7 +61,8 @@ namespace vtpu::examples {
 /// What a tensor-parallel run produced.
 struct MlpTensorParallelResult {
   /// Losses, step times, accuracies, HBM per core, and the final parameters gathered into the
-  /// flat [W1, b1, W2, b2] of train_mlp; all_reduce: the data-group gradient all-reduce per core;
+  /// flat [W1, b1, W2, b2] of train_mlp; all_reduce: the data-group gradient all-reduce per core
+  /// (0 calls for D = 1);
   /// replicas_identical: every data replica's shard equals data shard 0's and every tensor
   /// shard's b2 equals shard 0's, bitwise.
   MlpResult run;

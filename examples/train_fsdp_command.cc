@@ -94,12 +94,7 @@ int run(const TrainFsdpCommand& cmd) {
     plan = load_train_plan(cmd.plan_path);
     planned = mlp_plan_model(*plan);  // first: a plan for another model is refused as such
     fsdp_mode = mlp_plan_mode(*plan) == MlpPlanMode::kFsdp;
-    if (cmd.cores && *cmd.cores != plan->num_cores()) {
-      throw InvalidArgumentError("--cores " + std::to_string(*cmd.cores) + " but plan '" +
-                                 cmd.plan_path + "' has a mesh of " +
-                                 std::to_string(plan->num_cores()) +
-                                 " cores (expected the same, or --cores left out)");
-    }
+    if (!check_usage([&] { check_plan_cores(*plan, cmd.cores); })) return 2;
     options.num_cores = static_cast<int>(plan->num_cores());
   }
   options.validate();

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/strings.h"
 #include "common/units.h"
+#include "examples/cli_validators.h"
 #include "examples/digits_dataset.h"
 #include "examples/estimate_report.h"
 #include "examples/fsdp_trainer.h"
@@ -51,11 +52,7 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
   // First: a plan for another model is refused as such, before its strategy is looked at.
   const std::optional<MlpPlanModel> planned = mlp_plan_model(plan);
   const MlpPlanMode mode = mlp_plan_mode(plan, /*allow_tensor=*/true);
-  if (args.cores && *args.cores != plan.num_cores()) {
-    throw InvalidArgumentError("--cores " + std::to_string(*args.cores) + " but plan '" +
-                               plan.path + "' has a mesh of " + std::to_string(plan.num_cores()) +
-                               " cores (expected the same, or --cores left out)");
-  }
+  if (!check_usage([&] { check_plan_cores(plan, args.cores); })) return 2;
   RuntimeOptions options = args.options;
   options.num_cores = static_cast<int>(plan.num_cores());
   options.validate();
@@ -93,10 +90,9 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
                 format_bytes(options.hbm_bytes_per_core).c_str());
     if (layout) {
       std::printf(
-          "Megatron tensor parallel: data %lld x tensor %lld; W1 column-parallel, W2 "
-          "row-parallel, %lld hidden units per core, one all-reduce of the logits per step\n",
-          static_cast<long long>(layout->data), static_cast<long long>(layout->tensor),
-          static_cast<long long>(mlp.hidden / layout->tensor));
+          "Megatron tensor parallel: %s; W1 column-parallel, W2 row-parallel, %lld hidden units "
+          "per core, one all-reduce of the logits per step\n",
+          layout->describe().c_str(), static_cast<long long>(mlp.hidden / layout->tensor));
     } else {
       std::printf("%s over %s\n",
                   mode == MlpPlanMode::kFsdp ? "ZeRO-3 / FSDP (train fsdp)" : "data parallel",
@@ -191,14 +187,19 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
   std::printf("median step time %.3f ms on %s; train mlp on 1 core %.3f ms\n", run.median_step_ms,
               count_text(n, "core").c_str(), reference.checked.result.median_step_ms);
   if (tp) {
-    const double steps = static_cast<double>(mlp.steps);
+    // As train transformer words it (nu10 NU14: "tensor group 1" meant calls per step here and
+    // the group's size there): calls and bytes per group, none for a group of 1 core.
+    const int64_t k = mlp.micro_batches;
     std::printf(
-        "all-reduce per step on core 0: tensor group %.0f (the logits, %.0f bytes), data group "
-        "%.0f (the gradient bucket, %.0f bytes); shard %lld of %lld parameters per core\n",
-        static_cast<double>(tp->tensor_all_reduce[0].num_collectives) / steps,
-        static_cast<double>(tp->tensor_all_reduce[0].bytes) / steps,
-        static_cast<double>(tp->run.all_reduce[0].num_collectives) / steps,
-        static_cast<double>(tp->run.all_reduce[0].bytes) / steps,
+        "all-reduce on core 0: tensor group %s; data-parallel group %s; shard %lld of %lld "
+        "parameters per core\n",
+        describe_group_all_reduce(
+            tp->tensor_all_reduce[0], layout->tensor,
+            std::to_string(k) + " per step: the logits" + (k > 1 ? " of each micro-batch" : ""))
+            .c_str(),
+        describe_group_all_reduce(tp->run.all_reduce[0], layout->data,
+                                  "1 per step: the gradient bucket")
+            .c_str(),
         static_cast<long long>(tp->shard_parameters),
         static_cast<long long>(tp->run.num_parameters));
     std::printf("replicas identical after training: %s\n",

@@ -45,6 +45,41 @@ std::string axis_without_role(const std::vector<int64_t>& shape,
   return {};
 }
 
+/// The names a strategy with the roles of `plan` may have. First the one `vtpu plan` gives them
+/// (sharding/auto_planner.cc): "dp(...)", "fsdp(...)", "tp(...)" joined by "+" in that order,
+/// each role's axes as listed but without axes of size 1 (the planner gives those no role), or
+/// "single core" when no role is left. Then that name with the axes of size 1 kept, and, when
+/// strategy.data is strategy.fsdp (FSDP whose batch axes are named twice), both without "dp".
+std::vector<std::string> strategy_names_of(const TrainPlan& plan) {
+  auto role = [&](const char* kind, const std::vector<std::string>& axes, bool active_only) {
+    std::string names;
+    for (const std::string& a : axes) {
+      const auto i = static_cast<size_t>(
+          std::find(plan.mesh_axes.begin(), plan.mesh_axes.end(), a) - plan.mesh_axes.begin());
+      if (active_only && plan.mesh_shape[i] <= 1) continue;
+      names += (names.empty() ? "" : ",") + a;
+    }
+    return names.empty() ? std::string() : std::string(kind) + "(" + names + ")";
+  };
+  const bool data_is_fsdp =
+      !plan.fsdp.empty() && std::set<std::string>(plan.data.begin(), plan.data.end()) ==
+                                std::set<std::string>(plan.fsdp.begin(), plan.fsdp.end());
+  std::vector<std::string> out;
+  for (const bool with_data : {true, false}) {
+    if (!with_data && !data_is_fsdp) continue;
+    for (const bool active_only : {true, false}) {
+      std::string name;
+      for (const std::string& part :
+           {with_data ? role("dp", plan.data, active_only) : std::string(),
+            role("fsdp", plan.fsdp, active_only), role("tp", plan.tensor, active_only)}) {
+        if (!part.empty()) name += (name.empty() ? "" : "+") + part;
+      }
+      out.push_back(name.empty() ? "single core" : name);
+    }
+  }
+  return out;
+}
+
 /// The non-empty "estimate" object of `plan`'s file, checked field by field; `bad` makes the
 /// error (it names the file).
 template <typename Bad>
@@ -274,6 +309,18 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
               " has no role in strategy " + plan.describe_strategy() +
               " (expected every mesh axis of size > 1 in data, tensor or fsdp)");
   }
+  // Regression (new-user pass nu10, NU17): a tp(model) plan renamed "dp(model)" ran Megatron
+  // tensor parallelism under the name dp(model). The name is optional, but when given it must be
+  // the one `vtpu plan` gives these roles.
+  if (!plan.strategy_name.empty()) {
+    const std::vector<std::string> names = strategy_names_of(plan);
+    if (!contains(names, plan.strategy_name)) {
+      throw bad("strategy.name is '" + abbreviate(plan.strategy_name) + "' but its roles (data: " +
+                list_text(plan.data) + ", tensor: " + list_text(plan.tensor) +
+                ", fsdp: " + list_text(plan.fsdp) + ") are strategy '" + names.front() +
+                "' (expected that name, as vtpu plan writes it, or the name left out)");
+    }
+  }
 
   // Regression (adversarial pass adv7, G4): "shardings" was never read, so a hand-edited
   // "P('nope')" ran without complaint. The trainers still derive their layouts from the strategy,
@@ -498,6 +545,14 @@ std::string plan_setting(const TrainPlan& plan, const std::string& what, const s
   throw InvalidArgumentError("plan file '" + plan.path + "' is for " + what + " " + planned + " (" +
                              field + "), " + flag + " is " + *given + " (expected " + planned +
                              ", or " + flag + " left out)");
+}
+
+void check_plan_cores(const TrainPlan& plan, std::optional<int> cores) {
+  if (!cores || *cores == plan.num_cores()) return;
+  const std::string n = std::to_string(plan.num_cores());
+  throw InvalidArgumentError("--cores " + std::to_string(*cores) + " but plan '" + plan.path +
+                             "' has mesh " + plan.describe_mesh() + " (" + n +
+                             " cores; expected --cores " + n + ", or --cores left out)");
 }
 
 void require_plan_model(const TrainPlan& plan, const std::string& model,

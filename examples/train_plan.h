@@ -153,6 +153,16 @@ std::string plan_setting(const TrainPlan& plan, const std::string& what, const s
                          const std::string& flag, const std::string& planned,
                          std::optional<std::string> given);
 
+/// Checks a trainer's --cores against the plan's mesh: nothing when `cores` is unset or equals
+/// plan.num_cores(). Otherwise throws InvalidArgumentError naming the value, the plan file, its
+/// mesh and its cores: "--cores 4 but plan 'p.json' has mesh data=2 model=4 (8 cores; expected
+/// --cores 8, or --cores left out)". The one check of `vtpu train mlp|fsdp|transformer --plan`
+/// and `train mlp --estimate-from`, each of which runs it through check_usage
+/// (examples/cli_validators.h): a flag that contradicts the plan is a usage error, exit 2
+/// (new-user pass nu10, NU6: transformer named the flattened "8x1" and exited 2, mlp and fsdp
+/// exited 1). Thread-safe.
+void check_plan_cores(const TrainPlan& plan, std::optional<int> cores);
+
 /// Throws InvalidArgumentError when the plan's model is set and is not `model`, naming the
 /// file, both names and `command` ("vtpu train mlp"). Thread-safe.
 void require_plan_model(const TrainPlan& plan, const std::string& model,

@@ -56,6 +56,8 @@ int run(const TrainTransformerCommand& cmd) {
   if (!cmd.plan.empty()) {
     plan = load_train_plan(cmd.plan);
     require_plan_model(*plan, "transformer", "vtpu train transformer");
+    // nu10 NU6: the plan's mesh and file, not the flattened data x tensor grid ("8x1").
+    if (!check_usage([&] { check_plan_cores(*plan, cmd.cores); })) return 2;
     layout = plan_data_tensor_layout(*plan, "vtpu train transformer");
     mesh = TransformerMesh{layout->data, layout->tensor};
     // adv7 G4: an unnamed strategy printed "strategy  (from ...)".
@@ -147,6 +149,10 @@ int run(const TrainTransformerCommand& cmd) {
     if (!cmd.json) std::printf("single-core reference (mesh 1x1):\n");
     RuntimeOptions one = options;
     one.num_cores = 1;
+    // As train mlp's reference (examples/mlp_reference.h; nu10 NU8): one core holds the whole
+    // model, so --hbm-bytes limits the mesh run, not the reference (at least 16 GiB).
+    one.hbm_bytes_per_core =
+        std::max(options.hbm_bytes_per_core, RuntimeOptions{}.hbm_bytes_per_core);
     Runtime rt(one);
     ref = train_transformer(rt, text.tokens, c, {1, 1}, log("1 core"));
   }
@@ -229,16 +235,14 @@ int run(const TrainTransformerCommand& cmd) {
     }
     std::printf("\n");
     // A group of one core runs no all-reduce (examples/transformer_trainer.h).
-    const auto calls = [](const CollectiveStats& st, int64_t group, const std::string& per_step) {
-      if (group == 1) return std::string("none (a group of 1 core)");
-      return std::to_string(st.num_collectives) + " calls (" + per_step + "), " +
-             format_bytes(st.bytes);
-    };
     std::printf("all-reduce on core 0: tensor group %s; data-parallel group %s\n",
-                calls(r.tensor_all_reduce[0], mesh.tensor,
-                      std::to_string(4 * c.layers) + " per step: 2 forward + 2 backward per block")
+                describe_group_all_reduce(
+                    r.tensor_all_reduce[0], mesh.tensor,
+                    std::to_string(4 * c.layers) + " per step: 2 forward + 2 backward per block")
                     .c_str(),
-                calls(r.data_all_reduce[0], mesh.data, "1 per step: the gradient bucket").c_str());
+                describe_group_all_reduce(r.data_all_reduce[0], mesh.data,
+                                          "1 per step: the gradient bucket")
+                    .c_str());
     std::printf(
         "HBM per core (bytes): weights %llu, gradients+loss %llu, Adam m+v %llu, activations "
         "%llu, tokens %llu; total %llu",

@@ -148,15 +148,25 @@ int run_train_mlp(const TrainArgs& args) {
   vtpu::RuntimeOptions options;
   if (!args.config_path.empty()) options = vtpu::RuntimeOptions::load_json_file(args.config_path);
   if (!args.plan_path.empty()) {
-    // The memory outputs and the pallas kernels belong to the plain data-parallel run.
-    for (const auto& [flag, value] : {std::pair{"--memory-profile", &args.memory_profile},
-                                      std::pair{"--memory-snapshot", &args.memory_snapshot},
-                                      std::pair{"--memory-events", &args.memory_events}}) {
-      if (!value->empty()) {
-        throw vtpu::InvalidArgumentError(std::string(flag) +
-                                         " cannot be combined with --plan (expected one of them)");
+    // The memory outputs, --estimate-from and the pallas kernels belong to the plain
+    // data-parallel run; a flag --plan would ignore is a usage error (exit 2), as CLI11's
+    // excludes() is. Regression (new-user pass nu10, NU23): --estimate-from B with --plan A ran A
+    // and silently compared it with A's estimate.
+    const bool usage_ok = vtpu::examples::check_usage([&] {
+      for (const auto& [flag, value] : {std::pair{"--memory-profile", &args.memory_profile},
+                                        std::pair{"--memory-snapshot", &args.memory_snapshot},
+                                        std::pair{"--memory-events", &args.memory_events},
+                                        std::pair{"--estimate-from", &args.estimate_from}}) {
+        if (!value->empty()) {
+          throw vtpu::InvalidArgumentError(
+              std::string(flag) + " cannot be combined with --plan (expected one of them" +
+              (std::string(flag) == "--estimate-from"
+                   ? ": --plan compares the run with its own plan's estimate)"
+                   : ")"));
+        }
       }
-    }
+    });
+    if (!usage_ok) return 2;
     if (args.mlp.kernels != "eigen") {
       throw vtpu::UnimplementedError("--kernels " + args.mlp.kernels +
                                      " is not implemented with --plan (expected eigen)");
@@ -183,12 +193,8 @@ int run_train_mlp(const TrainArgs& args) {
     const vtpu::examples::TrainPlan& plan =
         estimate_plan.emplace(vtpu::examples::load_train_plan(args.estimate_from));
     vtpu::examples::check_mlp_estimate_plan(plan);
-    if (args.cores && *args.cores != plan.num_cores()) {
-      throw vtpu::InvalidArgumentError("--cores " + std::to_string(*args.cores) + " but plan '" +
-                                       args.estimate_from + "' has a mesh of " +
-                                       std::to_string(plan.num_cores()) +
-                                       " cores (expected the same, or --cores left out)");
-    }
+    if (!vtpu::examples::check_usage([&] { vtpu::examples::check_plan_cores(plan, args.cores); }))
+      return 2;
     options.num_cores = static_cast<int>(plan.num_cores());
     estimate = vtpu::examples::comparable_estimate(plan, args.mlp.global_batch);
     if (!estimate) {

@@ -142,6 +142,31 @@ TEST(TrainPlanTest, BadPlansNameTheFieldAndWhatWasExpected) {
   // The mesh and the strategy disagree: an axis would be idle.
   bad({"mesh axis 'data' of size 2 has no role", "'dp(data)+tp(model)'"},
       [](auto& j) { j["strategy"]["data"] = nullptr; });
+  // Regression (new-user pass nu10, NU17): a name that is not the roles' ran tp(model) as
+  // "dp(model)". Names as vtpu plan writes them pass (with or without size-1 axes, and FSDP whose
+  // data axes are its fsdp axes); no name passes (describe_strategy says "(unnamed)").
+  bad({"strategy.name is 'dp(model)' but its roles (data: ['data'], tensor: ['model'], fsdp: "
+       "null) are strategy 'dp(data)+tp(model)' (expected that name, as vtpu plan writes it, or "
+       "the name left out)"},
+      [](auto& j) { j["strategy"]["name"] = "dp(model)"; });
+  bad({"strategy.name is 'tp(model)+dp(data)'"},
+      [](auto& j) { j["strategy"]["name"] = "tp(model)+dp(data)"; });
+  bad({"strategy.name is 'single core' but its roles", "are strategy 'dp(data)+tp(model)'"},
+      [](auto& j) { j["strategy"]["name"] = "single core"; });
+  for (const auto& [shape, strategy] : std::vector<std::pair<nlohmann::json, nlohmann::json>>{
+           {{1, 8}, {{"name", "tp(model)"}, {"data", "data"}, {"tensor", "model"}}},
+           {{1, 8}, {{"name", "dp(data)+tp(model)"}, {"data", "data"}, {"tensor", "model"}}},
+           {{2, 4}, {{"name", "fsdp(data,model)"}, {"fsdp", {"data", "model"}}}},
+           {{2, 4}, {{"name", "fsdp(data,model)"}, {"data", {"data", "model"}},
+                     {"fsdp", {"data", "model"}}}},
+           {{2, 4}, {{"name", "dp(model,data)"}, {"data", {"model", "data"}}}},
+           {{1, 1}, {{"name", "single core"}}},
+           {{2, 4}, {{"data", {"data", "model"}}}}}) {
+    nlohmann::json j = good_plan();
+    j["mesh"]["shape"] = shape;
+    j["strategy"] = strategy;
+    EXPECT_NO_THROW(parse_train_plan(j, "p.json")) << strategy;
+  }
   bad({"layers[0]"}, [](auto& j) { j["layers"] = {{{"name", "x"}}}; });
   bad({"estimate.step_seconds is \"fast\""},
       [](auto& j) { j["estimate"]["step_seconds"] = "fast"; });
@@ -251,6 +276,18 @@ TEST(TrainPlanTest, WrongModelNamesBoth) {
   require_plan_model(p, "transformer", "vtpu train transformer");  // no error
 }
 
+// Regression (new-user pass nu10, NU6): the trainers' --cores check names the plan's file and
+// mesh (train transformer named the flattened data x tensor grid, "8x1" for dp(data,model)).
+TEST(TrainPlanTest, CoresMustBeThePlansCores) {
+  const TrainPlan p = parse_train_plan(good_plan(), "p.json");  // data=2 model=4
+  check_plan_cores(p, std::nullopt);                            // no error
+  check_plan_cores(p, 8);
+  expect_error<InvalidArgumentError>(
+      [&] { check_plan_cores(p, 4); },
+      {"--cores 4 but plan 'p.json' has mesh data=2 model=4 (8 cores; expected --cores 8, or "
+       "--cores left out)"});
+}
+
 TEST(TrainPlanTest, DataTensorLayoutFlattensTheRoles) {
   // dp(data,model) on 2x4: one data group of all 8 cores, rank = 4 d + m (P(('data', 'model'))).
   nlohmann::json j = good_plan();
@@ -304,7 +341,8 @@ TEST(TrainPlanTest, MlpModes) {
        "vtpu train mlp --plan"});
   expect_error<UnimplementedError>(
       [&] {
-        mode("mlp_hsdp.json", R"j({"name": "hsdp", "data": "data", "fsdp": "model"})j", true);
+        mode("mlp_hsdp.json", R"j({"name": "dp(data)+fsdp(model)", "data": "data", "fsdp": "model"})j",
+             true);
       },
       {"hybrid sharding"});
   expect_error<UnimplementedError>(
@@ -327,14 +365,16 @@ TEST(TrainPlanTest, EstimateFromTakesDataParallelAndOneCorePlans) {
       load("est_dp.json", mesh, R"j({"name": "dp(data,model)", "data": ["data", "model"]})j")));
   // One core: any strategy is what train mlp --cores 1 runs.
   EXPECT_NO_THROW(check_mlp_estimate_plan(load(
-      "est_one.json", R"j({"axes": ["model"], "shape": [1]})j", R"j({"name": "tp(model)"})j")));
+      "est_one.json", R"j({"axes": ["model"], "shape": [1]})j",
+      R"j({"name": "tp(model)", "tensor": "model"})j")));
   const TrainPlan tp =
-      load("est_tp.json", mesh, R"j({"name": "tp(model)", "data": "data", "tensor": "model"})j");
+      load("est_tp.json", mesh,
+           R"j({"name": "dp(data)+tp(model)", "data": "data", "tensor": "model"})j");
   expect_error<InvalidArgumentError>(
       [&] { check_mlp_estimate_plan(tp); },
       {"train mlp --estimate-from " + tp.path + ": --estimate-from takes a data-parallel plan",
-       "or a 1-core plan; strategy 'tp(model)' (data: ['data'], tensor: ['model'], fsdp: null) is "
-       "tensor parallel: run it with `vtpu train mlp --plan " +
+       "or a 1-core plan; strategy 'dp(data)+tp(model)' (data: ['data'], tensor: ['model'], fsdp: "
+       "null) is tensor parallel: run it with `vtpu train mlp --plan " +
            tp.path + "`"});
   try {
     check_mlp_estimate_plan(tp);
@@ -351,9 +391,10 @@ TEST(TrainPlanTest, EstimateFromTakesDataParallelAndOneCorePlans) {
   expect_error<UnimplementedError>(
       [&] {
         check_mlp_estimate_plan(
-            load("est_hsdp.json", mesh, R"j({"name": "hsdp", "data": "data", "fsdp": "model"})j"));
+            load("est_hsdp.json", mesh,
+                 R"j({"name": "dp(data)+fsdp(model)", "data": "data", "fsdp": "model"})j"));
       },
-      {"train mlp cannot run strategy 'hsdp'", "hybrid sharding"});
+      {"train mlp cannot run strategy 'dp(data)+fsdp(model)'", "hybrid sharding"});
   expect_error<InvalidArgumentError>(
       [&] { check_mlp_estimate_plan(parse_train_plan(good_plan(), "t.json")); },
       {"is for model 'transformer' (expected 'mlp' for vtpu train mlp"});

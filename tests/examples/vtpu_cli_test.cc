@@ -1377,8 +1377,11 @@ TEST(VtpuCliTest, TrainFsdpRunsAPlan) {
       R"j({"name": "dp(data)+tp(model)", "data": "data", "tensor": "model", "fsdp": null})j");
   expect_failure("train fsdp --plan " + tp, "cannot run strategy 'dp(data)+tp(model)'", 1);
   expect_failure("train fsdp --plan " + tp, "run it with vtpu train mlp --plan", 1);
+  // A flag that contradicts the plan is a usage error naming the plan's mesh (nu10 NU6).
   expect_failure("train fsdp --cores 8 --plan " + fsdp,
-                 "--cores 8 but plan '" + fsdp + "' has a mesh of 4 cores", 1);
+                 "vtpu: usage error: --cores 8 but plan '" + fsdp +
+                     "' has mesh data=2 model=2 (4 cores; expected --cores 4, or --cores left out)",
+                 2);
   expect_failure("train fsdp --plan /nonexistent/plan.json", "cannot open plan file", 1);
 }
 
@@ -1438,7 +1441,9 @@ TEST(VtpuCliTest, TrainMlpComparesAPlansEstimateWithTheRun) {
   expect_failure("train mlp --batch 16 --estimate-from " + dp,
                  "estimates a global batch of 8 but the run uses 16", 1);
   expect_failure("train mlp --cores 4 --batch 8 --estimate-from " + dp,
-                 "--cores 4 but plan '" + dp + "' has a mesh of 2 cores", 1);
+                 "vtpu: usage error: --cores 4 but plan '" + dp +
+                     "' has mesh x=2 (2 cores; expected --cores 2, or --cores left out)",
+                 2);
 }
 
 TEST(VtpuCliTest, TrainFsdpRejectsBadInput) {
@@ -1510,7 +1515,7 @@ TEST(VtpuCliTest, TrainTransformerRunsAPlan) {
   const std::string plan = temp_file("vtpu_cli_plan.json", R"json({
     "format": "vtpu-plan", "version": 1, "model": "transformer",
     "mesh": {"axes": ["data", "model"], "shape": [1, 2]},
-    "strategy": {"name": "tp-only", "data": "data", "tensor": "model", "fsdp": null},
+    "strategy": {"name": "tp(model)", "data": "data", "tensor": "model", "fsdp": null},
     "estimate": {"step_seconds": 0.5, "hbm_bytes_per_core": 1000000}})json");
   const CliRun r = run_cli("train transformer --plan " + plan +
                            " --steps 2 --batch 2 --no-reference --data " + transformer_text_file());
@@ -1520,11 +1525,12 @@ TEST(VtpuCliTest, TrainTransformerRunsAPlan) {
                           "cores"),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("strategy tp-only (from " + plan + ")"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("strategy tp(model) (from " + plan + ")"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("max relative difference"), std::string::npos) << r.output;
   // The plan's estimate beside the measurement (examples/estimate_report.h).
-  EXPECT_NE(r.output.find("planner estimate vs measured (plan " + plan + ": tp-only on ?; 2 cores"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find("planner estimate vs measured (plan " + plan + ": tp(model) on ?; 2 cores"),
+      std::string::npos)
       << r.output;
   const auto line_of = [&](const std::string& key) {  // in the report, after the trainer's lines
     const size_t at = r.output.find(key, r.output.find("planner estimate vs measured"));
@@ -1567,6 +1573,27 @@ TEST(VtpuCliTest, TrainTransformerChecksThePlansBatchBeforeTraining) {
   EXPECT_EQ(f.output.find("vtpu train fsdp:"), std::string::npos) << f.output;
 }
 
+// --hbm-bytes limits the mesh's cores, not the single-core reference (nu10 NU8, as train mlp):
+// under 3 MiB the 1x2 mesh fits (about 2.2 MB per core) and the reference, which holds the whole
+// model, needs more than 3 MiB in its own 16 GiB arena.
+TEST(VtpuCliTest, TrainTransformerHbmLimitIsTheMeshsNotTheReferences) {
+  const CliRun r = run_cli(
+      "train transformer --mesh 1x2 --steps 1 --batch 2 --hbm-bytes 3M --json "
+      "--data " +
+      transformer_text_file());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  for (const auto& core : j["mesh"]["cores"]) EXPECT_EQ(core["bytes_limit"], 3 << 20) << core;
+  const nlohmann::json& ref = j["reference"]["cores"][0];
+  EXPECT_EQ(ref["bytes_limit"], uint64_t{16} << 30);
+  uint64_t held = 0;  // the reference's buffers by kind, before the allocator's rounding
+  for (const auto& [kind, bytes] : j["reference"]["hbm_bytes_per_core"].items()) {
+    held += bytes.get<uint64_t>();
+  }
+  EXPECT_GT(held, uint64_t{3} << 20);
+  EXPECT_GE(ref["peak_bytes_in_use"].get<uint64_t>(), held);
+}
+
 TEST(VtpuCliTest, TrainTransformerRunsWithPallasKernels) {
   const CliRun r =
       run_cli("train transformer --mesh 1x2 --steps 3 --batch 2 --kernels pallas --data " +
@@ -1606,6 +1633,17 @@ TEST(VtpuCliTest, TrainTransformerRejectsBadInput) {
       "mesh": {"axes": ["x"], "shape": [2]}, "strategy": {"data": "x"}})json";
   expect_failure("train transformer --plan " + temp_file("vtpu_cli_mlp_plan.json", mlp_plan) + data,
                  "is for model 'mlp' (expected 'transformer' for vtpu train transformer)", 1);
+  // Regression (new-user pass nu10, NU6): --cores against a 2x4 plan named "the mesh 8x1" (the
+  // flattened data x tensor grid of dp(data,model)); now the plan's file and mesh, and a usage
+  // error as in train mlp and train fsdp.
+  const std::string plan24 = temp_file("vtpu_cli_plan24.json",
+                                       R"json({"format": "vtpu-plan", "version": 1,
+      "model": "transformer", "mesh": {"axes": ["data", "model"], "shape": [2, 4]},
+      "strategy": {"name": "dp(data,model)", "data": ["data", "model"]}})json");
+  expect_failure("train transformer --cores 4 --plan " + plan24 + data,
+                 "vtpu: usage error: --cores 4 but plan '" + plan24 +
+                     "' has mesh data=2 model=4 (8 cores; expected --cores 8, or --cores left out)",
+                 2);
 }
 namespace {
 
@@ -1987,9 +2025,43 @@ TEST(VtpuCliPlanTest, EveryRunnableMlpStrategyRuns) {
   const std::string dp = temp_file("vtpu_cli_mlp_dp.json",
                                    R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
       "mesh": {"axes": ["data", "model"], "shape": [2, 4]}, "strategy": {"data": ["data", "model"]}})j");
-  expect_failure("train mlp --cores 4 --plan " + dp, "--cores 4 but plan", 1);
+  expect_failure("train mlp --cores 4 --plan " + dp,
+                 "vtpu: usage error: --cores 4 but plan '" + dp +
+                     "' has mesh data=2 model=4 (8 cores; expected --cores 8, or --cores left out)",
+                 2);
+  // A flag --plan would ignore is a usage error (exit 2). Regression (new-user pass nu10, NU23):
+  // --estimate-from B with --plan A ran A against A's estimate, ignoring B without a word.
   expect_failure("train mlp --plan " + dp + " --memory-profile /tmp/x.prof",
-                 "--memory-profile cannot be combined with --plan", 1);
+                 "vtpu: usage error: --memory-profile cannot be combined with --plan (expected one "
+                 "of them)",
+                 2);
+  expect_failure("train mlp --plan " + dp + " --estimate-from " + hsdp,
+                 "vtpu: usage error: --estimate-from cannot be combined with --plan (expected one "
+                 "of them: --plan compares the run with its own plan's estimate)",
+                 2);
+}
+
+// Regression (new-user pass nu10, NU8): `train mlp --plan P --hbm-bytes X` ran the 1-core
+// reference under X too, so a limit the tp(x) cores fit failed with "out of HBM ... 'mlp/z1'",
+// reported as the run's. The reference has its own arena, max(X, 16 GiB).
+TEST(VtpuCliPlanTest, TrainMlpPlanHbmLimitIsTheRunsNotTheReferences) {
+  VTPU_REQUIRE_DIGITS();
+  const std::string path = temp_file("vtpu_cli_mlp_tp8_hbm.json",
+                                     R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+      "mesh": {"axes": ["x"], "shape": [8]}, "strategy": {"name": "tp(x)", "tensor": ["x"]}})j");
+  const CliRun r = run_cli("train mlp --steps 2 --batch 64 --json --hbm-bytes 480K --plan " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  for (const auto& core : j["run"]["hbm"]) EXPECT_EQ(core["bytes_limit"], 480 * 1024) << core;
+  EXPECT_EQ(j["reference"]["hbm_bytes_limit"], uint64_t{16} << 30);
+  // The reference's peak, above the run's limit: as MlpTrainerTest computes it, every buffer
+  // rounded to 256 B: the training set (1437 rows: pixels 367872 B, labels 57600 B), params and
+  // grads+loss (4810 and 4811 floats: 19456 B each), then the batch of 64 rows (16384 + 2560),
+  // z1 and a1 (16384 each) and the logits (2560).
+  const uint64_t live = 367872 + 57600 + 19456 + 19456;
+  EXPECT_EQ(j["reference"]["peak_bytes_in_use_core0"], live + 16384 + 2560 + 2 * 16384 + 2560);
+  EXPECT_GT(j["reference"]["peak_bytes_in_use_core0"].get<uint64_t>(), uint64_t{480 * 1024});
+  EXPECT_TRUE(j["losses_match"].get<bool>());
 }
 
 // Text output of a tensor-parallel run names the layout and the all-reduces.
@@ -2001,11 +2073,40 @@ TEST(VtpuCliPlanTest, TrainMlpPlanTextReport) {
       "strategy": {"name": "dp(data)+tp(model)", "data": "data", "tensor": "model"}})j");
   const CliRun r = run_cli("train mlp --steps 3 --batch 8 --log-every 1 --plan " + path);
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The groups as train transformer words them (nu10 NU14): sizes in the layout line; per group
+  // the calls over the run and the bytes: 3 steps of the (4 x 10) f32 logits = 480 B, and of the
+  // bucket of 75 * 32 + 10 parameters + the loss = 2411 floats = 28932 B = 28.25 KiB.
   for (const char* needle :
-       {"strategy 'dp(data)+tp(model)'", "data 2 x tensor 2", "32 hidden units per core",
-        "(tolerance 0.0001): ok", "tensor group 1 (the logits, 160 bytes)",
+       {"strategy 'dp(data)+tp(model)'",
+        "Megatron tensor parallel: data-parallel group 2 (mesh axis data) x tensor group 2 (mesh "
+        "axis model); ",
+        "32 hidden units per core", "(tolerance 0.0001): ok",
+        "all-reduce on core 0: tensor group 3 calls (1 per step: the logits), 480 B; "
+        "data-parallel group 3 calls (1 per step: the gradient bucket), 28.25 KiB; shard 2410 of "
+        "4810 parameters per core",
         "replicas identical after training: yes", "peak_bytes_in_use"}) {
     EXPECT_NE(r.output.find(needle), std::string::npos) << needle << "\n" << r.output;
+  }
+  // Pure tensor parallelism: the data group is one core and runs no all-reduce (it counted one
+  // per step), with the losses of the run that did (an all-reduce of one core leaves the bits).
+  // With 2 micro-batches of 4 rows: 6 all-reduces of (4 x 10) f32 logits = 960 B.
+  const std::string tp = temp_file("vtpu_cli_mlp_tp_only.json",
+                                   R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+      "mesh": {"axes": ["data", "model"], "shape": [1, 2]},
+      "strategy": {"name": "tp(model)", "tensor": "model"}})j");
+  const CliRun t = run_cli("train mlp --steps 3 --batch 8 --micro-batches 2 --plan " + tp);
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  EXPECT_NE(t.output.find("all-reduce on core 0: tensor group 6 calls (2 per step: the logits of "
+                          "each micro-batch), 960 B; data-parallel group none (a group of 1 "
+                          "core); shard 2410 of 4810 parameters per core"),
+            std::string::npos)
+      << t.output;
+  const CliRun tj = run_cli("train mlp --steps 3 --batch 8 --json --plan " + tp);
+  ASSERT_EQ(tj.exit_code, 0) << tj.output;
+  const nlohmann::json j = nlohmann::json::parse(tj.output);
+  for (const auto& core : j["run"]["all_reduce"]) EXPECT_EQ(core["num_collectives"], 0) << core;
+  for (const auto& core : j["run"]["tensor_all_reduce"]) {
+    EXPECT_EQ(core["num_collectives"], 3) << core;
   }
 }
 
