@@ -157,8 +157,10 @@ TEST(TrainPlanTest, BadPlansNameTheFieldAndWhatWasExpected) {
            {{1, 8}, {{"name", "tp(model)"}, {"data", "data"}, {"tensor", "model"}}},
            {{1, 8}, {{"name", "dp(data)+tp(model)"}, {"data", "data"}, {"tensor", "model"}}},
            {{2, 4}, {{"name", "fsdp(data,model)"}, {"fsdp", {"data", "model"}}}},
-           {{2, 4}, {{"name", "fsdp(data,model)"}, {"data", {"data", "model"}},
-                     {"fsdp", {"data", "model"}}}},
+           {{2, 4},
+            {{"name", "fsdp(data,model)"},
+             {"data", {"data", "model"}},
+             {"fsdp", {"data", "model"}}}},
            {{2, 4}, {{"name", "dp(model,data)"}, {"data", {"model", "data"}}}},
            {{1, 1}, {{"name", "single core"}}},
            {{2, 4}, {{"data", {"data", "model"}}}}}) {
@@ -341,8 +343,8 @@ TEST(TrainPlanTest, MlpModes) {
        "vtpu train mlp --plan"});
   expect_error<UnimplementedError>(
       [&] {
-        mode("mlp_hsdp.json", R"j({"name": "dp(data)+fsdp(model)", "data": "data", "fsdp": "model"})j",
-             true);
+        mode("mlp_hsdp.json",
+             R"j({"name": "dp(data)+fsdp(model)", "data": "data", "fsdp": "model"})j", true);
       },
       {"hybrid sharding"});
   expect_error<UnimplementedError>(
@@ -364,9 +366,9 @@ TEST(TrainPlanTest, EstimateFromTakesDataParallelAndOneCorePlans) {
   EXPECT_NO_THROW(check_mlp_estimate_plan(
       load("est_dp.json", mesh, R"j({"name": "dp(data,model)", "data": ["data", "model"]})j")));
   // One core: any strategy is what train mlp --cores 1 runs.
-  EXPECT_NO_THROW(check_mlp_estimate_plan(load(
-      "est_one.json", R"j({"axes": ["model"], "shape": [1]})j",
-      R"j({"name": "tp(model)", "tensor": "model"})j")));
+  EXPECT_NO_THROW(
+      check_mlp_estimate_plan(load("est_one.json", R"j({"axes": ["model"], "shape": [1]})j",
+                                   R"j({"name": "tp(model)", "tensor": "model"})j")));
   const TrainPlan tp =
       load("est_tp.json", mesh,
            R"j({"name": "dp(data)+tp(model)", "data": "data", "tensor": "model"})j");

@@ -574,7 +574,7 @@ TEST(VtpuCliTest, ReshardReadmeSizeDependentPlansOnThisMachine) {
   EXPECT_EQ(ops("--mesh 8 --shape 1080" + rs).first, "reduce_scatter(sum)");
   const auto large = ops("--mesh 8 --shape 8000000" + rs);
   EXPECT_EQ(large.first, "reduce_scatter(sum)");
-  EXPECT_NE(large.second.find("total: 1 steps, 28000000 bytes sent per core, estimated 3.893 ms"),
+  EXPECT_NE(large.second.find("total: 1 step, 28000000 bytes sent per core, estimated 3.893 ms"),
             std::string::npos)
       << large.second;
   // v5e plans the table's collective at the small sizes too.
