@@ -57,18 +57,21 @@ std::optional<PlanEstimate> comparable_estimate(const TrainPlan& plan, int64_t b
   return plan.estimate;
 }
 
-void StepMeter::tick() {
-  record(std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(),
-         [] {
-           timespec ts{};
-           clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-           return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-         });
+void StepMeter::tick(bool last) {
+  record(
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(),
+      [] {
+        timespec ts{};
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+        return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+      },
+      last);
 }
 
-void StepMeter::record(double wall_seconds, const std::function<double()>& read_cpu_seconds) {
+void StepMeter::record(double wall_seconds, const std::function<double()>& read_cpu_seconds,
+                       bool last) {
   wall_.push_back(wall_seconds);
-  if (cpu_.empty() || wall_seconds - last_cpu_wall_ >= kCpuReadSeconds) {
+  if (cpu_.empty() || last || wall_seconds - last_cpu_wall_ >= kCpuReadSeconds) {
     cpu_.emplace_back(wall_.size() - 1, read_cpu_seconds());
     last_cpu_wall_ = wall_seconds;
   }
@@ -77,7 +80,9 @@ void StepMeter::record(double wall_seconds, const std::function<double()>& read_
 std::function<void(int64_t, double)> StepMeter::wrap(std::function<void(int64_t, double)> on_log,
                                                      int64_t every, int64_t steps) {
   return [this, on_log = std::move(on_log), every, steps](int64_t step, double loss) {
-    tick();
+    // Regression (CI 2026-12-01 22:31): 5 steps of 20 us took one CPU reading, so the CPU time
+    // per step was 0; the last step always reads.
+    tick(step == steps - 1);
     if (on_log && every > 0 && (step % every == 0 || step == steps - 1)) on_log(step, loss);
   };
 }

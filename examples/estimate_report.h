@@ -67,21 +67,24 @@ std::optional<PlanEstimate> comparable_estimate(const TrainPlan& plan, int64_t b
 /// on core 0 every step, it lengthened core 0's step, which is the one the report times, and kept
 /// the other cores waiting at the next collective. So the wall time (the vDSO steady clock, tens
 /// of ns) is read at every tick, and the CPU time only when at least kCpuReadSeconds of wall time
-/// have passed since the last CPU reading (and at the first tick): under 1% of the run.
+/// have passed since the last CPU reading, and at the first and the last tick (so a short run of
+/// 2 or more steps still has an interval): under 1% of the run.
 class StepMeter {
  public:
   /// Wall time between CPU time readings (seconds): at 1.3 us a reading, under 1%.
   static constexpr double kCpuReadSeconds = 200e-6;
 
-  /// Records the wall time now and, when due (above), the process CPU time
-  /// (CLOCK_PROCESS_CPUTIME_ID: every thread of the process).
-  void tick();
+  /// Records the wall time now and, when due (above) or `last` (the run's last tick), the process
+  /// CPU time (CLOCK_PROCESS_CPUTIME_ID: every thread of the process).
+  void tick(bool last = false);
   /// tick() with the clocks given: `wall_seconds` now, and `read_cpu_seconds` called only when a
-  /// CPU reading is due. For tests.
-  void record(double wall_seconds, const std::function<double()>& read_cpu_seconds);
+  /// CPU reading is due or `last`. For tests.
+  void record(double wall_seconds, const std::function<double()>& read_cpu_seconds,
+              bool last = false);
   /// A trainer's on_log callback that ticks on every step and forwards (step, loss) to `on_log`
   /// (when set) only where the trainer would have: every `every` steps (0: never) and at the last
-  /// of `steps`. The trainer must be run with log_every = 1 so that it calls back every step.
+  /// of `steps`, where it also reads the CPU clock (tick(true)). The trainer must be run with
+  /// log_every = 1 so that it calls back every step.
   /// The meter must outlive the callback.
   std::function<void(int64_t, double)> wrap(std::function<void(int64_t, double)> on_log,
                                             int64_t every, int64_t steps);

@@ -280,6 +280,19 @@ TEST(EstimateReportTest, StepMeterReadsTheCpuClockAtMostOncePer200usOfWallTime) 
   for (int t = 0; t < 5; ++t) slow.record(1e-3 * t, [&] { return 0.5e-3 * ++slow_reads; });
   EXPECT_EQ(slow_reads, 5);
   EXPECT_NEAR(slow.median_cpu_seconds(), 0.5e-3, 1e-12);
+  // A short run: 5 ticks 20 us apart read at the first and, marked last, at the last tick: one
+  // interval of 4 steps, 4 x 30 us of CPU.
+  StepMeter brief;
+  for (int t = 0; t < 5; ++t)
+    brief.record(
+        20e-6 * t, [&] { return 30e-6 * t; }, t == 4);
+  EXPECT_EQ(brief.cpu_readings(), 2u);
+  EXPECT_NEAR(brief.median_cpu_seconds(), 30e-6, 1e-15);
+  // Through wrap(): the callback of the last of `steps` reads the CPU clock.
+  StepMeter wrapped;
+  const auto cb = wrapped.wrap({}, 0, 3);
+  for (int64_t s = 0; s < 3; ++s) cb(s, 0.0);
+  EXPECT_EQ(wrapped.cpu_readings(), 2u);
 }
 
 }  // namespace
