@@ -51,6 +51,13 @@ void PlanEstimate::check_batch(int64_t run_batch) const {
   }
 }
 
+std::optional<HardwareProfile> PlanEstimate::priced_with() const {
+  if (profile) return profile;
+  const std::vector<std::string> shipped = HardwareProfile::builtin_names();
+  if (std::find(shipped.begin(), shipped.end(), hardware) == shipped.end()) return std::nullopt;
+  return HardwareProfile::get(hardware);
+}
+
 std::optional<PlanEstimate> comparable_estimate(const TrainPlan& plan, int64_t batch) {
   if (!plan.estimate || !(plan.estimate->step_seconds > 0)) return std::nullopt;
   plan.estimate->check_batch(batch);
@@ -149,9 +156,8 @@ EstimateReport compare_estimate(const PlanEstimate& estimate, const MeasuredRun&
   }
   // Regression (adversarial pass adv8, H6): a plan of `vtpu plan`'s default --hardware v5e was
   // judged against virtual cores ("5769.60x (outside 25%)"), with only "on v5e" to say why.
-  const std::vector<std::string> shipped = HardwareProfile::builtin_names();
-  if (std::find(shipped.begin(), shipped.end(), estimate.hardware) != shipped.end()) {
-    r.step_comparable = HardwareProfile::get(estimate.hardware).host_cpus > 0;
+  if (const std::optional<HardwareProfile> profile = estimate.priced_with()) {
+    r.step_comparable = profile->host_cpus > 0;
   }
   r.step_within = r.step_comparable && within(r.step_ratio);
   r.hbm_within = within(r.hbm_ratio);
@@ -160,10 +166,11 @@ EstimateReport compare_estimate(const PlanEstimate& estimate, const MeasuredRun&
 
 void add_collective_probe(EstimateReport& report, const TrainPlan& plan,
                           const CollectiveProbeOptions& options) {
-  if (!report.step_comparable || report.estimate.hardware.empty()) return;
+  if (!report.step_comparable) return;
   try {
-    const HardwareProfile profile = HardwareProfile::get(report.estimate.hardware);
-    if (profile.host_cpus <= 0 || profile.collectives.empty()) return;
+    const std::optional<HardwareProfile> priced = report.estimate.priced_with();
+    if (!priced || priced->host_cpus <= 0 || priced->collectives.empty()) return;
+    const HardwareProfile& profile = *priced;
     report.probes = probe_collectives(profile, report.measured.num_cores, options);
     if (report.probes.empty()) return;
     const std::optional<double> step =
@@ -184,12 +191,11 @@ std::string EstimateReport::to_string() const {
   const MeasuredRun& m = measured;
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof line,
-                "planner estimate vs measured (plan %s: %s on %s; %d cores, %lld steps):\n",
-                e.source.c_str(), e.strategy.empty() ? "?" : e.strategy.c_str(),
-                e.hardware.empty() ? "?" : e.hardware.c_str(), m.num_cores,
-                static_cast<long long>(m.steps));
-  out += line;
+  const std::string hardware = (e.hardware.empty() ? std::string("?") : e.hardware) +
+                               (e.hardware_file.empty() ? "" : " from " + e.hardware_file);
+  out += "planner estimate vs measured (plan " + e.source + ": " +
+         (e.strategy.empty() ? std::string("?") : e.strategy) + " on " + hardware + "; " +
+         std::to_string(m.num_cores) + " cores, " + std::to_string(m.steps) + " steps):\n";
   std::snprintf(line, sizeof line, "  %-34s %14s %14s  %s\n", "", "estimate", "measured",
                 "measured/estimate");
   out += line;
@@ -296,6 +302,8 @@ nlohmann::json EstimateReport::to_json() const {
   return {{"plan", e.source},
           {"strategy", e.strategy},
           {"hardware", e.hardware},
+          {"hardware_file",
+           e.hardware_file.empty() ? nlohmann::json(nullptr) : nlohmann::json(e.hardware_file)},
           {"estimate",
            {{"step_seconds", e.step_seconds},
             {"compute_seconds", e.compute_seconds},

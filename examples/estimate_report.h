@@ -30,6 +30,7 @@
 
 #include "examples/latency_probe.h"
 #include "memory/memory_stats.h"
+#include "runtime/hardware_profile.h"
 
 namespace vtpu::examples {
 
@@ -46,6 +47,15 @@ struct PlanEstimate {
   uint64_t input_bytes_per_core = 0;  // estimate.input_bytes_per_core (0 in older plans)
   double oversubscription = 1.0;      // estimate.oversubscription (1 when absent)
   int64_t batch = 0;                  // estimate.batch, the global batch (0 when absent)
+  /// estimate.hardware_profile: the profile the plan was priced with (`vtpu plan --emit` embeds
+  /// it), validated as a profile file is. nullopt in a plan without one (older or hand-written
+  /// plans): the report then looks `hardware` up among the shipped profiles.
+  std::optional<HardwareProfile> profile;
+  std::string hardware_file;  // estimate.hardware_file: where vtpu plan read it ("" when shipped)
+
+  /// The profile the estimate was priced with: `profile`, else the shipped profile named
+  /// `hardware`, else nullopt (no name, or a name no shipped profile has).
+  std::optional<HardwareProfile> priced_with() const;
 
   /// Throws InvalidArgumentError when the plan names a batch and it is not `batch`: an estimate
   /// for another batch is not comparable.
@@ -139,8 +149,9 @@ struct EstimateReport {
   double cpu_bound_seconds = 0.0;  // cpu_seconds_per_step / min(cores, host CPUs) (0: unknown)
   double cpu_ratio = 0.0;          // cpu_bound_seconds / estimate.step_seconds
   bool step_within = false;        // |step_ratio - 1| <= kTolerance (false when not comparable)
-  /// False when the estimate is for a shipped TPU profile (v4, v5e, v5p: no host_cpus): its step
-  /// time is a TPU's, not this host's, so the step row is printed but not judged.
+  /// False when the estimate is priced with a TPU profile (no host_cpus: v4, v5e, v5p, or a
+  /// plan's embedded profile without host_cpus): its step time is a TPU's, not this host's, so
+  /// the step row is printed but not judged.
   bool step_comparable = true;
   bool hbm_within = false;  // |hbm_ratio - 1| <= kTolerance
   /// The collective probe after the run (add_collective_probe; examples/latency_probe.h): the

@@ -109,10 +109,17 @@ PlanEstimate parse_estimate(const nlohmann::json& e, const TrainPlan& plan, cons
   };
   // Regression (adversarial pass adv10, A8): an unknown key was ignored, so a misspelt
   // "step_second" silently dropped the estimate-vs-measured report (no step time, no report).
-  static const std::set<std::string> kEstimateKeys = {
-      "batch",       "comm_bytes_per_core", "comm_seconds",         "compute_seconds",
-      "hardware",    "hbm_bytes_per_core",  "input_bytes_per_core", "oversubscription",
-      "step_seconds"};
+  static const std::set<std::string> kEstimateKeys = {"batch",
+                                                      "comm_bytes_per_core",
+                                                      "comm_seconds",
+                                                      "compute_seconds",
+                                                      "hardware",
+                                                      "hardware_file",
+                                                      "hardware_profile",
+                                                      "hbm_bytes_per_core",
+                                                      "input_bytes_per_core",
+                                                      "oversubscription",
+                                                      "step_seconds"};
   for (auto it = e.begin(); it != e.end(); ++it) {
     if (!kEstimateKeys.contains(it.key())) {
       throw bad("unknown estimate key '" + abbreviate(it.key()) + "' (expected " +
@@ -127,6 +134,27 @@ PlanEstimate parse_estimate(const nlohmann::json& e, const TrainPlan& plan, cons
       throw bad("estimate.hardware is " + e["hardware"].dump() + " (expected a profile name)");
     }
     p.hardware = e["hardware"].get<std::string>();
+  }
+  if (e.contains("hardware_file") && !e["hardware_file"].is_null()) {
+    if (!e["hardware_file"].is_string()) {
+      throw bad("estimate.hardware_file is " + abbreviate(e["hardware_file"].dump()) +
+                " (expected the path vtpu plan read the profile from)");
+    }
+    p.hardware_file = e["hardware_file"].get<std::string>();
+  }
+  if (e.contains("hardware_profile") && !e["hardware_profile"].is_null()) {
+    try {
+      p.profile = HardwareProfile::from_json(e["hardware_profile"]);
+    } catch (const Error& err) {
+      throw bad(std::string("estimate.hardware_profile is not a valid hardware profile: ") +
+                err.what());
+    }
+    if (!p.hardware.empty() && p.profile->name != p.hardware) {
+      throw bad("estimate.hardware_profile is named '" + abbreviate(p.profile->name) +
+                "' but estimate.hardware is '" + abbreviate(p.hardware) +
+                "' (expected the same profile)");
+    }
+    p.hardware = p.profile->name;
   }
   p.step_seconds = number("step_seconds", false, true, 0.0);
   p.compute_seconds = number("compute_seconds", false, false, 0.0);

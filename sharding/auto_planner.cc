@@ -853,6 +853,7 @@ AutoShardingPlan plan_auto_sharding(const ModelGraph& model, const std::vector<i
   plan.mesh_shape = mesh_shape;
   plan.axis_names = axis_names;
   plan.hardware = cost.profile().name;
+  plan.profile = mesh_cost.profile();
   plan.hbm_limit_bytes = hbm_limit_bytes != 0 ? hbm_limit_bytes : cost.hbm_bytes_per_core();
   // A host profile's "HBM" is the host's RAM, which the mesh's virtual cores share.
   if (hbm_limit_bytes == 0 && cost.profile().host_cpus > 0) {
@@ -1239,6 +1240,10 @@ nlohmann::json AutoShardingPlan::to_json() const {
       {"comm_bytes_per_core", static_cast<uint64_t>(std::llround(w.comm_bytes_per_core))},
       {"hardware", hardware},
       {"batch", model.batch}};
+  // The profile itself, so the run is compared with what the plan was priced with (an edited or
+  // recalibrated profile file keeps the shipped name); "hardware_file" says where it was read.
+  if (!profile.name.empty()) j["estimate"]["hardware_profile"] = profile.to_json();
+  if (!profile.source_path.empty()) j["estimate"]["hardware_file"] = profile.source_path;
   j["layers"] = layers;
   if (pinned >= 0 && pinned != winner) {
     j["pinned"] = {

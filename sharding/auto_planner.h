@@ -183,6 +183,10 @@ struct AutoShardingPlan {
   std::vector<int64_t> mesh_shape;
   std::vector<std::string> axis_names;
   std::string hardware;  // the profile's name
+  /// The whole profile the estimate was priced with. to_json embeds it (estimate.hardware_profile)
+  /// so that `vtpu train --plan` compares with, and probes against, this profile and not a
+  /// shipped one of the same name (a calibrated `this_machine` file names itself `this_machine`).
+  HardwareProfile profile;
   /// Per core, against hbm + input batch. On a host profile (host_cpus > 0) without an explicit
   /// limit, the host's RAM divided by the mesh's cores (they share it).
   uint64_t hbm_limit_bytes = 0;

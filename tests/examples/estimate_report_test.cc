@@ -207,6 +207,85 @@ TEST(EstimateReportTest, ATpuEstimatesStepTimeIsNotJudgedOnThisHost) {
   }
 }
 
+// `vtpu plan --emit` embeds the profile it priced with (estimate.hardware_profile). A calibrated
+// profile file names itself this_machine, like the shipped one; the run must be judged and
+// probed against the embedded profile, not the shipped profile of that name.
+TEST(EstimateReportTest, ThePlansEmbeddedProfileIsTheOneJudgedAndProbed) {
+  MeasuredRun m;
+  m.num_cores = 2;
+  m.steps = 3;
+  m.median_step_seconds = 0.625;
+  m.peak_hbm_bytes_per_core = 1000;
+  // A TPU's figures under the host's name: not judged (the shipped this_machine would be).
+  HardwareProfile tpu = HardwareProfile::get("v5e");
+  tpu.name = "this_machine";
+  const auto e = read(plan_with({{"step_seconds", 0.5},
+                                 {"hbm_bytes_per_core", 1000},
+                                 {"hardware", "this_machine"},
+                                 {"hardware_profile", tpu.to_json()},
+                                 {"hardware_file", "/tmp/cal.json"}}),
+                      "p.json");
+  ASSERT_TRUE(e.has_value());
+  ASSERT_TRUE(e->profile.has_value());
+  EXPECT_EQ(e->profile->host_cpus, 0);
+  EXPECT_EQ(e->profile->hbm_bytes, tpu.hbm_bytes);
+  EXPECT_EQ(e->hardware, "this_machine");
+  EXPECT_EQ(e->hardware_file, "/tmp/cal.json");
+  const EstimateReport r = compare_estimate(*e, m);
+  EXPECT_FALSE(r.step_comparable);
+  EXPECT_NE(r.to_string().find("(plan p.json: dp(x) on this_machine from /tmp/cal.json; 2 cores, "
+                               "3 steps)"),
+            std::string::npos)
+      << r.to_string();
+  EXPECT_EQ(r.to_json()["hardware_file"], "/tmp/cal.json");
+  // A host profile without calibrated collectives: judged, and nothing to probe (the shipped
+  // this_machine has calibrated fits, so probing it would give rows).
+  HardwareProfile host = HardwareProfile::get("this_machine");
+  ASSERT_FALSE(host.collectives.empty());
+  host.collectives.clear();
+  const TrainPlan plan = parse_train_plan(plan_with({{"step_seconds", 0.5},
+                                                     {"hbm_bytes_per_core", 1000},
+                                                     {"hardware_profile", host.to_json()}}),
+                                          "h.json");
+  ASSERT_TRUE(plan.estimate.has_value());
+  EXPECT_EQ(plan.estimate->hardware, "this_machine");  // from the profile
+  EXPECT_TRUE(plan.estimate->hardware_file.empty());
+  EstimateReport hr = compare_estimate(*plan.estimate, m);
+  EXPECT_TRUE(hr.step_comparable);
+  EXPECT_TRUE(hr.step_within);  // 0.625 / 0.5 = 1.25
+  CollectiveProbeOptions quick;
+  quick.iters = 2;
+  quick.warmup = 0;
+  add_collective_probe(hr, plan, quick);
+  EXPECT_TRUE(hr.probes.empty());
+  EXPECT_TRUE(hr.probe_error.empty()) << hr.probe_error;
+  EXPECT_TRUE(hr.to_json()["hardware_file"].is_null());
+  // Bad embedded profiles name the field.
+  const auto message = [](const nlohmann::json& estimate) {
+    try {
+      read(plan_with(estimate), "bad.json");
+    } catch (const InvalidArgumentError& err) {
+      return err.message();
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(
+      message({{"step_seconds", 1}, {"hardware", "v5e"}, {"hardware_profile", host.to_json()}})
+          .find("estimate.hardware_profile is named 'this_machine' but estimate.hardware is "
+                "'v5e' (expected the same profile)"),
+      std::string::npos);
+  nlohmann::json broken = host.to_json();
+  broken["host_cpus"] = -1;
+  EXPECT_NE(message({{"step_seconds", 1}, {"hardware_profile", broken}})
+                .find("estimate.hardware_profile is not a valid hardware profile: "),
+            std::string::npos)
+      << message({{"step_seconds", 1}, {"hardware_profile", broken}});
+  EXPECT_NE(message({{"step_seconds", 1}, {"hardware_file", 7}})
+                .find("estimate.hardware_file is 7 (expected the path vtpu plan read the profile "
+                      "from)"),
+            std::string::npos);
+}
+
 TEST(EstimateReportTest, TheCollectiveProbeIsPrintedAndJudgedBesideTheProfilesEstimate) {
   PlanEstimate e;
   e.step_seconds = 16e-6;
@@ -288,11 +367,14 @@ TEST(EstimateReportTest, StepMeterReadsTheCpuClockAtMostOncePer200usOfWallTime) 
         20e-6 * t, [&] { return 30e-6 * t; }, t == 4);
   EXPECT_EQ(brief.cpu_readings(), 2u);
   EXPECT_NEAR(brief.median_cpu_seconds(), 30e-6, 1e-15);
-  // Through wrap(): the callback of the last of `steps` reads the CPU clock.
+  // Through wrap(): the callback of the last of `steps` reads the CPU clock. It runs on the real
+  // clocks: the middle step reads too when the host preempted this thread for 200 us between the
+  // calls (seen once under load), so 2 or 3 readings; without the last one it would be 1.
   StepMeter wrapped;
   const auto cb = wrapped.wrap({}, 0, 3);
   for (int64_t s = 0; s < 3; ++s) cb(s, 0.0);
-  EXPECT_EQ(wrapped.cpu_readings(), 2u);
+  EXPECT_GE(wrapped.cpu_readings(), 2u);
+  EXPECT_LE(wrapped.cpu_readings(), 3u);
 }
 
 }  // namespace

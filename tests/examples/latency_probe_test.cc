@@ -93,6 +93,9 @@ TEST(LatencyProbeTest, ReestimateMovesThePlansEstimateByWhatTheShiftChanges) {
   ASSERT_FALSE(p.collectives.empty()) << "the shipped this_machine profile is calibrated";
   const TrainPlan dp = mlp_plan(p, "dp(x)");
   ASSERT_TRUE(dp.estimate);
+  // The plan carries the profile it was priced with, as the probe and the report use it.
+  ASSERT_TRUE(dp.estimate->profile);
+  EXPECT_EQ(dp.estimate->profile->to_json(), p.to_json());
   // No shift: the plan's own estimate, exactly.
   const std::optional<double> same = reestimate_step_seconds(dp, p, p);
   ASSERT_TRUE(same);

@@ -180,7 +180,8 @@ TEST(TrainPlanTest, BadPlansNameTheFieldAndWhatWasExpected) {
       });
   // adv10 A8: a misspelt key dropped the step time (and with it the report) silently.
   bad({"unknown estimate key 'step_second' (expected batch, comm_bytes_per_core, comm_seconds, "
-       "compute_seconds, hardware, hbm_bytes_per_core, input_bytes_per_core, oversubscription, "
+       "compute_seconds, hardware, hardware_file, hardware_profile, hbm_bytes_per_core, "
+       "input_bytes_per_core, oversubscription, "
        "step_seconds)"},
       [](auto& j) {
         j["estimate"].erase("step_seconds");
