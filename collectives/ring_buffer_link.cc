@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/host.h"
 
 namespace vtpu {
 
@@ -67,7 +68,7 @@ uint64_t checked_buffer_bytes(const LinkOptions& o) {
 }  // namespace
 
 int RingBufferLink::max_spinners() {
-  static const int n = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+  static const int n = std::max(1, usable_cpus() - 1);
   return n;
 }
 

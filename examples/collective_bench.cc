@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/host.h"
 #include "common/units.h"
 
 namespace vtpu::examples {
@@ -437,7 +438,7 @@ std::string CollectiveBenchmark::algorithm_for(const Communicator& comm,
 
 const MemcpyBandwidth& CollectiveBenchmark::memcpy_bandwidth() {
   if (memcpy_.threads == 0) {
-    const int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int cpus = usable_cpus();
     memcpy_ = measure_memcpy_bandwidth(cpus, uint64_t{64} << 20);  // beyond the caches
   }
   return memcpy_;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/host.h"
 #include "common/units.h"
 #include "examples/mlp_trainer.h"
 #include "examples/train_plan.h"
@@ -25,6 +26,15 @@ std::string ratio_text(double r, bool within) {
   char b[48];
   std::snprintf(b, sizeof b, "%.2fx (%s 25%%)", r, within ? "within" : "outside");
   return b;
+}
+
+std::string busy_host_text(double r, double worst) {
+  char text[192];
+  std::snprintf(text, sizeof text,
+                "%.2fx (not judged: a collective probed %.0fx the profile's time, more than "
+                "%.0fx: the host was busy)",
+                r, worst, kBusyHostProbeRatio);
+  return text;
 }
 
 std::string not_comparable_text(double r, const std::string& hardware) {
@@ -115,8 +125,7 @@ double StepMeter::median_cpu_seconds() const {
 double StepMeter::median_wall_seconds() const { return median_interval(wall_); }
 
 void record_host(MeasuredRun& run) {
-  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  run.host_cpus = cpus > 0 ? static_cast<int>(cpus) : 0;
+  run.host_cpus = usable_cpus();
   double load[3] = {0, 0, 0};
   if (getloadavg(load, 3) == 3) run.load_average = {load[0], load[1], load[2]};
 }
@@ -158,6 +167,7 @@ EstimateReport compare_estimate(const PlanEstimate& estimate, const MeasuredRun&
   // judged against virtual cores ("5769.60x (outside 25%)"), with only "on v5e" to say why.
   if (const std::optional<HardwareProfile> profile = estimate.priced_with()) {
     r.step_comparable = profile->host_cpus > 0;
+    r.profile_host_cpus = profile->host_cpus;
   }
   r.step_within = r.step_comparable && within(r.step_ratio);
   r.hbm_within = within(r.hbm_ratio);
@@ -178,7 +188,9 @@ void add_collective_probe(EstimateReport& report, const TrainPlan& plan,
     if (!step || !(*step > 0)) return;
     report.probed_step_seconds = *step;
     report.probed_step_ratio = report.measured.median_step_seconds / *step;
-    report.probed_step_within = within(report.probed_step_ratio);
+    report.probe_worst_ratio = worst_probe_ratio(report.probes);
+    report.probe_judged = report.probe_worst_ratio <= kBusyHostProbeRatio;
+    report.probed_step_within = report.probe_judged && within(report.probed_step_ratio);
   } catch (const Error& e) {
     // The run succeeded; a probe that cannot run (e.g. no room for its virtual cores' HBM)
     // leaves the profile's estimate alone and says why.
@@ -210,7 +222,8 @@ std::string EstimateReport::to_string() const {
     std::snprintf(line, sizeof line, "  %-34s %14s %14s  %s\n", "  with collectives probed now",
                   format_seconds(probed_step_seconds).c_str(),
                   format_seconds(m.median_step_seconds).c_str(),
-                  ratio_text(probed_step_ratio, probed_step_within).c_str());
+                  probe_judged ? ratio_text(probed_step_ratio, probed_step_within).c_str()
+                               : busy_host_text(probed_step_ratio, probe_worst_ratio).c_str());
     out += line;
   }
   if (!probes.empty()) {
@@ -275,6 +288,14 @@ std::string EstimateReport::to_string() const {
                 m.host_cpus, m.load_average[0], m.load_average[1], m.load_average[2],
                 e.oversubscription);
   out += line;
+  if (profile_host_cpus > 0 && m.host_cpus > 0 && profile_host_cpus != m.host_cpus) {
+    std::snprintf(line, sizeof line,
+                  "  the profile was measured on a host with %d CPUs and this run had %d: its "
+                  "estimate is for that host (calibrate this one with vtpu bench collectives "
+                  "--calibrate)\n",
+                  profile_host_cpus, m.host_cpus);
+    out += line;
+  }
   return out;
 }
 
@@ -295,13 +316,18 @@ nlohmann::json EstimateReport::to_json() const {
              {"step_seconds", probed_step_seconds > 0 ? nlohmann::json(probed_step_seconds)
                                                       : nlohmann::json(nullptr)},
              {"step_ratio", probed_step_ratio},
-             {"step_within_25_percent", probed_step_within}};
+             {"step_within_25_percent",
+              probe_judged ? nlohmann::json(probed_step_within) : nlohmann::json(nullptr)},
+             {"judged", probe_judged},
+             {"worst_ratio", probe_worst_ratio}};
   } else if (!probe_error.empty()) {
     probe = {{"error", probe_error}};
   }
   return {{"plan", e.source},
           {"strategy", e.strategy},
           {"hardware", e.hardware},
+          {"profile_host_cpus",
+           profile_host_cpus > 0 ? nlohmann::json(profile_host_cpus) : nlohmann::json(nullptr)},
           {"hardware_file",
            e.hardware_file.empty() ? nlohmann::json(nullptr) : nlohmann::json(e.hardware_file)},
           {"estimate",

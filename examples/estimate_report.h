@@ -123,11 +123,11 @@ struct MeasuredRun {
   uint64_t peak_hbm_bytes_per_core = 0;     // max over cores of peak_bytes_in_use
   uint64_t unmodelled_hbm_bytes = 0;        // part of that peak the model file does not describe
   std::string unmodelled_what;              // what it is ("training set, replicated")
-  int host_cpus = 0;                        // online CPUs (0: unknown)
+  int host_cpus = 0;                        // usable CPUs (common/host.h; 0: unknown)
   std::array<double, 3> load_average = {};  // 1, 5 and 15 minutes, when the run ended
 };
 
-/// Fills `host_cpus` and `load_average` from the running system (sysconf, getloadavg).
+/// Fills `host_cpus` (usable_cpus: the affinity mask's CPUs) and `load_average` (getloadavg).
 void record_host(MeasuredRun& run);
 
 /// A trainer's run as MeasuredRun: `num_cores`, `steps`, core 0's median step time (in ms, as the
@@ -153,6 +153,9 @@ struct EstimateReport {
   /// plan's embedded profile without host_cpus): its step time is a TPU's, not this host's, so
   /// the step row is printed but not judged.
   bool step_comparable = true;
+  /// host_cpus of the profile the estimate was priced with (0: a TPU profile or none found). When
+  /// it is not measured.host_cpus, the report says the profile describes another host.
+  int profile_host_cpus = 0;
   bool hbm_within = false;  // |hbm_ratio - 1| <= kTolerance
   /// The collective probe after the run (add_collective_probe; examples/latency_probe.h): the
   /// profile's collectives re-measured at one size, and the estimate with their shifts. Empty /
@@ -160,8 +163,13 @@ struct EstimateReport {
   std::vector<CollectiveProbe> probes;
   double probed_step_seconds = 0.0;  // the estimate with the probed collectives (0: none)
   double probed_step_ratio = 0.0;    // measured.median_step_seconds / probed_step_seconds
-  bool probed_step_within = false;   // |probed_step_ratio - 1| <= kTolerance
-  std::string probe_error;           // why the probe failed ("" when it ran or was not due)
+  bool probed_step_within = false;   // |probed_step_ratio - 1| <= kTolerance, and probe_judged
+  /// Largest measured / profile time over the probes (0: none).
+  double probe_worst_ratio = 0.0;
+  /// probe_worst_ratio <= kBusyHostProbeRatio (examples/latency_probe.h): else the host was busy
+  /// and the probed estimate is printed but not judged (JSON step_within_25_percent null).
+  bool probe_judged = true;
+  std::string probe_error;  // why the probe failed ("" when it ran or was not due)
 
   static constexpr double kTolerance = 0.25;  // issue 6: within 25%
 

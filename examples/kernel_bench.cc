@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "common/error.h"
+#include "common/host.h"
 #include "common/units.h"
 #include "examples/calibration.h"
 #include "examples/nn_kernels.h"
@@ -548,7 +549,7 @@ HardwareProfile measure_this_machine(uint64_t copy_bytes, int gemm_n) {
   p.link_latency_seconds = 0.0;
   p.links_per_chip = 2;
   p.topology = "shared_memory";
-  p.host_cpus = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  p.host_cpus = usable_cpus();
   p.cache_bytes = cache_bytes_per_second > 0 ? cache_bytes : 0;
   p.cache_bytes_per_second = p.cache_bytes > 0 ? cache_bytes_per_second : 0.0;
   p.kernels = measure_kernel_rates(kKernelGemmSizes, kKernelElements);
@@ -568,8 +569,8 @@ HardwareProfile measure_this_machine(uint64_t copy_bytes, int gemm_n) {
       {"link_latency_seconds", "assumed 0; calibrate with vtpu bench collectives"},
       {"topology", "all cores share one memory"},
       {"host_cpus",
-       "measured: online CPUs (sysconf(_SC_NPROCESSORS_ONLN)); the virtual cores' threads share "
-       "them"}};
+       "measured: the CPUs of the process's affinity mask (sched_getaffinity); the virtual cores' "
+       "threads share them"}};
   const std::string cold =
       "; inputs rotated through a 32 MiB pool (outputs through another), so that no call finds "
       "them in the L2 (as in a "

@@ -27,9 +27,15 @@ double profile_row_seconds(const std::string& op, const CollectiveFit& fit, uint
 std::vector<CollectiveProbe> probe_collectives(const HardwareProfile& profile, int max_cores,
                                                const CollectiveProbeOptions& options) {
   std::vector<CollectiveProbe> probes;
+  const CostModel cost(profile);
   for (const auto& [op, fits] : profile.collectives) {
+    // The fits that can price a group of the run: every size up to max_cores, and the one the
+    // cost model picks for a group of max_cores (the nearest in log n: a 3-core group is priced
+    // with a 4-core fit, a 6- or 7-core one with an 8-core fit; new-user pass nu11, NU30).
+    const CollectiveFit* largest = max_cores >= 2 ? cost.calibrated_fit(op, max_cores) : nullptr;
+    const int cap = std::max(max_cores, largest != nullptr ? largest->group_size : 0);
     for (const CollectiveFit& fit : fits) {
-      if (fit.group_size < 2 || fit.group_size > max_cores) continue;
+      if (fit.group_size < 2 || fit.group_size > cap) continue;
       CollectiveBenchOptions bo;
       bo.cores = fit.group_size;
       bo.op = op;
@@ -59,6 +65,14 @@ std::vector<CollectiveProbe> probe_collectives(const HardwareProfile& profile, i
     }
   }
   return probes;
+}
+
+double worst_probe_ratio(const std::vector<CollectiveProbe>& probes) {
+  double worst = 0.0;
+  for (const CollectiveProbe& p : probes) {
+    if (p.profile_seconds > 0) worst = std::max(worst, p.measured_seconds / p.profile_seconds);
+  }
+  return worst;
 }
 
 HardwareProfile shift_collectives(const HardwareProfile& profile,

@@ -43,6 +43,17 @@ struct CollectiveProbe {
   double shift_seconds() const { return measured_seconds - profile_seconds; }
 };
 
+/// A probe that measured more than this many times the profile's time says the host is busy (other
+/// work, not a different hand-off speed: this VM's slow hand-off is about 3.3x): the estimate
+/// with such probes is printed but not judged, or a busy host's whole slowdown would be absorbed
+/// into the estimate and called "within 25%" (new-user pass nu11, NU38: a run at 5942x the
+/// profile's estimate judged 0.81x).
+inline constexpr double kBusyHostProbeRatio = 10.0;
+
+/// The largest measured_seconds / profile_seconds over `probes` (those with a profile time > 0);
+/// 0 when there is none. Thread-safe.
+double worst_probe_ratio(const std::vector<CollectiveProbe>& probes);
+
 struct CollectiveProbeOptions {
   uint64_t row_bytes = 4096;  // S of each probe row, bytes (4 KiB: every curve's range holds it)
   int iters = 200;            // timed calls per fit
@@ -55,7 +66,9 @@ struct CollectiveProbeOptions {
 /// examples/calibration.h converts rows. Throws InvalidArgumentError for an unknown op.
 double profile_row_seconds(const std::string& op, const CollectiveFit& fit, uint64_t row_bytes);
 
-/// Probes every fit of `profile.collectives` whose group size is <= max_cores (header), in the
+/// Probes every fit of `profile.collectives` whose group size is <= max_cores (header), and per
+/// collective the fit above max_cores that the cost model picks for a group of max_cores
+/// (CostModel::calibrated_fit: a 3-core run's groups are priced with a 4-core fit), in the
 /// profile's order; empty when there is none (a TPU profile, an uncalibrated one, max_cores < 2).
 /// Runs benchmarks on fresh virtual cores (not thread-safe with other work timing the host).
 /// Throws what the benchmark throws and InternalError when a probe's result is wrong.

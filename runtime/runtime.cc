@@ -9,6 +9,8 @@
 #include <numeric>
 #include <set>
 
+#include "common/host.h"
+
 namespace vtpu {
 
 namespace {
@@ -75,13 +77,7 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
 
 void Runtime::pin_core_threads() {
   if (options_.pin_threads == "off") return;
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
-  std::vector<int> cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-    if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
-  if (cpus.empty()) return;
+  const std::vector<int> cpus = usable_cpu_ids();
   // auto: a lone core has no peer to hand off to, so it is left free (several one-core runtimes,
   // e.g. parallel tests, would otherwise all land on the first CPU).
   if (options_.pin_threads == "auto" && (cores_.size() < 2 || cores_.size() > cpus.size())) return;

@@ -156,6 +156,22 @@ TEST(EstimateReportTest, RatiosAndVerdictsAreTheHandWorkedOnes) {
   const nlohmann::json j = r.to_json();
   EXPECT_EQ(j["comparable_hbm_bytes_per_core"], 50000);
   EXPECT_EQ(j["step_within_25_percent"], true);
+  EXPECT_EQ(j["judged"], true);
+  // A busy host: a probe at 20,000x the profile's time. The probed estimate would absorb the
+  // whole slowdown, so it is printed but not judged.
+  r.probes = {{"all_gather", 2, 4096, 1e-6, 20e-3}, {"all_reduce", 2, 4096, 1e-6, 2e-6}};
+  r.probe_worst_ratio = worst_probe_ratio(r.probes);
+  EXPECT_DOUBLE_EQ(r.probe_worst_ratio, 20000.0);
+  r.probe_judged = false;
+  r.probed_step_within = false;
+  r.probed_step_seconds = 40e-6;
+  r.probed_step_ratio = m.median_step_seconds / r.probed_step_seconds;
+  EXPECT_NE(r.to_string().find("0.80x (not judged: a collective probed 20000x the profile's time, "
+                               "more than 10x: the host was busy)"),
+            std::string::npos)
+      << r.to_string();
+  EXPECT_TRUE(r.to_json()["probe"]["step_within_25_percent"].is_null());
+  EXPECT_EQ(r.to_json()["probe"]["judged"], false);
 
   // Just past the edge, and an HBM peak below the unmodelled bytes (clamped at 0).
   m.median_step_seconds = 0.25;  // 0.5x
@@ -260,6 +276,20 @@ TEST(EstimateReportTest, ThePlansEmbeddedProfileIsTheOneJudgedAndProbed) {
   EXPECT_TRUE(hr.probes.empty());
   EXPECT_TRUE(hr.probe_error.empty()) << hr.probe_error;
   EXPECT_TRUE(hr.to_json()["hardware_file"].is_null());
+  // The profile's host had host.host_cpus CPUs: a run on another count is told so.
+  EXPECT_EQ(hr.profile_host_cpus, host.host_cpus);
+  EXPECT_EQ(hr.to_json()["profile_host_cpus"], host.host_cpus);
+  MeasuredRun wide = m;
+  wide.host_cpus = host.host_cpus + 62;
+  const std::string other = compare_estimate(*plan.estimate, wide).to_string();
+  EXPECT_NE(other.find("the profile was measured on a host with " + std::to_string(host.host_cpus) +
+                       " CPUs and this run had " + std::to_string(host.host_cpus + 62) +
+                       ": its estimate is for that host"),
+            std::string::npos)
+      << other;
+  wide.host_cpus = host.host_cpus;
+  EXPECT_EQ(compare_estimate(*plan.estimate, wide).to_string().find("measured on a host with"),
+            std::string::npos);
   // Bad embedded profiles name the field.
   const auto message = [](const nlohmann::json& estimate) {
     try {

@@ -132,6 +132,22 @@ TEST(LatencyProbeTest, ProbesEveryFitUpToTheRunsCoresAtTheRowSize) {
     EXPECT_NEAR(q.profile_seconds, 1e-6 + 3072.0 / 7168.0 * 1e-6, 1e-15);
   }
   EXPECT_EQ(probe_collectives(p, 4, o).size(), 3u);
+  // A 3-core run's groups are priced with the 4-core all-gather fit (nearest in log n), so it is
+  // probed too; the all-reduce has no fit above 2 cores.
+  const std::vector<CollectiveProbe> three = probe_collectives(p, 3, o);
+  ASSERT_EQ(three.size(), 3u);
+  EXPECT_EQ(three[0].op, "all_gather");
+  EXPECT_EQ(three[0].group_size, 2);
+  EXPECT_EQ(three[1].op, "all_gather");
+  EXPECT_EQ(three[1].group_size, 4);
+  EXPECT_EQ(three[2].op, "all_reduce");
+  EXPECT_EQ(three[2].group_size, 2);
+  // Worst measured / profile ratio: hand-worked.
+  EXPECT_DOUBLE_EQ(worst_probe_ratio({{"all_gather", 2, 4096, 2e-6, 5e-6},
+                                      {"all_reduce", 2, 4096, 1e-6, 4e-6},
+                                      {"all_to_all", 2, 4096, 0.0, 9e-6}}),
+                   4.0);
+  EXPECT_EQ(worst_probe_ratio({}), 0.0);
   EXPECT_TRUE(probe_collectives(p, 1, o).empty());
   EXPECT_TRUE(probe_collectives(HardwareProfile::get("v5e"), 8, o).empty());
 }
