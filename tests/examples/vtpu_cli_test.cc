@@ -644,6 +644,15 @@ TEST(VtpuCliTest, ReshardRejectsBadShapesAndRunsTooLargeToHold) {
       "reshard --mesh 2 --shape 4611686018427387904 --from \"P('x')\" --to \"P()\" "
       "--explain",
       "shape (4611686018427387904,) has more than 2^60 elements", 1);
+  // adv10 A10: 2^60 elements over 7 cores pad to 2^60 + 6 in the reduce-scatter's buffer; the
+  // error named only that padded shape and said "expected fewer".
+  expect_failure(
+      "reshard --mesh 7 --shape 1152921504606846976 --from \"P(unreduced={'x'})\" --to "
+      "\"P('x')\" --explain",
+      "array shape (1152921504606846976,) needs a collective buffer of shape "
+      "(1152921504606846982,) on its mesh, which has more than 2^60 elements (expected at most "
+      "2^60 elements, padding to a multiple of the shard count included)",
+      1);
 }
 
 }  // namespace
