@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/median.h"
 #include "common/units.h"
 #include "examples/mlp_trainer.h"
 #include "examples/train_plan.h"
