@@ -18,6 +18,7 @@
 #include "examples/transformer_model.h"
 #include "runtime/hardware_profile.h"
 #include "sharding/model_graph.h"
+#include "tests/temp_path.h"
 
 namespace vtpu::examples {
 namespace {
@@ -26,7 +27,7 @@ using Groups = std::vector<std::vector<int>>;
 using Names = std::vector<std::string>;
 
 std::string write_plan(const std::string& name, const std::string& text) {
-  const std::string path = (std::filesystem::temp_directory_path() / name).string();
+  const std::string path = test_temp_path(name);
   std::ofstream(path) << text;
   return path;
 }
