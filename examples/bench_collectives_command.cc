@@ -136,15 +136,23 @@ int run_calibrate(const BenchCollectivesCommand& cmd) {
       "core count\n",
       sizes.c_str(), format_bytes(c.min_bytes).c_str(), format_bytes(c.max_bytes).c_str(), c.iters);
   std::fflush(stdout);
-  const HardwareProfile p = calibrate_this_machine(c, [](const std::string& line) {
-    std::printf("%s\n", line.c_str());
-    std::fflush(stdout);
-  });
+  CalibrationQuality quality;
+  const HardwareProfile p = calibrate_this_machine(
+      c,
+      [](const std::string& line) {
+        std::printf("%s\n", line.c_str());
+        std::fflush(stdout);
+      },
+      &quality);
   std::printf("peak f32 %.3g FLOP/s (Eigen GEMM, one thread), HBM (memcpy) %.3g B/s\n",
               p.peak_flops("f32"), p.hbm_bytes_per_second);
   write_output_file("--calibrate", cmd.calibrate_path, p.to_json().dump(2) + "\n");
   std::printf("wrote %s (load it with --hardware %s)\n", cmd.calibrate_path.c_str(),
               cmd.calibrate_path.c_str());
+  std::fflush(stdout);
+  if (const std::string warning = calibration_warning(quality); !warning.empty()) {
+    std::fprintf(stderr, "%s\n", warning.c_str());
+  }
   return 0;
 }
 

@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
+#include "common/strings.h"
 #include "common/units.h"
 #include "examples/collective_bench.h"
 #include "examples/kernel_bench.h"
@@ -14,6 +17,12 @@
 namespace vtpu::examples {
 
 namespace {
+
+/// The 1-minute load average (getloadavg), or -1 when the system does not give it.
+double one_minute_load_average() {
+  double load = 0.0;
+  return getloadavg(&load, 1) == 1 ? load : -1.0;
+}
 
 LinearFit solve(std::span<const double> x, std::span<const double> t, bool with_intercept) {
   const Eigen::Index n = static_cast<Eigen::Index>(x.size());
@@ -105,8 +114,44 @@ void check_fit_grows(const std::string& op, const LinearFit& fit, const Calibrat
       "quieter machine");
 }
 
+std::string calibration_warning(const CalibrationQuality& q) {
+  std::vector<std::string> reasons;
+  char text[256];
+  if (q.worst_residual > kMaxTrustedResidual) {
+    std::snprintf(text, sizeof text, "max relative residual %.0f%% (%s) is above %.0f%%",
+                  100 * q.worst_residual, q.worst_fit.c_str(), 100 * kMaxTrustedResidual);
+    reasons.push_back(text);
+  }
+  for (const auto& [load, when] : {std::pair{q.load_start, "start"}, {q.load_end, "end"}}) {
+    if (q.host_cpus > 0 && load > q.host_cpus) {
+      std::snprintf(text, sizeof text,
+                    "the 1-minute load average at the %s, %.2f, is above the host's %d CPUs", when,
+                    load, q.host_cpus);
+      reasons.push_back(text);
+    }
+  }
+  if (reasons.empty()) return "";
+  return "vtpu: warning: this calibration is likely noisy: " + join(reasons, "; ") +
+         ". Check the residuals, and recalibrate on a quiet machine before shipping the profile "
+         "(README, \"Planner\")";
+}
+
+std::string calibration_quality_text(const CalibrationQuality& q) {
+  auto load = [](double l) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f", l);
+    return l < 0 ? std::string("unknown") : std::string(text);
+  };
+  char text[256];
+  std::snprintf(text, sizeof text, "%.0f%% (%s)", 100 * q.worst_residual, q.worst_fit.c_str());
+  return "; load average (1 min) " + load(q.load_start) + " at the start, " + load(q.load_end) +
+         " at the end, on " + count_text(q.host_cpus, "CPU") + "; worst max relative residual " +
+         text;
+}
+
 HardwareProfile calibrate_this_machine(const CalibrationOptions& o,
-                                       const std::function<void(const std::string&)>& log) {
+                                       const std::function<void(const std::string&)>& log,
+                                       CalibrationQuality* quality) {
   if (o.cores.empty()) {
     throw InvalidArgumentError("calibration: no group sizes (expected at least one, e.g. 2,4,8)");
   }
@@ -121,7 +166,10 @@ HardwareProfile calibrate_this_machine(const CalibrationOptions& o,
   }
   std::string size_list;
   for (int n : sizes) size_list += (size_list.empty() ? "" : ",") + std::to_string(n);
+  CalibrationQuality q;
+  q.load_start = one_minute_load_average();
   HardwareProfile p = measure_this_machine();
+  q.host_cpus = p.host_cpus;
   char line[512];
   for (const char* op : {"all_gather", "reduce_scatter", "all_reduce", "all_to_all"}) {
     for (int cores : sizes) {
@@ -156,6 +204,10 @@ HardwareProfile calibrate_this_machine(const CalibrationOptions& o,
       CollectiveFit cf = collective_fit_of(op, fit, cores);
       cf.measured = std::move(curve);
       p.collectives[op].push_back(cf);
+      if (q.worst_fit.empty() || fit.max_relative_error > q.worst_residual) {
+        q.worst_residual = fit.max_relative_error;
+        q.worst_fit = std::string(op) + " on " + std::to_string(cores) + " cores";
+      }
       std::snprintf(line, sizeof line,
                     "fitted by `vtpu bench collectives --calibrate`: %zu sizes %s..%s on %d cores, "
                     "%d timed calls each (median of the slowest core), weighted least squares; "
@@ -176,8 +228,13 @@ HardwareProfile calibrate_this_machine(const CalibrationOptions& o,
       }
     }
   }
-  p.description +=
-      "; collectives calibrated by `vtpu bench collectives --calibrate` on " + size_list + " cores";
+  q.load_end = one_minute_load_average();
+  // Regression (new-user pass nu10, NU15): a calibration under load average ~10 wrote fits with
+  // 97-98% residuals and no word of warning; the description now records the load and the worst
+  // fit, and the command warns (calibration_warning).
+  p.description += "; collectives calibrated by `vtpu bench collectives --calibrate` on " +
+                   size_list + " cores" + calibration_quality_text(q);
+  if (quality != nullptr) *quality = q;
   p.validate();
   return p;
 }

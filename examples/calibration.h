@@ -69,15 +69,43 @@ struct CalibrationOptions {
 void check_fit_grows(const std::string& op, const LinearFit& fit, const CalibrationOptions& o,
                      int cores);
 
+/// How far a calibration can be trusted: its worst fit and the host's load around it. Plain data.
+struct CalibrationQuality {
+  double worst_residual = 0.0;  // largest LinearFit::max_relative_error over the fits (0.98: 98%)
+  std::string worst_fit;        // that fit, e.g. "all_reduce on 2 cores" (empty: no fit yet)
+  double load_start = -1.0;     // 1-minute load average before the first measurement (-1: unknown)
+  double load_end = -1.0;       // 1-minute load average after the last one (-1: unknown)
+  int host_cpus = 0;            // online CPUs (0: unknown)
+};
+
+/// A fit whose max relative residual is above this (50%) makes calibration_warning warn.
+inline constexpr double kMaxTrustedResidual = 0.5;
+
+/// The warning `vtpu bench collectives --calibrate` prints (to stderr) for `q`, or "" when none
+/// is due: it warns when q.worst_residual > kMaxTrustedResidual, or a known load average (start
+/// or end) is above a known q.host_cpus (other programs then compete with the benchmark's
+/// threads, which wait for descheduled peers). The text names each reason with its numbers.
+/// Thread-safe (pure).
+std::string calibration_warning(const CalibrationQuality& q);
+
+/// The text calibrate_this_machine appends to the profile's description: the load averages at
+/// the start and end, the host's CPUs and the worst fit's residual, e.g. "; load average (1 min)
+/// 1.50 at the start, 1.75 at the end, on 2 CPUs; worst max relative residual 12% (all_gather on
+/// 2 cores)". Thread-safe (pure).
+std::string calibration_quality_text(const CalibrationQuality& q);
+
 /// Measures this machine (measure_this_machine) and fits the four collectives on every group
 /// size of options.cores; returns a validated profile named "this_machine" whose `collectives`
-/// hold one fit per collective and size and whose sources say how each figure was measured
-/// ("collectives.all_reduce" for a single size, "collectives.all_reduce.8" per size otherwise).
-/// `log` receives one line per fit. Throws InvalidArgumentError when options.cores is empty or
-/// holds a size < 2 or a repeated size, what the benchmark throws, and InvalidArgumentError
-/// naming the collective when its fitted beta is not > 0 (its times did not grow with size: too
-/// narrow a range or too noisy).
+/// hold one fit per collective and size, whose sources say how each figure was measured
+/// ("collectives.all_reduce" for a single size, "collectives.all_reduce.8" per size otherwise),
+/// and whose description ends with calibration_quality_text. `log` receives one line per fit;
+/// `quality`, when given, receives the worst fit and the load averages (getloadavg) read before
+/// the first and after the last measurement. Throws InvalidArgumentError when options.cores is
+/// empty or holds a size < 2 or a repeated size, what the benchmark throws, and
+/// InvalidArgumentError naming the collective when its fitted beta is not > 0 (its times did not
+/// grow with size: too narrow a range or too noisy).
 HardwareProfile calibrate_this_machine(const CalibrationOptions& options,
-                                       const std::function<void(const std::string&)>& log = {});
+                                       const std::function<void(const std::string&)>& log = {},
+                                       CalibrationQuality* quality = nullptr);
 
 }  // namespace vtpu::examples

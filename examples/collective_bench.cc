@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/host.h"
+#include "common/median.h"
 #include "common/units.h"
 
 namespace vtpu::examples {
@@ -259,12 +260,6 @@ uint64_t count_wrong(const void* actual, std::span<const double> expected) {
   uint64_t wrong = 0;
   for (size_t i = 0; i < expected.size(); ++i) wrong += a[i] != static_cast<T>(expected[i]);
   return wrong;
-}
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size();
-  return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/host.h"
+#include "common/median.h"
 #include "common/units.h"
 #include "examples/mlp_trainer.h"
 #include "examples/train_plan.h"

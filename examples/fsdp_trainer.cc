@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "common/error.h"
+#include "common/median.h"
 #include "examples/adam.h"
 #include "examples/mlp_layout.h"
 #include "examples/train_step_log.h"

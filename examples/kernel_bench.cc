@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "common/host.h"
+#include "common/median.h"
 #include "common/units.h"
 #include "examples/calibration.h"
 #include "examples/nn_kernels.h"
@@ -30,12 +31,6 @@ using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::Ro
 using Map = Eigen::Map<RowMatrix>;
 using CMap = Eigen::Map<const RowMatrix>;
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -181,15 +176,15 @@ KernelBenchResult run_matmul_bench(const KernelBenchOptions& o) {
           std::max(row.max_abs_error, static_cast<double>((C - want).cwiseAbs().maxCoeff()));
     }
   }
-  result.eigen_median_seconds = median(eigen_times);
+  result.eigen_median_seconds = median_of(eigen_times);
   result.eigen_min_seconds = *std::min_element(eigen_times.begin(), eigen_times.end());
   result.eigen_flops_per_second = flops / result.eigen_median_seconds;
   for (size_t i = 0; i < calls.size(); ++i) {
     KernelBenchRow& row = result.rows[i];
-    row.median_wall_seconds = median(wall[i]);
+    row.median_wall_seconds = median_of(wall[i]);
     row.min_wall_seconds = *std::min_element(wall[i].begin(), wall[i].end());
-    row.median_dma_wait_seconds = median(wait[i]);
-    row.median_body_seconds = median(body[i]);
+    row.median_dma_wait_seconds = median_of(wait[i]);
+    row.median_body_seconds = median_of(body[i]);
     row.flops_per_second = flops / row.median_wall_seconds;
     row.fraction_of_eigen = row.flops_per_second / result.eigen_flops_per_second;
   }

@@ -12,6 +12,7 @@
 #include <span>
 
 #include "common/error.h"
+#include "common/median.h"
 #include "examples/adam.h"
 #include "examples/mlp_layout.h"
 #include "examples/train_step_log.h"

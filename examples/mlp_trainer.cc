@@ -64,13 +64,6 @@ int64_t BatchSampler::next() {
   return order_[cursor_++];
 }
 
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 ReplicatedDigits replicate_digits(Runtime& runtime, const DigitsDataset& train,
                                   const std::string& label_prefix) {
   const Mesh mesh({runtime.num_cores()}, {"data"});

@@ -200,9 +200,6 @@ class MlpStepBuffers {
 /// argmax of the one-hot row of `y`), in double. Thread-safe on distinct buffers.
 double softmax_cross_entropy_rows(float* logits, const float* y, int64_t rows);
 
-/// The median of `v` (the mean of the two middle values for an even count; 0 when empty).
-double median_of(std::vector<double> v);
-
 /// Fraction of rows whose argmax of the MLP's logits equals the label (host-side, Eigen).
 double mlp_accuracy(const std::vector<float>& parameters, int64_t hidden, const DigitsDataset& ds);
 

@@ -11,11 +11,11 @@
 
 #include "collectives/reduce_kernels.h"
 #include "common/error.h"
+#include "common/median.h"
 #include "common/strings.h"
 #include "common/units.h"
 #include "examples/cli_validators.h"
 #include "examples/mesh_arg.h"
-#include "examples/mlp_trainer.h"  // median_of
 #include "runtime/hardware_profile.h"
 #include "runtime/runtime.h"
 #include "sharding/block_copy.h"

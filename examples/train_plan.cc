@@ -157,6 +157,12 @@ PlanEstimate parse_estimate(const nlohmann::json& e, const TrainPlan& plan, cons
     p.hardware = p.profile->name;
   }
   p.step_seconds = number("step_seconds", false, true, 0.0);
+  // Regression (adversarial pass adv10, A9): 1e-320 s (finite, > 0) passed and the report printed
+  // "infx (outside 25%)". No step takes under a picosecond or over a year (365.25 days).
+  if (p.step_seconds != 0.0 && !(p.step_seconds >= 1e-12 && p.step_seconds <= 31557600.0)) {
+    throw bad("estimate.step_seconds is " + abbreviate(e["step_seconds"].dump()) +
+              " (expected seconds from 1e-12 to 31557600, i.e. 1 ps to a year)");
+  }
   p.compute_seconds = number("compute_seconds", false, false, 0.0);
   p.comm_seconds = number("comm_seconds", false, false, 0.0);
   p.hbm_bytes_per_core = bytes("hbm_bytes_per_core");

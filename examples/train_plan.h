@@ -100,11 +100,11 @@ TrainPlan load_train_plan(const std::string& path);
 /// that is not a PartitionSpec string valid on the plan's mesh (PartitionSpec::parse and
 /// NamedSharding's checks: an unknown axis, an axis used twice; the error names the key and
 /// value); a malformed `layers`; an `estimate`
-/// that is not an object, or a field of it of the wrong type or range (step_seconds a number > 0;
-/// compute_seconds, comm_seconds numbers >= 0; hbm_bytes_per_core, input_bytes_per_core integers
-/// 0..2^62; oversubscription a number > 0; batch an integer 1..2^40; hardware a string). The one
-/// reader of a plan's estimate: the trainers and the estimate report take it from here.
-/// Thread-safe.
+/// that is not an object, or a field of it of the wrong type or range (step_seconds a number of
+/// seconds 1e-12..31557600, 1 ps to a year; compute_seconds, comm_seconds numbers >= 0;
+/// hbm_bytes_per_core, input_bytes_per_core integers 0..2^62; oversubscription a number > 0; batch
+/// an integer 1..2^40; hardware a string). The one reader of a plan's estimate: the trainers and
+/// the estimate report take it from here. Thread-safe.
 TrainPlan parse_train_plan(const nlohmann::json& plan, const std::string& source);
 
 /// The digits MLP a plan's model_graph describes. Plain data.

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/median.h"
 #include "examples/train_step_log.h"
 #include "runtime/pallas_kernels.h"
 
@@ -17,13 +18,6 @@ namespace vtpu::examples {
 namespace {
 
 std::string str(int64_t v) { return std::to_string(v); }
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 constexpr uint64_t kMaxTextBytes = uint64_t{1} << 30;
 
@@ -245,7 +239,7 @@ TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const 
   });
   result.total_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-  result.median_step_ms = 1e3 * median(result.step_seconds);
+  result.median_step_ms = 1e3 * median_of(result.step_seconds);
   result.replicas_identical = true;
   result.shards.resize(static_cast<size_t>(tsz));
   for (const std::vector<int>& group : layout.data_groups) {  // one per tensor shard

@@ -35,7 +35,7 @@ int64_t num_elements_of(const std::vector<int64_t>& shape) {
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] > kMaxElements / n) {
       throw InvalidArgumentError("shape " + shape_text(shape) +
-                                 " has more than 2^60 elements (expected fewer)");
+                                 " has more than 2^60 elements (expected at most 2^60)");
     }
     n *= shape[d];
   }

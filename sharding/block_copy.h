@@ -28,8 +28,8 @@ enum class BlockCopyDirection {
 };
 
 /// Number of elements of a shape: the product of its dimensions (1 for rank 0). Throws
-/// InvalidArgumentError for a negative dimension or a product above 2^60 (so that the byte size
-/// of an f32/f64 array never wraps); any 0 dimension makes it 0, whatever the others.
+/// InvalidArgumentError naming `shape` for a negative dimension or a product above 2^60 (so that
+/// the byte size of an f32/f64 array never wraps); any 0 dimension makes it 0, whatever the others.
 int64_t num_elements_of(const std::vector<int64_t>& shape);
 
 /// Copies the box `box` between a dense row-major array of shape `full_shape` and the dense

@@ -244,7 +244,7 @@ class Planner {
       default:
         break;
     }
-    step.buffer_bytes = f32_bytes(step.buffer_shape);
+    step.buffer_bytes = padded_bytes(step.buffer_shape);
     switch (m.op) {
       case ReshardOpKind::kAllGather:
       case ReshardOpKind::kAllToAll:
@@ -478,6 +478,24 @@ class Planner {
     return cur_.partial == tgt_.partial && (cur_.partial.empty() || cur_.op == tgt_.op);
   }
 
+  /// Bytes of an f32 collective buffer of `buffer_shape`: a block padded to a multiple of the
+  /// shard count. Throws InvalidArgumentError naming the array's shape and the buffer's when the
+  /// buffer has more than 2^60 elements.
+  /// Regression (adversarial pass adv10, A10): 2^60 elements over 7 shards failed with "shape
+  /// (1152921504606846982,) has more than 2^60 elements (expected fewer)", the padded buffer's
+  /// shape, not the user's (2^60 passes on a mesh of 4096).
+  uint64_t padded_bytes(const std::vector<int64_t>& buffer_shape) const {
+    try {
+      return f32_bytes(buffer_shape);
+    } catch (const InvalidArgumentError&) {
+      throw InvalidArgumentError(
+          "array shape " + shape_text(shape_) + " needs a collective buffer of shape " +
+          shape_text(buffer_shape) +
+          " on its mesh, which has more than 2^60 elements (expected at most 2^60 elements, "
+          "padding to a multiple of the shard count included)");
+    }
+  }
+
   /// Per-core padded block shape of the current state.
   std::vector<int64_t> padded_block() const {
     std::vector<int64_t> s(shape_.size());
@@ -518,7 +536,7 @@ class Planner {
           step.buffer_shape = padded_block();
           step.buffer_shape[d] =
               axis_size(a) * ceil_div(dim_size(d), count(cur_.dims[d]) * axis_size(a));
-          step.buffer_bytes = f32_bytes(step.buffer_shape);
+          step.buffer_bytes = padded_bytes(step.buffer_shape);
           step.formula_bytes = static_cast<double>(step.buffer_bytes);
           cur_.dims[d].push_back(a);
           remove_partial(a);
@@ -535,7 +553,7 @@ class Planner {
       step.reduce_op = cur_.op;
       step.replica_groups = replica_groups(mesh_, to_reduce);
       step.buffer_shape = padded_block();
-      step.buffer_bytes = f32_bytes(step.buffer_shape);
+      step.buffer_bytes = padded_bytes(step.buffer_shape);
       step.formula_bytes = static_cast<double>(step.buffer_bytes);
       for (int a : to_reduce) remove_partial(a);
       emit(std::move(step), before, to_reduce);
@@ -572,7 +590,7 @@ class Planner {
           step.buffer_shape = padded_block();
           step.buffer_shape[e] =
               axis_size(a) * ceil_div(dim_size(e), count(cur_.dims[e]) * axis_size(a));
-          step.buffer_bytes = f32_bytes(step.buffer_shape);
+          step.buffer_bytes = padded_bytes(step.buffer_shape);
           step.formula_bytes =
               static_cast<double>(step.buffer_bytes) * static_cast<double>(axis_size(a));
           c.pop_back();
@@ -596,7 +614,7 @@ class Planner {
         step.dim = static_cast<int>(d);
         step.replica_groups = replica_groups(mesh_, gathered);
         step.buffer_shape = padded_block();
-        step.buffer_bytes = f32_bytes(step.buffer_shape);
+        step.buffer_bytes = padded_bytes(step.buffer_shape);
         step.formula_bytes =
             static_cast<double>(step.buffer_bytes) * static_cast<double>(count(gathered));
         c.resize(q);
@@ -648,7 +666,7 @@ class Planner {
     if (step.pairs.empty()) return;  // every device already holds its block
     step.replica_groups = {mesh_.devices()};
     step.buffer_shape = padded_block();
-    step.buffer_bytes = f32_bytes(step.buffer_shape);
+    step.buffer_bytes = padded_bytes(step.buffer_shape);
     step.formula_bytes = step.pairs.empty() ? 0.0 : static_cast<double>(step.buffer_bytes);
     Axes all;
     for (int a = 0; a < mesh_.num_axes(); ++a) all.push_back(a);

@@ -177,7 +177,9 @@ inline constexpr size_t kMaxDiscoveredStatesPerSettled = 2;
 /// Plans the reshard of an array of `global_shape` (elements per dimension) from `source` to
 /// `target`. Throws InvalidArgumentError when the shape does not fit either sharding (a spec
 /// longer than the rank, strict divisibility; see NamedSharding::check_shape), has more than 2^60
-/// elements (num_elements_of), or the target's
+/// elements (num_elements_of), needs a collective buffer of more than 2^60 elements (a block
+/// padded to a multiple of the shard count: 2^60 elements over 7 shards pad to 2^60 + 6; the
+/// error names the array's shape and the buffer's), or the target's
 /// mesh differs from the source's in shape, axis names or set of devices (a different device
 /// order is allowed and becomes a permute). A 0-element array gets no steps: every block is
 /// empty in both shardings, so nothing moves (XLA's ZeroSizedHloElimination likewise drops the

@@ -167,5 +167,61 @@ TEST(CalibrationTest, TimesThatFallWithSizeAreAnErrorNamingTheCollective) {
   EXPECT_NO_THROW(check_fit_grows("all_gather", fit_alpha_beta(x, rising), o, 8));
 }
 
+// Regression (new-user pass nu10, NU15): a calibration under load average ~10 wrote fits with
+// 97-98% residuals and no warning. Two hand-worked fits of t = a + b x on x = 0, 1, 2, weights
+// 1/t (normal equations over u = 1/t, v = x/t):
+//   t = 1, 2, 4: a = 32/33, b = 14/11, residuals -1/33, 4/33, -4/33 -> max 4/33 = 12.1%;
+//   t = 1, 8, 4: a = 284/273, b = 164/91, residuals 11/273, -176/273, 44/273 -> max 64.5%.
+TEST(CalibrationTest, NoisyFitsAndALoadedHostWarn) {
+  const std::vector<double> x = {0, 1, 2};
+  const LinearFit good = fit_alpha_beta(x, std::vector<double>{1, 2, 4});
+  EXPECT_NEAR(good.a, 32.0 / 33, 1e-12);
+  EXPECT_NEAR(good.b, 14.0 / 11, 1e-12);
+  EXPECT_NEAR(good.max_relative_error, 4.0 / 33, 1e-12);
+  const LinearFit noisy = fit_alpha_beta(x, std::vector<double>{1, 8, 4});
+  EXPECT_NEAR(noisy.a, 284.0 / 273, 1e-12);
+  EXPECT_NEAR(noisy.b, 164.0 / 91, 1e-12);
+  EXPECT_NEAR(noisy.max_relative_error, 176.0 / 273, 1e-12);
+
+  CalibrationQuality q;
+  q.worst_residual = good.max_relative_error;
+  q.worst_fit = "all_gather on 2 cores";
+  q.load_start = 1.5;
+  q.load_end = 2.0;  // equal to the CPU count: not above it
+  q.host_cpus = 2;
+  EXPECT_EQ(calibration_warning(q), "");
+  EXPECT_EQ(calibration_quality_text(q),
+            "; load average (1 min) 1.50 at the start, 2.00 at the end, on 2 CPUs; worst max "
+            "relative residual 12% (all_gather on 2 cores)");
+  q.worst_residual = kMaxTrustedResidual;  // 50% exactly: not above it
+  EXPECT_EQ(calibration_warning(q), "");
+
+  q.worst_residual = noisy.max_relative_error;
+  q.worst_fit = "all_reduce on 2 cores";
+  EXPECT_EQ(calibration_warning(q),
+            "vtpu: warning: this calibration is likely noisy: max relative residual 64% "
+            "(all_reduce on 2 cores) is above 50%. Check the residuals, and recalibrate on a quiet "
+            "machine before shipping the profile (README, \"Planner\")");
+
+  q.worst_residual = good.max_relative_error;
+  q.worst_fit = "all_gather on 2 cores";
+  q.load_start = 10.33;
+  q.load_end = 2.01;
+  EXPECT_EQ(calibration_warning(q),
+            "vtpu: warning: this calibration is likely noisy: the 1-minute load average at the "
+            "start, 10.33, is above the host's 2 CPUs; the 1-minute load average at the end, 2.01, "
+            "is above the host's 2 CPUs. Check the residuals, and recalibrate on a quiet machine "
+            "before shipping the profile (README, \"Planner\")");
+  // Unknown load averages (-1) and an unknown CPU count never warn on their own.
+  q.load_start = q.load_end = -1;
+  EXPECT_EQ(calibration_warning(q), "");
+  EXPECT_EQ(calibration_quality_text(q),
+            "; load average (1 min) unknown at the start, unknown at the end, on 2 CPUs; worst max "
+            "relative residual 12% (all_gather on 2 cores)");
+  q.load_start = 50;
+  q.host_cpus = 0;
+  EXPECT_EQ(calibration_warning(q), "");
+}
+
 }  // namespace
 }  // namespace vtpu::examples

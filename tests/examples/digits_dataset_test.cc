@@ -11,12 +11,13 @@
 
 #include "common/error.h"
 #include "test_data.h"
+#include "tests/temp_path.h"
 
 namespace vtpu::examples {
 namespace {
 
 std::string write_temp(const std::string& name, const std::string& content) {
-  const std::string path = (std::filesystem::temp_directory_path() / name).string();
+  const std::string path = test_temp_path(name);
   std::ofstream(path) << content;
   return path;
 }
@@ -119,7 +120,7 @@ TEST(DigitsDatasetTest, TooFewRowsAndTruncatedGzip) {
   // A truncated gzip stream must fail loudly, never load a prefix silently.
   std::ifstream in(testing::digits_path(), std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string path = (std::filesystem::temp_directory_path() / "vtpu_trunc.csv.gz").string();
+  const std::string path = test_temp_path("vtpu_trunc.csv.gz");
   std::ofstream(path, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
   EXPECT_THROW(load_digits_csv(path), InvalidArgumentError);
 }

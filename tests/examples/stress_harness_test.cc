@@ -20,6 +20,7 @@
 #include "memory/stress_replay.h"
 #include "memory/stress_workload.h"
 #include "memory/trace.h"
+#include "tests/temp_path.h"
 
 namespace vtpu::examples {
 namespace {
@@ -284,8 +285,7 @@ TEST(StressHarnessTest, PlannedNeedsItsHeapAndSaysSo) {
 // Finding F7: a trace whose events are all on core 0, replayed on 2 cores, left core 1 with an
 // empty stream, whose empty plan failed `planned` for every core.
 TEST(StressHarnessTest, PlannedRunsWhenACoreHasNoEvents) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "vtpu_stress_one_core.jsonl").string();
+  const std::string path = test_temp_path("vtpu_stress_one_core.jsonl");
   {
     TraceWriter w(path, default_trace_header());
     for (uint64_t i = 0; i < 50; ++i) {

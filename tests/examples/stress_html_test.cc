@@ -25,6 +25,7 @@
 #include "common/error.h"
 #include "examples/stress_html_assets.h"
 #include "stress_report_fixture.h"
+#include "tests/temp_path.h"
 
 namespace vtpu::examples {
 namespace {
@@ -603,8 +604,7 @@ bool chromium_installed() {
 }
 
 std::filesystem::path temp_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("vtpu_stress_html_" + name + "_" + std::to_string(getpid()));
+  auto dir = test_temp_dir() / ("vtpu_stress_html_" + name);
   std::filesystem::create_directories(dir);
   return dir;
 }
@@ -623,9 +623,9 @@ ImageStats image_stats(const Png& png) {
 
 TEST(StressHtmlScreenshotTest, MissingChromiumIsAClearError) {
   std::string out;
-  const int rc = run_command(
-      "CHROMIUM=/nonexistent/chromium " + script_path() + " " + script_path() + " /tmp/x.png",
-      &out);
+  const int rc = run_command("CHROMIUM=/nonexistent/chromium " + script_path() + " " +
+                                 script_path() + " " + test_temp_path("x.png"),
+                             &out);
   EXPECT_EQ(rc, 127) << out;
   EXPECT_NE(out.find("apt-get install chromium"), std::string::npos) << out;
   out.clear();

@@ -18,6 +18,7 @@
 #include "examples/transformer_model.h"
 #include "runtime/hardware_profile.h"
 #include "sharding/model_graph.h"
+#include "tests/temp_path.h"
 
 namespace vtpu::examples {
 namespace {
@@ -26,7 +27,7 @@ using Groups = std::vector<std::vector<int>>;
 using Names = std::vector<std::string>;
 
 std::string write_plan(const std::string& name, const std::string& text) {
-  const std::string path = (std::filesystem::temp_directory_path() / name).string();
+  const std::string path = test_temp_path(name);
   std::ofstream(path) << text;
   return path;
 }
@@ -173,6 +174,24 @@ TEST(TrainPlanTest, BadPlansNameTheFieldAndWhatWasExpected) {
   bad({"estimate.step_seconds is \"fast\""},
       [](auto& j) { j["estimate"]["step_seconds"] = "fast"; });
   bad({"estimate.batch is 0"}, [](auto& j) { j["estimate"]["batch"] = 0; });
+  // Regression (adversarial pass adv10, A9): a denormal step time of 1e-320 s passed and the
+  // report printed "infx (outside 25%)". Accepted: 1e-12 s .. 365.25 days = 31557600 s.
+  for (const double s : {1e-320, 9.9e-13, 31557601.0, 1e300}) {
+    nlohmann::json j = good_plan();
+    j["estimate"]["step_seconds"] = s;
+    expect_error<InvalidArgumentError>(
+        [&] { parse_train_plan(j, "p.json"); },
+        {"plan file 'p.json'", "estimate.step_seconds is " + j["estimate"]["step_seconds"].dump() +
+                                   " (expected seconds from 1e-12 to 31557600, i.e. 1 ps to a "
+                                   "year)"});
+  }
+  for (const double s : {1e-12, 31557600.0}) {
+    nlohmann::json j = good_plan();
+    j["estimate"]["step_seconds"] = s;
+    EXPECT_EQ(parse_train_plan(j, "p.json").estimate->step_seconds, s);
+  }
+  bad({"estimate.step_seconds is 1e-320 (expected seconds from 1e-12"},
+      [](auto& j) { j["estimate"]["step_seconds"] = 1e-320; });
   bad({"unknown key 'estimates' (expected estimate, format, layers, mesh, model, model_graph, "
        "parameter_shapes, pinned, shardings, strategy, version)"},
       [](auto& j) {

@@ -19,6 +19,10 @@
 #include <vector>
 
 #include "test_data.h"
+#include "tests/temp_path.h"
+
+using vtpu::test_temp_dir;
+using vtpu::test_temp_path;
 
 namespace {
 
@@ -46,7 +50,7 @@ CliRun run_cli(const std::string& args) {
 std::string temp_file(const std::string& name, const std::string& content) {
   const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
   const std::string prefix = test != nullptr ? std::string(test->name()) + "_" : "";
-  const std::string path = (std::filesystem::temp_directory_path() / (prefix + name)).string();
+  const std::string path = test_temp_path(prefix + name);
   std::ofstream(path) << content;
   return path;
 }
@@ -60,7 +64,7 @@ void expect_failure(const std::string& args, const std::string& needle, int exit
 
 TEST(VtpuCliTest, TrainMlpWritesMemoryProfileSnapshotAndEventLog) {
   VTPU_REQUIRE_DIGITS();
-  const auto dir = std::filesystem::temp_directory_path();
+  const std::filesystem::path& dir = test_temp_dir();
   const std::string prof = (dir / "vtpu_cli_mlp.prof").string();
   const std::string snap = (dir / "vtpu_cli_mlp_snapshot.json").string();
   const std::string events = (dir / "vtpu_cli_mlp_events.jsonl").string();
@@ -336,8 +340,7 @@ TEST(VtpuCliTest, BenchMemoryJsonCoversEveryKnownPolicy) {
 // A hand-written trace: three buffers live at once at the peak (1000 B, 300 B and 5000 B, which
 // bfc rounds to 1024 + 512 + 5120 = 6656 B), then everything freed.
 TEST(VtpuCliTest, BenchMemoryReplaysAHandWrittenTrace) {
-  const std::string trace =
-      (std::filesystem::temp_directory_path() / "vtpu_cli_bench_trace.jsonl").string();
+  const std::string trace = test_temp_path("vtpu_cli_bench_trace.jsonl");
   {
     std::ofstream out(trace);
     out << R"({"format": "vtpu-trace", "version": 1})"
@@ -644,6 +647,15 @@ TEST(VtpuCliTest, ReshardRejectsBadShapesAndRunsTooLargeToHold) {
       "reshard --mesh 2 --shape 4611686018427387904 --from \"P('x')\" --to \"P()\" "
       "--explain",
       "shape (4611686018427387904,) has more than 2^60 elements", 1);
+  // adv10 A10: 2^60 elements over 7 cores pad to 2^60 + 6 in the reduce-scatter's buffer; the
+  // error named only that padded shape and said "expected fewer".
+  expect_failure(
+      "reshard --mesh 7 --shape 1152921504606846976 --from \"P(unreduced={'x'})\" --to "
+      "\"P('x')\" --explain",
+      "array shape (1152921504606846976,) needs a collective buffer of shape "
+      "(1152921504606846982,) on its mesh, which has more than 2^60 elements (expected at most "
+      "2^60 elements, padding to a multiple of the shard count included)",
+      1);
 }
 
 }  // namespace
@@ -835,8 +847,7 @@ std::string stress_trace() {
 }
 
 TEST(VtpuCliTest, StressTableAndJson) {
-  const std::string json =
-      (std::filesystem::temp_directory_path() / "vtpu_cli_stress.json").string();
+  const std::string json = test_temp_path("vtpu_cli_stress.json");
   const CliRun r = run_cli(
       "stress --cores 2 --workload kv_cache --events 3000 --allocators bfc,tlsf --hbm-bytes 64M "
       "--seed 3 --collective-rounds 5 --json " +
@@ -874,8 +885,7 @@ TEST(VtpuCliTest, StressTableAndJson) {
 
 TEST(VtpuCliTest, StressReplaysATraceOnCoresModuloN) {
   const std::string trace = stress_trace();
-  const std::string json =
-      (std::filesystem::temp_directory_path() / "vtpu_cli_stress_trace.json").string();
+  const std::string json = test_temp_path("vtpu_cli_stress_trace.json");
   // One core: both trace cores land on core 0, merged by t_us (the file holds trace core 1, then
   // trace core 0): x (1000 B -> 1 KiB) at [0, 1), a at [1, 5) KiB, x freed at t 1 before b, so b
   // and c go to [5, 9) and [9, 13) KiB. With b freed, 16 KiB holds 8 KiB free in three holes
@@ -1008,7 +1018,7 @@ TEST(VtpuCliTest, StressRejectsOptionsTheRunDoesNotUse) {
 
 // New-user pass U20: --json F --html F wrote the JSON and then overwrote it with the page.
 TEST(VtpuCliTest, StressRejectsOneFileForJsonAndHtml) {
-  const auto dir = std::filesystem::temp_directory_path();
+  const std::filesystem::path& dir = test_temp_dir();
   const std::string same = (dir / "vtpu_cli_stress_same.out").string();
   std::filesystem::remove(same);
   expect_failure("stress --cores 1 --events 100 --json " + same + " --html " + same,
@@ -1023,8 +1033,7 @@ TEST(VtpuCliTest, StressRejectsOneFileForJsonAndHtml) {
 // Regression (stress F12): --events did not bound training_step, which ran whole steps (with the
 // default 12 layers, a step is 122 events after 24 of setup), so 1001 events became 1122.
 TEST(VtpuCliTest, StressEventsIsExactForEveryWorkload) {
-  const std::string json =
-      (std::filesystem::temp_directory_path() / "vtpu_cli_stress_events.json").string();
+  const std::string json = test_temp_path("vtpu_cli_stress_events.json");
   for (const char* workload :
        {"uniform", "lognormal", "bimodal", "training_step", "variable_batch", "kv_cache"}) {
     const CliRun r = run_cli(std::string("stress --cores 2 --workload ") + workload +
@@ -1058,8 +1067,7 @@ TEST(VtpuCliTest, StressRefusesEventsThatAreAllSetup) {
                  "the weights and optimizer state of --layers 3 (6 allocations)", 2);
   expect_failure(run + "--workload kv_cache --max-requests 40 --events 40",
                  "the prompts of the first --max-requests 40 requests", 2);
-  const std::string json =
-      (std::filesystem::temp_directory_path() / "vtpu_cli_stress_setup.json").string();
+  const std::string json = test_temp_path("vtpu_cli_stress_setup.json");
   const CliRun r = run_cli(run + "--workload lognormal --live 100 --events 301 --json " + json);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("301 events per core (100 fill the arena, 201 in the steady state)"),
@@ -1153,8 +1161,7 @@ TEST(VtpuCliTest, TrainerAndReshardSeedsAndTheTransformerLrAreChecked) {
 }
 
 TEST(VtpuCliTest, StressWritesAnHtmlPageWithTheReportEmbedded) {
-  const std::string html =
-      (std::filesystem::temp_directory_path() / "vtpu_cli_stress.html").string();
+  const std::string html = test_temp_path("vtpu_cli_stress.html");
   std::filesystem::remove(html);
   const CliRun r = run_cli("stress --cores 2 --events 200 --allocators bfc,tlsf --html " + html);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -1652,7 +1659,7 @@ std::string model_path(const char* name) {
 }
 
 TEST(VtpuCliPlanTest, PlanPrintsEveryCandidateAndEmitsTheWinner) {
-  const std::string out = (std::filesystem::temp_directory_path() / "vtpu_cli_plan.json").string();
+  const std::string out = test_temp_path("vtpu_cli_plan.json");
   std::filesystem::remove(out);
   const CliRun r = run_cli("plan " + model_path("transformer.json") +
                            " --mesh 2x4 --hardware v5e --emit " + out);
@@ -1694,8 +1701,7 @@ TEST(VtpuCliPlanTest, MeshProductIsBoundedAndMeshAndAxesAreParsedStrictly) {
                  "--mesh 4096x4096 has 16777216 devices (expected at most 65536 to plan)", 1);
   expect_failure(plan + " --mesh 4096x4096x4096x4096x4096x4096",
                  "has more than 16777216 devices (expected at most 65536 to plan)", 1);
-  const std::string out =
-      (std::filesystem::temp_directory_path() / "vtpu_cli_plan_2048.json").string();
+  const std::string out = test_temp_path("vtpu_cli_plan_2048.json");
   std::filesystem::remove(out);
   expect_failure(plan + " --mesh 2048 --emit " + out,
                  "--mesh 2048 has 2048 devices (expected at most 1024 for a plan --emit writes", 1);
@@ -1971,8 +1977,7 @@ nlohmann::json expect_runs_like_one_core(const std::string& args, const char* lo
 // tensor parallel.
 TEST(VtpuCliPlanTest, EveryEmittedMlpPlanRunsAndMatchesOneCore) {
   VTPU_REQUIRE_DIGITS();
-  const std::string out =
-      (std::filesystem::temp_directory_path() / "vtpu_cli_mlp_emitted.json").string();
+  const std::string out = test_temp_path("vtpu_cli_mlp_emitted.json");
   const std::vector<std::pair<const char*, const char*>> cases = {
       {"1x8", "v5e"}, {"2x4", "v5e"},          {"8x1", "v5e"},
       {"1x2", "v5e"}, {"1x8", "this_machine"}, {"2x4", "this_machine"}};
@@ -2031,7 +2036,7 @@ TEST(VtpuCliPlanTest, EveryRunnableMlpStrategyRuns) {
                  2);
   // A flag --plan would ignore is a usage error (exit 2). Regression (new-user pass nu10, NU23):
   // --estimate-from B with --plan A ran A against A's estimate, ignoring B without a word.
-  expect_failure("train mlp --plan " + dp + " --memory-profile /tmp/x.prof",
+  expect_failure("train mlp --plan " + dp + " --memory-profile " + test_temp_path("x.prof"),
                  "vtpu: usage error: --memory-profile cannot be combined with --plan (expected one "
                  "of them)",
                  2);
@@ -2198,7 +2203,7 @@ TEST(VtpuCliPlanTest, TrainMlpPlanChecksAgainstTheMicroBatchedReference) {
 // refused naming the layer.
 TEST(VtpuCliPlanTest, TrainRunsThePlansModelSizes) {
   VTPU_REQUIRE_DIGITS();
-  const auto dir = std::filesystem::temp_directory_path();
+  const std::filesystem::path& dir = test_temp_dir();
   const std::string out = (dir / "vtpu_cli_mlp128_plan.json").string();
   const std::string mlp128 = temp_file("vtpu_cli_mlp128.json", R"j({"name": "mlp", "batch": 16,
       "optimizer": "sgd", "layers": [{"name": "fc1", "kind": "dense", "in": 64, "out": 128},
@@ -2313,8 +2318,7 @@ TEST(VtpuCliPlanTest, TrainMlpPlanRunsAdam) {
 // the batch defaults to the plan's, as with train mlp --plan.
 TEST(VtpuCliPlanTest, StrategyPinsACandidateThatTrainRunsAgainstItsEstimate) {
   VTPU_REQUIRE_DIGITS();
-  const std::string out =
-      (std::filesystem::temp_directory_path() / "vtpu_cli_pinned_fsdp.json").string();
+  const std::string out = test_temp_path("vtpu_cli_pinned_fsdp.json");
   std::filesystem::remove(out);
   const std::string mlp = "plan " + model_path("mlp.json");
   const CliRun r = run_cli(mlp +
@@ -2486,7 +2490,7 @@ TEST(VtpuCliPlanTest, UnwritableEmitAndEndlessDirectoryOrRepeatedKeyInputsFailCl
                  "model file '/dev/zero' is more than 16777216 bytes (expected at most 16777216, "
                  "16 MiB)",
                  1);
-  const std::string dir = std::filesystem::temp_directory_path().string();
+  const std::string dir = test_temp_dir().string();
   const CliRun d = run_cli("train mlp --steps 1 --plan " + dir);
   EXPECT_EQ(d.exit_code, 1) << d.output;
   EXPECT_NE(d.output.find("plan file '" + dir + "' is a directory (expected a JSON file)"),
@@ -2505,8 +2509,7 @@ TEST(VtpuCliPlanTest, UnwritableEmitAndEndlessDirectoryOrRepeatedKeyInputsFailCl
 // `vtpu train transformer --plan` and matches one core. On v5e, 2x4 is dp(data,model): data
 // parallel over both axes, flattened into one group of 8.
 TEST(VtpuCliPlanTest, EveryEmittedTransformerPlanRunsAndMatchesOneCore) {
-  const std::string out =
-      (std::filesystem::temp_directory_path() / "vtpu_cli_transformer_emitted.json").string();
+  const std::string out = test_temp_path("vtpu_cli_transformer_emitted.json");
   const std::string text = transformer_text_file();
   for (const char* mesh : {"1x8", "2x4", "8x1", "1x2"}) {
     const nlohmann::json plan =

@@ -26,6 +26,7 @@
 #include "memory/memory_profile.h"
 #include "memory/tiled_layout.h"
 #include "memory/trace.h"
+#include "tests/temp_path.h"
 
 namespace vtpu {
 namespace {
@@ -222,7 +223,7 @@ TEST(AdversarialProfileTest, SnapshotFileReplacesInvalidUtf8) {
   o.backing = false;
   HbmArena arena(o);
   arena.allocate(100, "bad\xff\xfe label");
-  const std::string path = ::testing::TempDir() + "adversarial_snapshot.json";
+  const std::string path = test_temp_path("adversarial_snapshot.json");
   ASSERT_NO_THROW(write_memory_snapshot(path, arena.chunk_records()));
   std::ifstream in(path);
   const nlohmann::json j = nlohmann::json::parse(in);

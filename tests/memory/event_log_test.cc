@@ -11,6 +11,7 @@
 #include "common/units.h"
 #include "memory/hbm_arena.h"
 #include "memory/trace.h"
+#include "tests/temp_path.h"
 
 namespace vtpu {
 namespace {
@@ -64,7 +65,7 @@ TEST(EventLogTest, RecordsEveryKindOfEventInOrder) {
   }
   EXPECT_NO_THROW(validate_trace_events(log, "event log"));
 
-  const std::string path = ::testing::TempDir() + "/vtpu_event_log_test.jsonl";
+  const std::string path = test_temp_path("vtpu_event_log_test.jsonl");
   arena.write_event_log(path);
   const Trace back = read_trace(path);
   EXPECT_EQ(back.header.at("format"), "vtpu-trace");

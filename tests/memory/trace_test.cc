@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "tests/temp_path.h"
 
 namespace vtpu {
 namespace {
@@ -316,8 +317,7 @@ TEST(TraceTest, RejectsTimeGoingBackwardsOnOneCore) {
 // New-user pass U6 (documented, README "Pipes"): a named pipe is read like a file, once from the
 // start, so a trace can be streamed in; the writer here opens the FIFO from another thread.
 TEST(TraceTest, ReadsANamedPipe) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "vtpu_trace_test_fifo.jsonl").string();
+  const std::string path = test_temp_path("vtpu_trace_test_fifo.jsonl");
   std::filesystem::remove(path);
   ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
   std::thread writer([&] {
@@ -340,8 +340,7 @@ TEST(TraceTest, MissingFileIsNotFound) {
 }
 
 TEST(TraceTest, ErrorNamesTheFile) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "vtpu_bad_trace.jsonl").string();
+  const std::string path = test_temp_path("vtpu_bad_trace.jsonl");
   std::ofstream(path) << kHeader << R"({"t_us": 0, "op": "free", "id": 9})"
                       << "\n";
   try {
@@ -397,8 +396,7 @@ TEST(TraceTest, WriterReaderRoundTripIsExact) {
 }
 
 TEST(TraceTest, WriterToFileRoundTrip) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "vtpu_trace_rt.jsonl").string();
+  const std::string path = test_temp_path("vtpu_trace_rt.jsonl");
   {
     TraceWriter w(path);
     for (const TraceEvent& e : sample_events()) w.write(e);

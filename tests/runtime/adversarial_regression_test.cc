@@ -14,6 +14,7 @@
 #include "memory/hbm_arena.h"
 #include "runtime/runtime.h"
 #include "runtime/runtime_options.h"
+#include "tests/temp_path.h"
 
 namespace vtpu {
 namespace {
@@ -41,7 +42,7 @@ TEST(AdversarialRuntimeTest, ConcurrentHostAndCoresOnArenas) {
         (void)rt.core(c).hbm().memory_stats();
         (void)rt.core(c).hbm().occupancy_map();
         if (++n % 16 == 0) rt.core(c).hbm().defragment();
-        if (n % 64 == 0) rt.save_device_memory_profile(::testing::TempDir() + "adversarial_rt.prof");
+        if (n % 64 == 0) rt.save_device_memory_profile(test_temp_path("adversarial_rt.prof"));
         BufferPin pin = b.pin();
         for (uint64_t i = 0; i < b.size_bytes(); ++i)
           if (static_cast<uint8_t>(b.data()[i]) != 0x5A) {
@@ -132,7 +133,7 @@ TEST(AdversarialRuntimeTest, OomOnOneCoreDoesNotPoisonOthers) {
 // A config whose value nests deeper than any option used to crash `vtpu train mlp --config` with a
 // stack overflow when the error message quoted the value.
 TEST(AdversarialRuntimeTest, DeeplyNestedOptionsFileIsAnInvalidArgument) {
-  const std::string path = ::testing::TempDir() + "adversarial_deep_options.json";
+  const std::string path = test_temp_path("adversarial_deep_options.json");
   {
     std::ofstream out(path);
     out << "{\"hbm_memory_fraction\": " << std::string(200000, '[') << std::string(200000, ']')

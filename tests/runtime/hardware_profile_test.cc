@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "tests/temp_path.h"
 
 namespace vtpu {
 namespace {
@@ -201,7 +202,7 @@ TEST(HardwareProfileTest, RejectsNonIntegersTinyRatesUnknownTopologyAndBadSizes)
   expect_rejected("vmem_bytes", 1, "vmem_bytes is 1 (expected 1 KiB..4 GiB)");
   expect_rejected("smem_bytes", 1, "smem_bytes is 1 (expected 1 KiB..4 GiB)");
   expect_rejected("accumulator_bytes", "1T", "accumulator_bytes is 1099511627776");
-  const std::string dir = (std::filesystem::temp_directory_path() / "vtpu_hw_dir.json").string();
+  const std::string dir = test_temp_path("vtpu_hw_dir.json");
   std::filesystem::create_directories(dir);
   try {
     HardwareProfile::get(dir);
@@ -267,7 +268,7 @@ TEST(HardwareProfileTest, RejectsAbsurdLatenciesAndRepeatedKeys) {
 
   // A repeated key in a file, at the top level and inside an object.
   const std::string text = v5e.dump();
-  const std::string path = (std::filesystem::temp_directory_path() / "vtpu_hw_dup.json").string();
+  const std::string path = test_temp_path("vtpu_hw_dup.json");
   for (const std::string& dup :
        {text.substr(0, text.size() - 1) + R"(, "name": "other"})",
         R"({"peak_flops_per_second": {"f32": 1e12, "f32": 2e12}, )" + text.substr(1)}) {
@@ -298,7 +299,7 @@ TEST(HardwareProfileTest, RejectsAbsurdLatenciesAndRepeatedKeys) {
 // F7 (issue 6): a torus profile with no links, or fewer than one each way per torus dimension,
 // passed validation and then failed in the cost model without naming the field or the file.
 TEST(HardwareProfileTest, TorusNeedsLinksAndALinkRate) {
-  const std::string path = (std::filesystem::temp_directory_path() / "vtpu_hw_links.json").string();
+  const std::string path = test_temp_path("vtpu_hw_links.json");
   const auto expect_rejected = [&](const char* key, const nlohmann::json& value,
                                    const std::string& topology, const char* needle) {
     nlohmann::json j = HardwareProfile::get("v5e").to_json();

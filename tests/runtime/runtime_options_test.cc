@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "tests/temp_path.h"
 
 namespace vtpu {
 namespace {
@@ -282,8 +283,7 @@ class TempFile {
  public:
   explicit TempFile(const std::string& contents) {
     const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::temp_directory_path() / ("vtpu_options_" + std::string(info->name()) +
-                                                      "_" + std::to_string(::getpid()) + ".json");
+    path_ = test_temp_dir() / ("vtpu_options_" + std::string(info->name()) + ".json");
     std::ofstream(path_) << contents;
   }
   ~TempFile() { std::filesystem::remove(path_); }

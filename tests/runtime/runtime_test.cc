@@ -28,6 +28,7 @@
 #include "common/error.h"
 #include "memory/trace.h"
 #include "runtime/device_buffer.h"
+#include "tests/temp_path.h"
 
 // TSan suppressions for exception_ptr live in common/tsan_default_suppressions.cc.
 
@@ -792,7 +793,7 @@ TEST(RuntimeMemoryProfileTest, ChunkRecordsAndFilesCoverEveryCore) {
   EXPECT_EQ(records[3].offset, 3072u);
   EXPECT_EQ(records[3].alloc_seq, 2u);  // per core, from 1
 
-  const std::string dir = ::testing::TempDir();
+  const std::string dir = test_temp_dir().string();
   const std::string prof = dir + "/vtpu_runtime_profile.prof";
   const std::string snap = dir + "/vtpu_runtime_snapshot.json";
   rt.save_device_memory_profile(prof);
@@ -824,7 +825,7 @@ TEST(RuntimeMemoryProfileTest, EventLogMergesEveryCore) {
     DeviceBuffer a = ctx.allocate(4096 * (ctx.core_id() + 1), "act");
     DeviceBuffer b = ctx.allocate(256, "tmp");
   });
-  const std::string path = ::testing::TempDir() + "/vtpu_runtime_events.jsonl";
+  const std::string path = test_temp_path("vtpu_runtime_events.jsonl");
   rt.save_memory_event_log(path);
   const Trace t = read_trace(path);
   ASSERT_EQ(t.events.size(), 3u * 4u);  // two allocs and two frees per core

@@ -45,6 +45,15 @@ TEST(BlockCopyTest, NumElements) {
   // Regression: 2^62 f32 elements made from_buffers' expected byte size wrap to 0.
   EXPECT_EQ(num_elements_of({int64_t{1} << 60}), int64_t{1} << 60);
   EXPECT_THROW(num_elements_of({int64_t{1} << 62}), InvalidArgumentError);
+  // 2^60 + 1 is one past the limit; the error names the shape and the limit (adv10 A10: it said
+  // "expected fewer").
+  try {
+    num_elements_of({(int64_t{1} << 60) + 1});
+    ADD_FAILURE() << "2^60 + 1 elements accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("shape (1152921504606846977,) has more than 2^60 elements "
+                                    "(expected at most 2^60)"));
+  }
 }
 
 TEST(BlockCopyTest, HandWorked2d) {

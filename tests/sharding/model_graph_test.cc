@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "tests/temp_path.h"
 
 namespace vtpu {
 namespace {
@@ -145,8 +146,7 @@ TEST(ModelGraphTest, RejectsOverflowingSizesDirectoriesControlCharactersAndRepea
   }
   EXPECT_THAT(error_of(many + "]}"),
               HasSubstr("layers: has 65537 layers (expected at most 65536)"));
-  const std::string big_path =
-      (std::filesystem::temp_directory_path() / "vtpu_big_model.json").string();
+  const std::string big_path = test_temp_path("vtpu_big_model.json");
   std::ofstream(big_path) << many << "]}" << std::string(16 << 20, ' ');
   try {
     ModelGraph::load_json_file(big_path);

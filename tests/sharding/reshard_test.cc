@@ -414,6 +414,24 @@ TEST(ReshardErrors, BadSpecsAndMeshes) {
             sharding(Mesh({2, 2, 2}, {"x", "y", "z"}, {0, 1, 2, 3, 4, 5, 6, 9}), "P('x')"));
       },
       {"same mesh"});
+  // Regression (adversarial pass adv10, A10): the error named the padded buffer's shape alone and
+  // said "expected fewer". 2^60 = 1152921504606846976 = 1 (mod 7), since 2^3 = 1 (mod 7), so the
+  // reduce-scatter buffer over 7 shards is padded by 6 to 1152921504606846982.
+  const Mesh seven({7}, {"x"});
+  const int64_t two60 = int64_t{1} << 60;
+  expect_invalid(
+      [&] {
+        plan_reshard({two60}, sharding(seven, "P(unreduced={'x'})"), sharding(seven, "P('x')"));
+      },
+      {"array shape (1152921504606846976,) needs a collective buffer of shape "
+       "(1152921504606846982,) on its mesh, which has more than 2^60 elements (expected at most "
+       "2^60 elements, padding to a multiple of the shard count included)"});
+  // The same array over 4096 = 2^12 shards needs no padding and plans.
+  const Mesh big({4096}, {"x"});
+  EXPECT_EQ(plan_reshard({two60}, sharding(big, "P(unreduced={'x'})"), sharding(big, "P('x')"))
+                .steps.front()
+                .buffer_shape,
+            (std::vector<int64_t>{two60}));
   expect_invalid([] { PartitionSpec::parse("P('x', reduce_op='mean')"); },
                  {"reduce op", "position"});
   expect_invalid([] { PartitionSpec::parse("'x', unreduced={'y'}"); }, {"only inside P(...)"});
