@@ -30,6 +30,7 @@ struct PlanCommand {
   int64_t batch = 0;
   std::string emit_path;
   bool json = false;
+  bool verbose = false;  // --verbose: the cost model's every term (CostModel::describe)
   bool any_strategy = false;
   // --strategy: the candidate to emit in place of the winner ("" is a name no candidate has).
   std::optional<std::string> strategy;
@@ -210,7 +211,12 @@ int run(const PlanCommand& c) {
     // oversubscription (plan_auto_sharding prices with for_cores(mesh size) too).
     int64_t cores = 1;
     for (int64_t s : shape) cores *= s;
-    std::printf("%s\n", cost.for_cores(static_cast<int>(cores)).describe().c_str());
+    // New-user pass nu10, NU12: the full description of this_machine is about 1,450
+    // characters on one line; by default its summary.
+    const CostModel priced = cost.for_cores(static_cast<int>(cores));
+    std::printf("%s\n", (c.verbose ? priced.describe() : priced.summary()).c_str());
+    // New-user pass nu10, NU18: no "run the plan with" when there is no plan to run (the error
+    // after the table says why).
     if (!constraints.runner.empty()) {
       std::printf(
           "run the plan with: %s --plan PLAN.json (strategies it cannot run are marked "
@@ -262,6 +268,9 @@ std::shared_ptr<PlanCommand> add_plan_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   c->app->add_option("--emit", c->emit_path, "Write the winner as a plan JSON file");
   c->app->add_flag("--json", c->json, "Print the candidates and the plan as JSON");
+  c->app->add_flag("--verbose", c->verbose,
+                   "Print the cost model's every term (each calibrated fit and its measured "
+                   "curve, the kernel rates) in place of its one-line summary");
   c->app->add_option(
       "--strategy", c->strategy,
       "Report and emit this candidate (its name as the table prints it, e.g. 'fsdp(x)', "

@@ -1926,6 +1926,50 @@ TEST(VtpuCliPlanTest, ReshardExplainOnV5e) {
       "vtpu: usage error: --hardware cannot be combined with --alpha/--beta/--a2a-factor", 2);
 }
 
+// New-user pass nu10, NU12: the default reshard printed a 1,465-character "cost model:" line
+// (every fit, every curve, and kernel rates a reshard does not use); --verbose keeps it. NU21: the
+// all-to-all's dims read "1->0" where x moves from dimension 0 to 1.
+TEST(VtpuCliPlanTest, ReshardCostLineIsShortAndAllToAllDimsNameSplitAndConcat) {
+  const std::string args =
+      "reshard --explain --mesh 4 --shape 8,8 --from \"P('x',None)\" --to \"P(None,'x')\"";
+  const CliRun r = run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string cost = line_starting(r.output, "cost model: ");
+  EXPECT_TRUE(cost.starts_with("cost model: this_machine (calibrated ")) << cost;
+  EXPECT_TRUE(cost.ends_with(" cores); 4 virtual cores on 2 host CPUs: work x 2")) << cost;
+  EXPECT_LT(cost.size(), 200u) << cost;
+  for (const char* detail : {"alpha", "measured curve", "compute", "working sets"}) {
+    EXPECT_EQ(cost.find(detail), std::string::npos) << detail << "\n" << cost;
+  }
+  // Each core splits its (2, 8) block along dimension 1 into 4 pieces and concatenates the
+  // pieces it receives along dimension 0: (8, 2) blocks, x now on dimension 1.
+  const std::string header = line_starting(r.output, "step  op");
+  const std::string step = line_starting(r.output, "   1  all_to_all");
+  EXPECT_EQ(step.find("split 1, concat 0 "), header.find("dims")) << r.output;
+  EXPECT_EQ(step.find("->"), std::string::npos) << step;
+  const CliRun v = run_cli(args + " --verbose");
+  ASSERT_EQ(v.exit_code, 0) << v.output;
+  const std::string full = line_starting(v.output, "cost model: ");
+  EXPECT_NE(full.find("all_gather alpha "), std::string::npos) << full;
+  EXPECT_NE(full.find("; 4 virtual cores on 2 host CPUs: work x 2"), std::string::npos) << full;
+  EXPECT_EQ(full.find("compute"), std::string::npos) << full;  // a reshard prices no kernels
+  // vtpu plan on this_machine: the summary names the measured kernels; --verbose lists them.
+  const std::string plan = "plan " + model_path("mlp.json") + " --mesh 8 --hardware this_machine";
+  const CliRun p = run_cli(plan);
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  const std::string plan_cost = line_starting(p.output, "cost model: ");
+  EXPECT_TRUE(
+      plan_cost.ends_with("; 8 virtual cores on 2 host CPUs: work x 4; compute: measured "
+                          "kernel rates"))
+      << plan_cost;
+  EXPECT_LT(plan_cost.size(), 250u) << plan_cost;
+  const CliRun pv = run_cli(plan + " --verbose");
+  ASSERT_EQ(pv.exit_code, 0) << pv.output;
+  EXPECT_NE(line_starting(pv.output, "cost model: ").find("compute per kernel: measured GEMM"),
+            std::string::npos)
+      << pv.output;
+}
+
 // ---- vtpu plan --emit, then vtpu train ... --plan: every emitted plan runs -------------------
 
 // Runs `vtpu plan MODEL --emit` and returns the plan file's JSON (empty on failure).
