@@ -44,7 +44,9 @@ namespace {
 /// says so. With --any-strategy a candidate over the HBM limit is pinned (a what-if).
 void pin_strategy(const std::string& name, bool any_strategy, AutoShardingPlan& plan) {
   const std::vector<std::string> names = plan.candidate_names();
-  if (std::find(names.begin(), names.end(), name) == names.end()) {
+  // The roles in any order ('tp(model)+dp(data)'); choose() matches the same way.
+  const std::string canonical = canonical_strategy_name(name);
+  if (std::find(names.begin(), names.end(), canonical) == names.end()) {
     throw CLI::ValidationError("--strategy", "'" + abbreviate(name) +
                                                  "' is not a candidate on this mesh (expected one "
                                                  "of: " +
@@ -61,7 +63,7 @@ void pin_strategy(const std::string& name, bool any_strategy, AutoShardingPlan& 
     // train does not run is (the constraints are then off), and so is a layer whose required
     // sharding does not divide over the tensor axes (it may then stay replicated; adv8 H7).
     const PlanCandidate& k = plan.candidates[static_cast<size_t>(
-        std::find(names.begin(), names.end(), name) - names.begin())];
+        std::find(names.begin(), names.end(), canonical) - names.begin())];
     if (k.feasible || k.infeasible_by_constraints) {
       throw FailedPreconditionError(hint(std::string(e.message())));
     }

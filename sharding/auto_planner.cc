@@ -959,6 +959,37 @@ AutoShardingPlan plan_auto_sharding(const ModelGraph& model, const std::vector<i
   return plan;
 }
 
+std::string canonical_strategy_name(const std::string& name) {
+  // The roles: the parts between "+" at parenthesis depth 0.
+  std::vector<std::string> parts(1);
+  int depth = 0;
+  for (char ch : name) {
+    if (ch == '(') ++depth;
+    if (ch == ')') --depth;
+    if (ch == '+' && depth == 0) {
+      parts.emplace_back();
+    } else {
+      parts.back() += ch;
+    }
+  }
+  if (parts.size() < 2) return name;
+  static const std::vector<std::string> kOrder = {"dp(", "fsdp(", "tp("};  // as the planner names
+  std::vector<std::pair<size_t, std::string>> ranked;
+  for (std::string& part : parts) {
+    const auto kind = std::ranges::find_if(
+        kOrder, [&](const std::string& prefix) { return part.starts_with(prefix); });
+    if (kind == kOrder.end() || !part.ends_with(")")) return name;
+    ranked.emplace_back(static_cast<size_t>(kind - kOrder.begin()), std::move(part));
+  }
+  std::ranges::sort(ranked, {}, &std::pair<size_t, std::string>::first);
+  for (size_t i = 1; i < ranked.size(); ++i) {
+    if (ranked[i].first == ranked[i - 1].first) return name;  // a role named twice
+  }
+  std::string out;
+  for (const auto& [kind, part] : ranked) out += (out.empty() ? "" : "+") + part;
+  return out;
+}
+
 std::vector<std::string> AutoShardingPlan::candidate_names() const {
   std::vector<std::string> names;
   for (const PlanCandidate& c : candidates) names.push_back(c.name);
@@ -966,8 +997,11 @@ std::vector<std::string> AutoShardingPlan::candidate_names() const {
 }
 
 void AutoShardingPlan::choose(const std::string& name, bool allow_over_hbm) {
+  // Regression (new-user pass nu10, NU16): 'tp(model)+dp(data)' was not a candidate because the
+  // planner names it 'dp(data)+tp(model)'; the order of the roles does not matter.
+  const std::string canonical = canonical_strategy_name(name);
   const auto it = std::find_if(candidates.begin(), candidates.end(),
-                               [&](const PlanCandidate& c) { return c.name == name; });
+                               [&](const PlanCandidate& c) { return c.name == canonical; });
   if (it == candidates.end()) {
     throw InvalidArgumentError("strategy '" + abbreviate(name) + "' is not a candidate of model '" +
                                model.name + "' on " +

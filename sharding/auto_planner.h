@@ -202,7 +202,8 @@ struct AutoShardingPlan {
   int chosen() const { return pinned >= 0 ? pinned : winner; }
   /// Names of the candidates, in table order.
   std::vector<std::string> candidate_names() const;
-  /// Pins the candidate named `name` (as the table prints it, e.g. "fsdp(x)", "dp(data,model)").
+  /// Pins the candidate named `name` (as the table prints it, e.g. "fsdp(x)", "dp(data,model)",
+  /// or with its roles in another order: canonical_strategy_name; new-user pass nu10, NU16).
   /// Throws InvalidArgumentError when no candidate has that name (listing the names);
   /// FailedPreconditionError when the candidate cannot run (the batch or a dimension does not
   /// split, or the constraints' runner does not implement it), naming why; ResourceExhaustedError
@@ -230,6 +231,14 @@ struct AutoShardingPlan {
   /// The table's result column for candidate `i`: WINNER, CHOSEN or why it lost.
   std::string result_text(int i) const;
 };
+
+/// `name` with its roles in the order the planner names a candidate: "tp(model)+dp(data)" ->
+/// "dp(data)+tp(model)", "tp(b)+fsdp(a)" -> "fsdp(a)+tp(b)". The roles are the parts between
+/// top-level "+" (outside parentheses), each "dp(...)", "fsdp(...)" or "tp(...)"; the order of
+/// the axes inside a role is kept (it is the order of the mesh axes a dimension is split over).
+/// A name with any other part, a role named twice, or no "+" is returned unchanged (and then
+/// matches no candidate unless it already did). Pure. Thread-safe.
+std::string canonical_strategy_name(const std::string& name);
 
 /// Mesh axes of size > 1 the planner accepts: it tries 3^k strategies (each axis data, tensor or
 /// FSDP), so 8 axes are 6,561 candidates (about a second); 12 took 40 s and 0.9 GB.

@@ -1970,6 +1970,26 @@ TEST(VtpuCliPlanTest, ReshardCostLineIsShortAndAllToAllDimsNameSplitAndConcat) {
       << pv.output;
 }
 
+// New-user pass nu10, NU16: --strategy 'tp(model)+dp(data)' was "not a candidate" because the
+// planner names it 'dp(data)+tp(model)'; the roles may come in any order.
+TEST(VtpuCliPlanTest, StrategyRolesMayComeInAnyOrder) {
+  const std::string out =
+      (std::filesystem::temp_directory_path() / "vtpu_cli_plan_role_order.json").string();
+  std::filesystem::remove(out);
+  const CliRun r = run_cli("plan " + model_path("mlp.json") +
+                           " --mesh 2x4 --strategy 'tp(model)+dp(data)' --emit " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(line_starting(r.output, "dp(data)+tp(model) ").find("CHOSEN (--strategy)"),
+            std::string::npos)
+      << r.output;
+  std::ifstream in(out);
+  ASSERT_TRUE(in) << out;
+  EXPECT_EQ(nlohmann::json::parse(in)["strategy"]["name"], "dp(data)+tp(model)");
+  // Inside a role the order is the mesh's: tp(model,data) is no candidate of Mesh(data, model).
+  expect_failure("plan " + model_path("mlp.json") + " --mesh 2x4 --strategy 'tp(model,data)'",
+                 "usage error: --strategy: 'tp(model,data)' is not a candidate on this mesh", 2);
+}
+
 // ---- vtpu plan --emit, then vtpu train ... --plan: every emitted plan runs -------------------
 
 // Runs `vtpu plan MODEL --emit` and returns the plan file's JSON (empty on failure).

@@ -723,5 +723,28 @@ TEST(AutoPlannerTest, DpMatchesBruteForceOverEveryShardingSequenceAtEveryLimit) 
   EXPECT_GT(fitting_limits, 100);
 }
 
+// New-user pass nu10, NU16: --strategy 'tp(model)+dp(data)' was not a candidate, since the
+// planner names it 'dp(data)+tp(model)'. The order of the roles does not matter; the order of the
+// axes inside one does (it is the order a dimension is split over them).
+TEST(AutoPlannerTest, StrategyNamesMatchInAnyRoleOrder) {
+  EXPECT_EQ(canonical_strategy_name("tp(model)+dp(data)"), "dp(data)+tp(model)");
+  EXPECT_EQ(canonical_strategy_name("tp(b,c)+fsdp(a)+dp(d)"), "dp(d)+fsdp(a)+tp(b,c)");
+  EXPECT_EQ(canonical_strategy_name("fsdp(a)+dp(b)"), "dp(b)+fsdp(a)");
+  EXPECT_EQ(canonical_strategy_name("dp(data)+tp(model)"), "dp(data)+tp(model)");
+  // Unchanged: one role, axis order inside a role, a role twice, an unknown role, no roles.
+  EXPECT_EQ(canonical_strategy_name("dp(model,data)"), "dp(model,data)");
+  EXPECT_EQ(canonical_strategy_name("tp(a)+tp(b)"), "tp(a)+tp(b)");
+  EXPECT_EQ(canonical_strategy_name("pp(a)+dp(b)"), "pp(a)+dp(b)");
+  EXPECT_EQ(canonical_strategy_name("tp(a)+"), "tp(a)+");
+  EXPECT_EQ(canonical_strategy_name("single core"), "single core");
+  AutoShardingPlan p = plan_auto_sharding(digits_mlp(), {2, 4}, {"data", "model"}, v5e());
+  p.choose("tp(model)+dp(data)");
+  ASSERT_GE(p.pinned, 0);
+  EXPECT_EQ(p.candidates[static_cast<size_t>(p.pinned)].name, "dp(data)+tp(model)");
+  EXPECT_EQ(p.to_json()["strategy"]["name"], "dp(data)+tp(model)");
+  // 'tp(model,data)' is not 'tp(data,model)': the candidate list is in mesh order.
+  EXPECT_THROW(p.choose("tp(model,data)"), InvalidArgumentError);
+}
+
 }  // namespace
 }  // namespace vtpu
