@@ -99,13 +99,21 @@ void require_fit(const AutoShardingPlan& plan, const std::string& runner) {
   try {
     plan.require_fit();
   } catch (const InvalidArgumentError& e) {
+    // At most kMaxListed names, then the count of the rest (new-user pass nu10, NU18: 8 axes of
+    // 2 listed 1,697 names, a 51,000-character error).
+    constexpr size_t kMaxListed = 4;
     std::vector<std::string> lifted;
+    size_t num_lifted = 0;
     for (const PlanCandidate& k : plan.candidates) {
-      if (k.infeasible_by_constraints) lifted.push_back(k.name);
+      if (!k.infeasible_by_constraints) continue;
+      if (++num_lifted <= kMaxListed) lifted.push_back(k.name);
     }
     if (runner.empty() || lifted.empty()) throw;
+    if (num_lifted > kMaxListed) {
+      lifted.push_back("and " + std::to_string(num_lifted - kMaxListed) + " more");
+    }
     throw InvalidArgumentError(std::string(e.message()) + "; " + join(lifted) +
-                               (lifted.size() == 1 ? " is" : " are") +
+                               (num_lifted == 1 ? " is" : " are") +
                                " feasible with --any-strategy, which lets a layer stay "
                                "replicated where " +
                                runner + " splits it (a what-if: " + runner + " cannot run it)");
@@ -220,10 +228,12 @@ int run(const PlanCommand& c) {
     // New-user pass nu10, NU18: no "run the plan with" when there is no plan to run (the error
     // after the table says why).
     if (!constraints.runner.empty()) {
-      std::printf(
-          "run the plan with: %s --plan PLAN.json (strategies it cannot run are marked "
-          "\"cannot run\"; --any-strategy plans without that limit)\n",
-          constraints.runner.c_str());
+      if (plan.chosen() >= 0) {
+        std::printf(
+            "run the plan with: %s --plan PLAN.json (strategies it cannot run are marked "
+            "\"cannot run\"; --any-strategy plans without that limit)\n",
+            constraints.runner.c_str());
+      }
     } else if (!not_trainable.empty()) {
       std::printf("%s: the plan is not restricted to what vtpu can run (--emit refuses it)\n",
                   not_trainable.c_str());

@@ -211,9 +211,11 @@ struct AutoShardingPlan {
   /// `allow_over_hbm` (then its smallest plan is pinned).
   void choose(const std::string& name, bool allow_over_hbm = false);
 
-  /// The table of `vtpu plan` (README "Planner" explains the columns), then the chosen
-  /// candidate's layers. The result column marks the winner "WINNER" and a pinned candidate
-  /// "CHOSEN (--strategy)".
+  /// The table of `vtpu plan` (README "Planner" explains the columns; the strategy column is as
+  /// wide as the longest name), then the chosen candidate's layers. The result column marks the
+  /// winner "WINNER" and a pinned candidate "CHOSEN (--strategy)". With nothing chosen the last
+  /// line says why: "no strategy can run (every candidate is marked \"cannot run\")" or "no
+  /// strategy fits the HBM limit of X per core".
   std::string to_string() const;
   /// The plan file (docs/SHARDING.md, "Plan files"; format "vtpu-plan", version 1) of the chosen
   /// candidate; a pinned one adds "pinned": {"winner": name or null, "why_lost": ...}. Throws
@@ -223,9 +225,18 @@ struct AutoShardingPlan {
   /// ResourceExhaustedError when no runnable candidate fits, naming the HBM limit and the
   /// smallest HBM per core that would fit (bytes, exact, the input batch included) and the
   /// strategy that needs it;
-  /// FailedPreconditionError when no feasible candidate can be run (naming one and why);
-  /// InvalidArgumentError when no candidate is feasible.
+  /// FailedPreconditionError when no feasible candidate can be run, and InvalidArgumentError when
+  /// no candidate is feasible, both with cannot_run_summary().
   void require_fit() const;
+  /// Why the candidates that cannot run (infeasible, or not runnable under the constraints)
+  /// cannot, each distinct reason once with its count, most frequent first (ties: table order),
+  /// at most kMaxReasons of them, then the count of the rest: "none of the 6561 candidates can
+  /// run: 1792 because batch 16 does not split over 64 data x fsdp cores; ...; 1857 for 6 other
+  /// reasons (the table gives each candidate's)" ("for another reason" when one is left). "" when
+  /// every candidate can run (new-user pass nu10, NU18: the error named the first row's reason
+  /// only, while most tp candidates failed on the heads).
+  std::string cannot_run_summary() const;
+  static constexpr size_t kMaxReasons = 3;
 
  private:
   /// The table's result column for candidate `i`: WINNER, CHOSEN or why it lost.

@@ -1990,6 +1990,46 @@ TEST(VtpuCliPlanTest, StrategyRolesMayComeInAnyOrder) {
                  "usage error: --strategy: 'tp(model,data)' is not a candidate on this mesh", 2);
 }
 
+// New-user pass nu10, NU18: with no runnable strategy the table ended "no strategy fits" and
+// "run the plan with: ...", and the error gave the first row's reason of 6,561 (the batch) and
+// listed 1,697 names in 51,000 characters. The counts are those of the table's rows.
+TEST(VtpuCliPlanTest, NothingRunnableSaysWhyWithCountsAndNoRunHint) {
+  const CliRun r = run_cli("plan " + model_path("transformer.json") +
+                           " --mesh 2x2x2x2x2x2x2x2 --axes a,b,c,d,e,f,g,h");
+  EXPECT_EQ(r.exit_code, 1) << r.output.substr(0, 2000);
+  EXPECT_EQ(r.output.find("no strategy fits"), std::string::npos);
+  EXPECT_EQ(r.output.find("run the plan with"), std::string::npos);
+  EXPECT_NE(r.output.find("\nno strategy can run (every candidate is marked \"cannot run\")\n"),
+            std::string::npos);
+  const std::string error = line_starting(r.output, "vtpu: error: ");
+  EXPECT_NE(error.find("model 'transformer' runs on no strategy of the mesh: none of the 6561 "
+                       "candidates can run: 1792 because batch 16 does not split over 64 data x "
+                       "fsdp cores; 1792 because batch 16 does not split over 32 data x fsdp "
+                       "cores; 1120 because layer 'blocks.0.attn' (attention, d_model 64, heads "
+                       "4) must be split 'heads' (vtpu train transformer runs it so), which does "
+                       "not divide over 16 tensor cores; 1857 for 6 other reasons (the table "
+                       "gives each candidate's); "),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find(", and 1693 more are feasible with --any-strategy"), std::string::npos)
+      << error;
+  EXPECT_LT(error.size(), 1000u) << error;
+  // The longest names (29 characters) keep the columns: each row's HBM column ends where the
+  // header's does.
+  const std::string header = line_starting(r.output, "strategy ");
+  const std::string row = line_starting(r.output, "dp(f,g,h)+fsdp(a)+tp(b,c,d,e) ");
+  ASSERT_FALSE(row.empty());
+  EXPECT_EQ(row.find(" - ") + 1, header.find("HBM/core") + 7) << header << "\n" << row;
+  // Runnable strategies that do not fit: "no strategy fits" says so, and still no run hint.
+  const CliRun tight =
+      run_cli("plan " + model_path("mlp.json") + " --mesh 1x8 --hardware v5e --hbm-bytes 1K");
+  EXPECT_EQ(tight.exit_code, 1) << tight.output;
+  EXPECT_NE(tight.output.find("\nno strategy fits the HBM limit of 1.00 KiB per core\n"),
+            std::string::npos)
+      << tight.output;
+  EXPECT_EQ(tight.output.find("run the plan with"), std::string::npos) << tight.output;
+}
+
 // ---- vtpu plan --emit, then vtpu train ... --plan: every emitted plan runs -------------------
 
 // Runs `vtpu plan MODEL --emit` and returns the plan file's JSON (empty on failure).
@@ -2512,9 +2552,12 @@ TEST(VtpuCliPlanTest, ConstraintMadeInfeasibilityPointsToAnyStrategy) {
     EXPECT_NE(r.output.find(lifted), std::string::npos) << args << "\n" << r.output;
   };
   hinted_then_lifted("plan " + model_path("mlp.json") + " --mesh 3 --hardware v5e",
-                     "cannot run: batch 64 does not split over 3 data x fsdp cores; tp(x) is "
-                     "feasible with --any-strategy, which lets a layer stay replicated where vtpu "
-                     "train mlp splits it (a what-if: vtpu train mlp cannot run it)",
+                     "none of the 3 candidates can run: 2 because batch 64 does not split over "
+                     "3 data x fsdp cores; 1 because layer 'fc1' (dense, in 64, out 64) must be "
+                     "split 'column' (vtpu train mlp runs it so), which does not divide over 3 "
+                     "tensor cores; tp(x) is feasible with --any-strategy, which lets a layer "
+                     "stay replicated where vtpu train mlp splits it (a what-if: vtpu train mlp "
+                     "cannot run it)",
                      "winner tp(x)");
   hinted_then_lifted("plan " + model_path("transformer.json") +
                          " --mesh 1x8 --hardware v5e --strategy 'tp(model)'",
