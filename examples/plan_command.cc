@@ -132,18 +132,19 @@ int run(const PlanCommand& c) {
         axes = mesh_axis_names(c.axes, c.mesh, shape,
                                shape.size() == 2 ? std::vector<std::string>{"data", "model"}
                                                  : default_axis_names(shape.size()));
+        // Regression (issue 6 adversarial pass, F13): the product of the --mesh sizes was
+        // unbounded: --mesh 4096x4096 planned 16,777,216 cores, and --emit wrote a plan vtpu
+        // train cannot run. A usage error, exit 2, as in vtpu reshard (new-user pass nu10, NU13).
+        if (c.emit_path.empty()) {
+          check_mesh_devices(c.mesh, shape, kMaxPlanDevices, " to plan");
+        } else {
+          check_mesh_devices(c.mesh, shape, kMaxRunDevices,
+                             " for a plan --emit writes, which vtpu train runs on virtual cores; "
+                             "without --emit vtpu plan plans up to " +
+                                 std::to_string(kMaxPlanDevices));
+        }
       })) {
     return 2;
-  }
-  // Regression (issue 6 adversarial pass, F13): the product of the --mesh sizes was unbounded:
-  // --mesh 4096x4096 planned 16,777,216 cores, and --emit wrote a plan vtpu train cannot run.
-  if (c.emit_path.empty()) {
-    check_mesh_devices(c.mesh, shape, kMaxPlanDevices, " to plan");
-  } else {
-    check_mesh_devices(c.mesh, shape, kMaxRunDevices,
-                       " for a plan --emit writes, which vtpu train runs on virtual cores; "
-                       "without --emit vtpu plan plans up to " +
-                           std::to_string(kMaxPlanDevices));
   }
   // Regression (session 10): a model named "mlp" or "transformer" with other layers was planned
   // under that trainer's constraints and --emit wrote a plan `vtpu train` refuses only at train

@@ -1438,8 +1438,11 @@ TEST(VtpuCliTest, TrainMlpComparesAPlansEstimateWithTheRun) {
     "version": 1, )j" + mesh + R"j( "strategy": {"name": "dp(x)", "data": "x", "tensor": null,
     "fsdp": null}})j");
   expect_failure("train mlp --estimate-from " + bare, "the plan has no estimate", 1);
-  expect_failure("train mlp --batch 16 --estimate-from " + dp,
-                 "estimates a global batch of 8 but the run uses 16", 1);
+  // A --batch that contradicts the plan is a usage error, as --cores is (nu10 NU13).
+  expect_failure(
+      "train mlp --batch 16 --estimate-from " + dp,
+      "vtpu: usage error: plan file '" + dp + "' estimates a global batch of 8 but the run uses 16",
+      2);
   expect_failure("train mlp --cores 4 --batch 8 --estimate-from " + dp,
                  "vtpu: usage error: --cores 4 but plan '" + dp +
                      "' has mesh x=2 (2 cores; expected --cores 2, or --cores left out)",
@@ -1552,7 +1555,7 @@ TEST(VtpuCliTest, TrainTransformerChecksThePlansBatchBeforeTraining) {
     "estimate": {"step_seconds": 0.5, "batch": 8}})json");
   const CliRun r = run_cli("train transformer --steps 1 --batch 4 --plan " + plan + " --data " +
                            transformer_text_file());
-  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.exit_code, 2) << r.output;  // a usage error (nu10 NU13)
   EXPECT_NE(r.output.find("plan file '" + plan +
                           "' estimates a global batch of 8 but the run uses 4 (expected the "
                           "same; re-plan with `vtpu plan --batch 4`)"),
@@ -1567,7 +1570,7 @@ TEST(VtpuCliTest, TrainTransformerChecksThePlansBatchBeforeTraining) {
     "mesh": {"axes": ["x"], "shape": [2]}, "strategy": {"name": "fsdp(x)", "fsdp": "x"},
     "estimate": {"step_seconds": 0.5, "batch": 8}})json");
   const CliRun f = run_cli("train fsdp --steps 1 --batch 4 --plan " + fsdp);
-  EXPECT_EQ(f.exit_code, 1) << f.output;
+  EXPECT_EQ(f.exit_code, 2) << f.output;
   EXPECT_NE(f.output.find("estimates a global batch of 8 but the run uses 4"), std::string::npos)
       << f.output;
   EXPECT_EQ(f.output.find("vtpu train fsdp:"), std::string::npos) << f.output;
@@ -1690,15 +1693,18 @@ TEST(VtpuCliPlanTest, NoFitFailsWithTheSmallestHbmThatWouldFit) {
 // said "names 1 axes" (CLI11 dropped the empty name).
 TEST(VtpuCliPlanTest, MeshProductIsBoundedAndMeshAndAxesAreParsedStrictly) {
   const std::string plan = "plan " + model_path("transformer.json");
+  // Usage errors, exit 2, as in vtpu reshard (new-user pass nu10, NU13).
   expect_failure(plan + " --mesh 4096x4096",
-                 "--mesh 4096x4096 has 16777216 devices (expected at most 65536 to plan)", 1);
+                 "vtpu: usage error: --mesh 4096x4096 has 16777216 devices (expected at most "
+                 "65536 to plan)",
+                 2);
   expect_failure(plan + " --mesh 4096x4096x4096x4096x4096x4096",
-                 "has more than 16777216 devices (expected at most 65536 to plan)", 1);
+                 "has more than 16777216 devices (expected at most 65536 to plan)", 2);
   const std::string out =
       (std::filesystem::temp_directory_path() / "vtpu_cli_plan_2048.json").string();
   std::filesystem::remove(out);
   expect_failure(plan + " --mesh 2048 --emit " + out,
-                 "--mesh 2048 has 2048 devices (expected at most 1024 for a plan --emit writes", 1);
+                 "--mesh 2048 has 2048 devices (expected at most 1024 for a plan --emit writes", 2);
   EXPECT_FALSE(std::filesystem::exists(out));
   for (const char* mesh : {"\" 2x 2\"", "+2x2", "2x-2", "\"2x2 \"", "0x2", "2x4097", "2x"}) {
     SCOPED_TRACE(mesh);
@@ -2245,7 +2251,7 @@ TEST(VtpuCliPlanTest, TrainMlpPlanComparesTheEstimateWithTheRun) {
       EXPECT_NE(text.output.find(needle), std::string::npos) << needle << "\n" << text.output;
     }
     expect_failure("train mlp --batch 16 --plan " + path,
-                   "estimates a global batch of 8 but the run uses 16", 1);
+                   "estimates a global batch of 8 but the run uses 16", 2);
   }
 }
 
@@ -2318,11 +2324,26 @@ TEST(VtpuCliPlanTest, TrainRunsThePlansModelSizes) {
     EXPECT_EQ(j["config"]["optimizer"], "sgd");
     EXPECT_EQ(j["config"]["global_batch"], 16);
   }
-  expect_failure("train mlp --steps 1 --hidden 64 --plan " + out,
-                 "is for hidden 128 (fc1.out), --hidden is 64 (expected 128, or --hidden left out)",
-                 1);
-  expect_failure("train mlp --steps 1 --optimizer adam --plan " + out,
-                 "is for optimizer sgd (model_graph.optimizer), --optimizer is adam", 1);
+  // A flag that contradicts the plan is a usage error, exit 2 (nu10 NU13), in both trainers
+  // (train fsdp on an FSDP plan of the same model).
+  const std::string fsdp_out =
+      (std::filesystem::temp_directory_path() / "vtpu_cli_mlp128_fsdp_plan.json").string();
+  r = run_cli("plan " + mlp128 + " --mesh 2 --strategy 'fsdp(x)' --hardware this_machine --emit " +
+              fsdp_out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const std::string& run :
+       {"train mlp --steps 1 --plan " + out, "train fsdp --steps 1 --plan " + fsdp_out}) {
+    const std::string path = run.substr(run.find("--plan ") + 7);
+    expect_failure(run + " --hidden 64",
+                   "vtpu: usage error: plan file '" + path +
+                       "' is for hidden 128 (fc1.out), --hidden is 64 (expected 128, or --hidden "
+                       "left out)",
+                   2);
+    expect_failure(run + " --optimizer adam",
+                   "is for optimizer sgd (model_graph.optimizer), --optimizer is adam", 2);
+  }
+  expect_failure("train mlp --steps 1 --kernels pallas --plan " + out,
+                 "vtpu: usage error: --kernels pallas cannot be combined with --plan", 2);
   r = run_cli("train mlp --steps 1 --hidden 128 --log-every 0 --plan " + out);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("model 64->128->10 (the plan's)"), std::string::npos) << r.output;
