@@ -30,6 +30,7 @@ struct PlanCommand {
   int64_t batch = 0;
   std::string emit_path;
   bool json = false;
+  bool verbose = false;  // --verbose: the cost model's every term (CostModel::describe)
   bool any_strategy = false;
   // --strategy: the candidate to emit in place of the winner ("" is a name no candidate has).
   std::optional<std::string> strategy;
@@ -43,7 +44,9 @@ namespace {
 /// says so. With --any-strategy a candidate over the HBM limit is pinned (a what-if).
 void pin_strategy(const std::string& name, bool any_strategy, AutoShardingPlan& plan) {
   const std::vector<std::string> names = plan.candidate_names();
-  if (std::find(names.begin(), names.end(), name) == names.end()) {
+  // The roles in any order ('tp(model)+dp(data)'); choose() matches the same way.
+  const std::string canonical = canonical_strategy_name(name);
+  if (std::find(names.begin(), names.end(), canonical) == names.end()) {
     throw CLI::ValidationError("--strategy", "'" + abbreviate(name) +
                                                  "' is not a candidate on this mesh (expected one "
                                                  "of: " +
@@ -60,7 +63,7 @@ void pin_strategy(const std::string& name, bool any_strategy, AutoShardingPlan& 
     // train does not run is (the constraints are then off), and so is a layer whose required
     // sharding does not divide over the tensor axes (it may then stay replicated; adv8 H7).
     const PlanCandidate& k = plan.candidates[static_cast<size_t>(
-        std::find(names.begin(), names.end(), name) - names.begin())];
+        std::find(names.begin(), names.end(), canonical) - names.begin())];
     if (k.feasible || k.infeasible_by_constraints) {
       throw FailedPreconditionError(hint(std::string(e.message())));
     }
@@ -96,13 +99,21 @@ void require_fit(const AutoShardingPlan& plan, const std::string& runner) {
   try {
     plan.require_fit();
   } catch (const InvalidArgumentError& e) {
+    // At most kMaxListed names, then the count of the rest (new-user pass nu10, NU18: 8 axes of
+    // 2 listed 1,697 names, a 51,000-character error).
+    constexpr size_t kMaxListed = 4;
     std::vector<std::string> lifted;
+    size_t num_lifted = 0;
     for (const PlanCandidate& k : plan.candidates) {
-      if (k.infeasible_by_constraints) lifted.push_back(k.name);
+      if (!k.infeasible_by_constraints) continue;
+      if (++num_lifted <= kMaxListed) lifted.push_back(k.name);
     }
     if (runner.empty() || lifted.empty()) throw;
+    if (num_lifted > kMaxListed) {
+      lifted.push_back("and " + std::to_string(num_lifted - kMaxListed) + " more");
+    }
     throw InvalidArgumentError(std::string(e.message()) + "; " + join(lifted) +
-                               (lifted.size() == 1 ? " is" : " are") +
+                               (num_lifted == 1 ? " is" : " are") +
                                " feasible with --any-strategy, which lets a layer stay "
                                "replicated where " +
                                runner + " splits it (a what-if: " + runner + " cannot run it)");
@@ -121,18 +132,19 @@ int run(const PlanCommand& c) {
         axes = mesh_axis_names(c.axes, c.mesh, shape,
                                shape.size() == 2 ? std::vector<std::string>{"data", "model"}
                                                  : default_axis_names(shape.size()));
+        // Regression (issue 6 adversarial pass, F13): the product of the --mesh sizes was
+        // unbounded: --mesh 4096x4096 planned 16,777,216 cores, and --emit wrote a plan vtpu
+        // train cannot run. A usage error, exit 2, as in vtpu reshard (new-user pass nu10, NU13).
+        if (c.emit_path.empty()) {
+          check_mesh_devices(c.mesh, shape, kMaxPlanDevices, " to plan");
+        } else {
+          check_mesh_devices(c.mesh, shape, kMaxRunDevices,
+                             " for a plan --emit writes, which vtpu train runs on virtual cores; "
+                             "without --emit vtpu plan plans up to " +
+                                 std::to_string(kMaxPlanDevices));
+        }
       })) {
     return 2;
-  }
-  // Regression (issue 6 adversarial pass, F13): the product of the --mesh sizes was unbounded:
-  // --mesh 4096x4096 planned 16,777,216 cores, and --emit wrote a plan vtpu train cannot run.
-  if (c.emit_path.empty()) {
-    check_mesh_devices(c.mesh, shape, kMaxPlanDevices, " to plan");
-  } else {
-    check_mesh_devices(c.mesh, shape, kMaxRunDevices,
-                       " for a plan --emit writes, which vtpu train runs on virtual cores; "
-                       "without --emit vtpu plan plans up to " +
-                           std::to_string(kMaxPlanDevices));
   }
   // Regression (session 10): a model named "mlp" or "transformer" with other layers was planned
   // under that trainer's constraints and --emit wrote a plan `vtpu train` refuses only at train
@@ -210,12 +222,19 @@ int run(const PlanCommand& c) {
     // oversubscription (plan_auto_sharding prices with for_cores(mesh size) too).
     int64_t cores = 1;
     for (int64_t s : shape) cores *= s;
-    std::printf("%s\n", cost.for_cores(static_cast<int>(cores)).describe().c_str());
+    // New-user pass nu10, NU12: the full description of this_machine is about 1,450
+    // characters on one line; by default its summary.
+    const CostModel priced = cost.for_cores(static_cast<int>(cores));
+    std::printf("%s\n", (c.verbose ? priced.describe() : priced.summary()).c_str());
+    // New-user pass nu10, NU18: no "run the plan with" when there is no plan to run (the error
+    // after the table says why).
     if (!constraints.runner.empty()) {
-      std::printf(
-          "run the plan with: %s --plan PLAN.json (strategies it cannot run are marked "
-          "\"cannot run\"; --any-strategy plans without that limit)\n",
-          constraints.runner.c_str());
+      if (plan.chosen() >= 0) {
+        std::printf(
+            "run the plan with: %s --plan PLAN.json (strategies it cannot run are marked "
+            "\"cannot run\"; --any-strategy plans without that limit)\n",
+            constraints.runner.c_str());
+      }
     } else if (!not_trainable.empty()) {
       std::printf("%s: the plan is not restricted to what vtpu can run (--emit refuses it)\n",
                   not_trainable.c_str());
@@ -262,6 +281,9 @@ std::shared_ptr<PlanCommand> add_plan_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   c->app->add_option("--emit", c->emit_path, "Write the winner as a plan JSON file");
   c->app->add_flag("--json", c->json, "Print the candidates and the plan as JSON");
+  c->app->add_flag("--verbose", c->verbose,
+                   "Print the cost model's every term (each calibrated fit and its measured "
+                   "curve, the kernel rates) in place of its one-line summary");
   c->app->add_option(
       "--strategy", c->strategy,
       "Report and emit this candidate (its name as the table prints it, e.g. 'fsdp(x)', "

@@ -31,6 +31,7 @@ struct ReshardCommand {
   std::string from;
   std::string to;
   bool explain = false;
+  bool verbose = false;  // --verbose: the cost model's every term (CostModel::describe)
   std::string hardware = "this_machine";
   ReshardCostModel cost;
   CLI::Option* alpha_opt = nullptr;
@@ -135,7 +136,7 @@ int run(const ReshardCommand& c) {
                : CostModel(HardwareProfile::get(c.hardware)))
           .for_cores(static_cast<int>(mesh.size()));
   const ReshardPlan plan = plan_reshard(c.shape, source, target, model);
-  std::printf("%s", plan.to_string().c_str());
+  std::printf("%s", plan.to_string(c.verbose).c_str());
   std::printf("per-core block: %s -> %s (padded shard shape %s -> %s)\n",
               shape_text(source.local_shape(mesh.devices()[0], c.shape)).c_str(),
               shape_text(target.local_shape(mesh.devices()[0], c.shape)).c_str(),
@@ -272,6 +273,9 @@ std::shared_ptr<ReshardCommand> add_reshard_command(CLI::App& app) {
       ->required();
   c->app->add_option("--to", c->to, "Target PartitionSpec")->required();
   c->app->add_flag("--explain", c->explain, "Print the plan and estimate; do not run");
+  c->app->add_flag("--verbose", c->verbose,
+                   "Print the cost model's every term (each calibrated fit and its measured "
+                   "curve) in place of its one-line summary");
   c->app
       ->add_option("--hardware", c->hardware,
                    "Hardware profile of the cost model: " + join(HardwareProfile::builtin_names()) +

@@ -107,15 +107,18 @@ int run(const TrainFsdpCommand& cmd) {
   // of 32 but the run uses 64" unless --batch 32 was repeated).
   const bool plan_batch = plan && cmd.batch_option->count() == 0 && plan->estimated_batch() > 0;
   if (plan_batch) config.mlp.global_batch = plan->estimated_batch();
-  // The model the plan was made for (its model_graph), unless a flag says the same.
-  if (planned) {
-    MlpConfig& m = config.mlp;
-    m.hidden =
-        plan_setting(*plan, "hidden", "fc1.out", "--hidden", planned->hidden,
-                     cmd.hidden_option->count() ? std::optional<int64_t>(m.hidden) : std::nullopt);
-    m.optimizer = plan_setting(
-        *plan, "optimizer", "model_graph.optimizer", "--optimizer", planned->optimizer,
-        cmd.optimizer_option->count() ? std::optional<std::string>(m.optimizer) : std::nullopt);
+  // The model the plan was made for (its model_graph), unless a flag says the same. A flag that
+  // contradicts the plan is a usage error, exit 2, as --cores is (new-user pass nu10, NU13).
+  if (planned && !check_usage([&] {
+        MlpConfig& m = config.mlp;
+        m.hidden = plan_setting(
+            *plan, "hidden", "fc1.out", "--hidden", planned->hidden,
+            cmd.hidden_option->count() ? std::optional<int64_t>(m.hidden) : std::nullopt);
+        m.optimizer = plan_setting(
+            *plan, "optimizer", "model_graph.optimizer", "--optimizer", planned->optimizer,
+            cmd.optimizer_option->count() ? std::optional<std::string>(m.optimizer) : std::nullopt);
+      })) {
+    return 2;
   }
   if (cmd.lr_option->count() == 0) {
     config.mlp.learning_rate = mlp_default_learning_rate(config.mlp.optimizer);
@@ -126,8 +129,11 @@ int run(const TrainFsdpCommand& cmd) {
   const MlpConfig& mc = config.mlp;
   // The plan's estimate, compared with the run of its strategy (examples/estimate_report.h);
   // a batch that differs from the estimate's fails before the header (adv10 A5).
+  // A --batch other than the estimate's is a usage error (exit 2).
   std::optional<PlanEstimate> estimate;
-  if (plan) estimate = comparable_estimate(*plan, mc.global_batch);
+  if (plan && !check_usage([&] { estimate = comparable_estimate(*plan, mc.global_batch); })) {
+    return 2;
+  }
   const DigitsSplit split = split_digits(load_digits_csv(cmd.data_path));
   if (!cmd.json) {
     std::printf(

@@ -58,14 +58,17 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
   options.validate();
   MlpConfig mlp = args.mlp;
   if (!args.batch_given && plan.estimated_batch() > 0) mlp.global_batch = plan.estimated_batch();
-  // The model the plan was made for (its model_graph), unless a flag says the same.
-  if (planned) {
-    mlp.hidden =
-        plan_setting(plan, "hidden", "fc1.out", "--hidden", planned->hidden,
-                     args.hidden_given ? std::optional<int64_t>(mlp.hidden) : std::nullopt);
-    mlp.optimizer = plan_setting(
-        plan, "optimizer", "model_graph.optimizer", "--optimizer", planned->optimizer,
-        args.optimizer_given ? std::optional<std::string>(mlp.optimizer) : std::nullopt);
+  // The model the plan was made for (its model_graph), unless a flag says the same. A flag that
+  // contradicts the plan is a usage error, exit 2, as --cores is (new-user pass nu10, NU13).
+  if (planned && !check_usage([&] {
+        mlp.hidden =
+            plan_setting(plan, "hidden", "fc1.out", "--hidden", planned->hidden,
+                         args.hidden_given ? std::optional<int64_t>(mlp.hidden) : std::nullopt);
+        mlp.optimizer = plan_setting(
+            plan, "optimizer", "model_graph.optimizer", "--optimizer", planned->optimizer,
+            args.optimizer_given ? std::optional<std::string>(mlp.optimizer) : std::nullopt);
+      })) {
+    return 2;
   }
   if (!args.lr_given) mlp.learning_rate = mlp_default_learning_rate(mlp.optimizer);
   std::optional<DataTensorLayout> layout;
@@ -80,8 +83,9 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
   }
   const int n = options.num_cores;
   // The plan's estimate, compared with this run (examples/estimate_report.h); checked before
-  // anything runs.
-  const std::optional<PlanEstimate> estimate = comparable_estimate(plan, mlp.global_batch);
+  // anything runs. A --batch other than the estimate's is a usage error (exit 2).
+  std::optional<PlanEstimate> estimate;
+  if (!check_usage([&] { estimate = comparable_estimate(plan, mlp.global_batch); })) return 2;
   const DigitsSplit split = split_digits(load_digits_csv(args.data_path));
   if (!args.json) {
     std::printf("vtpu train mlp --plan %s: strategy %s on mesh %s: %s, %s HBM each\n",

@@ -345,10 +345,15 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
   }
   // Regression (new-user pass nu10, NU17): a tp(model) plan renamed "dp(model)" ran Megatron
   // tensor parallelism under the name dp(model). The name is optional, but when given it must be
-  // the one `vtpu plan` gives these roles.
+  // the one `vtpu plan` gives these roles, with the roles in any order, as `vtpu plan
+  // --strategy` takes them (new-user pass nu10, NU16); it is kept in vtpu plan's order, so that
+  // it names the planner's candidate.
   if (!plan.strategy_name.empty()) {
     const std::vector<std::string> names = strategy_names_of(plan);
-    if (!contains(names, plan.strategy_name)) {
+    if (const std::string canonical = canonical_strategy_name(plan.strategy_name);
+        contains(names, canonical)) {
+      plan.strategy_name = canonical;
+    } else {
       throw bad("strategy.name is '" + abbreviate(plan.strategy_name) + "' but its roles (data: " +
                 list_text(plan.data) + ", tensor: " + list_text(plan.tensor) +
                 ", fsdp: " + list_text(plan.fsdp) + ") are strategy '" + names.front() +

@@ -165,12 +165,15 @@ int run_train_mlp(const TrainArgs& args) {
                    : ")"));
         }
       }
+      // New-user pass nu10, NU13: this was Unimplemented, exit 1.
+      if (args.mlp.kernels != "eigen") {
+        throw vtpu::InvalidArgumentError(
+            "--kernels " + args.mlp.kernels +
+            " cannot be combined with --plan (expected --kernels eigen with --plan; "
+            "--estimate-from compares a run with other kernels with a data-parallel plan)");
+      }
     });
     if (!usage_ok) return 2;
-    if (args.mlp.kernels != "eigen") {
-      throw vtpu::UnimplementedError("--kernels " + args.mlp.kernels +
-                                     " is not implemented with --plan (expected eigen)");
-    }
     if (!args.hbm_bytes.empty()) options.hbm_bytes_per_core = vtpu::parse_bytes(args.hbm_bytes);
     if (!args.allocator.empty()) options.allocator = args.allocator;
     vtpu::examples::TrainMlpPlanArgs plan_args;
@@ -196,7 +199,11 @@ int run_train_mlp(const TrainArgs& args) {
     if (!vtpu::examples::check_usage([&] { vtpu::examples::check_plan_cores(plan, args.cores); }))
       return 2;
     options.num_cores = static_cast<int>(plan.num_cores());
-    estimate = vtpu::examples::comparable_estimate(plan, args.mlp.global_batch);
+    // A --batch other than the estimate's is a usage error (exit 2; new-user pass nu10, NU13).
+    if (!vtpu::examples::check_usage(
+            [&] { estimate = vtpu::examples::comparable_estimate(plan, args.mlp.global_batch); })) {
+      return 2;
+    }
     if (!estimate) {
       throw vtpu::InvalidArgumentError("--estimate-from " + args.estimate_from +
                                        ": the plan has no estimate (expected a `vtpu plan "

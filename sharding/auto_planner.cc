@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -960,6 +961,37 @@ AutoShardingPlan plan_auto_sharding(const ModelGraph& model, const std::vector<i
   return plan;
 }
 
+std::string canonical_strategy_name(const std::string& name) {
+  // The roles: the parts between "+" at parenthesis depth 0.
+  std::vector<std::string> parts(1);
+  int depth = 0;
+  for (char ch : name) {
+    if (ch == '(') ++depth;
+    if (ch == ')') --depth;
+    if (ch == '+' && depth == 0) {
+      parts.emplace_back();
+    } else {
+      parts.back() += ch;
+    }
+  }
+  if (parts.size() < 2) return name;
+  static const std::vector<std::string> kOrder = {"dp(", "fsdp(", "tp("};  // as the planner names
+  std::vector<std::pair<size_t, std::string>> ranked;
+  for (std::string& part : parts) {
+    const auto kind = std::ranges::find_if(
+        kOrder, [&](const std::string& prefix) { return part.starts_with(prefix); });
+    if (kind == kOrder.end() || !part.ends_with(")")) return name;
+    ranked.emplace_back(static_cast<size_t>(kind - kOrder.begin()), std::move(part));
+  }
+  std::ranges::sort(ranked, {}, &std::pair<size_t, std::string>::first);
+  for (size_t i = 1; i < ranked.size(); ++i) {
+    if (ranked[i].first == ranked[i - 1].first) return name;  // a role named twice
+  }
+  std::string out;
+  for (const auto& [kind, part] : ranked) out += (out.empty() ? "" : "+") + part;
+  return out;
+}
+
 std::vector<std::string> AutoShardingPlan::candidate_names() const {
   std::vector<std::string> names;
   for (const PlanCandidate& c : candidates) names.push_back(c.name);
@@ -967,8 +999,11 @@ std::vector<std::string> AutoShardingPlan::candidate_names() const {
 }
 
 void AutoShardingPlan::choose(const std::string& name, bool allow_over_hbm) {
+  // Regression (new-user pass nu10, NU16): 'tp(model)+dp(data)' was not a candidate because the
+  // planner names it 'dp(data)+tp(model)'; the order of the roles does not matter.
+  const std::string canonical = canonical_strategy_name(name);
   const auto it = std::find_if(candidates.begin(), candidates.end(),
-                               [&](const PlanCandidate& c) { return c.name == name; });
+                               [&](const PlanCandidate& c) { return c.name == canonical; });
   if (it == candidates.end()) {
     throw InvalidArgumentError("strategy '" + abbreviate(name) + "' is not a candidate of model '" +
                                model.name + "' on " +
@@ -1008,18 +1043,55 @@ void AutoShardingPlan::require_fit() const {
   }
   if (best == nullptr && unsupported != nullptr) {
     throw FailedPreconditionError("model '" + model.name +
-                                  "': no strategy of the mesh can be run (" + unsupported->name +
-                                  ": " + unsupported->unsupported_reason + ")");
+                                  "': no strategy of the mesh can be run: " + cannot_run_summary());
   }
   if (best == nullptr) {
     throw InvalidArgumentError("model '" + model.name + "' runs on no strategy of the mesh: " +
-                               (candidates.empty() ? "no candidates" : candidates[0].why_lost));
+                               (candidates.empty() ? "no candidates" : cannot_run_summary()));
   }
   throw ResourceExhaustedError(
       "model '" + model.name + "' fits on no strategy within " + format_bytes(hbm_limit_bytes) +
       " (" + std::to_string(hbm_limit_bytes) + " bytes) of HBM per core; the smallest HBM per " +
       "core that would fit is " + format_bytes(best->min_hbm_bytes_per_core) + " (" +
       std::to_string(best->min_hbm_bytes_per_core) + " bytes), with " + best->name);
+}
+
+std::string AutoShardingPlan::cannot_run_summary() const {
+  // (reason, count) in table order of each reason's first candidate.
+  std::vector<std::pair<std::string, size_t>> reasons;
+  size_t total = 0;
+  for (const PlanCandidate& c : candidates) {
+    const std::string& reason = !c.feasible ? c.infeasible_reason : c.unsupported_reason;
+    if (reason.empty()) continue;
+    ++total;
+    const auto it = std::ranges::find(reasons, reason, &std::pair<std::string, size_t>::first);
+    if (it == reasons.end()) {
+      reasons.emplace_back(reason, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  if (total == 0) return {};
+  std::ranges::stable_sort(reasons, std::greater<>(), &std::pair<std::string, size_t>::second);
+  std::string out =
+      total == candidates.size()
+          ? (total == 1 ? std::string("its one candidate cannot run: ")
+                        : "none of the " + std::to_string(total) + " candidates can run: ")
+          : std::to_string(total) + " of the " + std::to_string(candidates.size()) +
+                " candidates cannot run: ";
+  size_t listed = 0;
+  for (size_t i = 0; i < reasons.size() && i < kMaxReasons; ++i) {
+    out += (i > 0 ? "; " : "") + std::to_string(reasons[i].second) + " because " + reasons[i].first;
+    listed += reasons[i].second;
+  }
+  if (reasons.size() > kMaxReasons) {
+    const size_t others = reasons.size() - kMaxReasons;
+    out +=
+        "; " + std::to_string(total - listed) + " for " +
+        (others == 1 ? std::string("another reason") : std::to_string(others) + " other reasons") +
+        " (the table gives each candidate's)";
+  }
+  return out;
 }
 
 std::string AutoShardingPlan::to_string() const {
@@ -1050,18 +1122,24 @@ std::string AutoShardingPlan::to_string() const {
                   static_cast<long long>(Mesh(mesh_shape, axis_names).size()), oversubscription);
     out += line;
   }
-  std::snprintf(line, sizeof line, "%-26s %12s %14s %12s %12s %12s  %s\n", "strategy", "HBM/core",
-                "comm B/core", "compute", "comm", "step", "result");
+  // Regression (new-user pass nu10, NU18): a name longer than the column (dp(f,g,h)+fsdp(a)+
+  // tp(b,c,d,e) on 8 axes) pushed its row right; the column is as wide as the longest name.
+  int name_width = 26;
+  for (const PlanCandidate& c : candidates) {
+    name_width = std::max(name_width, static_cast<int>(c.name.size()));
+  }
+  std::snprintf(line, sizeof line, "%-*s %12s %14s %12s %12s %12s  %s\n", name_width, "strategy",
+                "HBM/core", "comm B/core", "compute", "comm", "step", "result");
   out += line;
   for (size_t i = 0; i < candidates.size(); ++i) {
     const PlanCandidate& c = candidates[i];
     if (!c.feasible) {
-      std::snprintf(line, sizeof line, "%-26s %12s %14s %12s %12s %12s  %s\n", c.name.c_str(), "-",
-                    "-", "-", "-", "-", c.why_lost.c_str());
+      std::snprintf(line, sizeof line, "%-*s %12s %14s %12s %12s %12s  %s\n", name_width,
+                    c.name.c_str(), "-", "-", "-", "-", "-", c.why_lost.c_str());
     } else {
-      std::snprintf(line, sizeof line, "%-26s %12s %14.0f %12s %12s %12s  %s\n", c.name.c_str(),
-                    format_bytes(c.arena_bytes_per_core()).c_str(), c.comm_bytes_per_core,
-                    format_seconds(c.compute_seconds).c_str(),
+      std::snprintf(line, sizeof line, "%-*s %12s %14.0f %12s %12s %12s  %s\n", name_width,
+                    c.name.c_str(), format_bytes(c.arena_bytes_per_core()).c_str(),
+                    c.comm_bytes_per_core, format_seconds(c.compute_seconds).c_str(),
                     format_seconds(c.comm_seconds).c_str(), format_seconds(c.step_seconds).c_str(),
                     result_text(static_cast<int>(i)).c_str());
     }
@@ -1073,7 +1151,16 @@ std::string AutoShardingPlan::to_string() const {
     }
     out += line;
   }
-  if (chosen() < 0) return out + "no strategy fits\n";
+  if (chosen() < 0) {
+    // New-user pass nu10, NU18: "no strategy fits" when nothing could run at all.
+    const bool some_runs = std::ranges::any_of(candidates, [](const PlanCandidate& c) {
+      return c.feasible && c.unsupported_reason.empty();
+    });
+    return out + (some_runs ? "no strategy fits the HBM limit of " + format_bytes(hbm_limit_bytes) +
+                                  " per core\n"
+                            : std::string("no strategy can run (every candidate is marked \"cannot "
+                                          "run\")\n"));
+  }
   const PlanCandidate& w = candidates[static_cast<size_t>(chosen())];
   std::string who = "winner " + w.name;
   if (pinned >= 0 && pinned != winner) {

@@ -206,7 +206,8 @@ struct AutoShardingPlan {
   int chosen() const { return pinned >= 0 ? pinned : winner; }
   /// Names of the candidates, in table order.
   std::vector<std::string> candidate_names() const;
-  /// Pins the candidate named `name` (as the table prints it, e.g. "fsdp(x)", "dp(data,model)").
+  /// Pins the candidate named `name` (as the table prints it, e.g. "fsdp(x)", "dp(data,model)",
+  /// or with its roles in another order: canonical_strategy_name; new-user pass nu10, NU16).
   /// Throws InvalidArgumentError when no candidate has that name (listing the names);
   /// FailedPreconditionError when the candidate cannot run (the batch or a dimension does not
   /// split, or the constraints' runner does not implement it), naming why; ResourceExhaustedError
@@ -214,9 +215,11 @@ struct AutoShardingPlan {
   /// `allow_over_hbm` (then its smallest plan is pinned).
   void choose(const std::string& name, bool allow_over_hbm = false);
 
-  /// The table of `vtpu plan` (README "Planner" explains the columns), then the chosen
-  /// candidate's layers. The result column marks the winner "WINNER" and a pinned candidate
-  /// "CHOSEN (--strategy)".
+  /// The table of `vtpu plan` (README "Planner" explains the columns; the strategy column is as
+  /// wide as the longest name), then the chosen candidate's layers. The result column marks the
+  /// winner "WINNER" and a pinned candidate "CHOSEN (--strategy)". With nothing chosen the last
+  /// line says why: "no strategy can run (every candidate is marked \"cannot run\")" or "no
+  /// strategy fits the HBM limit of X per core".
   std::string to_string() const;
   /// The plan file (docs/SHARDING.md, "Plan files"; format "vtpu-plan", version 1) of the chosen
   /// candidate; a pinned one adds "pinned": {"winner": name or null, "why_lost": ...}. Throws
@@ -226,14 +229,31 @@ struct AutoShardingPlan {
   /// ResourceExhaustedError when no runnable candidate fits, naming the HBM limit and the
   /// smallest HBM per core that would fit (bytes, exact, the input batch included) and the
   /// strategy that needs it;
-  /// FailedPreconditionError when no feasible candidate can be run (naming one and why);
-  /// InvalidArgumentError when no candidate is feasible.
+  /// FailedPreconditionError when no feasible candidate can be run, and InvalidArgumentError when
+  /// no candidate is feasible, both with cannot_run_summary().
   void require_fit() const;
+  /// Why the candidates that cannot run (infeasible, or not runnable under the constraints)
+  /// cannot, each distinct reason once with its count, most frequent first (ties: table order),
+  /// at most kMaxReasons of them, then the count of the rest: "none of the 6561 candidates can
+  /// run: 1792 because batch 16 does not split over 64 data x fsdp cores; ...; 1857 for 6 other
+  /// reasons (the table gives each candidate's)" ("for another reason" when one is left). "" when
+  /// every candidate can run (new-user pass nu10, NU18: the error named the first row's reason
+  /// only, while most tp candidates failed on the heads).
+  std::string cannot_run_summary() const;
+  static constexpr size_t kMaxReasons = 3;
 
  private:
   /// The table's result column for candidate `i`: WINNER, CHOSEN or why it lost.
   std::string result_text(int i) const;
 };
+
+/// `name` with its roles in the order the planner names a candidate: "tp(model)+dp(data)" ->
+/// "dp(data)+tp(model)", "tp(b)+fsdp(a)" -> "fsdp(a)+tp(b)". The roles are the parts between
+/// top-level "+" (outside parentheses), each "dp(...)", "fsdp(...)" or "tp(...)"; the order of
+/// the axes inside a role is kept (it is the order of the mesh axes a dimension is split over).
+/// A name with any other part, a role named twice, or no "+" is returned unchanged (and then
+/// matches no candidate unless it already did). Pure. Thread-safe.
+std::string canonical_strategy_name(const std::string& name);
 
 /// Mesh axes of size > 1 the planner accepts: it tries 3^k strategies (each axis data, tensor or
 /// FSDP), so 8 axes are 6,561 candidates (about a second); 12 took 40 s and 0.9 GB.

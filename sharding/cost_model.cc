@@ -401,21 +401,31 @@ double CostModel::op_seconds(double flops, double traffic_bytes, double working_
   return std::max(compute_seconds(flops, dtype), memory_seconds(traffic_bytes, working_set_bytes));
 }
 
-std::string CostModel::describe() const {
-  std::string s = describe_links();
+std::string CostModel::describe_host() const {
+  const HardwareProfile& p = profile_;
+  if (p.host_cpus <= 0 || uniform_) return {};
+  char line[160];
+  if (concurrent_cores_ > 0) {
+    std::snprintf(line, sizeof line, "; %d virtual cores on %d host CPUs: work x %.3g",
+                  concurrent_cores_, p.host_cpus, oversubscription());
+  } else {
+    std::snprintf(line, sizeof line, "; %d host CPUs (core count unset: no oversubscription)",
+                  p.host_cpus);
+  }
+  return line;
+}
+
+std::string CostModel::summary(bool with_compute) const {
+  std::string s = describe_links(/*fits=*/false) + describe_host();
+  if (with_compute && has_kernel_rates()) s += "; compute: measured kernel rates";
+  return s;
+}
+
+std::string CostModel::describe(bool with_compute) const {
+  std::string s = describe_links() + describe_host();
   const HardwareProfile& p = profile_;
   char line[256];
-  if (p.host_cpus > 0 && !uniform_) {
-    if (concurrent_cores_ > 0) {
-      std::snprintf(line, sizeof line, "; %d virtual cores on %d host CPUs: work x %.3g",
-                    concurrent_cores_, p.host_cpus, oversubscription());
-    } else {
-      std::snprintf(line, sizeof line, "; %d host CPUs (core count unset: no oversubscription)",
-                    p.host_cpus);
-    }
-    s += line;
-  }
-  if (has_kernel_rates()) {
+  if (with_compute && has_kernel_rates()) {
     const KernelRates& k = p.kernels;
     std::snprintf(
         line, sizeof line,
@@ -426,7 +436,7 @@ std::string CostModel::describe() const {
         k.elementwise_per_second.at("transcendental"), k.elementwise_per_second.at("pass"));
     s += line;
   }
-  if (p.cache_bytes > 0 && !uniform_) {
+  if (with_compute && p.cache_bytes > 0 && !uniform_) {
     std::snprintf(line, sizeof line, "; working sets <= %s per CPU at %.3g B/s (cache)",
                   format_bytes(p.cache_bytes).c_str(), p.cache_bytes_per_second);
     s += line;
@@ -434,7 +444,7 @@ std::string CostModel::describe() const {
   return s;
 }
 
-std::string CostModel::describe_links() const {
+std::string CostModel::describe_links(bool list_fits) const {
   char line[512];
   if (uniform_) {
     std::snprintf(line, sizeof line,
@@ -460,34 +470,53 @@ std::string CostModel::describe_links() const {
   // and the line says which.
   std::string s = "cost model: " + profile_.name + " (calibrated";
   std::vector<std::string> from_links;
+  // summary(): runs of collectives calibrated on the same core counts, "all_gather,
+  // reduce_scatter on 2, 4, 8 cores".
+  std::vector<std::pair<std::string, std::string>> ops_on_cores;
   for (const char* op : {"all_gather", "reduce_scatter", "all_reduce", "all_to_all"}) {
     const auto it = profile_.collectives.find(op);
     if (it == profile_.collectives.end()) {
       from_links.push_back(op);
       continue;
     }
-    std::vector<CollectiveFit> fits = it->second;
-    std::ranges::sort(fits, {}, &CollectiveFit::group_size);
+    std::vector<CollectiveFit> sorted = it->second;
+    std::ranges::sort(sorted, {}, &CollectiveFit::group_size);
+    if (!list_fits) {
+      std::string cores;
+      for (const CollectiveFit& f : sorted) {
+        cores += (cores.empty() ? "" : ", ") + std::to_string(f.group_size);
+      }
+      cores += " cores";  // group_size >= 2
+      if (!ops_on_cores.empty() && ops_on_cores.back().second == cores) {
+        ops_on_cores.back().first += std::string(", ") + op;
+      } else {
+        ops_on_cores.emplace_back(op, cores);
+      }
+      continue;
+    }
     s += std::string("; ") + op;
-    for (size_t i = 0; i < fits.size(); ++i) {
+    for (size_t i = 0; i < sorted.size(); ++i) {
       std::snprintf(line, sizeof line, "%s alpha %.3g s, beta %.3g s/B on %d cores",
-                    i > 0 ? "," : "", fits[i].alpha_seconds, fits[i].beta_seconds_per_byte,
-                    fits[i].group_size);
+                    i > 0 ? "," : "", sorted[i].alpha_seconds, sorted[i].beta_seconds_per_byte,
+                    sorted[i].group_size);
       s += line;
-      if (!fits[i].measured.empty()) {
+      if (!sorted[i].measured.empty()) {
         std::snprintf(line, sizeof line, " (measured curve, %zu sizes %s..%s)",
-                      fits[i].measured.size(),
-                      format_bytes(static_cast<uint64_t>(fits[i].measured.front().first)).c_str(),
-                      format_bytes(static_cast<uint64_t>(fits[i].measured.back().first)).c_str());
+                      sorted[i].measured.size(),
+                      format_bytes(static_cast<uint64_t>(sorted[i].measured.front().first)).c_str(),
+                      format_bytes(static_cast<uint64_t>(sorted[i].measured.back().first)).c_str());
         s += line;
       }
     }
+  }
+  for (size_t i = 0; i < ops_on_cores.size(); ++i) {
+    s += (i > 0 ? "; " : " ") + ops_on_cores[i].first + " on " + ops_on_cores[i].second;
   }
   s += ")";
   if (!from_links.empty()) {
     s += "; not calibrated, priced from the links: ";
     for (size_t i = 0; i < from_links.size(); ++i) s += (i > 0 ? ", " : "") + from_links[i];
-    s += " (" + links + ")";
+    if (list_fits) s += " (" + links + ")";
   }
   return s;
 }

@@ -234,10 +234,22 @@ class CostModel {
   double op_seconds(double flops, double traffic_bytes, double working_set_bytes,
                     const std::string& dtype) const;
 
-  /// One line: "v5e (torus_2d): alpha 1e-06 s per hop, link 4.5e+10 B/s, ..." or the uniform
-  /// "alpha 5e-05 s, beta 5e-09 s/B (0.2 GB/s), all-to-all factor 3"; on a host profile followed
-  /// by "; 8 virtual cores on 2 host CPUs: work x 4; working sets <= 1 MiB per CPU at ... B/s".
-  std::string describe() const;
+  /// One line with every term: "v5e (torus_2d): alpha 1e-06 s per hop, link 4.5e+10 B/s, ..."
+  /// or the uniform "alpha 5e-05 s, beta 5e-09 s/B (0.2 GB/s), all-to-all factor 3"; a calibrated
+  /// profile lists each fit (alpha, beta, cores, measured curve: about 1,400 characters for
+  /// this_machine); on a host profile followed by "; 8 virtual cores on 2 host CPUs: work x 4",
+  /// with `with_compute` the measured kernel rates ("; compute per kernel: ...") and "; working
+  /// sets <= 1 MiB per CPU at ... B/s". Pass with_compute = false for a model that prices
+  /// collectives only (a reshard). `vtpu plan --verbose` and `vtpu reshard --verbose` print it.
+  std::string describe(bool with_compute = true) const;
+  /// describe() in short (new-user pass nu10, NU12), at most a line: the profile's name, which
+  /// collectives are calibrated and on how many cores ("calibrated all_gather, reduce_scatter on
+  /// 2, 4, 8 cores; all_to_all on 8 cores"), which are priced from the links, the
+  /// oversubscription ("8 virtual cores on 2 host CPUs: work x 4") and, with `with_compute` on a
+  /// profile with kernel rates, "compute: measured kernel rates". Without calibrated fits (the
+  /// TPU profiles, the uniform model) it is describe()'s link line. What `vtpu plan` and
+  /// `vtpu reshard` print by default.
+  std::string summary(bool with_compute = true) const;
 
  private:
   CostModel() = default;
@@ -245,8 +257,10 @@ class CostModel {
   int torus_dims_used(const std::vector<int>& mesh_axis_positions) const;
   /// Dimensions of the profile's topology: 3 for torus_3d, 2 for torus_2d, 1 for ring, 0 else.
   int torus_rank() const;
-  /// describe() without the host terms.
-  std::string describe_links() const;
+  /// describe() without the host terms; `list_fits` false: summary()'s calibrated collectives.
+  std::string describe_links(bool list_fits = true) const;
+  /// "; 8 virtual cores on 2 host CPUs: work x 4" on a host profile, else "".
+  std::string describe_host() const;
 
   HardwareProfile profile_;
   int concurrent_cores_ = 0;  // N of for_cores; 0: unset

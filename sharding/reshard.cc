@@ -829,14 +829,18 @@ double ReshardPlan::total_estimated_seconds() const {
   return total;
 }
 
-std::string ReshardPlan::to_string() const {
+std::string ReshardPlan::to_string(bool verbose_cost) const {
   std::string out;
   char line[512];
   std::snprintf(line, sizeof line, "reshard f32%s on %s\n  from %s\n  to   %s\n",
                 shape_text(global_shape).c_str(), source.mesh().to_string().c_str(),
                 source.spec().to_string().c_str(), target.spec().to_string().c_str());
   out += line;
-  out += cost.describe() + "\n";
+  // New-user pass nu10, NU12: the full description of a calibrated profile is about 1,400
+  // characters on one line, and a reshard uses no kernel rates.
+  out += (verbose_cost ? cost.describe(/*with_compute=*/false)
+                       : cost.summary(/*with_compute=*/false)) +
+         "\n";
   if (steps.empty()) {
     return out + (num_elements_of(global_shape) == 0
                       ? "no steps: the array has no elements (every block is empty in both "
@@ -857,7 +861,10 @@ std::string ReshardPlan::to_string() const {
                                          std::to_string(s.replica_groups.front().size());
     std::string dims = "-";
     if (s.op == ReshardOpKind::kAllToAll) {
-      dims = std::to_string(s.split_dim) + "->" + std::to_string(s.dim);
+      // Regression (new-user pass nu10, NU21): "1->0" read as the mesh axis moving from
+      // dimension 1 to 0, where P('x', None) -> P(None, 'x') moves x from 0 to 1 (each core
+      // splits its block along 1 and concatenates what it receives along 0).
+      dims = "split " + std::to_string(s.split_dim) + ", concat " + std::to_string(s.dim);
     } else if (s.dim >= 0) {
       dims = std::to_string(s.dim);
     } else if (s.op == ReshardOpKind::kCollectivePermute) {

@@ -149,9 +149,13 @@ struct ReshardPlan {
 
   uint64_t total_sent_bytes_per_core() const;
   double total_estimated_seconds() const;
-  /// A table: one row per step with op, mesh axes, groups x size, dims, spec after, per-core
-  /// buffer shape, bytes sent per core and estimated time, then the totals.
-  std::string to_string() const;
+  /// The header (array, mesh, specs, the cost model's line: CostModel::summary, or with
+  /// `verbose_cost` CostModel::describe, both without compute terms), then a table: one row per
+  /// step with op, mesh axes, groups x size, dims (the dimension gathered, scattered or sliced;
+  /// "split S, concat C" for an all-to-all that splits its block along S and concatenates the
+  /// received pieces along C; "N pairs" for a permute), per-core buffer shape, bytes sent per
+  /// core, estimated time and spec after, then the totals.
+  std::string to_string(bool verbose_cost = false) const;
 };
 
 /// How plan_reshard chooses the steps.

@@ -1445,8 +1445,11 @@ TEST(VtpuCliTest, TrainMlpComparesAPlansEstimateWithTheRun) {
     "version": 1, )j" + mesh + R"j( "strategy": {"name": "dp(x)", "data": "x", "tensor": null,
     "fsdp": null}})j");
   expect_failure("train mlp --estimate-from " + bare, "the plan has no estimate", 1);
-  expect_failure("train mlp --batch 16 --estimate-from " + dp,
-                 "estimates a global batch of 8 but the run uses 16", 1);
+  // A --batch that contradicts the plan is a usage error, as --cores is (nu10 NU13).
+  expect_failure(
+      "train mlp --batch 16 --estimate-from " + dp,
+      "vtpu: usage error: plan file '" + dp + "' estimates a global batch of 8 but the run uses 16",
+      2);
   expect_failure("train mlp --cores 4 --batch 8 --estimate-from " + dp,
                  "vtpu: usage error: --cores 4 but plan '" + dp +
                      "' has mesh x=2 (2 cores; expected --cores 2, or --cores left out)",
@@ -1559,7 +1562,7 @@ TEST(VtpuCliTest, TrainTransformerChecksThePlansBatchBeforeTraining) {
     "estimate": {"step_seconds": 0.5, "batch": 8}})json");
   const CliRun r = run_cli("train transformer --steps 1 --batch 4 --plan " + plan + " --data " +
                            transformer_text_file());
-  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.exit_code, 2) << r.output;  // a usage error (nu10 NU13)
   EXPECT_NE(r.output.find("plan file '" + plan +
                           "' estimates a global batch of 8 but the run uses 4 (expected the "
                           "same; re-plan with `vtpu plan --batch 4`)"),
@@ -1574,7 +1577,7 @@ TEST(VtpuCliTest, TrainTransformerChecksThePlansBatchBeforeTraining) {
     "mesh": {"axes": ["x"], "shape": [2]}, "strategy": {"name": "fsdp(x)", "fsdp": "x"},
     "estimate": {"step_seconds": 0.5, "batch": 8}})json");
   const CliRun f = run_cli("train fsdp --steps 1 --batch 4 --plan " + fsdp);
-  EXPECT_EQ(f.exit_code, 1) << f.output;
+  EXPECT_EQ(f.exit_code, 2) << f.output;
   EXPECT_NE(f.output.find("estimates a global batch of 8 but the run uses 4"), std::string::npos)
       << f.output;
   EXPECT_EQ(f.output.find("vtpu train fsdp:"), std::string::npos) << f.output;
@@ -1697,14 +1700,17 @@ TEST(VtpuCliPlanTest, NoFitFailsWithTheSmallestHbmThatWouldFit) {
 // said "names 1 axes" (CLI11 dropped the empty name).
 TEST(VtpuCliPlanTest, MeshProductIsBoundedAndMeshAndAxesAreParsedStrictly) {
   const std::string plan = "plan " + model_path("transformer.json");
+  // Usage errors, exit 2, as in vtpu reshard (new-user pass nu10, NU13).
   expect_failure(plan + " --mesh 4096x4096",
-                 "--mesh 4096x4096 has 16777216 devices (expected at most 65536 to plan)", 1);
+                 "vtpu: usage error: --mesh 4096x4096 has 16777216 devices (expected at most "
+                 "65536 to plan)",
+                 2);
   expect_failure(plan + " --mesh 4096x4096x4096x4096x4096x4096",
-                 "has more than 16777216 devices (expected at most 65536 to plan)", 1);
+                 "has more than 16777216 devices (expected at most 65536 to plan)", 2);
   const std::string out = test_temp_path("vtpu_cli_plan_2048.json");
   std::filesystem::remove(out);
   expect_failure(plan + " --mesh 2048 --emit " + out,
-                 "--mesh 2048 has 2048 devices (expected at most 1024 for a plan --emit writes", 1);
+                 "--mesh 2048 has 2048 devices (expected at most 1024 for a plan --emit writes", 2);
   EXPECT_FALSE(std::filesystem::exists(out));
   for (const char* mesh : {"\" 2x 2\"", "+2x2", "2x-2", "\"2x2 \"", "0x2", "2x4097", "2x"}) {
     SCOPED_TRACE(mesh);
@@ -1932,6 +1938,110 @@ TEST(VtpuCliPlanTest, ReshardExplainOnV5e) {
       "vtpu: usage error: --hardware cannot be combined with --alpha/--beta/--a2a-factor", 2);
 }
 
+// New-user pass nu10, NU12: the default reshard printed a 1,465-character "cost model:" line
+// (every fit, every curve, and kernel rates a reshard does not use); --verbose keeps it. NU21: the
+// all-to-all's dims read "1->0" where x moves from dimension 0 to 1.
+TEST(VtpuCliPlanTest, ReshardCostLineIsShortAndAllToAllDimsNameSplitAndConcat) {
+  const std::string args =
+      "reshard --explain --mesh 4 --shape 8,8 --from \"P('x',None)\" --to \"P(None,'x')\"";
+  const CliRun r = run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string cost = line_starting(r.output, "cost model: ");
+  EXPECT_TRUE(cost.starts_with("cost model: this_machine (calibrated ")) << cost;
+  EXPECT_TRUE(cost.ends_with(" cores); 4 virtual cores on 2 host CPUs: work x 2")) << cost;
+  EXPECT_LT(cost.size(), 200u) << cost;
+  for (const char* detail : {"alpha", "measured curve", "compute", "working sets"}) {
+    EXPECT_EQ(cost.find(detail), std::string::npos) << detail << "\n" << cost;
+  }
+  // Each core splits its (2, 8) block along dimension 1 into 4 pieces and concatenates the
+  // pieces it receives along dimension 0: (8, 2) blocks, x now on dimension 1.
+  const std::string header = line_starting(r.output, "step  op");
+  const std::string step = line_starting(r.output, "   1  all_to_all");
+  EXPECT_EQ(step.find("split 1, concat 0 "), header.find("dims")) << r.output;
+  EXPECT_EQ(step.find("->"), std::string::npos) << step;
+  const CliRun v = run_cli(args + " --verbose");
+  ASSERT_EQ(v.exit_code, 0) << v.output;
+  const std::string full = line_starting(v.output, "cost model: ");
+  EXPECT_NE(full.find("all_gather alpha "), std::string::npos) << full;
+  EXPECT_NE(full.find("; 4 virtual cores on 2 host CPUs: work x 2"), std::string::npos) << full;
+  EXPECT_EQ(full.find("compute"), std::string::npos) << full;  // a reshard prices no kernels
+  // vtpu plan on this_machine: the summary names the measured kernels; --verbose lists them.
+  const std::string plan = "plan " + model_path("mlp.json") + " --mesh 8 --hardware this_machine";
+  const CliRun p = run_cli(plan);
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  const std::string plan_cost = line_starting(p.output, "cost model: ");
+  EXPECT_TRUE(
+      plan_cost.ends_with("; 8 virtual cores on 2 host CPUs: work x 4; compute: measured "
+                          "kernel rates"))
+      << plan_cost;
+  EXPECT_LT(plan_cost.size(), 250u) << plan_cost;
+  const CliRun pv = run_cli(plan + " --verbose");
+  ASSERT_EQ(pv.exit_code, 0) << pv.output;
+  EXPECT_NE(line_starting(pv.output, "cost model: ").find("compute per kernel: measured GEMM"),
+            std::string::npos)
+      << pv.output;
+}
+
+// New-user pass nu10, NU16: --strategy 'tp(model)+dp(data)' was "not a candidate" because the
+// planner names it 'dp(data)+tp(model)'; the roles may come in any order.
+TEST(VtpuCliPlanTest, StrategyRolesMayComeInAnyOrder) {
+  const std::string out =
+      (std::filesystem::temp_directory_path() / "vtpu_cli_plan_role_order.json").string();
+  std::filesystem::remove(out);
+  const CliRun r = run_cli("plan " + model_path("mlp.json") +
+                           " --mesh 2x4 --strategy 'tp(model)+dp(data)' --emit " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(line_starting(r.output, "dp(data)+tp(model) ").find("CHOSEN (--strategy)"),
+            std::string::npos)
+      << r.output;
+  std::ifstream in(out);
+  ASSERT_TRUE(in) << out;
+  EXPECT_EQ(nlohmann::json::parse(in)["strategy"]["name"], "dp(data)+tp(model)");
+  // Inside a role the order is the mesh's: tp(model,data) is no candidate of Mesh(data, model).
+  expect_failure("plan " + model_path("mlp.json") + " --mesh 2x4 --strategy 'tp(model,data)'",
+                 "usage error: --strategy: 'tp(model,data)' is not a candidate on this mesh", 2);
+}
+
+// New-user pass nu10, NU18: with no runnable strategy the table ended "no strategy fits" and
+// "run the plan with: ...", and the error gave the first row's reason of 6,561 (the batch) and
+// listed 1,697 names in 51,000 characters. The counts are those of the table's rows.
+TEST(VtpuCliPlanTest, NothingRunnableSaysWhyWithCountsAndNoRunHint) {
+  const CliRun r = run_cli("plan " + model_path("transformer.json") +
+                           " --mesh 2x2x2x2x2x2x2x2 --axes a,b,c,d,e,f,g,h");
+  EXPECT_EQ(r.exit_code, 1) << r.output.substr(0, 2000);
+  EXPECT_EQ(r.output.find("no strategy fits"), std::string::npos);
+  EXPECT_EQ(r.output.find("run the plan with"), std::string::npos);
+  EXPECT_NE(r.output.find("\nno strategy can run (every candidate is marked \"cannot run\")\n"),
+            std::string::npos);
+  const std::string error = line_starting(r.output, "vtpu: error: ");
+  EXPECT_NE(error.find("model 'transformer' runs on no strategy of the mesh: none of the 6561 "
+                       "candidates can run: 1792 because batch 16 does not split over 64 data x "
+                       "fsdp cores; 1792 because batch 16 does not split over 32 data x fsdp "
+                       "cores; 1120 because layer 'blocks.0.attn' (attention, d_model 64, heads "
+                       "4) must be split 'heads' (vtpu train transformer runs it so), which does "
+                       "not divide over 16 tensor cores; 1857 for 6 other reasons (the table "
+                       "gives each candidate's); "),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find(", and 1693 more are feasible with --any-strategy"), std::string::npos)
+      << error;
+  EXPECT_LT(error.size(), 1000u) << error;
+  // The longest names (29 characters) keep the columns: each row's HBM column ends where the
+  // header's does.
+  const std::string header = line_starting(r.output, "strategy ");
+  const std::string row = line_starting(r.output, "dp(f,g,h)+fsdp(a)+tp(b,c,d,e) ");
+  ASSERT_FALSE(row.empty());
+  EXPECT_EQ(row.find(" - ") + 1, header.find("HBM/core") + 7) << header << "\n" << row;
+  // Runnable strategies that do not fit: "no strategy fits" says so, and still no run hint.
+  const CliRun tight =
+      run_cli("plan " + model_path("mlp.json") + " --mesh 1x8 --hardware v5e --hbm-bytes 1K");
+  EXPECT_EQ(tight.exit_code, 1) << tight.output;
+  EXPECT_NE(tight.output.find("\nno strategy fits the HBM limit of 1.00 KiB per core\n"),
+            std::string::npos)
+      << tight.output;
+  EXPECT_EQ(tight.output.find("run the plan with"), std::string::npos) << tight.output;
+}
+
 // ---- vtpu plan --emit, then vtpu train ... --plan: every emitted plan runs -------------------
 
 // Runs `vtpu plan MODEL --emit` and returns the plan file's JSON (empty on failure).
@@ -2146,7 +2256,7 @@ TEST(VtpuCliPlanTest, TrainMlpPlanComparesTheEstimateWithTheRun) {
       EXPECT_NE(text.output.find(needle), std::string::npos) << needle << "\n" << text.output;
     }
     expect_failure("train mlp --batch 16 --plan " + path,
-                   "estimates a global batch of 8 but the run uses 16", 1);
+                   "estimates a global batch of 8 but the run uses 16", 2);
   }
 }
 
@@ -2219,11 +2329,26 @@ TEST(VtpuCliPlanTest, TrainRunsThePlansModelSizes) {
     EXPECT_EQ(j["config"]["optimizer"], "sgd");
     EXPECT_EQ(j["config"]["global_batch"], 16);
   }
-  expect_failure("train mlp --steps 1 --hidden 64 --plan " + out,
-                 "is for hidden 128 (fc1.out), --hidden is 64 (expected 128, or --hidden left out)",
-                 1);
-  expect_failure("train mlp --steps 1 --optimizer adam --plan " + out,
-                 "is for optimizer sgd (model_graph.optimizer), --optimizer is adam", 1);
+  // A flag that contradicts the plan is a usage error, exit 2 (nu10 NU13), in both trainers
+  // (train fsdp on an FSDP plan of the same model).
+  const std::string fsdp_out =
+      (std::filesystem::temp_directory_path() / "vtpu_cli_mlp128_fsdp_plan.json").string();
+  r = run_cli("plan " + mlp128 + " --mesh 2 --strategy 'fsdp(x)' --hardware this_machine --emit " +
+              fsdp_out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const std::string& run :
+       {"train mlp --steps 1 --plan " + out, "train fsdp --steps 1 --plan " + fsdp_out}) {
+    const std::string path = run.substr(run.find("--plan ") + 7);
+    expect_failure(run + " --hidden 64",
+                   "vtpu: usage error: plan file '" + path +
+                       "' is for hidden 128 (fc1.out), --hidden is 64 (expected 128, or --hidden "
+                       "left out)",
+                   2);
+    expect_failure(run + " --optimizer adam",
+                   "is for optimizer sgd (model_graph.optimizer), --optimizer is adam", 2);
+  }
+  expect_failure("train mlp --steps 1 --kernels pallas --plan " + out,
+                 "vtpu: usage error: --kernels pallas cannot be combined with --plan", 2);
   r = run_cli("train mlp --steps 1 --hidden 128 --log-every 0 --plan " + out);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("model 64->128->10 (the plan's)"), std::string::npos) << r.output;
@@ -2452,9 +2577,12 @@ TEST(VtpuCliPlanTest, ConstraintMadeInfeasibilityPointsToAnyStrategy) {
     EXPECT_NE(r.output.find(lifted), std::string::npos) << args << "\n" << r.output;
   };
   hinted_then_lifted("plan " + model_path("mlp.json") + " --mesh 3 --hardware v5e",
-                     "cannot run: batch 64 does not split over 3 data x fsdp cores; tp(x) is "
-                     "feasible with --any-strategy, which lets a layer stay replicated where vtpu "
-                     "train mlp splits it (a what-if: vtpu train mlp cannot run it)",
+                     "none of the 3 candidates can run: 2 because batch 64 does not split over "
+                     "3 data x fsdp cores; 1 because layer 'fc1' (dense, in 64, out 64) must be "
+                     "split 'column' (vtpu train mlp runs it so), which does not divide over 3 "
+                     "tensor cores; tp(x) is feasible with --any-strategy, which lets a layer "
+                     "stay replicated where vtpu train mlp splits it (a what-if: vtpu train mlp "
+                     "cannot run it)",
                      "winner tp(x)");
   hinted_then_lifted("plan " + model_path("transformer.json") +
                          " --mesh 1x8 --hardware v5e --strategy 'tp(model)'",

@@ -723,5 +723,95 @@ TEST(AutoPlannerTest, DpMatchesBruteForceOverEveryShardingSequenceAtEveryLimit) 
   EXPECT_GT(fitting_limits, 100);
 }
 
+// New-user pass nu10, NU16: --strategy 'tp(model)+dp(data)' was not a candidate, since the
+// planner names it 'dp(data)+tp(model)'. The order of the roles does not matter; the order of the
+// axes inside one does (it is the order a dimension is split over them).
+TEST(AutoPlannerTest, StrategyNamesMatchInAnyRoleOrder) {
+  EXPECT_EQ(canonical_strategy_name("tp(model)+dp(data)"), "dp(data)+tp(model)");
+  EXPECT_EQ(canonical_strategy_name("tp(b,c)+fsdp(a)+dp(d)"), "dp(d)+fsdp(a)+tp(b,c)");
+  EXPECT_EQ(canonical_strategy_name("fsdp(a)+dp(b)"), "dp(b)+fsdp(a)");
+  EXPECT_EQ(canonical_strategy_name("dp(data)+tp(model)"), "dp(data)+tp(model)");
+  // Unchanged: one role, axis order inside a role, a role twice, an unknown role, no roles.
+  EXPECT_EQ(canonical_strategy_name("dp(model,data)"), "dp(model,data)");
+  EXPECT_EQ(canonical_strategy_name("tp(a)+tp(b)"), "tp(a)+tp(b)");
+  EXPECT_EQ(canonical_strategy_name("pp(a)+dp(b)"), "pp(a)+dp(b)");
+  EXPECT_EQ(canonical_strategy_name("tp(a)+"), "tp(a)+");
+  EXPECT_EQ(canonical_strategy_name("single core"), "single core");
+  AutoShardingPlan p = plan_auto_sharding(digits_mlp(), {2, 4}, {"data", "model"}, v5e());
+  p.choose("tp(model)+dp(data)");
+  ASSERT_GE(p.pinned, 0);
+  EXPECT_EQ(p.candidates[static_cast<size_t>(p.pinned)].name, "dp(data)+tp(model)");
+  EXPECT_EQ(p.to_json()["strategy"]["name"], "dp(data)+tp(model)");
+  // 'tp(model,data)' is not 'tp(data,model)': the candidate list is in mesh order.
+  EXPECT_THROW(p.choose("tp(model,data)"), InvalidArgumentError);
+}
+
+// New-user pass nu10, NU18: when nothing could run the table ended "no strategy fits" and the
+// error named only the first row's reason. Hand count for a batch of 2 and fc1 (out 2) that the
+// runner splits 'column' on 3 axes of 2 (27 candidates, d data, t tensor, f FSDP axes): the batch
+// does not split when d + f >= 2 (t = 1: 3 x 4 = 12 over 4 cores; t = 0: 8 over 8 cores), else
+// t >= 2 and fc1 does not split (t = 2: 3 x 2 = 6 over 4 cores; t = 3: 1 over 8 cores).
+TEST(AutoPlannerTest, NothingRunsSummarisesTheReasonsAndLongNamesKeepTheColumns) {
+  const ModelGraph m = ModelGraph::parse(R"({"name": "tiny", "optimizer": "sgd", "batch": 2,
+    "layers": [{"name": "fc1", "kind": "dense", "in": 4, "out": 2, "bias": false}]})");
+  PlanConstraints column;
+  column.runner = "the runner";
+  column.tensor_sharding = [](const ModelLayer&) { return std::string("column"); };
+  const AutoShardingPlan p =
+      plan_auto_sharding(m, {2, 2, 2}, {"alpha_axis", "beta_axis", "gamma"}, v5e(), 0, column);
+  ASSERT_EQ(p.candidates.size(), 27u);
+  EXPECT_EQ(p.chosen(), -1);
+  const std::string summary =
+      "none of the 27 candidates can run: 12 because batch 2 does not split over 4 data x fsdp "
+      "cores; 8 because batch 2 does not split over 8 data x fsdp cores; 6 because layer 'fc1' "
+      "(dense, in 4, out 2) must be split 'column' (the runner runs it so), which does not "
+      "divide over 4 tensor cores; 1 for another reason (the table gives each candidate's)";
+  EXPECT_EQ(p.cannot_run_summary(), summary);
+  try {
+    p.require_fit();
+    ADD_FAILURE() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_EQ(e.message(), "model 'tiny' runs on no strategy of the mesh: " + summary);
+  }
+  const std::string table = p.to_string();
+  EXPECT_THAT(table,
+              HasSubstr("\nno strategy can run (every candidate is marked \"cannot run\")\n"));
+  EXPECT_THAT(table, Not(HasSubstr("no strategy fits")));
+  // The longest name, 'dp(alpha_axis)+fsdp(beta_axis)+tp(gamma)' (40 characters), sets the
+  // strategy column: every row's HBM column ("-", right-aligned in 12) ends at 40 + 1 + 12.
+  const size_t width = std::string("dp(alpha_axis)+fsdp(beta_axis)+tp(gamma)").size();
+  ASSERT_EQ(width, 40u);
+  size_t rows = 0;
+  for (const PlanCandidate& c : p.candidates) {
+    const size_t at = table.find("\n" + c.name + " ");
+    ASSERT_NE(at, std::string::npos) << c.name;
+    const std::string row = table.substr(at + 1, table.find('\n', at + 1) - at - 1);
+    EXPECT_EQ(row.substr(0, width + 13),
+              c.name + std::string(width - c.name.size() + 12, ' ') + "-")
+        << row;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 27u);
+  EXPECT_THAT(table, HasSubstr("strategy" + std::string(width - 8 + 5, ' ') + "HBM/core"));
+  // Some candidates run, none fits: the summary counts only those that cannot run.
+  const AutoShardingPlan tight =
+      plan_auto_sharding(digits_mlp(), {1, 8}, {"x", "y"}, v5e(), 1024, megatron_only());
+  EXPECT_EQ(tight.cannot_run_summary(),
+            "1 of the 3 candidates cannot run: 1 because the test runner: no FSDP here");
+  EXPECT_THAT(tight.to_string(),
+              HasSubstr("\nno strategy fits the HBM limit of 1.00 KiB per core\n"));
+  // A runner that runs nothing: every reason counted in the FailedPreconditionError.
+  PlanConstraints nothing;
+  nothing.unsupported = [](const PlanCandidate&) { return std::string("never"); };
+  try {
+    plan_auto_sharding(digits_mlp(), {1, 2}, {"x", "y"}, v5e(), 0, nothing).require_fit();
+    ADD_FAILURE() << "expected FailedPreconditionError";
+  } catch (const FailedPreconditionError& e) {
+    EXPECT_EQ(e.message(), "model '" + digits_mlp().name +
+                               "': no strategy of the mesh can be run: none of the 3 candidates "
+                               "can run: 3 because never");
+  }
+}
+
 }  // namespace
 }  // namespace vtpu

@@ -547,5 +547,41 @@ TEST(CostModelTest, KernelRatesRoundTripAndAreValidated) {
   rejected(j, "kernels.gemm_warm_flops_per_second is 5000000000.0 (expected an array");
 }
 
+// New-user pass nu10, NU12: vtpu reshard and vtpu plan printed describe(), about 1,450
+// characters on one line for this_machine (every fit and its curve, and for a reshard the kernel
+// rates it does not use). summary() is their default; describe() keeps every term.
+TEST(CostModelTest, SummaryIsOneShortLineAndDescribeKeepsEveryTerm) {
+  HardwareProfile p = kernel_profile();
+  p.collectives = two_size_profile().collectives;  // all_gather, all_reduce on 2 and 8; a2a on 8
+  const CostModel m = CostModel(p).for_cores(8);
+  const std::string collectives =
+      "cost model: host (calibrated all_gather, all_reduce on 2, 8 cores; all_to_all on 8 "
+      "cores); not calibrated, priced from the links: reduce_scatter; 8 virtual cores on 2 host "
+      "CPUs: work x 4";
+  EXPECT_EQ(m.summary(), collectives + "; compute: measured kernel rates");
+  EXPECT_EQ(m.summary(/*with_compute=*/false), collectives);
+  const std::string full = m.describe(), links_only = m.describe(/*with_compute=*/false);
+  for (const std::string& line : {full, links_only}) {
+    EXPECT_NE(line.find("all_gather alpha 1e-06 s, beta 2e-10 s/B on 2 cores, alpha 5e-05 s, beta "
+                        "5e-10 s/B on 8 cores"),
+              std::string::npos)
+        << line;
+    EXPECT_NE(line.find("priced from the links: reduce_scatter (host (shared_memory)"),
+              std::string::npos)
+        << line;
+    EXPECT_NE(line.find("; 8 virtual cores on 2 host CPUs: work x 4"), std::string::npos) << line;
+  }
+  EXPECT_NE(full.find("compute per kernel: measured GEMM rates 8..64"), std::string::npos) << full;
+  EXPECT_NE(full.find("working sets <= 1.00 MiB per CPU"), std::string::npos) << full;
+  EXPECT_EQ(links_only.find("compute"), std::string::npos) << links_only;
+  EXPECT_EQ(links_only.find("working sets"), std::string::npos) << links_only;
+  // Without calibrated fits there is nothing to shorten: the link line, or the uniform model.
+  EXPECT_EQ(v5e().summary(), v5e().describe());
+  const CostModel uniform = CostModel::uniform(5e-5, 5e-9, 3);
+  EXPECT_EQ(uniform.summary(),
+            "cost model: alpha 5e-05 s, beta 5e-09 s/B (0.2 GB/s), all-to-all factor 3");
+  EXPECT_EQ(uniform.describe(), uniform.summary());
+}
+
 }  // namespace
 }  // namespace vtpu
