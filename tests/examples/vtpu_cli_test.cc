@@ -1985,8 +1985,7 @@ TEST(VtpuCliPlanTest, ReshardCostLineIsShortAndAllToAllDimsNameSplitAndConcat) {
 // New-user pass nu10, NU16: --strategy 'tp(model)+dp(data)' was "not a candidate" because the
 // planner names it 'dp(data)+tp(model)'; the roles may come in any order.
 TEST(VtpuCliPlanTest, StrategyRolesMayComeInAnyOrder) {
-  const std::string out =
-      (std::filesystem::temp_directory_path() / "vtpu_cli_plan_role_order.json").string();
+  const std::string out = test_temp_path("vtpu_cli_plan_role_order.json");
   std::filesystem::remove(out);
   const CliRun r = run_cli("plan " + model_path("mlp.json") +
                            " --mesh 2x4 --strategy 'tp(model)+dp(data)' --emit " + out);
@@ -2331,8 +2330,7 @@ TEST(VtpuCliPlanTest, TrainRunsThePlansModelSizes) {
   }
   // A flag that contradicts the plan is a usage error, exit 2 (nu10 NU13), in both trainers
   // (train fsdp on an FSDP plan of the same model).
-  const std::string fsdp_out =
-      (std::filesystem::temp_directory_path() / "vtpu_cli_mlp128_fsdp_plan.json").string();
+  const std::string fsdp_out = test_temp_path("vtpu_cli_mlp128_fsdp_plan.json");
   r = run_cli("plan " + mlp128 + " --mesh 2 --strategy 'fsdp(x)' --hardware this_machine --emit " +
               fsdp_out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
