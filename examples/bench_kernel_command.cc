@@ -155,6 +155,12 @@ bool run_bench_kernel_if_selected(const BenchKernelCommand& cmd, int* exit_code)
     const std::string text = p.to_json().dump(2);
     std::printf("%s\n", text.c_str());
     if (!cmd.out_path.empty()) write_output_file("--out", cmd.out_path, text + "\n");
+    // New-user pass nu11, NU41: this profile prices every collective as a memcpy with no latency
+    // (microseconds too cheap per hand-off on this VM); say which profile to plan with.
+    std::fprintf(stderr,
+                 "vtpu bench hardware: this profile has no calibrated collectives (they are "
+                 "priced as a memcpy with 0 s latency); to plan collectives on this machine, "
+                 "write a profile with vtpu bench collectives --calibrate FILE\n");
     *exit_code = 0;
     return true;
   }

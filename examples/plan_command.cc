@@ -226,6 +226,17 @@ int run(const PlanCommand& c) {
     // characters on one line; by default its summary.
     const CostModel priced = cost.for_cores(static_cast<int>(cores));
     std::printf("%s\n", (c.verbose ? priced.describe() : priced.summary()).c_str());
+    // New-user pass nu11, NU41: a host profile of `vtpu bench hardware --out` has no calibrated
+    // collectives, so every hand-off is priced as a memcpy with no latency.
+    if (cost.profile().host_cpus > 0 && cost.profile().collectives.empty()) {
+      std::printf(
+          "warning: %s has no calibrated collectives: they are priced as a memcpy over the links "
+          "with %s latency, not this host's hand-off (calibrate with vtpu bench collectives "
+          "--calibrate FILE)\n",
+          cost.profile().source_path.empty() ? cost.profile().name.c_str()
+                                             : cost.profile().source_path.c_str(),
+          format_seconds(cost.profile().link_latency_seconds).c_str());
+    }
     // New-user pass nu10, NU18: no "run the plan with" when there is no plan to run (the error
     // after the table says why).
     if (!constraints.runner.empty()) {

@@ -1101,13 +1101,15 @@ std::string AutoShardingPlan::to_string() const {
   for (size_t a = 0; a < mesh_shape.size(); ++a)
     mesh += (a ? ", " : "") + axis_names[a] + "=" + std::to_string(mesh_shape[a]);
   mesh += ")";
-  std::snprintf(line, sizeof line,
-                "vtpu plan: model '%s' (%lld parameters, %s, %s, batch %lld x seq %lld) on %s, "
-                "hardware %s, HBM limit %s per core",
-                model.name.c_str(), static_cast<long long>(model.num_parameters()),
-                model.dtype.c_str(), model.optimizer.c_str(), static_cast<long long>(model.batch),
-                static_cast<long long>(model.seq_len), mesh.c_str(), hardware.c_str(),
-                format_bytes(hbm_limit_bytes).c_str());
+  std::snprintf(
+      line, sizeof line,
+      "vtpu plan: model '%s' (%lld parameters, %s, %s, batch %lld x seq %lld) on %s, "
+      "hardware %s, HBM limit %s per core",
+      model.name.c_str(), static_cast<long long>(model.num_parameters()), model.dtype.c_str(),
+      model.optimizer.c_str(), static_cast<long long>(model.batch),
+      static_cast<long long>(model.seq_len), mesh.c_str(),
+      (hardware + (profile.source_path.empty() ? "" : " from " + profile.source_path)).c_str(),
+      format_bytes(hbm_limit_bytes).c_str());
   out += line;
   if (host_ram_bytes != 0) {
     const int64_t n = Mesh(mesh_shape, axis_names).size();

@@ -1689,6 +1689,38 @@ TEST(VtpuCliPlanTest, FooterStatesTheMeshOversubscription) {
   EXPECT_EQ(r.output.find("core count unset"), std::string::npos) << r.output;
 }
 
+// New-user pass nu11, NU41 and NU15: a profile file read with --hardware is named in the header
+// (a calibrated file names itself this_machine too), and a host profile without calibrated
+// collectives (as `vtpu bench hardware --out` writes) is flagged: its hand-offs cost 0 s.
+TEST(VtpuCliPlanTest, AProfileFileIsNamedAndOneWithoutCollectivesIsFlagged) {
+  std::ifstream in(std::string(VTPU_SOURCE_DIR) + "/profiles/this_machine.json");
+  nlohmann::json profile = nlohmann::json::parse(in);
+  ASSERT_TRUE(profile.contains("collectives"));
+  const std::string calibrated = test_temp_path("vtpu_cli_calibrated_profile.json");
+  std::ofstream(calibrated) << profile.dump();
+  profile.erase("collectives");
+  const std::string bare = test_temp_path("vtpu_cli_bare_profile.json");
+  std::ofstream(bare) << profile.dump();
+  const std::string plan = "plan " + model_path("mlp.json") + " --mesh 2 --hardware ";
+  CliRun r = run_cli(plan + calibrated);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("hardware this_machine from " + calibrated + ", HBM limit"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("has no calibrated collectives"), std::string::npos) << r.output;
+  r = run_cli(plan + bare);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: " + bare +
+                          " has no calibrated collectives: they are priced as a memcpy over the "
+                          "links with 0.000 us latency"),
+            std::string::npos)
+      << r.output;
+  // The shipped name: no file in the header.
+  r = run_cli(plan + "this_machine");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("hardware this_machine, HBM limit"), std::string::npos) << r.output;
+}
+
 TEST(VtpuCliPlanTest, NoFitFailsWithTheSmallestHbmThatWouldFit) {
   expect_failure("plan " + model_path("mlp.json") + " --mesh 1x8 --hbm-bytes 1K",
                  "smallest HBM per core that would fit is", 1);
