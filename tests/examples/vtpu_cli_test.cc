@@ -2415,6 +2415,46 @@ TEST(VtpuCliPlanTest, TrainRunsThePlansModelSizes) {
   }
 }
 
+// Regression (new-user pass nu11, NU42): `train mlp --estimate-from` of a plan made for hidden 128
+// with Adam ran the default hidden-64 SGD model and judged it against the other model's estimate
+// (HBM "0.30x"). It now takes the model from the plan's model_graph, as --plan does, and a flag
+// that contradicts it is a usage error naming both values.
+TEST(VtpuCliPlanTest, EstimateFromRunsThePlansModel) {
+  VTPU_REQUIRE_DIGITS();
+  const std::string mlp128 = temp_file("vtpu_cli_mlp128_adam.json", R"j({"name": "mlp",
+      "batch": 16, "optimizer": "adam", "layers": [
+      {"name": "fc1", "kind": "dense", "in": 64, "out": 128},
+      {"name": "relu", "kind": "elementwise", "dim": 128},
+      {"name": "fc2", "kind": "dense", "in": 128, "out": 10}]})j");
+  const std::string plan = test_temp_path("vtpu_cli_mlp128_adam_dp.json");
+  std::filesystem::remove(plan);
+  CliRun r = run_cli("plan " + mlp128 +
+                     " --mesh 2 --strategy 'dp(x)' --hardware this_machine --emit " + plan);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_cli("train mlp --steps 2 --json --estimate-from " + plan);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["config"]["hidden"], 128);
+  EXPECT_EQ(j["config"]["optimizer"], "adam");
+  EXPECT_EQ(j["config"]["learning_rate"], 1e-3);  // Adam's default, as with --plan
+  EXPECT_EQ(j["config"]["global_batch"], 16);
+  r = run_cli("train mlp --steps 1 --log-every 0 --hidden 128 --estimate-from " + plan);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("model 64->128->10, global batch 16 (8 per core), Adam"),
+            std::string::npos)
+      << r.output;
+  expect_failure("train mlp --steps 1 --hidden 64 --estimate-from " + plan,
+                 "vtpu: usage error: plan file '" + plan +
+                     "' is for hidden 128 (fc1.out), --hidden is 64 (expected 128, or --hidden "
+                     "left out)",
+                 2);
+  expect_failure("train mlp --steps 1 --optimizer sgd --estimate-from " + plan,
+                 "vtpu: usage error: plan file '" + plan +
+                     "' is for optimizer adam (model_graph.optimizer), --optimizer is sgd "
+                     "(expected adam, or --optimizer left out)",
+                 2);
+}
+
 // --optimizer adam under every mode of `train mlp --plan`: the default learning rate is Adam's
 // (1e-3) and the losses match one core running Adam (the reference of the same process).
 TEST(VtpuCliPlanTest, TrainMlpPlanRunsAdam) {
