@@ -1654,6 +1654,34 @@ TEST(VtpuCliTest, TrainTransformerRejectsBadInput) {
                  "vtpu: usage error: --cores 4 but plan '" + plan24 +
                      "' has mesh data=2 model=4 (8 cores; expected --cores 8, or --cores left out)",
                  2);
+  // Regression (new-user pass nu11, NU40): a pallas run was judged against the plan's estimate,
+  // priced from the Eigen kernels ("19.48x (outside 25%)"); a usage error as in train mlp --plan.
+  expect_failure("train transformer --kernels pallas --plan " + plan24 + data,
+                 "vtpu: usage error: --kernels pallas cannot be combined with --plan (expected "
+                 "--kernels eigen with --plan: the plan's estimate is priced from the Eigen "
+                 "kernels' rates)",
+                 2);
+}
+
+// Regression (new-user pass nu11, NU40): `train fsdp --plan P --prefetch on` judged a prefetching
+// run against the estimate of the unprefetched schedule ("4.46x (outside 25%)").
+TEST(VtpuCliTest, TrainFsdpPlanRefusesPrefetchOn) {
+  VTPU_REQUIRE_DIGITS();
+  const std::string plan = temp_file("vtpu_cli_fsdp_prefetch_plan.json",
+                                     R"json({"format": "vtpu-plan", "version": 1, "model": "mlp",
+      "mesh": {"axes": ["x"], "shape": [2]},
+      "strategy": {"name": "fsdp(x)", "data": null, "tensor": null, "fsdp": "x"}})json");
+  expect_failure("train fsdp --steps 1 --prefetch on --plan " + plan,
+                 "vtpu: usage error: --prefetch on cannot be combined with --plan (expected "
+                 "--prefetch off or --prefetch left out: the plan's estimate prices FSDP's "
+                 "collectives unoverlapped; `vtpu train fsdp --cores 2` without --plan runs the "
+                 "prefetching schedule)",
+                 2);
+  // --prefetch off is the schedule priced, and runs.
+  const CliRun r =
+      run_cli("train fsdp --steps 1 --batch 8 --log-every 0 --prefetch off --plan " + plan);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("prefetch off"), std::string::npos) << r.output;
 }
 namespace {
 
