@@ -820,6 +820,22 @@ TEST(VtpuCliTest, BenchCollectivesRejectsBadInput) {
                  "--calibrate needs distinct --cores >= 2 (got 2 twice)", 2);
   expect_failure("bench collectives --calibrate " + out + " --cores 1,8",
                  "--calibrate needs distinct --cores >= 2 (got 1)", 2);
+  // New-user pass nu11, NU34: the sweep's options were dropped without a word with --calibrate.
+  // Refused before anything runs: the output file is not written.
+  const std::string untouched = test_temp_path("vtpu_cli_calibrate_op.json");
+  std::filesystem::remove(untouched);
+  expect_failure("bench collectives --calibrate " + untouched + " --op all_gather --cores 2",
+                 "vtpu: usage error: --op does not apply to --calibrate (it sweeps all_gather, "
+                 "reduce_scatter, all_reduce and all_to_all with the default --dtype, --reduce, "
+                 "--algorithm and links)",
+                 2);
+  expect_failure("bench collectives --calibrate " + untouched + " --json --cores 2",
+                 "vtpu: usage error: --json does not apply to --calibrate (it writes its fits as "
+                 "JSON to the --calibrate file and prints them as text)",
+                 2);
+  expect_failure("bench collectives --calibrate " + untouched + " --dtype f64 --cores 2",
+                 "--dtype does not apply to --calibrate", 2);
+  EXPECT_FALSE(std::filesystem::exists(untouched));
 }
 
 // ---- vtpu stress ---------------------------------------------------------------------------
