@@ -573,8 +573,10 @@ TEST(VtpuCliTest, ReshardReadmeSizeDependentPlansOnThisMachine) {
   EXPECT_EQ(ops("--mesh 4 --shape 8" + rs).first, "all_reduce(sum) dynamic_slice");
   EXPECT_EQ(ops("--mesh 4 --shape 812" + rs).first, "all_reduce(sum) dynamic_slice");
   EXPECT_EQ(ops("--mesh 4 --shape 816" + rs).first, "reduce_scatter(sum)");
-  EXPECT_EQ(ops("--mesh 8 --shape 1040" + rs).first, "all_reduce(sum) dynamic_slice");
-  EXPECT_EQ(ops("--mesh 8 --shape 1080" + rs).first, "reduce_scatter(sum)");
+  // On 8 cores between 1208 and 1216 (1040 / 1080 before the cost model read the measured curves
+  // through their monotone envelope, NU33: the 8-core reduce-scatter curve dips).
+  EXPECT_EQ(ops("--mesh 8 --shape 1208" + rs).first, "all_reduce(sum) dynamic_slice");
+  EXPECT_EQ(ops("--mesh 8 --shape 1216" + rs).first, "reduce_scatter(sum)");
   const auto large = ops("--mesh 8 --shape 8000000" + rs);
   EXPECT_EQ(large.first, "reduce_scatter(sum)");
   EXPECT_NE(large.second.find("total: 1 step, 28000000 bytes sent per core, estimated 3.893 ms"),
