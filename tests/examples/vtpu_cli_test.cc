@@ -2367,6 +2367,15 @@ TEST(VtpuCliPlanTest, TrainRunsThePlansModelSizes) {
   std::filesystem::remove(out);
   CliRun r = run_cli("plan " + mlp128 + " --mesh 1x2 --hardware this_machine --emit " + out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // New-user pass nu11, NU39: the footer names the file just written, not "PLAN.json".
+  EXPECT_NE(r.output.find("run the plan with: vtpu train mlp --plan " + out + " (strategies"),
+            std::string::npos)
+      << r.output;
+  // ... and `--emit -` is a usage error, not a file named '-'.
+  expect_failure("plan " + mlp128 + " --mesh 1x2 --emit -",
+                 "vtpu: usage error: --emit - would write a file named '-' (expected a file path; "
+                 "to print the plan, use --json",
+                 2);
   const nlohmann::json j = expect_runs_like_one_core("train mlp --steps 3 --json --plan " + out,
                                                      "/run/losses", "/reference/losses");
   if (!j.is_null()) {
