@@ -31,6 +31,9 @@ struct BenchCollectivesCommand {
   CLI::Option* max_opt = nullptr;
   CLI::Option* iters_opt = nullptr;
   CLI::Option* warmup_opt = nullptr;
+  /// The sweep's options that --calibrate does not take (it sweeps the four collectives with the
+  /// default type, reduction, algorithm and links, and writes its fits to the file), with why.
+  std::vector<std::pair<CLI::Option*, std::string>> sweep_only;
 };
 
 namespace {
@@ -111,6 +114,16 @@ void print_header(CollectiveBenchmark& bench, const MemcpyBandwidth& bw) {
 /// --calibrate: fit every collective and write a profile. Sizes and call counts default to the
 /// calibration's (8 B..4 MiB, 10 + 3 calls) unless given on the command line.
 int run_calibrate(const BenchCollectivesCommand& cmd) {
+  // New-user pass nu11, NU34: --op and --json were dropped without a word.
+  for (const auto& [opt, why] : cmd.sweep_only) {
+    if (opt->count() > 0) {
+      std::fprintf(stderr,
+                   "vtpu: usage error: %s does not apply to --calibrate (%s)\nRun with --help for "
+                   "the options.\n",
+                   opt->get_name().c_str(), why.c_str());
+      return 2;
+    }
+  }
   check_output_path("--calibrate", cmd.calibrate_path);
   CalibrationOptions c;
   if (cmd.cores_opt->count() > 0) c.cores = cmd.cores;
@@ -263,9 +276,14 @@ std::shared_ptr<BenchCollectivesCommand> add_bench_collectives_command(CLI::App&
                        ->delimiter(',')
                        ->default_str("8")
                        ->check(CLI::Range(1, 1024));
-  app->add_option("--op", o.op, "Collective: " + join_names(op_names()))
-      ->capture_default_str()
-      ->check(CLI::IsMember(op_names()));
+  const std::string fixed =
+      "it sweeps all_gather, reduce_scatter, all_reduce and all_to_all "
+      "with the default --dtype, --reduce, --algorithm and links";
+  cmd->sweep_only.emplace_back(
+      app->add_option("--op", o.op, "Collective: " + join_names(op_names()))
+          ->capture_default_str()
+          ->check(CLI::IsMember(op_names())),
+      fixed);
   cmd->min_opt = app->add_option("--min-bytes", cmd->min_bytes, "First size, e.g. 8, 64K")
                      ->capture_default_str()
                      ->check(bench_bytes_validator(1));
@@ -274,21 +292,27 @@ std::shared_ptr<BenchCollectivesCommand> add_bench_collectives_command(CLI::App&
           ->capture_default_str()
           ->check(bench_bytes_validator(1));
   const auto dtypes = names_of(kDataTypes, &data_type_name);
-  app->add_option("--dtype", cmd->dtype, "Element type: " + join_names(dtypes))
-      ->capture_default_str()
-      ->check(CLI::IsMember(dtypes));
+  cmd->sweep_only.emplace_back(
+      app->add_option("--dtype", cmd->dtype, "Element type: " + join_names(dtypes))
+          ->capture_default_str()
+          ->check(CLI::IsMember(dtypes)),
+      fixed);
   const auto reduces = names_of(kReduceOps, &reduce_op_name);
-  app->add_option("--reduce", cmd->reduce, "Reduction: " + join_names(reduces))
-      ->capture_default_str()
-      ->check(CLI::IsMember(reduces));
+  cmd->sweep_only.emplace_back(
+      app->add_option("--reduce", cmd->reduce, "Reduction: " + join_names(reduces))
+          ->capture_default_str()
+          ->check(CLI::IsMember(reduces)),
+      fixed);
   std::string per_op;
   for (const auto& op : collective_bench_ops())
     per_op += (per_op.empty() ? "" : "; ") + op.name + ": " + join_names(op.algorithms);
-  app->add_option("--algorithm", o.algorithm,
-                  "auto (chosen per size by the Communicator; each row names it), or an algorithm "
-                  "the op offers (" +
-                      per_op + ")")
-      ->capture_default_str();
+  cmd->sweep_only.emplace_back(
+      app->add_option("--algorithm", o.algorithm,
+                      "auto (chosen per size by the Communicator; each row names it), or an "
+                      "algorithm the op offers (" +
+                          per_op + ")")
+          ->capture_default_str(),
+      fixed);
   cmd->iters_opt = app->add_option("--iters", o.iters, "Timed calls per size")
                        ->capture_default_str()
                        ->check(CLI::Range(1, 1000000));
@@ -296,18 +320,26 @@ std::shared_ptr<BenchCollectivesCommand> add_bench_collectives_command(CLI::App&
       app->add_option("--warmup", o.warmup, "Untimed calls per size before the timed ones")
           ->capture_default_str()
           ->check(CLI::Range(0, 1000000));
-  app->add_option("--link-slot-bytes", cmd->link_slot_bytes,
-                  "Bytes per link slot (default: RuntimeOptions' 1M, capped at cores x the largest "
-                  "buffer, which no message exceeds)")
-      ->check(bench_bytes_validator(64));
-  app->add_option("--link-slots", o.link_num_slots, "Slots per link (default: RuntimeOptions' 4)")
-      ->check(CLI::Range(2, 1024));
-  app->add_flag("--json", cmd->json, "Print the configuration, memcpy bandwidth and rows as JSON");
+  cmd->sweep_only.emplace_back(
+      app->add_option("--link-slot-bytes", cmd->link_slot_bytes,
+                      "Bytes per link slot (default: RuntimeOptions' 1M, capped at cores x the "
+                      "largest buffer, which no message exceeds)")
+          ->check(bench_bytes_validator(64)),
+      fixed);
+  cmd->sweep_only.emplace_back(app->add_option("--link-slots", o.link_num_slots,
+                                               "Slots per link (default: RuntimeOptions' 4)")
+                                   ->check(CLI::Range(2, 1024)),
+                               fixed);
+  cmd->sweep_only.emplace_back(
+      app->add_flag("--json", cmd->json,
+                    "Print the configuration, memcpy bandwidth and rows as JSON"),
+      "it writes its fits as JSON to the --calibrate file and prints them as text");
   // F16: an empty path is a usage error, not "no --calibrate" (it used to run a plain sweep).
   app->add_option("--calibrate", cmd->calibrate_path,
                   "Instead of one sweep: sweep all_gather, reduce_scatter, all_reduce and "
                   "all_to_all on each of --cores (default 2,4,8; default 8 B..4 MiB, 30 timed "
-                  "calls; --min-bytes, --max-bytes, --iters, --warmup apply), fit alpha and beta "
+                  "calls; --min-bytes, --max-bytes, --iters, --warmup apply, the sweep's other "
+                  "options are usage errors), fit alpha and beta "
                   "of each per core count, measure peak "
                   "f32 FLOP/s and memcpy bandwidth, and write a this_machine hardware profile "
                   "to this JSON file")

@@ -115,13 +115,17 @@ double median_interval(const std::vector<double>& t) {
 }  // namespace
 
 double StepMeter::median_cpu_seconds() const {
+  // Median CPU rate (CPU seconds per wall second) over the windows between readings, times the
+  // median wall interval of the same ticks (header; new-user pass nu11, NU37: the median of
+  // CPU/steps per window follows the window's mean step, so a few long steps put the CPU row
+  // above the median wall step).
   if (cpu_.size() < 2) return 0.0;
-  std::vector<double> per_step(cpu_.size() - 1);
+  std::vector<double> rate;
   for (size_t i = 1; i < cpu_.size(); ++i) {
-    per_step[i - 1] = (cpu_[i].second - cpu_[i - 1].second) /
-                      static_cast<double>(cpu_[i].first - cpu_[i - 1].first);
+    const double wall = wall_[cpu_[i].first] - wall_[cpu_[i - 1].first];
+    if (wall > 0) rate.push_back((cpu_[i].second - cpu_[i - 1].second) / wall);
   }
-  return median_of(std::move(per_step));
+  return rate.empty() ? 0.0 : median_of(std::move(rate)) * median_wall_seconds();
 }
 double StepMeter::median_wall_seconds() const { return median_interval(wall_); }
 

@@ -7,8 +7,9 @@
 // What is compared (ratio = measured / estimate; "within 25%" when |ratio - 1| <= 0.25):
 //   step time  estimate.step_seconds against the median over steps of core 0's wall time per step
 //              (the trainers' step_seconds). Printed beside it, not judged: the process CPU time
-//              per step (all threads; StepMeter: the median over readings on core 0, at most one
-//              per 200 us of wall time, of the CPU time per step between them) and that divided by
+//              per step (all threads; StepMeter: the median CPU rate over windows between readings
+//              on core 0, at most one per 200 us of wall time, times the median wall interval of
+//              core 0's steps, so that it is comparable with the wall row) and that divided by
 //              min(cores, host CPUs): the wall time the step's CPU work would take spread evenly
 //              over the CPUs the run can use, with no waiting. Other programs on the host inflate
 //              the wall time but, to first order, not the CPU time, so on a loaded host the CPU
@@ -98,8 +99,13 @@ class StepMeter {
   /// The meter must outlive the callback.
   std::function<void(int64_t, double)> wrap(std::function<void(int64_t, double)> on_log,
                                             int64_t every, int64_t steps);
-  /// Median over consecutive CPU readings of (CPU time between them) / (ticks between them),
-  /// seconds per step; 0 with fewer than 2 readings.
+  /// CPU seconds per step, comparable with median_wall_seconds(): the median over consecutive
+  /// CPU readings of the CPU rate between them (CPU time / wall time of the window: the CPUs the
+  /// process kept busy, at most the host's) times median_wall_seconds() (the same ticks). So
+  /// CPU / min(cores, host CPUs) cannot exceed the median wall step when cores >= host CPUs.
+  /// (The median of CPU time / steps per window followed each window's mean step: on a loaded
+  /// host with a few long steps it came out up to 2.2x the median wall step; new-user pass nu11,
+  /// NU37.) 0 with fewer than 2 readings or no wall time between them.
   double median_cpu_seconds() const;
   /// Median over the intervals between consecutive ticks (seconds; 0 with fewer than 2 ticks).
   double median_wall_seconds() const;

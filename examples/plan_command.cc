@@ -121,6 +121,16 @@ void require_fit(const AutoShardingPlan& plan, const std::string& runner) {
 }
 
 int run(const PlanCommand& c) {
+  // New-user pass nu11, NU39: `--emit -` wrote a file named '-' ("wrote -").
+  if (!check_usage([&] {
+        if (c.emit_path == "-") {
+          throw InvalidArgumentError(
+              "--emit - would write a file named '-' (expected a file path; to print the plan, "
+              "use --json, whose \"plan\" is the file's content, or --emit /dev/stdout)");
+        }
+      })) {
+    return 2;
+  }
   check_output_path("--emit", c.emit_path);
   ModelGraph model = ModelGraph::load_json_file(c.model_path);
   if (c.batch > 0) model.batch = c.batch;
@@ -241,10 +251,12 @@ int run(const PlanCommand& c) {
     // after the table says why).
     if (!constraints.runner.empty()) {
       if (plan.chosen() >= 0) {
+        // New-user pass nu11, NU39: the file just written, not a placeholder.
         std::printf(
-            "run the plan with: %s --plan PLAN.json (strategies it cannot run are marked "
+            "run the plan with: %s --plan %s (strategies it cannot run are marked "
             "\"cannot run\"; --any-strategy plans without that limit)\n",
-            constraints.runner.c_str());
+            constraints.runner.c_str(),
+            c.emit_path.empty() ? "PLAN.json after --emit PLAN.json" : c.emit_path.c_str());
       }
     } else if (!not_trainable.empty()) {
       std::printf("%s: the plan is not restricted to what vtpu can run (--emit refuses it)\n",

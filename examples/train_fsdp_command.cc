@@ -95,6 +95,22 @@ int run(const TrainFsdpCommand& cmd) {
     planned = mlp_plan_model(*plan);  // first: a plan for another model is refused as such
     fsdp_mode = mlp_plan_mode(*plan) == MlpPlanMode::kFsdp;
     if (!check_usage([&] { check_plan_cores(*plan, cmd.cores); })) return 2;
+    // The plan's estimate prices the collectives one after the other (kPlanFsdpPrefetch): a
+    // prefetching run is another schedule, which the report would judge against it as if it
+    // were the one priced. A usage error, exit 2, as `train mlp --plan --kernels pallas`
+    // (new-user pass nu11, NU40: "4.46x (outside 25%)" for a run that was not the plan's).
+    if (!check_usage([&] {
+          if (cmd.prefetch_option->count() > 0 && cmd.prefetch == "on") {
+            throw InvalidArgumentError(
+                "--prefetch on cannot be combined with --plan (expected --prefetch off or "
+                "--prefetch left out: the plan's estimate prices FSDP's collectives unoverlapped; "
+                "`vtpu train fsdp --cores " +
+                std::to_string(plan->num_cores()) +
+                "` without --plan runs the prefetching schedule)");
+          }
+        })) {
+      return 2;
+    }
     options.num_cores = static_cast<int>(plan->num_cores());
   }
   options.validate();
@@ -323,7 +339,8 @@ std::shared_ptr<TrainFsdpCommand> add_train_fsdp_command(CLI::App& train) {
       app->add_option("--prefetch", cmd->prefetch,
                       "on: start all-gathers early and overlap reduce-scatters (async "
                       "collectives); off: every collective synchronous (default on; off with "
-                      "--plan, whose estimate prices the collectives unoverlapped)")
+                      "--plan, whose estimate prices the collectives unoverlapped, and on is "
+                      "then a usage error)")
           ->check(CLI::IsMember({"on", "off"}));
   app->add_option("--data", cmd->data_path, "digits.csv.gz from Debian python3-sklearn")
       ->capture_default_str();

@@ -58,6 +58,19 @@ int run(const TrainTransformerCommand& cmd) {
     require_plan_model(*plan, "transformer", "vtpu train transformer");
     // nu10 NU6: the plan's mesh and file, not the flattened data x tensor grid ("8x1").
     if (!check_usage([&] { check_plan_cores(*plan, cmd.cores); })) return 2;
+    // The estimate is priced from the Eigen kernels' rates: a pallas run is not the one priced.
+    // A usage error, exit 2, as in `train mlp --plan` (new-user pass nu11, NU40: the pallas run
+    // was judged "19.48x (outside 25%)" against the Eigen estimate).
+    if (!check_usage([&] {
+          if (c.kernels != "eigen") {
+            throw InvalidArgumentError("--kernels " + c.kernels +
+                                       " cannot be combined with --plan (expected --kernels eigen "
+                                       "with --plan: the plan's estimate is priced from the Eigen "
+                                       "kernels' rates)");
+          }
+        })) {
+      return 2;
+    }
     layout = plan_data_tensor_layout(*plan, "vtpu train transformer");
     mesh = TransformerMesh{layout->data, layout->tensor};
     // adv7 G4: an unnamed strategy printed "strategy  (from ...)".
@@ -314,9 +327,11 @@ std::shared_ptr<TrainTransformerCommand> add_train_transformer_command(CLI::App&
       ->check(CLI::NonNegativeNumber);
   app->add_option("--hbm-bytes", cmd->hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)")
       ->check(size_validator());
-  app->add_option("--kernels", c.kernels,
-                  "Dense projections: eigen (Eigen GEMMs) or pallas (the pipelined tiled matmul "
-                  "through VMEM and the DMA engine)")
+  app->add_option(
+         "--kernels", c.kernels,
+         "Dense projections: eigen (Eigen GEMMs) or pallas (the pipelined tiled matmul "
+         "through VMEM and the DMA engine; eigen with --plan, whose estimate is priced from "
+         "the Eigen kernels)")
       ->capture_default_str()
       ->check(CLI::IsMember({"eigen", "pallas"}));
   app->add_flag("--no-reference", cmd->no_reference, "Skip the single-core reference run");

@@ -192,16 +192,40 @@ int run_train_mlp(const TrainArgs& args) {
   // --estimate-from: the plan must be one this command runs (data parallel over all its cores).
   std::optional<vtpu::examples::PlanEstimate> estimate;
   std::optional<vtpu::examples::TrainPlan> estimate_plan;
+  std::optional<int64_t> plan_batch;   // the estimate's global batch, without --batch
+  std::optional<int64_t> plan_hidden;  // the estimate's model, when its plan records one
+  std::optional<std::string> plan_optimizer;
   if (!args.estimate_from.empty()) {
     const vtpu::examples::TrainPlan& plan =
         estimate_plan.emplace(vtpu::examples::load_train_plan(args.estimate_from));
     vtpu::examples::check_mlp_estimate_plan(plan);
     if (!vtpu::examples::check_usage([&] { vtpu::examples::check_plan_cores(plan, args.cores); }))
       return 2;
+    // The model the estimate was made for (its model_graph), as --plan takes it: a --hidden or
+    // --optimizer that contradicts it is a usage error, exit 2. Regression (new-user pass nu11,
+    // NU42): a hidden-128 Adam plan was judged against a hidden-64 SGD run ("HBM 0.30x").
+    if (const auto planned = vtpu::examples::mlp_plan_model(plan);
+        planned && !vtpu::examples::check_usage([&] {
+          using vtpu::examples::plan_setting;
+          plan_hidden =
+              plan_setting(plan, "hidden", "fc1.out", "--hidden", planned->hidden,
+                           args.hidden_option->count() > 0 ? std::optional<int64_t>(args.mlp.hidden)
+                                                           : std::nullopt);
+          plan_optimizer = plan_setting(
+              plan, "optimizer", "model_graph.optimizer", "--optimizer", planned->optimizer,
+              args.optimizer_option->count() > 0 ? std::optional<std::string>(args.mlp.optimizer)
+                                                 : std::nullopt);
+        })) {
+      return 2;
+    }
     options.num_cores = static_cast<int>(plan.num_cores());
-    // A --batch other than the estimate's is a usage error (exit 2; new-user pass nu10, NU13).
-    if (!vtpu::examples::check_usage(
-            [&] { estimate = vtpu::examples::comparable_estimate(plan, args.mlp.global_batch); })) {
+    // The global batch defaults to the estimate's, as with --plan; another --batch is a usage
+    // error (exit 2; new-user pass nu10, NU13).
+    if (!args.batch_given && plan.estimated_batch() > 0) plan_batch = plan.estimated_batch();
+    if (!vtpu::examples::check_usage([&] {
+          estimate = vtpu::examples::comparable_estimate(
+              plan, plan_batch ? *plan_batch : args.mlp.global_batch);
+        })) {
       return 2;
     }
     if (!estimate) {
@@ -216,6 +240,9 @@ int run_train_mlp(const TrainArgs& args) {
   if (!args.memory_events.empty()) options.record_memory_events = true;
   options.validate();
   MlpConfig mlp = args.mlp;
+  if (plan_batch) mlp.global_batch = *plan_batch;
+  if (plan_hidden) mlp.hidden = *plan_hidden;
+  if (plan_optimizer) mlp.optimizer = *plan_optimizer;
   if (args.lr_option->count() == 0) {
     mlp.learning_rate = vtpu::examples::mlp_default_learning_rate(mlp.optimizer);
   }

@@ -57,8 +57,11 @@ std::string string_field(const nlohmann::json& j, const char* key) {
 
 void require_positive(double value, const std::string& field) {
   if (!(value > 0.0) || !std::isfinite(value)) {
-    throw InvalidArgumentError("hardware profile field '" + field + "' is " +
-                               std::to_string(value) + " (expected a finite number > 0)");
+    // %g, not std::to_string's %f: -1e-9 printed as -0.000000 (new-user pass nu11, NU39).
+    char shown[32];
+    std::snprintf(shown, sizeof shown, "%.6g", value);
+    throw InvalidArgumentError("hardware profile field '" + field + "' is " + shown +
+                               " (expected a finite number > 0)");
   }
 }
 

@@ -948,14 +948,22 @@ AutoShardingPlan plan_auto_sharding(const ModelGraph& model, const std::vector<i
     } else {
       const PlanCandidate& w = plan.candidates[static_cast<size_t>(plan.winner)];
       const double pct = 100.0 * (c.step_seconds / w.step_seconds - 1.0);
-      char b[96];
       if (pct < 0.05) {
-        std::snprintf(b, sizeof b,
-                      "ties with the winner (%.1f%%); sends more bytes or uses more HBM", pct);
+        // What `better` decided on (new-user pass nu11, NU35: identical rows were said to send
+        // more bytes or use more HBM).
+        c.why_lost = "ties with the winner (" +
+                     std::string(c.step_seconds > w.step_seconds ? "under 0.05% slower"
+                                 : c.comm_bytes_per_core > w.comm_bytes_per_core
+                                     ? "same time; sends more bytes"
+                                 : c.hbm_bytes_per_core > w.hbm_bytes_per_core
+                                     ? "same time and bytes; uses more HBM"
+                                     : "exactly: same time, bytes and HBM; the first listed wins") +
+                     ")";
       } else {
+        char b[64];
         std::snprintf(b, sizeof b, "%.1f%% slower than the winner", pct);
+        c.why_lost = b;
       }
-      c.why_lost = b;
     }
   }
   return plan;

@@ -156,15 +156,20 @@ int CostModel::torus_dims_used(const std::vector<int>& mesh_axis_positions) cons
 }
 
 double CostModel::measured_seconds(const CollectiveFit& fit, double bytes, double beta_factor) {
+  // Priced through the curve's monotone non-decreasing envelope, the running maximum over sizes
+  // (header): a point below an earlier, smaller size's time is lifted to that time.
   const auto& m = fit.measured;
   if (bytes <= m.front().first) return m.front().second;
-  if (bytes >= m.back().first) {
-    return m.back().second + fit.beta_seconds_per_byte * beta_factor * (bytes - m.back().first);
+  double envelope = m.front().second;  // the running maximum up to the current point
+  for (size_t i = 1; i < m.size(); ++i) {
+    const double next = std::max(envelope, m[i].second);
+    if (bytes < m[i].first) {
+      const double w = (bytes - m[i - 1].first) / (m[i].first - m[i - 1].first);
+      return envelope + w * (next - envelope);
+    }
+    envelope = next;
   }
-  const auto hi = std::ranges::upper_bound(m, bytes, {}, &std::pair<double, double>::first);
-  const auto lo = std::prev(hi);
-  const double w = (bytes - lo->first) / (hi->first - lo->first);
-  return lo->second + w * (hi->second - lo->second);
+  return envelope + fit.beta_seconds_per_byte * beta_factor * (bytes - m.back().first);
 }
 
 const CollectiveFit* CostModel::calibrated_fit(const std::string& op, int64_t n) const {

@@ -137,7 +137,7 @@ TEST(EstimateReportTest, RatiosAndVerdictsAreTheHandWorkedOnes) {
   m.unmodelled_what = "training set";
   m.host_cpus = 2;
   m.load_average = {3.5, 2.0, 1.0};
-  const EstimateReport r = compare_estimate(e, m);
+  EstimateReport r = compare_estimate(e, m);  // the probe fields are set below
   EXPECT_DOUBLE_EQ(r.step_ratio, 1.25);
   EXPECT_TRUE(r.step_within);
   EXPECT_EQ(r.estimated_hbm, 42000u);
@@ -397,6 +397,20 @@ TEST(EstimateReportTest, StepMeterReadsTheCpuClockAtMostOncePer200usOfWallTime) 
         20e-6 * t, [&] { return 30e-6 * t; }, t == 4);
   EXPECT_EQ(brief.cpu_readings(), 2u);
   EXPECT_NEAR(brief.median_cpu_seconds(), 30e-6, 1e-15);
+  // Uneven steps (NU37): per 4-step window three steps of 50 us and one of 650 us (800 us), the
+  // process keeping 2 CPUs busy throughout (1600 us of CPU per window). Readings are due at ticks
+  // 0, 4 (t = 800 us), 8, 12. The median wall step is 50 us; the CPU rate is 1600 / 800 = 2 in
+  // every window, so the CPU per step is 2 x 50 us = 100 us, and / 2 CPUs = 50 us, the wall step.
+  // (CPU / steps per window would say 400 us: / 2 CPUs = 200 us, 4x the wall step.)
+  StepMeter uneven;
+  double t_uneven = 0;
+  for (int t = 0; t <= 12; ++t) {
+    uneven.record(t_uneven, [&] { return 2 * t_uneven; });
+    t_uneven += t % 4 == 3 ? 650e-6 : 50e-6;
+  }
+  EXPECT_EQ(uneven.cpu_readings(), 4u);
+  EXPECT_NEAR(uneven.median_wall_seconds(), 50e-6, 1e-15);
+  EXPECT_NEAR(uneven.median_cpu_seconds(), 100e-6, 1e-12);
   // Through wrap(): the callback of the last of `steps` reads the CPU clock. It runs on the real
   // clocks: the middle step reads too when the host preempted this thread for 200 us between the
   // calls (seen once under load), so 2 or 3 readings; without the last one it would be 1.

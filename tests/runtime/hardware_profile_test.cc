@@ -169,6 +169,18 @@ TEST(HardwareProfileTest, RejectsBadProfiles) {
   j = HardwareProfile::get("v5e").to_json();
   j["hbm_bytes_per_second"] = -1.0;
   EXPECT_THROW(HardwareProfile::from_json(j), InvalidArgumentError);
+  // A tiny negative value is shown as written (%g), not as std::to_string's "-0.000000".
+  j = HardwareProfile::get("this_machine").to_json();
+  j["collectives"]["all_gather"][0]["beta_seconds_per_byte"] = -1e-9;
+  try {
+    HardwareProfile::from_json(j);
+    ADD_FAILURE() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "beta_seconds_per_byte' is -1e-09 (expected a finite number > 0)"),
+              std::string::npos)
+        << e.what();
+  }
   j = HardwareProfile::get("v5e").to_json();
   j["scoped_vmem_limit_bytes"] = j["vmem_bytes"].get<uint64_t>() + 1;
   EXPECT_THROW(HardwareProfile::from_json(j), InvalidArgumentError);

@@ -813,5 +813,34 @@ TEST(AutoPlannerTest, NothingRunsSummarisesTheReasonsAndLongNamesKeepTheColumns)
   }
 }
 
+// Regression (new-user pass nu11, NU35): rows identical to the winner's said "sends more bytes or
+// uses more HBM". On the shipped this_machine profile the digits MLP on a 2x2x2 mesh is won by
+// dp(z)+tp(x,y), and its rotations dp(y)+tp(x,z) and dp(x)+tp(y,z) cost exactly the same (the
+// profile prices a group by its size, not by which axes it spans): the first listed wins, and
+// each says so; a row slower than the winner says by how much.
+TEST(AutoPlannerTest, ATieWithTheWinnerSaysWhatDecidedIt) {
+  const AutoShardingPlan p = plan_auto_sharding(digits_mlp(), {2, 2, 2}, {"x", "y", "z"},
+                                                CostModel(HardwareProfile::get("this_machine")));
+  ASSERT_GE(p.winner, 0);
+  const PlanCandidate& w = p.candidates[static_cast<size_t>(p.winner)];
+  int exact = 0;
+  for (const PlanCandidate& c : p.candidates) {
+    if (&c == &w || !c.feasible || !c.fits || !c.unsupported_reason.empty()) continue;
+    if (c.step_seconds == w.step_seconds && c.comm_bytes_per_core == w.comm_bytes_per_core &&
+        c.hbm_bytes_per_core == w.hbm_bytes_per_core) {
+      ++exact;
+      EXPECT_EQ(c.why_lost,
+                "ties with the winner (exactly: same time, bytes and HBM; the first listed wins)")
+          << c.name;
+    } else {
+      EXPECT_THAT(c.why_lost, Not(HasSubstr("exactly"))) << c.name;
+    }
+  }
+  EXPECT_EQ(w.name, "dp(z)+tp(x,y)");
+  EXPECT_EQ(find(p, "dp(y)+tp(x,z)").why_lost,
+            "ties with the winner (exactly: same time, bytes and HBM; the first listed wins)");
+  EXPECT_EQ(exact, 2);
+}
+
 }  // namespace
 }  // namespace vtpu

@@ -361,6 +361,32 @@ TEST(CostModelTest, AMeasuredCurveIsInterpolatedInsideItsRangeAndExtendedByBeta)
       << m.describe();
 }
 
+TEST(CostModelTest, AMeasuredCurveIsPricedThroughItsMonotoneEnvelope) {
+  // A curve that dips (16 B and 32 B faster than 8 B), as the shipped 2-core all-reduce does.
+  HardwareProfile p = host_profile();
+  CollectiveFit ar{1e-6, 1e-9, 2};
+  ar.measured = {{8, 4e-6}, {16, 2e-6}, {32, 3e-6}, {64, 6e-6}};
+  p.collectives = {{"all_reduce", {ar}}};
+  const CostModel m(p);
+  // Envelope (running max): 8 B 4 us, 16 B 4 us, 32 B 4 us, 64 B 6 us.
+  const auto ar_at = [&](double b) {
+    return m.collective(CollectiveKind::kAllReduce, b, {0}, {2});
+  };
+  EXPECT_NEAR(ar_at(16).seconds, 4e-6, 1e-18);  // measured 2 us, lifted to 8 B's 4 us
+  EXPECT_NEAR(ar_at(24).seconds, 4e-6, 1e-18);  // between two lifted points (raw: 2.5 us)
+  EXPECT_NEAR(ar_at(48).seconds, 5e-6, 1e-18);  // halfway from E(32) = 4 us to E(64) = 6 us
+  // Above the last size: E(64) + 2 x beta x 1/2 x (128 - 64) = 6e-6 + 1e-9 x 64 = 6.064 us.
+  EXPECT_NEAR(ar_at(128).seconds, 6.064e-6, 1e-18);
+  // The share the planner charges per layer, seconds - 2 alpha (alpha = 4 us / 2), is 0 inside
+  // the dip, not 2 - 4 = -2 us.
+  const CollectiveCost dip = ar_at(16);
+  EXPECT_NEAR(dip.alpha_seconds, 2e-6, 1e-18);
+  EXPECT_NEAR(dip.seconds - 2 * dip.alpha_seconds, 0.0, 1e-18);
+  // The static reader itself, with no beta past the curve: the same envelope.
+  EXPECT_NEAR(CostModel::measured_seconds(ar, 32, 0.0), 4e-6, 1e-18);
+  EXPECT_NEAR(CostModel::measured_seconds(ar, 1000, 0.0), 6e-6, 1e-18);
+}
+
 TEST(CostModelTest, AGroupBetweenCalibratedSizesUsesTheNearestInLogN) {
   const CostModel base(two_size_profile());
   // 4 is halfway between 2 and 8 in log2 (1 each way): the tie goes to the larger, 8.
