@@ -12,7 +12,7 @@ set -euo pipefail
 
 pkgs=(build-essential cmake g++ libtbb-dev libboost-dev nlohmann-json3-dev
       libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev libcli11-dev
-      zlib1g-dev libprotobuf-dev protobuf-compiler golang-go)
+      zlib1g-dev libprotobuf-dev protobuf-compiler golang-go jq)
 
 for arg in "$@"; do
   case "$arg" in

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The planner's estimate against the measured run for every example model (docs/SHARDING.md,
+# "Estimate against measurement"): calibrate this machine (or take a profile), plan each example
+# with it, run each plan ROUNDS times, and print estimate, measured and measured/estimate side by
+# side, step time and HBM per core.
+#
+# Usage: scripts/check-estimates.sh [--hardware NAME|FILE] [--rounds R] [--out DIR] [--vtpu BIN]
+#   --hardware  profile to plan with: a shipped name (this_machine) or a profile JSON file.
+#               Default: calibrate now (`vtpu bench collectives --calibrate DIR/profile.json`,
+#               about 20 s) and plan with that file.
+#   --rounds    rounds over the eight examples (default 3). The rounds are interleaved (every
+#               example once, then again), so a burst of load on the host lands on one round of
+#               several examples, not on every round of one.
+#   --out       directory for the profile, plans and each run's JSON (default: a new temp dir)
+#   --vtpu      the vtpu binary (default $BUILD_DIR/examples/vtpu, BUILD_DIR defaulting to build/)
+#
+# An example is within when the median over the rounds of its measured/estimate step ratio is
+# within 25% (|ratio - 1| <= 0.25), and the same for HBM per core. The step ratio judged is the
+# one with the collectives probed after the run where the plan has collectives and the probe was
+# judged (examples/latency_probe.h), else the plain one; both are printed. Exit status: 0 when
+# every example is within, 1 when one is not, 2 on a usage error.
+# Needs jq (scripts/install-deps.sh installs it).
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+vtpu=${BUILD_DIR:-$repo/build}/examples/vtpu
+hardware=""
+rounds=3
+out=""
+
+usage() { sed -n '2,22s/^# \{0,1\}//p' "$0"; }
+die_usage() { echo "check-estimates: $1 (try --help)" >&2; exit 2; }
+
+while (($#)); do
+  case "$1" in
+    --hardware) (($# >= 2)) || die_usage "--hardware needs a profile name or file"; hardware=$2; shift 2 ;;
+    --rounds) (($# >= 2)) || die_usage "--rounds needs a count"; rounds=$2; shift 2 ;;
+    --out) (($# >= 2)) || die_usage "--out needs a directory"; out=$2; shift 2 ;;
+    --vtpu) (($# >= 2)) || die_usage "--vtpu needs a path"; vtpu=$2; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) die_usage "unknown option '$1'" ;;
+  esac
+done
+if ! [[ "$rounds" =~ ^[0-9]{1,3}$ ]] || ((10#$rounds < 1 || 10#$rounds > 100)); then
+  die_usage "--rounds '$rounds' is not a whole number in 1..100"
+fi
+[[ -x "$vtpu" ]] || die_usage "vtpu binary '$vtpu' does not exist (build it: scripts/build.sh vtpu_cli, or pass --vtpu)"
+command -v jq >/dev/null || { echo "check-estimates: jq not found (scripts/install-deps.sh installs it)" >&2; exit 1; }
+if [[ -z "$out" ]]; then out=$(mktemp -d -t vtpu-estimates.XXXXXX); fi
+mkdir -p "$out" || die_usage "cannot create --out directory '$out'"
+cd "$repo"
+
+if [[ -z "$hardware" ]]; then
+  hardware=$out/profile.json
+  echo "calibrating: $vtpu bench collectives --calibrate $hardware" >&2
+  "$vtpu" bench collectives --calibrate "$hardware" >"$out/calibrate.txt" 2>&1 ||
+    { cat "$out/calibrate.txt" >&2; exit 1; }
+fi
+
+# name | plan arguments | train arguments (the plan file is appended to --plan)
+examples=(
+  "mlp 1 core|examples/models/mlp.json --mesh 1|mlp --steps 500 --log-every 0"
+  "mlp 2 cores|examples/models/mlp.json --mesh 2|mlp --steps 500 --log-every 0"
+  "mlp 8 cores|examples/models/mlp.json --mesh 8|mlp --steps 500 --log-every 0"
+  "fsdp 2 cores|examples/models/mlp.json --mesh 2 --strategy fsdp(x)|fsdp --steps 500 --log-every 0"
+  "fsdp 8 cores|examples/models/mlp.json --mesh 8 --strategy fsdp(x)|fsdp --steps 500 --log-every 0"
+  "transformer 1x1|examples/models/transformer.json --mesh 1x1|transformer --steps 30 --no-reference --log-every 0"
+  "transformer 1x2|examples/models/transformer.json --mesh 1x2|transformer --steps 30 --no-reference --log-every 0"
+  "transformer 2x4|examples/models/transformer.json --mesh 2x4|transformer --steps 30 --no-reference --log-every 0"
+)
+
+for i in "${!examples[@]}"; do
+  IFS='|' read -r name plan_args _ <<<"${examples[$i]}"
+  # shellcheck disable=SC2086  # plan_args is a list of words
+  "$vtpu" plan $plan_args --hardware "$hardware" --emit "$out/plan$i.json" >"$out/plan$i.txt" 2>&1 ||
+    { echo "check-estimates: planning '$name' failed:" >&2; cat "$out/plan$i.txt" >&2; exit 1; }
+done
+
+echo "running $rounds round(s) of ${#examples[@]} examples ($(date -u +%H:%M:%S) UTC, load average $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+rounds=$((10#$rounds))
+for ((r = 1; r <= rounds; r++)); do
+  for i in "${!examples[@]}"; do
+    IFS='|' read -r name _ train_args <<<"${examples[$i]}"
+    # shellcheck disable=SC2086
+    "$vtpu" train $train_args --plan "$out/plan$i.json" --json >"$out/run$i-$r.json" 2>"$out/run$i-$r.err" ||
+      { echo "check-estimates: '$name' round $r failed:" >&2; tail -5 "$out/run$i-$r.err" >&2; exit 1; }
+  done
+done
+echo "done ($(date -u +%H:%M:%S) UTC, load average $(cut -d' ' -f1-3 /proc/loadavg)); files in $out" >&2
+
+status=0
+printf '| example | strategy | estimate | measured (median of rounds) | ratio per round | with probe per round | judged (median) | HBM ratio | |\n'
+printf '|---|---|---|---|---|---|---|---|---|\n'
+for i in "${!examples[@]}"; do
+  IFS='|' read -r name _ _ <<<"${examples[$i]}"
+  runs=()
+  for ((r = 1; r <= rounds; r++)); do runs+=("$out/run$i-$r.json"); done
+  row=$(jq -s -r --arg name "$name" '
+    def median: sort | if length % 2 == 1 then .[length / 2 | floor]
+                       else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+    def t: if . >= 1e-3 then "\(. * 1e5 | round / 100) ms" else "\(. * 1e8 | round / 100) us" end;
+    def r2: . * 100 | round / 100 | tostring;
+    map(.estimate_vs_measured) as $e
+    | ($e | map(.step_ratio)) as $plain
+    | ($e | map(if .probe != null and .probe.judged then .probe.step_ratio else null end)) as $probed
+    | ($e | map(if .probe != null and .probe.judged then .probe.step_ratio else .step_ratio end)
+          | median) as $judged
+    | ($e | map(.hbm_ratio) | median) as $hbm
+    | (($judged - 1 | fabs) <= 0.25 and ($hbm - 1 | fabs) <= 0.25) as $ok
+    | [$name, $e[0].strategy, ($e[0].estimate.step_seconds | t),
+       ($e | map(.measured.median_step_seconds) | median | t),
+       ($plain | map(r2) | join(", ")),
+       (if ($probed | all(. == null)) then "-" else ($probed | map(if . == null then "n/a" else r2 end) | join(", ")) end),
+       ($judged | r2), ($hbm | r2), (if $ok then "within 25%" else "**outside 25%**" end)]
+    | "| " + join(" | ") + " |"' "${runs[@]}")
+  echo "$row"
+  [[ "$row" == *"**outside 25%**"* ]] && status=1
+done
+echo "profile: $hardware" >&2
+exit $status
