@@ -5,6 +5,7 @@
 # side, step time and HBM per core.
 #
 # Usage: scripts/check-estimates.sh [--hardware NAME|FILE] [--rounds R] [--out DIR] [--vtpu BIN]
+#        scripts/check-estimates.sh --from DIR
 #   --hardware  profile to plan with: a shipped name (this_machine) or a profile JSON file.
 #               Default: calibrate now (`vtpu bench collectives --calibrate DIR/profile.json`,
 #               about 20 s) and plan with that file.
@@ -13,6 +14,8 @@
 #               several examples, not on every round of one.
 #   --out       directory for the profile, plans and each run's JSON (default: a new temp dir)
 #   --vtpu      the vtpu binary (default $BUILD_DIR/examples/vtpu, BUILD_DIR defaulting to build/)
+#   --from      print the table of an earlier run's --out DIR again (its runI-R.json files),
+#               running nothing
 #
 # An example is within when the median over the rounds of its measured/estimate step ratio is
 # within 25% (|ratio - 1| <= 0.25), and the same for HBM per core. The step ratio judged is the
@@ -27,8 +30,9 @@ vtpu=${BUILD_DIR:-$repo/build}/examples/vtpu
 hardware=""
 rounds=3
 out=""
+from=""
 
-usage() { sed -n '2,22s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,25s/^# \{0,1\}//p' "$0"; }
 die_usage() { echo "check-estimates: $1 (try --help)" >&2; exit 2; }
 
 while (($#)); do
@@ -37,6 +41,7 @@ while (($#)); do
     --rounds) (($# >= 2)) || die_usage "--rounds needs a count"; rounds=$2; shift 2 ;;
     --out) (($# >= 2)) || die_usage "--out needs a directory"; out=$2; shift 2 ;;
     --vtpu) (($# >= 2)) || die_usage "--vtpu needs a path"; vtpu=$2; shift 2 ;;
+    --from) (($# >= 2)) || die_usage "--from needs a directory"; from=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) die_usage "unknown option '$1'" ;;
   esac
@@ -44,18 +49,23 @@ done
 if ! [[ "$rounds" =~ ^[0-9]{1,3}$ ]] || ((10#$rounds < 1 || 10#$rounds > 100)); then
   die_usage "--rounds '$rounds' is not a whole number in 1..100"
 fi
-[[ -x "$vtpu" ]] || die_usage "vtpu binary '$vtpu' does not exist (build it: scripts/build.sh vtpu_cli, or pass --vtpu)"
+rounds=$((10#$rounds))
 command -v jq >/dev/null || { echo "check-estimates: jq not found (scripts/install-deps.sh installs it)" >&2; exit 1; }
+if [[ -n "$from" ]]; then
+  [[ -f "$from/run0-1.json" ]] || die_usage "--from '$from' holds no run0-1.json (an --out directory of an earlier run)"
+  out=$from
+  rounds=0
+  while [[ -f "$from/run0-$((rounds + 1)).json" ]]; do rounds=$((rounds + 1)); done
+fi
+[[ -n "$from" || -x "$vtpu" ]] ||
+  die_usage "vtpu binary '$vtpu' does not exist (build it: scripts/build.sh vtpu_cli, or pass --vtpu)"
 if [[ -z "$out" ]]; then out=$(mktemp -d -t vtpu-estimates.XXXXXX); fi
 mkdir -p "$out" || die_usage "cannot create --out directory '$out'"
+# Relative paths are the caller's: resolve them before moving to the repository (the model files).
+out=$(cd "$out" && pwd)
+if [[ -f "$hardware" ]]; then hardware=$(realpath "$hardware"); fi
+if [[ -z "$from" ]]; then vtpu=$(realpath "$vtpu"); fi
 cd "$repo"
-
-if [[ -z "$hardware" ]]; then
-  hardware=$out/profile.json
-  echo "calibrating: $vtpu bench collectives --calibrate $hardware" >&2
-  "$vtpu" bench collectives --calibrate "$hardware" >"$out/calibrate.txt" 2>&1 ||
-    { cat "$out/calibrate.txt" >&2; exit 1; }
-fi
 
 # name | plan arguments | train arguments (the plan file is appended to --plan)
 examples=(
@@ -69,24 +79,32 @@ examples=(
   "transformer 2x4|examples/models/transformer.json --mesh 2x4|transformer --steps 30 --no-reference --log-every 0"
 )
 
-for i in "${!examples[@]}"; do
-  IFS='|' read -r name plan_args _ <<<"${examples[$i]}"
-  # shellcheck disable=SC2086  # plan_args is a list of words
-  "$vtpu" plan $plan_args --hardware "$hardware" --emit "$out/plan$i.json" >"$out/plan$i.txt" 2>&1 ||
-    { echo "check-estimates: planning '$name' failed:" >&2; cat "$out/plan$i.txt" >&2; exit 1; }
-done
+if [[ -z "$from" ]]; then
+  if [[ -z "$hardware" ]]; then
+    hardware=$out/profile.json
+    echo "calibrating: $vtpu bench collectives --calibrate $hardware" >&2
+    "$vtpu" bench collectives --calibrate "$hardware" >"$out/calibrate.txt" 2>&1 ||
+      { cat "$out/calibrate.txt" >&2; exit 1; }
+  fi
 
-echo "running $rounds round(s) of ${#examples[@]} examples ($(date -u +%H:%M:%S) UTC, load average $(cut -d' ' -f1-3 /proc/loadavg))" >&2
-rounds=$((10#$rounds))
-for ((r = 1; r <= rounds; r++)); do
   for i in "${!examples[@]}"; do
-    IFS='|' read -r name _ train_args <<<"${examples[$i]}"
-    # shellcheck disable=SC2086
-    "$vtpu" train $train_args --plan "$out/plan$i.json" --json >"$out/run$i-$r.json" 2>"$out/run$i-$r.err" ||
-      { echo "check-estimates: '$name' round $r failed:" >&2; tail -5 "$out/run$i-$r.err" >&2; exit 1; }
+    IFS='|' read -r name plan_args _ <<<"${examples[$i]}"
+    # shellcheck disable=SC2086  # plan_args is a list of words
+    "$vtpu" plan $plan_args --hardware "$hardware" --emit "$out/plan$i.json" >"$out/plan$i.txt" 2>&1 ||
+      { echo "check-estimates: planning '$name' failed:" >&2; cat "$out/plan$i.txt" >&2; exit 1; }
   done
-done
-echo "done ($(date -u +%H:%M:%S) UTC, load average $(cut -d' ' -f1-3 /proc/loadavg)); files in $out" >&2
+
+  echo "running $rounds round(s) of ${#examples[@]} examples ($(date -u +%H:%M:%S) UTC, load average $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+  for ((r = 1; r <= rounds; r++)); do
+    for i in "${!examples[@]}"; do
+      IFS='|' read -r name _ train_args <<<"${examples[$i]}"
+      # shellcheck disable=SC2086
+      "$vtpu" train $train_args --plan "$out/plan$i.json" --json >"$out/run$i-$r.json" 2>"$out/run$i-$r.err" ||
+        { echo "check-estimates: '$name' round $r failed:" >&2; tail -5 "$out/run$i-$r.err" >&2; exit 1; }
+    done
+  done
+  echo "done ($(date -u +%H:%M:%S) UTC, load average $(cut -d' ' -f1-3 /proc/loadavg)); files in $out" >&2
+fi
 
 status=0
 printf '| example | strategy | estimate | measured (median of rounds) | ratio per round | with probe per round | judged (median) | HBM ratio | |\n'
@@ -94,7 +112,10 @@ printf '|---|---|---|---|---|---|---|---|---|\n'
 for i in "${!examples[@]}"; do
   IFS='|' read -r name _ _ <<<"${examples[$i]}"
   runs=()
-  for ((r = 1; r <= rounds; r++)); do runs+=("$out/run$i-$r.json"); done
+  for ((r = 1; r <= rounds; r++)); do
+    [[ -f "$out/run$i-$r.json" ]] || { echo "check-estimates: $out/run$i-$r.json ($name, round $r) is missing" >&2; exit 1; }
+    runs+=("$out/run$i-$r.json")
+  done
   row=$(jq -s -r --arg name "$name" '
     def median: sort | if length % 2 == 1 then .[length / 2 | floor]
                        else (.[length / 2 - 1] + .[length / 2]) / 2 end;
@@ -116,5 +137,5 @@ for i in "${!examples[@]}"; do
   echo "$row"
   [[ "$row" == *"**outside 25%**"* ]] && status=1
 done
-echo "profile: $hardware" >&2
+[[ -z "$hardware" ]] || echo "profile: $hardware" >&2
 exit $status
