@@ -167,6 +167,11 @@ ModelGraph ModelGraph::parse(const std::string& text, const std::string& origin)
   } catch (const nlohmann::json::parse_error& e) {
     throw InvalidArgumentError(origin + ": not valid JSON at " + line_column(text, e.byte) + ": " +
                                e.what());
+  } catch (const nlohmann::json::exception& e) {
+    // Regression (adversarial pass adv12, ADV1): a number beyond a double's range (1e400) is
+    // nlohmann's out_of_range 406, not a parse_error, and reached the CLI as "internal error"
+    // without the file's name.
+    throw InvalidArgumentError(origin + ": not valid JSON: " + e.what());
   }
   const Reader r(origin);
   if (!j.is_object())

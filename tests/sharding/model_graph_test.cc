@@ -97,6 +97,11 @@ TEST(ModelGraphTest, BadFieldsNameTheirPath) {
   EXPECT_THAT(error_of(R"({"name": "x", "batch": 2, "optimizer": "lamb", "layers": []})"),
               HasSubstr("optimizer"));
   EXPECT_THAT(error_of("[1, 2]"), HasSubstr("expected an object"));
+  // adv12 ADV1: a number beyond a double's range is nlohmann's out_of_range, not a parse_error;
+  // it was an "internal error" without the file's name.
+  EXPECT_THAT(error_of(R"({"name": "x", "batch": 1e400, "layers": []})"),
+              HasSubstr("m.json: not valid JSON: [json.exception.out_of_range.406] number overflow "
+                        "parsing '1e400'"));
 }
 
 TEST(ModelGraphTest, MissingFileIsNotFound) {
