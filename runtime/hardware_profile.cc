@@ -319,9 +319,18 @@ double HardwareProfile::peak_flops(const std::string& dtype) const {
     const std::string where =
         source_path.empty() ? "hardware profile '" + name + "'"
                             : "hardware profile file '" + source_path + "' (name '" + name + "')";
+    // nu12 NU51: the shipped this_machine measures f32 only (Eigen's GEMM); the advice names a
+    // copy to edit rather than the shipped file.
+    const std::string fix =
+        source_path.empty()
+            ? "; write the profile to a file (vtpu bench hardware --out FILE, or a copy of the "
+              "shipped JSON), add \"" +
+                  dtype +
+                  "\" to its peak_flops_per_second and pass --hardware FILE, or plan with a TPU "
+                  "profile"
+            : "; add \"" + dtype + "\" to its peak_flops_per_second";
     throw InvalidArgumentError(where + " has no peak_flops_per_second." + dtype +
-                               " (it lists: " + join(names) + "; add \"" + dtype +
-                               "\" to its peak_flops_per_second)");
+                               " (it lists: " + join(names) + fix + ")");
   }
   return it->second;
 }

@@ -54,7 +54,9 @@ TEST(HardwareProfileTest, EveryFigureOfEveryShippedProfileNamesItsSource) {
     for (const auto& [dtype, flops] : p.peak_flops_per_second) {
       EXPECT_TRUE(p.sources.contains("peak_flops_per_second." + dtype)) << name << " " << dtype;
     }
-    if (p.host_cpus != 0) EXPECT_TRUE(p.sources.contains("host_cpus")) << name;
+    if (p.host_cpus != 0) {
+      EXPECT_TRUE(p.sources.contains("host_cpus")) << name;
+    }
     if (p.cache_bytes != 0) {
       EXPECT_TRUE(p.sources.contains("cache_bytes")) << name;
       EXPECT_TRUE(p.sources.contains("cache_bytes_per_second")) << name;
@@ -344,6 +346,44 @@ TEST(HardwareProfileTest, TorusNeedsLinksAndALinkRate) {
   for (const std::string& name : HardwareProfile::builtin_names()) {
     EXPECT_NO_THROW(HardwareProfile::get(name)) << name;
   }
+}
+
+}  // namespace
+}  // namespace vtpu
+
+namespace vtpu {
+namespace {
+
+std::string peak_error(const HardwareProfile& p, const std::string& dtype) {
+  try {
+    p.peak_flops(dtype);
+  } catch (const InvalidArgumentError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// nu12 NU51: a bf16 model on the shipped this_machine (f32 only) was told to edit the shipped
+// profile; the message now names the way to a file of one's own, and a file's own path.
+TEST(HardwareProfileTest, AMissingDtypePeakSaysHowToAddIt) {
+  const HardwareProfile shipped = HardwareProfile::get("this_machine");
+  const std::string e = peak_error(shipped, "bf16");
+  EXPECT_NE(e.find("hardware profile 'this_machine' has no peak_flops_per_second.bf16 (it lists: "
+                   "f32; write the profile to a file (vtpu bench hardware --out FILE"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("pass --hardware FILE, or plan with a TPU profile)"), std::string::npos) << e;
+
+  const std::string path = test_temp_path("vtpu_hw_f32_only.json");
+  std::ofstream(path) << shipped.to_json().dump();
+  const std::string f = peak_error(HardwareProfile::load_json_file(path), "bf16");
+  EXPECT_NE(f.find("hardware profile file '" + path +
+                   "' (name 'this_machine') has no "
+                   "peak_flops_per_second.bf16 (it lists: f32; add \"bf16\" to its "
+                   "peak_flops_per_second)"),
+            std::string::npos)
+      << f;
+  EXPECT_EQ(peak_error(shipped, "f32"), "no error");
 }
 
 }  // namespace
