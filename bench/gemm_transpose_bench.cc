@@ -7,8 +7,8 @@
 // table's warm rate and a training step whose working set stays cached). BM_ThreadCpuClock times
 // the clock read the table's measurement takes after every call.
 //
-//   build/bench/vtpu_gemm_transpose_bench --benchmark_repetitions=5 \
-//       --benchmark_report_aggregates_only=true
+//   build/bench/vtpu_gemm_transpose_bench --benchmark_repetitions=5
+//       --benchmark_report_aggregates_only=true    (one command line)
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>

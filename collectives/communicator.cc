@@ -332,7 +332,9 @@ void Communicator::rethrow_with_context(int rank, const Fingerprint& fp) {
                             std::to_string(core) + " timed out after " +
                             std::to_string(options_.timeout.count()) + " ms (" + e.message() +
                             "); cores that have not reached sequence " +
-                            std::to_string(fp.sequence) + ": " + missing_cores(fp.sequence);
+                            std::to_string(fp.sequence) + ": " + missing_cores(fp.sequence) +
+                            " (the timeout is collective_timeout_ms of --config, or "
+                            "VTPU_COLLECTIVE_TIMEOUT_MS; many more cores than CPUs need longer)";
     abort(msg);
     throw DeadlineExceededError(msg);
   } catch (const AbortedError&) {
@@ -468,9 +470,23 @@ void Communicator::run(CoreContext& ctx, Fingerprint fp, uint64_t input_bytes, c
 //   4  64 KiB    48.6    >11000
 //
 // and compare.sh's tables in the README for 64 KiB-32 MiB.
+//
+// The bound is on the bytes each rank moves, (N-1) S, as well as on S: recursive doubling here is
+// a Bruck all-gather of every rank's raw input and a fold in rank order (bitwise the same on every
+// rank), so each rank receives (N-1) S and holds N S of scratch. kSmallMessageGroupBytes is what
+// the largest measured win moved (8 cores at 8 KiB: 7 x 8 KiB). Regression (adversarial pass
+// adv12, ADV4): with S alone deciding, `vtpu train mlp --cores 1024 --hidden 7` all-reduced 2144 B
+// by recursive doubling, 2.2 GB moved over the group, and timed out after 30 s, while the larger
+// default model (19 KiB, kDirect) finished in 29 s; at 512 cores the 2 KiB all-reduce took 7x the
+// 19 KiB one.
+bool Communicator::recursive_doubling_is_small(int group_size, uint64_t bytes) {
+  return group_size > 1 && bytes <= kSmallMessageBytes &&
+         static_cast<uint64_t>(group_size - 1) * bytes <= kSmallMessageGroupBytes;
+}
+
 Algorithm Communicator::select_algorithm(uint64_t bytes) const {
   if (size() == 1) return Algorithm::kLocal;
-  if (bytes <= kSmallMessageBytes) return Algorithm::kRecursiveDoubling;
+  if (recursive_doubling_is_small(size(), bytes)) return Algorithm::kRecursiveDoubling;
   if (direct_access_) return Algorithm::kDirect;
   if (!options_.deterministic) return Algorithm::kRingReduceScatter;
   return Algorithm::kRing;

@@ -120,12 +120,17 @@ class Communicator {
   /// Rank of a core in this group; throws InvalidArgumentError if it is not a member.
   int rank_of(int core_id) const;
 
-  /// The all_reduce algorithm kAuto picks for `bytes` of input in this group: kLocal for one
-  /// core; kRecursiveDoubling up to kSmallMessageBytes; above, kDirect when the transport's links
-  /// support direct access (in-process), else kRing (or kRingReduceScatter when
+  /// The all_reduce algorithm kAuto picks for `bytes` of input in this group of N cores: kLocal
+  /// for one core; kRecursiveDoubling while bytes <= kSmallMessageBytes and the bytes each rank
+  /// receives, (N-1) x bytes, are <= kSmallMessageGroupBytes; otherwise kDirect when the
+  /// transport's links support direct access (in-process), else kRing (or kRingReduceScatter when
   /// options().deterministic is false). See the .cc for the measurement behind it.
   Algorithm select_algorithm(uint64_t bytes) const;
   static constexpr uint64_t kSmallMessageBytes = 8 * 1024;
+  static constexpr uint64_t kSmallMessageGroupBytes = 7 * kSmallMessageBytes;
+  /// select_algorithm's test for kRecursiveDoubling in a group of `group_size` cores (> 1):
+  /// bytes <= kSmallMessageBytes and (group_size - 1) x bytes <= kSmallMessageGroupBytes.
+  static bool recursive_doubling_is_small(int group_size, uint64_t bytes);
 
   // ---- all_reduce (lax.psum / pmax / pmin / pprod; ncclAllReduce) -----------------------------
   /// `send` and `recv` have the same number of elements on every core; `recv` may be `send` (in

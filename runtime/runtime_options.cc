@@ -1,8 +1,10 @@
 #include "runtime/runtime_options.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -42,6 +44,32 @@ bool bool_field(const nlohmann::json& j, const char* key) {
 
 }  // namespace
 
+std::chrono::milliseconds RuntimeOptions::default_collective_timeout() {
+  const char* v = std::getenv("VTPU_COLLECTIVE_TIMEOUT_MS");
+  if (v == nullptr || *v == '\0') return std::chrono::milliseconds(30000);
+  const std::string text(v);
+  int64_t ms = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), ms);
+  if (ec != std::errc() || end != text.data() + text.size() || ms < 1 ||
+      ms > kMaxCollectiveTimeout.count()) {
+    throw InvalidArgumentError("VTPU_COLLECTIVE_TIMEOUT_MS is '" + text +
+                               "' (expected a whole number of milliseconds, 1.." +
+                               std::to_string(kMaxCollectiveTimeout.count()) + ", at most 7 days)");
+  }
+  return std::chrono::milliseconds(ms);
+}
+
+std::string RuntimeOptions::default_pin_threads() {
+  const char* v = std::getenv("VTPU_PIN_THREADS");
+  if (v == nullptr || *v == '\0') return "auto";
+  const std::string text(v);
+  if (text != "auto" && text != "on" && text != "off") {
+    throw InvalidArgumentError("VTPU_PIN_THREADS is '" + text +
+                               "' (expected \"auto\", \"on\" or \"off\")");
+  }
+  return text;
+}
+
 void RuntimeOptions::validate() const {
   if (num_cores < 1 || num_cores > 1024) {
     throw InvalidArgumentError("num_cores is " + std::to_string(num_cores) + " (expected 1..1024)");
@@ -60,7 +88,9 @@ void RuntimeOptions::validate() const {
                                "wait for a send slot, so a link needs double buffering)");
   }
   if (!(hbm_memory_fraction > 0.0 && hbm_memory_fraction <= 1.0)) {
-    throw InvalidArgumentError("hbm_memory_fraction is " + std::to_string(hbm_memory_fraction) +
+    char text[32];  // %g: std::to_string's %f printed 1.5 as 1.500000 and 1e-9 as 0.000000
+    std::snprintf(text, sizeof(text), "%g", hbm_memory_fraction);
+    throw InvalidArgumentError("hbm_memory_fraction is " + std::string(text) +
                                " (expected 0 < fraction <= 1 of each core's total HBM)");
   }
   const auto& policies = known_allocator_policies();

@@ -33,9 +33,19 @@ struct RuntimeOptions {
   bool hbm_backing = true;            // false: metadata-only arenas (no bytes)
   uint64_t link_slot_bytes = uint64_t{1} << 20;  // bytes per circular-buffer slot; default 1 MiB
   int link_num_slots = 4;                        // slots per directed link, 2..1024; default 4
-  std::chrono::milliseconds collective_timeout{30000};  // every collective wait; default 30 s,
-                                                        // at most kMaxCollectiveTimeout
+  /// Every collective wait; default 30 s, or $VTPU_COLLECTIVE_TIMEOUT_MS (below); at most
+  /// kMaxCollectiveTimeout.
+  std::chrono::milliseconds collective_timeout = default_collective_timeout();
   static constexpr std::chrono::milliseconds kMaxCollectiveTimeout{7LL * 24 * 3600 * 1000};
+  /// The defaults of collective_timeout and pin_threads, from the environment as NCCL's NCCL_*
+  /// variables give its defaults, so that every command (also those without --config: train
+  /// fsdp, train transformer, reshard, bench) can be told: $VTPU_COLLECTIVE_TIMEOUT_MS (a whole
+  /// number of milliseconds, 1..kMaxCollectiveTimeout; unset or empty: 30000) and
+  /// $VTPU_PIN_THREADS ("auto", "on" or "off"; unset or empty: "auto"). A --config file's key
+  /// still overrides them. Throw InvalidArgumentError naming the variable and its value when it
+  /// is set to anything else. Thread-safe as getenv (no concurrent setenv).
+  static std::chrono::milliseconds default_collective_timeout();
+  static std::string default_pin_threads();
   /// all_reduce algorithm of communicators built from these options: "auto" (default: chosen by
   /// message size and group size) or one of collective_algorithm_names().
   std::string collective_algorithm = "auto";
@@ -51,8 +61,11 @@ struct RuntimeOptions {
   /// wake-affine placement tends to keep two threads that wake each other on one CPU, where a
   /// spin cannot see the peer's progress: a 2-core 8-byte all_reduce took 7-8 us unpinned against
   /// 0.8-1.0 us pinned (this machine, `vtpu bench collectives --cores 2 --max-bytes 8 --iters
-  /// 2000`). Several vtpu processes at once all pin their core i to the same CPU.
-  std::string pin_threads = "auto";
+  /// 2000`). Several vtpu processes at once all pin their core i to the same CPU, and a pinned
+  /// thread cannot move away from another program's busy thread on its CPU (a 2-core run next to
+  /// CPU-bound work measured 5-300x slower pinned than unpinned: nu12 NU59); use "off" there,
+  /// e.g. VTPU_PIN_THREADS=off for any command.
+  std::string pin_threads = default_pin_threads();
 
   // The TPU memory hierarchy (runtime/memory_space.h, runtime/dma_engine.h, runtime/pallas_call.h).
   /// Hardware profile (runtime/hardware_profile.h): a shipped name ("v4", "v5e", "v5p") or a path

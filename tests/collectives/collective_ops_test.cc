@@ -653,6 +653,19 @@ TEST_F(CollectivesTest, SelectionAndOptions) {
   EXPECT_EQ(comm.select_algorithm(8), Algorithm::kRecursiveDoubling);
   EXPECT_EQ(comm.select_algorithm(Communicator::kSmallMessageBytes), Algorithm::kRecursiveDoubling);
   EXPECT_EQ(comm.select_algorithm(Communicator::kSmallMessageBytes + 1), Algorithm::kDirect);
+  // adv12 ADV4: the bytes each rank receives, (N - 1) x bytes, bound recursive doubling too.
+  // 64 cores: 63 x 512 B = 31.5 KiB <= 56 KiB, recursive doubling; 63 x 1 KiB = 63 KiB, direct.
+  EXPECT_TRUE(Communicator::recursive_doubling_is_small(64, 512));
+  EXPECT_FALSE(Communicator::recursive_doubling_is_small(64, 1024));
+  // The 1024-core case of the finding: 1023 x 2144 B = 2.1 MiB, not small; 1023 x 56 B = 55.9 KiB
+  // <= 56 KiB, small; 1023 x 64 B = 63.9 KiB, not.
+  EXPECT_FALSE(Communicator::recursive_doubling_is_small(1024, 2144));
+  EXPECT_TRUE(Communicator::recursive_doubling_is_small(1024, 56));
+  EXPECT_FALSE(Communicator::recursive_doubling_is_small(1024, 64));
+  // Up to 8 cores only the 8 KiB bound decides (7 x 8 KiB is the group bound), as measured.
+  EXPECT_TRUE(Communicator::recursive_doubling_is_small(8, Communicator::kSmallMessageBytes));
+  EXPECT_FALSE(Communicator::recursive_doubling_is_small(9, Communicator::kSmallMessageBytes));
+  EXPECT_FALSE(Communicator::recursive_doubling_is_small(1, 8));  // one core copies (kLocal)
   CommunicatorOptions o = CommunicatorOptions::from_runtime(rt_.options());
   o.deterministic = false;
   Communicator fast(rt_, iota_group(8), o);

@@ -35,6 +35,56 @@ TEST(RuntimeOptionsTest, Defaults) {
   EXPECT_NO_THROW(o.validate());
 }
 
+// nu12 NU59 / adv12 ADV11: pinning and the collective timeout can be set for every command
+// through the environment (train fsdp, train transformer and the benches have no --config); a
+// --config key still wins; a bad value names the variable.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+TEST(RuntimeOptionsTest, EnvironmentGivesTheDefaultsOfPinningAndTheCollectiveTimeout) {
+  {
+    ScopedEnv pin("VTPU_PIN_THREADS", "off");
+    ScopedEnv timeout("VTPU_COLLECTIVE_TIMEOUT_MS", "600000");
+    const RuntimeOptions o;
+    EXPECT_EQ(o.pin_threads, "off");
+    EXPECT_EQ(o.collective_timeout, 600000ms);
+    const RuntimeOptions from_file =
+        RuntimeOptions::from_json(json{{"pin_threads", "on"}, {"collective_timeout_ms", 5}});
+    EXPECT_EQ(from_file.pin_threads, "on");
+    EXPECT_EQ(from_file.collective_timeout, 5ms);
+    EXPECT_EQ(RuntimeOptions::from_json(json::object()).pin_threads, "off");
+  }
+  {
+    ScopedEnv empty("VTPU_PIN_THREADS", "");  // empty means unset
+    EXPECT_EQ(RuntimeOptions{}.pin_threads, "auto");
+    EXPECT_EQ(RuntimeOptions{}.collective_timeout, 30000ms);
+  }
+  for (const char* bad : {"1e3", "0", "-5", "30s", "604800001", "99999999999999999999"}) {
+    ScopedEnv timeout("VTPU_COLLECTIVE_TIMEOUT_MS", bad);
+    try {
+      RuntimeOptions o;
+      ADD_FAILURE() << bad << " was accepted: " << o.collective_timeout.count();
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_EQ(e.message(), std::string("VTPU_COLLECTIVE_TIMEOUT_MS is '") + bad +
+                                 "' (expected a whole number of milliseconds, 1..604800000, at "
+                                 "most 7 days)");
+    }
+  }
+  ScopedEnv pin("VTPU_PIN_THREADS", "yes");
+  try {
+    RuntimeOptions o;
+    ADD_FAILURE() << "yes was accepted: " << o.pin_threads;
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_EQ(e.message(), "VTPU_PIN_THREADS is 'yes' (expected \"auto\", \"on\" or \"off\")");
+  }
+}
+
 TEST(RuntimeOptionsTest, EmptyObjectGivesDefaults) {
   const RuntimeOptions o = RuntimeOptions::from_json(json::object());
   EXPECT_EQ(o.num_cores, 8);
@@ -236,7 +286,8 @@ TEST(RuntimeOptionsTest, OutOfRangeValuesNameTheFieldAndRange) {
                   {"collective_timeout_ms is 9223372036854775807", "at most 7 days"});
   expect_rejected(json{{"collective_timeout_ms", -5}}, {"collective_timeout_ms is -5"});
   expect_rejected(json{{"hbm_memory_fraction", 0}}, {"hbm_memory_fraction is 0", "0 < fraction"});
-  expect_rejected(json{{"hbm_memory_fraction", 1.25}}, {"hbm_memory_fraction is 1.25"});
+  expect_rejected(json{{"hbm_memory_fraction", 1.25}}, {"hbm_memory_fraction is 1.25 ("});
+  expect_rejected(json{{"hbm_memory_fraction", -0.5}}, {"hbm_memory_fraction is -0.5 ("});
 }
 
 TEST(RuntimeOptionsTest, ValidateChecksEachField) {
