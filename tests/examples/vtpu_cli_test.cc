@@ -453,6 +453,89 @@ TEST(VtpuCliTest, ReshardExplainPrintsThePlanWithoutRunning) {
   EXPECT_EQ(r.output.find("check against"), std::string::npos) << r.output;  // not run
 }
 
+// Session 12 review: vtpu reshard had no --json. The plan's one all-gather over z, worked by hand
+// as in the test above: z pairs devices (0,1), (2,3), (4,5), (6,7) (row-major ids, z minor-most);
+// each core sends its (4, 2) block, 32 bytes; the estimate is 1e-5 + 1e-9 * (1/2) * 64 s.
+TEST(VtpuCliTest, ReshardJsonExplainGivesEveryStepAndTheTotals) {
+  const CliRun r = run_cli(
+      "reshard --mesh 2x2x2 --axes x,y,z --shape 8,8 --from \"P('z',('x','y'))\" --to "
+      "\"P(None,('x','y'))\" --explain --json --alpha 1e-5 --beta 1e-9");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);  // nothing but the JSON
+  EXPECT_EQ(j["global_shape"], nlohmann::json({8, 8}));
+  EXPECT_EQ(j["mesh"]["axes"], nlohmann::json({"x", "y", "z"}));
+  EXPECT_EQ(j["mesh"]["shape"], nlohmann::json({2, 2, 2}));
+  EXPECT_EQ(j["from"], "P('z', ('x', 'y'))");
+  EXPECT_EQ(j["to"], "P(None, ('x', 'y'))");
+  EXPECT_EQ(j["hardware"], "uniform");
+  ASSERT_EQ(j["steps"].size(), 1u) << r.output;
+  const nlohmann::json& s = j["steps"][0];
+  EXPECT_EQ(s["op"], "all_gather");
+  EXPECT_TRUE(s["reduce_op"].is_null());
+  EXPECT_EQ(s["collective"], true);
+  EXPECT_EQ(s["axes"], nlohmann::json({"z"}));
+  EXPECT_EQ(s["replica_groups"], nlohmann::json({{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(s["dim"], 0);
+  EXPECT_TRUE(s["split_dim"].is_null());
+  EXPECT_EQ(s["pairs"], nlohmann::json::array());
+  EXPECT_EQ(s["buffer_shape"], nlohmann::json({4, 2}));
+  EXPECT_EQ(s["buffer_bytes"], 32);
+  EXPECT_EQ(s["spec_after"], "P(None, ('x', 'y'))");
+  EXPECT_EQ(s["comm_bytes_per_core"], 32);
+  EXPECT_NEAR(s["comm_seconds"].get<double>(), 1e-5 + 1e-9 * 0.5 * 64, 1e-15);
+  EXPECT_EQ(j["comm_bytes_per_core"], 32);
+  EXPECT_NEAR(j["comm_seconds"].get<double>(), 1e-5 + 1e-9 * 0.5 * 64, 1e-15);
+  EXPECT_EQ(j["source_blocks"]["block"], nlohmann::json({4, 2}));
+  EXPECT_EQ(j["target_blocks"]["block"], nlohmann::json({8, 2}));
+  EXPECT_TRUE(j["source_blocks"]["uneven_blocks"].is_null());
+  EXPECT_TRUE(j["run"].is_null());  // --explain: not run, not checked
+  EXPECT_TRUE(j["check"].is_null());
+  // Uneven blocks are listed per core: 5 rows over 4 cores are 2, 2, 1, 0.
+  const CliRun u =
+      run_cli("reshard --mesh 4 --shape 5,10 --from \"P('x')\" --to \"P()\" --explain --json");
+  ASSERT_EQ(u.exit_code, 0) << u.output;
+  EXPECT_EQ(nlohmann::json::parse(u.output)["source_blocks"]["uneven_blocks"],
+            nlohmann::json({{2, 10}, {2, 10}, {1, 10}, {0, 10}}));
+}
+
+// A run with --json: a partial sum over x reduce-scattered on dimension 0 (each of the 2 cores
+// sends half of its (4, 4) addend, 32 bytes; under the uniform model the one step), run and
+// checked.
+TEST(VtpuCliTest, ReshardJsonRunGivesTheTimesAndTheCheck) {
+  const CliRun r = run_cli(
+      "reshard --mesh 2 --shape 4,4 --from \"P(unreduced={'x'})\" --to \"P('x')\" --json "
+      "--warmup 1 --iters 3 --alpha 5e-5 --beta 5e-9");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  ASSERT_EQ(j["steps"].size(), 1u) << r.output;
+  EXPECT_EQ(j["steps"][0]["op"], "reduce_scatter");
+  EXPECT_EQ(j["steps"][0]["reduce_op"], "sum");
+  EXPECT_EQ(j["steps"][0]["replica_groups"], nlohmann::json({{0, 1}}));
+  EXPECT_EQ(j["steps"][0]["comm_bytes_per_core"], 32);
+  EXPECT_EQ(j["hardware"], "uniform");
+  EXPECT_EQ(j["run"]["num_cores"], 2);
+  EXPECT_EQ(j["run"]["warmup"], 1);
+  EXPECT_EQ(j["run"]["iters"], 3);
+  ASSERT_EQ(j["run"]["steps"].size(), 1u);
+  const double median = j["run"]["median_wall_seconds"];
+  EXPECT_GT(median, 0.0);
+  EXPECT_LE(j["run"]["min_wall_seconds"].get<double>(), median);
+  EXPECT_GE(j["run"]["max_wall_seconds"].get<double>(), median);
+  EXPECT_EQ(j["check"]["reference"], "gather-then-slice");
+  EXPECT_EQ(j["check"]["result"], "ok");
+  EXPECT_EQ(j["check"]["mismatched_elements"], 0);
+  // A local step: no collective, no groups, nothing sent, no time.
+  const CliRun l =
+      run_cli("reshard --mesh 2 --shape 4 --from \"P()\" --to \"P('x')\" --explain --json");
+  ASSERT_EQ(l.exit_code, 0) << l.output;
+  const nlohmann::json slice = nlohmann::json::parse(l.output)["steps"][0];
+  EXPECT_EQ(slice["op"], "dynamic_slice");
+  EXPECT_EQ(slice["collective"], false);
+  EXPECT_EQ(slice["replica_groups"], nlohmann::json::array());
+  EXPECT_EQ(slice["comm_bytes_per_core"], 0);
+  EXPECT_EQ(slice["comm_seconds"], 0.0);
+}
+
 // The uneven example (new-user pass N4): 5 rows over 4 cores are ceil(5/4) = 2 rows per
 // shard, so cores 0..3 hold 2, 2, 1 and 0 rows; every core's block is listed, the even target not.
 TEST(VtpuCliTest, ReshardListsUnevenBlocksPerCore) {
