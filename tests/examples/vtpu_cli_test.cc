@@ -923,6 +923,33 @@ TEST(VtpuCliTest, BenchCollectivesRejectsBadInput) {
   EXPECT_FALSE(std::filesystem::exists(untouched));
 }
 
+// Regression (session 12 review): --calibrate /dev/full passed the up-front check (opening it
+// succeeds) and failed only after the whole sweep. The check now writes zero bytes to it, and a
+// path in a missing directory is refused before the sweep too: exit 1, as the other output-path
+// errors (--emit, --out), and no sweep header printed.
+TEST(VtpuCliTest, BenchCollectivesCalibrateChecksTheOutputBeforeTheSweep) {
+  if (std::filesystem::exists("/dev/full")) {
+    const CliRun r = run_cli("bench collectives --calibrate /dev/full --cores 2");
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(r.output,
+              "vtpu: error: InvalidArgument: --calibrate '/dev/full' cannot be written: No space "
+              "left on device\n");
+  }
+  const CliRun d = run_cli("bench collectives --calibrate /nonexistent-dir/cal.json --cores 2");
+  EXPECT_EQ(d.exit_code, 1) << d.output;
+  EXPECT_EQ(d.output,
+            "vtpu: error: InvalidArgument: --calibrate '/nonexistent-dir/cal.json': directory "
+            "'/nonexistent-dir' "
+            "does not exist\n");
+  // A writable file is still accepted by the check (a zero-byte write changes nothing): an
+  // existing file keeps its content when a later usage error stops the command.
+  const std::string kept = temp_file("vtpu_cli_calibrate_kept.json", "keep me");
+  expect_failure("bench collectives --calibrate " + kept + " --cores 1,8",
+                 "--calibrate needs distinct --cores >= 2 (got 1)", 2);
+  std::ifstream in(kept);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "keep me");
+}
+
 // ---- vtpu stress ---------------------------------------------------------------------------
 
 // A trace on two cores: core 1 allocates and frees one buffer; core 0 leaves a 4 KiB hole
