@@ -1649,6 +1649,37 @@ TEST(VtpuCliTest, TrainTransformerTextOutput) {
   }
 }
 
+// Regression (session 12 review): --log-every 0 printed the headings "single-core reference (mesh
+// 1x1):" and "mesh 1x2:" over no per-step lines, and the closing table had step 0 besides the
+// last, where the help says "0: only the last".
+TEST(VtpuCliTest, TrainTransformerLogEveryZeroPrintsOnlyTheLastStep) {
+  const CliRun r = run_cli("train transformer --cores 2 --steps 3 --batch 2 --log-every 0 --data " +
+                           transformer_text_file());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("single-core reference (mesh 1x1):"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("mesh 1x2:\n"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("1 core step "), std::string::npos) << r.output;  // no per-step lines
+  EXPECT_EQ(r.output.find("mesh   step "), std::string::npos) << r.output;
+  // The closing table: its heading, then one row, for step 2 (the last of 3), then the summary.
+  const size_t head = r.output.find("  step   loss(mesh)  loss(1core)   rel_diff\n");
+  ASSERT_NE(head, std::string::npos) << r.output;
+  const size_t row = r.output.find('\n', head) + 1;
+  EXPECT_EQ(r.output.substr(row, 7), "     2 ") << r.output;
+  const size_t next = r.output.find('\n', row) + 1;
+  EXPECT_EQ(r.output.substr(next, 20), "uniform-guess loss l") << r.output;
+  // With --log-every 1 the per-run lines and every step's row are there.
+  const CliRun every =
+      run_cli("train transformer --cores 2 --steps 3 --batch 2 --log-every 1 --data " +
+              transformer_text_file());
+  ASSERT_EQ(every.exit_code, 0) << every.output;
+  EXPECT_NE(every.output.find("single-core reference (mesh 1x1):\n  1 core step      0  loss "),
+            std::string::npos)
+      << every.output;
+  EXPECT_NE(every.output.find("mesh 1x2:\n  mesh   step      0  loss "), std::string::npos)
+      << every.output;
+  EXPECT_NE(every.output.find("\n     1 "), std::string::npos) << every.output;
+}
+
 TEST(VtpuCliTest, TrainTransformerRunsAPlan) {
   const std::string plan = temp_file("vtpu_cli_plan.json", R"json({
     "format": "vtpu-plan", "version": 1, "model": "transformer",
