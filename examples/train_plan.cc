@@ -590,8 +590,9 @@ void check_plan_cores(const TrainPlan& plan, std::optional<int> cores) {
   if (!cores || *cores == plan.num_cores()) return;
   const std::string n = std::to_string(plan.num_cores());
   throw InvalidArgumentError("--cores " + std::to_string(*cores) + " but plan '" + plan.path +
-                             "' has mesh " + plan.describe_mesh() + " (" + n +
-                             " cores; expected --cores " + n + ", or --cores left out)");
+                             "' has mesh " + plan.describe_mesh() + " (" +
+                             count_text(plan.num_cores(), "core") + "; expected --cores " + n +
+                             ", or --cores left out)");
 }
 
 void require_plan_model(const TrainPlan& plan, const std::string& model,

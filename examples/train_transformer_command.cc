@@ -98,7 +98,7 @@ int run(const TrainTransformerCommand& cmd) {
   }
   if (cmd.cores && *cmd.cores != mesh.num_cores()) {
     usage_error("--cores " + std::to_string(*cmd.cores) + " does not match the mesh " +
-                mesh.to_string() + " (" + std::to_string(mesh.num_cores()) + " cores)");
+                mesh.to_string() + " (" + count_text(mesh.num_cores(), "core") + ")");
     return 2;
   }
   if (mesh.tensor == 1 && cmd.plan.empty()) strategy = "dp(data)";

@@ -1908,6 +1908,26 @@ TEST(VtpuCliPlanTest, AProfileFileIsNamedAndOneWithoutCollectivesIsFlagged) {
   EXPECT_NE(r.output.find("hardware this_machine, HBM limit"), std::string::npos) << r.output;
 }
 
+// Regression (session 12 review): a 1-core plan's cost line said "1 virtual cores on 2 host
+// CPUs"; counts of one are singular wherever the plan prints them.
+TEST(VtpuCliPlanTest, OneCorePlanSaysOneVirtualCore) {
+  const CliRun r =
+      run_cli("plan " + model_path("mlp.json") + " --mesh 1x1 --hardware this_machine");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("shared by 1 virtual core)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("; 1 virtual core on "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("1 virtual cores"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(" 1 cores"), std::string::npos) << r.output;
+  // A 1-core plan file against --cores 2: "(1 core; expected --cores 1, ...)".
+  const std::string one = temp_file("vtpu_cli_one_core_plan.json",
+                                    R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+      "mesh": {"axes": ["data"], "shape": [1]}, "strategy": {"name": "single core"}})j");
+  expect_failure("train mlp --cores 2 --plan " + one,
+                 "has mesh data=1 (1 core; expected --cores 1, or --cores left out)", 2);
+  expect_failure("train transformer --mesh 1x1 --cores 2",
+                 "--cores 2 does not match the mesh 1x1 (1 core)", 2);
+}
+
 TEST(VtpuCliPlanTest, NoFitFailsWithTheSmallestHbmThatWouldFit) {
   expect_failure("plan " + model_path("mlp.json") + " --mesh 1x8 --hbm-bytes 1K",
                  "smallest HBM per core that would fit is", 1);
