@@ -251,11 +251,13 @@ int run(const PlanCommand& c) {
     // after the table says why).
     if (!constraints.runner.empty()) {
       if (plan.chosen() >= 0) {
-        // New-user pass nu11, NU39: the file just written, not a placeholder.
+        // New-user pass nu11, NU39: the file just written, not a placeholder. The command that
+        // runs the chosen strategy: train fsdp for an FSDP plan of the mlp (session 12 review).
         std::printf(
-            "run the plan with: %s --plan %s (strategies it cannot run are marked "
+            "run the plan with: %s --plan %s (strategies vtpu train cannot run are marked "
             "\"cannot run\"; --any-strategy plans without that limit)\n",
-            constraints.runner.c_str(),
+            plan_run_command(model.name, plan.candidates[static_cast<size_t>(plan.chosen())])
+                .c_str(),
             c.emit_path.empty() ? "PLAN.json after --emit PLAN.json" : c.emit_path.c_str());
       }
     } else if (!not_trainable.empty()) {

@@ -680,6 +680,13 @@ PlanConstraints plan_constraints(const std::string& model, const std::vector<int
   return c;
 }
 
+std::string plan_run_command(const std::string& model, const PlanCandidate& k) {
+  if (model == "transformer") return "vtpu train transformer";
+  if (model != "mlp") return {};
+  // Regression (session 12 review): an FSDP plan's footer said "vtpu train mlp --plan".
+  return k.fsdp_axes.empty() ? "vtpu train mlp" : "vtpu train fsdp";
+}
+
 namespace {
 
 // Layer names of the models vtpu train runs (examples/mlp_trainer.h, transformer_model.h):

@@ -1928,6 +1928,41 @@ TEST(VtpuCliPlanTest, OneCorePlanSaysOneVirtualCore) {
                  "--cores 2 does not match the mesh 1x1 (1 core)", 2);
 }
 
+// Regression (session 12 review): the footer of an FSDP plan said "run the plan with: vtpu train
+// mlp --plan"; each strategy's footer names the command built for it, and that command runs it.
+TEST(VtpuCliPlanTest, FooterNamesTheCommandThatRunsTheChosenStrategy) {
+  const std::string mlp = "plan " + model_path("mlp.json") + " --mesh 2x4 --hardware v5e";
+  for (const auto& [strategy, command] : {std::pair{"fsdp(data,model)", "vtpu train fsdp"},
+                                          {"dp(data,model)", "vtpu train mlp"},
+                                          {"dp(data)+tp(model)", "vtpu train mlp"},
+                                          {"tp(data,model)", "vtpu train mlp"}}) {
+    SCOPED_TRACE(strategy);
+    const CliRun r = run_cli(mlp + " --strategy \"" + strategy + "\"");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(std::string("run the plan with: ") + command +
+                            " --plan PLAN.json after --emit PLAN.json (strategies vtpu train "
+                            "cannot run are marked"),
+              std::string::npos)
+        << r.output;
+  }
+  const CliRun t = run_cli("plan " + model_path("transformer.json") +
+                           " --mesh 2x4 --strategy \"dp(data)+tp(model)\"");
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  EXPECT_NE(t.output.find("run the plan with: vtpu train transformer --plan PLAN.json"),
+            std::string::npos)
+      << t.output;
+  // The command the FSDP footer names runs the emitted plan.
+  VTPU_REQUIRE_DIGITS();
+  const std::string out = test_temp_path("vtpu_cli_fsdp_footer_plan.json");
+  const CliRun e = run_cli("plan " + model_path("mlp.json") +
+                           " --mesh 2 --batch 16 --strategy \"fsdp(x)\" --emit " + out);
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  EXPECT_NE(e.output.find("run the plan with: vtpu train fsdp --plan " + out), std::string::npos)
+      << e.output;
+  const CliRun run = run_cli("train fsdp --steps 2 --log-every 0 --plan " + out);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+}
+
 TEST(VtpuCliPlanTest, NoFitFailsWithTheSmallestHbmThatWouldFit) {
   expect_failure("plan " + model_path("mlp.json") + " --mesh 1x8 --hbm-bytes 1K",
                  "smallest HBM per core that would fit is", 1);
