@@ -347,7 +347,8 @@ std::shared_ptr<ReshardCommand> add_reshard_command(CLI::App& app) {
                    "Hardware profile of the cost model: " + join(HardwareProfile::builtin_names()) +
                        ", or a profile .json (e.g. one written by vtpu bench collectives "
                        "--calibrate)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(hardware_validator());
   c->alpha_opt = c->app
                      ->add_option("--alpha", c->cost.alpha_seconds,
                                   "Uniform model instead of --hardware: latency per collective, "

@@ -215,7 +215,8 @@ TEST(VtpuCliTest, BenchKernelMatmulJson) {
   }
   expect_failure("bench kernel matmul --buffers 0", "--buffers", 2);
   expect_failure("bench kernel matmul --bm 12 --m 64", "has block shape (12, 256)", 1);
-  expect_failure("bench kernel matmul --hardware v9", "unknown hardware profile 'v9'", 1);
+  // A usage error since session 12 (hardware_validator), as in vtpu plan and vtpu reshard.
+  expect_failure("bench kernel matmul --hardware v9", "unknown hardware profile 'v9'", 2);
 }
 
 // Regressions from the issue 7 new-user pass on `vtpu bench kernel matmul`: every bad value gets
@@ -1961,6 +1962,28 @@ TEST(VtpuCliPlanTest, FooterNamesTheCommandThatRunsTheChosenStrategy) {
       << e.output;
   const CliRun run = run_cli("train fsdp --steps 2 --log-every 0 --plan " + out);
   EXPECT_EQ(run.exit_code, 0) << run.output;
+}
+
+// Regression (session 12 review): an unknown --hardware name and a mesh of more axes of size > 1
+// than the planner takes exited 1, where they are usage errors (exit 2, as NU13 made the others).
+TEST(VtpuCliPlanTest, UnknownHardwareAndTooManyMeshAxesAreUsageErrors) {
+  const std::string names =
+      "unknown hardware profile 'v6e' (expected one of: this_machine, v4, v5e, v5p, or a path "
+      "ending in .json)";
+  expect_failure("plan " + model_path("mlp.json") + " --hardware v6e", names, 2);
+  expect_failure("reshard --shape 4 --from \"P()\" --to \"P()\" --explain --hardware v6e", names,
+                 2);
+  expect_failure("bench kernel matmul --hardware v6e", names, 2);
+  // A .json path is read when the command runs: a missing file is an error of the run, exit 1.
+  expect_failure("plan " + model_path("mlp.json") + " --hardware /nonexistent-dir/p.json",
+                 "/nonexistent-dir/p.json", 1);
+  expect_failure("plan " + model_path("mlp.json") + " --mesh 2x2x2x2x2x2x2x2x2",
+                 "vtpu: usage error: --mesh 2x2x2x2x2x2x2x2x2 has 9 axes of size > 1 (expected at "
+                 "most 8: the planner tries 3^k strategies for k such axes",
+                 2);
+  // Axes of size 1 do not count: nine axes, one of size 2, plan.
+  const CliRun ok = run_cli("plan " + model_path("mlp.json") + " --mesh 2x1x1x1x1x1x1x1x1");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
 }
 
 TEST(VtpuCliPlanTest, NoFitFailsWithTheSmallestHbmThatWouldFit) {
