@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/strings.h"
 #include "common/units.h"
 #include "examples/calibration.h"
 #include "examples/collective_bench.h"
@@ -93,7 +94,7 @@ void print_header(CollectiveBenchmark& bench, const MemcpyBandwidth& bw) {
     uint64_t first = o.min_bytes;
     while (bench.op().shape(first, elem, o.cores).count == 0) first *= 2;
     notes += "# sizes below " + std::to_string(first) + " B give a core less than one element (" +
-             o.op + " on " + std::to_string(o.cores) + " cores) and are skipped\n";
+             o.op + " on " + count_text(o.cores, "core") + ") and are skipped\n";
   }
   std::printf(
       "# vtpu bench collectives: %s on %d virtual cores, %s, algorithm %s, out of place, %d "

@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/units.h"
+#include "examples/cli_validators.h"
 #include "examples/kernel_bench.h"
 #include "examples/output_path.h"
 
@@ -93,7 +94,8 @@ std::shared_ptr<BenchKernelCommand> add_bench_kernel_command(CLI::App& bench) {
   m->add_option("--hardware", o.hardware,
                 "Hardware profile for the simulated time: v4, v5e, v5p, "
                 "this_machine, or a .json file")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(hardware_validator());
   m->add_option("--repeats", cmd->repeats, "Timed runs per configuration (median), 1..10000")
       ->capture_default_str();
   m->add_option("--vmem-limit", cmd->vmem_limit,

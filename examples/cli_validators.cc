@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/units.h"
+#include "runtime/hardware_profile.h"
 
 namespace vtpu::examples {
 
@@ -56,6 +57,15 @@ CLI::Validator parse_validator(std::function<void(const std::string&)> parse, st
         }
       },
       std::move(name));
+}
+
+CLI::Validator hardware_validator() {
+  return parse_validator(
+      [](const std::string& s) {
+        // HardwareProfile::get reads a .json path; a name it looks up among the built-in ones.
+        if (!(s.size() > 5 && s.ends_with(".json"))) HardwareProfile::get(s);
+      },
+      "PROFILE");
 }
 
 CLI::Validator size_validator() {

@@ -31,6 +31,13 @@ CLI::Validator size_validator();
 /// exponent ("--shape: dimension 'abc' is not an integer in 0..2^62").
 CLI::Validator dimension_validator();
 
+/// A --hardware value: a built-in profile name (HardwareProfile::builtin_names()) or a path ending
+/// in .json (read later: a missing or bad file is an error of the run, exit 1). Anything else is a
+/// usage error (exit 2) naming the value and listing the names ("unknown hardware profile 'v6e'
+/// (expected one of: this_machine, v4, v5e, v5p, or a path ending in .json)"). Regression
+/// (session 12 review): `vtpu plan --hardware v6e` exited 1, not 2.
+CLI::Validator hardware_validator();
+
 /// A learning rate: a finite number > 0 ("learning rate 0 must be a finite number > 0").
 CLI::Validator learning_rate_validator();
 

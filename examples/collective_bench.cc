@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/host.h"
 #include "common/median.h"
+#include "common/strings.h"
 #include "common/units.h"
 
 namespace vtpu::examples {
@@ -348,7 +349,7 @@ std::string check_options_for(const CollectiveBenchOptions& o, const CollectiveB
   const CollectiveBenchShape largest = op->shape(o.max_bytes, elem, o.cores);
   if (largest.count == 0) {
     return "--max-bytes " + std::to_string(o.max_bytes) + " gives no " + o.op + " on " +
-           std::to_string(o.cores) + " cores a whole element of " +
+           count_text(o.cores, "core") + " a whole element of " +
            std::string(data_type_name(o.dtype)) + " per core (" + std::to_string(elem) +
            " bytes each)";
   }
@@ -359,8 +360,8 @@ std::string check_options_for(const CollectiveBenchOptions& o, const CollectiveB
                               static_cast<double>(elem);
   const double ram = physical_memory_bytes();
   if (ram > 0 && buffer_bytes > 0.75 * ram) {
-    return "--max-bytes " + std::to_string(o.max_bytes) + " on " + std::to_string(o.cores) +
-           " cores needs " + format_bytes(static_cast<uint64_t>(buffer_bytes)) + " of " + o.op +
+    return "--max-bytes " + std::to_string(o.max_bytes) + " on " + count_text(o.cores, "core") +
+           " needs " + format_bytes(static_cast<uint64_t>(buffer_bytes)) + " of " + o.op +
            " buffers (every core's send and recv), more than 3/4 of this machine's " +
            format_bytes(static_cast<uint64_t>(ram)) + " of memory";
   }

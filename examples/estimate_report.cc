@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/host.h"
 #include "common/median.h"
+#include "common/strings.h"
 #include "common/units.h"
 #include "examples/mlp_trainer.h"
 #include "examples/train_plan.h"
@@ -212,7 +213,7 @@ std::string EstimateReport::to_string() const {
                                (e.hardware_file.empty() ? "" : " from " + e.hardware_file);
   out += "planner estimate vs measured (plan " + e.source + ": " +
          (e.strategy.empty() ? std::string("?") : e.strategy) + " on " + hardware + "; " +
-         std::to_string(m.num_cores) + " cores, " + std::to_string(m.steps) + " steps):\n";
+         count_text(m.num_cores, "core") + ", " + count_text(m.steps, "step") + "):\n";
   std::snprintf(line, sizeof line, "  %-34s %14s %14s  %s\n", "", "estimate", "measured",
                 "measured/estimate");
   out += line;

@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "common/median.h"
+#include "common/strings.h"
 #include "examples/adam.h"
 #include "examples/mlp_layout.h"
 #include "examples/train_step_log.h"
@@ -29,8 +30,8 @@ int64_t shard_hidden(int64_t hidden, int64_t tensor) {
   if (tensor < 1 || hidden < 1 || hidden % tensor != 0) {
     throw InvalidArgumentError("hidden " + std::to_string(hidden) +
                                " does not split over a tensor-parallel group of " +
-                               std::to_string(tensor) +
-                               " cores (expected a tensor size >= 1 that divides hidden: "
+                               count_text(tensor, "core") +
+                               " (expected a tensor size >= 1 that divides hidden: "
                                "Megatron splits the hidden units evenly)");
   }
   return hidden / tensor;
@@ -132,7 +133,7 @@ MlpTensorParallelResult train_mlp_tensor_parallel(
   const int n = runtime.num_cores();
   if (layout.num_cores() != n) {
     throw InvalidArgumentError("data x tensor layout " + layout.to_string() + " needs " +
-                               std::to_string(layout.num_cores()) + " cores, the runtime has " +
+                               count_text(layout.num_cores(), "core") + ", the runtime has " +
                                std::to_string(n));
   }
   config.validate(static_cast<int>(layout.data));  // the batch splits over the data shards

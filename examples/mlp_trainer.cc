@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/strings.h"
 #include "examples/mlp_layout.h"
 #include "examples/mlp_tp_trainer.h"
 #include "sharding/sharded_array.h"
@@ -153,8 +154,8 @@ void MlpConfig::validate(int num_cores) const {
   }
   if (global_batch % num_cores != 0) {
     throw InvalidArgumentError("global batch " + std::to_string(global_batch) +
-                               " cannot be split evenly across " + std::to_string(num_cores) +
-                               " cores (expected a multiple of " + std::to_string(num_cores) +
+                               " cannot be split evenly across " + count_text(num_cores, "core") +
+                               " (expected a multiple of " + std::to_string(num_cores) +
                                ", as PyTorch DDP and jax.device_put with a sharded batch need)");
   }
   if (log_every < 0) {
@@ -170,7 +171,7 @@ void MlpConfig::validate(int num_cores) const {
     throw InvalidArgumentError("micro_batches is " + std::to_string(micro_batches) +
                                " (expected a divisor of the " + std::to_string(local) +
                                " rows per core: global batch " + std::to_string(global_batch) +
-                               " over " + std::to_string(num_cores) + " cores)");
+                               " over " + count_text(num_cores, "core") + ")");
   }
 }
 

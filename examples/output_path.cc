@@ -1,5 +1,7 @@
 #include "examples/output_path.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -34,8 +36,16 @@ void check_output_path(const char* flag, const std::string& path) {
     throw InvalidArgumentError(std::string(flag) + " '" + path +
                                "' cannot be written: " + std::strerror(err));
   }
+  // A write of zero bytes changes no file, but a device that refuses every write fails it:
+  // /dev/full says ENOSPC (Linux's write_full ignores the count). Regression (session 12 review):
+  // `vtpu bench collectives --calibrate /dev/full` failed only after the whole sweep.
+  const int write_err = ::write(fileno(f), "", 0) < 0 ? errno : 0;
   std::fclose(f);
   if (!existed) fs::remove(p, ec);
+  if (write_err != 0) {
+    throw InvalidArgumentError(std::string(flag) + " '" + path +
+                               "' cannot be written: " + std::strerror(write_err));
+  }
 }
 
 void write_output_file(const char* flag, const std::string& path, const std::string& text) {

@@ -8,10 +8,12 @@ namespace vtpu::examples {
 /// Checks before a run that `path` (the value of the option `flag`, e.g. "--json") names a file
 /// that can be written: its directory exists, it is not itself a directory, and opening it for
 /// writing succeeds (a new file is created and removed again; an existing one is opened for
-/// append, not truncated), so that a typo or a permission problem fails at once rather than after
-/// a long run. An empty path is accepted (the option was not given; a caller that sees the option
-/// given with an empty value rejects it itself). Throws InvalidArgumentError naming the flag, the
-/// path and, for an open that failed, the system's reason. Thread-safe.
+/// append, not truncated) and so does a write of zero bytes to it (which changes nothing, but fails
+/// on a device that refuses every write: /dev/full), so that a typo, a permission problem or a
+/// full device fails at once rather than after a long run. An empty path is accepted (the option
+/// was not given; a caller that sees the option given with an empty value rejects it itself).
+/// Throws InvalidArgumentError naming the flag, the path and, for an open that failed, the system's
+/// reason. Thread-safe.
 void check_output_path(const char* flag, const std::string& path);
 
 /// Writes `text` to `path` (the value of the option `flag`, e.g. "--emit"), replacing the file,

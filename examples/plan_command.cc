@@ -153,6 +153,16 @@ int run(const PlanCommand& c) {
                              "without --emit vtpu plan plans up to " +
                                  std::to_string(kMaxPlanDevices));
         }
+        // The planner tries 3^k strategies for k axes of size > 1 (plan_auto_sharding refuses
+        // more than kMaxPlannedAxes). Regression (session 12 review): that exited 1, not 2.
+        const auto active = std::ranges::count_if(shape, [](int64_t s) { return s > 1; });
+        if (active > kMaxPlannedAxes) {
+          throw InvalidArgumentError(
+              "--mesh " + abbreviate(c.mesh) + " has " + std::to_string(active) +
+              " axes of size > 1 (expected at most " + std::to_string(kMaxPlannedAxes) +
+              ": the planner tries 3^k strategies for k such axes; merge axes that play one "
+              "role into one)");
+        }
       })) {
     return 2;
   }
@@ -251,11 +261,13 @@ int run(const PlanCommand& c) {
     // after the table says why).
     if (!constraints.runner.empty()) {
       if (plan.chosen() >= 0) {
-        // New-user pass nu11, NU39: the file just written, not a placeholder.
+        // New-user pass nu11, NU39: the file just written, not a placeholder. The command that
+        // runs the chosen strategy: train fsdp for an FSDP plan of the mlp (session 12 review).
         std::printf(
-            "run the plan with: %s --plan %s (strategies it cannot run are marked "
+            "run the plan with: %s --plan %s (strategies vtpu train cannot run are marked "
             "\"cannot run\"; --any-strategy plans without that limit)\n",
-            constraints.runner.c_str(),
+            plan_run_command(model.name, plan.candidates[static_cast<size_t>(plan.chosen())])
+                .c_str(),
             c.emit_path.empty() ? "PLAN.json after --emit PLAN.json" : c.emit_path.c_str());
       }
     } else if (!not_trainable.empty()) {
@@ -295,7 +307,8 @@ std::shared_ptr<PlanCommand> add_plan_command(CLI::App& app) {
       ->add_option(
           "--hardware", c->hardware,
           "Hardware profile: " + join(HardwareProfile::builtin_names()) + ", or a profile .json")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(hardware_validator());
   c->app
       ->add_option("--hbm-bytes", c->hbm_bytes,
                    "HBM limit per core, e.g. 16G (default: the profile's HBM per core)")

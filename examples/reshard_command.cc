@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -31,6 +33,7 @@ struct ReshardCommand {
   std::string from;
   std::string to;
   bool explain = false;
+  bool json = false;     // --json: the plan, the run and the check as one JSON object
   bool verbose = false;  // --verbose: the cost model's every term (CostModel::describe)
   std::string hardware = "this_machine";
   ReshardCostModel cost;
@@ -94,6 +97,30 @@ void print_uneven_blocks(const char* side, const NamedSharding& sharding, const 
   std::printf("%s\n", line.c_str());
 }
 
+// Every core's logical block of `sharding`, in mesh device order, when they differ between
+// devices (as print_uneven_blocks lists them, but all of them); null when they are all equal.
+nlohmann::json uneven_blocks_json(const NamedSharding& sharding, const Mesh& mesh,
+                                  const std::vector<int64_t>& shape) {
+  const std::vector<int64_t> first = sharding.local_shape(mesh.devices()[0], shape);
+  nlohmann::json blocks = nlohmann::json::array();
+  bool uneven = false;
+  for (int dev : mesh.devices()) {
+    const std::vector<int64_t> local = sharding.local_shape(dev, shape);
+    uneven = uneven || local != first;
+    blocks.push_back(local);
+  }
+  return uneven ? blocks : nlohmann::json();
+}
+
+// The sharding's per-core blocks for --json: "block" (the first core's logical block), "padded"
+// (the padded shard shape every collective buffer has) and "uneven_blocks".
+nlohmann::json blocks_json(const NamedSharding& sharding, const Mesh& mesh,
+                           const std::vector<int64_t>& shape) {
+  return {{"block", sharding.local_shape(mesh.devices()[0], shape)},
+          {"padded", sharding.shard_shape(shape)},
+          {"uneven_blocks", uneven_blocks_json(sharding, mesh, shape)}};
+}
+
 int run(const ReshardCommand& c) {
   // --alpha/--beta/--a2a-factor replace the profile's collective model by a uniform one (the
   // profile still gives nothing else a reshard uses).
@@ -136,17 +163,33 @@ int run(const ReshardCommand& c) {
                : CostModel(HardwareProfile::get(c.hardware)))
           .for_cores(static_cast<int>(mesh.size()));
   const ReshardPlan plan = plan_reshard(c.shape, source, target, model);
-  std::printf("%s", plan.to_string(c.verbose).c_str());
-  std::printf("per-core block: %s -> %s (padded shard shape %s -> %s)\n",
-              shape_text(source.local_shape(mesh.devices()[0], c.shape)).c_str(),
-              shape_text(target.local_shape(mesh.devices()[0], c.shape)).c_str(),
-              shape_text(source.shard_shape(c.shape)).c_str(),
-              shape_text(target.shard_shape(c.shape)).c_str());
-  // Uneven shards (new-user pass N4): the first core's block hides the short ones, so list every
-  // core's logical block, in mesh device order, for a side whose blocks differ.
-  print_uneven_blocks("source", source, mesh, c.shape);
-  print_uneven_blocks("target", target, mesh, c.shape);
-  if (c.explain) return 0;
+  // --json: the plan (ReshardPlan::to_json), the blocks, and after a run its times and the check
+  // (null with --explain), printed once at the end (session 12 review: reshard had no --json).
+  nlohmann::json j;
+  if (c.json) {
+    j = plan.to_json();
+    j["hardware"] = uniform ? nlohmann::json("uniform") : nlohmann::json(c.hardware);
+    if (c.verbose) j["cost_model"] = model.describe(/*with_compute=*/false);
+    j["source_blocks"] = blocks_json(source, mesh, c.shape);
+    j["target_blocks"] = blocks_json(target, mesh, c.shape);
+    j["run"] = nullptr;
+    j["check"] = nullptr;
+  } else {
+    std::printf("%s", plan.to_string(c.verbose).c_str());
+    std::printf("per-core block: %s -> %s (padded shard shape %s -> %s)\n",
+                shape_text(source.local_shape(mesh.devices()[0], c.shape)).c_str(),
+                shape_text(target.local_shape(mesh.devices()[0], c.shape)).c_str(),
+                shape_text(source.shard_shape(c.shape)).c_str(),
+                shape_text(target.shard_shape(c.shape)).c_str());
+    // Uneven shards (new-user pass N4): the first core's block hides the short ones, so list
+    // every core's logical block, in mesh device order, for a side whose blocks differ.
+    print_uneven_blocks("source", source, mesh, c.shape);
+    print_uneven_blocks("target", target, mesh, c.shape);
+  }
+  if (c.explain) {
+    if (c.json) std::cout << j.dump(2) << std::endl;
+    return 0;
+  }
   check_run_size(c.shape, source, target);
 
   // Run it: random small integers per addend (so that every summation order is exact), the
@@ -222,6 +265,25 @@ int run(const ReshardCommand& c) {
       for (size_t i = 0; i < want.size(); ++i) bad += got[i] != want[i];
     }
   }
+  if (c.json) {
+    nlohmann::json steps = nlohmann::json::array();
+    for (size_t i = 0; i < plan.steps.size() && !step_wall[i].empty(); ++i) {
+      steps.push_back({{"median_collective_seconds", median_of(step_collective[i])},
+                       {"median_wall_seconds", median_of(step_wall[i])}});
+    }
+    j["run"] = {{"num_cores", mesh.size()},
+                {"warmup", c.warmup},
+                {"iters", c.iters},
+                {"median_wall_seconds", median_of(walls)},
+                {"min_wall_seconds", std::ranges::min(walls)},
+                {"max_wall_seconds", std::ranges::max(walls)},
+                {"steps", steps}};
+    j["check"] = {{"reference", "gather-then-slice"},
+                  {"result", bad == 0 ? "ok" : "mismatch"},
+                  {"mismatched_elements", bad}};
+    std::cout << j.dump(2) << std::endl;
+    return bad == 0 ? 0 : 1;
+  }
   std::printf(
       "ran on %s: %d warm-up run%s, then %d timed run%s of the whole plan: "
       "median %.3f ms wall (min %.3f, max %.3f; estimate %.3f ms)\n",
@@ -273,6 +335,10 @@ std::shared_ptr<ReshardCommand> add_reshard_command(CLI::App& app) {
       ->required();
   c->app->add_option("--to", c->to, "Target PartitionSpec")->required();
   c->app->add_flag("--explain", c->explain, "Print the plan and estimate; do not run");
+  c->app->add_flag("--json", c->json,
+                   "Print the plan (every step's collective, mesh axes, replica groups, bytes sent "
+                   "per core and estimate, and the totals), and after a run its times and the "
+                   "check, as JSON");
   c->app->add_flag("--verbose", c->verbose,
                    "Print the cost model's every term (each calibrated fit and its measured "
                    "curve) in place of its one-line summary");
@@ -281,7 +347,8 @@ std::shared_ptr<ReshardCommand> add_reshard_command(CLI::App& app) {
                    "Hardware profile of the cost model: " + join(HardwareProfile::builtin_names()) +
                        ", or a profile .json (e.g. one written by vtpu bench collectives "
                        "--calibrate)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(hardware_validator());
   c->alpha_opt = c->app
                      ->add_option("--alpha", c->cost.alpha_seconds,
                                   "Uniform model instead of --hardware: latency per collective, "

@@ -2,7 +2,8 @@
 // with sharding/reshard.h.
 //
 //   vtpu reshard --mesh 2x2x2 [--axes x,y,z] --shape 8,8 --from "P('z',('x','y'))"
-//                --to "P(None,('x','y'))" [--explain] [--hardware this_machine|v4|v5e|v5p|F.json]
+//                --to "P(None,('x','y'))" [--explain] [--json]
+//                [--hardware this_machine|v4|v5e|v5p|F.json]
 //                [--alpha 5e-5 --beta 5e-9 --a2a-factor 1] [--seed 1]
 //
 // The estimate comes from the cost model of sharding/cost_model.h on --hardware (default the
@@ -14,6 +15,15 @@
 // is printed and then run on mesh-size virtual cores with random small-integer data (so every
 // summation order is exact), and each core's block is compared with the gather-then-slice
 // reference: "ok" (exit 0) or "mismatch" (exit 1).
+//
+// --json prints one JSON object instead of the text: ReshardPlan::to_json (sharding/reshard.h:
+// "steps" with each step's "op", "axes", "replica_groups", "comm_bytes_per_core" and
+// "comm_seconds", and those totals), "hardware", "source_blocks" and "target_blocks" (the first
+// core's block, the padded shard shape, every core's block when they are uneven), "run" (num_cores,
+// warmup, iters, the median/min/max wall seconds of the whole plan, and each step's median
+// collective and wall seconds) and "check" ({"reference": "gather-then-slice", "result": "ok" or
+// "mismatch", "mismatched_elements"}); "run" and "check" are null with --explain. Exit codes as
+// without --json.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -317,7 +317,7 @@ void check_host_memory(const StressOptions& o, const StressHostMemory& need) {
   if (ram == 0 || need.peak_bytes() <= ram) return;
   const std::string events =
       o.trace_path.empty() ? std::to_string(o.workload.events_per_core) + " events" : "the trace";
-  throw InvalidArgumentError("stress: " + std::to_string(o.cores) + " cores x " + events +
+  throw InvalidArgumentError("stress: " + count_text(o.cores, "core") + " x " + events +
                              " need about " + format_bytes(need.peak_bytes()) +
                              " of host memory (" + need.breakdown() +
                              "), more than this machine's " + format_bytes(ram) +
@@ -519,7 +519,7 @@ std::string format_stress_progress(const StressOptions::Progress& p) {
       return "building the event streams";
     case Phase::kPlanning:
       what = "planning heaps (planned)";
-      counts = std::to_string(done) + "/" + std::to_string(total) + " cores";
+      counts = std::to_string(done) + "/" + count_text(total, "core");
       break;
     case Phase::kReplay:
       what = run + "replay";
@@ -527,7 +527,7 @@ std::string format_stress_progress(const StressOptions::Progress& p) {
       break;
     case Phase::kCapacitySearch:
       what = run + "capacity search";
-      counts = std::to_string(done) + "/" + std::to_string(total) + " cores, " +
+      counts = std::to_string(done) + "/" + count_text(total, "core") + ", " +
                std::to_string(p.search_replays.load()) + " capacities tried";
       break;
     case Phase::kDone:

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/strings.h"
 #include "examples/stress_html_assets.h"
 
 namespace vtpu::examples {
@@ -563,8 +564,9 @@ std::string render_stress_html(const Json& report, const StressHtmlOptions& opti
     data = &compact_copy;
   }
 
-  const std::string title = "vtpu stress: " + report["workload"]["name"].get<std::string>() + " (" +
-                            std::to_string(report["cores"].get<uint64_t>()) + " cores)";
+  const std::string title =
+      "vtpu stress: " + report["workload"]["name"].get<std::string>() + " (" +
+      count_text(static_cast<long long>(report["cores"].get<uint64_t>()), "core") + ")";
   std::string out;
   out += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
   out += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";

@@ -590,8 +590,9 @@ void check_plan_cores(const TrainPlan& plan, std::optional<int> cores) {
   if (!cores || *cores == plan.num_cores()) return;
   const std::string n = std::to_string(plan.num_cores());
   throw InvalidArgumentError("--cores " + std::to_string(*cores) + " but plan '" + plan.path +
-                             "' has mesh " + plan.describe_mesh() + " (" + n +
-                             " cores; expected --cores " + n + ", or --cores left out)");
+                             "' has mesh " + plan.describe_mesh() + " (" +
+                             count_text(plan.num_cores(), "core") + "; expected --cores " + n +
+                             ", or --cores left out)");
 }
 
 void require_plan_model(const TrainPlan& plan, const std::string& model,
@@ -677,6 +678,13 @@ PlanConstraints plan_constraints(const std::string& model, const std::vector<int
     return required_tensor_sharding(model, l.name);
   };
   return c;
+}
+
+std::string plan_run_command(const std::string& model, const PlanCandidate& k) {
+  if (model == "transformer") return "vtpu train transformer";
+  if (model != "mlp") return {};
+  // Regression (session 12 review): an FSDP plan's footer said "vtpu train mlp --plan".
+  return k.fsdp_axes.empty() ? "vtpu train mlp" : "vtpu train fsdp";
 }
 
 namespace {

@@ -186,6 +186,13 @@ std::string required_tensor_sharding(const std::string& model, const std::string
 PlanConstraints plan_constraints(const std::string& model, const std::vector<int64_t>& mesh_shape,
                                  const std::vector<std::string>& axis_names);
 
+/// The `vtpu train` command whose --plan runs candidate `k` of a plan for `model`: "vtpu train
+/// fsdp" for an mlp strategy with FSDP axes (the command built for FSDP, which also compares it
+/// with data parallel), "vtpu train mlp" for another mlp strategy, "vtpu train transformer" for
+/// the transformer, "" for a model vtpu train does not run. What `vtpu plan` prints after "run
+/// the plan with:". Thread-safe.
+std::string plan_run_command(const std::string& model, const PlanCandidate& k);
+
 /// The data x tensor layout of a plan without FSDP (data and tensor roles flattened, see
 /// examples/data_tensor_layout.h). Throws UnimplementedError when the plan uses FSDP, naming the
 /// strategy and `command`, and UnimplementedError when `layers` gives a layer another sharding

@@ -98,7 +98,7 @@ int run(const TrainTransformerCommand& cmd) {
   }
   if (cmd.cores && *cmd.cores != mesh.num_cores()) {
     usage_error("--cores " + std::to_string(*cmd.cores) + " does not match the mesh " +
-                mesh.to_string() + " (" + std::to_string(mesh.num_cores()) + " cores)");
+                mesh.to_string() + " (" + count_text(mesh.num_cores(), "core") + ")");
     return 2;
   }
   if (mesh.tensor == 1 && cmd.plan.empty()) strategy = "dp(data)";
@@ -160,7 +160,9 @@ int run(const TrainTransformerCommand& cmd) {
   };
   std::optional<TransformerResult> ref;
   if (!cmd.no_reference) {
-    if (!cmd.json) std::printf("single-core reference (mesh 1x1):\n");
+    // --log-every 0 prints no per-step losses, so no heading above them (new-user review,
+    // session 12: the headings stood over nothing).
+    if (!cmd.json && c.log_every > 0) std::printf("single-core reference (mesh 1x1):\n");
     RuntimeOptions one = options;
     one.num_cores = 1;
     // As train mlp's reference (examples/mlp_reference.h; nu10 NU8): one core holds the whole
@@ -170,7 +172,7 @@ int run(const TrainTransformerCommand& cmd) {
     Runtime rt(one);
     ref = train_transformer(rt, text.tokens, c, {1, 1}, log("1 core"));
   }
-  if (!cmd.json) std::printf("%s:\n", mesh_label.c_str());
+  if (!cmd.json && c.log_every > 0) std::printf("%s:\n", mesh_label.c_str());
   StepMeter meter;
   TransformerConfig run_config = c;
   std::function<void(int64_t, double)> on_log = log("mesh  ");
@@ -222,9 +224,10 @@ int run(const TrainTransformerCommand& cmd) {
   } else {
     if (ref) {
       std::printf("%6s %12s %12s %10s\n", "step", "loss(mesh)", "loss(1core)", "rel_diff");
-      const int64_t every = c.log_every > 0 ? c.log_every : c.steps;
+      // Every --log-every steps and the last; --log-every 0: only the last (its help), not also
+      // step 0 as every = steps gave.
       for (int64_t s = 0; s < c.steps; ++s) {
-        if (s % every != 0 && s != c.steps - 1) continue;
+        if (s != c.steps - 1 && (c.log_every == 0 || s % c.log_every != 0)) continue;
         const size_t i = static_cast<size_t>(s);
         std::printf("%6lld %12.6f %12.6f %10.2e\n", static_cast<long long>(s), r.losses[i],
                     ref->losses[i], std::abs(r.losses[i] - ref->losses[i]) / ref->losses[i]);
@@ -322,7 +325,9 @@ std::shared_ptr<TrainTransformerCommand> add_train_transformer_command(CLI::App&
       ->check(learning_rate_validator());
   app->add_option("--data", cmd->data, "Text file (data/fortunes.txt from scripts/fetch-data.sh)")
       ->capture_default_str();
-  app->add_option("--log-every", c.log_every, "Print the loss every K steps (0: only the last)")
+  app->add_option("--log-every", c.log_every,
+                  "Print the loss every K steps (0: only the last, in the closing table; no "
+                  "per-step lines)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app->add_option("--hbm-bytes", cmd->hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)")

@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/median.h"
+#include "common/strings.h"
 #include "examples/train_step_log.h"
 #include "runtime/pallas_kernels.h"
 
@@ -114,8 +115,9 @@ TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const 
   config.validate_mesh(mesh.data, mesh.tensor);
   const int64_t dsz = mesh.data, tsz = mesh.tensor;
   if (mesh.num_cores() != runtime.num_cores()) {
-    throw InvalidArgumentError("mesh " + mesh.to_string() + " needs " + str(mesh.num_cores()) +
-                               " cores, the runtime has " + str(runtime.num_cores()));
+    throw InvalidArgumentError("mesh " + mesh.to_string() + " needs " +
+                               count_text(mesh.num_cores(), "core") + ", the runtime has " +
+                               str(runtime.num_cores()));
   }
   if (static_cast<int64_t>(tokens.size()) < config.context + 1) {
     throw InvalidArgumentError("text of " + str(static_cast<int64_t>(tokens.size())) +

@@ -221,7 +221,7 @@ class StrategyPlanner {
     *by_constraints = false;
     if (m_.batch % (d_ * f_) != 0) {
       return "batch " + std::to_string(m_.batch) + " does not split over " +
-             std::to_string(d_ * f_) + " data x fsdp cores";
+             count_text(d_ * f_, "data x fsdp core");
     }
     for (const ModelLayer& l : m_.layers) {
       if (options(l).empty()) {
@@ -229,8 +229,7 @@ class StrategyPlanner {
         return "layer '" + l.name + "' (" + layer_kind_name(l.kind) + ", " + layer_dims(l) +
                ") must be split '" + required(l) + "' (" +
                (constraints_.runner.empty() ? std::string("the runner") : constraints_.runner) +
-               " runs it so), " + "which does not divide over " + std::to_string(t_) +
-               " tensor cores";
+               " runs it so), " + "which does not divide over " + count_text(t_, "tensor core");
       }
     }
     return {};
@@ -1121,15 +1120,16 @@ std::string AutoShardingPlan::to_string() const {
   out += line;
   if (host_ram_bytes != 0) {
     const int64_t n = Mesh(mesh_shape, axis_names).size();
-    out += " (host RAM " + format_bytes(host_ram_bytes) + " shared by " + std::to_string(n) +
-           (n == 1 ? " virtual core)" : " virtual cores)");
+    out += " (host RAM " + format_bytes(host_ram_bytes) + " shared by " +
+           count_text(n, "virtual core") + ")";
   }
   out += "\n";
   if (oversubscription != 1.0) {
     std::snprintf(line, sizeof line,
-                  "host: %lld virtual cores share the host's CPUs: per-core work x %.3g "
+                  "host: %s share the host's CPUs: per-core work x %.3g "
                   "(docs/SHARDING.md, \"Estimate against measurement\")\n",
-                  static_cast<long long>(Mesh(mesh_shape, axis_names).size()), oversubscription);
+                  count_text(Mesh(mesh_shape, axis_names).size(), "virtual core").c_str(),
+                  oversubscription);
     out += line;
   }
   // Regression (new-user pass nu10, NU18): a name longer than the column (dp(f,g,h)+fsdp(a)+

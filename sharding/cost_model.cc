@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/strings.h"
 #include "common/units.h"
 
 namespace vtpu {
@@ -411,11 +412,12 @@ std::string CostModel::describe_host() const {
   if (p.host_cpus <= 0 || uniform_) return {};
   char line[160];
   if (concurrent_cores_ > 0) {
-    std::snprintf(line, sizeof line, "; %d virtual cores on %d host CPUs: work x %.3g",
-                  concurrent_cores_, p.host_cpus, oversubscription());
+    std::snprintf(line, sizeof line, "; %s on %s: work x %.3g",
+                  count_text(concurrent_cores_, "virtual core").c_str(),
+                  count_text(p.host_cpus, "host CPU").c_str(), oversubscription());
   } else {
-    std::snprintf(line, sizeof line, "; %d host CPUs (core count unset: no oversubscription)",
-                  p.host_cpus);
+    std::snprintf(line, sizeof line, "; %s (core count unset: no oversubscription)",
+                  count_text(p.host_cpus, "host CPU").c_str());
   }
   return line;
 }

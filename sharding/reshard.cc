@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <queue>
 #include <set>
 #include <tuple>
@@ -899,6 +900,44 @@ std::string ReshardPlan::to_string(bool verbose_cost) const {
                 static_cast<unsigned long long>(total_sent_bytes_per_core()),
                 seconds_text(total_estimated_seconds()).c_str());
   return out + line;
+}
+
+nlohmann::json ReshardPlan::to_json() const {
+  const auto index_or_null = [](int i) { return i >= 0 ? nlohmann::json(i) : nlohmann::json(); };
+  nlohmann::json rows = nlohmann::json::array();
+  for (const ReshardStep& s : steps) {
+    const bool reduces = s.op == ReshardOpKind::kAllReduce ||
+                         s.op == ReshardOpKind::kReduceScatter ||
+                         s.op == ReshardOpKind::kMakePartial;
+    nlohmann::json pairs = nlohmann::json::array();
+    for (const auto& [from, to] : s.pairs) pairs.push_back({from, to});
+    rows.push_back(
+        {{"op", reshard_op_name(s.op)},
+         {"reduce_op",
+          reduces ? nlohmann::json(std::string(reduce_op_name(s.reduce_op))) : nlohmann::json()},
+         {"collective", s.op != ReshardOpKind::kSlice && s.op != ReshardOpKind::kMakePartial},
+         {"axes", s.axes},
+         {"replica_groups",
+          s.replica_groups.empty() ? nlohmann::json::array() : nlohmann::json(s.replica_groups)},
+         {"dim", index_or_null(s.dim)},
+         {"split_dim", index_or_null(s.split_dim)},
+         {"pairs", pairs},
+         {"spec_before", s.spec_before.to_string()},
+         {"spec_after", s.spec_after.to_string()},
+         {"buffer_shape", s.buffer_shape},
+         {"buffer_bytes", s.buffer_bytes},
+         {"comm_bytes_per_core", s.sent_bytes_per_core},
+         {"comm_seconds", s.estimated_seconds}});
+  }
+  return {{"dtype", "f32"},
+          {"global_shape", global_shape},
+          {"mesh", {{"axes", source.mesh().axis_names()}, {"shape", source.mesh().shape()}}},
+          {"from", source.spec().to_string()},
+          {"to", target.spec().to_string()},
+          {"cost_model", cost.summary(/*with_compute=*/false)},
+          {"steps", rows},
+          {"comm_bytes_per_core", total_sent_bytes_per_core()},
+          {"comm_seconds", total_estimated_seconds()}};
 }
 
 ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSharding& source,

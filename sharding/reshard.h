@@ -64,6 +64,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -156,6 +157,17 @@ struct ReshardPlan {
   /// received pieces along C; "N pairs" for a permute), per-core buffer shape, bytes sent per
   /// core, estimated time and spec after, then the totals.
   std::string to_string(bool verbose_cost = false) const;
+  /// The plan as JSON, with the fields of to_string() (names as `vtpu plan --json` names them):
+  /// "dtype" ("f32"), "global_shape" (elements per dimension), "mesh" {"axes", "shape"}, "from"
+  /// and "to" (PartitionSpec text), "cost_model" (CostModel::summary without compute terms),
+  /// "steps" (one object per step: "op" (reshard_op_name), "reduce_op" ("sum", ...; null for an
+  /// op without a reduction), "collective" (false for the local slice and make-partial),
+  /// "axes", "replica_groups" (device ids in rank order; [] for a local step), "dim" and
+  /// "split_dim" (null when unused), "pairs" ([source, destination] device pairs of a permute,
+  /// else []), "spec_before", "spec_after", "buffer_shape" (elements), "buffer_bytes",
+  /// "comm_bytes_per_core" (sent_bytes_per_core) and "comm_seconds" (estimated_seconds)), then
+  /// the totals "comm_bytes_per_core" and "comm_seconds". Thread-compatible.
+  nlohmann::json to_json() const;
 };
 
 /// How plan_reshard chooses the steps.

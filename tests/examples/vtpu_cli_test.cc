@@ -215,7 +215,8 @@ TEST(VtpuCliTest, BenchKernelMatmulJson) {
   }
   expect_failure("bench kernel matmul --buffers 0", "--buffers", 2);
   expect_failure("bench kernel matmul --bm 12 --m 64", "has block shape (12, 256)", 1);
-  expect_failure("bench kernel matmul --hardware v9", "unknown hardware profile 'v9'", 1);
+  // A usage error since session 12 (hardware_validator), as in vtpu plan and vtpu reshard.
+  expect_failure("bench kernel matmul --hardware v9", "unknown hardware profile 'v9'", 2);
 }
 
 // Regressions from the issue 7 new-user pass on `vtpu bench kernel matmul`: every bad value gets
@@ -451,6 +452,89 @@ TEST(VtpuCliTest, ReshardExplainPrintsThePlanWithoutRunning) {
   EXPECT_NE(r.output.find("32     10.0 us"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("(4, 2) -> (8, 2)"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("check against"), std::string::npos) << r.output;  // not run
+}
+
+// Session 12 review: vtpu reshard had no --json. The plan's one all-gather over z, worked by hand
+// as in the test above: z pairs devices (0,1), (2,3), (4,5), (6,7) (row-major ids, z minor-most);
+// each core sends its (4, 2) block, 32 bytes; the estimate is 1e-5 + 1e-9 * (1/2) * 64 s.
+TEST(VtpuCliTest, ReshardJsonExplainGivesEveryStepAndTheTotals) {
+  const CliRun r = run_cli(
+      "reshard --mesh 2x2x2 --axes x,y,z --shape 8,8 --from \"P('z',('x','y'))\" --to "
+      "\"P(None,('x','y'))\" --explain --json --alpha 1e-5 --beta 1e-9");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);  // nothing but the JSON
+  EXPECT_EQ(j["global_shape"], nlohmann::json({8, 8}));
+  EXPECT_EQ(j["mesh"]["axes"], nlohmann::json({"x", "y", "z"}));
+  EXPECT_EQ(j["mesh"]["shape"], nlohmann::json({2, 2, 2}));
+  EXPECT_EQ(j["from"], "P('z', ('x', 'y'))");
+  EXPECT_EQ(j["to"], "P(None, ('x', 'y'))");
+  EXPECT_EQ(j["hardware"], "uniform");
+  ASSERT_EQ(j["steps"].size(), 1u) << r.output;
+  const nlohmann::json& s = j["steps"][0];
+  EXPECT_EQ(s["op"], "all_gather");
+  EXPECT_TRUE(s["reduce_op"].is_null());
+  EXPECT_EQ(s["collective"], true);
+  EXPECT_EQ(s["axes"], nlohmann::json({"z"}));
+  EXPECT_EQ(s["replica_groups"], nlohmann::json({{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(s["dim"], 0);
+  EXPECT_TRUE(s["split_dim"].is_null());
+  EXPECT_EQ(s["pairs"], nlohmann::json::array());
+  EXPECT_EQ(s["buffer_shape"], nlohmann::json({4, 2}));
+  EXPECT_EQ(s["buffer_bytes"], 32);
+  EXPECT_EQ(s["spec_after"], "P(None, ('x', 'y'))");
+  EXPECT_EQ(s["comm_bytes_per_core"], 32);
+  EXPECT_NEAR(s["comm_seconds"].get<double>(), 1e-5 + 1e-9 * 0.5 * 64, 1e-15);
+  EXPECT_EQ(j["comm_bytes_per_core"], 32);
+  EXPECT_NEAR(j["comm_seconds"].get<double>(), 1e-5 + 1e-9 * 0.5 * 64, 1e-15);
+  EXPECT_EQ(j["source_blocks"]["block"], nlohmann::json({4, 2}));
+  EXPECT_EQ(j["target_blocks"]["block"], nlohmann::json({8, 2}));
+  EXPECT_TRUE(j["source_blocks"]["uneven_blocks"].is_null());
+  EXPECT_TRUE(j["run"].is_null());  // --explain: not run, not checked
+  EXPECT_TRUE(j["check"].is_null());
+  // Uneven blocks are listed per core: 5 rows over 4 cores are 2, 2, 1, 0.
+  const CliRun u =
+      run_cli("reshard --mesh 4 --shape 5,10 --from \"P('x')\" --to \"P()\" --explain --json");
+  ASSERT_EQ(u.exit_code, 0) << u.output;
+  EXPECT_EQ(nlohmann::json::parse(u.output)["source_blocks"]["uneven_blocks"],
+            nlohmann::json({{2, 10}, {2, 10}, {1, 10}, {0, 10}}));
+}
+
+// A run with --json: a partial sum over x reduce-scattered on dimension 0 (each of the 2 cores
+// sends half of its (4, 4) addend, 32 bytes; under the uniform model the one step), run and
+// checked.
+TEST(VtpuCliTest, ReshardJsonRunGivesTheTimesAndTheCheck) {
+  const CliRun r = run_cli(
+      "reshard --mesh 2 --shape 4,4 --from \"P(unreduced={'x'})\" --to \"P('x')\" --json "
+      "--warmup 1 --iters 3 --alpha 5e-5 --beta 5e-9");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  ASSERT_EQ(j["steps"].size(), 1u) << r.output;
+  EXPECT_EQ(j["steps"][0]["op"], "reduce_scatter");
+  EXPECT_EQ(j["steps"][0]["reduce_op"], "sum");
+  EXPECT_EQ(j["steps"][0]["replica_groups"], nlohmann::json({{0, 1}}));
+  EXPECT_EQ(j["steps"][0]["comm_bytes_per_core"], 32);
+  EXPECT_EQ(j["hardware"], "uniform");
+  EXPECT_EQ(j["run"]["num_cores"], 2);
+  EXPECT_EQ(j["run"]["warmup"], 1);
+  EXPECT_EQ(j["run"]["iters"], 3);
+  ASSERT_EQ(j["run"]["steps"].size(), 1u);
+  const double median = j["run"]["median_wall_seconds"];
+  EXPECT_GT(median, 0.0);
+  EXPECT_LE(j["run"]["min_wall_seconds"].get<double>(), median);
+  EXPECT_GE(j["run"]["max_wall_seconds"].get<double>(), median);
+  EXPECT_EQ(j["check"]["reference"], "gather-then-slice");
+  EXPECT_EQ(j["check"]["result"], "ok");
+  EXPECT_EQ(j["check"]["mismatched_elements"], 0);
+  // A local step: no collective, no groups, nothing sent, no time.
+  const CliRun l =
+      run_cli("reshard --mesh 2 --shape 4 --from \"P()\" --to \"P('x')\" --explain --json");
+  ASSERT_EQ(l.exit_code, 0) << l.output;
+  const nlohmann::json slice = nlohmann::json::parse(l.output)["steps"][0];
+  EXPECT_EQ(slice["op"], "dynamic_slice");
+  EXPECT_EQ(slice["collective"], false);
+  EXPECT_EQ(slice["replica_groups"], nlohmann::json::array());
+  EXPECT_EQ(slice["comm_bytes_per_core"], 0);
+  EXPECT_EQ(slice["comm_seconds"], 0.0);
 }
 
 // The issue's uneven example (new-user pass N4): 5 rows over 4 cores are ceil(5/4) = 2 rows per
@@ -838,6 +922,33 @@ TEST(VtpuCliTest, BenchCollectivesRejectsBadInput) {
   expect_failure("bench collectives --calibrate " + untouched + " --dtype f64 --cores 2",
                  "--dtype does not apply to --calibrate", 2);
   EXPECT_FALSE(std::filesystem::exists(untouched));
+}
+
+// Regression (session 12 review): --calibrate /dev/full passed the up-front check (opening it
+// succeeds) and failed only after the whole sweep. The check now writes zero bytes to it, and a
+// path in a missing directory is refused before the sweep too: exit 1, as the other output-path
+// errors (--emit, --out), and no sweep header printed.
+TEST(VtpuCliTest, BenchCollectivesCalibrateChecksTheOutputBeforeTheSweep) {
+  if (std::filesystem::exists("/dev/full")) {
+    const CliRun r = run_cli("bench collectives --calibrate /dev/full --cores 2");
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(r.output,
+              "vtpu: error: InvalidArgument: --calibrate '/dev/full' cannot be written: No space "
+              "left on device\n");
+  }
+  const CliRun d = run_cli("bench collectives --calibrate /nonexistent-dir/cal.json --cores 2");
+  EXPECT_EQ(d.exit_code, 1) << d.output;
+  EXPECT_EQ(d.output,
+            "vtpu: error: InvalidArgument: --calibrate '/nonexistent-dir/cal.json': directory "
+            "'/nonexistent-dir' "
+            "does not exist\n");
+  // A writable file is still accepted by the check (a zero-byte write changes nothing): an
+  // existing file keeps its content when a later usage error stops the command.
+  const std::string kept = temp_file("vtpu_cli_calibrate_kept.json", "keep me");
+  expect_failure("bench collectives --calibrate " + kept + " --cores 1,8",
+                 "--calibrate needs distinct --cores >= 2 (got 1)", 2);
+  std::ifstream in(kept);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "keep me");
 }
 
 // ---- vtpu stress ---------------------------------------------------------------------------
@@ -1539,6 +1650,37 @@ TEST(VtpuCliTest, TrainTransformerTextOutput) {
   }
 }
 
+// Regression (session 12 review): --log-every 0 printed the headings "single-core reference (mesh
+// 1x1):" and "mesh 1x2:" over no per-step lines, and the closing table had step 0 besides the
+// last, where the help says "0: only the last".
+TEST(VtpuCliTest, TrainTransformerLogEveryZeroPrintsOnlyTheLastStep) {
+  const CliRun r = run_cli("train transformer --cores 2 --steps 3 --batch 2 --log-every 0 --data " +
+                           transformer_text_file());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("single-core reference (mesh 1x1):"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("mesh 1x2:\n"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("1 core step "), std::string::npos) << r.output;  // no per-step lines
+  EXPECT_EQ(r.output.find("mesh   step "), std::string::npos) << r.output;
+  // The closing table: its heading, then one row, for step 2 (the last of 3), then the summary.
+  const size_t head = r.output.find("  step   loss(mesh)  loss(1core)   rel_diff\n");
+  ASSERT_NE(head, std::string::npos) << r.output;
+  const size_t row = r.output.find('\n', head) + 1;
+  EXPECT_EQ(r.output.substr(row, 7), "     2 ") << r.output;
+  const size_t next = r.output.find('\n', row) + 1;
+  EXPECT_EQ(r.output.substr(next, 20), "uniform-guess loss l") << r.output;
+  // With --log-every 1 the per-run lines and every step's row are there.
+  const CliRun every =
+      run_cli("train transformer --cores 2 --steps 3 --batch 2 --log-every 1 --data " +
+              transformer_text_file());
+  ASSERT_EQ(every.exit_code, 0) << every.output;
+  EXPECT_NE(every.output.find("single-core reference (mesh 1x1):\n  1 core step      0  loss "),
+            std::string::npos)
+      << every.output;
+  EXPECT_NE(every.output.find("mesh 1x2:\n  mesh   step      0  loss "), std::string::npos)
+      << every.output;
+  EXPECT_NE(every.output.find("\n     1 "), std::string::npos) << every.output;
+}
+
 TEST(VtpuCliTest, TrainTransformerRunsAPlan) {
   const std::string plan = temp_file("vtpu_cli_plan.json", R"json({
     "format": "vtpu-plan", "version": 1, "model": "transformer",
@@ -1765,6 +1907,83 @@ TEST(VtpuCliPlanTest, AProfileFileIsNamedAndOneWithoutCollectivesIsFlagged) {
   r = run_cli(plan + "this_machine");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("hardware this_machine, HBM limit"), std::string::npos) << r.output;
+}
+
+// Regression (session 12 review): a 1-core plan's cost line said "1 virtual cores on 2 host
+// CPUs"; counts of one are singular wherever the plan prints them.
+TEST(VtpuCliPlanTest, OneCorePlanSaysOneVirtualCore) {
+  const CliRun r =
+      run_cli("plan " + model_path("mlp.json") + " --mesh 1x1 --hardware this_machine");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("shared by 1 virtual core)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("; 1 virtual core on "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("1 virtual cores"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(" 1 cores"), std::string::npos) << r.output;
+  // A 1-core plan file against --cores 2: "(1 core; expected --cores 1, ...)".
+  const std::string one = temp_file("vtpu_cli_one_core_plan.json",
+                                    R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+      "mesh": {"axes": ["data"], "shape": [1]}, "strategy": {"name": "single core"}})j");
+  expect_failure("train mlp --cores 2 --plan " + one,
+                 "has mesh data=1 (1 core; expected --cores 1, or --cores left out)", 2);
+  expect_failure("train transformer --mesh 1x1 --cores 2",
+                 "--cores 2 does not match the mesh 1x1 (1 core)", 2);
+}
+
+// Regression (session 12 review): the footer of an FSDP plan said "run the plan with: vtpu train
+// mlp --plan"; each strategy's footer names the command built for it, and that command runs it.
+TEST(VtpuCliPlanTest, FooterNamesTheCommandThatRunsTheChosenStrategy) {
+  const std::string mlp = "plan " + model_path("mlp.json") + " --mesh 2x4 --hardware v5e";
+  for (const auto& [strategy, command] : {std::pair{"fsdp(data,model)", "vtpu train fsdp"},
+                                          {"dp(data,model)", "vtpu train mlp"},
+                                          {"dp(data)+tp(model)", "vtpu train mlp"},
+                                          {"tp(data,model)", "vtpu train mlp"}}) {
+    SCOPED_TRACE(strategy);
+    const CliRun r = run_cli(mlp + " --strategy \"" + strategy + "\"");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(std::string("run the plan with: ") + command +
+                            " --plan PLAN.json after --emit PLAN.json (strategies vtpu train "
+                            "cannot run are marked"),
+              std::string::npos)
+        << r.output;
+  }
+  const CliRun t = run_cli("plan " + model_path("transformer.json") +
+                           " --mesh 2x4 --strategy \"dp(data)+tp(model)\"");
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  EXPECT_NE(t.output.find("run the plan with: vtpu train transformer --plan PLAN.json"),
+            std::string::npos)
+      << t.output;
+  // The command the FSDP footer names runs the emitted plan.
+  VTPU_REQUIRE_DIGITS();
+  const std::string out = test_temp_path("vtpu_cli_fsdp_footer_plan.json");
+  const CliRun e = run_cli("plan " + model_path("mlp.json") +
+                           " --mesh 2 --batch 16 --strategy \"fsdp(x)\" --emit " + out);
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  EXPECT_NE(e.output.find("run the plan with: vtpu train fsdp --plan " + out), std::string::npos)
+      << e.output;
+  const CliRun run = run_cli("train fsdp --steps 2 --log-every 0 --plan " + out);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+}
+
+// Regression (session 12 review): an unknown --hardware name and a mesh of more axes of size > 1
+// than the planner takes exited 1, where they are usage errors (exit 2, as NU13 made the others).
+TEST(VtpuCliPlanTest, UnknownHardwareAndTooManyMeshAxesAreUsageErrors) {
+  const std::string names =
+      "unknown hardware profile 'v6e' (expected one of: this_machine, v4, v5e, v5p, or a path "
+      "ending in .json)";
+  expect_failure("plan " + model_path("mlp.json") + " --hardware v6e", names, 2);
+  expect_failure("reshard --shape 4 --from \"P()\" --to \"P()\" --explain --hardware v6e", names,
+                 2);
+  expect_failure("bench kernel matmul --hardware v6e", names, 2);
+  // A .json path is read when the command runs: a missing file is an error of the run, exit 1.
+  expect_failure("plan " + model_path("mlp.json") + " --hardware /nonexistent-dir/p.json",
+                 "/nonexistent-dir/p.json", 1);
+  expect_failure("plan " + model_path("mlp.json") + " --mesh 2x2x2x2x2x2x2x2x2",
+                 "vtpu: usage error: --mesh 2x2x2x2x2x2x2x2x2 has 9 axes of size > 1 (expected at "
+                 "most 8: the planner tries 3^k strategies for k such axes",
+                 2);
+  // Axes of size 1 do not count: nine axes, one of size 2, plan.
+  const CliRun ok = run_cli("plan " + model_path("mlp.json") + " --mesh 2x1x1x1x1x1x1x1x1");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
 }
 
 TEST(VtpuCliPlanTest, NoFitFailsWithTheSmallestHbmThatWouldFit) {
