@@ -9,10 +9,12 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/format_text.h"
 #include "common/strings.h"
 #include "common/units.h"
 #include "examples/collective_bench.h"
 #include "examples/kernel_bench.h"
+#include "sharding/cost_model.h"
 
 namespace vtpu::examples {
 
@@ -114,6 +116,20 @@ void check_fit_grows(const std::string& op, const LinearFit& fit, const Calibrat
       "quieter machine");
 }
 
+std::string calibration_source_text(const CollectiveFit& cf, const LinearFit& fit, int iters) {
+  // Regression: the text gave the sweep's --min-bytes..--max-bytes (8 B..4.00 MiB) while
+  // describe() gave the curve's B (32 B..4.00 MiB for the 8-core all-gather, whose smallest sizes
+  // do not split over 8 cores; 256 B..32.00 MiB for the 8-core all-to-all, B = 8 S). Both now
+  // print CostModel::measured_sizes_text.
+  return "fitted by `vtpu bench collectives --calibrate`: " + CostModel::measured_sizes_text(cf) +
+         " on " + std::to_string(cf.group_size) +
+         format_text(
+             " cores, %d timed calls each (median of the slowest core), weighted least "
+             "squares; max relative residual %.0f%%; the measured curve is kept and "
+             "interpolated",
+             iters, 100 * fit.max_relative_error);
+}
+
 std::string calibration_warning(const CalibrationQuality& q) {
   std::vector<std::string> reasons;
   char text[256];
@@ -208,16 +224,9 @@ HardwareProfile calibrate_this_machine(const CalibrationOptions& o,
         q.worst_residual = fit.max_relative_error;
         q.worst_fit = std::string(op) + " on " + std::to_string(cores) + " cores";
       }
-      std::snprintf(line, sizeof line,
-                    "fitted by `vtpu bench collectives --calibrate`: %zu sizes %s..%s on %d cores, "
-                    "%d timed calls each (median of the slowest core), weighted least squares; "
-                    "max relative residual %.0f%%; the measured curve is kept and interpolated",
-                    fit.points, format_bytes(o.min_bytes).c_str(),
-                    format_bytes(o.max_bytes).c_str(), cores, o.iters,
-                    100 * fit.max_relative_error);
       const std::string key =
           std::string("collectives.") + op + (sizes.size() > 1 ? "." + std::to_string(cores) : "");
-      p.sources[key] = line;
+      p.sources[key] = calibration_source_text(cf, fit, o.iters);
       if (log) {
         std::snprintf(line, sizeof line,
                       "%-15s %2d cores  alpha %9.3g s  beta %9.3g s/B (%.3g GB/s)  %zu sizes, max "

@@ -64,6 +64,15 @@ struct CalibrationOptions {
   int warmup = 3;                          // untimed calls per size
 };
 
+/// The `sources` text calibrate_this_machine writes for the fit `cf` (its measured curve set) of
+/// one collective on `cf.group_size` cores, fitted as `fit` with `iters` timed calls per size:
+/// "fitted by `vtpu bench collectives --calibrate`: 18 sizes 32 B..4.00 MiB on 8 cores, 30 timed
+/// calls each ...". The sizes are CostModel::measured_sizes_text(cf), the B of the cost model's
+/// formula (n S for an all-to-all), as `vtpu plan --verbose` prints the same curve: the sweep's
+/// --min-bytes, --max-bytes are not its range (a size the group cannot split is skipped).
+/// Thread-safe (pure).
+std::string calibration_source_text(const CollectiveFit& cf, const LinearFit& fit, int iters);
+
 /// The check calibrate_this_machine applies to each fit: throws InvalidArgumentError naming `op`,
 /// the fitted beta, the sweep's range of `o` and the group size `cores` when fit.b is not > 0.
 void check_fit_grows(const std::string& op, const LinearFit& fit, const CalibrationOptions& o,

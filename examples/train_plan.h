@@ -101,7 +101,7 @@ TrainPlan load_train_plan(const std::string& path);
 /// NamedSharding's checks: an unknown axis, an axis used twice; the error names the key and
 /// value); a malformed `layers`; an `estimate`
 /// that is not an object, or a field of it of the wrong type or range (step_seconds a number of
-/// seconds 1e-12..31557600, 1 ps to a year; compute_seconds, comm_seconds numbers >= 0;
+/// seconds 1e-12..31557600, 1 ps to a year; compute_seconds, comm_seconds 0 or in that range;
 /// hbm_bytes_per_core, input_bytes_per_core integers 0..2^62; oversubscription a number > 0; batch
 /// an integer 1..2^40; hardware a string). The one reader of a plan's estimate: the trainers and
 /// the estimate report take it from here. Thread-safe.

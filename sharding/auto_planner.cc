@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/format_text.h"
 #include "common/strings.h"
 #include "common/units.h"
 #include "sharding/partition_spec.h"
@@ -1102,14 +1103,14 @@ std::string AutoShardingPlan::cannot_run_summary() const {
 }
 
 std::string AutoShardingPlan::to_string() const {
+  // Every line is built whole (format_text): a fixed char[640] cut a long "why it lost" reason,
+  // model name or profile path.
   std::string out;
-  char line[640];
   std::string mesh = "Mesh(";
   for (size_t a = 0; a < mesh_shape.size(); ++a)
     mesh += (a ? ", " : "") + axis_names[a] + "=" + std::to_string(mesh_shape[a]);
   mesh += ")";
-  std::snprintf(
-      line, sizeof line,
+  out += format_text(
       "vtpu plan: model '%s' (%lld parameters, %s, %s, batch %lld x seq %lld) on %s, "
       "hardware %s, HBM limit %s per core",
       model.name.c_str(), static_cast<long long>(model.num_parameters()), model.dtype.c_str(),
@@ -1117,7 +1118,6 @@ std::string AutoShardingPlan::to_string() const {
       static_cast<long long>(model.seq_len), mesh.c_str(),
       (hardware + (profile.source_path.empty() ? "" : " from " + profile.source_path)).c_str(),
       format_bytes(hbm_limit_bytes).c_str());
-  out += line;
   if (host_ram_bytes != 0) {
     const int64_t n = Mesh(mesh_shape, axis_names).size();
     out += " (host RAM " + format_bytes(host_ram_bytes) + " shared by " +
@@ -1125,12 +1125,10 @@ std::string AutoShardingPlan::to_string() const {
   }
   out += "\n";
   if (oversubscription != 1.0) {
-    std::snprintf(line, sizeof line,
-                  "host: %s share the host's CPUs: per-core work x %.3g "
-                  "(docs/SHARDING.md, \"Estimate against measurement\")\n",
-                  count_text(Mesh(mesh_shape, axis_names).size(), "virtual core").c_str(),
-                  oversubscription);
-    out += line;
+    out += format_text(
+        "host: %s share the host's CPUs: per-core work x %.3g "
+        "(docs/SHARDING.md, \"Estimate against measurement\")\n",
+        count_text(Mesh(mesh_shape, axis_names).size(), "virtual core").c_str(), oversubscription);
   }
   // Regression (new-user pass nu10, NU18): a name longer than the column (dp(f,g,h)+fsdp(a)+
   // tp(b,c,d,e) on 8 axes) pushed its row right; the column is as wide as the longest name.
@@ -1138,28 +1136,24 @@ std::string AutoShardingPlan::to_string() const {
   for (const PlanCandidate& c : candidates) {
     name_width = std::max(name_width, static_cast<int>(c.name.size()));
   }
-  std::snprintf(line, sizeof line, "%-*s %12s %14s %12s %12s %12s  %s\n", name_width, "strategy",
-                "HBM/core", "comm B/core", "compute", "comm", "step", "result");
-  out += line;
+  out += format_text("%-*s %12s %14s %12s %12s %12s  %s\n", name_width, "strategy", "HBM/core",
+                     "comm B/core", "compute", "comm", "step", "result");
   for (size_t i = 0; i < candidates.size(); ++i) {
     const PlanCandidate& c = candidates[i];
     if (!c.feasible) {
-      std::snprintf(line, sizeof line, "%-*s %12s %14s %12s %12s %12s  %s\n", name_width,
-                    c.name.c_str(), "-", "-", "-", "-", "-", c.why_lost.c_str());
+      out += format_text("%-*s %12s %14s %12s %12s %12s  %s", name_width, c.name.c_str(), "-", "-",
+                         "-", "-", "-", c.why_lost.c_str());
     } else {
-      std::snprintf(line, sizeof line, "%-*s %12s %14.0f %12s %12s %12s  %s\n", name_width,
-                    c.name.c_str(), format_bytes(c.arena_bytes_per_core()).c_str(),
-                    c.comm_bytes_per_core, format_seconds(c.compute_seconds).c_str(),
-                    format_seconds(c.comm_seconds).c_str(), format_seconds(c.step_seconds).c_str(),
-                    result_text(static_cast<int>(i)).c_str());
+      out += format_text(
+          "%-*s %12s %14.0f %12s %12s %12s  %s", name_width, c.name.c_str(),
+          format_bytes(c.arena_bytes_per_core()).c_str(), c.comm_bytes_per_core,
+          format_seconds(c.compute_seconds).c_str(), format_seconds(c.comm_seconds).c_str(),
+          format_seconds(c.step_seconds).c_str(), result_text(static_cast<int>(i)).c_str());
     }
     if (c.feasible && c.tensor_splits_nothing) {
-      line[std::strlen(line) - 1] = '\0';
-      out += line;
-      out += " (tp splits no layer: its axes repeat the compute)\n";
-      continue;
+      out += " (tp splits no layer: its axes repeat the compute)";
     }
-    out += line;
+    out += "\n";
   }
   if (chosen() < 0) {
     // New-user pass nu10, NU18: "no strategy fits" when nothing could run at all.
@@ -1179,35 +1173,31 @@ std::string AutoShardingPlan::to_string() const {
   } else if (pinned >= 0) {
     who += " (chosen by --strategy too)";
   }
-  std::snprintf(line, sizeof line,
-                "%s: HBM per core %s = parameters+gradients+optimizer %s + activations %s "
-                "+ FSDP transient %s + input batch %s\n",
-                who.c_str(), format_bytes(w.arena_bytes_per_core()).c_str(),
-                format_bytes(w.param_bytes_per_core).c_str(),
-                format_bytes(w.activation_bytes_per_core).c_str(),
-                format_bytes(w.transient_bytes_per_core).c_str(),
-                format_bytes(w.input_bytes_per_core).c_str());
-  out += line;
-  std::snprintf(line, sizeof line, "%-22s %-11s %-6s %-16s %12s %12s %14s\n", "layer", "sharding",
-                "in->out", "reshard before", "compute", "comm", "comm B/core");
-  out += line;
+  out += format_text(
+      "%s: HBM per core %s = parameters+gradients+optimizer %s + activations %s "
+      "+ FSDP transient %s + input batch %s\n",
+      who.c_str(), format_bytes(w.arena_bytes_per_core()).c_str(),
+      format_bytes(w.param_bytes_per_core).c_str(),
+      format_bytes(w.activation_bytes_per_core).c_str(),
+      format_bytes(w.transient_bytes_per_core).c_str(),
+      format_bytes(w.input_bytes_per_core).c_str());
+  out += format_text("%-22s %-11s %-6s %-16s %12s %12s %14s\n", "layer", "sharding", "in->out",
+                     "reshard before", "compute", "comm", "comm B/core");
   for (const LayerPlan& l : w.layers) {
-    std::snprintf(line, sizeof line, "%-22s %-11s %c->%c   %-16s %12s %12s %14.0f\n",
-                  l.layer.c_str(), l.choice.c_str(), l.in_state, l.out_state,
-                  l.reshard_in.empty() ? "-" : l.reshard_in.c_str(),
-                  format_seconds(l.compute_seconds).c_str(), format_seconds(l.comm_seconds).c_str(),
-                  l.comm_bytes_per_core);
-    out += line;
+    out += format_text("%-22s %-11s %c->%c   %-16s %12s %12s %14.0f\n", l.layer.c_str(),
+                       l.choice.c_str(), l.in_state, l.out_state,
+                       l.reshard_in.empty() ? "-" : l.reshard_in.c_str(),
+                       format_seconds(l.compute_seconds).c_str(),
+                       format_seconds(l.comm_seconds).c_str(), l.comm_bytes_per_core);
   }
   // The communication after the last layer (PlanCandidate::after_layers): no layer, no compute.
   for (const LayerPlan& l : w.after_layers) {
     const std::string in_out =
         l.in_state == '-' ? "-" : std::string{l.in_state, '-', '>', l.out_state};
-    std::snprintf(line, sizeof line, "%-22s %-11s %-6s %-16s %12s %12s %14.0f\n", l.layer.c_str(),
-                  l.choice.c_str(), in_out.c_str(),
-                  l.reshard_in.empty() ? "-" : l.reshard_in.c_str(), "-",
-                  format_seconds(l.comm_seconds).c_str(), l.comm_bytes_per_core);
-    out += line;
+    out +=
+        format_text("%-22s %-11s %-6s %-16s %12s %12s %14.0f\n", l.layer.c_str(), l.choice.c_str(),
+                    in_out.c_str(), l.reshard_in.empty() ? "-" : l.reshard_in.c_str(), "-",
+                    format_seconds(l.comm_seconds).c_str(), l.comm_bytes_per_core);
   }
   return out;
 }

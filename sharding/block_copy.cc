@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "sharding/named_sharding.h"  // shape_text
 
 namespace vtpu {
 
@@ -12,12 +13,6 @@ namespace {
 
 // 2^60 elements: the byte size of an f32 or f64 array (<= 2^63) then never wraps.
 constexpr int64_t kMaxElements = int64_t{1} << 60;
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + (shape.size() == 1 ? ",)" : ")");
-}
 
 }  // namespace
 

@@ -407,6 +407,13 @@ double CostModel::op_seconds(double flops, double traffic_bytes, double working_
   return std::max(compute_seconds(flops, dtype), memory_seconds(traffic_bytes, working_set_bytes));
 }
 
+std::string CostModel::measured_sizes_text(const CollectiveFit& fit) {
+  if (fit.measured.empty()) return {};
+  return count_text(static_cast<long long>(fit.measured.size()), "size") + " " +
+         format_bytes(static_cast<uint64_t>(fit.measured.front().first)) + ".." +
+         format_bytes(static_cast<uint64_t>(fit.measured.back().first));
+}
+
 std::string CostModel::describe_host() const {
   const HardwareProfile& p = profile_;
   if (p.host_cpus <= 0 || uniform_) return {};
@@ -508,11 +515,7 @@ std::string CostModel::describe_links(bool list_fits) const {
                     sorted[i].group_size);
       s += line;
       if (!sorted[i].measured.empty()) {
-        std::snprintf(line, sizeof line, " (measured curve, %zu sizes %s..%s)",
-                      sorted[i].measured.size(),
-                      format_bytes(static_cast<uint64_t>(sorted[i].measured.front().first)).c_str(),
-                      format_bytes(static_cast<uint64_t>(sorted[i].measured.back().first)).c_str());
-        s += line;
+        s += " (measured curve, " + measured_sizes_text(sorted[i]) + ")";
       }
     }
   }

@@ -189,6 +189,12 @@ class CostModel {
   /// above it E_last + fit.beta_seconds_per_byte * beta_factor * (bytes - last size). The result
   /// is therefore non-decreasing in `bytes` and >= the first time. Pure; thread-safe.
   static double measured_seconds(const CollectiveFit& fit, double bytes, double beta_factor);
+  /// The sizes of `fit`'s measured curve: "18 sizes 32 B..4.00 MiB" (the number of points, then
+  /// the first and last B as in the header, in bytes, by format_bytes); "" when it has none. The
+  /// one text of a curve's range: describe() prints it, and so does the `sources` entry that
+  /// `vtpu bench collectives --calibrate` writes (examples/calibration.h), so that the two agree.
+  /// Pure; thread-safe.
+  static std::string measured_sizes_text(const CollectiveFit& fit);
   /// The all-to-all constant c for a group of n over one axis (see the header).
   double all_to_all_factor(int64_t n) const;
 

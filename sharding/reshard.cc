@@ -960,6 +960,14 @@ ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSh
 }
 
 ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSharding& source,
+                         const NamedSharding& target, ReshardStrategy strategy) {
+  // As examples/reshard_command.cc prices it (new-user pass 10, NU2): the mesh's cores at once.
+  return plan_reshard(global_shape, source, target,
+                      CostModel::this_machine().for_cores(static_cast<int>(source.mesh().size())),
+                      strategy);
+}
+
+ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSharding& source,
                          const NamedSharding& target, const ReshardCostModel& cost,
                          ReshardStrategy strategy) {
   return plan_reshard(

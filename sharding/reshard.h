@@ -199,11 +199,20 @@ inline constexpr size_t kMaxDiscoveredStatesPerSettled = 2;
 /// mesh differs from the source's in shape, axis names or set of devices (a different device
 /// order is allowed and becomes a permute). A 0-element array gets no steps: every block is
 /// empty in both shardings, so nothing moves (XLA's ZeroSizedHloElimination likewise drops the
-/// SPMD partitioner's zero-element collectives). Pure: touches no runtime. Thread-safe. The
-/// default cost model is the shipped this_machine profile.
+/// SPMD partitioner's zero-element collectives). Pure: touches no runtime. Thread-safe. `cost`
+/// is used as given: a model whose core count is unset (CostModel::for_cores not called) prices
+/// no oversubscription.
+ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSharding& source,
+                         const NamedSharding& target, const CostModel& cost,
+                         ReshardStrategy strategy = ReshardStrategy::kSearch);
+/// The same priced as `vtpu reshard` prices it: the shipped this_machine profile for the mesh's
+/// cores all running at once, CostModel::this_machine().for_cores(source.mesh().size()) (each
+/// step runs all its replica groups concurrently, so every core of the mesh is busy; with the
+/// shipped profile's 2 host CPUs a 2-core group of an 8-core mesh costs s(8) / s(2) = 4 times
+/// its 2-core fit). Until 2026-12-02 this default was this_machine() unscaled, which priced such
+/// a reshard below `vtpu reshard`'s estimate for the same arguments.
 ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSharding& source,
                          const NamedSharding& target,
-                         const CostModel& cost = CostModel::this_machine(),
                          ReshardStrategy strategy = ReshardStrategy::kSearch);
 /// The same with a uniform model (CostModel::uniform of the three numbers).
 ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSharding& source,
@@ -250,7 +259,7 @@ ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const 
                              std::vector<ReshardStepTiming>* timings = nullptr,
                              ReshardCommunicatorCache* communicators = nullptr);
 
-/// plan_reshard then execute_reshard.
+/// plan_reshard (priced for the mesh's cores, as `vtpu reshard`) then execute_reshard.
 ShardedArray reshard(Runtime& runtime, const ShardedArray& array, const NamedSharding& target);
 
 }  // namespace vtpu

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/error.h"
@@ -75,6 +76,62 @@ TEST(CalibrationTest, RowsBecomeTheCostModelsMeasuredCurveAtItsB) {
   const CostModel m(p);
   EXPECT_NEAR(m.collective(CollectiveKind::kAllToAll, 32768, {0}, {8}).seconds, 70e-6, 1e-15);
   EXPECT_NEAR(m.collective(CollectiveKind::kAllToAll, 24576, {0}, {8}).seconds, 50e-6, 1e-15);
+}
+
+// Regression: a fit's `sources` text gave the sweep's options (8 B..4.00 MiB) and `vtpu plan
+// --verbose` the curve's B (256 B..32.00 MiB for the 8-core all-to-all): two ranges for one fit.
+// Both now print CostModel::measured_sizes_text.
+TEST(CalibrationTest, TheSourcesTextAndTheCostModelLineGiveTheSameSizes) {
+  // An all-to-all swept from S = 32 B to 4 MiB per core on 8 cores: B = 8 S, 256 B .. 32 MiB.
+  std::vector<double> x, t;
+  CollectiveFit cf{1e-5, 1e-9, 8};
+  for (double s = 32; s <= 4194304; s *= 2) {
+    x.push_back(calibration_x("all_to_all", s, 8));
+    t.push_back(1e-5 + 1e-9 * x.back());
+    cf.measured.emplace_back(calibration_formula_bytes("all_to_all", s, 8), t.back());
+  }
+  ASSERT_EQ(cf.measured.size(), 18u);  // 2^5 .. 2^22
+  const LinearFit fit = fit_alpha_beta(x, t);
+  EXPECT_EQ(CostModel::measured_sizes_text(cf), "18 sizes 256 B..32.00 MiB");
+  EXPECT_EQ(calibration_source_text(cf, fit, 30),
+            "fitted by `vtpu bench collectives --calibrate`: 18 sizes 256 B..32.00 MiB on 8 "
+            "cores, 30 timed calls each (median of the slowest core), weighted least squares; max "
+            "relative residual 0%; the measured curve is kept and interpolated");
+  HardwareProfile p = HardwareProfile::get("this_machine");
+  p.collectives["all_to_all"] = {cf};
+  EXPECT_NE(CostModel(p).describe().find("on 8 cores (measured curve, 18 sizes 256 B..32.00 MiB)"),
+            std::string::npos)
+      << CostModel(p).describe();
+  EXPECT_EQ(CostModel::measured_sizes_text(CollectiveFit{1e-5, 1e-9, 8}), "");
+
+  // The shipped calibrated profile: each fit's source names the range describe() gives it.
+  const HardwareProfile shipped = HardwareProfile::get("this_machine");
+  const std::string line = CostModel(shipped).describe();
+  size_t fits = 0;
+  for (const auto& [op, op_fits] : shipped.collectives) {
+    for (const CollectiveFit& f : op_fits) {
+      const std::string sizes = CostModel::measured_sizes_text(f);
+      ASSERT_FALSE(sizes.empty()) << op;
+      const std::string cores = " on " + std::to_string(f.group_size) + " cores";
+      const std::string source =
+          shipped.sources.at("collectives." + op + "." + std::to_string(f.group_size));
+      EXPECT_NE(source.find(": " + sizes + cores + ","), std::string::npos) << source;
+      EXPECT_NE(line.find(cores + " (measured curve, " + sizes + ")"), std::string::npos)
+          << op << sizes << cores;
+      ++fits;
+    }
+  }
+  EXPECT_EQ(fits, 12u);  // 4 collectives on 2, 4 and 8 cores
+  // Worked from the shipped curves: the 8-core all-gather starts at 32 B (one f32 per core), the
+  // 8-core all-to-all at B = 8 x 32 B.
+  const auto on_8 = [&](const std::string& op) {
+    for (const CollectiveFit& f : shipped.collectives.at(op)) {
+      if (f.group_size == 8) return CostModel::measured_sizes_text(f);
+    }
+    return std::string("no 8-core fit");
+  };
+  EXPECT_EQ(on_8("all_gather"), "18 sizes 32 B..4.00 MiB");
+  EXPECT_EQ(on_8("all_to_all"), "18 sizes 256 B..32.00 MiB");
 }
 
 TEST(CalibrationTest, NoisyDataStaysClose) {

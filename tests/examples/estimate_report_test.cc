@@ -31,6 +31,16 @@ std::optional<PlanEstimate> read(const nlohmann::json& plan, const std::string& 
   return parse_train_plan(plan, source).estimate;
 }
 
+// The InvalidArgumentError text of reading `plan` from "bad.json"; "no error" when it reads.
+std::string message(const nlohmann::json& plan) {
+  try {
+    read(plan, "bad.json");
+  } catch (const InvalidArgumentError& e) {
+    return e.message();
+  }
+  return "no error";
+}
+
 TEST(EstimateReportTest, ReadsTheEstimateAsWritten) {
   const auto e = read(plan_with({{"step_seconds", 2.5e-4},
                                  {"compute_seconds", 1e-4},
@@ -92,14 +102,6 @@ TEST(EstimateReportTest, AHandWrittenPlanHasNoEstimateAndABadOneIsAnError) {
   no_estimate.erase("estimate");
   EXPECT_FALSE(read(no_estimate, "p").has_value());
   EXPECT_EQ(parse_train_plan(no_estimate, "p").estimated_batch(), 0);
-  const auto message = [](const nlohmann::json& plan) {
-    try {
-      read(plan, "bad.json");
-    } catch (const InvalidArgumentError& e) {
-      return e.message();
-    }
-    return std::string("no error");
-  };
   EXPECT_NE(message(plan_with({{"step_seconds", "fast"}, {"hbm_bytes_per_core", 1}}))
                 .find("estimate.step_seconds is \"fast\" (expected a number > 0)"),
             std::string::npos);
@@ -275,26 +277,19 @@ TEST(EstimateReportTest, ThePlansEmbeddedProfileIsTheOneJudgedAndProbed) {
   EXPECT_EQ(compare_estimate(*plan.estimate, wide).to_string().find("measured on a host with"),
             std::string::npos);
   // Bad embedded profiles name the field.
-  const auto message = [](const nlohmann::json& estimate) {
-    try {
-      read(plan_with(estimate), "bad.json");
-    } catch (const InvalidArgumentError& err) {
-      return err.message();
-    }
-    return std::string("no error");
-  };
   EXPECT_NE(
-      message({{"step_seconds", 1}, {"hardware", "v5e"}, {"hardware_profile", host.to_json()}})
+      message(plan_with(
+                  {{"step_seconds", 1}, {"hardware", "v5e"}, {"hardware_profile", host.to_json()}}))
           .find("estimate.hardware_profile is named 'this_machine' but estimate.hardware is "
                 "'v5e' (expected the same profile)"),
       std::string::npos);
   nlohmann::json broken = host.to_json();
   broken["host_cpus"] = -1;
-  EXPECT_NE(message({{"step_seconds", 1}, {"hardware_profile", broken}})
+  EXPECT_NE(message(plan_with({{"step_seconds", 1}, {"hardware_profile", broken}}))
                 .find("estimate.hardware_profile is not a valid hardware profile: "),
             std::string::npos)
-      << message({{"step_seconds", 1}, {"hardware_profile", broken}});
-  EXPECT_NE(message({{"step_seconds", 1}, {"hardware_file", 7}})
+      << message(plan_with({{"step_seconds", 1}, {"hardware_profile", broken}}));
+  EXPECT_NE(message(plan_with({{"step_seconds", 1}, {"hardware_file", 7}}))
                 .find("estimate.hardware_file is 7 (expected the path vtpu plan read the profile "
                       "from)"),
             std::string::npos);

@@ -198,6 +198,31 @@ TEST(TrainPlanTest, BadPlansNameTheFieldAndWhatWasExpected) {
     j["estimate"]["step_seconds"] = s;
     EXPECT_EQ(parse_train_plan(j, "p.json").estimate->step_seconds, s);
   }
+  // compute_seconds and comm_seconds had only the lower bound (>= 0): 1e300 s of compute was read.
+  // Their range is step_seconds' and 0 (a single core's comm).
+  for (const char* key : {"compute_seconds", "comm_seconds"}) {
+    for (const double s : {31557601.0, 1e300, 9.9e-13, 1e-320}) {
+      nlohmann::json j = good_plan();
+      j["estimate"][key] = s;
+      expect_error<InvalidArgumentError>(
+          [&] { parse_train_plan(j, "p.json"); },
+          {"plan file 'p.json'", std::string("estimate.") + key + " is " +
+                                     j["estimate"][key].dump() +
+                                     " (expected 0 or seconds from 1e-12 to 31557600, i.e. 1 ps "
+                                     "to a year)"});
+    }
+    for (const double s : {0.0, 1e-12, 31557600.0}) {
+      nlohmann::json j = good_plan();
+      j["estimate"][key] = s;
+      const PlanEstimate e = *parse_train_plan(j, "p.json").estimate;
+      EXPECT_EQ(std::string(key) == "compute_seconds" ? e.compute_seconds : e.comm_seconds, s);
+    }
+    nlohmann::json negative = good_plan();
+    negative["estimate"][key] = -1;
+    expect_error<InvalidArgumentError>(
+        [&] { parse_train_plan(negative, "p.json"); },
+        {std::string("estimate.") + key + " is -1 (expected a number >= 0)"});
+  }
   bad({"estimate.step_seconds is 1e-320 (expected seconds from 1e-12"},
       [](auto& j) { j["estimate"]["step_seconds"] = 1e-320; });
   bad({"unknown key 'estimates' (expected estimate, format, layers, mesh, model, model_graph, "

@@ -813,6 +813,33 @@ TEST(AutoPlannerTest, NothingRunsSummarisesTheReasonsAndLongNamesKeepTheColumns)
   }
 }
 
+// Regression: the table's rows were printed into a char[640], so a "why it lost" longer than the
+// rest of the row was cut (and its newline with it). A 1,000-character reason is printed whole.
+TEST(AutoPlannerTest, ALongReasonIsPrintedWhole) {
+  std::string reason;
+  for (int i = 0; reason.size() < 1000; ++i) reason += "reason " + std::to_string(i) + ", ";
+  reason += "the end";
+  PlanConstraints long_reason;
+  long_reason.unsupported = [&](const PlanCandidate&) { return reason; };
+  const AutoShardingPlan p =
+      plan_auto_sharding(digits_mlp(), {1, 2}, {"x", "y"}, v5e(), 0, long_reason);
+  ASSERT_EQ(p.candidates.size(), 3u);
+  const std::string table = p.to_string();
+  for (const PlanCandidate& c : p.candidates) {
+    const size_t at = table.find("\n" + c.name + " ");
+    ASSERT_NE(at, std::string::npos) << c.name;
+    const std::string row = table.substr(at + 1, table.find('\n', at + 1) - at - 1);
+    const size_t from = row.find("  cannot run: " + reason);
+    ASSERT_NE(from, std::string::npos) << row;
+    // After the reason only the note a tp row whose axes split no layer carries (tp(y) here).
+    const std::string after = row.substr(from + 14 + reason.size());
+    EXPECT_EQ(after, c.tensor_splits_nothing && c.feasible
+                         ? " (tp splits no layer: its axes repeat the compute)"
+                         : "")
+        << c.name;
+  }
+}
+
 // Regression (new-user pass nu11, NU35): rows identical to the winner's said "sends more bytes or
 // uses more HBM". On the shipped this_machine profile the digits MLP on a 2x2x2 mesh is won by
 // dp(z)+tp(x,y), and its rotations dp(y)+tp(x,z) and dp(x)+tp(y,z) cost exactly the same (the

@@ -54,6 +54,21 @@ TEST(BlockCopyTest, NumElements) {
     EXPECT_THAT(e.what(), HasSubstr("shape (1152921504606846977,) has more than 2^60 elements "
                                     "(expected at most 2^60)"));
   }
+  // The shapes are printed by named_sharding.h's shape_text (block_copy.cc had its own copy).
+  try {
+    num_elements_of({2, -1});
+    ADD_FAILURE() << "a negative dimension accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("dimension 1 of shape (2, -1) is negative (expected >= 0)"));
+  }
+  std::vector<float> scalar(1), two(2);
+  try {
+    extract_block<float>(scalar, {}, {}, two);
+    ADD_FAILURE() << "a 2-element block of a scalar accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("block copy (extract) of box () from shape () got a 4-byte "
+                                    "source and a 8-byte destination (expected 4 and 4 bytes)"));
+  }
 }
 
 TEST(BlockCopyTest, HandWorked2d) {

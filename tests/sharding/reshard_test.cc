@@ -392,6 +392,32 @@ INSTANTIATE_TEST_SUITE_P(
                       SweepCase{"xyz222_uneven_5x6", {2, 2, 2}, {"x", "y", "z"}, {5, 6}, kSpecs3d}),
     [](const ::testing::TestParamInfo<SweepCase>& info) { return info.param.name; });
 
+// Regression: plan_reshard's default model was CostModel::this_machine() unscaled, while `vtpu
+// reshard` prices for_cores(mesh size); on a mesh of more cores than the shipped profile's 2 host
+// CPUs the library priced the same reshard below the CLI. The default is now the CLI's model.
+TEST(ReshardCost, TheDefaultModelPricesTheMeshsCoresAsTheCliDoes) {
+  const Mesh mesh({2, 4}, {"x", "y"});
+  const Shape shape = {64, 64};
+  const NamedSharding from = sharding(mesh, "P('x')"), to = sharding(mesh, "P()");
+  const ReshardPlan by_default = plan_reshard(shape, from, to);
+  const ReshardPlan unscaled = plan_reshard(shape, from, to, CostModel::this_machine());
+  const ReshardPlan as_cli = plan_reshard(shape, from, to, CostModel::this_machine().for_cores(8));
+  EXPECT_EQ(by_default.cost.concurrent_cores(), 8);
+  EXPECT_EQ(unscaled.cost.concurrent_cores(), 0);
+  ASSERT_EQ(CostModel::this_machine().profile().host_cpus, 2);
+  ASSERT_THAT(ops_of(by_default), ElementsAre(ReshardOpKind::kAllGather));
+  ASSERT_THAT(ops_of(unscaled), ElementsAre(ReshardOpKind::kAllGather));
+  EXPECT_EQ(by_default.total_estimated_seconds(), as_cli.total_estimated_seconds());
+  // One all-gather over x: 4 groups of 2 cores, priced by the 2-core fit. Unscaled it is the fit
+  // as measured (s(2) / s(2) = 1); with the 8 cores of the mesh busy, s(8) / s(2) = (8 / 2) / 1.
+  const double measured = unscaled.total_estimated_seconds();
+  EXPECT_GT(measured, 0);
+  EXPECT_NEAR(by_default.total_estimated_seconds(), 4 * measured, 1e-9 * measured);
+  EXPECT_NE(by_default.to_string().find("8 virtual cores on 2 host CPUs: work x 4"),
+            std::string::npos)
+      << by_default.to_string();
+}
+
 // ---- bad input ------------------------------------------------------------------------------
 
 TEST(ReshardErrors, BadSpecsAndMeshes) {
