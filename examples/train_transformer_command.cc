@@ -14,6 +14,7 @@
 #include "common/units.h"
 #include "examples/cli_validators.h"
 #include "examples/estimate_report.h"
+#include "examples/replica_check.h"
 #include "examples/train_plan.h"
 #include "examples/transformer_trainer.h"
 #include "runtime/runtime.h"
@@ -281,9 +282,11 @@ int run(const TrainTransformerCommand& cmd) {
                  "vtpu: error: the mesh's losses differ from the single-core losses by %.2e "
                  "relative at step %lld (limit %.0e)\n",
                  max_rel, static_cast<long long>(worst), kMaxRelativeDifference);
-    return 1;
   }
-  return 0;
+  // Replicas that drifted apart fail the run, as a loss mismatch does (adversarial pass adv12,
+  // ADV2: "NO" was printed and the run exited 0, --no-reference or not).
+  const bool replicas_ok = report_replicas(r.replica_mismatch);
+  return ok && replicas_ok ? 0 : 1;
 }
 
 }  // namespace
