@@ -141,6 +141,8 @@ int run(const TrainFsdpCommand& cmd) {
     config.mlp.learning_rate = mlp_default_learning_rate(config.mlp.optimizer);
   }
   config.validate(options.num_cores);
+  // The plan's layers and parameter shapes against the model this run trains (adv12 ADV3).
+  if (plan) check_plan_layout(*plan, mlp_model_graph(config.mlp.hidden), "vtpu train fsdp");
   const int n = options.num_cores;
 
   const MlpConfig& mc = config.mlp;

@@ -82,6 +82,8 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
   } else {
     mlp.validate(options.num_cores);
   }
+  // The plan's layers and parameter shapes against the model this run trains (adv12 ADV3).
+  check_plan_layout(plan, mlp_model_graph(mlp.hidden), "vtpu train mlp");
   const int n = options.num_cores;
   // The plan's estimate, compared with this run (examples/estimate_report.h); checked before
   // anything runs. A --batch other than the estimate's is a usage error (exit 2).

@@ -106,6 +106,13 @@ int run(const TrainTransformerCommand& cmd) {
   if (mesh.data == 1 && cmd.plan.empty()) strategy = mesh.tensor > 1 ? "tp(model)" : "single core";
   c.validate();
   c.validate_mesh(mesh.data, mesh.tensor);
+  // The plan's layers and parameter shapes against the model this run trains (adv12 ADV3).
+  if (plan) {
+    check_plan_layout(*plan,
+                      transformer_model_graph(TransformerPlanModel{c.vocab, c.context, c.d_model,
+                                                                   c.heads, c.layers, c.hidden}),
+                      "vtpu train transformer");
+  }
   // The plan's estimate, compared with this run (examples/estimate_report.h). Checked before the
   // header and the single-core reference: a batch that differs from the estimate's failed only
   // after the reference had trained (adversarial pass adv10, A5).

@@ -2273,6 +2273,48 @@ TEST(VtpuCliPlanTest, TrainMlpDataParallelPlanReportsTheReplicas) {
   EXPECT_TRUE(jf["data_parallel"]["replica_mismatch"].is_null());
 }
 
+// Regression (adversarial pass adv12, ADV3): hand-edited plans whose layers omitted or reordered
+// the model's, named Megatron shardings under FSDP, or whose parameter_shapes were not the
+// model's, ran. Each is refused before training (exit 1, as the other plan-file errors); the
+// emitted plans run (EveryEmittedMlpPlanRunsAndMatchesOneCore).
+TEST(VtpuCliPlanTest, TrainRefusesPlanLayoutsThatAreNotTheModels) {
+  const std::string head = R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+      "mesh": {"axes": ["data", "model"], "shape": [2, 4]}, )j";
+  const std::string dropped =
+      temp_file("drop.json", head + R"j("strategy": {"data": ["data", "model"]},
+      "layers": [{"name": "fc1", "sharding": "replicated"}, {"name": "relu", "sharding": "replicated"}]})j");
+  expect_failure("train mlp --steps 1 --plan " + dropped,
+                 "plan file '" + dropped +
+                     "': layers ends after 2 entries (expected layers[2] 'fc2': vtpu train mlp "
+                     "runs the layers fc1, relu, fc2, in this order)",
+                 1);
+  const std::string fsdp = temp_file(
+      "fsdp.json", head + R"j("strategy": {"name": "fsdp(data,model)", "fsdp": ["data", "model"]},
+      "layers": [{"name": "fc1", "sharding": "column"}, {"name": "relu", "sharding": "sharded"},
+                 {"name": "fc2", "sharding": "row"}]})j");
+  for (const char* trainer : {"mlp", "fsdp"}) {
+    expect_failure(std::string("train ") + trainer + " --steps 1 --plan " + fsdp,
+                   "layers[0] 'fc1' is 'column' (expected 'replicated': strategy "
+                   "'fsdp(data,model)'",
+                   1);
+  }
+  const std::string shapes =
+      temp_file("shapes.json", head + R"j("strategy": {"data": ["data", "model"]},
+      "parameter_shapes": {"fc1.w": [64, 64], "fc1.b": [64], "fc2.w": [64, 10], "fc2.b": [10]}})j");
+  expect_failure("train mlp --steps 1 --hidden 128 --plan " + shapes,
+                 "parameter_shapes['fc1.b'] is [64] (expected [128], its shape in the model vtpu "
+                 "train mlp runs)",
+                 1);
+  const std::string swapped =
+      temp_file("swap.json", R"j({"format": "vtpu-plan", "version": 1, "model": "transformer",
+      "mesh": {"axes": ["data", "model"], "shape": [2, 1]}, "strategy": {"data": "data"},
+      "layers": [{"name": "head", "sharding": "replicated"}]})j");
+  expect_failure("train transformer --steps 1 --no-reference --plan " + swapped,
+                 "layers[0] is 'head' (expected 'embed': vtpu train transformer runs the layers "
+                 "embed, blocks.0.ln1,",
+                 1);
+}
+
 // Regression (new-user pass nu10, NU8): `train mlp --plan P --hbm-bytes X` ran the 1-core
 // reference under X too, so a limit the tp(x) cores fit failed with "out of HBM ... 'mlp/z1'",
 // reported as the run's. The reference has its own arena, max(X, 16 GiB).
