@@ -16,6 +16,7 @@
 #include "common/strings.h"
 #include "examples/adam.h"
 #include "examples/mlp_layout.h"
+#include "examples/replica_check.h"
 #include "examples/train_step_log.h"
 #include "runtime/pallas_kernels.h"
 
@@ -324,18 +325,32 @@ MlpTensorParallelResult train_mlp_tensor_parallel(
   });
 
   run.median_step_ms = 1e3 * median_of(run.step_seconds);
-  // Gather the full parameters from the data-shard-0 core of each tensor shard, and check that
-  // the replicas agree bitwise.
+  // The replicas: every core of a data group holds its group's first core's shard, and every
+  // tensor shard holds the same b2 (examples/replica_check.h).
+  std::vector<std::span<const float>> shards;
+  std::vector<std::span<const float>> b2s;
+  for (const CoreState& s : state) {
+    shards.push_back(s.params.as<float>());
+    b2s.push_back(shards.back().subspan(static_cast<size_t>(sl.b2()), kOut));
+  }
+  const std::string of_shard =
+      tsz > 1 ? " (its tensor shard of " + std::to_string(tsz) + ")" : std::string();
+  run.replica_mismatch = compare_replicas(shards, layout.data_groups,
+                                          {{"fc1.w" + of_shard, sl.w1(), kIn * sl.hidden},
+                                           {"fc1.b" + of_shard, sl.b1(), sl.hidden},
+                                           {"fc2.w" + of_shard, sl.w2(), sl.hidden * kOut},
+                                           {"fc2.b", sl.b2(), kOut}});
+  if (!run.replica_mismatch) {
+    std::vector<int> tensor_shard_0s;  // the data-shard-0 core of each tensor shard
+    for (const std::vector<int>& group : layout.data_groups) tensor_shard_0s.push_back(group[0]);
+    run.replica_mismatch = compare_replicas(b2s, {tensor_shard_0s}, {{"fc2.b", 0, kOut}});
+  }
+  run.replicas_identical = !run.replica_mismatch;
+  // Gather the full parameters from the data-shard-0 core of each tensor shard.
   const MlpLayout fl{config.hidden};
   run.parameters.assign(static_cast<size_t>(fl.size()), 0.0f);
-  run.replicas_identical = true;
-  std::vector<float> b2_ref;
   for (const std::vector<int>& group : layout.data_groups) {  // one per tensor shard
     auto s0 = state[static_cast<size_t>(group[0])].params.as<float>();
-    for (size_t r = 1; r < group.size(); ++r) {
-      auto sr = state[static_cast<size_t>(group[r])].params.as<float>();
-      if (std::memcmp(sr.data(), s0.data(), s0.size_bytes()) != 0) run.replicas_identical = false;
-    }
     const int64_t t = layout.tensor_rank[static_cast<size_t>(group[0])];
     const int64_t c0 = t * sl.hidden;
     float* full = run.parameters.data();
@@ -344,13 +359,7 @@ MlpTensorParallelResult train_mlp_tensor_parallel(
     VecMap(full + fl.b1() + c0, sl.hidden) = ConstVecMap(s0.data() + sl.b1(), sl.hidden);
     MatMap(full + fl.w2(), config.hidden, kOut).middleRows(c0, sl.hidden) =
         ConstMatMap(s0.data() + sl.w2(), sl.hidden, kOut);
-    const std::vector<float> b2(s0.data() + sl.b2(), s0.data() + sl.b2() + kOut);
-    if (b2_ref.empty()) {
-      b2_ref = b2;
-      std::copy(b2.begin(), b2.end(), full + fl.b2());
-    } else if (std::memcmp(b2.data(), b2_ref.data(), b2.size() * sizeof(float)) != 0) {
-      run.replicas_identical = false;
-    }
+    if (t == 0) std::copy_n(s0.data() + sl.b2(), kOut, full + fl.b2());
   }
   run.test_accuracy = mlp_accuracy(run.parameters, config.hidden, split.test);
   run.train_accuracy = mlp_accuracy(run.parameters, config.hidden, train);

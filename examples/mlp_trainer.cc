@@ -248,6 +248,7 @@ void to_json(nlohmann::json& j, const MlpResult& r) {
                      {"train_accuracy", r.train_accuracy},
                      {"median_step_ms", r.median_step_ms},
                      {"replicas_identical", r.replicas_identical},
+                     {"replica_mismatch", replica_mismatch_json(r.replica_mismatch)},
                      {"hbm", per_core_json(r.hbm)},
                      {"vmem", r.vmem},
                      {"all_reduce", per_core_json(r.all_reduce)}};

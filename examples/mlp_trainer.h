@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -43,6 +44,7 @@
 #include "collectives/communicator.h"
 #include "examples/adam.h"
 #include "examples/digits_dataset.h"
+#include "examples/replica_check.h"
 #include "memory/memory_stats.h"
 #include "runtime/runtime.h"
 #include "sharding/sharded_array.h"
@@ -97,7 +99,9 @@ struct MlpResult {
   double test_accuracy = 0.0;  // on the held-out split
   double train_accuracy = 0.0;
   int64_t num_parameters = 0;
-  bool replicas_identical = false;          // every core's final parameters are bit-identical
+  bool replicas_identical = false;  // every core's final parameters are bit-identical
+  /// Where they first differ (examples/replica_check.h); nullopt exactly when replicas_identical.
+  std::optional<ReplicaMismatch> replica_mismatch;
   std::vector<MemoryStats> hbm;             // per core, after training
   std::vector<MemoryStats> vmem;            // per core, after training (used by --kernels pallas)
   std::vector<CollectiveStats> all_reduce;  // per core

@@ -19,6 +19,7 @@
 #include "examples/fsdp_trainer.h"
 #include "examples/mlp_reference.h"
 #include "examples/mlp_trainer.h"
+#include "examples/replica_check.h"
 #include "examples/train_plan.h"
 #include "runtime/runtime.h"
 
@@ -140,6 +141,8 @@ int run(const TrainFsdpCommand& cmd) {
     config.mlp.learning_rate = mlp_default_learning_rate(config.mlp.optimizer);
   }
   config.validate(options.num_cores);
+  // The plan's layers and parameter shapes against the model this run trains (adv12 ADV3).
+  if (plan) check_plan_layout(*plan, mlp_model_graph(config.mlp.hidden), "vtpu train fsdp");
   const int n = options.num_cores;
 
   const MlpConfig& mc = config.mlp;
@@ -214,6 +217,14 @@ int run(const TrainFsdpCommand& cmd) {
   const std::vector<double>& losses = fsdp ? fsdp->losses : dp.result.losses;
   const bool ok = reference.matches(losses);
   const bool padding_ok = !fsdp || fsdp->padding_is_zero;
+  // The data-parallel run keeps a replica of the parameters on every core; replicas that drifted
+  // apart fail the run, as a loss mismatch does (adversarial pass adv12, ADV2). FSDP shards them
+  // and holds none.
+  auto exit_code = [&] {
+    const bool replicas_ok =
+        report_replicas(dp.result.replica_mismatch, "the data-parallel run's data replicas");
+    return ok && padding_ok && replicas_ok ? 0 : 1;
+  };
   const char* what = fsdp ? "FSDP" : "data parallel";
   if (cmd.json) {
     nlohmann::json j;
@@ -233,7 +244,9 @@ int run(const TrainFsdpCommand& cmd) {
                           {"median_step_ms", dp.result.median_step_ms},
                           {"test_accuracy", dp.result.test_accuracy},
                           {"peak_hbm_core0", dp.peak},
-                          {"peak_bytes_in_use_core0", dp.result.hbm[0].peak_bytes_in_use}};
+                          {"peak_bytes_in_use_core0", dp.result.hbm[0].peak_bytes_in_use},
+                          {"replicas_identical", dp.result.replicas_identical},
+                          {"replica_mismatch", replica_mismatch_json(dp.result.replica_mismatch)}};
     reference.add_json(j, losses);
     if (fsdp) {
       j["max_relative_loss_difference_vs_data_parallel"] =
@@ -241,7 +254,7 @@ int run(const TrainFsdpCommand& cmd) {
     }
     if (report) j["estimate_vs_measured"] = report->to_json();
     std::cout << j.dump(2) << std::endl;
-    return ok && padding_ok ? 0 : 1;
+    return exit_code();
   }
   std::printf("%s", reference.to_string(what, n, losses).c_str());
   if (fsdp) {
@@ -283,6 +296,8 @@ int run(const TrainFsdpCommand& cmd) {
   std::printf("DP %.3f ms (%s); train mlp on 1 core %.3f ms (%s)\n", dp.result.median_step_ms,
               count_text(n, "core").c_str(), reference.checked.result.median_step_ms,
               count_text(n, "micro-batch", "micro-batches").c_str());
+  std::printf("%sreplicas identical after training: %s\n", fsdp ? "data-parallel run: " : "",
+              dp.result.replica_mismatch ? "NO" : "yes");
   if (fsdp) {
     std::printf("padding of the parameter%s shards after training: %s\n",
                 mc.optimizer == "adam" ? ", m and v" : "",
@@ -290,7 +305,7 @@ int run(const TrainFsdpCommand& cmd) {
   }
   print_breakdown(reference.checked, dp, fsdp ? &*fsdp : nullptr, mc.optimizer == "adam");
   if (report) std::printf("%s", report->to_string().c_str());
-  return ok && padding_ok ? 0 : 1;
+  return exit_code();
 }
 
 }  // namespace

@@ -398,6 +398,7 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
   if (j.contains("layers") && !j["layers"].is_null()) {
     if (!j["layers"].is_array())
       throw bad("layers is " + j["layers"].dump() + " (expected a list)");
+    plan.layers_given = true;
     for (size_t i = 0; i < j["layers"].size(); ++i) {
       const nlohmann::json& l = j["layers"][i];
       if (!l.is_object() || !l.contains("name") || !l["name"].is_string() ||
@@ -406,6 +407,28 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
                   " (expected {\"name\": ..., \"sharding\": ...})");
       }
       plan.layers.emplace_back(l["name"].get<std::string>(), l["sharding"].get<std::string>());
+    }
+  }
+  if (j.contains("parameter_shapes") && !j["parameter_shapes"].is_null()) {
+    const nlohmann::json& ps = j["parameter_shapes"];
+    if (!ps.is_object()) {
+      throw bad("parameter_shapes is " + abbreviate(ps.dump()) +
+                " (expected an object of shapes, e.g. {\"fc1.w\": [64, 64]})");
+    }
+    for (auto it = ps.begin(); it != ps.end(); ++it) {
+      std::vector<int64_t> shape;
+      bool ok = it.value().is_array() && !it.value().empty();
+      for (const auto& d : it.value()) {
+        ok = ok && d.is_number_integer() && d.get<int64_t>() >= 1 &&
+             d.get<int64_t>() <= (int64_t{1} << 40);
+        if (ok) shape.push_back(d.get<int64_t>());
+      }
+      if (!ok) {
+        throw bad("parameter_shapes['" + abbreviate(it.key()) + "'] is " +
+                  abbreviate(it.value().dump()) +
+                  " (expected a list of dimensions, integers 1..2^40, e.g. [64, 64])");
+      }
+      plan.parameter_shapes[it.key()] = std::move(shape);
     }
   }
   if (j.contains("model_graph") && !j["model_graph"].is_null()) {
@@ -488,16 +511,44 @@ void require_architecture(const ModelGraph& g, const std::string& where,
   }
 }
 
+/// The layers of the digits MLP with `h` hidden units (mlp_model_graph).
+std::vector<ModelLayer> mlp_layers(int64_t h) {
+  return {expected_layer("fc1", LayerKind::kDense, 64, h),
+          expected_layer("relu", LayerKind::kElementwise, h, h),
+          expected_layer("fc2", LayerKind::kDense, h, 10)};
+}
+
+/// The layers of the transformer of sizes `m` (transformer_model_graph), every bias field at its
+/// model-file default (true).
+std::vector<ModelLayer> transformer_layers(const TransformerPlanModel& m) {
+  const int64_t d = m.d_model, f = m.hidden;
+  std::vector<ModelLayer> want;
+  ModelLayer embed = expected_layer("embed", LayerKind::kEmbedding, 0, d);
+  embed.vocab = m.vocab;
+  embed.positions = m.context;
+  want.push_back(embed);
+  for (int64_t i = 0; i < m.layers; ++i) {
+    const std::string b = "blocks." + std::to_string(i) + ".";
+    want.push_back(expected_layer(b + "ln1", LayerKind::kLayerNorm, d, d));
+    ModelLayer attn = expected_layer(b + "attn", LayerKind::kAttention, d, d);
+    attn.heads = m.heads;
+    want.push_back(attn);
+    want.push_back(expected_layer(b + "ln2", LayerKind::kLayerNorm, d, d));
+    want.push_back(expected_layer(b + "mlp.fc1", LayerKind::kDense, d, f));
+    want.push_back(expected_layer(b + "mlp.gelu", LayerKind::kElementwise, f, f));
+    want.push_back(expected_layer(b + "mlp.fc2", LayerKind::kDense, f, d));
+  }
+  want.push_back(expected_layer("ln_f", LayerKind::kLayerNorm, d, d));
+  want.push_back(expected_layer("head", LayerKind::kDense, d, m.vocab));
+  return want;
+}
+
 /// The sizes of `g`, an "mlp" model, as mlp_plan_model; `where` begins the messages.
 MlpPlanModel mlp_model(const ModelGraph& g, const std::string& where) {
   const int64_t h = !g.layers.empty() ? g.layers[0].out : 0;
   const std::string layout =
       "fc1 dense 64 -> H, relu elementwise H, fc2 dense H -> 10, f32, sgd or adam";
-  require_architecture(g, where,
-                       {expected_layer("fc1", LayerKind::kDense, 64, h),
-                        expected_layer("relu", LayerKind::kElementwise, h, h),
-                        expected_layer("fc2", LayerKind::kDense, h, 10)},
-                       "vtpu train mlp", layout);
+  require_architecture(g, where, mlp_layers(h), "vtpu train mlp", layout);
   if (g.seq_len != 1 || (g.optimizer != "sgd" && g.optimizer != "adam")) {
     throw InvalidArgumentError(where + " has " +
                                (g.seq_len != 1
@@ -520,27 +571,9 @@ TransformerPlanModel transformer_model(const ModelGraph& g, const std::string& w
   if (m.layers < 1) m.layers = 1;
   m.heads = ls.size() > 2 ? ls[2].heads : 0;
   m.hidden = ls.size() > 4 ? ls[4].out : 0;
-  const int64_t d = m.d_model, f = m.hidden;
-  std::vector<ModelLayer> want;
-  ModelLayer embed = expected_layer("embed", LayerKind::kEmbedding, 0, d);
-  embed.vocab = m.vocab;
-  embed.positions = m.context;
-  embed.bias = ls[0].bias;  // an embedding has no bias field
-  want.push_back(embed);
-  for (int64_t i = 0; i < m.layers; ++i) {
-    const std::string b = "blocks." + std::to_string(i) + ".";
-    want.push_back(expected_layer(b + "ln1", LayerKind::kLayerNorm, d, d));
-    ModelLayer attn = expected_layer(b + "attn", LayerKind::kAttention, d, d);
-    attn.heads = m.heads;
-    want.push_back(attn);
-    want.push_back(expected_layer(b + "ln2", LayerKind::kLayerNorm, d, d));
-    want.push_back(expected_layer(b + "mlp.fc1", LayerKind::kDense, d, f));
-    want.push_back(expected_layer(b + "mlp.gelu", LayerKind::kElementwise, f, f));
-    want.push_back(expected_layer(b + "mlp.fc2", LayerKind::kDense, f, d));
-  }
-  want.push_back(expected_layer("ln_f", LayerKind::kLayerNorm, d, d));
-  want.push_back(expected_layer("head", LayerKind::kDense, d, m.vocab));
-  // Layer norms and elementwise layers carry bias = true by default; compare like with like.
+  std::vector<ModelLayer> want = transformer_layers(m);
+  // An embedding has no bias field, and layer norms and elementwise layers carry bias = true by
+  // default; compare like with like.
   for (size_t i = 0; i < want.size() && i < ls.size(); ++i) {
     if (want[i].kind != LayerKind::kDense && want[i].kind != LayerKind::kAttention) {
       want[i].bias = ls[i].bias;
@@ -577,6 +610,119 @@ std::optional<TransformerPlanModel> transformer_plan_model(const TrainPlan& plan
 void require_trainer_architecture(const ModelGraph& model, const std::string& where) {
   if (model.name == "mlp") (void)mlp_model(model, where);
   if (model.name == "transformer") (void)transformer_model(model, where);
+}
+
+ModelGraph mlp_model_graph(int64_t hidden) {
+  ModelGraph g;
+  g.name = "mlp";
+  g.layers = mlp_layers(hidden);
+  return g;
+}
+
+ModelGraph transformer_model_graph(const TransformerPlanModel& m) {
+  ModelGraph g;
+  g.name = "transformer";
+  g.seq_len = m.context;
+  g.layers = transformer_layers(m);
+  return g;
+}
+
+std::map<std::string, std::vector<int64_t>> model_parameter_shapes(const ModelGraph& model) {
+  // As AutoShardingPlan::to_json writes them (sharding/auto_planner.cc).
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const ModelLayer& l : model.layers) {
+    const std::string& n = l.name;
+    const int64_t d = l.out;
+    switch (l.kind) {
+      case LayerKind::kDense:
+        shapes[n + ".w"] = {l.in, l.out};
+        if (l.bias) shapes[n + ".b"] = {l.out};
+        break;
+      case LayerKind::kAttention:
+        shapes[n + ".wqkv"] = {d, 3, d};
+        shapes[n + ".wo"] = {d, d};
+        if (l.bias) {
+          shapes[n + ".bqkv"] = {3, d};
+          shapes[n + ".bo"] = {d};
+        }
+        break;
+      case LayerKind::kLayerNorm:
+        shapes[n + ".gamma"] = {d};
+        shapes[n + ".beta"] = {d};
+        break;
+      case LayerKind::kEmbedding:
+        shapes[n + ".table"] = {l.vocab, d};
+        if (l.positions > 0) shapes[n + ".positions"] = {l.positions, d};
+        break;
+      case LayerKind::kElementwise:
+        break;
+    }
+  }
+  return shapes;
+}
+
+void check_plan_layout(const TrainPlan& plan, const ModelGraph& model, const std::string& command) {
+  auto bad = [&](const std::string& what) {
+    return InvalidArgumentError("plan file '" + plan.path + "': " + what);
+  };
+  if (plan.layers_given) {
+    std::vector<std::string> names;
+    for (const ModelLayer& l : model.layers) names.push_back(l.name);
+    const std::string runs = command + " runs the layers " + join(names) + ", in this order";
+    const size_t n = model.layers.size();
+    for (size_t i = 0; i < std::max(n, plan.layers.size()); ++i) {
+      const std::string at = "layers[" + std::to_string(i) + "]";
+      if (i >= plan.layers.size()) {
+        throw bad("layers ends after " + std::to_string(plan.layers.size()) +
+                  " entries (expected " + at + " '" + names[i] + "': " + runs + ")");
+      }
+      const auto& [name, sharding] = plan.layers[i];
+      if (i >= n) {
+        throw bad(at + " is '" + abbreviate(name) + "', after the model's last layer '" +
+                  names.back() + "' (expected " + std::to_string(n) + " entries: " + runs + ")");
+      }
+      if (name != names[i]) {
+        throw bad(at + " is '" + abbreviate(name) + "' (expected '" + names[i] + "': " + runs +
+                  ")");
+      }
+      const bool tensor = !plan.tensor.empty();
+      const std::string want = tensor ? required_tensor_sharding(model.name, name) : "replicated";
+      if (!want.empty() && sharding != want) {
+        throw bad(
+            at + " '" + name + "' is '" + abbreviate(sharding) + "' (expected '" + want + "': " +
+            (tensor ? command + " shards it so under tensor parallelism (Megatron-LM's layout)"
+                    : "strategy " + plan.describe_strategy() + " has no tensor axes, so " +
+                          command + " splits no layer; FSDP's parameter shards are in shardings") +
+            ")");
+      }
+    }
+  }
+  if (plan.parameter_shapes.empty()) return;
+  auto shape_text = [](const std::vector<int64_t>& s) {
+    std::string t = "[";
+    for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+    return t + "]";
+  };
+  const std::map<std::string, std::vector<int64_t>> want = model_parameter_shapes(model);
+  std::vector<std::string> keys;
+  for (const auto& [name, shape] : want) keys.push_back(name);
+  for (const auto& [name, shape] : want) {
+    const auto it = plan.parameter_shapes.find(name);
+    if (it == plan.parameter_shapes.end()) {
+      throw bad("parameter_shapes has no '" + name + "' (expected " + shape_text(shape) +
+                ", its shape in the model " + command + " runs)");
+    }
+    if (it->second != shape) {
+      throw bad("parameter_shapes['" + name + "'] is " + shape_text(it->second) + " (expected " +
+                shape_text(shape) + ", its shape in the model " + command + " runs)");
+    }
+  }
+  for (const auto& [name, shape] : plan.parameter_shapes) {
+    if (!want.contains(name)) {
+      throw bad("parameter_shapes names '" + abbreviate(name) + "', which the model " + command +
+                " runs does not have (expected " + join(keys) + ")");
+    }
+  }
 }
 
 int64_t plan_setting(const TrainPlan& plan, const std::string& what, const std::string& field,

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
@@ -64,6 +65,10 @@ struct TrainPlan {
   std::vector<std::string> fsdp;       // strategy.fsdp axes (empty: null)
   /// `layers`: (layer name, sharding) in model order; empty when the file has none.
   std::vector<std::pair<std::string, std::string>> layers;
+  bool layers_given = false;  // the file has a `layers` list (possibly empty)
+  /// "parameter_shapes": each parameter's global shape (elements per dimension), by name
+  /// ("fc1.w"); empty when the file has none.
+  std::map<std::string, std::vector<int64_t>> parameter_shapes;
   /// The planner's "estimate" (examples/estimate_report.h): what the run is compared with, and
   /// the global batch it is for. nullopt when the file has none (absent, null or {}); a
   /// hand-written plan may give only some fields (e.g. just "batch"), the others are 0
@@ -132,6 +137,29 @@ struct TransformerPlanModel {
 /// head (dense D -> V); at least one block, the same H and F in every block, f32, optimizer adam.
 /// Thread-safe.
 std::optional<TransformerPlanModel> transformer_plan_model(const TrainPlan& plan);
+
+/// The digits MLP `vtpu train mlp|fsdp` runs, 64 -> hidden -> 10, as a model graph: fc1 dense
+/// 64 -> hidden, relu elementwise hidden, fc2 dense hidden -> 10 (both with bias), f32, seq_len 1.
+ModelGraph mlp_model_graph(int64_t hidden);
+/// The transformer `vtpu train transformer` runs with sizes `m`, as a model graph: embed
+/// (vocab, d_model, positions = context), per block ln1, attn, ln2, mlp.fc1, mlp.gelu, mlp.fc2,
+/// then ln_f and head (transformer_plan_model's layout), f32, seq_len = context.
+ModelGraph transformer_model_graph(const TransformerPlanModel& m);
+/// The parameters of `model` with their global shapes (elements per dimension), named as
+/// `vtpu plan --emit` writes "parameter_shapes": dense <l>.w (in, out) and <l>.b (out) when it has
+/// a bias; attention <l>.wqkv (d, 3, d), <l>.wo (d, d), and with bias <l>.bqkv (3, d), <l>.bo (d);
+/// layer_norm <l>.gamma, <l>.beta (d); embedding <l>.table (vocab, d), <l>.positions (positions,
+/// d) when it has positions; elementwise none. Thread-safe.
+std::map<std::string, std::vector<int64_t>> model_parameter_shapes(const ModelGraph& model);
+/// Checks the plan's `layers` and `parameter_shapes`, each when the file has it, against `model`,
+/// the model the trainer runs (`command`, e.g. "vtpu train mlp", begins the explanations):
+/// `layers` must list every layer of `model`, in order and by name, each with the sharding the
+/// trainer gives it: required_tensor_sharding under tensor parallelism, else "replicated" (data
+/// parallelism and FSDP split no layer; FSDP's parameter shards are in `shardings`); and
+/// `parameter_shapes` must have exactly model_parameter_shapes(model). Throws
+/// InvalidArgumentError naming the file, the entry, its value and what was expected
+/// (adversarial pass adv12, ADV3). Thread-safe.
+void check_plan_layout(const TrainPlan& plan, const ModelGraph& model, const std::string& command);
 
 /// Checks that `model` is the architecture `vtpu train` runs for its name, as mlp_plan_model and
 /// transformer_plan_model check a plan's model_graph (the one check, shared with `vtpu plan

@@ -14,6 +14,7 @@
 #include "common/units.h"
 #include "examples/cli_validators.h"
 #include "examples/estimate_report.h"
+#include "examples/replica_check.h"
 #include "examples/train_plan.h"
 #include "examples/transformer_trainer.h"
 #include "runtime/runtime.h"
@@ -105,6 +106,13 @@ int run(const TrainTransformerCommand& cmd) {
   if (mesh.data == 1 && cmd.plan.empty()) strategy = mesh.tensor > 1 ? "tp(model)" : "single core";
   c.validate();
   c.validate_mesh(mesh.data, mesh.tensor);
+  // The plan's layers and parameter shapes against the model this run trains (adv12 ADV3).
+  if (plan) {
+    check_plan_layout(*plan,
+                      transformer_model_graph(TransformerPlanModel{c.vocab, c.context, c.d_model,
+                                                                   c.heads, c.layers, c.hidden}),
+                      "vtpu train transformer");
+  }
   // The plan's estimate, compared with this run (examples/estimate_report.h). Checked before the
   // header and the single-core reference: a batch that differs from the estimate's failed only
   // after the reference had trained (adversarial pass adv10, A5).
@@ -284,9 +292,11 @@ int run(const TrainTransformerCommand& cmd) {
                  "vtpu: error: the mesh's losses differ from the single-core losses by %.2e "
                  "relative at step %lld (limit %.0e)\n",
                  max_rel, static_cast<long long>(worst), kMaxRelativeDifference);
-    return 1;
   }
-  return 0;
+  // Replicas that drifted apart fail the run, as a loss mismatch does (adversarial pass adv12,
+  // ADV2: "NO" was printed and the run exited 0, --no-reference or not).
+  const bool replicas_ok = report_replicas(r.replica_mismatch);
+  return ok && replicas_ok ? 0 : 1;
 }
 
 }  // namespace

@@ -242,19 +242,21 @@ TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const 
   result.total_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   result.median_step_ms = 1e3 * median_of(result.step_seconds);
-  result.replicas_identical = true;
   result.shards.resize(static_cast<size_t>(tsz));
+  std::vector<std::span<const float>> shards;
+  for (const DeviceBuffer& p : final_params) shards.push_back(p.as<float>());
   for (const std::vector<int>& group : layout.data_groups) {  // one per tensor shard
-    auto p0 = final_params[static_cast<size_t>(group[0])].as<float>();
+    const std::span<const float> p0 = shards[static_cast<size_t>(group[0])];
     result.shards[static_cast<size_t>(layout.tensor_rank[static_cast<size_t>(group[0])])].assign(
         p0.begin(), p0.end());
-    for (size_t r = 1; r < group.size(); ++r) {
-      auto pd = final_params[static_cast<size_t>(group[r])].as<float>();
-      if (std::memcmp(pd.data(), p0.data(), p0.size_bytes()) != 0) {
-        result.replicas_identical = false;
-      }
-    }
   }
+  std::vector<ParamSegment> segments;
+  for (const TransformerParam& p : model.layout().params()) {
+    segments.push_back({p.name + (tsz > 1 ? " (its tensor shard of " + str(tsz) + ")" : ""),
+                        p.offset, p.num_elements()});
+  }
+  result.replica_mismatch = compare_replicas(shards, layout.data_groups, segments);
+  result.replicas_identical = !result.replica_mismatch;
   for (int c = 0; c < runtime.num_cores(); ++c) {
     const auto ci = static_cast<size_t>(c);
     result.hbm.push_back(runtime.core(c).hbm().memory_stats());
@@ -295,6 +297,7 @@ void to_json(nlohmann::json& j, const TransformerResult& r) {
                        {"activations", r.activation_bytes},
                        {"tokens", r.token_bytes}}},
                      {"replicas_identical", r.replicas_identical},
+                     {"replica_mismatch", replica_mismatch_json(r.replica_mismatch)},
                      {"cores", cores}};
 }
 

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -32,6 +33,7 @@
 
 #include "collectives/communicator.h"
 #include "examples/data_tensor_layout.h"
+#include "examples/replica_check.h"
 #include "examples/transformer_model.h"
 #include "memory/memory_stats.h"
 #include "runtime/runtime.h"
@@ -92,7 +94,9 @@ struct TransformerResult {
   uint64_t weight_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0, activation_bytes = 0,
            token_bytes = 0;
   bool replicas_identical = false;  // every data replica's final shard equals replica 0's, bitwise
-  std::vector<MemoryStats> hbm;     // per core, after training (peak_bytes_in_use is the peak)
+  /// Where they first differ (examples/replica_check.h); nullopt exactly when replicas_identical.
+  std::optional<ReplicaMismatch> replica_mismatch;
+  std::vector<MemoryStats> hbm;  // per core, after training (peak_bytes_in_use is the peak)
   /// Per core, over its tensor group (4 * layers per step); none when the group has one core.
   std::vector<CollectiveStats> tensor_all_reduce;
   /// Per core, over its data-parallel group (1 per step); none when the group has one core.

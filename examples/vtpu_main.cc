@@ -57,6 +57,7 @@
 #include "examples/mlp_trainer.h"
 #include "examples/output_path.h"
 #include "examples/plan_command.h"
+#include "examples/replica_check.h"
 #include "examples/reshard_command.h"
 #include "examples/stress_command.h"
 #include "examples/train_fsdp_command.h"
@@ -335,7 +336,9 @@ int run_train_mlp(const TrainArgs& args) {
     print_mlp_report(result, mlp);
     if (report) std::printf("%s", report->to_string().c_str());
   }
-  return 0;
+  // Replicas that drifted apart fail the run, as a loss mismatch does (adversarial pass adv12,
+  // ADV2: "NO" was printed and the run exited 0).
+  return vtpu::examples::report_replicas(result.replica_mismatch) ? 0 : 1;
 }
 
 struct BenchMemoryArgs {

@@ -757,3 +757,167 @@ TEST(TrainPlanTest, EmittedShardingsAreTheTrainersLayout) {
 
 }  // namespace
 }  // namespace vtpu::examples
+
+namespace vtpu::examples {
+namespace {
+
+// An mlp plan as `vtpu plan examples/models/mlp.json --mesh 2x4 --emit` writes it for `roles`,
+// with `layers` (name, sharding) and parameter_shapes for hidden 64.
+nlohmann::json mlp_plan(const nlohmann::json& roles,
+                        const std::vector<std::pair<std::string, std::string>>& layers) {
+  nlohmann::json j;
+  j["format"] = "vtpu-plan";
+  j["version"] = 1;
+  j["model"] = "mlp";
+  j["mesh"] = {{"axes", {"data", "model"}}, {"shape", {2, 4}}};
+  j["strategy"] = roles;
+  j["layers"] = nlohmann::json::array();
+  for (const auto& [name, sharding] : layers)
+    j["layers"].push_back({{"name", name}, {"sharding", sharding}});
+  j["parameter_shapes"] = {
+      {"fc1.w", {64, 64}}, {"fc1.b", {64}}, {"fc2.w", {64, 10}}, {"fc2.b", {10}}};
+  return j;
+}
+
+const nlohmann::json kDp = {{"data", {"data", "model"}}};
+const nlohmann::json kFsdp = {{"fsdp", {"data", "model"}}};
+const nlohmann::json kTp = {{"data", "data"}, {"tensor", "model"}};
+const std::vector<std::pair<std::string, std::string>> kReplicated = {
+    {"fc1", "replicated"}, {"relu", "replicated"}, {"fc2", "replicated"}};
+
+void check_mlp(const nlohmann::json& j, int64_t hidden = 64) {
+  check_plan_layout(parse_train_plan(j, "p.json"), mlp_model_graph(hidden), "vtpu train mlp");
+}
+
+// What `vtpu plan` emits passes: every layer replicated under data parallelism and FSDP, the
+// Megatron layout under tensor parallelism; and a plan without layers or parameter_shapes (a
+// hand-written one) has nothing to check.
+TEST(PlanLayoutTest, ThePlannersLayoutsAndPlansWithoutThemPass) {
+  EXPECT_NO_THROW(check_mlp(mlp_plan(kDp, kReplicated)));
+  EXPECT_NO_THROW(check_mlp(mlp_plan(kFsdp, kReplicated)));
+  EXPECT_NO_THROW(
+      check_mlp(mlp_plan(kTp, {{"fc1", "column"}, {"relu", "sharded"}, {"fc2", "row"}})));
+  nlohmann::json bare = mlp_plan(kDp, {});
+  bare.erase("layers");
+  bare.erase("parameter_shapes");
+  EXPECT_NO_THROW(check_mlp(bare));
+  EXPECT_NO_THROW(check_mlp(bare, 128));
+}
+
+// Regression (adversarial pass adv12, ADV3): a plan whose layers omitted, reordered or renamed the
+// model's layers ran as if they were there.
+TEST(PlanLayoutTest, LayersMustBeTheModelsInOrder) {
+  const std::string runs = "vtpu train mlp runs the layers fc1, relu, fc2, in this order)";
+  expect_error<InvalidArgumentError>(
+      [&] {
+        check_mlp(mlp_plan(kDp, {{"fc1", "replicated"}, {"relu", "replicated"}}));
+      },
+      {"plan file 'p.json': layers ends after 2 entries (expected layers[2] 'fc2': " + runs});
+  expect_error<InvalidArgumentError>(
+      [&] {
+        check_mlp(
+            mlp_plan(kDp, {{"fc2", "replicated"}, {"relu", "replicated"}, {"fc1", "replicated"}}));
+      },
+      {"plan file 'p.json': layers[0] is 'fc2' (expected 'fc1': " + runs});
+  expect_error<InvalidArgumentError>(
+      [&] {
+        check_mlp(
+            mlp_plan(kDp, {{"fc1", "replicated"}, {"act", "replicated"}, {"fc2", "replicated"}}));
+      },
+      {"plan file 'p.json': layers[1] is 'act' (expected 'relu': " + runs});
+  auto four = kReplicated;
+  four.emplace_back("fc2", "replicated");
+  expect_error<InvalidArgumentError>(
+      [&] { check_mlp(mlp_plan(kDp, four)); },
+      {"layers[3] is 'fc2', after the model's last layer 'fc2' (expected 3 entries: " + runs});
+  expect_error<InvalidArgumentError>([&] { check_mlp(mlp_plan(kDp, {})); },
+                                     {"layers ends after 0 entries (expected layers[0] 'fc1'"});
+}
+
+// Regression (adversarial pass adv12, ADV3): an FSDP or data-parallel plan whose layers said fc1
+// 'column' and fc2 'row' (a tensor-parallel plan with its strategy edited) ran.
+TEST(PlanLayoutTest, LayerShardingsMustMatchTheStrategy) {
+  const std::vector<std::pair<std::string, std::string>> megatron = {
+      {"fc1", "column"}, {"relu", "sharded"}, {"fc2", "row"}};
+  expect_error<InvalidArgumentError>(
+      [&] { check_mlp(mlp_plan(kFsdp, megatron)); },
+      {"plan file 'p.json': layers[0] 'fc1' is 'column' (expected 'replicated': strategy "
+       "'(unnamed)' (data: null, tensor: null, fsdp: ['data', 'model']) has no tensor axes, so "
+       "vtpu train mlp splits no layer; FSDP's parameter shards are in shardings)"});
+  expect_error<InvalidArgumentError>([&] { check_mlp(mlp_plan(kDp, megatron)); },
+                                     {"layers[0] 'fc1' is 'column' (expected 'replicated'"});
+  expect_error<InvalidArgumentError>(
+      [&] {
+        check_mlp(mlp_plan(kTp, {{"fc1", "column"}, {"relu", "replicated"}, {"fc2", "row"}}));
+      },
+      {"layers[1] 'relu' is 'replicated' (expected 'sharded': vtpu train mlp shards it so under "
+       "tensor parallelism (Megatron-LM's layout))"});
+}
+
+// Regression (adversarial pass adv12, ADV3): model_graph hidden 128 with fc1.w [64, 64] ran
+// 64 -> 128 -> 10; parameter_shapes was never compared with the model.
+TEST(PlanLayoutTest, ParameterShapesMustBeTheModels) {
+  expect_error<InvalidArgumentError>(
+      [&] { check_mlp(mlp_plan(kDp, kReplicated), 128); },
+      {"plan file 'p.json': parameter_shapes['fc1.b'] is [64] (expected [128], its shape in the "
+       "model vtpu train mlp runs)"});
+  nlohmann::json j = mlp_plan(kDp, kReplicated);
+  j["parameter_shapes"]["fc1.w"] = {64, 32};
+  expect_error<InvalidArgumentError>([&] { check_mlp(j); },
+                                     {"parameter_shapes['fc1.w'] is [64, 32] (expected [64, 64]"});
+  j = mlp_plan(kDp, kReplicated);
+  j["parameter_shapes"].erase("fc2.b");
+  expect_error<InvalidArgumentError>(
+      [&] { check_mlp(j); },
+      {"parameter_shapes has no 'fc2.b' (expected [10], its shape in the model vtpu train mlp "
+       "runs)"});
+  j = mlp_plan(kDp, kReplicated);
+  j["parameter_shapes"]["fc3.w"] = {10, 10};
+  expect_error<InvalidArgumentError>(
+      [&] { check_mlp(j); },
+      {"parameter_shapes names 'fc3.w', which the model vtpu train mlp runs does not have "
+       "(expected fc1.b, fc1.w, fc2.b, fc2.w)"});
+  // The reader checks the form first.
+  for (const nlohmann::json& bad :
+       {nlohmann::json(7), nlohmann::json({{"fc1.w", "64x64"}}),
+        nlohmann::json({{"fc1.w", {64, 0}}}), nlohmann::json({{"fc1.w", nlohmann::json::array()}}),
+        nlohmann::json({{"fc1.w", {64.5}}})}) {
+    j = mlp_plan(kDp, kReplicated);
+    j["parameter_shapes"] = bad;
+    expect_error<InvalidArgumentError>([&] { parse_train_plan(j, "p.json"); },
+                                       {"plan file 'p.json': parameter_shapes"});
+  }
+}
+
+// The trainers' models as graphs have the planner's parameter shapes: the shipped model files,
+// planned, give the same parameter_shapes as model_parameter_shapes of the trainer's graph, and
+// the same layer names in the same order.
+TEST(PlanLayoutTest, TrainerGraphsAreTheShippedModels) {
+  for (const char* file : {"mlp.json", "transformer.json"}) {
+    SCOPED_TRACE(file);
+    const ModelGraph shipped =
+        ModelGraph::load_json_file(std::string(VTPU_SOURCE_DIR) + "/examples/models/" + file);
+    const ModelGraph trainer =
+        shipped.name == "mlp"
+            ? mlp_model_graph(64)
+            : transformer_model_graph(TransformerPlanModel{128, 64, 64, 4, 2, 256});
+    ASSERT_EQ(trainer.layers.size(), shipped.layers.size());
+    for (size_t i = 0; i < trainer.layers.size(); ++i) {
+      EXPECT_EQ(trainer.layers[i].name, shipped.layers[i].name) << i;
+    }
+    EXPECT_EQ(model_parameter_shapes(trainer), model_parameter_shapes(shipped));
+    const std::vector<int64_t> shape = {2, 4};
+    const std::vector<std::string> axes = {"data", "model"};
+    const CostModel cost(HardwareProfile::get("v5e"));
+    const AutoShardingPlan plan = plan_auto_sharding(shipped, shape, axes, cost, 0,
+                                                     plan_constraints(shipped.name, shape, axes));
+    ASSERT_GE(plan.winner, 0);
+    const nlohmann::json emitted = plan.to_json()["parameter_shapes"];
+    nlohmann::json mine = nlohmann::json::object();
+    for (const auto& [name, s] : model_parameter_shapes(trainer)) mine[name] = s;
+    EXPECT_EQ(emitted, mine);
+  }
+}
+
+}  // namespace
+}  // namespace vtpu::examples

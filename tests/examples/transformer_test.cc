@@ -341,6 +341,7 @@ TEST_P(MeshVsSingleCoreTest, LossesMatchTheSingleCoreRunWithin1e4) {
     }
   }
   EXPECT_TRUE(r.replicas_identical);
+  EXPECT_FALSE(r.replica_mismatch.has_value());
   // Megatron's count: 2 all-reduces per block in forward and 2 in backward over the tensor
   // group; one gradient bucket per step over the data-parallel group. A group of one core runs
   // none (Megatron with tensor parallel size 1 does no all-reduce; nu8 N8).
@@ -386,6 +387,7 @@ TEST(TransformerTrainerTest, PlanLayoutsRunOnTheMeshReplicaGroups) {
   EXPECT_EQ(r.losses, grid.losses);
   EXPECT_EQ(r.shards, grid.shards);
   EXPECT_TRUE(r.replicas_identical);
+  EXPECT_FALSE(r.replica_mismatch.has_value());
   EXPECT_EQ(r.mesh.data, 2);
   EXPECT_EQ(r.mesh.tensor, 2);
   // Core 2 is tensor shard 1 of data shard 0: it all-reduces activations with core 0.
