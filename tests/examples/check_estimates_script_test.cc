@@ -139,6 +139,29 @@ TEST(CheckEstimatesScriptTest,
       "within 25% |");
 }
 
+// With the calibration of the minute (the run wrote profile.json) the plain ratio is judged; with
+// a given, possibly older profile, the probed one.
+TEST(CheckEstimatesScriptTest, ACalibrationOfTheMinuteIsJudgedPlainAnOlderProfileProbed) {
+  if (!have_jq()) GTEST_SKIP() << "jq is not installed (scripts/install-deps.sh installs it)";
+  const auto dir = write_runs("calibrated", 3, [](int i, int, nlohmann::json& j) {
+    // mlp 2 cores: 13 us against 10 us (1.3) in every round, 1.0 with the probe.
+    if (i == 1) j = run_json("dp(x)", 10e-6, 13e-6, 1.02, 1.0);
+  });
+  ScriptRun run = run_script("--from " + dir.string());
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("| judged (median, probed) |"), std::string::npos) << run.output;
+  EXPECT_EQ(
+      row_of(run.output, "mlp 2 cores"),
+      "| mlp 2 cores | dp(x) | 10 us | 13 us | 1.3, 1.3, 1.3 | 1, 1, 1 | 1 | 1.02 | within 25% |");
+  std::ofstream(dir / "profile.json") << "{}";
+  run = run_script("--from " + dir.string());
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("| judged (median, plain) |"), std::string::npos) << run.output;
+  EXPECT_EQ(row_of(run.output, "mlp 2 cores"),
+            "| mlp 2 cores | dp(x) | 10 us | 13 us | 1.3, 1.3, 1.3 | 1, 1, 1 | 1.3 | 1.02 | "
+            "**outside 25%** |");
+}
+
 TEST(CheckEstimatesScriptTest, BadArgumentsAndMissingRunsAreErrorsNamingThem) {
   if (!have_jq()) GTEST_SKIP() << "jq is not installed (scripts/install-deps.sh installs it)";
   ScriptRun run = run_script("--rounds 0");
