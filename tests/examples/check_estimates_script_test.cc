@@ -13,26 +13,16 @@
 #include <optional>
 #include <string>
 
+#include "tests/run_command.h"
 #include "tests/temp_path.h"
 
 namespace {
 
-struct ScriptRun {
-  int exit_code;
-  std::string output;  // stdout and stderr together
-};
+using ScriptRun = vtpu::CommandRun;  // output: stdout and stderr together
 
 ScriptRun run_script(const std::string& args) {
-  const std::string cmd = "timeout 60 " + std::string(VTPU_SOURCE_DIR) +
-                          "/scripts/check-estimates.sh " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return {-1, "popen failed"};
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+  return vtpu::run_command("timeout 60 " + std::string(VTPU_SOURCE_DIR) +
+                           "/scripts/check-estimates.sh " + args + " 2>&1");
 }
 
 bool have_jq() { return std::system("command -v jq > /dev/null 2>&1") == 0; }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "test_data.h"
+#include "tests/run_command.h"
 #include "tests/temp_path.h"
 
 using vtpu::test_temp_dir;
@@ -26,22 +27,11 @@ using vtpu::test_temp_path;
 
 namespace {
 
-struct CliRun {
-  int exit_code;
-  std::string output;  // stdout and stderr together
-};
+using CliRun = vtpu::CommandRun;  // output: stdout and stderr together
 
 CliRun run_cli(const std::string& args) {
   // `timeout` turns a hang into exit code 124 instead of a stuck test.
-  const std::string cmd = "timeout 60 " + std::string(VTPU_CLI_PATH) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return {-1, "popen failed"};
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+  return vtpu::run_command("timeout 60 " + std::string(VTPU_CLI_PATH) + " " + args + " 2>&1");
 }
 
 // The file is named after the running test too: ctest -j runs tests in parallel processes, and
