@@ -193,6 +193,18 @@ int run(const PlanCommand& c) {
                                           : plan_constraints(model.name, shape, axes);
   AutoShardingPlan plan = plan_auto_sharding(model, shape, axes, cost, limit, constraints);
   if (c.strategy) pin_strategy(*c.strategy, c.any_strategy, plan);
+  // New-user pass nu11, NU41: a host profile of `vtpu bench hardware --out` has no calibrated
+  // collectives, so every hand-off is priced as a memcpy with no latency. Printed after the table
+  // (stdout), or with --json in "warnings" and on stderr (nu12, NU55).
+  std::vector<std::string> warnings;
+  if (cost.profile().host_cpus > 0 && cost.profile().collectives.empty()) {
+    warnings.push_back(
+        (cost.profile().source_path.empty() ? cost.profile().name : cost.profile().source_path) +
+        " has no calibrated collectives: they are priced as a memcpy over the links with " +
+        format_seconds(cost.profile().link_latency_seconds) +
+        " latency, not this host's hand-off (calibrate with vtpu bench collectives --calibrate "
+        "FILE)");
+  }
   if (c.json) {
     nlohmann::json rows = nlohmann::json::array();
     for (const PlanCandidate& k : plan.candidates) {
@@ -226,7 +238,8 @@ int run(const PlanCommand& c) {
            {"layers", layer_rows(k.layers)},
            {"after_layers", layer_rows(k.after_layers)}});
     }
-    nlohmann::json j = {{"candidates", rows}, {"hbm_limit_bytes", plan.hbm_limit_bytes}};
+    nlohmann::json j = {
+        {"candidates", rows}, {"hbm_limit_bytes", plan.hbm_limit_bytes}, {"warnings", warnings}};
     const auto name_of = [&](int i) {
       return i >= 0 ? nlohmann::json(plan.candidates[static_cast<size_t>(i)].name)
                     : nlohmann::json(nullptr);
@@ -236,6 +249,8 @@ int run(const PlanCommand& c) {
     j["chosen_by"] = plan.pinned >= 0 ? "--strategy" : "planner";
     if (plan.chosen() >= 0) j["plan"] = plan.to_json();
     std::cout << j.dump(2) << std::endl;
+    // New-user pass nu12, NU55: stdout stays pure JSON, so the warnings go to stderr too.
+    for (const std::string& w : warnings) std::cerr << "warning: " << w << "\n";
   } else {
     std::printf("%s", plan.to_string().c_str());
     // The footer describes the model the table was priced with: the mesh's cores, so its
@@ -246,17 +261,7 @@ int run(const PlanCommand& c) {
     // characters on one line; by default its summary.
     const CostModel priced = cost.for_cores(static_cast<int>(cores));
     std::printf("%s\n", (c.verbose ? priced.describe() : priced.summary()).c_str());
-    // New-user pass nu11, NU41: a host profile of `vtpu bench hardware --out` has no calibrated
-    // collectives, so every hand-off is priced as a memcpy with no latency.
-    if (cost.profile().host_cpus > 0 && cost.profile().collectives.empty()) {
-      std::printf(
-          "warning: %s has no calibrated collectives: they are priced as a memcpy over the links "
-          "with %s latency, not this host's hand-off (calibrate with vtpu bench collectives "
-          "--calibrate FILE)\n",
-          cost.profile().source_path.empty() ? cost.profile().name.c_str()
-                                             : cost.profile().source_path.c_str(),
-          format_seconds(cost.profile().link_latency_seconds).c_str());
-    }
+    for (const std::string& w : warnings) std::printf("warning: %s\n", w.c_str());
     // New-user pass nu10, NU18: no "run the plan with" when there is no plan to run (the error
     // after the table says why).
     if (!constraints.runner.empty()) {

@@ -1899,6 +1899,41 @@ TEST(VtpuCliPlanTest, AProfileFileIsNamedAndOneWithoutCollectivesIsFlagged) {
   EXPECT_NE(r.output.find("hardware this_machine, HBM limit"), std::string::npos) << r.output;
 }
 
+// New-user pass nu12, NU55: with --json the no-collectives warning went nowhere; it is in the
+// JSON's "warnings" and on stderr, and stdout stays pure JSON.
+TEST(VtpuCliPlanTest, JsonPlanKeepsTheNoCollectivesWarning) {
+  std::ifstream in(std::string(VTPU_SOURCE_DIR) + "/profiles/this_machine.json");
+  nlohmann::json profile = nlohmann::json::parse(in);
+  profile.erase("collectives");
+  const std::string bare = test_temp_path("vtpu_cli_json_bare_profile.json");
+  std::ofstream(bare) << profile.dump();
+  const std::string err = test_temp_path("vtpu_cli_json_bare_profile.err");
+  const std::string plan = std::string(VTPU_CLI_PATH) + " plan " + model_path("mlp.json") +
+                           " --mesh 2 --json --hardware ";
+  const std::string expected = bare +
+                               " has no calibrated collectives: they are priced as a memcpy over "
+                               "the links with 0.000 us latency";
+  vtpu::CommandRun r = vtpu::run_command("timeout 60 " + plan + bare + " 2>" + err);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);  // throws unless pure JSON
+  ASSERT_TRUE(j.contains("warnings")) << r.output;
+  ASSERT_EQ(j["warnings"].size(), 1u) << r.output;
+  EXPECT_EQ(j["warnings"][0].get<std::string>().rfind(expected, 0), 0u) << j["warnings"][0];
+  const auto read_err = [&err] {
+    std::ifstream in(err);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string err_text = read_err();
+  EXPECT_NE(err_text.find("warning: " + expected), std::string::npos) << err_text;
+  // A calibrated profile: no warnings, an empty array, nothing on stderr.
+  r = vtpu::run_command("timeout 60 " + plan + "this_machine 2>" + err);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["warnings"], nlohmann::json::array());
+  EXPECT_EQ(read_err(), "");
+  std::remove(err.c_str());
+  std::remove(bare.c_str());
+}
+
 // Regression (session 12 review): a 1-core plan's cost line said "1 virtual cores on 2 host
 // CPUs"; counts of one are singular wherever the plan prints them.
 TEST(VtpuCliPlanTest, OneCorePlanSaysOneVirtualCore) {
