@@ -12,6 +12,20 @@
 
 namespace vtpu::examples {
 
+void check_distinct_outputs(const char* flag_a, const std::string& path_a, const char* flag_b,
+                            const std::string& path_b, const std::string& why) {
+  if (path_a.empty() || path_b.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code a_error, b_error, link_error;
+  const fs::path a = fs::weakly_canonical(path_a, a_error);
+  const fs::path b = fs::weakly_canonical(path_b, b_error);
+  const bool same = path_a == path_b || (!a_error && !b_error && a == b) ||
+                    fs::equivalent(path_a, path_b, link_error);  // hard links
+  if (same)
+    throw InvalidArgumentError(std::string(flag_a) + " '" + path_a + "' and " + flag_b + " '" +
+                               path_b + "' are the same file (" + why + "; give two paths)");
+}
+
 void check_output_path(const char* flag, const std::string& path) {
   if (path.empty()) return;
   namespace fs = std::filesystem;

@@ -16,6 +16,17 @@ namespace vtpu::examples {
 /// reason. Thread-safe.
 void check_output_path(const char* flag, const std::string& path);
 
+/// Checks that two output options name different files: `path_a` (the value of `flag_a`) and
+/// `path_b` (of `flag_b`) are compared as the file system resolves them (weakly_canonical, and
+/// std::filesystem::equivalent for hard links); an empty path (option not given) never clashes.
+/// Throws InvalidArgumentError "<flag_a> '<path_a>' and <flag_b> '<path_b>' are the same file
+/// (<why>; give two paths)", where `why` says what would be lost, e.g. "the HTML page would
+/// overwrite the JSON". Thread-safe.
+/// Regressions: new-user pass U20 (`vtpu stress --json --html`), adversarial pass adv12, ADV8
+/// (`vtpu train mlp --memory-profile/--memory-snapshot/--memory-events`).
+void check_distinct_outputs(const char* flag_a, const std::string& path_a, const char* flag_b,
+                            const std::string& path_b, const std::string& why);
+
 /// Writes `text` to `path` (the value of the option `flag`, e.g. "--emit"), replacing the file,
 /// and checks that every byte reached it: the open, the write and the close. Throws
 /// InvalidArgumentError "<flag> '<path>' cannot be written: <the system's reason>" (a full disk,

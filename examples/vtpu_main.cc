@@ -146,6 +146,21 @@ int run_train_mlp(const TrainArgs& args) {
   check_output_path("--memory-profile", args.memory_profile);
   check_output_path("--memory-snapshot", args.memory_snapshot);
   check_output_path("--memory-events", args.memory_events);
+  // Adversarial pass adv12, ADV8: two outputs on one path silently overwrote each other; a usage
+  // error (exit 2), as `vtpu stress --json --html` is.
+  if (!vtpu::examples::check_usage([&] {
+        const std::pair<const char*, const std::string*> outputs[] = {
+            {"--memory-profile", &args.memory_profile},
+            {"--memory-snapshot", &args.memory_snapshot},
+            {"--memory-events", &args.memory_events}};
+        for (size_t i = 0; i < std::size(outputs); ++i)
+          for (size_t k = i + 1; k < std::size(outputs); ++k)
+            vtpu::examples::check_distinct_outputs(
+                outputs[i].first, *outputs[i].second, outputs[k].first, *outputs[k].second,
+                std::string("the ") + outputs[k].first + " file would overwrite the " +
+                    outputs[i].first + " file");
+      }))
+    return 2;
   vtpu::RuntimeOptions options;
   if (!args.config_path.empty()) options = vtpu::RuntimeOptions::load_json_file(args.config_path);
   if (!args.plan_path.empty()) {

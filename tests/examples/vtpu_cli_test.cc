@@ -1135,6 +1135,26 @@ TEST(VtpuCliTest, StressRejectsOptionsTheRunDoesNotUse) {
   }
 }
 
+// Adversarial pass adv12, ADV8: two of train mlp's memory outputs on one path overwrote each
+// other silently (exit 0); a usage error naming both options and the path, before the run.
+TEST(VtpuCliTest, TrainMlpRejectsOneFileForTwoMemoryOutputs) {
+  const std::filesystem::path& dir = test_temp_dir();
+  const std::string same = (dir / "vtpu_cli_train_same.out").string();
+  std::filesystem::remove(same);
+  expect_failure(
+      "train mlp --steps 1 --memory-profile " + same + " --memory-snapshot " + same,
+      "--memory-profile '" + same + "' and --memory-snapshot '" + same + "' are the same file", 2);
+  expect_failure(
+      "train mlp --steps 1 --memory-profile " + same + " --memory-events " + same,
+      "--memory-profile '" + same + "' and --memory-events '" + same + "' are the same file", 2);
+  // The same file by another spelling.
+  const std::string other = (dir / "." / "vtpu_cli_train_same.out").string();
+  expect_failure(
+      "train mlp --steps 1 --memory-snapshot " + same + " --memory-events " + other,
+      "--memory-snapshot '" + same + "' and --memory-events '" + other + "' are the same file", 2);
+  EXPECT_FALSE(std::filesystem::exists(same));  // refused before the run
+}
+
 // New-user pass U20: --json F --html F wrote the JSON and then overwrote it with the page.
 TEST(VtpuCliTest, StressRejectsOneFileForJsonAndHtml) {
   const std::filesystem::path& dir = test_temp_dir();
