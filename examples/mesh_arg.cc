@@ -41,16 +41,20 @@ std::vector<int64_t> parse_mesh_shape(const std::string& text) {
 
 void check_mesh_devices(const std::string& text, const std::vector<int64_t>& shape, int64_t limit,
                         const std::string& why) {
+  // The exact count up to 2^62; past it, "more than 2^62" (each size is in 1..4096, so the
+  // check before each product keeps it below 2^63). New-user pass nu12, NU56: this stopped at
+  // the first product above `limit` and said "more than 4096" of --mesh 4096x32 (131072).
+  constexpr int64_t kCountLimit = int64_t{1} << 62;
   int64_t devices = 1;
-  bool more = false;  // stopped multiplying: the product is above `limit`, maybe above int64
+  bool more = false;
   for (size_t i = 0; i < shape.size() && !more; ++i) {
-    devices *= shape[i];  // each size is <= 4096 and devices <= limit <= 2^50: no overflow
-    more = devices > limit && i + 1 < shape.size();
+    more = devices > kCountLimit / shape[i];
+    if (!more) devices *= shape[i];
   }
-  if (devices > limit) {
-    throw InvalidArgumentError("--mesh " + abbreviate(text) + " has " + (more ? "more than " : "") +
-                               std::to_string(devices) + " devices (expected at most " +
-                               std::to_string(limit) + why + ")");
+  if (more || devices > limit) {
+    throw InvalidArgumentError("--mesh " + abbreviate(text) + " has " +
+                               (more ? std::string("more than 2^62") : std::to_string(devices)) +
+                               " devices (expected at most " + std::to_string(limit) + why + ")");
   }
 }
 

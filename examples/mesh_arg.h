@@ -19,8 +19,8 @@ inline constexpr int64_t kMaxRunDevices = 1024;
 std::vector<int64_t> parse_mesh_shape(const std::string& text);
 
 /// Throws InvalidArgumentError "--mesh TEXT has N devices (expected at most LIMIT<why>)" when the
-/// product of `shape` (from parse_mesh_shape(text)) exceeds `limit`; never overflows (stops
-/// multiplying past the limit and says "more than N").
+/// product of `shape` (from parse_mesh_shape(text)) exceeds `limit`; N is the exact product up
+/// to 2^62 and "more than 2^62" beyond (never overflows).
 void check_mesh_devices(const std::string& text, const std::vector<int64_t>& shape, int64_t limit,
                         const std::string& why);
 

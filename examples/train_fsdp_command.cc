@@ -273,9 +273,11 @@ int run(const TrainFsdpCommand& cmd) {
                   static_cast<long long>(f.shard_numel));
     }
     std::printf("\n");
+    // Totals over the run / steps: means, not the median the step time below is (new-user pass
+    // nu12, NU56: one slow call under load made a collective look longer than the whole step).
     const double steps = static_cast<double>(mc.steps);
     auto per_step = [&](const char* name, const CollectiveStats& s) {
-      std::printf("  %-15s %4.0f calls, %9.0f input bytes, %8.4f ms per step (core 0)\n", name,
+      std::printf("  %-15s %4.0f calls, %9.0f input bytes, %8.4f mean ms per step (core 0)\n", name,
                   static_cast<double>(s.num_collectives) / steps,
                   static_cast<double>(s.bytes) / steps, 1e3 * s.seconds / steps);
     };
@@ -284,7 +286,7 @@ int run(const TrainFsdpCommand& cmd) {
     per_step("reduce-scatter", fsdp->reduce_scatter[0]);
     per_step("all-reduce loss", fsdp->loss_all_reduce[0]);
     const CollectiveStats& ar = dp.result.all_reduce[0];
-    std::printf("  %-15s %4.0f calls, %9.0f input bytes, %8.4f ms per step (core 0, DP)\n",
+    std::printf("  %-15s %4.0f calls, %9.0f input bytes, %8.4f mean ms per step (core 0, DP)\n",
                 "DP all-reduce", static_cast<double>(ar.num_collectives) / steps,
                 static_cast<double>(ar.bytes) / steps, 1e3 * ar.seconds / steps);
   } else {

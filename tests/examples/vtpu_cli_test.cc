@@ -696,9 +696,14 @@ TEST(VtpuCliTest, ReshardRejectsBadShapesAndRunsTooLargeToHold) {
   expect_failure(
       "reshard --mesh 4096x4096x4096x4096x4096x4096 --shape 4 --from \"P()\" --to "
       "\"P()\" --explain",
-      "has more than 16777216 devices (expected at most 65536 to plan)", 2);
+      "has more than 2^62 devices (expected at most 65536 to plan)", 2);
   expect_failure("reshard --mesh 2048 --shape 4 --from \"P()\" --to \"P()\"",
                  "--mesh 2048 has 2048 devices (expected at most 1024 for a run", 2);
+  // New-user pass nu12, NU56: the exact count, not "more than 4096" (the first product past 1024).
+  expect_failure("reshard --mesh 4096x32 --shape 8 --from \"P()\" --to \"P()\"",
+                 "--mesh 4096x32 has 131072 devices (expected at most 1024 for a run on virtual "
+                 "cores; --explain plans up to 65536)",
+                 2);
   // F25: the run's timing table names the reduction as the plan table does.
   const CliRun max = run_cli(
       "reshard --mesh 2 --shape 4 --from \"P(unreduced={'x'}, "
@@ -1440,6 +1445,15 @@ TEST(VtpuCliTest, TrainFsdpTextOutput) {
         "peak_bytes_in_use (memory_stats)", "all-gather"}) {
     EXPECT_NE(r.output.find(needle), std::string::npos) << needle << "\n" << r.output;
   }
+  // New-user pass nu12, NU56: the collectives' times are means over the steps, labelled so next
+  // to the median step time (3 rows of FSDP's collectives and 1 of DP's).
+  size_t means = 0;
+  for (size_t at = r.output.find(" mean ms per step (core 0"); at != std::string::npos;
+       at = r.output.find(" mean ms per step (core 0", at + 1)) {
+    ++means;
+  }
+  EXPECT_EQ(means, 4u) << r.output;
+  EXPECT_NE(r.output.find(" mean ms per step (core 0, DP)"), std::string::npos) << r.output;
 }
 
 // JSON: per-core persistent bytes worked by hand for hidden 64 on 4 cores. FSDP shards: layer 0
@@ -2048,7 +2062,7 @@ TEST(VtpuCliPlanTest, MeshProductIsBoundedAndMeshAndAxesAreParsedStrictly) {
                  "65536 to plan)",
                  2);
   expect_failure(plan + " --mesh 4096x4096x4096x4096x4096x4096",
-                 "has more than 16777216 devices (expected at most 65536 to plan)", 2);
+                 "has more than 2^62 devices (expected at most 65536 to plan)", 2);
   const std::string out = test_temp_path("vtpu_cli_plan_2048.json");
   std::filesystem::remove(out);
   expect_failure(plan + " --mesh 2048 --emit " + out,
