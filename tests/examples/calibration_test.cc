@@ -69,7 +69,7 @@ TEST(CalibrationTest, RowsBecomeTheCostModelsMeasuredCurveAtItsB) {
   // An all-to-all row of S = 4096 per core on 8 cores that took t: the cost model, given the row
   // as its curve, prices the all-to-all of the whole 32 KiB at t, whatever its fitted line says.
   HardwareProfile p = HardwareProfile::get("this_machine");
-  CollectiveFit fit{1e-5, 1e-9, 8};
+  CollectiveFit fit{1e-5, 1e-9, 8, {}};
   fit.measured = {{calibration_formula_bytes("all_to_all", 2048, 8), 30e-6},
                   {calibration_formula_bytes("all_to_all", 4096, 8), 70e-6}};
   p.collectives["all_to_all"] = {fit};
@@ -84,7 +84,7 @@ TEST(CalibrationTest, RowsBecomeTheCostModelsMeasuredCurveAtItsB) {
 TEST(CalibrationTest, TheSourcesTextAndTheCostModelLineGiveTheSameSizes) {
   // An all-to-all swept from S = 32 B to 4 MiB per core on 8 cores: B = 8 S, 256 B .. 32 MiB.
   std::vector<double> x, t;
-  CollectiveFit cf{1e-5, 1e-9, 8};
+  CollectiveFit cf{1e-5, 1e-9, 8, {}};
   for (double s = 32; s <= 4194304; s *= 2) {
     x.push_back(calibration_x("all_to_all", s, 8));
     t.push_back(1e-5 + 1e-9 * x.back());
@@ -102,7 +102,7 @@ TEST(CalibrationTest, TheSourcesTextAndTheCostModelLineGiveTheSameSizes) {
   EXPECT_NE(CostModel(p).describe().find("on 8 cores (measured curve, 18 sizes 256 B..32.00 MiB)"),
             std::string::npos)
       << CostModel(p).describe();
-  EXPECT_EQ(CostModel::measured_sizes_text(CollectiveFit{1e-5, 1e-9, 8}), "");
+  EXPECT_EQ(CostModel::measured_sizes_text(CollectiveFit{1e-5, 1e-9, 8, {}}), "");
 
   // The shipped calibrated profile: each fit's source names the range describe() gives it.
   const HardwareProfile shipped = HardwareProfile::get("this_machine");

@@ -594,7 +594,9 @@ TEST(TrainPlanTest, PlannerPicksOnlyRunnableStrategies) {
       EXPECT_EQ(p.tensor, c.tensor_axes) << c.name;
       EXPECT_EQ(p.fsdp, c.fsdp_axes) << c.name;
       EXPECT_EQ(j.contains("pinned"), c.name != winner) << c.name;
-      if (c.name != winner) EXPECT_EQ(j["pinned"]["winner"], winner);
+      if (c.name != winner) {
+        EXPECT_EQ(j["pinned"]["winner"], winner);
+      }
       ++pinned;
     }
     EXPECT_EQ(pinned, 9) << file;  // 3^2 roles on 2x4, all feasible at these batches

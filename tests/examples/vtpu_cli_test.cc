@@ -2457,7 +2457,9 @@ TEST(VtpuCliPlanTest, EveryEmittedMlpPlanRunsAndMatchesOneCore) {
     SCOPED_TRACE(std::string(mesh) + " " + hw + " " + plan["strategy"]["name"].dump());
     const nlohmann::json j = expect_runs_like_one_core("train mlp --steps 4 --json --plan " + out,
                                                        "/run/losses", "/reference/losses");
-    if (!j.is_null()) EXPECT_EQ(j["config"]["cores"], plan_cores(plan));
+    if (!j.is_null()) {
+      EXPECT_EQ(j["config"]["cores"], plan_cores(plan));
+    }
   }
 }
 
@@ -2686,7 +2688,7 @@ TEST(VtpuCliPlanTest, TrainMlpPlanComparesTheEstimateWithTheRun) {
     expect_mlp_estimate_report(j["estimate_vs_measured"], j["run"], 5);
     const CliRun text = run_cli("train mlp --steps 5 --log-every 0 --plan " + path);
     ASSERT_EQ(text.exit_code, 0) << text.output;
-    for (const std::string needle :
+    for (const std::string& needle :
          {"planner estimate vs measured (plan " + path + ": " +
               j["plan"]["strategy"].get<std::string>() + " on this_machine; 2 cores, 5 steps)",
           std::string("training set (replicated on every core)")}) {
@@ -2729,7 +2731,9 @@ TEST(VtpuCliPlanTest, TrainMlpPlanChecksAgainstTheMicroBatchedReference) {
     EXPECT_EQ(j["reference"]["micro_batches"], c.micro_batches);
     EXPECT_EQ(j["one_batch_reference"]["micro_batches"], 1);
     EXPECT_EQ(j["one_batch_reference"]["losses"].size(), 20u);
-    if (c.exact) EXPECT_EQ(j["max_relative_loss_difference"].get<double>(), 0.0);
+    if (c.exact) {
+      EXPECT_EQ(j["max_relative_loss_difference"].get<double>(), 0.0);
+    }
   }
   const std::string dp = temp_file("vtpu_cli_mlp_plan_reference_text.json",
                                    R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
@@ -2945,14 +2949,16 @@ TEST(VtpuCliPlanTest, StrategyPinsACandidateThatTrainRunsAgainstItsEstimate) {
   EXPECT_EQ(plan["strategy"]["fsdp"], nlohmann::json::array({"x"}));  // always a list (nu8 N10)
   EXPECT_TRUE(plan["strategy"]["data"].is_null());
   EXPECT_EQ(plan["estimate"]["batch"], 32);
-  if (plan.contains("pinned")) EXPECT_NE(plan["pinned"]["winner"], "fsdp(x)");
+  if (plan.contains("pinned")) {
+    EXPECT_NE(plan["pinned"]["winner"], "fsdp(x)");
+  }
   const CliRun fsdp = run_cli("train fsdp --steps 3 --log-every 0 --plan " + out);
   ASSERT_EQ(fsdp.exit_code, 0) << fsdp.output;
-  for (const std::string needle : {std::string("ZeRO-3 / FSDP on 8 virtual cores"),
-                                   std::string("global batch 32 (4 per core) (the plan's)"),
-                                   "planner estimate vs measured (plan " + out +
-                                       ": fsdp(x) on this_machine; 8 cores, 3 steps)",
-                                   std::string("HBM per core (bytes)")}) {
+  for (const std::string& needle : {std::string("ZeRO-3 / FSDP on 8 virtual cores"),
+                                    std::string("global batch 32 (4 per core) (the plan's)"),
+                                    "planner estimate vs measured (plan " + out +
+                                        ": fsdp(x) on this_machine; 8 cores, 3 steps)",
+                                    std::string("HBM per core (bytes)")}) {
     EXPECT_NE(fsdp.output.find(needle), std::string::npos) << needle << "\n" << fsdp.output;
   }
   // --json names the winner and the chosen candidate.

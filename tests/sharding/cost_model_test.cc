@@ -135,8 +135,8 @@ TEST(CostModelTest, UniformModelIsTheOldReshardFormula) {
 TEST(CostModelTest, CalibratedFitsKeepAlphaAndBeta) {
   HardwareProfile p = HardwareProfile::get("this_machine");
   p.collectives.clear();
-  p.collectives["all_gather"] = {CollectiveFit{7e-5, 1e-9, 8}};
-  p.collectives["all_to_all"] = {CollectiveFit{7e-5, 3e-9, 8}};
+  p.collectives["all_gather"] = {CollectiveFit{7e-5, 1e-9, 8, {}}};
+  p.collectives["all_to_all"] = {CollectiveFit{7e-5, 3e-9, 8, {}}};
   const CostModel m(p);
   // On the calibration group: alpha as fitted.
   EXPECT_NEAR(m.collective(CollectiveKind::kAllGather, 1e6, {0}, {8}).seconds,
@@ -163,7 +163,7 @@ HardwareProfile host_profile() {
   p.host_cpus = 2;
   p.cache_bytes = 1 << 20;
   p.cache_bytes_per_second = 4e10;
-  p.collectives = {{"all_reduce", {CollectiveFit{4e-5, 2e-9, 8}}}};
+  p.collectives = {{"all_reduce", {CollectiveFit{4e-5, 2e-9, 8, {}}}}};
   return p;
 }
 
@@ -227,7 +227,7 @@ TEST(CostModelTest, BadArgumentsAreErrors) {
 
 TEST(CostModelTest, ProfileCollectivesRoundTripAndAreValidated) {
   HardwareProfile p = HardwareProfile::get("v5e");
-  p.collectives["all_reduce"] = {CollectiveFit{1e-5, 2e-9, 8}};
+  p.collectives["all_reduce"] = {CollectiveFit{1e-5, 2e-9, 8, {}}};
   const HardwareProfile q = HardwareProfile::from_json(p.to_json());
   ASSERT_EQ(q.collectives.count("all_reduce"), 1u);
   ASSERT_EQ(q.collectives.at("all_reduce").size(), 1u);
@@ -246,7 +246,7 @@ TEST(CostModelTest, ProfileCollectivesRoundTripAndAreValidated) {
 // links, exactly as the uncalibrated profile does, and the cost-model line names them.
 TEST(CostModelTest, PartlyCalibratedProfilePricesTheRestFromTheLinks) {
   HardwareProfile p = HardwareProfile::get("v5e");
-  p.collectives["all_gather"] = {CollectiveFit{2e-5, 1e-10, 8}};
+  p.collectives["all_gather"] = {CollectiveFit{2e-5, 1e-10, 8, {}}};
   const CostModel m(p), links = v5e();
   // all_gather: the fit, 2e-5 + 1e-10 x 3/4 x 64 MiB.
   EXPECT_NEAR(m.collective(CollectiveKind::kAllGather, kB, {1}, {4}).seconds,
@@ -269,7 +269,7 @@ TEST(CostModelTest, PartlyCalibratedProfilePricesTheRestFromTheLinks) {
       << line;
   // An all-to-all calibrated alone: c against the links' all-gather beta 1 / (2 x 4.5e10).
   HardwareProfile q = HardwareProfile::get("v5e");
-  q.collectives["all_to_all"] = {CollectiveFit{2e-5, 3.0 / 9e10, 8}};
+  q.collectives["all_to_all"] = {CollectiveFit{2e-5, 3.0 / 9e10, 8, {}}};
   EXPECT_NEAR(CostModel(q).all_to_all_factor(4), 3.0, 1e-12);
   // Fully calibrated: nothing from the links.
   EXPECT_EQ(CostModel::this_machine().describe().find("priced from the links"), std::string::npos);
@@ -279,9 +279,10 @@ TEST(CostModelTest, PartlyCalibratedProfilePricesTheRestFromTheLinks) {
 /// in the profile does not matter) and an all-to-all fit on 8 only.
 HardwareProfile two_size_profile() {
   HardwareProfile p = host_profile();
-  p.collectives = {{"all_gather", {CollectiveFit{5e-5, 5e-10, 8}, CollectiveFit{1e-6, 2e-10, 2}}},
-                   {"all_reduce", {CollectiveFit{3e-5, 4e-10, 8}, CollectiveFit{2e-6, 1e-10, 2}}},
-                   {"all_to_all", {CollectiveFit{5e-5, 1.5e-9, 8}}}};
+  p.collectives = {
+      {"all_gather", {CollectiveFit{5e-5, 5e-10, 8, {}}, CollectiveFit{1e-6, 2e-10, 2, {}}}},
+      {"all_reduce", {CollectiveFit{3e-5, 4e-10, 8, {}}, CollectiveFit{2e-6, 1e-10, 2, {}}}},
+      {"all_to_all", {CollectiveFit{5e-5, 1.5e-9, 8, {}}}}};
   return p;
 }
 
@@ -321,10 +322,10 @@ TEST(CostModelTest, FitsAtSeveralGroupSizesPriceEachGroupWithItsOwn) {
 
 TEST(CostModelTest, AMeasuredCurveIsInterpolatedInsideItsRangeAndExtendedByBeta) {
   HardwareProfile p = host_profile();
-  CollectiveFit ag{1e-6, 1e-9, 8};
+  CollectiveFit ag{1e-6, 1e-9, 8, {}};
   ag.measured = {{8, 10e-6}, {1024, 20e-6}, {4096, 50e-6}};
   CollectiveFit ar = ag;  // all-reduce: the same curve (times of the whole all-reduce)
-  CollectiveFit two{1e-6, 2e-10, 2};
+  CollectiveFit two{1e-6, 2e-10, 2, {}};
   two.measured = {{8, 1e-6}, {2048, 3e-6}};
   p.collectives = {{"all_gather", {ag, two}}, {"all_reduce", {ar}}};
   const CostModel m(p);
@@ -364,7 +365,7 @@ TEST(CostModelTest, AMeasuredCurveIsInterpolatedInsideItsRangeAndExtendedByBeta)
 TEST(CostModelTest, AMeasuredCurveIsPricedThroughItsMonotoneEnvelope) {
   // A curve that dips (16 B and 32 B faster than 8 B), as the shipped 2-core all-reduce does.
   HardwareProfile p = host_profile();
-  CollectiveFit ar{1e-6, 1e-9, 2};
+  CollectiveFit ar{1e-6, 1e-9, 2, {}};
   ar.measured = {{8, 4e-6}, {16, 2e-6}, {32, 3e-6}, {64, 6e-6}};
   p.collectives = {{"all_reduce", {ar}}};
   const CostModel m(p);
