@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The planner's estimate against the measured run for every example model (docs/SHARDING.md,
 # "Estimate against measurement"): calibrate this machine (or take a profile), plan each example
-# with it, run each plan ROUNDS times, and print estimate, measured and measured/estimate side by
+# with it, run each plan, ROUNDS times, and print estimate, measured and measured/estimate side by
 # side, step time and HBM per core.
 #
 # Usage: scripts/check-estimates.sh [--hardware NAME|FILE] [--rounds R] [--out DIR] [--vtpu BIN]
 #        scripts/check-estimates.sh --from DIR
 #   --hardware  profile to plan with: a shipped name (this_machine) or a profile JSON file.
-#               Default: calibrate now (`vtpu bench collectives --calibrate DIR/profile.json`,
-#               about 20 s) and plan with that file.
+#               Default: calibrate at the start of every round (`vtpu bench collectives
+#               --calibrate DIR/profile-R.json`, about 20 s) and plan that round's runs with it,
+#               so each round is judged against the calibration of its minute and no single
+#               calibration's moment decides (this VM's speed drifts by 10-30% over minutes).
 #   --rounds    rounds over the eight examples (default 3). The rounds are interleaved (every
 #               example once, then again), so a burst of load on the host lands on one round of
 #               several examples, not on every round of one.
@@ -24,7 +26,9 @@
 # another speed) the ratio with the collectives probed after the run is judged where the plan
 # has collectives and the probe was judged (examples/latency_probe.h), else the plain one. Both
 # are printed. Exit status: 0 when every example is within, 1 when one is not, 2 on a usage
-# error. --from judges as the run it reads did (its profile.json says it calibrated).
+# error. --from judges as the run it reads did (a profile.json or profile-1.json in it says it
+# calibrated). The estimate column is the median of the rounds' estimates (one value with
+# --hardware).
 # Needs jq (scripts/install-deps.sh installs it).
 set -euo pipefail
 
@@ -82,27 +86,33 @@ examples=(
   "transformer 2x4|examples/models/transformer.json --mesh 2x4|transformer --steps 30 --no-reference --log-every 0"
 )
 
-if [[ -z "$from" ]]; then
-  if [[ -z "$hardware" ]]; then
-    hardware=$out/profile.json
-    echo "calibrating: $vtpu bench collectives --calibrate $hardware" >&2
-    "$vtpu" bench collectives --calibrate "$hardware" >"$out/calibrate.txt" 2>&1 ||
-      { cat "$out/calibrate.txt" >&2; exit 1; }
-  fi
-
+# plan_all PROFILE SUFFIX: plan every example with PROFILE into $out/plan<i><SUFFIX>.json.
+plan_all() {
   for i in "${!examples[@]}"; do
     IFS='|' read -r name plan_args _ <<<"${examples[$i]}"
     # shellcheck disable=SC2086  # plan_args is a list of words
-    "$vtpu" plan $plan_args --hardware "$hardware" --emit "$out/plan$i.json" >"$out/plan$i.txt" 2>&1 ||
-      { echo "check-estimates: planning '$name' failed:" >&2; cat "$out/plan$i.txt" >&2; exit 1; }
+    "$vtpu" plan $plan_args --hardware "$1" --emit "$out/plan$i$2.json" >"$out/plan$i$2.txt" 2>&1 ||
+      { echo "check-estimates: planning '$name' failed:" >&2; cat "$out/plan$i$2.txt" >&2; exit 1; }
   done
+}
 
+if [[ -z "$from" ]]; then
+  calibrate_each_round=$([[ -z "$hardware" ]] && echo true || echo false)
+  [[ $calibrate_each_round == true ]] || plan_all "$hardware" ""
   echo "running $rounds round(s) of ${#examples[@]} examples ($(date -u +%H:%M:%S) UTC, load average $(cut -d' ' -f1-3 /proc/loadavg))" >&2
   for ((r = 1; r <= rounds; r++)); do
+    suffix=""
+    if [[ $calibrate_each_round == true ]]; then
+      suffix="-$r"
+      echo "round $r: calibrating: $vtpu bench collectives --calibrate $out/profile-$r.json" >&2
+      "$vtpu" bench collectives --calibrate "$out/profile-$r.json" >"$out/calibrate-$r.txt" 2>&1 ||
+        { cat "$out/calibrate-$r.txt" >&2; exit 1; }
+      plan_all "$out/profile-$r.json" "$suffix"
+    fi
     for i in "${!examples[@]}"; do
       IFS='|' read -r name _ train_args <<<"${examples[$i]}"
       # shellcheck disable=SC2086
-      "$vtpu" train $train_args --plan "$out/plan$i.json" --json >"$out/run$i-$r.json" 2>"$out/run$i-$r.err" ||
+      "$vtpu" train $train_args --plan "$out/plan$i$suffix.json" --json >"$out/run$i-$r.json" 2>"$out/run$i-$r.err" ||
         { echo "check-estimates: '$name' round $r failed:" >&2; tail -5 "$out/run$i-$r.err" >&2; exit 1; }
     done
   done
@@ -110,10 +120,14 @@ if [[ -z "$from" ]]; then
 fi
 
 # The calibration of the minute is judged as it is; an older profile with the probe's correction.
-if [[ -f "$out/profile.json" ]]; then probed_judged=false; else probed_judged=true; fi
+if [[ -f "$out/profile.json" || -f "$out/profile-1.json" ]]; then
+  probed_judged=false
+else
+  probed_judged=true
+fi
 judged_column=$([[ $probed_judged == true ]] && echo "judged (median, probed)" || echo "judged (median, plain)")
 status=0
-printf '| example | strategy | estimate | measured (median of rounds) | ratio per round | with probe per round | %s | HBM ratio | |\n' "$judged_column"
+printf '| example | strategy | estimate (median of rounds) | measured (median of rounds) | ratio per round | with probe per round | %s | HBM ratio | |\n' "$judged_column"
 printf '|---|---|---|---|---|---|---|---|---|\n'
 for i in "${!examples[@]}"; do
   IFS='|' read -r name _ _ <<<"${examples[$i]}"
@@ -135,7 +149,7 @@ for i in "${!examples[@]}"; do
           | median) as $judged
     | ($e | map(.hbm_ratio) | median) as $hbm
     | (($judged - 1 | fabs) <= 0.25 and ($hbm - 1 | fabs) <= 0.25) as $ok
-    | [$name, $e[0].strategy, ($e[0].estimate.step_seconds | t),
+    | [$name, $e[0].strategy, ($e | map(.estimate.step_seconds) | median | t),
        ($e | map(.measured.median_step_seconds) | median | t),
        ($plain | map(r2) | join(", ")),
        (if ($probed | all(. == null)) then "-" else ($probed | map(if . == null then "n/a" else r2 end) | join(", ")) end),
@@ -144,5 +158,9 @@ for i in "${!examples[@]}"; do
   echo "$row"
   [[ "$row" == *"**outside 25%**"* ]] && status=1
 done
-[[ -z "$hardware" ]] || echo "profile: $hardware" >&2
+if [[ -n "$hardware" ]]; then
+  echo "profile: $hardware" >&2
+elif [[ -z "$from" ]]; then
+  echo "profiles: $out/profile-1.json .. profile-$rounds.json (one calibration per round)" >&2
+fi
 exit $status
