@@ -40,6 +40,10 @@ struct LayerCost {
   double unit_bytes = 0;
   double param_state_bytes = 0;
   double activation_bytes = 0;
+  /// Bytes of the layer's gradients in the data axes' gradient bucket (per core; 0 without data
+  /// axes). comm_seconds holds the layer's share of the bucket's all-reduce, priced per byte
+  /// (StrategyPlanner::plan).
+  double grad_bucket_bytes = 0;
 };
 
 /// How a label of the DP was reached: the label it extends and the layer's option. The walk back
@@ -58,6 +62,7 @@ struct Label {
   /// peak of a unit depends on its neighbours (fsdp_transient), so they are part of the state.
   double last_unit = 0, unit_before = 0;
   double param_state_bytes = 0, activation_bytes = 0;
+  double grad_bucket_bytes = 0;  // the gradient bucket so far (LayerCost::grad_bucket_bytes)
   Step step;
   double total_bytes() const { return add_bytes + max_bytes; }
 };
@@ -264,6 +269,7 @@ class StrategyPlanner {
       for (const Option& op : layers[i].options)
         layers[i].costs.push_back(layer_cost(m_.layers[i], op, i == 0, i + 1 == n));
     }
+    price_gradient_bucket(layers);
     // The step's input batch on each core (replicated over the tensor axes): the first layer's
     // input (token ids are int32) and one int32 label per token. The same for every label; it
     // counts against the limit (the limit is the whole arena).
@@ -280,7 +286,7 @@ class StrategyPlanner {
     // FSDP's batch shards sum their losses. Then the gradient bucket's latency, once. Rows of their
     // own in the table (after_layers).
     const ModelLayer& last = m_.layers.back();
-    const auto end_rows = [&](int s) {
+    const auto end_rows = [&](int s, double grad_bucket_bytes) {
       std::vector<LayerPlan> rows;
       // One row: no layer, no compute; in/out '-' when the activation's layout does not change.
       const auto add = [&](const char* name, char in, char out, const char* reshard, double seconds,
@@ -311,9 +317,10 @@ class StrategyPlanner {
         add("(loss all-reduce)", '-', '-', "all_reduce", cc.seconds, cc.sent_bytes_per_core);
       }
       if (d_ > 1 && m_.num_parameters() > 0) {
+        // The one all-reduce of the whole bucket, less the per-byte shares the layers' rows
+        // already hold: with a straight alpha + beta x this is 2 alpha, the latency paid once.
         add("(gradient bucket)", '-', '-', "",
-            2 * cost_.collective(CollectiveKind::kAllReduce, 1.0, dp_pos_, dp_sizes_).alpha_seconds,
-            0);
+            bucket_seconds(grad_bucket_bytes) - bucket_rate_ * grad_bucket_bytes, 0);
       }
       return rows;
     };
@@ -322,15 +329,14 @@ class StrategyPlanner {
     const auto finals_of = [&](const Chain& chain) {
       std::vector<Label> finals;
       for (int s = 0; s < 3; ++s) {
-        const std::vector<LayerPlan> rows = end_rows(s);
-        double seconds = 0, bytes = 0;
-        for (const LayerPlan& r : rows) {
-          seconds += r.comm_seconds;
-          bytes += r.comm_bytes_per_core;
-        }
         const std::vector<Label>& labels = chain.last[static_cast<size_t>(s)];
         for (size_t k = 0; k < labels.size(); ++k) {
           Label l = labels[k];
+          double seconds = 0, bytes = 0;
+          for (const LayerPlan& r : end_rows(s, l.grad_bucket_bytes)) {
+            seconds += r.comm_seconds;
+            bytes += r.comm_bytes_per_core;
+          }
           l.comm += seconds;
           l.comm_bytes += bytes;
           l.time += seconds;
@@ -378,7 +384,7 @@ class StrategyPlanner {
     c.param_bytes_per_core = byte_count(chosen.param_state_bytes, "parameter state", c.name);
     c.activation_bytes_per_core = byte_count(chosen.activation_bytes, "activations", c.name);
     c.transient_bytes_per_core = byte_count(chosen.max_bytes, "transient buffers", c.name);
-    c.after_layers = end_rows(chosen.step.parent_state);
+    c.after_layers = end_rows(chosen.step.parent_state, chosen.grad_bucket_bytes);
     // Walk back, recomputing each layer's costs from its option and the state before it (the
     // same sums the DP added).
     c.layers.assign(n, LayerPlan{});
@@ -511,6 +517,7 @@ class StrategyPlanner {
             }
             nl.param_state_bytes += lc.param_state_bytes;
             nl.activation_bytes += lc.activation_bytes + resharded;
+            nl.grad_bucket_bytes += lc.grad_bucket_bytes;
             out.push_back(nl);
           }
         }
@@ -806,18 +813,51 @@ class StrategyPlanner {
       c.unit_bytes = shard_bytes * f;
     }
     if (d_ > 1 && param_bytes > 0) {
-      // Gradients go into one bucket per step (as DDP and vtpu's trainers do): the layer pays
-      // the bandwidth term, and the step pays the all-reduce's latency once (in plan(): the
-      // "(gradient bucket)" row after the layers).
+      // Gradients go into one bucket per step (as DDP and vtpu's trainers do): the layer's
+      // gradient bytes join it, and plan() prices the bucket's one all-reduce
+      // (price_gradient_bucket, the "(gradient bucket)" row). Bytes sent are linear in the size.
       const CollectiveCost ar =
           cost_.collective(CollectiveKind::kAllReduce, param_bytes / f, dp_pos_, dp_sizes_);
-      c.comm_seconds += ar.seconds - 2 * ar.alpha_seconds;
       c.comm_bytes += ar.sent_bytes_per_core;
+      c.grad_bucket_bytes = param_bytes / f;
     }
     c.param_state_bytes = (2.0 + k) * shard_bytes;
     c.activation_bytes = act * e_;
     c.add_bytes = c.param_state_bytes + c.activation_bytes;
     return c;
+  }
+
+  /// Seconds of the data axes' all-reduce of a gradient bucket of `bytes` per core.
+  double bucket_seconds(double bytes) const {
+    return cost_.collective(CollectiveKind::kAllReduce, std::max(bytes, 1.0), dp_pos_, dp_sizes_)
+        .seconds;
+  }
+
+  /// Prices the gradient bucket (as DDP and vtpu's trainers run it: one all-reduce of every
+  /// gradient per step) so that the DP over layers stays additive: each layer's option pays
+  /// bucket_rate_ seconds per byte of its gradients, where bucket_rate_ is the bucket's cost
+  /// without its latency, (t(B) - 2 alpha) / B, at B = the bucket of the options with the most
+  /// gradient bytes (replicated layers), and the "(gradient bucket)" row after the layers holds
+  /// t(B_chosen) - bucket_rate_ x B_chosen, so that the candidate's total is exactly the
+  /// one all-reduce t(B_chosen). A straight alpha + beta x gives each layer its bandwidth term and
+  /// the row 2 alpha, as before; on measured curves (calibrated profiles), which are not straight,
+  /// summing t(B_layer) - 2 alpha per layer priced the transformer's 2x4 bucket at 3.4x the one
+  /// all-reduce of its 483 KB (new-user pass nu13, NU63).
+  void price_gradient_bucket(std::vector<LayerOptions>& layers) {
+    bucket_rate_ = 0;
+    if (d_ <= 1) return;
+    double total = 0;
+    for (const LayerOptions& lo : layers) {
+      double most = 0;
+      for (const LayerCost& lc : lo.costs) most = std::max(most, lc.grad_bucket_bytes);
+      total += most;
+    }
+    if (total <= 0) return;
+    const CollectiveCost ar =
+        cost_.collective(CollectiveKind::kAllReduce, total, dp_pos_, dp_sizes_);
+    bucket_rate_ = std::max(0.0, ar.seconds - 2 * ar.alpha_seconds) / total;
+    for (LayerOptions& lo : layers)
+      for (LayerCost& lc : lo.costs) lc.comm_seconds += bucket_rate_ * lc.grad_bucket_bytes;
   }
 
   const ModelGraph& m_;
@@ -828,6 +868,7 @@ class StrategyPlanner {
   int64_t d_ = 1, t_ = 1, f_ = 1;
   double e_ = 4;
   double bl_ = 0, tokens_ = 0;
+  double bucket_rate_ = 0;  // seconds per gradient byte (price_gradient_bucket)
 };
 
 std::string axes_list(const std::vector<std::string>& axes) { return join(axes, ","); }

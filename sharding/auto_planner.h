@@ -71,8 +71,10 @@
 //   comm     the reshards above over the tensor axes (B = the activation's bytes over the tensor
 //            group), FSDP all-gather x 2 + reduce-scatter of the layer's (tensor-local)
 //            parameters over the fsdp axes, all-reduce of the (fsdp-local) gradients over the
-//            data axes (one bucket per step, as DDP: the latency is paid once, in the row
-//            "(gradient bucket)" after the layers, PlanCandidate::after_layers); plus the
+//            data axes (one bucket per step, as DDP: priced as ONE all-reduce of the whole
+//            bucket, t(B), each layer holding a per-byte share (t(B_max) - 2 alpha) / B_max of it
+//            and the row "(gradient bucket)" after the layers the rest, so that on measured
+//            curves the total is the one all-reduce, not a sum of small ones); plus the
 //            optimizer update (HBM-bound: Adam reads and writes 7, SGD 3 words per local
 //            parameter)
 // Step time = compute + communication (no overlap; see cost_model.h).
@@ -129,11 +131,11 @@ struct PlanCandidate {
   /// activation over the tensor axes (P->R, reshard_in "all_reduce"), or "(loss all-reduce)" of
   /// a sharded one (S->S: the vocab-parallel cross-entropy's all-reduce of 2 values per token),
   /// or, for FSDP without data axes, of the batch shards' summed loss (one element over the FSDP
-  /// axes; in_state, out_state '-'); and "(gradient bucket)", the latency of the data axes' one
-  /// gradient all-reduce per step (each layer's row holds its bandwidth term for the layer's
-  /// gradients; in_state, out_state
-  /// '-', reshard_in "", 0 bytes). Empty when there is none. The comm of `layers` and these
-  /// rows adds up to comm_seconds and comm_bytes_per_core.
+  /// axes; in_state, out_state '-'); and "(gradient bucket)", the rest of the data axes' one
+  /// gradient all-reduce per step: its time t(B) for the bucket's B bytes less the per-byte
+  /// shares the layers' rows hold (2 alpha, the latency, on a straight alpha + beta x; in_state,
+  /// out_state '-', reshard_in "", 0 bytes: the layers carry the bytes). Empty when there is none.
+  /// The comm of `layers` and these rows adds up to comm_seconds and comm_bytes_per_core.
   std::vector<LayerPlan> after_layers;
   double compute_seconds = 0, comm_seconds = 0, step_seconds = 0;
   double comm_bytes_per_core = 0;     // bytes one core sends per step

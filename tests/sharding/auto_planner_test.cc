@@ -569,6 +569,37 @@ TEST(AutoPlannerTest, RowsAfterTheLayersCompleteTheCandidatesComm) {
   EXPECT_NEAR(row_comm(s).first, s.comm_seconds, 1e-12 * s.comm_seconds);
 }
 
+// Data parallelism's gradient bucket is one all-reduce per step, priced as one on a measured
+// (not straight) curve (new-user pass nu13, NU63). The 8-core all-reduce curve below is flat-ish
+// above 8 KiB: (8 B, 10 us), (8 KiB, 20 us), (64 KiB, 30 us). The digits MLP's bucket on dp(x)
+// is 4810 floats = 19240 B: 20 + 10 x (19240 - 8192) / 57344 = 21.92661 us, the candidate's
+// whole comm. Summing a per-layer t(B) - 2 alpha as before would give fc1 (16640 B) 21.47 - 10,
+// fc2 (2600 B) 13.17 - 10 and the row 10: 24.64 us.
+TEST(AutoPlannerTest, TheGradientBucketIsOneAllReduceOnAMeasuredCurve) {
+  HardwareProfile hw = HardwareProfile::get("v5e");
+  hw.topology = "shared_memory";
+  hw.host_cpus = 8;  // no oversubscription on 8 cores
+  CollectiveFit ar{5e-6, 1e-10, 8, {}};
+  ar.measured = {{8, 10e-6}, {8192, 20e-6}, {65536, 30e-6}};
+  hw.collectives = {{"all_reduce", {ar}}};
+  const AutoShardingPlan p = plan_auto_sharding(digits_mlp(), {8}, {"x"}, CostModel(hw),
+                                                uint64_t{1} << 30, megatron_only());
+  const PlanCandidate& dp = find(p, "dp(x)");
+  ASSERT_TRUE(dp.feasible);
+  const double bucket = 20e-6 + 10e-6 * (19240.0 - 8192) / 57344;
+  EXPECT_NEAR(dp.comm_seconds, bucket, 1e-12);
+  // The layers' rows share it per byte (at the bucket's rate without its latency,
+  // (t(B) - 2 alpha) / B with 2 alpha = the curve's first time, 10 us), the row holds the rest.
+  const double rate = (bucket - 10e-6) / 19240;
+  ASSERT_EQ(dp.layers.size(), 3u);
+  EXPECT_NEAR(dp.layers[0].comm_seconds, rate * 16640, 1e-12);  // fc1: 64 x 64 + 64 floats
+  EXPECT_NEAR(dp.layers[2].comm_seconds, rate * 2600, 1e-12);   // fc2: 64 x 10 + 10 floats
+  ASSERT_EQ(dp.after_layers.size(), 1u);
+  EXPECT_EQ(dp.after_layers[0].layer, "(gradient bucket)");
+  EXPECT_NEAR(dp.after_layers[0].comm_seconds, 10e-6, 1e-12);
+  EXPECT_NEAR(row_comm(dp).first, dp.comm_seconds, 1e-12);
+}
+
 TEST(AutoPlannerTest, TwoDimensionalMeshHasNineCandidatesAndEmitsThePlanFormat) {
   const ModelGraph m = ModelGraph::load_json_file(std::string(VTPU_SOURCE_DIR) +
                                                   "/examples/models/transformer.json");
