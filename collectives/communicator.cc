@@ -150,6 +150,7 @@ Communicator::Communicator(Runtime& runtime, std::vector<int> group)
 
 Communicator::Communicator(Runtime& runtime, std::vector<int> group, CommunicatorOptions options)
     : runtime_(runtime), group_(std::move(group)), options_(std::move(options)) {
+  options_.link.process_cores = runtime_.num_cores();
   if (group_.empty())
     throw InvalidArgumentError("communicator group is empty (expected >= 1 core)");
   rank_of_core_.assign(static_cast<size_t>(runtime_.num_cores()), -1);

@@ -19,6 +19,12 @@ namespace vtpu {
 struct LinkOptions {
   uint64_t slot_bytes = uint64_t{1} << 20;  // payload bytes per slot; default 1 MiB
   int num_slots = 4;                        // slots in the circular buffer; default 4
+  /// The virtual cores of the process (0: unknown), which decide how a waiter waits
+  /// (ring_buffer_link.h, "Waiting"): with more cores than CPUs, or unknown, at most CPUs - 1
+  /// threads spin and a waiter yields before it sleeps; with no more cores than CPUs every
+  /// thread has a CPU, so every waiter may spin and none yields. A Communicator sets it to its
+  /// runtime's num_cores().
+  int process_cores = 0;
 };
 
 using Deadline = std::chrono::steady_clock::time_point;

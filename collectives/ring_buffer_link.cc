@@ -72,11 +72,18 @@ int RingBufferLink::max_spinners() {
   return n;
 }
 
+bool RingBufferLink::oversubscribed(int process_cores) {
+  return process_cores <= 0 || process_cores > usable_cpus();
+}
+
 RingBufferLink::RingBufferLink(int src_core, int dst_core, const LinkOptions& options)
     : src_(src_core),
       dst_(dst_core),
       slot_bytes_(options.slot_bytes),
       num_slots_(options.num_slots),
+      yield_polls_(oversubscribed(options.process_cores) ? kYieldIterations : 0),
+      spinner_cap_(oversubscribed(options.process_cores) ? max_spinners() : usable_cpus()),
+      min_spin_ns_(oversubscribed(options.process_cores) ? 0 : kUnsharedMinSpinTime.count()),
       storage_(checked_buffer_bytes(options)) {
   meta_.resize(static_cast<size_t>(num_slots_));
   // 2 MiB pages spare the TLB when whole slots are copied through, but the first touch of a
@@ -102,14 +109,14 @@ void RingBufferLink::throw_aborted() {
 
 template <typename Ready>
 bool RingBufferLink::spin(Ready ready, SideState& side) {
-  int64_t budget = side.spin_ns;
+  int64_t budget = std::max(side.spin_ns, min_spin_ns_);
   if (budget == 0) {
     if (++side.waits_without_spin < kSpinProbeInterval) return false;
     side.waits_without_spin = 0;
     budget = kMinSpinTime.count();
   }
   // Only while a CPU is left for the thread we wait for.
-  if (g_spinners.fetch_add(1, std::memory_order_relaxed) >= max_spinners()) {
+  if (g_spinners.fetch_add(1, std::memory_order_relaxed) >= spinner_cap_) {
     g_spinners.fetch_sub(1, std::memory_order_relaxed);
     return false;
   }
@@ -146,8 +153,9 @@ void RingBufferLink::wait(Ready ready, WaitWord& word, SideState& side, Deadline
     return;
   }
   // 2. Hand the CPU to a runnable peer before paying for a futex sleep and wake-up.
-  for (int i = 0; i < kYieldIterations; ++i) {
+  for (int i = 0; i < yield_polls_; ++i) {
     std::this_thread::yield();
+    ++stats.yield_calls;
     if (aborted_.load(std::memory_order_acquire)) throw_aborted();
     if (ready()) {
       ++stats.yielded;

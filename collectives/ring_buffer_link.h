@@ -13,9 +13,15 @@
 //
 // Waiting, in three bounded phases (never a spin without limit; virtual cores usually outnumber
 // CPUs):
-//   1. spin: poll with `pause` for up to kSpinTime, but only while fewer than max_spinners()
-//      threads of the process spin (one CPU is always left for the thread being waited for);
-//   2. yield: sched_yield up to kYieldIterations times (the peer may be waiting for this CPU);
+//   1. spin: poll with `pause` for up to kSpinTime, but only while fewer than spinner_cap()
+//      threads of the process spin: max_spinners() (one CPU is always left for the thread being
+//      waited for) when the virtual cores outnumber the CPUs, else every CPU;
+//   2. yield: sched_yield up to kYieldIterations times, only when the virtual cores outnumber the
+//      CPUs (a peer may then be waiting for this CPU). With no more cores than CPUs a yield would
+//      only hand the CPU to another program, and under Linux's EEVDF scheduler a CPU-bound
+//      program then keeps it for its slice: beside two `yes` loops, `vtpu train mlp --cores 2`
+//      took 4.3 ms per step with the yields and 0.013 ms without (2026-12-02, new-user pass
+//      nu13, NU64);
 //   3. sleep: a futex wait on a per-direction word, with the caller's deadline.
 // The waker pays for a FUTEX_WAKE only when the waiter has announced that it sleeps: a Dekker
 // handshake of two seq_cst stores (tail_ or head_ by the waker, the sleeping flag by the waiter)
@@ -37,11 +43,12 @@ namespace vtpu {
 
 /// How one side's waits ended, for tests and tuning. Counted by the side's own thread.
 struct LinkWaitStats {
-  uint64_t immediate = 0;  // ready at the first look
-  uint64_t spun = 0;       // ready during the spin phase
-  uint64_t yielded = 0;    // ready during the yield phase
-  uint64_t slept = 0;      // waits that reached the futex sleep
-  uint64_t wakes = 0;      // FUTEX_WAKE calls this side made for the other side's sleeper
+  uint64_t immediate = 0;    // ready at the first look
+  uint64_t spun = 0;         // ready during the spin phase
+  uint64_t yielded = 0;      // ready during the yield phase
+  uint64_t slept = 0;        // waits that reached the futex sleep
+  uint64_t wakes = 0;        // FUTEX_WAKE calls this side made for the other side's sleeper
+  uint64_t yield_calls = 0;  // sched_yield calls made in yield phases
 };
 
 /// Thread-safe for one sender and one receiver thread (see Link).
@@ -57,7 +64,16 @@ class RingBufferLink final : public Link {
   /// keeps on one CPU (the peer cannot run while we spin) go straight to yielding.
   static constexpr std::chrono::nanoseconds kMinSpinTime{1000};
   static constexpr int kSpinProbeInterval = 64;
+  /// The spin budget's floor when the virtual cores do not outnumber the CPUs: every waiter has a
+  /// CPU, so a short spin never delays its peer, and it takes the place of the yield phase's
+  /// polls (see the header), which on an idle host caught hand-offs that a futex sleep and
+  /// wake-up (tens of microseconds on this VM) would have paid for.
+  static constexpr std::chrono::nanoseconds kUnsharedMinSpinTime{8000};
   static constexpr int kYieldIterations = 8;  // sched_yield-polls before sleeping
+
+  /// Whether `process_cores` virtual cores outnumber the CPUs this process may use (true for 0,
+  /// unknown): the waiting policy of the header. Thread-safe.
+  static bool oversubscribed(int process_cores);
 
   /// Threads of the process that may spin at once: one less than the CPUs (at least 1), so that
   /// spinners never take every CPU from the threads they wait for.
@@ -114,6 +130,9 @@ class RingBufferLink final : public Link {
   const int src_, dst_;
   const uint64_t slot_bytes_;
   const int num_slots_;
+  const int yield_polls_;       // sched_yield polls before a futex sleep (0 or kYieldIterations)
+  const int spinner_cap_;       // threads of the process that may spin at once
+  const int64_t min_spin_ns_;   // floor of the adaptive spin budget (kUnsharedMinSpinTime or 0)
   BackingStore storage_;        // num_slots * slot_bytes, committed lazily as slots are used
   std::vector<SlotMeta> meta_;  // one per slot
 

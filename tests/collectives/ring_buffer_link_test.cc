@@ -6,10 +6,12 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "common/error.h"
+#include "common/host.h"
 
 namespace vtpu {
 namespace {
@@ -133,6 +135,39 @@ TEST(RingBufferLinkTest, SleepingReceiverIsWokenByCommit) {
   sender.join();
   EXPECT_EQ(link.receiver_stats().slept, 1u);
   EXPECT_EQ(link.sender_stats().wakes, 1u);
+}
+
+// The yield phase runs only when the virtual cores outnumber the CPUs (oversubscribed; 0 cores
+// means unknown and keeps it); without it a waiter that outlasts its spin goes straight to the
+// futex, and a commit still wakes it.
+TEST(RingBufferLinkTest, YieldPhaseOnlyWhenCoresOutnumberTheCpus) {
+  const int cpus = usable_cpus();
+  EXPECT_FALSE(RingBufferLink::oversubscribed(cpus));
+  EXPECT_FALSE(RingBufferLink::oversubscribed(1));
+  EXPECT_TRUE(RingBufferLink::oversubscribed(cpus + 1));
+  EXPECT_TRUE(RingBufferLink::oversubscribed(0));
+  for (const int cores : {0, cpus + 1, 1}) {
+    SCOPED_TRACE(cores);
+    LinkOptions o{64, 2};
+    o.process_cores = cores;
+    RingBufferLink link(0, 1, o);
+    std::thread sender([&] {
+      std::this_thread::sleep_for(100ms);
+      link.acquire_send_slot(in(1s));
+      link.commit_send(Fingerprint{.sequence = 5}, 0);
+    });
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(link.acquire_recv_slot(in(20s)).fingerprint.sequence, 5u);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+    link.release_recv();
+    sender.join();
+    // 100 ms outlasts the spin (at most kSpinTime) and the yields, so the receiver sleeps once,
+    // after kYieldIterations sched_yield calls only when oversubscribed.
+    EXPECT_EQ(link.receiver_stats().slept, 1u);
+    EXPECT_EQ(link.receiver_stats().yielded, 0u);
+    EXPECT_EQ(link.receiver_stats().yield_calls,
+              cores == 1 ? 0u : static_cast<uint64_t>(RingBufferLink::kYieldIterations));
+  }
 }
 
 // Likewise for a sender blocked on a full link: release_recv wakes it.
