@@ -238,14 +238,15 @@ int run(const TrainFsdpCommand& cmd) {
                    {"optimizer", mc.optimizer},
                    {"seed", mc.seed},
                    {"prefetch", config.prefetch},
-                   {"data", cmd.data_path}};
+                   {"data", cmd.data_path},
+                   {"runtime", options.to_json()}};
     if (fsdp) j["fsdp"] = *fsdp;
     j["data_parallel"] = {{"losses", dp.result.losses},
                           {"median_step_ms", dp.result.median_step_ms},
                           {"test_accuracy", dp.result.test_accuracy},
                           {"peak_hbm_core0", dp.peak},
                           {"peak_bytes_in_use_core0", dp.result.hbm[0].peak_bytes_in_use},
-                          {"replicas_identical", dp.result.replicas_identical},
+                          {"replicas_identical", dp.result.replicas_identical()},
                           {"replica_mismatch", replica_mismatch_json(dp.result.replica_mismatch)}};
     reference.add_json(j, losses);
     if (fsdp) {

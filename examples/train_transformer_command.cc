@@ -284,7 +284,7 @@ int run(const TrainTransformerCommand& cmd) {
                   static_cast<unsigned long long>(r.hbm[i].bytes_limit));
     }
     std::printf("data replicas identical after training: %s\n",
-                r.replicas_identical ? "yes" : "NO");
+                r.replicas_identical() ? "yes" : "NO");
     if (report) std::printf("%s", report->to_string().c_str());
   }
   if (!ok) {

@@ -256,7 +256,6 @@ TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const 
                         p.offset, p.num_elements()});
   }
   result.replica_mismatch = compare_replicas(shards, layout.data_groups, segments);
-  result.replicas_identical = !result.replica_mismatch;
   for (int c = 0; c < runtime.num_cores(); ++c) {
     const auto ci = static_cast<size_t>(c);
     result.hbm.push_back(runtime.core(c).hbm().memory_stats());
@@ -296,7 +295,7 @@ void to_json(nlohmann::json& j, const TransformerResult& r) {
                        {"optimizer", r.optimizer_bytes},
                        {"activations", r.activation_bytes},
                        {"tokens", r.token_bytes}}},
-                     {"replicas_identical", r.replicas_identical},
+                     {"replicas_identical", r.replicas_identical()},
                      {"replica_mismatch", replica_mismatch_json(r.replica_mismatch)},
                      {"cores", cores}};
 }

@@ -93,9 +93,11 @@ struct TransformerResult {
   /// Bytes each core allocated in HBM, by purpose (the same on every core).
   uint64_t weight_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0, activation_bytes = 0,
            token_bytes = 0;
-  bool replicas_identical = false;  // every data replica's final shard equals replica 0's, bitwise
-  /// Where they first differ (examples/replica_check.h); nullopt exactly when replicas_identical.
+  /// Where the data replicas' final shards first differ from replica 0's (examples/
+  /// replica_check.h); nullopt when they are all bitwise equal.
   std::optional<ReplicaMismatch> replica_mismatch;
+  /// Every data replica's final shard equals replica 0's, bitwise (no replica_mismatch).
+  bool replicas_identical() const { return !replica_mismatch; }
   std::vector<MemoryStats> hbm;  // per core, after training (peak_bytes_in_use is the peak)
   /// Per core, over its tensor group (4 * layers per step); none when the group has one core.
   std::vector<CollectiveStats> tensor_all_reduce;

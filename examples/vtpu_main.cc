@@ -118,7 +118,7 @@ void print_mlp_report(const MlpResult& r, const MlpConfig& c) {
       static_cast<double>(calls) / n,
       vtpu::format_bytes(static_cast<uint64_t>(static_cast<double>(bytes) / n)).c_str(),
       static_cast<unsigned long long>(static_cast<double>(bytes) / n), 1e3 * seconds / n);
-  std::printf("replicas identical after training: %s\n", r.replicas_identical ? "yes" : "NO");
+  std::printf("replicas identical after training: %s\n", r.replicas_identical() ? "yes" : "NO");
   if (c.kernels == "pallas" && !r.vmem.empty()) {
     std::printf("kernels: pallas; VMEM per core: peak %s of the %s scoped limit (core 0)\n",
                 vtpu::format_bytes(r.vmem[0].peak_bytes_in_use).c_str(),

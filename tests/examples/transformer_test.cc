@@ -340,7 +340,7 @@ TEST_P(MeshVsSingleCoreTest, LossesMatchTheSingleCoreRunWithin1e4) {
           << "shard " << t << " element " << i;
     }
   }
-  EXPECT_TRUE(r.replicas_identical);
+  EXPECT_TRUE(r.replicas_identical());
   EXPECT_FALSE(r.replica_mismatch.has_value());
   // Megatron's count: 2 all-reduces per block in forward and 2 in backward over the tensor
   // group; one gradient bucket per step over the data-parallel group. A group of one core runs
@@ -386,7 +386,7 @@ TEST(TransformerTrainerTest, PlanLayoutsRunOnTheMeshReplicaGroups) {
   const TransformerResult r = train_transformer_on_layout(rt, text.tokens, c, transposed);
   EXPECT_EQ(r.losses, grid.losses);
   EXPECT_EQ(r.shards, grid.shards);
-  EXPECT_TRUE(r.replicas_identical);
+  EXPECT_TRUE(r.replicas_identical());
   EXPECT_FALSE(r.replica_mismatch.has_value());
   EXPECT_EQ(r.mesh.data, 2);
   EXPECT_EQ(r.mesh.tensor, 2);
@@ -406,7 +406,7 @@ TEST(TransformerTrainerTest, PlanLayoutsRunOnTheMeshReplicaGroups) {
     EXPECT_EQ(flat.data_all_reduce[core].num_collectives, static_cast<uint64_t>(c.steps)) << core;
   }
   EXPECT_EQ(flat.shards, dp4.shards);
-  EXPECT_TRUE(flat.replicas_identical);
+  EXPECT_TRUE(flat.replicas_identical());
 }
 
 TEST(TransformerTrainerTest, LayoutDescribesTheGroupsAndThePlansMeshAxes) {
