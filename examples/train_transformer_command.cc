@@ -138,8 +138,10 @@ int run(const TrainTransformerCommand& cmd) {
                 mesh_label.c_str(), run_layout.describe().c_str(),
                 count_text(options.num_cores, "virtual core").c_str(),
                 format_bytes(options.hbm_bytes_per_core).c_str(), strategy.c_str());
-    std::printf("text %s: %zu byte tokens, %lld distinct\n", cmd.data.c_str(), text.tokens.size(),
-                static_cast<long long>(text.vocab_used));
+    const std::string mapped = text.describe_mapped(c.vocab);
+    std::printf("text %s: %zu byte tokens, %lld distinct%s%s\n", cmd.data.c_str(),
+                text.tokens.size(), static_cast<long long>(text.vocab_used),
+                mapped.empty() ? "" : "; ", mapped.c_str());
     std::printf(
         "model: vocab %lld, context %lld, d_model %lld, heads %lld (%lld per core), layers %lld, "
         "MLP hidden %lld (%lld per core), GELU, pre-LN, untied head; %lld parameters, %lld per "
@@ -214,13 +216,22 @@ int run(const TrainTransformerCommand& cmd) {
   const bool ok = !ref || max_rel <= kMaxRelativeDifference;
   if (cmd.json) {
     nlohmann::json j;
-    j["config"] = {{"vocab", c.vocab},     {"context", c.context},
-                   {"d_model", c.d_model}, {"heads", c.heads},
-                   {"layers", c.layers},   {"hidden", c.hidden},
-                   {"batch", c.batch},     {"steps", c.steps},
-                   {"seed", c.seed},       {"learning_rate", c.learning_rate},
-                   {"data", cmd.data},     {"strategy", strategy}};
+    j["config"] = {{"vocab", c.vocab},
+                   {"context", c.context},
+                   {"d_model", c.d_model},
+                   {"heads", c.heads},
+                   {"layers", c.layers},
+                   {"hidden", c.hidden},
+                   {"batch", c.batch},
+                   {"steps", c.steps},
+                   {"seed", c.seed},
+                   {"learning_rate", c.learning_rate},
+                   {"data", cmd.data},
+                   {"strategy", strategy},
+                   {"runtime", options.to_json()}};
     j["vocab_used"] = text.vocab_used;
+    j["text_bytes"] = text.tokens.size();
+    j["bytes_mapped_to_question_mark"] = text.mapped_bytes;  // bytes >= vocab
     j["uniform_loss"] = text.uniform_loss;
     j["mesh"] = r;
     if (ref) {

@@ -1797,6 +1797,38 @@ TEST(VtpuCliTest, TrainTransformerRunsWithPallasKernels) {
   EXPECT_NE(r.output.find("limit 1e-04): ok"), std::string::npos) << r.output;
 }
 
+// Adversarial pass adv12, ADV6: a directory was "has 0 bytes"; bytes >= 128 became '?' unsaid,
+// and a gzip file (about half such bytes) trained.
+TEST(VtpuCliTest, TrainTransformerSaysWhatItDoesWithItsText) {
+  const std::string dir = test_temp_path("vtpu_cli_text_dir");
+  std::filesystem::create_directories(dir);
+  expect_failure("train transformer --mesh 1x1 --steps 1 --batch 1 --data " + dir,
+                 "text file '" + dir + "' is a directory", 1);
+  std::string text(1000, 'a');
+  for (int i = 0; i < 5; ++i) text[static_cast<size_t>(100 * i + 7)] = '\xe9';
+  const std::string latin1 = temp_file("vtpu_cli_latin1.txt", text);
+  const std::string args =
+      "train transformer --mesh 1x1 --steps 1 --batch 1 --no-reference --data " + latin1;
+  const CliRun r = run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("text " + latin1 +
+                          ": 1000 byte tokens, 2 distinct; 5 of 1000 bytes (0.5%) are >= 128 "
+                          "and were mapped to '?'\n"),
+            std::string::npos)
+      << r.output;
+  const CliRun j = run_cli(args + " --json");
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  const nlohmann::json jj = nlohmann::json::parse(j.output);
+  EXPECT_EQ(jj["text_bytes"], 1000);
+  EXPECT_EQ(jj["bytes_mapped_to_question_mark"], 5);
+  std::string binary(1000, 'a');
+  for (int i = 0; i < 200; ++i) binary[static_cast<size_t>(5 * i)] = '\x8b';
+  const std::string bin = temp_file("vtpu_cli_binary.txt", binary);
+  expect_failure(
+      "train transformer --mesh 1x1 --steps 1 --batch 1 --data " + bin,
+      "text file '" + bin + "': 200 of 1000 bytes (20%) are >= 128, more than the 10% limit", 1);
+}
+
 TEST(VtpuCliTest, TrainTransformerRejectsBadInput) {
   const std::string data = " --steps 1 --batch 2 --data " + transformer_text_file();
   expect_failure("train transformer --mesh 1x3" + data,
