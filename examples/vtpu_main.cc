@@ -262,6 +262,11 @@ int run_train_mlp(const TrainArgs& args) {
   if (args.lr_option->count() == 0) {
     mlp.learning_rate = vtpu::examples::mlp_default_learning_rate(mlp.optimizer);
   }
+  if (!vtpu::examples::check_usage([&] {
+        vtpu::examples::check_micro_batches(mlp.micro_batches, mlp.global_batch, options.num_cores,
+                                            "core", vtpu::count_text(options.num_cores, "core"));
+      }))
+    return 2;
   mlp.validate(options.num_cores);
   vtpu::examples::HbmBreakdown peak;  // core 0 at its peak (for --estimate-from)
   if (!args.memory_profile.empty() || !args.memory_snapshot.empty() || estimate) {

@@ -135,8 +135,12 @@ TEST(VtpuCliTest, TrainMlpAdamAndMicroBatches) {
   ASSERT_EQ(text.exit_code, 0) << text.output;
   EXPECT_NE(text.output.find("Adam lr 0.01"), std::string::npos) << text.output;
   expect_failure("train mlp --optimizer rmsprop", "--optimizer", 2);
+  // A --micro-batches that does not divide a core's rows is a usage error (new-user pass nu12,
+  // NU53: it named the field micro_batches, exit 1).
   expect_failure("train mlp --cores 4 --batch 32 --micro-batches 3",
-                 "micro_batches is 3 (expected a divisor of the 8 rows per core", 1);
+                 "vtpu: usage error: --micro-batches 3 does not divide the 8 rows per core (global "
+                 "batch 32 over 4 cores; expected a divisor of 8)",
+                 2);
   expect_failure("train mlp --micro-batches 0", "--micro-batches", 2);
 }
 
@@ -3179,6 +3183,25 @@ TEST(VtpuCliPlanTest, EveryEmittedTransformerPlanRunsAndMatchesOneCore) {
       EXPECT_EQ(j["config"]["batch"], 8);  // the plan's
     }
   }
+}
+
+// New-user pass nu12, NU53: with a dp(data)+tp(model) plan on 2x4 (its batch 64: 32 rows per data
+// shard, each shared by 4 tensor cores) --micro-batches 3 said "micro_batches is 3 (... 32 rows
+// per core: global batch 64 over 2 cores)", exit 1. FSDP accumulates no micro-batches.
+TEST(VtpuCliTest, TrainMlpPlanMicroBatchesMustDivideADataShard) {
+  const std::string p24 = test_temp_path("vtpu_cli_p24.json");
+  const CliRun e = run_cli("plan " + model_path("mlp.json") +
+                           " --mesh 2x4 --strategy \"dp(data)+tp(model)\" --emit " + p24);
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  expect_failure("train mlp --steps 2 --micro-batches 3 --plan " + p24,
+                 "vtpu: usage error: --micro-batches 3 does not divide the 32 rows per data shard "
+                 "(global batch 64 over the 2-way data axis; expected a divisor of 32)",
+                 2);
+  const std::string fsdp = temp_file("vtpu_cli_mb_fsdp.json", R"j({"format": "vtpu-plan",
+      "version": 1, "model": "mlp", "mesh": {"axes": ["x"], "shape": [2]},
+      "strategy": {"name": "fsdp(x)", "fsdp": "x"}})j");
+  expect_failure("train mlp --steps 2 --batch 8 --micro-batches 2 --plan " + fsdp,
+                 "--micro-batches 2 cannot be combined with an fsdp plan (expected 1", 2);
 }
 
 }  // namespace
