@@ -53,8 +53,12 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
   // First: a plan for another model is refused as such, before its strategy is looked at.
   const std::optional<MlpPlanModel> planned = mlp_plan_model(plan);
   const MlpPlanMode mode = mlp_plan_mode(plan, /*allow_tensor=*/true);
-  if (!check_usage([&] { check_plan_cores(plan, args.cores); })) return 2;
-  RuntimeOptions options = args.options;
+  if (!check_usage([&] {
+        check_plan_cores(plan, args.cores);
+        args.config.check_plan_mesh_cores(plan, args.cores);
+      }))
+    return 2;
+  RuntimeOptions options = args.config.options;
   options.num_cores = static_cast<int>(plan.num_cores());
   options.validate();
   MlpConfig mlp = args.mlp;

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/host.h"
 #include "test_data.h"
 #include "tests/run_command.h"
 #include "tests/temp_path.h"
@@ -187,6 +188,64 @@ TEST(VtpuCliTest, ConfigFileSetsTheCores) {
   const nlohmann::json j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["num_cores"], 2);
   EXPECT_EQ(j["hbm"][0]["bytes_limit"], 64ull << 20);
+}
+
+// New-user pass nu12, NU54: --config was train mlp's only; train fsdp and train transformer take
+// it with train mlp's rules: the file's keys under the flags, num_cores the default of --cores
+// (transformer: --mesh 1xN), and a num_cores that disagrees with a mesh is a usage error.
+TEST(VtpuCliTest, TrainFsdpAndTransformerTakeAConfigFile) {
+  VTPU_REQUIRE_DIGITS();
+  const std::string cfg = temp_file("vtpu_cfg2.json", R"({"num_cores": 2, "allocator": "first_fit",
+      "collective_algorithm": "ring", "pin_threads": "off", "collective_timeout_ms": 120000})");
+  const CliRun f = run_cli("train fsdp --steps 2 --batch 8 --json --config " + cfg);
+  ASSERT_EQ(f.exit_code, 0) << f.output;
+  const nlohmann::json fj = nlohmann::json::parse(f.output);
+  EXPECT_EQ(fj["config"]["cores"], 2);
+  EXPECT_EQ(fj["config"]["runtime"]["allocator"], "first_fit");
+  EXPECT_EQ(fj["config"]["runtime"]["collective_algorithm"], "ring");
+  EXPECT_EQ(fj["config"]["runtime"]["pin_threads"], "off");
+  EXPECT_EQ(fj["config"]["runtime"]["collective_timeout_ms"], 120000);  // set: never scaled
+  // --cores replaces num_cores.
+  const CliRun f4 = run_cli("train fsdp --steps 1 --batch 8 --cores 4 --json --config " + cfg);
+  ASSERT_EQ(f4.exit_code, 0) << f4.output;
+  EXPECT_EQ(nlohmann::json::parse(f4.output)["config"]["cores"], 4);
+
+  // Without a timeout key the default is 30 s x max(1, cores / CPUs) (adv12 ADV11).
+  const std::string text = temp_file("vtpu_cfg_text.txt", std::string(200, 'a') + "bcd\n");
+  const std::string two =
+      temp_file("vtpu_cfg_two.json", R"({"num_cores": 2, "allocator": "tlsf"})");
+  const CliRun t = run_cli("train transformer --steps 1 --batch 2 --json --no-reference --data " +
+                           text + " --config " + two);
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  const nlohmann::json tj = nlohmann::json::parse(t.output);
+  EXPECT_EQ(tj["mesh"]["mesh"]["data"], 1);  // num_cores 2 alone: --mesh 1x2, as --cores 2
+  EXPECT_EQ(tj["mesh"]["mesh"]["tensor"], 2);
+  EXPECT_EQ(tj["config"]["runtime"]["allocator"], "tlsf");
+  const int cpus = vtpu::usable_cpus();
+  EXPECT_EQ(tj["config"]["runtime"]["collective_timeout_ms"], cpus >= 2 ? 30000 : 60000) << cpus;
+
+  expect_failure(
+      "train transformer --mesh 2x2 --steps 1 --batch 2 --data " + text + " --config " + two,
+      "vtpu: usage error: num_cores 2 in --config " + two +
+          " does not match --mesh 2x2 (4 cores; expected num_cores 4, or num_cores "
+          "left out of the file)",
+      2);
+  const std::string plan = temp_file("vtpu_cfg_plan.json", R"j({"format": "vtpu-plan",
+      "version": 1, "model": "mlp", "mesh": {"axes": ["x"], "shape": [4]},
+      "strategy": {"name": "fsdp(x)", "fsdp": "x"}})j");
+  for (const char* trainer : {"fsdp", "mlp"}) {
+    expect_failure(
+        std::string("train ") + trainer + " --steps 1 --plan " + plan + " --config " + two,
+        "num_cores 2 in --config " + two + " does not match the mesh x=4 of plan '" + plan +
+            "' (4 cores; expected num_cores 4",
+        2);
+  }
+  const std::string events = temp_file("vtpu_cfg_events.json", R"({"record_memory_events": true})");
+  expect_failure("train fsdp --steps 1 --config " + events,
+                 "record_memory_events is true in --config " + events +
+                     ", but vtpu train fsdp writes no memory event log",
+                 2);
+  expect_failure("train fsdp --config /nonexistent.json", "cannot open runtime options file", 1);
 }
 
 // `vtpu bench kernel matmul` runs 1, 2 and 3 buffers with edge blocks, checks each result against
