@@ -46,6 +46,14 @@ std::string temp_file(const std::string& name, const std::string& content) {
   return path;
 }
 
+// A hand-written plan file: the mlp model, FSDP over a 1-D mesh x of `cores` devices.
+std::string fsdp_mlp_plan(const std::string& name, int cores) {
+  return temp_file(name, R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+      "mesh": {"axes": ["x"], "shape": [)j" +
+                             std::to_string(cores) + R"j(]},
+      "strategy": {"name": "fsdp(x)", "fsdp": "x"}})j");
+}
+
 // Exit code 2: command-line usage error; 1: a vtpu error found while running.
 void expect_failure(const std::string& args, const std::string& needle, int exit_code) {
   const CliRun r = run_cli(args);
@@ -230,9 +238,7 @@ TEST(VtpuCliTest, TrainFsdpAndTransformerTakeAConfigFile) {
           " does not match --mesh 2x2 (4 cores; expected num_cores 4, or num_cores "
           "left out of the file)",
       2);
-  const std::string plan = temp_file("vtpu_cfg_plan.json", R"j({"format": "vtpu-plan",
-      "version": 1, "model": "mlp", "mesh": {"axes": ["x"], "shape": [4]},
-      "strategy": {"name": "fsdp(x)", "fsdp": "x"}})j");
+  const std::string plan = fsdp_mlp_plan("vtpu_cfg_plan.json", 4);
   for (const char* trainer : {"fsdp", "mlp"}) {
     expect_failure(
         std::string("train ") + trainer + " --steps 1 --plan " + plan + " --config " + two,
@@ -3256,9 +3262,7 @@ TEST(VtpuCliTest, TrainMlpPlanMicroBatchesMustDivideADataShard) {
                  "vtpu: usage error: --micro-batches 3 does not divide the 32 rows per data shard "
                  "(global batch 64 over the 2-way data axis; expected a divisor of 32)",
                  2);
-  const std::string fsdp = temp_file("vtpu_cli_mb_fsdp.json", R"j({"format": "vtpu-plan",
-      "version": 1, "model": "mlp", "mesh": {"axes": ["x"], "shape": [2]},
-      "strategy": {"name": "fsdp(x)", "fsdp": "x"}})j");
+  const std::string fsdp = fsdp_mlp_plan("vtpu_cli_mb_fsdp.json", 2);
   expect_failure("train mlp --steps 2 --batch 8 --micro-batches 2 --plan " + fsdp,
                  "--micro-batches 2 cannot be combined with an fsdp plan (expected 1", 2);
 }
