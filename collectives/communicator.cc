@@ -139,7 +139,7 @@ CommunicatorOptions CommunicatorOptions::from_runtime(const RuntimeOptions& opti
   CommunicatorOptions o;
   o.link.slot_bytes = options.link_slot_bytes;
   o.link.num_slots = options.link_num_slots;
-  o.timeout = options.collective_timeout;
+  o.timeout = options.effective_collective_timeout();
   o.algorithm = parse_algorithm(options.collective_algorithm);
   return o;
 }
@@ -329,13 +329,14 @@ void Communicator::rethrow_with_context(int rank, const Fingerprint& fp) {
   try {
     throw;
   } catch (const DeadlineExceededError& e) {
-    const std::string msg = fp.to_string() + " in group " + group_string() + " on core " +
-                            std::to_string(core) + " timed out after " +
-                            std::to_string(options_.timeout.count()) + " ms (" + e.message() +
-                            "); cores that have not reached sequence " +
-                            std::to_string(fp.sequence) + ": " + missing_cores(fp.sequence) +
-                            " (the timeout is collective_timeout_ms of --config, or "
-                            "VTPU_COLLECTIVE_TIMEOUT_MS; many more cores than CPUs need longer)";
+    const std::string msg =
+        fp.to_string() + " in group " + group_string() + " on core " + std::to_string(core) +
+        " timed out after " + std::to_string(options_.timeout.count()) + " ms (" + e.message() +
+        "); cores that have not reached sequence " + std::to_string(fp.sequence) + ": " +
+        missing_cores(fp.sequence) +
+        " (the timeout is collective_timeout_ms of --config, or "
+        "VTPU_COLLECTIVE_TIMEOUT_MS, else 30 s x max(1, cores / CPUs); many more "
+        "cores than CPUs need longer)";
     abort(msg);
     throw DeadlineExceededError(msg);
   } catch (const AbortedError&) {

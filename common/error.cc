@@ -1,5 +1,8 @@
 #include "common/error.h"
 
+#include <cerrno>
+#include <cstring>
+
 namespace vtpu {
 
 std::string_view error_code_name(ErrorCode code) {
@@ -28,5 +31,21 @@ Error::Error(ErrorCode code, const std::string& message)
     : std::runtime_error(std::string(error_code_name(code)) + ": " + message),
       code_(code),
       message_(message) {}
+
+void throw_file_write_error(const std::string& what, const std::string& path, int err) {
+  if (err == 0) err = EIO;
+  const std::string message = "cannot write " + what + " to '" + path + "': " + std::strerror(err);
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+      throw NotFoundError(message);
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+      throw ResourceExhaustedError(message);
+    default:
+      throw InvalidArgumentError(message);
+  }
+}
 
 }  // namespace vtpu

@@ -53,4 +53,11 @@ VTPU_DEFINE_ERROR(NotFoundError, kNotFound);
 
 #undef VTPU_DEFINE_ERROR
 
+/// Throws the error of a failed write of `what` (e.g. "the memory profile") to the file `path`
+/// with errno `err` (0 is taken as EIO): "cannot write <what> to '<path>': <strerror(err)>", as
+/// NotFoundError (ENOENT, ENOTDIR), ResourceExhaustedError (ENOSPC, EDQUOT, EFBIG: a full disk,
+/// /dev/full) or else InvalidArgumentError. An I/O failure is never InternalError, which is kept
+/// for vtpu's own bugs. Thread-safe.
+[[noreturn]] void throw_file_write_error(const std::string& what, const std::string& path, int err);
+
 }  // namespace vtpu

@@ -39,6 +39,17 @@ bool check_usage(const std::function<void()>& parse) {
   }
 }
 
+void check_micro_batches(int64_t micro_batches, int64_t global_batch, int64_t data_shards,
+                         const std::string& shard, const std::string& over) {
+  if (data_shards < 1 || global_batch % data_shards != 0) return;
+  const int64_t rows = global_batch / data_shards;
+  if (micro_batches >= 1 && rows % micro_batches == 0) return;
+  throw InvalidArgumentError("--micro-batches " + std::to_string(micro_batches) +
+                             " does not divide the " + std::to_string(rows) + " rows per " + shard +
+                             " (global batch " + std::to_string(global_batch) + " over " + over +
+                             "; expected a divisor of " + std::to_string(rows) + ")");
+}
+
 CLI::Validator seed_validator() {
   return parse_validator([](const std::string& s) { parse_seed(s); }, "SEED", "--seed");
 }

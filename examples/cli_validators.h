@@ -23,6 +23,17 @@ CLI::Validator parse_validator(std::function<void(const std::string&)> parse, st
 /// need several options at once (--axes against --mesh), which a per-option validator cannot do.
 bool check_usage(const std::function<void()>& parse);
 
+/// Checks --micro-batches `micro_batches` of `vtpu train mlp` against the rows of one data shard:
+/// it must divide global_batch / data_shards. `shard` names a shard ("core", "data shard") and
+/// `over` the group the batch is split over ("4 cores", "the 2-way data axis"). Throws
+/// InvalidArgumentError (report it with check_usage: exit 2) "--micro-batches 3 does not divide
+/// the 32 rows per data shard (global batch 64 over the 2-way data axis)". A global batch that
+/// data_shards does not divide is left to MlpConfig::validate. Regression (new-user pass nu12,
+/// NU53): a dp+tp plan's error named the field micro_batches and its 2 data shards "2 cores",
+/// exit 1.
+void check_micro_batches(int64_t micro_batches, int64_t global_batch, int64_t data_shards,
+                         const std::string& shard, const std::string& over);
+
 /// A byte size with an optional K/M/G/T suffix (powers of 1024), as parse_bytes (common/units.h)
 /// reads it; the error is parse_bytes' message, which names the text and what was expected.
 CLI::Validator size_validator();

@@ -345,7 +345,6 @@ MlpTensorParallelResult train_mlp_tensor_parallel(
     for (const std::vector<int>& group : layout.data_groups) tensor_shard_0s.push_back(group[0]);
     run.replica_mismatch = compare_replicas(b2s, {tensor_shard_0s}, {{"fc2.b", 0, kOut}});
   }
-  run.replicas_identical = !run.replica_mismatch;
   // Gather the full parameters from the data-shard-0 core of each tensor shard.
   const MlpLayout fl{config.hidden};
   run.parameters.assign(static_cast<size_t>(fl.size()), 0.0f);

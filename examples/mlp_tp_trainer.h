@@ -63,8 +63,8 @@ struct MlpTensorParallelResult {
   /// Losses, step times, accuracies, HBM per core, and the final parameters gathered into the
   /// flat [W1, b1, W2, b2] of train_mlp; all_reduce: the data-group gradient all-reduce per core
   /// (0 calls for D = 1);
-  /// replicas_identical: every data replica's shard equals data shard 0's and every tensor
-  /// shard's b2 equals shard 0's, bitwise.
+  /// replica_mismatch: the first core whose shard differs from its data shard 0's, or whose b2
+  /// differs from tensor shard 0's, bitwise (nullopt when none does).
   MlpResult run;
   int64_t data = 1, tensor = 1;                    // D and T
   int64_t shard_parameters = 0;                    // floats of one core's shard

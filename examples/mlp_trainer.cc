@@ -247,7 +247,7 @@ void to_json(nlohmann::json& j, const MlpResult& r) {
                      {"test_accuracy", r.test_accuracy},
                      {"train_accuracy", r.train_accuracy},
                      {"median_step_ms", r.median_step_ms},
-                     {"replicas_identical", r.replicas_identical},
+                     {"replicas_identical", r.replicas_identical()},
                      {"replica_mismatch", replica_mismatch_json(r.replica_mismatch)},
                      {"hbm", per_core_json(r.hbm)},
                      {"vmem", r.vmem},

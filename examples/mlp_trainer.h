@@ -99,9 +99,11 @@ struct MlpResult {
   double test_accuracy = 0.0;  // on the held-out split
   double train_accuracy = 0.0;
   int64_t num_parameters = 0;
-  bool replicas_identical = false;  // every core's final parameters are bit-identical
-  /// Where they first differ (examples/replica_check.h); nullopt exactly when replicas_identical.
+  /// Where the cores' final parameters first differ (examples/replica_check.h); nullopt when
+  /// every core's are bit-identical.
   std::optional<ReplicaMismatch> replica_mismatch;
+  /// Every core's final parameters are bit-identical (no replica_mismatch).
+  bool replicas_identical() const { return !replica_mismatch; }
   std::vector<MemoryStats> hbm;             // per core, after training
   std::vector<MemoryStats> vmem;            // per core, after training (used by --kernels pallas)
   std::vector<CollectiveStats> all_reduce;  // per core

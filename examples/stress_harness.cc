@@ -679,7 +679,7 @@ nlohmann::json run_stress(const StressOptions& options) {
         enter(Phase::kReplay, events_per_run);
         const bool cross = options.under_load && n > 1 && options.cross_core_free_per_mille > 0;
         CrossCoreFrees frees(n, options.cross_core_free_max_lag,
-                             runtime.options().collective_timeout, replayers);
+                             runtime.options().effective_collective_timeout(), replayers);
         const int abort_handler =
             runtime.add_abort_handler([&frees](int, const std::exception_ptr&) { frees.abort(); });
         try {

@@ -21,6 +21,7 @@
 #include "examples/mlp_trainer.h"
 #include "examples/replica_check.h"
 #include "examples/train_plan.h"
+#include "examples/train_runtime_config.h"
 #include "runtime/runtime.h"
 
 namespace vtpu::examples {
@@ -33,6 +34,7 @@ struct TrainFsdpCommand {
   std::string plan_path;
   std::string data_path = default_digits_path();
   std::string hbm_bytes;
+  std::string config_path;  // --config: runtime options (examples/train_runtime_config.h)
   bool json = false;
   CLI::Option* lr_option = nullptr;         // --lr; when absent the optimizer's default applies
   CLI::Option* batch_option = nullptr;      // --batch; when absent a plan's estimate.batch applies
@@ -85,9 +87,12 @@ void print_breakdown(const MlpRun& one, const MlpRun& dp, const FsdpResult* fsdp
 }
 
 int run(const TrainFsdpCommand& cmd) {
-  RuntimeOptions options;
+  // --config, under the flags (examples/train_runtime_config.h).
+  const TrainRuntimeConfig runtime_config = TrainRuntimeConfig::load(cmd.config_path);
+  if (!check_usage([&] { runtime_config.check_memory_events(false, "vtpu train fsdp"); })) return 2;
+  RuntimeOptions options = runtime_config.options;
   if (!cmd.hbm_bytes.empty()) options.hbm_bytes_per_core = parse_bytes(cmd.hbm_bytes);
-  if (cmd.cores) options.num_cores = *cmd.cores;
+  if (const std::optional<int> cores = runtime_config.cores(cmd.cores)) options.num_cores = *cores;
   bool fsdp_mode = true;
   std::optional<TrainPlan> plan;
   std::optional<MlpPlanModel> planned;  // the plan's model_graph, when it has one
@@ -95,7 +100,11 @@ int run(const TrainFsdpCommand& cmd) {
     plan = load_train_plan(cmd.plan_path);
     planned = mlp_plan_model(*plan);  // first: a plan for another model is refused as such
     fsdp_mode = mlp_plan_mode(*plan) == MlpPlanMode::kFsdp;
-    if (!check_usage([&] { check_plan_cores(*plan, cmd.cores); })) return 2;
+    if (!check_usage([&] {
+          check_plan_cores(*plan, cmd.cores);
+          runtime_config.check_plan_mesh_cores(*plan, cmd.cores);
+        }))
+      return 2;
     // The plan's estimate prices the collectives one after the other (kPlanFsdpPrefetch): a
     // prefetching run is another schedule, which the report would judge against it as if it
     // were the one priced. A usage error, exit 2, as `train mlp --plan --kernels pallas`
@@ -238,14 +247,15 @@ int run(const TrainFsdpCommand& cmd) {
                    {"optimizer", mc.optimizer},
                    {"seed", mc.seed},
                    {"prefetch", config.prefetch},
-                   {"data", cmd.data_path}};
+                   {"data", cmd.data_path},
+                   {"runtime", options.to_json()}};
     if (fsdp) j["fsdp"] = *fsdp;
     j["data_parallel"] = {{"losses", dp.result.losses},
                           {"median_step_ms", dp.result.median_step_ms},
                           {"test_accuracy", dp.result.test_accuracy},
                           {"peak_hbm_core0", dp.peak},
                           {"peak_bytes_in_use_core0", dp.result.hbm[0].peak_bytes_in_use},
-                          {"replicas_identical", dp.result.replicas_identical},
+                          {"replicas_identical", dp.result.replicas_identical()},
                           {"replica_mismatch", replica_mismatch_json(dp.result.replica_mismatch)}};
     reference.add_json(j, losses);
     if (fsdp) {
@@ -320,7 +330,8 @@ std::shared_ptr<TrainFsdpCommand> add_train_fsdp_command(CLI::App& train) {
       "The digits MLP with ZeRO-3 / FSDP: parameters, gradients and optimizer state sharded over "
       "the cores, all-gather before use, reduce-scatter of gradients; checked against 1 core");
   CLI::App* app = cmd->app;
-  app->add_option("--cores", cmd->cores, "Virtual cores (default 8, or the --plan mesh's)")
+  app->add_option("--cores", cmd->cores,
+                  "Virtual cores (default 8, or the --plan mesh's, or num_cores of --config)")
       ->check(CLI::Range(1, 1024));
   app->add_option("--steps", m.steps, "Optimizer steps")
       ->capture_default_str()
@@ -361,8 +372,12 @@ std::shared_ptr<TrainFsdpCommand> add_train_fsdp_command(CLI::App& train) {
           ->check(CLI::IsMember({"on", "off"}));
   app->add_option("--data", cmd->data_path, "digits.csv.gz from Debian python3-sklearn")
       ->capture_default_str();
-  app->add_option("--hbm-bytes", cmd->hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)")
+  app->add_option("--hbm-bytes", cmd->hbm_bytes,
+                  "HBM per core, e.g. 16G, 512M (default 16G, or hbm_bytes_per_core of --config)")
       ->check(size_validator());
+  app->add_option("--config", cmd->config_path,
+                  "RuntimeOptions JSON file (as train mlp's: num_cores is the default of --cores "
+                  "and must match a --plan mesh)");
   app->add_option("--log-every", m.log_every, "Print the FSDP loss every K steps (0: never)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

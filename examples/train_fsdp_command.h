@@ -4,7 +4,10 @@
 //
 //   vtpu train fsdp [--cores N] [--steps S] [--batch B] [--hidden H] [--lr LR] [--seed K]
 //                   [--optimizer sgd|adam] [--plan PLAN.json] [--prefetch on|off] [--data FILE]
-//                   [--hbm-bytes SIZE] [--log-every K] [--json]
+//                   [--hbm-bytes SIZE] [--config FILE] [--log-every K] [--json]
+//
+// --config FILE: runtime options, under the flags as in train mlp (examples/
+// train_runtime_config.h): num_cores is the default of --cores and must match a --plan mesh.
 //
 // It runs four trainings with the same seed, global batch and optimizer: FSDP on N cores, data
 // parallel (train_mlp) on N cores, train_mlp on 1 core with N micro-batches as the reference (it

@@ -53,8 +53,12 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
   // First: a plan for another model is refused as such, before its strategy is looked at.
   const std::optional<MlpPlanModel> planned = mlp_plan_model(plan);
   const MlpPlanMode mode = mlp_plan_mode(plan, /*allow_tensor=*/true);
-  if (!check_usage([&] { check_plan_cores(plan, args.cores); })) return 2;
-  RuntimeOptions options = args.options;
+  if (!check_usage([&] {
+        check_plan_cores(plan, args.cores);
+        args.config.check_plan_mesh_cores(plan, args.cores);
+      }))
+    return 2;
+  RuntimeOptions options = args.config.options;
   options.num_cores = static_cast<int>(plan.num_cores());
   options.validate();
   MlpConfig mlp = args.mlp;
@@ -73,8 +77,28 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
   }
   if (!args.lr_given) mlp.learning_rate = mlp_default_learning_rate(mlp.optimizer);
   std::optional<DataTensorLayout> layout;
-  if (mode == MlpPlanMode::kTensorParallel) {
+  if (mode == MlpPlanMode::kTensorParallel)
     layout = plan_data_tensor_layout(plan, "vtpu train mlp");
+  // --micro-batches against the rows of a data shard: a usage error, exit 2, as the other flags
+  // that disagree with the plan (new-user pass nu12, NU53).
+  if (!check_usage([&] {
+        if (mode == MlpPlanMode::kFsdp && mlp.micro_batches != 1) {
+          throw InvalidArgumentError(
+              "--micro-batches " + std::to_string(mlp.micro_batches) +
+              " cannot be combined with an fsdp plan (expected 1: train fsdp does not accumulate "
+              "micro-batches)");
+        }
+        const int64_t shards = layout ? layout->data : options.num_cores;
+        const std::vector<std::string>& axes = layout ? layout->data_axes : plan.data;
+        const std::string over =
+            axes.empty() ? "one data shard: the plan has no data axis"
+            : axes.size() == 1
+                ? "the " + std::to_string(shards) + "-way data axis"
+                : "the " + std::to_string(shards) + "-way data axes (" + join(axes, ", ") + ")";
+        check_micro_batches(mlp.micro_batches, mlp.global_batch, shards, "data shard", over);
+      }))
+    return 2;
+  if (layout) {
     mlp.validate(static_cast<int>(layout->data));
     // Regression (adversarial pass adv7, G5): a tensor group that does not divide hidden (64
     // over 3) printed "21 hidden units per core" before the trainer refused it; checked first.

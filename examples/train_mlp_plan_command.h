@@ -23,14 +23,16 @@
 #include <string>
 
 #include "examples/mlp_trainer.h"
-#include "runtime/runtime_options.h"
+#include "examples/train_runtime_config.h"
 
 namespace vtpu::examples {
 
 /// What `vtpu train mlp` passes on. Plain data.
 struct TrainMlpPlanArgs {
   std::string plan_path;
-  RuntimeOptions options;        // num_cores is replaced by the plan's
+  /// --config (examples/train_runtime_config.h) with --hbm-bytes and --allocator applied to its
+  /// options; num_cores is replaced by the plan's.
+  TrainRuntimeConfig config;
   std::optional<int> cores;      // --cores, when given
   MlpConfig mlp;                 // the flags' values (the defaults where absent)
   bool batch_given = false;      // --batch was given (else the plan's batch, if it has one)
@@ -44,7 +46,8 @@ struct TrainMlpPlanArgs {
 /// Runs the plan and prints the report (text or JSON). Returns 0 when the losses match the
 /// micro-batched single-core reference (run_mlp_reference) within 1e-4 relative, else 1. Throws
 /// what load_train_plan, mlp_plan_mode and the trainers throw (a bad or unrunnable plan, a bad
-/// config, out of HBM), and InvalidArgumentError for --cores that differs from the plan's mesh, a
+/// config, out of HBM), and InvalidArgumentError for --cores or a --config num_cores that differs
+/// from the plan's mesh, a
 /// --batch other than the one the plan's estimate is for, or a --hidden or --optimizer other than
 /// its model_graph's.
 int run_train_mlp_plan(const TrainMlpPlanArgs& args);

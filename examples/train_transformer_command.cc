@@ -16,6 +16,7 @@
 #include "examples/estimate_report.h"
 #include "examples/replica_check.h"
 #include "examples/train_plan.h"
+#include "examples/train_runtime_config.h"
 #include "examples/transformer_trainer.h"
 #include "runtime/runtime.h"
 
@@ -28,6 +29,7 @@ struct TrainTransformerCommand {
   std::string plan;
   std::string data = default_fortunes_path();
   std::string hbm_bytes;
+  std::string config_path;  // --config: runtime options (examples/train_runtime_config.h)
   TransformerConfig config;
   CLI::Option* batch_option = nullptr;  // to tell whether --batch was given
   bool no_reference = false;
@@ -54,11 +56,20 @@ int run(const TrainTransformerCommand& cmd) {
   std::optional<TrainPlan> plan;
   std::optional<DataTensorLayout> layout;  // the plan's cores per role (else the DxT grid)
   TransformerConfig c = cmd.config;
+  // --config, under the flags (examples/train_runtime_config.h): its num_cores is the default of
+  // --cores (so alone it means --mesh 1xN) and must match --mesh or --plan.
+  const TrainRuntimeConfig runtime_config = TrainRuntimeConfig::load(cmd.config_path);
+  if (!check_usage([&] { runtime_config.check_memory_events(false, "vtpu train transformer"); }))
+    return 2;
   if (!cmd.plan.empty()) {
     plan = load_train_plan(cmd.plan);
     require_plan_model(*plan, "transformer", "vtpu train transformer");
     // nu10 NU6: the plan's mesh and file, not the flattened data x tensor grid ("8x1").
-    if (!check_usage([&] { check_plan_cores(*plan, cmd.cores); })) return 2;
+    if (!check_usage([&] {
+          check_plan_cores(*plan, cmd.cores);
+          runtime_config.check_plan_mesh_cores(*plan, cmd.cores);
+        }))
+      return 2;
     // The estimate is priced from the Eigen kernels' rates: a pallas run is not the one priced.
     // A usage error, exit 2, as in `train mlp --plan` (new-user pass nu11, NU40: the pallas run
     // was judged "19.48x (outside 25%)" against the Eigen estimate).
@@ -93,9 +104,13 @@ int run(const TrainTransformerCommand& cmd) {
     }
   } else if (!cmd.mesh.empty()) {
     // nu8 N5: a malformed --mesh is a usage error (exit 2).
-    if (!check_usage([&] { mesh = parse_transformer_mesh(cmd.mesh); })) return 2;
-  } else if (cmd.cores) {
-    mesh = TransformerMesh{1, *cmd.cores};
+    if (!check_usage([&] {
+          mesh = parse_transformer_mesh(cmd.mesh);
+          runtime_config.check_mesh_cores(mesh.num_cores(), "--mesh " + cmd.mesh, cmd.cores);
+        }))
+      return 2;
+  } else if (const std::optional<int> cores = runtime_config.cores(cmd.cores)) {
+    mesh = TransformerMesh{1, *cores};
   }
   if (cmd.cores && *cmd.cores != mesh.num_cores()) {
     usage_error("--cores " + std::to_string(*cmd.cores) + " does not match the mesh " +
@@ -127,7 +142,7 @@ int run(const TrainTransformerCommand& cmd) {
   const std::string mesh_label = plan ? plan->mesh().to_string() : "mesh " + mesh.to_string();
   const TokenText text = load_token_text(cmd.data, c.vocab, c.context);
 
-  RuntimeOptions options;
+  RuntimeOptions options = runtime_config.options;
   options.num_cores = static_cast<int>(mesh.num_cores());
   if (!cmd.hbm_bytes.empty()) options.hbm_bytes_per_core = parse_bytes(cmd.hbm_bytes);
   options.validate();
@@ -138,8 +153,10 @@ int run(const TrainTransformerCommand& cmd) {
                 mesh_label.c_str(), run_layout.describe().c_str(),
                 count_text(options.num_cores, "virtual core").c_str(),
                 format_bytes(options.hbm_bytes_per_core).c_str(), strategy.c_str());
-    std::printf("text %s: %zu byte tokens, %lld distinct\n", cmd.data.c_str(), text.tokens.size(),
-                static_cast<long long>(text.vocab_used));
+    const std::string mapped = text.describe_mapped(c.vocab);
+    std::printf("text %s: %zu byte tokens, %lld distinct%s%s\n", cmd.data.c_str(),
+                text.tokens.size(), static_cast<long long>(text.vocab_used),
+                mapped.empty() ? "" : "; ", mapped.c_str());
     std::printf(
         "model: vocab %lld, context %lld, d_model %lld, heads %lld (%lld per core), layers %lld, "
         "MLP hidden %lld (%lld per core), GELU, pre-LN, untied head; %lld parameters, %lld per "
@@ -214,13 +231,22 @@ int run(const TrainTransformerCommand& cmd) {
   const bool ok = !ref || max_rel <= kMaxRelativeDifference;
   if (cmd.json) {
     nlohmann::json j;
-    j["config"] = {{"vocab", c.vocab},     {"context", c.context},
-                   {"d_model", c.d_model}, {"heads", c.heads},
-                   {"layers", c.layers},   {"hidden", c.hidden},
-                   {"batch", c.batch},     {"steps", c.steps},
-                   {"seed", c.seed},       {"learning_rate", c.learning_rate},
-                   {"data", cmd.data},     {"strategy", strategy}};
+    j["config"] = {{"vocab", c.vocab},
+                   {"context", c.context},
+                   {"d_model", c.d_model},
+                   {"heads", c.heads},
+                   {"layers", c.layers},
+                   {"hidden", c.hidden},
+                   {"batch", c.batch},
+                   {"steps", c.steps},
+                   {"seed", c.seed},
+                   {"learning_rate", c.learning_rate},
+                   {"data", cmd.data},
+                   {"strategy", strategy},
+                   {"runtime", options.to_json()}};
     j["vocab_used"] = text.vocab_used;
+    j["text_bytes"] = text.tokens.size();
+    j["bytes_mapped_to_question_mark"] = text.mapped_bytes;  // bytes >= vocab
     j["uniform_loss"] = text.uniform_loss;
     j["mesh"] = r;
     if (ref) {
@@ -284,7 +310,7 @@ int run(const TrainTransformerCommand& cmd) {
                   static_cast<unsigned long long>(r.hbm[i].bytes_limit));
     }
     std::printf("data replicas identical after training: %s\n",
-                r.replicas_identical ? "yes" : "NO");
+                r.replicas_identical() ? "yes" : "NO");
     if (report) std::printf("%s", report->to_string().c_str());
   }
   if (!ok) {
@@ -340,8 +366,12 @@ std::shared_ptr<TrainTransformerCommand> add_train_transformer_command(CLI::App&
                   "per-step lines)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app->add_option("--hbm-bytes", cmd->hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)")
+  app->add_option("--hbm-bytes", cmd->hbm_bytes,
+                  "HBM per core, e.g. 16G, 512M (default 16G, or hbm_bytes_per_core of --config)")
       ->check(size_validator());
+  app->add_option("--config", cmd->config_path,
+                  "RuntimeOptions JSON file (as train mlp's: num_cores is the default of --cores, "
+                  "so alone it means --mesh 1xN, and must match --mesh or --plan)");
   app->add_option(
          "--kernels", c.kernels,
          "Dense projections: eigen (Eigen GEMMs) or pallas (the pipelined tiled matmul "

@@ -4,7 +4,12 @@
 //
 //   vtpu train transformer [--mesh DxT | --cores N | --plan PLAN.json] [--steps 200] [--seed 0]
 //                          [--batch 16] [--lr 0.003] [--data FILE] [--log-every 25]
-//                          [--hbm-bytes SIZE] [--kernels eigen] [--no-reference] [--json]
+//                          [--hbm-bytes SIZE] [--config FILE] [--kernels eigen]
+//                          [--no-reference] [--json]
+//
+// --config FILE: runtime options, under the flags as in train mlp (examples/
+// train_runtime_config.h): num_cores alone means --mesh 1xN, as --cores does, and must match
+// --mesh or --plan.
 //
 // --mesh 2x4 (default): data parallel over 2, tensor parallel over 4 (8 cores). --cores N alone
 // means --mesh 1xN. --plan reads the mesh and the strategy of a `vtpu plan --emit` file

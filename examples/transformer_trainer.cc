@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -56,10 +58,34 @@ TokenText make_token_text(std::span<const char> text, int64_t vocab) {
   std::set<int32_t> used(t.tokens.begin(), t.tokens.end());
   t.vocab_used = static_cast<int64_t>(used.size());
   t.uniform_loss = t.vocab_used > 0 ? std::log(static_cast<double>(t.vocab_used)) : 0.0;
+  t.mapped_bytes = std::count_if(
+      text.begin(), text.end(), [vocab](char b) { return static_cast<unsigned char>(b) >= vocab; });
   return t;
 }
 
+namespace {
+
+std::string mapped_text(int64_t mapped, int64_t total, int64_t vocab) {
+  char percent[32];
+  std::snprintf(percent, sizeof percent, "%.3g%%",
+                100.0 * static_cast<double>(mapped) / static_cast<double>(total));
+  return str(mapped) + " of " + str(total) + " bytes (" + percent + ") are >= " + str(vocab);
+}
+
+}  // namespace
+
+std::string TokenText::describe_mapped(int64_t vocab) const {
+  if (mapped_bytes == 0) return "";
+  return mapped_text(mapped_bytes, static_cast<int64_t>(tokens.size()), vocab) +
+         " and were mapped to '?'";
+}
+
 TokenText load_token_text(const std::string& path, int64_t vocab, int64_t context) {
+  // Adversarial pass adv12, ADV6: a directory opened and read as "0 bytes".
+  if (std::error_code ec; std::filesystem::is_directory(path, ec)) {
+    throw InvalidArgumentError("text file '" + path +
+                               "' is a directory (expected a text file, e.g. data/fortunes.txt)");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw NotFoundError("cannot open text file '" + path +
@@ -79,7 +105,19 @@ TokenText load_token_text(const std::string& path, int64_t vocab, int64_t contex
                                str(static_cast<int64_t>(text.size())) +
                                " bytes (expected at least context + 2 = " + str(context + 2) + ")");
   }
-  return make_token_text(text, vocab);
+  TokenText t = make_token_text(text, vocab);
+  // Adversarial pass adv12, ADV6: a gzip file trained silently, half its bytes turned into '?'.
+  const auto total = static_cast<int64_t>(text.size());
+  if (static_cast<double>(t.mapped_bytes) > kMaxMappedByteFraction * static_cast<double>(total)) {
+    char limit[32];
+    std::snprintf(limit, sizeof limit, "%g%%", 100.0 * kMaxMappedByteFraction);
+    throw InvalidArgumentError("text file '" + path +
+                               "': " + mapped_text(t.mapped_bytes, total, vocab) +
+                               ", more than the " + limit +
+                               " limit (expected a text file: bytes >= vocab become '?', and this "
+                               "many mean a binary or compressed file)");
+  }
+  return t;
 }
 
 WindowSampler::WindowSampler(int64_t num_tokens, int64_t context, uint64_t seed)
@@ -256,7 +294,6 @@ TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const 
                         p.offset, p.num_elements()});
   }
   result.replica_mismatch = compare_replicas(shards, layout.data_groups, segments);
-  result.replicas_identical = !result.replica_mismatch;
   for (int c = 0; c < runtime.num_cores(); ++c) {
     const auto ci = static_cast<size_t>(c);
     result.hbm.push_back(runtime.core(c).hbm().memory_stats());
@@ -296,7 +333,7 @@ void to_json(nlohmann::json& j, const TransformerResult& r) {
                        {"optimizer", r.optimizer_bytes},
                        {"activations", r.activation_bytes},
                        {"tokens", r.token_bytes}}},
-                     {"replicas_identical", r.replicas_identical},
+                     {"replicas_identical", r.replicas_identical()},
                      {"replica_mismatch", replica_mismatch_json(r.replica_mismatch)},
                      {"cores", cores}};
 }

@@ -57,12 +57,22 @@ struct TokenText {
   std::vector<int32_t> tokens;
   int64_t vocab_used = 0;     // distinct token ids in `tokens`
   double uniform_loss = 0.0;  // ln(vocab_used), nats
+  int64_t mapped_bytes = 0;   // bytes >= vocab, which became '?' (tokenize_bytes)
+
+  /// "" when mapped_bytes is 0, else "94 of 2463880 bytes (0.00382%) are >= 128 and were mapped
+  /// to '?'" (the percentage with 3 significant digits), for the run's data line.
+  std::string describe_mapped(int64_t vocab) const;
 };
+/// The largest share of a text file's bytes that may be >= vocab (mapped to '?'): more means the
+/// file is not text (a gzip file: about half), and load_token_text refuses it. Data/fortunes.txt
+/// has 94 of 2463880 (0.004%).
+inline constexpr double kMaxMappedByteFraction = 0.10;
 /// <repo>/data/fortunes.txt (or $VTPU_DATA_DIR/fortunes.txt), written by scripts/fetch-data.sh.
 std::string default_fortunes_path();
-/// Reads a text file as byte tokens (bytes >= vocab become '?'). Throws NotFoundError (with the
-/// fetch-data.sh hint) when it cannot be opened, InvalidArgumentError when it is shorter than
-/// context + 2 bytes or larger than 1 GiB.
+/// Reads a text file as byte tokens (bytes >= vocab become '?', counted in mapped_bytes). Throws
+/// NotFoundError (with the fetch-data.sh hint) when it cannot be opened, InvalidArgumentError when
+/// it is a directory, shorter than context + 2 bytes, larger than 1 GiB, or has more than
+/// kMaxMappedByteFraction of its bytes >= vocab (naming the file, the count and the limit).
 TokenText load_token_text(const std::string& path, int64_t vocab, int64_t context);
 /// The same from memory.
 TokenText make_token_text(std::span<const char> text, int64_t vocab);
@@ -93,9 +103,11 @@ struct TransformerResult {
   /// Bytes each core allocated in HBM, by purpose (the same on every core).
   uint64_t weight_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0, activation_bytes = 0,
            token_bytes = 0;
-  bool replicas_identical = false;  // every data replica's final shard equals replica 0's, bitwise
-  /// Where they first differ (examples/replica_check.h); nullopt exactly when replicas_identical.
+  /// Where the data replicas' final shards first differ from replica 0's (examples/
+  /// replica_check.h); nullopt when they are all bitwise equal.
   std::optional<ReplicaMismatch> replica_mismatch;
+  /// Every data replica's final shard equals replica 0's, bitwise (no replica_mismatch).
+  bool replicas_identical() const { return !replica_mismatch; }
   std::vector<MemoryStats> hbm;  // per core, after training (peak_bytes_in_use is the peak)
   /// Per core, over its tensor group (4 * layers per step); none when the group has one core.
   std::vector<CollectiveStats> tensor_all_reduce;

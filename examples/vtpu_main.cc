@@ -6,10 +6,10 @@
 //                  [--memory-events FILE] [--kernels eigen|pallas] [--optimizer sgd|adam]
 //                  [--micro-batches K] [--plan PLAN.json]
 //                  (--plan: examples/train_mlp_plan_command.h)
-//   vtpu train transformer [--mesh DxT | --cores N | --plan PLAN.json] [--steps S] [--seed K] ...
+//   vtpu train transformer [--mesh DxT | --cores N | --plan PLAN.json] [--config FILE] ...
 //                          (examples/train_transformer_command.h)
 //   vtpu train fsdp [--cores N] [--steps S] [--batch B] [--hidden H] [--lr LR] [--seed K]
-//                   [--optimizer sgd|adam] [--plan PLAN.json] [--prefetch on|off] ...
+//                   [--optimizer sgd|adam] [--plan PLAN.json] [--config FILE] ...
 //                   (examples/train_fsdp_command.h)
 //   vtpu bench memory [--allocators A,B] [--live L1,L2] [--pairs K] [--hot W] [--workload W]
 //                     [--trace FILE] [--capacity SIZE] [--via policy,arena] [--seed S] [--json]
@@ -63,6 +63,7 @@
 #include "examples/train_fsdp_command.h"
 #include "examples/train_mlp_plan_command.h"
 #include "examples/train_plan.h"
+#include "examples/train_runtime_config.h"
 #include "examples/train_transformer_command.h"
 #include "memory/alloc_workload.h"
 #include "memory/allocator_policy.h"
@@ -118,7 +119,7 @@ void print_mlp_report(const MlpResult& r, const MlpConfig& c) {
       static_cast<double>(calls) / n,
       vtpu::format_bytes(static_cast<uint64_t>(static_cast<double>(bytes) / n)).c_str(),
       static_cast<unsigned long long>(static_cast<double>(bytes) / n), 1e3 * seconds / n);
-  std::printf("replicas identical after training: %s\n", r.replicas_identical ? "yes" : "NO");
+  std::printf("replicas identical after training: %s\n", r.replicas_identical() ? "yes" : "NO");
   if (c.kernels == "pallas" && !r.vmem.empty()) {
     std::printf("kernels: pallas; VMEM per core: peak %s of the %s scoped limit (core 0)\n",
                 vtpu::format_bytes(r.vmem[0].peak_bytes_in_use).c_str(),
@@ -161,8 +162,15 @@ int run_train_mlp(const TrainArgs& args) {
                     outputs[i].first + " file");
       }))
     return 2;
-  vtpu::RuntimeOptions options;
-  if (!args.config_path.empty()) options = vtpu::RuntimeOptions::load_json_file(args.config_path);
+  // --config, under the flags (examples/train_runtime_config.h).
+  vtpu::examples::TrainRuntimeConfig config =
+      vtpu::examples::TrainRuntimeConfig::load(args.config_path);
+  if (!vtpu::examples::check_usage([&] {
+        config.check_memory_events(!args.memory_events.empty(),
+                                   "vtpu train mlp without --memory-events");
+      }))
+    return 2;
+  vtpu::RuntimeOptions& options = config.options;
   if (!args.plan_path.empty()) {
     // The memory outputs, --estimate-from and the pallas kernels belong to the plain
     // data-parallel run; a flag --plan would ignore is a usage error (exit 2), as CLI11's
@@ -194,7 +202,7 @@ int run_train_mlp(const TrainArgs& args) {
     if (!args.allocator.empty()) options.allocator = args.allocator;
     vtpu::examples::TrainMlpPlanArgs plan_args;
     plan_args.plan_path = args.plan_path;
-    plan_args.options = options;
+    plan_args.config = config;
     plan_args.cores = args.cores;
     plan_args.mlp = args.mlp;
     plan_args.batch_given = args.batch_given;
@@ -215,7 +223,10 @@ int run_train_mlp(const TrainArgs& args) {
     const vtpu::examples::TrainPlan& plan =
         estimate_plan.emplace(vtpu::examples::load_train_plan(args.estimate_from));
     vtpu::examples::check_mlp_estimate_plan(plan);
-    if (!vtpu::examples::check_usage([&] { vtpu::examples::check_plan_cores(plan, args.cores); }))
+    if (!vtpu::examples::check_usage([&] {
+          vtpu::examples::check_plan_cores(plan, args.cores);
+          config.check_plan_mesh_cores(plan, args.cores);
+        }))
       return 2;
     // The model the estimate was made for (its model_graph), as --plan takes it: a --hidden or
     // --optimizer that contradicts it is a usage error, exit 2. Regression (new-user pass nu11,
@@ -262,6 +273,11 @@ int run_train_mlp(const TrainArgs& args) {
   if (args.lr_option->count() == 0) {
     mlp.learning_rate = vtpu::examples::mlp_default_learning_rate(mlp.optimizer);
   }
+  if (!vtpu::examples::check_usage([&] {
+        vtpu::examples::check_micro_batches(mlp.micro_batches, mlp.global_batch, options.num_cores,
+                                            "core", vtpu::count_text(options.num_cores, "core"));
+      }))
+    return 2;
   mlp.validate(options.num_cores);
   vtpu::examples::HbmBreakdown peak;  // core 0 at its peak (for --estimate-from)
   if (!args.memory_profile.empty() || !args.memory_snapshot.empty() || estimate) {

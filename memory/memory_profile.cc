@@ -152,25 +152,10 @@ std::string gzip(const std::string& in) {
   return out;
 }
 
-[[noreturn]] void throw_file_error(const std::string& what, const std::string& path, int err) {
-  const std::string message = "cannot write " + what + " to '" + path + "': " + std::strerror(err);
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      throw NotFoundError(message);
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG:
-      throw ResourceExhaustedError(message);
-    default:
-      throw InvalidArgumentError(message);
-  }
-}
-
-// Writes `bytes` to `path`, replacing it. Throws via throw_file_error().
+// Writes `bytes` to `path`, replacing it. Throws via throw_file_write_error().
 void write_file(const std::string& what, const std::string& path, const std::string& bytes) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) throw_file_error(what, path, errno);
+  if (f == nullptr) throw_file_write_error(what, path, errno);
   errno = 0;
   const bool written =
       std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && std::fflush(f) == 0;
@@ -178,8 +163,8 @@ void write_file(const std::string& what, const std::string& path, const std::str
   errno = 0;
   const bool closed = std::fclose(f) == 0;
   const int close_errno = errno;
-  if (!written) throw_file_error(what, path, write_errno != 0 ? write_errno : EIO);
-  if (!closed) throw_file_error(what, path, close_errno != 0 ? close_errno : EIO);
+  if (!written) throw_file_write_error(what, path, write_errno != 0 ? write_errno : EIO);
+  if (!closed) throw_file_write_error(what, path, close_errno != 0 ? close_errno : EIO);
 }
 
 }  // namespace
@@ -327,10 +312,10 @@ nlohmann::json memory_snapshot_json(std::span<const MemoryChunkRecord> chunks) {
 void write_memory_snapshot(const std::string& path, std::span<const MemoryChunkRecord> chunks) {
   // Invalid UTF-8 in a label is replaced (U+FFFD), as the trace writer does, rather than thrown
   // as a nlohmann::json::type_error.
-  write_file("memory snapshot", path,
-             memory_snapshot_json(chunks).dump(2, ' ', false,
-                                               nlohmann::json::error_handler_t::replace) +
-                 "\n");
+  write_file(
+      "memory snapshot", path,
+      memory_snapshot_json(chunks).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+          "\n");
 }
 
 }  // namespace vtpu

@@ -1,6 +1,7 @@
 #include "memory/trace.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cmath>
 #include <fstream>
@@ -417,7 +418,7 @@ TraceWriter::TraceWriter(std::ostream& out, Json header)
 }
 
 TraceWriter::TraceWriter(const std::string& path, Json header)
-    : name_("'" + path + "'"), checker_(std::make_unique<TraceChecker>()) {
+    : name_("'" + path + "'"), path_(path), checker_(std::make_unique<TraceChecker>()) {
   check_header(header, "");  // before truncating the file
   owned_ = std::make_unique<std::ofstream>(path, std::ios::out | std::ios::trunc);
   out_ = owned_.get();
@@ -425,10 +426,19 @@ TraceWriter::TraceWriter(const std::string& path, Json header)
   write_header(header);
 }
 
+void TraceWriter::fail(const std::string& what, int err) const {
+  // A file that cannot take the bytes (a full disk, /dev/full) is an I/O error naming the
+  // system's reason, as the memory profile's (adversarial pass adv12, ADV8: this was
+  // "Internal: writing event 116 to '/dev/full' failed").
+  if (!path_.empty()) throw_file_write_error(what, path_, err);
+  throw InternalError("writing " + what + " to " + name_ + " failed");
+}
+
 void TraceWriter::write_header(const Json& header) {
   check_header(header, "");
+  errno = 0;
   *out_ << header.dump(-1, ' ', false, Json::error_handler_t::replace) << '\n';
-  if (!*out_) throw InternalError("writing the trace header to " + name_ + " failed");
+  if (!*out_) fail("the trace header", errno);
 }
 
 TraceWriter::~TraceWriter() = default;
@@ -437,16 +447,16 @@ void TraceWriter::write(const TraceEvent& event) {
   if (std::string p = checker_->problem(event); !p.empty())
     throw InvalidArgumentError("cannot write event " + std::to_string(checker_->num_events()) +
                                " to " + name_ + ": " + p);
+  errno = 0;
   *out_ << to_json_line(event) << '\n';
-  if (!*out_)
-    throw InternalError("writing event " + std::to_string(checker_->num_events()) + " to " + name_ +
-                        " failed");
+  if (!*out_) fail("trace event " + std::to_string(checker_->num_events()), errno);
   checker_->apply(event);
 }
 
 void TraceWriter::flush() {
+  errno = 0;
   out_->flush();
-  if (!*out_) throw InternalError("flushing " + name_ + " failed");
+  if (!*out_) fail("the trace", errno);
 }
 
 uint64_t TraceWriter::num_events() const { return checker_->num_events(); }

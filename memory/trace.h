@@ -123,19 +123,23 @@ class TraceWriter {
   TraceWriter& operator=(const TraceWriter&) = delete;
 
   /// Appends one event. Throws InvalidArgumentError (nothing written) for an event the format
-  /// forbids here, InternalError when the stream fails.
+  /// forbids here. When the stream fails: for a path, the I/O error of throw_file_write_error
+  /// (common/error.h; ResourceExhaustedError for a full device), for a stream InternalError.
   void write(const TraceEvent& event);
-  /// Flushes the stream. Throws InternalError when the stream has failed.
+  /// Flushes the stream. Throws as write() when the stream has failed.
   void flush();
   /// Events written so far.
   uint64_t num_events() const;
 
  private:
   void write_header(const nlohmann::json& header);
+  /// Throws the error of a failed write of `what` with errno `err` (see write()).
+  [[noreturn]] void fail(const std::string& what, int err) const;
 
   std::unique_ptr<std::ostream> owned_;  // set when writing to a path
   std::ostream* out_ = nullptr;
   std::string name_;
+  std::string path_;  // the file, when writing to a path
   std::unique_ptr<TraceChecker> checker_;
 };
 

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/host.h"
 #include "common/strings.h"
 #include "common/units.h"
 #include "memory/allocator_policy.h"
@@ -44,9 +45,9 @@ bool bool_field(const nlohmann::json& j, const char* key) {
 
 }  // namespace
 
-std::chrono::milliseconds RuntimeOptions::default_collective_timeout() {
+std::optional<std::chrono::milliseconds> RuntimeOptions::collective_timeout_from_env() {
   const char* v = std::getenv("VTPU_COLLECTIVE_TIMEOUT_MS");
-  if (v == nullptr || *v == '\0') return std::chrono::milliseconds(30000);
+  if (v == nullptr || *v == '\0') return std::nullopt;
   const std::string text(v);
   int64_t ms = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), ms);
@@ -57,6 +58,23 @@ std::chrono::milliseconds RuntimeOptions::default_collective_timeout() {
                                std::to_string(kMaxCollectiveTimeout.count()) + ", at most 7 days)");
   }
   return std::chrono::milliseconds(ms);
+}
+
+std::chrono::milliseconds RuntimeOptions::default_collective_timeout(int num_cores, int host_cpus) {
+  if (num_cores < 1 || host_cpus < 1) {
+    throw InvalidArgumentError("default_collective_timeout of " + std::to_string(num_cores) +
+                               " cores on " + std::to_string(host_cpus) +
+                               " CPUs (expected both >= 1)");
+  }
+  const double scale = std::max(1.0, static_cast<double>(num_cores) / host_cpus);
+  const double ms = std::round(static_cast<double>(kDefaultCollectiveTimeout.count()) * scale);
+  return std::chrono::milliseconds(
+      std::min(static_cast<int64_t>(ms), static_cast<int64_t>(kMaxCollectiveTimeout.count())));
+}
+
+std::chrono::milliseconds RuntimeOptions::effective_collective_timeout() const {
+  if (collective_timeout) return *collective_timeout;
+  return default_collective_timeout(std::max(num_cores, 1), usable_cpus());
 }
 
 std::string RuntimeOptions::default_pin_threads() {
@@ -98,9 +116,10 @@ void RuntimeOptions::validate() const {
     throw InvalidArgumentError("allocator is '" + allocator +
                                "' (expected one of: " + join(policies) + ")");
   }
-  if (collective_timeout.count() <= 0 || collective_timeout > kMaxCollectiveTimeout) {
+  if (collective_timeout &&
+      (collective_timeout->count() <= 0 || *collective_timeout > kMaxCollectiveTimeout)) {
     throw InvalidArgumentError("collective_timeout_ms is " +
-                               std::to_string(collective_timeout.count()) + " (expected 1.." +
+                               std::to_string(collective_timeout->count()) + " (expected 1.." +
                                std::to_string(kMaxCollectiveTimeout.count()) + ", at most 7 days)");
   }
   constexpr uint64_t kMaxScratch = uint64_t{4} << 30;
@@ -270,7 +289,8 @@ RuntimeOptions RuntimeOptions::from_json(const nlohmann::json& j) {
   return o;
 }
 
-RuntimeOptions RuntimeOptions::load_json_file(const std::string& path) {
+RuntimeOptions RuntimeOptions::load_json_file(const std::string& path,
+                                              std::vector<std::string>* keys) {
   std::ifstream in(path);
   if (!in) throw NotFoundError("cannot open runtime options file '" + path + "'");
   nlohmann::json j;
@@ -291,7 +311,12 @@ RuntimeOptions RuntimeOptions::load_json_file(const std::string& path) {
                                "' is not valid JSON: " + e.what());
   }
   try {
-    return from_json(j);
+    RuntimeOptions options = from_json(j);
+    if (keys != nullptr) {
+      keys->clear();
+      for (const auto& [key, value] : j.items()) keys->push_back(key);
+    }
+    return options;
   } catch (const InvalidArgumentError& e) {
     throw InvalidArgumentError("runtime options file '" + path + "': " + e.message());
   }
@@ -307,7 +332,7 @@ nlohmann::json RuntimeOptions::to_json() const {
                         {"hbm_backing", hbm_backing},
                         {"link_slot_bytes", link_slot_bytes},
                         {"link_num_slots", link_num_slots},
-                        {"collective_timeout_ms", collective_timeout.count()},
+                        {"collective_timeout_ms", effective_collective_timeout().count()},
                         {"collective_algorithm", collective_algorithm},
                         {"pin_threads", pin_threads},
                         {"hardware_profile", hardware_profile},

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,18 +34,31 @@ struct RuntimeOptions {
   bool hbm_backing = true;            // false: metadata-only arenas (no bytes)
   uint64_t link_slot_bytes = uint64_t{1} << 20;  // bytes per circular-buffer slot; default 1 MiB
   int link_num_slots = 4;                        // slots per directed link, 2..1024; default 4
-  /// Every collective wait; default 30 s, or $VTPU_COLLECTIVE_TIMEOUT_MS (below); at most
-  /// kMaxCollectiveTimeout.
-  std::chrono::milliseconds collective_timeout = default_collective_timeout();
+  /// Every collective wait, at most kMaxCollectiveTimeout: collective_timeout_ms of a --config
+  /// file, else $VTPU_COLLECTIVE_TIMEOUT_MS (below), else (nullopt) the default that
+  /// effective_collective_timeout() scales with the oversubscription. An explicit setting is
+  /// never scaled.
+  std::optional<std::chrono::milliseconds> collective_timeout = collective_timeout_from_env();
   static constexpr std::chrono::milliseconds kMaxCollectiveTimeout{7LL * 24 * 3600 * 1000};
+  static constexpr std::chrono::milliseconds kDefaultCollectiveTimeout{30000};
+  /// collective_timeout when set, else default_collective_timeout(num_cores, usable_cpus()) (the
+  /// CPUs of the process's affinity mask, common/host.h). Thread-safe.
+  std::chrono::milliseconds effective_collective_timeout() const;
+  /// The unset timeout: kDefaultCollectiveTimeout x max(1, num_cores / host_cpus), rounded to the
+  /// millisecond and capped at kMaxCollectiveTimeout. A wait counts from a core's arrival, so
+  /// it includes the time its peers still compute, which grows with the cores that share each
+  /// CPU: `train transformer --mesh 1024x1` on 2 CPUs spread one step's compute over more than
+  /// 30 s and timed out (adversarial pass adv12, ADV11). E.g. 8 cores on 2 CPUs: 120 s; 3 on 2:
+  /// 45 s; 4 on 8: 30 s. Throws InvalidArgumentError for num_cores or host_cpus < 1. Thread-safe.
+  static std::chrono::milliseconds default_collective_timeout(int num_cores, int host_cpus);
   /// The defaults of collective_timeout and pin_threads, from the environment as NCCL's NCCL_*
-  /// variables give its defaults, so that every command (also those without --config: train
-  /// fsdp, train transformer, reshard, bench) can be told: $VTPU_COLLECTIVE_TIMEOUT_MS (a whole
-  /// number of milliseconds, 1..kMaxCollectiveTimeout; unset or empty: 30000) and
+  /// variables give its defaults, so that every command (also those without --config: reshard,
+  /// bench) can be told: $VTPU_COLLECTIVE_TIMEOUT_MS (a whole number of milliseconds,
+  /// 1..kMaxCollectiveTimeout; unset or empty: nullopt, the scaled default) and
   /// $VTPU_PIN_THREADS ("auto", "on" or "off"; unset or empty: "auto"). A --config file's key
   /// still overrides them. Throw InvalidArgumentError naming the variable and its value when it
   /// is set to anything else. Thread-safe as getenv (no concurrent setenv).
-  static std::chrono::milliseconds default_collective_timeout();
+  static std::optional<std::chrono::milliseconds> collective_timeout_from_env();
   static std::string default_pin_threads();
   /// all_reduce algorithm of communicators built from these options: "auto" (default: chosen by
   /// message size and group size) or one of collective_algorithm_names().
@@ -88,8 +102,11 @@ struct RuntimeOptions {
   /// Parses and validates. Throws InvalidArgumentError naming the bad key or value.
   static RuntimeOptions from_json(const nlohmann::json& j);
   /// Reads a JSON file. Throws NotFoundError if it cannot be opened and InvalidArgumentError
-  /// (with the parser's position) if it is not valid JSON or fails validation.
-  static RuntimeOptions load_json_file(const std::string& path);
+  /// (with the parser's position) if it is not valid JSON or fails validation. When `keys` is
+  /// given, it receives the keys the file sets (to tell them from defaults), in file order.
+  static RuntimeOptions load_json_file(const std::string& path,
+                                       std::vector<std::string>* keys = nullptr);
+  /// Every key; "collective_timeout_ms" is effective_collective_timeout().
   nlohmann::json to_json() const;
 };
 

@@ -226,7 +226,7 @@ TEST(AllReduceTest, TimeoutNamesTheCoreThatDidNotArrive) {
     EXPECT_NE(msg.find("all_reduce(sum) f32[10] at sequence 0"), std::string::npos) << msg;
     EXPECT_NE(msg.find("have not reached sequence 0: {2}"), std::string::npos) << msg;
     EXPECT_NE(msg.find("(the timeout is collective_timeout_ms of --config, or "
-                       "VTPU_COLLECTIVE_TIMEOUT_MS;"),
+                       "VTPU_COLLECTIVE_TIMEOUT_MS, else 30 s x max(1, cores / CPUs);"),
               std::string::npos)
         << msg;
   } catch (const AbortedError& e) {

@@ -64,7 +64,7 @@ TEST_P(MlpTpVsSingleCoreTest, LossesMatchTheSingleCoreRunWithin1e4) {
   const MlpTensorParallelResult r = train_mlp_tensor_parallel(rt, split_, c, layout);
   EXPECT_LE(max_relative_difference(r.run.losses, ref.losses), 1e-4);
   EXPECT_LT(r.run.losses.back(), 0.5 * r.run.losses.front());  // it trains
-  EXPECT_TRUE(r.run.replicas_identical);
+  EXPECT_TRUE(r.run.replicas_identical());
   EXPECT_FALSE(r.run.replica_mismatch.has_value());
   // The gathered final parameters are the single-core ones up to f32 summation order.
   ASSERT_EQ(r.run.parameters.size(), ref.parameters.size());
@@ -119,7 +119,7 @@ TEST_P(MlpTpVsSingleCoreTest, AdamMatchesTheSingleCoreAdamRunWithin1e4) {
   EXPECT_LE(max_relative_difference(r.run.losses, ref.losses), 1e-4);
   EXPECT_GT(max_relative_difference(r.run.losses, sgd_ref.losses), 1e-2);
   EXPECT_LT(r.run.losses.back(), 0.6 * r.run.losses.front());  // it learns
-  EXPECT_TRUE(r.run.replicas_identical);
+  EXPECT_TRUE(r.run.replicas_identical());
   EXPECT_FALSE(r.run.replica_mismatch.has_value());
   EXPECT_EQ(peaks, 1);
   const uint64_t shard_bytes = 4 * static_cast<uint64_t>(75 * c.hidden / layout.tensor + 10);

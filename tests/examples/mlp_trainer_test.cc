@@ -121,7 +121,7 @@ TEST_F(MlpTrainerTest, AdamMatchesANaiveDoublePrecisionReference) {
     for (size_t s = 0; s < ref.size(); ++s) {
       EXPECT_NEAR(r.losses[s], ref[s], 1e-4 * std::abs(ref[s])) << cores << " cores, step " << s;
     }
-    EXPECT_TRUE(r.replicas_identical);
+    EXPECT_TRUE(r.replicas_identical());
     EXPECT_LT(r.losses.back(), 0.6 * r.losses.front());  // it learns
   }
 }
@@ -144,7 +144,7 @@ TEST_F(MlpTrainerTest, PallasKernelsMatchTheEigenPath) {
         ASSERT_NEAR(pallas.losses[s], eigen.losses[s], 1e-5 * std::abs(eigen.losses[s]))
             << cores << " cores, hidden " << hidden << ", step " << s;
       }
-      EXPECT_TRUE(pallas.replicas_identical);
+      EXPECT_TRUE(pallas.replicas_identical());
       ASSERT_EQ(pallas.vmem.size(), static_cast<size_t>(cores));
       EXPECT_GT(pallas.vmem[0].peak_bytes_in_use, 0u);  // the kernels really used VMEM
       EXPECT_EQ(pallas.vmem[0].bytes_in_use, 0u);       // and gave it all back
@@ -170,7 +170,7 @@ TEST_F(MlpTrainerTest, LossesMatchTheSingleCoreRunForEveryCoreCount) {
       ASSERT_NEAR(r.losses[s], base.losses[s], 1e-5 * std::abs(base.losses[s]))
           << n << " cores, step " << s;
     }
-    EXPECT_TRUE(r.replicas_identical) << n << " cores";
+    EXPECT_TRUE(r.replicas_identical()) << n << " cores";
     ASSERT_EQ(r.hbm.size(), static_cast<size_t>(n));
     // Per core, each buffer rounded to 256 B (BFC): after training, the replicated training set
     // (pixels, one-hot labels), params and grads(+loss); at the peak also the batch (x, y) and
@@ -241,7 +241,7 @@ TEST_F(MlpTrainerTest, AdamDefaultsLearn) {
   Runtime rt(mlp_runtime_options(4));
   const MlpResult r = train_mlp(rt, split_, c);
   EXPECT_GE(r.test_accuracy, 0.90);
-  EXPECT_TRUE(r.replicas_identical);
+  EXPECT_TRUE(r.replicas_identical());
 }
 
 TEST_F(MlpTrainerTest, DefaultsReachNinetyPercentOnTheHeldOutSplit) {

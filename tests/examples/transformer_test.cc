@@ -20,6 +20,7 @@
 #include "examples/transformer_model.h"
 #include "examples/transformer_trainer.h"
 #include "runtime/runtime.h"
+#include "tests/temp_path.h"
 
 namespace vtpu::examples {
 namespace {
@@ -281,6 +282,10 @@ TEST(TransformerModelTest, TokenizeMapsNonAsciiToQuestionMark) {
   const TokenText t = make_token_text(s, 128);
   EXPECT_EQ(t.vocab_used, 3);
   EXPECT_NEAR(t.uniform_loss, std::log(3.0), 1e-12);
+  // adv12 ADV6: the mapped bytes are counted and said (2 of the 4 bytes: the UTF-8 of 'é').
+  EXPECT_EQ(t.mapped_bytes, 2);
+  EXPECT_EQ(t.describe_mapped(128), "2 of 4 bytes (50%) are >= 128 and were mapped to '?'");
+  EXPECT_EQ(make_token_text("plain", 128).describe_mapped(128), "");
 }
 
 // ---- trainer ---------------------------------------------------------------------------------
@@ -340,7 +345,7 @@ TEST_P(MeshVsSingleCoreTest, LossesMatchTheSingleCoreRunWithin1e4) {
           << "shard " << t << " element " << i;
     }
   }
-  EXPECT_TRUE(r.replicas_identical);
+  EXPECT_TRUE(r.replicas_identical());
   EXPECT_FALSE(r.replica_mismatch.has_value());
   // Megatron's count: 2 all-reduces per block in forward and 2 in backward over the tensor
   // group; one gradient bucket per step over the data-parallel group. A group of one core runs
@@ -386,7 +391,7 @@ TEST(TransformerTrainerTest, PlanLayoutsRunOnTheMeshReplicaGroups) {
   const TransformerResult r = train_transformer_on_layout(rt, text.tokens, c, transposed);
   EXPECT_EQ(r.losses, grid.losses);
   EXPECT_EQ(r.shards, grid.shards);
-  EXPECT_TRUE(r.replicas_identical);
+  EXPECT_TRUE(r.replicas_identical());
   EXPECT_FALSE(r.replica_mismatch.has_value());
   EXPECT_EQ(r.mesh.data, 2);
   EXPECT_EQ(r.mesh.tensor, 2);
@@ -406,7 +411,7 @@ TEST(TransformerTrainerTest, PlanLayoutsRunOnTheMeshReplicaGroups) {
     EXPECT_EQ(flat.data_all_reduce[core].num_collectives, static_cast<uint64_t>(c.steps)) << core;
   }
   EXPECT_EQ(flat.shards, dp4.shards);
-  EXPECT_TRUE(flat.replicas_identical);
+  EXPECT_TRUE(flat.replicas_identical());
 }
 
 TEST(TransformerTrainerTest, LayoutDescribesTheGroupsAndThePlansMeshAxes) {
@@ -536,6 +541,29 @@ TEST(TransformerErrorsTest, BadMeshesNameTheValues) {
 TEST(TransformerTextTest, MissingTextNamesTheFetchScript) {
   expect_error<NotFoundError>([&] { load_token_text("/nonexistent/f.txt", 128, 8); },
                               {"scripts/fetch-data.sh"});
+}
+
+// adv12 ADV6: a directory read as "0 bytes", and a binary file trained silently as '?'s. One
+// byte >= 128 in 10 is the limit: 10 of 100 is accepted, 11 of 100 refused.
+TEST(TransformerTextTest, RefusesADirectoryAndMostlyNonTextBytes) {
+  const std::string dir = test_temp_path("vtpu_text_dir");
+  std::filesystem::create_directories(dir);
+  expect_error<InvalidArgumentError>([&] { load_token_text(dir, 128, 8); },
+                                     {"text file '" + dir + "' is a directory"});
+  auto file_with = [](const std::string& name, int high) {
+    std::string text(100, 'a');
+    for (int i = 0; i < high; ++i) text[static_cast<size_t>(i) * 9] = '\xff';
+    const std::string path = test_temp_path(name);
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  };
+  const TokenText ten = load_token_text(file_with("vtpu_text_10.txt", 10), 128, 8);
+  EXPECT_EQ(ten.mapped_bytes, 10);
+  EXPECT_EQ(ten.describe_mapped(128), "10 of 100 bytes (10%) are >= 128 and were mapped to '?'");
+  const std::string eleven = file_with("vtpu_text_11.txt", 11);
+  expect_error<InvalidArgumentError>(
+      [&] { load_token_text(eleven, 128, 8); },
+      {"text file '" + eleven + "': 11 of 100 bytes (11%) are >= 128, more than the 10% limit"});
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/host.h"
 #include "test_data.h"
 #include "tests/run_command.h"
 #include "tests/temp_path.h"
@@ -43,6 +44,14 @@ std::string temp_file(const std::string& name, const std::string& content) {
   const std::string path = test_temp_path(prefix + name);
   std::ofstream(path) << content;
   return path;
+}
+
+// A hand-written plan file: the mlp model, FSDP over a 1-D mesh x of `cores` devices.
+std::string fsdp_mlp_plan(const std::string& name, int cores) {
+  return temp_file(name, R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
+      "mesh": {"axes": ["x"], "shape": [)j" +
+                             std::to_string(cores) + R"j(]},
+      "strategy": {"name": "fsdp(x)", "fsdp": "x"}})j");
 }
 
 // Exit code 2: command-line usage error; 1: a vtpu error found while running.
@@ -135,8 +144,12 @@ TEST(VtpuCliTest, TrainMlpAdamAndMicroBatches) {
   ASSERT_EQ(text.exit_code, 0) << text.output;
   EXPECT_NE(text.output.find("Adam lr 0.01"), std::string::npos) << text.output;
   expect_failure("train mlp --optimizer rmsprop", "--optimizer", 2);
+  // A --micro-batches that does not divide a core's rows is a usage error (new-user pass nu12,
+  // NU53: it named the field micro_batches, exit 1).
   expect_failure("train mlp --cores 4 --batch 32 --micro-batches 3",
-                 "micro_batches is 3 (expected a divisor of the 8 rows per core", 1);
+                 "vtpu: usage error: --micro-batches 3 does not divide the 8 rows per core (global "
+                 "batch 32 over 4 cores; expected a divisor of 8)",
+                 2);
   expect_failure("train mlp --micro-batches 0", "--micro-batches", 2);
 }
 
@@ -183,6 +196,62 @@ TEST(VtpuCliTest, ConfigFileSetsTheCores) {
   const nlohmann::json j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["num_cores"], 2);
   EXPECT_EQ(j["hbm"][0]["bytes_limit"], 64ull << 20);
+}
+
+// New-user pass nu12, NU54: --config was train mlp's only; train fsdp and train transformer take
+// it with train mlp's rules: the file's keys under the flags, num_cores the default of --cores
+// (transformer: --mesh 1xN), and a num_cores that disagrees with a mesh is a usage error.
+TEST(VtpuCliTest, TrainFsdpAndTransformerTakeAConfigFile) {
+  VTPU_REQUIRE_DIGITS();
+  const std::string cfg = temp_file("vtpu_cfg2.json", R"({"num_cores": 2, "allocator": "first_fit",
+      "collective_algorithm": "ring", "pin_threads": "off", "collective_timeout_ms": 120000})");
+  const CliRun f = run_cli("train fsdp --steps 2 --batch 8 --json --config " + cfg);
+  ASSERT_EQ(f.exit_code, 0) << f.output;
+  const nlohmann::json fj = nlohmann::json::parse(f.output);
+  EXPECT_EQ(fj["config"]["cores"], 2);
+  EXPECT_EQ(fj["config"]["runtime"]["allocator"], "first_fit");
+  EXPECT_EQ(fj["config"]["runtime"]["collective_algorithm"], "ring");
+  EXPECT_EQ(fj["config"]["runtime"]["pin_threads"], "off");
+  EXPECT_EQ(fj["config"]["runtime"]["collective_timeout_ms"], 120000);  // set: never scaled
+  // --cores replaces num_cores.
+  const CliRun f4 = run_cli("train fsdp --steps 1 --batch 8 --cores 4 --json --config " + cfg);
+  ASSERT_EQ(f4.exit_code, 0) << f4.output;
+  EXPECT_EQ(nlohmann::json::parse(f4.output)["config"]["cores"], 4);
+
+  // Without a timeout key the default is 30 s x max(1, cores / CPUs) (adv12 ADV11).
+  const std::string text = temp_file("vtpu_cfg_text.txt", std::string(200, 'a') + "bcd\n");
+  const std::string two =
+      temp_file("vtpu_cfg_two.json", R"({"num_cores": 2, "allocator": "tlsf"})");
+  const CliRun t = run_cli("train transformer --steps 1 --batch 2 --json --no-reference --data " +
+                           text + " --config " + two);
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  const nlohmann::json tj = nlohmann::json::parse(t.output);
+  EXPECT_EQ(tj["mesh"]["mesh"]["data"], 1);  // num_cores 2 alone: --mesh 1x2, as --cores 2
+  EXPECT_EQ(tj["mesh"]["mesh"]["tensor"], 2);
+  EXPECT_EQ(tj["config"]["runtime"]["allocator"], "tlsf");
+  const int cpus = vtpu::usable_cpus();
+  EXPECT_EQ(tj["config"]["runtime"]["collective_timeout_ms"], cpus >= 2 ? 30000 : 60000) << cpus;
+
+  expect_failure(
+      "train transformer --mesh 2x2 --steps 1 --batch 2 --data " + text + " --config " + two,
+      "vtpu: usage error: num_cores 2 in --config " + two +
+          " does not match --mesh 2x2 (4 cores; expected num_cores 4, or num_cores "
+          "left out of the file)",
+      2);
+  const std::string plan = fsdp_mlp_plan("vtpu_cfg_plan.json", 4);
+  for (const char* trainer : {"fsdp", "mlp"}) {
+    expect_failure(
+        std::string("train ") + trainer + " --steps 1 --plan " + plan + " --config " + two,
+        "num_cores 2 in --config " + two + " does not match the mesh x=4 of plan '" + plan +
+            "' (4 cores; expected num_cores 4",
+        2);
+  }
+  const std::string events = temp_file("vtpu_cfg_events.json", R"({"record_memory_events": true})");
+  expect_failure("train fsdp --steps 1 --config " + events,
+                 "record_memory_events is true in --config " + events +
+                     ", but vtpu train fsdp writes no memory event log",
+                 2);
+  expect_failure("train fsdp --config /nonexistent.json", "cannot open runtime options file", 1);
 }
 
 // `vtpu bench kernel matmul` runs 1, 2 and 3 buffers with edge blocks, checks each result against
@@ -1797,6 +1866,38 @@ TEST(VtpuCliTest, TrainTransformerRunsWithPallasKernels) {
   EXPECT_NE(r.output.find("limit 1e-04): ok"), std::string::npos) << r.output;
 }
 
+// Adversarial pass adv12, ADV6: a directory was "has 0 bytes"; bytes >= 128 became '?' unsaid,
+// and a gzip file (about half such bytes) trained.
+TEST(VtpuCliTest, TrainTransformerSaysWhatItDoesWithItsText) {
+  const std::string dir = test_temp_path("vtpu_cli_text_dir");
+  std::filesystem::create_directories(dir);
+  expect_failure("train transformer --mesh 1x1 --steps 1 --batch 1 --data " + dir,
+                 "text file '" + dir + "' is a directory", 1);
+  std::string text(1000, 'a');
+  for (int i = 0; i < 5; ++i) text[static_cast<size_t>(100 * i + 7)] = '\xe9';
+  const std::string latin1 = temp_file("vtpu_cli_latin1.txt", text);
+  const std::string args =
+      "train transformer --mesh 1x1 --steps 1 --batch 1 --no-reference --data " + latin1;
+  const CliRun r = run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("text " + latin1 +
+                          ": 1000 byte tokens, 2 distinct; 5 of 1000 bytes (0.5%) are >= 128 "
+                          "and were mapped to '?'\n"),
+            std::string::npos)
+      << r.output;
+  const CliRun j = run_cli(args + " --json");
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  const nlohmann::json jj = nlohmann::json::parse(j.output);
+  EXPECT_EQ(jj["text_bytes"], 1000);
+  EXPECT_EQ(jj["bytes_mapped_to_question_mark"], 5);
+  std::string binary(1000, 'a');
+  for (int i = 0; i < 200; ++i) binary[static_cast<size_t>(5 * i)] = '\x8b';
+  const std::string bin = temp_file("vtpu_cli_binary.txt", binary);
+  expect_failure(
+      "train transformer --mesh 1x1 --steps 1 --batch 1 --data " + bin,
+      "text file '" + bin + "': 200 of 1000 bytes (20%) are >= 128, more than the 10% limit", 1);
+}
+
 TEST(VtpuCliTest, TrainTransformerRejectsBadInput) {
   const std::string data = " --steps 1 --batch 2 --data " + transformer_text_file();
   expect_failure("train transformer --mesh 1x3" + data,
@@ -3147,6 +3248,23 @@ TEST(VtpuCliPlanTest, EveryEmittedTransformerPlanRunsAndMatchesOneCore) {
       EXPECT_EQ(j["config"]["batch"], 8);  // the plan's
     }
   }
+}
+
+// New-user pass nu12, NU53: with a dp(data)+tp(model) plan on 2x4 (its batch 64: 32 rows per data
+// shard, each shared by 4 tensor cores) --micro-batches 3 said "micro_batches is 3 (... 32 rows
+// per core: global batch 64 over 2 cores)", exit 1. FSDP accumulates no micro-batches.
+TEST(VtpuCliTest, TrainMlpPlanMicroBatchesMustDivideADataShard) {
+  const std::string p24 = test_temp_path("vtpu_cli_p24.json");
+  const CliRun e = run_cli("plan " + model_path("mlp.json") +
+                           " --mesh 2x4 --strategy \"dp(data)+tp(model)\" --emit " + p24);
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  expect_failure("train mlp --steps 2 --micro-batches 3 --plan " + p24,
+                 "vtpu: usage error: --micro-batches 3 does not divide the 32 rows per data shard "
+                 "(global batch 64 over the 2-way data axis; expected a divisor of 32)",
+                 2);
+  const std::string fsdp = fsdp_mlp_plan("vtpu_cli_mb_fsdp.json", 2);
+  expect_failure("train mlp --steps 2 --batch 8 --micro-batches 2 --plan " + fsdp,
+                 "--micro-batches 2 cannot be combined with an fsdp plan (expected 1", 2);
 }
 
 }  // namespace

@@ -406,6 +406,20 @@ TEST(TraceTest, WriterToFileRoundTrip) {
   EXPECT_THROW(TraceWriter("/nonexistent/dir/x.jsonl"), NotFoundError);
 }
 
+// Adversarial pass adv12, ADV8: a trace file on a full device was "Internal: writing event 116 to
+// '/dev/full' failed"; it is an I/O error with the system's reason, as the memory profile's.
+TEST(TraceTest, WriterToAFullDeviceIsResourceExhausted) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  try {
+    TraceWriter w("/dev/full");
+    for (const TraceEvent& e : sample_events()) w.write(e);  // into the stream's buffer
+    w.flush();
+    ADD_FAILURE() << "writing to /dev/full succeeded";
+  } catch (const ResourceExhaustedError& e) {
+    EXPECT_EQ(e.message(), "cannot write the trace to '/dev/full': No space left on device");
+  }
+}
+
 TEST(TraceTest, JsonLineKeyOrderAndOmissions) {
   TraceEvent e;
   e.t_us = 12.5;

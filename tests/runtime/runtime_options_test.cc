@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/host.h"
 #include "tests/temp_path.h"
 
 namespace vtpu {
@@ -31,7 +32,7 @@ TEST(RuntimeOptionsTest, Defaults) {
   EXPECT_TRUE(o.hbm_backing);
   EXPECT_EQ(o.link_slot_bytes, kMiB);
   EXPECT_EQ(o.link_num_slots, 4);
-  EXPECT_EQ(o.collective_timeout, 30000ms);
+  EXPECT_EQ(o.collective_timeout, std::nullopt);  // the scaled default (below)
   EXPECT_NO_THROW(o.validate());
 }
 
@@ -63,13 +64,13 @@ TEST(RuntimeOptionsTest, EnvironmentGivesTheDefaultsOfPinningAndTheCollectiveTim
   {
     ScopedEnv empty("VTPU_PIN_THREADS", "");  // empty means unset
     EXPECT_EQ(RuntimeOptions{}.pin_threads, "auto");
-    EXPECT_EQ(RuntimeOptions{}.collective_timeout, 30000ms);
+    EXPECT_EQ(RuntimeOptions{}.collective_timeout, std::nullopt);
   }
   for (const char* bad : {"1e3", "0", "-5", "30s", "604800001", "99999999999999999999"}) {
     ScopedEnv timeout("VTPU_COLLECTIVE_TIMEOUT_MS", bad);
     try {
       RuntimeOptions o;
-      ADD_FAILURE() << bad << " was accepted: " << o.collective_timeout.count();
+      ADD_FAILURE() << bad << " was accepted: " << o.effective_collective_timeout().count();
     } catch (const InvalidArgumentError& e) {
       EXPECT_EQ(e.message(), std::string("VTPU_COLLECTIVE_TIMEOUT_MS is '") + bad +
                                  "' (expected a whole number of milliseconds, 1..604800000, at "
@@ -85,6 +86,35 @@ TEST(RuntimeOptionsTest, EnvironmentGivesTheDefaultsOfPinningAndTheCollectiveTim
   }
 }
 
+// adv12 ADV11: the unset collective timeout is 30 s x max(1, cores / CPUs), worked by hand; a
+// timeout that is set (a --config key or VTPU_COLLECTIVE_TIMEOUT_MS) is never scaled.
+TEST(RuntimeOptionsTest, DefaultCollectiveTimeoutScalesWithCoresPerCpu) {
+  EXPECT_EQ(RuntimeOptions::default_collective_timeout(1, 1), 30000ms);
+  EXPECT_EQ(RuntimeOptions::default_collective_timeout(2, 2), 30000ms);
+  EXPECT_EQ(RuntimeOptions::default_collective_timeout(4, 8), 30000ms);  // never below 30 s
+  EXPECT_EQ(RuntimeOptions::default_collective_timeout(3, 2), 45000ms);  // 1.5 x 30 s
+  EXPECT_EQ(RuntimeOptions::default_collective_timeout(7, 3), 70000ms);  // 7/3 x 30 s
+  EXPECT_EQ(RuntimeOptions::default_collective_timeout(8, 2), 120000ms);
+  EXPECT_EQ(RuntimeOptions::default_collective_timeout(1024, 2), 15360000ms);  // 4 h 16 min
+  EXPECT_EQ(RuntimeOptions::default_collective_timeout(1024, 1), 30720000ms);
+  EXPECT_THROW(RuntimeOptions::default_collective_timeout(0, 2), InvalidArgumentError);
+  EXPECT_THROW(RuntimeOptions::default_collective_timeout(2, 0), InvalidArgumentError);
+
+  RuntimeOptions o;
+  o.num_cores = 2 * usable_cpus();
+  EXPECT_EQ(o.effective_collective_timeout(), 60000ms);
+  EXPECT_EQ(o.to_json().at("collective_timeout_ms").get<int64_t>(), 60000);
+  o.collective_timeout = 5000ms;
+  EXPECT_EQ(o.effective_collective_timeout(), 5000ms);
+  const RuntimeOptions set_in_file =
+      RuntimeOptions::from_json(json{{"num_cores", 1024}, {"collective_timeout_ms", 30000}});
+  EXPECT_EQ(set_in_file.effective_collective_timeout(), 30000ms);
+  ScopedEnv timeout("VTPU_COLLECTIVE_TIMEOUT_MS", "30000");
+  RuntimeOptions from_env;
+  from_env.num_cores = 1024;
+  EXPECT_EQ(from_env.effective_collective_timeout(), 30000ms);
+}
+
 TEST(RuntimeOptionsTest, EmptyObjectGivesDefaults) {
   const RuntimeOptions o = RuntimeOptions::from_json(json::object());
   EXPECT_EQ(o.num_cores, 8);
@@ -93,7 +123,7 @@ TEST(RuntimeOptionsTest, EmptyObjectGivesDefaults) {
   EXPECT_TRUE(o.hbm_backing);
   EXPECT_EQ(o.link_slot_bytes, kMiB);
   EXPECT_EQ(o.link_num_slots, 4);
-  EXPECT_EQ(o.collective_timeout, 30000ms);
+  EXPECT_EQ(o.collective_timeout, std::nullopt);
 }
 
 TEST(RuntimeOptionsTest, EveryKeyWithIntegerBytes) {
