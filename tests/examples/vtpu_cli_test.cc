@@ -1372,6 +1372,11 @@ TEST(VtpuCliTest, StressRejectsBadInput) {
   expect_failure("stress --allocators bfc,nope", "unknown allocator policy 'nope'", 2);
   expect_failure("stress --workload nope", "nope", 2);
   expect_failure("stress --hbm-bytes 12Q", "12Q", 2);
+  // New-user pass nu12, NU56: the option's name, not the field's (hbm_bytes).
+  expect_failure("stress --cores 1 --events 100 --hbm-bytes 1K",
+                 "stress: --hbm-bytes 1024 (expected >= 4 KiB = 4096)", 2);
+  expect_failure("stress --cores 1 --events 100 --bucket-bytes 6",
+                 "stress: --bucket-bytes 6 (expected a multiple of 4", 2);
   expect_failure("stress --auto-defragment sometimes", "sometimes", 2);
   expect_failure("stress --cores 0", "cores", 2);
   expect_failure("stress --trace /nonexistent/t.jsonl", "/nonexistent/t.jsonl", 2);
