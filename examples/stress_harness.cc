@@ -480,11 +480,13 @@ void StressOptions::validate() const {
     // killer) after minutes. run_stress checks again once the streams exist (live counts).
     check_host_memory(*this, estimate_stress_host_memory(*this, workload.events_per_core));
   }
-  if (hbm_bytes < 4 * kKiB) fail("hbm_bytes " + std::to_string(hbm_bytes) + " (expected >= 4 KiB)");
+  // New-user pass nu12, NU56: the options' names as `vtpu stress` takes them, not the fields'.
+  if (hbm_bytes < 4 * kKiB)
+    fail("--hbm-bytes " + std::to_string(hbm_bytes) + " (expected >= 4 KiB = 4096)");
   if (collective_rounds < 0 || collective_rounds > 10000000)
     fail("collective_rounds " + std::to_string(collective_rounds) + " (expected 0..10000000)");
   if (bucket_bytes < 4 || bucket_bytes % 4 != 0 || bucket_bytes > 1 * kGiB)
-    fail("bucket_bytes " + std::to_string(bucket_bytes) +
+    fail("--bucket-bytes " + std::to_string(bucket_bytes) +
          " (expected a multiple of 4 in [4, 1 GiB])");
   if (matmul_dim < 1 || matmul_dim > 4096)
     fail("matmul_dim " + std::to_string(matmul_dim) + " (expected 1..4096)");
@@ -496,8 +498,8 @@ void StressOptions::validate() const {
          " (expected 0..1000000 events)");
   if (timeline_samples < 0) fail("timeline_samples must be >= 0");
   if (capacity_search_max_bytes != 0 && capacity_search_max_bytes < 4 * kKiB)
-    fail("capacity_search_max_bytes " + std::to_string(capacity_search_max_bytes) +
-         " (expected >= 4 KiB, or 0 for max(4 x hbm_bytes, 64 GiB))");
+    fail("--capacity-search-max " + std::to_string(capacity_search_max_bytes) +
+         " (expected >= 4 KiB = 4096, or 0 for max(4 x --hbm-bytes, 64 GiB))");
 }
 
 uint64_t StressOptions::capacity_search_limit() const {

@@ -97,7 +97,8 @@ struct StressOptions {
   std::function<void(const std::string& allocator, int core, uint64_t event)>
       before_event_for_testing;
 
-  /// Throws InvalidArgumentError naming the first bad field.
+  /// Throws InvalidArgumentError naming the first bad field (by its `vtpu stress` option where it
+  /// has one: --hbm-bytes, --bucket-bytes, --capacity-search-max, --events).
   void validate() const;
   /// The capacity search's upper bound in bytes: capacity_search_max_bytes, or the default rule.
   uint64_t capacity_search_limit() const;

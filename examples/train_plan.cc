@@ -627,40 +627,6 @@ ModelGraph transformer_model_graph(const TransformerPlanModel& m) {
   return g;
 }
 
-std::map<std::string, std::vector<int64_t>> model_parameter_shapes(const ModelGraph& model) {
-  // As AutoShardingPlan::to_json writes them (sharding/auto_planner.cc).
-  std::map<std::string, std::vector<int64_t>> shapes;
-  for (const ModelLayer& l : model.layers) {
-    const std::string& n = l.name;
-    const int64_t d = l.out;
-    switch (l.kind) {
-      case LayerKind::kDense:
-        shapes[n + ".w"] = {l.in, l.out};
-        if (l.bias) shapes[n + ".b"] = {l.out};
-        break;
-      case LayerKind::kAttention:
-        shapes[n + ".wqkv"] = {d, 3, d};
-        shapes[n + ".wo"] = {d, d};
-        if (l.bias) {
-          shapes[n + ".bqkv"] = {3, d};
-          shapes[n + ".bo"] = {d};
-        }
-        break;
-      case LayerKind::kLayerNorm:
-        shapes[n + ".gamma"] = {d};
-        shapes[n + ".beta"] = {d};
-        break;
-      case LayerKind::kEmbedding:
-        shapes[n + ".table"] = {l.vocab, d};
-        if (l.positions > 0) shapes[n + ".positions"] = {l.positions, d};
-        break;
-      case LayerKind::kElementwise:
-        break;
-    }
-  }
-  return shapes;
-}
-
 void check_plan_layout(const TrainPlan& plan, const ModelGraph& model, const std::string& command) {
   auto bad = [&](const std::string& what) {
     return InvalidArgumentError("plan file '" + plan.path + "': " + what);

@@ -145,19 +145,13 @@ ModelGraph mlp_model_graph(int64_t hidden);
 /// (vocab, d_model, positions = context), per block ln1, attn, ln2, mlp.fc1, mlp.gelu, mlp.fc2,
 /// then ln_f and head (transformer_plan_model's layout), f32, seq_len = context.
 ModelGraph transformer_model_graph(const TransformerPlanModel& m);
-/// The parameters of `model` with their global shapes (elements per dimension), named as
-/// `vtpu plan --emit` writes "parameter_shapes": dense <l>.w (in, out) and <l>.b (out) when it has
-/// a bias; attention <l>.wqkv (d, 3, d), <l>.wo (d, d), and with bias <l>.bqkv (3, d), <l>.bo (d);
-/// layer_norm <l>.gamma, <l>.beta (d); embedding <l>.table (vocab, d), <l>.positions (positions,
-/// d) when it has positions; elementwise none. Thread-safe.
-std::map<std::string, std::vector<int64_t>> model_parameter_shapes(const ModelGraph& model);
 /// Checks the plan's `layers` and `parameter_shapes`, each when the file has it, against `model`,
 /// the model the trainer runs (`command`, e.g. "vtpu train mlp", begins the explanations):
 /// `layers` must list every layer of `model`, in order and by name, each with the sharding the
 /// trainer gives it: required_tensor_sharding under tensor parallelism, else "replicated" (data
 /// parallelism and FSDP split no layer; FSDP's parameter shards are in `shardings`); and
-/// `parameter_shapes` must have exactly model_parameter_shapes(model). Throws
-/// InvalidArgumentError naming the file, the entry, its value and what was expected
+/// `parameter_shapes` must have exactly model_parameter_shapes(model) (sharding/model_graph.h).
+/// Throws InvalidArgumentError naming the file, the entry, its value and what was expected
 /// (adversarial pass adv12, ADV3). Thread-safe.
 void check_plan_layout(const TrainPlan& plan, const ModelGraph& model, const std::string& command);
 

@@ -704,11 +704,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(vtpu::known_allocator_policies()));
   mlp->add_option("--memory-profile", args.memory_profile,
                   "Write a pprof device memory profile (gzipped profile.proto, as "
-                  "jax.profiler.save_device_memory_profile) after the last step (not written if "
-                  "the run fails)");
+                  "jax.profiler.save_device_memory_profile) after the last step, before its step "
+                  "buffers are freed (not written if the run fails)");
   mlp->add_option("--memory-snapshot", args.memory_snapshot,
-                  "Write a JSON snapshot of every core's chunks after the last step (not written "
-                  "if the run fails)");
+                  "Write a JSON snapshot of every core's chunks after the last step, before its "
+                  "step buffers are freed (not written if the run fails)");
   mlp->add_option("--memory-events", args.memory_events,
                   "Record every core's alloc/free/oom/defragment events and write them as a "
                   "vtpu trace (JSON Lines), also when the run fails");

@@ -188,17 +188,23 @@ std::string describe_stress_workload(const StressWorkloadOptions& o) {
            describe_sizes(s) + events + " (" + std::to_string(fill) + " fill the arena, " +
            std::to_string(o.events_per_core - fill) + " in the steady state)";
   }
+  // New-user pass nu12, NU56: the other workloads give their setup count too (the one `vtpu
+  // stress --events` must exceed).
+  const uint64_t setup = std::min(stress_setup_events(o), o.events_per_core);
+  const std::string rest = std::to_string(o.events_per_core - setup);
   if (o.name == "kv_cache") {
     return "KV cache: " + std::to_string(o.max_requests) + " concurrent requests growing in " +
            format_bytes(o.kv_block_bytes) + " blocks up to " + std::to_string(o.max_blocks) +
-           " blocks" + events;
+           " blocks" + events + " (" + std::to_string(setup) + " setup: the first requests' " +
+           "prompts; " + rest + " growing and replacing requests)";
   }
   std::string text = o.name + ": " + std::to_string(o.layers) + " layers, activations ~" +
                      format_bytes(o.activation_bytes) + ", weights ~" +
                      format_bytes(o.weight_bytes) + " per layer";
   if (o.name == "variable_batch")
     text += ", batch " + std::to_string(o.min_batch_eighths) + "/8..8/8 per step";
-  return text + events;
+  return text + events + " (" + std::to_string(setup) + " setup: weights and optimizer state; " +
+         rest + " in the steps)";
 }
 
 uint64_t stress_core_seed(uint64_t seed, int core) {

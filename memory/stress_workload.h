@@ -72,7 +72,8 @@ struct StressWorkloadOptions {
   void validate() const;
 };
 
-/// One line for reports: the workload and its main parameters.
+/// One line for reports: the workload, its main parameters and its events per core, with how
+/// many of them are setup (stress_setup_events) and how many follow.
 std::string describe_stress_workload(const StressWorkloadOptions& options);
 
 /// Events at the start of every core's stream that only set the workload up, before its first

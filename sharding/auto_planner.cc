@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -1270,30 +1271,36 @@ nlohmann::json AutoShardingPlan::to_json() const {
   };
   const PartitionSpec::Entry none;
   // Every parameter's global shape beside its spec, so that the spec can be applied as written
-  // (jax.sharding.NamedSharding(mesh, spec) on an array of that shape).
-  nlohmann::json shapes = nlohmann::json::object();
-  const auto param = [&](const std::string& name, std::vector<int64_t> shape,
-                         std::vector<PartitionSpec::Entry> entries) {
+  // (jax.sharding.NamedSharding(mesh, spec) on an array of that shape): the model's parameters
+  // (model_parameter_shapes, the rule the trainers check a plan file with), each given a spec
+  // below.
+  const std::map<std::string, std::vector<int64_t>> shapes = model_parameter_shapes(model);
+  size_t specified = 0;
+  const auto param = [&](const std::string& name, std::vector<PartitionSpec::Entry> entries) {
+    const auto it = shapes.find(name);
+    if (it == shapes.end() || entries.size() > it->second.size()) {
+      throw InternalError("plan: parameter '" + name + "' has no shape of rank >= " +
+                          std::to_string(entries.size()) + " in model_parameter_shapes");
+    }
+    if (!shardings.contains(name)) ++specified;
     shardings[name] = spec(std::move(entries));
-    shapes[name] = std::move(shape);
   };
   for (size_t i = 0; i < model.layers.size(); ++i) {
     const ModelLayer& l = model.layers[i];
     const LayerPlan& p = w.layers[i];
     const std::string& c = p.choice;
     const std::string& n = l.name;
-    const int64_t d = l.out;
     switch (l.kind) {
       case LayerKind::kDense:
         if (c == "column") {
-          param(n + ".w", {l.in, l.out}, {fs, tp});
-          if (l.bias) param(n + ".b", {l.out}, {tp});
+          param(n + ".w", {fs, tp});
+          if (l.bias) param(n + ".b", {tp});
         } else if (c == "row") {
-          param(n + ".w", {l.in, l.out}, {tp, fs});
-          if (l.bias) param(n + ".b", {l.out}, {fs});
+          param(n + ".w", {tp, fs});
+          if (l.bias) param(n + ".b", {fs});
         } else {
-          param(n + ".w", {l.in, l.out}, {fs, none});
-          if (l.bias) param(n + ".b", {l.out}, {fs});
+          param(n + ".w", {fs, none});
+          if (l.bias) param(n + ".b", {fs});
         }
         break;
       case LayerKind::kAttention:
@@ -1302,30 +1309,30 @@ nlohmann::json AutoShardingPlan::to_json() const {
         // trainer holds it as (d, 3, d) -- input, q/k/v, heads x head dim -- and splits the last
         // dimension, so every core has whole heads of Q, K and V (examples/transformer_model.h).
         if (c == "heads") {
-          param(n + ".wqkv", {d, 3, d}, {fs, none, tp});
-          param(n + ".wo", {d, d}, {tp, fs});
-          if (l.bias) param(n + ".bqkv", {3, d}, {none, tp});
+          param(n + ".wqkv", {fs, none, tp});
+          param(n + ".wo", {tp, fs});
+          if (l.bias) param(n + ".bqkv", {none, tp});
         } else {
-          param(n + ".wqkv", {d, 3, d}, {fs, none, none});
-          param(n + ".wo", {d, d}, {fs, none});
-          if (l.bias) param(n + ".bqkv", {3, d}, {none, fs});
+          param(n + ".wqkv", {fs, none, none});
+          param(n + ".wo", {fs, none});
+          if (l.bias) param(n + ".bqkv", {none, fs});
         }
-        if (l.bias) param(n + ".bo", {d}, {fs});
+        if (l.bias) param(n + ".bo", {fs});
         break;
       case LayerKind::kLayerNorm:
-        param(n + ".gamma", {d}, {fs});
-        param(n + ".beta", {d}, {fs});
+        param(n + ".gamma", {fs});
+        param(n + ".beta", {fs});
         break;
       case LayerKind::kEmbedding:
         if (c == "vocab") {
-          param(n + ".table", {l.vocab, d}, {tp, fs});
+          param(n + ".table", {tp, fs});
         } else if (c == "features") {
-          param(n + ".table", {l.vocab, d}, {fs, tp});
+          param(n + ".table", {fs, tp});
         } else {
-          param(n + ".table", {l.vocab, d}, {fs, none});
+          param(n + ".table", {fs, none});
         }
         if (l.positions > 0) {
-          param(n + ".positions", {l.positions, d}, {fs, c == "features" ? tp : none});
+          param(n + ".positions", {fs, c == "features" ? tp : none});
         }
         break;
       case LayerKind::kElementwise:
@@ -1357,6 +1364,10 @@ nlohmann::json AutoShardingPlan::to_json() const {
                    {"fsdp", axis_json(w.fsdp_axes)},
                    {"batch_axes", batch_axes}};
   j["shardings"] = shardings;
+  if (specified != shapes.size()) {
+    throw InternalError("plan: " + std::to_string(shapes.size() - specified) +
+                        " of the model's parameters have no spec");
+  }
   j["parameter_shapes"] = shapes;
   j["estimate"] = {
       {"step_seconds", w.step_seconds},

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
@@ -78,5 +79,15 @@ struct ModelGraph {
   /// (docs/SHARDING.md, "Plan files").
   nlohmann::json to_json() const;
 };
+
+/// The parameters of `model` with their global shapes (elements per dimension), by name: dense
+/// <l>.w (in, out) and <l>.b (out) when it has a bias; attention <l>.wqkv (d, 3, d), <l>.wo
+/// (d, d), and with bias <l>.bqkv (3, d), <l>.bo (d); layer_norm <l>.gamma, <l>.beta (d);
+/// embedding <l>.table (vocab, d), <l>.positions (positions, d) when it has positions;
+/// elementwise none (d is the layer's out). The one rule for these names and shapes: the plan's
+/// "parameter_shapes" (AutoShardingPlan::to_json) and the trainers' check of a plan file against
+/// their model (examples/train_plan.h, check_plan_layout) both read it.
+/// Thread-safe.
+std::map<std::string, std::vector<int64_t>> model_parameter_shapes(const ModelGraph& model);
 
 }  // namespace vtpu

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,6 +25,12 @@
 #include "tests/collectives/test_util.h"
 
 namespace vtpu {
+
+// The algorithm's name in the CTest name of AllReduceAlgorithmTest, not "1-byte object <06>"
+// (gtest prints an enum class without PrintTo as its bytes; new-user pass nu12, NU58). In vtpu,
+// Algorithm's namespace, where gtest looks it up.
+void PrintTo(Algorithm a, std::ostream* os) { *os << algorithm_name(a); }
+
 namespace {
 
 using namespace std::chrono_literals;

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,19 @@ struct Case {
   std::vector<std::string> data, tensor;
   std::string name;
 };
+
+// "mesh 2x4, data axes [model], tensor axes [data]" in the CTest name, not the struct's bytes
+// (its vectors' pointers changed the name with every build; new-user pass nu12, NU58).
+void PrintTo(const Case& c, std::ostream* os) {
+  const auto list = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const std::string& a : v) s += (s.empty() ? "" : ", ") + a;
+    return "[" + s + "]";
+  };
+  std::string mesh;
+  for (int64_t n : c.mesh) mesh += (mesh.empty() ? "" : "x") + std::to_string(n);
+  *os << "mesh " << mesh << ", data axes " << list(c.data) << ", tensor axes " << list(c.tensor);
+}
 
 class MlpTpVsSingleCoreTest : public testing::DigitsFixture<::testing::TestWithParam<Case>> {};
 

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <random>
 #include <string>
 #include <thread>
@@ -23,6 +24,13 @@
 #include "tests/temp_path.h"
 
 namespace vtpu::examples {
+
+// "2x4 (data x tensor)" in the CTest name of MeshVsSingleCoreTest, not the struct's bytes
+// (new-user pass nu12, NU58). In TransformerMesh's namespace, where gtest looks it up.
+void PrintTo(const TransformerMesh& m, std::ostream* os) {
+  *os << m.to_string() << " (data x tensor)";
+}
+
 namespace {
 
 // A tiny model: every shape small enough that finite differences over all parameters take

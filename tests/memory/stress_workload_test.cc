@@ -199,6 +199,25 @@ TEST(StressWorkloadTest, SteadyStateDescriptionSaysHowManyEventsFill) {
       << describe_stress_workload(o);
 }
 
+// New-user pass nu12, NU56: training_step, variable_batch and kv_cache give their setup count too
+// (2 x 6 layers of weights and optimizer state; 8 prompts), the rest of the 5000 events after it.
+TEST(StressWorkloadTest, EveryDescriptionSaysHowManyEventsAreSetup) {
+  for (const char* w : {"training_step", "variable_batch"}) {
+    const StressWorkloadOptions o = small(w);
+    EXPECT_NE(
+        describe_stress_workload(o).find(
+            "5000 events per core (12 setup: weights and optimizer state; 4988 in the steps)"),
+        std::string::npos)
+        << describe_stress_workload(o);
+  }
+  const StressWorkloadOptions kv = small("kv_cache");
+  EXPECT_NE(describe_stress_workload(kv).find("5000 events per core (8 setup: the first "
+                                              "requests' prompts; 4992 growing and replacing "
+                                              "requests)"),
+            std::string::npos)
+      << describe_stress_workload(kv);
+}
+
 TEST(StressWorkloadTest, SteadyStateKeepsLiveBuffers) {
   const StressWorkloadOptions o = small("bimodal");
   const auto events = make_stress_workload(o, 0);

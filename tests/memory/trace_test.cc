@@ -14,6 +14,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <ostream>
 #include <sstream>
 #include <streambuf>
 #include <string>
@@ -496,6 +497,10 @@ struct RealTrace {
   uint64_t allocs;
   uint64_t peak_live_bytes;
 };
+
+// Readable in the CTest name (gtest would print the struct's bytes, the file name's pointer
+// included, which changed the name with every build; new-user pass nu12, NU58).
+void PrintTo(const RealTrace& t, std::ostream* os) { *os << t.file; }
 
 class RealTraceTest : public ::testing::TestWithParam<RealTrace> {};
 

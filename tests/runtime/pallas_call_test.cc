@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <numeric>
+#include <ostream>
 #include <thread>
 
 #include "common/error.h"
@@ -68,6 +69,11 @@ PallasCallStats scale_kernel(VirtualCore& core, const DeviceBuffer& in, const De
 struct Shape {
   int64_t rows, cols, br, bc;
 };
+
+// Readable in the CTest name (gtest would print the struct's bytes; new-user pass nu12, NU58).
+void PrintTo(const Shape& s, std::ostream* os) {
+  *os << s.rows << "x" << s.cols << " blocks " << s.br << "x" << s.bc;
+}
 
 class PallasCallShapes : public ::testing::TestWithParam<std::tuple<Shape, int>> {};
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <Eigen/Core>
+#include <ostream>
 #include <random>
 
 #include "runtime/device_buffer.h"
@@ -41,6 +42,24 @@ struct MatmulCase {
   int64_t m, k, n, bm, bk, bn;
   bool ta, tb;
 };
+
+// gtest prints a parameter with neither PrintTo nor operator<< as its bytes, and
+// gtest_discover_tests puts that into the CTest name (new-user pass nu12, NU58).
+void PrintTo(const MatmulCase& c, std::ostream* os) {
+  // The operands as stored: a transposed one is (cols x rows)^T.
+  if (c.ta) {
+    *os << c.k << "x" << c.m << "^T";
+  } else {
+    *os << c.m << "x" << c.k;
+  }
+  *os << " @ ";
+  if (c.tb) {
+    *os << c.n << "x" << c.k << "^T";
+  } else {
+    *os << c.k << "x" << c.n;
+  }
+  *os << " blocks " << c.bm << "x" << c.bk << "x" << c.bn;
+}
 
 class PallasMatmulTest : public ::testing::TestWithParam<std::tuple<MatmulCase, int>> {};
 

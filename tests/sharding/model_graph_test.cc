@@ -5,7 +5,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "tests/temp_path.h"
@@ -40,6 +42,32 @@ TEST(ModelGraphTest, ParsesAChainAndCountsParameters) {
   EXPECT_EQ(m.layers[3].kind, LayerKind::kDense);
   // (10 + 8) * 8 + 2 * 8 + (4 * 64 + 4 * 8) + 8 * 3 = 144 + 16 + 288 + 24
   EXPECT_EQ(m.num_parameters(), 472);
+}
+
+// Hand-worked, for the chain above plus a dense with bias and an attention without: each layer's
+// parameters by name with their global shapes (elements per dimension); elementwise has none.
+TEST(ModelGraphTest, ParameterShapesNameEveryParameterWithItsGlobalShape) {
+  const ModelGraph m = ModelGraph::parse(R"({
+    "name": "t", "batch": 4, "seq_len": 8,
+    "layers": [
+      {"name": "e", "kind": "embedding", "vocab": 10, "d_model": 8, "positions": 8},
+      {"name": "ln", "kind": "layer_norm", "dim": 8},
+      {"name": "a", "kind": "attention", "d_model": 8, "heads": 2},
+      {"name": "a2", "kind": "attention", "d_model": 8, "heads": 2, "bias": false},
+      {"name": "d", "kind": "dense", "in": 8, "out": 5},
+      {"name": "f", "kind": "matmul", "in": 5, "out": 3, "bias": false},
+      {"name": "g", "kind": "elementwise", "dim": 3}]})");
+  const std::map<std::string, std::vector<int64_t>> want = {
+      {"e.table", {10, 8}},   {"e.positions", {8, 8}}, {"ln.gamma", {8}},  {"ln.beta", {8}},
+      {"a.wqkv", {8, 3, 8}},  {"a.wo", {8, 8}},        {"a.bqkv", {3, 8}}, {"a.bo", {8}},
+      {"a2.wqkv", {8, 3, 8}}, {"a2.wo", {8, 8}},       {"d.w", {8, 5}},    {"d.b", {5}},
+      {"f.w", {5, 3}}};
+  EXPECT_EQ(model_parameter_shapes(m), want);
+  // 144 + 16 + 288 + 256 + 45 + 15 elements, as num_parameters counts them.
+  EXPECT_EQ(m.num_parameters(), 764);
+  ModelGraph no_positions = m;
+  no_positions.layers.front().positions = 0;
+  EXPECT_FALSE(model_parameter_shapes(no_positions).contains("e.positions"));
 }
 
 TEST(ModelGraphTest, ShippedModelsMatchThePlanFormatDefaults) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 
@@ -311,6 +312,12 @@ struct SweepCase {
   Shape shape;
   std::vector<std::string> specs;
 };
+
+// Readable in the CTest name (gtest would print the struct's bytes, pointers included, which
+// changed the name with every build; new-user pass nu12, NU58).
+void PrintTo(const SweepCase& c, std::ostream* os) {
+  *os << c.name << ": " << c.specs.size() << " specs";
+}
 
 class ReshardSweep : public ::testing::TestWithParam<SweepCase> {};
 
