@@ -6,7 +6,9 @@
 #
 # Usage: scripts/check-estimates.sh [--hardware NAME|FILE] [--rounds R] [--out DIR] [--vtpu BIN]
 #        scripts/check-estimates.sh --from DIR
-#   --hardware  profile to plan with: a shipped name (this_machine) or a profile JSON file.
+#   --hardware  profile to plan with: this_machine (the shipped calibration) or a profile JSON
+#               file of this machine (a TPU profile's estimates are not judged on this host:
+#               v4, v5e and v5p are refused).
 #               Default: calibrate at the start of every round (`vtpu bench collectives
 #               --calibrate DIR/profile-R.json`, about 20 s) and plan that round's runs with it,
 #               so each round is judged against the calibration of its minute and no single
@@ -14,7 +16,8 @@
 #   --rounds    rounds over the eight examples (default 3). The rounds are interleaved (every
 #               example once, then again), so a burst of load on the host lands on one round of
 #               several examples, not on every round of one.
-#   --out       directory for the profile, plans and each run's JSON (default: a new temp dir)
+#   --out       directory for the profile, plans and each run's JSON (default: a new temp dir);
+#               it must hold no earlier run's files (the judging reads them back)
 #   --vtpu      the vtpu binary (default $BUILD_DIR/examples/vtpu, BUILD_DIR defaulting to build/)
 #   --from      print the table of an earlier run's --out DIR again (its runI-R.json files),
 #               running nothing
@@ -25,8 +28,11 @@
 # --hardware (a profile that may be hours old, calibrated while the host's hand-offs ran at
 # another speed) the ratio with the collectives probed after the run is judged where the plan
 # has collectives and the probe was judged (examples/latency_probe.h), else the plain one. Both
-# are printed. Exit status: 0 when every example is within, 1 when one is not, 2 on a usage
-# error. --from judges as the run it reads did (a profile.json or profile-1.json in it says it
+# are printed. A run that fails (its error is kept in runI-R.err) is recorded in its
+# runI-R.json and its example's row says so, judged outside; the other runs go on. A probe that
+# ran but saw a busy host (not judged) shows "busy" in the probe column, where "-" means no probe
+# (one core). Exit status: 0 when every example is within, 1 when one is not or a run failed,
+# 2 on a usage error. --from judges as the run it reads did (a profile.json or profile-1.json in it says it
 # calibrated). The estimate column is the median of the rounds' estimates (one value with
 # --hardware).
 # Needs jq (scripts/install-deps.sh installs it).
@@ -66,8 +72,14 @@ if [[ -n "$from" ]]; then
 fi
 [[ -n "$from" || -x "$vtpu" ]] ||
   die_usage "vtpu binary '$vtpu' does not exist (build it: scripts/build.sh vtpu_cli, or pass --vtpu)"
+case "$hardware" in
+  v4|v5e|v5p) die_usage "--hardware $hardware is a TPU profile: its step estimates are not comparable on this host (expected this_machine or a profile file calibrated here)" ;;
+esac
 if [[ -z "$out" ]]; then out=$(mktemp -d -t vtpu-estimates.XXXXXX); fi
 mkdir -p "$out" || die_usage "cannot create --out directory '$out'"
+if [[ -z "$from" ]] && { compgen -G "$out/run*.json" >/dev/null || compgen -G "$out/profile*.json" >/dev/null; }; then
+  die_usage "--out '$out' holds an earlier run's files (run*.json or profile*.json), which the judging would read; use a new or empty directory"
+fi
 # Relative paths are the caller's: resolve them before moving to the repository (the model files).
 out=$(cd "$out" && pwd)
 if [[ -f "$hardware" ]]; then hardware=$(realpath "$hardware"); fi
@@ -91,8 +103,12 @@ plan_all() {
   for i in "${!examples[@]}"; do
     IFS='|' read -r name plan_args _ <<<"${examples[$i]}"
     # shellcheck disable=SC2086  # plan_args is a list of words
-    "$vtpu" plan $plan_args --hardware "$1" --emit "$out/plan$i$2.json" >"$out/plan$i$2.txt" 2>&1 ||
-      { echo "check-estimates: planning '$name' failed:" >&2; cat "$out/plan$i$2.txt" >&2; exit 1; }
+    rc=0
+    "$vtpu" plan $plan_args --hardware "$1" --emit "$out/plan$i$2.json" >"$out/plan$i$2.txt" 2>&1 || rc=$?
+    if ((rc != 0)); then
+      echo "check-estimates: planning '$name' failed:" >&2; cat "$out/plan$i$2.txt" >&2
+      exit $((rc == 2 ? 2 : 1))  # vtpu's usage error (e.g. an unknown --hardware) is ours too
+    fi
   done
 }
 
@@ -106,14 +122,20 @@ if [[ -z "$from" ]]; then
       suffix="-$r"
       echo "round $r: calibrating: $vtpu bench collectives --calibrate $out/profile-$r.json" >&2
       "$vtpu" bench collectives --calibrate "$out/profile-$r.json" >"$out/calibrate-$r.txt" 2>&1 ||
-        { cat "$out/calibrate-$r.txt" >&2; exit 1; }
+        { cat "$out/calibrate-$r.txt" >&2
+          echo "check-estimates: calibrating failed (a busy host? load average $(cut -d' ' -f1-3 /proc/loadavg)); --hardware this_machine uses the shipped profile instead" >&2
+          exit 1; }
+      grep -i "warning" "$out/calibrate-$r.txt" >&2 || true
       plan_all "$out/profile-$r.json" "$suffix"
     fi
     for i in "${!examples[@]}"; do
       IFS='|' read -r name _ train_args <<<"${examples[$i]}"
       # shellcheck disable=SC2086
-      "$vtpu" train $train_args --plan "$out/plan$i$suffix.json" --json >"$out/run$i-$r.json" 2>"$out/run$i-$r.err" ||
-        { echo "check-estimates: '$name' round $r failed:" >&2; tail -5 "$out/run$i-$r.err" >&2; exit 1; }
+      if ! "$vtpu" train $train_args --plan "$out/plan$i$suffix.json" --json >"$out/run$i-$r.json" 2>"$out/run$i-$r.err"; then
+        echo "check-estimates: '$name' round $r failed (the other runs go on):" >&2
+        tail -3 "$out/run$i-$r.err" >&2
+        jq -n --arg error "$(grep -m1 'error' "$out/run$i-$r.err" || tail -1 "$out/run$i-$r.err")" '{failed: $error}' >"$out/run$i-$r.json"
+      fi
     done
   done
   echo "done ($(date -u +%H:%M:%S) UTC, load average $(cut -d' ' -f1-3 /proc/loadavg)); files in $out" >&2
@@ -134,6 +156,8 @@ for i in "${!examples[@]}"; do
   runs=()
   for ((r = 1; r <= rounds; r++)); do
     [[ -f "$out/run$i-$r.json" ]] || { echo "check-estimates: $out/run$i-$r.json ($name, round $r) is missing" >&2; exit 1; }
+    jq -e -s 'length == 1 and (.[0] | type == "object" and (has("failed") or has("estimate_vs_measured")))' "$out/run$i-$r.json" >/dev/null 2>&1 ||
+      { echo "check-estimates: $out/run$i-$r.json ($name, round $r) is not a run's --json output (empty, truncated or another file)" >&2; exit 1; }
     runs+=("$out/run$i-$r.json")
   done
   row=$(jq -s -r --arg name "$name" --argjson probed_judged "$probed_judged" '
@@ -141,19 +165,35 @@ for i in "${!examples[@]}"; do
                        else (.[length / 2 - 1] + .[length / 2]) / 2 end;
     def t: if . >= 1e-3 then "\(. * 1e5 | round / 100) ms" else "\(. * 1e8 | round / 100) us" end;
     def r2: . * 100 | round / 100 | tostring;
-    map(.estimate_vs_measured) as $e
-    | ($e | map(.step_ratio)) as $plain
-    | ($e | map(if .probe != null and .probe.judged then .probe.step_ratio else null end)) as $probed
-    | ($e | map(if $probed_judged and .probe != null and .probe.judged then .probe.step_ratio
-                else .step_ratio end)
-          | median) as $judged
-    | ($e | map(.hbm_ratio) | median) as $hbm
-    | (($judged - 1 | fabs) <= 0.25 and ($hbm - 1 | fabs) <= 0.25) as $ok
-    | [$name, $e[0].strategy, ($e | map(.estimate.step_seconds) | median | t),
-       ($e | map(.measured.median_step_seconds) | median | t),
-       ($plain | map(r2) | join(", ")),
-       (if ($probed | all(. == null)) then "-" else ($probed | map(if . == null then "n/a" else r2 end) | join(", ")) end),
-       ($judged | r2), ($hbm | r2), (if $ok then "within 25%" else "**outside 25%**" end)]
+    def judged_row($e):
+      ($e | map(.step_ratio)) as $plain
+      | ($e | map(if .probe == null then null elif .probe.judged then .probe.step_ratio
+                  else "busy" end)) as $probed
+      | ($e | map(if $probed_judged and .probe != null and .probe.judged then .probe.step_ratio
+                  else .step_ratio end)
+            | median) as $judged
+      | ($e | map(.hbm_ratio) | median) as $hbm
+      | (($judged - 1 | fabs) <= 0.25 and ($hbm - 1 | fabs) <= 0.25) as $ok
+      | [$name, $e[0].strategy, ($e | map(.estimate.step_seconds) | median | t),
+         ($e | map(.measured.median_step_seconds) | median | t),
+         ($plain | map(r2) | join(", ")),
+         (if ($probed | all(. == null)) then "-"
+          else ($probed | map(if . == null then "n/a" elif . == "busy" then . else r2 end) | join(", ")) end),
+         ($judged | r2), ($hbm | r2), (if $ok then "within 25%" else "**outside 25%**" end)];
+    (map(select(has("failed") | not) | .estimate_vs_measured)) as $e
+    | [to_entries[] | select(.value | has("failed")) | "round \(.key + 1) failed: \(.value.failed)"] as $failures
+    | if ($failures | length) > 0 then
+        # A failed run: the rounds that ran are listed, the row is outside (nothing is judged).
+        [$name, ($e[0].strategy // "-"), "-", "-",
+         (map(if has("failed") then "failed" else (.estimate_vs_measured.step_ratio // "not judged" | if type == "number" then r2 else . end) end) | join(", ")),
+         "-", ($failures | join("; ")), "-", "**outside 25%**"]
+      elif ($e | any(.step_ratio == null)) then
+        # The trainer did not judge the step (e.g. a TPU profile estimate on this host).
+        [$name, $e[0].strategy, ($e | map(.estimate.step_seconds) | median | t),
+         ($e | map(.measured.median_step_seconds) | median | t), "not judged", "-",
+         "not judged (the trainer marks the estimate not comparable on this host)", "-",
+         "**outside 25%**"]
+      else judged_row($e) end
     | "| " + join(" | ") + " |"' "${runs[@]}")
   echo "$row"
   [[ "$row" == *"**outside 25%**"* ]] && status=1

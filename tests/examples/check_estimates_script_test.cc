@@ -77,8 +77,8 @@ TEST(CheckEstimatesScriptTest, EachExampleIsJudgedOnTheMedianRoundWithTheProbeWh
       const double probed[] = {1.1, 1.2, 1.0};
       j = run_json("dp(x)", 10e-6, 13e-6, 1.02, probed[r - 1]);
     } else if (i == 2) {
-      // mlp 8 cores: the round-2 probe saw a busy host (not judged), so round 2 counts its plain
-      // ratio 1.1: judged 1.2, 1.1, 1.3 -> median 1.2, within.
+      // mlp 8 cores: the round-2 probe saw a busy host (not judged: "busy"), so round 2 counts
+      // its plain ratio 1.1: judged 1.2, 1.1, 1.3 -> median 1.2, within.
       const double plain[] = {1.5, 1.1, 1.4};
       const double probed[] = {1.2, 0.9, 1.3};
       j = run_json("tp(x)", 10e-6, plain[r - 1] * 10e-6, 1.09, probed[r - 1], r != 2);
@@ -100,7 +100,7 @@ TEST(CheckEstimatesScriptTest, EachExampleIsJudgedOnTheMedianRoundWithTheProbeWh
             "| mlp 2 cores | dp(x) | 10 us | 13 us | 1.3, 1.3, 1.3 | 1.1, 1.2, 1 | 1.1 | 1.02 | "
             "within 25% |");
   EXPECT_EQ(row_of(run.output, "mlp 8 cores"),
-            "| mlp 8 cores | tp(x) | 10 us | 14 us | 1.5, 1.1, 1.4 | 1.2, n/a, 1.3 | 1.2 | 1.09 | "
+            "| mlp 8 cores | tp(x) | 10 us | 14 us | 1.5, 1.1, 1.4 | 1.2, busy, 1.3 | 1.2 | 1.09 | "
             "within 25% |");
   EXPECT_EQ(row_of(run.output, "transformer 1x2"),
             "| transformer 1x2 | dp(model) | 4 ms | 4 ms | 1, 1, 1 | 1, 1, 1 | 1 | 1.3 | "
@@ -175,6 +175,46 @@ TEST(CheckEstimatesScriptTest, ACalibrationPerRoundJudgesEachRoundAgainstItsOwnE
   EXPECT_EQ(row_of(run.output, "mlp 2 cores"),
             "| mlp 2 cores | dp(x) | 10 us | 13 us | 1.3, 1.3, 1.3 | 1, 1, 1 | 1.3 | 1.02 | "
             "**outside 25%** |");
+}
+
+// A run that failed is recorded ({"failed": error}) and its row says so, outside; a run the
+// trainer did not judge (step_ratio null: a TPU profile) is "not judged", outside; a file that
+// is not a run's output is named (new-user pass nu13, NU65 and NU78).
+TEST(CheckEstimatesScriptTest, FailedAndUnjudgedRunsAreRowsOutsideAndBadFilesAreNamed) {
+  if (!have_jq()) GTEST_SKIP() << "jq is not installed (scripts/install-deps.sh installs it)";
+  const auto dir = write_runs("failed", 3, [](int i, int r, nlohmann::json& j) {
+    if (i == 2 && r == 2) j = {{"failed", "vtpu: error: DeadlineExceeded: all_reduce timed out"}};
+    if (i == 4) j["estimate_vs_measured"]["step_ratio"] = nullptr;
+  });
+  ScriptRun run = run_script("--from " + dir.string());
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_EQ(row_of(run.output, "mlp 8 cores"),
+            "| mlp 8 cores | dp(x) | - | - | 1, failed, 1 | - | round 2 failed: vtpu: error: "
+            "DeadlineExceeded: all_reduce timed out | - | **outside 25%** |");
+  EXPECT_EQ(row_of(run.output, "fsdp 8 cores"),
+            "| fsdp 8 cores | dp(x) | 1 ms | 1 ms | not judged | - | not judged (the trainer "
+            "marks the estimate not comparable on this host) | - | **outside 25%** |");
+  EXPECT_EQ(row_of(run.output, "mlp 1 core"),
+            "| mlp 1 core | dp(x) | 1 ms | 1 ms | 1, 1, 1 | - | 1 | 1 | within 25% |");
+  std::ofstream(dir / "run5-3.json", std::ios::trunc) << "";
+  run = run_script("--from " + dir.string());
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("run5-3.json (transformer 1x1, round 3) is not a run's --json output"),
+            std::string::npos)
+      << run.output;
+}
+
+// A TPU profile is refused up front, and so is an --out that holds an earlier run's files
+// (which the judging would read back: new-user pass nu13, NU75 and NU78). Both before vtpu runs.
+TEST(CheckEstimatesScriptTest, TpuProfilesAndReusedOutDirectoriesAreUsageErrors) {
+  if (!have_jq()) GTEST_SKIP() << "jq is not installed (scripts/install-deps.sh installs it)";
+  ScriptRun run = run_script("--hardware v5e --vtpu /bin/true");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("--hardware v5e is a TPU profile"), std::string::npos) << run.output;
+  const auto dir = write_runs("reused", 1, [](int, int, nlohmann::json&) {});
+  run = run_script("--hardware this_machine --vtpu /bin/true --out " + dir.string());
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("holds an earlier run's files"), std::string::npos) << run.output;
 }
 
 TEST(CheckEstimatesScriptTest, BadArgumentsAndMissingRunsAreErrorsNamingThem) {
