@@ -163,6 +163,9 @@ int run(const PlanCommand& c) {
               ": the planner tries 3^k strategies for k such axes; merge axes that play one "
               "role into one)");
         }
+        // Regression (adversarial pass adv12, ADV10): 6561 strategies x 65536 layers ran over
+        // 10 minutes and 5 GB; the product is bounded (kMaxPlanLayerEvaluations), exit 2.
+        check_planner_limits(Mesh(shape, axes), model.layers.size());
       })) {
     return 2;
   }
@@ -305,7 +308,15 @@ std::shared_ptr<PlanCommand> add_plan_command(CLI::App& app) {
       "under the HBM limit; print every candidate and why it lost");
   c->app->add_option("model", c->model_path, "Model file (JSON; examples/models/*.json)")
       ->required();
-  c->app->add_option("--mesh", c->mesh, "Mesh shape, e.g. 2x4 or 1x8")->capture_default_str();
+  c->app
+      ->add_option("--mesh", c->mesh,
+                   "Mesh shape, e.g. 2x4 or 1x8; at most " + std::to_string(kMaxPlannedAxes) +
+                       " axes of size > 1, and the 3^k strategies for k such axes x the model's "
+                       "layers at most " +
+                       std::to_string(kMaxPlanLayerEvaluations) + " (the planner's budget: " +
+                       std::to_string(kMaxPlanLayerEvaluations / 6561) +
+                       " layers on 8 axes of size > 1, 3^8 = 6561 strategies)")
+      ->capture_default_str();
   c->app->add_option("--axes", c->axes,
                      "Comma-separated mesh axis names (default data,model for 2-D, else x,y,z)");
   c->app

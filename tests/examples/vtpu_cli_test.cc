@@ -2045,6 +2045,35 @@ TEST(VtpuCliPlanTest, UnknownHardwareAndTooManyMeshAxesAreUsageErrors) {
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
 }
 
+// Adversarial pass adv12, ADV10: 65,536 layers on 8 axes of size 2 (each within its limit) ran
+// over 10 minutes and 5 GB with no output. Strategies x layers above the planner's budget
+// (kMaxPlanLayerEvaluations, 2,000,000) is a usage error, exit 2, as 9 such axes are; the model
+// file is read first, so the message names its layer count.
+TEST(VtpuCliPlanTest, StrategiesTimesLayersBeyondTheBudgetIsAUsageError) {
+  std::string layers;
+  for (int i = 0; i < 305; ++i) {
+    layers += std::string(i ? "," : "") + R"({"name": "l)" + std::to_string(i) +
+              R"(", "kind": "dense", "in": 8, "out": 8})";
+  }
+  const std::string model =
+      temp_file("chain305.json", R"({"name": "chain", "batch": 256, "layers": [)" + layers + "]}");
+  const CliRun r = run_cli("plan " + model + " --mesh 2x2x2x2x2x2x2x2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("vtpu: usage error: 6561 strategies x 305 layers = 2001105 layer "
+                          "evaluations exceeds the planner's budget of 2000000 (expected at most "
+                          "304 layers on a mesh with 8 axes of size > 1, or fewer such axes)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("strategy "), std::string::npos) << "no table: " << r.output;
+  // The same model on 2x4 (9 strategies x 305 layers) plans.
+  const CliRun ok = run_cli("plan " + model + " --mesh 2x4");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("WINNER"), std::string::npos) << ok.output;
+  // --help states the budget.
+  const CliRun help = run_cli("plan --help");
+  EXPECT_NE(help.output.find("at most 2000000"), std::string::npos) << help.output;
+}
+
 TEST(VtpuCliPlanTest, NoFitFailsWithTheSmallestHbmThatWouldFit) {
   expect_failure("plan " + model_path("mlp.json") + " --mesh 1x8 --hbm-bytes 1K",
                  "smallest HBM per core that would fit is", 1);
