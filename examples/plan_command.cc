@@ -128,6 +128,13 @@ int run(const PlanCommand& c) {
               "--emit - would write a file named '-' (expected a file path; to print the plan, "
               "use --json, whose \"plan\" is the file's content, or --emit /dev/stdout)");
         }
+        // Adversarial pass adv12, ADV9: --hbm-bytes 0 silently meant the profile's HBM, while
+        // vtpu train mlp --hbm-bytes 0 is an error; both refuse it now.
+        if (!c.hbm_bytes.empty() && parse_bytes(c.hbm_bytes) == 0) {
+          throw InvalidArgumentError(
+              "--hbm-bytes 0 is not an HBM limit (expected at least 1 byte; leave --hbm-bytes out "
+              "for the profile's HBM per core)");
+        }
       })) {
     return 2;
   }
@@ -331,7 +338,8 @@ std::shared_ptr<PlanCommand> add_plan_command(CLI::App& app) {
       ->check(size_validator());
   c->app->add_option("--batch", c->batch, "Global batch (default: the model file's)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  c->app->add_option("--emit", c->emit_path, "Write the winner as a plan JSON file");
+  c->app->add_option("--emit", c->emit_path, "Write the winner as a plan JSON file")
+      ->check(nonempty_path_validator());
   c->app->add_flag("--json", c->json, "Print the candidates and the plan as JSON");
   c->app->add_flag("--verbose", c->verbose,
                    "Print the cost model's every term (each calibrated fit and its measured "
