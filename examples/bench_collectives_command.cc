@@ -11,6 +11,7 @@
 #include "common/strings.h"
 #include "common/units.h"
 #include "examples/calibration.h"
+#include "examples/cli_validators.h"
 #include "examples/collective_bench.h"
 #include "examples/output_path.h"
 
@@ -142,6 +143,12 @@ int run_calibrate(const BenchCollectivesCommand& cmd) {
       return 2;
     }
     sizes += (sizes.empty() ? "" : ",") + std::to_string(n);
+  }
+  // Adversarial pass adv12, ADV5: the size range was checked only after 9-23 s of measuring.
+  if (const std::string problem = check_calibration_options(c); !problem.empty()) {
+    std::fprintf(stderr, "vtpu: usage error: %s\nRun with --help for the options.\n",
+                 problem.c_str());
+    return 2;
   }
   std::printf(
       "# vtpu bench collectives --calibrate: all_gather, reduce_scatter, all_reduce, all_to_all on "
@@ -344,12 +351,7 @@ std::shared_ptr<BenchCollectivesCommand> add_bench_collectives_command(CLI::App&
                   "of each per core count, measure peak "
                   "f32 FLOP/s and memcpy bandwidth, and write a this_machine hardware profile "
                   "to this JSON file")
-      ->check(CLI::Validator(
-          [](const std::string& path) {
-            return path.empty() ? std::string("expected a file path, got an empty string")
-                                : std::string();
-          },
-          "PATH", "non-empty path"));
+      ->check(nonempty_path_validator());
   return cmd;
 }
 

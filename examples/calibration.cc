@@ -47,26 +47,45 @@ LinearFit solve(std::span<const double> x, std::span<const double> t, bool with_
   return f;
 }
 
+/// The collectives calibrate_this_machine fits, in order.
+constexpr const char* kCalibratedOps[] = {"all_gather", "reduce_scatter", "all_reduce",
+                                          "all_to_all"};
+
+/// The sweep of `op` on `cores` cores under the calibration options `o`.
+CollectiveBenchOptions bench_options(const CalibrationOptions& o, const char* op, int cores) {
+  CollectiveBenchOptions bo;
+  bo.cores = cores;
+  bo.op = op;
+  bo.min_bytes = o.min_bytes;
+  bo.max_bytes = o.max_bytes;
+  bo.iters = o.iters;
+  bo.warmup = o.warmup;
+  return bo;
+}
+
 }  // namespace
 
 LinearFit fit_alpha_beta(std::span<const double> x, std::span<const double> t) {
+  // Adversarial pass adv12, ADV5: "fit_alpha_beta: 1 points" named a function, not the fit.
+  const std::string what = "alpha-beta fit t = alpha + beta * x: ";
   if (x.size() != t.size()) {
-    throw InvalidArgumentError("fit_alpha_beta: " + std::to_string(x.size()) + " x values but " +
-                               std::to_string(t.size()) + " times (expected equal counts)");
+    throw InvalidArgumentError(what + std::to_string(x.size()) + " sizes but " +
+                               std::to_string(t.size()) + " times (expected one time per size)");
   }
   if (x.size() < 2) {
-    throw InvalidArgumentError("fit_alpha_beta: " + std::to_string(x.size()) +
-                               " points (expected at least 2)");
+    throw InvalidArgumentError(what + count_text(static_cast<int64_t>(x.size()), "measured size") +
+                               " (expected at least 2 sizes, to fit a latency alpha and a time "
+                               "per byte beta)");
   }
   for (double v : t) {
     if (!(v > 0) || !std::isfinite(v)) {
-      throw InvalidArgumentError("fit_alpha_beta: time " + std::to_string(v) +
-                                 " (expected finite times > 0)");
+      throw InvalidArgumentError(what + "a measured time is " + format_text("%g", v) +
+                                 " s (expected finite times > 0)");
     }
   }
   if (std::all_of(x.begin(), x.end(), [&](double v) { return v == x[0]; })) {
-    throw InvalidArgumentError("fit_alpha_beta: every x is " + std::to_string(x[0]) +
-                               " (expected at least two sizes)");
+    throw InvalidArgumentError(what + "every size has x = " + format_text("%g", x[0]) +
+                               " (expected at least two different sizes)");
   }
   LinearFit f = solve(x, t, true);
   if (f.a < 0) f = solve(x, t, false);
@@ -165,21 +184,45 @@ std::string calibration_quality_text(const CalibrationQuality& q) {
          text;
 }
 
-HardwareProfile calibrate_this_machine(const CalibrationOptions& o,
-                                       const std::function<void(const std::string&)>& log,
-                                       CalibrationQuality* quality) {
-  if (o.cores.empty()) {
-    throw InvalidArgumentError("calibration: no group sizes (expected at least one, e.g. 2,4,8)");
-  }
+std::string check_calibration_options(const CalibrationOptions& o) {
+  if (o.cores.empty()) return "no group sizes (expected at least one, e.g. 2,4,8)";
   std::vector<int> sizes = o.cores;
   std::ranges::sort(sizes);
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (sizes[i] < 2 || (i > 0 && sizes[i] == sizes[i - 1])) {
-      throw InvalidArgumentError("calibration: group size " + std::to_string(sizes[i]) +
-                                 (sizes[i] < 2 ? " is below 2" : " is repeated") +
-                                 " (expected distinct sizes >= 2, e.g. 2,4,8)");
+      return "group size " + std::to_string(sizes[i]) +
+             (sizes[i] < 2 ? " is below 2" : " is repeated") +
+             " (expected distinct sizes >= 2, e.g. 2,4,8)";
     }
   }
+  for (const char* op : kCalibratedOps) {
+    for (int cores : sizes) {
+      const CollectiveBenchOptions bo = bench_options(o, op, cores);
+      if (std::string problem = check_collective_bench_options(bo); !problem.empty()) {
+        return problem;
+      }
+      const size_t n = CollectiveBenchmark(bo).sweep_shapes().size();
+      if (n < 2) {
+        return "--min-bytes " + std::to_string(o.min_bytes) + " .. --max-bytes " +
+               std::to_string(o.max_bytes) + " gives " + op + " on " + std::to_string(cores) +
+               " cores " + count_text(static_cast<int64_t>(n), "size") +
+               " (sizes double from --min-bytes, and those that leave a core less than one "
+               "element are skipped); the fit t = alpha + beta * x needs at least 2: widen the "
+               "range, e.g. --max-bytes 4M";
+      }
+    }
+  }
+  return {};
+}
+
+HardwareProfile calibrate_this_machine(const CalibrationOptions& o,
+                                       const std::function<void(const std::string&)>& log,
+                                       CalibrationQuality* quality) {
+  if (const std::string problem = check_calibration_options(o); !problem.empty()) {
+    throw InvalidArgumentError("calibration: " + problem);
+  }
+  std::vector<int> sizes = o.cores;
+  std::ranges::sort(sizes);
   std::string size_list;
   for (int n : sizes) size_list += (size_list.empty() ? "" : ",") + std::to_string(n);
   CalibrationQuality q;
@@ -187,19 +230,9 @@ HardwareProfile calibrate_this_machine(const CalibrationOptions& o,
   HardwareProfile p = measure_this_machine();
   q.host_cpus = p.host_cpus;
   char line[512];
-  for (const char* op : {"all_gather", "reduce_scatter", "all_reduce", "all_to_all"}) {
+  for (const char* op : kCalibratedOps) {
     for (int cores : sizes) {
-      CollectiveBenchOptions bo;
-      bo.cores = cores;
-      bo.op = op;
-      bo.min_bytes = o.min_bytes;
-      bo.max_bytes = o.max_bytes;
-      bo.iters = o.iters;
-      bo.warmup = o.warmup;
-      if (const std::string problem = check_collective_bench_options(bo); !problem.empty()) {
-        throw InvalidArgumentError("calibration: " + problem);
-      }
-      CollectiveBenchmark bench(bo);
+      CollectiveBenchmark bench(bench_options(o, op, cores));  // checked above
       std::vector<double> xs, ts;
       std::vector<std::pair<double, double>> curve;  // (B, seconds), the cost model's B
       uint64_t wrong = 0;

@@ -40,8 +40,9 @@ struct LinearFit {
 };
 
 /// Fits t = a + b x minimising the sum of squared relative residuals (weights 1/t_i), a >= 0.
-/// Throws InvalidArgumentError when x and t differ in length, there are fewer than 2 points,
-/// a t_i is not > 0, or all x_i are equal.
+/// Throws InvalidArgumentError, worded for the user ("alpha-beta fit t = alpha + beta * x: 1
+/// measured size (expected at least 2 ...)"), when x and t differ in length, there are fewer than
+/// 2 points, a t_i is not > 0, or all x_i are equal.
 LinearFit fit_alpha_beta(std::span<const double> x, std::span<const double> t);
 
 /// The x of the fit for a benchmark row of `op` with size `row_bytes` on n cores, as the header's
@@ -63,6 +64,17 @@ struct CalibrationOptions {
   int iters = 30;                          // timed calls per size
   int warmup = 3;                          // untimed calls per size
 };
+
+/// Usage check of `o` before anything is measured (adversarial pass adv12, ADV5: range errors
+/// surfaced after 9-23 s of measuring, one as "fit_alpha_beta: 1 points"). Returns "" when fine,
+/// else a message naming the options and values: no group sizes, or one below 2 or repeated;
+/// for each collective and group size what check_collective_bench_options refuses (--min-bytes
+/// above --max-bytes, a --max-bytes that gives no core a whole element, buffers beyond 3/4 of
+/// the machine's memory); and a sweep with fewer than 2 sizes, which no alpha-beta fit can use
+/// ("--min-bytes 8 .. --max-bytes 8 gives all_gather on 2 cores 1 size (sizes double from
+/// --min-bytes, and those that leave a core less than one element are skipped); the fit t =
+/// alpha + beta * x needs at least 2: widen the range, e.g. --max-bytes 4M"). Thread-safe.
+std::string check_calibration_options(const CalibrationOptions& o);
 
 /// The `sources` text calibrate_this_machine writes for the fit `cf` (its measured curve set) of
 /// one collective on `cf.group_size` cores, fitted as `fit` with `iters` timed calls per size:
@@ -109,8 +121,8 @@ std::string calibration_quality_text(const CalibrationQuality& q);
 /// ("collectives.all_reduce" for a single size, "collectives.all_reduce.8" per size otherwise),
 /// and whose description ends with calibration_quality_text. `log` receives one line per fit;
 /// `quality`, when given, receives the worst fit and the load averages (getloadavg) read before
-/// the first and after the last measurement. Throws InvalidArgumentError when options.cores is
-/// empty or holds a size < 2 or a repeated size, what the benchmark throws, and
+/// the first and after the last measurement. Throws InvalidArgumentError "calibration: " +
+/// check_calibration_options' message before measuring, what the benchmark throws, and
 /// InvalidArgumentError naming the collective when its fitted beta is not > 0 (its times did not
 /// grow with size: too narrow a range or too noisy).
 HardwareProfile calibrate_this_machine(const CalibrationOptions& options,

@@ -83,6 +83,15 @@ CLI::Validator size_validator() {
   return parse_validator([](const std::string& s) { parse_bytes(s); }, "SIZE");
 }
 
+CLI::Validator nonempty_path_validator() {
+  return CLI::Validator(
+      [](const std::string& path) {
+        return path.empty() ? std::string("expected a file path, got an empty string")
+                            : std::string();
+      },
+      "PATH", "non-empty path");
+}
+
 CLI::Validator dimension_validator() {
   return CLI::Validator(
       [](std::string& s) {

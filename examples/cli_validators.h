@@ -38,6 +38,12 @@ void check_micro_batches(int64_t micro_batches, int64_t global_batch, int64_t da
 /// reads it; the error is parse_bytes' message, which names the text and what was expected.
 CLI::Validator size_validator();
 
+/// An output file path that is not empty ("--emit: expected a file path, got an empty string"):
+/// an option given with an empty value is a usage error, not the option left out. Regressions:
+/// issue 6 adversarial pass, F16 (`bench collectives --calibrate ""` ran a plain sweep);
+/// adversarial pass adv12, ADV9 (`plan --emit ""` wrote nothing and exited 0).
+CLI::Validator nonempty_path_validator();
+
 /// One array dimension: a decimal integer in 0..2^62 (NamedSharding's limit), no sign, suffix or
 /// exponent ("--shape: dimension 'abc' is not an integer in 0..2^62").
 CLI::Validator dimension_validator();

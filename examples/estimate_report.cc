@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/format_text.h"
 #include "common/host.h"
 #include "common/median.h"
 #include "common/strings.h"
@@ -39,13 +40,8 @@ std::string busy_host_text(double r, double worst) {
   return text;
 }
 
-std::string not_comparable_text(double r, const std::string& hardware) {
-  char b[160];
-  std::snprintf(b, sizeof b,
-                "%.2fx (not judged: the estimate is for %s, a TPU; plan with --hardware "
-                "this_machine to compare)",
-                r, hardware.c_str());
-  return b;
+std::string not_judged_text(double r, const std::string& reason) {
+  return format_text("%.2fx (not judged: ", r) + reason + ")";
 }
 
 bool within(double ratio) {
@@ -172,12 +168,21 @@ EstimateReport compare_estimate(const PlanEstimate& estimate, const MeasuredRun&
   // Regression (adversarial pass adv8, H6): a plan of `vtpu plan`'s default --hardware v5e was
   // judged against virtual cores ("5769.60x (outside 25%)"), with only "on v5e" to say why.
   if (const std::optional<HardwareProfile> profile = estimate.priced_with()) {
-    r.step_comparable = profile->host_cpus > 0;
     r.profile_host_cpus = profile->host_cpus;
+    if (profile->host_cpus <= 0) {
+      r.mark_step_not_judged("the estimate is for " + estimate.hardware +
+                             ", a TPU; plan with --hardware this_machine to compare");
+    }
   }
   r.step_within = r.step_comparable && within(r.step_ratio);
   r.hbm_within = within(r.hbm_ratio);
   return r;
+}
+
+void EstimateReport::mark_step_not_judged(std::string reason) {
+  step_comparable = false;
+  step_within = false;
+  step_not_judged_reason = std::move(reason);
 }
 
 void add_collective_probe(EstimateReport& report, const TrainPlan& plan,
@@ -221,7 +226,7 @@ std::string EstimateReport::to_string() const {
                 format_seconds(e.step_seconds).c_str(),
                 format_seconds(m.median_step_seconds).c_str(),
                 (step_comparable ? ratio_text(step_ratio, step_within)
-                                 : not_comparable_text(step_ratio, e.hardware))
+                                 : not_judged_text(step_ratio, step_not_judged_reason))
                     .c_str());
   out += line;
   if (probed_step_seconds > 0) {
@@ -359,6 +364,8 @@ nlohmann::json EstimateReport::to_json() const {
           {"step_within_25_percent",
            step_comparable ? nlohmann::json(step_within) : nlohmann::json(nullptr)},
           {"step_comparable", step_comparable},
+          {"step_not_judged",
+           step_comparable ? nlohmann::json(nullptr) : nlohmann::json(step_not_judged_reason)},
           {"estimated_hbm_bytes_per_core", estimated_hbm},
           {"comparable_hbm_bytes_per_core", comparable_hbm},
           {"hbm_ratio", hbm_ratio},

@@ -157,8 +157,12 @@ struct EstimateReport {
   bool step_within = false;        // |step_ratio - 1| <= kTolerance (false when not comparable)
   /// False when the estimate is priced with a TPU profile (no host_cpus: v4, v5e, v5p, or a
   /// plan's embedded profile without host_cpus): its step time is a TPU's, not this host's, so
-  /// the step row is printed but not judged.
+  /// the step row is printed but not judged; or when the caller says so (mark_step_not_judged).
   bool step_comparable = true;
+  /// Why the step row is not judged ("" while step_comparable): "the estimate is for v5e, a TPU;
+  /// plan with --hardware this_machine to compare", or mark_step_not_judged's reason. Printed
+  /// after the ratio, "23.93x (not judged: REASON)"; JSON step_not_judged.
+  std::string step_not_judged_reason;
   /// host_cpus of the profile the estimate was priced with (0: a TPU profile or none found). When
   /// it is not measured.host_cpus, the report says the profile describes another host.
   int profile_host_cpus = 0;
@@ -178,6 +182,12 @@ struct EstimateReport {
   std::string probe_error;  // why the probe failed ("" when it ran or was not due)
 
   static constexpr double kTolerance = 0.25;  // issue 6: within 25%
+
+  /// Marks the step row not judged, saying `reason`: step_comparable and step_within false, and
+  /// no collective probe (call it before add_collective_probe). For a run the estimate does not
+  /// price, e.g. `train mlp --estimate-from PLAN --kernels pallas` against an estimate of the
+  /// Eigen kernels' rates (new-user pass nu12, NU52).
+  void mark_step_not_judged(std::string reason);
 
   /// The table `vtpu train ... --plan` prints (a few lines, ending in a newline).
   std::string to_string() const;

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/strings.h"
+#include "sharding/mesh.h"
 
 namespace vtpu::examples {
 
@@ -82,6 +83,10 @@ std::vector<std::string> mesh_axis_names(const std::string& axes_text, const std
     }
   }
   for (size_t i = 0; i < axes.size(); ++i) {
+    // Adversarial pass adv12, ADV7: "a),b" gave the candidate "dp(a))+tp(b)".
+    if (const std::string problem = check_mesh_axis_name(i, axes[i]); !problem.empty()) {
+      throw InvalidArgumentError("--axes '" + abbreviate(axes_text) + "': " + problem);
+    }
     if (std::find(axes.begin(), axes.begin() + static_cast<std::ptrdiff_t>(i), axes[i]) !=
         axes.begin() + static_cast<std::ptrdiff_t>(i)) {
       throw InvalidArgumentError("--axes '" + abbreviate(axes_text) + "' names '" +

@@ -25,8 +25,9 @@ void check_mesh_devices(const std::string& text, const std::vector<int64_t>& sha
                         const std::string& why);
 
 /// The mesh's axis names: `axes_text` split at commas ("x,y"), or `defaults` when it is empty.
-/// Throws InvalidArgumentError naming --axes for an empty name (",y", "x,,y", "x,"), a repeated
-/// name ("a,a") or a count other than shape's rank (naming --mesh too).
+/// Throws InvalidArgumentError naming --axes for an empty name (",y", "x,,y", "x,"), a name that
+/// is not an identifier ("a),b": sharding/mesh.h, check_mesh_axis_name), a repeated name ("a,a")
+/// or a count other than shape's rank (naming --mesh too).
 std::vector<std::string> mesh_axis_names(const std::string& axes_text, const std::string& mesh_text,
                                          const std::vector<int64_t>& shape,
                                          std::vector<std::string> defaults);

@@ -128,6 +128,13 @@ int run(const PlanCommand& c) {
               "--emit - would write a file named '-' (expected a file path; to print the plan, "
               "use --json, whose \"plan\" is the file's content, or --emit /dev/stdout)");
         }
+        // Adversarial pass adv12, ADV9: --hbm-bytes 0 silently meant the profile's HBM, while
+        // vtpu train mlp --hbm-bytes 0 is an error; both refuse it now.
+        if (!c.hbm_bytes.empty() && parse_bytes(c.hbm_bytes) == 0) {
+          throw InvalidArgumentError(
+              "--hbm-bytes 0 is not an HBM limit (expected at least 1 byte; leave --hbm-bytes out "
+              "for the profile's HBM per core)");
+        }
       })) {
     return 2;
   }
@@ -163,6 +170,9 @@ int run(const PlanCommand& c) {
               ": the planner tries 3^k strategies for k such axes; merge axes that play one "
               "role into one)");
         }
+        // Regression (adversarial pass adv12, ADV10): 6561 strategies x 65536 layers ran over
+        // 10 minutes and 5 GB; the product is bounded (kMaxPlanLayerEvaluations), exit 2.
+        check_planner_limits(Mesh(shape, axes), model.layers.size());
       })) {
     return 2;
   }
@@ -305,7 +315,15 @@ std::shared_ptr<PlanCommand> add_plan_command(CLI::App& app) {
       "under the HBM limit; print every candidate and why it lost");
   c->app->add_option("model", c->model_path, "Model file (JSON; examples/models/*.json)")
       ->required();
-  c->app->add_option("--mesh", c->mesh, "Mesh shape, e.g. 2x4 or 1x8")->capture_default_str();
+  c->app
+      ->add_option("--mesh", c->mesh,
+                   "Mesh shape, e.g. 2x4 or 1x8; at most " + std::to_string(kMaxPlannedAxes) +
+                       " axes of size > 1, and the 3^k strategies for k such axes x the model's "
+                       "layers at most " +
+                       std::to_string(kMaxPlanLayerEvaluations) + " (the planner's budget: " +
+                       std::to_string(kMaxPlanLayerEvaluations / 6561) +
+                       " layers on 8 axes of size > 1, 3^8 = 6561 strategies)")
+      ->capture_default_str();
   c->app->add_option("--axes", c->axes,
                      "Comma-separated mesh axis names (default data,model for 2-D, else x,y,z)");
   c->app
@@ -320,7 +338,8 @@ std::shared_ptr<PlanCommand> add_plan_command(CLI::App& app) {
       ->check(size_validator());
   c->app->add_option("--batch", c->batch, "Global batch (default: the model file's)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  c->app->add_option("--emit", c->emit_path, "Write the winner as a plan JSON file");
+  c->app->add_option("--emit", c->emit_path, "Write the winner as a plan JSON file")
+      ->check(nonempty_path_validator());
   c->app->add_flag("--json", c->json, "Print the candidates and the plan as JSON");
   c->app->add_flag("--verbose", c->verbose,
                    "Print the cost model's every term (each calibrated fit and its measured "

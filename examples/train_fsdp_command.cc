@@ -149,19 +149,21 @@ int run(const TrainFsdpCommand& cmd) {
   if (cmd.lr_option->count() == 0) {
     config.mlp.learning_rate = mlp_default_learning_rate(config.mlp.optimizer);
   }
+  // The plan's estimate, compared with the run of its strategy (examples/estimate_report.h);
+  // a batch that differs from the estimate's fails before the header (adv10 A5).
+  // A --batch other than the estimate's is a usage error (exit 2), checked before the batch is
+  // split over the cores (adv12 ADV9: the split's error, exit 1, came first for some batches).
+  std::optional<PlanEstimate> estimate;
+  if (plan &&
+      !check_usage([&] { estimate = comparable_estimate(*plan, config.mlp.global_batch); })) {
+    return 2;
+  }
   config.validate(options.num_cores);
   // The plan's layers and parameter shapes against the model this run trains (adv12 ADV3).
   if (plan) check_plan_layout(*plan, mlp_model_graph(config.mlp.hidden), "vtpu train fsdp");
   const int n = options.num_cores;
 
   const MlpConfig& mc = config.mlp;
-  // The plan's estimate, compared with the run of its strategy (examples/estimate_report.h);
-  // a batch that differs from the estimate's fails before the header (adv10 A5).
-  // A --batch other than the estimate's is a usage error (exit 2).
-  std::optional<PlanEstimate> estimate;
-  if (plan && !check_usage([&] { estimate = comparable_estimate(*plan, mc.global_batch); })) {
-    return 2;
-  }
   const DigitsSplit split = split_digits(load_digits_csv(cmd.data_path));
   if (!cmd.json) {
     std::printf(

@@ -76,6 +76,12 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
     return 2;
   }
   if (!args.lr_given) mlp.learning_rate = mlp_default_learning_rate(mlp.optimizer);
+  // The plan's estimate, compared with this run (examples/estimate_report.h); checked before
+  // anything runs. A --batch other than the estimate's is a usage error (exit 2), checked before
+  // the batch is split over the cores: adversarial pass adv12, ADV9 (--batch 63 said "cannot be
+  // split evenly across 2 cores", exit 1, while --batch 2 named the plan's batch, exit 2).
+  std::optional<PlanEstimate> estimate;
+  if (!check_usage([&] { estimate = comparable_estimate(plan, mlp.global_batch); })) return 2;
   std::optional<DataTensorLayout> layout;
   if (mode == MlpPlanMode::kTensorParallel)
     layout = plan_data_tensor_layout(plan, "vtpu train mlp");
@@ -109,10 +115,6 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
   // The plan's layers and parameter shapes against the model this run trains (adv12 ADV3).
   check_plan_layout(plan, mlp_model_graph(mlp.hidden), "vtpu train mlp");
   const int n = options.num_cores;
-  // The plan's estimate, compared with this run (examples/estimate_report.h); checked before
-  // anything runs. A --batch other than the estimate's is a usage error (exit 2).
-  std::optional<PlanEstimate> estimate;
-  if (!check_usage([&] { estimate = comparable_estimate(plan, mlp.global_batch); })) return 2;
   const DigitsSplit split = split_digits(load_digits_csv(args.data_path));
   if (!args.json) {
     std::printf("vtpu train mlp --plan %s: strategy %s on mesh %s: %s, %s HBM each\n",

@@ -9,6 +9,7 @@
 #include "common/strings.h"
 #include "examples/mesh_arg.h"
 #include "runtime/json_fields.h"
+#include "sharding/mesh.h"
 #include "sharding/named_sharding.h"
 #include "sharding/partition_spec.h"
 
@@ -267,6 +268,11 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
       throw bad("mesh axis " + a.dump() + " is not a name");
     }
     const std::string name = a.get<std::string>();
+    // Adversarial pass adv12, ADV7: the names vtpu plan accepts, and no others.
+    if (const std::string problem = check_mesh_axis_name(plan.mesh_axes.size(), name);
+        !problem.empty()) {
+      throw bad("mesh " + problem);
+    }
     if (contains(plan.mesh_axes, name)) throw bad("mesh axis '" + name + "' appears twice");
     plan.mesh_axes.push_back(name);
   }
@@ -452,21 +458,28 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
 namespace {
 
 /// "'fc1' dense 64 -> 128" and so on: what a layer of a model_graph is, for messages.
-std::string layer_text(const ModelLayer& l) {
+/// `l` as a message shows it: "'fc1' dense 64 -> 128". `expected`: `l` is what a trainer
+/// expects, derived from the model's other layers; a size it could not derive (0, e.g. the vocab
+/// of a first layer that is no embedding) is shown by its name, "vocab V", not as a value the user
+/// could not give (adversarial pass adv12, ADV9: "expected 'embed' embedding vocab 0").
+std::string layer_text(const ModelLayer& l, bool expected = false) {
+  const auto size = [expected](int64_t v, const char* name) {
+    return expected && v <= 0 ? std::string(name) : std::to_string(v);
+  };
   std::string s = "'" + abbreviate(l.name) + "' " + layer_kind_name(l.kind);
   switch (l.kind) {
     case LayerKind::kDense:
-      return s + " " + std::to_string(l.in) + " -> " + std::to_string(l.out) +
+      return s + " " + size(l.in, "IN") + " -> " + size(l.out, "OUT") +
              (l.bias ? "" : " without bias");
     case LayerKind::kElementwise:
     case LayerKind::kLayerNorm:
-      return s + " dim " + std::to_string(l.out);
+      return s + " dim " + size(l.out, "D");
     case LayerKind::kAttention:
-      return s + " d_model " + std::to_string(l.out) + ", heads " + std::to_string(l.heads) +
+      return s + " d_model " + size(l.out, "D") + ", heads " + size(l.heads, "H") +
              (l.bias ? "" : " without bias");
     case LayerKind::kEmbedding:
-      return s + " vocab " + std::to_string(l.vocab) + ", d_model " + std::to_string(l.out) +
-             ", positions " + std::to_string(l.positions);
+      return s + " vocab " + size(l.vocab, "V") + ", d_model " + size(l.out, "D") + ", positions " +
+             size(l.positions, "S");
   }
   return s;
 }
@@ -494,7 +507,7 @@ void require_architecture(const ModelGraph& g, const std::string& where,
   for (size_t i = 0; i < std::max(want.size(), g.layers.size()); ++i) {
     if (i >= g.layers.size()) {
       fail("ends after " + std::to_string(g.layers.size()) + " layers (expected layers[" +
-           std::to_string(i) + "] " + layer_text(want[i]) + ")");
+           std::to_string(i) + "] " + layer_text(want[i], /*expected=*/true) + ")");
     }
     if (i >= want.size()) {
       fail("has layers[" + std::to_string(i) + "] " + layer_text(g.layers[i]) +
@@ -506,7 +519,7 @@ void require_architecture(const ModelGraph& g, const std::string& where,
         a.bias != b.bias || a.heads != b.heads || a.vocab != b.vocab ||
         a.positions != b.positions) {
       fail("has layers[" + std::to_string(i) + "] " + layer_text(a) + " (expected " +
-           layer_text(b) + ")");
+           layer_text(b, /*expected=*/true) + ")");
     }
   }
 }

@@ -119,6 +119,13 @@ int run(const TrainTransformerCommand& cmd) {
   }
   if (mesh.tensor == 1 && cmd.plan.empty()) strategy = "dp(data)";
   if (mesh.data == 1 && cmd.plan.empty()) strategy = mesh.tensor > 1 ? "tp(model)" : "single core";
+  // The plan's estimate, compared with this run (examples/estimate_report.h). Checked before the
+  // header and the single-core reference: a batch that differs from the estimate's failed only
+  // after the reference had trained (adversarial pass adv10, A5).
+  // A --batch other than the estimate's is a usage error (exit 2; new-user pass nu10, NU13),
+  // checked before the batch is split over the mesh (adv12 ADV9).
+  std::optional<PlanEstimate> estimate;
+  if (plan && !check_usage([&] { estimate = comparable_estimate(*plan, c.batch); })) return 2;
   c.validate();
   c.validate_mesh(mesh.data, mesh.tensor);
   // The plan's layers and parameter shapes against the model this run trains (adv12 ADV3).
@@ -128,12 +135,6 @@ int run(const TrainTransformerCommand& cmd) {
                                                                    c.heads, c.layers, c.hidden}),
                       "vtpu train transformer");
   }
-  // The plan's estimate, compared with this run (examples/estimate_report.h). Checked before the
-  // header and the single-core reference: a batch that differs from the estimate's failed only
-  // after the reference had trained (adversarial pass adv10, A5).
-  // A --batch other than the estimate's is a usage error (exit 2; new-user pass nu10, NU13).
-  std::optional<PlanEstimate> estimate;
-  if (plan && !check_usage([&] { estimate = comparable_estimate(*plan, c.batch); })) return 2;
   // The plan's cores per role, else the DxT grid (axes "data", "model"). The printout names the
   // groups and the plan's mesh axes (nu8 N8: "mesh 8x1 (data 8 x model 1)" for dp(data,model)
   // on Mesh(data=2, model=4) reused the axis names for the roles).

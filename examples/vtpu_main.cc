@@ -345,6 +345,13 @@ int run_train_mlp(const TrainArgs& args) {
         *estimate, vtpu::examples::measure_run(
                        options.num_cores, args.mlp.steps, result.median_step_ms, meter, result.hbm,
                        peak.training_set, "training set (replicated on every core)"));
+    // New-user pass nu12, NU52: a pallas run was judged against an estimate priced from the
+    // Eigen kernels' rates (--plan refuses --kernels pallas for that reason).
+    if (mlp.kernels == "pallas") {
+      report->mark_step_not_judged(
+          "the estimate prices the Eigen kernels' measured rates; this run used --kernels "
+          "pallas");
+    }
     vtpu::examples::add_collective_probe(*report,
                                          *estimate_plan);  // right after the run: its host mode
   }

@@ -337,6 +337,15 @@ double HardwareProfile::peak_flops(const std::string& dtype) const {
 
 void HardwareProfile::validate() const {
   if (name.empty()) throw InvalidArgumentError("hardware profile has an empty 'name'");
+  // Adversarial pass adv12, ADV9: a NUL in the name cut the table's "hardware" header short while
+  // plan files kept it whole; refused as the model reader refuses control characters in names.
+  if (std::ranges::any_of(
+          name, [](char ch) { return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; })) {
+    throw InvalidArgumentError(
+        "hardware profile name " +
+        nlohmann::json(name).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+        " has a control character (expected none)");
+  }
   if (peak_flops_per_second.empty()) {
     throw InvalidArgumentError("hardware profile '" + name +
                                "' lists no peak_flops_per_second (expected e.g. {\"f32\": 1e12})");

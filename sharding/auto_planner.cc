@@ -883,6 +883,38 @@ nlohmann::json axis_json(const std::vector<std::string>& axes) {
 
 }  // namespace
 
+void check_planner_limits(const Mesh& mesh, size_t num_layers) {
+  const auto active =
+      static_cast<size_t>(std::ranges::count_if(mesh.shape(), [](int64_t s) { return s > 1; }));
+  // Regression (adversarial pass adv7, G6): the 3^k candidates were unbounded: --mesh of 12 axes
+  // of 2 took 40 s and 0.9 GB, and 16 axes (65,536 devices, within vtpu plan's device bound)
+  // would be 43 million candidates.
+  if (active > static_cast<size_t>(kMaxPlannedAxes)) {
+    throw InvalidArgumentError(abbreviate(mesh.to_string()) + " has " + std::to_string(active) +
+                               " axes of size > 1, so the planner would try 3^" +
+                               std::to_string(active) + " strategies (expected at most " +
+                               std::to_string(kMaxPlannedAxes) +
+                               " such axes; merge axes that play one role into one)");
+  }
+  uint64_t strategies = 1;  // 3^8 at most
+  for (size_t i = 0; i < active; ++i) strategies *= 3;
+  // num_layers is at most 2^16 in a model file (kMaxLayers); checked arithmetic all the same.
+  uint64_t evaluations = 0;
+  const bool overflow =
+      __builtin_mul_overflow(strategies, static_cast<uint64_t>(num_layers), &evaluations);
+  if (overflow || evaluations > kMaxPlanLayerEvaluations) {
+    throw InvalidArgumentError(
+        std::to_string(strategies) + (strategies == 1 ? " strategy x " : " strategies x ") +
+        std::to_string(num_layers) +
+        " layers = " + (overflow ? std::string("more than 2^64") : std::to_string(evaluations)) +
+        " layer evaluations exceeds the planner's budget of " +
+        std::to_string(kMaxPlanLayerEvaluations) + " (expected at most " +
+        std::to_string(kMaxPlanLayerEvaluations / strategies) + " layers on a mesh with " +
+        std::to_string(active) + (active == 1 ? " axis" : " axes") + " of size > 1" +
+        (active > 0 ? ", or fewer such axes)" : ")"));
+  }
+}
+
 AutoShardingPlan plan_auto_sharding(const ModelGraph& model, const std::vector<int64_t>& mesh_shape,
                                     const std::vector<std::string>& axis_names,
                                     const CostModel& mesh_cost, uint64_t hbm_limit_bytes,
@@ -906,19 +938,10 @@ AutoShardingPlan plan_auto_sharding(const ModelGraph& model, const std::vector<i
   plan.oversubscription = cost.oversubscription();
   cost.peak_flops_per_core(model.dtype);  // a dtype the profile lacks is an error up front
 
+  check_planner_limits(mesh, model.layers.size());
   std::vector<size_t> active;  // axes of size > 1
   for (size_t a = 0; a < mesh_shape.size(); ++a)
     if (mesh_shape[a] > 1) active.push_back(a);
-  // Regression (adversarial pass adv7, G6): the 3^k candidates were unbounded: --mesh of 12 axes
-  // of 2 took 40 s and 0.9 GB, and 16 axes (65,536 devices, within vtpu plan's device bound)
-  // would be 43 million candidates.
-  if (active.size() > static_cast<size_t>(kMaxPlannedAxes)) {
-    throw InvalidArgumentError(
-        abbreviate(mesh.to_string()) + " has " + std::to_string(active.size()) +
-        " axes of size > 1, so the planner would try 3^" + std::to_string(active.size()) +
-        " strategies (expected at most " + std::to_string(kMaxPlannedAxes) +
-        " such axes; merge axes that play one role into one)");
-  }
   size_t combos = 1;
   for (size_t i = 0; i < active.size(); ++i) combos *= 3;
   static const AxisRole kRoles[3] = {AxisRole::kData, AxisRole::kTensor, AxisRole::kFsdp};

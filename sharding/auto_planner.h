@@ -261,12 +261,31 @@ std::string canonical_strategy_name(const std::string& name);
 /// FSDP), so 8 axes are 6,561 candidates (about a second); 12 took 40 s and 0.9 GB.
 inline constexpr int kMaxPlannedAxes = 8;
 
+/// Layer evaluations (strategies x layers) the planner accepts: each of the 3^k strategies runs
+/// its dynamic program over every layer of the chain, so a plan costs about this product (more
+/// when many labels stay on the Pareto frontier). On a loaded 2-CPU host (session 13),
+/// 6561 strategies x 250 alternating dense/attention layers (1.6 million) took 20 s and x 1000
+/// layers (6.6 million) 114 s; 27 strategies x 65536 layers (1.8 million) 15 s. So an accepted
+/// plan takes at most tens of seconds, and a refused one would have taken a minute or more.
+/// Regression (adversarial pass adv12, ADV10): 6561 strategies x 65536 layers, each within its
+/// own limit, ran over 10 minutes and 5 GB with no output.
+inline constexpr uint64_t kMaxPlanLayerEvaluations = 2'000'000;
+
+/// The planner's up-front limits on `mesh` for a chain of `num_layers` layers. Throws
+/// InvalidArgumentError when the mesh has more than kMaxPlannedAxes axes of size > 1, or when its
+/// 3^k strategies x num_layers exceed kMaxPlanLayerEvaluations, naming both counts, their
+/// product, the budget and the most layers this mesh allows: "6561 strategies x 65536 layers =
+/// 429981696 layer evaluations exceeds the planner's budget of 2000000 (expected at most 304
+/// layers on a mesh with 8 axes of size > 1, or fewer such axes)". Pure. Thread-safe.
+void check_planner_limits(const Mesh& mesh, size_t num_layers);
+
 /// Plans `model` on a mesh of `mesh_shape` with `axis_names` under `hbm_limit_bytes` per core
 /// (0: the cost model's HBM per core; on a host profile, its HBM (the host RAM) / mesh cores),
 /// within `constraints`. Prices with
 /// `cost.for_cores(mesh size)`: every strategy keeps all of the mesh's cores busy. Never throws
 /// for a model that does not fit (see require_fit); throws InvalidArgumentError for a bad mesh
-/// (as Mesh does), for more than kMaxPlannedAxes axes of size > 1, for byte counts of 2^63 or
+/// (as Mesh does), beyond check_planner_limits (more than kMaxPlannedAxes axes of size > 1, or
+/// more than kMaxPlanLayerEvaluations strategies x layers), for byte counts of 2^63 or
 /// more, and what the cost model throws (a dtype the profile lacks). Pure. Thread-safe.
 AutoShardingPlan plan_auto_sharding(const ModelGraph& model, const std::vector<int64_t>& mesh_shape,
                                     const std::vector<std::string>& axis_names,

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/strings.h"
 
 namespace vtpu {
 
@@ -33,6 +34,20 @@ std::vector<int> iota_ids(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
+std::string check_mesh_axis_name(size_t index, std::string_view name) {
+  const auto letter = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); };
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  bool ok = !name.empty() && (letter(name[0]) || name[0] == '_');
+  for (size_t i = 1; ok && i < name.size(); ++i) {
+    ok = letter(name[i]) || digit(name[i]) || name[i] == '_';
+  }
+  if (ok) return {};
+  return "axis " + std::to_string(index) + " name <" + abbreviate(name) +
+         "> is not an identifier (expected [A-Za-z_][A-Za-z0-9_]*: ASCII letters, digits and '_', "
+         "not starting with a digit, as strategy names and PartitionSpecs are built from axis "
+         "names)";
+}
+
 Mesh::Mesh(std::vector<int64_t> shape, std::vector<std::string> axis_names,
            std::vector<int> device_ids)
     : shape_(std::move(shape)),
@@ -55,12 +70,10 @@ Mesh::Mesh(std::vector<int64_t> shape, std::vector<std::string> axis_names,
                                  " has an empty name (expected a non-empty name)");
     }
     // Regression (issue 6 adversarial pass, F18): an axis named with a quote character was
-    // accepted, but no PartitionSpec can name it (specs reject quotes, which could not be parsed
-    // back), so the axis could only ever replicate.
-    if (axis_names_[i].find_first_of("'\"") != std::string::npos) {
-      throw InvalidArgumentError("mesh axis " + std::to_string(i) + " name <" + axis_names_[i] +
-                                 "> contains a quote character (expected none: a PartitionSpec "
-                                 "could not name it)");
+    // accepted, but no PartitionSpec can name it, so the axis could only ever replicate; and
+    // (adv12, ADV7) '(', ')', '+' and spaces made strategy names ambiguous. Identifiers only.
+    if (const std::string problem = check_mesh_axis_name(i, axis_names_[i]); !problem.empty()) {
+      throw InvalidArgumentError("mesh " + problem);
     }
     if (!names.insert(axis_names_[i]).second) {
       throw InvalidArgumentError("mesh axis name '" + axis_names_[i] +

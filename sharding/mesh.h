@@ -23,14 +23,24 @@
 
 namespace vtpu {
 
+/// Mesh axis names are identifiers, [A-Za-z_][A-Za-z0-9_]* (ASCII letters, digits and '_', not
+/// starting with a digit), as JAX's axis names are Python identifiers in practice. Strategy names
+/// ("dp(data)+tp(model)"), PartitionSpecs ("P('x', None)") and plan files are built from them, so
+/// a name holding '(', ')', '+', ',', a quote or a space made them ambiguous (adversarial pass
+/// adv12, ADV7: --axes "a),b" gave the candidate "dp(a))+tp(b)"). Returns "" for a valid name,
+/// else the reason, naming the axis by its 0-based `index`: "axis 0 name <a)> is not an
+/// identifier (expected [A-Za-z_][A-Za-z0-9_]*: ...)"; callers prefix where the name came from
+/// ("mesh ", "--axes 'a),b': "). The name is abbreviated (common/strings.h). Pure. Thread-safe.
+std::string check_mesh_axis_name(size_t index, std::string_view name);
+
 /// An immutable n-d array of device ids with named axes. Thread-safe (immutable after
 /// construction; copies are independent).
 class Mesh {
  public:
   /// `shape[i]` is the number of devices along axis `axis_names[i]`; `device_ids` lists the ids
   /// in row-major order of the mesh coordinates. Throws InvalidArgumentError when: shape and
-  /// axis_names differ in length; a shape entry is < 1; an axis name is empty, repeated or holds
-  /// a quote character (no PartitionSpec could name it);
+  /// axis_names differ in length; a shape entry is < 1; an axis name is empty, repeated or not
+  /// an identifier (check_mesh_axis_name);
   /// product(shape) != device_ids.size(); an id is negative or repeated. A mesh with no axes
   /// (shape {}) holds exactly one device.
   Mesh(std::vector<int64_t> shape, std::vector<std::string> axis_names,

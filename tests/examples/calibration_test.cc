@@ -190,14 +190,82 @@ TEST(CalibrationTest, NegativeInterceptIsClampedToZero) {
   EXPECT_GT(f.b, 0.0);
 }
 
+/// The message of the InvalidArgumentError `fn` throws ("" and a failure when it throws none).
+template <typename Fn>
+std::string invalid_message(Fn fn) {
+  try {
+    fn();
+  } catch (const InvalidArgumentError& e) {
+    return std::string(e.message());
+  }
+  ADD_FAILURE() << "expected InvalidArgumentError";
+  return "";
+}
+
+// Adversarial pass adv12, ADV5: the messages named the function ("fit_alpha_beta: 1 points");
+// they now say what the fit is.
 TEST(CalibrationTest, BadInputIsAnError) {
   const std::vector<double> one = {1.0}, two = {1.0, 2.0}, same = {3.0, 3.0};
   const std::vector<double> bad_t = {1.0, -1.0};
-  EXPECT_THROW(fit_alpha_beta(one, one), InvalidArgumentError);
-  EXPECT_THROW(fit_alpha_beta(two, one), InvalidArgumentError);
-  EXPECT_THROW(fit_alpha_beta(two, bad_t), InvalidArgumentError);
-  EXPECT_THROW(fit_alpha_beta(same, two), InvalidArgumentError);
+  EXPECT_EQ(invalid_message([&] { fit_alpha_beta(one, one); }),
+            "alpha-beta fit t = alpha + beta * x: 1 measured size (expected at least 2 sizes, to "
+            "fit a latency alpha and a time per byte beta)");
+  EXPECT_EQ(invalid_message([&] { fit_alpha_beta(two, one); }),
+            "alpha-beta fit t = alpha + beta * x: 2 sizes but 1 times (expected one time per "
+            "size)");
+  EXPECT_EQ(invalid_message([&] { fit_alpha_beta(two, bad_t); }),
+            "alpha-beta fit t = alpha + beta * x: a measured time is -1 s (expected finite times "
+            "> 0)");
+  EXPECT_EQ(invalid_message([&] { fit_alpha_beta(same, two); }),
+            "alpha-beta fit t = alpha + beta * x: every size has x = 3 (expected at least two "
+            "different sizes)");
   EXPECT_THROW(calibration_x("broadcast", 8, 8), InvalidArgumentError);
+}
+
+// Adversarial pass adv12, ADV5: `--calibrate --min-bytes 8 --max-bytes 8` failed after 12 s of
+// measuring with "fit_alpha_beta: 1 points"; the range is checked before anything is measured.
+// Sizes double from min_bytes; f32 elements (4 B); a size that leaves a core less than one
+// element is skipped (all_gather of S bytes on n cores: S / 4 / n elements per core).
+TEST(CalibrationTest, OptionsAreCheckedBeforeMeasuring) {
+  CalibrationOptions o;
+  o.cores = {2};
+  o.min_bytes = 8;
+  o.max_bytes = 16;
+  EXPECT_EQ(check_calibration_options(o), "");  // 8 and 16 B: 2 sizes of every collective
+  o.max_bytes = 8;                              // 8 B only
+  const std::string one_size =
+      "--min-bytes 8 .. --max-bytes 8 gives all_gather on 2 cores 1 size (sizes double from "
+      "--min-bytes, and those that leave a core less than one element are skipped); the fit t = "
+      "alpha + beta * x needs at least 2: widen the range, e.g. --max-bytes 4M";
+  EXPECT_EQ(check_calibration_options(o), one_size);
+  // calibrate_this_machine refuses it too, at once (no sweep runs: this test takes no time).
+  EXPECT_EQ(invalid_message([&] { calibrate_this_machine(o); }), "calibration: " + one_size);
+  // On 4 cores 8 B is half an element per core (skipped), 16 B one: one size again.
+  o.cores = {4};
+  o.max_bytes = 16;
+  EXPECT_NE(check_calibration_options(o).find("--max-bytes 16 gives all_gather on 4 cores 1 size"),
+            std::string::npos);
+  o.cores = {2};
+  o.min_bytes = 64 << 20;
+  o.max_bytes = 8;
+  EXPECT_EQ(check_calibration_options(o), "--min-bytes 67108864 is larger than --max-bytes 8");
+  o.min_bytes = 3;
+  o.max_bytes = 3;
+  EXPECT_EQ(check_calibration_options(o),
+            "--max-bytes 3 gives no all_gather on 2 cores a whole element of f32 per core (4 "
+            "bytes each)");
+  o.min_bytes = 8;
+  o.max_bytes = 4 << 20;
+  o.cores = {};
+  EXPECT_EQ(check_calibration_options(o), "no group sizes (expected at least one, e.g. 2,4,8)");
+  o.cores = {4, 1};
+  EXPECT_EQ(check_calibration_options(o),
+            "group size 1 is below 2 (expected distinct sizes >= 2, e.g. 2,4,8)");
+  o.cores = {2, 4, 2};
+  EXPECT_EQ(check_calibration_options(o),
+            "group size 2 is repeated (expected distinct sizes >= 2, e.g. 2,4,8)");
+  o.cores = {2, 4, 8};  // the defaults
+  EXPECT_EQ(check_calibration_options(o), "");
 }
 
 // Issue 6 adversarial pass, F21: `--calibrate OUT --min-bytes 8 --max-bytes 16` on a loaded

@@ -206,7 +206,50 @@ TEST(EstimateReportTest, ATpuEstimatesStepTimeIsNotJudgedOnThisHost) {
     EXPECT_TRUE(r.step_comparable) << host;
     EXPECT_TRUE(r.step_within) << host;
     EXPECT_NE(r.to_string().find("1.25x (within 25%)"), std::string::npos) << r.to_string();
+    EXPECT_TRUE(r.to_json()["step_not_judged"].is_null());
   }
+  e.hardware = "v5e";
+  EXPECT_EQ(compare_estimate(e, m).to_json()["step_not_judged"],
+            "the estimate is for v5e, a TPU; plan with --hardware this_machine to compare");
+}
+
+// New-user pass nu12, NU52: `train mlp --estimate-from PLAN --kernels pallas` was judged against
+// an estimate of the Eigen kernels' rates. A caller marks such a step row not judged, with the
+// reason, before the collective probe (which then does not run).
+TEST(EstimateReportTest, AStepRowMarkedNotJudgedSaysWhyAndIsNotProbed) {
+  PlanEstimate e;
+  e.step_seconds = 0.5;
+  e.hbm_bytes_per_core = 1000;
+  e.hardware = "this_machine";  // a host profile with calibrated collectives: judged and probed
+  MeasuredRun m;
+  m.num_cores = 2;
+  m.steps = 3;
+  m.median_step_seconds = 0.625;
+  m.peak_hbm_bytes_per_core = 1000;
+  EstimateReport r = compare_estimate(e, m);
+  ASSERT_TRUE(r.step_comparable);
+  ASSERT_TRUE(r.step_within);
+  r.mark_step_not_judged("the estimate prices other kernels");
+  EXPECT_FALSE(r.step_comparable);
+  EXPECT_FALSE(r.step_within);
+  EXPECT_TRUE(r.hbm_within);  // 1000 / 1000
+  EXPECT_NE(r.to_string().find("1.25x (not judged: the estimate prices other kernels)"),
+            std::string::npos)
+      << r.to_string();
+  const nlohmann::json j = r.to_json();
+  EXPECT_EQ(j["step_comparable"], false);
+  EXPECT_EQ(j["step_not_judged"], "the estimate prices other kernels");
+  EXPECT_TRUE(j["step_ratio"].is_null());
+  EXPECT_TRUE(j["step_within_25_percent"].is_null());
+  const TrainPlan plan =
+      parse_train_plan(plan_with({{"step_seconds", 0.5}, {"hbm_bytes_per_core", 1000}}), "p.json");
+  CollectiveProbeOptions quick;
+  quick.iters = 2;
+  quick.warmup = 0;
+  add_collective_probe(r, plan, quick);
+  EXPECT_TRUE(r.probes.empty());
+  EXPECT_EQ(r.probed_step_seconds, 0.0);
+  EXPECT_TRUE(r.to_json()["probe"].is_null());
 }
 
 // `vtpu plan --emit` embeds the profile it priced with (estimate.hardware_profile). A calibrated

@@ -123,6 +123,13 @@ TEST(TrainPlanTest, BadPlansNameTheFieldAndWhatWasExpected) {
   bad({"mesh axis 'a' appears twice"}, [](auto& j) {
     j["mesh"] = {{"axes", {"a", "a"}}, {"shape", {2, 2}}};
   });
+  // Adversarial pass adv12, ADV7: the axis names vtpu plan accepts (identifiers), and no others.
+  bad({"plan file 'p.json'",
+       "mesh axis 1 name <a)> is not an identifier (expected "
+       "[A-Za-z_][A-Za-z0-9_]*"},
+      [](auto& j) {
+        j["mesh"] = {{"axes", {"a", "a)"}}, {"shape", {2, 2}}};
+      });
   bad({"mesh has 1 axes and 2 sizes"}, [](auto& j) {
     j["mesh"] = {{"axes", {"a"}}, {"shape", {2, 2}}};
   });

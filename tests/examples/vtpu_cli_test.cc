@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/host.h"
+#include "runtime/hardware_profile.h"
 #include "test_data.h"
 #include "tests/run_command.h"
 #include "tests/temp_path.h"
@@ -1020,6 +1021,32 @@ TEST(VtpuCliTest, BenchCollectivesCalibrateChecksTheOutputBeforeTheSweep) {
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "keep me");
 }
 
+// Adversarial pass adv12, ADV5: size-range errors of --calibrate surfaced after 9-23 s of
+// measuring (exit 1), one as "fit_alpha_beta: 1 points". They are usage errors now, before the
+// sweep's header and before the file is written.
+TEST(VtpuCliTest, BenchCollectivesCalibrateChecksTheSizeRangeBeforeMeasuring) {
+  const std::string out = test_temp_path("vtpu_cli_calibrate_range.json");
+  std::filesystem::remove(out);
+  const std::string calibrate = "bench collectives --calibrate " + out + " --cores 2 ";
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--min-bytes 8 --max-bytes 8",
+            "vtpu: usage error: --min-bytes 8 .. --max-bytes 8 gives all_gather on 2 cores 1 size "
+            "(sizes double from --min-bytes, and those that leave a core less than one element "
+            "are skipped); the fit t = alpha + beta * x needs at least 2: widen the range, e.g. "
+            "--max-bytes 4M\n"},
+           {"--min-bytes 64M --max-bytes 8",
+            "vtpu: usage error: --min-bytes 67108864 is larger than --max-bytes 8\n"},
+           {"--min-bytes 3 --max-bytes 3",
+            "vtpu: usage error: --max-bytes 3 gives no all_gather on 2 cores a whole element of "
+            "f32 per core (4 bytes each)\n"}}) {
+    SCOPED_TRACE(args);
+    const CliRun r = run_cli(calibrate + args);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_EQ(r.output, message + "Run with --help for the options.\n");
+    EXPECT_FALSE(std::filesystem::exists(out));
+  }
+}
+
 // ---- vtpu stress ---------------------------------------------------------------------------
 
 // A trace on two cores: core 1 allocates and frees one buffer; core 0 leaves a 4 KiB hole
@@ -1666,6 +1693,29 @@ TEST(VtpuCliTest, TrainMlpComparesAPlansEstimateWithTheRun) {
       << r.output;
   EXPECT_NE(r.output.find("training set (replicated on every core)"), std::string::npos)
       << r.output;
+  // New-user pass nu12, NU52: a pallas run was judged against the estimate of the Eigen kernels'
+  // rates; its step row is printed but not judged, and no collective probe runs.
+  r = run_cli(
+      "train mlp --steps 3 --batch 8 --log-every 0 --json --kernels pallas "
+      "--estimate-from " +
+      dp);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json pallas = nlohmann::json::parse(r.output)["estimate_vs_measured"];
+  EXPECT_EQ(pallas["step_comparable"], false);
+  EXPECT_EQ(pallas["step_not_judged"],
+            "the estimate prices the Eigen kernels' measured rates; this run used --kernels "
+            "pallas");
+  EXPECT_TRUE(pallas["step_ratio"].is_null());
+  EXPECT_TRUE(pallas["step_within_25_percent"].is_null());
+  EXPECT_TRUE(pallas["probe"].is_null());
+  EXPECT_EQ(pallas["estimated_hbm_bytes_per_core"], 42000);  // the HBM row is still judged
+  r = run_cli("train mlp --steps 3 --batch 8 --log-every 0 --kernels pallas --estimate-from " + dp);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("x (not judged: the estimate prices the Eigen kernels' measured rates; "
+                          "this run used --kernels pallas)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("outside 25%)\n  process"), std::string::npos) << r.output;
   // A plan train mlp does not run, a plan without an estimate, another batch.
   const std::string fsdp = temp_file("vtpu_cli_estimate_fsdp.json", R"j({"format": "vtpu-plan",
     "version": 1, )j" + mesh + R"j( "strategy": {"name": "fsdp(x)", "data": null,
@@ -2156,6 +2206,78 @@ TEST(VtpuCliPlanTest, UnknownHardwareAndTooManyMeshAxesAreUsageErrors) {
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
 }
 
+// Adversarial pass adv12, ADV10: 65,536 layers on 8 axes of size 2 (each within its limit) ran
+// over 10 minutes and 5 GB with no output. Strategies x layers above the planner's budget
+// (kMaxPlanLayerEvaluations, 2,000,000) is a usage error, exit 2, as 9 such axes are; the model
+// file is read first, so the message names its layer count.
+TEST(VtpuCliPlanTest, StrategiesTimesLayersBeyondTheBudgetIsAUsageError) {
+  std::string layers;
+  for (int i = 0; i < 305; ++i) {
+    layers += std::string(i ? "," : "") + R"({"name": "l)" + std::to_string(i) +
+              R"(", "kind": "dense", "in": 8, "out": 8})";
+  }
+  const std::string model =
+      temp_file("chain305.json", R"({"name": "chain", "batch": 256, "layers": [)" + layers + "]}");
+  const CliRun r = run_cli("plan " + model + " --mesh 2x2x2x2x2x2x2x2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("vtpu: usage error: 6561 strategies x 305 layers = 2001105 layer "
+                          "evaluations exceeds the planner's budget of 2000000 (expected at most "
+                          "304 layers on a mesh with 8 axes of size > 1, or fewer such axes)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("strategy "), std::string::npos) << "no table: " << r.output;
+  // The same model on 2x4 (9 strategies x 305 layers) plans.
+  const CliRun ok = run_cli("plan " + model + " --mesh 2x4");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("WINNER"), std::string::npos) << ok.output;
+  // --help states the budget.
+  const CliRun help = run_cli("plan --help");
+  EXPECT_NE(help.output.find("at most 2000000"), std::string::npos) << help.output;
+}
+
+// Adversarial pass adv12, ADV9: --hbm-bytes 0 silently meant the profile's HBM (train mlp
+// refuses it), --emit "" wrote nothing and exited 0, a NUL in a profile's name cut the table's
+// header, a model named transformer of other layers was told to expect "vocab 0", and
+// `train mlp --plan P --batch 63` said "cannot be split evenly across 2 cores" (exit 1) where
+// --batch 2 named the plan's batch (exit 2).
+TEST(VtpuCliPlanTest, ZeroHbmEmptyEmitControlCharactersInProfileNamesAndBatchChecks) {
+  const std::string mlp = model_path("mlp.json");
+  expect_failure("plan " + mlp + " --hbm-bytes 0",
+                 "vtpu: usage error: --hbm-bytes 0 is not an HBM limit (expected at least 1 byte; "
+                 "leave --hbm-bytes out for the profile's HBM per core)",
+                 2);
+  expect_failure("plan " + mlp + " --emit ''", "--emit: expected a file path, got an empty string",
+                 2);
+  nlohmann::json named = vtpu::HardwareProfile::get("v5e").to_json();
+  named["name"] = std::string("a\0b", 3);
+  const std::string profile = temp_file("nul_name.json", named.dump());
+  const CliRun nul = run_cli("plan " + mlp + " --hardware " + profile);
+  EXPECT_EQ(nul.exit_code, 1) << nul.output;
+  EXPECT_NE(nul.output.find("hardware profile name \"a\\u0000b\" has a control character "
+                            "(expected none)"),
+            std::string::npos)
+      << nul.output;
+  const std::string fake = temp_file(
+      "fake_transformer.json",
+      R"({"name": "transformer", "batch": 16, "layers": [{"name": "fc1", "kind": "dense", "in": )"
+      R"(64, "out": 64}]})");
+  const CliRun f = run_cli("plan " + fake);
+  EXPECT_EQ(f.exit_code, 0) << f.output;
+  EXPECT_NE(f.output.find("has layers[0] 'fc1' dense 64 -> 64 (expected 'embed' embedding vocab V, "
+                          "d_model 64, positions 1), which vtpu train transformer does not run"),
+            std::string::npos)
+      << f.output;
+  const std::string plan = test_temp_path("vtpu_cli_plan_batch_order.json");
+  ASSERT_EQ(run_cli("plan " + mlp + " --mesh 2x4 --emit " + plan).exit_code, 0);
+  for (const char* batch : {"63", "2"}) {
+    SCOPED_TRACE(batch);
+    expect_failure("train mlp --steps 1 --plan " + plan + " --batch " + batch,
+                   "vtpu: usage error: plan file '" + plan +
+                       "' estimates a global batch of 64 but the run uses " + batch,
+                   2);
+  }
+}
+
 TEST(VtpuCliPlanTest, NoFitFailsWithTheSmallestHbmThatWouldFit) {
   expect_failure("plan " + model_path("mlp.json") + " --mesh 1x8 --hbm-bytes 1K",
                  "smallest HBM per core that would fit is", 1);
@@ -2192,6 +2314,20 @@ TEST(VtpuCliPlanTest, MeshProductIsBoundedAndMeshAndAxesAreParsedStrictly) {
       "reshard --mesh 2x2x2 --axes \"x,,z\" --shape 4 --from \"P()\" --to \"P()\" --explain",
       "--axes 'x,,z' has an empty name for axis 1", 2);
   expect_failure(plan + " --mesh 2x2 --axes a,b,c", "--axes names 3 axes but --mesh 2x2 has 2", 2);
+  // Adversarial pass adv12, ADV7: "a),b" gave the candidate "dp(a))+tp(b)", " a" kept its space;
+  // axis names are identifiers ([A-Za-z_][A-Za-z0-9_]*), a usage error otherwise.
+  expect_failure(plan + " --mesh 2x2 --axes \"a),b\"",
+                 "vtpu: usage error: --axes 'a),b': axis 0 name <a)> is not an identifier "
+                 "(expected [A-Za-z_][A-Za-z0-9_]*: ASCII letters, digits and '_', not starting "
+                 "with a digit",
+                 2);
+  expect_failure(plan + " --mesh 2x2 --axes \"x, b\"",
+                 "--axes 'x, b': axis 1 name < b> is not an identifier", 2);
+  expect_failure(plan + " --mesh 2x2 --axes \"a+b,c\"",
+                 "--axes 'a+b,c': axis 0 name <a+b> is not an identifier", 2);
+  expect_failure(
+      "reshard --mesh 2x2 --axes \"dp(x),y\" --shape 4 --from \"P()\" --to \"P()\" --explain",
+      "--axes 'dp(x),y': axis 0 name <dp(x)> is not an identifier", 2);
   // Regression (new-user pass nu8, N5): these malformed flag values exited 1, not 2 (usage).
   expect_failure(plan + " --mesh 2x2 --axes a,a", "--axes 'a,a' names 'a' twice", 2);
   expect_failure("reshard --mesh 2x2 --axes a,a --shape 4 --from \"P()\" --to \"P()\" --explain",
@@ -3215,6 +3351,10 @@ TEST(VtpuCliPlanTest, UnwritableEmitAndEndlessDirectoryOrRepeatedKeyInputsFailCl
               std::string::npos)
         << r.output;
     EXPECT_EQ(r.output.find("wrote /dev/full"), std::string::npos) << r.output;
+    // Adversarial pass adv12, ADV9: "run the plan with: ... --plan /dev/full" was printed before
+    // the failure; the path is checked before planning, so nothing is.
+    EXPECT_EQ(r.output.find("run the plan with"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("WINNER"), std::string::npos) << r.output;
   }
   expect_failure("plan /dev/zero --mesh 2x4",
                  "model file '/dev/zero' is more than 16777216 bytes (expected at most 16777216, "

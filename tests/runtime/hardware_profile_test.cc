@@ -192,6 +192,28 @@ TEST(HardwareProfileTest, RejectsBadProfiles) {
   EXPECT_THROW(HardwareProfile::get("v5e").peak_flops("f8"), InvalidArgumentError);
 }
 
+// Adversarial pass adv12, ADV9: a NUL in a profile's name cut `vtpu plan`'s "hardware" header at
+// the NUL while plan files kept the whole name; control characters are refused, as the model
+// reader refuses them in names.
+TEST(HardwareProfileTest, RejectsControlCharactersInTheName) {
+  for (const std::string& name :
+       {std::string("a\0b", 3), std::string("a\nb"), std::string("\x1f"), std::string("a\x7f")}) {
+    nlohmann::json j = HardwareProfile::get("v5e").to_json();
+    j["name"] = name;
+    try {
+      HardwareProfile::from_json(j);
+      ADD_FAILURE() << "expected InvalidArgumentError for " << nlohmann::json(name).dump();
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_EQ(std::string(e.message()), "hardware profile name " + nlohmann::json(name).dump() +
+                                              " has a control character (expected none)");
+    }
+  }
+  EXPECT_EQ(std::string(nlohmann::json(std::string("a\0b", 3)).dump()), "\"a\\u0000b\"");
+  nlohmann::json j = HardwareProfile::get("v5e").to_json();
+  j["name"] = "my host \xc3\xa9";  // spaces and UTF-8 are fine
+  EXPECT_EQ(HardwareProfile::from_json(j).name, "my host \xc3\xa9");
+}
+
 // Adversarial findings F10 and F17 (issue 7): integers were truncated (2.7 -> 2) or cast with UB
 // (1e20), rates of 1e-300 gave inf simulated times, any topology string passed, on-core sizes of
 // 1 byte failed later in the BFC layer naming neither key nor memory, and a directory named

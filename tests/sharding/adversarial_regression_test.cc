@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "common/strings.h"
+#include "expect_invalid.h"
 #include "runtime/runtime.h"
 #include "sharding/auto_planner.h"
 #include "sharding/cost_model.h"
@@ -209,6 +210,38 @@ ModelGraph dense_chain(const std::string& name, int n) {
   }
   return ModelGraph::parse(R"({"name": ")" + name + R"(", "batch": 8, "layers": [)" + layers +
                            "]}");
+}
+
+// Adversarial pass adv12, ADV10: the layers (at most 65,536) and the strategies (at most 3^8 =
+// 6561) were each bounded but not their product: 65,536 layers on 8 axes of 2 ran over 10 minutes
+// and 5 GB. kMaxPlanLayerEvaluations (2,000,000) bounds strategies x layers, checked up front.
+TEST(AdversarialShardingTest, PlannerBoundsStrategiesTimesLayers) {
+  const Mesh eight_axes(std::vector<int64_t>(8, 2), {"a", "b", "c", "d", "e", "f", "g", "h"});
+  // 2,000,000 / 6561 = 304.8: 304 layers are 1,994,544 evaluations, 305 are 2,001,105.
+  EXPECT_NO_THROW(check_planner_limits(eight_axes, 304));
+  testing::expect_invalid([&] { check_planner_limits(eight_axes, 305); },
+                          {"6561 strategies x 305 layers = 2001105 layer evaluations exceeds the "
+                           "planner's budget of 2000000 (expected at most 304 layers on a mesh "
+                           "with 8 axes of size > 1, or fewer such axes)"});
+  testing::expect_invalid([&] { check_planner_limits(eight_axes, 65536); },
+                          {"6561 strategies x 65536 layers = 429981696 layer evaluations"});
+  // The model file's 65,536 layers plan on 3 axes of size > 1 (27 x 65536 = 1,769,472), not on 4
+  // (81 x 65536 = 5,308,416; at most 2,000,000 / 81 = 24691 layers).
+  EXPECT_NO_THROW(check_planner_limits(Mesh({2, 1, 2, 2}, {"w", "x", "y", "z"}), 65536));
+  testing::expect_invalid(
+      [] {
+        check_planner_limits(Mesh({2, 2, 2, 2}, {"w", "x", "y", "z"}), 65536);
+      },
+      {"81 strategies x 65536 layers = 5308416 layer evaluations", "at most 24691 layers"});
+  // A mesh of size-1 axes has one strategy: 65,536 layers are 65,536 evaluations.
+  EXPECT_NO_THROW(check_planner_limits(Mesh({1, 1}, {"x", "y"}), 65536));
+  // plan_auto_sharding refuses before planning (this would be 6561 x 305 DPs).
+  testing::expect_invalid(
+      [&] {
+        plan_auto_sharding(dense_chain("chain", 305), eight_axes.shape(), eight_axes.axis_names(),
+                           CostModel(HardwareProfile::get("v5e")), 0);
+      },
+      {"6561 strategies x 305 layers"});
 }
 
 // Adversarial pass adv8, H5: the DP kept every time/HBM trade-off of a long chain of dense

@@ -94,9 +94,28 @@ TEST(MeshTest, BadMeshesAreRejected) {
   expect_invalid([] { Mesh({-1}, {"x"}); }, {"size -1"});
   expect_invalid([] { Mesh({2, 2}, {"x", ""}); }, {"empty name"});
   expect_invalid([] { Mesh({2, 2}, {"x", "x"}); }, {"'x'", "used twice"});
-  // F18 (issue 6 adversarial pass): names no PartitionSpec could name.
-  expect_invalid([] { Mesh({2, 2}, {"x", "'"}); }, {"mesh axis 1 name <'>", "quote character"});
-  expect_invalid([] { Mesh({2}, {"a\"b"}); }, {"<a\"b>", "quote character"});
+  // F18 (issue 6 adversarial pass): names no PartitionSpec could name. Adversarial pass adv12,
+  // ADV7: '(', ')', '+', ',' and spaces made strategy names ambiguous ("dp(a))+tp(b)"); axis
+  // names are identifiers.
+  const std::string rule =
+      "is not an identifier (expected [A-Za-z_][A-Za-z0-9_]*: ASCII letters, digits and '_', not "
+      "starting with a digit";
+  for (const char* bad :
+       {"'", "a\"b", "a)", "dp(x)", "a+b", " a", "a b", "a,b", "1x", "a-b", "\xc3\xa9", "a\tb"}) {
+    SCOPED_TRACE(bad);
+    expect_invalid(
+        [&] {
+          Mesh({2, 2}, {"x", bad});
+        },
+        {("mesh axis 1 name <" + std::string(bad) + "> " + rule).c_str()});
+  }
+  // Identifiers: letters, digits after the first character, and '_' anywhere.
+  EXPECT_EQ(Mesh({2, 1, 1}, {"_", "Data_1", "x9"}).axis_names(),
+            (std::vector<std::string>{"_", "Data_1", "x9"}));
+  EXPECT_EQ(check_mesh_axis_name(3, "model"), "");
+  EXPECT_EQ(check_mesh_axis_name(3, "a b"),
+            "axis 3 name <a b> " + rule +
+                ", as strategy names and PartitionSpecs are built from axis names)");
   expect_invalid([] { Mesh({2, 2}, {"x", "y"}, {0, 1, 2}); }, {"needs 4 devices", "3 device ids"});
   expect_invalid(
       [] {
