@@ -294,10 +294,10 @@ std::string EstimateReport::to_string() const {
   }
   out += "\n";
   std::snprintf(line, sizeof line,
-                "  host: %d CPUs, load average %.2f %.2f %.2f at the end of the run (the "
+                "  host: %s, load average %.2f %.2f %.2f at the end of the run (the "
                 "estimate assumes an otherwise idle host; plan oversubscription x %.3g)\n",
-                m.host_cpus, m.load_average[0], m.load_average[1], m.load_average[2],
-                e.oversubscription);
+                count_text(m.host_cpus, "CPU").c_str(), m.load_average[0], m.load_average[1],
+                m.load_average[2], e.oversubscription);
   out += line;
   if (profile_host_cpus > 0 && m.host_cpus > 0 && profile_host_cpus != m.host_cpus) {
     std::snprintf(line, sizeof line,

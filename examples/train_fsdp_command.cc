@@ -45,8 +45,10 @@ struct TrainFsdpCommand {
 
 namespace {
 
+/// "1 core / FSDP" as "%.2fx", or "-" when either side is 0 bytes (a buffer only one of the two
+/// runs has, such as FSDP's gathered temps: no ratio to print; new-user pass nu13, NU67).
 std::string ratio_text(uint64_t one, uint64_t fsdp) {
-  if (fsdp == 0) return one == 0 ? "-" : "inf";
+  if (fsdp == 0 || one == 0) return "-";
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2fx", static_cast<double>(one) / static_cast<double>(fsdp));
   return buf;

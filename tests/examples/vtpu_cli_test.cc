@@ -1560,6 +1560,14 @@ TEST(VtpuCliTest, TrainFsdpTextOutput) {
   }
   EXPECT_EQ(means, 4u) << r.output;
   EXPECT_NE(r.output.find(" mean ms per step (core 0, DP)"), std::string::npos) << r.output;
+  // nu13 NU67: a row with 0 bytes on one side (the 1-core run has no gathered temps) prints "-",
+  // not "0.00x" or "inf".
+  EXPECT_EQ(r.output.find("0.00x"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(" inf\n"), std::string::npos) << r.output;
+  const size_t gathered = r.output.find("  gathered parameter temps");
+  ASSERT_NE(gathered, std::string::npos) << r.output;
+  const std::string row = r.output.substr(gathered, r.output.find('\n', gathered) - gathered);
+  EXPECT_EQ(row.back(), '-') << row;
 }
 
 // JSON: per-core persistent bytes worked by hand for hidden 64 on 4 cores. FSDP shards: layer 0
