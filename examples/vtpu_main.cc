@@ -222,8 +222,10 @@ int run_train_mlp(const TrainArgs& args) {
   if (!args.estimate_from.empty()) {
     const vtpu::examples::TrainPlan& plan =
         estimate_plan.emplace(vtpu::examples::load_train_plan(args.estimate_from));
-    vtpu::examples::check_mlp_estimate_plan(plan);
+    // A plan of another strategy or model is a usage error like the other plan/flag mismatches
+    // (exit 2; new-user pass nu13, NU69).
     if (!vtpu::examples::check_usage([&] {
+          vtpu::examples::check_mlp_estimate_plan(plan);
           vtpu::examples::check_plan_cores(plan, args.cores);
           config.check_plan_mesh_cores(plan, args.cores);
         }))

@@ -1728,9 +1728,11 @@ TEST(VtpuCliTest, TrainMlpComparesAPlansEstimateWithTheRun) {
   const std::string fsdp = temp_file("vtpu_cli_estimate_fsdp.json", R"j({"format": "vtpu-plan",
     "version": 1, )j" + mesh + R"j( "strategy": {"name": "fsdp(x)", "data": null,
     "tensor": null, "fsdp": "x"}, "estimate": {"step_seconds": 0.001, "hbm_bytes_per_core": 1}})j");
+  // A usage error like the other plan/flag mismatches (nu13 NU69; it was exit 1).
   expect_failure("train mlp --estimate-from " + fsdp,
-                 "train mlp --estimate-from " + fsdp + ": --estimate-from takes a data-parallel",
-                 1);
+                 "vtpu: usage error: train mlp --estimate-from " + fsdp +
+                     ": --estimate-from takes a data-parallel",
+                 2);
   const std::string bare = temp_file("vtpu_cli_estimate_bare.json", R"j({"format": "vtpu-plan",
     "version": 1, )j" + mesh + R"j( "strategy": {"name": "dp(x)", "data": "x", "tensor": null,
     "fsdp": null}})j");
