@@ -81,9 +81,8 @@ RingBufferLink::RingBufferLink(int src_core, int dst_core, const LinkOptions& op
       dst_(dst_core),
       slot_bytes_(options.slot_bytes),
       num_slots_(options.num_slots),
-      yield_polls_(oversubscribed(options.process_cores) ? kYieldIterations : 0),
-      spinner_cap_(oversubscribed(options.process_cores) ? max_spinners() : usable_cpus()),
-      min_spin_ns_(oversubscribed(options.process_cores) ? 0 : kUnsharedMinSpinTime.count()),
+      oversubscribed_(oversubscribed(options.process_cores)),
+      spinner_cap_(oversubscribed_ ? max_spinners() : usable_cpus()),
       storage_(checked_buffer_bytes(options)) {
   meta_.resize(static_cast<size_t>(num_slots_));
   // 2 MiB pages spare the TLB when whole slots are copied through, but the first touch of a
@@ -109,7 +108,8 @@ void RingBufferLink::throw_aborted() {
 
 template <typename Ready>
 bool RingBufferLink::spin(Ready ready, SideState& side) {
-  int64_t budget = std::max(side.spin_ns, min_spin_ns_);
+  int64_t budget =
+      oversubscribed_ ? side.spin_ns : std::max(side.spin_ns, kUnsharedMinSpinTime.count());
   if (budget == 0) {
     if (++side.waits_without_spin < kSpinProbeInterval) return false;
     side.waits_without_spin = 0;
@@ -153,7 +153,7 @@ void RingBufferLink::wait(Ready ready, WaitWord& word, SideState& side, Deadline
     return;
   }
   // 2. Hand the CPU to a runnable peer before paying for a futex sleep and wake-up.
-  for (int i = 0; i < yield_polls_; ++i) {
+  for (int i = 0; oversubscribed_ && i < kYieldIterations; ++i) {
     std::this_thread::yield();
     ++stats.yield_calls;
     if (aborted_.load(std::memory_order_acquire)) throw_aborted();

@@ -130,9 +130,9 @@ class RingBufferLink final : public Link {
   const int src_, dst_;
   const uint64_t slot_bytes_;
   const int num_slots_;
-  const int yield_polls_;       // sched_yield polls before a futex sleep (0 or kYieldIterations)
+  // oversubscribed(LinkOptions::process_cores): yield before sleeping, and no spin floor.
+  const bool oversubscribed_;
   const int spinner_cap_;       // threads of the process that may spin at once
-  const int64_t min_spin_ns_;   // floor of the adaptive spin budget (kUnsharedMinSpinTime or 0)
   BackingStore storage_;        // num_slots * slot_bytes, committed lazily as slots are used
   std::vector<SlotMeta> meta_;  // one per slot
 
