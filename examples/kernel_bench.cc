@@ -482,6 +482,51 @@ KernelRates measure_kernel_rates(const std::vector<int64_t>& gemm_sizes,
   return r;
 }
 
+std::vector<CopySweepPoint> measure_copy_sweep(uint64_t first_working_set_bytes,
+                                               uint64_t last_working_set_bytes) {
+  if (first_working_set_bytes == 0 || last_working_set_bytes < 2 * first_working_set_bytes) {
+    throw InvalidArgumentError("copy sweep: working sets 2 x " +
+                               std::to_string(first_working_set_bytes) + " .. " +
+                               std::to_string(last_working_set_bytes) +
+                               " bytes (expected a first size >= 1 and a last >= twice it)");
+  }
+  constexpr uint64_t kBytesPerSize = uint64_t{512} << 20;
+  std::vector<std::byte> src(last_working_set_bytes / 2, std::byte{1}),
+      dst(last_working_set_bytes / 2, std::byte{0});
+  std::vector<CopySweepPoint> sweep;
+  for (uint64_t ws = 2 * first_working_set_bytes; ws <= last_working_set_bytes; ws *= 2) {
+    const uint64_t half = ws / 2;
+    const uint64_t reps = std::max<uint64_t>(5, kBytesPerSize / half);
+    double best = 1e30;
+    for (uint64_t r = 0; r < reps; ++r) {
+      const auto t0 = Clock::now();
+      std::memcpy(dst.data(), src.data(), half);
+      best = std::min(best, seconds_since(t0));
+      src[r % half] = dst[0];  // keep the copies live
+    }
+    sweep.push_back({ws, static_cast<double>(half) / best});
+  }
+  return sweep;
+}
+
+CopySweepPoint last_level_cache_from_sweep(const std::vector<CopySweepPoint>& sweep) {
+  if (sweep.size() < 2 || !(sweep.front().bytes_per_second > 0)) return {};
+  const double threshold = kLastLevelCacheEdge * sweep.front().bytes_per_second;
+  std::vector<double> run;
+  CopySweepPoint level;
+  for (size_t i = 0; i + 1 < sweep.size(); ++i) {
+    if (!(sweep[i].bytes_per_second >= threshold)) break;
+    run.push_back(sweep[i].bytes_per_second);
+    level.working_set_bytes = sweep[i].working_set_bytes;
+  }
+  if (run.empty() || run.size() + 1 == sweep.size()) return {};  // no edge before memory
+  level.bytes_per_second = median_of(run);
+  if (!(level.bytes_per_second >= kLastLevelCacheOverMemory * sweep.back().bytes_per_second)) {
+    return {};
+  }
+  return level;
+}
+
 HardwareProfile measure_this_machine(uint64_t copy_bytes, int gemm_n) {
   // The GEMM table's sizes: powers of 2 that bracket the trainers' shapes (head dim 16, d_model
   // 64, 10 classes, up to 1024 tokens); larger shapes are priced at the 1024 rate (clamped).
@@ -513,6 +558,15 @@ HardwareProfile measure_this_machine(uint64_t copy_bytes, int gemm_n) {
       csrc[static_cast<size_t>(r) % cache_copy_bytes] = cdst[0];  // keep the copies live
     }
     cache_bytes_per_second = static_cast<double>(cache_copy_bytes) / best;
+  }
+  // The last-level cache behind the L2: a sweep of copies from twice the L2 to 256 MiB, far
+  // past this VM's L3 (the sysconf L3 size is the host's whole 508 MiB, not this guest's).
+  constexpr uint64_t kSweepLastBytes = uint64_t{256} << 20;
+  CopySweepPoint llc;
+  std::vector<CopySweepPoint> sweep;
+  if (cache_bytes_per_second > 0) {
+    sweep = measure_copy_sweep(cache_bytes, kSweepLastBytes);
+    llc = last_level_cache_from_sweep(sweep);
   }
   RowMatrix a = RowMatrix::Random(gemm_n, gemm_n), b = RowMatrix::Random(gemm_n, gemm_n),
             c(gemm_n, gemm_n);
@@ -547,6 +601,8 @@ HardwareProfile measure_this_machine(uint64_t copy_bytes, int gemm_n) {
   p.host_cpus = usable_cpus();
   p.cache_bytes = cache_bytes_per_second > 0 ? cache_bytes : 0;
   p.cache_bytes_per_second = p.cache_bytes > 0 ? cache_bytes_per_second : 0.0;
+  p.llc_bytes = llc.working_set_bytes;
+  p.llc_bytes_per_second = llc.bytes_per_second;
   p.kernels = measure_kernel_rates(kKernelGemmSizes, kKernelElements);
   p.sources = {
       {"peak_flops_per_second.f32",
@@ -599,6 +655,23 @@ HardwareProfile measure_this_machine(uint64_t copy_bytes, int gemm_n) {
     p.sources["cache_bytes_per_second"] = "measured: best of " + std::to_string(kCacheCopies) +
                                           " warm memcpy of " + format_bytes(cache_copy_bytes) +
                                           " (a quarter of the L2; bytes copied per second)";
+  }
+  if (p.llc_bytes > 0) {
+    std::string points;
+    for (const CopySweepPoint& pt : sweep) {
+      char one[64];
+      std::snprintf(one, sizeof one, "%s%s %.3g", points.empty() ? "" : ", ",
+                    format_bytes(pt.working_set_bytes).c_str(), pt.bytes_per_second);
+      points += one;
+    }
+    p.sources["llc_bytes"] =
+        "measured: the largest working set (source + destination) of a copy sweep from twice "
+        "the L2 before the bandwidth first falls under 60% of the sweep's first point (the "
+        "level's edge); bytes copied per second by working set: " +
+        points;
+    p.sources["llc_bytes_per_second"] =
+        "measured: the median bandwidth of the sweep's sizes up to llc_bytes (bytes copied per "
+        "second)";
   }
   p.validate();
   return p;

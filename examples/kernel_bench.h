@@ -83,7 +83,39 @@ void print_matmul_bench(const KernelBenchResult& r);
 /// the online CPU count; cache_bytes the L2 per CPU and cache_bytes_per_second the best of 2000
 /// warm memcpy of a quarter of it (both 0 when the system reports no L2 size).
 /// Also measures the kernel rates (measure_kernel_rates, below) into `kernels`.
+/// The last-level cache (llc_bytes and llc_bytes_per_second) comes from a sweep of copies
+/// (measure_copy_sweep, last_level_cache_from_sweep below).
 HardwareProfile measure_this_machine(uint64_t copy_bytes = uint64_t{64} << 20, int gemm_n = 1024);
+
+/// One point of a copy sweep: a memcpy whose source and destination together are
+/// `working_set_bytes` (bytes), and its bandwidth in bytes copied per second (the unit of
+/// hbm_bytes_per_second).
+struct CopySweepPoint {
+  uint64_t working_set_bytes = 0;
+  double bytes_per_second = 0.0;
+};
+/// Copies with working sets 2 x `first_working_set_bytes`, 4 x, ... up to and including
+/// `last_working_set_bytes` (bytes; the last rounded down to that doubling), each the best of
+/// enough repetitions to copy 512 MiB (at least 5), on this thread: the bandwidth of each
+/// level of the memory hierarchy, as lmbench's bw_mem and Intel's MLC sweep it. About 0.3 s with
+/// 2 MiB..256 MiB. Throws InvalidArgumentError for a first size of 0 or a last size below it.
+std::vector<CopySweepPoint> measure_copy_sweep(uint64_t first_working_set_bytes,
+                                               uint64_t last_working_set_bytes);
+/// The last-level cache seen from a copy sweep (working sets doubling from twice the L2, the
+/// last one in memory): the leading run of points whose bandwidth is at least
+/// kLastLevelCacheEdge x the first point's, since a cache level's copy bandwidth is flat up to
+/// its capacity and then falls by half or more (the knee that lmbench's and MLC's sweeps show).
+/// Its largest working set is llc_bytes, and the median of its bandwidths llc_bytes_per_second.
+/// {0, 0} (no level between the L2 and memory) when the sweep has fewer than 2 points, the run is
+/// empty or reaches the last point (no edge before memory), or its bandwidth is under
+/// kLastLevelCacheOverMemory x the last point's. Pure.
+/// Why the first point and not memory's: this VM's 256 MiB copy measured 6.2e9 B/s at 08:50 and
+/// 1.4e10 B/s at 09:05 UTC on 2026-12-02, while the L3's edge stayed between 16 and 32 MiB
+/// (4.3e10 and 3.6e10 B/s at 16 MiB, 2.2e10 at 32 MiB both times, 4.6e10 and 5.4e10 at 2 MiB).
+CopySweepPoint last_level_cache_from_sweep(const std::vector<CopySweepPoint>& sweep);
+/// See last_level_cache_from_sweep.
+inline constexpr double kLastLevelCacheEdge = 0.6;
+inline constexpr double kLastLevelCacheOverMemory = 1.5;
 
 /// The kernel rates of a host profile (runtime/hardware_profile.h, KernelRates), measured on this
 /// thread: the single-threaded Eigen f32 GEMM at every (m, k, n) in gemm_sizes^3 (strictly

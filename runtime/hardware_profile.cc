@@ -443,6 +443,22 @@ void HardwareProfile::validate() const {
                                " (expected both set, or neither)");
   }
   if (cache_bytes != 0) require_rate(cache_bytes_per_second, "cache_bytes_per_second");
+  if ((llc_bytes == 0) != (llc_bytes_per_second == 0.0)) {
+    char rate[32];
+    std::snprintf(rate, sizeof rate, "%.6g", llc_bytes_per_second);
+    throw InvalidArgumentError("hardware profile '" + name + "': llc_bytes is " +
+                               std::to_string(llc_bytes) + " and llc_bytes_per_second is " + rate +
+                               " (expected both set, or neither)");
+  }
+  if (llc_bytes != 0) {
+    require_rate(llc_bytes_per_second, "llc_bytes_per_second");
+    if (llc_bytes <= cache_bytes) {
+      throw InvalidArgumentError("hardware profile '" + name + "': llc_bytes is " +
+                                 std::to_string(llc_bytes) + " (expected more than cache_bytes, " +
+                                 std::to_string(cache_bytes) +
+                                 ": the last-level cache is the larger level behind it)");
+    }
+  }
   if (!(link_bytes_per_second == 0 || link_bytes_per_second >= 1) ||
       !std::isfinite(link_bytes_per_second) || !(link_latency_seconds >= 0) ||
       link_latency_seconds > kMaxLatencySeconds || links_per_chip < 0) {
@@ -493,6 +509,8 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
                                                "host_cpus",
                                                "cache_bytes",
                                                "cache_bytes_per_second",
+                                               "llc_bytes",
+                                               "llc_bytes_per_second",
                                                "collectives",
                                                "kernels",
                                                "sources"};
@@ -545,6 +563,9 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
   if (j.contains("cache_bytes")) p.cache_bytes = size_field(j, "cache_bytes");
   if (j.contains("cache_bytes_per_second"))
     p.cache_bytes_per_second = number_field(j, "cache_bytes_per_second");
+  if (j.contains("llc_bytes")) p.llc_bytes = size_field(j, "llc_bytes");
+  if (j.contains("llc_bytes_per_second"))
+    p.llc_bytes_per_second = number_field(j, "llc_bytes_per_second");
   if (j.contains("collectives")) {
     const nlohmann::json& c = j.at("collectives");
     if (!c.is_object()) {
@@ -596,6 +617,10 @@ nlohmann::json HardwareProfile::to_json() const {
   if (cache_bytes != 0) {
     j["cache_bytes"] = cache_bytes;
     j["cache_bytes_per_second"] = cache_bytes_per_second;
+  }
+  if (llc_bytes != 0) {
+    j["llc_bytes"] = llc_bytes;
+    j["llc_bytes_per_second"] = llc_bytes_per_second;
   }
   if (!kernels.empty()) {
     j["kernels"] = {{"gemm_sizes", kernels.gemm_sizes},

@@ -117,6 +117,16 @@ struct HardwareProfile {
   /// cache level, all traffic at hbm_bytes_per_second. Both or neither must be set.
   uint64_t cache_bytes = 0;
   double cache_bytes_per_second = 0.0;
+  /// The last-level cache (the L3 on this machine) behind that level: the largest working set,
+  /// in bytes, that the process's CPUs together keep in it, and its copy bandwidth in bytes
+  /// copied per second. `vtpu bench hardware` measures both from a sweep of copies
+  /// (examples/kernel_bench.h, `last_level_cache_from_sweep`), not from sysconf, which on this VM
+  /// reports the host's whole 508 MiB. sharding/cost_model.h prices a working set that misses
+  /// cache_bytes but fits here at this bandwidth, and its GEMMs at the warm rates. Both 0
+  /// (absent: the TPU profiles and host profiles measured before 2026-12-02): no such level.
+  /// Both or neither must be set, and llc_bytes must exceed cache_bytes.
+  uint64_t llc_bytes = 0;
+  double llc_bytes_per_second = 0.0;
   /// Calibrated collectives by name ("all_gather", "reduce_scatter", "all_reduce", "all_to_all"):
   /// one or more fits each, measured on distinct group sizes (sharding/cost_model.h picks one per
   /// replica group: the fit of that size, else the nearest in log n). Empty for the TPU profiles,

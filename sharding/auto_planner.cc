@@ -264,13 +264,6 @@ class StrategyPlanner {
     bl_ = static_cast<double>(m_.batch / (d_ * f_));
     tokens_ = bl_ * static_cast<double>(m_.seq_len);
     const size_t n = m_.layers.size();
-    std::vector<LayerOptions> layers(n);
-    for (size_t i = 0; i < n; ++i) {
-      layers[i].options = options(m_.layers[i]);
-      for (const Option& op : layers[i].options)
-        layers[i].costs.push_back(layer_cost(m_.layers[i], op, i == 0, i + 1 == n));
-    }
-    price_gradient_bucket(layers);
     // The step's input batch on each core (replicated over the tensor axes): the first layer's
     // input (token ids are int32) and one int32 label per token. The same for every label; it
     // counts against the limit (the limit is the whole arena).
@@ -278,6 +271,30 @@ class StrategyPlanner {
     const double in_bytes =
         first.kind == LayerKind::kEmbedding ? 4.0 : static_cast<double>(first.in) * e_;
     const double input_bytes = tokens_ * (in_bytes + 4.0);
+    std::vector<LayerOptions> layers(n);
+    const auto price_layers = [&] {
+      for (size_t i = 0; i < n; ++i) {
+        layers[i].options = options(m_.layers[i]);
+        layers[i].costs.clear();
+        for (const Option& op : layers[i].options)
+          layers[i].costs.push_back(layer_cost(m_.layers[i], op, i == 0, i + 1 == n));
+      }
+    };
+    price_layers();
+    // The last-level cache holds a layer's data only when the step's whole footprint on every
+    // core fits it (cost_model.h): priced again with the footprint of each layer's smallest
+    // option, the bytes the step keeps per core at least.
+    if (cost_.profile().llc_bytes > 0) {
+      double footprint = input_bytes;
+      for (const LayerOptions& lo : layers) {
+        double least = std::numeric_limits<double>::infinity();
+        for (const LayerCost& lc : lo.costs) least = std::min(least, lc.add_bytes);
+        if (!lo.costs.empty()) footprint += least;
+      }
+      cost_ = cost_.with_step_footprint(footprint);
+      price_layers();
+    }
+    price_gradient_bucket(layers);
     // Two DPs: the fastest plan that fits, and the smallest plan in HBM (what the limit must be;
     // the plan shown when nothing fits).
     const Chain fastest =
@@ -862,7 +879,7 @@ class StrategyPlanner {
   }
 
   const ModelGraph& m_;
-  const CostModel& cost_;
+  CostModel cost_;  // the mesh's, with the step's footprint once plan() knows it
   const PlanConstraints& constraints_;
   std::vector<int> dp_pos_, tp_pos_, fsdp_pos_;
   std::vector<int64_t> dp_sizes_, tp_sizes_, fsdp_sizes_;

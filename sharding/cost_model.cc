@@ -141,6 +141,23 @@ bool CostModel::fits_in_cache(double working_set_bytes) const {
   return working_set_bytes * sharers <= static_cast<double>(profile_.cache_bytes);
 }
 
+bool CostModel::fits_in_last_level_cache(double working_set_bytes) const {
+  if (profile_.llc_bytes == 0 || fits_in_cache(working_set_bytes)) return false;
+  const double sharers = std::max(1, concurrent_cores_);
+  return std::max(working_set_bytes, step_footprint_bytes_) * sharers <=
+         static_cast<double>(profile_.llc_bytes);
+}
+
+CostModel CostModel::with_step_footprint(double bytes_per_core) const {
+  if (!(bytes_per_core >= 0) || !std::isfinite(bytes_per_core)) {
+    throw InvalidArgumentError("cost model: step footprint is " + std::to_string(bytes_per_core) +
+                               " bytes per core (expected a finite value >= 0)");
+  }
+  CostModel m = *this;
+  m.step_footprint_bytes_ = bytes_per_core;
+  return m;
+}
+
 int CostModel::torus_rank() const {
   const std::string& t = profile_.topology;
   if (t == "torus_3d") return 3;
@@ -354,15 +371,22 @@ double CostModel::hbm_seconds(double bytes) const {
 }
 
 double CostModel::memory_seconds(double bytes, double working_set_bytes) const {
-  if (!fits_in_cache(working_set_bytes)) return hbm_seconds(bytes);
-  return bytes / profile_.cache_bytes_per_second * oversubscription();
+  if (fits_in_cache(working_set_bytes)) {
+    return bytes / profile_.cache_bytes_per_second * oversubscription();
+  }
+  if (fits_in_last_level_cache(working_set_bytes)) {
+    return bytes / profile_.llc_bytes_per_second * oversubscription();
+  }
+  return hbm_seconds(bytes);
 }
 
 double CostModel::gemm_flops_per_second(double m, double k, double n, const std::string& dtype,
                                         double working_set_bytes) const {
   const KernelRates& r = profile_.kernels;
   if (uniform_ || r.gemm_sizes.empty() || dtype != "f32") return peak_flops_per_core(dtype);
-  const bool warm = !r.gemm_warm_flops_per_second.empty() && fits_in_cache(working_set_bytes);
+  const bool warm =
+      !r.gemm_warm_flops_per_second.empty() &&
+      (fits_in_cache(working_set_bytes) || fits_in_last_level_cache(working_set_bytes));
   return interpolate_gemm_rate(
              r.gemm_sizes, warm ? r.gemm_warm_flops_per_second : r.gemm_flops_per_second, m, k, n) /
          profile_.cores_per_chip;
@@ -454,6 +478,11 @@ std::string CostModel::describe(bool with_compute) const {
     std::snprintf(line, sizeof line, "; working sets <= %s per CPU at %.3g B/s (cache)",
                   format_bytes(p.cache_bytes).c_str(), p.cache_bytes_per_second);
     s += line;
+    if (p.llc_bytes > 0) {
+      std::snprintf(line, sizeof line, ", <= %s over all cores at %.3g B/s (last-level cache)",
+                    format_bytes(p.llc_bytes).c_str(), p.llc_bytes_per_second);
+      s += line;
+    }
   }
   return s;
 }

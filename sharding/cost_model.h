@@ -113,6 +113,20 @@
 //   time-sharing one CPU share its cache, so the test is working set x ceil(N / C) <=
 //   cache_bytes (each of the threads on a CPU must find its data still cached after the others
 //   ran). A training loop touches the same buffers every step, so a fitting working set is warm.
+//   Behind it, a profile may have a last-level cache (llc_bytes, the L3 here), shared by every
+//   CPU of the process: a working set that misses cache_bytes but whose N copies (one per
+//   concurrent core: N x working set <= llc_bytes) fit there streams at llc_bytes_per_second.
+//   For a training step (with_step_footprint) the test is on the step's whole footprint per core
+//   instead: between a layer's forward and its backward every other layer's data passes through
+//   the cache, so its weights and saved activations are still there only if all of it fits.
+//   Either cache level also decides a layer's GEMM rates (gemm_flops_per_second): the warm table,
+//   measured with the operands in the L1/L2, prices an L3-resident layer too, because Eigen packs
+//   its operands into cache-sized panels and an L3 read of a panel costs little beside the
+//   panel's FLOPs. The cold table (operands rotated through 32 MiB, past this VM's L3) is for
+//   working sets that fit neither. Measured: the transformer on one core (T = 1024 tokens; its
+//   attention and MLP layers have working sets of 1.3-3 MiB, over the 1 MiB L2 and inside the
+//   16 MiB L3) was priced at 11.2 ms with its GEMMs cold against 8.9 ms measured; with the
+//   warm table, 8.75 ms (docs/SHARDING.md, "The last-level cache").
 #pragma once
 
 #include <cstdint>
@@ -165,6 +179,18 @@ class CostModel {
   /// Whether an operation touching `working_set_bytes` (bytes) runs from the cache level: the
   /// profile has one and working_set_bytes x ceil(N / host_cpus) <= cache_bytes (header).
   bool fits_in_cache(double working_set_bytes) const;
+  /// Whether an operation touching `working_set_bytes` (bytes) misses the cache level but runs
+  /// from the last-level cache: !fits_in_cache, the profile has llc_bytes, and
+  /// max(working_set_bytes, the step footprint of with_step_footprint) x max(1, N) <= llc_bytes
+  /// (the N concurrent cores' data share it; header).
+  bool fits_in_last_level_cache(double working_set_bytes) const;
+  /// This model for a training step that keeps `bytes_per_core` (bytes: parameters, gradients,
+  /// optimizer state, saved activations and input on each core) live: fits_in_last_level_cache
+  /// then tests max(working set, that footprint) x max(1, N) against llc_bytes, since between a
+  /// layer's forward and its backward the rest of the step's data passes through the shared
+  /// cache (header). 0 (the default) tests the working set alone. Throws InvalidArgumentError for
+  /// a negative or non-finite value.
+  CostModel with_step_footprint(double bytes_per_core) const;
 
   /// Time and bytes of `kind` (all-gather, reduce-scatter, all-reduce, all-to-all or collective
   /// permute; the others throw UnimplementedError) moving `bytes` (B of the header, in bytes) over
@@ -209,7 +235,8 @@ class CostModel {
   /// bytes / HBM bandwidth x oversubscription() (seconds).
   double hbm_seconds(double bytes) const;
   /// bytes / the bandwidth of the level holding `working_set_bytes` (the cache when
-  /// fits_in_cache, else HBM) x oversubscription() (seconds).
+  /// fits_in_cache, the last-level cache when fits_in_last_level_cache, else HBM) x
+  /// oversubscription() (seconds).
   double memory_seconds(double bytes, double working_set_bytes) const;
   /// Whether the profile holds measured kernel rates (HardwareProfile::kernels: a host profile
   /// written by `vtpu bench hardware`); the auto planner then prices layers kernel by kernel
@@ -220,8 +247,9 @@ class CostModel {
   /// memory_seconds' level, see the header's "Caches"): for f32 on a profile with a GEMM table,
   /// the measured rates interpolated trilinearly in (log2 m, log2 k, log2 n) on log(rate), each
   /// coordinate clamped to the table's sizes, from the warm table
-  /// (KernelRates::gemm_warm_flops_per_second) when the profile has one and
-  /// fits_in_cache(working_set_bytes), else from the cold table; otherwise the peak
+  /// (KernelRates::gemm_warm_flops_per_second) when the profile has one and the working set
+  /// fits either cache level (fits_in_cache or fits_in_last_level_cache), else from the cold
+  /// table; otherwise the peak
   /// (peak_flops_per_core). The default working set, +infinity, never fits: the cold table. Not
   /// scaled by oversubscription.
   double gemm_flops_per_second(
@@ -277,7 +305,8 @@ class CostModel {
   std::string describe_host() const;
 
   HardwareProfile profile_;
-  int concurrent_cores_ = 0;  // N of for_cores; 0: unset
+  int concurrent_cores_ = 0;         // N of for_cores; 0: unset
+  double step_footprint_bytes_ = 0;  // bytes per core of with_step_footprint; 0: unset
   bool uniform_ = false;
   double uniform_alpha_ = 0, uniform_beta_ = 0, uniform_factor_ = 1;
 };

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "examples/kernel_bench.h"
 #include "sharding/cost_model.h"
 
 namespace vtpu::examples {
@@ -350,3 +351,53 @@ TEST(CalibrationTest, NoisyFitsAndALoadedHostWarn) {
 
 }  // namespace
 }  // namespace vtpu::examples
+
+// The copy sweep measured on this VM at 08:50 UTC on 2026-12-02 (working set = source +
+// destination; bytes copied per second): the edge is 0.6 x 4.64e10 = 2.784e10 B/s, so 2..16 MiB
+// pass, 32 MiB (2.24e10) ends the run, and the level is 16 MiB at the median of 4.64e10,
+// 4.26e10, 4.69e10, 4.34e10 = (4.34e10 + 4.64e10) / 2, over 1.5 x the 6.2e9 of memory.
+TEST(CalibrationTest, TheLastLevelCacheEndsWhereTheCopyBandwidthFallsUnderItsEdge) {
+  using vtpu::examples::CopySweepPoint;
+  using vtpu::examples::last_level_cache_from_sweep;
+  const uint64_t mib = 1 << 20;
+  const std::vector<CopySweepPoint> sweep = {
+      {2 * mib, 4.64e10},  {4 * mib, 4.26e10},  {8 * mib, 4.69e10},  {16 * mib, 4.34e10},
+      {32 * mib, 2.24e10}, {64 * mib, 2.02e10}, {128 * mib, 7.75e9}, {256 * mib, 6.2e9}};
+  const CopySweepPoint llc = last_level_cache_from_sweep(sweep);
+  EXPECT_EQ(llc.working_set_bytes, 16 * mib);
+  EXPECT_DOUBLE_EQ(llc.bytes_per_second, (4.34e10 + 4.64e10) / 2);
+  // 09:05: memory at 1.43e10 and 16 MiB at 3.58e10 (0.67 of the first point's 5.36e10): the
+  // same 16 MiB.
+  const std::vector<CopySweepPoint> later = {
+      {2 * mib, 5.36e10},  {4 * mib, 4.55e10},  {8 * mib, 4.41e10},   {16 * mib, 3.58e10},
+      {32 * mib, 2.23e10}, {64 * mib, 1.75e10}, {128 * mib, 1.73e10}, {256 * mib, 1.43e10}};
+  EXPECT_EQ(last_level_cache_from_sweep(later).working_set_bytes, 16 * mib);
+  EXPECT_DOUBLE_EQ(last_level_cache_from_sweep(later).bytes_per_second, (4.41e10 + 4.55e10) / 2);
+  // A later point back above the edge does not extend the run (64 MiB at 3e10).
+  std::vector<CopySweepPoint> bumpy = sweep;
+  bumpy[5].bytes_per_second = 3e10;
+  EXPECT_EQ(last_level_cache_from_sweep(bumpy).working_set_bytes, 16 * mib);
+  // No level between the L2 and memory: a flat sweep has no edge before its last point.
+  std::vector<CopySweepPoint> flat = sweep;
+  for (CopySweepPoint& pt : flat) pt.bytes_per_second = 6.2e9;
+  EXPECT_EQ(last_level_cache_from_sweep(flat).working_set_bytes, 0u);
+  EXPECT_EQ(last_level_cache_from_sweep(flat).bytes_per_second, 0.0);
+  // An edge, but the level is not 1.5x faster than memory: none.
+  EXPECT_EQ(last_level_cache_from_sweep({{2 * mib, 1e10}, {4 * mib, 5e9}, {8 * mib, 8e9}})
+                .working_set_bytes,
+            0u);
+  EXPECT_EQ(last_level_cache_from_sweep({{2 * mib, 5e10}}).working_set_bytes, 0u);
+  EXPECT_EQ(last_level_cache_from_sweep({}).working_set_bytes, 0u);
+}
+
+TEST(CalibrationTest, TheCopySweepDoublesFromTwiceTheFirstSizeToTheLast) {
+  using vtpu::examples::measure_copy_sweep;
+  const auto sweep = measure_copy_sweep(64 * 1024, 1 << 20);  // 128 KiB, 256 KiB, ..., 1 MiB
+  ASSERT_EQ(sweep.size(), 4u);
+  for (size_t i = 0; i < sweep.size(); ++i) {
+    EXPECT_EQ(sweep[i].working_set_bytes, uint64_t{128 * 1024} << i);
+    EXPECT_GT(sweep[i].bytes_per_second, 0.0);
+  }
+  EXPECT_THROW(measure_copy_sweep(0, 1 << 20), vtpu::InvalidArgumentError);
+  EXPECT_THROW(measure_copy_sweep(1 << 20, 1 << 20), vtpu::InvalidArgumentError);
+}

@@ -154,6 +154,38 @@ TEST(HardwareProfileTest, HostFieldsRoundTripAndTheCacheNeedsBothFigures) {
   EXPECT_THROW(HardwareProfile::from_json(j), InvalidArgumentError);
 }
 
+TEST(HardwareProfileTest, TheLastLevelCacheIsOptionalNeedsBothFiguresAndExceedsTheL2) {
+  HardwareProfile p = HardwareProfile::get("v5e");
+  EXPECT_EQ(p.llc_bytes, 0u);
+  EXPECT_FALSE(p.to_json().contains("llc_bytes"));  // absent when unset, as before
+  p.host_cpus = 2;
+  p.cache_bytes = 1048576;
+  p.cache_bytes_per_second = 1e11;
+  p.llc_bytes = 16777216;
+  p.llc_bytes_per_second = 4.5e10;
+  const HardwareProfile q = HardwareProfile::from_json(p.to_json());
+  EXPECT_EQ(q.llc_bytes, 16777216u);
+  EXPECT_DOUBLE_EQ(q.llc_bytes_per_second, 4.5e10);
+  const auto rejected = [](const nlohmann::json& j, const std::string& what) {
+    try {
+      HardwareProfile::from_json(j);
+      ADD_FAILURE() << "expected InvalidArgumentError: " << what;
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(e.message().find(what), std::string::npos) << e.message();
+    }
+  };
+  nlohmann::json j = p.to_json();
+  j.erase("llc_bytes_per_second");
+  rejected(j,
+           "llc_bytes is 16777216 and llc_bytes_per_second is 0 (expected both set, or neither)");
+  j = p.to_json();
+  j["llc_bytes"] = 1048576;
+  rejected(j, "llc_bytes is 1048576 (expected more than cache_bytes, 1048576");
+  j = p.to_json();
+  j["llc_bytes_per_second"] = -1;
+  EXPECT_THROW(HardwareProfile::from_json(j), InvalidArgumentError);
+}
+
 TEST(HardwareProfileTest, UnknownNameListsTheShippedOnes) {
   try {
     HardwareProfile::get("v9000");

@@ -496,6 +496,57 @@ TEST(CostModelTest, WarmGemmTableIsUsedWhenTheWorkingSetFitsTheCache) {
                    m.peak_flops_per_core("bf16"));
 }
 
+TEST(CostModelTest, TheLastLevelCacheHoldsWhatMissesTheL2WhenEveryCoresCopyFits) {
+  // host_profile(): 1 MiB of L2 per CPU at 4e10 B/s, memory 4e9 B/s, 2 CPUs; plus a 16 MiB
+  // last-level cache at 2e10 B/s, and kernel_profile()'s GEMM tables with a warm one at 3x.
+  HardwareProfile p = kernel_profile();
+  for (double cold : p.kernels.gemm_flops_per_second)
+    p.kernels.gemm_warm_flops_per_second.push_back(3 * cold);
+  p.llc_bytes = 16 << 20;
+  p.llc_bytes_per_second = 2e10;
+  const double mib = 1 << 20;
+  const CostModel one = CostModel(p).for_cores(1), eight = CostModel(p).for_cores(8);
+  // One core: 2 MiB misses the L2 and fits the L3: 4e6 B at 2e10 B/s = 2e-4 s (4e9 B/s
+  // without the level: 1e-3 s); 1 MiB stays the L2's (1e-4 s); 16 MiB + 1 B is memory's.
+  EXPECT_FALSE(one.fits_in_cache(2 * mib));
+  EXPECT_TRUE(one.fits_in_last_level_cache(2 * mib));
+  EXPECT_FALSE(one.fits_in_last_level_cache(mib));  // the L2 holds it
+  EXPECT_NEAR(one.memory_seconds(4e6, 2 * mib), 2e-4, 1e-18);
+  EXPECT_NEAR(one.memory_seconds(4e6, mib), 1e-4, 1e-18);
+  EXPECT_NEAR(one.memory_seconds(4e6, 16 * mib + 1), 1e-3, 1e-18);
+  // Eight cores share it: 2 MiB x 8 = 16 MiB fits, 2 MiB + 1 B x 8 does not; times x 4
+  // (8 threads on 2 CPUs): 8e-4 s from the L3, 4e-3 s from memory.
+  EXPECT_TRUE(eight.fits_in_last_level_cache(2 * mib));
+  EXPECT_FALSE(eight.fits_in_last_level_cache(2 * mib + 1));
+  EXPECT_NEAR(eight.memory_seconds(4e6, 2 * mib), 8e-4, 1e-18);
+  EXPECT_NEAR(eight.memory_seconds(4e6, 2 * mib + 1), 4e-3, 1e-18);
+  // GEMMs of an L3-resident working set use the warm table (24e9 at 64^3), memory's the cold
+  // (8e9): 3 GEMMs of 64^3 take 6.5536e-5 s warm and 1.96608e-4 s cold.
+  EXPECT_NEAR(one.gemm_flops_per_second(64, 64, 64, "f32", 8 * mib), 24e9, 1e-2);
+  EXPECT_NEAR(one.gemm_flops_per_second(64, 64, 64, "f32", 17 * mib), 8e9, 1e-2);
+  EXPECT_NEAR(eight.gemm_seconds(64, 64, 64, "f32", 3, 2 * mib), 4 * 6.5536e-5, 1e-15);
+  EXPECT_NEAR(eight.gemm_seconds(64, 64, 64, "f32", 3, 3 * mib), 4 * 1.96608e-4, 1e-15);
+  // A training step keeping 3 MiB per core: a 1 MiB layer is in the L3 on one core (3 MiB <=
+  // 16 MiB) and not on eight (24 MiB > 16 MiB), although 8 x 1 MiB would fit.
+  EXPECT_TRUE(one.with_step_footprint(3 * mib).fits_in_last_level_cache(1.5 * mib));
+  EXPECT_FALSE(eight.with_step_footprint(3 * mib).fits_in_last_level_cache(1.5 * mib));
+  EXPECT_TRUE(eight.with_step_footprint(2 * mib).fits_in_last_level_cache(1.5 * mib));
+  EXPECT_NEAR(eight.with_step_footprint(3 * mib).memory_seconds(4e6, 1.5 * mib), 4e-3, 1e-18);
+  EXPECT_THROW(one.with_step_footprint(-1), InvalidArgumentError);
+  // Unset core count (the reshard planner): one copy.
+  EXPECT_TRUE(CostModel(p).fits_in_last_level_cache(16 * mib));
+  EXPECT_NE(one.describe().find("<= 16.00 MiB over all cores at 2e+10 B/s (last-level cache)"),
+            std::string::npos)
+      << one.describe();
+  // Without the level (a profile measured before it): memory, cold.
+  p.llc_bytes = 0;
+  p.llc_bytes_per_second = 0;
+  EXPECT_FALSE(CostModel(p).for_cores(1).fits_in_last_level_cache(2 * mib));
+  EXPECT_NEAR(CostModel(p).for_cores(1).memory_seconds(4e6, 2 * mib), 1e-3, 1e-18);
+  EXPECT_NEAR(CostModel(p).for_cores(1).gemm_flops_per_second(64, 64, 64, "f32", 8 * mib), 8e9,
+              1e-2);
+}
+
 TEST(CostModelTest, ElementwiseAndRowKernelsUseTheirMeasuredRates) {
   const CostModel m(kernel_profile());
   EXPECT_NEAR(m.elementwise_seconds("transcendental", 1e6), 1e-2, 1e-15);
