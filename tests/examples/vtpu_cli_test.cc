@@ -2138,6 +2138,49 @@ TEST(VtpuCliPlanTest, AProfileFileIsNamedAndOneWithoutCollectivesIsFlagged) {
   EXPECT_NE(r.output.find("hardware this_machine, HBM limit"), std::string::npos) << r.output;
 }
 
+// New-user pass nu13, NU76: vtpu plan warned that a profile without calibrated collectives prices
+// every hand-off at 0 us, but the trainer's report of the same plan (3.6x off for that reason)
+// did not. NU66: the probe measured every op on every core count up to the run's; a dp(x) plan
+// on 8 cores runs only 8-core all-reduces, and only that fit is probed now.
+TEST(VtpuCliPlanTest, TheEstimateReportWarnsOfUncalibratedCollectivesAndProbesThePlansFits) {
+  VTPU_REQUIRE_DIGITS();
+  std::ifstream in(std::string(VTPU_SOURCE_DIR) + "/profiles/this_machine.json");
+  nlohmann::json profile = nlohmann::json::parse(in);
+  profile.erase("collectives");
+  const std::string bare = test_temp_path("vtpu_cli_report_bare_profile.json");
+  std::ofstream(bare) << profile.dump();
+  const std::string p2 = test_temp_path("vtpu_cli_report_bare_plan.json");
+  const CliRun p =
+      run_cli("plan " + model_path("mlp.json") + " --mesh 2 --hardware " + bare + " --emit " + p2);
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  const std::string warning = "the plan's profile " + bare +
+                              " has no calibrated collectives: they are priced as a memcpy over "
+                              "the links with 0.000 us latency";
+  CliRun r = run_cli("train mlp --steps 3 --json --plan " + p2);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json e = nlohmann::json::parse(r.output)["estimate_vs_measured"];
+  ASSERT_EQ(e["warnings"].size(), 1u) << e;
+  EXPECT_EQ(e["warnings"][0].get<std::string>().rfind(warning, 0), 0u) << e["warnings"];
+  EXPECT_TRUE(e["probe"].is_null()) << e;  // nothing calibrated to probe
+  r = run_cli("train mlp --steps 3 --log-every 0 --plan " + p2);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\n  warning: " + warning), std::string::npos) << r.output;
+  // The shipped, calibrated profile: no warning, and the probe measures the plan's one fit.
+  const std::string p8 = test_temp_path("vtpu_cli_report_dp8_plan.json");
+  const CliRun q = run_cli("plan " + model_path("mlp.json") +
+                           " --mesh 8 --hardware this_machine --strategy 'dp(x)' --emit " + p8);
+  ASSERT_EQ(q.exit_code, 0) << q.output;
+  r = run_cli("train mlp --steps 3 --json --plan " + p8);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  e = nlohmann::json::parse(r.output)["estimate_vs_measured"];
+  EXPECT_EQ(e["warnings"], nlohmann::json::array());
+  ASSERT_TRUE(e["probe"].contains("rows")) << e["probe"];
+  ASSERT_EQ(e["probe"]["rows"].size(), 1u) << e["probe"];
+  EXPECT_EQ(e["probe"]["rows"][0]["op"], "all_reduce");
+  EXPECT_EQ(e["probe"]["rows"][0]["group_size"], 8);
+  EXPECT_EQ(e["probe"]["plan_fits_only"], true);
+}
+
 // New-user pass nu12, NU55: with --json the no-collectives warning went nowhere; it is in the
 // JSON's "warnings" and on stderr, and stdout stays pure JSON.
 TEST(VtpuCliPlanTest, JsonPlanKeepsTheNoCollectivesWarning) {
@@ -2610,6 +2653,15 @@ TEST(VtpuCliPlanTest, ReshardCostLineIsShortAndAllToAllDimsNameSplitAndConcat) {
   ASSERT_EQ(v.exit_code, 0) << v.output;
   const std::string full = line_starting(v.output, "cost model: ");
   EXPECT_NE(full.find("all_gather alpha "), std::string::npos) << full;
+  // --json: the same texts without their label (nu13 NU69).
+  const CliRun js = run_cli(args + " --json");
+  ASSERT_EQ(js.exit_code, 0) << js.output;
+  EXPECT_EQ(nlohmann::json::parse(js.output)["cost_model"],
+            cost.substr(std::string("cost model: ").size()));
+  const CliRun jv = run_cli(args + " --verbose --json");
+  ASSERT_EQ(jv.exit_code, 0) << jv.output;
+  EXPECT_EQ(nlohmann::json::parse(jv.output)["cost_model"],
+            full.substr(std::string("cost model: ").size()));
   EXPECT_NE(full.find("; 4 virtual cores on 2 host CPUs: work x 2"), std::string::npos) << full;
   EXPECT_EQ(full.find("compute"), std::string::npos) << full;  // a reshard prices no kernels
   // vtpu plan on this_machine: the summary names the measured kernels; --verbose lists them.
@@ -2653,15 +2705,6 @@ TEST(VtpuCliPlanTest, StrategyRolesMayComeInAnyOrder) {
 // listed 1,697 names in 51,000 characters. The counts are those of the table's rows.
 TEST(VtpuCliPlanTest, NothingRunnableSaysWhyWithCountsAndNoRunHint) {
   const CliRun r = run_cli("plan " + model_path("transformer.json") +
-  // --json: the same texts without their label (nu13 NU69).
-  const CliRun js = run_cli(args + " --json");
-  ASSERT_EQ(js.exit_code, 0) << js.output;
-  EXPECT_EQ(nlohmann::json::parse(js.output)["cost_model"],
-            cost.substr(std::string("cost model: ").size()));
-  const CliRun jv = run_cli(args + " --verbose --json");
-  ASSERT_EQ(jv.exit_code, 0) << jv.output;
-  EXPECT_EQ(nlohmann::json::parse(jv.output)["cost_model"],
-            full.substr(std::string("cost model: ").size()));
                            " --mesh 2x2x2x2x2x2x2x2 --axes a,b,c,d,e,f,g,h");
   EXPECT_EQ(r.exit_code, 1) << r.output.substr(0, 2000);
   EXPECT_EQ(r.output.find("no strategy fits"), std::string::npos);
