@@ -2138,17 +2138,25 @@ TEST(VtpuCliPlanTest, AProfileFileIsNamedAndOneWithoutCollectivesIsFlagged) {
   EXPECT_NE(r.output.find("hardware this_machine, HBM limit"), std::string::npos) << r.output;
 }
 
+// Writes the shipped this_machine profile without its calibrated collectives (as `vtpu bench
+// hardware --out` writes one) to the temp file `name`; returns its path.
+std::string bare_profile_file(const std::string& name) {
+  std::ifstream in(std::string(VTPU_SOURCE_DIR) + "/profiles/this_machine.json");
+  nlohmann::json profile = nlohmann::json::parse(in);
+  EXPECT_TRUE(profile.contains("collectives"));
+  profile.erase("collectives");
+  const std::string path = test_temp_path(name);
+  std::ofstream(path) << profile.dump();
+  return path;
+}
+
 // New-user pass nu13, NU76: vtpu plan warned that a profile without calibrated collectives prices
 // every hand-off at 0 us, but the trainer's report of the same plan (3.6x off for that reason)
 // did not. NU66: the probe measured every op on every core count up to the run's; a dp(x) plan
 // on 8 cores runs only 8-core all-reduces, and only that fit is probed now.
 TEST(VtpuCliPlanTest, TheEstimateReportWarnsOfUncalibratedCollectivesAndProbesThePlansFits) {
   VTPU_REQUIRE_DIGITS();
-  std::ifstream in(std::string(VTPU_SOURCE_DIR) + "/profiles/this_machine.json");
-  nlohmann::json profile = nlohmann::json::parse(in);
-  profile.erase("collectives");
-  const std::string bare = test_temp_path("vtpu_cli_report_bare_profile.json");
-  std::ofstream(bare) << profile.dump();
+  const std::string bare = bare_profile_file("vtpu_cli_report_bare_profile.json");
   const std::string p2 = test_temp_path("vtpu_cli_report_bare_plan.json");
   const CliRun p =
       run_cli("plan " + model_path("mlp.json") + " --mesh 2 --hardware " + bare + " --emit " + p2);
@@ -2184,11 +2192,7 @@ TEST(VtpuCliPlanTest, TheEstimateReportWarnsOfUncalibratedCollectivesAndProbesTh
 // New-user pass nu12, NU55: with --json the no-collectives warning went nowhere; it is in the
 // JSON's "warnings" and on stderr, and stdout stays pure JSON.
 TEST(VtpuCliPlanTest, JsonPlanKeepsTheNoCollectivesWarning) {
-  std::ifstream in(std::string(VTPU_SOURCE_DIR) + "/profiles/this_machine.json");
-  nlohmann::json profile = nlohmann::json::parse(in);
-  profile.erase("collectives");
-  const std::string bare = test_temp_path("vtpu_cli_json_bare_profile.json");
-  std::ofstream(bare) << profile.dump();
+  const std::string bare = bare_profile_file("vtpu_cli_json_bare_profile.json");
   const std::string err = test_temp_path("vtpu_cli_json_bare_profile.err");
   const std::string plan = std::string(VTPU_CLI_PATH) + " plan " + model_path("mlp.json") +
                            " --mesh 2 --json --hardware ";
