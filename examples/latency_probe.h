@@ -9,7 +9,8 @@
 // between the vCPUs, not in vtpu. A profile calibrated in one mode misprices every collective of
 // a run in the other by a fixed amount per call: the probe measures that amount.
 //
-// Method. For every calibrated fit (op, group size n) of the profile with n <= the run's cores,
+// Method. For every calibrated fit (op, group size n) of the profile that prices the plan's
+// strategy (fits_priced_by; every fit with n <= the run's cores when that cannot be told),
 // `vtpu bench collectives` (examples/collective_bench.h) times `iters` calls of a `row_bytes` row
 // (nccl-tests' size; median over calls of the slowest core, as the calibration does) on n fresh
 // virtual cores. The difference to the profile's time for the same row (its measured curve, or
