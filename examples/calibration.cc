@@ -149,6 +149,15 @@ std::string calibration_source_text(const CollectiveFit& cf, const LinearFit& fi
              iters, 100 * fit.max_relative_error);
 }
 
+std::string no_calibrated_collectives_warning(const HardwareProfile& profile,
+                                              const std::string& what) {
+  if (profile.host_cpus <= 0 || !profile.collectives.empty()) return "";
+  return what + " has no calibrated collectives: they are priced as a memcpy over the links with " +
+         format_seconds(profile.link_latency_seconds) +
+         " latency, not this host's hand-off (calibrate with vtpu bench collectives --calibrate "
+         "FILE)";
+}
+
 std::string calibration_warning(const CalibrationQuality& q) {
   std::vector<std::string> reasons;
   char text[256];

@@ -109,6 +109,15 @@ inline constexpr double kMaxTrustedResidual = 0.5;
 /// Thread-safe (pure).
 std::string calibration_warning(const CalibrationQuality& q);
 
+/// The warning for a host profile (host_cpus > 0) without calibrated collectives, as `vtpu bench
+/// hardware --out` writes one: "<what> has no calibrated collectives: they are priced as a memcpy
+/// over the links with <link latency> latency, not this host's hand-off (calibrate with vtpu
+/// bench collectives --calibrate FILE)"; "" for a TPU profile or a calibrated one. `what` names
+/// the profile (its file, or its name). `vtpu plan` prints it and the trainers' estimate report
+/// repeats it (new-user pass nu13, NU76). Thread-safe (pure).
+std::string no_calibrated_collectives_warning(const HardwareProfile& profile,
+                                              const std::string& what);
+
 /// The text calibrate_this_machine appends to the profile's description: the load averages at
 /// the start and end, the host's CPUs and the worst fit's residual, e.g. "; load average (1 min)
 /// 1.50 at the start, 1.75 at the end, on 2 CPUs; worst max relative residual 12% (all_gather on

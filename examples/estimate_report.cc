@@ -16,6 +16,7 @@
 #include "common/median.h"
 #include "common/strings.h"
 #include "common/units.h"
+#include "examples/calibration.h"
 #include "examples/mlp_trainer.h"
 #include "examples/train_plan.h"
 #include "runtime/hardware_profile.h"
@@ -173,6 +174,12 @@ EstimateReport compare_estimate(const PlanEstimate& estimate, const MeasuredRun&
       r.mark_step_not_judged("the estimate is for " + estimate.hardware +
                              ", a TPU; plan with --hardware this_machine to compare");
     }
+    const std::string what =
+        "the plan's profile " +
+        (estimate.hardware_file.empty() ? profile->name : estimate.hardware_file);
+    if (std::string w = no_calibrated_collectives_warning(*profile, what); !w.empty()) {
+      r.warnings.push_back(std::move(w));
+    }
   }
   r.step_within = r.step_comparable && within(r.step_ratio);
   r.hbm_within = within(r.hbm_ratio);
@@ -192,7 +199,13 @@ void add_collective_probe(EstimateReport& report, const TrainPlan& plan,
     const std::optional<HardwareProfile> priced = report.estimate.priced_with();
     if (!priced || priced->host_cpus <= 0 || priced->collectives.empty()) return;
     const HardwareProfile& profile = *priced;
-    report.probes = probe_collectives(profile, report.measured.num_cores, options);
+    // Only the fits the plan's strategy prices (new-user pass nu13, NU66); all that can price a
+    // group of the run when the strategy cannot be priced again.
+    CollectiveProbeOptions o = options;
+    if (!o.only) o.only = fits_priced_by(plan, profile);
+    report.probed_plan_fits_only = o.only.has_value();
+    if (o.only && o.only->empty()) return;  // the plan runs no collective
+    report.probes = probe_collectives(profile, report.measured.num_cores, o);
     if (report.probes.empty()) return;
     const std::optional<double> step =
         reestimate_step_seconds(plan, profile, shift_collectives(profile, report.probes));
@@ -239,8 +252,9 @@ std::string EstimateReport::to_string() const {
   }
   if (!probes.empty()) {
     std::snprintf(line, sizeof line,
-                  "    collective probe after the run (%s rows, median of the slowest core; now / "
-                  "profile):\n",
+                  "    collective probe after the run (%s%s rows, median of the slowest core; "
+                  "now / profile):\n",
+                  probed_plan_fits_only ? "the fits the plan prices, " : "",
                   format_bytes(probes.front().row_bytes).c_str());
     out += line;
     std::string op;
@@ -307,6 +321,7 @@ std::string EstimateReport::to_string() const {
                   profile_host_cpus, m.host_cpus);
     out += line;
   }
+  for (const std::string& w : warnings) out += "  warning: " + w + "\n";
   return out;
 }
 
@@ -330,6 +345,7 @@ nlohmann::json EstimateReport::to_json() const {
              {"step_within_25_percent",
               probe_judged ? nlohmann::json(probed_step_within) : nlohmann::json(nullptr)},
              {"judged", probe_judged},
+             {"plan_fits_only", probed_plan_fits_only},
              {"worst_ratio", probe_worst_ratio}};
   } else if (!probe_error.empty()) {
     probe = {{"error", probe_error}};
@@ -372,7 +388,8 @@ nlohmann::json EstimateReport::to_json() const {
           {"hbm_within_25_percent", hbm_within},
           {"cpu_bound_seconds", cpu_bound_seconds},
           {"cpu_ratio", cpu_ratio},
-          {"probe", probe}};
+          {"probe", probe},
+          {"warnings", warnings}};
 }
 
 }  // namespace vtpu::examples

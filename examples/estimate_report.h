@@ -167,6 +167,12 @@ struct EstimateReport {
   /// it is not measured.host_cpus, the report says the profile describes another host.
   int profile_host_cpus = 0;
   bool hbm_within = false;  // |hbm_ratio - 1| <= kTolerance
+  /// What the reader must know to read the step row, each printed as "  warning: ..." after the
+  /// table and in JSON "warnings" ([] when none): no_calibrated_collectives_warning
+  /// (examples/calibration.h) when the estimate's host profile has no calibrated collectives,
+  /// so that every hand-off was priced at the links' latency (new-user pass nu13, NU76: `vtpu
+  /// plan` warned, the trainer's report, 3.6x off for that reason, did not).
+  std::vector<std::string> warnings;
   /// The collective probe after the run (add_collective_probe; examples/latency_probe.h): the
   /// profile's collectives re-measured at one size, and the estimate with their shifts. Empty /
   /// 0 when it did not run (no calibrated collectives in the plan's profile, or not comparable).
@@ -180,6 +186,9 @@ struct EstimateReport {
   /// and the probed estimate is printed but not judged (JSON step_within_25_percent null).
   bool probe_judged = true;
   std::string probe_error;  // why the probe failed ("" when it ran or was not due)
+  /// The probe measured only the fits the plan's strategy prices (fits_priced_by), not every fit
+  /// up to the run's cores (JSON probe.plan_fits_only).
+  bool probed_plan_fits_only = false;
 
   static constexpr double kTolerance = 0.25;  // issue 6: within 25%
 
@@ -198,12 +207,14 @@ struct EstimateReport {
 EstimateReport compare_estimate(const PlanEstimate& estimate, const MeasuredRun& measured);
 
 /// Runs the collective probe (examples/latency_probe.h) for `report`'s run and fills its probe
-/// fields: when the step is comparable and the plan's hardware profile (HardwareProfile::get of
-/// estimate.hardware) holds calibrated collectives, probes every fit of at most
-/// measured.num_cores cores and re-estimates the plan's strategy with the shifted profile
-/// (reestimate_step_seconds). Takes about 0.1 s on 8 cores; call it right after the run, while
-/// the host is in the mode the run met. A vtpu::Error from the probe or the re-estimate does not
-/// fail the run: its message goes to probe_error (printed). Not thread-safe with other timed work.
+/// fields: when the step is comparable and the plan's hardware profile (PlanEstimate::priced_with)
+/// holds calibrated collectives, probes the fits the plan's strategy prices (fits_priced_by; when
+/// it cannot tell, or options.only is set, every fit probe_collectives picks for
+/// measured.num_cores cores, or options.only's) and re-estimates the plan's strategy with the
+/// shifted profile (reestimate_step_seconds); nothing when the strategy prices no fit. Takes about
+/// 0.1 s on 8 cores; call it right after the run, while the host is in the mode the run met. A
+/// vtpu::Error from the probe or the re-estimate does not fail the run: its message goes to
+/// probe_error (printed). Not thread-safe with other timed work.
 void add_collective_probe(EstimateReport& report, const TrainPlan& plan,
                           const CollectiveProbeOptions& options = {});
 

@@ -427,7 +427,7 @@ void to_json(nlohmann::json& j, const FsdpResult& r) {
                      {"final_loss", r.losses.empty() ? 0.0 : r.losses.back()},
                      {"test_accuracy", r.test_accuracy},
                      {"train_accuracy", r.train_accuracy},
-                     {"median_step_ms", r.median_step_ms},
+                     {"median_step_seconds", 1e-3 * r.median_step_ms},
                      {"peak_hbm_core0", r.peak},
                      {"hbm", per_core_json(r.hbm)},
                      {"all_gather", per_core_json(r.all_gather)},

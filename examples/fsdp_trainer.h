@@ -149,6 +149,7 @@ struct FsdpResult {
   /// its m and v shards) is exactly 0.
   bool padding_is_zero = false;
 };
+/// The step time as "median_step_seconds" (seconds, as in every trainer's --json).
 void to_json(nlohmann::json& j, const FsdpResult& r);
 
 /// Trains on `split.train` on every core of `runtime`, evaluates on `split.test`. Calls

@@ -36,6 +36,7 @@ std::vector<CollectiveProbe> probe_collectives(const HardwareProfile& profile, i
     const int cap = std::max(max_cores, largest != nullptr ? largest->group_size : 0);
     for (const CollectiveFit& fit : fits) {
       if (fit.group_size < 2 || fit.group_size > cap) continue;
+      if (options.only && !options.only->contains({op, fit.group_size})) continue;
       CollectiveBenchOptions bo;
       bo.cores = fit.group_size;
       bo.op = op;
@@ -103,6 +104,27 @@ std::optional<double> strategy_step_seconds(const TrainPlan& plan, const Hardwar
   return std::nullopt;
 }
 }  // namespace
+
+std::optional<std::set<CollectiveFitId>> fits_priced_by(const TrainPlan& plan,
+                                                        const HardwareProfile& profile) {
+  if (!plan.model_graph || plan.strategy_name.empty()) return std::nullopt;
+  const std::optional<double> base = strategy_step_seconds(plan, profile);
+  if (!base) return std::nullopt;
+  constexpr double kNudgeSeconds = 1e-3;  // far above any rounding of the step's sum
+  std::set<CollectiveFitId> used;
+  for (const auto& [op, fits] : profile.collectives) {
+    for (const CollectiveFit& fit : fits) {
+      CollectiveProbe nudge;  // as if a probe had measured the fit 1 ms slower
+      nudge.op = op;
+      nudge.group_size = fit.group_size;
+      nudge.measured_seconds = kNudgeSeconds;
+      const std::optional<double> moved =
+          strategy_step_seconds(plan, shift_collectives(profile, {nudge}));
+      if (!moved || *moved != *base) used.insert({op, fit.group_size});
+    }
+  }
+  return used;
+}
 
 std::optional<double> reestimate_step_seconds(const TrainPlan& plan, const HardwareProfile& profile,
                                               const HardwareProfile& shifted) {

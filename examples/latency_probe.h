@@ -9,7 +9,8 @@
 // between the vCPUs, not in vtpu. A profile calibrated in one mode misprices every collective of
 // a run in the other by a fixed amount per call: the probe measures that amount.
 //
-// Method. For every calibrated fit (op, group size n) of the profile with n <= the run's cores,
+// Method. For every calibrated fit (op, group size n) of the profile that prices the plan's
+// strategy (fits_priced_by; every fit with n <= the run's cores when that cannot be told),
 // `vtpu bench collectives` (examples/collective_bench.h) times `iters` calls of a `row_bytes` row
 // (nccl-tests' size; median over calls of the slowest core, as the calibration does) on n fresh
 // virtual cores. The difference to the profile's time for the same row (its measured curve, or
@@ -23,7 +24,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/hardware_profile.h"
@@ -54,10 +57,16 @@ inline constexpr double kBusyHostProbeRatio = 10.0;
 /// 0 when there is none. Thread-safe.
 double worst_probe_ratio(const std::vector<CollectiveProbe>& probes);
 
+/// A fit of a profile: (op, group size).
+using CollectiveFitId = std::pair<std::string, int>;
+
 struct CollectiveProbeOptions {
   uint64_t row_bytes = 4096;  // S of each probe row, bytes (4 KiB: every curve's range holds it)
   int iters = 200;            // timed calls per fit
   int warmup = 20;            // untimed calls per fit
+  /// Probe only these fits (fits_priced_by: those the plan's strategy prices); nullopt: every
+  /// fit that can price a group of the run (probe_collectives).
+  std::optional<std::set<CollectiveFitId>> only;
 };
 
 /// The profile's time, seconds, for a `vtpu bench collectives` row of `op` with size `row_bytes`
@@ -69,7 +78,8 @@ double profile_row_seconds(const std::string& op, const CollectiveFit& fit, uint
 /// Probes every fit of `profile.collectives` whose group size is <= max_cores (header), and per
 /// collective the fit above max_cores that the cost model picks for a group of max_cores
 /// (CostModel::calibrated_fit: a 3-core run's groups are priced with a 4-core fit), in the
-/// profile's order; empty when there is none (a TPU profile, an uncalibrated one, max_cores < 2).
+/// profile's order, keeping only options.only's fits when it is set; empty when there is none (a
+/// TPU profile, an uncalibrated one, max_cores < 2).
 /// Runs benchmarks on fresh virtual cores (not thread-safe with other work timing the host).
 /// Throws what the benchmark throws and InternalError when a probe's result is wrong.
 std::vector<CollectiveProbe> probe_collectives(const HardwareProfile& profile, int max_cores,
@@ -81,6 +91,19 @@ std::vector<CollectiveProbe> probe_collectives(const HardwareProfile& profile, i
 /// HardwareProfile::validate throws). Pure.
 HardwareProfile shift_collectives(const HardwareProfile& profile,
                                   const std::vector<CollectiveProbe>& probes);
+
+/// The fits of `profile` that price the plan's strategy (new-user pass nu13, NU66: a dp(x) plan
+/// on 8 cores, which runs only 8-core all-reduces, was probed on all four ops on 2, 4 and 8
+/// cores): a fit counts when moving it alone (every measured point and alpha + 1 ms, as
+/// shift_collectives moves a probed fit) changes the step time of the plan's strategy priced by
+/// plan_auto_sharding on the plan's model_graph and mesh, as reestimate_step_seconds prices it.
+/// So a fit is listed exactly when its probe could move the probed estimate. Empty for a plan
+/// without collectives (1 core) or a profile without calibrated fits; nullopt when the strategy
+/// cannot be priced again (no model_graph or strategy name, or the strategy is not among the
+/// candidates): then every fit may matter. Prices the plan 1 + (number of fits) times (about
+/// 1 ms each for the digits MLP). Throws what plan_auto_sharding throws. Thread-safe.
+std::optional<std::set<CollectiveFitId>> fits_priced_by(const TrainPlan& plan,
+                                                        const HardwareProfile& profile);
 
 /// The plan's step-time estimate moved by what `shifted` changes: the plan's
 /// estimate->step_seconds + (step time of the plan's strategy priced with `shifted` - priced

@@ -56,9 +56,9 @@ struct MlpReference {
   /// True when difference(losses) <= kMlpLossTolerance.
   bool matches(const std::vector<double>& losses) const;
   /// Adds "reference" (num_cores 1, micro_batches K, hbm_bytes_limit (its arena), losses,
-  /// median_step_ms, peak_hbm_core0, peak_bytes_in_use_core0), "one_batch_reference" (micro_batches
-  /// 1, losses, max_relative_loss_difference against `losses`), "max_relative_loss_difference" and
-  /// "losses_match" to `j`.
+  /// median_step_seconds, peak_hbm_core0, peak_bytes_in_use_core0), "one_batch_reference"
+  /// (micro_batches 1, losses, max_relative_loss_difference against `losses`),
+  /// "max_relative_loss_difference" and "losses_match" to `j`.
   void add_json(nlohmann::json& j, const std::vector<double>& losses) const;
   /// The report lines: `what` ("FSDP") on `cores` cores against the checked run (with the
   /// verdict), then, when K > 1, against the one-batch run (not checked).

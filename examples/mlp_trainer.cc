@@ -246,7 +246,7 @@ void to_json(nlohmann::json& j, const MlpResult& r) {
                      {"final_loss", r.losses.empty() ? 0.0 : r.losses.back()},
                      {"test_accuracy", r.test_accuracy},
                      {"train_accuracy", r.train_accuracy},
-                     {"median_step_ms", r.median_step_ms},
+                     {"median_step_seconds", 1e-3 * r.median_step_ms},
                      {"replicas_identical", r.replicas_identical()},
                      {"replica_mismatch", replica_mismatch_json(r.replica_mismatch)},
                      {"hbm", per_core_json(r.hbm)},

@@ -109,6 +109,7 @@ struct MlpResult {
   std::vector<CollectiveStats> all_reduce;  // per core
   std::vector<float> parameters;            // final parameters (core 0), flat [W1, b1, W2, b2]
 };
+/// The step time as "median_step_seconds" (seconds, as in every trainer's --json).
 void to_json(nlohmann::json& j, const MlpResult& r);
 
 /// Per-core lists as the MLP trainers' JSON reports write them: element c is stats[c] with

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/strings.h"
 #include "common/units.h"
+#include "examples/calibration.h"
 #include "examples/cli_validators.h"
 #include "examples/mesh_arg.h"
 #include "examples/output_path.h"
@@ -207,13 +208,11 @@ int run(const PlanCommand& c) {
   // collectives, so every hand-off is priced as a memcpy with no latency. Printed after the table
   // (stdout), or with --json in "warnings" and on stderr (nu12, NU55).
   std::vector<std::string> warnings;
-  if (cost.profile().host_cpus > 0 && cost.profile().collectives.empty()) {
-    warnings.push_back(
-        (cost.profile().source_path.empty() ? cost.profile().name : cost.profile().source_path) +
-        " has no calibrated collectives: they are priced as a memcpy over the links with " +
-        format_seconds(cost.profile().link_latency_seconds) +
-        " latency, not this host's hand-off (calibrate with vtpu bench collectives --calibrate "
-        "FILE)");
+  if (std::string w = no_calibrated_collectives_warning(
+          cost.profile(),
+          cost.profile().source_path.empty() ? cost.profile().name : cost.profile().source_path);
+      !w.empty()) {
+    warnings.push_back(std::move(w));
   }
   if (c.json) {
     nlohmann::json rows = nlohmann::json::array();

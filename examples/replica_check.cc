@@ -86,4 +86,16 @@ bool report_replicas(const std::optional<ReplicaMismatch>& mismatch, const std::
   return false;
 }
 
+void hoist_run_facts(nlohmann::json& j, const std::string& run_key) {
+  nlohmann::json* run = j.contains(run_key) ? &j[run_key] : nullptr;
+  if (run == nullptr || !run->is_object()) {
+    throw InvalidArgumentError("hoist_run_facts: '" + run_key + "' is not an object in the JSON");
+  }
+  for (const char* key : kRunFactKeys) {
+    if (!run->contains(key)) continue;
+    j[key] = std::move((*run)[key]);
+    run->erase(key);
+  }
+}
+
 }  // namespace vtpu::examples

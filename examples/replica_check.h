@@ -59,4 +59,16 @@ nlohmann::json replica_mismatch_json(const std::optional<ReplicaMismatch>& misma
 bool report_replicas(const std::optional<ReplicaMismatch>& mismatch,
                      const std::string& what = "data replicas");
 
+/// The facts of the run a `vtpu train` command judges that every trainer's `--json` keeps at its
+/// top level, under these names (README, "JSON fields per trainer"; new-user pass nu13, NU70: they
+/// sat under `.mesh`, `.data_parallel` or the top level, in ms or seconds, depending on the
+/// trainer): the run's median step time on core 0 in seconds, and its replica verdict.
+inline constexpr const char* kRunFactKeys[] = {"median_step_seconds", "replicas_identical",
+                                               "replica_mismatch"};
+
+/// Moves the kRunFactKeys that `j[run_key]` (the judged run's own object, as its to_json wrote
+/// it) holds to the top level of `j`, replacing any there; keys it lacks are left alone. Throws
+/// InvalidArgumentError when j[run_key] is not an object. Not thread-safe on `j`.
+void hoist_run_facts(nlohmann::json& j, const std::string& run_key);
+
 }  // namespace vtpu::examples

@@ -169,7 +169,8 @@ int run(const ReshardCommand& c) {
   if (c.json) {
     j = plan.to_json();
     j["hardware"] = uniform ? nlohmann::json("uniform") : nlohmann::json(c.hardware);
-    if (c.verbose) j["cost_model"] = model.describe(/*with_compute=*/false);
+    if (c.verbose)
+      j["cost_model"] = CostModel::without_label(model.describe(/*with_compute=*/false));
     j["source_blocks"] = blocks_json(source, mesh, c.shape);
     j["target_blocks"] = blocks_json(target, mesh, c.shape);
     j["run"] = nullptr;
@@ -268,7 +269,10 @@ int run(const ReshardCommand& c) {
   if (c.json) {
     nlohmann::json steps = nlohmann::json::array();
     for (size_t i = 0; i < plan.steps.size() && !step_wall[i].empty(); ++i) {
-      steps.push_back({{"median_collective_seconds", median_of(step_collective[i])},
+      // The step's op, as in the plan's steps[i], so that a script need not zip the two lists
+      // (new-user pass nu13, NU69).
+      steps.push_back({{"op", reshard_op_name(plan.steps[i].op)},
+                       {"median_collective_seconds", median_of(step_collective[i])},
                        {"median_wall_seconds", median_of(step_wall[i])}});
     }
     j["run"] = {{"num_cores", mesh.size()},

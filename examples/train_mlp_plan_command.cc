@@ -218,11 +218,10 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
         {"seed", mlp.seed},     {"data", args.data_path}};
     if (layout) j["config"]["data_x_tensor"] = {layout->data, layout->tensor};
     j["run"] = run.json;
+    // The run's step time and replica verdict at the top level, as every trainer has them (the
+    // data and tensor parallel runs' objects hold the verdict; FSDP's has none).
+    hoist_run_facts(j, "run");
     reference.add_json(j, run.losses);
-    if (has_replicas) {
-      j["replicas_identical"] = !replica_mismatch;
-      j["replica_mismatch"] = replica_mismatch_json(replica_mismatch);
-    }
     if (report) j["estimate_vs_measured"] = report->to_json();
     std::cout << j.dump(2) << std::endl;
     return exit_code();

@@ -250,9 +250,13 @@ int run(const TrainTransformerCommand& cmd) {
     j["bytes_mapped_to_question_mark"] = text.mapped_bytes;  // bytes >= vocab
     j["uniform_loss"] = text.uniform_loss;
     j["mesh"] = r;
+    hoist_run_facts(j, "mesh");  // top level, as in every trainer's --json
     if (ref) {
       j["reference"] = *ref;
-      j["max_relative_difference"] = max_rel;
+      // One core holds no data replicas: its verdict would say nothing.
+      j["reference"].erase("replicas_identical");
+      j["reference"].erase("replica_mismatch");
+      j["max_relative_loss_difference"] = max_rel;
     }
     if (report) j["estimate_vs_measured"] = report->to_json();
     std::cout << j.dump(2) << std::endl;

@@ -323,7 +323,7 @@ void to_json(nlohmann::json& j, const TransformerResult& r) {
   j = nlohmann::json{{"mesh", {{"data", r.mesh.data}, {"tensor", r.mesh.tensor}}},
                      {"losses", r.losses},
                      {"final_loss", r.losses.empty() ? 0.0 : r.losses.back()},
-                     {"median_step_ms", r.median_step_ms},
+                     {"median_step_seconds", 1e-3 * r.median_step_ms},
                      {"total_seconds", r.total_seconds},
                      {"num_parameters", r.num_parameters},
                      {"shard_parameters", r.shard_parameters},

@@ -115,6 +115,7 @@ struct TransformerResult {
   std::vector<CollectiveStats> data_all_reduce;
   std::vector<std::vector<float>> shards;  // final weights of cores (0, t), t < T
 };
+/// The step time as "median_step_seconds" (seconds, as in every trainer's --json).
 void to_json(nlohmann::json& j, const TransformerResult& r);
 
 /// Trains config.steps Adam steps on `tokens` (ids < config.vocab) over `mesh`, which must use

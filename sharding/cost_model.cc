@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include "common/error.h"
 #include "common/strings.h"
@@ -457,6 +458,12 @@ std::string CostModel::summary(bool with_compute) const {
   std::string s = describe_links(/*fits=*/false) + describe_host();
   if (with_compute && has_kernel_rates()) s += "; compute: measured kernel rates";
   return s;
+}
+
+std::string CostModel::without_label(std::string line) {
+  constexpr std::string_view kLabel = "cost model: ";
+  if (line.starts_with(kLabel)) line.erase(0, kLabel.size());
+  return line;
 }
 
 std::string CostModel::describe(bool with_compute) const {

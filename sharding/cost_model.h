@@ -292,6 +292,11 @@ class CostModel {
   /// TPU profiles, the uniform model) it is describe()'s link line. What `vtpu plan` and
   /// `vtpu reshard` print by default.
   std::string summary(bool with_compute = true) const;
+  /// `line` (summary() or describe()) without its leading "cost model: " label, for a JSON field
+  /// whose key already says what it is (new-user pass nu13, NU69: `vtpu reshard --json`'s
+  /// "cost_model" read "cost model: this_machine (calibrated ..."). Other text is returned as is.
+  /// Pure.
+  static std::string without_label(std::string line);
 
  private:
   CostModel() = default;

@@ -934,7 +934,7 @@ nlohmann::json ReshardPlan::to_json() const {
           {"mesh", {{"axes", source.mesh().axis_names()}, {"shape", source.mesh().shape()}}},
           {"from", source.spec().to_string()},
           {"to", target.spec().to_string()},
-          {"cost_model", cost.summary(/*with_compute=*/false)},
+          {"cost_model", CostModel::without_label(cost.summary(/*with_compute=*/false))},
           {"steps", rows},
           {"comm_bytes_per_core", total_sent_bytes_per_core()},
           {"comm_seconds", total_estimated_seconds()}};

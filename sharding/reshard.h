@@ -159,7 +159,8 @@ struct ReshardPlan {
   std::string to_string(bool verbose_cost = false) const;
   /// The plan as JSON, with the fields of to_string() (names as `vtpu plan --json` names them):
   /// "dtype" ("f32"), "global_shape" (elements per dimension), "mesh" {"axes", "shape"}, "from"
-  /// and "to" (PartitionSpec text), "cost_model" (CostModel::summary without compute terms),
+  /// and "to" (PartitionSpec text), "cost_model" (CostModel::summary without compute terms and
+  /// without its "cost model: " label),
   /// "steps" (one object per step: "op" (reshard_op_name), "reduce_op" ("sum", ...; null for an
   /// op without a reduction), "collective" (false for the local slice and make-partial),
   /// "axes", "replica_groups" (device ids in rank order; [] for a local step), "dim" and

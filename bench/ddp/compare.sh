@@ -53,8 +53,9 @@ esac
 [[ -x "$vtpu" ]] || echo "compare: $vtpu not found; vtpu columns will be n/a" >&2
 mkdir -p "$out_dir"
 
-# median_ms FILE: the "median_step_ms" of the JSON object in FILE (the whole
-# output, or else its last line that is a JSON object with that key).
+# median_ms FILE: the median step time in ms of the JSON object in FILE (the whole
+# output, or else its last line that is a JSON object with the key): vtpu's
+# "median_step_seconds" x 1000, or the torch script's "median_step_ms".
 median_ms() {
   "$python" - "$1" <<'PY' 2>/dev/null || echo n/a
 import json, sys
@@ -65,7 +66,12 @@ for c in candidates:
         obj = json.loads(c)
     except ValueError:
         continue
-    if isinstance(obj, dict) and isinstance(obj.get("median_step_ms"), (int, float)):
+    if not isinstance(obj, dict):
+        continue
+    if isinstance(obj.get("median_step_seconds"), (int, float)):
+        print(f'{1e3 * obj["median_step_seconds"]:.4f}')
+        sys.exit(0)
+    if isinstance(obj.get("median_step_ms"), (int, float)):
         print(f'{obj["median_step_ms"]:.4f}')
         sys.exit(0)
 sys.exit(1)

@@ -304,6 +304,30 @@ TEST(EstimateReportTest, ThePlansEmbeddedProfileIsTheOneJudgedAndProbed) {
   add_collective_probe(hr, plan, quick);
   EXPECT_TRUE(hr.probes.empty());
   EXPECT_TRUE(hr.probe_error.empty()) << hr.probe_error;
+  // The report repeats vtpu plan's warning: every hand-off was priced at the links' 0 s latency
+  // (new-user pass nu13, NU76).
+  ASSERT_EQ(host.link_latency_seconds, 0.0);
+  const std::string warning =
+      "the plan's profile this_machine has no calibrated collectives: they are priced as a "
+      "memcpy over the links with 0.000 us latency, not this host's hand-off (calibrate with vtpu "
+      "bench collectives --calibrate FILE)";
+  EXPECT_EQ(hr.warnings, std::vector<std::string>{warning});
+  EXPECT_NE(hr.to_string().find("\n  warning: " + warning + "\n"), std::string::npos)
+      << hr.to_string();
+  EXPECT_EQ(hr.to_json()["warnings"], nlohmann::json::array({warning}));
+  // The file vtpu plan read it from, when there was one.
+  PlanEstimate from_file = *plan.estimate;
+  from_file.hardware_file = "/tmp/hw.json";
+  EXPECT_EQ(compare_estimate(from_file, m)
+                .warnings.at(0)
+                .rfind("the plan's profile /tmp/hw.json has no calibrated collectives", 0),
+            0u);
+  // A calibrated profile (the shipped one) and a TPU's: no warning.
+  PlanEstimate calibrated = *plan.estimate;
+  calibrated.profile = HardwareProfile::get("this_machine");
+  EXPECT_TRUE(compare_estimate(calibrated, m).warnings.empty());
+  EXPECT_EQ(compare_estimate(calibrated, m).to_json()["warnings"], nlohmann::json::array());
+  EXPECT_TRUE(compare_estimate(*e, m).warnings.empty());
   EXPECT_TRUE(hr.to_json()["hardware_file"].is_null());
   // The profile's host had host.host_cpus CPUs: a run on another count is told so.
   EXPECT_EQ(hr.profile_host_cpus, host.host_cpus);

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "common/error.h"
 #include "examples/train_plan.h"
@@ -77,11 +78,14 @@ TEST(LatencyProbeTest, ShiftMovesEachProbedCurveAndAlphaByTheDifference) {
               1.6e-6, 1e-15);
 }
 
-// A plan of the digits MLP on a 2-core mesh, as `vtpu plan --emit` writes it, read back.
-TrainPlan mlp_plan(const HardwareProfile& hw, const std::string& strategy) {
+// A plan of the digits MLP on a mesh (default: 2 cores on axis x), as `vtpu plan --emit` writes
+// it, read back.
+TrainPlan mlp_plan(const HardwareProfile& hw, const std::string& strategy,
+                   const std::vector<int64_t>& shape = {2},
+                   const std::vector<std::string>& axes = {"x"}) {
   const ModelGraph model =
       ModelGraph::load_json_file(std::string(VTPU_SOURCE_DIR) + "/examples/models/mlp.json");
-  AutoShardingPlan plan = plan_auto_sharding(model, {2}, {"x"}, CostModel(hw), 0, {});
+  AutoShardingPlan plan = plan_auto_sharding(model, shape, axes, CostModel(hw), 0, {});
   plan.choose(strategy);
   nlohmann::json j = plan.to_json();
   j["estimate"]["hardware"] = "this_machine";
@@ -114,6 +118,41 @@ TEST(LatencyProbeTest, ReestimateMovesThePlansEstimateByWhatTheShiftChanges) {
   TrainPlan bare = dp;
   bare.model_graph.reset();
   EXPECT_FALSE(reestimate_step_seconds(bare, p, p));
+}
+
+// New-user pass nu13, NU66: a dp(x) plan on 8 cores, which runs only 8-core all-reduces, was
+// probed on all four ops on 2, 4 and 8 cores. The fits a strategy prices, worked from what each
+// strategy runs per step (docs/SHARDING.md): data parallel one gradient all-reduce over its data
+// group; Megatron tensor parallel the all-reduce of the logits (the row-parallel W2's partial
+// sums) over its tensor group; FSDP all-gathers the parameters, reduce-scatters the gradients and
+// all-reduces the loss over the FSDP group; dp x tp both all-reduces, each over its own group.
+TEST(LatencyProbeTest, OnlyTheFitsThePlansStrategyPricesAreProbed) {
+  const HardwareProfile p = HardwareProfile::get("this_machine");
+  for (const char* op : {"all_gather", "reduce_scatter", "all_reduce", "all_to_all"}) {
+    ASSERT_EQ(p.collectives.at(op).size(), 3u) << op << ": the shipped fits on 2, 4 and 8 cores";
+  }
+  using Fits = std::set<CollectiveFitId>;
+  EXPECT_EQ(fits_priced_by(mlp_plan(p, "dp(x)", {8}), p), Fits({{"all_reduce", 8}}));
+  EXPECT_EQ(fits_priced_by(mlp_plan(p, "dp(x)", {2}), p), Fits({{"all_reduce", 2}}));
+  EXPECT_EQ(fits_priced_by(mlp_plan(p, "tp(x)", {8}), p), Fits({{"all_reduce", 8}}));
+  EXPECT_EQ(fits_priced_by(mlp_plan(p, "fsdp(x)", {8}), p),
+            Fits({{"all_gather", 8}, {"reduce_scatter", 8}, {"all_reduce", 8}}));
+  EXPECT_EQ(fits_priced_by(mlp_plan(p, "dp(data)+tp(model)", {2, 4}, {"data", "model"}), p),
+            Fits({{"all_reduce", 2}, {"all_reduce", 4}}));
+  // One core runs no collective; a plan the planner cannot price again may use any fit.
+  EXPECT_EQ(fits_priced_by(mlp_plan(p, "single core", {1}), p), Fits());
+  TrainPlan bare = mlp_plan(p, "dp(x)", {8});
+  bare.model_graph.reset();
+  EXPECT_FALSE(fits_priced_by(bare, p).has_value());
+  // The probe measures only those fits.
+  CollectiveProbeOptions o;
+  o.iters = 5;
+  o.warmup = 1;
+  o.only = Fits({{"all_reduce", 4}});
+  const std::vector<CollectiveProbe> one = probe_collectives(p, 8, o);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].op, "all_reduce");
+  EXPECT_EQ(one[0].group_size, 4);
 }
 
 TEST(LatencyProbeTest, ProbesEveryFitUpToTheRunsCoresAtTheRowSize) {
