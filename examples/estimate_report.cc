@@ -148,6 +148,30 @@ MeasuredRun measure_run(int num_cores, int64_t steps, double median_step_ms, con
   return m;
 }
 
+const ThreadPinning* profile_thread_pinning(const std::vector<ThreadPinning>& profile, int cores) {
+  const ThreadPinning* best = nullptr;
+  double best_distance = 0.0;
+  for (const ThreadPinning& t : profile) {
+    if (t.cores < 1 || cores < 1) continue;
+    const double d = std::abs(std::log(static_cast<double>(t.cores) / cores));
+    if (best == nullptr || d < best_distance || (d == best_distance && t.cores > best->cores)) {
+      best = &t;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+std::string thread_pinning_mismatch(const ThreadPinning& profile, const ThreadPinning& run) {
+  if (profile.pinned() == run.pinned()) return "";
+  return "thread pinning differs from the profile's: this run " + run.describe() +
+         ", the profile's " + std::to_string(profile.cores) +
+         "-core collectives were calibrated with " + profile.describe() +
+         "; pinning alone changes a 2-core hand-off about 3.5x, so the estimate's collectives "
+         "are priced for the other mode (run or calibrate with the same pin_threads: --config or "
+         "VTPU_PIN_THREADS)";
+}
+
 EstimateReport compare_estimate(const PlanEstimate& estimate, const MeasuredRun& measured) {
   EstimateReport r;
   r.estimate = estimate;
@@ -169,6 +193,12 @@ EstimateReport compare_estimate(const PlanEstimate& estimate, const MeasuredRun&
   // judged against virtual cores ("5769.60x (outside 25%)"), with only "on v5e" to say why.
   if (const std::optional<HardwareProfile> profile = estimate.priced_with()) {
     r.profile_host_cpus = profile->host_cpus;
+    if (const ThreadPinning* t =
+            profile_thread_pinning(profile->thread_pinning, measured.num_cores)) {
+      r.profile_thread_pinning = *t;
+      if (measured.thread_pinning)
+        r.thread_pinning_warning = thread_pinning_mismatch(*t, *measured.thread_pinning);
+    }
     if (profile->host_cpus <= 0) {
       r.mark_step_not_judged("the estimate is for " + estimate.hardware +
                              ", a TPU; plan with --hardware this_machine to compare");
@@ -192,7 +222,10 @@ void add_collective_probe(EstimateReport& report, const TrainPlan& plan,
     const std::optional<HardwareProfile> priced = report.estimate.priced_with();
     if (!priced || priced->host_cpus <= 0 || priced->collectives.empty()) return;
     const HardwareProfile& profile = *priced;
-    report.probes = probe_collectives(profile, report.measured.num_cores, options);
+    CollectiveProbeOptions probe_options = options;  // the probe meets the host as the run did
+    if (probe_options.pin_threads.empty() && report.measured.thread_pinning)
+      probe_options.pin_threads = report.measured.thread_pinning->mode;
+    report.probes = probe_collectives(profile, report.measured.num_cores, probe_options);
     if (report.probes.empty()) return;
     const std::optional<double> step =
         reestimate_step_seconds(plan, profile, shift_collectives(profile, report.probes));
@@ -307,6 +340,8 @@ std::string EstimateReport::to_string() const {
                   profile_host_cpus, m.host_cpus);
     out += line;
   }
+  if (m.thread_pinning) out += "  threads: pin_threads " + m.thread_pinning->describe() + "\n";
+  if (!thread_pinning_warning.empty()) out += "  warning: " + thread_pinning_warning + "\n";
   return out;
 }
 
@@ -321,7 +356,8 @@ nlohmann::json EstimateReport::to_json() const {
                       {"group_size", p.group_size},
                       {"row_bytes", p.row_bytes},
                       {"profile_seconds", p.profile_seconds},
-                      {"measured_seconds", p.measured_seconds}});
+                      {"measured_seconds", p.measured_seconds},
+                      {"thread_pinning", p.thread_pinning.to_json()}});
     }
     probe = {{"rows", rows},
              {"step_seconds", probed_step_seconds > 0 ? nlohmann::json(probed_step_seconds)
@@ -372,7 +408,14 @@ nlohmann::json EstimateReport::to_json() const {
           {"hbm_within_25_percent", hbm_within},
           {"cpu_bound_seconds", cpu_bound_seconds},
           {"cpu_ratio", cpu_ratio},
-          {"probe", probe}};
+          {"probe", probe},
+          {"thread_pinning",
+           {{"run", m.thread_pinning ? m.thread_pinning->to_json() : nlohmann::json(nullptr)},
+            {"profile",
+             profile_thread_pinning ? profile_thread_pinning->to_json() : nlohmann::json(nullptr)},
+            {"differs", !thread_pinning_warning.empty()},
+            {"warning", thread_pinning_warning.empty() ? nlohmann::json(nullptr)
+                                                       : nlohmann::json(thread_pinning_warning)}}}};
 }
 
 }  // namespace vtpu::examples

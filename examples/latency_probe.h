@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "runtime/hardware_profile.h"
+#include "runtime/thread_pinning.h"
 
 namespace vtpu::examples {
 
@@ -39,6 +40,9 @@ struct CollectiveProbe {
   uint64_t row_bytes = 0;       // the benchmark row's size S, bytes (nccl-tests' "size")
   double profile_seconds = 0;   // the profile's time for that row (curve or formula), seconds
   double measured_seconds = 0;  // the median time measured now, seconds
+  /// Where the probe's cores' threads ran (runtime/thread_pinning.h): pinning changes a 2-core
+  /// hand-off about 3.5x, so a probe and a profile fit compare only under the same pinning.
+  ThreadPinning thread_pinning;
   /// measured - profile: the shift applied to the fit, seconds (negative when faster now).
   double shift_seconds() const { return measured_seconds - profile_seconds; }
 };
@@ -58,6 +62,10 @@ struct CollectiveProbeOptions {
   uint64_t row_bytes = 4096;  // S of each probe row, bytes (4 KiB: every curve's range holds it)
   int iters = 200;            // timed calls per fit
   int warmup = 20;            // untimed calls per fit
+  /// pin_threads of the probe's Runtimes ("auto", "on", "off"; empty: RuntimeOptions' default,
+  /// VTPU_PIN_THREADS or auto). add_collective_probe passes the run's, so that the probe meets
+  /// the host as the run did.
+  std::string pin_threads;
 };
 
 /// The profile's time, seconds, for a `vtpu bench collectives` row of `op` with size `row_bytes`
