@@ -334,9 +334,9 @@ void Communicator::rethrow_with_context(int rank, const Fingerprint& fp) {
         " timed out after " + std::to_string(options_.timeout.count()) + " ms (" + e.message() +
         "); cores that have not reached sequence " + std::to_string(fp.sequence) + ": " +
         missing_cores(fp.sequence) +
-        " (the timeout is collective_timeout_ms of --config, or "
-        "VTPU_COLLECTIVE_TIMEOUT_MS, else 30 s x max(1, cores / CPUs); many more "
-        "cores than CPUs need longer)";
+        " (the timeout is VTPU_COLLECTIVE_TIMEOUT_MS in every command, or "
+        "collective_timeout_ms of --config in vtpu train, reshard and bench collectives, which "
+        "wins; else 30 s x max(1, cores / CPUs); many more cores than CPUs need longer)";
     abort(msg);
     throw DeadlineExceededError(msg);
   } catch (const AbortedError&) {

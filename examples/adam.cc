@@ -5,19 +5,23 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/format_text.h"
 
 namespace vtpu::examples {
 
 void AdamOptions::validate() const {
   for (auto [name, v] : {std::pair{"beta1", beta1}, {"beta2", beta2}, {"adam eps", eps}}) {
     if (!(v > 0.0f) || !std::isfinite(v)) {
-      throw InvalidArgumentError(std::string(name) + " is " + std::to_string(v) +
+      throw InvalidArgumentError(std::string(name) + " is " +
+                                 format_text("%g", static_cast<double>(v)) +
                                  " (expected a finite value > 0)");
     }
   }
   if (beta1 >= 1.0f || beta2 >= 1.0f) {
-    throw InvalidArgumentError("Adam betas are " + std::to_string(beta1) + ", " +
-                               std::to_string(beta2) + " (expected each < 1)");
+    throw InvalidArgumentError(
+        "Adam betas are " +
+        format_text("%g, %g", static_cast<double>(beta1), static_cast<double>(beta2)) +
+        " (expected each < 1)");
   }
 }
 

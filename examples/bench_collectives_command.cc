@@ -14,6 +14,7 @@
 #include "examples/cli_validators.h"
 #include "examples/collective_bench.h"
 #include "examples/output_path.h"
+#include "examples/train_runtime_config.h"
 
 namespace vtpu::examples {
 
@@ -27,12 +28,15 @@ struct BenchCollectivesCommand {
   std::string link_slot_bytes;
   bool json = false;
   std::string calibrate_path;    // --calibrate OUT.json
+  std::string config_path;       // --config: runtime options (examples/train_runtime_config.h)
   std::vector<int> cores = {8};  // --cores: one size for a sweep, one or more for --calibrate
   CLI::Option* cores_opt = nullptr;
   CLI::Option* min_opt = nullptr;
   CLI::Option* max_opt = nullptr;
   CLI::Option* iters_opt = nullptr;
   CLI::Option* warmup_opt = nullptr;
+  CLI::Option* link_slot_bytes_opt = nullptr;
+  CLI::Option* link_slots_opt = nullptr;
   /// The sweep's options that --calibrate does not take (it sweeps the four collectives with the
   /// default type, reduction, algorithm and links, and writes its fits to the file), with why.
   std::vector<std::pair<CLI::Option*, std::string>> sweep_only;
@@ -103,19 +107,23 @@ void print_header(CollectiveBenchmark& bench, const MemcpyBandwidth& bw) {
       "# time: median over the timed calls of the slowest core's time (steady_clock around each "
       "call); busbw = algbw * %.4g (nccl-tests' factor for %s)\n"
       "# links: %s slots (--link-slot-bytes; default 1M capped at cores x the largest buffer)\n"
+      "# threads: pin_threads %s; set by pin_threads of --config or VTPU_PIN_THREADS "
+      "(pinning changes a 2-core hand-off about 3.5x)\n"
       "# memcpy bandwidth in this run: %.2f GB/s (bytes read + written per second, %d threads x "
-      "%s); bound = bytes every core reads and writes once / memcpy bandwidth\n",
+      "%s, beyond the caches); dram_bound = bytes every core reads and writes once / memcpy "
+      "bandwidth: sizes whose buffers fit the CPU caches can run below it (time/dram_bound < 1)\n",
       o.op.c_str(), o.cores, type.c_str(), o.algorithm.c_str(), o.warmup, o.iters, notes.c_str(),
       bench.busbw_factor(), o.op.c_str(), format_bytes(bench.link_slot_bytes()).c_str(),
-      bw.bytes_per_second * 1e-9, bw.threads, format_bytes(bw.bytes_per_thread).c_str());
-  std::printf("%12s %12s %5s %6s %14s %19s %11s %11s %11s %11s %10s %6s\n", "size(B)", "count",
+      bench.thread_pinning().describe().c_str(), bw.bytes_per_second * 1e-9, bw.threads,
+      format_bytes(bw.bytes_per_thread).c_str());
+  std::printf("%12s %12s %5s %6s %14s %19s %11s %11s %11s %14s %15s %6s\n", "size(B)", "count",
               "type", "redop", "op", "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
-              "bound(us)", "time/bound", "check");
+              "dram_bound(us)", "time/dram_bound", "check");
 }
 
 /// --calibrate: fit every collective and write a profile. Sizes and call counts default to the
 /// calibration's (8 B..4 MiB, 10 + 3 calls) unless given on the command line.
-int run_calibrate(const BenchCollectivesCommand& cmd) {
+int run_calibrate(const BenchCollectivesCommand& cmd, const TrainRuntimeConfig& config) {
   // New-user pass nu11, NU34: --op and --json were dropped without a word.
   for (const auto& [opt, why] : cmd.sweep_only) {
     if (opt->count() > 0) {
@@ -128,7 +136,12 @@ int run_calibrate(const BenchCollectivesCommand& cmd) {
   }
   check_output_path("--calibrate", cmd.calibrate_path);
   CalibrationOptions c;
-  if (cmd.cores_opt->count() > 0) c.cores = cmd.cores;
+  c.runtime = config.options;
+  if (cmd.cores_opt->count() > 0) {
+    c.cores = cmd.cores;
+  } else if (config.file_num_cores) {
+    c.cores = {*config.file_num_cores};  // num_cores is the default of --cores
+  }
   if (cmd.min_opt->count() > 0) c.min_bytes = parse_bytes(cmd.min_bytes);
   if (cmd.max_opt->count() > 0) c.max_bytes = parse_bytes(cmd.max_bytes);
   if (cmd.iters_opt->count() > 0) c.iters = cmd.options.iters;
@@ -178,7 +191,10 @@ int run_calibrate(const BenchCollectivesCommand& cmd) {
 }
 
 int run(const BenchCollectivesCommand& cmd) {
-  if (!cmd.calibrate_path.empty()) return run_calibrate(cmd);
+  // --config, under the flags (examples/train_runtime_config.h).
+  const TrainRuntimeConfig config = TrainRuntimeConfig::load(cmd.config_path);
+  if (!check_usage([&] { config.check_memory_events(false, "vtpu bench collectives"); })) return 2;
+  if (!cmd.calibrate_path.empty()) return run_calibrate(cmd, config);
   if (cmd.cores.size() != 1) {
     std::fprintf(stderr,
                  "vtpu: usage error: --cores takes one core count for a sweep (got %zu; a list "
@@ -187,7 +203,14 @@ int run(const BenchCollectivesCommand& cmd) {
     return 2;
   }
   CollectiveBenchOptions o = cmd.options;
-  o.cores = cmd.cores.front();
+  o.runtime = config.options;
+  o.cores = cmd.cores_opt->count() == 0 && config.file_num_cores ? *config.file_num_cores
+                                                                 : cmd.cores.front();
+  // --link-slot-bytes and --link-slots replace the file's link_slot_bytes and link_num_slots.
+  if (cmd.link_slots_opt->count() == 0 && config.sets("link_num_slots"))
+    o.link_num_slots = config.options.link_num_slots;
+  if (cmd.link_slot_bytes_opt->count() == 0 && config.sets("link_slot_bytes"))
+    o.link_slot_bytes = config.options.link_slot_bytes;
   o.min_bytes = parse_bytes(cmd.min_bytes);
   o.max_bytes = parse_bytes(cmd.max_bytes);
   if (!cmd.link_slot_bytes.empty()) o.link_slot_bytes = parse_bytes(cmd.link_slot_bytes);
@@ -214,13 +237,13 @@ int run(const BenchCollectivesCommand& cmd) {
       rows.push_back(collective_bench_row_json(bench, r));
       return;
     }
-    std::printf("%12llu %12llu %5s %6s %14s %19s %11.2f %11.3f %11.3f %11.2f %10.2f %6s\n",
+    std::printf("%12llu %12llu %5s %6s %14s %19s %11.2f %11.3f %11.3f %14.2f %15.2f %6s\n",
                 static_cast<unsigned long long>(r.shape.bytes),
                 static_cast<unsigned long long>(r.shape.count),
                 std::string(data_type_name(o.dtype)).c_str(),
                 bench.op().uses_reduce_op ? std::string(reduce_op_name(o.reduce)).c_str() : "none",
                 o.op.c_str(), r.algorithm.c_str(), r.time_us, r.algbw_gbps, r.busbw_gbps,
-                r.bound_us, r.time_us / r.bound_us, r.wrong ? "WRONG" : "ok");
+                r.dram_bound_us, r.time_us / r.dram_bound_us, r.wrong ? "WRONG" : "ok");
     std::fflush(stdout);
   });
   // New-user pass U25: nccl-tests closes with the mean busbw over the sizes, which its users
@@ -247,7 +270,10 @@ int run(const BenchCollectivesCommand& cmd) {
         {"link_slot_bytes", bench.link_slot_bytes()},
         {"in_place", false},
         {"time_statistic", "median over timed calls of the slowest core's time"},
-        {"busbw_factor", bench.busbw_factor()}};
+        {"busbw_factor", bench.busbw_factor()},
+        {"thread_pinning", bench.thread_pinning().to_json()},
+        {"thread_pinning_text", bench.thread_pinning().describe()},
+        {"runtime", bench.runtime_options().to_json()}};
     const nlohmann::json memcpy = {{"threads", bw.threads},
                                    {"bytes_per_thread", bw.bytes_per_thread},
                                    {"GBps", bw.bytes_per_second * 1e-9},
@@ -328,16 +354,22 @@ std::shared_ptr<BenchCollectivesCommand> add_bench_collectives_command(CLI::App&
       app->add_option("--warmup", o.warmup, "Untimed calls per size before the timed ones")
           ->capture_default_str()
           ->check(CLI::Range(0, 1000000));
-  cmd->sweep_only.emplace_back(
+  cmd->link_slot_bytes_opt =
       app->add_option("--link-slot-bytes", cmd->link_slot_bytes,
                       "Bytes per link slot (default: RuntimeOptions' 1M, capped at cores x the "
-                      "largest buffer, which no message exceeds)")
-          ->check(bench_bytes_validator(64)),
-      fixed);
-  cmd->sweep_only.emplace_back(app->add_option("--link-slots", o.link_num_slots,
-                                               "Slots per link (default: RuntimeOptions' 4)")
-                                   ->check(CLI::Range(2, 1024)),
-                               fixed);
+                      "largest buffer, which no message exceeds; replaces link_slot_bytes of "
+                      "--config)")
+          ->check(bench_bytes_validator(64));
+  cmd->sweep_only.emplace_back(cmd->link_slot_bytes_opt, fixed);
+  cmd->link_slots_opt = app->add_option("--link-slots", o.link_num_slots,
+                                        "Slots per link (default: RuntimeOptions' 4, or "
+                                        "link_num_slots of --config)")
+                            ->check(CLI::Range(2, 1024));
+  cmd->sweep_only.emplace_back(cmd->link_slots_opt, fixed);
+  add_runtime_config_option(*app, cmd->config_path,
+                            "pin_threads, collective_timeout_ms, collective_algorithm (the "
+                            "algorithm auto resolves to), ...; num_cores is the default of "
+                            "--cores");
   cmd->sweep_only.emplace_back(
       app->add_flag("--json", cmd->json,
                     "Print the configuration, memcpy bandwidth and rows as JSON"),

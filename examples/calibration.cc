@@ -60,6 +60,7 @@ CollectiveBenchOptions bench_options(const CalibrationOptions& o, const char* op
   bo.max_bytes = o.max_bytes;
   bo.iters = o.iters;
   bo.warmup = o.warmup;
+  bo.runtime = o.runtime;
   return bo;
 }
 
@@ -262,6 +263,15 @@ HardwareProfile calibrate_this_machine(const CalibrationOptions& o,
       CollectiveFit cf = collective_fit_of(op, fit, cores);
       cf.measured = std::move(curve);
       p.collectives[op].push_back(cf);
+      // Pinning changes a 2-core hand-off about 3.5x (new-user pass nu13, NU72): the profile says
+      // how its fits were measured, once per group size (every op's Runtime pins alike).
+      if (std::ranges::find(p.thread_pinning, cores, &ThreadPinning::cores) ==
+          p.thread_pinning.end()) {
+        p.thread_pinning.push_back(bench.thread_pinning());
+        if (log)
+          log("threads on " + std::to_string(cores) + " cores: pin_threads " +
+              bench.thread_pinning().describe());
+      }
       if (q.worst_fit.empty() || fit.max_relative_error > q.worst_residual) {
         q.worst_residual = fit.max_relative_error;
         q.worst_fit = std::string(op) + " on " + std::to_string(cores) + " cores";

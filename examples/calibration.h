@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "runtime/hardware_profile.h"
+#include "runtime/runtime_options.h"
 
 namespace vtpu::examples {
 
@@ -63,6 +64,9 @@ struct CalibrationOptions {
   uint64_t max_bytes = uint64_t{4} << 20;  // last size of each sweep, bytes
   int iters = 30;                          // timed calls per size
   int warmup = 3;                          // untimed calls per size
+  /// The benchmarks' Runtime options (--config: pin_threads, collective_timeout, ...); num_cores
+  /// and the links are the benchmark's.
+  RuntimeOptions runtime;
 };
 
 /// Usage check of `o` before anything is measured (adversarial pass adv12, ADV5: range errors
@@ -128,6 +132,8 @@ std::string calibration_quality_text(const CalibrationQuality& q);
 /// size of options.cores; returns a validated profile named "this_machine" whose `collectives`
 /// hold one fit per collective and size, whose sources say how each figure was measured
 /// ("collectives.all_reduce" for a single size, "collectives.all_reduce.8" per size otherwise),
+/// whose thread_pinning holds each group size's pinning (runtime/thread_pinning.h: as the
+/// benchmarks' Runtimes applied options.runtime.pin_threads; `log` gets one line each),
 /// and whose description ends with calibration_quality_text. `log` receives one line per fit;
 /// `quality`, when given, receives the worst fit and the load averages (getloadavg) read before
 /// the first and after the last measurement. Throws InvalidArgumentError "calibration: " +

@@ -432,6 +432,20 @@ std::string CollectiveBenchmark::algorithm_for(const Communicator& comm,
   return op_.auto_algorithm ? op_.auto_algorithm(comm, shape) : op_.algorithms.front();
 }
 
+Runtime& CollectiveBenchmark::runtime() {
+  if (!runtime_) {
+    RuntimeOptions ro = options_.runtime;
+    ro.num_cores = options_.cores;
+    ro.link_slot_bytes = link_slot_bytes();
+    if (options_.link_num_slots) ro.link_num_slots = options_.link_num_slots;
+    ro.validate();
+    runtime_ = std::make_unique<Runtime>(ro);
+  }
+  return *runtime_;
+}
+
+const ThreadPinning& CollectiveBenchmark::thread_pinning() { return runtime().thread_pinning(); }
+
 const MemcpyBandwidth& CollectiveBenchmark::memcpy_bandwidth() {
   if (memcpy_.threads == 0) {
     const int cpus = usable_cpus();
@@ -452,12 +466,7 @@ void CollectiveBenchmark::run(const std::function<void(const CollectiveBenchRow&
     max_recv = std::max(max_recv, s.recv_elements);
   }
 
-  RuntimeOptions ro;
-  ro.num_cores = n;
-  ro.link_slot_bytes = link_slot_bytes();
-  if (options_.link_num_slots) ro.link_num_slots = options_.link_num_slots;
-  ro.validate();
-  Runtime runtime(ro);
+  Runtime& runtime = this->runtime();
   std::vector<int> group(static_cast<size_t>(n));
   std::iota(group.begin(), group.end(), 0);
   Communicator comm(runtime, group);
@@ -533,7 +542,8 @@ void CollectiveBenchmark::run(const std::function<void(const CollectiveBenchRow&
             ? op_.traffic_bytes(shape, elem, n)
             : static_cast<double>(n) *
                   static_cast<double>((shape.send_elements + shape.recv_elements) * elem);
-    row.bound_us = bw.bytes_per_second > 0 ? row.traffic_bytes / bw.bytes_per_second * 1e6 : 0.0;
+    row.dram_bound_us =
+        bw.bytes_per_second > 0 ? row.traffic_bytes / bw.bytes_per_second * 1e6 : 0.0;
 
     expected.resize(shape.recv_elements);
     for (int r = 0; r < n; ++r) {
@@ -566,9 +576,10 @@ nlohmann::json collective_bench_row_json(const CollectiveBenchmark& bench,
           {"busbw_GBps", row.busbw_gbps},
           {"busbw_factor", bench.busbw_factor()},
           {"traffic_bytes", row.traffic_bytes},
-          {"bound_us", row.bound_us},
-          {"time_over_bound",
-           row.bound_us > 0 ? nlohmann::json(row.time_us / row.bound_us) : nlohmann::json(nullptr)},
+          {"dram_bound_us", row.dram_bound_us},
+          {"time_over_dram_bound", row.dram_bound_us > 0
+                                       ? nlohmann::json(row.time_us / row.dram_bound_us)
+                                       : nlohmann::json(nullptr)},
           {"wrong", row.wrong},
           {"check", row.wrong == 0 ? "ok" : "WRONG"}};
 }

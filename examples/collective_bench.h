@@ -22,11 +22,17 @@
 // checked). The others have one algorithm each (ring, pairwise, pairwise, chain, chain); on one
 // core every op runs "local".
 //
-// The memory-traffic bound of a row is traffic_bytes / memcpy bandwidth, where traffic_bytes
+// The DRAM bound of a row is traffic_bytes / memcpy bandwidth, where traffic_bytes
 // reads every core's input once and writes every core's output once (2*N*S for all_reduce,
 // (N+1)*S for broadcast and reduce, whose input or output is the root's alone) and
 // the memcpy bandwidth (bytes read + bytes written per second, STREAM's convention) is measured
-// in the same run with one memcpy thread per CPU.
+// in the same run with one memcpy thread per CPU over 64 MiB buffers, beyond the caches: a size
+// whose buffers fit the caches can run below it (time / dram_bound < 1; new-user pass nu13,
+// NU68, where it was called "bound").
+//
+// The benchmark's Runtime is built from options.runtime (the --config file's RuntimeOptions)
+// with num_cores and the links set by the benchmark; its thread pinning (runtime/thread_pinning.h)
+// is part of what a row measures, so thread_pinning() reports it for the header and the JSON.
 //
 // Adding an op (the plug-in point): once Communicator offers it, write one make_<op>_bench_op()
 // in collective_bench.cc (buffer sizes, nccl-tests factor, the call, the reference; optionally how
@@ -36,6 +42,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
@@ -119,8 +126,12 @@ struct CollectiveBenchOptions {
   uint64_t link_slot_bytes = 0;             // 0: RuntimeOptions' default, capped (see below)
   int link_num_slots = 0;                   // 0: RuntimeOptions' default
   /// Measure memcpy bandwidth before the sweep (64 MiB per CPU, about 0.1-0.3 s) for each row's
-  /// bound; false leaves bound_us 0 (a caller that needs only the times: the collective probe).
+  /// DRAM bound; false leaves dram_bound_us 0 (a caller that needs only the times: the collective
+  /// probe).
   bool measure_bound = true;
+  /// The Runtime's options (e.g. pin_threads, collective_timeout, collective_algorithm from
+  /// --config); num_cores, link_slot_bytes and link_num_slots are replaced by the fields above.
+  RuntimeOptions runtime;
 };
 
 struct MemcpyBandwidth {
@@ -142,7 +153,7 @@ struct CollectiveBenchRow {
   double algbw_gbps = 0.0;     // bytes / time, 1e9 bytes per second
   double busbw_gbps = 0.0;     // algbw * busbw_factor
   double traffic_bytes = 0.0;  // every input read once and every output written once
-  double bound_us = 0.0;       // traffic_bytes / memcpy bandwidth
+  double dram_bound_us = 0.0;  // traffic_bytes / memcpy bandwidth (64 MiB buffers: DRAM)
   uint64_t wrong = 0;          // elements that differ from the reference, over all cores
 };
 
@@ -181,12 +192,21 @@ class CollectiveBenchmark {
   uint64_t link_slot_bytes() const;
   /// Measures memcpy bandwidth (once per run, before the sweep).
   const MemcpyBandwidth& memcpy_bandwidth();
+  /// Where the cores' threads run (starts the benchmark's Runtime if run() has not yet), e.g.
+  /// "auto (pinned: cores 0,1 -> CPUs 0,1)".
+  const ThreadPinning& thread_pinning();
+  /// The options of the benchmark's Runtime (starts it like thread_pinning()).
+  const RuntimeOptions& runtime_options() { return runtime().options(); }
   void run(const std::function<void(const CollectiveBenchRow&)>& on_row);
 
  private:
+  /// The benchmark's Runtime, started on first use (one per benchmark, reused by every run()).
+  Runtime& runtime();
+
   CollectiveBenchOptions options_;
   CollectiveBenchOp op_;
   MemcpyBandwidth memcpy_;
+  std::unique_ptr<Runtime> runtime_;
 };
 
 /// The JSON of a row (bytes, count, dtype, op, reduce, algorithm, time_us, ..., check).

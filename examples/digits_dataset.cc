@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "common/error.h"
+#include "common/format_text.h"
 
 #ifndef VTPU_SOURCE_DIR
 #define VTPU_SOURCE_DIR "."
@@ -154,7 +155,7 @@ DigitsDataset load_digits_csv(const std::string& path) {
 
 DigitsSplit split_digits(const DigitsDataset& all, double train_fraction) {
   if (!(train_fraction > 0.0 && train_fraction < 1.0)) {
-    throw InvalidArgumentError("train fraction " + std::to_string(train_fraction) +
+    throw InvalidArgumentError("train fraction " + format_text("%g", train_fraction) +
                                " (expected strictly between 0 and 1)");
   }
   if (all.num_rows() < 2) {

@@ -149,6 +149,30 @@ MeasuredRun measure_run(int num_cores, int64_t steps, double median_step_ms, con
   return m;
 }
 
+const ThreadPinning* profile_thread_pinning(const std::vector<ThreadPinning>& profile, int cores) {
+  const ThreadPinning* best = nullptr;
+  double best_distance = 0.0;
+  for (const ThreadPinning& t : profile) {
+    if (t.cores < 1 || cores < 1) continue;
+    const double d = std::abs(std::log(static_cast<double>(t.cores) / cores));
+    if (best == nullptr || d < best_distance || (d == best_distance && t.cores > best->cores)) {
+      best = &t;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+std::string thread_pinning_mismatch(const ThreadPinning& profile, const ThreadPinning& run) {
+  if (profile.pinned() == run.pinned()) return "";
+  return "thread pinning differs from the profile's: this run " + run.describe() +
+         ", the profile's " + std::to_string(profile.cores) +
+         "-core collectives were calibrated with " + profile.describe() +
+         "; pinning alone changes a 2-core hand-off about 3.5x, so the estimate's collectives "
+         "are priced for the other mode (run or calibrate with the same pin_threads: --config or "
+         "VTPU_PIN_THREADS)";
+}
+
 EstimateReport compare_estimate(const PlanEstimate& estimate, const MeasuredRun& measured) {
   EstimateReport r;
   r.estimate = estimate;
@@ -170,6 +194,12 @@ EstimateReport compare_estimate(const PlanEstimate& estimate, const MeasuredRun&
   // judged against virtual cores ("5769.60x (outside 25%)"), with only "on v5e" to say why.
   if (const std::optional<HardwareProfile> profile = estimate.priced_with()) {
     r.profile_host_cpus = profile->host_cpus;
+    if (const ThreadPinning* t =
+            profile_thread_pinning(profile->thread_pinning, measured.num_cores)) {
+      r.profile_thread_pinning = *t;
+      if (measured.thread_pinning)
+        r.thread_pinning_warning = thread_pinning_mismatch(*t, *measured.thread_pinning);
+    }
     if (profile->host_cpus <= 0) {
       r.mark_step_not_judged("the estimate is for " + estimate.hardware +
                              ", a TPU; plan with --hardware this_machine to compare");
@@ -204,7 +234,9 @@ void add_collective_probe(EstimateReport& report, const TrainPlan& plan,
     CollectiveProbeOptions o = options;
     if (!o.only) o.only = fits_priced_by(plan, profile);
     report.probed_plan_fits_only = o.only.has_value();
-    if (o.only && o.only->empty()) return;  // the plan runs no collective
+    if (o.only && o.only->empty()) return;                        // the plan runs no collective
+    if (o.pin_threads.empty() && report.measured.thread_pinning)  // meet the host as the run did
+      o.pin_threads = report.measured.thread_pinning->mode;
     report.probes = probe_collectives(profile, report.measured.num_cores, o);
     if (report.probes.empty()) return;
     const std::optional<double> step =
@@ -321,6 +353,8 @@ std::string EstimateReport::to_string() const {
                   profile_host_cpus, m.host_cpus);
     out += line;
   }
+  if (m.thread_pinning) out += "  threads: pin_threads " + m.thread_pinning->describe() + "\n";
+  if (!thread_pinning_warning.empty()) out += "  warning: " + thread_pinning_warning + "\n";
   for (const std::string& w : warnings) out += "  warning: " + w + "\n";
   return out;
 }
@@ -336,7 +370,8 @@ nlohmann::json EstimateReport::to_json() const {
                       {"group_size", p.group_size},
                       {"row_bytes", p.row_bytes},
                       {"profile_seconds", p.profile_seconds},
-                      {"measured_seconds", p.measured_seconds}});
+                      {"measured_seconds", p.measured_seconds},
+                      {"thread_pinning", p.thread_pinning.to_json()}});
     }
     probe = {{"rows", rows},
              {"step_seconds", probed_step_seconds > 0 ? nlohmann::json(probed_step_seconds)
@@ -389,7 +424,14 @@ nlohmann::json EstimateReport::to_json() const {
           {"cpu_bound_seconds", cpu_bound_seconds},
           {"cpu_ratio", cpu_ratio},
           {"probe", probe},
-          {"warnings", warnings}};
+          {"warnings", warnings},
+          {"thread_pinning",
+           {{"run", m.thread_pinning ? m.thread_pinning->to_json() : nlohmann::json(nullptr)},
+            {"profile",
+             profile_thread_pinning ? profile_thread_pinning->to_json() : nlohmann::json(nullptr)},
+            {"differs", !thread_pinning_warning.empty()},
+            {"warning", thread_pinning_warning.empty() ? nlohmann::json(nullptr)
+                                                       : nlohmann::json(thread_pinning_warning)}}}};
 }
 
 }  // namespace vtpu::examples

@@ -19,6 +19,11 @@
 //              peak_bytes_in_use over the cores minus what the model file does not describe (the
 //              trainers' device-resident training set, `unmodelled_hbm_bytes`). The raw peak is
 //              printed too.
+//   pinning    the run's thread pinning (MeasuredRun::thread_pinning) against the profile's record
+//              for the same group size (HardwareProfile::thread_pinning; thread_pinning_mismatch):
+//              not judged, but a warning line and JSON thread_pinning.differs when one is pinned
+//              and the other not, since pinning alone changes a 2-core hand-off about 3.5x
+//              (new-user pass nu13, NU72).
 #pragma once
 
 #include <array>
@@ -32,6 +37,7 @@
 #include "examples/latency_probe.h"
 #include "memory/memory_stats.h"
 #include "runtime/hardware_profile.h"
+#include "runtime/thread_pinning.h"
 
 namespace vtpu::examples {
 
@@ -131,6 +137,8 @@ struct MeasuredRun {
   std::string unmodelled_what;              // what it is ("training set, replicated")
   int host_cpus = 0;                        // usable CPUs (common/host.h; 0: unknown)
   std::array<double, 3> load_average = {};  // 1, 5 and 15 minutes, when the run ended
+  /// Where the run's cores' threads ran (Runtime::thread_pinning; nullopt: not recorded).
+  std::optional<ThreadPinning> thread_pinning;
 };
 
 /// Fills `host_cpus` (usable_cpus: the affinity mask's CPUs) and `load_average` (getloadavg).
@@ -189,6 +197,12 @@ struct EstimateReport {
   /// The probe measured only the fits the plan's strategy prices (fits_priced_by), not every fit
   /// up to the run's cores (JSON probe.plan_fits_only).
   bool probed_plan_fits_only = false;
+  /// The profile's pinning record for the run (profile_thread_pinning; nullopt: none, e.g. a
+  /// profile calibrated before pinning was recorded, or a TPU profile).
+  std::optional<ThreadPinning> profile_thread_pinning;
+  /// thread_pinning_mismatch of that record and the run's ("" when they agree or one is
+  /// unknown). Printed as a warning line; JSON thread_pinning.warning.
+  std::string thread_pinning_warning;
 
   static constexpr double kTolerance = 0.25;  // issue 6: within 25%
 
@@ -202,6 +216,19 @@ struct EstimateReport {
   std::string to_string() const;
   nlohmann::json to_json() const;
 };
+
+/// The record of `profile` (HardwareProfile::thread_pinning) that prices a run of `cores` cores:
+/// the one of that many cores, else the nearest in log n (as the cost model picks a fit; a tie
+/// goes to the larger), else nullptr (no record). Pure.
+const ThreadPinning* profile_thread_pinning(const std::vector<ThreadPinning>& profile, int cores);
+
+/// The warning when a run's pinning `run` differs from the profile's record `profile` (one is
+/// pinned and the other not), else "": "thread pinning differs from the profile's: this run
+/// auto (not pinned: pin_threads off), the profile's 2-core collectives were calibrated with auto
+/// (pinned: cores 0,1 -> CPUs 0,1); pinning alone changes a 2-core hand-off about 3.5x, so the
+/// estimate's collectives are priced for the other mode (run or calibrate with the same
+/// pin_threads: --config or VTPU_PIN_THREADS)". Pure.
+std::string thread_pinning_mismatch(const ThreadPinning& profile, const ThreadPinning& run);
 
 /// Compares. Pure. Thread-safe.
 EstimateReport compare_estimate(const PlanEstimate& estimate, const MeasuredRun& measured);

@@ -44,6 +44,7 @@ std::vector<CollectiveProbe> probe_collectives(const HardwareProfile& profile, i
       bo.iters = options.iters;
       bo.warmup = options.warmup;
       bo.measure_bound = false;
+      if (!options.pin_threads.empty()) bo.runtime.pin_threads = options.pin_threads;
       if (const std::string problem = check_collective_bench_options(bo); !problem.empty()) {
         throw InvalidArgumentError("collective probe: " + problem);
       }
@@ -53,6 +54,7 @@ std::vector<CollectiveProbe> probe_collectives(const HardwareProfile& profile, i
       p.group_size = fit.group_size;
       p.row_bytes = options.row_bytes;
       p.profile_seconds = profile_row_seconds(op, fit, options.row_bytes);
+      p.thread_pinning = bench.thread_pinning();
       bench.run([&](const CollectiveBenchRow& r) {
         if (r.wrong != 0) {
           throw InternalError("collective probe: " + op + " on " + std::to_string(fit.group_size) +

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "runtime/hardware_profile.h"
+#include "runtime/thread_pinning.h"
 
 namespace vtpu::examples {
 
@@ -42,6 +43,9 @@ struct CollectiveProbe {
   uint64_t row_bytes = 0;       // the benchmark row's size S, bytes (nccl-tests' "size")
   double profile_seconds = 0;   // the profile's time for that row (curve or formula), seconds
   double measured_seconds = 0;  // the median time measured now, seconds
+  /// Where the probe's cores' threads ran (runtime/thread_pinning.h): pinning changes a 2-core
+  /// hand-off about 3.5x, so a probe and a profile fit compare only under the same pinning.
+  ThreadPinning thread_pinning;
   /// measured - profile: the shift applied to the fit, seconds (negative when faster now).
   double shift_seconds() const { return measured_seconds - profile_seconds; }
 };
@@ -67,6 +71,10 @@ struct CollectiveProbeOptions {
   /// Probe only these fits (fits_priced_by: those the plan's strategy prices); nullopt: every
   /// fit that can price a group of the run (probe_collectives).
   std::optional<std::set<CollectiveFitId>> only;
+  /// pin_threads of the probe's Runtimes ("auto", "on", "off"; empty: RuntimeOptions' default,
+  /// VTPU_PIN_THREADS or auto). add_collective_probe passes the run's, so that the probe meets
+  /// the host as the run did.
+  std::string pin_threads;
 };
 
 /// The profile's time, seconds, for a `vtpu bench collectives` row of `op` with size `row_bytes`

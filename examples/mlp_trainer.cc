@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/format_text.h"
 #include "common/strings.h"
 #include "examples/mlp_layout.h"
 #include "examples/mlp_tp_trainer.h"
@@ -143,7 +144,8 @@ void MlpConfig::validate(int num_cores) const {
     throw InvalidArgumentError("hidden is " + std::to_string(hidden) + " (expected 1..1048576)");
   }
   if (!(learning_rate > 0.0f) || !std::isfinite(learning_rate)) {
-    throw InvalidArgumentError("learning rate is " + std::to_string(learning_rate) +
+    throw InvalidArgumentError("learning rate is " +
+                               format_text("%g", static_cast<double>(learning_rate)) +
                                " (expected a finite value > 0)");
   }
   // Regression (adversarial pass adv8, H3): only the command line bounded the batch; a plan's

@@ -18,6 +18,7 @@
 #include "common/units.h"
 #include "examples/cli_validators.h"
 #include "examples/mesh_arg.h"
+#include "examples/train_runtime_config.h"
 #include "runtime/hardware_profile.h"
 #include "runtime/runtime.h"
 #include "sharding/block_copy.h"
@@ -43,6 +44,7 @@ struct ReshardCommand {
   uint64_t seed = 1;
   int warmup = 3;
   int iters = 10;
+  std::string config_path;  // --config: runtime options (examples/train_runtime_config.h)
 };
 
 namespace {
@@ -129,6 +131,8 @@ int run(const ReshardCommand& c) {
   // pass 10, NU13: so did too many devices and --hardware with --alpha/--beta, both usage errors.
   std::vector<int64_t> mesh_shape;
   std::vector<std::string> axes;
+  // --config, under the flags (examples/train_runtime_config.h): the runtime of a run.
+  const TrainRuntimeConfig runtime_config = TrainRuntimeConfig::load(c.config_path);
   if (!check_usage([&] {
         mesh_shape = parse_mesh_shape(c.mesh);
         axes = mesh_axis_names(c.axes, c.mesh, mesh_shape, default_axis_names(mesh_shape.size()));
@@ -142,6 +146,9 @@ int run(const ReshardCommand& c) {
                              " for a run on virtual cores; --explain plans up to " +
                                  std::to_string(kMaxPlanDevices));
         }
+        runtime_config.check_mesh_cores(num_elements_of(mesh_shape), "--mesh " + c.mesh,
+                                        std::nullopt);
+        runtime_config.check_memory_events(false, "vtpu reshard");
         if (uniform && c.app->get_option("--hardware")->count() > 0) {
           throw InvalidArgumentError(
               "--hardware cannot be combined with --alpha/--beta/--a2a-factor (expected either a "
@@ -195,7 +202,7 @@ int run(const ReshardCommand& c) {
 
   // Run it: random small integers per addend (so that every summation order is exact), the
   // logical value is their sum, and each target block must equal the slice of that value.
-  RuntimeOptions options;
+  RuntimeOptions options = runtime_config.options;
   options.num_cores = static_cast<int>(mesh.size());
   Runtime runtime(options);
   std::mt19937_64 rng(c.seed);
@@ -276,6 +283,7 @@ int run(const ReshardCommand& c) {
                        {"median_wall_seconds", median_of(step_wall[i])}});
     }
     j["run"] = {{"num_cores", mesh.size()},
+                {"thread_pinning", runtime.thread_pinning().to_json()},
                 {"warmup", c.warmup},
                 {"iters", c.iters},
                 {"median_wall_seconds", median_of(walls)},
@@ -306,6 +314,8 @@ int run(const ReshardCommand& c) {
       "collective call; wall adds padding copies, allocation and the SPMD launch)\n");
   std::printf("check against gather-then-slice: %s", bad == 0 ? "ok\n" : "mismatch");
   if (bad != 0) std::printf(" (%zu elements differ)\n", bad);
+  // Pinning changes a 2-core hand-off about 3.5x (new-user pass nu13, NU72).
+  std::printf("threads: pin_threads %s\n", runtime.thread_pinning().describe().c_str());
   return bad == 0 ? 0 : 1;
 }
 
@@ -382,6 +392,8 @@ std::shared_ptr<ReshardCommand> add_reshard_command(CLI::App& app) {
                    "them, 1..1000")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
+  add_runtime_config_option(*c->app, c->config_path,
+                            "for the run; num_cores, if given, must match --mesh");
   c->app->add_option("--seed", c->seed, "Seed of the random input, 0 .. 2^64 - 1")
       ->capture_default_str()
       ->check(seed_validator());

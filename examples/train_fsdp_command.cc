@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/host.h"
 #include "common/strings.h"
 #include "common/units.h"
 #include "examples/cli_validators.h"
@@ -200,8 +201,12 @@ int run(const TrainFsdpCommand& cmd) {
 
   StepMeter meter;
   std::optional<FsdpResult> fsdp;
+  // The run's pinning, for the estimate report: the FSDP runtime's, or what run_mlp's runtime of
+  // the same options applies.
+  ThreadPinning pinning = plan_thread_pinning(options.pin_threads, n, usable_cpu_ids());
   if (fsdp_mode) {
     Runtime runtime(options);
+    pinning = runtime.thread_pinning();
     FsdpConfig run_config = config;
     std::function<void(int64_t, double)> on_log = log;
     if (estimate) {  // a callback every step, to read the process CPU time
@@ -216,10 +221,11 @@ int run(const TrainFsdpCommand& cmd) {
                                              : std::function<void(int64_t, double)>());
   std::optional<EstimateReport> report;
   if (estimate) {
-    const MeasuredRun m =
+    MeasuredRun m =
         measure_run(n, mc.steps, fsdp ? fsdp->median_step_ms : dp.result.median_step_ms, meter,
                     fsdp ? fsdp->hbm : dp.result.hbm, (fsdp ? fsdp->peak : dp.peak).training_set,
                     "training set (replicated on every core)");
+    m.thread_pinning = pinning;
     report = compare_estimate(*estimate, m);
     add_collective_probe(*report, *plan);  // right after the run: the host mode it met
   }
@@ -388,9 +394,8 @@ std::shared_ptr<TrainFsdpCommand> add_train_fsdp_command(CLI::App& train) {
   app->add_option("--hbm-bytes", cmd->hbm_bytes,
                   "HBM per core, e.g. 16G, 512M (default 16G, or hbm_bytes_per_core of --config)")
       ->check(size_validator());
-  app->add_option("--config", cmd->config_path,
-                  "RuntimeOptions JSON file (as train mlp's: num_cores is the default of --cores "
-                  "and must match a --plan mesh)");
+  add_runtime_config_option(*app, cmd->config_path,
+                            "num_cores is the default of --cores and must match a --plan mesh");
   app->add_option("--log-every", m.log_every, "Print the FSDP loss every K steps (0: never)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

@@ -165,8 +165,10 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
   // and holds none. Where the replicas differ (examples/replica_check.h).
   const bool has_replicas = mode != MlpPlanMode::kFsdp;
   std::optional<ReplicaMismatch> replica_mismatch;
+  ThreadPinning pinning;  // the run's, for the estimate report
   {
     Runtime runtime(options);
+    pinning = runtime.thread_pinning();
     if (mode == MlpPlanMode::kTensorParallel) {
       tp = train_mlp_tensor_parallel(runtime, split, run_config, *layout, on_log);
       const MlpResult& r = tp->run;
@@ -190,9 +192,11 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
   }
   std::optional<EstimateReport> report;
   if (estimate) {
-    report = compare_estimate(
-        *estimate, measure_run(n, mlp.steps, run.median_step_ms, meter, run.hbm,
-                               run.training_set_bytes, "training set (replicated on every core)"));
+    MeasuredRun measured =
+        measure_run(n, mlp.steps, run.median_step_ms, meter, run.hbm, run.training_set_bytes,
+                    "training set (replicated on every core)");
+    measured.thread_pinning = pinning;
+    report = compare_estimate(*estimate, measured);
     add_collective_probe(*report, plan);  // right after the run: the host mode it met
   }
   // The reference of the data-parallel group (examples/mlp_reference.h): 1 core with one

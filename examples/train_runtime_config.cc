@@ -12,12 +12,19 @@ TrainRuntimeConfig TrainRuntimeConfig::load(const std::string& path) {
   TrainRuntimeConfig c;
   c.path = path;
   if (path.empty()) return c;
-  std::vector<std::string> keys;
-  c.options = RuntimeOptions::load_json_file(path, &keys);
-  if (std::find(keys.begin(), keys.end(), "num_cores") != keys.end()) {
-    c.file_num_cores = c.options.num_cores;
-  }
+  c.options = RuntimeOptions::load_json_file(path, &c.keys);
+  if (c.sets("num_cores")) c.file_num_cores = c.options.num_cores;
   return c;
+}
+
+bool TrainRuntimeConfig::sets(const std::string& key) const {
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+
+CLI::Option* add_runtime_config_option(CLI::App& app, std::string& path, const std::string& rules) {
+  return app.add_option(
+      "--config", path,
+      "RuntimeOptions JSON file (keys as README, \"Runtime options\"; " + rules + ")");
 }
 
 void TrainRuntimeConfig::check_mesh_cores(int64_t mesh_cores, const std::string& mesh,

@@ -1,6 +1,9 @@
-// `--config FILE` of `vtpu train mlp|fsdp|transformer`: the runtime options (RuntimeOptions,
-// runtime/runtime_options.h: allocator, collective algorithm and timeout, thread pinning, links,
-// ...) read from a JSON file, under the command line. One rule in every trainer:
+// `--config FILE` of `vtpu train mlp|fsdp|transformer`, `vtpu reshard` and `vtpu bench
+// collectives`: the runtime options (RuntimeOptions, runtime/runtime_options.h: allocator,
+// collective algorithm and timeout, thread pinning, links, ...) read from a JSON file, under the
+// command line. One rule in every command (reshard and bench collectives: --cores and the mesh as
+// below; bench collectives: --link-slot-bytes and --link-slots replace link_slot_bytes and
+// link_num_slots):
 //   - the file's keys replace the defaults (and the VTPU_* variables' defaults);
 //   - a flag replaces the file's key: --cores num_cores, --hbm-bytes hbm_bytes_per_core,
 //     --allocator allocator (train mlp);
@@ -10,12 +13,15 @@
 //     gives num_cores and no --cores replaces it: else a usage error naming both;
 //   - record_memory_events true needs something that writes the log (train mlp --memory-events).
 // Regression (new-user pass nu12, NU54): `train fsdp --config` and `train transformer --config`
-// were unknown options.
+// were unknown options; (nu13, NU74) reshard and bench collectives had none, while the collective
+// timeout's message pointed to collective_timeout_ms of --config.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "examples/train_plan.h"
 #include "runtime/runtime_options.h"
@@ -27,6 +33,10 @@ struct TrainRuntimeConfig {
   std::string path;                   // --config FILE; empty: none
   RuntimeOptions options;             // the file's keys over the defaults
   std::optional<int> file_num_cores;  // num_cores, when the file sets it
+  std::vector<std::string> keys;      // the keys the file sets, in file order
+
+  /// Whether the file sets `key` (e.g. "link_slot_bytes").
+  bool sets(const std::string& key) const;
 
   /// Reads `path` (RuntimeOptions::load_json_file; an empty path: the defaults). Throws what
   /// load_json_file throws: NotFoundError, InvalidArgumentError naming the key or the position.
@@ -53,5 +63,10 @@ struct TrainRuntimeConfig {
   /// and `written` is false: nothing would write the event log `command` records.
   void check_memory_events(bool written, const std::string& command) const;
 };
+
+/// Adds `--config FILE` to `app`, storing the path in `path`: "RuntimeOptions JSON file (keys as
+/// README, \"Runtime options\"; " + `rules` + ")". The one definition of the option for every
+/// command that takes it.
+CLI::Option* add_runtime_config_option(CLI::App& app, std::string& path, const std::string& rules);
 
 }  // namespace vtpu::examples

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/format_text.h"
 
 namespace vtpu::examples {
 
@@ -24,7 +25,7 @@ inline void finish_step(int core, int64_t step, int64_t steps, int64_t log_every
                         const std::function<void(int64_t, double)>& on_log) {
   if (!std::isfinite(loss)) {
     throw FailedPreconditionError("training diverged at step " + std::to_string(step) +
-                                  ": loss is " + std::to_string(loss) +
+                                  ": loss is " + format_text("%g", loss) +
                                   " (try a smaller learning rate)");
   }
   if (core != 0) return;

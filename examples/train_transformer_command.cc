@@ -212,8 +212,9 @@ int run(const TrainTransformerCommand& cmd) {
   std::optional<EstimateReport> report;
   if (estimate) {
     // The tokens are the step's input batch: nothing unmodelled.
-    const MeasuredRun m =
+    MeasuredRun m =
         measure_run(static_cast<int>(mesh.num_cores()), c.steps, r.median_step_ms, meter, r.hbm);
+    m.thread_pinning = runtime.thread_pinning();
     report = compare_estimate(*estimate, m);
     add_collective_probe(*report, *plan);  // right after the run: the host mode it met
   }
@@ -374,9 +375,9 @@ std::shared_ptr<TrainTransformerCommand> add_train_transformer_command(CLI::App&
   app->add_option("--hbm-bytes", cmd->hbm_bytes,
                   "HBM per core, e.g. 16G, 512M (default 16G, or hbm_bytes_per_core of --config)")
       ->check(size_validator());
-  app->add_option("--config", cmd->config_path,
-                  "RuntimeOptions JSON file (as train mlp's: num_cores is the default of --cores, "
-                  "so alone it means --mesh 1xN, and must match --mesh or --plan)");
+  add_runtime_config_option(*app, cmd->config_path,
+                            "num_cores is the default of --cores, so alone it means --mesh 1xN, "
+                            "and must match --mesh or --plan");
   app->add_option(
          "--kernels", c.kernels,
          "Dense projections: eigen (Eigen GEMMs) or pallas (the pipelined tiled matmul "

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "common/error.h"
+#include "common/format_text.h"
 #include "examples/nn_kernels.h"
 #include "sharding/mesh.h"
 #include "sharding/named_sharding.h"
@@ -60,7 +61,8 @@ void TransformerConfig::validate() const {
                                str(heads) + " (expected head dim d_model / heads to be whole)");
   }
   if (!(learning_rate > 0.0f) || !std::isfinite(learning_rate)) {
-    throw InvalidArgumentError("learning rate is " + std::to_string(learning_rate) +
+    throw InvalidArgumentError("learning rate is " +
+                               format_text("%g", static_cast<double>(learning_rate)) +
                                " (expected a finite value > 0)");
   }
   AdamOptions{beta1, beta2, adam_eps}.validate();

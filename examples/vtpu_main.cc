@@ -343,10 +343,11 @@ int run_train_mlp(const TrainArgs& args) {
   if (!args.memory_events.empty()) runtime.save_memory_event_log(args.memory_events);
   std::optional<vtpu::examples::EstimateReport> report;
   if (estimate) {
-    report = vtpu::examples::compare_estimate(
-        *estimate, vtpu::examples::measure_run(
-                       options.num_cores, args.mlp.steps, result.median_step_ms, meter, result.hbm,
-                       peak.training_set, "training set (replicated on every core)"));
+    vtpu::examples::MeasuredRun measured = vtpu::examples::measure_run(
+        options.num_cores, args.mlp.steps, result.median_step_ms, meter, result.hbm,
+        peak.training_set, "training set (replicated on every core)");
+    measured.thread_pinning = runtime.thread_pinning();
+    report = vtpu::examples::compare_estimate(*estimate, measured);
     // New-user pass nu12, NU52: a pallas run was judged against an estimate priced from the
     // Eigen kernels' rates (--plan refuses --kernels pallas for that reason).
     if (mlp.kernels == "pallas") {
@@ -701,7 +702,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   mlp->add_option("--hbm-bytes", args.hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)")
       ->check(vtpu::examples::size_validator());
-  mlp->add_option("--config", args.config_path, "RuntimeOptions JSON file");
+  vtpu::examples::add_runtime_config_option(
+      *mlp, args.config_path,
+      "num_cores is the default of --cores and must match a --plan or --estimate-from mesh; "
+      "--hbm-bytes and --allocator replace their keys");
   mlp->add_option("--kernels", args.mlp.kernels,
                   "Forward/backward compute: eigen (Eigen over HBM) or pallas (pipelined kernels "
                   "streaming blocks through VMEM with the DMA engine)")

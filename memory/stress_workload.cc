@@ -140,34 +140,42 @@ void StressWorkloadOptions::validate() const {
   if (std::find(names.begin(), names.end(), name) == names.end())
     throw InvalidArgumentError("unknown stress workload '" + name +
                                "' (expected one of: " + join(names, ", ") + ")");
+  // Each message names the `vtpu stress` option a user typed and the field it sets (new-user
+  // pass nu13: "activation_bytes 512" named a struct field, not --activation-bytes).
   auto require = [&](bool ok, const std::string& what) {
     if (!ok) throw InvalidArgumentError("stress workload " + name + ": " + what);
   };
   require(events_per_core >= 1 && events_per_core <= kMaxWorkloadEvents,
-          "events_per_core " + std::to_string(events_per_core) + " (expected 1.." +
+          "--events " + std::to_string(events_per_core) + " (events_per_core; expected 1.." +
               std::to_string(kMaxWorkloadEvents) + ")");
   if (is_steady_state_workload(name)) {
-    require(live_buffers >= 1, "live_buffers 0 (expected >= 1)");
+    require(live_buffers >= 1, "--live 0 (live_buffers; expected >= 1)");
     SizeOptions s = sizes;
     s.distribution = parse_size_distribution(name);
     s.validate();
   } else if (name == "kv_cache") {
-    require(max_requests >= 1 && max_requests <= 1000000,
-            "max_requests " + std::to_string(max_requests) + " (expected 1..1000000)");
-    require(kv_block_bytes >= 1, "kv_block_bytes 0 (expected >= 1)");
+    require(
+        max_requests >= 1 && max_requests <= 1000000,
+        "--max-requests " + std::to_string(max_requests) + " (max_requests; expected 1..1000000)");
+    require(kv_block_bytes >= 1, "--kv-block-bytes 0 (kv_block_bytes; expected >= 1)");
     require(max_blocks >= 4 && max_blocks <= 1000000,
-            "max_blocks " + std::to_string(max_blocks) + " (expected 4..1000000)");
+            "--max-blocks " + std::to_string(max_blocks) + " (max_blocks; expected 4..1000000)");
     require(kv_block_bytes <= (uint64_t{1} << 44) / static_cast<uint64_t>(max_blocks),
-            "kv_block_bytes * max_blocks above 16 TiB");
+            "--kv-block-bytes " + std::to_string(kv_block_bytes) + " x --max-blocks " +
+                std::to_string(max_blocks) +
+                " is above 16 TiB (kv_block_bytes * max_blocks; expected at most 16 TiB)");
   } else {
     require(layers >= 1 && layers <= 100000,
-            "layers " + std::to_string(layers) + " (expected 1..100000)");
+            "--layers " + std::to_string(layers) + " (layers; expected 1..100000)");
     require(activation_bytes >= 1024 && activation_bytes <= (uint64_t{1} << 40),
-            "activation_bytes " + std::to_string(activation_bytes) + " (expected 1 KiB..1 TiB)");
+            "--activation-bytes " + std::to_string(activation_bytes) +
+                " (activation_bytes; expected 1 KiB..1 TiB)");
     require(weight_bytes >= 1024 && weight_bytes <= (uint64_t{1} << 40),
-            "weight_bytes " + std::to_string(weight_bytes) + " (expected 1 KiB..1 TiB)");
+            "--weight-bytes " + std::to_string(weight_bytes) +
+                " (weight_bytes; expected 1 KiB..1 TiB)");
     require(min_batch_eighths >= 1 && min_batch_eighths <= 8,
-            "min_batch_eighths " + std::to_string(min_batch_eighths) + " (expected 1..8)");
+            "min_batch_eighths " + std::to_string(min_batch_eighths) +
+                " (no vtpu stress option; expected 1..8)");
   }
 }
 

@@ -431,6 +431,14 @@ void HardwareProfile::validate() const {
     }
   }
   kernels.validate(name);
+  std::set<int> pinned_sizes;
+  for (const ThreadPinning& t : thread_pinning) {
+    if (!pinned_sizes.insert(t.cores).second) {
+      throw InvalidArgumentError(
+          "hardware profile '" + name + "': thread_pinning has two records for " +
+          std::to_string(t.cores) + " cores (expected one per calibrated group size)");
+    }
+  }
   if (host_cpus < 0) {
     throw InvalidArgumentError("hardware profile '" + name + "': host_cpus is " +
                                std::to_string(host_cpus) +
@@ -439,7 +447,7 @@ void HardwareProfile::validate() const {
   if ((cache_bytes == 0) != (cache_bytes_per_second == 0.0)) {
     throw InvalidArgumentError("hardware profile '" + name + "': cache_bytes is " +
                                std::to_string(cache_bytes) + " and cache_bytes_per_second is " +
-                               std::to_string(cache_bytes_per_second) +
+                               number_text(cache_bytes_per_second) +
                                " (expected both set, or neither)");
   }
   if (cache_bytes != 0) require_rate(cache_bytes_per_second, "cache_bytes_per_second");
@@ -512,6 +520,7 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
                                                "llc_bytes",
                                                "llc_bytes_per_second",
                                                "collectives",
+                                               "thread_pinning",
                                                "kernels",
                                                "sources"};
   for (const auto& [key, value] : j.items()) {
@@ -581,6 +590,16 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
       }
       p.collectives[op] = collective_fits_from_json(op, fit);
     }
+  }
+  if (j.contains("thread_pinning")) {
+    const nlohmann::json& t = j.at("thread_pinning");
+    if (!t.is_array()) {
+      throw InvalidArgumentError("hardware profile key 'thread_pinning' is " + t.dump() +
+                                 " (expected an array of pinning records, one per group size)");
+    }
+    for (const nlohmann::json& record : t)
+      p.thread_pinning.push_back(ThreadPinning::from_json(record));
+    std::ranges::sort(p.thread_pinning, {}, &ThreadPinning::cores);
   }
   if (j.contains("kernels")) p.kernels = kernel_rates_from_json(j.at("kernels"));
   if (j.contains("sources")) {
@@ -656,6 +675,13 @@ nlohmann::json HardwareProfile::to_json() const {
       c[op] = a.size() == 1 ? a[0] : a;
     }
     j["collectives"] = c;
+  }
+  if (!thread_pinning.empty()) {  // written only when recorded, as the optional fields above
+    std::vector<ThreadPinning> sorted = thread_pinning;
+    std::ranges::sort(sorted, {}, &ThreadPinning::cores);
+    nlohmann::json t = nlohmann::json::array();
+    for (const ThreadPinning& record : sorted) t.push_back(record.to_json());
+    j["thread_pinning"] = std::move(t);
   }
   return j;
 }

@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/thread_pinning.h"
+
 namespace vtpu {
 
 /// A calibrated alpha-beta fit of one collective (written by `vtpu bench collectives --calibrate`,
@@ -137,6 +139,14 @@ struct HardwareProfile {
   /// collective is one fit object or a non-empty array of them (to_json writes the object form
   /// for one fit, the array sorted by group_size for several).
   std::map<std::string, std::vector<CollectiveFit>> collectives;
+  /// How the virtual cores' threads were pinned while `collectives` were calibrated
+  /// (runtime/thread_pinning.h): one record per calibrated group size, sorted by cores, with
+  /// distinct core counts. JSON key "thread_pinning": [{"mode": "auto", "cores": 2, "host_cpus":
+  /// 2, "pinned": true, "cpus": [0, 1]}, {"mode": "auto", "cores": 8, ..., "pinned": false,
+  /// "reason": "8 cores > 2 CPUs"}]. Optional: empty (absent) in the TPU profiles and in profiles
+  /// calibrated before it was recorded (2026-12-02). The trainers' estimate report warns when a
+  /// run's pinning differs from it (examples/estimate_report.h).
+  std::vector<ThreadPinning> thread_pinning;
   /// Measured kernel throughputs (host profiles); JSON key "kernels": {"gemm_sizes": [...],
   /// "gemm_flops_per_second": [...], optional "gemm_warm_flops_per_second": [...],
   /// "elementwise_per_second": {"pass": ..., "transcendental": ...}, "row_kernels":

@@ -76,12 +76,17 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
 }
 
 void Runtime::pin_core_threads() {
-  if (options_.pin_threads == "off") return;
-  const std::vector<int> cpus = usable_cpu_ids();
-  // auto: a lone core has no peer to hand off to, so it is left free (several one-core runtimes,
-  // e.g. parallel tests, would otherwise all land on the first CPU).
-  if (options_.pin_threads == "auto" && (cores_.size() < 2 || cores_.size() > cpus.size())) return;
-  for (size_t i = 0; i < cores_.size(); ++i) cores_[i]->pin_to_cpu(cpus[i % cpus.size()]);
+  thread_pinning_ = plan_thread_pinning(options_.pin_threads, num_cores(), usable_cpu_ids());
+  for (size_t i = 0; i < thread_pinning_.cpus.size(); ++i) {
+    const int cpu = thread_pinning_.cpus[i];
+    if (!cores_[i]->pin_to_cpu(cpu)) {
+      // The cores pinned so far stay pinned; the record says the runtime is not (uniformly).
+      thread_pinning_.reason = "setting core " + std::to_string(i) + "'s thread to CPU " +
+                               std::to_string(cpu) + " failed (pthread_setaffinity_np)";
+      thread_pinning_.cpus.clear();
+      return;
+    }
+  }
 }
 
 Runtime::~Runtime() {

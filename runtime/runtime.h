@@ -15,6 +15,7 @@
 #include "runtime/device_buffer.h"
 #include "runtime/hardware_profile.h"
 #include "runtime/runtime_options.h"
+#include "runtime/thread_pinning.h"
 #include "runtime/virtual_core.h"
 
 namespace vtpu {
@@ -43,6 +44,9 @@ class Runtime {
   const RuntimeOptions& options() const { return options_; }
   /// The profile named by options().hardware_profile (loaded once, at construction).
   const HardwareProfile& hardware_profile() const { return profile_; }
+  /// Where the cores' threads run: options().pin_threads as applied at construction
+  /// (runtime/thread_pinning.h), e.g. "auto (pinned: cores 0,1 -> CPUs 0,1)".
+  const ThreadPinning& thread_pinning() const { return thread_pinning_; }
   /// Throws InvalidArgumentError for an id outside [0, num_cores).
   VirtualCore& core(int core_id);
   const VirtualCore& core(int core_id) const;
@@ -86,6 +90,7 @@ class Runtime {
 
   RuntimeOptions options_;
   HardwareProfile profile_;
+  ThreadPinning thread_pinning_;
   std::vector<std::unique_ptr<VirtualCore>> cores_;
   std::mutex launch_mu_;  // orders program launches across cores
   std::mutex abort_mu_;

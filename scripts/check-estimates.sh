@@ -35,6 +35,14 @@
 # 2 on a usage error. --from judges as the run it reads did (a profile.json or profile-1.json in it says it
 # calibrated). The estimate column is the median of the rounds' estimates (one value with
 # --hardware).
+# Busy host (new-user pass nu13, NU71): the table also gives the median over the rounds of the
+# run's CPU ratio (estimate_vs_measured.cpu_ratio: CPU time per step / min(cores, CPUs) over the
+# estimate, not judged) and the 1-minute load average read from /proc/loadavg before each run
+# (DIR/loadavgI-R.txt; DIR/loadavg-R.txt at the start of round R, DIR/host_cpus.txt the CPU
+# count). When a round starts with a load average above the host's CPUs, the script warns on
+# stderr and the table's footer says so: the wall-time ratios then include waiting for the CPU,
+# and a CPU ratio near 1 with a wall ratio far above it means a busy host, not a wrong estimate.
+# --from shows "-" where an older directory has none of these files.
 # Needs jq (scripts/install-deps.sh installs it).
 set -euo pipefail
 
@@ -116,7 +124,14 @@ if [[ -z "$from" ]]; then
   calibrate_each_round=$([[ -z "$hardware" ]] && echo true || echo false)
   [[ $calibrate_each_round == true ]] || plan_all "$hardware" ""
   echo "running $rounds round(s) of ${#examples[@]} examples ($(date -u +%H:%M:%S) UTC, load average $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+  host_cpus=$(nproc)
+  echo "$host_cpus" >"$out/host_cpus.txt"
   for ((r = 1; r <= rounds; r++)); do
+    cp /proc/loadavg "$out/loadavg-$r.txt"
+    load=$(cut -d' ' -f1 "$out/loadavg-$r.txt")
+    if awk -v l="$load" -v c="$host_cpus" 'BEGIN { exit !(l > c) }'; then
+      echo "check-estimates: warning: round $r starts at load average $load on $host_cpus CPUs: the host is busy, so wall-time ratios include waiting for the CPU (compare the CPU ratio column)" >&2
+    fi
     suffix=""
     if [[ $calibrate_each_round == true ]]; then
       suffix="-$r"
@@ -130,6 +145,7 @@ if [[ -z "$from" ]]; then
     fi
     for i in "${!examples[@]}"; do
       IFS='|' read -r name _ train_args <<<"${examples[$i]}"
+      cp /proc/loadavg "$out/loadavg$i-$r.txt"
       # shellcheck disable=SC2086
       if ! "$vtpu" train $train_args --plan "$out/plan$i$suffix.json" --json >"$out/run$i-$r.json" 2>"$out/run$i-$r.err"; then
         echo "check-estimates: '$name' round $r failed (the other runs go on):" >&2
@@ -149,8 +165,8 @@ else
 fi
 judged_column=$([[ $probed_judged == true ]] && echo "judged (median, probed)" || echo "judged (median, plain)")
 status=0
-printf '| example | strategy | estimate (median of rounds) | measured (median of rounds) | ratio per round | with probe per round | %s | HBM ratio | |\n' "$judged_column"
-printf '|---|---|---|---|---|---|---|---|---|\n'
+printf '| example | strategy | estimate (median of rounds) | measured (median of rounds) | ratio per round | with probe per round | %s | HBM ratio | CPU ratio (median, not judged) | load avg (1 min) per round | |\n' "$judged_column"
+printf '|---|---|---|---|---|---|---|---|---|---|---|\n'
 for i in "${!examples[@]}"; do
   IFS='|' read -r name _ _ <<<"${examples[$i]}"
   runs=()
@@ -160,11 +176,20 @@ for i in "${!examples[@]}"; do
       { echo "check-estimates: $out/run$i-$r.json ($name, round $r) is not a run's --json output (empty, truncated or another file)" >&2; exit 1; }
     runs+=("$out/run$i-$r.json")
   done
-  row=$(jq -s -r --arg name "$name" --argjson probed_judged "$probed_judged" '
+  loads=""  # the 1-minute load average before each round's run ("-" where not recorded)
+  for ((r = 1; r <= rounds; r++)); do
+    load="-"
+    [[ -f "$out/loadavg$i-$r.txt" ]] && load=$(cut -d' ' -f1 "$out/loadavg$i-$r.txt")
+    loads+=${loads:+, }$load
+  done
+  [[ "$loads" =~ ^[-,\ ]*$ ]] && loads="-"  # none recorded (an older directory)
+  row=$(jq -s -r --arg name "$name" --argjson probed_judged "$probed_judged" --arg loads "$loads" '
     def median: sort | if length % 2 == 1 then .[length / 2 | floor]
                        else (.[length / 2 - 1] + .[length / 2]) / 2 end;
     def t: if . >= 1e-3 then "\(. * 1e5 | round / 100) ms" else "\(. * 1e8 | round / 100) us" end;
     def r2: . * 100 | round / 100 | tostring;
+    # The median CPU ratio over the runs that measured one ("-": none, or older files).
+    def cpu: map(.cpu_ratio // 0 | select(. > 0)) | if length == 0 then "-" else median | r2 end;
     def judged_row($e):
       ($e | map(.step_ratio)) as $plain
       | ($e | map(if .probe == null then null elif .probe.judged then .probe.step_ratio
@@ -179,25 +204,44 @@ for i in "${!examples[@]}"; do
          ($plain | map(r2) | join(", ")),
          (if ($probed | all(. == null)) then "-"
           else ($probed | map(if . == null then "n/a" elif . == "busy" then . else r2 end) | join(", ")) end),
-         ($judged | r2), ($hbm | r2), (if $ok then "within 25%" else "**outside 25%**" end)];
+         ($judged | r2), ($hbm | r2), ($e | cpu), $loads,
+         (if $ok then "within 25%" else "**outside 25%**" end)];
     (map(select(has("failed") | not) | .estimate_vs_measured)) as $e
     | [to_entries[] | select(.value | has("failed")) | "round \(.key + 1) failed: \(.value.failed)"] as $failures
     | if ($failures | length) > 0 then
         # A failed run: the rounds that ran are listed, the row is outside (nothing is judged).
         [$name, ($e[0].strategy // "-"), "-", "-",
          (map(if has("failed") then "failed" else (.estimate_vs_measured.step_ratio // "not judged" | if type == "number" then r2 else . end) end) | join(", ")),
-         "-", ($failures | join("; ")), "-", "**outside 25%**"]
+         "-", ($failures | join("; ")), "-", ($e | cpu), $loads, "**outside 25%**"]
       elif ($e | any(.step_ratio == null)) then
         # The trainer did not judge the step (e.g. a TPU profile estimate on this host).
         [$name, $e[0].strategy, ($e | map(.estimate.step_seconds) | median | t),
          ($e | map(.measured.median_step_seconds) | median | t), "not judged", "-",
          "not judged (the trainer marks the estimate not comparable on this host)", "-",
-         "**outside 25%**"]
+         ($e | cpu), $loads, "**outside 25%**"]
       else judged_row($e) end
     | "| " + join(" | ") + " |"' "${runs[@]}")
   echo "$row"
   [[ "$row" == *"**outside 25%**"* ]] && status=1
 done
+# The footer: rounds that started on a busy host (load average above the CPUs), from the files
+# the run recorded (none in an older directory).
+if [[ -f "$out/host_cpus.txt" ]]; then
+  host_cpus=$(cat "$out/host_cpus.txt")
+  busy=""
+  for ((r = 1; r <= rounds; r++)); do
+    [[ -f "$out/loadavg-$r.txt" ]] || continue
+    load=$(cut -d' ' -f1 "$out/loadavg-$r.txt")
+    if awk -v l="$load" -v c="$host_cpus" 'BEGIN { exit !(l > c) }'; then
+      busy+=${busy:+, }"round $r at $load"
+    fi
+  done
+  if [[ -n "$busy" ]]; then
+    echo
+    echo "**Busy host**: load average (1 min) above the host's $host_cpus CPUs at the start of $busy. The wall-time ratios include waiting for the CPU; where the CPU ratio is near 1 and the wall ratio far above it, the host was busy, not the estimate wrong."
+    echo "check-estimates: warning: busy host ($busy on $host_cpus CPUs): see the CPU ratio column" >&2
+  fi
+fi
 if [[ -n "$hardware" ]]; then
   echo "profile: $hardware" >&2
 elif [[ -z "$from" ]]; then

@@ -21,6 +21,13 @@ namespace vtpu {
 
 namespace {
 
+/// format_bytes with the exact count where it rounds: "512 B" below 1 KiB (already exact),
+/// "53.58 KiB (54864 bytes)" from 1 KiB up: for the limits and needs a user compares.
+std::string format_bytes_exact(uint64_t size_bytes) {
+  if (size_bytes < 1024) return format_bytes(size_bytes);
+  return format_bytes(size_bytes) + " (" + std::to_string(size_bytes) + " bytes)";
+}
+
 /// One way to run a layer over the tensor axes.
 struct Option {
   const char* choice;
@@ -1112,9 +1119,8 @@ void AutoShardingPlan::choose(const std::string& name, bool allow_over_hbm) {
   if (!c.fits && !allow_over_hbm) {
     throw ResourceExhaustedError(
         "strategy '" + name + "' of model '" + model.name + "' does not fit: it needs " +
-        format_bytes(c.min_hbm_bytes_per_core) + " (" + std::to_string(c.min_hbm_bytes_per_core) +
-        " bytes) of HBM per core, over the limit of " + format_bytes(hbm_limit_bytes) + " (" +
-        std::to_string(hbm_limit_bytes) + " bytes)");
+        format_bytes_exact(c.min_hbm_bytes_per_core) + " of HBM per core, over the limit of " +
+        format_bytes_exact(hbm_limit_bytes));
   }
   pinned = static_cast<int>(it - candidates.begin());
 }
@@ -1140,10 +1146,13 @@ void AutoShardingPlan::require_fit() const {
                                (candidates.empty() ? "no candidates" : cannot_run_summary()));
   }
   throw ResourceExhaustedError(
-      "model '" + model.name + "' fits on no strategy within " + format_bytes(hbm_limit_bytes) +
-      " (" + std::to_string(hbm_limit_bytes) + " bytes) of HBM per core; the smallest HBM per " +
-      "core that would fit is " + format_bytes(best->min_hbm_bytes_per_core) + " (" +
-      std::to_string(best->min_hbm_bytes_per_core) + " bytes), with " + best->name);
+      "model '" + model.name + "' fits on no strategy within " +
+      format_bytes_exact(hbm_limit_bytes) + " of HBM per core" +
+      (host_ram_bytes != 0 ? " (host RAM " + format_bytes_exact(host_ram_bytes) + " over " +
+                                 count_text(Mesh(mesh_shape, axis_names).size(), "core") + ")"
+                           : std::string()) +
+      "; the smallest HBM per core that would fit is " +
+      format_bytes_exact(best->min_hbm_bytes_per_core) + ", with " + best->name);
 }
 
 std::string AutoShardingPlan::cannot_run_summary() const {
@@ -1203,7 +1212,9 @@ std::string AutoShardingPlan::to_string() const {
   if (host_ram_bytes != 0) {
     const int64_t n = Mesh(mesh_shape, axis_names).size();
     out += " (host RAM " + format_bytes(host_ram_bytes) + " shared by " +
-           count_text(n, "virtual core") + ")";
+           count_text(n, "virtual core") +
+           (host_ram_bytes % static_cast<uint64_t>(n) != 0 ? ", rounded down to whole bytes" : "") +
+           ")";
   }
   out += "\n";
   if (oversubscription != 1.0) {

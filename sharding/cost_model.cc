@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "common/error.h"
+#include "common/format_text.h"
 #include "common/strings.h"
 #include "common/units.h"
 
@@ -17,7 +18,7 @@ namespace {
 
 void require_finite_nonnegative(double v, const char* what) {
   if (!(v >= 0) || !std::isfinite(v)) {
-    throw InvalidArgumentError(std::string(what) + " is " + std::to_string(v) +
+    throw InvalidArgumentError(std::string(what) + " is " + format_text("%g", v) +
                                " (expected a finite number >= 0)");
   }
 }

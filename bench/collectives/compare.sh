@@ -71,8 +71,8 @@ awk '$1 == 8 {printf "OpenMPI %7.2f us\n", $5}' "$tmp/mpi_lat.txt"
 
 if [[ -s $tmp/bound.txt ]]; then
   echo
-  echo "# 8 MiB all_reduce on 8 cores: time over the memory-traffic bound 2*N*S / memcpy bandwidth"
+  echo "# 8 MiB all_reduce on 8 cores: time over the DRAM bound 2*N*S / memcpy bandwidth"
   echo "# (target <= 3)"
   grep 'memcpy bandwidth' "$tmp/vtpu_8.txt" | sed 's/^# //'
-  awk '{printf "time %.1f us, bound %.1f us, time/bound %.2f\n", $7, $10, $11}' "$tmp/bound.txt"
+  awk '{printf "time %.1f us, dram_bound %.1f us, time/dram_bound %.2f\n", $7, $10, $11}' "$tmp/bound.txt"
 fi

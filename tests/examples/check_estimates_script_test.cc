@@ -93,24 +93,24 @@ TEST(CheckEstimatesScriptTest, EachExampleIsJudgedOnTheMedianRoundWithTheProbeWh
   });
   const ScriptRun run = run_script("--from " + dir.string());
   EXPECT_EQ(run.exit_code, 1) << run.output;  // two examples outside
-  EXPECT_EQ(
-      row_of(run.output, "mlp 1 core"),
-      "| mlp 1 core | single core | 10 us | 10 us | 0.9, 1.6, 1 | - | 1 | 1.03 | within 25% |");
+  EXPECT_EQ(row_of(run.output, "mlp 1 core"),
+            "| mlp 1 core | single core | 10 us | 10 us | 0.9, 1.6, 1 | - | 1 | 1.03 | - | - | "
+            "within 25% |");
   EXPECT_EQ(row_of(run.output, "mlp 2 cores"),
             "| mlp 2 cores | dp(x) | 10 us | 13 us | 1.3, 1.3, 1.3 | 1.1, 1.2, 1 | 1.1 | 1.02 | "
-            "within 25% |");
+            "- | - | within 25% |");
   EXPECT_EQ(row_of(run.output, "mlp 8 cores"),
             "| mlp 8 cores | tp(x) | 10 us | 14 us | 1.5, 1.1, 1.4 | 1.2, busy, 1.3 | 1.2 | 1.09 | "
-            "within 25% |");
+            "- | - | within 25% |");
   EXPECT_EQ(row_of(run.output, "transformer 1x2"),
             "| transformer 1x2 | dp(model) | 4 ms | 4 ms | 1, 1, 1 | 1, 1, 1 | 1 | 1.3 | "
-            "**outside 25%** |");
+            "- | - | **outside 25%** |");
   EXPECT_EQ(
       row_of(run.output, "transformer 2x4"),
       "| transformer 2x4 | dp(data,model) | 5 ms | 6.3 ms | 1.3, 1.26, 1.1 | 1.3, 1.26, 1.1 | "
-      "1.26 | 1.1 | **outside 25%** |");
+      "1.26 | 1.1 | - | - | **outside 25%** |");
   EXPECT_EQ(row_of(run.output, "fsdp 2 cores"),
-            "| fsdp 2 cores | dp(x) | 1 ms | 1 ms | 1, 1, 1 | - | 1 | 1 | within 25% |");
+            "| fsdp 2 cores | dp(x) | 1 ms | 1 ms | 1, 1, 1 | - | 1 | 1 | - | - | within 25% |");
 }
 
 TEST(CheckEstimatesScriptTest,
@@ -126,7 +126,7 @@ TEST(CheckEstimatesScriptTest,
   EXPECT_EQ(
       row_of(run.output, "transformer 1x1"),
       "| transformer 1x1 | single core | 10 ms | 8.5 ms | 0.7, 0.8, 0.9, 2 | - | 0.85 | 1.19 | "
-      "within 25% |");
+      "- | - | within 25% |");
 }
 
 // With the calibration of the minute (the run wrote profile.json) the plain ratio is judged; with
@@ -140,16 +140,16 @@ TEST(CheckEstimatesScriptTest, ACalibrationOfTheMinuteIsJudgedPlainAnOlderProfil
   ScriptRun run = run_script("--from " + dir.string());
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("| judged (median, probed) |"), std::string::npos) << run.output;
-  EXPECT_EQ(
-      row_of(run.output, "mlp 2 cores"),
-      "| mlp 2 cores | dp(x) | 10 us | 13 us | 1.3, 1.3, 1.3 | 1, 1, 1 | 1 | 1.02 | within 25% |");
+  EXPECT_EQ(row_of(run.output, "mlp 2 cores"),
+            "| mlp 2 cores | dp(x) | 10 us | 13 us | 1.3, 1.3, 1.3 | 1, 1, 1 | 1 | 1.02 | - | - | "
+            "within 25% |");
   std::ofstream(dir / "profile.json") << "{}";
   run = run_script("--from " + dir.string());
   EXPECT_EQ(run.exit_code, 1) << run.output;
   EXPECT_NE(run.output.find("| judged (median, plain) |"), std::string::npos) << run.output;
   EXPECT_EQ(row_of(run.output, "mlp 2 cores"),
             "| mlp 2 cores | dp(x) | 10 us | 13 us | 1.3, 1.3, 1.3 | 1, 1, 1 | 1.3 | 1.02 | "
-            "**outside 25%** |");
+            "- | - | **outside 25%** |");
 }
 
 // The default run calibrates once per round (profile-1.json ..): each round's ratio is against
@@ -171,10 +171,10 @@ TEST(CheckEstimatesScriptTest, ACalibrationPerRoundJudgesEachRoundAgainstItsOwnE
   EXPECT_NE(run.output.find("| judged (median, plain) |"), std::string::npos) << run.output;
   EXPECT_EQ(row_of(run.output, "transformer 1x1"),
             "| transformer 1x1 | single core | 10 ms | 9 ms | 0.9, 0.75, 1.13 | - | 0.9 | 1.19 | "
-            "within 25% |");
+            "- | - | within 25% |");
   EXPECT_EQ(row_of(run.output, "mlp 2 cores"),
             "| mlp 2 cores | dp(x) | 10 us | 13 us | 1.3, 1.3, 1.3 | 1, 1, 1 | 1.3 | 1.02 | "
-            "**outside 25%** |");
+            "- | - | **outside 25%** |");
 }
 
 // A run that failed is recorded ({"failed": error}) and its row says so, outside; a run the
@@ -190,18 +190,59 @@ TEST(CheckEstimatesScriptTest, FailedAndUnjudgedRunsAreRowsOutsideAndBadFilesAre
   EXPECT_EQ(run.exit_code, 1) << run.output;
   EXPECT_EQ(row_of(run.output, "mlp 8 cores"),
             "| mlp 8 cores | dp(x) | - | - | 1, failed, 1 | - | round 2 failed: vtpu: error: "
-            "DeadlineExceeded: all_reduce timed out | - | **outside 25%** |");
+            "DeadlineExceeded: all_reduce timed out | - | - | - | **outside 25%** |");
   EXPECT_EQ(row_of(run.output, "fsdp 8 cores"),
             "| fsdp 8 cores | dp(x) | 1 ms | 1 ms | not judged | - | not judged (the trainer "
-            "marks the estimate not comparable on this host) | - | **outside 25%** |");
+            "marks the estimate not comparable on this host) | - | - | - | **outside 25%** |");
   EXPECT_EQ(row_of(run.output, "mlp 1 core"),
-            "| mlp 1 core | dp(x) | 1 ms | 1 ms | 1, 1, 1 | - | 1 | 1 | within 25% |");
+            "| mlp 1 core | dp(x) | 1 ms | 1 ms | 1, 1, 1 | - | 1 | 1 | - | - | within 25% |");
   std::ofstream(dir / "run5-3.json", std::ios::trunc) << "";
   run = run_script("--from " + dir.string());
   EXPECT_EQ(run.exit_code, 1) << run.output;
   EXPECT_NE(run.output.find("run5-3.json (transformer 1x1, round 3) is not a run's --json output"),
             std::string::npos)
       << run.output;
+}
+
+// New-user pass nu13, NU71: a busy host's wall ratios were indistinguishable from a wrong
+// estimate. The table gives the median CPU ratio and each round's load average (before the run),
+// and a round that started above the host's CPUs is named in the footer and on stderr.
+TEST(CheckEstimatesScriptTest, TheTableShowsTheCpuRatioAndLoadAndWarnsOfABusyHost) {
+  if (!have_jq()) GTEST_SKIP() << "jq is not installed (scripts/install-deps.sh installs it)";
+  const auto dir = write_runs("busy", 3, [](int i, int r, nlohmann::json& j) {
+    // transformer 1x1: wall 5.2x in every round, CPU ratios 1.19, 1.09, 1.29 -> median 1.19.
+    const double cpu[] = {1.19, 1.09, 1.29};
+    if (i == 5) {
+      j = run_json("single core", 10e-3, 52e-3, 1.19);
+      j["estimate_vs_measured"]["cpu_ratio"] = cpu[r - 1];
+    }
+  });
+  std::ofstream(dir / "host_cpus.txt") << "2\n";
+  const char* start[] = {"7.80 7.90 8.00 3/500 1234\n", "1.50 2.00 2.50 1/500 1234\n",
+                         "2.00 2.00 2.00 1/500 1234\n"};  // round 3 at 2.00: not above 2 CPUs
+  for (int r = 1; r <= 3; ++r) {
+    std::ofstream(dir / ("loadavg-" + std::to_string(r) + ".txt")) << start[r - 1];
+    std::ofstream(dir / ("loadavg5-" + std::to_string(r) + ".txt")) << start[r - 1];
+  }
+  ScriptRun run = run_script("--from " + dir.string());
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_EQ(row_of(run.output, "transformer 1x1"),
+            "| transformer 1x1 | single core | 10 ms | 52 ms | 5.2, 5.2, 5.2 | - | 5.2 | 1.19 | "
+            "1.19 | 7.80, 1.50, 2.00 | **outside 25%** |");
+  // Example 0 has no load files and no cpu_ratio: "-" for each.
+  EXPECT_EQ(row_of(run.output, "mlp 1 core"),
+            "| mlp 1 core | dp(x) | 1 ms | 1 ms | 1, 1, 1 | - | 1 | 1 | - | - | within 25% |");
+  EXPECT_NE(run.output.find("**Busy host**: load average (1 min) above the host's 2 CPUs at the "
+                            "start of round 1 at 7.80."),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("check-estimates: warning: busy host (round 1 at 7.80 on 2 CPUs)"),
+            std::string::npos)
+      << run.output;
+  // An older directory without host_cpus.txt has no footer.
+  std::filesystem::remove(dir / "host_cpus.txt");
+  run = run_script("--from " + dir.string());
+  EXPECT_EQ(run.output.find("Busy host"), std::string::npos) << run.output;
 }
 
 // A TPU profile is refused up front, and so is an --out that holds an earlier run's files

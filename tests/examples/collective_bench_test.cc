@@ -50,7 +50,7 @@ TEST(CollectiveBenchTest, AllReduceRowsAreCheckedAndUseTheNcclTestsFactor) {
 }
 
 // The bound: traffic over the measured memcpy bandwidth when measured (the default), 0 and a null
-// time_over_bound in the JSON when not.
+// time_over_dram_bound in the JSON when not.
 TEST(CollectiveBenchTest, TheBoundIsTrafficOverMemcpyBandwidthOrAbsent) {
   CollectiveBenchOptions o = tiny(2);
   o.max_bytes = 64;
@@ -61,14 +61,14 @@ TEST(CollectiveBenchTest, TheBoundIsTrafficOverMemcpyBandwidthOrAbsent) {
   const double bw = measured.memcpy_bandwidth().bytes_per_second;
   ASSERT_GT(bw, 0.0);
   for (const CollectiveBenchRow& r : rows) {
-    EXPECT_DOUBLE_EQ(r.bound_us, r.traffic_bytes / bw * 1e6);
-    EXPECT_DOUBLE_EQ(collective_bench_row_json(measured, r)["time_over_bound"].get<double>(),
-                     r.time_us / r.bound_us);
+    EXPECT_DOUBLE_EQ(r.dram_bound_us, r.traffic_bytes / bw * 1e6);
+    EXPECT_DOUBLE_EQ(collective_bench_row_json(measured, r)["time_over_dram_bound"].get<double>(),
+                     r.time_us / r.dram_bound_us);
   }
   CollectiveBenchmark unmeasured(tiny(2));
   for (const CollectiveBenchRow& r : run_rows(unmeasured)) {
-    EXPECT_EQ(r.bound_us, 0.0);
-    EXPECT_TRUE(collective_bench_row_json(unmeasured, r)["time_over_bound"].is_null());
+    EXPECT_EQ(r.dram_bound_us, 0.0);
+    EXPECT_TRUE(collective_bench_row_json(unmeasured, r)["time_over_dram_bound"].is_null());
   }
 }
 

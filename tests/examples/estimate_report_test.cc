@@ -213,6 +213,83 @@ TEST(EstimateReportTest, ATpuEstimatesStepTimeIsNotJudgedOnThisHost) {
             "the estimate is for v5e, a TPU; plan with --hardware this_machine to compare");
 }
 
+// New-user pass nu13, NU72: a profile calibrated pinned and a run unpinned (or the reverse) differ
+// about 3.5x per 2-core hand-off; the report warns when the profile's record for the run's core
+// count (else the nearest in log n) is pinned where the run is not. No timing: hand-built runs.
+TEST(EstimateReportTest, AThreadPinningThatDiffersFromTheProfilesIsAWarning) {
+  HardwareProfile profile = HardwareProfile::get("this_machine");
+  profile.thread_pinning = {plan_thread_pinning("auto", 2, {0, 1}),
+                            plan_thread_pinning("auto", 8, {0, 1})};
+  PlanEstimate e;
+  e.hardware = "this_machine";
+  e.step_seconds = 1e-3;
+  e.profile = profile;
+  MeasuredRun m;
+  m.num_cores = 2;
+  m.steps = 3;
+  m.median_step_seconds = 1e-3;
+  m.host_cpus = 2;
+
+  m.thread_pinning = plan_thread_pinning("off", 2, {0, 1});  // the profile's 2 cores were pinned
+  EstimateReport r = compare_estimate(e, m);
+  const std::string warning =
+      "thread pinning differs from the profile's: this run off (not pinned: pin_threads off), the "
+      "profile's 2-core collectives were calibrated with auto (pinned: cores 0,1 -> CPUs 0,1); "
+      "pinning alone changes a 2-core hand-off about 3.5x, so the estimate's collectives are "
+      "priced for the other mode (run or calibrate with the same pin_threads: --config or "
+      "VTPU_PIN_THREADS)";
+  EXPECT_EQ(r.thread_pinning_warning, warning);
+  EXPECT_NE(r.to_string().find("  threads: pin_threads off (not pinned: pin_threads off)\n"),
+            std::string::npos)
+      << r.to_string();
+  EXPECT_NE(r.to_string().find("  warning: " + warning + "\n"), std::string::npos) << r.to_string();
+  nlohmann::json j = r.to_json()["thread_pinning"];
+  EXPECT_EQ(j["differs"], true);
+  EXPECT_EQ(j["warning"], warning);
+  EXPECT_EQ(j["run"]["mode"], "off");
+  EXPECT_EQ(j["profile"]["cores"], 2);
+  EXPECT_EQ(j["profile"]["pinned"], true);
+
+  // Pinned like the profile: no warning (the mode may differ: on and auto both pin 2 of 2 CPUs).
+  m.thread_pinning = plan_thread_pinning("on", 2, {0, 1});
+  r = compare_estimate(e, m);
+  EXPECT_EQ(r.thread_pinning_warning, "");
+  EXPECT_EQ(r.to_string().find("warning:"), std::string::npos) << r.to_string();
+  EXPECT_EQ(r.to_json()["thread_pinning"]["differs"], false);
+  EXPECT_TRUE(r.to_json()["thread_pinning"]["warning"].is_null());
+
+  // 6 cores: the nearest record in log n is 8 cores' (|ln 6/8| < |ln 6/2|), unpinned; a run with
+  // pin_threads on pins its 6 cores round-robin: a warning naming the 8-core record.
+  m.num_cores = 6;
+  m.thread_pinning = plan_thread_pinning("on", 6, {0, 1});
+  r = compare_estimate(e, m);
+  EXPECT_NE(r.thread_pinning_warning.find("the profile's 8-core collectives were calibrated with "
+                                          "auto (not pinned: 8 cores > 2 CPUs)"),
+            std::string::npos)
+      << r.thread_pinning_warning;
+
+  // A profile without the record (calibrated before it existed): nothing to compare.
+  e.profile->thread_pinning.clear();
+  r = compare_estimate(e, m);
+  EXPECT_EQ(r.thread_pinning_warning, "");
+  EXPECT_FALSE(r.profile_thread_pinning.has_value());
+  EXPECT_TRUE(r.to_json()["thread_pinning"]["profile"].is_null());
+  EXPECT_EQ(r.to_json()["thread_pinning"]["run"]["mode"], "on");
+}
+
+TEST(EstimateReportTest, TheProfileRecordForARunIsTheNearestGroupSizeInLogN) {
+  const std::vector<ThreadPinning> records = {plan_thread_pinning("auto", 2, {0, 1}),
+                                              plan_thread_pinning("auto", 4, {0, 1}),
+                                              plan_thread_pinning("auto", 8, {0, 1})};
+  EXPECT_EQ(profile_thread_pinning(records, 2)->cores, 2);
+  EXPECT_EQ(profile_thread_pinning(records, 3)->cores, 4);  // |ln 3/4| < |ln 3/2|
+  EXPECT_EQ(profile_thread_pinning(records, 1)->cores, 2);
+  EXPECT_EQ(profile_thread_pinning(records, 64)->cores, 8);
+  EXPECT_EQ(profile_thread_pinning({}, 2), nullptr);
+  // A tie (4 between 2 and 8) goes to the larger.
+  EXPECT_EQ(profile_thread_pinning({records[0], records[2]}, 4)->cores, 8);
+}
+
 // New-user pass nu12, NU52: `train mlp --estimate-from PLAN --kernels pallas` was judged against
 // an estimate of the Eigen kernels' rates. A caller marks such a step row not judged, with the
 // reason, before the collective probe (which then does not run).
@@ -373,7 +450,8 @@ TEST(EstimateReportTest, TheCollectiveProbeIsPrintedAndJudgedBesideTheProfilesEs
   EXPECT_FALSE(r.step_within);
   // As add_collective_probe fills it: the host's hand-off is 1.7 us slower than the profile's,
   // and the plan's seven collectives make the estimate 16 + 7 x 1.7 = 27.9 us: 32 / 27.9 = 1.147.
-  r.probes = {{"all_gather", 2, 4096, 0.9e-6, 2.6e-6}, {"all_reduce", 2, 4096, 0.9e-6, 2.6e-6}};
+  r.probes = {{"all_gather", 2, 4096, 0.9e-6, 2.6e-6, {}},
+              {"all_reduce", 2, 4096, 0.9e-6, 2.6e-6, {}}};
   r.probed_step_seconds = 27.9e-6;
   r.probed_step_ratio = m.median_step_seconds / r.probed_step_seconds;
   r.probed_step_within = true;
@@ -393,7 +471,7 @@ TEST(EstimateReportTest, TheCollectiveProbeIsPrintedAndJudgedBesideTheProfilesEs
   EXPECT_EQ(j["judged"], true);
   // A busy host: a probe at 20,000x the profile's time. The probed estimate would absorb the
   // whole slowdown, so it is printed but not judged.
-  r.probes = {{"all_gather", 2, 4096, 1e-6, 20e-3}, {"all_reduce", 2, 4096, 1e-6, 2e-6}};
+  r.probes = {{"all_gather", 2, 4096, 1e-6, 20e-3, {}}, {"all_reduce", 2, 4096, 1e-6, 2e-6, {}}};
   r.probe_worst_ratio = worst_probe_ratio(r.probes);
   EXPECT_DOUBLE_EQ(r.probe_worst_ratio, 20000.0);
   r.probe_judged = false;

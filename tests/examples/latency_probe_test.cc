@@ -55,8 +55,8 @@ TEST(LatencyProbeTest, ShiftMovesEachProbedCurveAndAlphaByTheDifference) {
       {{"all_gather", {curve_fit(2, {{1024, 1e-6}, {8192, 2e-6}}), curve_fit(8, {{1024, 40e-6}})}},
        {"all_reduce", {curve_fit(2, {{1024, 0.5e-6}, {8192, 1.5e-6}})}}});
   std::vector<CollectiveProbe> probes(2);
-  probes[0] = {"all_gather", 2, 4096, 1.4e-6, 3.0e-6};  // +1.6 us
-  probes[1] = {"all_reduce", 2, 4096, 1.0e-6, 0.2e-6};  // -0.8 us
+  probes[0] = {"all_gather", 2, 4096, 1.4e-6, 3.0e-6, {}};  // +1.6 us
+  probes[1] = {"all_reduce", 2, 4096, 1.0e-6, 0.2e-6, {}};  // -0.8 us
   const HardwareProfile s = shift_collectives(p, probes);
   const CollectiveFit& ag2 = s.collectives.at("all_gather")[0];
   EXPECT_NEAR(ag2.measured[0].second, 2.6e-6, 1e-15);
@@ -107,11 +107,11 @@ TEST(LatencyProbeTest, ReestimateMovesThePlansEstimateByWhatTheShiftChanges) {
   // Data parallel on 2 cores communicates once per step: the gradient bucket's all-reduce. A
   // shift of +2 us on the 2-core all-reduce adds 2 us to the step, and a shift on the all-gather
   // (which data parallel does not call) adds nothing.
-  CollectiveProbe ar{"all_reduce", 2, 4096, 1e-6, 3e-6};
+  CollectiveProbe ar{"all_reduce", 2, 4096, 1e-6, 3e-6, {}};
   const std::optional<double> slower = reestimate_step_seconds(dp, p, shift_collectives(p, {ar}));
   ASSERT_TRUE(slower);
   EXPECT_NEAR(*slower - dp.estimate->step_seconds, 2e-6, 1e-12);
-  CollectiveProbe ag{"all_gather", 2, 4096, 1e-6, 3e-6};
+  CollectiveProbe ag{"all_gather", 2, 4096, 1e-6, 3e-6, {}};
   EXPECT_NEAR(*reestimate_step_seconds(dp, p, shift_collectives(p, {ag})),
               dp.estimate->step_seconds, 1e-15);
   // A plan without a model graph (hand-written) is not re-estimated.
@@ -182,9 +182,9 @@ TEST(LatencyProbeTest, ProbesEveryFitUpToTheRunsCoresAtTheRowSize) {
   EXPECT_EQ(three[2].op, "all_reduce");
   EXPECT_EQ(three[2].group_size, 2);
   // Worst measured / profile ratio: hand-worked.
-  EXPECT_DOUBLE_EQ(worst_probe_ratio({{"all_gather", 2, 4096, 2e-6, 5e-6},
-                                      {"all_reduce", 2, 4096, 1e-6, 4e-6},
-                                      {"all_to_all", 2, 4096, 0.0, 9e-6}}),
+  EXPECT_DOUBLE_EQ(worst_probe_ratio({{"all_gather", 2, 4096, 2e-6, 5e-6, {}},
+                                      {"all_reduce", 2, 4096, 1e-6, 4e-6, {}},
+                                      {"all_to_all", 2, 4096, 0.0, 9e-6, {}}}),
                    4.0);
   EXPECT_EQ(worst_probe_ratio({}), 0.0);
   EXPECT_TRUE(probe_collectives(p, 1, o).empty());

@@ -832,8 +832,9 @@ TEST(VtpuCliTest, BenchCollectivesJsonRows) {
   ASSERT_EQ(rows.size(), 14u);  // 8 B, 16 B, ..., 64 KiB
   uint64_t bytes = 8;
   for (const auto& row : rows) {
-    for (const char* key : {"bytes", "count", "dtype", "op", "reduce", "algorithm", "time_us",
-                            "algbw_GBps", "busbw_GBps", "bound_us", "time_over_bound", "check"}) {
+    for (const char* key :
+         {"bytes", "count", "dtype", "op", "reduce", "algorithm", "time_us", "algbw_GBps",
+          "busbw_GBps", "dram_bound_us", "time_over_dram_bound", "check"}) {
       EXPECT_TRUE(row.contains(key)) << key << " in " << row.dump();
     }
     EXPECT_EQ(row["bytes"], bytes);
@@ -900,6 +901,55 @@ TEST(VtpuCliTest, BenchCollectivesEveryOp) {
   }
 }
 
+// New-user pass nu13, NU72 and NU74: bench collectives records the threads' pinning in its
+// header and JSON (it changes a 2-core hand-off about 3.5x), and it and reshard take --config
+// like the trainers: a bad key or value is refused naming it, a valid file applies.
+TEST(VtpuCliTest, ReshardAndBenchCollectivesTakeAConfigFileAndBenchRecordsThePinning) {
+  const std::string bad_key = temp_file("vtpu_cfg_badkey.json", R"({"pin_thread": "on"})");
+  const std::string bad_value = temp_file("vtpu_cfg_badval.json", R"({"pin_threads": "often"})");
+  const std::string reshard = "reshard --mesh 2 --shape 8 --from \"P('x')\" --to \"P()\"";
+  for (const std::string& command :
+       {std::string("bench collectives --cores 2 --max-bytes 8 --iters 1"), reshard}) {
+    expect_failure(command + " --config " + bad_key,
+                   "runtime options file '" + bad_key + "': unknown runtime option 'pin_thread'",
+                   1);
+    expect_failure(command + " --config " + bad_value,
+                   "runtime options file '" + bad_value +
+                       "': pin_threads is 'often' (expected \"auto\", \"on\" or \"off\")",
+                   1);
+  }
+  const std::string off =
+      temp_file("vtpu_cfg_off.json", R"({"pin_threads": "off", "collective_timeout_ms": 60000})");
+  const nlohmann::json j =
+      bench_collectives_json("--cores 2 --min-bytes 8 --max-bytes 16 --iters 2 --config " + off);
+  EXPECT_EQ(j["ok"], true);
+  EXPECT_EQ(j["config"]["thread_pinning"],
+            nlohmann::json::parse(R"({"mode": "off", "cores": 2, "pinned": false,
+                                      "reason": "pin_threads off", "host_cpus": )" +
+                                  std::to_string(vtpu::usable_cpus()) + "}"));
+  EXPECT_EQ(j["config"]["thread_pinning_text"], "off (not pinned: pin_threads off)");
+  EXPECT_EQ(j["config"]["runtime"]["collective_timeout_ms"], 60000);
+  const CliRun table =
+      run_cli("bench collectives --cores 2 --min-bytes 8 --max-bytes 8 --iters 1 --config " + off);
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_NE(table.output.find("# threads: pin_threads off (not pinned: pin_threads off); set by "
+                              "pin_threads of --config or VTPU_PIN_THREADS"),
+            std::string::npos)
+      << table.output;
+  const CliRun r = run_cli(reshard + " --json --config " + off);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json rj = nlohmann::json::parse(r.output);
+  EXPECT_EQ(rj["check"]["result"], "ok");
+  EXPECT_EQ(rj["run"]["thread_pinning"]["mode"], "off");
+  // num_cores must match --mesh, as in the trainers.
+  const std::string four = temp_file("vtpu_cfg_four.json", R"({"num_cores": 4})");
+  expect_failure(reshard + " --config " + four,
+                 "vtpu: usage error: num_cores 4 in --config " + four +
+                     " does not match --mesh 2 (2 cores; expected num_cores 2, or num_cores "
+                     "left out of the file)",
+                 2);
+}
+
 TEST(VtpuCliTest, BenchCollectivesTable) {
   const CliRun r =
       run_cli("bench collectives --cores 2 --min-bytes 1K --max-bytes 4K --iters 2 --warmup 0");
@@ -925,8 +975,9 @@ TEST(VtpuCliTest, BenchCollectivesTable) {
   ASSERT_NE(avg_at, std::string::npos);
   EXPECT_NEAR(std::stod(r.output.substr(avg_at + 25)), busbw_sum / 3, 0.0006) << r.output;
   for (const char* needle :
-       {"memcpy bandwidth", "median over the timed calls", "busbw(GB/s)", "time/bound",
-        "        4096", " ok", "recursive_doubling", "what auto chose per size"}) {
+       {"memcpy bandwidth", "median over the timed calls", "busbw(GB/s)", "time/dram_bound",
+        "can run below it (time/dram_bound < 1)", "        4096", " ok", "recursive_doubling",
+        "what auto chose per size"}) {
     EXPECT_NE(r.output.find(needle), std::string::npos) << needle << "\n" << r.output;
   }
 }

@@ -241,5 +241,32 @@ TEST(StressWorkloadTest, BadOptionsNameTheField) {
   EXPECT_THROW(make_stress_workload(small("kv_cache"), -1), InvalidArgumentError);
 }
 
+// The messages name the `vtpu stress` option a user typed, then the field (new-user pass nu13:
+// "activation_bytes 512" named only the struct field).
+TEST(StressWorkloadTest, BadOptionsNameTheCommandLineOption) {
+  const auto message = [](const StressWorkloadOptions& o) {
+    try {
+      o.validate();
+    } catch (const InvalidArgumentError& e) {
+      return e.message();
+    }
+    return std::string("no error");
+  };
+  StressWorkloadOptions o = small("training_step");
+  o.activation_bytes = 512;
+  EXPECT_EQ(message(o),
+            "stress workload training_step: --activation-bytes 512 (activation_bytes; expected "
+            "1 KiB..1 TiB)");
+  o = small("kv_cache");
+  o.kv_block_bytes = uint64_t{1} << 40;
+  o.max_blocks = 32;  // 32 TiB
+  EXPECT_EQ(message(o),
+            "stress workload kv_cache: --kv-block-bytes 1099511627776 x --max-blocks 32 is above "
+            "16 TiB (kv_block_bytes * max_blocks; expected at most 16 TiB)");
+  o = small("uniform");
+  o.live_buffers = 0;
+  EXPECT_EQ(message(o), "stress workload uniform: --live 0 (live_buffers; expected >= 1)");
+}
+
 }  // namespace
 }  // namespace vtpu

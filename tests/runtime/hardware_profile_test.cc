@@ -186,6 +186,52 @@ TEST(HardwareProfileTest, TheLastLevelCacheIsOptionalNeedsBothFiguresAndExceedsT
   EXPECT_THROW(HardwareProfile::from_json(j), InvalidArgumentError);
 }
 
+// New-user pass nu13, NU72: a calibrated profile records how its cores' threads were pinned
+// (pinning changes a 2-core hand-off about 3.5x). The field is optional: a profile without it
+// (the shipped this_machine, calibrated before it existed) loads and writes no such key.
+TEST(HardwareProfileTest, ThreadPinningIsOptionalAndRoundTrips) {
+  const HardwareProfile old = HardwareProfile::get("this_machine");
+  EXPECT_TRUE(old.thread_pinning.empty());
+  EXPECT_FALSE(old.to_json().contains("thread_pinning"));
+  EXPECT_EQ(HardwareProfile::from_json(old.to_json()).to_json(), old.to_json());
+
+  nlohmann::json j = old.to_json();
+  // Written out of order: the profile keeps them sorted by cores.
+  j["thread_pinning"] = nlohmann::json::parse(R"([
+      {"mode": "auto", "cores": 8, "host_cpus": 2, "pinned": false, "reason": "8 cores > 2 CPUs"},
+      {"mode": "auto", "cores": 2, "host_cpus": 2, "pinned": true, "cpus": [0, 1]}])");
+  const HardwareProfile p = HardwareProfile::from_json(j);
+  ASSERT_EQ(p.thread_pinning.size(), 2u);
+  EXPECT_EQ(p.thread_pinning[0].cores, 2);
+  EXPECT_EQ(p.thread_pinning[0].cpus, (std::vector<int>{0, 1}));
+  EXPECT_EQ(p.thread_pinning[0].describe(), "auto (pinned: cores 0,1 -> CPUs 0,1)");
+  EXPECT_EQ(p.thread_pinning[1].describe(), "auto (not pinned: 8 cores > 2 CPUs)");
+  const nlohmann::json written = p.to_json();
+  EXPECT_EQ(written["thread_pinning"][0], j["thread_pinning"][1]);
+  EXPECT_EQ(written["thread_pinning"][1], j["thread_pinning"][0]);
+  EXPECT_EQ(HardwareProfile::from_json(written).to_json(), written);
+
+  nlohmann::json bad = j;
+  bad["thread_pinning"][1]["mode"] = "sometimes";
+  expect_rejected(bad,
+                  "thread_pinning mode is \"sometimes\" (expected \"auto\", \"on\" or \"off\")");
+  bad = j;
+  bad["thread_pinning"][1]["cpus"] = {0};
+  expect_rejected(bad,
+                  "thread_pinning cpus is [0] (expected one CPU id per core, 2 cores, when "
+                  "pinned is true)");
+  bad = j;
+  bad["thread_pinning"][0].erase("reason");
+  expect_rejected(bad, "thread_pinning reason is missing (expected a text when pinned is false)");
+  bad = j;
+  bad["thread_pinning"][1]["cores"] = 8;
+  bad["thread_pinning"][1]["cpus"] = {0, 1, 0, 1, 0, 1, 0, 1};
+  expect_rejected(bad, "thread_pinning has two records for 8 cores");
+  bad = j;
+  bad["thread_pinning"] = "pinned";
+  expect_rejected(bad, "hardware profile key 'thread_pinning' is \"pinned\"");
+}
+
 TEST(HardwareProfileTest, UnknownNameListsTheShippedOnes) {
   try {
     HardwareProfile::get("v9000");
