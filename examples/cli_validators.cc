@@ -1,5 +1,6 @@
 #include "examples/cli_validators.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -92,16 +93,45 @@ CLI::Validator nonempty_path_validator() {
       "PATH", "non-empty path");
 }
 
-CLI::Validator dimension_validator() {
+std::vector<int64_t> parse_dimension_list(const std::string& text) {
+  constexpr unsigned long long kMax = 1ULL << 62;
+  const std::string example = " (expected comma-separated integers in 0..2^62, e.g. 8,8,3)";
+  std::vector<int64_t> dims;
+  size_t begin = 0;
+  for (int i = 0;; ++i) {
+    const size_t comma = text.find(',', begin);
+    const std::string d =
+        text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    // A dropped entry changes the array's rank: "8,,3" is not (8, 3) (new-user pass nu14, NU80).
+    if (d.empty() && !text.empty()) {
+      throw InvalidArgumentError("'" + text + "' has an empty dimension " + std::to_string(i) +
+                                 " (0-based)" + example);
+    }
+    // Leading zeros are decimal ("08" is 8), not octal: CLI11 refused "08" with its bare
+    // "Could not convert" (NU80).
+    const size_t first = std::min(d.find_first_not_of('0'), d.empty() ? 0 : d.size() - 1);
+    const std::string digits = d.substr(first);
+    const bool ok = !digits.empty() && digits.size() <= 19 &&
+                    digits.find_first_not_of("0123456789") == std::string::npos &&
+                    std::strtoull(digits.c_str(), nullptr, 10) <= kMax;
+    if (!ok) throw InvalidArgumentError("dimension '" + d + "' is not an integer in 0..2^62");
+    dims.push_back(static_cast<int64_t>(std::strtoull(digits.c_str(), nullptr, 10)));
+    if (comma == std::string::npos) return dims;
+    begin = comma + 1;
+  }
+}
+
+CLI::Validator dimension_list_validator() {
   return CLI::Validator(
       [](std::string& s) {
-        constexpr unsigned long long kMax = 1ULL << 62;
-        const bool digits =
-            !s.empty() && s.size() <= 19 && s.find_first_not_of("0123456789") == std::string::npos;
-        if (digits && std::strtoull(s.c_str(), nullptr, 10) <= kMax) return std::string();
-        return "dimension '" + s + "' is not an integer in 0..2^62";
+        try {
+          (void)parse_dimension_list(s);
+          return std::string();
+        } catch (const InvalidArgumentError& e) {
+          return e.message();
+        }
       },
-      "INT>=0");
+      "INT>=0,...");
 }
 
 CLI::Validator learning_rate_validator() {

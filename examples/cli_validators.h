@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace vtpu::examples {
 
@@ -44,9 +45,14 @@ CLI::Validator size_validator();
 /// adversarial pass adv12, ADV9 (`plan --emit ""` wrote nothing and exited 0).
 CLI::Validator nonempty_path_validator();
 
-/// One array dimension: a decimal integer in 0..2^62 (NamedSharding's limit), no sign, suffix or
-/// exponent ("--shape: dimension 'abc' is not an integer in 0..2^62").
-CLI::Validator dimension_validator();
+/// An array shape "8,8,3": comma-separated decimal integers in 0..2^62 (NamedSharding's limit),
+/// no sign, suffix or exponent; leading zeros are decimal ("08" is 8). Throws
+/// InvalidArgumentError "dimension 'abc' is not an integer in 0..2^62", or for an empty entry
+/// "'8,,3' has an empty dimension 1 (0-based) (expected comma-separated integers ...)".
+std::vector<int64_t> parse_dimension_list(const std::string& text);
+/// parse_dimension_list as a CLI11 check: a usage error (exit 2) with its message after the
+/// option's name ("--shape: dimension 'abc' is not an integer in 0..2^62").
+CLI::Validator dimension_list_validator();
 
 /// A --hardware value: a built-in profile name (HardwareProfile::builtin_names()) or a path ending
 /// in .json (read later: a missing or bad file is an error of the run, exit 1). Anything else is a

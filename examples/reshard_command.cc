@@ -30,7 +30,8 @@ struct ReshardCommand {
   CLI::App* app = nullptr;
   std::string mesh = "2x2x2";
   std::string axes;
-  std::vector<int64_t> shape;
+  std::string shape_text;      // --shape as given, checked by dimension_list_validator
+  std::vector<int64_t> shape;  // the parsed --shape, set after parsing
   std::string from;
   std::string to;
   bool explain = false;
@@ -339,10 +340,14 @@ std::shared_ptr<ReshardCommand> add_reshard_command(CLI::App& app) {
       "--explain");
   c->app->add_option("--mesh", c->mesh, "Mesh shape, e.g. 2x2x2")->capture_default_str();
   c->app->add_option("--axes", c->axes, "Comma-separated mesh axis names (default x,y,z,w)");
-  c->app->add_option("--shape", c->shape, "Comma-separated global array shape, e.g. 8,8")
-      ->delimiter(',')
+  // One string checked as a whole, not CLI11's delimiter: that dropped empty entries ("8,,3"
+  // was (8, 3)) and refused "08" with a bare "Could not convert" (new-user pass nu14, NU80).
+  c->app
+      ->add_option("--shape", c->shape_text,
+                   "Comma-separated global array shape, e.g. 8,8 (integers in 0..2^62)")
       ->required()
-      ->check(dimension_validator());
+      ->check(dimension_list_validator())
+      ->each([c](const std::string& text) { c->shape = parse_dimension_list(text); });
   c->app
       ->add_option("--from", c->from,
                    "Source PartitionSpec, e.g. \"P('z',('x','y'))\" or \"P(unreduced={'x'})\"")

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -85,6 +86,68 @@ std::vector<std::string> strategy_names_of(const TrainPlan& plan) {
   return out;
 }
 
+/// Throws `bad` naming the first key of the object `o` (called `where`) that is not in `known`.
+template <typename Bad>
+void refuse_unknown_keys(const nlohmann::json& o, const std::string& where,
+                         const std::vector<std::string>& known, const Bad& bad) {
+  for (auto it = o.begin(); it != o.end(); ++it) {
+    if (!contains(known, it.key())) {
+      throw bad(where + ": unknown key '" + abbreviate(it.key()) + "' (expected " + join(known) +
+                ")");
+    }
+  }
+}
+
+/// "2x4" for the shape [2, 4].
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s;
+  for (int64_t d : shape) s += (s.empty() ? "" : "x") + std::to_string(d);
+  return s;
+}
+
+/// Throws `bad` unless the estimate `p` (from the object `e`) was made for the plan's mesh: its
+/// "mesh_shape" (written by vtpu plan --emit since session 14) equals mesh.shape, or, in an older
+/// file without it, its oversubscription equals max(1, cores / host_cpus) of its embedded
+/// hardware profile (when that profile has host_cpus). Regression (new-user pass nu14, NU79): a
+/// 2x4 plan edited to mesh 2x8 ran on 16 cores and was judged against the 2x4 estimate.
+template <typename Bad>
+void check_estimate_mesh(const nlohmann::json& e, const PlanEstimate& p, const TrainPlan& plan,
+                         const Bad& bad) {
+  const std::string mesh_text =
+      shape_text(plan.mesh_shape) + " (" + std::to_string(plan.num_cores()) + " cores)";
+  const std::string rerun =
+      "re-run vtpu plan --mesh " + shape_text(plan.mesh_shape) + " --emit for this mesh";
+  if (e.contains("mesh_shape") && !e["mesh_shape"].is_null()) {
+    const nlohmann::json& m = e["mesh_shape"];
+    std::vector<int64_t> shape;
+    bool ok = m.is_array() && !m.empty();
+    for (const auto& d : m) {
+      ok = ok && d.is_number_integer() && d.get<int64_t>() >= 1 && d.get<int64_t>() <= 4096;
+      if (ok) shape.push_back(d.get<int64_t>());
+    }
+    if (!ok) {
+      throw bad("estimate.mesh_shape is " + abbreviate(m.dump()) +
+                " (expected the mesh sizes the estimate was made for, e.g. [2, 4])");
+    }
+    if (shape != plan.mesh_shape) {
+      throw bad("estimate.mesh_shape is " + shape_text(shape) + " but mesh.shape is " + mesh_text +
+                " (expected the mesh the estimate was made for: " + rerun + ")");
+    }
+    return;
+  }
+  if (!p.profile || p.profile->host_cpus <= 0) return;  // nothing to compare with
+  const double cpus = p.profile->host_cpus;
+  const double want = std::max(1.0, static_cast<double>(plan.num_cores()) / cpus);
+  if (std::abs(p.oversubscription - want) > 1e-9 * want) {
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "estimate.oversubscription is %g but mesh.shape %s on the estimate's profile of "
+                  "%d host CPUs gives %g",
+                  p.oversubscription, mesh_text.c_str(), p.profile->host_cpus, want);
+    throw bad(std::string(text) + " (expected the mesh the estimate was made for: " + rerun + ")");
+  }
+}
+
 /// The non-empty "estimate" object of `plan`'s file, checked field by field; `bad` makes the
 /// error (it names the file).
 template <typename Bad>
@@ -123,6 +186,7 @@ PlanEstimate parse_estimate(const nlohmann::json& e, const TrainPlan& plan, cons
                                                       "hardware_profile",
                                                       "hbm_bytes_per_core",
                                                       "input_bytes_per_core",
+                                                      "mesh_shape",
                                                       "oversubscription",
                                                       "step_seconds"};
   for (auto it = e.begin(); it != e.end(); ++it) {
@@ -184,6 +248,7 @@ PlanEstimate parse_estimate(const nlohmann::json& e, const TrainPlan& plan, cons
   // (--batch stops at 2^30) and crashed it (SIGSEGV). Bounded as vtpu plan --batch is.
   p.batch = static_cast<int64_t>(
       std::llround(number("batch", true, true, 0.0, 0x1p40, "2^40, as vtpu plan --batch")));
+  check_estimate_mesh(e, p, plan, bad);
   return p;
 }
 
@@ -263,6 +328,8 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
       !(*mesh)["axes"].is_array() || !(*mesh)["shape"].is_array()) {
     throw bad("expected \"mesh\": {\"axes\": [names], \"shape\": [sizes]}");
   }
+  // New-user pass nu14, NU88: a typo in mesh or in a layers entry went unnoticed.
+  refuse_unknown_keys(*mesh, "mesh", {"axes", "shape"}, bad);
   for (const auto& a : (*mesh)["axes"]) {
     if (!a.is_string() || a.get<std::string>().empty()) {
       throw bad("mesh axis " + a.dump() + " is not a name");
@@ -412,6 +479,8 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
         throw bad("layers[" + std::to_string(i) + "] is " + l.dump() +
                   " (expected {\"name\": ..., \"sharding\": ...})");
       }
+      refuse_unknown_keys(l, "layers[" + std::to_string(i) + "]",
+                          {"name", "sharding", "in", "out", "reshard_before"}, bad);
       plan.layers.emplace_back(l["name"].get<std::string>(), l["sharding"].get<std::string>());
     }
   }

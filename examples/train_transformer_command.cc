@@ -40,6 +40,14 @@ namespace {
 
 constexpr double kMaxRelativeDifference = 1e-4;  // issue 6: N cores vs 1 core
 
+/// ", 2 micro-batches: ..." for the reference's heading and summary when the mesh has `data` > 1
+/// data shards, else "".
+std::string reference_note(int64_t data) {
+  if (data == 1) return "";
+  return ", " + std::to_string(data) +
+         " micro-batches: the data-parallel group's f32 gradient additions in its order";
+}
+
 void usage_error(const std::string& message) {
   std::fprintf(stderr, "vtpu: usage error: %s\nRun with --help for the options.\n",
                message.c_str());
@@ -188,7 +196,9 @@ int run(const TrainTransformerCommand& cmd) {
   if (!cmd.no_reference) {
     // --log-every 0 prints no per-step losses, so no heading above them (new-user review,
     // session 12: the headings stood over nothing).
-    if (!cmd.json && c.log_every > 0) std::printf("single-core reference (mesh 1x1):\n");
+    if (!cmd.json && c.log_every > 0) {
+      std::printf("single-core reference (mesh 1x1%s):\n", reference_note(mesh.data).c_str());
+    }
     RuntimeOptions one = options;
     one.num_cores = 1;
     // As train mlp's reference (examples/mlp_reference.h; nu10 NU8): one core holds the whole
@@ -196,7 +206,11 @@ int run(const TrainTransformerCommand& cmd) {
     one.hbm_bytes_per_core =
         std::max(options.hbm_bytes_per_core, RuntimeOptions{}.hbm_bytes_per_core);
     Runtime rt(one);
-    ref = train_transformer(rt, text.tokens, c, {1, 1}, log("1 core"));
+    // One micro-batch per data shard, in data-rank order: the f32 gradient additions of the
+    // data-parallel all-reduce, in its order (new-user pass nu14, NU81).
+    TransformerConfig ref_config = c;
+    ref_config.micro_batches = mesh.data;
+    ref = train_transformer(rt, text.tokens, ref_config, {1, 1}, log("1 core"));
   }
   if (!cmd.json && c.log_every > 0) std::printf("%s:\n", mesh_label.c_str());
   StepMeter meter;
@@ -258,6 +272,7 @@ int run(const TrainTransformerCommand& cmd) {
       j["reference"].erase("replicas_identical");
       j["reference"].erase("replica_mismatch");
       j["max_relative_loss_difference"] = max_rel;
+      j["reference_micro_batches"] = mesh.data;
     }
     if (report) j["estimate_vs_measured"] = report->to_json();
     std::cout << j.dump(2) << std::endl;
@@ -279,8 +294,9 @@ int run(const TrainTransformerCommand& cmd) {
                 r.losses.back() / text.uniform_loss);
     if (ref) {
       std::printf(
-          "single core final loss %.4f; max relative difference over %s %.2e (step %lld; "
+          "single core%s final loss %.4f; max relative difference over %s %.2e (step %lld; "
           "limit %.0e): %s\n",
+          mesh.data > 1 ? (" (" + std::to_string(mesh.data) + " micro-batches)").c_str() : "",
           ref->losses.back(), count_text(static_cast<long long>(c.steps), "step").c_str(), max_rel,
           static_cast<long long>(worst), kMaxRelativeDifference, ok ? "ok" : "EXCEEDED");
     }
@@ -324,6 +340,16 @@ int run(const TrainTransformerCommand& cmd) {
                  "vtpu: error: the mesh's losses differ from the single-core losses by %.2e "
                  "relative at step %lld (limit %.0e)\n",
                  max_rel, static_cast<long long>(worst), kMaxRelativeDifference);
+    // The reference follows the data-parallel additions but not the tensor-parallel split of
+    // the matmul sums (examples/transformer_trainer.h): say so when the mesh has one.
+    if (mesh.tensor > 1) {
+      std::fprintf(stderr,
+                   "vtpu: note: the tensor group of %lld splits the row-parallel matmul sums "
+                   "across cores, an f32 order the single-core reference does not follow; a "
+                   "sensitive Adam trajectory (large --batch and --lr) can amplify that past the "
+                   "limit (README, \"train transformer\")\n",
+                   static_cast<long long>(mesh.tensor));
+    }
   }
   // Replicas that drifted apart fail the run, as a loss mismatch does (adversarial pass adv12,
   // ADV2: "NO" was printed and the run exited 0, --no-reference or not).

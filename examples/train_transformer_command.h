@@ -16,7 +16,9 @@
 // (examples/train_plan.h; docs/SHARDING.md, "Plan files"): the data axes flattened into one
 // data-parallel group (dp(data,model) on 2x4 is 8-way data parallel, as JAX's P(('data',
 // 'model'))), the tensor axes likewise, each on the mesh's own replica groups; the global batch
-// defaults to the plan's. The single-core reference runs first unless --no-reference; the report
+// defaults to the plan's. The single-core reference runs first unless --no-reference, as one
+// micro-batch per data shard added in the data-parallel all-reduce's rank order
+// (TransformerConfig::micro_batches), so a pure data-parallel mesh matches it exactly; the report
 // gives both runs' losses, their max relative difference (exit 1 when above 1e-4), the
 // uniform-guess loss ln(distinct bytes), times, all-reduce counts and HBM per core.
 #pragma once

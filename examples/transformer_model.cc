@@ -56,6 +56,7 @@ void TransformerConfig::validate() const {
   check("batch", batch, 1, 1 << 20);
   check("steps", steps, 1, 100000000);
   check("log_every", log_every, 0, int64_t{1} << 40);
+  check("micro_batches", micro_batches, 1, 1 << 20);
   if (d_model % heads != 0) {
     throw InvalidArgumentError("d_model " + str(d_model) + " is not divisible by heads " +
                                str(heads) + " (expected head dim d_model / heads to be whole)");
@@ -92,6 +93,11 @@ void TransformerConfig::validate_mesh(int64_t data, int64_t tensor) const {
     throw InvalidArgumentError("batch " + str(batch) +
                                " is not divisible by the data-parallel axis size " + str(data) +
                                " (each data shard takes batch / data sequences)");
+  }
+  if ((batch / data) % micro_batches != 0) {
+    throw InvalidArgumentError("micro_batches " + str(micro_batches) + " does not divide the " +
+                               str(batch / data) + " sequences of a data shard (batch " +
+                               str(batch) + " / data " + str(data) + ")");
   }
 }
 

@@ -52,13 +52,19 @@ struct TransformerConfig {
   float beta1 = 0.9f, beta2 = 0.999f, adam_eps = 1e-8f;  // Adam (Kingma & Ba 2015)
   uint64_t seed = 0;                                     // parameter init and batch windows
   int64_t log_every = 25;  // print the loss every this many steps (0: never)
+  /// Gradient accumulation: each core computes its batch / data sequences as this many
+  /// micro-batches of equal size, micro-batch k's gradients and loss sum (cast to f32) added to
+  /// the bucket in order ((g_0 + g_1) + g_2) + ... . The single-core reference of a mesh with D
+  /// data shards runs with micro_batches = D: the same f32 additions, in the same order, as the
+  /// data-parallel all-reduce's rank-order fold (collectives/all_reduce_algorithms.h).
+  int64_t micro_batches = 1;
   /// Dense projections: "eigen" (Eigen GEMMs) or "pallas" (the pipelined tiled matmul of
   /// runtime/pallas_kernels.h on each core, through VMEM and the DMA engine).
   std::string kernels = "eigen";
   /// Throws InvalidArgumentError naming the field and the expected range.
   void validate() const;
-  /// Checks a data x tensor mesh: `tensor` divides heads and hidden, `data` divides batch.
-  /// Throws InvalidArgumentError naming both values.
+  /// Checks a data x tensor mesh: `tensor` divides heads and hidden, `data` divides batch, and
+  /// micro_batches divides batch / data. Throws InvalidArgumentError naming both values.
   void validate_mesh(int64_t data, int64_t tensor) const;
 };
 

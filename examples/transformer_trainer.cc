@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "common/error.h"
@@ -168,6 +169,8 @@ TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const 
     }
   }
   const int64_t local_batch = config.batch / dsz;
+  const int64_t k_micro = config.micro_batches;
+  const int64_t micro_batch = local_batch / k_micro;  // sequences per micro-batch
   const int64_t ctx_len = config.context;
   const float grad_scale = 1.0f / static_cast<float>(config.batch * ctx_len);
 
@@ -180,7 +183,7 @@ TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const 
   for (int64_t t = 0; t < tsz; ++t) {
     init_shards.push_back(shard_transformer_parameters<float>(config, init, tsz, t));
   }
-  const TransformerShard<float> model(config, tsz, local_batch);
+  const TransformerShard<float> model(config, tsz, micro_batch);
   const int64_t shard_size = model.layout().size();
 
   // The global batches, the same for every mesh (drawn on the host before the run).
@@ -196,7 +199,8 @@ TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const 
   result.step_seconds.assign(static_cast<size_t>(config.steps), 0.0);
   const uint64_t f = sizeof(float);
   result.weight_bytes = static_cast<uint64_t>(shard_size) * f;
-  result.gradient_bytes = static_cast<uint64_t>(shard_size + 1) * f;
+  // The bucket, and with micro-batches a second one that each later micro-batch computes into.
+  result.gradient_bytes = static_cast<uint64_t>(k_micro > 1 ? 2 : 1) * (shard_size + 1) * f;
   result.optimizer_bytes = 2 * static_cast<uint64_t>(shard_size) * f;
   result.activation_bytes = static_cast<uint64_t>(model.workspace_elements()) * f;
   result.token_bytes = static_cast<uint64_t>(local_batch * (ctx_len + 1)) * sizeof(int32_t);
@@ -210,13 +214,18 @@ TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const 
     Communicator& tp = *tp_comms[static_cast<size_t>(layout.tensor_group[ci])];
     Communicator& dp = *dp_comms[static_cast<size_t>(layout.data_group[ci])];
     DeviceBuffer params = ctx.allocate(result.weight_bytes, "transformer/weights");
-    DeviceBuffer grads = ctx.allocate(result.gradient_bytes, "transformer/grads+loss");
+    DeviceBuffer grads = ctx.allocate((shard_size + 1) * f, "transformer/grads+loss");
+    DeviceBuffer micro = k_micro > 1
+                             ? ctx.allocate((shard_size + 1) * f, "transformer/micro_grads+loss")
+                             : DeviceBuffer{};
     DeviceBuffer adam_m = ctx.allocate(result.optimizer_bytes / 2, "transformer/adam_m");
     DeviceBuffer adam_v = ctx.allocate(result.optimizer_bytes / 2, "transformer/adam_v");
     DeviceBuffer work = ctx.allocate(result.activation_bytes, "transformer/activations");
     DeviceBuffer toks = ctx.allocate(result.token_bytes, "transformer/tokens");
     const BufferPin pins[] = {params.pin(), grads.pin(), adam_m.pin(),
                               adam_v.pin(), work.pin(),  toks.pin()};
+    std::optional<BufferPin> micro_pin;
+    if (k_micro > 1) micro_pin.emplace(micro.pin());
     std::span<float> p = params.as<float>(), g = grads.as<float>();
     std::span<float> m = adam_m.as<float>(), v = adam_v.as<float>();
     std::span<int32_t> tk = toks.as<int32_t>();
@@ -238,7 +247,8 @@ TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const 
     DenseMatmul<float> pallas_matmul_fn;
     if (config.kernels == "pallas") {
       auto locate = [&](const float* ptr, int64_t rows, int64_t cols) {
-        for (const DeviceBuffer* b : {&params, &grads, &work}) {
+        for (const DeviceBuffer* b : {&params, &grads, &micro, &work}) {
+          if (!b->valid()) continue;
           const float* base = b->as<float>().data();
           const auto len = static_cast<int64_t>(b->as<float>().size());
           if (ptr >= base && ptr - base + rows * cols <= len) {
@@ -264,9 +274,20 @@ TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const 
         const int64_t start = st[static_cast<size_t>(d * local_batch + s)];
         std::copy_n(tokens.begin() + start, ctx_len + 1, tk.begin() + s * (ctx_len + 1));
       }
-      const double loss_sum = model.run(p, g.first(static_cast<size_t>(shard_size)), tk, grad_scale,
-                                        work.as<float>(), tp_all_reduce, pallas_matmul_fn);
-      g[static_cast<size_t>(shard_size)] = static_cast<float>(loss_sum);
+      // Micro-batch k's gradients and loss sum: k = 0 straight into the bucket, each later one
+      // into `micro` and then added, so the bucket holds ((g_0 + g_1) + g_2) + ..., the order in
+      // which the data-parallel all-reduce folds the data shards' buckets (rank order).
+      const auto seq = static_cast<size_t>(micro_batch * (ctx_len + 1));
+      for (int64_t k = 0; k < k_micro; ++k) {
+        std::span<float> gk = k == 0 ? g : micro.as<float>();
+        const double loss_sum = model.run(p, gk.first(static_cast<size_t>(shard_size)),
+                                          tk.subspan(static_cast<size_t>(k) * seq, seq), grad_scale,
+                                          work.as<float>(), tp_all_reduce, pallas_matmul_fn);
+        gk[static_cast<size_t>(shard_size)] = static_cast<float>(loss_sum);
+        if (k > 0) {
+          for (size_t i = 0; i < g.size(); ++i) g[i] += gk[i];
+        }
+      }
       // Data parallel: one bucket (the shard's gradients and the loss sum) over the column.
       if (dp.size() > 1) dp.all_reduce<float>(ctx, g);
       adam_update(p, g.first(static_cast<size_t>(shard_size)), m, v, step + 1, config);

@@ -16,8 +16,17 @@
 // core runs no all-reduce at all (T = 1: no tensor all-reduces, as Megatron with tensor parallel
 // size 1; D = 1: no gradient all-reduce).
 //
-// Each core's HBM holds: its weight shard, the gradient bucket, Adam's m and v (all of the shard's
-// size), the activation workspace for batch / D sequences, and the step's tokens. The host feeds
+// With config.micro_batches = K > 1 each core computes its batch / D sequences as K micro-batches
+// and adds their gradients in order into the bucket (gradient accumulation). The CLI's
+// single-core reference runs with K = D: its f32 gradient additions are those of the mesh's
+// data-parallel all-reduce, in the same (rank) order, so a pure data-parallel mesh gives the
+// reference's losses bit for bit. Tensor parallelism splits the matmul sums of the row-parallel
+// projections (and of the input gradients in backward) across cores, which the reference, one
+// unsplit model, does not follow: there the losses agree up to f32 reordering.
+//
+// Each core's HBM holds: its weight shard, the gradient bucket (two with micro-batches), Adam's m
+// and v (all of the shard's size), the activation workspace for batch / (D K) sequences, and the
+// step's tokens. The host feeds
 // the token windows each step (an input pipeline); the windows of a step are drawn from the seed
 // independently of the mesh, so every mesh sees the same global batches as the single-core run.
 #pragma once

@@ -1427,6 +1427,7 @@ nlohmann::json AutoShardingPlan::to_json() const {
       {"hbm_bytes_per_core", w.hbm_bytes_per_core},
       {"input_bytes_per_core", w.input_bytes_per_core},
       {"oversubscription", oversubscription},
+      {"mesh_shape", mesh_shape},  // the mesh it was priced for; the trainers check it
       {"comm_bytes_per_core", static_cast<uint64_t>(std::llround(w.comm_bytes_per_core))},
       {"hardware", hardware},
       {"batch", model.batch}};

@@ -133,6 +133,14 @@ TEST(TrainPlanTest, BadPlansNameTheFieldAndWhatWasExpected) {
   bad({"mesh has 1 axes and 2 sizes"}, [](auto& j) {
     j["mesh"] = {{"axes", {"a"}}, {"shape", {2, 2}}};
   });
+  // New-user pass nu14, NU88: mesh and layers[] entries took unknown keys silently.
+  bad({"plan file 'p.json': mesh: unknown key 'foo' (expected axes, shape)"},
+      [](auto& j) { j["mesh"]["foo"] = 1; });
+  bad({"layers[1]: unknown key 'shardng' (expected name, sharding, in, out, reshard_before)"},
+      [](auto& j) {
+        j["layers"] = {{{"name", "embed"}, {"sharding", "replicated"}, {"in", "R"}},
+                       {{"name", "fc"}, {"sharding", "column"}, {"shardng", "row"}}};
+      });
   bad({"mesh size 0 (expected an integer 1..4096)"}, [](auto& j) { j["mesh"]["shape"] = {2, 0}; });
   bad({"expected \"strategy\""}, [](auto& j) { j["strategy"] = 3; });
   // An unknown strategy: a role vtpu does not have.
@@ -240,7 +248,7 @@ TEST(TrainPlanTest, BadPlansNameTheFieldAndWhatWasExpected) {
   // adv10 A8: a misspelt key dropped the step time (and with it the report) silently.
   bad({"unknown estimate key 'step_second' (expected batch, comm_bytes_per_core, comm_seconds, "
        "compute_seconds, hardware, hardware_file, hardware_profile, hbm_bytes_per_core, "
-       "input_bytes_per_core, oversubscription, "
+       "input_bytes_per_core, mesh_shape, oversubscription, "
        "step_seconds)"},
       [](auto& j) {
         j["estimate"].erase("step_seconds");
@@ -523,6 +531,52 @@ TEST(TrainPlanTest, EmittedOneAxisRolesAreListsAndStringsStillRead) {
   EXPECT_EQ(old.data, listed.data);
   EXPECT_EQ(old.tensor, listed.tensor);
   EXPECT_EQ(mlp_plan_mode(old, true), MlpPlanMode::kTensorParallel);
+}
+
+// New-user pass nu14, NU79: a 2x4 plan edited to mesh 2x8 ran on 16 cores and was judged against
+// the 2x4 estimate. vtpu plan --emit records the estimate's mesh; an older file without it is
+// checked by its oversubscription, max(1, cores / host_cpus) of the embedded profile.
+TEST(TrainPlanTest, TheEstimateMustBeForThePlansMesh) {
+  const ModelGraph m = model_file("mlp.json");
+  HardwareProfile profile = HardwareProfile::get("this_machine");
+  profile.host_cpus = 2;  // s(8) = 4, s(16) = 8, whatever this host has
+  const CostModel cost(profile);
+  const Names axes = {"data", "model"};
+  AutoShardingPlan plan =
+      plan_auto_sharding(m, {2, 4}, axes, cost, 0, plan_constraints("mlp", {2, 4}, axes));
+  plan.choose("dp(data)+tp(model)");
+  const nlohmann::json emitted = plan.to_json();
+  EXPECT_EQ(emitted["estimate"]["mesh_shape"], nlohmann::json::array({2, 4}));
+  EXPECT_EQ(emitted["estimate"]["oversubscription"], 4.0);
+  EXPECT_EQ(parse_train_plan(emitted, "p.json").mesh_shape, (std::vector<int64_t>{2, 4}));
+  nlohmann::json edited = emitted;
+  edited["mesh"]["shape"] = {2, 8};
+  expect_error<InvalidArgumentError>(
+      [&] { parse_train_plan(edited, "m28.json"); },
+      {"plan file 'm28.json': estimate.mesh_shape is 2x4 but mesh.shape is 2x8 (16 cores) "
+       "(expected the mesh the estimate was made for: re-run vtpu plan --mesh 2x8 --emit for this "
+       "mesh)"});
+  // A file written before mesh_shape: the oversubscription gives the edit away (4 is 8 / 2, not
+  // 16 / 2); on the mesh it was made for it passes.
+  nlohmann::json old = emitted;
+  old["estimate"].erase("mesh_shape");
+  EXPECT_EQ(parse_train_plan(old, "old.json").estimate->oversubscription, 4.0);
+  old["mesh"]["shape"] = {2, 8};
+  expect_error<InvalidArgumentError>(
+      [&] { parse_train_plan(old, "old.json"); },
+      {"estimate.oversubscription is 4 but mesh.shape 2x8 (16 cores) on the estimate's profile of "
+       "2 host CPUs gives 8 (expected the mesh the estimate was made for"});
+  // 2x2 on 2 CPUs gives s = 2, 4 cores: also refused; a profile without host_cpus cannot tell.
+  old["mesh"]["shape"] = {2, 2};
+  expect_error<InvalidArgumentError>([&] { parse_train_plan(old, "old.json"); },
+                                     {"is 4 but mesh.shape 2x2 (4 cores)", "gives 2"});
+  old["estimate"]["hardware_profile"].erase("host_cpus");
+  EXPECT_NO_THROW(parse_train_plan(old, "old.json"));
+  nlohmann::json bad = emitted;
+  bad["estimate"]["mesh_shape"] = {2, 0};
+  expect_error<InvalidArgumentError>(
+      [&] { parse_train_plan(bad, "p.json"); },
+      {"estimate.mesh_shape is [2,0] (expected the mesh sizes the estimate was made for"});
 }
 
 // Issue 6 adversarial pass, F17: examples/models/transformer.json, "the default vtpu train

@@ -574,5 +574,47 @@ TEST(TransformerTextTest, RefusesADirectoryAndMostlyNonTextBytes) {
       {"text file '" + eleven + "': 11 of 100 bytes (11%) are >= 128, more than the 10% limit"});
 }
 
+// New-user pass nu14, NU81: at batch 64 and lr 3e-3 the default model's Adam trajectory is
+// sensitive, and the f32 reordering of a reference that sums the whole batch at once (about 1e-8
+// at first) grew past the 1e-4 check on a pure data-parallel 2x1 mesh (1.3e-3 at step 19). The
+// reference with one micro-batch per data shard adds the shards' gradients in the all-reduce's
+// rank order, with the same kernels on the same shapes: the 2x1 mesh matches it bit for bit.
+TEST(TransformerTrainerTest, MicroBatchReferenceFollowsTheDataParallelSumsBitForBit) {
+  const std::string path = std::string(VTPU_SOURCE_DIR) + "/data/fortunes.txt";
+  if (!std::filesystem::exists(path)) {
+    GTEST_SKIP() << "missing " << path << ": run scripts/fetch-data.sh";
+  }
+  TransformerConfig c;  // the default model, as `vtpu train transformer --batch 64 --steps 20`
+  c.batch = 64;
+  c.steps = 20;
+  c.log_every = 0;
+  const TokenText text = load_token_text(path, c.vocab, c.context);
+  const TransformerResult mesh = train_on(c, {2, 1}, text.tokens);
+  TransformerConfig micro = c;
+  micro.micro_batches = 2;
+  const TransformerResult ref = train_on(micro, {1, 1}, text.tokens);
+  EXPECT_EQ(mesh.losses, ref.losses);
+  EXPECT_EQ(mesh.shards, ref.shards);
+  EXPECT_LT(ref.losses.back(), 0.7 * ref.losses.front());  // it trains
+  // The second gradient bucket that micro-batches 1.. compute into.
+  EXPECT_EQ(ref.gradient_bytes, 2 * mesh.gradient_bytes);
+  // The whole-batch reference: the same start up to f32 reordering, then past the 1e-4 limit
+  // (runs are bit-reproducible, so this is the same on every run of this build).
+  const TransformerResult whole = train_on(c, {1, 1}, text.tokens);
+  EXPECT_LE(std::abs(whole.losses[0] - mesh.losses[0]), 1e-6 * whole.losses[0]);
+  double max_rel = 0;
+  for (size_t s = 0; s < whole.losses.size(); ++s) {
+    max_rel = std::max(max_rel, std::abs(whole.losses[s] - mesh.losses[s]) / whole.losses[s]);
+  }
+  EXPECT_GT(max_rel, 1e-4);
+  // Micro-batches must split a data shard evenly.
+  micro.micro_batches = 3;
+  expect_error<InvalidArgumentError>(
+      [&] { micro.validate_mesh(2, 1); },
+      {"micro_batches 3 does not divide the 32 sequences of a data shard (batch 64 / data 2)"});
+  micro.micro_batches = 0;
+  expect_error<InvalidArgumentError>([&] { micro.validate(); }, {"micro_batches is 0"});
+}
+
 }  // namespace
 }  // namespace vtpu::examples
