@@ -216,6 +216,12 @@ EstimateReport compare_estimate(const PlanEstimate& estimate, const MeasuredRun&
   return r;
 }
 
+void mark_micro_batches_not_judged(EstimateReport& report, int64_t micro_batches) {
+  if (micro_batches <= 1) return;
+  report.mark_step_not_judged("the estimate is for 1 micro-batch per step; this run used " +
+                              std::to_string(micro_batches));
+}
+
 void EstimateReport::mark_step_not_judged(std::string reason) {
   step_comparable = false;
   step_within = false;

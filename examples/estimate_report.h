@@ -217,6 +217,12 @@ struct EstimateReport {
   nlohmann::json to_json() const;
 };
 
+/// New-user pass nu14, NU85: the planner prices one forward and backward pass per step
+/// (`vtpu plan` has no micro-batches), so a run of `micro_batches` > 1 (K passes and K times the
+/// per-pass collectives per step) has its step row printed but not judged ("the estimate is for
+/// 1 micro-batch per step; this run used K"). Nothing changes for K <= 1.
+void mark_micro_batches_not_judged(EstimateReport& report, int64_t micro_batches);
+
 /// The record of `profile` (HardwareProfile::thread_pinning) that prices a run of `cores` cores:
 /// the one of that many cores, else the nearest in log n (as the cost model picks a fit; a tie
 /// goes to the larger), else nullptr (no record). Pure.

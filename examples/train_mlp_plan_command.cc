@@ -197,6 +197,7 @@ int run_train_mlp_plan(const TrainMlpPlanArgs& args) {
                     "training set (replicated on every core)");
     measured.thread_pinning = pinning;
     report = compare_estimate(*estimate, measured);
+    mark_micro_batches_not_judged(*report, mlp.micro_batches);
     add_collective_probe(*report, plan);  // right after the run: the host mode it met
   }
   // The reference of the data-parallel group (examples/mlp_reference.h): 1 core with one

@@ -355,6 +355,7 @@ int run_train_mlp(const TrainArgs& args) {
           "the estimate prices the Eigen kernels' measured rates; this run used --kernels "
           "pallas");
     }
+    vtpu::examples::mark_micro_batches_not_judged(*report, mlp.micro_batches);
     vtpu::examples::add_collective_probe(*report,
                                          *estimate_plan);  // right after the run: its host mode
   }

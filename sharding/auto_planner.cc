@@ -1129,10 +1129,22 @@ void AutoShardingPlan::require_fit() const {
   if (winner >= 0 || pinned >= 0) return;
   const PlanCandidate* best = nullptr;  // the smallest in HBM of the runnable candidates
   const PlanCandidate* unsupported = nullptr;
+  // The candidates the runner cannot run that fit (new-user pass nu14, NU86: the transformer
+  // under 3 MiB on 2x4 fits only with FSDP, which `vtpu train transformer` does not run), and
+  // the smallest of them.
+  size_t fitting_unsupported = 0;
+  const PlanCandidate* smallest_unsupported = nullptr;
   for (const PlanCandidate& c : candidates) {
     if (!c.feasible) continue;
     if (!c.unsupported_reason.empty()) {
       if (unsupported == nullptr) unsupported = &c;
+      if (c.fits) {
+        ++fitting_unsupported;
+        if (smallest_unsupported == nullptr ||
+            c.min_hbm_bytes_per_core < smallest_unsupported->min_hbm_bytes_per_core) {
+          smallest_unsupported = &c;
+        }
+      }
       continue;
     }
     if (best == nullptr || c.min_hbm_bytes_per_core < best->min_hbm_bytes_per_core) best = &c;
@@ -1152,7 +1164,14 @@ void AutoShardingPlan::require_fit() const {
                                  count_text(Mesh(mesh_shape, axis_names).size(), "core") + ")"
                            : std::string()) +
       "; the smallest HBM per core that would fit is " +
-      format_bytes_exact(best->min_hbm_bytes_per_core) + ", with " + best->name);
+      format_bytes_exact(best->min_hbm_bytes_per_core) + ", with " + best->name +
+      (fitting_unsupported == 0
+           ? std::string()
+           : "; " +
+                 count_text(static_cast<long long>(fitting_unsupported), "strategy", "strategies") +
+                 " that cannot run would fit (smallest: " + smallest_unsupported->name + ", " +
+                 format_bytes_exact(smallest_unsupported->min_hbm_bytes_per_core) +
+                 "; --any-strategy plans it as a what-if)"));
 }
 
 std::string AutoShardingPlan::cannot_run_summary() const {

@@ -329,6 +329,30 @@ TEST(EstimateReportTest, AStepRowMarkedNotJudgedSaysWhyAndIsNotProbed) {
   EXPECT_TRUE(r.to_json()["probe"].is_null());
 }
 
+// New-user pass nu14, NU85: the planner prices one pass per step, so a run of K > 1
+// micro-batches is not judged against it; K = 1 changes nothing.
+TEST(EstimateReportTest, AMicroBatchedRunIsNotJudgedAgainstAOnePassEstimate) {
+  PlanEstimate e;
+  e.step_seconds = 0.5;
+  e.hbm_bytes_per_core = 1000;
+  e.hardware = "this_machine";
+  MeasuredRun m;
+  m.num_cores = 2;
+  m.steps = 3;
+  m.median_step_seconds = 0.625;
+  m.peak_hbm_bytes_per_core = 1000;
+  EstimateReport one = compare_estimate(e, m);
+  mark_micro_batches_not_judged(one, 1);
+  EXPECT_TRUE(one.step_comparable);
+  EXPECT_TRUE(one.step_within);  // 0.625 / 0.5 = 1.25
+  EstimateReport four = compare_estimate(e, m);
+  mark_micro_batches_not_judged(four, 4);
+  EXPECT_FALSE(four.step_comparable);
+  EXPECT_TRUE(four.hbm_within);
+  EXPECT_EQ(four.to_json()["step_not_judged"],
+            "the estimate is for 1 micro-batch per step; this run used 4");
+}
+
 // `vtpu plan --emit` embeds the profile it priced with (estimate.hardware_profile). A calibrated
 // profile file names itself this_machine, like the shipped one; the run must be judged and
 // probed against the embedded profile, not the shipped profile of that name.

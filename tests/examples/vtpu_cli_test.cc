@@ -2896,6 +2896,20 @@ TEST(VtpuCliPlanTest, NothingRunnableSaysWhyWithCountsAndNoRunHint) {
   EXPECT_EQ(tight.output.find("run the plan with"), std::string::npos) << tight.output;
 }
 
+// New-user pass nu14, NU86: the transformer on 2x4 under 3 MiB fits only with FSDP, which `vtpu
+// train transformer` cannot run; the error said "fits on no strategy" and hid them.
+TEST(VtpuCliPlanTest, NoFitNamesTheStrategiesThatWouldFitButCannotRun) {
+  const CliRun r = run_cli("plan " + model_path("transformer.json") +
+                           " --mesh 2x4 --hardware v5e --hbm-bytes 3M");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("fits on no strategy within 3.00 MiB"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("; 4 strategies that cannot run would fit (smallest: fsdp(data,model), "
+                          "1.80 MiB"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("--any-strategy plans it as a what-if)"), std::string::npos) << r.output;
+}
+
 // ---- vtpu plan --emit, then vtpu train ... --plan: every emitted plan runs -------------------
 
 // Runs `vtpu plan MODEL --emit` and returns the plan file's JSON (empty on failure).
