@@ -1919,9 +1919,9 @@ TEST(VtpuCliTest, TrainTransformerReferenceFollowsTheDataParallelSums) {
     EXPECT_EQ(j["reference_micro_batches"], micro);
     if (micro > 1) {
       EXPECT_EQ(j["mesh"]["losses"], j["reference"]["losses"]);
-      EXPECT_EQ(j["max_relative_difference"].get<double>(), 0.0);
+      EXPECT_EQ(j["max_relative_loss_difference"].get<double>(), 0.0);
     } else {
-      EXPECT_LE(j["max_relative_difference"].get<double>(), 1e-4);
+      EXPECT_LE(j["max_relative_loss_difference"].get<double>(), 1e-4);
     }
   }
   const CliRun text = run_cli(
