@@ -23,17 +23,17 @@
 #               running nothing
 #
 # An example is within when the median over the rounds of its measured/estimate step ratio is
-# within 25% (|ratio - 1| <= 0.25), and the same for HBM per core. With the calibration of the
-# minute (the default) the plain ratio is judged: the profile is the host as it is now. With
-# --hardware (a profile that may be hours old, calibrated while the host's hand-offs ran at
-# another speed) the ratio with the collectives probed after the run is judged where the plan
-# has collectives and the probe was judged (examples/latency_probe.h), else the plain one. Both
-# are printed. A run that fails (its error is kept in runI-R.err) is recorded in its
+# within 25% (|ratio - 1| <= 0.25), and the same for HBM per core. The ratio with the
+# collectives probed after the run is judged where the plan has collectives and the probe was
+# judged (examples/latency_probe.h), else the plain one; both are printed. That holds for the
+# calibration of the round too (since 2026-12-02, 10:20 UTC; before, its plain ratio was
+# judged): the calibration runs a minute or more before the round's last runs, the probe
+# seconds after each, and this VM's hand-off speed moves on that scale (docs/SHARDING.md,
+# "The last-level cache"). A run that fails (its error is kept in runI-R.err) is recorded in its
 # runI-R.json and its example's row says so, judged outside; the other runs go on. A probe that
 # ran but saw a busy host (not judged) shows "busy" in the probe column, where "-" means no probe
 # (one core). Exit status: 0 when every example is within, 1 when one is not or a run failed,
-# 2 on a usage error. --from judges as the run it reads did (a profile.json or profile-1.json in it says it
-# calibrated). The estimate column is the median of the rounds' estimates (one value with
+# 2 on a usage error. --from judges the same way. The estimate column is the median of the rounds' estimates (one value with
 # --hardware).
 # Busy host (new-user pass nu13, NU71): the table also gives the median over the rounds of the
 # run's CPU ratio (estimate_vs_measured.cpu_ratio: CPU time per step / min(cores, CPUs) over the
@@ -157,12 +157,8 @@ if [[ -z "$from" ]]; then
   echo "done ($(date -u +%H:%M:%S) UTC, load average $(cut -d' ' -f1-3 /proc/loadavg)); files in $out" >&2
 fi
 
-# The calibration of the minute is judged as it is; an older profile with the probe's correction.
-if [[ -f "$out/profile.json" || -f "$out/profile-1.json" ]]; then
-  probed_judged=false
-else
-  probed_judged=true
-fi
+# The probe's correction is judged with any profile (header).
+probed_judged=true
 judged_column=$([[ $probed_judged == true ]] && echo "judged (median, probed)" || echo "judged (median, plain)")
 status=0
 printf '| example | strategy | estimate (median of rounds) | measured (median of rounds) | ratio per round | with probe per round | %s | HBM ratio | CPU ratio (median, not judged) | load avg (1 min) per round | |\n' "$judged_column"
