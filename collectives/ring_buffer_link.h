@@ -101,6 +101,13 @@ class RingBufferLink final : public Link {
   /// inside a call (e.g. after joining the threads); reset() clears them.
   LinkWaitStats sender_stats() const { return send_.stats; }
   LinkWaitStats receiver_stats() const { return recv_.stats; }
+  /// Whether the sending (receiving) side is in, or about to enter, its futex sleep, after its
+  /// spin and yields: a snapshot, for tests and diagnostics (the side may wake at once after).
+  /// Thread-safe.
+  bool sender_sleeping() const { return send_wait_.sleeping.load(std::memory_order_seq_cst) != 0; }
+  bool receiver_sleeping() const {
+    return recv_wait_.sleeping.load(std::memory_order_seq_cst) != 0;
+  }
 
  private:
   struct alignas(64) SlotMeta {  // one cache line each: no false sharing between slots

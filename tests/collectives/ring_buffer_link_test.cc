@@ -19,6 +19,18 @@ namespace {
 using namespace std::chrono_literals;
 Deadline in(std::chrono::milliseconds d) { return std::chrono::steady_clock::now() + d; }
 
+// Blocks until `sleeping()` holds (the other thread has passed its spin and yields and reached
+// the futex sleep), polling every millisecond for at most 10 s. A fixed sleep instead (100 ms,
+// as before) let a loaded host (a sanitizer run beside a build) deschedule the waiter for longer,
+// so the peer acted first and the wait never slept.
+template <typename Sleeping>
+void until_asleep(Sleeping sleeping) {
+  const auto give_up = std::chrono::steady_clock::now() + 10s;
+  while (!sleeping() && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(sleeping()) << "the waiter did not reach its futex sleep within 10 s";
+}
+
 TEST(RingBufferLinkTest, RejectsBadOptions) {
   EXPECT_THROW(RingBufferLink(0, 1, LinkOptions{100, 2}), InvalidArgumentError);
   EXPECT_THROW(RingBufferLink(0, 1, LinkOptions{0, 2}), InvalidArgumentError);
@@ -121,7 +133,7 @@ TEST(RingBufferLinkTest, ReadyLinkIsTakenWithoutWaiting) {
 TEST(RingBufferLinkTest, SleepingReceiverIsWokenByCommit) {
   RingBufferLink link(0, 1, LinkOptions{64, 2});
   std::thread sender([&] {
-    std::this_thread::sleep_for(100ms);
+    until_asleep([&] { return link.receiver_sleeping(); });
     std::byte* slot = link.acquire_send_slot(in(1s));
     std::memset(slot, 7, 8);
     link.commit_send(Fingerprint{.sequence = 3}, 8);
@@ -152,7 +164,7 @@ TEST(RingBufferLinkTest, YieldPhaseOnlyWhenCoresOutnumberTheCpus) {
     o.process_cores = cores;
     RingBufferLink link(0, 1, o);
     std::thread sender([&] {
-      std::this_thread::sleep_for(100ms);
+      until_asleep([&] { return link.receiver_sleeping(); });
       link.acquire_send_slot(in(1s));
       link.commit_send(Fingerprint{.sequence = 5}, 0);
     });
@@ -161,8 +173,8 @@ TEST(RingBufferLinkTest, YieldPhaseOnlyWhenCoresOutnumberTheCpus) {
     EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
     link.release_recv();
     sender.join();
-    // 100 ms outlasts the spin (at most kSpinTime) and the yields, so the receiver sleeps once,
-    // after kYieldIterations sched_yield calls only when oversubscribed.
+    // The sender commits only once the receiver is asleep, so it sleeps once, after
+    // kYieldIterations sched_yield calls only when oversubscribed.
     EXPECT_EQ(link.receiver_stats().slept, 1u);
     EXPECT_EQ(link.receiver_stats().yielded, 0u);
     EXPECT_EQ(link.receiver_stats().yield_calls,
@@ -176,7 +188,7 @@ TEST(RingBufferLinkTest, SleepingSenderIsWokenByRelease) {
   link.acquire_send_slot(in(1s));
   link.commit_send(Fingerprint{}, 0);
   std::thread receiver([&] {
-    std::this_thread::sleep_for(100ms);
+    until_asleep([&] { return link.sender_sleeping(); });
     link.acquire_recv_slot(in(1s));
     link.release_recv();
   });
@@ -193,7 +205,7 @@ TEST(RingBufferLinkTest, AbortWakesASleepingSender) {
   link.acquire_send_slot(in(1s));
   link.commit_send(Fingerprint{}, 0);
   std::thread aborter([&] {
-    std::this_thread::sleep_for(100ms);
+    until_asleep([&] { return link.sender_sleeping(); });
     link.abort("core 5 failed");
   });
   const auto start = std::chrono::steady_clock::now();
