@@ -1,6 +1,7 @@
 #include "examples/latency_probe.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 
 #include "common/error.h"
@@ -97,9 +98,27 @@ HardwareProfile shift_collectives(const HardwareProfile& profile,
 }
 
 namespace {
+// The planner's constraints that price the plan as it runs: the trainer's (plan_constraints, as
+// `vtpu plan --emit` planned it), with each layer the plan file lists pinned to its sharding
+// there. Regression (2026-12-02, a recalibrated this_machine): pricing without constraints let
+// the search give tp(x) on 8 cores replicated layers and no collective (79.5 us against the
+// plan's 87.1 us with column, row and the final all-reduce), so no fit moved it and the probe
+// never ran.
+PlanConstraints pricing_constraints(const TrainPlan& plan) {
+  PlanConstraints c = plan_constraints(plan.model, plan.mesh_shape, plan.mesh_axes);
+  if (plan.layers.empty()) return c;
+  std::map<std::string, std::string> planned(plan.layers.begin(), plan.layers.end());
+  c.tensor_sharding = [planned = std::move(planned), model = plan.model](const ModelLayer& l) {
+    const auto it = planned.find(l.name);
+    return it != planned.end() ? it->second : required_tensor_sharding(model, l.name);
+  };
+  return c;
+}
+
 std::optional<double> strategy_step_seconds(const TrainPlan& plan, const HardwareProfile& hw) {
   const AutoShardingPlan priced =
-      plan_auto_sharding(*plan.model_graph, plan.mesh_shape, plan.mesh_axes, CostModel(hw), 0, {});
+      plan_auto_sharding(*plan.model_graph, plan.mesh_shape, plan.mesh_axes, CostModel(hw), 0,
+                         pricing_constraints(plan));
   for (const PlanCandidate& k : priced.candidates) {
     if (k.name == plan.strategy_name && k.feasible) return k.step_seconds;
   }

@@ -85,7 +85,9 @@ TrainPlan mlp_plan(const HardwareProfile& hw, const std::string& strategy,
                    const std::vector<std::string>& axes = {"x"}) {
   const ModelGraph model =
       ModelGraph::load_json_file(std::string(VTPU_SOURCE_DIR) + "/examples/models/mlp.json");
-  AutoShardingPlan plan = plan_auto_sharding(model, shape, axes, CostModel(hw), 0, {});
+  // With the trainer's constraints, as `vtpu plan --emit` plans it (the plans vtpu train runs).
+  AutoShardingPlan plan = plan_auto_sharding(model, shape, axes, CostModel(hw), 0,
+                                             plan_constraints("mlp", shape, axes));
   plan.choose(strategy);
   nlohmann::json j = plan.to_json();
   j["estimate"]["hardware"] = "this_machine";
@@ -153,6 +155,38 @@ TEST(LatencyProbeTest, OnlyTheFitsThePlansStrategyPricesAreProbed) {
   ASSERT_EQ(one.size(), 1u);
   EXPECT_EQ(one[0].op, "all_reduce");
   EXPECT_EQ(one[0].group_size, 4);
+}
+
+// Regression (2026-12-02, the recalibrated this_machine): the probe priced the plan again with an
+// unconstrained search, which may give a tensor-parallel strategy replicated layers and no
+// collective at all when its all-reduce is dear; then no fit moved it, nothing was probed and the
+// report had no probed row, though the run does all-reduce the logits. Made dear here by hand (the
+// 8-core all-reduce 1 ms slower everywhere): the unconstrained tp(x) replicates fc1 and fc2 and
+// communicates nothing, the plan the trainer runs (column, sharded, row) all-reduces the logits,
+// and it is that plan whose fit is probed and whose estimate a probe moves.
+TEST(LatencyProbeTest, ThePlanIsPricedWithTheShardingsItRunsNotAFreeSearch) {
+  const HardwareProfile shipped = HardwareProfile::get("this_machine");
+  const CollectiveProbe dear{"all_reduce", 8, 4096, 0.0, 1e-3, {}};
+  const HardwareProfile p = shift_collectives(shipped, {dear});
+  const ModelGraph model =
+      ModelGraph::load_json_file(std::string(VTPU_SOURCE_DIR) + "/examples/models/mlp.json");
+  AutoShardingPlan free = plan_auto_sharding(model, {8}, {"x"}, CostModel(p), 0, {});
+  free.choose("tp(x)");
+  const PlanCandidate& unconstrained = free.candidates[static_cast<size_t>(free.chosen())];
+  EXPECT_EQ(unconstrained.layers.front().choice, "replicated");
+  EXPECT_EQ(unconstrained.layers.back().choice, "replicated");
+  EXPECT_EQ(unconstrained.comm_seconds, 0.0);
+  const TrainPlan plan = mlp_plan(p, "tp(x)", {8});
+  ASSERT_EQ(plan.layers.size(), 3u);
+  EXPECT_EQ(plan.layers[0].second, "column");
+  EXPECT_EQ(plan.layers[2].second, "row");
+  EXPECT_EQ(fits_priced_by(plan, p), std::set<CollectiveFitId>({{"all_reduce", 8}}));
+  // A probe 2 us slower than the profile moves the estimate by the one all-reduce's 2 us.
+  const CollectiveProbe slower{"all_reduce", 8, 4096, 1e-5, 1.2e-5, {}};
+  const std::optional<double> moved =
+      reestimate_step_seconds(plan, p, shift_collectives(p, {slower}));
+  ASSERT_TRUE(moved);
+  EXPECT_NEAR(*moved - plan.estimate->step_seconds, 2e-6, 1e-12);
 }
 
 TEST(LatencyProbeTest, ProbesEveryFitUpToTheRunsCoresAtTheRowSize) {
