@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -148,6 +150,44 @@ std::string calibration_source_text(const CollectiveFit& cf, const LinearFit& fi
              "squares; max relative residual %.0f%%; the measured curve is kept and "
              "interpolated",
              iters, 100 * fit.max_relative_error);
+}
+
+std::vector<std::string> extrapolated_fit_warnings(const CostModel& cost,
+                                                   const std::set<int64_t>& groups, int64_t cores,
+                                                   const std::set<std::string>& ops) {
+  const auto& fits = cost.profile().collectives;
+  if (fits.empty()) return {};
+  std::set<int64_t> calibrated;
+  for (const auto& [op, list] : fits) {
+    for (const CollectiveFit& f : list) calibrated.insert(f.group_size);
+  }
+  std::vector<std::string> out;
+  for (const int64_t n : groups) {
+    if (n <= 1) continue;
+    std::map<int64_t, std::vector<std::string>> from;  // fit size -> ops priced from it
+    for (const auto& [op, list] : fits) {
+      if (!ops.empty() && !ops.contains(op)) continue;
+      const CollectiveFit* f = cost.calibrated_fit(op, n);
+      if (f != nullptr && f->group_size != n) from[f->group_size].push_back(op);
+    }
+    for (const auto& [m, priced] : from) {
+      char scale[96];
+      std::snprintf(scale, sizeof scale, "scaled by the oversubscription s(%lld) / s(%lld) = %g",
+                    static_cast<long long>(cores), static_cast<long long>(m),
+                    cost.oversubscription_at(static_cast<int>(cores)) /
+                        cost.oversubscription_at(static_cast<int>(m)));
+      std::set<int64_t> want = calibrated;
+      want.insert(n);
+      std::string sizes;
+      for (int64_t w : want) sizes += (sizes.empty() ? "" : ",") + std::to_string(w);
+      out.push_back(std::to_string(n) + "-core groups are priced from the " + std::to_string(m) +
+                    "-core fits of " + join(priced) + " (" + scale +
+                    "): the profile has no fit measured on " + std::to_string(n) +
+                    " cores (calibrate with vtpu bench collectives --calibrate FILE --cores " +
+                    sizes + ")");
+    }
+  }
+  return out;
 }
 
 std::string no_calibrated_collectives_warning(const HardwareProfile& profile,

@@ -23,12 +23,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "runtime/hardware_profile.h"
 #include "runtime/runtime_options.h"
+#include "sharding/cost_model.h"
 
 namespace vtpu::examples {
 
@@ -112,6 +114,19 @@ inline constexpr double kMaxTrustedResidual = 0.5;
 /// threads, which wait for descheduled peers). The text names each reason with its numbers.
 /// Thread-safe (pure).
 std::string calibration_warning(const CalibrationQuality& q);
+
+/// One warning per group size in `groups` (cores, each > 1) that a calibrated collective of
+/// `cost`'s profile prices from a fit measured on another core count (CostModel::calibrated_fit:
+/// the nearest in log n), restricted to the collectives in `ops` (empty: every calibrated one),
+/// e.g. "8-core groups are priced from the 2-core fits of all_gather, all_reduce (scaled by the
+/// oversubscription s(8) / s(2) = 4): the profile has no fit measured on 8 cores (calibrate with
+/// vtpu bench collectives --calibrate FILE --cores 2,8)"; `cores` is the mesh's. `vtpu plan`
+/// prints them for its table's strategies (new-user pass nu14, NU82) and the trainers' estimate
+/// report for the plan it ran (NU82, NU91: a 16-core run judged against 8-core fits said
+/// nothing). None on an uncalibrated profile. Thread-safe (pure).
+std::vector<std::string> extrapolated_fit_warnings(const CostModel& cost,
+                                                   const std::set<int64_t>& groups, int64_t cores,
+                                                   const std::set<std::string>& ops = {});
 
 /// The warning for a host profile (host_cpus > 0) without calibrated collectives, as `vtpu bench
 /// hardware --out` writes one: "<what> has no calibrated collectives: they are priced as a memcpy

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "common/error.h"
 #include "common/format_text.h"
@@ -228,6 +229,23 @@ void EstimateReport::mark_step_not_judged(std::string reason) {
   step_not_judged_reason = std::move(reason);
 }
 
+namespace {
+// The cores of each of the plan's roles (data, tensor, FSDP): the product of its mesh axes' sizes.
+std::set<int64_t> plan_group_sizes(const TrainPlan& plan) {
+  std::set<int64_t> groups;
+  for (const auto* role : {&plan.data, &plan.tensor, &plan.fsdp}) {
+    int64_t n = 1;
+    for (const std::string& a : *role) {
+      const auto it = std::find(plan.mesh_axes.begin(), plan.mesh_axes.end(), a);
+      if (it != plan.mesh_axes.end())
+        n *= plan.mesh_shape[static_cast<size_t>(it - plan.mesh_axes.begin())];
+    }
+    if (n > 1) groups.insert(n);
+  }
+  return groups;
+}
+}  // namespace
+
 void add_collective_probe(EstimateReport& report, const TrainPlan& plan,
                           const CollectiveProbeOptions& options) {
   if (!report.step_comparable) return;
@@ -240,6 +258,19 @@ void add_collective_probe(EstimateReport& report, const TrainPlan& plan,
     CollectiveProbeOptions o = options;
     if (!o.only) o.only = fits_priced_by(plan, profile);
     report.probed_plan_fits_only = o.only.has_value();
+    // New-user passes nu14, NU82 and NU91: a run on more cores than the profile calibrated (16
+    // against fits up to 8) was judged with no word that its collectives were extrapolated.
+    std::set<std::string> ops;
+    if (o.only) {
+      for (const auto& [op, n] : *o.only) ops.insert(op);
+    }
+    if (!o.only || !ops.empty()) {
+      const std::set<int64_t> groups = plan_group_sizes(plan);
+      for (std::string& w :
+           extrapolated_fit_warnings(CostModel(profile), groups, plan.num_cores(), ops)) {
+        report.warnings.push_back(std::move(w));
+      }
+    }
     if (o.only && o.only->empty()) return;                        // the plan runs no collective
     if (o.pin_threads.empty() && report.measured.thread_pinning)  // meet the host as the run did
       o.pin_threads = report.measured.thread_pinning->mode;

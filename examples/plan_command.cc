@@ -123,20 +123,11 @@ void require_fit(const AutoShardingPlan& plan, const std::string& runner) {
   }
 }
 
-/// One warning per group size of the table's strategies (the product of a role's mesh axes: data,
-/// tensor or fsdp, > 1 core) that a calibrated collective of `cost`'s profile prices from a fit
-/// measured on another core count (CostModel::calibrated_fit: the nearest in log n), e.g. "8-core
-/// groups are priced from the 2-core fits of all_gather, all_reduce (scaled by the
-/// oversubscription s(8) / s(2) = 4): the profile has no fit measured on 8 cores (calibrate with
-/// vtpu bench collectives --calibrate FILE --cores 2,8)". None on an uncalibrated profile.
-std::vector<std::string> extrapolated_fit_warnings(const CostModel& cost,
-                                                   const AutoShardingPlan& plan,
-                                                   const std::vector<int64_t>& shape,
-                                                   const std::vector<std::string>& axes) {
-  const auto& fits = cost.profile().collectives;
-  if (fits.empty()) return {};
-  int64_t cores = 1;
-  for (int64_t s : shape) cores *= s;
+/// The group sizes of the table's feasible strategies (the product of a role's mesh axes: data,
+/// tensor or fsdp, > 1 core), for extrapolated_fit_warnings (examples/calibration.h).
+std::set<int64_t> strategy_group_sizes(const AutoShardingPlan& plan,
+                                       const std::vector<int64_t>& shape,
+                                       const std::vector<std::string>& axes) {
   std::set<int64_t> groups;
   for (const PlanCandidate& k : plan.candidates) {
     if (!k.feasible) continue;
@@ -148,35 +139,7 @@ std::vector<std::string> extrapolated_fit_warnings(const CostModel& cost,
       if (n > 1) groups.insert(n);
     }
   }
-  std::set<int64_t> calibrated;
-  for (const auto& [op, list] : fits) {
-    for (const CollectiveFit& f : list) calibrated.insert(f.group_size);
-  }
-  std::vector<std::string> out;
-  for (const int64_t n : groups) {
-    std::map<int64_t, std::vector<std::string>> from;  // fit size -> ops priced from it
-    for (const auto& [op, list] : fits) {
-      const CollectiveFit* f = cost.calibrated_fit(op, n);
-      if (f != nullptr && f->group_size != n) from[f->group_size].push_back(op);
-    }
-    for (const auto& [m, ops] : from) {
-      char scale[96];
-      std::snprintf(scale, sizeof scale, "scaled by the oversubscription s(%lld) / s(%lld) = %g",
-                    static_cast<long long>(cores), static_cast<long long>(m),
-                    cost.oversubscription_at(static_cast<int>(cores)) /
-                        cost.oversubscription_at(static_cast<int>(m)));
-      std::set<int64_t> want = calibrated;
-      want.insert(n);
-      std::string sizes;
-      for (int64_t w : want) sizes += (sizes.empty() ? "" : ",") + std::to_string(w);
-      out.push_back(std::to_string(n) + "-core groups are priced from the " + std::to_string(m) +
-                    "-core fits of " + join(ops) + " (" + scale +
-                    "): the profile has no fit measured on " + std::to_string(n) +
-                    " cores (calibrate with vtpu bench collectives --calibrate FILE --cores " +
-                    sizes + ")");
-    }
-  }
-  return out;
+  return groups;
 }
 
 int run(const PlanCommand& c) {
@@ -274,7 +237,10 @@ int run(const PlanCommand& c) {
   }
   // New-user pass nu14, NU82: a profile calibrated on 2 cores priced 8-core groups from its
   // 2-core fits (x4 for oversubscription) without a word.
-  for (std::string& w : extrapolated_fit_warnings(cost, plan, shape, axes)) {
+  int64_t cores = 1;
+  for (int64_t n : shape) cores *= n;
+  for (std::string& w :
+       extrapolated_fit_warnings(cost, strategy_group_sizes(plan, shape, axes), cores)) {
     warnings.push_back(std::move(w));
   }
   if (c.json) {

@@ -13,9 +13,11 @@
 #               --calibrate DIR/profile-R.json`, about 20 s) and plan that round's runs with it,
 #               so each round is judged against the calibration of its minute and no single
 #               calibration's moment decides (this VM's speed drifts by 10-30% over minutes).
-#   --rounds    rounds over the eight examples (default 3). The rounds are interleaved (every
-#               example once, then again), so a burst of load on the host lands on one round of
-#               several examples, not on every round of one.
+#   --rounds    rounds over the eight examples (default 7; about 20 s each on a quiet host).
+#               The rounds are interleaved (every example once, then again), so a burst of load
+#               on the host lands on one round of several examples, not on every round of one.
+#               Seven, not three, since 2026-12-02: on a fresh VM three rounds judged 5 of 8
+#               within (one slow round of three moved three medians), seven 8 of 8 twice.
 #   --out       directory for the profile, plans and each run's JSON (default: a new temp dir);
 #               it must hold no earlier run's files (the judging reads them back)
 #   --vtpu      the vtpu binary (default $BUILD_DIR/examples/vtpu, BUILD_DIR defaulting to build/)
@@ -49,11 +51,14 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 vtpu=${BUILD_DIR:-$repo/build}/examples/vtpu
 hardware=""
-rounds=3
+rounds=7
 out=""
 from=""
 
-usage() { sed -n '2,28s/^# \{0,1\}//p' "$0"; }
+usage() {
+  sed -n '2,25s/^# \{0,1\}//p' "$0"
+  echo "How a row is judged: the comment at the top of $0, and docs/SHARDING.md."
+}
 die_usage() { echo "check-estimates: $1 (try --help)" >&2; exit 2; }
 
 while (($#)); do

@@ -175,21 +175,37 @@ int CostModel::torus_dims_used(const std::vector<int>& mesh_axis_positions) cons
   return static_cast<int>(dims.size());
 }
 
+bool CostModel::is_measured_spike(const std::vector<std::pair<double, double>>& m, size_t i) {
+  const size_t n = m.size();
+  if (n < 3 || i >= n) return false;
+  if (i == 0) return m[0].second > kSpikeFactor * m[1].second;
+  if (i == n - 1) {  // the last size may grow with its bytes: allow for their ratio
+    return m[i].second > kSpikeFactor * m[i - 1].second * (m[i].first / m[i - 1].first);
+  }
+  return m[i].second > kSpikeFactor * std::max(m[i - 1].second, m[i + 1].second);
+}
+
 double CostModel::measured_seconds(const CollectiveFit& fit, double bytes, double beta_factor) {
-  // Priced through the curve's monotone non-decreasing envelope, the running maximum over sizes
-  // (header): a point below an earlier, smaller size's time is lifted to that time.
+  // Priced through the curve's monotone non-decreasing envelope, the running maximum over sizes,
+  // of the points that are not spikes (header): a point below an earlier, smaller size's time is
+  // lifted to that time, and a spike is left out.
   const auto& m = fit.measured;
-  if (bytes <= m.front().first) return m.front().second;
-  double envelope = m.front().second;  // the running maximum up to the current point
-  for (size_t i = 1; i < m.size(); ++i) {
+  size_t first = 0;
+  while (first + 1 < m.size() && is_measured_spike(m, first)) ++first;
+  if (bytes <= m[first].first) return m[first].second;
+  double envelope = m[first].second;  // the running maximum up to the current point
+  double at = m[first].first;         // the size of the last point taken
+  for (size_t i = first + 1; i < m.size(); ++i) {
+    if (is_measured_spike(m, i)) continue;
     const double next = std::max(envelope, m[i].second);
     if (bytes < m[i].first) {
-      const double w = (bytes - m[i - 1].first) / (m[i].first - m[i - 1].first);
+      const double w = (bytes - at) / (m[i].first - at);
       return envelope + w * (next - envelope);
     }
     envelope = next;
+    at = m[i].first;
   }
-  return envelope + fit.beta_seconds_per_byte * beta_factor * (bytes - m.back().first);
+  return envelope + fit.beta_seconds_per_byte * beta_factor * (bytes - at);
 }
 
 const CollectiveFit* CostModel::calibrated_fit(const std::string& op, int64_t n) const {
@@ -305,7 +321,7 @@ CollectiveCost CostModel::collective(CollectiveKind kind, double bytes,
       const double table_bytes = permute ? 2 * bytes : bytes;
       const double beyond_factor = permute ? 0.5 : formula_factor(kind, nd);
       c.seconds = scale * measured_seconds(f, table_bytes, reps * beyond_factor);
-      c.alpha_seconds = scale * f.measured.front().second / reps;
+      c.alpha_seconds = scale * measured_seconds(f, 0, 0) / reps;  // the first trusted time
       c.measured = true;
     }
     return c;

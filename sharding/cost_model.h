@@ -43,14 +43,17 @@
 //   ns) would otherwise price a larger collective below a smaller one and make a layer's share
 //   (seconds - alpha, below) negative. Below the first size the first size's time is used (the
 //   latency floor); above the last, the envelope's last time plus the formula's beta term for
-//   the extra bytes. The table is
-//   read at the same B whatever the group's n, and a permute reads the 2-core all-gather's table
-//   at 2 B (a 2-core all-gather of 2 B sends each core's B to its one peer). The oversubscription
-//   scaling applies as to the formula. alpha_seconds then reports the table's first time (halved
-//   for an all-reduce, as the formula's), so that seconds - alpha stays the bandwidth share that
-//   the auto planner charges per layer. Why: one line alpha + beta x cannot follow a curve whose
-//   algorithm changes with size; on this machine's 8-core all-reduce the line fitted to 8 B..4 MiB
-//   was 40% below the measured time at 16-32 KiB, where the MLP's gradient bucket lies.
+//   the extra bytes. A spike, one size far slower than its neighbours (a row whose calls were
+//   descheduled on a shared host; CostModel::is_measured_spike), is left out before the envelope
+//   is taken: through the running maximum it would price every larger size at its time. The
+//   table is read at the same B whatever the group's n, and a permute reads the 2-core all-gather's
+//   table at 2 B (a 2-core all-gather of 2 B sends each core's B to its one peer). The
+//   oversubscription scaling applies as to the formula. alpha_seconds then reports the table's
+//   first time that is not a spike (halved for an all-reduce, as the formula's), so that seconds -
+//   alpha stays the bandwidth share that the auto planner charges per layer. Why: one line alpha +
+//   beta x cannot follow a curve whose algorithm changes with size; on this machine's 8-core
+//   all-reduce the line fitted to 8 B..4 MiB was 40% below the measured time at 16-32 KiB, where
+//   the MLP's gradient bucket lies.
 // - Otherwise the links and the topology. Mesh axis i maps to torus dimension i (a mesh of more
 //   axes than the torus has dimensions folds the extra axes onto the last dimension; an axis of
 //   size 1 spans no devices and maps to none, so a 1x8 mesh is one ring), and every
@@ -210,11 +213,26 @@ class CostModel {
   const CollectiveFit* calibrated_fit(const std::string& op, int64_t n) const;
   /// The time of `fit`'s measured curve (non-empty, sizes ascending) at `bytes` (B as in the
   /// header), seconds, read on the curve's monotone envelope E (E_i = max of the times at sizes
-  /// <= size i, so a larger collective is never priced cheaper than a smaller one): linear in
+  /// <= size i, spikes left out (is_measured_spike), so a larger collective is never priced
+  /// cheaper than a smaller one): linear in
   /// bytes between the envelope's two nearest measured sizes, the first time below the curve, and
   /// above it E_last + fit.beta_seconds_per_byte * beta_factor * (bytes - last size). The result
   /// is therefore non-decreasing in `bytes` and >= the first time. Pure; thread-safe.
   static double measured_seconds(const CollectiveFit& fit, double bytes, double beta_factor);
+  /// A measured point this many times above what its neighbours allow is a spike, left out of
+  /// the curve (is_measured_spike).
+  static constexpr double kSpikeFactor = 3.0;
+  /// Whether point i of a measured curve (sizes ascending, at least 3 points) is a spike: a row
+  /// whose calls were descheduled on a shared host (new-user pass nu15, NU94: one 2-core
+  /// all-gather row of 118.6 us between rows of about 2.7 us priced every size above it at 118.6
+  /// us through the running maximum, and FSDP on 2 cores at 20x its measured step). An interior
+  /// point is one when its time exceeds kSpikeFactor times the larger of its neighbours' (a
+  /// collective's time grows with its size, so the next size's time is an upper bound up to
+  /// noise); the first when it exceeds kSpikeFactor times the second's; the last when it exceeds
+  /// kSpikeFactor times the one before scaled by their size ratio (in the bandwidth regime time
+  /// grows with bytes). Noise on a shared host only adds time, so a point far below its
+  /// neighbours is kept. Two adjacent spikes hide each other. Thread-safe (pure).
+  static bool is_measured_spike(const std::vector<std::pair<double, double>>& m, size_t i);
   /// The sizes of `fit`'s measured curve: "18 sizes 32 B..4.00 MiB" (the number of points, then
   /// the first and last B as in the header, in bytes, by format_bytes); "" when it has none. The
   /// one text of a curve's range: describe() prints it, and so does the `sources` entry that

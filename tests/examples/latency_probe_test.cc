@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "examples/estimate_report.h"
 #include "examples/train_plan.h"
 #include "sharding/auto_planner.h"
 #include "sharding/cost_model.h"
@@ -187,6 +188,44 @@ TEST(LatencyProbeTest, ThePlanIsPricedWithTheShardingsItRunsNotAFreeSearch) {
       reestimate_step_seconds(plan, p, shift_collectives(p, {slower}));
   ASSERT_TRUE(moved);
   EXPECT_NEAR(*moved - plan.estimate->step_seconds, 2e-6, 1e-12);
+}
+
+// New-user passes nu14, NU82 and NU91: `vtpu plan` warned that 4-core groups were priced from
+// 2-core fits, but the trainer's report on the run of that plan judged it without a word. The
+// report now carries the same warning for the plan it ran (only for the collectives the plan's
+// strategy prices: dp(x) on 4 cores all-reduces, so the 2-core all-gather's fit is not named).
+TEST(LatencyProbeTest, TheReportSaysWhichGroupsArePricedFromAnotherCoreCount) {
+  HardwareProfile p = HardwareProfile::get("this_machine");
+  for (auto& [op, fits] : p.collectives) {
+    std::erase_if(fits, [](const CollectiveFit& f) { return f.group_size != 2; });
+  }
+  p.validate();
+  const TrainPlan plan = mlp_plan(p, "dp(x)", {4});
+  MeasuredRun m;
+  m.num_cores = 4;
+  m.steps = 3;
+  m.median_step_seconds = plan.estimate->step_seconds;
+  m.peak_hbm_bytes_per_core = 1000;
+  EstimateReport r = compare_estimate(*plan.estimate, m);
+  ASSERT_TRUE(r.step_comparable);
+  CollectiveProbeOptions quick;
+  quick.iters = 2;
+  quick.warmup = 0;
+  add_collective_probe(r, plan, quick);
+  ASSERT_EQ(r.warnings.size(), 1u) << r.to_string();
+  EXPECT_EQ(r.warnings[0],
+            "4-core groups are priced from the 2-core fits of all_reduce (scaled by the "
+            "oversubscription s(4) / s(2) = 2): the profile has no fit measured on 4 cores "
+            "(calibrate with vtpu bench collectives --calibrate FILE --cores 2,4)");
+  EXPECT_NE(r.to_string().find("  warning: 4-core groups are priced from the 2-core fits"),
+            std::string::npos);
+  EXPECT_EQ(r.to_json()["warnings"][0], r.warnings[0]);
+  // With the shipped fits on 2, 4 and 8 cores there is nothing to say.
+  const HardwareProfile shipped = HardwareProfile::get("this_machine");
+  const TrainPlan on_shipped = mlp_plan(shipped, "dp(x)", {4});
+  EstimateReport s = compare_estimate(*on_shipped.estimate, m);
+  add_collective_probe(s, on_shipped, quick);
+  EXPECT_TRUE(s.warnings.empty()) << s.to_string();
 }
 
 TEST(LatencyProbeTest, ProbesEveryFitUpToTheRunsCoresAtTheRowSize) {

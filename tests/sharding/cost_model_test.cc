@@ -388,6 +388,50 @@ TEST(CostModelTest, AMeasuredCurveIsPricedThroughItsMonotoneEnvelope) {
   EXPECT_NEAR(CostModel::measured_seconds(ar, 1000, 0.0), 6e-6, 1e-18);
 }
 
+// New-user pass nu15, NU94: a calibration on a busy host had one 2-core all-gather row of
+// 118.6 us between rows of about 2.7 us; through the running maximum it priced every size above
+// it at 118.6 us. A spike (CostModel::is_measured_spike, factor 3) is left out of the curve.
+TEST(CostModelTest, ASpikeInAMeasuredCurveIsLeftOut) {
+  CollectiveFit ag{1e-6, 1e-9, 2, {}};
+  ag.measured = {{1024, 2.7e-6}, {2048, 118.6e-6}, {4096, 2.9e-6}, {8192, 3.1e-6}};
+  EXPECT_FALSE(CostModel::is_measured_spike(ag.measured, 0));
+  EXPECT_TRUE(CostModel::is_measured_spike(ag.measured, 1));  // 118.6 > 3 x 2.9
+  EXPECT_FALSE(CostModel::is_measured_spike(ag.measured, 2));
+  EXPECT_FALSE(CostModel::is_measured_spike(ag.measured, 3));
+  // 2048 B lies between 1024 B (2.7 us) and 4096 B (2.9 us): 2.7 + 0.2 x 1024 / 3072 us.
+  EXPECT_NEAR(CostModel::measured_seconds(ag, 2048, 0.0), 2.7e-6 + 0.2e-6 / 3, 1e-15);
+  EXPECT_NEAR(CostModel::measured_seconds(ag, 8192, 0.0), 3.1e-6, 1e-18);
+  HardwareProfile p = host_profile();
+  p.collectives = {{"all_gather", {ag}}};
+  const CostModel m(p);
+  EXPECT_NEAR(m.collective(CollectiveKind::kAllGather, 6144, {0}, {2}).seconds, 3.0e-6, 1e-15);
+
+  // The first point: a spike when above 3x the second; alpha is then the second's time.
+  CollectiveFit first{1e-6, 1e-9, 2, {}};
+  first.measured = {{8, 50e-6}, {16, 1e-6}, {32, 1.1e-6}};
+  EXPECT_TRUE(CostModel::is_measured_spike(first.measured, 0));
+  EXPECT_NEAR(CostModel::measured_seconds(first, 8, 0.0), 1e-6, 1e-18);
+  p.collectives = {{"all_gather", {first}}};
+  EXPECT_NEAR(CostModel(p).collective(CollectiveKind::kAllGather, 8, {0}, {2}).alpha_seconds, 1e-6,
+              1e-18);
+
+  // The last point may grow with its size: 10 us after 2 us at twice the bytes is within
+  // 3 x 2 x 2 = 12 us, 40 us is a spike; past the curve the last trusted point is extended by
+  // beta: 2 us + 1e-9 s/B x (4096 - 2048) B = 4.048 us.
+  CollectiveFit steep{1e-6, 1e-9, 2, {}};
+  steep.measured = {{1024, 1e-6}, {2048, 2e-6}, {4096, 10e-6}};
+  EXPECT_FALSE(CostModel::is_measured_spike(steep.measured, 2));
+  CollectiveFit last = steep;
+  last.measured.back().second = 40e-6;
+  EXPECT_TRUE(CostModel::is_measured_spike(last.measured, 2));
+  EXPECT_NEAR(CostModel::measured_seconds(last, 4096, 1.0), 4.048e-6, 1e-15);
+  // A point far below its neighbours is kept (noise only adds time); fewer than 3 points: none.
+  CollectiveFit dip{1e-6, 1e-9, 2, {}};
+  dip.measured = {{8, 9e-6}, {16, 1e-6}, {32, 9e-6}};
+  EXPECT_FALSE(CostModel::is_measured_spike(dip.measured, 1));
+  EXPECT_FALSE(CostModel::is_measured_spike({{8, 1e-6}, {16, 90e-6}}, 1));
+}
+
 TEST(CostModelTest, AGroupBetweenCalibratedSizesUsesTheNearestInLogN) {
   const CostModel base(two_size_profile());
   // 4 is halfway between 2 and 8 in log2 (1 each way): the tie goes to the larger, 8.
