@@ -134,6 +134,12 @@ int run_calibrate(const BenchCollectivesCommand& cmd, const TrainRuntimeConfig& 
       return 2;
     }
   }
+  // Adversarial pass adv15, ADV24: --calibrate over --config replaced the config.
+  if (!check_usage([&] {
+        check_outputs_not_inputs({{"--calibrate", cmd.calibrate_path}},
+                                 {{"--config", cmd.config_path}});
+      }))
+    return 2;
   check_output_path("--calibrate", cmd.calibrate_path);
   CalibrationOptions c;
   c.runtime = config.options;

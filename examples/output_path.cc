@@ -1,5 +1,6 @@
 #include "examples/output_path.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,6 +25,32 @@ void check_distinct_outputs(const char* flag_a, const std::string& path_a, const
   if (same)
     throw InvalidArgumentError(std::string(flag_a) + " '" + path_a + "' and " + flag_b + " '" +
                                path_b + "' are the same file (" + why + "; give two paths)");
+}
+
+void check_outputs_not_inputs(const std::vector<FileOption>& outputs,
+                              const std::vector<FileOption>& inputs) {
+  namespace fs = std::filesystem;
+  for (const FileOption& out : outputs) {
+    for (const FileOption& in : inputs) {
+      if (out.path.empty() || in.path.empty()) continue;
+      std::error_code in_error, out_error, eq_error;
+      bool same;
+      if (fs::exists(in.path, in_error) && fs::exists(out.path, out_error)) {
+        // Only a regular input can be replaced: /dev/stdin and /dev/stdout may be one terminal.
+        same = fs::is_regular_file(in.path, in_error) &&
+               fs::equivalent(in.path, out.path, eq_error);  // also through links
+      } else {
+        const fs::path a = fs::weakly_canonical(in.path, in_error);
+        const fs::path b = fs::weakly_canonical(out.path, out_error);
+        same = in.path == out.path || (!in_error && !out_error && a == b);
+      }
+      if (same) {
+        throw InvalidArgumentError(std::string(out.flag) + " '" + out.path + "' and " + in.flag +
+                                   " '" + in.path + "' are the same file (writing " + out.flag +
+                                   " would replace the input; give another output path)");
+      }
+    }
+  }
 }
 
 void check_output_path(const char* flag, const std::string& path) {
@@ -62,21 +89,79 @@ void check_output_path(const char* flag, const std::string& path) {
   }
 }
 
-void write_output_file(const char* flag, const std::string& path, const std::string& text) {
-  const auto fail = [&](int err) {
-    return InvalidArgumentError(std::string(flag) + " '" + path +
-                                "' cannot be written: " + std::strerror(err));
-  };
+namespace {
+
+InvalidArgumentError write_error(const char* flag, const std::string& path, int err) {
+  return InvalidArgumentError(std::string(flag) + " '" + path +
+                              "' cannot be written: " + std::strerror(err));
+}
+
+// Truncates `path` and writes `text` into it (a device, a FIFO, a new file).
+void write_in_place(const char* flag, const std::string& path, const std::string& text) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) throw fail(errno);
+  if (f == nullptr) throw write_error(flag, path, errno);
   const size_t written = std::fwrite(text.data(), 1, text.size(), f);
   const int write_err = errno;
   // fclose flushes the stdio buffer: a full device reports ENOSPC here, not in fwrite.
   if (written != text.size()) {
     std::fclose(f);
-    throw fail(write_err);
+    throw write_error(flag, path, write_err);
   }
-  if (std::fclose(f) != 0) throw fail(errno);
+  if (std::fclose(f) != 0) throw write_error(flag, path, errno);
+}
+
+}  // namespace
+
+void write_output_file(const char* flag, const std::string& path, const std::string& text) {
+  namespace fs = std::filesystem;
+  // /dev/stdout, /proc/self/fd/N: the path is a descriptor of this process (perhaps redirected to
+  // a regular file by the shell); replacing the file it resolves to would cut it off from the
+  // descriptor. Write in place.
+  if (path.starts_with("/dev/") || path.starts_with("/proc/")) {
+    return write_in_place(flag, path, text);
+  }
+  struct stat old {};
+  if (::stat(path.c_str(), &old) != 0 || !S_ISREG(old.st_mode)) {
+    return write_in_place(flag, path, text);  // a new file (nothing to lose), a device, a FIFO
+  }
+  std::error_code ec;
+  const fs::path target = fs::canonical(path, ec);  // through symbolic links
+  if (ec) return write_in_place(flag, path, text);
+  std::string temp =
+      (target.parent_path() / ("." + target.filename().string() + ".vtpu-XXXXXX")).string();
+  const int fd = ::mkstemp(temp.data());
+  // A directory without write permission can hold a writable file: write that one in place.
+  if (fd < 0) return write_in_place(flag, path, text);
+  const auto fail = [&](int err) {
+    ::close(fd);
+    ::unlink(temp.c_str());
+    return write_error(flag, path, err);
+  };
+  // The replacement keeps the old file's permission bits (mkstemp makes 0600) and, where this
+  // process may set them (root), its owner and group.
+  if (::fchmod(fd, old.st_mode & 07777) != 0) throw fail(errno);
+  if (::fchown(fd, old.st_uid, old.st_gid) != 0 && ::fchown(fd, -1, old.st_gid) != 0) {
+    // Not permitted: the replacement belongs to this process's user and group, as a new file.
+  }
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw fail(errno);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) throw fail(errno);
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    throw write_error(flag, path, err);
+  }
+  if (std::rename(temp.c_str(), target.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    throw write_error(flag, path, err);
+  }
 }
 
 }  // namespace vtpu::examples

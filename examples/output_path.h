@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace vtpu::examples {
 
@@ -27,10 +28,37 @@ void check_output_path(const char* flag, const std::string& path);
 void check_distinct_outputs(const char* flag_a, const std::string& path_a, const char* flag_b,
                             const std::string& path_b, const std::string& why);
 
+/// One file option of a command: its name as the user gives it ("--data", or for a positional
+/// argument a phrase such as "the model file") and its value (empty: not given).
+struct FileOption {
+  const char* flag;
+  std::string path;
+};
+
+/// Checks that no output option names the same file as an input option: each (output, input)
+/// pair is compared with std::filesystem::equivalent when both files exist (so a symbolic or hard
+/// link to the input is caught) and by weakly_canonical path otherwise; an empty path never
+/// clashes. Throws InvalidArgumentError "<output flag> '<path>' and <input flag> '<path>' are the
+/// same file (writing <output flag> would replace the input; give another output path)" for the
+/// first clash, before anything is read or written; report it with check_usage (exit 2).
+/// Thread-safe. Regression (adversarial pass adv15, ADV24): `vtpu plan m.json --emit m.json`
+/// replaced the model, `train mlp --data D --memory-snapshot D` the data set, exit 0.
+void check_outputs_not_inputs(const std::vector<FileOption>& outputs,
+                              const std::vector<FileOption>& inputs);
+
 /// Writes `text` to `path` (the value of the option `flag`, e.g. "--emit"), replacing the file,
-/// and checks that every byte reached it: the open, the write and the close. Throws
+/// and checks that every byte reached it: the open, the write, the flush to disk and the close.
+/// An existing regular file is replaced atomically: the text goes to a temporary file in the same
+/// directory (".<name>.vtpu-XXXXXX", with the old file's permission bits, and its owner where the
+/// process may set it), which is flushed to disk and renamed over the file (through a symbolic
+/// link, over the file it points to); a write that fails leaves the old file as it was and
+/// removes the temporary. A hard link to the old file keeps the old content. A new file, a
+/// device, a FIFO, a path under /dev or /proc (/dev/stdout), or a file in a directory where no
+/// temporary can be created is written in place. Throws
 /// InvalidArgumentError "<flag> '<path>' cannot be written: <the system's reason>" (a full disk,
 /// /dev/full, a read-only file system). Thread-safe for distinct paths.
+/// Regression (adversarial pass adv15, ADV24): the file was truncated first, so a failed write
+/// lost the old file.
 /// Regression (adversarial pass adv10, A1): `vtpu plan --emit /dev/full` printed "wrote
 /// /dev/full" and exited 0 (the std::ofstream's failed flush was never checked).
 void write_output_file(const char* flag, const std::string& path, const std::string& text);

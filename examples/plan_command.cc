@@ -157,6 +157,12 @@ int run(const PlanCommand& c) {
               "--hbm-bytes 0 is not an HBM limit (expected at least 1 byte; leave --hbm-bytes out "
               "for the profile's HBM per core)");
         }
+        // Adversarial pass adv15, ADV24: --emit over the model file or the profile replaced it.
+        // A shipped profile's name (v5e) is no file.
+        check_outputs_not_inputs(
+            {{"--emit", c.emit_path}},
+            {{"the model file", c.model_path},
+             {"--hardware", c.hardware.ends_with(".json") ? c.hardware : std::string()}});
       })) {
     return 2;
   }

@@ -309,6 +309,9 @@ bool run_stress_if_selected(const StressCommand& cmd, int argc, char** argv, int
     // New-user pass U20: the page would overwrite the JSON.
     check_distinct_outputs("--json", cmd.json_path, "--html", cmd.html_path,
                            "the HTML page would overwrite the JSON");
+    // Adversarial pass adv15, ADV24: an output over the replayed trace replaced it.
+    check_outputs_not_inputs({{"--json", cmd.json_path}, {"--html", cmd.html_path}},
+                             {{"--trace", o.trace_path}});
   } catch (const InvalidArgumentError& e) {
     std::fprintf(stderr, "vtpu: usage error: %s\nRun with --help for the options.\n",
                  e.message().c_str());

@@ -160,6 +160,14 @@ int run_train_mlp(const TrainArgs& args) {
                 outputs[i].first, *outputs[i].second, outputs[k].first, *outputs[k].second,
                 std::string("the ") + outputs[k].first + " file would overwrite the " +
                     outputs[i].first + " file");
+        // Adversarial pass adv15, ADV24: a memory output over an input replaced it, exit 0.
+        vtpu::examples::check_outputs_not_inputs({{"--memory-profile", args.memory_profile},
+                                                  {"--memory-snapshot", args.memory_snapshot},
+                                                  {"--memory-events", args.memory_events}},
+                                                 {{"--data", args.data_path},
+                                                  {"--config", args.config_path},
+                                                  {"--plan", args.plan_path},
+                                                  {"--estimate-from", args.estimate_from}});
       }))
     return 2;
   // --config, under the flags (examples/train_runtime_config.h).

@@ -3685,4 +3685,78 @@ TEST(VtpuCliTest, TrainMlpPlanMicroBatchesMustDivideADataShard) {
                  "--micro-batches 2 cannot be combined with an fsdp plan (expected 1", 2);
 }
 
+// Adversarial pass adv15, ADV24: an output on an input's path replaced the input, exit 0: `vtpu
+// plan m.json --emit m.json` the model, --emit on the --hardware file the profile, train mlp's
+// --memory-snapshot on --data the data set, --memory-profile on --config the config. A usage
+// error (exit 2) naming both options and the path, before anything is written.
+TEST(VtpuCliPlanTest, OutputsThatWouldReplaceAnInputAreRefused) {
+  const auto read = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const auto copy = [&](const std::string& from, const std::string& name) {
+    const std::string to = test_temp_path(name);
+    std::filesystem::copy_file(from, to, std::filesystem::copy_options::overwrite_existing);
+    return to;
+  };
+  const std::string model = copy(model_path("mlp.json"), "adv24_model.json");
+  const std::string model_text = read(model);
+  expect_failure("plan " + model + " --mesh 2 --emit " + model,
+                 "usage error: --emit '" + model + "' and the model file '" + model +
+                     "' are the same file (writing --emit would replace the input",
+                 2);
+  // Another spelling of the same file, and a symbolic link to it.
+  const std::string dotted = (test_temp_dir() / "." / "adv24_model.json").string();
+  expect_failure("plan " + model + " --mesh 2 --emit " + dotted, "are the same file", 2);
+  const std::string link = test_temp_path("adv24_model_link.json");
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink(model, link);
+  expect_failure("plan " + model + " --mesh 2 --emit " + link,
+                 "--emit '" + link + "' and the model file '" + model + "' are the same file", 2);
+  EXPECT_EQ(read(model), model_text);
+  const std::string profile =
+      copy(std::string(VTPU_SOURCE_DIR) + "/profiles/this_machine.json", "adv24_profile.json");
+  const std::string profile_text = read(profile);
+  expect_failure(
+      "plan " + model_path("mlp.json") + " --mesh 2 --hardware " + profile + " --emit " + profile,
+      "--emit '" + profile + "' and --hardware '" + profile + "' are the same file", 2);
+  EXPECT_EQ(read(profile), profile_text);
+  // A shipped profile's name is no file: --emit v5e writes a file named v5e.
+  const CliRun named = run_cli("plan " + model_path("mlp.json") + " --mesh 2 --hardware v5e " +
+                               "--emit " + test_temp_path("v5e"));
+  EXPECT_EQ(named.exit_code, 0) << named.output;
+
+  const std::string config = temp_file("adv24_config.json", R"({"num_cores": 2})");
+  expect_failure("bench collectives --cores 2 --config " + config + " --calibrate " + config,
+                 "--calibrate '" + config + "' and --config '" + config + "' are the same file", 2);
+  EXPECT_EQ(read(config), R"({"num_cores": 2})");
+}
+
+TEST(VtpuCliTest, TrainMlpRefusesAMemoryOutputOverAnInput) {
+  VTPU_REQUIRE_DIGITS();
+  const std::string data = test_temp_path("adv24_digits.csv.gz");
+  std::filesystem::copy_file(vtpu::examples::testing::digits_path(), data,
+                             std::filesystem::copy_options::overwrite_existing);
+  const auto size = std::filesystem::file_size(data);
+  expect_failure(
+      "train mlp --cores 2 --steps 2 --log-every 0 --data " + data + " --memory-snapshot " + data,
+      "usage error: --memory-snapshot '" + data + "' and --data '" + data +
+          "' are the same file (writing --memory-snapshot would replace the input; "
+          "give another output path)",
+      2);
+  EXPECT_EQ(std::filesystem::file_size(data), size);
+  const std::string config = temp_file("adv24_train_config.json", R"({"num_cores": 2})");
+  expect_failure(
+      "train mlp --steps 2 --log-every 0 --config " + config + " --memory-profile " + config,
+      "--memory-profile '" + config + "' and --config '" + config + "' are the same file", 2);
+  expect_failure(
+      "train mlp --steps 2 --log-every 0 --config " + config + " --memory-events " + config,
+      "--memory-events '" + config + "' and --config '" + config + "' are the same file", 2);
+  std::ifstream in(config);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), R"({"num_cores": 2})");
+  // The default --data counts too.
+  expect_failure("train mlp --steps 2 --memory-snapshot " + vtpu::examples::testing::digits_path(),
+                 "and --data '", 2);
+}
+
 }  // namespace
