@@ -213,12 +213,32 @@ int run(const TrainFsdpCommand& cmd) {
       on_log = meter.wrap(log, mc.log_every, mc.steps);
       run_config.mlp.log_every = 1;
     }
-    fsdp = train_fsdp(runtime, split, run_config, on_log);
+    // New-user pass nu15, NU95: an out-of-HBM error did not say which of the runs it came from.
+    try {
+      fsdp = train_fsdp(runtime, split, run_config, on_log);
+    } catch (const ResourceExhaustedError& e) {
+      throw ResourceExhaustedError("the FSDP run: " + e.message());
+    }
   }
   MlpConfig dp_config = mc;
-  MlpRun dp = run_mlp(options, split, dp_config,
-                      estimate && !fsdp_mode ? meter.wrap({}, 0, mc.steps)
-                                             : std::function<void(int64_t, double)>());
+  const auto run_data_parallel = [&] {
+    try {
+      return run_mlp(options, split, dp_config,
+                     estimate && !fsdp_mode ? meter.wrap({}, 0, mc.steps)
+                                            : std::function<void(int64_t, double)>());
+    } catch (const ResourceExhaustedError& e) {
+      if (!fsdp_mode) throw ResourceExhaustedError("the data-parallel run: " + e.message());
+      // The FSDP run fitted (it ran first); its comparison keeps every parameter, gradient and
+      // optimizer state on every core, so it needs more HBM than the FSDP run.
+      throw ResourceExhaustedError(
+          "the data-parallel comparison run (train mlp on the same " + count_text(n, "core") +
+          ", which train fsdp runs after the FSDP run, which fitted, to compare their losses; "
+          "data parallel replicates the parameters, gradients and optimizer state on every "
+          "core, so it needs more HBM per core than FSDP: raise --hbm-bytes): " +
+          e.message());
+    }
+  };
+  MlpRun dp = run_data_parallel();
   std::optional<EstimateReport> report;
   if (estimate) {
     MeasuredRun m =

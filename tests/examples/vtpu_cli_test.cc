@@ -3759,4 +3759,35 @@ TEST(VtpuCliTest, TrainMlpRefusesAMemoryOutputOverAnInput) {
                  "and --data '", 2);
 }
 
+// New-user pass nu15, NU95: `train fsdp --plan fsdp3.json --hbm-bytes 464K` ran out of HBM in its
+// data-parallel comparison run, and the error ("cannot allocate ... for 'mlp/a1'") did not say
+// that it was not the plan's FSDP run.
+TEST(VtpuCliTest, TrainFsdpSaysWhichRunRanOutOfHbm) {
+  VTPU_REQUIRE_DIGITS();
+  const std::string plan = fsdp_mlp_plan("nu95_fsdp3.json", 3);
+  // 464K: the training set (416 KiB) and FSDP's shards fit; data parallel's replicas do not.
+  const CliRun dp = run_cli("train fsdp --plan " + plan + " --batch 48 --steps 2 --log-every 0 " +
+                            "--hbm-bytes 464K");
+  EXPECT_EQ(dp.exit_code, 1) << dp.output;
+  EXPECT_NE(dp.output.find(
+                "ResourceExhausted: the data-parallel comparison run (train mlp on the same 3 "
+                "cores, which train fsdp runs after the FSDP run, which fitted, to compare their "
+                "losses; data parallel replicates the parameters, gradients and optimizer state "
+                "on every core, so it needs more HBM per core than FSDP: raise --hbm-bytes): out "
+                "of HBM on core"),
+            std::string::npos)
+      << dp.output;
+  // 472K holds the data-parallel run too (its peak: 478208 bytes, 467 KiB, on this plan).
+  const CliRun fits = run_cli("train fsdp --plan " + plan +
+                              " --batch 48 --steps 2 --log-every 0 --hbm-bytes 472K");
+  EXPECT_EQ(fits.exit_code, 0) << fits.output;
+  // 400K: not even the training set fits; the FSDP run fails first.
+  const CliRun fsdp = run_cli("train fsdp --plan " + plan + " --batch 48 --steps 2 --log-every 0 " +
+                              "--hbm-bytes 400K");
+  EXPECT_EQ(fsdp.exit_code, 1) << fsdp.output;
+  EXPECT_NE(fsdp.output.find("ResourceExhausted: the FSDP run: out of HBM on core"),
+            std::string::npos)
+      << fsdp.output;
+}
+
 }  // namespace
