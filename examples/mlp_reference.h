@@ -57,7 +57,8 @@ struct MlpReference {
   bool matches(const std::vector<double>& losses) const;
   /// Adds "reference" (num_cores 1, micro_batches K, hbm_bytes_limit (its arena), losses,
   /// median_step_seconds, peak_hbm_core0, peak_bytes_in_use_core0), "one_batch_reference"
-  /// (micro_batches 1, losses, max_relative_loss_difference against `losses`),
+  /// (micro_batches 1, losses, median_step_seconds, max_relative_loss_difference against
+  /// `losses`; when K == 1 it is the checked run, so its figures are the reference's),
   /// "max_relative_loss_difference" and "losses_match" to `j`.
   void add_json(nlohmann::json& j, const std::vector<double>& losses) const;
   /// The report lines: `what` ("FSDP") on `cores` cores against the checked run (with the

@@ -3790,4 +3790,21 @@ TEST(VtpuCliTest, TrainFsdpSaysWhichRunRanOutOfHbm) {
       << fsdp.output;
 }
 
+// New-user pass nu15, NU97: README's JSON table promised `.one_batch_reference`'s
+// median_step_seconds; it was absent in train mlp --plan and train fsdp.
+TEST(VtpuCliTest, OneBatchReferenceHasItsStepTime) {
+  VTPU_REQUIRE_DIGITS();
+  const std::string plan = fsdp_mlp_plan("nu97_fsdp2.json", 2);
+  for (const std::string& args :
+       {"train fsdp --cores 2 --steps 3 --json", "train mlp --steps 3 --json --plan " + plan}) {
+    const CliRun r = vtpu::run_command("timeout 60 " + std::string(VTPU_CLI_PATH) + " " + args);
+    ASSERT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+    const nlohmann::json j = nlohmann::json::parse(r.output);
+    ASSERT_TRUE(j["one_batch_reference"].contains("median_step_seconds")) << args;
+    const double s = j["one_batch_reference"]["median_step_seconds"].get<double>();
+    EXPECT_GT(s, 0.0) << args;
+    EXPECT_LT(s, 10.0) << args;  // a step of a 64->128->10 MLP on one core, not a unit mix-up
+  }
+}
+
 }  // namespace
