@@ -643,6 +643,49 @@ std::string parse_error_text(const CLI::ParseError& e, int argc, char** argv) {
   if (std::smatch m; std::regex_match(text, m, kTwice))
     return m[1].str() + " given " + m[2].str() + " times (expected at most once)";
   if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+    // New-user pass nu15, NU102: CLI11 lists the unexpected words last first ("2x4 --mesh"). Put
+    // them in command-line order: the list is the reverse of a subsequence of argv, so take the
+    // words of argv, first to last, that the list ends with.
+    for (const std::string lead : {"The following arguments were not expected: ",
+                                   "The following argument was not expected: "}) {
+      if (!text.starts_with(lead)) continue;
+      std::string rest = text.substr(lead.size());
+      std::vector<std::string> words;
+      for (int i = 1; i < argc && !rest.empty(); ++i) {
+        const std::string word = argv[i];
+        if (word.empty() || !rest.ends_with(word)) continue;
+        if (rest.size() == word.size()) {
+          rest.clear();
+        } else if (rest[rest.size() - word.size() - 1] == ' ') {
+          rest.resize(rest.size() - word.size() - 1);
+        } else {
+          continue;
+        }
+        words.push_back(word);
+      }
+      if (rest.empty()) text = lead + vtpu::join(words, " ");
+    }
+    // A JAX user gives the digits trainers a mesh (train transformer and vtpu plan take --mesh);
+    // vtpu plan a core count.
+    const auto given = [&](const std::string& flag) {
+      for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == flag || a.starts_with(flag + "=")) return true;
+      }
+      return false;
+    };
+    const std::string command = argc > 2 ? std::string(argv[1]) + " " + argv[2] : "";
+    if ((command == "train mlp" || command == "train fsdp") && given("--mesh")) {
+      return text + " (vtpu " + command +
+             " takes no --mesh: give --cores N for an N-core 1-D run, or a mesh through a plan: "
+             "vtpu plan examples/models/mlp.json --mesh 2x4 --emit PLAN.json, then vtpu " +
+             command + " --plan PLAN.json)";
+    }
+    if (argc > 1 && std::string(argv[1]) == "plan" && given("--cores")) {
+      return text +
+             " (vtpu plan takes no --cores: give --mesh N for N devices on one axis, or "
+             "--mesh 2x4 for a 2-D mesh)";
+    }
     for (int i = 1; i + 1 < argc; ++i) {
       const std::string next = argv[i + 1];
       if (std::string(argv[i]) == "--json" && !next.empty() && next[0] != '-' &&

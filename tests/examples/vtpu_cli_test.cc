@@ -3807,4 +3807,27 @@ TEST(VtpuCliTest, OneBatchReferenceHasItsStepTime) {
   }
 }
 
+// New-user pass nu15, NU102: CLI11 listed the unexpected words last first ("2x4 --mesh"), and
+// `train mlp --mesh 2x4` (as train transformer and vtpu plan take it) gave no hint.
+TEST(VtpuCliTest, UnexpectedWordsAreListedInOrderWithAHint) {
+  expect_failure("train mlp --mesh 2x4",
+                 "The following arguments were not expected: --mesh 2x4 (vtpu train mlp takes no "
+                 "--mesh: give --cores N for an N-core 1-D run, or a mesh through a plan: vtpu "
+                 "plan examples/models/mlp.json --mesh 2x4 --emit PLAN.json, then vtpu train mlp "
+                 "--plan PLAN.json)",
+                 2);
+  expect_failure("train fsdp --mesh=4", "not expected: --mesh=4 (vtpu train fsdp takes no --mesh",
+                 2);
+  expect_failure("plan " + model_path("mlp.json") + " --cores 8",
+                 "The following arguments were not expected: --cores 8 (vtpu plan takes no "
+                 "--cores: give --mesh N",
+                 2);
+  // Three words, in command-line order, and no hint where none applies.
+  const CliRun r = run_cli("bench collectives --cores 2 --max-bytes 16 one --two three");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("The following arguments were not expected: one --two three\n"),
+            std::string::npos)
+      << r.output;
+}
+
 }  // namespace
