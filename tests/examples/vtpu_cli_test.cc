@@ -3778,8 +3778,8 @@ TEST(VtpuCliTest, TrainFsdpSaysWhichRunRanOutOfHbm) {
             std::string::npos)
       << dp.output;
   // 472K holds the data-parallel run too (its peak: 478208 bytes, 467 KiB, on this plan).
-  const CliRun fits = run_cli("train fsdp --plan " + plan +
-                              " --batch 48 --steps 2 --log-every 0 --hbm-bytes 472K");
+  const CliRun fits =
+      run_cli("train fsdp --plan " + plan + " --batch 48 --steps 2 --log-every 0 --hbm-bytes 472K");
   EXPECT_EQ(fits.exit_code, 0) << fits.output;
   // 400K: not even the training set fits; the FSDP run fails first.
   const CliRun fsdp = run_cli("train fsdp --plan " + plan + " --batch 48 --steps 2 --log-every 0 " +
@@ -3795,8 +3795,8 @@ TEST(VtpuCliTest, TrainFsdpSaysWhichRunRanOutOfHbm) {
 TEST(VtpuCliTest, OneBatchReferenceHasItsStepTime) {
   VTPU_REQUIRE_DIGITS();
   const std::string plan = fsdp_mlp_plan("nu97_fsdp2.json", 2);
-  for (const std::string& args :
-       {"train fsdp --cores 2 --steps 3 --json", "train mlp --steps 3 --json --plan " + plan}) {
+  for (const std::string& args : {std::string("train fsdp --cores 2 --steps 3 --json"),
+                                  "train mlp --steps 3 --json --plan " + plan}) {
     const CliRun r = vtpu::run_command("timeout 60 " + std::string(VTPU_CLI_PATH) + " " + args);
     ASSERT_EQ(r.exit_code, 0) << args << "\n" << r.output;
     const nlohmann::json j = nlohmann::json::parse(r.output);
