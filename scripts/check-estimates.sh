@@ -239,7 +239,7 @@ if [[ -f "$out/host_cpus.txt" ]]; then
   done
   if [[ -n "$busy" ]]; then
     echo
-    echo "**Busy host**: load average (1 min) above the host's $host_cpus CPUs at the start of $busy. The wall-time ratios include waiting for the CPU; where the CPU ratio is near 1 and the wall ratio far above it, the host was busy, not the estimate wrong."
+    echo "**Busy host**: load average (1 min) above the host's $host_cpus CPUs at the start of $busy. The wall-time ratios include waiting for the CPU; where the CPU ratio is near 1 and the wall ratio far above it, the host was busy, not the estimate wrong. A round calibrated on the busy host (every round without --hardware) prices its collectives slow too, so its ratios may instead come out far below 1 (nu15, NU100)."
     echo "check-estimates: warning: busy host ($busy on $host_cpus CPUs): see the CPU ratio column" >&2
   fi
 fi
