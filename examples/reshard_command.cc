@@ -201,20 +201,33 @@ int run(const ReshardCommand& c) {
   }
   check_run_size(c.shape, source, target);
 
-  // Run it: random small integers per addend (so that every summation order is exact), the
-  // logical value is their sum, and each target block must equal the slice of that value.
+  // Run it: random small values per addend, the logical value is their fold with the reduce op,
+  // and each target block must equal the slice of that value. The values make every fold order
+  // exact in f32, since a plan may fold axis by axis where the reference folds in partial index
+  // order: integers in -8..8 for sum (at most 8 * 1024 addends of a run: below 2^24), max and
+  // min; for prod, +-1, +-2, +-4 and +-8, so every partial product is a power of two of magnitude
+  // at most the whole product's (exact, or +-inf in every order once it passes 2^127).
+  // Regression (adversarial pass adv15, ADV25): prod used -8..8 too; a product of 16 of them
+  // reaches 2^48 and rounds, so --mesh 2x2x2x2 with a per-axis plan reported "mismatch".
   RuntimeOptions options = runtime_config.options;
   options.num_cores = static_cast<int>(mesh.size());
   Runtime runtime(options);
   std::mt19937_64 rng(c.seed);
   std::uniform_int_distribution<int> small(-8, 8);
+  const bool prod = source.is_partial() && source.spec().reduce_op() == ReduceOp::kProd;
+  std::uniform_int_distribution<int> sign_and_exponent(0, 7);
+  auto draw = [&]() -> float {
+    if (!prod) return static_cast<float>(small(rng));
+    const int r = sign_and_exponent(rng);  // bit 2: the sign; bits 0-1: the exponent 0..3
+    return static_cast<float>((r & 4) != 0 ? -1 : 1) * static_cast<float>(1 << (r & 3));
+  };
   const size_t n = static_cast<size_t>(num_elements_of(c.shape));
   const size_t parts = static_cast<size_t>(source.num_partials());
   std::vector<std::vector<float>> addend(parts, std::vector<float>(n));
   std::vector<float> value(n, 0.0f);
   for (size_t p = 0; p < parts; ++p) {
     for (size_t i = 0; i < n; ++i) {
-      addend[p][i] = static_cast<float>(small(rng));
+      addend[p][i] = draw();
       value[i] = p == 0 ? addend[p][i] : combine(value[i], addend[p][i], source.spec().reduce_op());
     }
   }

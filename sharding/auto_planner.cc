@@ -959,6 +959,18 @@ AutoShardingPlan plan_auto_sharding(const ModelGraph& model, const std::vector<i
     plan.host_ram_bytes = cost.hbm_bytes_per_core();
     plan.hbm_limit_bytes = plan.host_ram_bytes / static_cast<uint64_t>(mesh.size());
   }
+  // Adversarial pass adv15, ADV26: a profile with "hbm_bytes": 1 gave "fits on no strategy within
+  // 0 B of HBM per core", a limit that --hbm-bytes 0 refuses as a usage error.
+  if (plan.hbm_limit_bytes == 0) {
+    const HardwareProfile& p = mesh_cost.profile();
+    throw InvalidArgumentError(
+        "hardware profile '" + p.name + "': hbm_bytes " + std::to_string(p.hbm_bytes) +
+        " leaves 0 bytes of HBM per core (" +
+        (p.host_cpus > 0 ? "the host's RAM shared by the mesh's " + count_text(mesh.size(), "core")
+                         : std::to_string(p.cores_per_chip) + " cores per chip") +
+        "; expected at least 1 byte per core, or an explicit HBM limit per core: vtpu plan "
+        "--hbm-bytes)");
+  }
   plan.oversubscription = cost.oversubscription();
   cost.peak_flops_per_core(model.dtype);  // a dtype the profile lacks is an error up front
 

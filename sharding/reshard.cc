@@ -41,11 +41,19 @@ struct State {
   ReduceOp op = ReduceOp::kSum;
 };
 
+/// The state of `s` for an array of rank `rank`. Unreduced axes of size 1 are left out: a
+/// pending reduction over one addend is already done (its value is the addend, for every op), so
+/// P(unreduced={'u'}) with |u| = 1 is the state of P().
+/// Regression (adversarial pass adv15, ADV21): a partial array over k size-1 axes made the search
+/// enumerate all 2^k subsets of them as all-reduce moves from every state (12 s and 613 MB at
+/// k = 20, bad_alloc at 32, and `1u << k` undefined from k = 32), for a reduction over one addend.
 State state_of(const NamedSharding& s, size_t rank) {
   State st;
   for (size_t d = 0; d < rank; ++d) st.dims.push_back(s.dim_axis_indices(static_cast<int>(d)));
-  st.partial = s.partial_axis_indices();
-  st.op = s.spec().reduce_op();
+  for (int a : s.partial_axis_indices()) {
+    if (s.mesh().shape()[static_cast<size_t>(a)] > 1) st.partial.push_back(a);
+  }
+  st.op = st.partial.empty() ? ReduceOp::kSum : s.spec().reduce_op();
   return st;
 }
 
@@ -78,8 +86,12 @@ std::vector<int64_t> holding_key(const NamedSharding& s, int device,
     key.push_back(r.start);
     key.push_back(r.stop);
   }
+  // Size-1 unreduced axes are left out (every device's coordinate on them is 0): the planner's
+  // states drop them (state_of), so a spec with them and one without hold the same data.
   const std::vector<int64_t> coords = s.mesh().coords_of(device);
-  for (int a : s.partial_axis_indices()) key.push_back(coords[static_cast<size_t>(a)]);
+  for (int a : s.partial_axis_indices()) {
+    if (s.mesh().shape()[static_cast<size_t>(a)] > 1) key.push_back(coords[static_cast<size_t>(a)]);
+  }
   return key;
 }
 
@@ -157,6 +169,7 @@ class Planner {
   Planner(const std::vector<int64_t>& shape, const NamedSharding& source,
           const NamedSharding& target, const CostModel& cost)
       : shape_(shape),
+        source_spec_(source.spec()),
         target_(target),
         mesh_(source.mesh()),
         cur_(state_of(source, shape.size())),
@@ -172,34 +185,48 @@ class Planner {
       if (search(max_states, &moves)) {
         replay(moves);
         if (!on_target_mesh_ && !(mesh_ == target_.mesh())) permute_to_target();
-        return std::move(steps_);
+        return finish();
       }
     }
     reduce_partials();
     if (same_tiling()) {
-      if (!(spec_of(mesh_, cur_) == target_.spec().normalized() && mesh_ == target_.mesh())) {
-        permute_to_target();
-      }
-      return std::move(steps_);
+      if (!(key_of(cur_) == key_of(tgt_) && mesh_ == target_.mesh())) permute_to_target();
+      return finish();
     }
     change_tiling();
     slice_and_make_partial();
     if (!(mesh_ == target_.mesh())) permute_to_target();
-    return std::move(steps_);
+    return finish();
   }
 
  private:
+  /// The steps, the first one starting at the source's spec and the last one ending at the
+  /// target's as the caller wrote them: the states leave out size-1 unreduced axes (state_of),
+  /// so spec_of() of the first and last state may lack them.
+  std::vector<ReshardStep> finish() {
+    if (!steps_.empty()) {
+      steps_.front().spec_before = source_spec_.normalized();
+      steps_.back().spec_after = target_.spec().normalized();
+    }
+    return std::move(steps_);
+  }
+
   // ---- search: Dijkstra over sharding states --------------------------------------------------
 
+  /// An injective text key of a state: each axis index in decimal followed by ',', each
+  /// dimension closed by '|', then 'p', the unreduced axes the same way and the reduce op.
+  /// Regression (adversarial pass adv15, ADV20): the key was one char('a' + axis) per axis, so
+  /// axis 27 was '|', the dimension separator, and axis 256 wrapped to axis 0: on a mesh of 28
+  /// axes P('a27', None) and P(None, 'a27') had the same key, and the plan had no steps.
   static std::string key_of(const State& st) {
     std::string k;
     for (const Axes& axes : st.dims) {
-      for (int a : axes) k += static_cast<char>('a' + a);
+      for (int a : axes) k += std::to_string(a) + ',';
       k += '|';
     }
     k += 'p';
-    for (int a : st.partial) k += static_cast<char>('a' + a);
-    if (!st.partial.empty()) k += static_cast<char>('0' + static_cast<int>(st.op));
+    for (int a : st.partial) k += std::to_string(a) + ',';
+    if (!st.partial.empty()) k += std::to_string(static_cast<int>(st.op));
     return k;
   }
   bool in_dims(const State& st, int a) const {
@@ -344,14 +371,31 @@ class Planner {
         out.push_back({ReshardOpKind::kMakePartial, {a}, -1, -1});
       }
     }
-    // All-reduce over any non-empty subset of the unreduced axes (mesh order).
+    // All-reduce over any non-empty subset of the unreduced axes (mesh order), up to
+    // kMaxAllReduceSubsetAxes of them. Past that: each axis alone, all of them at once, and the
+    // ones the target does not keep at once; any subset is still reachable as a chain of
+    // single-axis all-reduces, so the search stays complete (but may miss a cheaper subset).
+    // Regression (adversarial pass adv15, ADV21): 2^k moves per state, and `1u << k` undefined
+    // from k = 32.
     const size_t np = st.partial.size();
-    for (uint32_t mask = 1; mask < (1u << np); ++mask) {
-      Axes axes;
-      for (size_t i = 0; i < np; ++i) {
-        if (mask & (1u << i)) axes.push_back(st.partial[i]);
+    if (np <= kMaxAllReduceSubsetAxes) {
+      for (uint64_t mask = 1; mask < (uint64_t{1} << np); ++mask) {
+        Axes axes;
+        for (size_t i = 0; i < np; ++i) {
+          if (mask & (uint64_t{1} << i)) axes.push_back(st.partial[i]);
+        }
+        out.push_back({ReshardOpKind::kAllReduce, axes, -1, -1});
       }
-      out.push_back({ReshardOpKind::kAllReduce, axes, -1, -1});
+    } else {
+      for (int a : st.partial) out.push_back({ReshardOpKind::kAllReduce, {a}, -1, -1});
+      out.push_back({ReshardOpKind::kAllReduce, st.partial, -1, -1});
+      Axes not_kept;
+      for (int a : st.partial) {
+        if (!contains(tgt_.partial, a) || st.op != tgt_.op) not_kept.push_back(a);
+      }
+      if (not_kept.size() > 1 && not_kept.size() < np) {
+        out.push_back({ReshardOpKind::kAllReduce, not_kept, -1, -1});
+      }
     }
     if (same_tiling_as_target(st) && key_of(st) != key_of(tgt_)) {
       Axes all;
@@ -678,6 +722,7 @@ class Planner {
   }
 
   const std::vector<int64_t>& shape_;
+  const PartitionSpec source_spec_;
   const NamedSharding& target_;
   const Mesh& mesh_;
   State cur_;

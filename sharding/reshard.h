@@ -21,6 +21,15 @@
 //                   (equal shard counts per dimension), or to a mesh that orders the devices
 //                   differently
 //
+// Unreduced axes of size 1 hold one addend per block, so the planner treats them as already
+// reduced: no step names them, and the steps' specs leave them out (the first step's spec_before
+// and the last step's spec_after are the source's and the target's as given). Fold order: one
+// all-reduce over unreduced axes U folds in partial index order (row-major over U), as
+// ShardedArray::gather() does; a plan that reduces U in several steps (e.g. one all-reduce or
+// reduce-scatter per axis, which the cost model may prefer) folds axis by axis, in the plan's
+// order, so for sum and prod of values whose fold is not exact in f32 its result can differ from
+// gather()'s in the last bits.
+//
 // Only the minor-most axis of a dimension can leave it and an axis can only join a dimension as
 // its minor-most axis, because the order of axes inside a dimension fixes which block a device
 // holds (GSPMD's tile assignment). The default planner (ReshardStrategy::kSearch) runs Dijkstra
@@ -190,6 +199,12 @@ inline constexpr size_t kMaxSearchStates = 200000;
 /// The search also gives up once it has discovered (settled or queued) this many times
 /// kMaxSearchStates states, which bounds its memory (a few hundred bytes per state).
 inline constexpr size_t kMaxDiscoveredStatesPerSettled = 2;
+/// The search tries an all-reduce over every non-empty subset of the unreduced axes (of size > 1)
+/// while there are at most this many of them (2^10 - 1 moves from a state). Past it, it tries each
+/// axis alone, all of them at once, and the ones the target does not keep at once: linear in the
+/// axis count, still complete (a subset is a chain of single-axis all-reduces), but it may miss a
+/// subset that is cheaper than both.
+inline constexpr size_t kMaxAllReduceSubsetAxes = 10;
 
 /// Plans the reshard of an array of `global_shape` (elements per dimension) from `source` to
 /// `target`. Throws InvalidArgumentError when the shape does not fit either sharding (a spec

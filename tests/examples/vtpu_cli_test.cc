@@ -565,6 +565,32 @@ TEST(VtpuCliTest, ReshardJsonExplainGivesEveryStepAndTheTotals) {
             nlohmann::json({{2, 10}, {2, 10}, {1, 10}, {0, 10}}));
 }
 
+// Regression (adversarial pass adv15, ADV25): the run's check drew every addend from -8..8, also
+// for prod, where a product of 16 of them reaches 2^48 and rounds in f32. A plan that folds in
+// another order than the reference (partial index order) then "mismatched" (exit 1) though it
+// was right: here one all-reduce over (y, z, w) and gather()'s fold over x, which is
+// (a0 * ... * a7) * (a8 * ... * a15), against ((a0 * a1) * ...) * a15. Prod addends are now
+// +-1, +-2, +-4, +-8, whose products are exact in any order.
+TEST(VtpuCliTest, ReshardCheckOfAProductOfSixteenAddendsIsExact) {
+  const std::string from =
+      "--mesh 2x2x2x2 --shape 4096 --from \"P(unreduced={'x','y','z','w'}, "
+      "reduce_op='prod')\" --warmup 0 --iters 1 --json ";
+  for (const std::string seed : {"1", "2"}) {
+    const CliRun r = run_cli("reshard " + from + "--to \"P(unreduced={'x'}, reduce_op='prod')\" " +
+                             "--alpha 5e-5 --beta 5e-9 --seed " + seed);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json j = nlohmann::json::parse(r.output);
+    ASSERT_EQ(j["steps"].size(), 1u) << r.output;
+    EXPECT_EQ(j["steps"][0]["op"], "all_reduce");
+    EXPECT_EQ(j["steps"][0]["axes"], nlohmann::json({"y", "z", "w"}));
+    EXPECT_EQ(j["check"]["result"], "ok") << r.output;
+    // The adversarial pass's case: on the shipped profile, one all-reduce per axis.
+    const CliRun p = run_cli("reshard " + from + "--to \"P()\" --seed " + seed);
+    ASSERT_EQ(p.exit_code, 0) << p.output;
+    EXPECT_EQ(nlohmann::json::parse(p.output)["check"]["result"], "ok") << p.output;
+  }
+}
+
 // A run with --json: a partial sum over x reduce-scattered on dimension 0 (each of the 2 cores
 // sends half of its (4, 4) addend, 32 bytes; under the uniform model the one step), run and
 // checked.

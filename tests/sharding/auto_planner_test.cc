@@ -299,6 +299,33 @@ TEST(AutoPlannerTest, HostProfileCoresShareTheHostRam) {
   EXPECT_EQ(tpu.host_ram_bytes, 0u);
 }
 
+// Adversarial pass adv15, ADV26: "hbm_bytes": 1 on a host profile gave "fits on no strategy
+// within 0 B of HBM per core (host RAM 1 B over 8 cores)", a limit --hbm-bytes 0 refuses. 7 bytes
+// over 8 cores is 0 per core: an error naming the field; 8 bytes is 1 per core, a real limit.
+TEST(AutoPlannerTest, AProfileThatLeavesNoHbmPerCoreIsAnError) {
+  const ModelGraph m = ModelGraph::parse(R"({"name": "tiny", "optimizer": "sgd", "batch": 8,
+    "layers": [{"name": "fc", "kind": "dense", "in": 4, "out": 4, "bias": false}]})");
+  HardwareProfile host = host_profile();
+  host.hbm_bytes = 7;
+  try {
+    plan_auto_sharding(m, {2, 4}, {"x", "y"}, CostModel(host));
+    ADD_FAILURE() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("hardware profile 'host': hbm_bytes 7 leaves 0 bytes of HBM "
+                                    "per core (the host's RAM shared by the mesh's 8 cores; "
+                                    "expected at least 1 byte per core"));
+  }
+  host.hbm_bytes = 8;  // 1 byte per core: a limit (the plan may fit nothing, not an error here)
+  try {
+    EXPECT_EQ(plan_auto_sharding(m, {2, 4}, {"x", "y"}, CostModel(host)).hbm_limit_bytes, 1u);
+  } catch (const ResourceExhaustedError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("fits on no strategy within 1 B of HBM per core"));
+  }
+  // An explicit limit does not divide the profile's HBM.
+  EXPECT_EQ(plan_auto_sharding(m, {2, 4}, {"x", "y"}, CostModel(host), 1 << 20).hbm_limit_bytes,
+            uint64_t{1} << 20);
+}
+
 TEST(AutoPlannerTest, OnAHostProfileTheMeshsCoresShareTheCpus) {
   // 2 CPUs at 1e10 f32 FLOP/s, a 1 MiB cache at 4e10 B/s. One dense 4 -> 4 without bias, batch 8,
   // SGD, dp over 8 cores (1 row each): 8 threads on 2 CPUs, so every time x 4. fc: 3 x 2 x 1 x 4

@@ -425,6 +425,135 @@ TEST(ReshardCost, TheDefaultModelPricesTheMeshsCoresAsTheCliDoes) {
       << by_default.to_string();
 }
 
+// ---- meshes of many axes (adversarial pass adv15) -------------------------------------------
+
+/// Axis names a0, a1, ... for `sizes`.
+Mesh numbered_mesh(const std::vector<int64_t>& sizes) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < sizes.size(); ++i) names.push_back("a" + std::to_string(i));
+  return Mesh(sizes, names);
+}
+
+// Regression (adversarial pass adv15, ADV20): the search keyed a state by one char('a' + axis)
+// per mesh axis with '|' between dimensions. Axis 27 is 'a' + 27 == '|', so on 27 axes of size 1
+// and a27 of size 2, P('a27', None) and P(None, 'a27') had the same key: the start was the goal,
+// the plan had no steps, and the source blocks came back labelled with the target sharding.
+TEST(ReshardManyAxes, AxisTwentySevenIsNotTheDimensionSeparator) {
+  std::vector<int64_t> sizes(27, 1);
+  sizes.push_back(2);
+  const Mesh mesh = numbered_mesh(sizes);
+  ASSERT_EQ(mesh.size(), 2);
+  const Shape shape = {4, 4};
+  const NamedSharding from = sharding(mesh, "P('a27', None)"),
+                      to = sharding(mesh, "P(None, 'a27')");
+  auto rt = make_runtime(2);
+  const ShardedArray a = ShardedArray::device_put(*rt, iota_values(shape), shape, from);
+  for (ReshardStrategy strategy : {ReshardStrategy::kSearch, ReshardStrategy::kGreedy}) {
+    const ReshardPlan plan = plan_reshard(shape, from, to, kTable, strategy);
+    // Search: all-gather + slice (the uniform model's all-to-all factor of 3 makes it dearer);
+    // greedy: the all-to-all.
+    ASSERT_FALSE(plan.steps.empty());
+    EXPECT_EQ(plan.steps.back().spec_after, to.spec());
+    const ShardedArray b = execute_reshard(*rt, a, plan);
+    // The (4, 4) array 0..15 by columns: device 0 holds columns 0-1, device 1 columns 2-3.
+    EXPECT_THAT(std::vector<float>(b.local_data(0).begin(), b.local_data(0).end()),
+                ElementsAre(0, 1, 4, 5, 8, 9, 12, 13));
+    EXPECT_THAT(std::vector<float>(b.local_data(1).begin(), b.local_data(1).end()),
+                ElementsAre(2, 3, 6, 7, 10, 11, 14, 15));
+  }
+}
+
+// ADV20's other half: char('a' + 256) wrapped to 'a', axis 0's key. On a0 of size 2, a1..a255 of
+// size 1 and a256 of size 2 (4 devices, device = 2 * a0 + a256), P('a0') -> P('a256') of 8
+// elements was planned as nothing.
+TEST(ReshardManyAxes, AxisTwoHundredFiftySixIsNotAxisZero) {
+  std::vector<int64_t> sizes(257, 1);
+  sizes.front() = 2;
+  sizes.back() = 2;
+  const Mesh mesh = numbered_mesh(sizes);
+  const Shape shape = {8};
+  const NamedSharding from = sharding(mesh, "P('a0')"), to = sharding(mesh, "P('a256')");
+  const ReshardPlan plan = plan_reshard(shape, from, to, kTable);
+  ASSERT_FALSE(plan.steps.empty());
+  auto rt = make_runtime(4);
+  const ShardedArray b =
+      execute_reshard(*rt, ShardedArray::device_put(*rt, iota_values(shape), shape, from), plan);
+  // Device d holds block a256 = d % 2 of P('a256'): elements 0..3 or 4..7.
+  for (int dev = 0; dev < 4; ++dev) {
+    const std::vector<float> got(b.local_data(dev).begin(), b.local_data(dev).end());
+    if (dev % 2 == 0) {
+      EXPECT_THAT(got, ElementsAre(0, 1, 2, 3)) << "device " << dev << "\n" << plan.to_string();
+    } else {
+      EXPECT_THAT(got, ElementsAre(4, 5, 6, 7)) << "device " << dev << "\n" << plan.to_string();
+    }
+  }
+}
+
+// Regression (adversarial pass adv15, ADV21): the search tried an all-reduce over every subset
+// of the unreduced axes, size-1 axes included: 2^k moves from every state (12 s and 613 MB at
+// k = 20 for a 4-element array, bad_alloc at 32, and `1u << k` undefined from 32). A pending
+// reduction over a size-1 axis has one addend, so it is already done: k size-1 axes and x of size
+// 2, all unreduced, to P('x') is the one reduce-scatter over x of the 1-axis mesh.
+TEST(ReshardManyAxes, PartialOverSizeOneAxesIsAlreadyReduced) {
+  auto rt = make_runtime(2);
+  for (size_t k : {14, 40}) {  // 14 first: before the fix it failed there (after 18 s, loaded)
+    SCOPED_TRACE(std::to_string(k) + " size-1 axes");
+    std::vector<int64_t> sizes(k, 1);
+    sizes.push_back(2);
+    const Mesh mesh = numbered_mesh(sizes);
+    const std::string x = mesh.axis_names().back();
+    const Shape shape = {4};
+    const NamedSharding from(mesh, PartitionSpec({}, mesh.axis_names()));
+    const NamedSharding to = sharding(mesh, "P('" + x + "')");
+    const ReshardPlan plan = plan_reshard(shape, from, to, kTable);
+    ASSERT_THAT(ops_of(plan), ElementsAre(ReshardOpKind::kReduceScatter)) << plan.to_string();
+    EXPECT_THAT(plan.steps[0].axes, ElementsAre(x));
+    EXPECT_EQ(plan.steps[0].spec_before, from.spec());
+    EXPECT_EQ(plan.steps[0].spec_after, to.spec());
+    // Before: 2^(k+1) - 1 all-reduce moves from the start state alone, each a new state.
+    EXPECT_LT(plan.search_states, 100u);
+    const ShardedArray a = partial_array(*rt, shape, from, {{1, 2, 3, 4}, {10, 20, 30, 40}});
+    const ShardedArray b = execute_reshard(*rt, a, plan);
+    EXPECT_THAT(std::vector<float>(b.local_data(0).begin(), b.local_data(0).end()),
+                ElementsAre(11, 22));
+    EXPECT_THAT(std::vector<float>(b.local_data(1).begin(), b.local_data(1).end()),
+                ElementsAre(33, 44));
+
+    // A product over the size-1 axes alone is its one addend: nothing moves, for either planner.
+    std::vector<std::string> ones(mesh.axis_names().begin(), mesh.axis_names().end() - 1);
+    const NamedSharding p1(mesh, PartitionSpec({}, ones, ReduceOp::kProd));
+    for (ReshardStrategy strategy : {ReshardStrategy::kSearch, ReshardStrategy::kGreedy}) {
+      for (const std::string& spec :
+           {std::string("P()"), "P(unreduced={'" + x + "'}, reduce_op='max')"}) {
+        const ReshardPlan none = plan_reshard(shape, p1, sharding(mesh, spec), kTable, strategy);
+        if (spec == "P()") {
+          EXPECT_TRUE(none.steps.empty()) << none.to_string();
+        } else {  // replicated -> partial over x: one local make-partial
+          ASSERT_THAT(ops_of(none), ElementsAre(ReshardOpKind::kMakePartial)) << none.to_string();
+        }
+        const ShardedArray c =
+            execute_reshard(*rt, partial_array(*rt, shape, p1, {{1, 2, 3, 4}, {1, 2, 3, 4}}), none);
+        EXPECT_THAT(c.gather(), ElementsAre(1, 2, 3, 4)) << spec;
+      }
+    }
+  }
+}
+
+// ADV21's bound: past kMaxAllReduceSubsetAxes unreduced axes (of size > 1) the search no longer
+// tries every subset. A sum over 12 axes of size 2 (4096 devices; planned, not run) to P() is one
+// all-reduce over all 12 under the uniform model (2 alpha plus bytes; any chain costs >= 4 alpha).
+TEST(ReshardManyAxes, AllReduceSubsetsAreBoundedPastTenAxes) {
+  const Mesh mesh = numbered_mesh(std::vector<int64_t>(12, 2));
+  ASSERT_GT(12u, kMaxAllReduceSubsetAxes);
+  const NamedSharding from(mesh, PartitionSpec({}, mesh.axis_names()));
+  const ReshardPlan plan = plan_reshard({4}, from, sharding(mesh, "P()"), kTable);
+  ASSERT_THAT(ops_of(plan), ElementsAre(ReshardOpKind::kAllReduce)) << plan.to_string();
+  EXPECT_EQ(plan.steps[0].axes.size(), 12u);
+  EXPECT_EQ(plan.steps[0].replica_groups.size(), 1u);
+  // Before: 2^12 - 1 = 4095 all-reduce moves from the start state, each a new state.
+  EXPECT_LT(plan.search_states, 4095u);
+}
+
 // ---- bad input ------------------------------------------------------------------------------
 
 TEST(ReshardErrors, BadSpecsAndMeshes) {
