@@ -194,7 +194,7 @@ for i in "${!examples[@]}"; do
     def judged_row($e):
       ($e | map(.step_ratio)) as $plain
       # A probe without a step ratio (it failed, or its fits were not probed: more cores than
-      # the run's) is no probe; only one with a ratio has a verdict.
+      # the run had) is no probe; only one with a ratio has a verdict.
       | ($e | map(if .probe.step_ratio == null then null elif .probe.judged then .probe.step_ratio
                   else "busy" end)) as $probed
       | ($e | map(if $probed_judged and .probe.step_ratio != null and .probe.judged then .probe.step_ratio
