@@ -212,15 +212,27 @@ EstimateReport compare_estimate(const PlanEstimate& estimate, const MeasuredRun&
       r.warnings.push_back(std::move(w));
     }
   }
+  if (!estimate.not_judged_reason.empty()) {
+    r.mark_step_not_judged(estimate.not_judged_reason);
+    r.mark_hbm_not_judged(estimate.not_judged_reason);
+  }
   r.step_within = r.step_comparable && within(r.step_ratio);
-  r.hbm_within = within(r.hbm_ratio);
+  r.hbm_within = r.hbm_comparable && within(r.hbm_ratio);
   return r;
 }
 
 void mark_micro_batches_not_judged(EstimateReport& report, int64_t micro_batches) {
   if (micro_batches <= 1) return;
-  report.mark_step_not_judged("the estimate is for 1 micro-batch per step; this run used " +
-                              std::to_string(micro_batches));
+  const std::string k = std::to_string(micro_batches);
+  report.mark_step_not_judged("the estimate is for 1 micro-batch per step; this run used " + k);
+  report.mark_hbm_not_judged("the estimate is for 1 micro-batch per step; this run used " + k +
+                             ", whose gradient-accumulation buffer it does not price");
+}
+
+void EstimateReport::mark_hbm_not_judged(std::string reason) {
+  hbm_comparable = false;
+  hbm_within = false;
+  hbm_not_judged_reason = std::move(reason);
 }
 
 void EstimateReport::mark_step_not_judged(std::string reason) {
@@ -274,7 +286,7 @@ void add_collective_probe(EstimateReport& report, const TrainPlan& plan,
     if (o.only && o.only->empty()) return;                        // the plan runs no collective
     if (o.pin_threads.empty() && report.measured.thread_pinning)  // meet the host as the run did
       o.pin_threads = report.measured.thread_pinning->mode;
-    report.probes = probe_collectives(profile, report.measured.num_cores, o);
+    report.probes = probe_collectives(profile, report.measured.num_cores, o, &report.not_probed);
     if (report.probes.empty()) return;
     const std::optional<double> step =
         reestimate_step_seconds(plan, profile, shift_collectives(profile, report.probes));
@@ -341,6 +353,8 @@ std::string EstimateReport::to_string() const {
     }
     out += "\n";
   }
+  for (const SkippedCollectiveProbe& s : not_probed)
+    out += "    collective probe: " + s.reason + "\n";
   if (!probe_error.empty()) out += "    collective probe not run: " + probe_error + "\n";
   if (m.cpu_seconds_per_step > 0) {
     const int used = m.host_cpus > 0 ? std::min(m.num_cores, m.host_cpus) : 0;
@@ -360,7 +374,9 @@ std::string EstimateReport::to_string() const {
   std::snprintf(line, sizeof line, "  %-34s %14llu %14llu  %s\n", "HBM per core (bytes)",
                 static_cast<unsigned long long>(estimated_hbm),
                 static_cast<unsigned long long>(comparable_hbm),
-                ratio_text(hbm_ratio, hbm_within).c_str());
+                (hbm_comparable ? ratio_text(hbm_ratio, hbm_within)
+                                : not_judged_text(hbm_ratio, hbm_not_judged_reason))
+                    .c_str());
   out += line;
   std::snprintf(line, sizeof line,
                 "    estimate = (model state + activations + transient) %llu + input batch %llu; "
@@ -400,6 +416,10 @@ nlohmann::json EstimateReport::to_json() const {
   const PlanEstimate& e = estimate;
   const MeasuredRun& m = measured;
   nlohmann::json probe = nullptr;
+  nlohmann::json skipped = nlohmann::json::array();
+  for (const SkippedCollectiveProbe& s : not_probed) {
+    skipped.push_back({{"op", s.op}, {"group_size", s.group_size}, {"reason", s.reason}});
+  }
   if (!probes.empty()) {
     nlohmann::json rows = nlohmann::json::array();
     for (const CollectiveProbe& p : probes) {
@@ -418,9 +438,12 @@ nlohmann::json EstimateReport::to_json() const {
               probe_judged ? nlohmann::json(probed_step_within) : nlohmann::json(nullptr)},
              {"judged", probe_judged},
              {"plan_fits_only", probed_plan_fits_only},
-             {"worst_ratio", probe_worst_ratio}};
-  } else if (!probe_error.empty()) {
-    probe = {{"error", probe_error}};
+             {"worst_ratio", probe_worst_ratio},
+             {"not_probed", skipped}};
+  } else if (!probe_error.empty() || !not_probed.empty()) {
+    // No rows: why (the error, the fits not probed); no step_seconds, no verdict.
+    probe = {{"rows", nlohmann::json::array()}, {"not_probed", skipped}};
+    if (!probe_error.empty()) probe["error"] = probe_error;
   }
   return {{"plan", e.source},
           {"strategy", e.strategy},
@@ -456,8 +479,13 @@ nlohmann::json EstimateReport::to_json() const {
            step_comparable ? nlohmann::json(nullptr) : nlohmann::json(step_not_judged_reason)},
           {"estimated_hbm_bytes_per_core", estimated_hbm},
           {"comparable_hbm_bytes_per_core", comparable_hbm},
-          {"hbm_ratio", hbm_ratio},
-          {"hbm_within_25_percent", hbm_within},
+          // As the step row's: null ratio and verdict when not judged (new-user pass nu15, NU99).
+          {"hbm_ratio", hbm_comparable ? nlohmann::json(hbm_ratio) : nlohmann::json(nullptr)},
+          {"hbm_within_25_percent",
+           hbm_comparable ? nlohmann::json(hbm_within) : nlohmann::json(nullptr)},
+          {"hbm_comparable", hbm_comparable},
+          {"hbm_not_judged",
+           hbm_comparable ? nlohmann::json(nullptr) : nlohmann::json(hbm_not_judged_reason)},
           {"cpu_bound_seconds", cpu_bound_seconds},
           {"cpu_ratio", cpu_ratio},
           {"probe", probe},

@@ -54,6 +54,11 @@ struct PlanEstimate {
   uint64_t input_bytes_per_core = 0;  // estimate.input_bytes_per_core (0 in older plans)
   double oversubscription = 1.0;      // estimate.oversubscription (1 when absent)
   int64_t batch = 0;                  // estimate.batch, the global batch (0 when absent)
+  /// Why no run can be judged against this estimate ("" when one can): set by parse_train_plan
+  /// for a plan that records no strategy for its estimate (no strategy.name or
+  /// estimate.strategy; adversarial pass adv15, ADV23). compare_estimate then marks the step and
+  /// HBM rows not judged with it.
+  std::string not_judged_reason;
   /// estimate.hardware_profile: the profile the plan was priced with (`vtpu plan --emit` embeds
   /// it), validated as a profile file is. nullopt in a plan without one (older or hand-written
   /// plans): the report then looks `hardware` up among the shipped profiles.
@@ -174,7 +179,13 @@ struct EstimateReport {
   /// host_cpus of the profile the estimate was priced with (0: a TPU profile or none found). When
   /// it is not measured.host_cpus, the report says the profile describes another host.
   int profile_host_cpus = 0;
-  bool hbm_within = false;  // |hbm_ratio - 1| <= kTolerance
+  bool hbm_within = false;  // |hbm_ratio - 1| <= kTolerance (false when not comparable)
+  /// False when the caller says the run's HBM is not what the estimate prices
+  /// (mark_hbm_not_judged, e.g. a micro-batched run's gradient-accumulation buffer): the HBM row
+  /// is printed but not judged, "1.41x (not judged: REASON)"; JSON hbm_ratio and
+  /// hbm_within_25_percent null, hbm_not_judged the reason.
+  bool hbm_comparable = true;
+  std::string hbm_not_judged_reason;  // why ("" while hbm_comparable)
   /// What the reader must know to read the step row, each printed as "  warning: ..." after the
   /// table and in JSON "warnings" ([] when none): no_calibrated_collectives_warning
   /// (examples/calibration.h) when the estimate's host profile has no calibrated collectives,
@@ -194,6 +205,11 @@ struct EstimateReport {
   /// and the probed estimate is printed but not judged (JSON step_within_25_percent null).
   bool probe_judged = true;
   std::string probe_error;  // why the probe failed ("" when it ran or was not due)
+  /// The fits that price the run's groups but were not probed (probe_collectives' `skipped`:
+  /// more cores than the run had; adversarial pass adv15, ADV22), each printed as
+  /// "    collective probe: REASON" and listed in JSON probe.not_probed ({op, group_size,
+  /// reason}).
+  std::vector<SkippedCollectiveProbe> not_probed;
   /// The probe measured only the fits the plan's strategy prices (fits_priced_by), not every fit
   /// up to the run's cores (JSON probe.plan_fits_only).
   bool probed_plan_fits_only = false;
@@ -211,6 +227,8 @@ struct EstimateReport {
   /// price, e.g. `train mlp --estimate-from PLAN --kernels pallas` against an estimate of the
   /// Eigen kernels' rates (new-user pass nu12, NU52).
   void mark_step_not_judged(std::string reason);
+  /// Marks the HBM row not judged, saying `reason`: hbm_comparable and hbm_within false.
+  void mark_hbm_not_judged(std::string reason);
 
   /// The table `vtpu train ... --plan` prints (a few lines, ending in a newline).
   std::string to_string() const;
@@ -220,7 +238,10 @@ struct EstimateReport {
 /// New-user pass nu14, NU85: the planner prices one forward and backward pass per step
 /// (`vtpu plan` has no micro-batches), so a run of `micro_batches` > 1 (K passes and K times the
 /// per-pass collectives per step) has its step row printed but not judged ("the estimate is for
-/// 1 micro-batch per step; this run used K"). Nothing changes for K <= 1.
+/// 1 micro-batch per step; this run used K"), and its HBM row too (new-user pass nu15, NU99: the
+/// gradient-accumulation buffer is not in the estimate, 1.41x on dp(x) over 8 cores: "the
+/// estimate is for 1 micro-batch per step; this run used K, whose gradient-accumulation buffer
+/// it does not price"). Nothing changes for K <= 1.
 void mark_micro_batches_not_judged(EstimateReport& report, int64_t micro_batches);
 
 /// The record of `profile` (HardwareProfile::thread_pinning) that prices a run of `cores` cores:

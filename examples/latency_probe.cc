@@ -26,7 +26,8 @@ double profile_row_seconds(const std::string& op, const CollectiveFit& fit, uint
 }
 
 std::vector<CollectiveProbe> probe_collectives(const HardwareProfile& profile, int max_cores,
-                                               const CollectiveProbeOptions& options) {
+                                               const CollectiveProbeOptions& options,
+                                               std::vector<SkippedCollectiveProbe>* skipped) {
   std::vector<CollectiveProbe> probes;
   const CostModel cost(profile);
   for (const auto& [op, fits] : profile.collectives) {
@@ -38,6 +39,19 @@ std::vector<CollectiveProbe> probe_collectives(const HardwareProfile& profile, i
     for (const CollectiveFit& fit : fits) {
       if (fit.group_size < 2 || fit.group_size > cap) continue;
       if (options.only && !options.only->contains({op, fit.group_size})) continue;
+      const std::string fit_name = op + " " + std::to_string(fit.group_size) + "-core fit";
+      // Adversarial pass adv15, ADV22: never more virtual cores than the run had.
+      if (fit.group_size > max_cores) {
+        if (skipped != nullptr) {
+          skipped->push_back(
+              {op, fit.group_size,
+               fit_name + " not probed: probing it would start " + std::to_string(fit.group_size) +
+                   " virtual cores, more than the run's " + std::to_string(max_cores) +
+                   " (the run's groups are priced from the profile's fit as calibrated, not "
+                   "re-measured)"});
+        }
+        continue;
+      }
       CollectiveBenchOptions bo;
       bo.cores = fit.group_size;
       bo.op = op;
@@ -47,7 +61,7 @@ std::vector<CollectiveProbe> probe_collectives(const HardwareProfile& profile, i
       bo.measure_bound = false;
       if (!options.pin_threads.empty()) bo.runtime.pin_threads = options.pin_threads;
       if (const std::string problem = check_collective_bench_options(bo); !problem.empty()) {
-        throw InvalidArgumentError("collective probe: " + problem);
+        throw InvalidArgumentError("collective probe of the " + fit_name + ": " + problem);
       }
       CollectiveBenchmark bench(bo);
       CollectiveProbe p;

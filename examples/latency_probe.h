@@ -83,15 +83,30 @@ struct CollectiveProbeOptions {
 /// examples/calibration.h converts rows. Throws InvalidArgumentError for an unknown op.
 double profile_row_seconds(const std::string& op, const CollectiveFit& fit, uint64_t row_bytes);
 
-/// Probes every fit of `profile.collectives` whose group size is <= max_cores (header), and per
-/// collective the fit above max_cores that the cost model picks for a group of max_cores
-/// (CostModel::calibrated_fit: a 3-core run's groups are priced with a 4-core fit), in the
+/// A fit that prices a group of the run but was not probed, and why. Plain data.
+struct SkippedCollectiveProbe {
+  std::string op;      // the fit's collective ("all_reduce")
+  int group_size = 0;  // the fit's group size (cores)
+  /// Why, a sentence naming the fit: "all_reduce 1024-core fit not probed: probing it would
+  /// start 1024 virtual cores, more than the run's 8 (the run's groups are priced from the
+  /// profile's fit as calibrated, not re-measured)".
+  std::string reason;
+};
+
+/// Probes every fit of `profile.collectives` whose group size is <= max_cores (header), in the
 /// profile's order, keeping only options.only's fits when it is set; empty when there is none (a
-/// TPU profile, an uncalibrated one, max_cores < 2).
-/// Runs benchmarks on fresh virtual cores (not thread-safe with other work timing the host).
-/// Throws what the benchmark throws and InternalError when a probe's result is wrong.
-std::vector<CollectiveProbe> probe_collectives(const HardwareProfile& profile, int max_cores,
-                                               const CollectiveProbeOptions& options = {});
+/// TPU profile, an uncalibrated one, max_cores < 2). A fit above max_cores that prices a group
+/// of the run (options.only's, or without it the one CostModel::calibrated_fit picks for a group
+/// of max_cores: a 3-core run's groups are priced with a 4-core fit) is not probed: the probe
+/// never starts more virtual cores than the run had (adversarial pass adv15, ADV22: an 8-core
+/// run whose profile had only a 1024-core all-reduce fit started a 1024-core probe, 47 s and
+/// 922 MB on this 2-CPU host). Each such fit is appended to `*skipped` (when not null) with the
+/// reason. Runs benchmarks on fresh virtual cores (not thread-safe with other work timing the
+/// host). Throws what the benchmark throws, InvalidArgumentError naming the fit when the
+/// benchmark refuses its options, and InternalError when a probe's result is wrong.
+std::vector<CollectiveProbe> probe_collectives(
+    const HardwareProfile& profile, int max_cores, const CollectiveProbeOptions& options = {},
+    std::vector<SkippedCollectiveProbe>* skipped = nullptr);
 
 /// `profile` with each probed fit shifted by its probe's shift_seconds (header): every measured
 /// point's time + shift and alpha + shift (+ shift / 2 for all_reduce), each clamped to >= 1 ns

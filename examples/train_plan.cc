@@ -188,7 +188,8 @@ PlanEstimate parse_estimate(const nlohmann::json& e, const TrainPlan& plan, cons
                                                       "input_bytes_per_core",
                                                       "mesh_shape",
                                                       "oversubscription",
-                                                      "step_seconds"};
+                                                      "step_seconds",
+                                                      "strategy"};
   for (auto it = e.begin(); it != e.end(); ++it) {
     if (!kEstimateKeys.contains(it.key())) {
       throw bad("unknown estimate key '" + abbreviate(it.key()) + "' (expected " +
@@ -250,6 +251,54 @@ PlanEstimate parse_estimate(const nlohmann::json& e, const TrainPlan& plan, cons
       std::llround(number("batch", true, true, 0.0, 0x1p40, "2^40, as vtpu plan --batch")));
   check_estimate_mesh(e, p, plan, bad);
   return p;
+}
+
+/// Checks that the estimate `plan.estimate` (from the object `e`) was made for the configuration
+/// the plan runs, as check_estimate_mesh does for the mesh (adversarial pass adv15, ADV23: a plan
+/// hand-edited to batch 1024, or from dp to FSDP roles, ran that and was judged against the
+/// original's estimate). Throws `bad` when estimate.batch is not model_graph.batch, or when
+/// estimate.strategy (written by vtpu plan --emit since session 15) is not the strategy of the
+/// plan's roles. Without estimate.strategy (an older or hand-written file) strategy.name, which
+/// the reader already checks against the roles, names the estimate's strategy; a plan with
+/// neither and a step time gets PlanEstimate::not_judged_reason (its rows are printed, not
+/// judged). Fills an absent strategy.name from estimate.strategy.
+template <typename Bad>
+void check_estimate_configuration(const nlohmann::json& e, TrainPlan& plan, const Bad& bad) {
+  PlanEstimate& p = *plan.estimate;
+  if (p.batch != 0 && plan.model_graph && plan.model_graph->batch != p.batch) {
+    throw bad("estimate.batch is " + std::to_string(p.batch) + " but model_graph.batch is " +
+              std::to_string(plan.model_graph->batch) +
+              " (expected the same: the estimate is priced for model_graph's batch; re-run vtpu "
+              "plan --batch B --emit for the batch B to run)");
+  }
+  const std::vector<std::string> names = strategy_names_of(plan);
+  const std::string roles = "(data: " + list_text(plan.data) +
+                            ", tensor: " + list_text(plan.tensor) +
+                            ", fsdp: " + list_text(plan.fsdp) + ")";
+  if (e.contains("strategy") && !e["strategy"].is_null()) {
+    if (!e["strategy"].is_string()) {
+      throw bad("estimate.strategy is " + abbreviate(e["strategy"].dump()) +
+                " (expected the name of the strategy the estimate was made for, e.g. \"dp(x)\")");
+    }
+    const std::string given = e["strategy"].get<std::string>();
+    const std::string canonical = canonical_strategy_name(given);
+    if (!contains(names, canonical)) {
+      throw bad(
+          "estimate.strategy is '" + abbreviate(given) + "' but the roles " + roles +
+          " are strategy '" + names.front() +
+          "' (expected the strategy the estimate was made for: re-run vtpu plan --strategy '" +
+          names.front() + "' --emit for these roles)");
+    }
+    if (plan.strategy_name.empty()) plan.strategy_name = canonical;
+    p.strategy = plan.strategy_name;
+    return;
+  }
+  if (plan.strategy_name.empty() && p.step_seconds > 0) {
+    p.not_judged_reason =
+        "the plan names no strategy for its estimate (no strategy.name or estimate.strategy), so "
+        "the estimate may be for other roles than the ones run, '" +
+        names.front() + "'; re-run vtpu plan --strategy '" + names.front() + "' --emit";
+  }
 }
 
 }  // namespace
@@ -519,7 +568,10 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
     if (!e.is_object()) {
       throw bad("estimate is " + e.dump() + " (expected an object, as `vtpu plan --emit` writes)");
     }
-    if (!e.empty()) plan.estimate = parse_estimate(e, plan, bad);
+    if (!e.empty()) {
+      plan.estimate = parse_estimate(e, plan, bad);
+      check_estimate_configuration(e, plan, bad);
+    }
   }
   return plan;
 }

@@ -14,6 +14,7 @@
 #include "common/strings.h"
 #include "common/units.h"
 #include "memory/allocator_policy.h"
+#include "memory/hbm_device.h"
 #include "runtime/json_fields.h"
 
 namespace vtpu {
@@ -110,6 +111,26 @@ void RuntimeOptions::validate() const {
     std::snprintf(text, sizeof(text), "%g", hbm_memory_fraction);
     throw InvalidArgumentError("hbm_memory_fraction is " + std::string(text) +
                                " (expected 0 < fraction <= 1 of each core's total HBM)");
+  }
+  // Adversarial pass adv15, ADV26: 1e-9 of 16 GiB (17 bytes) passed here and failed when the
+  // first core's arena was built, "BFC capacity 17 bytes is below the 256-byte minimum chunk",
+  // naming neither the key nor the file. Every allocator's granule is 256 bytes; the arena's
+  // capacity is resolved as the runtime resolves it (round(fraction x total), ArenaLimit).
+  if (const uint64_t arena = ArenaLimit::fraction(hbm_memory_fraction).resolve(hbm_bytes_per_core);
+      arena < kMinArenaBytes) {
+    // The least fraction that suffices, kMinArenaBytes / total rounded up to 3 digits.
+    const double least =
+        static_cast<double>(kMinArenaBytes) / static_cast<double>(hbm_bytes_per_core);
+    const double unit = std::pow(10.0, std::floor(std::log10(least)) - 2);
+    char text[320];
+    std::snprintf(text, sizeof(text),
+                  "hbm_memory_fraction is %g, which of hbm_bytes_per_core %llu (%s) leaves %llu "
+                  "bytes per core (expected at least %llu bytes, the allocators' minimum chunk: "
+                  "a fraction of at least %.3g)",
+                  hbm_memory_fraction, static_cast<unsigned long long>(hbm_bytes_per_core),
+                  format_bytes(hbm_bytes_per_core).c_str(), static_cast<unsigned long long>(arena),
+                  static_cast<unsigned long long>(kMinArenaBytes), std::ceil(least / unit) * unit);
+    throw InvalidArgumentError(text);
   }
   const auto& policies = known_allocator_policies();
   if (std::find(policies.begin(), policies.end(), allocator) == policies.end()) {

@@ -28,6 +28,9 @@ struct RuntimeOptions {
   /// arenas made with HbmDevice::create_arena. Always a fraction of the total (jaxlib >= 0.4.1's
   /// rule for XLA_PYTHON_CLIENT_MEM_FRACTION; JAX's GPU default is 0.75, TPUs use all, so 1.0).
   double hbm_memory_fraction = 1.0;
+  /// The least default arena, bytes: every allocator policy's granule (memory/bfc_policy.h and
+  /// the others). validate() refuses a fraction that leaves less of hbm_bytes_per_core.
+  static constexpr uint64_t kMinArenaBytes = 256;
   std::string allocator = "bfc";      // allocator policy of every arena
   bool auto_defragment = true;        // compact an arena when a request fails for fragmentation
   bool record_memory_events = false;  // arenas keep an event log (Runtime::save_memory_event_log)

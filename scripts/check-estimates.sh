@@ -193,9 +193,11 @@ for i in "${!examples[@]}"; do
     def cpu: map(.cpu_ratio // 0 | select(. > 0)) | if length == 0 then "-" else median | r2 end;
     def judged_row($e):
       ($e | map(.step_ratio)) as $plain
-      | ($e | map(if .probe == null then null elif .probe.judged then .probe.step_ratio
+      # A probe without a step ratio (it failed, or its fits were not probed: more cores than
+      # the run had) is no probe; only one with a ratio has a verdict.
+      | ($e | map(if .probe.step_ratio == null then null elif .probe.judged then .probe.step_ratio
                   else "busy" end)) as $probed
-      | ($e | map(if $probed_judged and .probe != null and .probe.judged then .probe.step_ratio
+      | ($e | map(if $probed_judged and .probe.step_ratio != null and .probe.judged then .probe.step_ratio
                   else .step_ratio end)
             | median) as $judged
       | ($e | map(.hbm_ratio) | median) as $hbm

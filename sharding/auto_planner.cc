@@ -1461,6 +1461,7 @@ nlohmann::json AutoShardingPlan::to_json() const {
       {"mesh_shape", mesh_shape},  // the mesh it was priced for; the trainers check it
       {"comm_bytes_per_core", static_cast<uint64_t>(std::llround(w.comm_bytes_per_core))},
       {"hardware", hardware},
+      {"strategy", w.name},  // the strategy it was priced for; the trainers check the roles
       {"batch", model.batch}};
   // The profile itself, so the run is compared with what the plan was priced with (an edited or
   // recalibrated profile file keeps the shipped name); "hardware_file" says where it was read.

@@ -348,9 +348,38 @@ TEST(EstimateReportTest, AMicroBatchedRunIsNotJudgedAgainstAOnePassEstimate) {
   EstimateReport four = compare_estimate(e, m);
   mark_micro_batches_not_judged(four, 4);
   EXPECT_FALSE(four.step_comparable);
-  EXPECT_TRUE(four.hbm_within);
   EXPECT_EQ(four.to_json()["step_not_judged"],
             "the estimate is for 1 micro-batch per step; this run used 4");
+  // New-user pass nu15, NU99: the HBM row was still judged, 1.41x "outside 25%" for the
+  // gradient-accumulation buffer the estimate does not price. A peak of 1410 against 1000: the
+  // one-pass run is judged outside, the micro-batched one not judged, with the reason.
+  m.peak_hbm_bytes_per_core = 1410;
+  EstimateReport one_big = compare_estimate(e, m);
+  mark_micro_batches_not_judged(one_big, 1);
+  EXPECT_TRUE(one_big.hbm_comparable);
+  EXPECT_FALSE(one_big.hbm_within);
+  EXPECT_NE(one_big.to_string().find("1.41x (outside 25%)"), std::string::npos);
+  EXPECT_EQ(one_big.to_json()["hbm_within_25_percent"], false);
+  EXPECT_TRUE(one_big.to_json()["hbm_not_judged"].is_null());
+  EstimateReport two = compare_estimate(e, m);
+  mark_micro_batches_not_judged(two, 2);
+  const std::string reason =
+      "the estimate is for 1 micro-batch per step; this run used 2, whose gradient-accumulation "
+      "buffer it does not price";
+  EXPECT_FALSE(two.hbm_comparable);
+  EXPECT_FALSE(two.hbm_within);
+  EXPECT_EQ(two.hbm_not_judged_reason, reason);
+  EXPECT_NE(two.to_string().find("HBM per core (bytes)                         1000           "
+                                 "1410  1.41x (not judged: " +
+                                 reason + ")\n"),
+            std::string::npos)
+      << two.to_string();
+  const nlohmann::json j = two.to_json();
+  EXPECT_TRUE(j["hbm_within_25_percent"].is_null()) << j;
+  EXPECT_TRUE(j["hbm_ratio"].is_null()) << j;
+  EXPECT_EQ(j["hbm_comparable"], false);
+  EXPECT_EQ(j["hbm_not_judged"], reason);
+  EXPECT_EQ(j["comparable_hbm_bytes_per_core"], 1410);
 }
 
 // `vtpu plan --emit` embeds the profile it priced with (estimate.hardware_profile). A calibrated

@@ -228,6 +228,56 @@ TEST(LatencyProbeTest, TheReportSaysWhichGroupsArePricedFromAnotherCoreCount) {
   EXPECT_TRUE(s.warnings.empty()) << s.to_string();
 }
 
+// Adversarial pass adv15, ADV22: an 8-core run whose plan's profile had only a 1024-core
+// all-reduce fit started a 1024-core probe after the run (47.6 s, 922 MB, load average 504), and
+// with a 2^20-core fit the probe failed with "num_cores is 1048576 (expected 1..1024)", naming no
+// fit. Here a 4-core dp(x) run (one 4-core all-reduce per step) on profiles whose only all-reduce
+// fit is for 8 cores (cheap enough to run if the rule broke) and for 2^20 cores: the fit prices
+// the run's group but is not probed; the report names it and says why, in text and JSON.
+TEST(LatencyProbeTest, AFitForMoreCoresThanTheRunIsNotProbedAndTheReportSaysWhy) {
+  for (const int n : {8, 1 << 20}) {
+    CollectiveFit fit;
+    fit.group_size = n;
+    fit.alpha_seconds = 1e-6;
+    fit.beta_seconds_per_byte = 1e-10;
+    const HardwareProfile p = host_profile_with({{"all_reduce", {fit}}});
+    const TrainPlan plan = mlp_plan(p, "dp(x)", {4});
+    ASSERT_EQ(fits_priced_by(plan, p), std::set<CollectiveFitId>({{"all_reduce", n}}));
+    MeasuredRun m;
+    m.num_cores = 4;
+    m.steps = 3;
+    m.median_step_seconds = plan.estimate->step_seconds;
+    m.peak_hbm_bytes_per_core = 1000;
+    EstimateReport r = compare_estimate(*plan.estimate, m);
+    ASSERT_TRUE(r.step_comparable);
+    CollectiveProbeOptions quick;
+    quick.iters = 2;
+    quick.warmup = 0;
+    add_collective_probe(r, plan, quick);
+    EXPECT_TRUE(r.probes.empty()) << r.to_string();
+    EXPECT_EQ(r.probed_step_seconds, 0.0);
+    EXPECT_TRUE(r.probe_error.empty()) << r.probe_error;
+    const std::string reason =
+        "all_reduce " + std::to_string(n) + "-core fit not probed: probing it would start " +
+        std::to_string(n) +
+        " virtual cores, more than the run's 4 (the run's groups are priced from the profile's "
+        "fit as calibrated, not re-measured)";
+    ASSERT_EQ(r.not_probed.size(), 1u);
+    EXPECT_EQ(r.not_probed[0].reason, reason);
+    const std::string text = r.to_string();
+    EXPECT_NE(text.find("\n    collective probe: " + reason + "\n"), std::string::npos) << text;
+    EXPECT_EQ(text.find("with collectives probed now"), std::string::npos) << text;
+    EXPECT_EQ(text.find("not run"), std::string::npos) << text;
+    const nlohmann::json j = r.to_json()["probe"];
+    EXPECT_EQ(j["rows"], nlohmann::json::array()) << j;
+    ASSERT_EQ(j["not_probed"].size(), 1u) << j;
+    EXPECT_EQ(j["not_probed"][0]["op"], "all_reduce");
+    EXPECT_EQ(j["not_probed"][0]["group_size"], n);
+    EXPECT_EQ(j["not_probed"][0]["reason"], reason);
+    EXPECT_FALSE(j.contains("step_seconds")) << j;
+  }
+}
+
 TEST(LatencyProbeTest, ProbesEveryFitUpToTheRunsCoresAtTheRowSize) {
   const HardwareProfile p = host_profile_with(
       {{"all_gather", {curve_fit(2, {{1024, 1e-6}, {8192, 2e-6}}), curve_fit(4, {{1024, 9e-6}})}},
@@ -244,16 +294,23 @@ TEST(LatencyProbeTest, ProbesEveryFitUpToTheRunsCoresAtTheRowSize) {
     EXPECT_NEAR(q.profile_seconds, 1e-6 + 3072.0 / 7168.0 * 1e-6, 1e-15);
   }
   EXPECT_EQ(probe_collectives(p, 4, o).size(), 3u);
-  // A 3-core run's groups are priced with the 4-core all-gather fit (nearest in log n), so it is
-  // probed too; the all-reduce has no fit above 2 cores.
-  const std::vector<CollectiveProbe> three = probe_collectives(p, 3, o);
-  ASSERT_EQ(three.size(), 3u);
+  // A 3-core run's groups are priced with the 4-core all-gather fit (nearest in log n), but
+  // probing it would start 4 virtual cores, more than the run's 3 (adversarial pass adv15,
+  // ADV22): it is listed as not probed, with the reason; the all-reduce has no fit above 2.
+  std::vector<SkippedCollectiveProbe> skipped;
+  const std::vector<CollectiveProbe> three = probe_collectives(p, 3, o, &skipped);
+  ASSERT_EQ(three.size(), 2u);
   EXPECT_EQ(three[0].op, "all_gather");
   EXPECT_EQ(three[0].group_size, 2);
-  EXPECT_EQ(three[1].op, "all_gather");
-  EXPECT_EQ(three[1].group_size, 4);
-  EXPECT_EQ(three[2].op, "all_reduce");
-  EXPECT_EQ(three[2].group_size, 2);
+  EXPECT_EQ(three[1].op, "all_reduce");
+  EXPECT_EQ(three[1].group_size, 2);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].op, "all_gather");
+  EXPECT_EQ(skipped[0].group_size, 4);
+  EXPECT_EQ(skipped[0].reason,
+            "all_gather 4-core fit not probed: probing it would start 4 virtual cores, more than "
+            "the run's 3 (the run's groups are priced from the profile's fit as calibrated, not "
+            "re-measured)");
   // Worst measured / profile ratio: hand-worked.
   EXPECT_DOUBLE_EQ(worst_probe_ratio({{"all_gather", 2, 4096, 2e-6, 5e-6, {}},
                                       {"all_reduce", 2, 4096, 1e-6, 4e-6, {}},

@@ -249,7 +249,7 @@ TEST(TrainPlanTest, BadPlansNameTheFieldAndWhatWasExpected) {
   bad({"unknown estimate key 'step_second' (expected batch, comm_bytes_per_core, comm_seconds, "
        "compute_seconds, hardware, hardware_file, hardware_profile, hbm_bytes_per_core, "
        "input_bytes_per_core, mesh_shape, oversubscription, "
-       "step_seconds)"},
+       "step_seconds, strategy)"},
       [](auto& j) {
         j["estimate"].erase("step_seconds");
         j["estimate"]["step_second"] = 0.01;
@@ -577,6 +577,89 @@ TEST(TrainPlanTest, TheEstimateMustBeForThePlansMesh) {
   expect_error<InvalidArgumentError>(
       [&] { parse_train_plan(bad, "p.json"); },
       {"estimate.mesh_shape is [2,0] (expected the mesh sizes the estimate was made for"});
+}
+
+// Adversarial pass adv15, ADV23: a dp(x) plan edited to estimate.batch 1024 trained batch 1024
+// against the batch-64 estimate, and one whose roles were edited to FSDP (strategy.name
+// removed) ran FSDP against dp's estimate. As for a mesh edit, the reader refuses a plan whose
+// estimate is for another batch or strategy; a plan that names no strategy for its estimate at
+// all is read, but its rows are not judged.
+TEST(TrainPlanTest, TheEstimateMustBeForThePlansBatchAndStrategy) {
+  const ModelGraph m = model_file("mlp.json");  // batch 64
+  ASSERT_EQ(m.batch, 64);
+  const CostModel cost(HardwareProfile::get("this_machine"));
+  AutoShardingPlan plan =
+      plan_auto_sharding(m, {2}, {"x"}, cost, 0, plan_constraints("mlp", {2}, {"x"}));
+  plan.choose("dp(x)");
+  const nlohmann::json emitted = plan.to_json();
+  EXPECT_EQ(emitted["estimate"]["strategy"], "dp(x)");
+  EXPECT_EQ(emitted["estimate"]["batch"], 64);
+  const TrainPlan read = parse_train_plan(emitted, "p2.json");
+  EXPECT_EQ(read.estimate->strategy, "dp(x)");
+  EXPECT_TRUE(read.estimate->not_judged_reason.empty());
+  // (a) The batch.
+  nlohmann::json batch = emitted;
+  batch["estimate"]["batch"] = 1024;
+  expect_error<InvalidArgumentError>(
+      [&] { parse_train_plan(batch, "p2_b1024.json"); },
+      {"plan file 'p2_b1024.json': estimate.batch is 1024 but model_graph.batch is 64 (expected "
+       "the same: the estimate is priced for model_graph's batch; re-run vtpu plan --batch B "
+       "--emit for the batch B to run)"});
+  batch["model_graph"]["batch"] = 1024;  // both edited: the same batch, read
+  EXPECT_EQ(parse_train_plan(batch, "b.json").estimated_batch(), 1024);
+  // (b) The roles edited to FSDP, the name removed: estimate.strategy gives it away.
+  nlohmann::json roles = emitted;
+  roles["strategy"]["data"] = nullptr;
+  roles["strategy"]["fsdp"] = {"x"};
+  roles["strategy"].erase("name");
+  expect_error<InvalidArgumentError>(
+      [&] { parse_train_plan(roles, "e.json"); },
+      {"plan file 'e.json': estimate.strategy is 'dp(x)' but the roles (data: null, tensor: null, "
+       "fsdp: ['x']) are strategy 'fsdp(x)' (expected the strategy the estimate was made for: "
+       "re-run vtpu plan --strategy 'fsdp(x)' --emit for these roles)"});
+  // With the name kept, the existing check of the name against the roles refuses it first.
+  nlohmann::json named = roles;
+  named["strategy"]["name"] = "dp(x)";
+  expect_error<InvalidArgumentError>([&] { parse_train_plan(named, "e.json"); },
+                                     {"strategy.name is 'dp(x)' but its roles"});
+  // The name left out of an unedited plan: estimate.strategy names it.
+  nlohmann::json unnamed = emitted;
+  unnamed["strategy"].erase("name");
+  const TrainPlan from_estimate = parse_train_plan(unnamed, "u.json");
+  EXPECT_EQ(from_estimate.strategy_name, "dp(x)");
+  EXPECT_EQ(from_estimate.estimate->strategy, "dp(x)");
+  EXPECT_TRUE(from_estimate.estimate->not_judged_reason.empty());
+  nlohmann::json bad = emitted;
+  bad["estimate"]["strategy"] = 7;
+  expect_error<InvalidArgumentError>([&] { parse_train_plan(bad, "p.json"); },
+                                     {"estimate.strategy is 7 (expected the name of the strategy"});
+  // An older file (no estimate.strategy) whose name was removed: nothing says what the estimate
+  // is for; read, but neither row is judged, with the reason.
+  nlohmann::json old = roles;
+  old["estimate"].erase("strategy");
+  const TrainPlan older = parse_train_plan(old, "old.json");
+  const std::string reason =
+      "the plan names no strategy for its estimate (no strategy.name or estimate.strategy), so "
+      "the estimate may be for other roles than the ones run, 'fsdp(x)'; re-run vtpu plan "
+      "--strategy 'fsdp(x)' --emit";
+  EXPECT_EQ(older.estimate->not_judged_reason, reason);
+  MeasuredRun run;
+  run.num_cores = 2;
+  run.steps = 3;
+  run.median_step_seconds = older.estimate->step_seconds;
+  run.peak_hbm_bytes_per_core = older.estimate->hbm_bytes_per_core;
+  const EstimateReport r = compare_estimate(*older.estimate, run);
+  EXPECT_FALSE(r.step_comparable);
+  EXPECT_FALSE(r.hbm_comparable);
+  EXPECT_EQ(r.step_not_judged_reason, reason);
+  EXPECT_EQ(r.hbm_not_judged_reason, reason);
+  EXPECT_TRUE(r.to_json()["hbm_within_25_percent"].is_null());
+  // With the name (an older file as vtpu plan wrote it) it is judged.
+  nlohmann::json old_named = emitted;
+  old_named["estimate"].erase("strategy");
+  const TrainPlan judged = parse_train_plan(old_named, "old.json");
+  EXPECT_TRUE(judged.estimate->not_judged_reason.empty());
+  EXPECT_TRUE(compare_estimate(*judged.estimate, run).step_comparable);
 }
 
 // Issue 6 adversarial pass, F17: examples/models/transformer.json, "the default vtpu train

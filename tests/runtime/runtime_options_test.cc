@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "common/host.h"
+#include "common/units.h"
 #include "tests/temp_path.h"
 
 namespace vtpu {
@@ -412,6 +413,34 @@ TEST(RuntimeOptionsTest, BadValueInFileNamesThePathAndKey) {
     EXPECT_EQ(what.rfind("InvalidArgument: ", 0), 0u) << what;  // one prefix, not two
     EXPECT_EQ(what.find("InvalidArgument: ", 1), std::string::npos) << what;
   }
+}
+
+// Adversarial pass adv15, ADV26: {"hbm_memory_fraction": 1e-9} passed validation and failed
+// when the first arena was built, "BFC capacity 17 bytes is below the 256-byte minimum chunk",
+// naming neither the key nor the file. round(1e-9 x 2^34) = 17 bytes; the least fraction is
+// 256 / 2^34 = 1.4901e-8, rounded up to 3 digits 1.5e-08.
+TEST(RuntimeOptionsTest, AFractionLeavingLessThanAChunkNamesTheKeyAndTheFile) {
+  TempFile file(R"({"hbm_memory_fraction": 1e-9})");
+  try {
+    RuntimeOptions::load_json_file(file.path());
+    FAIL() << "hbm_memory_fraction 1e-9 accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_EQ(e.message(), "runtime options file '" + file.path() +
+                               "': hbm_memory_fraction is 1e-09, which of hbm_bytes_per_core "
+                               "17179869184 (" +
+                               format_bytes(uint64_t{1} << 34) +
+                               ") leaves 17 bytes per core (expected at least 256 bytes, the "
+                               "allocators' minimum chunk: a fraction of at least 1.5e-08)");
+  }
+  // The boundary, on 64 KiB: round(0.0039 x 65536) = 256 passes, round(0.0038 x 65536) = 249 not.
+  expect_rejected(json{{"hbm_bytes_per_core", "64K"}, {"hbm_memory_fraction", 0.0038}},
+                  {"hbm_memory_fraction is 0.0038", "leaves 249 bytes per core",
+                   "a fraction of at least 0.00391"});
+  EXPECT_NO_THROW(RuntimeOptions::from_json(
+      json{{"hbm_bytes_per_core", "64K"}, {"hbm_memory_fraction", 0.0039}}));
+  RuntimeOptions o;
+  o.hbm_memory_fraction = 1e-9;
+  EXPECT_THROW(o.validate(), InvalidArgumentError);
 }
 
 TEST(RuntimeOptionsTest, MissingFileIsNotFound) {
