@@ -95,6 +95,23 @@ TrainPlan mlp_plan(const HardwareProfile& hw, const std::string& strategy,
   return parse_train_plan(j, "mlp2.json");
 }
 
+// The report of a run of `plan` on its cores that measured exactly the plan's estimate, with the
+// collective probe run after it (2 timed calls per fit: the tests check which fits, not times).
+EstimateReport probed_report(const TrainPlan& plan) {
+  MeasuredRun m;
+  m.num_cores = static_cast<int>(plan.num_cores());
+  m.steps = 3;
+  m.median_step_seconds = plan.estimate->step_seconds;
+  m.peak_hbm_bytes_per_core = 1000;
+  EstimateReport r = compare_estimate(*plan.estimate, m);
+  EXPECT_TRUE(r.step_comparable);
+  CollectiveProbeOptions quick;
+  quick.iters = 2;
+  quick.warmup = 0;
+  add_collective_probe(r, plan, quick);
+  return r;
+}
+
 TEST(LatencyProbeTest, ReestimateMovesThePlansEstimateByWhatTheShiftChanges) {
   const HardwareProfile p = HardwareProfile::get("this_machine");
   ASSERT_FALSE(p.collectives.empty()) << "the shipped this_machine profile is calibrated";
@@ -200,18 +217,7 @@ TEST(LatencyProbeTest, TheReportSaysWhichGroupsArePricedFromAnotherCoreCount) {
     std::erase_if(fits, [](const CollectiveFit& f) { return f.group_size != 2; });
   }
   p.validate();
-  const TrainPlan plan = mlp_plan(p, "dp(x)", {4});
-  MeasuredRun m;
-  m.num_cores = 4;
-  m.steps = 3;
-  m.median_step_seconds = plan.estimate->step_seconds;
-  m.peak_hbm_bytes_per_core = 1000;
-  EstimateReport r = compare_estimate(*plan.estimate, m);
-  ASSERT_TRUE(r.step_comparable);
-  CollectiveProbeOptions quick;
-  quick.iters = 2;
-  quick.warmup = 0;
-  add_collective_probe(r, plan, quick);
+  const EstimateReport r = probed_report(mlp_plan(p, "dp(x)", {4}));
   ASSERT_EQ(r.warnings.size(), 1u) << r.to_string();
   EXPECT_EQ(r.warnings[0],
             "4-core groups are priced from the 2-core fits of all_reduce (scaled by the "
@@ -222,9 +228,7 @@ TEST(LatencyProbeTest, TheReportSaysWhichGroupsArePricedFromAnotherCoreCount) {
   EXPECT_EQ(r.to_json()["warnings"][0], r.warnings[0]);
   // With the shipped fits on 2, 4 and 8 cores there is nothing to say.
   const HardwareProfile shipped = HardwareProfile::get("this_machine");
-  const TrainPlan on_shipped = mlp_plan(shipped, "dp(x)", {4});
-  EstimateReport s = compare_estimate(*on_shipped.estimate, m);
-  add_collective_probe(s, on_shipped, quick);
+  const EstimateReport s = probed_report(mlp_plan(shipped, "dp(x)", {4}));
   EXPECT_TRUE(s.warnings.empty()) << s.to_string();
 }
 
@@ -243,17 +247,7 @@ TEST(LatencyProbeTest, AFitForMoreCoresThanTheRunIsNotProbedAndTheReportSaysWhy)
     const HardwareProfile p = host_profile_with({{"all_reduce", {fit}}});
     const TrainPlan plan = mlp_plan(p, "dp(x)", {4});
     ASSERT_EQ(fits_priced_by(plan, p), std::set<CollectiveFitId>({{"all_reduce", n}}));
-    MeasuredRun m;
-    m.num_cores = 4;
-    m.steps = 3;
-    m.median_step_seconds = plan.estimate->step_seconds;
-    m.peak_hbm_bytes_per_core = 1000;
-    EstimateReport r = compare_estimate(*plan.estimate, m);
-    ASSERT_TRUE(r.step_comparable);
-    CollectiveProbeOptions quick;
-    quick.iters = 2;
-    quick.warmup = 0;
-    add_collective_probe(r, plan, quick);
+    const EstimateReport r = probed_report(plan);
     EXPECT_TRUE(r.probes.empty()) << r.to_string();
     EXPECT_EQ(r.probed_step_seconds, 0.0);
     EXPECT_TRUE(r.probe_error.empty()) << r.probe_error;
