@@ -13,16 +13,22 @@
 
 namespace vtpu::examples {
 
+namespace {
+// Whether paths a and b name one file: the same spelling, the same canonical path (symbolic links
+// and "." resolved; the file need not exist), or, when both exist, the same inode (hard links).
+bool same_file(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code a_error, b_error, link_error;
+  const fs::path ca = fs::weakly_canonical(a, a_error);
+  const fs::path cb = fs::weakly_canonical(b, b_error);
+  return a == b || (!a_error && !b_error && ca == cb) || fs::equivalent(a, b, link_error);
+}
+}  // namespace
+
 void check_distinct_outputs(const char* flag_a, const std::string& path_a, const char* flag_b,
                             const std::string& path_b, const std::string& why) {
   if (path_a.empty() || path_b.empty()) return;
-  namespace fs = std::filesystem;
-  std::error_code a_error, b_error, link_error;
-  const fs::path a = fs::weakly_canonical(path_a, a_error);
-  const fs::path b = fs::weakly_canonical(path_b, b_error);
-  const bool same = path_a == path_b || (!a_error && !b_error && a == b) ||
-                    fs::equivalent(path_a, path_b, link_error);  // hard links
-  if (same)
+  if (same_file(path_a, path_b))
     throw InvalidArgumentError(std::string(flag_a) + " '" + path_a + "' and " + flag_b + " '" +
                                path_b + "' are the same file (" + why + "; give two paths)");
 }
@@ -33,18 +39,10 @@ void check_outputs_not_inputs(const std::vector<FileOption>& outputs,
   for (const FileOption& out : outputs) {
     for (const FileOption& in : inputs) {
       if (out.path.empty() || in.path.empty()) continue;
-      std::error_code in_error, out_error, eq_error;
-      bool same;
-      if (fs::exists(in.path, in_error) && fs::exists(out.path, out_error)) {
-        // Only a regular input can be replaced: /dev/stdin and /dev/stdout may be one terminal.
-        same = fs::is_regular_file(in.path, in_error) &&
-               fs::equivalent(in.path, out.path, eq_error);  // also through links
-      } else {
-        const fs::path a = fs::weakly_canonical(in.path, in_error);
-        const fs::path b = fs::weakly_canonical(out.path, out_error);
-        same = in.path == out.path || (!in_error && !out_error && a == b);
-      }
-      if (same) {
+      // Only a regular input can be replaced: /dev/stdin and /dev/stdout may be one terminal.
+      std::error_code in_error;
+      if (fs::exists(in.path, in_error) && !fs::is_regular_file(in.path, in_error)) continue;
+      if (same_file(in.path, out.path)) {
         throw InvalidArgumentError(std::string(out.flag) + " '" + out.path + "' and " + in.flag +
                                    " '" + in.path + "' are the same file (writing " + out.flag +
                                    " would replace the input; give another output path)");
