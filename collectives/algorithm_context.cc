@@ -1,9 +1,9 @@
-#include "collectives/algorithm_context.h"
+#include "vtpu/collectives/algorithm_context.h"
 
 #include <cstring>
 #include <string>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 

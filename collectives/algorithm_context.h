@@ -11,9 +11,9 @@
 #include <functional>
 #include <vector>
 
-#include "collectives/link.h"
-#include "collectives/ring_primitives.h"
-#include "collectives/types.h"
+#include "vtpu/collectives/link.h"
+#include "vtpu/collectives/ring_primitives.h"
+#include "vtpu/collectives/types.h"
 
 namespace vtpu {
 

@@ -72,7 +72,7 @@
 #include <cstring>
 #include <vector>
 
-#include "collectives/algorithm_context.h"
+#include "vtpu/collectives/algorithm_context.h"
 
 namespace vtpu {
 

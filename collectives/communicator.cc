@@ -1,13 +1,13 @@
-#include "collectives/communicator.h"
+#include "vtpu/collectives/communicator.h"
 
 #include <cstring>
 #include <numeric>
 #include <thread>
 
-#include "collectives/algorithm_context.h"
-#include "collectives/all_reduce_algorithms.h"
-#include "collectives/ring_all_reduce.h"
-#include "collectives/ring_primitives.h"
+#include "vtpu/collectives/algorithm_context.h"
+#include "vtpu/collectives/all_reduce_algorithms.h"
+#include "vtpu/collectives/ring_all_reduce.h"
+#include "vtpu/collectives/ring_primitives.h"
 
 namespace vtpu {
 

@@ -15,11 +15,11 @@
 #include <utility>
 #include <vector>
 
-#include "collectives/collective_handle.h"
-#include "collectives/link.h"
-#include "collectives/transport.h"
-#include "collectives/types.h"
-#include "runtime/runtime.h"
+#include "vtpu/collectives/collective_handle.h"
+#include "vtpu/collectives/link.h"
+#include "vtpu/collectives/transport.h"
+#include "vtpu/collectives/types.h"
+#include "vtpu/runtime/runtime.h"
 
 namespace vtpu {
 

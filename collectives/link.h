@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-#include "collectives/types.h"
+#include "vtpu/collectives/types.h"
 
 namespace vtpu {
 

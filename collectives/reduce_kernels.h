@@ -15,7 +15,7 @@
 #include <immintrin.h>
 #endif
 
-#include "collectives/types.h"
+#include "vtpu/collectives/types.h"
 
 namespace vtpu {
 

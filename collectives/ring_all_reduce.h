@@ -25,7 +25,7 @@
 
 #include <cstdint>
 
-#include "collectives/ring_primitives.h"
+#include "vtpu/collectives/ring_primitives.h"
 
 namespace vtpu {
 

@@ -1,4 +1,4 @@
-#include "collectives/ring_buffer_link.h"
+#include "vtpu/collectives/ring_buffer_link.h"
 
 #include <linux/futex.h>
 #include <sys/mman.h>
@@ -12,8 +12,8 @@
 #include <string>
 #include <thread>
 
-#include "common/error.h"
-#include "common/host.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/host.h"
 
 namespace vtpu {
 

@@ -36,8 +36,8 @@
 #include <mutex>
 #include <vector>
 
-#include "collectives/link.h"
-#include "memory/backing_store.h"
+#include "vtpu/collectives/link.h"
+#include "vtpu/memory/backing_store.h"
 
 namespace vtpu {
 

@@ -15,10 +15,10 @@
 #include <functional>
 #include <string>
 
-#include "collectives/link.h"
-#include "collectives/reduce_kernels.h"
-#include "collectives/types.h"
-#include "common/error.h"
+#include "vtpu/collectives/link.h"
+#include "vtpu/collectives/reduce_kernels.h"
+#include "vtpu/collectives/types.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 

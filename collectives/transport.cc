@@ -1,6 +1,6 @@
-#include "collectives/transport.h"
+#include "vtpu/collectives/transport.h"
 
-#include "collectives/ring_buffer_link.h"
+#include "vtpu/collectives/ring_buffer_link.h"
 
 namespace vtpu {
 

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string_view>
 
-#include "collectives/link.h"
+#include "vtpu/collectives/link.h"
 
 namespace vtpu {
 

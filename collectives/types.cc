@@ -1,8 +1,8 @@
-#include "collectives/types.h"
+#include "vtpu/collectives/types.h"
 
 #include <sstream>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <string_view>
 
-#include "common/bfloat16.h"
-#include "common/element_type.h"
+#include "vtpu/common/bfloat16.h"
+#include "vtpu/common/element_type.h"
 
 namespace vtpu {
 

@@ -1,10 +1,10 @@
-#include "common/element_type.h"
+#include "vtpu/common/element_type.h"
 
 #include <array>
 #include <cctype>
 #include <string>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 

@@ -1,4 +1,4 @@
-#include "common/error.h"
+#include "vtpu/common/error.h"
 
 #include <cerrno>
 #include <cstring>

@@ -1,9 +1,9 @@
-#include "common/format_text.h"
+#include "vtpu/common/format_text.h"
 
 #include <cstdarg>
 #include <cstdio>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 

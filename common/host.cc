@@ -1,4 +1,4 @@
-#include "common/host.h"
+#include "vtpu/common/host.h"
 
 #include <sched.h>
 

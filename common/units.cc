@@ -1,11 +1,11 @@
-#include "common/units.h"
+#include "vtpu/common/units.h"
 
 #include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <limits>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 

@@ -1,14 +1,14 @@
-#include "memory/allocator_policy.h"
+#include "vtpu/memory/allocator_policy.h"
 
 #include <string>
 
-#include "common/error.h"
-#include "common/strings.h"
-#include "memory/bfc_policy.h"
-#include "memory/buddy_policy.h"
-#include "memory/first_fit_policy.h"
-#include "memory/planned_policy.h"
-#include "memory/tlsf_policy.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/strings.h"
+#include "vtpu/memory/bfc_policy.h"
+#include "vtpu/memory/buddy_policy.h"
+#include "vtpu/memory/first_fit_policy.h"
+#include "vtpu/memory/planned_policy.h"
+#include "vtpu/memory/tlsf_policy.h"
 
 namespace vtpu {
 

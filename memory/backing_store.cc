@@ -1,4 +1,4 @@
-#include "memory/backing_store.h"
+#include "vtpu/memory/backing_store.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
-#include "common/units.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/units.h"
 
 namespace vtpu {
 

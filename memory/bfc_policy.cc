@@ -1,10 +1,10 @@
-#include "memory/bfc_policy.h"
+#include "vtpu/memory/bfc_policy.h"
 
 #include <algorithm>
 #include <bit>
 #include <string>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 

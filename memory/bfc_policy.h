@@ -54,7 +54,7 @@
 // and a free+alloc pair costs about 70-100 ns on the shared 2-core VM this was measured on; with
 // 100k the 7 MiB of records and index no longer fit the caches, and the pair is bound by its chain
 // of dependent cache misses (the buffer's index bucket, then its record), each ~250-350 ns there
-// (BM_DependentLoad in bench/memory_bench.cc).
+// (BM_DependentLoad in bench/micro/memory_bench.cc).
 #pragma once
 
 #include <array>
@@ -62,9 +62,9 @@
 #include <set>
 #include <vector>
 
-#include "memory/allocator_policy.h"
-#include "memory/chunk_pool.h"
-#include "memory/offset_index.h"
+#include "vtpu/memory/allocator_policy.h"
+#include "vtpu/memory/chunk_pool.h"
+#include "vtpu/memory/offset_index.h"
 
 namespace vtpu {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 

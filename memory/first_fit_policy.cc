@@ -1,10 +1,10 @@
-#include "memory/first_fit_policy.h"
+#include "vtpu/memory/first_fit_policy.h"
 
 #include <iterator>
 #include <string>
 #include <vector>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 

@@ -24,7 +24,7 @@
 #include <map>
 #include <set>
 
-#include "memory/allocator_policy.h"
+#include "vtpu/memory/allocator_policy.h"
 
 namespace vtpu {
 

@@ -1,4 +1,4 @@
-#include "memory/hbm_arena.h"
+#include "vtpu/memory/hbm_arena.h"
 
 #include <algorithm>
 #include <array>
@@ -9,8 +9,8 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "common/units.h"
-#include "memory/backing_store.h"
+#include "vtpu/common/units.h"
+#include "vtpu/memory/backing_store.h"
 
 namespace vtpu {
 

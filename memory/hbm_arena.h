@@ -20,12 +20,12 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
-#include "memory/allocator_policy.h"
-#include "memory/memory_profile.h"
-#include "memory/memory_stats.h"
-#include "memory/tiled_layout.h"
-#include "memory/trace.h"
+#include "vtpu/common/error.h"
+#include "vtpu/memory/allocator_policy.h"
+#include "vtpu/memory/memory_profile.h"
+#include "vtpu/memory/memory_stats.h"
+#include "vtpu/memory/tiled_layout.h"
+#include "vtpu/memory/trace.h"
 
 namespace vtpu {
 

@@ -1,10 +1,10 @@
-#include "memory/hbm_device.h"
+#include "vtpu/memory/hbm_device.h"
 
 #include <cmath>
 #include <sstream>
 
-#include "common/error.h"
-#include "common/units.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/units.h"
 
 namespace vtpu {
 

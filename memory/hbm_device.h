@@ -17,7 +17,7 @@
 #include <optional>
 #include <string>
 
-#include "memory/hbm_arena.h"
+#include "vtpu/memory/hbm_arena.h"
 
 namespace vtpu {
 

@@ -1,4 +1,4 @@
-#include "memory/heap_planner.h"
+#include "vtpu/memory/heap_planner.h"
 
 #include <algorithm>
 #include <array>
@@ -11,7 +11,7 @@
 #include <tuple>
 #include <utility>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 

@@ -1,4 +1,4 @@
-#include "memory/memory_profile.h"
+#include "vtpu/memory/memory_profile.h"
 
 #include <zlib.h>
 
@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 #include "memory/profile.pb.h"
 
 namespace vtpu {

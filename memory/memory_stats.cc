@@ -1,4 +1,4 @@
-#include "memory/memory_stats.h"
+#include "vtpu/memory/memory_stats.h"
 
 #include <nlohmann/json.hpp>
 

@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 
 #if defined(__AVX2__)
 #include <immintrin.h>

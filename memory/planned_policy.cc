@@ -1,9 +1,9 @@
-#include "memory/planned_policy.h"
+#include "vtpu/memory/planned_policy.h"
 
 #include <algorithm>
 #include <string>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 

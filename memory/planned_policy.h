@@ -23,8 +23,8 @@
 #include <memory>
 #include <set>
 
-#include "memory/allocator_policy.h"
-#include "memory/heap_planner.h"
+#include "vtpu/memory/allocator_policy.h"
+#include "vtpu/memory/heap_planner.h"
 
 namespace vtpu {
 

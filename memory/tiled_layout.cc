@@ -1,10 +1,10 @@
-#include "memory/tiled_layout.h"
+#include "vtpu/memory/tiled_layout.h"
 
 #include <cctype>
 #include <charconv>
 #include <string>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 

@@ -27,7 +27,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/element_type.h"
+#include "vtpu/common/element_type.h"
 
 namespace vtpu {
 

@@ -50,16 +50,16 @@
 // costs about 100 ns on the shared 2-core VM this was measured on; with 100k the 7-8 MiB of
 // records and index no longer fit the caches, and the pair is bound by its chain of dependent cache
 // misses (the buffer's index bucket, then its record), each ~250-350 ns there
-// (BM_DependentLoad in bench/memory_bench.cc).
+// (BM_DependentLoad in bench/micro/memory_bench.cc).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <optional>
 
-#include "memory/allocator_policy.h"
-#include "memory/chunk_pool.h"
-#include "memory/offset_index.h"
+#include "vtpu/memory/allocator_policy.h"
+#include "vtpu/memory/chunk_pool.h"
+#include "vtpu/memory/offset_index.h"
 
 namespace vtpu {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/device_buffer.h"
+#include "vtpu/runtime/device_buffer.h"
 
 namespace vtpu {
 

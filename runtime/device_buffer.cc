@@ -1,4 +1,4 @@
-#include "runtime/device_buffer.h"
+#include "vtpu/runtime/device_buffer.h"
 
 #include <utility>
 

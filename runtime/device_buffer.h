@@ -7,8 +7,8 @@
 #include <span>
 #include <string>
 
-#include "common/error.h"
-#include "memory/hbm_arena.h"
+#include "vtpu/common/error.h"
+#include "vtpu/memory/hbm_arena.h"
 
 namespace vtpu {
 

@@ -1,4 +1,4 @@
-#include "runtime/dma_engine.h"
+#include "vtpu/runtime/dma_engine.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 

@@ -1,4 +1,4 @@
-#include "runtime/hardware_profile.h"
+#include "vtpu/runtime/hardware_profile.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
-#include "common/strings.h"
-#include "common/units.h"
-#include "runtime/json_fields.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/strings.h"
+#include "vtpu/common/units.h"
+#include "vtpu/common/json_fields.h"
 
 namespace vtpu {
 
@@ -230,7 +230,7 @@ KernelRates kernel_rates_from_json(const nlohmann::json& k) {
 }  // namespace
 
 const std::vector<std::string>& elementwise_kernel_names() {
-  // What each measures: examples/kernel_bench.cc (measure_kernel_rates) and docs/SHARDING.md.
+  // What each measures: bench/kernel_bench.cc (measure_kernel_rates) and docs/SHARDING.md.
   static const std::vector<std::string> kNames = {"pass", "transcendental"};
   return kNames;
 }
@@ -476,7 +476,7 @@ void HardwareProfile::validate() const {
         number_text(link_latency_seconds) + ", links_per_chip " + std::to_string(links_per_chip) +
         " (expected a finite rate of 0 or >= 1 B/s, a latency of 0..60 s and >= 0 links)");
   }
-  // F7 (issue 6): a torus or ring prices collectives over its links (sharding/cost_model.h: a
+  // F7 (issue 6): a torus or ring prices collectives over its links (planner/cost_model.h: a
   // bidirectional ring per torus dimension, 2 links per chip each), so both figures must be set.
   const int torus_dims = topology == "torus_3d"   ? 3
                          : topology == "torus_2d" ? 2

@@ -16,13 +16,13 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/thread_pinning.h"
+#include "vtpu/runtime/thread_pinning.h"
 
 namespace vtpu {
 
 /// A calibrated alpha-beta fit of one collective (written by `vtpu bench collectives --calibrate`,
-/// read by sharding/cost_model.h). The time of the collective over a group of `group_size` cores
-/// is the formula of sharding/cost_model.h with these alpha and beta, B in bytes as defined there.
+/// read by planner/cost_model.h). The time of the collective over a group of `group_size` cores
+/// is the formula of planner/cost_model.h with these alpha and beta, B in bytes as defined there.
 ///
 /// A calibrated fit may also carry the measured curve it was fitted to: `measured` holds
 /// (B, seconds) points, B in bytes as the formula defines it and seconds the whole collective's
@@ -43,7 +43,7 @@ struct CollectiveFit {
 };
 
 /// Measured kernel throughputs of a host (written by `vtpu bench hardware` and `vtpu bench
-/// collectives --calibrate`, read by sharding/cost_model.h). Empty on the TPU profiles, whose
+/// collectives --calibrate`, read by planner/cost_model.h). Empty on the TPU profiles, whose
 /// compute is priced at the peak FLOP/s. Plain data.
 struct KernelRates {
   /// f32 GEMM C(m, n) = A(m, k) B(k, n), row-major Eigen, one thread: FLOP/s (2 m k n per call)
@@ -53,7 +53,7 @@ struct KernelRates {
   std::vector<double> gemm_flops_per_second;
   /// The same GEMMs WARM: FLOP/s with the same operands reused by every call, so that they stay
   /// in the cache (gemm_flops_per_second's operands are rotated out of it). Same (m, k, n) grid
-  /// and index as gemm_flops_per_second. sharding/cost_model.h uses it for a GEMM whose working
+  /// and index as gemm_flops_per_second. planner/cost_model.h uses it for a GEMM whose working
   /// set fits the profile's cache level. Empty (a profile measured before it existed): every GEMM
   /// is priced at the cold rate.
   std::vector<double> gemm_warm_flops_per_second;
@@ -81,13 +81,13 @@ struct KernelRates {
 /// The elementwise kernel names a profile's kernels.elementwise_per_second must hold when it has
 /// any kernel rates: "pass" (an Eigen elementwise pass y = a x + b over a float array, elements
 /// per second), "transcendental" (the trainers' GELU forward and backward, one tanh each, one
-/// element at a time: transcendentals per second; examples/nn_kernels.h).
+/// element at a time: transcendentals per second; train/nn_kernels.h).
 const std::vector<std::string>& elementwise_kernel_names();
 /// The row kernel names kernels.row_kernels must hold when the profile has any kernel rates:
 /// "layer_norm" (forward and backward of one row), "softmax" (one row of a causal attention
 /// block: forward over its first i + 1 entries, backward over the row), "cross_entropy"
 /// (softmax cross-entropy of one row of logits and its gradient). Measured on the trainers' own
-/// kernels (examples/nn_kernels.h).
+/// kernels (train/nn_kernels.h).
 const std::vector<std::string>& row_kernel_names();
 
 /// One chip's figures. Units are in the names: bytes, bytes per second, FLOP per second, seconds.
@@ -110,11 +110,11 @@ struct HardwareProfile {
   std::string topology;  // "torus_2d", "torus_3d", "ring", "shared_memory"
   /// Host CPUs that the virtual cores' threads share (`vtpu bench hardware`: the online CPUs).
   /// 0 (absent in the JSON; the TPU profiles): every core is its own hardware, nothing is
-  /// shared. sharding/cost_model.h slows per-core work by cores / host_cpus when more cores than
+  /// shared. planner/cost_model.h slows per-core work by cores / host_cpus when more cores than
   /// CPUs run at once.
   int host_cpus = 0;
   /// A CPU cache level the cost model prices memory traffic at when an operation's working set
-  /// fits (sharding/cost_model.h): its capacity per CPU in bytes and its copy bandwidth in bytes
+  /// fits (planner/cost_model.h): its capacity per CPU in bytes and its copy bandwidth in bytes
   /// copied per second (the unit of hbm_bytes_per_second). Both 0 (absent; the TPU profiles): no
   /// cache level, all traffic at hbm_bytes_per_second. Both or neither must be set.
   uint64_t cache_bytes = 0;
@@ -122,15 +122,15 @@ struct HardwareProfile {
   /// The last-level cache (the L3 on this machine) behind that level: the largest working set,
   /// in bytes, that the process's CPUs together keep in it, and its copy bandwidth in bytes
   /// copied per second. `vtpu bench hardware` measures both from a sweep of copies
-  /// (examples/kernel_bench.h, `last_level_cache_from_sweep`), not from sysconf, which on this VM
-  /// reports the host's whole 508 MiB. sharding/cost_model.h prices a working set that misses
+  /// (bench/kernel_bench.h, `last_level_cache_from_sweep`), not from sysconf, which on this VM
+  /// reports the host's whole 508 MiB. planner/cost_model.h prices a working set that misses
   /// cache_bytes but fits here at this bandwidth, and its GEMMs at the warm rates. Both 0
   /// (absent: the TPU profiles and host profiles measured before 2026-12-02): no such level.
   /// Both or neither must be set, and llc_bytes must exceed cache_bytes.
   uint64_t llc_bytes = 0;
   double llc_bytes_per_second = 0.0;
   /// Calibrated collectives by name ("all_gather", "reduce_scatter", "all_reduce", "all_to_all"):
-  /// one or more fits each, measured on distinct group sizes (sharding/cost_model.h picks one per
+  /// one or more fits each, measured on distinct group sizes (planner/cost_model.h picks one per
   /// replica group: the fit of that size, else the nearest in log n). Empty for the TPU profiles,
   /// whose collective times follow from the link figures and the topology. JSON key
   /// "collectives": {"all_gather": {"alpha_seconds": .., "beta_seconds_per_byte": ..,
@@ -145,7 +145,7 @@ struct HardwareProfile {
   /// 2, "pinned": true, "cpus": [0, 1]}, {"mode": "auto", "cores": 8, ..., "pinned": false,
   /// "reason": "8 cores > 2 CPUs"}]. Optional: empty (absent) in the TPU profiles and in profiles
   /// calibrated before it was recorded (2026-12-02). The trainers' estimate report warns when a
-  /// run's pinning differs from it (examples/estimate_report.h).
+  /// run's pinning differs from it (bench/estimate_report.h).
   std::vector<ThreadPinning> thread_pinning;
   /// Measured kernel throughputs (host profiles); JSON key "kernels": {"gemm_sizes": [...],
   /// "gemm_flops_per_second": [...], optional "gemm_warm_flops_per_second": [...],

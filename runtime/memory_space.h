@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 

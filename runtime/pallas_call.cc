@@ -1,4 +1,4 @@
-#include "runtime/pallas_call.h"
+#include "vtpu/runtime/pallas_call.h"
 
 #include <algorithm>
 #include <array>
@@ -8,11 +8,11 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "common/error.h"
-#include "common/strings.h"
-#include "common/units.h"
-#include "runtime/device_buffer.h"
-#include "runtime/virtual_core.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/strings.h"
+#include "vtpu/common/units.h"
+#include "vtpu/runtime/device_buffer.h"
+#include "vtpu/runtime/virtual_core.h"
 
 namespace vtpu {
 

@@ -38,10 +38,10 @@
 #include <string>
 #include <vector>
 
-#include "common/element_type.h"
-#include "runtime/dma_engine.h"
-#include "runtime/hardware_profile.h"
-#include "runtime/memory_space.h"
+#include "vtpu/common/element_type.h"
+#include "vtpu/runtime/dma_engine.h"
+#include "vtpu/runtime/hardware_profile.h"
+#include "vtpu/runtime/memory_space.h"
 
 namespace vtpu {
 

@@ -1,11 +1,11 @@
-#include "runtime/pallas_kernels.h"
+#include "vtpu/runtime/pallas_kernels.h"
 
 #include <Eigen/Core>
 #include <algorithm>
 
-#include "common/error.h"
-#include "runtime/device_buffer.h"
-#include "runtime/virtual_core.h"
+#include "vtpu/common/error.h"
+#include "vtpu/runtime/device_buffer.h"
+#include "vtpu/runtime/virtual_core.h"
 
 namespace vtpu {
 

@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/hardware_profile.h"
-#include "runtime/pallas_call.h"
+#include "vtpu/runtime/hardware_profile.h"
+#include "vtpu/runtime/pallas_call.h"
 
 namespace vtpu {
 

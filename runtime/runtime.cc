@@ -1,4 +1,4 @@
-#include "runtime/runtime.h"
+#include "vtpu/runtime/runtime.h"
 
 #include <sched.h>
 
@@ -9,7 +9,7 @@
 #include <numeric>
 #include <set>
 
-#include "common/host.h"
+#include "vtpu/common/host.h"
 
 namespace vtpu {
 

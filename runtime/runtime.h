@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core_context.h"
-#include "runtime/device_buffer.h"
-#include "runtime/hardware_profile.h"
-#include "runtime/runtime_options.h"
-#include "runtime/thread_pinning.h"
-#include "runtime/virtual_core.h"
+#include "vtpu/runtime/core_context.h"
+#include "vtpu/runtime/device_buffer.h"
+#include "vtpu/runtime/hardware_profile.h"
+#include "vtpu/runtime/runtime_options.h"
+#include "vtpu/runtime/thread_pinning.h"
+#include "vtpu/runtime/virtual_core.h"
 
 namespace vtpu {
 

@@ -1,4 +1,4 @@
-#include "runtime/runtime_options.h"
+#include "vtpu/runtime/runtime_options.h"
 
 #include <algorithm>
 #include <charconv>
@@ -9,13 +9,13 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "common/error.h"
-#include "common/host.h"
-#include "common/strings.h"
-#include "common/units.h"
-#include "memory/allocator_policy.h"
-#include "memory/hbm_device.h"
-#include "runtime/json_fields.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/host.h"
+#include "vtpu/common/strings.h"
+#include "vtpu/common/units.h"
+#include "vtpu/memory/allocator_policy.h"
+#include "vtpu/memory/hbm_device.h"
+#include "vtpu/common/json_fields.h"
 
 namespace vtpu {
 

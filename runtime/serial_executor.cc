@@ -1,4 +1,4 @@
-#include "runtime/serial_executor.h"
+#include "vtpu/runtime/serial_executor.h"
 
 namespace vtpu {
 

@@ -1,11 +1,11 @@
-#include "runtime/thread_pinning.h"
+#include "vtpu/runtime/thread_pinning.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "common/error.h"
-#include "common/strings.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/strings.h"
 
 namespace vtpu {
 

@@ -1,10 +1,10 @@
-#include "runtime/virtual_core.h"
+#include "vtpu/runtime/virtual_core.h"
 
 #include <pthread.h>
 #include <sched.h>
 
-#include "common/units.h"
-#include "runtime/device_buffer.h"
+#include "vtpu/common/units.h"
+#include "vtpu/runtime/device_buffer.h"
 
 namespace vtpu {
 

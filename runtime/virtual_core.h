@@ -12,11 +12,11 @@
 #include <string>
 #include <thread>
 
-#include "memory/hbm_arena.h"
-#include "memory/hbm_device.h"
-#include "runtime/dma_engine.h"
-#include "runtime/memory_space.h"
-#include "runtime/serial_executor.h"
+#include "vtpu/memory/hbm_arena.h"
+#include "vtpu/memory/hbm_device.h"
+#include "vtpu/runtime/dma_engine.h"
+#include "vtpu/runtime/memory_space.h"
+#include "vtpu/runtime/serial_executor.h"
 
 namespace vtpu {
 

@@ -20,14 +20,14 @@
 #               within (one slow round of three moved three medians), seven 8 of 8 twice.
 #   --out       directory for the profile, plans and each run's JSON (default: a new temp dir);
 #               it must hold no earlier run's files (the judging reads them back)
-#   --vtpu      the vtpu binary (default $BUILD_DIR/examples/vtpu, BUILD_DIR defaulting to build/)
+#   --vtpu      the vtpu binary (default $BUILD_DIR/vtpu, BUILD_DIR defaulting to build/)
 #   --from      print the table of an earlier run's --out DIR again (its runI-R.json files),
 #               running nothing
 #
 # An example is within when the median over the rounds of its measured/estimate step ratio is
 # within 25% (|ratio - 1| <= 0.25), and the same for HBM per core. The ratio with the
 # collectives probed after the run is judged where the plan has collectives and the probe was
-# judged (examples/latency_probe.h), else the plain one; both are printed. That holds for the
+# judged (bench/latency_probe.h), else the plain one; both are printed. That holds for the
 # calibration of the round too (since 2026-12-02, 10:20 UTC; before, its plain ratio was
 # judged): the calibration runs a minute or more before the round's last runs, the probe
 # seconds after each, and this VM's hand-off speed moves on that scale (docs/SHARDING.md,
@@ -49,7 +49,7 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-vtpu=${BUILD_DIR:-$repo/build}/examples/vtpu
+vtpu=${BUILD_DIR:-$repo/build}/vtpu
 hardware=""
 rounds=7
 out=""

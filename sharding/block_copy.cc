@@ -1,11 +1,11 @@
-#include "sharding/block_copy.h"
+#include "vtpu/sharding/block_copy.h"
 
 #include <algorithm>
 #include <cstring>
 #include <string>
 
-#include "common/error.h"
-#include "sharding/named_sharding.h"  // shape_text
+#include "vtpu/common/error.h"
+#include "vtpu/sharding/named_sharding.h"  // shape_text
 
 namespace vtpu {
 

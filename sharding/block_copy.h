@@ -18,7 +18,7 @@
 #include <span>
 #include <vector>
 
-#include "sharding/index_range.h"
+#include "vtpu/sharding/index_range.h"
 
 namespace vtpu {
 

@@ -1,12 +1,12 @@
-#include "sharding/mesh.h"
+#include "vtpu/sharding/mesh.h"
 
 #include <algorithm>
 #include <numeric>
 #include <set>
 #include <utility>
 
-#include "common/error.h"
-#include "common/strings.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/strings.h"
 
 namespace vtpu {
 

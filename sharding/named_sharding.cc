@@ -1,11 +1,11 @@
-#include "sharding/named_sharding.h"
+#include "vtpu/sharding/named_sharding.h"
 
 #include <algorithm>
 #include <map>
 #include <utility>
 
-#include "common/error.h"
-#include "common/strings.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/strings.h"
 
 namespace vtpu {
 

@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "sharding/index_range.h"
-#include "sharding/mesh.h"
-#include "sharding/partition_spec.h"
+#include "vtpu/sharding/index_range.h"
+#include "vtpu/sharding/mesh.h"
+#include "vtpu/sharding/partition_spec.h"
 
 namespace vtpu {
 

@@ -1,12 +1,12 @@
-#include "sharding/partition_spec.h"
+#include "vtpu/sharding/partition_spec.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <utility>
 
-#include "common/error.h"
-#include "common/strings.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/strings.h"
 
 namespace vtpu {
 

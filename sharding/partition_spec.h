@@ -31,7 +31,7 @@
 #include <string_view>
 #include <vector>
 
-#include "collectives/types.h"
+#include "vtpu/collectives/types.h"
 
 namespace vtpu {
 

@@ -1,4 +1,4 @@
-#include "sharding/sharded_array.h"
+#include "vtpu/sharding/sharded_array.h"
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
@@ -7,9 +7,9 @@
 #include <limits>
 #include <utility>
 
-#include "collectives/reduce_kernels.h"
-#include "common/error.h"
-#include "sharding/block_copy.h"
+#include "vtpu/collectives/reduce_kernels.h"
+#include "vtpu/common/error.h"
+#include "vtpu/sharding/block_copy.h"
 
 namespace vtpu {
 

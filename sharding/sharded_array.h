@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/device_buffer.h"
-#include "runtime/runtime.h"
-#include "sharding/index_range.h"
-#include "sharding/named_sharding.h"
+#include "vtpu/runtime/device_buffer.h"
+#include "vtpu/runtime/runtime.h"
+#include "vtpu/sharding/index_range.h"
+#include "vtpu/sharding/named_sharding.h"
 
 namespace vtpu {
 

@@ -14,7 +14,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
-vtpu=$build/examples/vtpu
+vtpu=$build/vtpu
 mpi_bench=$build/bench/vtpu_mpi_allreduce_bench
 CORES=${CORES:-"2 4 8"}
 MIN_BYTES=${MIN_BYTES:-64K}

@@ -27,7 +27,7 @@ rounds=${ROUNDS:-1}
 python=${PYTHON:-/usr/bin/python3}
 build_dir=${BUILD_DIR:-$repo/build}
 read -r -a vtpu_extra <<<"${VTPU_ARGS:-}"
-vtpu="$build_dir/examples/vtpu"
+vtpu="$build_dir/vtpu"
 torch_script="$repo/bench/ddp/torch_ddp_mlp.py"
 out_dir=${OUT_DIR:-$build_dir/bench-ddp/$(date +%Y%m%d-%H%M%S)}
 

@@ -12,9 +12,9 @@
 #include <tuple>
 #include <vector>
 
-#include "collectives/communicator.h"
-#include "common/error.h"
-#include "runtime/runtime.h"
+#include "vtpu/collectives/communicator.h"
+#include "vtpu/common/error.h"
+#include "vtpu/runtime/runtime.h"
 
 namespace vtpu {
 namespace {

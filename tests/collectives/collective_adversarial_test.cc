@@ -18,10 +18,10 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/communicator.h"
-#include "common/bfloat16.h"
-#include "common/error.h"
-#include "runtime/runtime.h"
+#include "vtpu/collectives/communicator.h"
+#include "vtpu/common/bfloat16.h"
+#include "vtpu/common/error.h"
+#include "vtpu/runtime/runtime.h"
 #include "tests/collectives/test_util.h"
 
 namespace vtpu {

@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "collectives/all_reduce_algorithms.h"
-#include "collectives/communicator.h"
-#include "collectives/reduce_kernels.h"
-#include "common/bfloat16.h"
-#include "common/error.h"
-#include "runtime/runtime.h"
+#include "vtpu/collectives/all_reduce_algorithms.h"
+#include "vtpu/collectives/communicator.h"
+#include "vtpu/collectives/reduce_kernels.h"
+#include "vtpu/common/bfloat16.h"
+#include "vtpu/common/error.h"
+#include "vtpu/runtime/runtime.h"
 #include "tests/collectives/test_util.h"
 
 namespace vtpu {

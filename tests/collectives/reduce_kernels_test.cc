@@ -1,7 +1,7 @@
 // The reduction kernels against naive loops: the rank-order fold with its output aliasing any
 // input (the direct algorithms fold in place), the fold written to several outputs with and
 // without streaming stores, and the streaming copy at every alignment.
-#include "collectives/reduce_kernels.h"
+#include "vtpu/collectives/reduce_kernels.h"
 
 #include <gtest/gtest.h>
 

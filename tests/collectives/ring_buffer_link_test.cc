@@ -1,4 +1,4 @@
-#include "collectives/ring_buffer_link.h"
+#include "vtpu/collectives/ring_buffer_link.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/error.h"
-#include "common/host.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/host.h"
 
 namespace vtpu {
 namespace {

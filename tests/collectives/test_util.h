@@ -7,9 +7,9 @@
 #include <numeric>
 #include <vector>
 
-#include "collectives/ring_buffer_link.h"
-#include "collectives/transport.h"
-#include "runtime/runtime.h"
+#include "vtpu/collectives/ring_buffer_link.h"
+#include "vtpu/collectives/transport.h"
+#include "vtpu/runtime/runtime.h"
 
 namespace vtpu::testing_util {
 

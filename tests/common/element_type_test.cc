@@ -1,12 +1,12 @@
 // Tests for common/element_type.h: XLA names, byte sizes and parsing.
-#include "common/element_type.h"
+#include "vtpu/common/element_type.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 namespace {

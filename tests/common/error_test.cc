@@ -1,5 +1,5 @@
 // Tests for common/error.h: canonical codes, names and the "<CodeName>: <message>" format.
-#include "common/error.h"
+#include "vtpu/common/error.h"
 
 #include <gtest/gtest.h>
 

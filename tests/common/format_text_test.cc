@@ -1,5 +1,5 @@
 // common/format_text.h: the printf text, whole, however long.
-#include "common/format_text.h"
+#include "vtpu/common/format_text.h"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@ TEST(FormatTextTest, GivesThePrintfText) {
   EXPECT_EQ(format_text("%.3g s", 1.5e-5), "1.5e-05 s");
 }
 
-// A fixed 640-byte row buffer cut a long "why it lost" reason (sharding/auto_planner.cc).
+// A fixed 640-byte row buffer cut a long "why it lost" reason (planner/auto_planner.cc).
 TEST(FormatTextTest, LongTextIsNotCut) {
   const std::string reason(5000, 'r');
   const std::string row = format_text("%-26s  %s!", "dp(x)", reason.c_str());

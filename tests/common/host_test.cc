@@ -1,5 +1,5 @@
 // common/host.h: the usable CPUs are the affinity mask's, not every online CPU.
-#include "common/host.h"
+#include "vtpu/common/host.h"
 
 #include <gtest/gtest.h>
 #include <sched.h>

@@ -1,5 +1,5 @@
 // median_of (common/median.h), the one median of the trainers and benchmarks.
-#include "common/median.h"
+#include "vtpu/common/median.h"
 
 #include <gtest/gtest.h>
 

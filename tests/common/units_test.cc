@@ -1,6 +1,6 @@
 // Tests for common/units.h: parse_bytes, format_bytes and format_seconds, against hand-computed
 // values.
-#include "common/units.h"
+#include "vtpu/common/units.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <limits>
 #include <string>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 namespace {

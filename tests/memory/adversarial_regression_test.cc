@@ -17,15 +17,15 @@
 #include <thread>
 #include <vector>
 
-#include "common/error.h"
-#include "memory/allocator_policy.h"
-#include "memory/bfc_policy.h"
-#include "memory/hbm_arena.h"
-#include "memory/hbm_device.h"
-#include "memory/heap_planner.h"
-#include "memory/memory_profile.h"
-#include "memory/tiled_layout.h"
-#include "memory/trace.h"
+#include "vtpu/common/error.h"
+#include "vtpu/memory/allocator_policy.h"
+#include "vtpu/memory/bfc_policy.h"
+#include "vtpu/memory/hbm_arena.h"
+#include "vtpu/memory/hbm_device.h"
+#include "vtpu/memory/heap_planner.h"
+#include "vtpu/memory/memory_profile.h"
+#include "vtpu/memory/tiled_layout.h"
+#include "vtpu/memory/trace.h"
 #include "tests/temp_path.h"
 
 namespace vtpu {

@@ -1,6 +1,6 @@
 // Tests for memory/allocator_policy.h: the registry of policies and the helpers every policy
 // shares (granule rounding, capacity checks, rebuild input checks).
-#include "memory/allocator_policy.h"
+#include "vtpu/memory/allocator_policy.h"
 
 #include <gtest/gtest.h>
 
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
-#include "common/units.h"
-#include "memory/hbm_arena.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/units.h"
+#include "vtpu/memory/hbm_arena.h"
 #include "tests/memory/policy_test_util.h"
 
 namespace vtpu {

@@ -1,5 +1,5 @@
 // Tests for memory/backing_store.h: lazy commit, resident_bytes and release.
-#include "memory/backing_store.h"
+#include "vtpu/memory/backing_store.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "common/units.h"
+#include "vtpu/common/units.h"
 
 namespace vtpu {
 namespace {

@@ -1,6 +1,6 @@
 // Tests for memory/bfc_policy.h: bins, the split rules, coalescing and best fit on hand-worked
 // layouts, then randomized operations checked against an independent model after every step.
-#include "memory/bfc_policy.h"
+#include "vtpu/memory/bfc_policy.h"
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
-#include "common/units.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/units.h"
 #include "tests/memory/bfc_reference_model.h"
 
 namespace vtpu {

@@ -13,7 +13,7 @@
 #include <optional>
 #include <utility>
 
-#include "memory/allocator_policy.h"
+#include "vtpu/memory/allocator_policy.h"
 #include "tests/memory/free_space_model.h"
 
 namespace vtpu::testing {

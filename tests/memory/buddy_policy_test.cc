@@ -1,7 +1,7 @@
 // Tests for memory/buddy_policy.h: power-of-two rounding, roots of a capacity that is not a power
 // of two, splitting and merging on hand-worked layouts, errors, rebuild, then randomized
 // operations whose every result the independent FreeSpaceModel predicts exactly.
-#include "memory/buddy_policy.h"
+#include "vtpu/memory/buddy_policy.h"
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
-#include "common/units.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/units.h"
 #include "tests/memory/free_space_model.h"
 #include "tests/memory/policy_test_util.h"
 

@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
-#include "common/units.h"
-#include "memory/allocator_policy.h"
-#include "memory/hbm_arena.h"
-#include "memory/heap_planner.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/units.h"
+#include "vtpu/memory/allocator_policy.h"
+#include "vtpu/memory/hbm_arena.h"
+#include "vtpu/memory/heap_planner.h"
 
 namespace vtpu {
 namespace {

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
-#include "common/units.h"
-#include "memory/hbm_arena.h"
-#include "memory/trace.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/units.h"
+#include "vtpu/memory/hbm_arena.h"
+#include "vtpu/memory/trace.h"
 #include "tests/temp_path.h"
 
 namespace vtpu {

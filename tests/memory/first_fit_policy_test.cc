@@ -1,7 +1,7 @@
 // Tests for memory/first_fit_policy.h: lowest-address choice, splitting and coalescing on
 // hand-worked layouts, errors, rebuild, then randomized operations whose every result the
 // independent FreeSpaceModel predicts exactly.
-#include "memory/first_fit_policy.h"
+#include "vtpu/memory/first_fit_policy.h"
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
-#include "common/units.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/units.h"
 #include "tests/memory/free_space_model.h"
 #include "tests/memory/policy_test_util.h"
 

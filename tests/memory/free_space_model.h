@@ -24,7 +24,7 @@
 #include <optional>
 #include <vector>
 
-#include "memory/allocator_policy.h"
+#include "vtpu/memory/allocator_policy.h"
 
 namespace vtpu::testing {
 

@@ -1,7 +1,7 @@
 // Tests for memory/hbm_arena.h: stats with JAX's keys, data access with and without backing, lazy
 // backing of large arenas, out-of-memory reports, and randomized operations against an independent
 // model with check_consistency() after every step.
-#include "memory/hbm_arena.h"
+#include "vtpu/memory/hbm_arena.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
-#include "common/units.h"
-#include "memory/backing_store.h"
-#include "memory/bfc_policy.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/units.h"
+#include "vtpu/memory/backing_store.h"
+#include "vtpu/memory/bfc_policy.h"
 #include "tests/memory/bfc_reference_model.h"
 
 namespace vtpu {

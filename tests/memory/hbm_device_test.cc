@@ -1,5 +1,5 @@
 // Tests for memory/hbm_device.h: arena limits in bytes and as fractions of the device total.
-#include "memory/hbm_device.h"
+#include "vtpu/memory/hbm_device.h"
 
 #include <gtest/gtest.h>
 
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
-#include "common/units.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/units.h"
 
 namespace vtpu {
 namespace {

@@ -1,6 +1,6 @@
 // Tests for memory/heap_planner.h: hand-worked plans, validation, validity on random cases, and
 // the planner against a brute-force optimum on small random cases.
-#include "memory/heap_planner.h"
+#include "vtpu/memory/heap_planner.h"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@
 #include <tuple>
 #include <vector>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 #include "tests/sharding/expect_invalid.h"
 
 namespace vtpu {

@@ -2,7 +2,7 @@
 // perftools.profiles classes (every sample, label and string-table entry), `go tool pprof -top` on
 // a written file when Go is installed, the JSON snapshot's values, error paths, and profiles of a
 // real HbmArena.
-#include "memory/memory_profile.h"
+#include "vtpu/memory/memory_profile.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
-#include "common/units.h"
-#include "memory/hbm_arena.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/units.h"
+#include "vtpu/memory/hbm_arena.h"
 #include "memory/profile.pb.h"
 
 namespace vtpu {

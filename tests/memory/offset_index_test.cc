@@ -1,6 +1,6 @@
 // Tests for memory/offset_index.h: hand-checked basics, then random inserts and erases (with
 // growth, and with keys overflowing full buckets) against std::unordered_map.
-#include "memory/offset_index.h"
+#include "vtpu/memory/offset_index.h"
 
 #include <gtest/gtest.h>
 

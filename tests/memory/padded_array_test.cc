@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "common/element_type.h"
-#include "common/error.h"
-#include "common/units.h"
-#include "memory/hbm_arena.h"
-#include "memory/tiled_layout.h"
+#include "vtpu/common/element_type.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/units.h"
+#include "vtpu/memory/hbm_arena.h"
+#include "vtpu/memory/tiled_layout.h"
 
 namespace vtpu {
 namespace {

@@ -10,8 +10,8 @@
 #include <cstring>
 #include <vector>
 
-#include "memory/hbm_arena.h"
-#include "memory/heap_planner.h"
+#include "vtpu/memory/hbm_arena.h"
+#include "vtpu/memory/heap_planner.h"
 
 namespace vtpu::testing {
 

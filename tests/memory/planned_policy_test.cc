@@ -1,7 +1,7 @@
 // Tests for memory/planned_policy.h: the factory's plan requirement, replay of planned offsets in
 // allocation order with wrap-around, errors for requests off the plan, the walk and statistics,
 // and replays through an HbmArena.
-#include "memory/planned_policy.h"
+#include "vtpu/memory/planned_policy.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
-#include "memory/hbm_arena.h"
+#include "vtpu/common/error.h"
+#include "vtpu/memory/hbm_arena.h"
 #include "tests/memory/bfc_reference_model.h"  // expect_same_chunks
 #include "tests/memory/plan_replay.h"
 #include "tests/sharding/expect_invalid.h"

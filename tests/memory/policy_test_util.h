@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
-#include "memory/allocator_policy.h"
+#include "vtpu/common/error.h"
+#include "vtpu/memory/allocator_policy.h"
 #include "tests/memory/free_space_model.h"
 
 namespace vtpu::testing {

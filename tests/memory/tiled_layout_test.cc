@@ -1,6 +1,6 @@
 // Tests for memory/tiled_layout.h: XLA notation, the TPU default layouts and padded bytes, against
 // sizes worked out by hand from XLA's docs/tiled_layout.md.
-#include "memory/tiled_layout.h"
+#include "vtpu/memory/tiled_layout.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 #include "tests/sharding/expect_invalid.h"
 
 namespace vtpu {

@@ -2,7 +2,7 @@
 // definition, good fit (not best fit), the exact-list fallback and LIFO lists on hand-worked
 // layouts, splitting, coalescing, errors, rebuild, then randomized operations checked for TLSF's
 // rule against the independent FreeSpaceModel.
-#include "memory/tlsf_policy.h"
+#include "vtpu/memory/tlsf_policy.h"
 
 #include <gtest/gtest.h>
 
@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/error.h"
-#include "common/units.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/units.h"
 #include "tests/memory/free_space_model.h"
 #include "tests/memory/policy_test_util.h"
 

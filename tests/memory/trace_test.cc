@@ -2,7 +2,7 @@
 // offending value; writer -> reader round trips; and the three real PyTorch traces, whose alloc
 // counts and peak live bytes (from /work/shared/traces/README.md) are recomputed here from the
 // events.
-#include "memory/trace.h"
+#include "vtpu/memory/trace.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 #include "tests/temp_path.h"
 
 namespace vtpu {

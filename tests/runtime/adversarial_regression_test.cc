@@ -10,10 +10,10 @@
 #include <random>
 #include <thread>
 
-#include "common/error.h"
-#include "memory/hbm_arena.h"
-#include "runtime/runtime.h"
-#include "runtime/runtime_options.h"
+#include "vtpu/common/error.h"
+#include "vtpu/memory/hbm_arena.h"
+#include "vtpu/runtime/runtime.h"
+#include "vtpu/runtime/runtime_options.h"
 #include "tests/temp_path.h"
 
 namespace vtpu {

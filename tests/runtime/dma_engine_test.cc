@@ -1,6 +1,6 @@
 // Tests for runtime/dma_engine.h: strided copies land exactly, semaphores count bytes and return to
 // 0, a copy runs while the caller goes on (the caller sees it pending), waits time out.
-#include "runtime/dma_engine.h"
+#include "vtpu/runtime/dma_engine.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <numeric>
 #include <vector>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 namespace {

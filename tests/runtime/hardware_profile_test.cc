@@ -1,6 +1,6 @@
 // Tests for runtime/hardware_profile.h: the shipped profiles carry the public figures (issue 6's
 // v5e numbers), every figure names its source, and bad profiles are rejected with clear errors.
-#include "runtime/hardware_profile.h"
+#include "vtpu/runtime/hardware_profile.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 #include "tests/temp_path.h"
 
 namespace vtpu {

@@ -3,7 +3,7 @@
 // under TSan too), checks block shapes and VMEM before starting, rejects a kernel that ends with a
 // copy in flight or a semaphore not at 0, supports a remote copy from another core's HBM, and its
 // simulated time matches a hand-worked schedule.
-#include "runtime/pallas_call.h"
+#include "vtpu/runtime/pallas_call.h"
 
 #include <gtest/gtest.h>
 
@@ -14,10 +14,10 @@
 #include <ostream>
 #include <thread>
 
-#include "common/error.h"
-#include "runtime/device_buffer.h"
-#include "runtime/runtime.h"
-#include "runtime/virtual_core.h"
+#include "vtpu/common/error.h"
+#include "vtpu/runtime/device_buffer.h"
+#include "vtpu/runtime/runtime.h"
+#include "vtpu/runtime/virtual_core.h"
 
 namespace vtpu {
 namespace {

@@ -1,7 +1,7 @@
 // Tests for runtime/pallas_kernels.h against Eigen references: tiled matmul (plain and
 // transposed operands), fused dense (bias + ReLU) and row-wise softmax, for shapes that divide
 // evenly into blocks and shapes with edge blocks, with 1, 2 and 3 buffers.
-#include "runtime/pallas_kernels.h"
+#include "vtpu/runtime/pallas_kernels.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <ostream>
 #include <random>
 
-#include "runtime/device_buffer.h"
-#include "runtime/virtual_core.h"
+#include "vtpu/runtime/device_buffer.h"
+#include "vtpu/runtime/virtual_core.h"
 
 namespace vtpu {
 namespace {

@@ -1,6 +1,6 @@
 // Tests for runtime/runtime_options.h: defaults, JSON loading of every key, and the errors that
 // name the bad key or value.
-#include "runtime/runtime_options.h"
+#include "vtpu/runtime/runtime_options.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "common/error.h"
-#include "common/host.h"
-#include "common/units.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/host.h"
+#include "vtpu/common/units.h"
 #include "tests/temp_path.h"
 
 namespace vtpu {

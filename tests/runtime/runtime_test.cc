@@ -1,7 +1,7 @@
 // Tests for runtime/runtime.h and runtime/device_buffer.h: SPMD launch on every core or a subset,
 // error propagation and fail-fast abort handlers, async launches and their order, many cores, and
 // DeviceBuffer ownership.
-#include "runtime/runtime.h"
+#include "vtpu/runtime/runtime.h"
 
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -25,9 +25,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "common/error.h"
-#include "memory/trace.h"
-#include "runtime/device_buffer.h"
+#include "vtpu/common/error.h"
+#include "vtpu/memory/trace.h"
+#include "vtpu/runtime/device_buffer.h"
 #include "tests/temp_path.h"
 
 // TSan suppressions for exception_ptr live in common/tsan_default_suppressions.cc.

@@ -1,14 +1,14 @@
 // Tests for runtime/thread_pinning.h: the pin_threads decision (hand-worked per mode, cores and
 // CPUs), its text and JSON, and the Runtime's record of it.
-#include "runtime/thread_pinning.h"
+#include "vtpu/runtime/thread_pinning.h"
 
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
-#include "common/error.h"
-#include "common/host.h"
-#include "runtime/runtime.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/host.h"
+#include "vtpu/runtime/runtime.h"
 
 namespace vtpu {
 namespace {

@@ -1,5 +1,5 @@
 // Tests for runtime/virtual_core.h: one thread, in-order work, its own arena, draining destructor.
-#include "runtime/virtual_core.h"
+#include "vtpu/runtime/virtual_core.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/error.h"
-#include "runtime/device_buffer.h"
+#include "vtpu/common/error.h"
+#include "vtpu/runtime/device_buffer.h"
 
 namespace vtpu {
 namespace {

@@ -12,14 +12,14 @@
 #include <tuple>
 #include <vector>
 
-#include "common/error.h"
-#include "common/strings.h"
-#include "expect_invalid.h"
-#include "runtime/runtime.h"
-#include "sharding/auto_planner.h"
-#include "sharding/cost_model.h"
-#include "sharding/reshard.h"
-#include "sharding/sharded_array.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/strings.h"
+#include "tests/sharding/expect_invalid.h"
+#include "vtpu/runtime/runtime.h"
+#include "vtpu/planner/auto_planner.h"
+#include "vtpu/planner/cost_model.h"
+#include "vtpu/planner/reshard.h"
+#include "vtpu/sharding/sharded_array.h"
 
 namespace vtpu {
 namespace {

@@ -1,4 +1,4 @@
-#include "sharding/block_copy.h"
+#include "vtpu/sharding/block_copy.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <numeric>
 #include <random>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 namespace {

@@ -7,7 +7,7 @@
 
 #include <initializer_list>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu::testing {
 

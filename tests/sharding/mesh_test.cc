@@ -1,10 +1,10 @@
-#include "sharding/mesh.h"
+#include "vtpu/sharding/mesh.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "common/error.h"
-#include "expect_invalid.h"
+#include "vtpu/common/error.h"
+#include "tests/sharding/expect_invalid.h"
 
 namespace vtpu {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "sharding/index_range.h"
+#include "vtpu/sharding/index_range.h"
 
 namespace vtpu::testing {
 

@@ -1,4 +1,4 @@
-#include "sharding/named_sharding.h"
+#include "vtpu/sharding/named_sharding.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,8 +7,8 @@
 #include <numeric>
 #include <random>
 
-#include "common/error.h"
-#include "expect_invalid.h"
+#include "vtpu/common/error.h"
+#include "tests/sharding/expect_invalid.h"
 
 namespace vtpu {
 

@@ -1,9 +1,9 @@
-#include "sharding/partition_spec.h"
+#include "vtpu/sharding/partition_spec.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "common/error.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 namespace {

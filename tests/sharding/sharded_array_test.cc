@@ -1,4 +1,4 @@
-#include "sharding/sharded_array.h"
+#include "vtpu/sharding/sharded_array.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,10 +10,10 @@
 #include <numeric>
 #include <random>
 
-#include "common/error.h"
-#include "common/units.h"
-#include "memory/hbm_arena.h"
-#include "naive_block.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/units.h"
+#include "vtpu/memory/hbm_arena.h"
+#include "tests/sharding/naive_block.h"
 
 namespace vtpu {
 namespace {

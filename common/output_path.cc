@@ -1,0 +1,165 @@
+#include "vtpu/common/output_path.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include "vtpu/common/error.h"
+
+namespace vtpu {
+
+namespace {
+// Whether paths a and b name one file: the same spelling, the same canonical path (symbolic links
+// and "." resolved; the file need not exist), or, when both exist, the same inode (hard links).
+bool same_file(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code a_error, b_error, link_error;
+  const fs::path ca = fs::weakly_canonical(a, a_error);
+  const fs::path cb = fs::weakly_canonical(b, b_error);
+  return a == b || (!a_error && !b_error && ca == cb) || fs::equivalent(a, b, link_error);
+}
+}  // namespace
+
+void check_distinct_outputs(const char* flag_a, const std::string& path_a, const char* flag_b,
+                            const std::string& path_b, const std::string& why) {
+  if (path_a.empty() || path_b.empty()) return;
+  if (same_file(path_a, path_b))
+    throw InvalidArgumentError(std::string(flag_a) + " '" + path_a + "' and " + flag_b + " '" +
+                               path_b + "' are the same file (" + why + "; give two paths)");
+}
+
+void check_outputs_not_inputs(const std::vector<FileOption>& outputs,
+                              const std::vector<FileOption>& inputs) {
+  namespace fs = std::filesystem;
+  for (const FileOption& out : outputs) {
+    for (const FileOption& in : inputs) {
+      if (out.path.empty() || in.path.empty()) continue;
+      // Only a regular input can be replaced: /dev/stdin and /dev/stdout may be one terminal.
+      std::error_code in_error;
+      if (fs::exists(in.path, in_error) && !fs::is_regular_file(in.path, in_error)) continue;
+      if (same_file(in.path, out.path)) {
+        throw InvalidArgumentError(std::string(out.flag) + " '" + out.path + "' and " + in.flag +
+                                   " '" + in.path + "' are the same file (writing " + out.flag +
+                                   " would replace the input; give another output path)");
+      }
+    }
+  }
+}
+
+void check_output_path(const char* flag, const std::string& path) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  if (fs::is_directory(p, ec)) {
+    throw InvalidArgumentError(std::string(flag) + " '" + path +
+                               "' is a directory; expected a file path");
+  }
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir, ec)) {
+    throw InvalidArgumentError(std::string(flag) + " '" + path + "': directory '" + dir.string() +
+                               "' does not exist");
+  }
+  // The only reliable check that the file can be written (permissions, read-only or special
+  // file systems such as /proc, even for root): open it. An existing file is opened for append
+  // (not truncated); a new one is created and removed again.
+  const bool existed = fs::exists(p, ec);
+  std::FILE* f = std::fopen(path.c_str(), existed ? "a" : "w");
+  if (f == nullptr) {
+    const int err = errno;
+    throw InvalidArgumentError(std::string(flag) + " '" + path +
+                               "' cannot be written: " + std::strerror(err));
+  }
+  // A write of zero bytes changes no file, but a device that refuses every write fails it:
+  // /dev/full says ENOSPC (Linux's write_full ignores the count). Regression (session 12 review):
+  // `vtpu bench collectives --calibrate /dev/full` failed only after the whole sweep.
+  const int write_err = ::write(fileno(f), "", 0) < 0 ? errno : 0;
+  std::fclose(f);
+  if (!existed) fs::remove(p, ec);
+  if (write_err != 0) {
+    throw InvalidArgumentError(std::string(flag) + " '" + path +
+                               "' cannot be written: " + std::strerror(write_err));
+  }
+}
+
+namespace {
+
+InvalidArgumentError write_error(const char* flag, const std::string& path, int err) {
+  return InvalidArgumentError(std::string(flag) + " '" + path +
+                              "' cannot be written: " + std::strerror(err));
+}
+
+// Truncates `path` and writes `text` into it (a device, a FIFO, a new file).
+void write_in_place(const char* flag, const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) throw write_error(flag, path, errno);
+  const size_t written = std::fwrite(text.data(), 1, text.size(), f);
+  const int write_err = errno;
+  // fclose flushes the stdio buffer: a full device reports ENOSPC here, not in fwrite.
+  if (written != text.size()) {
+    std::fclose(f);
+    throw write_error(flag, path, write_err);
+  }
+  if (std::fclose(f) != 0) throw write_error(flag, path, errno);
+}
+
+}  // namespace
+
+void write_output_file(const char* flag, const std::string& path, const std::string& text) {
+  namespace fs = std::filesystem;
+  // /dev/stdout, /proc/self/fd/N: the path is a descriptor of this process (perhaps redirected to
+  // a regular file by the shell); replacing the file it resolves to would cut it off from the
+  // descriptor. Write in place.
+  if (path.starts_with("/dev/") || path.starts_with("/proc/")) {
+    return write_in_place(flag, path, text);
+  }
+  struct stat old {};
+  if (::stat(path.c_str(), &old) != 0 || !S_ISREG(old.st_mode)) {
+    return write_in_place(flag, path, text);  // a new file (nothing to lose), a device, a FIFO
+  }
+  std::error_code ec;
+  const fs::path target = fs::canonical(path, ec);  // through symbolic links
+  if (ec) return write_in_place(flag, path, text);
+  std::string temp =
+      (target.parent_path() / ("." + target.filename().string() + ".vtpu-XXXXXX")).string();
+  const int fd = ::mkstemp(temp.data());
+  // A directory without write permission can hold a writable file: write that one in place.
+  if (fd < 0) return write_in_place(flag, path, text);
+  const auto fail = [&](int err) {
+    ::close(fd);
+    ::unlink(temp.c_str());
+    return write_error(flag, path, err);
+  };
+  // The replacement keeps the old file's permission bits (mkstemp makes 0600) and, where this
+  // process may set them (root), its owner and group.
+  if (::fchmod(fd, old.st_mode & 07777) != 0) throw fail(errno);
+  if (::fchown(fd, old.st_uid, old.st_gid) != 0 && ::fchown(fd, -1, old.st_gid) != 0) {
+    // Not permitted: the replacement belongs to this process's user and group, as a new file.
+  }
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw fail(errno);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) throw fail(errno);
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    throw write_error(flag, path, err);
+  }
+  if (std::rename(temp.c_str(), target.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    throw write_error(flag, path, err);
+  }
+}
+
+}  // namespace vtpu

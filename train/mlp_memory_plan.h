@@ -1,0 +1,68 @@
+// The per-step HBM buffers of the MLP example (train/mlp_trainer.h) as live intervals for the
+// heap planner (memory/heap_planner.h): what one core of a data-parallel training step needs,
+// and when, so that a static plan can be made and replayed with the `planned` policy.
+//
+// Times are the trainer's statements in one step, in the order it runs them. The trainer writes
+// several values in place over an earlier one (softmax into the logits, dA1 over a1, ...), and
+// writes the gradients straight into slices of the all-reduce bucket, so each value below lives
+// in the buffer named in its row and that buffer stays live until the last value in it is read:
+//
+//     time  statement (mlp_trainer.cc)                buffer written      last use of
+//      0    gather this core's batch rows             x, y
+//      1    z1 = x W1 + b1                            z1
+//      2    a1 = relu(z1)                             a1
+//      3    logits = a1 W2 + b2                       logits
+//      4    probs = softmax(logits), loss sum         logits (in place)
+//      5    dlogits = (probs - y) / B                 logits (in place)   y
+//      6    dW2 = a1^T dlogits                        bucket
+//      7    db2 = colsum(dlogits)                     bucket
+//      8    dA1 = dlogits W2^T (dh)                   a1 (in place)       logits
+//      9    dZ1 = dA1 * (z1 > 0)                      z1 (in place)       a1
+//     10    dW1 = x^T dZ1                             bucket              x
+//     11    db1 = colsum(dZ1)                         bucket              z1
+//     12    loss into the bucket; all-reduce(bucket)  bucket
+//     13    params -= lr * bucket (SGD)               params (in place)   bucket
+//
+// So the intervals are x [0,10], y [0,5], z1 [1,11], a1 [2,9], logits [3,8] and the gradient
+// bucket [6,13]. SGD updates the parameters in place and needs no optimizer temporaries (Eigen
+// evaluates `params -= lr * grads` element by element). Not per-step, so not in the list: the
+// parameter replica (allocated once, updated in place) and the replicated training set.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "vtpu/train/mlp_trainer.h"
+#include "vtpu/memory/heap_planner.h"
+
+namespace vtpu {
+
+/// The trainer's statements in one step (see the table above), the times of the intervals.
+struct MlpStepTime {
+  static constexpr int64_t kGatherBatch = 0;
+  static constexpr int64_t kHiddenPreActivation = 1;
+  static constexpr int64_t kRelu = 2;
+  static constexpr int64_t kLogits = 3;
+  static constexpr int64_t kSoftmax = 4;
+  static constexpr int64_t kLogitsGradient = 5;
+  static constexpr int64_t kW2Gradient = 6;
+  static constexpr int64_t kB2Gradient = 7;
+  static constexpr int64_t kHiddenGradient = 8;
+  static constexpr int64_t kReluGradient = 9;
+  static constexpr int64_t kW1Gradient = 10;
+  static constexpr int64_t kB1Gradient = 11;
+  static constexpr int64_t kAllReduce = 12;
+  static constexpr int64_t kSgd = 13;
+};
+
+/// The per-step buffers one core needs for one training step of train_mlp with `config` on
+/// `num_cores` cores, in the order the step first writes them (x, y, z1, a1, logits, gradient
+/// bucket), labelled as the trainer labels them ("mlp/x", ..., "mlp/grads+loss"). Sizes in bytes
+/// for b = global_batch / num_cores rows and h = hidden units, all f32:
+///   x 64b, y 10b, z1 hb, a1 hb, logits 10b elements; bucket mlp_num_parameters(h) + 1 (the
+///   gradients and the loss sum).
+/// Every core gets the same list (the batch splits evenly). Throws InvalidArgumentError for a
+/// config that MlpConfig::validate(num_cores) rejects, or sizes past 2^64 bytes. Thread-safe.
+std::vector<BufferInterval> mlp_step_buffer_intervals(const MlpConfig& config, int num_cores);
+
+}  // namespace vtpu

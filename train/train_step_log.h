@@ -1,0 +1,38 @@
+// The end-of-step bookkeeping every example trainer shares: the divergence check, and on core 0
+// the step's wall time, its loss and the caller's log callback.
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "vtpu/common/error.h"
+#include "vtpu/common/format_text.h"
+
+namespace vtpu {
+
+/// Throws FailedPreconditionError when `loss` is not finite ("training diverged at step S: loss
+/// is L (try a smaller learning rate)"). On core 0 (`core` == 0) stores the seconds since `t0`
+/// and `loss` at index `step` of `step_seconds` and `losses` (both sized to the step count), and
+/// calls `on_log(step, loss)` every `log_every` steps (0: never) and at the last step.
+/// Thread-safety: only core 0 writes the vectors.
+inline void finish_step(int core, int64_t step, int64_t steps, int64_t log_every, double loss,
+                        std::chrono::steady_clock::time_point t0, std::vector<double>& step_seconds,
+                        std::vector<double>& losses,
+                        const std::function<void(int64_t, double)>& on_log) {
+  if (!std::isfinite(loss)) {
+    throw FailedPreconditionError("training diverged at step " + std::to_string(step) +
+                                  ": loss is " + format_text("%g", loss) +
+                                  " (try a smaller learning rate)");
+  }
+  if (core != 0) return;
+  step_seconds[static_cast<size_t>(step)] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  losses[static_cast<size_t>(step)] = loss;
+  if (on_log && log_every > 0 && (step % log_every == 0 || step == steps - 1)) on_log(step, loss);
+}
+
+}  // namespace vtpu
