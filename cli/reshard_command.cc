@@ -22,7 +22,7 @@
 #include "vtpu/runtime/hardware_profile.h"
 #include "vtpu/runtime/runtime.h"
 #include "vtpu/sharding/block_copy.h"
-#include "vtpu/planner/reshard.h"
+#include "vtpu/planner/reshard_planner.h"
 
 namespace vtpu {
 

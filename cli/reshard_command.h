@@ -1,5 +1,5 @@
 // `vtpu reshard`: plan (and run) the collectives that turn one sharding of an array into another,
-// with planner/reshard.h.
+// with planner/reshard_planner.h and sharding/reshard.h.
 //
 //   vtpu reshard --mesh 2x2x2 [--axes x,y,z] --shape 8,8 --from "P('z',('x','y'))"
 //                --to "P(None,('x','y'))" [--explain] [--json]
@@ -16,7 +16,7 @@
 // summation order is exact), and each core's block is compared with the gather-then-slice
 // reference: "ok" (exit 0) or "mismatch" (exit 1).
 //
-// --json prints one JSON object instead of the text: ReshardPlan::to_json (planner/reshard.h:
+// --json prints one JSON object instead of the text: ReshardPlan::to_json (sharding/reshard_plan.h:
 // "steps" with each step's "op", "axes", "replica_groups", "comm_bytes_per_core" and
 // "comm_seconds", and those totals), "hardware", "source_blocks" and "target_blocks" (the first
 // core's block, the padded shard shape, every core's block when they are uneven), "run" (num_cores,

@@ -1,5 +1,5 @@
 // Cost model: estimated time of collectives, compute and HBM traffic on one hardware profile
-// (runtime/hardware_profile.h), for the reshard planner (planner/reshard.h) and the auto-sharding
+// (runtime/hardware_profile.h), for the reshard planner (planner/reshard_planner.h) and the auto-sharding
 // planner (planner/auto_planner.h). After Alpa's alpha-beta model (Zheng et al., "Alpa", OSDI
 // 2022, section 4) and the JAX scaling book's treatment of TPU rings ("How to think about TPUs").
 //

@@ -1,6 +1,8 @@
-// Reshard: the collectives that turn an array sharded one way into the same array sharded another
-// way on the same mesh, after GSPMD's resharding (xla/service/spmd/spmd_partitioner.cc) and
-// PyTorch DTensor's redistribute (torch/distributed/tensor/_redistribute.py).
+// Reshard planning: the cheapest ReshardPlan (sharding/reshard_plan.h) that turns an array sharded
+// one way into the same array sharded another way on the same mesh, after GSPMD's resharding
+// (xla/service/spmd/spmd_partitioner.cc) and PyTorch DTensor's redistribute
+// (torch/distributed/tensor/_redistribute.py). Planning is pure; execute_reshard
+// (sharding/reshard.h) runs a plan, and reshard() below does both.
 //
 // Model. A sharding is, per array dimension, the mesh axes that split it (major first), plus the
 // set of partial (unreduced) mesh axes with their reduce op. A reshard is a path of steps from
@@ -71,113 +73,28 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <memory>
-#include <nlohmann/json_fwd.hpp>
-#include <string>
-#include <utility>
 #include <vector>
 
-#include "vtpu/runtime/runtime.h"
 #include "vtpu/planner/cost_model.h"
+#include "vtpu/runtime/runtime.h"
 #include "vtpu/sharding/named_sharding.h"
+#include "vtpu/sharding/reshard.h"
+#include "vtpu/sharding/reshard_plan.h"
 #include "vtpu/sharding/sharded_array.h"
 
 namespace vtpu {
-
-class Communicator;
-
-/// One step of a reshard plan.
-enum class ReshardOpKind {
-  kAllReduce,          // partial -> replicated, over the unreduced axes
-  kReduceScatter,      // partial -> sharded, tiled on `dim`
-  kAllGather,          // sharded -> replicated, tiled on `dim`
-  kAllToAll,           // a sharded dimension moves: split `split_dim`, concatenate `dim`
-  kCollectivePermute,  // same tiling, different device order
-  kSlice,              // replicated -> sharded: local dynamic slice, no communication
-  kMakePartial,        // replicated -> partial: local, addends other than index 0 get the identity
-};
-
-/// "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "collective_permute",
-/// "dynamic_slice", "make_partial".
-std::string reshard_op_name(ReshardOpKind op);
 
 /// A uniform alpha-beta model (one alpha, beta and all-to-all constant for every collective and
 /// group), kept for callers that set the three numbers; plan_reshard turns it into
 /// CostModel::uniform. Prefer a CostModel from a hardware profile. Defaults measured on the
 /// development machine (2 CPUs, shared) with `vtpu bench collectives --cores 8 --op
-/// all_gather|all_to_all` (README, "Resharding"): small messages took 44-107 us (alpha), all-gather
+/// all_gather|all_to_all`: small messages took 44-107 us (alpha), all-gather
 /// busbw was 0.19-0.25 GB/s from 1 MiB to 16 MiB (beta = 1 / 0.2 GB/s), and all-to-all busbw
 /// 0.06-0.07 GB/s, about 3x slower per byte than the all-gather (the all-to-all factor).
 struct ReshardCostModel {
   double alpha_seconds = 5e-5;          // latency per collective, seconds
   double beta_seconds_per_byte = 5e-9;  // inverse bus bandwidth, seconds per byte (0.2 GB/s)
   double all_to_all_factor = 3.0;       // the constant of the all-to-all formula (Alpa: n/2)
-};
-
-/// A step of a plan. Plain data, thread-compatible.
-struct ReshardStep {
-  ReshardOpKind op = ReshardOpKind::kSlice;
-  /// Mesh axes the replica groups run over, major first (the unreduced or sliced axes for the
-  /// local steps; every mesh axis for a permute).
-  std::vector<std::string> axes;
-  /// Device ids of each replica group, in rank order (row-major over `axes`). Local steps: empty.
-  std::vector<std::vector<int>> replica_groups;
-  int dim = -1;        // all_gather / reduce_scatter dimension; all_to_all concat dimension
-  int split_dim = -1;  // all_to_all split dimension
-  ReduceOp reduce_op = ReduceOp::kSum;     // all_reduce, reduce_scatter, make_partial
-  std::vector<std::pair<int, int>> pairs;  // permute: (source device, destination device)
-  PartitionSpec spec_before;               // on the source mesh
-  PartitionSpec spec_after;                // on the source mesh (permute: the target mesh)
-  /// Shape of the padded per-core buffer the collective takes (elements per dimension); the
-  /// logical block for local steps.
-  std::vector<int64_t> buffer_shape;
-  uint64_t buffer_bytes = 0;  // bytes of buffer_shape (f32)
-  /// The B of the formula in the header, in bytes.
-  double formula_bytes = 0;
-  /// Bytes one core sends in the step under a bandwidth-optimal algorithm (the (n-1)/n and
-  /// 2(n-1)/n factors applied; at most, over the cores); 0 for local steps.
-  uint64_t sent_bytes_per_core = 0;
-  double estimated_seconds = 0;  // the formula with the plan's cost model
-  /// The op's name with its reduction where it has one: "all_gather", "all_reduce(max)".
-  std::string op_label() const;
-  /// One line: "all_gather over z (4 groups of 2) on dim 0: P('z', ('x', 'y')) -> ...".
-  std::string to_string() const;
-};
-
-/// A reshard plan: a value that can be printed without running it. Thread-compatible.
-struct ReshardPlan {
-  std::vector<int64_t> global_shape;
-  NamedSharding source;
-  NamedSharding target;
-  CostModel cost;
-  std::vector<ReshardStep> steps;
-  /// Sharding states the search discovered (settled or queued) before it reached the target or
-  /// gave up; 0 for ReshardStrategy::kGreedy. At most about kMaxDiscoveredStatesPerSettled *
-  /// kMaxSearchStates plus one state's moves.
-  size_t search_states = 0;
-
-  uint64_t total_sent_bytes_per_core() const;
-  double total_estimated_seconds() const;
-  /// The header (array, mesh, specs, the cost model's line: CostModel::summary, or with
-  /// `verbose_cost` CostModel::describe, both without compute terms), then a table: one row per
-  /// step with op, mesh axes, groups x size, dims (the dimension gathered, scattered or sliced;
-  /// "split S, concat C" for an all-to-all that splits its block along S and concatenates the
-  /// received pieces along C; "N pairs" for a permute), per-core buffer shape, bytes sent per
-  /// core, estimated time and spec after, then the totals.
-  std::string to_string(bool verbose_cost = false) const;
-  /// The plan as JSON, with the fields of to_string() (names as `vtpu plan --json` names them):
-  /// "dtype" ("f32"), "global_shape" (elements per dimension), "mesh" {"axes", "shape"}, "from"
-  /// and "to" (PartitionSpec text), "cost_model" (CostModel::summary without compute terms and
-  /// without its "cost model: " label),
-  /// "steps" (one object per step: "op" (reshard_op_name), "reduce_op" ("sum", ...; null for an
-  /// op without a reduction), "collective" (false for the local slice and make-partial),
-  /// "axes", "replica_groups" (device ids in rank order; [] for a local step), "dim" and
-  /// "split_dim" (null when unused), "pairs" ([source, destination] device pairs of a permute,
-  /// else []), "spec_before", "spec_after", "buffer_shape" (elements), "buffer_bytes",
-  /// "comm_bytes_per_core" (sent_bytes_per_core) and "comm_seconds" (estimated_seconds)), then
-  /// the totals "comm_bytes_per_core" and "comm_seconds". Thread-compatible.
-  nlohmann::json to_json() const;
 };
 
 /// How plan_reshard chooses the steps.
@@ -225,8 +142,7 @@ ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSh
 /// cores all running at once, CostModel::this_machine().for_cores(source.mesh().size()) (each
 /// step runs all its replica groups concurrently, so every core of the mesh is busy; with the
 /// shipped profile's 2 host CPUs a 2-core group of an 8-core mesh costs s(8) / s(2) = 4 times
-/// its 2-core fit). Until 2026-12-02 this default was this_machine() unscaled, which priced such
-/// a reshard below `vtpu reshard`'s estimate for the same arguments.
+/// its 2-core fit), so that the library and the CLI price the same reshard alike.
 ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSharding& source,
                          const NamedSharding& target,
                          ReshardStrategy strategy = ReshardStrategy::kSearch);
@@ -234,46 +150,6 @@ ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSh
 ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSharding& source,
                          const NamedSharding& target, const ReshardCostModel& cost,
                          ReshardStrategy strategy = ReshardStrategy::kSearch);
-
-/// Runs `plan` on `array` (whose shape and sharding must be the plan's; InvalidArgumentError
-/// otherwise) and returns the array with the plan's target sharding, in new buffers labelled
-/// "reshard/<op>"; `array` is unchanged. Collectives run over Communicator::for_groups of each
-/// step's replica groups, with the runtime's communicator options, taken from `communicators`
-/// when given (else from a cache local to the call); padded scratch buffers are
-/// allocated in each core's HBM. Host-side call (not from inside a core's program); throws what
-/// the collectives throw (DeadlineExceededError, AbortedError) and OutOfMemoryError. When
-/// `timings` is given it receives one entry per step.
-/// What one step of execute_reshard took.
-struct ReshardStepTiming {
-  double wall_seconds = 0;        // host wall time of the step: communicators, program, copies
-  double collective_seconds = 0;  // the slowest core's time inside the collective (0 if local)
-};
-
-/// Communicators for reshard steps, one per replica group, created on first use and reused by
-/// later steps and later execute_reshard calls with the same groups (so that links are set up
-/// once). Host-side; thread-compatible: one execute_reshard at a time may use a cache. After a
-/// reshard failed (a collective timed out or was aborted), discard the cache. Must not outlive
-/// its Runtime.
-class ReshardCommunicatorCache {
- public:
-  explicit ReshardCommunicatorCache(Runtime& runtime);
-  ~ReshardCommunicatorCache();
-  ReshardCommunicatorCache(const ReshardCommunicatorCache&) = delete;
-  ReshardCommunicatorCache& operator=(const ReshardCommunicatorCache&) = delete;
-
-  /// One communicator per group of `groups` (device ids in rank order), in the same order.
-  /// Throws like Communicator::for_groups.
-  const std::vector<std::unique_ptr<Communicator>>& get(
-      const std::vector<std::vector<int>>& groups);
-
- private:
-  Runtime& runtime_;
-  std::map<std::vector<std::vector<int>>, std::vector<std::unique_ptr<Communicator>>> cache_;
-};
-
-ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const ReshardPlan& plan,
-                             std::vector<ReshardStepTiming>* timings = nullptr,
-                             ReshardCommunicatorCache* communicators = nullptr);
 
 /// plan_reshard (priced for the mesh's cores, as `vtpu reshard`) then execute_reshard.
 ShardedArray reshard(Runtime& runtime, const ShardedArray& array, const NamedSharding& target);

@@ -1,18 +1,15 @@
-#include "vtpu/planner/reshard.h"
+#include "vtpu/planner/reshard_planner.h"
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <set>
 #include <tuple>
 
-#include "vtpu/collectives/communicator.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/strings.h"
 #include "vtpu/common/units.h"
@@ -44,9 +41,8 @@ struct State {
 /// The state of `s` for an array of rank `rank`. Unreduced axes of size 1 are left out: a
 /// pending reduction over one addend is already done (its value is the addend, for every op), so
 /// P(unreduced={'u'}) with |u| = 1 is the state of P().
-/// Regression (adversarial pass adv15, ADV21): a partial array over k size-1 axes made the search
-/// enumerate all 2^k subsets of them as all-reduce moves from every state (12 s and 613 MB at
-/// k = 20, bad_alloc at 32, and `1u << k` undefined from k = 32), for a reduction over one addend.
+/// Leaving them in made the search enumerate all 2^k subsets of k size-1 axes as all-reduce moves
+/// from every state (bad_alloc at k = 32), for a reduction over one addend.
 State state_of(const NamedSharding& s, size_t rank) {
   State st;
   for (size_t d = 0; d < rank; ++d) st.dims.push_back(s.dim_axis_indices(static_cast<int>(d)));
@@ -215,9 +211,8 @@ class Planner {
 
   /// An injective text key of a state: each axis index in decimal followed by ',', each
   /// dimension closed by '|', then 'p', the unreduced axes the same way and the reduce op.
-  /// Regression (adversarial pass adv15, ADV20): the key was one char('a' + axis) per axis, so
-  /// axis 27 was '|', the dimension separator, and axis 256 wrapped to axis 0: on a mesh of 28
-  /// axes P('a27', None) and P(None, 'a27') had the same key, and the plan had no steps.
+  /// Numbers, not one char('a' + axis) per axis: that made axis 27 the dimension separator '|'
+  /// and wrapped axis 256 to axis 0, so distinct states shared a key.
   static std::string key_of(const State& st) {
     std::string k;
     for (const Axes& axes : st.dims) {
@@ -375,8 +370,7 @@ class Planner {
     // kMaxAllReduceSubsetAxes of them. Past that: each axis alone, all of them at once, and the
     // ones the target does not keep at once; any subset is still reachable as a chain of
     // single-axis all-reduces, so the search stays complete (but may miss a cheaper subset).
-    // Regression (adversarial pass adv15, ADV21): 2^k moves per state, and `1u << k` undefined
-    // from k = 32.
+    // Every subset would be 2^k moves per state, and `1u << k` is undefined from k = 32.
     const size_t np = st.partial.size();
     if (np <= kMaxAllReduceSubsetAxes) {
       for (uint64_t mask = 1; mask < (uint64_t{1} << np); ++mask) {
@@ -433,9 +427,8 @@ class Planner {
       if (key == goal) break;
       search_states_ = best.size();
       if (++settled > max_states) return false;
-      // Regression (issue 6 adversarial pass, F20): on a 1024-core mesh of 10 axes, every state
-      // of a fully partial array has ~2^10 all-reduce moves, so 200 000 settled states discovered
-      // tens of millions: 45 s and 3.5 GB for one --explain. Discovered states are bounded too.
+      // Discovered states are bounded too: on a 1024-core mesh of 10 axes every state of a fully
+      // partial array has ~2^10 all-reduce moves, so settled states alone bound nothing useful.
       if (best.size() > kMaxDiscoveredStatesPerSettled * max_states) return false;
       const State st = e.state;
       for (const Move& m : moves_from(st)) {
@@ -526,9 +519,8 @@ class Planner {
   /// Bytes of an f32 collective buffer of `buffer_shape`: a block padded to a multiple of the
   /// shard count. Throws InvalidArgumentError naming the array's shape and the buffer's when the
   /// buffer has more than 2^60 elements.
-  /// Regression (adversarial pass adv10, A10): 2^60 elements over 7 shards failed with "shape
-  /// (1152921504606846982,) has more than 2^60 elements (expected fewer)", the padded buffer's
-  /// shape, not the user's (2^60 passes on a mesh of 4096).
+  /// The error names the user's array as well as the padded buffer: 2^60 elements over 7 shards
+  /// pass the shape check and fail only once padded.
   uint64_t padded_bytes(const std::vector<int64_t>& buffer_shape) const {
     try {
       return f32_bytes(buffer_shape);
@@ -745,268 +737,36 @@ void check_same_mesh(const Mesh& a, const Mesh& b) {
   }
 }
 
-std::string axes_text(const std::vector<std::string>& axes) {
-  if (axes.empty()) return "-";
-  if (axes.size() == 1) return axes[0];
-  std::string s = "(";
-  for (size_t i = 0; i < axes.size(); ++i) s += (i ? "," : "") + axes[i];
-  return s + ")";
-}
-
-std::string seconds_text(double s) {
-  char buf[32];
-  if (s == 0) return "0";
-  if (s < 1e-3) {
-    std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
-  } else if (s < 1) {
-    std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
-  } else {
-    // Regression (new-user pass nu8, N22): 12 years printed as "386173677021.164 ms".
-    return format_seconds(s);
-  }
-  return buf;
-}
-
-// ---- execution ---------------------------------------------------------------------------------
-
-std::vector<IndexRange> origin_box(const std::vector<int64_t>& shape) {
-  std::vector<IndexRange> box;
-  for (int64_t s : shape) box.push_back({0, s});
-  return box;
-}
-
-/// dst (shape dst_shape) = identity everywhere, then src (shape src_shape) at the origin.
-void pad_block(std::span<const float> src, const std::vector<int64_t>& src_shape,
-               std::span<float> dst, const std::vector<int64_t>& dst_shape, float fill) {
-  std::fill(dst.begin(), dst.end(), fill);
-  insert_block(src, dst_shape, origin_box(src_shape), dst);
-}
-
-/// dst (shape dst_shape) = src[origin box of dst_shape] for src of shape src_shape.
-void trim_block(std::span<const float> src, const std::vector<int64_t>& src_shape,
-                std::span<float> dst, const std::vector<int64_t>& dst_shape) {
-  extract_block(src, src_shape, origin_box(dst_shape), dst);
-}
-
-/// The communicator each device of a step uses.
-std::map<int, Communicator*> step_comms(ReshardCommunicatorCache& cache, const ReshardStep& step) {
-  std::map<int, Communicator*> of_device;
-  if (step.replica_groups.empty()) return of_device;
-  const std::vector<std::unique_ptr<Communicator>>& comms = cache.get(step.replica_groups);
-  for (size_t g = 0; g < step.replica_groups.size(); ++g) {
-    for (int dev : step.replica_groups[g]) of_device[dev] = comms[g].get();
-  }
-  return of_device;
-}
-
 }  // namespace
-
-ReshardCommunicatorCache::ReshardCommunicatorCache(Runtime& runtime) : runtime_(runtime) {}
-ReshardCommunicatorCache::~ReshardCommunicatorCache() = default;
-
-const std::vector<std::unique_ptr<Communicator>>& ReshardCommunicatorCache::get(
-    const std::vector<std::vector<int>>& groups) {
-  auto it = cache_.find(groups);
-  if (it == cache_.end()) {
-    it = cache_
-             .emplace(groups,
-                      Communicator::for_groups(
-                          runtime_, groups, CommunicatorOptions::from_runtime(runtime_.options())))
-             .first;
-  }
-  return it->second;
-}
-
-std::string reshard_op_name(ReshardOpKind op) {
-  switch (op) {
-    case ReshardOpKind::kAllReduce:
-      return "all_reduce";
-    case ReshardOpKind::kReduceScatter:
-      return "reduce_scatter";
-    case ReshardOpKind::kAllGather:
-      return "all_gather";
-    case ReshardOpKind::kAllToAll:
-      return "all_to_all";
-    case ReshardOpKind::kCollectivePermute:
-      return "collective_permute";
-    case ReshardOpKind::kSlice:
-      return "dynamic_slice";
-    case ReshardOpKind::kMakePartial:
-      return "make_partial";
-  }
-  return "?";
-}
-
-std::string ReshardStep::op_label() const {
-  std::string s = reshard_op_name(op);
-  if (op == ReshardOpKind::kAllReduce || op == ReshardOpKind::kReduceScatter ||
-      op == ReshardOpKind::kMakePartial) {
-    s += "(" + std::string(reduce_op_name(reduce_op)) + ")";
-  }
-  return s;
-}
-
-std::string ReshardStep::to_string() const {
-  std::string s = op_label() + " over " + axes_text(axes);
-  if (!replica_groups.empty()) {
-    s += " (" + std::to_string(replica_groups.size()) + " groups of " +
-         std::to_string(replica_groups.front().size()) + ")";
-  }
-  if (op == ReshardOpKind::kAllToAll) {
-    s += " split dim " + std::to_string(split_dim) + ", concat dim " + std::to_string(dim);
-  } else if (dim >= 0) {
-    s += " on dim " + std::to_string(dim);
-  }
-  if (op == ReshardOpKind::kCollectivePermute) {
-    s += ", " + std::to_string(pairs.size()) + " pairs";
-  }
-  return s + ": " + spec_before.to_string() + " -> " + spec_after.to_string();
-}
-
-uint64_t ReshardPlan::total_sent_bytes_per_core() const {
-  uint64_t total = 0;
-  for (const ReshardStep& s : steps) total += s.sent_bytes_per_core;
-  return total;
-}
-
-double ReshardPlan::total_estimated_seconds() const {
-  double total = 0;
-  for (const ReshardStep& s : steps) total += s.estimated_seconds;
-  return total;
-}
-
-std::string ReshardPlan::to_string(bool verbose_cost) const {
-  std::string out;
-  char line[512];
-  std::snprintf(line, sizeof line, "reshard f32%s on %s\n  from %s\n  to   %s\n",
-                shape_text(global_shape).c_str(), source.mesh().to_string().c_str(),
-                source.spec().to_string().c_str(), target.spec().to_string().c_str());
-  out += line;
-  // New-user pass nu10, NU12: the full description of a calibrated profile is about 1,400
-  // characters on one line, and a reshard uses no kernel rates.
-  out += (verbose_cost ? cost.describe(/*with_compute=*/false)
-                       : cost.summary(/*with_compute=*/false)) +
-         "\n";
-  if (steps.empty()) {
-    return out + (num_elements_of(global_shape) == 0
-                      ? "no steps: the array has no elements (every block is empty in both "
-                        "shardings, so nothing moves)\n"
-                      : "no steps: the array already has the target sharding\n");
-  }
-  // The columns are as wide as their widest cell (at least the header's minimum width).
-  // Regression (new-user pass nu8, N22): long axis names ("(data,model)") and group counts
-  // ("16x4096") ran into the next column.
-  std::vector<std::array<std::string, 9>> rows;
-  rows.push_back({"step", "op", "axes", "groups", "dims", "buffer/core", "bytes sent/core",
-                  "est. time", "spec after"});
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const ReshardStep& s = steps[i];
-    const std::string groups = s.replica_groups.empty()
-                                   ? "local"
-                                   : std::to_string(s.replica_groups.size()) + "x" +
-                                         std::to_string(s.replica_groups.front().size());
-    std::string dims = "-";
-    if (s.op == ReshardOpKind::kAllToAll) {
-      // Regression (new-user pass nu10, NU21): "1->0" read as the mesh axis moving from
-      // dimension 1 to 0, where P('x', None) -> P(None, 'x') moves x from 0 to 1 (each core
-      // splits its block along 1 and concatenates what it receives along 0).
-      dims = "split " + std::to_string(s.split_dim) + ", concat " + std::to_string(s.dim);
-    } else if (s.dim >= 0) {
-      dims = std::to_string(s.dim);
-    } else if (s.op == ReshardOpKind::kCollectivePermute) {
-      dims = std::to_string(s.pairs.size()) + " pairs";
-    }
-    rows.push_back({std::to_string(i + 1), s.op_label(), axes_text(s.axes), groups, dims,
-                    shape_text(s.buffer_shape), std::to_string(s.sent_bytes_per_core),
-                    seconds_text(s.estimated_seconds), s.spec_after.to_string()});
-  }
-  // Minimum widths as the table had them; right-aligned: step, bytes, time.
-  std::array<size_t, 9> width = {4, 22, 9, 7, 8, 12, 14, 11, 0};
-  constexpr std::array<bool, 9> right = {true,  false, false, false, false,
-                                         false, true,  true,  false};
-  for (const auto& row : rows) {
-    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
-  }
-  for (const auto& row : rows) {
-    std::string text;
-    for (size_t c = 0; c < row.size(); ++c) {
-      const std::string pad(width[c] - std::min(width[c], row[c].size()), ' ');
-      if (c == 8) {
-        text += row[c];  // the last column: no padding
-      } else {
-        text += right[c] ? pad + row[c] : row[c] + pad;
-        text += c == 0 || c == 7 ? "  " : " ";
-      }
-    }
-    out += text + "\n";
-  }
-  std::snprintf(line, sizeof line, "total: %s, %llu bytes sent per core, estimated %s\n",
-                count_text(static_cast<long long>(steps.size()), "step").c_str(),
-                static_cast<unsigned long long>(total_sent_bytes_per_core()),
-                seconds_text(total_estimated_seconds()).c_str());
-  return out + line;
-}
-
-nlohmann::json ReshardPlan::to_json() const {
-  const auto index_or_null = [](int i) { return i >= 0 ? nlohmann::json(i) : nlohmann::json(); };
-  nlohmann::json rows = nlohmann::json::array();
-  for (const ReshardStep& s : steps) {
-    const bool reduces = s.op == ReshardOpKind::kAllReduce ||
-                         s.op == ReshardOpKind::kReduceScatter ||
-                         s.op == ReshardOpKind::kMakePartial;
-    nlohmann::json pairs = nlohmann::json::array();
-    for (const auto& [from, to] : s.pairs) pairs.push_back({from, to});
-    rows.push_back(
-        {{"op", reshard_op_name(s.op)},
-         {"reduce_op",
-          reduces ? nlohmann::json(std::string(reduce_op_name(s.reduce_op))) : nlohmann::json()},
-         {"collective", s.op != ReshardOpKind::kSlice && s.op != ReshardOpKind::kMakePartial},
-         {"axes", s.axes},
-         {"replica_groups",
-          s.replica_groups.empty() ? nlohmann::json::array() : nlohmann::json(s.replica_groups)},
-         {"dim", index_or_null(s.dim)},
-         {"split_dim", index_or_null(s.split_dim)},
-         {"pairs", pairs},
-         {"spec_before", s.spec_before.to_string()},
-         {"spec_after", s.spec_after.to_string()},
-         {"buffer_shape", s.buffer_shape},
-         {"buffer_bytes", s.buffer_bytes},
-         {"comm_bytes_per_core", s.sent_bytes_per_core},
-         {"comm_seconds", s.estimated_seconds}});
-  }
-  return {{"dtype", "f32"},
-          {"global_shape", global_shape},
-          {"mesh", {{"axes", source.mesh().axis_names()}, {"shape", source.mesh().shape()}}},
-          {"from", source.spec().to_string()},
-          {"to", target.spec().to_string()},
-          {"cost_model", CostModel::without_label(cost.summary(/*with_compute=*/false))},
-          {"steps", rows},
-          {"comm_bytes_per_core", total_sent_bytes_per_core()},
-          {"comm_seconds", total_estimated_seconds()}};
-}
 
 ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSharding& source,
                          const NamedSharding& target, const CostModel& cost,
                          ReshardStrategy strategy) {
   source.check_shape(global_shape);
   target.check_shape(global_shape);
-  // Regression (adversarial pass of issue 6, F2): a 2^62-element array used to pass and fail deep
-  // in the planner, with an error that quoted a shard's shape instead of the array's.
+  // Checked first, so that the error quotes the array's shape, not a shard's deep in the planner.
   const int64_t elements = num_elements_of(global_shape);
   check_same_mesh(source.mesh(), target.mesh());
-  // Regression (issue 6 adversarial pass, F12): a 0-element array was planned as collectives
-  // estimated at 0 s (the alpha term was lost with the bytes). Every block of an empty array is
-  // empty in either sharding, so nothing moves, as XLA's ZeroSizedHloElimination replaces the
-  // SPMD partitioner's zero-element collectives with empty constants.
-  if (elements == 0) return ReshardPlan{global_shape, source, target, cost, {}, 0};
+  ReshardPlan plan{global_shape,
+                   source,
+                   target,
+                   CostModel::without_label(cost.summary(/*with_compute=*/false)),
+                   CostModel::without_label(cost.describe(/*with_compute=*/false)),
+                   {},
+                   0};
+  // Every block of an empty array is empty in either sharding, so nothing moves, as XLA's
+  // ZeroSizedHloElimination replaces the SPMD partitioner's zero-element collectives with empty
+  // constants.
+  if (elements == 0) return plan;
   Planner planner(global_shape, source, target, cost);
-  std::vector<ReshardStep> steps = planner.plan(strategy, kMaxSearchStates);
-  return ReshardPlan{global_shape, source, target, cost, std::move(steps), planner.search_states()};
+  plan.steps = planner.plan(strategy, kMaxSearchStates);
+  plan.search_states = planner.search_states();
+  return plan;
 }
 
 ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSharding& source,
                          const NamedSharding& target, ReshardStrategy strategy) {
-  // As cli/reshard_command.cc prices it (new-user pass 10, NU2): the mesh's cores at once.
+  // As cli/reshard_command.cc prices it: the mesh's cores at once.
   return plan_reshard(global_shape, source, target,
                       CostModel::this_machine().for_cores(static_cast<int>(source.mesh().size())),
                       strategy);
@@ -1019,187 +779,6 @@ ReshardPlan plan_reshard(const std::vector<int64_t>& global_shape, const NamedSh
       global_shape, source, target,
       CostModel::uniform(cost.alpha_seconds, cost.beta_seconds_per_byte, cost.all_to_all_factor),
       strategy);
-}
-
-ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const ReshardPlan& plan,
-                             std::vector<ReshardStepTiming>* timings,
-                             ReshardCommunicatorCache* communicators) {
-  if (timings != nullptr) timings->clear();
-  std::unique_ptr<ReshardCommunicatorCache> local_cache;
-  if (communicators == nullptr) {
-    local_cache = std::make_unique<ReshardCommunicatorCache>(runtime);
-    communicators = local_cache.get();
-  }
-  if (array.global_shape() != plan.global_shape || !(array.sharding() == plan.source)) {
-    throw InvalidArgumentError("execute_reshard: the plan is for f32" +
-                               shape_text(plan.global_shape) + " with " + plan.source.to_string() +
-                               " but the array is " + array.to_string());
-  }
-  const std::vector<int64_t>& shape = plan.global_shape;
-  const Mesh& src_mesh = plan.source.mesh();
-  const std::vector<int>& devices = src_mesh.devices();
-
-  // Current data: one buffer per device id; the first step reads the input array's buffers.
-  std::map<int, DeviceBuffer> owned;
-  std::map<int, const DeviceBuffer*> current;
-  for (int dev : devices) current[dev] = &array.buffer(dev);
-  NamedSharding cur = plan.source;
-
-  for (const ReshardStep& step : plan.steps) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const bool to_target = step.op == ReshardOpKind::kCollectivePermute;
-    NamedSharding next = to_target ? plan.target : NamedSharding(src_mesh, step.spec_after);
-    const std::map<int, Communicator*> of_device = step_comms(*communicators, step);
-    std::map<int, double> seconds_before;  // cached communicators keep counting across steps
-    for (const auto& [dev, comm] : of_device) seconds_before[dev] = comm->stats(dev).seconds;
-    std::map<int, DeviceBuffer> out;
-    for (int dev : devices) out[dev] = DeviceBuffer();  // slots exist before the cores write
-    std::map<int, int> source_of;                       // permute: destination -> source
-    for (const auto& [s, d] : step.pairs) source_of[d] = s;
-    std::vector<PermutePair> rank_pairs;
-    if (to_target) {
-      Communicator& comm = *of_device.begin()->second;
-      for (const auto& [s, d] : step.pairs)
-        rank_pairs.emplace_back(comm.rank_of(s), comm.rank_of(d));
-    }
-    const std::string label = "reshard/" + reshard_op_name(step.op);
-
-    runtime.run_spmd(devices, [&](CoreContext& ctx) {
-      const int dev = ctx.core_id();
-      const DeviceBuffer& in_buf = *current.at(dev);
-      const std::vector<int64_t> in_shape = cur.local_shape(dev, shape);
-      const std::vector<int64_t> out_shape = next.local_shape(dev, shape);
-      DeviceBuffer result = ctx.allocate(f32_bytes(out_shape), label);
-      const BufferPin in_pin = in_buf.pin();
-      const BufferPin out_pin = result.pin();
-      const std::span<const float> in = in_buf.as<const float>();
-      const std::span<float> res = result.as<float>();
-      const float identity = reduce_identity(step.reduce_op);
-
-      // Scratch buffers in this core's HBM, padded to the collective's shapes.
-      auto scratch = [&](const std::vector<int64_t>& s) {
-        return ctx.allocate(f32_bytes(s), "reshard/scratch");
-      };
-      switch (step.op) {
-        case ReshardOpKind::kAllReduce: {
-          std::copy(in.begin(), in.end(), res.begin());
-          of_device.at(dev)->all_reduce<float>(ctx, res, step.reduce_op);
-          break;
-        }
-        case ReshardOpKind::kAllGather:
-        case ReshardOpKind::kReduceScatter:
-        case ReshardOpKind::kAllToAll: {
-          Communicator& comm = *of_device.at(dev);
-          const int64_t n = comm.size();
-          std::vector<int64_t> send_shape = in_shape;
-          std::vector<int64_t> recv_shape;
-          const size_t d = static_cast<size_t>(step.dim);
-          if (step.op == ReshardOpKind::kAllGather) {
-            send_shape[d] = step.buffer_shape[d];
-            recv_shape = Communicator::all_gather_shape(send_shape, static_cast<int>(n), step.dim,
-                                                        /*tiled=*/true);
-          } else if (step.op == ReshardOpKind::kReduceScatter) {
-            send_shape[d] = step.buffer_shape[d];
-            recv_shape = Communicator::reduce_scatter_shape(send_shape, static_cast<int>(n),
-                                                            step.dim, /*tiled=*/true);
-          } else {
-            const size_t e = static_cast<size_t>(step.split_dim);
-            send_shape[d] = step.buffer_shape[d];
-            send_shape[e] = step.buffer_shape[e];
-            recv_shape = Communicator::all_to_all_shape(send_shape, static_cast<int>(n),
-                                                        step.split_dim, step.dim);
-          }
-          DeviceBuffer send_buf = scratch(send_shape);
-          DeviceBuffer recv_buf = scratch(recv_shape);
-          const BufferPin send_pin = send_buf.pin();
-          const BufferPin recv_pin = recv_buf.pin();
-          pad_block(in, in_shape, send_buf.as<float>(), send_shape, identity);
-          if (step.op == ReshardOpKind::kAllGather) {
-            comm.all_gather<float>(ctx, send_buf.as<const float>(), recv_buf.as<float>(),
-                                   send_shape, step.dim, /*tiled=*/true);
-          } else if (step.op == ReshardOpKind::kReduceScatter) {
-            comm.reduce_scatter<float>(ctx, send_buf.as<const float>(), recv_buf.as<float>(),
-                                       send_shape, step.reduce_op, step.dim, /*tiled=*/true);
-          } else {
-            comm.all_to_all<float>(ctx, send_buf.as<const float>(), recv_buf.as<float>(),
-                                   send_shape, step.split_dim, step.dim);
-          }
-          trim_block(recv_buf.as<const float>(), recv_shape, res, out_shape);
-          break;
-        }
-        case ReshardOpKind::kCollectivePermute: {
-          Communicator& comm = *of_device.at(dev);
-          DeviceBuffer send_buf = scratch(step.buffer_shape);
-          DeviceBuffer recv_buf = scratch(step.buffer_shape);
-          const BufferPin send_pin = send_buf.pin();
-          const BufferPin recv_pin = recv_buf.pin();
-          pad_block(in, in_shape, send_buf.as<float>(), step.buffer_shape, 0.0f);
-          comm.collective_permute<float>(ctx, send_buf.as<const float>(), recv_buf.as<float>(),
-                                         rank_pairs);
-          if (source_of.count(dev)) {
-            trim_block(recv_buf.as<const float>(), step.buffer_shape, res, out_shape);
-          } else {
-            std::copy(in.begin(), in.end(), res.begin());  // it already holds its block
-          }
-          break;
-        }
-        case ReshardOpKind::kSlice: {
-          const std::vector<IndexRange> have = cur.index_ranges(dev, shape);
-          std::vector<IndexRange> box = next.index_ranges(dev, shape);
-          for (size_t k = 0; k < box.size(); ++k) {
-            box[k].start -= have[k].start;
-            box[k].stop -= have[k].start;
-          }
-          extract_block(in, in_shape, box, res);
-          break;
-        }
-        case ReshardOpKind::kMakePartial: {
-          // Only the new unreduced axes decide who keeps the value: kept ones already hold
-          // addends.
-          const std::vector<int64_t> coords = src_mesh.coords_of(dev);
-          bool keeps = true;
-          for (const std::string& name : step.axes) {
-            keeps = keeps && coords[static_cast<size_t>(src_mesh.axis_index(name))] == 0;
-          }
-          if (keeps) {
-            std::copy(in.begin(), in.end(), res.begin());
-          } else {
-            std::fill(res.begin(), res.end(), identity);
-          }
-          break;
-        }
-      }
-      out.at(dev) = std::move(result);  // the map's nodes exist: no rehash, distinct slots
-    });
-    owned = std::move(out);
-    for (int dev : devices) current[dev] = &owned.at(dev);
-    cur = next;
-    if (timings != nullptr) {
-      ReshardStepTiming t;
-      t.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      for (const auto& [dev, comm] : of_device) {
-        t.collective_seconds =
-            std::max(t.collective_seconds, comm->stats(dev).seconds - seconds_before.at(dev));
-      }
-      timings->push_back(t);
-    }
-  }
-
-  std::vector<DeviceBuffer> buffers;
-  for (int dev : plan.target.mesh().devices()) {
-    if (plan.steps.empty()) {
-      // Nothing moves: copy the input so that the result owns its buffers.
-      const DeviceBuffer& src = array.buffer(dev);
-      DeviceBuffer copy = runtime.allocate(dev, src.size_bytes(), "reshard/copy");
-      const BufferPin a = src.pin(), b = copy.pin();
-      const std::span<const float> s = src.as<const float>();
-      std::copy(s.begin(), s.end(), copy.as<float>().begin());
-      buffers.push_back(std::move(copy));
-    } else {
-      buffers.push_back(std::move(owned.at(dev)));
-    }
-  }
-  return ShardedArray::from_buffers(shape, plan.target, std::move(buffers));
 }
 
 ShardedArray reshard(Runtime& runtime, const ShardedArray& array, const NamedSharding& target) {

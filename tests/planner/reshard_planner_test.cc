@@ -1,4 +1,4 @@
-#include "vtpu/planner/reshard.h"
+#include "vtpu/planner/reshard_planner.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
