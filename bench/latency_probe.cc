@@ -7,7 +7,7 @@
 #include "vtpu/common/error.h"
 #include "vtpu/bench/calibration.h"
 #include "vtpu/bench/collective_bench.h"
-#include "vtpu/planner/plan_file.h"
+#include "vtpu/planner/trainer_plans.h"
 #include "vtpu/planner/auto_planner.h"
 #include "vtpu/planner/cost_model.h"
 

@@ -62,7 +62,7 @@
 #include "vtpu/cli/stress_command.h"
 #include "vtpu/cli/train_fsdp_command.h"
 #include "vtpu/cli/train_mlp_plan_command.h"
-#include "vtpu/planner/plan_file.h"
+#include "vtpu/planner/trainer_plans.h"
 #include "vtpu/train/train_runtime_config.h"
 #include "vtpu/cli/train_transformer_command.h"
 #include "vtpu/stress/alloc_workload.h"

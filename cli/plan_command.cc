@@ -17,7 +17,7 @@
 #include "vtpu/cli/cli_validators.h"
 #include "vtpu/sharding/mesh_arg.h"
 #include "vtpu/common/output_path.h"
-#include "vtpu/planner/plan_file.h"
+#include "vtpu/planner/trainer_plans.h"
 #include "vtpu/runtime/hardware_profile.h"
 #include "vtpu/planner/auto_planner.h"
 

@@ -17,7 +17,7 @@
 #include "vtpu/train/mlp_reference.h"
 #include "vtpu/train/mlp_tp_trainer.h"
 #include "vtpu/train/replica_check.h"
-#include "vtpu/planner/plan_file.h"
+#include "vtpu/planner/trainer_plans.h"
 #include "vtpu/runtime/runtime.h"
 
 namespace vtpu {

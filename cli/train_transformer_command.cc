@@ -15,7 +15,7 @@
 #include "vtpu/cli/cli_validators.h"
 #include "vtpu/bench/estimate_report.h"
 #include "vtpu/train/replica_check.h"
-#include "vtpu/planner/plan_file.h"
+#include "vtpu/planner/trainer_plans.h"
 #include "vtpu/train/train_runtime_config.h"
 #include "vtpu/train/transformer_trainer.h"
 #include "vtpu/runtime/runtime.h"

@@ -93,8 +93,8 @@
 #include <vector>
 
 #include "vtpu/planner/cost_model.h"
-#include "vtpu/sharding/mesh.h"
 #include "vtpu/planner/model_graph.h"
+#include "vtpu/sharding/mesh.h"
 
 namespace vtpu {
 
@@ -209,7 +209,7 @@ struct AutoShardingPlan {
   /// Names of the candidates, in table order.
   std::vector<std::string> candidate_names() const;
   /// Pins the candidate named `name` (as the table prints it, e.g. "fsdp(x)", "dp(data,model)",
-  /// or with its roles in another order: canonical_strategy_name; new-user pass nu10, NU16).
+  /// or with its roles in another order: canonical_strategy_name).
   /// Throws InvalidArgumentError when no candidate has that name (listing the names);
   /// FailedPreconditionError when the candidate cannot run (the batch or a dimension does not
   /// split, or the constraints' runner does not implement it), naming why; ResourceExhaustedError
@@ -224,8 +224,9 @@ struct AutoShardingPlan {
   /// strategy fits the HBM limit of X per core".
   std::string to_string() const;
   /// The plan file (docs/SHARDING.md, "Plan files"; format "vtpu-plan", version 1) of the chosen
-  /// candidate; a pinned one adds "pinned": {"winner": name or null, "why_lost": ...}. Throws
-  /// FailedPreconditionError when nothing fits and nothing was pinned.
+  /// candidate: emit_train_plan (planner/plan_file.h), whose reader reads it back; a pinned one
+  /// adds "pinned": {"winner": name or null, "why_lost": ...}. Throws FailedPreconditionError
+  /// when nothing fits and nothing was pinned.
   nlohmann::json to_json() const;
   /// Returns when a candidate was pinned (choose() checked it). Else throws
   /// ResourceExhaustedError when no runnable candidate fits, naming the HBM limit and the
@@ -239,7 +240,7 @@ struct AutoShardingPlan {
   /// at most kMaxReasons of them, then the count of the rest: "none of the 6561 candidates can
   /// run: 1792 because batch 16 does not split over 64 data x fsdp cores; ...; 1857 for 6 other
   /// reasons (the table gives each candidate's)" ("for another reason" when one is left). "" when
-  /// every candidate can run (new-user pass nu10, NU18: the error named the first row's reason
+  /// every candidate can run (the error named the first row's reason
   /// only, while most tp candidates failed on the heads).
   std::string cannot_run_summary() const;
   static constexpr size_t kMaxReasons = 3;
@@ -263,11 +264,11 @@ inline constexpr int kMaxPlannedAxes = 8;
 
 /// Layer evaluations (strategies x layers) the planner accepts: each of the 3^k strategies runs
 /// its dynamic program over every layer of the chain, so a plan costs about this product (more
-/// when many labels stay on the Pareto frontier). On a loaded 2-CPU host (session 13),
+/// when many labels stay on the Pareto frontier). On a loaded 2-CPU host,
 /// 6561 strategies x 250 alternating dense/attention layers (1.6 million) took 20 s and x 1000
 /// layers (6.6 million) 114 s; 27 strategies x 65536 layers (1.8 million) 15 s. So an accepted
 /// plan takes at most tens of seconds, and a refused one would have taken a minute or more.
-/// Regression (adversarial pass adv12, ADV10): 6561 strategies x 65536 layers, each within its
+/// Regression: 6561 strategies x 65536 layers, each within its
 /// own limit, ran over 10 minutes and 5 GB with no output.
 inline constexpr uint64_t kMaxPlanLayerEvaluations = 2'000'000;
 

@@ -233,7 +233,7 @@ double CostModel::all_to_all_factor(int64_t n) const {
   if (n < 2) return 1.0;
   if (const CollectiveFit* a2a = calibrated_fit("all_to_all", n)) {
     // c relative to the all-gather's beta as priced: its fit for n, else the links over one torus
-    // dimension (F14: a profile may calibrate the all-to-all alone).
+    // dimension (a profile may calibrate the all-to-all alone).
     const CollectiveFit* ag = calibrated_fit("all_gather", n);
     const double link = profile_.link_bytes_per_second;
     const double ag_beta = ag != nullptr ? ag->beta_seconds_per_byte
@@ -533,7 +533,7 @@ std::string CostModel::describe_links(bool list_fits) const {
   }
   const std::string links = line;
   if (profile_.collectives.empty()) return "cost model: " + links;
-  // F14: a profile may calibrate only some collectives; the others are priced from the links,
+  // A profile may calibrate only some collectives; the others are priced from the links,
   // and the line says which.
   std::string s = "cost model: " + profile_.name + " (calibrated";
   std::vector<std::string> from_links;

@@ -1,7 +1,8 @@
 // Cost model: estimated time of collectives, compute and HBM traffic on one hardware profile
-// (runtime/hardware_profile.h), for the reshard planner (planner/reshard_planner.h) and the auto-sharding
-// planner (planner/auto_planner.h). After Alpa's alpha-beta model (Zheng et al., "Alpa", OSDI
-// 2022, section 4) and the JAX scaling book's treatment of TPU rings ("How to think about TPUs").
+// (runtime/hardware_profile.h), for the reshard planner (planner/reshard_planner.h) and the
+// auto-sharding planner (planner/auto_planner.h). After Alpa's alpha-beta model (Zheng et al.,
+// "Alpa", OSDI 2022, section 4) and the JAX scaling book's treatment of TPU rings ("How to think
+// about TPUs").
 //
 // Collectives. n is the group size and B is ALWAYS the bytes of the whole array the group holds
 // together: the gathered output of an all-gather (n times one core's input), the full input of a
@@ -33,8 +34,8 @@
 //   with c = 1, and all_to_all_factor() reports c = beta_all_to_all / beta_all_gather (both as
 //   priced for n), the constant the formula would need with the all-gather's beta. A permute
 //   uses the all-gather's alpha and beta (the fit for its group of 2).
-//   A fit that carries its measured curve (CollectiveFit::measured, written by --calibrate since
-//   2026-12-01) is a performance table: inside the curve's range of B the time is interpolated
+//   A fit that carries its measured curve (CollectiveFit::measured, written by
+//   --calibrate) is a performance table: inside the curve's range of B the time is interpolated
 //   linearly in B between the two nearest measured sizes, instead of the formula (XLA's
 //   latency-hiding scheduler prices collectives from measured tables the same way: openxla.org,
 //   "LHS Cost Model"). The table is read through its monotone non-decreasing envelope, the
@@ -223,7 +224,7 @@ class CostModel {
   /// the curve (is_measured_spike).
   static constexpr double kSpikeFactor = 3.0;
   /// Whether point i of a measured curve (sizes ascending, at least 3 points) is a spike: a row
-  /// whose calls were descheduled on a shared host (new-user pass nu15, NU94: one 2-core
+  /// whose calls were descheduled on a shared host (one 2-core
   /// all-gather row of 118.6 us between rows of about 2.7 us priced every size above it at 118.6
   /// us through the running maximum, and FSDP on 2 cores at 20x its measured step). An interior
   /// point is one when its time exceeds kSpikeFactor times the larger of its neighbours' (a
@@ -302,7 +303,7 @@ class CostModel {
   /// sets <= 1 MiB per CPU at ... B/s". Pass with_compute = false for a model that prices
   /// collectives only (a reshard). `vtpu plan --verbose` and `vtpu reshard --verbose` print it.
   std::string describe(bool with_compute = true) const;
-  /// describe() in short (new-user pass nu10, NU12), at most a line: the profile's name, which
+  /// describe() in short, at most a line: the profile's name, which
   /// collectives are calibrated and on how many cores ("calibrated all_gather, reduce_scatter on
   /// 2, 4, 8 cores; all_to_all on 8 cores"), which are priced from the links, the
   /// oversubscription ("8 virtual cores on 2 host CPUs: work x 4") and, with `with_compute` on a
@@ -311,7 +312,7 @@ class CostModel {
   /// `vtpu reshard` print by default.
   std::string summary(bool with_compute = true) const;
   /// `line` (summary() or describe()) without its leading "cost model: " label, for a JSON field
-  /// whose key already says what it is (new-user pass nu13, NU69: `vtpu reshard --json`'s
+  /// whose key already says what it is (`vtpu reshard --json`'s
   /// "cost_model" read "cost model: this_machine (calibrated ..."). Other text is returned as is.
   /// Pure.
   static std::string without_label(std::string line);

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "vtpu/common/error.h"
-#include "vtpu/common/strings.h"
 #include "vtpu/common/json_fields.h"
+#include "vtpu/common/strings.h"
 
 namespace vtpu {
 
@@ -32,7 +32,7 @@ std::string line_column(const std::string& text, size_t byte) {
 // 8 bytes with gradients and Adam state stay far below 2^64 bytes.
 constexpr double kMaxModelElements = double(int64_t{1} << 50);
 
-// A model file's size and layer count (F24): far above any real chain, far below what makes the
+// A model file's size and layer count: far above any real chain, far below what makes the
 // planner's per-layer tables take gigabytes.
 constexpr uintmax_t kMaxModelFileBytes = uintmax_t{16} << 20;
 constexpr size_t kMaxLayers = 65536;
@@ -85,7 +85,7 @@ class Reader {
       fail(p, "is " + v.dump() + " (expected a non-empty string)");
     }
     const std::string s = v.get<std::string>();
-    // Regression (issue 6 adversarial pass, F10): a NUL or other control character in a name cut
+    // Regression: a NUL or other control character in a name cut
     // the printed name short and went into plan files.
     for (const char ch : s) {
       if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) {
@@ -201,7 +201,7 @@ ModelGraph ModelGraph::parse(const std::string& text, const std::string& origin)
     throw InvalidArgumentError(origin + ": not valid JSON at " + line_column(text, e.byte) + ": " +
                                e.what());
   } catch (const nlohmann::json::exception& e) {
-    // Regression (adversarial pass adv12, ADV1): a number beyond a double's range (1e400) is
+    // Regression: a number beyond a double's range (1e400) is
     // nlohmann's out_of_range 406, not a parse_error, and reached the CLI as "internal error"
     // without the file's name.
     throw InvalidArgumentError(origin + ": not valid JSON: " + e.what());
@@ -294,7 +294,7 @@ ModelGraph ModelGraph::parse(const std::string& text, const std::string& origin)
                  std::to_string(prev_out) + " (the model is a chain)");
     }
     prev_out = l.out;
-    // Regression (issue 6 adversarial pass, F8): sizes up to 2^40 each multiplied past int64
+    // Regression: sizes up to 2^40 each multiplied past int64
     // (dense 2^40 x 2^40 reported 2^40 parameters, an embedding 0) and the planner's byte
     // counts saturated at 2^64. Totals are summed in double (exact far beyond 2^50).
     const double d_in = static_cast<double>(l.in), d_out = static_cast<double>(l.out);
@@ -370,9 +370,8 @@ nlohmann::json ModelGraph::to_json() const {
 }
 
 ModelGraph ModelGraph::load_json_file(const std::string& path) {
-  // F24 (issue 6 adversarial pass): a 10 MB file of 200 000 layers took 370 MB and 5.6 s to plan,
-  // and nothing bounded a bigger one; a model file is a few KB. F9: a directory was "not valid
-  // JSON at line 1, column 1".
+  // Bounded: a 10 MB file of 200 000 layers took 370 MB and 5.6 s to plan, and a model file is a
+  // few KB. A directory is refused as such, not as invalid JSON.
   return parse(read_bounded_text_file(path, kMaxModelFileBytes, "model file", "16 MiB"), path);
 }
 

@@ -7,10 +7,10 @@
 #include <set>
 
 #include "vtpu/common/error.h"
-#include "vtpu/common/strings.h"
-#include "vtpu/sharding/mesh_arg.h"
 #include "vtpu/common/json_fields.h"
+#include "vtpu/common/strings.h"
 #include "vtpu/sharding/mesh.h"
+#include "vtpu/sharding/mesh_arg.h"
 #include "vtpu/sharding/named_sharding.h"
 #include "vtpu/sharding/partition_spec.h"
 
@@ -31,24 +31,6 @@ std::string list_text(const std::vector<std::string>& axes) {
 
 bool contains(const std::vector<std::string>& v, const std::string& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-/// The first mesh axis of size > 1 that none of `roles` names; "" when every one is named.
-std::string axis_without_role(const std::vector<int64_t>& shape,
-                              const std::vector<std::string>& names,
-                              const std::vector<const std::vector<std::string>*>& roles) {
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (shape[i] <= 1) continue;
-    bool named = false;
-    for (const auto* r : roles) named = named || contains(*r, names[i]);
-    if (!named) return names[i];
-  }
-  return {};
 }
 
 /// The names a strategy with the roles of `plan` may have. First the one `vtpu plan` gives them
@@ -106,9 +88,9 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 
 /// Throws `bad` unless the estimate `p` (from the object `e`) was made for the plan's mesh: its
-/// "mesh_shape" (written by vtpu plan --emit since session 14) equals mesh.shape, or, in an older
+/// "mesh_shape" (written by vtpu plan --emit) equals mesh.shape, or, in an older
 /// file without it, its oversubscription equals max(1, cores / host_cpus) of its embedded
-/// hardware profile (when that profile has host_cpus). Regression (new-user pass nu14, NU79): a
+/// hardware profile (when that profile has host_cpus). Regression: a
 /// 2x4 plan edited to mesh 2x8 ran on 16 cores and was judged against the 2x4 estimate.
 template <typename Bad>
 void check_estimate_mesh(const nlohmann::json& e, const PlanEstimate& p, const TrainPlan& plan,
@@ -169,13 +151,13 @@ PlanEstimate parse_estimate(const nlohmann::json& e, const TrainPlan& plan, cons
     }
     return v.get<double>();
   };
-  // Regression (adversarial pass adv8, H4): 2^64 - 1 bytes went through llround (undefined past
+  // Regression: 2^64 - 1 bytes went through llround (undefined past
   // 2^63; printed 9223372036854775808), and two fields of 2^63 - 1 wrapped their sum to 0, which
   // the report took for "no estimate".
   auto bytes = [&](const char* key) {
     return static_cast<uint64_t>(std::llround(number(key, true, false, 0.0, 0x1p62, "2^62")));
   };
-  // Regression (adversarial pass adv10, A8): an unknown key was ignored, so a misspelt
+  // Regression: an unknown key was ignored, so a misspelt
   // "step_second" silently dropped the estimate-vs-measured report (no step time, no report).
   static const std::set<std::string> kEstimateKeys = {"batch",
                                                       "comm_bytes_per_core",
@@ -226,7 +208,7 @@ PlanEstimate parse_estimate(const nlohmann::json& e, const TrainPlan& plan, cons
     }
     p.hardware = p.profile->name;
   }
-  // Regression (adversarial pass adv10, A9): 1e-320 s (finite, > 0) passed and the report printed
+  // Regression: 1e-320 s (finite, > 0) passed and the report printed
   // "infx (outside 25%)". No step takes under a picosecond or over a year (365.25 days); nor does
   // its compute or its communication, which may also be 0 (a single core communicates nothing).
   // A number `positive` as `number` checks it, then 0 (absent) or within that range.
@@ -245,7 +227,7 @@ PlanEstimate parse_estimate(const nlohmann::json& e, const TrainPlan& plan, cons
   p.hbm_bytes_per_core = bytes("hbm_bytes_per_core");
   p.input_bytes_per_core = bytes("input_bytes_per_core");
   p.oversubscription = number("oversubscription", false, true, 1.0);
-  // Regression (adversarial pass adv8, H3): a batch of 2^62 became train mlp's global batch
+  // Regression: a batch of 2^62 became train mlp's global batch
   // (--batch stops at 2^30) and crashed it (SIGSEGV). Bounded as vtpu plan --batch is.
   p.batch = static_cast<int64_t>(
       std::llround(number("batch", true, true, 0.0, 0x1p40, "2^40, as vtpu plan --batch")));
@@ -254,10 +236,10 @@ PlanEstimate parse_estimate(const nlohmann::json& e, const TrainPlan& plan, cons
 }
 
 /// Checks that the estimate `plan.estimate` (from the object `e`) was made for the configuration
-/// the plan runs, as check_estimate_mesh does for the mesh (adversarial pass adv15, ADV23: a plan
+/// the plan runs, as check_estimate_mesh does for the mesh (a plan
 /// hand-edited to batch 1024, or from dp to FSDP roles, ran that and was judged against the
 /// original's estimate). Throws `bad` when estimate.batch is not model_graph.batch, or when
-/// estimate.strategy (written by vtpu plan --emit since session 15) is not the strategy of the
+/// estimate.strategy (written by vtpu plan --emit) is not the strategy of the
 /// plan's roles. Without estimate.strategy (an older or hand-written file) strategy.name, which
 /// the reader already checks against the roles, names the estimate's strategy; a plan with
 /// neither and a step time gets PlanEstimate::not_judged_reason (its rows are printed, not
@@ -303,6 +285,18 @@ void check_estimate_configuration(const nlohmann::json& e, TrainPlan& plan, cons
 
 }  // namespace
 
+std::string axis_without_role(const std::vector<int64_t>& shape,
+                              const std::vector<std::string>& names,
+                              const std::vector<const std::vector<std::string>*>& roles) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (shape[i] <= 1) continue;
+    bool named = false;
+    for (const auto* r : roles) named = named || contains(*r, names[i]);
+    if (!named) return names[i];
+  }
+  return {};
+}
+
 int64_t TrainPlan::num_cores() const {
   int64_t n = 1;
   for (int64_t d : mesh_shape) n *= d;
@@ -327,12 +321,12 @@ std::string TrainPlan::describe_mesh() const {
 
 TrainPlan load_train_plan(const std::string& path) {
   // Far above any plan vtpu plan --emit writes for a model vtpu train runs (a few KB), and above
-  // a 16 MiB model file's plan; a stream without end (/dev/zero) is cut off (adv10 A3).
+  // a 16 MiB model file's plan; a stream without end (/dev/zero) is cut off.
   constexpr uintmax_t kMaxPlanFileBytes = uintmax_t{64} << 20;
   const std::string text = read_bounded_text_file(path, kMaxPlanFileBytes, "plan file", "64 MiB");
   nlohmann::json j;
   // A hand-edited plan with a key given twice (two "strategy" objects) took the last one
-  // silently; model files and hardware profiles already rejected that (adv10 A4).
+  // silently; model files and hardware profiles already rejected that.
   try {
     j = parse_json_unique_keys(text, "plan file '" + path + "'");
   } catch (const nlohmann::json::exception& e) {
@@ -341,11 +335,11 @@ TrainPlan load_train_plan(const std::string& path) {
   return parse_train_plan(j, path);
 }
 
-TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
-  auto bad = [&](const std::string& what) {
-    return InvalidArgumentError("plan file '" + source + "': " + what +
-                                " (the format of vtpu plan --emit, docs/SHARDING.md)");
-  };
+namespace {
+
+/// Checks "format", "version" and the top-level keys.
+template <typename Bad>
+void check_plan_header(const nlohmann::json& j, const Bad& bad) {
   if (!j.is_object()) throw bad("expected a JSON object");
   if (!j.contains("format") || j["format"] != "vtpu-plan") {
     throw bad("format is " + (j.contains("format") ? j["format"].dump() : std::string("missing")) +
@@ -356,7 +350,7 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
               (j.contains("version") ? j["version"].dump() : std::string("missing")) +
               " (expected 1)");
   }
-  // adv10 A8: a misspelt top-level key ("estimates") was ignored as silently as one in estimate.
+  // A misspelt top-level key ("estimates") would be ignored silently.
   static const std::set<std::string> kPlanKeys = {
       "estimate",         "format", "layers",    "mesh",     "model",  "model_graph",
       "parameter_shapes", "pinned", "shardings", "strategy", "version"};
@@ -366,25 +360,24 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
                 join(std::vector<std::string>(kPlanKeys.begin(), kPlanKeys.end())) + ")");
     }
   }
-  TrainPlan plan;
-  plan.path = source;
-  if (j.contains("model") && !j["model"].is_null()) {
-    if (!j["model"].is_string()) throw bad("model is " + j["model"].dump() + " (expected a name)");
-    plan.model = j["model"].get<std::string>();
-  }
+}
+
+/// Reads "mesh" into plan.mesh_axes and plan.mesh_shape.
+template <typename Bad>
+void parse_plan_mesh(const nlohmann::json& j, TrainPlan& plan, const Bad& bad) {
   const nlohmann::json* mesh = j.contains("mesh") ? &j["mesh"] : nullptr;
   if (!mesh || !mesh->is_object() || !mesh->contains("axes") || !mesh->contains("shape") ||
       !(*mesh)["axes"].is_array() || !(*mesh)["shape"].is_array()) {
     throw bad("expected \"mesh\": {\"axes\": [names], \"shape\": [sizes]}");
   }
-  // New-user pass nu14, NU88: a typo in mesh or in a layers entry went unnoticed.
+  // Unknown keys are refused here as everywhere: a typo would go unnoticed.
   refuse_unknown_keys(*mesh, "mesh", {"axes", "shape"}, bad);
   for (const auto& a : (*mesh)["axes"]) {
     if (!a.is_string() || a.get<std::string>().empty()) {
       throw bad("mesh axis " + a.dump() + " is not a name");
     }
     const std::string name = a.get<std::string>();
-    // Adversarial pass adv12, ADV7: the names vtpu plan accepts, and no others.
+    // The names vtpu plan accepts, and no others.
     if (const std::string problem = check_mesh_axis_name(plan.mesh_axes.size(), name);
         !problem.empty()) {
       throw bad("mesh " + problem);
@@ -401,9 +394,8 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
     }
     plan.mesh_shape.push_back(d.get<int64_t>());
     cores *= d.get<int64_t>();  // <= 1024 * 4096 before the check: no overflow
-    // Regression (adversarial pass adv7, G1): up to 4096 cores passed here, and a plan of 2048
-    // failed later with "num_cores is 2048 (expected 1..1024)", naming neither the plan nor its
-    // mesh. vtpu train starts one virtual core per device (RuntimeOptions allows 1..1024).
+    // Checked here, so that the error names the plan and its mesh: vtpu train starts one virtual
+    // core per device (RuntimeOptions allows 1..1024).
     if (cores > kMaxRunDevices) {
       throw bad("mesh " + abbreviate(mesh->dump()) + " has " +
                 (i + 1 < sizes.size() ? "more than " : "") + std::to_string(cores) +
@@ -416,7 +408,11 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
               std::to_string(plan.mesh_shape.size()) +
               " sizes (expected the same number, at least 1)");
   }
+}
 
+/// Reads "strategy" into the plan's strategy name and roles (the mesh is read).
+template <typename Bad>
+void parse_plan_strategy(const nlohmann::json& j, TrainPlan& plan, const Bad& bad) {
   if (!j.contains("strategy") || !j["strategy"].is_object()) {
     throw bad("expected \"strategy\": {\"name\", \"data\", \"tensor\", \"fsdp\"}");
   }
@@ -476,11 +472,10 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
               " has no role in strategy " + plan.describe_strategy() +
               " (expected every mesh axis of size > 1 in data, tensor or fsdp)");
   }
-  // Regression (new-user pass nu10, NU17): a tp(model) plan renamed "dp(model)" ran Megatron
-  // tensor parallelism under the name dp(model). The name is optional, but when given it must be
-  // the one `vtpu plan` gives these roles, with the roles in any order, as `vtpu plan
-  // --strategy` takes them (new-user pass nu10, NU16); it is kept in vtpu plan's order, so that
-  // it names the planner's candidate.
+  // The name is optional, but when given it must be the one `vtpu plan` gives these roles (a
+  // tp(model) plan renamed "dp(model)" would run tensor parallelism under a data-parallel name),
+  // with the roles in any order, as `vtpu plan --strategy` takes them; it is kept in vtpu plan's
+  // order, so that it names the planner's candidate.
   if (!plan.strategy_name.empty()) {
     const std::vector<std::string> names = strategy_names_of(plan);
     if (const std::string canonical = canonical_strategy_name(plan.strategy_name);
@@ -493,10 +488,13 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
                 "' (expected that name, as vtpu plan writes it, or the name left out)");
     }
   }
+}
 
-  // Regression (adversarial pass adv7, G4): "shardings" was never read, so a hand-edited
-  // "P('nope')" ran without complaint. The trainers still derive their layouts from the strategy,
-  // but every PartitionSpec must be one the plan's mesh can hold (NamedSharding's checks).
+/// Checks that every entry of "shardings" is a PartitionSpec the plan's mesh can hold. The
+/// trainers derive their layouts from the strategy, but a hand-edited "P('nope')" must not run
+/// without complaint.
+template <typename Bad>
+void check_plan_shardings(const nlohmann::json& j, const TrainPlan& plan, const Bad& bad) {
   if (j.contains("shardings") && !j["shardings"].is_null()) {
     const nlohmann::json& sh = j["shardings"];
     if (!sh.is_object()) {
@@ -517,6 +515,11 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
       }
     }
   }
+}
+
+/// Reads "layers" and "parameter_shapes".
+template <typename Bad>
+void parse_plan_layers(const nlohmann::json& j, TrainPlan& plan, const Bad& bad) {
   if (j.contains("layers") && !j["layers"].is_null()) {
     if (!j["layers"].is_array())
       throw bad("layers is " + j["layers"].dump() + " (expected a list)");
@@ -555,6 +558,26 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
       plan.parameter_shapes[it.key()] = std::move(shape);
     }
   }
+}
+
+}  // namespace
+
+TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
+  auto bad = [&](const std::string& what) {
+    return InvalidArgumentError("plan file '" + source + "': " + what +
+                                " (the format of vtpu plan --emit, docs/SHARDING.md)");
+  };
+  check_plan_header(j, bad);
+  TrainPlan plan;
+  plan.path = source;
+  if (j.contains("model") && !j["model"].is_null()) {
+    if (!j["model"].is_string()) throw bad("model is " + j["model"].dump() + " (expected a name)");
+    plan.model = j["model"].get<std::string>();
+  }
+  parse_plan_mesh(j, plan, bad);
+  parse_plan_strategy(j, plan, bad);
+  check_plan_shardings(j, plan, bad);
+  parse_plan_layers(j, plan, bad);
   if (j.contains("model_graph") && !j["model_graph"].is_null()) {
     plan.model_graph =
         ModelGraph::parse(j["model_graph"].dump(), "plan file '" + source + "': model_graph");
@@ -574,467 +597,6 @@ TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
     }
   }
   return plan;
-}
-
-namespace {
-
-/// "'fc1' dense 64 -> 128" and so on: what a layer of a model_graph is, for messages.
-/// `l` as a message shows it: "'fc1' dense 64 -> 128". `expected`: `l` is what a trainer
-/// expects, derived from the model's other layers; a size it could not derive (0, e.g. the vocab
-/// of a first layer that is no embedding) is shown by its name, "vocab V", not as a value the user
-/// could not give (adversarial pass adv12, ADV9: "expected 'embed' embedding vocab 0").
-std::string layer_text(const ModelLayer& l, bool expected = false) {
-  const auto size = [expected](int64_t v, const char* name) {
-    return expected && v <= 0 ? std::string(name) : std::to_string(v);
-  };
-  std::string s = "'" + abbreviate(l.name) + "' " + layer_kind_name(l.kind);
-  switch (l.kind) {
-    case LayerKind::kDense:
-      return s + " " + size(l.in, "IN") + " -> " + size(l.out, "OUT") +
-             (l.bias ? "" : " without bias");
-    case LayerKind::kElementwise:
-    case LayerKind::kLayerNorm:
-      return s + " dim " + size(l.out, "D");
-    case LayerKind::kAttention:
-      return s + " d_model " + size(l.out, "D") + ", heads " + size(l.heads, "H") +
-             (l.bias ? "" : " without bias");
-    case LayerKind::kEmbedding:
-      return s + " vocab " + size(l.vocab, "V") + ", d_model " + size(l.out, "D") + ", positions " +
-             size(l.positions, "S");
-  }
-  return s;
-}
-
-ModelLayer expected_layer(const std::string& name, LayerKind kind, int64_t in, int64_t out) {
-  ModelLayer l;
-  l.name = name;
-  l.kind = kind;
-  l.in = in;
-  l.out = out;
-  return l;
-}
-
-/// Throws unless `g` has exactly the layers `want` (names, kinds and sizes; elementwise FLOP
-/// counts are the planner's business) and `dtype` f32. `where` begins the message ("plan file
-/// 'p.json': model_graph"); `trainer` and `layout` describe the trainer's architecture in it.
-void require_architecture(const ModelGraph& g, const std::string& where,
-                          const std::vector<ModelLayer>& want, const std::string& trainer,
-                          const std::string& layout) {
-  auto fail = [&](const std::string& what) {
-    throw InvalidArgumentError(where + " " + what + ", which " + trainer +
-                               " does not run (its model: " + layout + ")");
-  };
-  if (g.dtype != "f32") fail("has dtype " + g.dtype + " (expected f32)");
-  for (size_t i = 0; i < std::max(want.size(), g.layers.size()); ++i) {
-    if (i >= g.layers.size()) {
-      fail("ends after " + std::to_string(g.layers.size()) + " layers (expected layers[" +
-           std::to_string(i) + "] " + layer_text(want[i], /*expected=*/true) + ")");
-    }
-    if (i >= want.size()) {
-      fail("has layers[" + std::to_string(i) + "] " + layer_text(g.layers[i]) +
-           " after the last (" + want.back().name + ")");
-    }
-    const ModelLayer& a = g.layers[i];
-    const ModelLayer& b = want[i];
-    if (a.name != b.name || a.kind != b.kind || a.in != b.in || a.out != b.out ||
-        a.bias != b.bias || a.heads != b.heads || a.vocab != b.vocab ||
-        a.positions != b.positions) {
-      fail("has layers[" + std::to_string(i) + "] " + layer_text(a) + " (expected " +
-           layer_text(b, /*expected=*/true) + ")");
-    }
-  }
-}
-
-/// The layers of the digits MLP with `h` hidden units (mlp_model_graph).
-std::vector<ModelLayer> mlp_layers(int64_t h) {
-  return {expected_layer("fc1", LayerKind::kDense, 64, h),
-          expected_layer("relu", LayerKind::kElementwise, h, h),
-          expected_layer("fc2", LayerKind::kDense, h, 10)};
-}
-
-/// The layers of the transformer of sizes `m` (transformer_model_graph), every bias field at its
-/// model-file default (true).
-std::vector<ModelLayer> transformer_layers(const TransformerPlanModel& m) {
-  const int64_t d = m.d_model, f = m.hidden;
-  std::vector<ModelLayer> want;
-  ModelLayer embed = expected_layer("embed", LayerKind::kEmbedding, 0, d);
-  embed.vocab = m.vocab;
-  embed.positions = m.context;
-  want.push_back(embed);
-  for (int64_t i = 0; i < m.layers; ++i) {
-    const std::string b = "blocks." + std::to_string(i) + ".";
-    want.push_back(expected_layer(b + "ln1", LayerKind::kLayerNorm, d, d));
-    ModelLayer attn = expected_layer(b + "attn", LayerKind::kAttention, d, d);
-    attn.heads = m.heads;
-    want.push_back(attn);
-    want.push_back(expected_layer(b + "ln2", LayerKind::kLayerNorm, d, d));
-    want.push_back(expected_layer(b + "mlp.fc1", LayerKind::kDense, d, f));
-    want.push_back(expected_layer(b + "mlp.gelu", LayerKind::kElementwise, f, f));
-    want.push_back(expected_layer(b + "mlp.fc2", LayerKind::kDense, f, d));
-  }
-  want.push_back(expected_layer("ln_f", LayerKind::kLayerNorm, d, d));
-  want.push_back(expected_layer("head", LayerKind::kDense, d, m.vocab));
-  return want;
-}
-
-/// The sizes of `g`, an "mlp" model, as mlp_plan_model; `where` begins the messages.
-MlpPlanModel mlp_model(const ModelGraph& g, const std::string& where) {
-  const int64_t h = !g.layers.empty() ? g.layers[0].out : 0;
-  const std::string layout =
-      "fc1 dense 64 -> H, relu elementwise H, fc2 dense H -> 10, f32, sgd or adam";
-  require_architecture(g, where, mlp_layers(h), "vtpu train mlp", layout);
-  if (g.seq_len != 1 || (g.optimizer != "sgd" && g.optimizer != "adam")) {
-    throw InvalidArgumentError(where + " has " +
-                               (g.seq_len != 1
-                                    ? "seq_len " + std::to_string(g.seq_len) + " (expected 1)"
-                                    : "optimizer " + g.optimizer + " (expected sgd or adam)") +
-                               ", which vtpu train mlp does not run (its model: " + layout + ")");
-  }
-  return MlpPlanModel{h, g.optimizer};
-}
-
-/// The sizes of `g`, a "transformer" model, as transformer_plan_model; `where` begins the
-/// messages.
-TransformerPlanModel transformer_model(const ModelGraph& g, const std::string& where) {
-  const std::vector<ModelLayer>& ls = g.layers;
-  TransformerPlanModel m;
-  m.vocab = ls[0].vocab;  // parse() leaves no model without layers
-  m.d_model = ls[0].out;
-  m.context = g.seq_len;
-  m.layers = ls.size() >= 3 ? static_cast<int64_t>(ls.size() - 3) / 6 : 0;
-  if (m.layers < 1) m.layers = 1;
-  m.heads = ls.size() > 2 ? ls[2].heads : 0;
-  m.hidden = ls.size() > 4 ? ls[4].out : 0;
-  std::vector<ModelLayer> want = transformer_layers(m);
-  // An embedding has no bias field, and layer norms and elementwise layers carry bias = true by
-  // default; compare like with like.
-  for (size_t i = 0; i < want.size() && i < ls.size(); ++i) {
-    if (want[i].kind != LayerKind::kDense && want[i].kind != LayerKind::kAttention) {
-      want[i].bias = ls[i].bias;
-    }
-  }
-  const std::string layout =
-      "embed, then per block ln1, attn, ln2, mlp.fc1, mlp.gelu, mlp.fc2, then ln_f, head; "
-      "f32, adam";
-  require_architecture(g, where, want, "vtpu train transformer", layout);
-  if (g.optimizer != "adam") {
-    throw InvalidArgumentError(where + " has optimizer " + g.optimizer +
-                               " (expected adam: vtpu train transformer runs Adam)");
-  }
-  return m;
-}
-
-std::string model_graph_where(const TrainPlan& plan) {
-  return "plan file '" + plan.path + "': model_graph";
-}
-
-}  // namespace
-
-std::optional<MlpPlanModel> mlp_plan_model(const TrainPlan& plan) {
-  // Another model is refused by name (require_plan_model), not by layer.
-  if (!plan.model_graph || plan.model_graph->name != "mlp") return std::nullopt;
-  return mlp_model(*plan.model_graph, model_graph_where(plan));
-}
-
-std::optional<TransformerPlanModel> transformer_plan_model(const TrainPlan& plan) {
-  if (!plan.model_graph || plan.model_graph->name != "transformer") return std::nullopt;
-  return transformer_model(*plan.model_graph, model_graph_where(plan));
-}
-
-void require_trainer_architecture(const ModelGraph& model, const std::string& where) {
-  if (model.name == "mlp") (void)mlp_model(model, where);
-  if (model.name == "transformer") (void)transformer_model(model, where);
-}
-
-ModelGraph mlp_model_graph(int64_t hidden) {
-  ModelGraph g;
-  g.name = "mlp";
-  g.layers = mlp_layers(hidden);
-  return g;
-}
-
-ModelGraph transformer_model_graph(const TransformerPlanModel& m) {
-  ModelGraph g;
-  g.name = "transformer";
-  g.seq_len = m.context;
-  g.layers = transformer_layers(m);
-  return g;
-}
-
-void check_plan_layout(const TrainPlan& plan, const ModelGraph& model, const std::string& command) {
-  auto bad = [&](const std::string& what) {
-    return InvalidArgumentError("plan file '" + plan.path + "': " + what);
-  };
-  if (plan.layers_given) {
-    std::vector<std::string> names;
-    for (const ModelLayer& l : model.layers) names.push_back(l.name);
-    const std::string runs = command + " runs the layers " + join(names) + ", in this order";
-    const size_t n = model.layers.size();
-    for (size_t i = 0; i < std::max(n, plan.layers.size()); ++i) {
-      const std::string at = "layers[" + std::to_string(i) + "]";
-      if (i >= plan.layers.size()) {
-        throw bad("layers ends after " + std::to_string(plan.layers.size()) +
-                  " entries (expected " + at + " '" + names[i] + "': " + runs + ")");
-      }
-      const auto& [name, sharding] = plan.layers[i];
-      if (i >= n) {
-        throw bad(at + " is '" + abbreviate(name) + "', after the model's last layer '" +
-                  names.back() + "' (expected " + std::to_string(n) + " entries: " + runs + ")");
-      }
-      if (name != names[i]) {
-        throw bad(at + " is '" + abbreviate(name) + "' (expected '" + names[i] + "': " + runs +
-                  ")");
-      }
-      const bool tensor = !plan.tensor.empty();
-      const std::string want = tensor ? required_tensor_sharding(model.name, name) : "replicated";
-      if (!want.empty() && sharding != want) {
-        throw bad(
-            at + " '" + name + "' is '" + abbreviate(sharding) + "' (expected '" + want + "': " +
-            (tensor ? command + " shards it so under tensor parallelism (Megatron-LM's layout)"
-                    : "strategy " + plan.describe_strategy() + " has no tensor axes, so " +
-                          command + " splits no layer; FSDP's parameter shards are in shardings") +
-            ")");
-      }
-    }
-  }
-  if (plan.parameter_shapes.empty()) return;
-  auto shape_text = [](const std::vector<int64_t>& s) {
-    std::string t = "[";
-    for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-    return t + "]";
-  };
-  const std::map<std::string, std::vector<int64_t>> want = model_parameter_shapes(model);
-  std::vector<std::string> keys;
-  for (const auto& [name, shape] : want) keys.push_back(name);
-  for (const auto& [name, shape] : want) {
-    const auto it = plan.parameter_shapes.find(name);
-    if (it == plan.parameter_shapes.end()) {
-      throw bad("parameter_shapes has no '" + name + "' (expected " + shape_text(shape) +
-                ", its shape in the model " + command + " runs)");
-    }
-    if (it->second != shape) {
-      throw bad("parameter_shapes['" + name + "'] is " + shape_text(it->second) + " (expected " +
-                shape_text(shape) + ", its shape in the model " + command + " runs)");
-    }
-  }
-  for (const auto& [name, shape] : plan.parameter_shapes) {
-    if (!want.contains(name)) {
-      throw bad("parameter_shapes names '" + abbreviate(name) + "', which the model " + command +
-                " runs does not have (expected " + join(keys) + ")");
-    }
-  }
-}
-
-int64_t plan_setting(const TrainPlan& plan, const std::string& what, const std::string& field,
-                     const std::string& flag, int64_t planned, std::optional<int64_t> given) {
-  if (!given || *given == planned) return planned;
-  throw InvalidArgumentError("plan file '" + plan.path + "' is for " + what + " " +
-                             std::to_string(planned) + " (" + field + "), " + flag + " is " +
-                             std::to_string(*given) + " (expected " + std::to_string(planned) +
-                             ", or " + flag + " left out)");
-}
-
-std::string plan_setting(const TrainPlan& plan, const std::string& what, const std::string& field,
-                         const std::string& flag, const std::string& planned,
-                         std::optional<std::string> given) {
-  if (!given || *given == planned) return planned;
-  throw InvalidArgumentError("plan file '" + plan.path + "' is for " + what + " " + planned + " (" +
-                             field + "), " + flag + " is " + *given + " (expected " + planned +
-                             ", or " + flag + " left out)");
-}
-
-void check_plan_cores(const TrainPlan& plan, std::optional<int> cores) {
-  if (!cores || *cores == plan.num_cores()) return;
-  const std::string n = std::to_string(plan.num_cores());
-  throw InvalidArgumentError("--cores " + std::to_string(*cores) + " but plan '" + plan.path +
-                             "' has mesh " + plan.describe_mesh() + " (" +
-                             count_text(plan.num_cores(), "core") + "; expected --cores " + n +
-                             ", or --cores left out)");
-}
-
-void require_plan_model(const TrainPlan& plan, const std::string& model,
-                        const std::string& command) {
-  if (!plan.model.empty() && plan.model != model) {
-    throw InvalidArgumentError("plan file '" + plan.path + "' is for model '" + plan.model +
-                               "' (expected '" + model + "' for " + command + ")");
-  }
-}
-
-std::string plan_unsupported_reason(const std::string& model,
-                                    const std::vector<int64_t>& mesh_shape,
-                                    const std::vector<std::string>& axis_names,
-                                    const std::vector<std::string>& data,
-                                    const std::vector<std::string>& tensor,
-                                    const std::vector<std::string>& fsdp) {
-  if (model != "mlp" && model != "transformer") {
-    return "no vtpu train command runs model '" + model + "' (expected mlp or transformer)";
-  }
-  if (data.empty() && tensor.empty() && fsdp.empty()) {
-    bool all_one = true;
-    for (int64_t s : mesh_shape) all_one = all_one && s == 1;
-    if (!all_one) return "it sets none of data, tensor and fsdp";
-    return {};  // one core
-  }
-  if (!fsdp.empty()) {
-    if (model == "transformer") {
-      return "FSDP is not implemented for transformer (vtpu train transformer runs data and "
-             "tensor parallelism; vtpu train mlp and vtpu train fsdp run FSDP on the digits MLP)";
-    }
-    if (!tensor.empty()) {
-      return "FSDP with tensor parallelism is not implemented for the digits MLP (expected "
-             "strategy.fsdp alone, or data and tensor parallelism)";
-    }
-    if (!axis_without_role(mesh_shape, axis_names, {&fsdp}).empty()) {
-      return "FSDP over part of the mesh (hybrid sharding, HSDP) is not implemented (expected "
-             "strategy.fsdp to name every mesh axis of size > 1)";
-    }
-    if (!data.empty() && std::set<std::string>(data.begin(), data.end()) !=
-                             std::set<std::string>(fsdp.begin(), fsdp.end())) {
-      return "data parallelism over other axes than FSDP is not implemented (expected "
-             "strategy.data null or the same axes as strategy.fsdp)";
-    }
-    return {};
-  }
-  if (const std::string idle = axis_without_role(mesh_shape, axis_names, {&data, &tensor});
-      !idle.empty()) {
-    return "mesh axis '" + idle +
-           "' would be idle (expected every mesh axis of size > 1 in "
-           "data or tensor)";
-  }
-  return {};
-}
-
-std::string required_tensor_sharding(const std::string& model, const std::string& layer) {
-  if (model == "mlp") {
-    // train/mlp_tp_trainer.h: Megatron's MLP, column then row.
-    if (layer == "fc1") return "column";
-    if (layer == "fc2") return "row";
-    return "sharded";  // the ReLU between them works on the hidden shard
-  }
-  if (model == "transformer") {
-    // train/transformer_model.h: attention heads and the MLP hidden units are split.
-    if (ends_with(layer, ".attn")) return "heads";
-    if (ends_with(layer, ".mlp.fc1")) return "column";
-    if (ends_with(layer, ".mlp.gelu")) return "sharded";
-    if (ends_with(layer, ".mlp.fc2")) return "row";
-    return "replicated";
-  }
-  return {};
-}
-
-PlanConstraints plan_constraints(const std::string& model, const std::vector<int64_t>& mesh_shape,
-                                 const std::vector<std::string>& axis_names) {
-  PlanConstraints c;
-  if (model != "mlp" && model != "transformer") return c;
-  c.runner = model == "mlp" ? "vtpu train mlp" : "vtpu train transformer";
-  c.unsupported = [model, mesh_shape, axis_names](const PlanCandidate& k) {
-    return plan_unsupported_reason(model, mesh_shape, axis_names, k.data_axes, k.tensor_axes,
-                                   k.fsdp_axes);
-  };
-  c.tensor_sharding = [model](const ModelLayer& l) {
-    return required_tensor_sharding(model, l.name);
-  };
-  return c;
-}
-
-std::string plan_run_command(const std::string& model, const PlanCandidate& k) {
-  if (model == "transformer") return "vtpu train transformer";
-  if (model != "mlp") return {};
-  // Regression (session 12 review): an FSDP plan's footer said "vtpu train mlp --plan".
-  return k.fsdp_axes.empty() ? "vtpu train mlp" : "vtpu train fsdp";
-}
-
-namespace {
-
-// Layer names of the models vtpu train runs (train/mlp_trainer.h, transformer_model.h):
-// mlp fc1, relu, fc2; transformer embed, blocks.<i>.{ln1, attn, ln2, mlp.fc1, mlp.gelu,
-// mlp.fc2}, ln_f, head. True for every name of another model (nothing to check it against).
-bool is_model_layer(const std::string& model, const std::string& layer) {
-  if (model == "mlp") return layer == "fc1" || layer == "relu" || layer == "fc2";
-  if (model != "transformer") return true;
-  if (layer == "embed" || layer == "ln_f" || layer == "head") return true;
-  if (!layer.starts_with("blocks.")) return false;
-  size_t i = 7;
-  while (i < layer.size() && layer[i] >= '0' && layer[i] <= '9') ++i;
-  if (i == 7 || i >= layer.size() || layer[i] != '.') return false;
-  const std::string part = layer.substr(i + 1);
-  for (const char* p : {"ln1", "attn", "ln2", "mlp.fc1", "mlp.gelu", "mlp.fc2"})
-    if (part == p) return true;
-  return false;
-}
-
-}  // namespace
-
-DataTensorLayout plan_data_tensor_layout(const TrainPlan& plan, const std::string& command) {
-  // Regression (adversarial pass adv7, G3): a layer the model does not have ("fc9" in an mlp
-  // plan) was reported as "is 'row', but the trainer shards it 'sharded'", as if it existed.
-  for (const auto& [layer, sharding] : plan.layers) {
-    if (!is_model_layer(plan.model, layer)) {
-      throw InvalidArgumentError(
-          "plan file '" + plan.path + "' names layer '" + abbreviate(layer) + "', which model '" +
-          plan.model + "' does not have (expected " +
-          (plan.model == "mlp" ? std::string("fc1, relu, fc2")
-                               : std::string("embed, blocks.<i>.ln1/attn/ln2/mlp.fc1/mlp.gelu/"
-                                             "mlp.fc2, ln_f, head")) +
-          ")");
-    }
-  }
-  if (!plan.fsdp.empty()) {
-    throw UnimplementedError(command + " cannot run strategy " + plan.describe_strategy() +
-                             " of plan '" + plan.path +
-                             "': it uses FSDP (expected data and tensor roles only)");
-  }
-  if (!plan.tensor.empty()) {
-    for (const auto& [layer, sharding] : plan.layers) {
-      const std::string want = required_tensor_sharding(plan.model, layer);
-      if (!want.empty() && sharding != want) {
-        throw UnimplementedError(command + " cannot run plan '" + plan.path + "': layer '" + layer +
-                                 "' is '" + sharding + "', but the trainer shards it '" + want +
-                                 "' under tensor parallelism (Megatron-LM's layout)");
-      }
-    }
-  }
-  return DataTensorLayout::from_mesh(plan.mesh(), plan.data, plan.tensor);
-}
-
-MlpPlanMode mlp_plan_mode(const TrainPlan& plan, bool allow_tensor) {
-  require_plan_model(plan, "mlp", allow_tensor ? "vtpu train mlp" : "vtpu train fsdp");
-  const std::string command = allow_tensor ? "train mlp" : "train fsdp";
-  const std::string why_prefix = command + " cannot run strategy " + plan.describe_strategy() +
-                                 " of plan '" + plan.path + "': ";
-  const std::string why = plan_unsupported_reason("mlp", plan.mesh_shape, plan.mesh_axes, plan.data,
-                                                  plan.tensor, plan.fsdp);
-  if (!why.empty()) throw UnimplementedError(why_prefix + why);
-  if (!plan.fsdp.empty()) return MlpPlanMode::kFsdp;
-  if (!plan.tensor.empty()) {
-    if (!allow_tensor) {
-      throw UnimplementedError(why_prefix +
-                               "it uses tensor parallelism, which train fsdp does not run (run "
-                               "it with vtpu train mlp --plan)");
-    }
-    return MlpPlanMode::kTensorParallel;
-  }
-  return MlpPlanMode::kDataParallel;
-}
-
-// Regression (new-user pass nu8, N13): a tensor-parallel plan was refused with "train fsdp
-// cannot run strategy ...", though the user ran `train mlp --estimate-from`.
-void check_mlp_estimate_plan(const TrainPlan& plan) {
-  // One core splits nothing: any strategy of a 1-core mesh is what train mlp --cores 1 runs.
-  if (plan.num_cores() <= 1) {
-    require_plan_model(plan, "mlp", "vtpu train mlp --estimate-from");
-    return;
-  }
-  const MlpPlanMode mode = mlp_plan_mode(plan, /*allow_tensor=*/true);
-  if (mode == MlpPlanMode::kDataParallel) return;
-  const bool tensor = mode == MlpPlanMode::kTensorParallel;
-  throw InvalidArgumentError(
-      "train mlp --estimate-from " + plan.path +
-      ": --estimate-from takes a data-parallel plan (every mesh axis of size > 1 in data) or a "
-      "1-core plan; strategy " +
-      plan.describe_strategy() + " is " + (tensor ? "tensor parallel" : "FSDP") +
-      ": run it with `vtpu train " + (tensor ? "mlp" : "fsdp") + " --plan " + plan.path +
-      "`, which ends with the same estimate report");
 }
 
 void PlanEstimate::check_batch(int64_t run_batch) const {
@@ -1057,6 +619,179 @@ std::optional<PlanEstimate> comparable_estimate(const TrainPlan& plan, int64_t b
   if (!plan.estimate || !(plan.estimate->step_seconds > 0)) return std::nullopt;
   plan.estimate->check_batch(batch);
   return plan.estimate;
+}
+
+// ---- writer --------------------------------------------------------------------------------
+
+namespace {
+
+/// A role's axes: null when none, else always a list (the reader also takes one name).
+nlohmann::json axis_json(const std::vector<std::string>& axes) {
+  if (axes.empty()) return nullptr;
+  return axes;
+}
+
+/// The PartitionSpec text of every parameter of `plan.model` and of every layer's output
+/// activation under candidate `w`, by name ("fc1.w", "fc1.out"). `batch_axes` shard the batch.
+/// Throws InternalError when a parameter of model_parameter_shapes gets no spec or a spec of
+/// higher rank than its shape.
+nlohmann::json candidate_shardings(const AutoShardingPlan& plan, const PlanCandidate& w,
+                                   const std::vector<std::string>& batch_axes,
+                                   const std::map<std::string, std::vector<int64_t>>& shapes) {
+  const ModelGraph& model = plan.model;
+  const std::vector<std::string>& tp = w.tensor_axes;
+  const std::vector<std::string>& fs = w.fsdp_axes;
+  nlohmann::json shardings = nlohmann::json::object();
+  const auto spec = [](std::vector<PartitionSpec::Entry> entries,
+                       std::vector<std::string> unreduced = {}) {
+    return PartitionSpec(std::move(entries), std::move(unreduced)).normalized().to_string();
+  };
+  const PartitionSpec::Entry none;
+  size_t specified = 0;
+  const auto param = [&](const std::string& name, std::vector<PartitionSpec::Entry> entries) {
+    const auto it = shapes.find(name);
+    if (it == shapes.end() || entries.size() > it->second.size()) {
+      throw InternalError("plan: parameter '" + name + "' has no shape of rank >= " +
+                          std::to_string(entries.size()) + " in model_parameter_shapes");
+    }
+    if (!shardings.contains(name)) ++specified;
+    shardings[name] = spec(std::move(entries));
+  };
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    const ModelLayer& l = model.layers[i];
+    const LayerPlan& p = w.layers[i];
+    const std::string& c = p.choice;
+    const std::string& n = l.name;
+    switch (l.kind) {
+      case LayerKind::kDense:
+        if (c == "column") {
+          param(n + ".w", {fs, tp});
+          if (l.bias) param(n + ".b", {tp});
+        } else if (c == "row") {
+          param(n + ".w", {tp, fs});
+          if (l.bias) param(n + ".b", {fs});
+        } else {
+          param(n + ".w", {fs, none});
+          if (l.bias) param(n + ".b", {fs});
+        }
+        break;
+      case LayerKind::kAttention:
+        // The trainer holds wqkv as (d, 3, d) -- input, q/k/v, heads x head dim -- and splits the
+        // last dimension, so every core has whole heads of Q, K and V (train/transformer_model.h);
+        // P(None, 'model') over a (d, 3d) array would split the fused Q|K|V columns instead.
+        if (c == "heads") {
+          param(n + ".wqkv", {fs, none, tp});
+          param(n + ".wo", {tp, fs});
+          if (l.bias) param(n + ".bqkv", {none, tp});
+        } else {
+          param(n + ".wqkv", {fs, none, none});
+          param(n + ".wo", {fs, none});
+          if (l.bias) param(n + ".bqkv", {none, fs});
+        }
+        if (l.bias) param(n + ".bo", {fs});
+        break;
+      case LayerKind::kLayerNorm:
+        param(n + ".gamma", {fs});
+        param(n + ".beta", {fs});
+        break;
+      case LayerKind::kEmbedding:
+        if (c == "vocab") {
+          param(n + ".table", {tp, fs});
+        } else if (c == "features") {
+          param(n + ".table", {fs, tp});
+        } else {
+          param(n + ".table", {fs, none});
+        }
+        if (l.positions > 0) {
+          param(n + ".positions", {fs, c == "features" ? tp : none});
+        }
+        break;
+      case LayerKind::kElementwise:
+        break;
+    }
+    // The activation: (batch, [seq,] features).
+    std::vector<PartitionSpec::Entry> act = {batch_axes};
+    if (model.seq_len > 1) act.push_back(none);
+    act.push_back(p.out_state == 'S' ? tp : none);
+    shardings[n + ".out"] = spec(act, p.out_state == 'P' ? tp : std::vector<std::string>{});
+  }
+  if (specified != shapes.size()) {
+    throw InternalError("plan: " + std::to_string(shapes.size() - specified) +
+                        " of the model's parameters have no spec");
+  }
+  return shardings;
+}
+
+/// The "estimate" of candidate `w`: what a run is compared with.
+nlohmann::json candidate_estimate(const AutoShardingPlan& plan, const PlanCandidate& w) {
+  nlohmann::json e = {
+      {"step_seconds", w.step_seconds},
+      {"compute_seconds", w.compute_seconds},
+      {"comm_seconds", w.comm_seconds},
+      {"hbm_bytes_per_core", w.hbm_bytes_per_core},
+      {"input_bytes_per_core", w.input_bytes_per_core},
+      {"oversubscription", plan.oversubscription},
+      {"mesh_shape", plan.mesh_shape},  // the mesh it was priced for; the trainers check it
+      {"comm_bytes_per_core", static_cast<uint64_t>(std::llround(w.comm_bytes_per_core))},
+      {"hardware", plan.hardware},
+      {"strategy", w.name},  // the strategy it was priced for; the trainers check the roles
+      {"batch", plan.model.batch}};
+  // The profile itself, so the run is compared with what the plan was priced with (an edited or
+  // recalibrated profile file keeps the shipped name); "hardware_file" says where it was read.
+  if (!plan.profile.name.empty()) e["hardware_profile"] = plan.profile.to_json();
+  if (!plan.profile.source_path.empty()) e["hardware_file"] = plan.profile.source_path;
+  return e;
+}
+
+}  // namespace
+
+nlohmann::json emit_train_plan(const AutoShardingPlan& plan) {
+  if (plan.chosen() < 0) {
+    throw FailedPreconditionError("no plan to emit: model '" + plan.model.name +
+                                  "' fits on no strategy");
+  }
+  const PlanCandidate& w = plan.candidates[static_cast<size_t>(plan.chosen())];
+  std::vector<std::string> batch_axes;  // data and fsdp axes, mesh order
+  for (size_t a = 0; a < plan.axis_names.size(); ++a) {
+    if (w.roles[a] == AxisRole::kData || w.roles[a] == AxisRole::kFsdp)
+      batch_axes.push_back(plan.axis_names[a]);
+  }
+  // Every parameter's global shape beside its spec, so that the spec can be applied as written
+  // (jax.sharding.NamedSharding(mesh, spec) on an array of that shape): the model's parameters
+  // (model_parameter_shapes, the rule the trainers check a plan file with).
+  const std::map<std::string, std::vector<int64_t>> shapes = model_parameter_shapes(plan.model);
+  nlohmann::json layers = nlohmann::json::array();
+  for (const LayerPlan& l : w.layers) {
+    layers.push_back({{"name", l.layer},
+                      {"sharding", l.choice},
+                      {"in", std::string(1, l.in_state)},
+                      {"out", std::string(1, l.out_state)},
+                      {"reshard_before", l.reshard_in.empty() ? nlohmann::json(nullptr)
+                                                              : nlohmann::json(l.reshard_in)}});
+  }
+  nlohmann::json j;
+  j["format"] = "vtpu-plan";
+  j["version"] = 1;
+  j["model"] = plan.model.name;
+  j["mesh"] = {{"axes", plan.axis_names}, {"shape", plan.mesh_shape}};
+  j["strategy"] = {{"name", w.name},
+                   {"data", axis_json(w.data_axes)},
+                   {"tensor", axis_json(w.tensor_axes)},
+                   {"fsdp", axis_json(w.fsdp_axes)},
+                   {"batch_axes", batch_axes}};
+  j["shardings"] = candidate_shardings(plan, w, batch_axes, shapes);
+  j["parameter_shapes"] = shapes;
+  j["estimate"] = candidate_estimate(plan, w);
+  j["layers"] = layers;
+  if (plan.pinned >= 0 && plan.pinned != plan.winner) {
+    j["pinned"] = {
+        {"winner", plan.winner >= 0
+                       ? nlohmann::json(plan.candidates[static_cast<size_t>(plan.winner)].name)
+                       : nlohmann::json(nullptr)},
+        {"why_lost", w.why_lost}};
+  }
+  j["model_graph"] = plan.model.to_json();  // the sizes the plan is for (trainers take them)
+  return j;
 }
 
 }  // namespace vtpu

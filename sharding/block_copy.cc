@@ -23,7 +23,7 @@ int64_t num_elements_of(const std::vector<int64_t>& shape) {
                                  shape_text(shape) + " is negative (expected >= 0)");
     }
   }
-  // Regression (issue 6 adversarial pass, F22): (2^62, 0) has no elements, but the product
+  // Regression: (2^62, 0) has no elements, but the product
   // overflowed the limit before it reached the 0 ((0, 2^62) passed).
   if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   int64_t n = 1;

@@ -46,7 +46,7 @@ struct DataTensorLayout {
   /// data,model) x tensor group 1" for dp(data,model) on a 2x4 mesh, "data-parallel group 2
   /// (mesh axis data) x tensor group 4 (mesh axis model)" for grid(2, 4); a role on no axis
   /// names none. (Not "data 8 x model 1": a plan's mesh axes may be called "data" and "model"
-  /// in other roles; new-user pass nu8, N8.)
+  /// in other roles.)
   std::string describe() const;
 
   /// The mesh (D, T) with data first: core (d, t) = d * T + t. Throws InvalidArgumentError for

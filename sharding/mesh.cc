@@ -69,9 +69,9 @@ Mesh::Mesh(std::vector<int64_t> shape, std::vector<std::string> axis_names,
       throw InvalidArgumentError("mesh axis " + std::to_string(i) +
                                  " has an empty name (expected a non-empty name)");
     }
-    // Regression (issue 6 adversarial pass, F18): an axis named with a quote character was
+    // Regression: an axis named with a quote character was
     // accepted, but no PartitionSpec can name it, so the axis could only ever replicate; and
-    // (adv12, ADV7) '(', ')', '+' and spaces made strategy names ambiguous. Identifiers only.
+    // '(', ')', '+' and spaces made strategy names ambiguous. Identifiers only.
     if (const std::string problem = check_mesh_axis_name(i, axis_names_[i]); !problem.empty()) {
       throw InvalidArgumentError("mesh " + problem);
     }

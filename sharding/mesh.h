@@ -26,8 +26,8 @@ namespace vtpu {
 /// Mesh axis names are identifiers, [A-Za-z_][A-Za-z0-9_]* (ASCII letters, digits and '_', not
 /// starting with a digit), as JAX's axis names are Python identifiers in practice. Strategy names
 /// ("dp(data)+tp(model)"), PartitionSpecs ("P('x', None)") and plan files are built from them, so
-/// a name holding '(', ')', '+', ',', a quote or a space made them ambiguous (adversarial pass
-/// adv12, ADV7: --axes "a),b" gave the candidate "dp(a))+tp(b)"). Returns "" for a valid name,
+/// a name holding '(', ')', '+', ',', a quote or a space made them ambiguous
+/// (--axes "a),b" gave the candidate "dp(a))+tp(b)"). Returns "" for a valid name,
 /// else the reason, naming the axis by its 0-based `index`: "axis 0 name <a)> is not an
 /// identifier (expected [A-Za-z_][A-Za-z0-9_]*: ...)"; callers prefix where the name came from
 /// ("mesh ", "--axes 'a),b': "). The name is abbreviated (common/strings.h). Pure. Thread-safe.

@@ -15,7 +15,7 @@ constexpr int64_t kMaxMeshSize = 4096;
 
 }  // namespace
 
-// Regression (issue 6 adversarial pass, F19): std::stoll skipped leading whitespace and took a
+// Regression: std::stoll skipped leading whitespace and took a
 // sign, so --mesh " 2x 2" and --mesh +2x2 were accepted. Only digits are now.
 std::vector<int64_t> parse_mesh_shape(const std::string& text) {
   std::vector<int64_t> dims;
@@ -43,8 +43,8 @@ std::vector<int64_t> parse_mesh_shape(const std::string& text) {
 void check_mesh_devices(const std::string& text, const std::vector<int64_t>& shape, int64_t limit,
                         const std::string& why) {
   // The exact count up to 2^62; past it, "more than 2^62" (each size is in 1..4096, so the
-  // check before each product keeps it below 2^63). New-user pass nu12, NU56: this stopped at
-  // the first product above `limit` and said "more than 4096" of --mesh 4096x32 (131072).
+  // check before each product keeps it below 2^63), so that --mesh 4096x32 says 131072, not "more
+  // than 4096".
   constexpr int64_t kCountLimit = int64_t{1} << 62;
   int64_t devices = 1;
   bool more = false;
@@ -66,7 +66,7 @@ std::vector<std::string> mesh_axis_names(const std::string& axes_text, const std
   if (axes_text.empty()) {
     axes = std::move(defaults);
   } else {
-    // Regression (issue 6 adversarial pass, F19): CLI11's delimiter dropped empty names, so
+    // Regression: CLI11's delimiter dropped empty names, so
     // --axes ",y" said "names 1 axes" instead of naming the empty one.
     size_t pos = 0;
     while (true) {
@@ -83,7 +83,7 @@ std::vector<std::string> mesh_axis_names(const std::string& axes_text, const std
     }
   }
   for (size_t i = 0; i < axes.size(); ++i) {
-    // Adversarial pass adv12, ADV7: "a),b" gave the candidate "dp(a))+tp(b)".
+    // "a),b" gave the candidate "dp(a))+tp(b)".
     if (const std::string problem = check_mesh_axis_name(i, axes[i]); !problem.empty()) {
       throw InvalidArgumentError("--axes '" + abbreviate(axes_text) + "': " + problem);
     }

@@ -87,15 +87,15 @@ class SpecParser {
   [[noreturn]] void fail(const std::string& expected) const { fail_at(pos_, expected); }
   [[noreturn]] void fail_at(size_t pos, const std::string& expected) const {
     const std::string found = pos >= text_.size() ? "end of text" : character_at(pos);
-    // Regression (issue 6 adversarial pass, F27): a long spec was quoted whole (a 150 KB line);
+    // Regression: a long spec was quoted whole (a 150 KB line);
     // the message now quotes the part around the position.
     throw InvalidArgumentError("cannot parse PartitionSpec \"" + excerpt_around(text_, pos) +
                                "\": expected " + expected + " at position " + std::to_string(pos) +
                                ", found " + found);
   }
   // The character at byte `pos` for an error message: quoted when printable ASCII or a whole,
-  // valid UTF-8 sequence (so 'é' is not cut in half), else "byte 0xNN". Regression (adversarial
-  // pass of issue 6, F4): the message used to hold the first byte of 'é' alone, invalid UTF-8.
+  // valid UTF-8 sequence (so 'é' is not cut in half), else "byte 0xNN". Regression: the
+  // message used to hold the first byte of 'é' alone, invalid UTF-8.
   std::string character_at(size_t pos) const {
     const auto byte = [&](size_t i) { return static_cast<unsigned char>(text_[i]); };
     const unsigned char b = byte(pos);
@@ -146,7 +146,7 @@ class SpecParser {
     const auto done = [&] {
       // A reduce op names how pending partial values combine; with no unreduced axis there is
       // nothing pending (DTensor's Partial(reduce_op) is a placement of its own, never beside
-      // Shard or Replicate alone). Regression (new-user pass N14): it was accepted and dropped.
+      // Shard or Replicate alone). Regression: it was accepted and dropped.
       if (seen_op && out.unreduced.empty()) {
         fail_at(op_at,
                 "unreduced={...} with at least one axis beside reduce_op= (a reduce op applies "

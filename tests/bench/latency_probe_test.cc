@@ -8,7 +8,7 @@
 
 #include "vtpu/common/error.h"
 #include "vtpu/bench/estimate_report.h"
-#include "vtpu/planner/plan_file.h"
+#include "vtpu/planner/trainer_plans.h"
 #include "vtpu/planner/auto_planner.h"
 #include "vtpu/planner/cost_model.h"
 #include "vtpu/planner/model_graph.h"

@@ -93,7 +93,7 @@ TEST(AutoPlannerTest, TinyModelWithLargeActivationsIsDataParallel) {
 
 TEST(AutoPlannerTest, NoFitIsAnErrorWithTheExactMinimum) {
   // One dense 4 -> 4 without bias, batch 2, SGD, on 1x2. The input batch counts against the
-  // limit (new-user pass 8, N21: it did not): dp and fsdp split the batch (1 row per core), tp
+  // limit (it did not): dp and fsdp split the batch (1 row per core), tp
   // does not (2 rows); a row is 4 f32 inputs (16 B) and an int32 label (4 B).
   //   dp(y):   params 64 + grads 64 + output 1 x 4 x 4 + input 20             = 164 B
   //   fsdp(y): 128 / 2 + output 16 + transient 64 (the one unit) + input 20   = 164 B
@@ -134,7 +134,7 @@ ModelGraph digits_mlp() {
                {"name": "fc2", "kind": "dense", "in": 64, "out": 10}]})");
 }
 
-// New-user pass 8, N9: the FSDP transient was 2 x the largest layer (its gathered parameters and
+// the FSDP transient was 2 x the largest layer (its gathered parameters and
 // gradient), so on 8 cores fsdp (41.51 KiB) came out above dp (41.89 KiB less 0.4) and never won,
 // while `vtpu train fsdp --cores 8` measures 35328 B for FSDP against 46080 B for data parallel.
 TEST(AutoPlannerTest, FsdpHbmOfTheDigitsMlpFollowsTheTrainersBuffers) {
@@ -278,7 +278,7 @@ HardwareProfile host_profile() {
 }
 
 TEST(AutoPlannerTest, HostProfileCoresShareTheHostRam) {
-  // New-user pass 8, N2: on a host profile every virtual core got the whole host RAM as its
+  // on a host profile every virtual core got the whole host RAM as its
   // limit. host_profile() keeps v5e's 16 GiB with 1 core per chip; 8 virtual cores share it.
   const ModelGraph m = ModelGraph::parse(R"({"name": "tiny", "optimizer": "sgd", "batch": 8,
     "layers": [{"name": "fc", "kind": "dense", "in": 4, "out": 4, "bias": false}]})");
@@ -299,7 +299,7 @@ TEST(AutoPlannerTest, HostProfileCoresShareTheHostRam) {
   EXPECT_EQ(tpu.host_ram_bytes, 0u);
 }
 
-// Adversarial pass adv15, ADV26: "hbm_bytes": 1 on a host profile gave "fits on no strategy
+// "hbm_bytes": 1 on a host profile gave "fits on no strategy
 // within 0 B of HBM per core (host RAM 1 B over 8 cores)", a limit --hbm-bytes 0 refuses. 7 bytes
 // over 8 cores is 0 per core: an error naming the field; 8 bytes is 1 per core, a real limit.
 TEST(AutoPlannerTest, AProfileThatLeavesNoHbmPerCoreIsAnError) {
@@ -499,7 +499,7 @@ TEST(AutoPlannerTest, ConstraintsForceTheRunnersLayersAndMarkWhatItCannotRun) {
   EXPECT_THAT(find(three, "tp(y)").why_lost,
               HasSubstr("layer 'fc1' (dense, in 64, out 64) must be split 'column' (the test "
                         "runner runs it so), which does not divide over 3 tensor cores"));
-  // Only the runner's layouts make it infeasible (adv8 H7): without them fc1 could stay
+  // Only the runner's layouts make it infeasible: without them fc1 could stay
   // replicated. dp(y) is infeasible because the batch 64 does not split 3 ways, which no
   // constraint causes.
   EXPECT_TRUE(find(three, "tp(y)").infeasible_by_constraints);
@@ -530,7 +530,7 @@ std::pair<double, double> row_comm(const PlanCandidate& c) {
   return {seconds, bytes};
 }
 
-// Regression (new-user pass nu8, N6): tp(model)'s comm (4480 B, the all-reduce of the partial
+// Regression: tp(model)'s comm (4480 B, the all-reduce of the partial
 // logits after fc2) was in the strategy's total but in no row of the per-layer table, and the
 // data-parallel gradient bucket's latency (paid once per step) neither. Both are rows of their
 // own now, and the rows add up to the candidate's comm.
@@ -596,7 +596,7 @@ TEST(AutoPlannerTest, RowsAfterTheLayersCompleteTheCandidatesComm) {
 }
 
 // Data parallelism's gradient bucket is one all-reduce per step, priced as one on a measured
-// (not straight) curve (new-user pass nu13, NU63). The 8-core all-reduce curve below is flat-ish
+// (not straight) curve. The 8-core all-reduce curve below is flat-ish
 // above 8 KiB: (8 B, 10 us), (8 KiB, 20 us), (64 KiB, 30 us). The digits MLP's bucket on dp(x)
 // is 4810 floats = 19240 B: 20 + 10 x (19240 - 8192) / 57344 = 21.92661 us, the candidate's
 // whole comm. Summing a per-layer t(B) - 2 alpha as before would give fc1 (16640 B) 21.47 - 10,
@@ -669,7 +669,7 @@ TEST(AutoPlannerTest, MixedStrategyShardingsNameTheAxes) {
   const PlanCandidate& w = p.candidates[static_cast<size_t>(p.winner)];
   EXPECT_EQ(w.name, "dp(data)+tp(model)");
   const nlohmann::json j = p.to_json();
-  // One axis is a list of one, as docs/SHARDING.md shows (nu8 N10: it was the string "data").
+  // One axis is a list of one, as docs/SHARDING.md shows (it was the string "data").
   EXPECT_EQ(j["strategy"]["data"], nlohmann::json::array({"data"}));
   EXPECT_EQ(j["strategy"]["tensor"], nlohmann::json::array({"model"}));
   EXPECT_TRUE(j["strategy"]["fsdp"].is_null());
@@ -679,7 +679,7 @@ TEST(AutoPlannerTest, MixedStrategyShardingsNameTheAxes) {
   EXPECT_EQ(j["shardings"]["fc2.out"], "P('data', unreduced={'model'})");
 }
 
-// Regression (adversarial pass adv8, H5): the DP now drops labels that cannot fit and builds each
+// Regression: the DP now drops labels that cannot fit and builds each
 // frontier by sorting, and a second DP finds the smallest plan. Against brute force on a chain
 // small enough to enumerate: every per-layer sharding sequence (3^5 x 2^2 = 972) is costed on its
 // own (each layer forced by PlanConstraints::tensor_sharding: a DP with one path), and at limits
@@ -780,7 +780,7 @@ TEST(AutoPlannerTest, DpMatchesBruteForceOverEveryShardingSequenceAtEveryLimit) 
   EXPECT_GT(fitting_limits, 100);
 }
 
-// New-user pass nu10, NU16: --strategy 'tp(model)+dp(data)' was not a candidate, since the
+// --strategy 'tp(model)+dp(data)' was not a candidate, since the
 // planner names it 'dp(data)+tp(model)'. The order of the roles does not matter; the order of the
 // axes inside one does (it is the order a dimension is split over them).
 TEST(AutoPlannerTest, StrategyNamesMatchInAnyRoleOrder) {
@@ -803,7 +803,7 @@ TEST(AutoPlannerTest, StrategyNamesMatchInAnyRoleOrder) {
   EXPECT_THROW(p.choose("tp(model,data)"), InvalidArgumentError);
 }
 
-// New-user pass nu10, NU18: when nothing could run the table ended "no strategy fits" and the
+// when nothing could run the table ended "no strategy fits" and the
 // error named only the first row's reason. Hand count for a batch of 2 and fc1 (out 2) that the
 // runner splits 'column' on 3 axes of 2 (27 candidates, d data, t tensor, f FSDP axes): the batch
 // does not split when d + f >= 2 (t = 1: 3 x 4 = 12 over 4 cores; t = 0: 8 over 8 cores), else
@@ -897,7 +897,7 @@ TEST(AutoPlannerTest, ALongReasonIsPrintedWhole) {
   }
 }
 
-// Regression (new-user pass nu11, NU35): rows identical to the winner's said "sends more bytes or
+// Regression: rows identical to the winner's said "sends more bytes or
 // uses more HBM". On the shipped this_machine profile the digits MLP on a 2x2x2 mesh is won by
 // dp(z)+tp(x,y), and its rotations dp(y)+tp(x,z) and dp(x)+tp(y,z) cost exactly the same (the
 // profile prices a group by its size, not by which axes it spans): the first listed wins, and

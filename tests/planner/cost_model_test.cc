@@ -1,4 +1,4 @@
-// Cost model: every expected value is worked by hand from the v5e figures of issue 6 (16 GiB HBM
+// Cost model: every expected value is worked by hand from the v5e figures (16 GiB HBM
 // at 8.1e11 B/s, 1.97e14 bf16 FLOP/s, 4.5e10 B/s one-way per ICI link, 1 us per hop, 2-D torus)
 // and the formulas in planner/cost_model.h.
 #include "vtpu/planner/cost_model.h"
@@ -242,7 +242,7 @@ TEST(CostModelTest, ProfileCollectivesRoundTripAndAreValidated) {
   EXPECT_THROW(HardwareProfile::from_json(j), InvalidArgumentError);
 }
 
-// F14 (issue 6): a profile that calibrates only some collectives prices the others from its
+// A profile that calibrates only some collectives prices the others from its
 // links, exactly as the uncalibrated profile does, and the cost-model line names them.
 TEST(CostModelTest, PartlyCalibratedProfilePricesTheRestFromTheLinks) {
   HardwareProfile p = HardwareProfile::get("v5e");
@@ -388,7 +388,7 @@ TEST(CostModelTest, AMeasuredCurveIsPricedThroughItsMonotoneEnvelope) {
   EXPECT_NEAR(CostModel::measured_seconds(ar, 1000, 0.0), 6e-6, 1e-18);
 }
 
-// New-user pass nu15, NU94: a calibration on a busy host had one 2-core all-gather row of
+// a calibration on a busy host had one 2-core all-gather row of
 // 118.6 us between rows of about 2.7 us; through the running maximum it priced every size above
 // it at 118.6 us. A spike (CostModel::is_measured_spike, factor 3) is left out of the curve.
 TEST(CostModelTest, ASpikeInAMeasuredCurveIsLeftOut) {
@@ -669,7 +669,7 @@ TEST(CostModelTest, KernelRatesRoundTripAndAreValidated) {
   rejected(j, "kernels.gemm_warm_flops_per_second is 5000000000.0 (expected an array");
 }
 
-// New-user pass nu10, NU12: vtpu reshard and vtpu plan printed describe(), about 1,450
+// vtpu reshard and vtpu plan printed describe(), about 1,450
 // characters on one line for this_machine (every fit and its curve, and for a reshard the kernel
 // rates it does not use). summary() is their default; describe() keeps every term.
 TEST(CostModelTest, SummaryIsOneShortLineAndDescribeKeepsEveryTerm) {

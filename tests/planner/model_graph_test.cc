@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "vtpu/common/error.h"
 #include "tests/temp_path.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 namespace {
@@ -125,7 +125,7 @@ TEST(ModelGraphTest, BadFieldsNameTheirPath) {
   EXPECT_THAT(error_of(R"({"name": "x", "batch": 2, "optimizer": "lamb", "layers": []})"),
               HasSubstr("optimizer"));
   EXPECT_THAT(error_of("[1, 2]"), HasSubstr("expected an object"));
-  // adv12 ADV1: a number beyond a double's range is nlohmann's out_of_range, not a parse_error;
+  // a number beyond a double's range is nlohmann's out_of_range, not a parse_error;
   // it was an "internal error" without the file's name.
   EXPECT_THAT(error_of(R"({"name": "x", "batch": 1e400, "layers": []})"),
               HasSubstr("m.json: not valid JSON: [json.exception.out_of_range.406] number overflow "
@@ -136,10 +136,9 @@ TEST(ModelGraphTest, MissingFileIsNotFound) {
   EXPECT_THROW(ModelGraph::load_json_file("/nonexistent/model.json"), NotFoundError);
 }
 
-// Adversarial pass of issue 6. F8: every size may be up to 2^40, and their products overflowed
-// int64 (a dense 2^40 x 2^40 counted 2^40 parameters, an embedding of 2^40 x 2^40 counted 0, and
-// the planner's HBM saturated at 2^64 - 1 bytes). F9: a directory was "not valid JSON at line 1".
-// F10: a NUL in a name cut the printed name short. Repeated keys took the last value silently.
+// Every size may be up to 2^40, and their products overflowed int64 (a dense 2^40 x 2^40 counted
+// 2^40 parameters, an embedding of 2^40 x 2^40 counted 0). A directory was "not valid JSON", a NUL
+// in a name cut the printed name short, and repeated keys took the last value silently.
 TEST(ModelGraphTest, RejectsOverflowingSizesDirectoriesControlCharactersAndRepeatedKeys) {
   const std::string head = R"({"name": "x", "batch": 1, "layers": [)";
   EXPECT_THAT(error_of(head + R"({"name": "a", "kind": "dense", "in": 4, "out": 1099511627777}]})"),
@@ -171,7 +170,7 @@ TEST(ModelGraphTest, RejectsOverflowingSizesDirectoriesControlCharactersAndRepea
               HasSubstr("m.json: repeats the key 'batch' in one object"));
   EXPECT_THAT(error_of(head + R"({"name": "a", "kind": "layer_norm", "dim": 4, "dim": 8}]})"),
               HasSubstr("repeats the key 'dim'"));
-  // F24: at most 65536 layers, and a file of at most 16 MiB.
+  // At most 65536 layers, and a file of at most 16 MiB.
   std::string many = head;
   for (int i = 0; i <= 65536; ++i) {
     many += (i ? "," : "") + std::string(R"({"name": "r)") + std::to_string(i) +

@@ -36,7 +36,7 @@ TEST(BlockCopyTest, NumElements) {
   EXPECT_EQ(num_elements_of({}), 1);
   EXPECT_EQ(num_elements_of({5, 10}), 50);
   EXPECT_EQ(num_elements_of({3, 0, int64_t{1} << 62}), 0);
-  // F22 (issue 6 adversarial pass): the 0 after the huge dimension counts too.
+  // The 0 after the huge dimension counts too.
   EXPECT_EQ(num_elements_of({int64_t{1} << 62, 0}), 0);
   EXPECT_EQ(num_elements_of({int64_t{1} << 62, int64_t{1} << 62, 0}), 0);
   EXPECT_THROW(num_elements_of({int64_t{1} << 62, 0, -1}), InvalidArgumentError);
@@ -45,7 +45,7 @@ TEST(BlockCopyTest, NumElements) {
   // Regression: 2^62 f32 elements made from_buffers' expected byte size wrap to 0.
   EXPECT_EQ(num_elements_of({int64_t{1} << 60}), int64_t{1} << 60);
   EXPECT_THROW(num_elements_of({int64_t{1} << 62}), InvalidArgumentError);
-  // 2^60 + 1 is one past the limit; the error names the shape and the limit (adv10 A10: it said
+  // 2^60 + 1 is one past the limit; the error names the shape and the limit (it said
   // "expected fewer").
   try {
     num_elements_of({(int64_t{1} << 60) + 1});

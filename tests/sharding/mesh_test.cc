@@ -3,8 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "vtpu/common/error.h"
 #include "tests/sharding/expect_invalid.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 namespace {
@@ -94,9 +94,8 @@ TEST(MeshTest, BadMeshesAreRejected) {
   expect_invalid([] { Mesh({-1}, {"x"}); }, {"size -1"});
   expect_invalid([] { Mesh({2, 2}, {"x", ""}); }, {"empty name"});
   expect_invalid([] { Mesh({2, 2}, {"x", "x"}); }, {"'x'", "used twice"});
-  // F18 (issue 6 adversarial pass): names no PartitionSpec could name. Adversarial pass adv12,
-  // ADV7: '(', ')', '+', ',' and spaces made strategy names ambiguous ("dp(a))+tp(b)"); axis
-  // names are identifiers.
+  // Names no PartitionSpec could name, and '(', ')', '+', ',' and spaces, which made strategy
+  // names ambiguous ("dp(a))+tp(b)"): axis names are identifiers.
   const std::string rule =
       "is not an identifier (expected [A-Za-z_][A-Za-z0-9_]*: ASCII letters, digits and '_', not "
       "starting with a digit";

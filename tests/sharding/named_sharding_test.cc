@@ -7,8 +7,8 @@
 #include <numeric>
 #include <random>
 
-#include "vtpu/common/error.h"
 #include "tests/sharding/expect_invalid.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 

@@ -122,7 +122,7 @@ TEST(PartitionSpecTest, ParseErrorsNameThePosition) {
       {"3", "expected an axis name, None or '(' at position 0, found '3'"},
       {"(x y)", "expected ',' or ')' in a tuple of axis names at position 3, found 'y'"},
       {"P(", "at position 2, found end of text"},
-      // Regression (issue 6 adversarial pass, F4): a multi-byte character is quoted whole, and a
+      // Regression: a multi-byte character is quoted whole, and a
       // byte that is no printable character is named by its value.
       {"P(\u00e9)", "expected an axis name, None or '(' at position 2, found '\u00e9'"},
       {"P(\u4e2d)", "at position 2, found '\u4e2d'"},

@@ -10,10 +10,10 @@
 #include <numeric>
 #include <random>
 
+#include "tests/sharding/naive_block.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/units.h"
 #include "vtpu/memory/hbm_arena.h"
-#include "tests/sharding/naive_block.h"
 
 namespace vtpu {
 namespace {
