@@ -70,10 +70,7 @@ ReshardStep make_step(ReshardOpKind op, const Mesh& mesh, std::vector<std::strin
 
 ReshardPlan one_step_plan(const Shape& shape, const NamedSharding& from, const NamedSharding& to,
                           ReshardStep step) {
-  ReshardPlan plan;
-  plan.global_shape = shape;
-  plan.source = from;
-  plan.target = to;
+  ReshardPlan plan{shape, from, to, "", "", {}, 0};
   plan.steps.push_back(std::move(step));
   return plan;
 }
@@ -166,8 +163,8 @@ TEST_F(ExecuteReshardTest, MakePartialKeepsTheValueOnPartialIndexZero) {
   const ReshardPlan plan = one_step_plan(
       shape, from, to,
       make_step(ReshardOpKind::kMakePartial, x2_, {"x"}, "P()", "P(unreduced={'x'})", {2}));
-  const ShardedArray b =
-      execute_reshard(*rt_, ShardedArray::device_put(*rt_, {5.0f, 6.0f}, shape, from), plan);
+  const ShardedArray b = execute_reshard(
+      *rt_, ShardedArray::device_put(*rt_, std::vector<float>{5, 6}, shape, from), plan);
   EXPECT_THAT(local(b, 0), ElementsAre(5, 6));
   EXPECT_THAT(local(b, 1), ElementsAre(0, 0));  // the identity of sum
   EXPECT_THAT(b.gather(), ElementsAre(5, 6));
@@ -191,10 +188,7 @@ TEST_F(ExecuteReshardTest, APlanWithoutStepsCopiesTheBlocks) {
   const Shape shape = {8};
   const std::vector<float> x = iota_values(shape);
   const NamedSharding s = sharding(x4_, "P('x')");
-  ReshardPlan plan;
-  plan.global_shape = shape;
-  plan.source = s;
-  plan.target = s;
+  const ReshardPlan plan{shape, s, s, "", "", {}, 0};
   const ShardedArray a = ShardedArray::device_put(*rt_, x, shape, s);
   const ShardedArray b = execute_reshard(*rt_, a, plan);
   expect_blocks(b, x);
@@ -203,10 +197,7 @@ TEST_F(ExecuteReshardTest, APlanWithoutStepsCopiesTheBlocks) {
 
 TEST_F(ExecuteReshardTest, APlanForAnotherArrayIsRefused) {
   const NamedSharding s = sharding(x4_, "P('x')");
-  ReshardPlan plan;
-  plan.global_shape = {12};
-  plan.source = s;
-  plan.target = s;
+  const ReshardPlan plan{{12}, s, s, "", "", {}, 0};
   const ShardedArray a = ShardedArray::device_put(*rt_, iota_values({8}), {8}, s);
   expect_invalid([&] { execute_reshard(*rt_, a, plan); }, {"f32(12,)"});
 }
