@@ -129,7 +129,8 @@ MlpLayout checked_shard_layout(const Runtime& runtime, const DigitsSplit& split,
 
 /// What every core of a run reads: the configuration, the groups' communicators, the replicated
 /// training rows and the initial tensor shards. Built in this order before the SPMD program (the
-/// training set is the first HBM allocation); read-only while it runs, so thread-safe then.
+/// training set is the first HBM allocation); while it runs, every core reads the rest and calls
+/// the thread-safe communicators.
 struct TensorParallelRun {
   TensorParallelRun(Runtime& runtime, const DigitsSplit& split, const MlpConfig& config,
                     const DataTensorLayout& layout)
