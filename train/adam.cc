@@ -39,11 +39,11 @@ void adam_update(std::span<float> params, std::span<const float> grads, std::spa
   const float c2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b2), t));
   const float lr = learning_rate;
   // GCC vectorises this loop (AVX: 8 floats per vsqrtps and vdivps) only because adam.cc is
-  // compiled with -fno-math-errno (examples/CMakeLists.txt): std::sqrt may otherwise set errno,
+  // compiled with -fno-math-errno (train/CMakeLists.txt): std::sqrt may otherwise set errno,
   // and the loop then ran at about 3.3 ns per element (400 us for the transformer's 120704
-  // parameters; bench/micro/optimizer_bench.cc compares the two). -ffp-contract=off keeps the vector
-  // body and the scalar remainder to the same correctly rounded multiplies, adds, divisions and
-  // square roots, so an element's result does not depend on where its shard starts
+  // parameters; bench/micro/optimizer_bench.cc compares the two). -ffp-contract=off keeps the
+  // vector body and the scalar remainder to the same correctly rounded multiplies, adds, divisions
+  // and square roots, so an element's result does not depend on where its shard starts
   // (AdamTest.ShardedUpdateIsBitIdenticalToTheWholeUpdate). Eigen's array sqrt is not used: with
   // EIGEN_FAST_MATH it is an approximation whose last bits differ from the scalar remainder's.
   for (size_t i = 0; i < n; ++i) {

@@ -20,6 +20,7 @@
 namespace vtpu {
 
 /// Adam's hyper-parameters besides the learning rate; the defaults are torch.optim.Adam's.
+/// Plain data, thread-compatible.
 struct AdamOptions {
   float beta1 = 0.9f;    // decay of the first moment, in (0, 1)
   float beta2 = 0.999f;  // decay of the second moment, in (0, 1)

@@ -26,6 +26,7 @@ DigitsDataset load_digits_csv(const std::string& path);
 
 /// The fixed held-out split: rows are shuffled with a constant seed (not the training seed), the
 /// first 80% (rounded down) train and the rest test. Same file, same split, every run.
+/// Plain data, thread-compatible.
 struct DigitsSplit {
   DigitsDataset train;
   DigitsDataset test;

@@ -8,13 +8,15 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
+#include <span>
 
 #include "vtpu/common/error.h"
 #include "vtpu/common/median.h"
+#include "vtpu/sharding/sharded_array.h"
 #include "vtpu/train/adam.h"
+#include "vtpu/train/mlp_eigen_layers.h"
 #include "vtpu/train/mlp_layout.h"
 #include "vtpu/train/train_step_log.h"
-#include "vtpu/sharding/sharded_array.h"
 
 namespace vtpu {
 
@@ -33,12 +35,297 @@ bool starts_with(const std::string& s, const std::string& prefix) {
 }
 
 /// What outlives the SPMD program on each core: the parameter shards and, with Adam, the m and v
-/// shards (one per layer each).
+/// shards (one per layer each). Written only by the owning core.
 struct CoreState {
   std::vector<DeviceBuffer> param_shards;
   std::vector<DeviceBuffer> m_shards;
   std::vector<DeviceBuffer> v_shards;
 };
+
+std::vector<int> all_cores(int n) {
+  std::vector<int> cores(static_cast<size_t>(n));
+  std::iota(cores.begin(), cores.end(), 0);
+  return cores;
+}
+
+/// What every core of a run reads: the configuration, one communicator per kind of collective
+/// (so that the stats separate them; every core starts and calls them in the same order), the
+/// replicated training rows and the initial FlatParameters. Built in this order before the SPMD
+/// program; while it runs, every core reads the rest and calls the thread-safe communicators.
+struct FsdpRun {
+  FsdpRun(Runtime& runtime, const DigitsSplit& split, const FsdpConfig& config)
+      : mc(config.mlp),
+        flat(fsdp_flat_params(mc.hidden, runtime.num_cores())),
+        rows(mc.global_batch / runtime.num_cores()),
+        inv_batch(1.0f / static_cast<float>(mc.global_batch)),
+        prefetch(config.prefetch),
+        adam(mc.optimizer == "adam"),
+        ag_comm(runtime, all_cores(runtime.num_cores())),
+        rs_comm(runtime, all_cores(runtime.num_cores())),
+        loss_comm(runtime, all_cores(runtime.num_cores())),
+        // The same input pipeline as train_mlp: the training rows replicated on every core.
+        data(replicate_digits(runtime, split.train, "fsdp")) {
+    // The initial parameters as train_mlp draws them, split into the padded FlatParameters.
+    const std::vector<float> init = mlp_init_parameters(mc.hidden, mc.seed);
+    int64_t offset = 0;
+    for (const FlatParamShape& f : flat) {
+      padded.emplace_back(static_cast<size_t>(f.padded_numel), 0.0f);
+      std::copy_n(init.begin() + offset, f.numel, padded.back().begin());
+      offset += f.numel;
+    }
+  }
+
+  const MlpConfig& mc;
+  const std::vector<FlatParamShape> flat;  // layer 0 [W1, b1], layer 1 [W2, b2]
+  const int64_t rows;                      // rows of the global batch per core
+  const float inv_batch;                   // 1 / global batch
+  const bool prefetch, adam;
+  Communicator ag_comm, rs_comm, loss_comm;
+  const ReplicatedDigits data;
+  std::vector<std::vector<float>> padded;  // initial FlatParameters, zero-padded
+};
+
+/// A temporary of one layer's padded flat size, pinned while it lives. Only the owning core may
+/// use it.
+struct Temp {
+  DeviceBuffer buf;
+  BufferPin pin;
+  std::span<float> span() const { return buf.as<float>(); }
+};
+
+// Offsets within the FlatParameters: layer 0 is [W1, b1], layer 1 is [W2, b2].
+constexpr int64_t kW1 = 0, kW2 = 0;
+int64_t b1_offset(int64_t hidden) { return kIn * hidden; }
+int64_t b2_offset(int64_t hidden) { return hidden * kOut; }
+
+/// One core's part of an FSDP run: its shards (persistent), its batch and activations, and the
+/// named parts of a step, whose all-gathers and reduce-scatters follow the header's schedule.
+/// Core 0 records its HBM at the highest bytes_in_use of the first step into `peak`. Only the
+/// owning core may call.
+class FsdpCore {
+ public:
+  FsdpCore(CoreContext& ctx, FsdpRun& run, CoreState& state, HbmBreakdown* peak)
+      : ctx_(ctx), run_(run), s_(state), peak_(peak), hidden_(run.mc.hidden) {
+    // Persistent, sharded: each core's 1/N of every FlatParameter, of its gradient and, with
+    // Adam, of its two moments (zero-initialised; plain SGD has no optimizer state).
+    const auto c = static_cast<size_t>(ctx.core_id());
+    for (size_t l = 0; l < run.flat.size(); ++l) {
+      const FlatParamShape& f = run.flat[l];
+      s_.param_shards.push_back(allocate(f.shard_numel, "fsdp/params." + f.name));
+      std::memcpy(s_.param_shards[l].data(), run.padded[l].data() + c * f.shard_numel,
+                  static_cast<size_t>(f.shard_numel) * kF);
+      grad_shards_.push_back(allocate(f.shard_numel, "fsdp/grads." + f.name));
+      if (run.adam) {
+        s_.m_shards.push_back(allocate(f.shard_numel, "fsdp/opt_state.exp_avg." + f.name));
+        s_.v_shards.push_back(allocate(f.shard_numel, "fsdp/opt_state.exp_avg_sq." + f.name));
+        std::memset(s_.m_shards[l].data(), 0, s_.m_shards[l].size_bytes());
+        std::memset(s_.v_shards[l].data(), 0, s_.v_shards[l].size_bytes());
+      }
+    }
+    // Batch and activations, allocated once and pinned as in train_mlp (one micro-batch); the
+    // loss sum for the all-reduce.
+    io_.emplace(ctx, run.data, MlpStepShape{run.rows, run.rows, hidden_, false}, "fsdp",
+                run.mc.seed);
+    note_allocation();
+    lossbuf_ = allocate(1, "fsdp/loss");
+    // Raw pointers live for the whole run: pin so that defragmentation never moves them.
+    for (const DeviceBuffer* buf : {&s_.param_shards[0], &s_.param_shards[1], &grad_shards_[0],
+                                    &grad_shards_[1], &lossbuf_}) {
+      pins_.push_back(buf->pin());
+    }
+    for (size_t l = 0; l < s_.m_shards.size(); ++l) {
+      pins_.push_back(s_.m_shards[l].pin());
+      pins_.push_back(s_.v_shards[l].pin());
+    }
+    layers_.emplace(*io_);
+  }
+
+  /// Forward of both units, each gathered before and freed after it computes; the batch rows
+  /// are copied while layer 0's gather runs (and, with prefetch, layer 1's too). Leaves dZ2 in
+  /// the logits buffer and returns the local loss sum.
+  double forward() {
+    std::optional<Temp> g0 = temp(0, "gathered");
+    CollectiveHandle h0 = gather(0, *g0);
+    std::optional<Temp> g1;
+    CollectiveHandle h1;
+    io_->load_batch(run_.mc.global_batch, ctx_.core_id() * run_.rows);
+    if (run_.prefetch) {  // forward prefetch: layer 1's gather runs while layer 0 computes
+      g1 = temp(1, "gathered");
+      h1 = gather(1, *g1);
+    }
+    h0.wait();
+    const float* p0 = g0->span().data();
+    layers_->hidden_forward(p0 + kW1, p0 + b1_offset(hidden_));
+    g0.reset();  // FULL_SHARD reshards after forward
+    if (!run_.prefetch) {
+      g1 = temp(1, "gathered");
+      h1 = gather(1, *g1);
+    }
+    h1.wait();
+    const float* p1 = g1->span().data();
+    layers_->output_forward(p1 + kW2);
+    layers_->add_output_bias(p1 + b2_offset(hidden_));
+    g1.reset();
+    return layers_->loss_and_output_grad(run_.inv_batch);
+  }
+
+  /// Backward of layer 1 then layer 0: each unit gathered again (FSDP's pre-backward hook), its
+  /// full gradient computed into a temporary and reduce-scattered into the gradient shards. With
+  /// prefetch, layer 0's gather starts with layer 1's and layer 1's reduce-scatter runs while
+  /// layer 0 computes.
+  void backward() {
+    std::optional<Temp> gb1 = temp(1, "gathered");
+    CollectiveHandle hb1 = gather(1, *gb1);
+    if (run_.prefetch) {  // BACKWARD_PRE: layer 0's gather runs while layer 1's backward computes
+      gb0_ = temp(0, "gathered");
+      hb0_ = gather(0, *gb0_);
+    }
+    full1_ = temp(1, "unsharded_grad");
+    float* g1 = zero_padding(1, *full1_);
+    layers_->output_backward(g1 + kW2, g1 + b2_offset(hidden_));
+    hb1.wait();
+    layers_->hidden_input_grad(gb1->span().data() + kW2);
+    gb1.reset();
+    rs1_ = scatter(1, *full1_);
+    if (!run_.prefetch) full1_.reset();
+    backward_layer0();
+    peak_ = nullptr;  // the first step has allocated everything a step allocates
+  }
+
+  /// The optimizer on the shards only.
+  void optimizer_step(int64_t step) {
+    for (size_t l = 0; l < run_.flat.size(); ++l) {
+      mlp_optimizer_update(s_.param_shards[l].as<float>(), grad_shards_[l].as<float>(),
+                           run_.adam ? s_.m_shards[l].as<float>() : std::span<float>(),
+                           run_.adam ? s_.v_shards[l].as<float>() : std::span<float>(), step,
+                           run_.mc);
+    }
+  }
+
+  /// The mean loss over the global batch: the all-reduce (sum) of the cores' loss sums.
+  double all_reduce_loss(double loss_sum) {
+    float* slot = lossbuf_.as<float>().data();
+    *slot = static_cast<float>(loss_sum);
+    run_.loss_comm.all_reduce<float>(ctx_, lossbuf_.as<float>());
+    return static_cast<double>(*slot) / static_cast<double>(run_.mc.global_batch);
+  }
+
+ private:
+  /// Layer 0's backward. W1 is not read (the input needs no gradient), but FSDP's pre-backward
+  /// hook unshards the module anyway; it is freed at once. Then waits for both reduce-scatters.
+  void backward_layer0() {
+    if (!run_.prefetch) {
+      gb0_ = temp(0, "gathered");
+      hb0_ = gather(0, *gb0_);
+    }
+    hb0_.wait();
+    gb0_.reset();
+    std::optional<Temp> full0 = temp(0, "unsharded_grad");
+    float* g0 = zero_padding(0, *full0);
+    layers_->hidden_backward(g0 + kW1, g0 + b1_offset(hidden_));
+    CollectiveHandle rs0 = scatter(0, *full0);
+    rs1_.wait();
+    full1_.reset();
+    rs0.wait();
+    full0.reset();
+  }
+
+  /// Core 0, during the first step: records the arena when bytes_in_use reaches a new high
+  /// (checked after every allocation; only allocations raise it).
+  void note_allocation() {
+    if (peak_ == nullptr) return;
+    HbmArena& arena = ctx_.core().hbm();
+    const uint64_t in_use = arena.free_space().bytes_in_use;
+    if (in_use > peak_seen_) {
+      peak_seen_ = in_use;
+      *peak_ = hbm_breakdown(arena.chunk_records());
+    }
+  }
+  DeviceBuffer allocate(int64_t elements, const std::string& label) {
+    DeviceBuffer buf = ctx_.allocate(static_cast<uint64_t>(elements) * kF, label);
+    note_allocation();
+    return buf;
+  }
+  Temp temp(size_t l, const char* kind) {
+    Temp t;
+    t.buf =
+        allocate(run_.flat[l].padded_numel, std::string("fsdp/") + kind + "." + run_.flat[l].name);
+    t.pin = t.buf.pin();
+    return t;
+  }
+  /// Zeroes the padding of layer l's full-gradient temporary; returns its data.
+  float* zero_padding(size_t l, const Temp& full) const {
+    float* g = full.span().data();
+    std::fill(g + run_.flat[l].numel, g + run_.flat[l].padded_numel, 0.0f);
+    return g;
+  }
+  /// all_gather of layer l's shards into `into` (tiled along the flat dimension: rank r's shard
+  /// lands at [r * shard_numel, ...)), started on the communication worker or run now.
+  CollectiveHandle gather(size_t l, const Temp& into) {
+    const int64_t dims[] = {run_.flat[l].shard_numel};
+    auto shard = std::span<const float>(s_.param_shards[l].as<float>());
+    if (run_.prefetch) {
+      return run_.ag_comm.all_gather_start<float>(ctx_, shard, into.span(), dims, 0, true);
+    }
+    run_.ag_comm.all_gather<float>(ctx_, shard, into.span(), dims, 0, true);
+    return CollectiveHandle();
+  }
+  /// reduce_scatter (sum) of layer l's full gradient: rank r gets the sum of block r.
+  CollectiveHandle scatter(size_t l, const Temp& full) {
+    const int64_t dims[] = {run_.flat[l].padded_numel};
+    auto send = std::span<const float>(full.span());
+    auto recv = grad_shards_[l].as<float>();
+    if (run_.prefetch) {
+      return run_.rs_comm.reduce_scatter_start<float>(ctx_, send, recv, dims, ReduceOp::kSum, 0,
+                                                      true);
+    }
+    run_.rs_comm.reduce_scatter<float>(ctx_, send, recv, dims, ReduceOp::kSum, 0, true);
+    return CollectiveHandle();
+  }
+
+  CoreContext& ctx_;
+  FsdpRun& run_;
+  CoreState& s_;
+  HbmBreakdown* peak_;  // core 0 during the first step, else nullptr
+  uint64_t peak_seen_ = 0;
+  const int64_t hidden_;
+  std::vector<DeviceBuffer> grad_shards_;
+  std::optional<MlpStepBuffers> io_;
+  DeviceBuffer lossbuf_;
+  std::vector<BufferPin> pins_;
+  std::optional<MlpEigenLayers> layers_;
+  // In flight between backward's two layers; a handle is declared after the buffers it writes,
+  // so that it is destroyed (and waited for) first.
+  std::optional<Temp> gb0_, full1_;
+  CollectiveHandle hb0_, rs1_;
+};
+
+/// The final parameters: every core's shard, in rank order, with the padding dropped. Sets
+/// `padding_is_zero` when the padding of every parameter and moment shard is exactly 0.
+std::vector<float> collect_parameters(const std::vector<CoreState>& state,
+                                      const std::vector<FlatParamShape>& flat,
+                                      bool& padding_is_zero) {
+  std::vector<float> parameters;
+  padding_is_zero = true;
+  for (size_t l = 0; l < flat.size(); ++l) {
+    std::vector<float> full;
+    for (size_t c = 0; c < state.size(); ++c) {
+      const CoreState& cs = state[c];
+      auto shard = cs.param_shards[l].as<float>();
+      full.insert(full.end(), shard.begin(), shard.end());
+      for (const std::vector<DeviceBuffer>* bufs : {&cs.param_shards, &cs.m_shards, &cs.v_shards}) {
+        if (bufs->empty()) continue;
+        auto values = (*bufs)[l].as<float>();
+        for (int64_t i = 0; i < flat[l].shard_numel; ++i) {
+          const bool padding = static_cast<int64_t>(c) * flat[l].shard_numel + i >= flat[l].numel;
+          if (padding && values[static_cast<size_t>(i)] != 0.0f) padding_is_zero = false;
+        }
+      }
+    }
+    parameters.insert(parameters.end(), full.begin(), full.begin() + flat[l].numel);
+  }
+  return parameters;
+}
 
 }  // namespace
 
@@ -130,281 +417,42 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
   const int n = runtime.num_cores();
   config.validate(n);
   const MlpConfig& mc = config.mlp;
-  const DigitsDataset& train = split.train;
-  if (train.num_rows() == 0) throw InvalidArgumentError("training split is empty");
-  const int64_t h = mc.hidden;
-  const int64_t b = mc.global_batch / n;
-  const float inv_batch = 1.0f / static_cast<float>(mc.global_batch);
-  const std::vector<FlatParamShape> flat = fsdp_flat_params(h, n);
-  const bool prefetch = config.prefetch;
-  const bool adam = mc.optimizer == "adam";
-
-  std::vector<int> cores(static_cast<size_t>(n));
-  std::iota(cores.begin(), cores.end(), 0);
-  // One communicator per kind of collective, so that the stats separate them. Every core starts
-  // and calls them in the same order (the communicator's rule for several communicators).
-  Communicator ag_comm(runtime, cores);
-  Communicator rs_comm(runtime, cores);
-  Communicator loss_comm(runtime, cores);
-
-  // The same input pipeline as train_mlp: the training rows replicated on every core.
-  const ReplicatedDigits data = replicate_digits(runtime, train, "fsdp");
-
-  // The initial parameters as train_mlp draws them, split into the two padded FlatParameters.
-  const std::vector<float> init = mlp_init_parameters(h, mc.seed);
-  std::vector<std::vector<float>> padded(flat.size());
-  {
-    int64_t offset = 0;
-    for (size_t l = 0; l < flat.size(); ++l) {
-      padded[l].assign(static_cast<size_t>(flat[l].padded_numel), 0.0f);
-      std::copy_n(init.begin() + offset, flat[l].numel, padded[l].begin());
-      offset += flat[l].numel;
-    }
-  }
+  if (split.train.num_rows() == 0) throw InvalidArgumentError("training split is empty");
+  FsdpRun fr(runtime, split, config);
 
   FsdpResult result;
   result.num_cores = n;
-  result.prefetch = prefetch;
+  result.prefetch = config.prefetch;
   result.optimizer = mc.optimizer;
-  result.num_parameters = mlp_num_parameters(h);
-  result.flat_params = flat;
+  result.num_parameters = mlp_num_parameters(mc.hidden);
+  result.flat_params = fr.flat;
   result.losses.assign(static_cast<size_t>(mc.steps), 0.0);
   result.step_seconds.assign(static_cast<size_t>(mc.steps), 0.0);
   std::vector<CoreState> state(static_cast<size_t>(n));
 
   runtime.run_spmd([&](CoreContext& ctx) {
     const int c = ctx.core_id();
-    CoreState& s = state[static_cast<size_t>(c)];
-    HbmArena& arena = ctx.core().hbm();
-    // Core 0 records its arena at the highest bytes_in_use of the first step (checked after every
-    // allocation; only allocations raise it).
-    uint64_t peak_seen = 0;
-    bool recording = c == 0;
-    auto note_allocation = [&] {
-      if (!recording) return;
-      const uint64_t in_use = arena.free_space().bytes_in_use;
-      if (in_use > peak_seen) {
-        peak_seen = in_use;
-        result.peak = hbm_breakdown(arena.chunk_records());
-      }
-    };
-    auto allocate = [&](int64_t elements, const std::string& label) {
-      DeviceBuffer buf = ctx.allocate(static_cast<uint64_t>(elements) * kF, label);
-      note_allocation();
-      return buf;
-    };
-
-    // Persistent, sharded: each core's 1/N of every FlatParameter, of its gradient and, with
-    // Adam, of its two moments (zero-initialised; plain SGD has no optimizer state).
-    std::vector<DeviceBuffer> grad_shards;
-    for (size_t l = 0; l < flat.size(); ++l) {
-      s.param_shards.push_back(allocate(flat[l].shard_numel, "fsdp/params." + flat[l].name));
-      std::memcpy(s.param_shards[l].data(),
-                  padded[l].data() + static_cast<size_t>(c) * flat[l].shard_numel,
-                  static_cast<size_t>(flat[l].shard_numel) * kF);
-      grad_shards.push_back(allocate(flat[l].shard_numel, "fsdp/grads." + flat[l].name));
-      if (adam) {
-        s.m_shards.push_back(
-            allocate(flat[l].shard_numel, "fsdp/opt_state.exp_avg." + flat[l].name));
-        s.v_shards.push_back(
-            allocate(flat[l].shard_numel, "fsdp/opt_state.exp_avg_sq." + flat[l].name));
-        std::memset(s.m_shards[l].data(), 0, s.m_shards[l].size_bytes());
-        std::memset(s.v_shards[l].data(), 0, s.v_shards[l].size_bytes());
-      }
-    }
-    // Batch and activations, allocated once and pinned as in train_mlp (one micro-batch); the
-    // loss sum for the all-reduce.
-    MlpStepBuffers io(ctx, data, MlpStepShape{b, b, h, false}, "fsdp", mc.seed);
-    note_allocation();
-    DeviceBuffer lossbuf = allocate(1, "fsdp/loss");
-    // Raw pointers below live for the whole run: pin so that defragmentation never moves them.
-    std::vector<BufferPin> pins;
-    for (const DeviceBuffer* buf : std::initializer_list<const DeviceBuffer*>{
-             &s.param_shards[0], &s.param_shards[1], &grad_shards[0], &grad_shards[1], &lossbuf}) {
-      pins.push_back(buf->pin());
-    }
-    for (size_t l = 0; l < s.m_shards.size(); ++l) {
-      pins.push_back(s.m_shards[l].pin());
-      pins.push_back(s.v_shards[l].pin());
-    }
-    MatMap xb(io.x_data(), b, kIn);
-    MatMap yb(io.y_data(), b, kOut);
-    MatMap z1(io.z1.as<float>().data(), b, h);
-    MatMap a1(io.a1.as<float>().data(), b, h);
-    MatMap logits(io.logits.as<float>().data(), b, kOut);
-    float* loss_slot = lossbuf.as<float>().data();
-
-    // A temporary of one layer's padded flat size, pinned while it lives.
-    struct Temp {
-      DeviceBuffer buf;
-      BufferPin pin;
-      std::span<float> span() const { return buf.as<float>(); }
-    };
-    auto temp = [&](size_t l, const char* kind) {
-      Temp t;
-      t.buf = allocate(flat[l].padded_numel, std::string("fsdp/") + kind + "." + flat[l].name);
-      t.pin = t.buf.pin();
-      return t;
-    };
-    // all_gather of layer l's shards into `into` (tiled along the flat dimension: rank r's shard
-    // lands at [r * shard_numel, ...)), started on the communication worker or run now.
-    auto gather = [&](size_t l, const Temp& into) {
-      const int64_t dims[] = {flat[l].shard_numel};
-      auto shard = std::span<const float>(s.param_shards[l].as<float>());
-      if (prefetch) return ag_comm.all_gather_start<float>(ctx, shard, into.span(), dims, 0, true);
-      ag_comm.all_gather<float>(ctx, shard, into.span(), dims, 0, true);
-      return CollectiveHandle();
-    };
-    // reduce_scatter (sum) of layer l's full gradient: rank r gets the sum of block r.
-    auto scatter = [&](size_t l, const Temp& full) {
-      const int64_t dims[] = {flat[l].padded_numel};
-      auto send = std::span<const float>(full.span());
-      auto recv = grad_shards[l].as<float>();
-      if (prefetch) {
-        return rs_comm.reduce_scatter_start<float>(ctx, send, recv, dims, ReduceOp::kSum, 0, true);
-      }
-      rs_comm.reduce_scatter<float>(ctx, send, recv, dims, ReduceOp::kSum, 0, true);
-      return CollectiveHandle();
-    };
-    const int64_t w2_offset = 0, b2_offset = h * kOut;  // within layer 1
-    const int64_t w1_offset = 0, b1_offset = kIn * h;   // within layer 0
-    // W2 and dW2 through copies at Eigen's alignment, as train_mlp does
-    // (train/mlp_tp_trainer.cc: Eigen's smallest products round differently at other operand
-    // addresses).
-    RowMatrix w2_aligned(h, kOut), dw2_aligned(h, kOut);
-
+    FsdpCore core(ctx, fr, state[static_cast<size_t>(c)], c == 0 ? &result.peak : nullptr);
     for (int64_t step = 0; step < mc.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
-      // ---- forward -------------------------------------------------------------------------
-      std::optional<Temp> g0 = temp(0, "gathered");
-      CollectiveHandle h0 = gather(0, *g0);  // prefetch: overlaps the batch copy below
-      std::optional<Temp> g1;
-      CollectiveHandle h1;
-      io.load_batch(mc.global_batch, c * b);
-      if (prefetch) {  // forward prefetch: layer 1's gather runs while layer 0 computes
-        g1 = temp(1, "gathered");
-        h1 = gather(1, *g1);
-      }
-      h0.wait();
-      {
-        const float* p = g0->span().data();
-        z1.noalias() = xb * ConstMatMap(p + w1_offset, kIn, h);
-        z1.rowwise() += ConstVecMap(p + b1_offset, h);
-        a1 = z1.cwiseMax(0.0f);
-      }
-      g0.reset();  // free the gathered layer 0 (FULL_SHARD reshards after forward)
-      if (!prefetch) {
-        g1 = temp(1, "gathered");
-        h1 = gather(1, *g1);
-      }
-      h1.wait();
-      double loss_sum = 0.0;
-      {
-        const float* p = g1->span().data();
-        w2_aligned = ConstMatMap(p + w2_offset, h, kOut);
-        logits.noalias() = a1 * w2_aligned;
-        logits.rowwise() += ConstVecMap(p + b2_offset, kOut);
-      }
-      g1.reset();
-      loss_sum = softmax_cross_entropy_rows(logits.data(), yb.data(), b);
-      logits = (logits - yb) * inv_batch;  // dZ2, scaled by the global batch
-
-      // ---- backward, layer 1 ---------------------------------------------------------------
-      std::optional<Temp> gb1 = temp(1, "gathered");
-      CollectiveHandle hb1 = gather(1, *gb1);
-      std::optional<Temp> gb0;
-      CollectiveHandle hb0;
-      if (prefetch) {  // BACKWARD_PRE: layer 0's gather runs while layer 1's backward computes
-        gb0 = temp(0, "gathered");
-        hb0 = gather(0, *gb0);
-      }
-      std::optional<Temp> full1 = temp(1, "unsharded_grad");
-      {
-        float* g = full1->span().data();
-        std::fill(g + flat[1].numel, g + flat[1].padded_numel, 0.0f);  // padding
-        dw2_aligned.noalias() = a1.transpose() * logits;
-        MatMap(g + w2_offset, h, kOut) = dw2_aligned;
-        VecMap(g + b2_offset, kOut) = logits.colwise().sum();
-        hb1.wait();
-        w2_aligned = ConstMatMap(gb1->span().data() + w2_offset, h, kOut);
-        a1.noalias() = logits * w2_aligned.transpose();
-      }
-      gb1.reset();
-      CollectiveHandle rs1 = scatter(1, *full1);
-      if (!prefetch) full1.reset();
-
-      // ---- backward, layer 0 ---------------------------------------------------------------
-      if (!prefetch) {
-        gb0 = temp(0, "gathered");
-        hb0 = gather(0, *gb0);
-      }
-      // W1 is not read (the input needs no gradient), but FSDP's pre-backward hook unshards the
-      // module anyway; freed at once.
-      hb0.wait();
-      gb0.reset();
-      std::optional<Temp> full0 = temp(0, "unsharded_grad");
-      {
-        float* g = full0->span().data();
-        std::fill(g + flat[0].numel, g + flat[0].padded_numel, 0.0f);
-        z1 = (z1.array() > 0.0f).select(a1, 0.0f);  // dZ1
-        MatMap(g + w1_offset, kIn, h).noalias() = xb.transpose() * z1;
-        VecMap(g + b1_offset, h) = z1.colwise().sum();
-      }
-      CollectiveHandle rs0 = scatter(0, *full0);
-      rs1.wait();
-      full1.reset();
-      rs0.wait();
-      full0.reset();
-      recording = false;  // the first step has allocated everything a step allocates
-
-      // ---- optimizer on the shards, then the loss -------------------------------------------
-      for (size_t l = 0; l < flat.size(); ++l) {
-        if (adam) {
-          adam_update(s.param_shards[l].as<float>(), grad_shards[l].as<float>(),
-                      s.m_shards[l].as<float>(), s.v_shards[l].as<float>(), step + 1,
-                      mc.learning_rate, mc.adam);
-          continue;
-        }
-        Eigen::Map<Eigen::VectorXf> p(s.param_shards[l].as<float>().data(), flat[l].shard_numel);
-        Eigen::Map<const Eigen::VectorXf> g(grad_shards[l].as<float>().data(), flat[l].shard_numel);
-        p -= mc.learning_rate * g;
-      }
-      *loss_slot = static_cast<float>(loss_sum);
-      loss_comm.all_reduce<float>(ctx, lossbuf.as<float>());
-      const double loss = static_cast<double>(*loss_slot) / static_cast<double>(mc.global_batch);
+      const double loss_sum = core.forward();
+      core.backward();
+      core.optimizer_step(step);
+      const double loss = core.all_reduce_loss(loss_sum);
       finish_step(c, step, mc.steps, mc.log_every, loss, t0, result.step_seconds, result.losses,
                   on_log);
     }
   });
 
   result.median_step_ms = 1e3 * median_of(result.step_seconds);
-  // The final parameters: every core's shard, in rank order, with the padding dropped; and the
-  // padding (elements numel.. of the padded vector) of the parameters and moments checked.
-  result.padding_is_zero = true;
-  for (size_t l = 0; l < flat.size(); ++l) {
-    std::vector<float> full;
-    for (int c = 0; c < n; ++c) {
-      const CoreState& cs = state[static_cast<size_t>(c)];
-      auto shard = cs.param_shards[l].as<float>();
-      full.insert(full.end(), shard.begin(), shard.end());
-      for (const std::vector<DeviceBuffer>* bufs : {&cs.param_shards, &cs.m_shards, &cs.v_shards}) {
-        if (bufs->empty()) continue;
-        auto values = (*bufs)[l].as<float>();
-        for (int64_t i = 0; i < flat[l].shard_numel; ++i) {
-          const bool padding = c * flat[l].shard_numel + i >= flat[l].numel;
-          if (padding && values[static_cast<size_t>(i)] != 0.0f) result.padding_is_zero = false;
-        }
-      }
-    }
-    result.parameters.insert(result.parameters.end(), full.begin(), full.begin() + flat[l].numel);
-  }
-  result.test_accuracy = mlp_accuracy(result.parameters, h, split.test);
-  result.train_accuracy = mlp_accuracy(result.parameters, h, train);
+  result.parameters = collect_parameters(state, fr.flat, result.padding_is_zero);
+  result.test_accuracy = mlp_accuracy(result.parameters, mc.hidden, split.test);
+  result.train_accuracy = mlp_accuracy(result.parameters, mc.hidden, split.train);
   for (int c = 0; c < n; ++c) {
     result.hbm.push_back(runtime.core(c).hbm().memory_stats());
-    result.all_gather.push_back(ag_comm.stats(c));
-    result.reduce_scatter.push_back(rs_comm.stats(c));
-    result.loss_all_reduce.push_back(loss_comm.stats(c));
+    result.all_gather.push_back(fr.ag_comm.stats(c));
+    result.reduce_scatter.push_back(fr.rs_comm.stats(c));
+    result.loss_all_reduce.push_back(fr.loss_comm.stats(c));
   }
   return result;
 }

@@ -64,14 +64,15 @@
 #include <vector>
 
 #include "vtpu/collectives/communicator.h"
-#include "vtpu/train/digits_dataset.h"
-#include "vtpu/train/mlp_trainer.h"
 #include "vtpu/memory/memory_profile.h"
 #include "vtpu/memory/memory_stats.h"
 #include "vtpu/runtime/runtime.h"
+#include "vtpu/train/digits_dataset.h"
+#include "vtpu/train/mlp_trainer.h"
 
 namespace vtpu {
 
+/// The settings of a train_fsdp run. Plain data, thread-compatible.
 struct FsdpConfig {
   /// steps, global_batch (a multiple of the cores), hidden, learning_rate, optimizer, adam, seed
   /// and log_every as train_mlp; kernels must be "eigen", micro_batches 1, and at_peak is not used.
@@ -85,6 +86,7 @@ struct FsdpConfig {
 };
 
 /// One FSDP unit's FlatParameter on N cores. Counts in elements (f32).
+/// Plain data, thread-compatible.
 struct FlatParamShape {
   std::string name;          // "layer0" = [W1, b1], "layer1" = [W2, b2]
   int64_t numel = 0;         // unpadded elements
@@ -98,6 +100,7 @@ std::vector<FlatParamShape> fsdp_flat_params(int64_t hidden, int num_cores);
 
 /// One core's HBM by what the bytes hold: chunk bytes (allocator rounding included) of the live
 /// buffers in an arena's chunk records, classified by label. Sizes in bytes.
+/// Plain data, thread-compatible.
 struct HbmBreakdown {
   uint64_t training_set = 0;     // the replicated training rows and one-hot labels
   uint64_t params = 0;           // parameters: the replica (data parallel), the tensor shard
@@ -126,6 +129,7 @@ HbmBreakdown hbm_breakdown(const std::vector<MemoryChunkRecord>& chunks);
 void to_json(nlohmann::json& j, const HbmBreakdown& b);
 
 /// What a run produced. Times in seconds unless the name says otherwise.
+/// Plain data, thread-compatible.
 struct FsdpResult {
   int num_cores = 0;
   bool prefetch = true;

@@ -32,12 +32,13 @@
 #include <cstdint>
 #include <vector>
 
-#include "vtpu/train/mlp_trainer.h"
 #include "vtpu/memory/heap_planner.h"
+#include "vtpu/train/mlp_trainer.h"
 
 namespace vtpu {
 
 /// The trainer's statements in one step (see the table above), the times of the intervals.
+/// Plain data, thread-compatible.
 struct MlpStepTime {
   static constexpr int64_t kGatherBatch = 0;
   static constexpr int64_t kHiddenPreActivation = 1;

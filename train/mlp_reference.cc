@@ -47,7 +47,6 @@ void MlpReference::add_json(nlohmann::json& j, const std::vector<double>& losses
       {"num_cores", 1},
       {"micro_batches", 1},
       {"losses", one_batch_losses()},
-      // New-user pass nu15, NU97: the README promised it, the JSON lacked it.
       {"median_step_seconds",
        1e-3 * (one_batch ? one_batch->result.median_step_ms : checked.result.median_step_ms)},
       {"max_relative_loss_difference", max_relative_difference(losses, one_batch_losses())}};
@@ -89,10 +88,9 @@ MlpReference run_mlp_reference(const RuntimeOptions& options, const DigitsSplit&
                                const MlpConfig& config, int64_t data_group) {
   RuntimeOptions one = options;
   one.num_cores = 1;
-  // Regression (new-user pass nu10, NU8): the reference ran under the run's --hbm-bytes, so a
-  // limit the sharded run fits (a tp(x) core holds 1/8 of the activations) failed with "out of
-  // HBM ... 'mlp/z1'", reported as the run's. The reference holds the whole model and batch on
-  // one core: it gets its own arena, at least the default 16 GiB.
+  // The reference holds the whole model and batch on one core, so a --hbm-bytes that the sharded
+  // run fits (a tp(x) core holds 1/8 of the activations) may not hold it: it gets its own arena,
+  // at least the default 16 GiB.
   one.hbm_bytes_per_core =
       std::max(options.hbm_bytes_per_core, RuntimeOptions{}.hbm_bytes_per_core);
   MlpReference ref;

@@ -14,11 +14,12 @@
 #include "vtpu/common/error.h"
 #include "vtpu/common/median.h"
 #include "vtpu/common/strings.h"
+#include "vtpu/runtime/pallas_kernels.h"
 #include "vtpu/train/adam.h"
+#include "vtpu/train/mlp_eigen_layers.h"
 #include "vtpu/train/mlp_layout.h"
 #include "vtpu/train/replica_check.h"
 #include "vtpu/train/train_step_log.h"
-#include "vtpu/runtime/pallas_kernels.h"
 
 namespace vtpu {
 
@@ -92,12 +93,264 @@ double pallas_step(VirtualCore& core, const DeviceBuffer& x, const DeviceBuffer&
   return loss_sum;
 }
 
+/// The buffer's floats, or an empty span for an empty handle (Adam's moments under SGD).
+std::span<float> floats_or_empty(const DeviceBuffer& buf) {
+  return buf.valid() ? buf.as<float>() : std::span<float>();
+}
+
 /// What outlives the SPMD program on each core: its parameter shard (read after the run) and its
-/// gradient bucket, as train_mlp has always kept them (the HBM stats after training count both).
+/// gradient bucket (the HBM stats after training count both). Written only by the owning core.
 struct CoreState {
   DeviceBuffer params;  // MlpLayout{hidden / T}.size() floats
   DeviceBuffer grads;   // that + 1 floats; the last is the loss sum, summed over the data group
 };
+
+/// The checks of train_mlp_tensor_parallel's arguments; returns the layout of one tensor shard.
+MlpLayout checked_shard_layout(const Runtime& runtime, const DigitsSplit& split,
+                               const MlpConfig& config, const DataTensorLayout& layout) {
+  const int n = runtime.num_cores();
+  if (layout.num_cores() != n) {
+    throw InvalidArgumentError("data x tensor layout " + layout.to_string() + " needs " +
+                               count_text(layout.num_cores(), "core") + ", the runtime has " +
+                               std::to_string(n));
+  }
+  config.validate(static_cast<int>(layout.data));  // the batch splits over the data shards
+  const MlpLayout shard{shard_hidden(config.hidden, layout.tensor)};
+  if (config.kernels == "pallas" && layout.tensor > 1) {
+    // The fused dense + bias kernel would add b2 to every tensor shard's partial logits.
+    throw UnimplementedError(
+        "kernels 'pallas' are not implemented for the tensor-parallel MLP "
+        "(tensor " +
+        std::to_string(layout.tensor) + "; expected eigen, or a tensor size of 1)");
+  }
+  if (split.train.num_rows() == 0) throw InvalidArgumentError("training split is empty");
+  return shard;
+}
+
+/// What every core of a run reads: the configuration, the groups' communicators, the replicated
+/// training rows and the initial tensor shards. Built in this order before the SPMD program (the
+/// training set is the first HBM allocation); while it runs, every core reads the rest and calls
+/// the thread-safe communicators.
+struct TensorParallelRun {
+  TensorParallelRun(Runtime& runtime, const DigitsSplit& split, const MlpConfig& config,
+                    const DataTensorLayout& layout)
+      : config(config),
+        layout(layout),
+        shard(checked_shard_layout(runtime, split, config, layout)),
+        rows(config.global_batch / layout.data),
+        micro_rows(rows / config.micro_batches),
+        inv_batch(1.0f / static_cast<float>(config.global_batch)),
+        adam(config.optimizer == "adam"),
+        pallas(config.kernels == "pallas") {
+    // One tensor shard needs no tensor group: its logits are whole.
+    if (layout.tensor > 1) tp_comms = Communicator::for_groups(runtime, layout.tensor_groups);
+    dp_comms = Communicator::for_groups(runtime, layout.data_groups);
+    // The at_peak hook's barriers run on their own communicator, so that the stats count only
+    // the training collectives.
+    if (config.at_peak) {
+      std::vector<int> cores(static_cast<size_t>(runtime.num_cores()));
+      std::iota(cores.begin(), cores.end(), 0);
+      sync.emplace(runtime, std::move(cores));
+    }
+    // The training rows go to every core once, as a device-side input pipeline would hold them;
+    // each step a core takes its data shard's rows of the global batch from its replica, so the
+    // host is not on the step's critical path.
+    data.emplace(replicate_digits(runtime, split.train, "mlp"));
+    const std::vector<float> init = mlp_init_parameters(config.hidden, config.seed);
+    for (int64_t t = 0; t < layout.tensor; ++t) {
+      init_shards.push_back(mlp_tp_shard(init, config.hidden, layout.tensor, t));
+    }
+  }
+
+  /// Core c's communicator over its tensor group (nullptr for T = 1) and over its data group.
+  Communicator* tensor_comm(int c) const {
+    if (tp_comms.empty()) return nullptr;
+    return tp_comms[static_cast<size_t>(layout.tensor_group[static_cast<size_t>(c)])].get();
+  }
+  Communicator& data_comm(int c) const {
+    return *dp_comms[static_cast<size_t>(layout.data_group[static_cast<size_t>(c)])];
+  }
+
+  const MlpConfig& config;
+  const DataTensorLayout& layout;
+  const MlpLayout shard;     // one tensor shard's flat parameters
+  const int64_t rows;        // rows of the global batch per data shard
+  const int64_t micro_rows;  // rows per micro-batch (all of `rows` by default)
+  const float inv_batch;     // 1 / global batch
+  const bool adam, pallas;
+  std::vector<std::unique_ptr<Communicator>> tp_comms, dp_comms;
+  std::optional<Communicator> sync;
+  std::optional<ReplicatedDigits> data;
+  std::vector<std::vector<float>> init_shards;
+};
+
+/// One core's part of the run: its buffers, allocated once in HBM in the order the header lists
+/// (as XLA's buffer assignment would), and the named parts of a step. Only the owning core may
+/// call.
+class TensorParallelCore {
+ public:
+  TensorParallelCore(CoreContext& ctx, const TensorParallelRun& run, CoreState& state)
+      : ctx_(ctx),
+        run_(run),
+        state_(state),
+        tp_(run.tensor_comm(ctx.core_id())),
+        dp_(run.data_comm(ctx.core_id())),
+        data_rank_(run.layout.data_rank[static_cast<size_t>(ctx.core_id())]) {
+    const int64_t size = run.shard.size();
+    const int64_t t = run.layout.tensor_rank[static_cast<size_t>(ctx.core_id())];
+    state.params = allocate(size, "mlp/params");
+    state.grads = allocate(size + 1, "mlp/grads+loss");
+    // Gradient accumulation: micro-batches after the first compute into this bucket, which is
+    // then added into the gradient bucket.
+    if (run.config.micro_batches > 1) micro_ = allocate(size + 1, "mlp/micro_grads+loss");
+    // Adam's moments (PyTorch's exp_avg and exp_avg_sq), shaped like the parameter shard.
+    if (run.adam) {
+      adam_m_ = allocate(size, "mlp/opt_state.exp_avg");
+      adam_v_ = allocate(size, "mlp/opt_state.exp_avg_sq");
+      std::memset(adam_m_.data(), 0, adam_m_.size_bytes());
+      std::memset(adam_v_.data(), 0, adam_v_.size_bytes());
+    }
+    io_.emplace(ctx, *run.data,
+                MlpStepShape{run.rows, run.micro_rows, run.shard.hidden, run.pallas}, "mlp",
+                run.config.seed);
+    layers_.emplace(*io_);
+    const std::vector<float>& init = run.init_shards[static_cast<size_t>(t)];
+    std::memcpy(state.params.data(), init.data(), init.size() * sizeof(float));
+    // The step keeps raw pointers into these buffers for the whole run (io pins its own).
+    for (const DeviceBuffer* buf : {&state.params, &state.grads, &micro_, &adam_m_, &adam_v_}) {
+      if (buf->valid()) pins_.push_back(buf->pin());
+    }
+  }
+
+  /// Copies this data shard's rows of the next global batch into the batch buffers.
+  void load_batch() { io_->load_batch(run_.config.global_batch, data_rank_ * run_.rows); }
+
+  /// Forward and backward of every micro-batch, k = 0 straight into the gradient bucket and each
+  /// later one into the micro bucket and then added, so the bucket holds ((g_0 + g_1) + g_2) +
+  /// ..., the order in which the all-reduce folds the data shards' buckets. The bucket's last
+  /// float is the loss sum.
+  void compute_gradients() {
+    const int64_t size = run_.shard.size();
+    float* g = state_.grads.as<float>().data();
+    for (int64_t k = 0; k < run_.config.micro_batches; ++k) {
+      const DeviceBuffer& into = k == 0 ? state_.grads : micro_;
+      float* gk = into.as<float>().data();
+      const double loss_sum = run_.pallas ? pallas_forward_backward(k * run_.micro_rows, into)
+                                          : eigen_forward_backward(k * run_.micro_rows, gk);
+      gk[size] = static_cast<float>(loss_sum);
+      if (k > 0) {
+        Eigen::Map<Eigen::VectorXf>(g, size + 1) += Eigen::Map<const Eigen::VectorXf>(gk, size + 1);
+      }
+    }
+  }
+
+  /// Data parallel: one bucket (the shard's gradients and the loss sum) over the data group. A
+  /// group of one core sums nothing, so it runs no all-reduce (the one-core all-reduce in place
+  /// would leave the same bits).
+  void all_reduce_gradients() {
+    if (dp_.size() > 1) dp_.all_reduce<float>(ctx_, state_.grads.as<float>());
+  }
+
+  /// The optimizer on the shard; every core of a data group applies identical sums.
+  void optimizer_step(int64_t step) {
+    const std::span<const float> grads = state_.grads.as<float>();
+    mlp_optimizer_update(state_.params.as<float>(), grads.first(grads.size() - 1),
+                         floats_or_empty(adam_m_), floats_or_empty(adam_v_), step, run_.config);
+  }
+
+  /// The step's mean loss over the global batch (after all_reduce_gradients).
+  double loss() const {
+    return static_cast<double>(state_.grads.as<float>().back()) /
+           static_cast<double>(run_.config.global_batch);
+  }
+
+ private:
+  DeviceBuffer allocate(int64_t elements, const char* label) {
+    return ctx_.allocate(static_cast<uint64_t>(elements) * sizeof(float), label);
+  }
+
+  /// Eigen forward and backward of rows [row0, row0 + micro_rows): this shard's gradients into
+  /// `grad` (MlpLayout{Hs}); returns the loss sum. The tensor group sums the partial logits before
+  /// b2 (Megatron's g); the backward is all local (see the header).
+  double eigen_forward_backward(int64_t row0, float* grad) {
+    const MlpLayout& sl = run_.shard;
+    const float* p = state_.params.as<float>().data();
+    MlpEigenLayers& l = *layers_;
+    l.select_rows(row0);
+    l.hidden_forward(p + sl.w1(), p + sl.b1());  // column-parallel W1
+    l.output_forward(p + sl.w2());               // row-parallel W2: partial logits
+    if (tp_ != nullptr) tp_->all_reduce<float>(ctx_, io_->logits.as<float>());
+    l.add_output_bias(p + sl.b2());
+    const double loss_sum = l.loss_and_output_grad(run_.inv_batch);
+    l.output_backward(grad + sl.w2(), grad + sl.b2());
+    l.hidden_input_grad(p + sl.w2());  // dA1 of this shard's hidden units
+    l.hidden_backward(grad + sl.w1(), grad + sl.b1());
+    return loss_sum;
+  }
+
+  double pallas_forward_backward(int64_t row0, const DeviceBuffer& grads) {
+    return pallas_step(ctx_.core(), io_->x, io_->y, row0, state_.params, grads, io_->a1, io_->z1,
+                       io_->logits, io_->probs, run_.shard, run_.micro_rows, run_.inv_batch);
+  }
+
+  CoreContext& ctx_;
+  const TensorParallelRun& run_;
+  CoreState& state_;
+  Communicator* tp_;  // nullptr for T = 1
+  Communicator& dp_;
+  const int64_t data_rank_;
+  DeviceBuffer micro_, adam_m_, adam_v_;
+  std::optional<MlpStepBuffers> io_;
+  std::vector<BufferPin> pins_;
+  std::optional<MlpEigenLayers> layers_;
+};
+
+/// The replicas after training: every core of a data group holds its group's first core's shard,
+/// and every tensor shard holds the same b2 (train/replica_check.h).
+std::optional<ReplicaMismatch> check_replicas(const std::vector<CoreState>& state,
+                                              const DataTensorLayout& layout, const MlpLayout& sl) {
+  std::vector<std::span<const float>> shards;
+  std::vector<std::span<const float>> b2s;
+  for (const CoreState& s : state) {
+    shards.push_back(s.params.as<float>());
+    b2s.push_back(shards.back().subspan(static_cast<size_t>(sl.b2()), kOut));
+  }
+  const std::string of_shard = layout.tensor > 1
+                                   ? " (its tensor shard of " + std::to_string(layout.tensor) + ")"
+                                   : std::string();
+  std::optional<ReplicaMismatch> mismatch =
+      compare_replicas(shards, layout.data_groups,
+                       {{"fc1.w" + of_shard, sl.w1(), kIn * sl.hidden},
+                        {"fc1.b" + of_shard, sl.b1(), sl.hidden},
+                        {"fc2.w" + of_shard, sl.w2(), sl.hidden * kOut},
+                        {"fc2.b", sl.b2(), kOut}});
+  if (mismatch) return mismatch;
+  std::vector<int> tensor_shard_0s;  // the data-shard-0 core of each tensor shard
+  for (const std::vector<int>& group : layout.data_groups) tensor_shard_0s.push_back(group[0]);
+  return compare_replicas(b2s, {tensor_shard_0s}, {{"fc2.b", 0, kOut}});
+}
+
+/// The full flat parameters [W1, b1, W2, b2], gathered from the data-shard-0 core of each tensor
+/// shard.
+std::vector<float> gather_parameters(const std::vector<CoreState>& state,
+                                     const DataTensorLayout& layout, const MlpLayout& sl,
+                                     int64_t hidden) {
+  const MlpLayout fl{hidden};
+  std::vector<float> params(static_cast<size_t>(fl.size()), 0.0f);
+  float* full = params.data();
+  for (const std::vector<int>& group : layout.data_groups) {  // one per tensor shard
+    auto s0 = state[static_cast<size_t>(group[0])].params.as<float>();
+    const int64_t t = layout.tensor_rank[static_cast<size_t>(group[0])];
+    const int64_t c0 = t * sl.hidden;
+    MatMap(full + fl.w1(), kIn, hidden).middleCols(c0, sl.hidden) =
+        ConstMatMap(s0.data() + sl.w1(), kIn, sl.hidden);
+    VecMap(full + fl.b1() + c0, sl.hidden) = ConstVecMap(s0.data() + sl.b1(), sl.hidden);
+    MatMap(full + fl.w2(), hidden, kOut).middleRows(c0, sl.hidden) =
+        ConstMatMap(s0.data() + sl.w2(), sl.hidden, kOut);
+    if (t == 0) std::copy_n(s0.data() + sl.b2(), kOut, full + fl.b2());
+  }
+  return params;
+}
 
 }  // namespace
 
@@ -131,59 +384,12 @@ std::vector<float> mlp_tp_shard(const std::vector<float>& full, int64_t hidden, 
 MlpTensorParallelResult train_mlp_tensor_parallel(
     Runtime& runtime, const DigitsSplit& split, const MlpConfig& config,
     const DataTensorLayout& layout, const std::function<void(int64_t, double)>& on_log) {
+  TensorParallelRun tpr(runtime, split, config, layout);
   const int n = runtime.num_cores();
-  if (layout.num_cores() != n) {
-    throw InvalidArgumentError("data x tensor layout " + layout.to_string() + " needs " +
-                               count_text(layout.num_cores(), "core") + ", the runtime has " +
-                               std::to_string(n));
-  }
-  config.validate(static_cast<int>(layout.data));  // the batch splits over the data shards
-  const int64_t tsz = layout.tensor;
-  const MlpLayout sl{shard_hidden(config.hidden, tsz)};
-  if (config.kernels == "pallas" && tsz > 1) {
-    // The fused dense + bias kernel would add b2 to every tensor shard's partial logits.
-    throw UnimplementedError(
-        "kernels 'pallas' are not implemented for the tensor-parallel MLP "
-        "(tensor " +
-        std::to_string(tsz) + "; expected eigen, or a tensor size of 1)");
-  }
-  const DigitsDataset& train = split.train;
-  if (train.num_rows() == 0) throw InvalidArgumentError("training split is empty");
-  const int64_t shard_size = sl.size();
-  const int64_t batch = config.global_batch;
-  const int64_t b = batch / layout.data;  // rows per data shard
-  const int64_t k_micro = config.micro_batches;
-  const int64_t mb = b / k_micro;  // rows per micro-batch (all of b by default)
-  const float inv_batch = 1.0f / static_cast<float>(batch);
-  const bool adam = config.optimizer == "adam";
-  const bool pallas = config.kernels == "pallas";
-
-  // One tensor shard needs no tensor group: its logits are whole.
-  std::vector<std::unique_ptr<Communicator>> tp_comms;
-  if (tsz > 1) tp_comms = Communicator::for_groups(runtime, layout.tensor_groups);
-  auto dp_comms = Communicator::for_groups(runtime, layout.data_groups);
-  // The at_peak hook's barriers run on their own communicator, so that the stats count only the
-  // training collectives.
-  std::optional<Communicator> sync;
-  if (config.at_peak) {
-    std::vector<int> cores(static_cast<size_t>(n));
-    std::iota(cores.begin(), cores.end(), 0);
-    sync.emplace(runtime, std::move(cores));
-  }
-  // The training rows go to every core once (replicated, P() on a 1-D mesh), as a device-side
-  // input pipeline would hold them; each step a core takes its data shard's rows of the global
-  // batch from its replica. So the host is not on the step's critical path.
-  const ReplicatedDigits data = replicate_digits(runtime, train, "mlp");
-  const std::vector<float> init = mlp_init_parameters(config.hidden, config.seed);
-  std::vector<std::vector<float>> init_shards;
-  for (int64_t t = 0; t < tsz; ++t) {
-    init_shards.push_back(mlp_tp_shard(init, config.hidden, tsz, t));
-  }
-
   MlpTensorParallelResult result;
   result.data = layout.data;
-  result.tensor = tsz;
-  result.shard_parameters = shard_size;
+  result.tensor = layout.tensor;
+  result.shard_parameters = tpr.shard.size();
   MlpResult& run = result.run;
   run.num_cores = n;
   run.num_parameters = mlp_num_parameters(config.hidden);
@@ -194,182 +400,34 @@ MlpTensorParallelResult train_mlp_tensor_parallel(
   // One SPMD program runs every step, as a jitted training loop would.
   runtime.run_spmd([&](CoreContext& ctx) {
     const int c = ctx.core_id();
-    const auto ci = static_cast<size_t>(c);
-    const int64_t d = layout.data_rank[ci], t = layout.tensor_rank[ci];
-    Communicator* tp =
-        tsz > 1 ? tp_comms[static_cast<size_t>(layout.tensor_group[ci])].get() : nullptr;
-    Communicator& dp = *dp_comms[static_cast<size_t>(layout.data_group[ci])];
-    CoreState& s = state[ci];
-    const int64_t hs = sl.hidden;
-    const auto f = sizeof(float);
-    // Buffers live across steps, allocated once, as XLA's buffer assignment would.
-    s.params = ctx.allocate(static_cast<uint64_t>(shard_size) * f, "mlp/params");
-    s.grads = ctx.allocate(static_cast<uint64_t>(shard_size + 1) * f, "mlp/grads+loss");
-    // Gradient accumulation: micro-batches after the first compute into this bucket, which is
-    // then added into s.grads.
-    DeviceBuffer micro = k_micro > 1 ? ctx.allocate(static_cast<uint64_t>(shard_size + 1) * f,
-                                                    "mlp/micro_grads+loss")
-                                     : DeviceBuffer();
-    // Adam's moments (PyTorch's exp_avg and exp_avg_sq), shaped like the parameter shard.
-    DeviceBuffer adam_m, adam_v;
-    if (adam) {
-      adam_m = ctx.allocate(static_cast<uint64_t>(shard_size) * f, "mlp/opt_state.exp_avg");
-      adam_v = ctx.allocate(static_cast<uint64_t>(shard_size) * f, "mlp/opt_state.exp_avg_sq");
-      std::memset(adam_m.data(), 0, adam_m.size_bytes());
-      std::memset(adam_v.data(), 0, adam_v.size_bytes());
-    }
-    MlpStepBuffers io(ctx, data, MlpStepShape{b, mb, hs, pallas}, "mlp", config.seed);
-    const std::vector<float>& shard = init_shards[static_cast<size_t>(t)];
-    std::memcpy(s.params.data(), shard.data(), shard.size() * f);
-    // The step keeps raw pointers into these buffers for the whole run (io pins its own).
-    std::vector<BufferPin> pins;
-    for (const DeviceBuffer* buf : {&s.params, &s.grads, &micro, &adam_m, &adam_v}) {
-      if (buf->valid()) pins.push_back(buf->pin());
-    }
-
-    float* p = s.params.as<float>().data();
-    float* g = s.grads.as<float>().data();
-    ConstMatMap w1(p + sl.w1(), kIn, hs);
-    ConstVecMap b1(p + sl.b1(), hs);
-    ConstMatMap w2(p + sl.w2(), hs, kOut);
-    ConstVecMap b2(p + sl.b2(), kOut);
-    MatMap z1(io.z1.as<float>().data(), mb, hs);
-    MatMap a1(io.a1.as<float>().data(), mb, hs);
-    MatMap logits(io.logits.as<float>().data(), mb, kOut);
-    Eigen::Map<Eigen::VectorXf> params(p, shard_size);
-    Eigen::Map<const Eigen::VectorXf> grads(g, shard_size);
-
-    // W2 and its gradient through copies at Eigen's alignment (64 bytes). Regression (new-user
-    // pass nu8, N23): W2 starts 65 Hs floats into the flat parameters here and at the start of
-    // the gathered unit in train_fsdp, other addresses modulo the SIMD width. Eigen computes a
-    // product this small (rows + depth + cols < 20, e.g. dA1 = dZ2 W2^T for Hs = 1 and 8 rows)
-    // coefficient by coefficient, and which terms of those sums go through SIMD packets and which
-    // through scalar code depends on the operands' addresses: dA1 differed in its last bits, and
-    // FSDP's losses from these by 1.2e-7. Both trainers multiply with such copies (Hs x 10
-    // floats each), so the same operands at the same alignment run the same instructions.
-    RowMatrix w2_aligned(hs, kOut), dw2_aligned(hs, kOut);
-
-    // Forward and backward (Eigen) of rows [row0, row0 + mb) of this core's batch: writes this
-    // shard's gradients into `grad` (MlpLayout{hs}) and returns the loss sum.
-    auto eigen_step = [&](int64_t row0, float* grad) {
-      ConstMatMap xb(io.x_data() + row0 * kIn, mb, kIn);
-      ConstMatMap yb(io.y_data() + row0 * kOut, mb, kOut);
-      MatMap dw1(grad + sl.w1(), kIn, hs);
-      VecMap db1(grad + sl.b1(), hs);
-      MatMap dw2(grad + sl.w2(), hs, kOut);
-      VecMap db2(grad + sl.b2(), kOut);
-      w2_aligned = w2;
-      // Forward: column-parallel W1, row-parallel W2.
-      z1.noalias() = xb * w1;
-      z1.rowwise() += b1;
-      a1 = z1.cwiseMax(0.0f);
-      logits.noalias() = a1 * w2_aligned;
-      // Megatron's g: the partial logits of the T shards, summed over the tensor group.
-      if (tp != nullptr) tp->all_reduce<float>(ctx, io.logits.as<float>());
-      logits.rowwise() += b2;
-      // Softmax cross-entropy, stable; logits become the probabilities.
-      const double loss_sum = softmax_cross_entropy_rows(logits.data(), yb.data(), mb);
-      // Backward, all local (see the header for the input gradient that is not needed): dZ2 =
-      // (P - Y) / B, the same on every tensor shard, scaled by the global batch so that the sum
-      // over the data shards is the gradient of the global mean.
-      logits = (logits - yb) * inv_batch;
-      dw2_aligned.noalias() = a1.transpose() * logits;
-      dw2 = dw2_aligned;
-      db2 = logits.colwise().sum();
-      a1.noalias() = logits * w2_aligned.transpose();  // dA1 (this shard's hidden units)
-      z1 = (z1.array() > 0.0f).select(a1, 0.0f);       // dZ1
-      dw1.noalias() = xb.transpose() * z1;
-      db1 = z1.colwise().sum();
-      return loss_sum;
-    };
-
+    TensorParallelCore core(ctx, tpr, state[static_cast<size_t>(c)]);
     for (int64_t step = 0; step < config.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
-      io.load_batch(batch, d * b);  // this data shard's rows of the global batch
-      // Micro-batch k's gradients and loss sum: k = 0 straight into the bucket, each later one
-      // into `micro` and then added, so the bucket holds ((g_0 + g_1) + g_2) + ..., the order in
-      // which the all-reduce folds the data shards' buckets.
-      for (int64_t k = 0; k < k_micro; ++k) {
-        const DeviceBuffer& into = k == 0 ? s.grads : micro;
-        float* gk = into.as<float>().data();
-        const double loss_sum =
-            pallas ? pallas_step(ctx.core(), io.x, io.y, k * mb, s.params, into, io.a1, io.z1,
-                                 io.logits, io.probs, sl, mb, inv_batch)
-                   : eigen_step(k * mb, gk);
-        gk[shard_size] = static_cast<float>(loss_sum);
-        if (k > 0) {
-          Eigen::Map<Eigen::VectorXf>(g, shard_size + 1) +=
-              Eigen::Map<const Eigen::VectorXf>(gk, shard_size + 1);
-        }
-      }
-      // Data parallel: one bucket (the shard's gradients and the loss sum) over the data group.
-      // A group of one core sums nothing, so it runs no all-reduce (as train_transformer_on_layout;
-      // the one-core all-reduce in place left the buffer as it was: the same bits).
-      if (dp.size() > 1) dp.all_reduce<float>(ctx, s.grads.as<float>());
-      // The optimizer on the shard; every core of a data group applies identical sums.
-      if (adam) {
-        adam_update(s.params.as<float>(), std::span<const float>(g, shard_size), adam_m.as<float>(),
-                    adam_v.as<float>(), step + 1, config.learning_rate, config.adam);
-      } else {
-        params -= config.learning_rate * grads;
-      }
-      const double loss = static_cast<double>(g[shard_size]) / static_cast<double>(batch);
-      finish_step(c, step, config.steps, config.log_every, loss, t0, run.step_seconds, run.losses,
-                  on_log);
+      core.load_batch();
+      core.compute_gradients();
+      core.all_reduce_gradients();
+      core.optimizer_step(step);
+      finish_step(c, step, config.steps, config.log_every, core.loss(), t0, run.step_seconds,
+                  run.losses, on_log);
     }
     if (config.at_peak) {
-      sync->barrier(ctx);  // every core at its peak (timeouts and aborts included)
+      tpr.sync->barrier(ctx);  // every core at its peak (timeouts and aborts included)
       if (c == 0) config.at_peak(runtime);
-      sync->barrier(ctx);
+      tpr.sync->barrier(ctx);
     }
   });
 
   run.median_step_ms = 1e3 * median_of(run.step_seconds);
-  // The replicas: every core of a data group holds its group's first core's shard, and every
-  // tensor shard holds the same b2 (train/replica_check.h).
-  std::vector<std::span<const float>> shards;
-  std::vector<std::span<const float>> b2s;
-  for (const CoreState& s : state) {
-    shards.push_back(s.params.as<float>());
-    b2s.push_back(shards.back().subspan(static_cast<size_t>(sl.b2()), kOut));
-  }
-  const std::string of_shard =
-      tsz > 1 ? " (its tensor shard of " + std::to_string(tsz) + ")" : std::string();
-  run.replica_mismatch = compare_replicas(shards, layout.data_groups,
-                                          {{"fc1.w" + of_shard, sl.w1(), kIn * sl.hidden},
-                                           {"fc1.b" + of_shard, sl.b1(), sl.hidden},
-                                           {"fc2.w" + of_shard, sl.w2(), sl.hidden * kOut},
-                                           {"fc2.b", sl.b2(), kOut}});
-  if (!run.replica_mismatch) {
-    std::vector<int> tensor_shard_0s;  // the data-shard-0 core of each tensor shard
-    for (const std::vector<int>& group : layout.data_groups) tensor_shard_0s.push_back(group[0]);
-    run.replica_mismatch = compare_replicas(b2s, {tensor_shard_0s}, {{"fc2.b", 0, kOut}});
-  }
-  // Gather the full parameters from the data-shard-0 core of each tensor shard.
-  const MlpLayout fl{config.hidden};
-  run.parameters.assign(static_cast<size_t>(fl.size()), 0.0f);
-  for (const std::vector<int>& group : layout.data_groups) {  // one per tensor shard
-    auto s0 = state[static_cast<size_t>(group[0])].params.as<float>();
-    const int64_t t = layout.tensor_rank[static_cast<size_t>(group[0])];
-    const int64_t c0 = t * sl.hidden;
-    float* full = run.parameters.data();
-    MatMap(full + fl.w1(), kIn, config.hidden).middleCols(c0, sl.hidden) =
-        ConstMatMap(s0.data() + sl.w1(), kIn, sl.hidden);
-    VecMap(full + fl.b1() + c0, sl.hidden) = ConstVecMap(s0.data() + sl.b1(), sl.hidden);
-    MatMap(full + fl.w2(), config.hidden, kOut).middleRows(c0, sl.hidden) =
-        ConstMatMap(s0.data() + sl.w2(), sl.hidden, kOut);
-    if (t == 0) std::copy_n(s0.data() + sl.b2(), kOut, full + fl.b2());
-  }
+  run.replica_mismatch = check_replicas(state, layout, tpr.shard);
+  run.parameters = gather_parameters(state, layout, tpr.shard, config.hidden);
   run.test_accuracy = mlp_accuracy(run.parameters, config.hidden, split.test);
-  run.train_accuracy = mlp_accuracy(run.parameters, config.hidden, train);
+  run.train_accuracy = mlp_accuracy(run.parameters, config.hidden, split.train);
   for (int c = 0; c < n; ++c) {
-    const auto ci = static_cast<size_t>(c);
     run.hbm.push_back(runtime.core(c).hbm().memory_stats());
     run.vmem.push_back(runtime.core(c).memory(MemorySpace::kVmem).memory_stats());
-    run.all_reduce.push_back(dp_comms[static_cast<size_t>(layout.data_group[ci])]->stats(c));
-    result.tensor_all_reduce.push_back(
-        tsz > 1 ? tp_comms[static_cast<size_t>(layout.tensor_group[ci])]->stats(c)
-                : CollectiveStats{});
+    run.all_reduce.push_back(tpr.data_comm(c).stats(c));
+    Communicator* tp = tpr.tensor_comm(c);
+    result.tensor_all_reduce.push_back(tp != nullptr ? tp->stats(c) : CollectiveStats{});
   }
   return result;
 }

@@ -51,14 +51,14 @@
 #include <vector>
 
 #include "vtpu/collectives/communicator.h"
+#include "vtpu/runtime/runtime.h"
 #include "vtpu/sharding/data_tensor_layout.h"
 #include "vtpu/train/digits_dataset.h"
 #include "vtpu/train/mlp_trainer.h"
-#include "vtpu/runtime/runtime.h"
 
 namespace vtpu {
 
-/// What a tensor-parallel run produced.
+/// What a tensor-parallel run produced. Plain data, thread-compatible.
 struct MlpTensorParallelResult {
   /// Losses, step times, accuracies, HBM per core, and the final parameters gathered into the
   /// flat [W1, b1, W2, b2] of train_mlp; all_reduce: the data-group gradient all-reduce per core

@@ -13,7 +13,8 @@
 // (train/mlp_tp_trainer.h) on the layout data N x tensor 1: with one tensor shard the shard is
 // the whole model and the Megatron all-reduce of the logits is not run. This file holds what the
 // MLP trainers share (train_fsdp too): configuration, initial parameters, batch order, the
-// per-core batch and activation buffers, the loss and the evaluation.
+// per-core batch and activation buffers, the loss, the optimizer update and the evaluation; their
+// Eigen layers are train/mlp_eigen_layers.h.
 //
 // The loss is mean cross-entropy over the global batch, so for a given seed and global batch the
 // losses match a single-core run up to f32 summation order.
@@ -38,16 +39,17 @@
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "vtpu/collectives/communicator.h"
-#include "vtpu/train/adam.h"
-#include "vtpu/train/digits_dataset.h"
-#include "vtpu/train/replica_check.h"
 #include "vtpu/memory/memory_stats.h"
 #include "vtpu/runtime/runtime.h"
 #include "vtpu/sharding/sharded_array.h"
+#include "vtpu/train/adam.h"
+#include "vtpu/train/digits_dataset.h"
+#include "vtpu/train/replica_check.h"
 
 namespace vtpu {
 
@@ -55,6 +57,8 @@ namespace vtpu {
 /// from int64 overflow for any hidden size).
 inline constexpr int64_t kMaxMlpGlobalBatch = int64_t{1} << 30;
 
+/// The settings of an MLP training run (train_mlp and the trainers built on it). Plain data,
+/// thread-compatible.
 struct MlpConfig {
   int64_t steps = 500;        // optimizer steps
   int64_t global_batch = 64;  // rows per step over all cores; must be a multiple of the cores
@@ -90,6 +94,7 @@ struct MlpConfig {
 float mlp_default_learning_rate(const std::string& optimizer);
 
 /// What a run produced. Times in seconds unless the name says otherwise.
+/// Plain data, thread-compatible.
 struct MlpResult {
   int num_cores = 0;
   std::vector<double> losses;        // per step, mean cross-entropy of the global batch
@@ -150,6 +155,7 @@ class BatchSampler {
 /// (rows x 64) labelled `<prefix>/train_pixels` and one-hot labels (rows x 10) labelled
 /// `<prefix>/train_labels`. Throws like ShardedArray::device_put (OutOfMemoryError when they do
 /// not fit). Shared by train_mlp and train_fsdp (train/fsdp_trainer.h).
+/// Plain data, thread-compatible.
 struct ReplicatedDigits {
   ShardedArray pixels;
   ShardedArray one_hot;
@@ -201,6 +207,13 @@ class MlpStepBuffers {
   const float* data_y_;  // and of the one-hot labels (num_rows x 10)
   std::vector<BufferPin> pins_;
 };
+
+/// One optimizer step of the MLP trainers on a flat shard, in place: SGD (params -= learning_rate
+/// * grads) or, for config.optimizer "adam", adam_update (train/adam.h) with the moments m and v
+/// (shaped like params; unused with SGD) at optimizer step `step` + 1. Every replica that calls
+/// it with the same sums stays bit-identical. Thread-safe on distinct buffers.
+void mlp_optimizer_update(std::span<float> params, std::span<const float> grads, std::span<float> m,
+                          std::span<float> v, int64_t step, const MlpConfig& config);
 
 /// Stable softmax cross-entropy over `rows` rows of 10 logits, in place: `logits` becomes the
 /// probabilities, and the return value is the sum over rows of -log p[label] (the label is the

@@ -60,9 +60,8 @@ bool report_replicas(const std::optional<ReplicaMismatch>& mismatch,
                      const std::string& what = "data replicas");
 
 /// The facts of the run a `vtpu train` command judges that every trainer's `--json` keeps at its
-/// top level, under these names (README, "JSON fields per trainer"; new-user pass nu13, NU70: they
-/// sat under `.mesh`, `.data_parallel` or the top level, in ms or seconds, depending on the
-/// trainer): the run's median step time on core 0 in seconds, and its replica verdict.
+/// top level, under these names, whatever object holds the run itself (docs/TRAINING.md, "JSON
+/// fields per trainer"): the run's median step time on core 0 in seconds, and its replica verdict.
 inline constexpr const char* kRunFactKeys[] = {"median_step_seconds", "replicas_identical",
                                                "replica_mismatch"};
 

@@ -12,9 +12,6 @@
 //   - a mesh that --mesh, --plan or --estimate-from fixes must have num_cores cores when the file
 //     gives num_cores and no --cores replaces it: else a usage error naming both;
 //   - record_memory_events true needs something that writes the log (train mlp --memory-events).
-// Regression (new-user pass nu12, NU54): `train fsdp --config` and `train transformer --config`
-// were unknown options; (nu13, NU74) reshard and bench collectives had none, while the collective
-// timeout's message pointed to collective_timeout_ms of --config.
 #pragma once
 
 #include <CLI/CLI.hpp>

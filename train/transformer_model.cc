@@ -8,9 +8,9 @@
 
 #include "vtpu/common/error.h"
 #include "vtpu/common/format_text.h"
-#include "vtpu/train/nn_kernels.h"
 #include "vtpu/sharding/mesh.h"
 #include "vtpu/sharding/named_sharding.h"
+#include "vtpu/train/nn_kernels.h"
 
 namespace vtpu {
 
@@ -277,6 +277,233 @@ struct Workspace {
 using nn::layer_norm_backward;
 using nn::layer_norm_forward;
 
+/// One forward and backward of a TransformerShard, as named steps over the shard's parameters P,
+/// gradients G and activation workspace W (offsets in `w`). Thread-compatible: one per call of
+/// TransformerShard::run.
+template <typename S>
+class ShardPass {
+ public:
+  ShardPass(const TransformerConfig& c, const TransformerLayout& layout, int64_t local_batch,
+            const S* params, S* grads, S* workspace, std::span<const int32_t> tokens,
+            const TensorAllReduce<S>& tp_all_reduce, const DenseMatmul<S>& matmul)
+      : c_(c),
+        layout_(layout),
+        w_(c, layout.tp_size(), local_batch),
+        bsz_(local_batch),
+        ctx_(c.context),
+        d_(c.d_model),
+        v_(c.vocab),
+        n_(local_batch * c.context),
+        dl_(c.d_model / layout.tp_size()),
+        fl_(c.hidden / layout.tp_size()),
+        hl_(c.heads / layout.tp_size()),
+        dh_(c.d_model / c.heads),
+        scale_(S(1) / std::sqrt(static_cast<S>(dh_))),
+        P_(params),
+        G_(grads),
+        W_(workspace),
+        tokens_(tokens),
+        tp_all_reduce_(tp_all_reduce),
+        matmul_(matmul) {}
+
+  const Workspace& workspace() const { return w_; }
+
+  /// x = tok_emb[input] + pos_emb[position], into the first block's input.
+  void embed() {
+    MatMap<S> x(W_ + (c_.layers > 0 ? w_.blocks[0].x_in : w_.x_out), n_, d_);
+    CMatMap<S> tok(prm("tok_emb"), v_, d_), pos(prm("pos_emb"), ctx_, d_);
+    for (int64_t i = 0; i < n_; ++i) x.row(i) = tok.row(input(i)) + pos.row(i % ctx_);
+  }
+
+  /// x_mid = x_in + Wo^T attn(LN1(x_in) Wqkv + bqkv) + bo, over this shard's heads.
+  void attention_forward(int64_t l) {
+    const auto& b = w_.blocks[static_cast<size_t>(l)];
+    const std::string pre = "blocks." + str(l) + ".";
+    const int64_t n = n_, d = d_, dl = dl_, ctx = ctx_, dh = dh_;
+    layer_norm_forward(W_ + b.x_in, W_ + b.h1, W_ + b.mu1, W_ + b.rs1, prm(pre + "ln1.gain"),
+                       prm(pre + "ln1.bias"), n, d);
+    MatMap<S> qkv(W_ + b.qkv, n, 3 * dl);
+    mm(W_ + b.h1, false, prm(pre + "attn.wqkv"), false, W_ + b.qkv, n, 3 * dl, d);
+    qkv.rowwise() += CVecMap<S>(prm(pre + "attn.bqkv"), 3 * dl);
+    for (int64_t s = 0; s < bsz_; ++s) {
+      for (int64_t h = 0; h < hl_; ++h) {
+        const S* base = W_ + b.qkv + s * ctx * 3 * dl + h * dh;
+        CStridedMap<S> q(base, ctx, dh, Eigen::OuterStride<>(3 * dl));
+        CStridedMap<S> k(base + dl, ctx, dh, Eigen::OuterStride<>(3 * dl));
+        CStridedMap<S> vv(base + 2 * dl, ctx, dh, Eigen::OuterStride<>(3 * dl));
+        MatMap<S> pr(W_ + b.probs + (s * hl_ + h) * ctx * ctx, ctx, ctx);
+        pr.noalias() = (q * k.transpose()) * scale_;
+        nn::causal_softmax_forward(pr.data(), ctx);
+        StridedMap<S> o(W_ + b.att + s * ctx * dl + h * dh, ctx, dh, Eigen::OuterStride<>(dl));
+        o.noalias() = pr * vv;
+      }
+    }
+    MatMap<S> y(W_ + w_.dtmp, n, d);
+    mm(W_ + b.att, false, prm(pre + "attn.wo"), false, W_ + w_.dtmp, n, d, dl);
+    all_reduce(W_ + w_.dtmp, n * d);  // Megatron's g: complete the row-parallel sum
+    MatMap<S> xm(W_ + b.x_mid, n, d);
+    xm = CMatMap<S>(W_ + b.x_in, n, d) + y;
+    xm.rowwise() += CVecMap<S>(prm(pre + "attn.bo"), d);
+  }
+
+  /// The next block's input (or x_out) = x_mid + gelu(LN2(x_mid) W1 + b1) W2 + b2, over this
+  /// shard's hidden units.
+  void mlp_forward(int64_t l) {
+    const auto& b = w_.blocks[static_cast<size_t>(l)];
+    const std::string pre = "blocks." + str(l) + ".";
+    const int64_t n = n_, d = d_, fl = fl_;
+    layer_norm_forward(W_ + b.x_mid, W_ + b.h2, W_ + b.mu2, W_ + b.rs2, prm(pre + "ln2.gain"),
+                       prm(pre + "ln2.bias"), n, d);
+    MatMap<S> u(W_ + b.u, n, fl), a(W_ + b.a, n, fl);
+    mm(W_ + b.h2, false, prm(pre + "mlp.w1"), false, W_ + b.u, n, fl, d);
+    u.rowwise() += CVecMap<S>(prm(pre + "mlp.b1"), fl);
+    nn::gelu_forward(u.data(), a.data(), n * fl);
+    mm(W_ + b.a, false, prm(pre + "mlp.w2"), false, W_ + w_.dtmp, n, d, fl);
+    all_reduce(W_ + w_.dtmp, n * d);  // g
+    const int64_t next = l + 1 < c_.layers ? w_.blocks[static_cast<size_t>(l + 1)].x_in : w_.x_out;
+    MatMap<S> xo(W_ + next, n, d);
+    xo = CMatMap<S>(W_ + b.x_mid, n, d) + CMatMap<S>(W_ + w_.dtmp, n, d);
+    xo.rowwise() += CVecMap<S>(prm(pre + "mlp.b2"), d);
+  }
+
+  /// logits = LN_f(x_out) Wh + bh, then softmax cross-entropy: the logits become dlogits =
+  /// (softmax - onehot) * grad_scale. Returns the loss sum.
+  double head_forward(S grad_scale) {
+    layer_norm_forward(W_ + w_.x_out, W_ + w_.hf, W_ + w_.muf, W_ + w_.rsf, prm("ln_f.gain"),
+                       prm("ln_f.bias"), n_, d_);
+    MatMap<S> logits(W_ + w_.logits, n_, v_);
+    mm(W_ + w_.hf, false, prm("head.w"), false, W_ + w_.logits, n_, v_, d_);
+    logits.rowwise() += CVecMap<S>(prm("head.b"), v_);
+    auto target = [&](int64_t row) {
+      return tokens_[static_cast<size_t>((row / ctx_) * (ctx_ + 1) + row % ctx_ + 1)];
+    };
+    return nn::softmax_cross_entropy(logits.data(), n_, v_, grad_scale, target);
+  }
+
+  /// The head's and LN_f's gradients; dx becomes the gradient of x_out.
+  void head_backward() {
+    CMatMap<S> logits(W_ + w_.logits, n_, v_);
+    mm(W_ + w_.hf, true, W_ + w_.logits, false, grd("head.w"), d_, v_, n_);
+    VecMap<S>(grd("head.b"), v_) = logits.colwise().sum();
+    mm(W_ + w_.logits, false, prm("head.w"), true, W_ + w_.dtmp, n_, d_, v_);
+    layer_norm_backward(W_ + w_.x_out, W_ + w_.dtmp, W_ + w_.muf, W_ + w_.rsf, prm("ln_f.gain"),
+                        W_ + w_.dx, grd("ln_f.gain"), grd("ln_f.bias"), n_, d_);
+  }
+
+  /// The MLP sub-block's gradients; dx (the gradient of the block output, which is that of x_mid
+  /// through the residual) gains the gradient through LN2.
+  void mlp_backward(int64_t l) {
+    const auto& b = w_.blocks[static_cast<size_t>(l)];
+    const std::string pre = "blocks." + str(l) + ".";
+    const int64_t n = n_, d = d_, fl = fl_;
+    MatMap<S> dx(W_ + w_.dx, n, d), dtmp(W_ + w_.dtmp, n, d);
+    VecMap<S>(grd(pre + "mlp.b2"), d) = dx.colwise().sum();
+    CMatMap<S> u(W_ + b.u, n, fl);
+    MatMap<S> du(W_ + w_.du, n, fl);
+    mm(W_ + b.a, true, W_ + w_.dx, false, grd(pre + "mlp.w2"), fl, d, n);
+    mm(W_ + w_.dx, false, prm(pre + "mlp.w2"), true, W_ + w_.du, n, fl, d);
+    nn::gelu_backward(u.data(), du.data(), n * fl);
+    mm(W_ + b.h2, true, W_ + w_.du, false, grd(pre + "mlp.w1"), d, fl, n);
+    VecMap<S>(grd(pre + "mlp.b1"), fl) = du.colwise().sum();
+    mm(W_ + w_.du, false, prm(pre + "mlp.w1"), true, W_ + w_.dtmp, n, d, fl);
+    all_reduce(W_ + w_.dtmp, n * d);  // Megatron's f (backward): sum d(LN2 out) over the shards
+    // LN backward in place on dtmp (it reads each dy row before it writes that dx row).
+    layer_norm_backward(W_ + b.x_mid, W_ + w_.dtmp, W_ + b.mu2, W_ + b.rs2, prm(pre + "ln2.gain"),
+                        W_ + w_.dtmp, grd(pre + "ln2.gain"), grd(pre + "ln2.bias"), n, d);
+    dx += dtmp;  // gradient of x_mid
+  }
+
+  /// The attention sub-block's gradients; dx (the gradient of x_mid) becomes that of x_in.
+  void attention_backward(int64_t l) {
+    const auto& b = w_.blocks[static_cast<size_t>(l)];
+    const std::string pre = "blocks." + str(l) + ".";
+    const int64_t n = n_, d = d_, dl = dl_, ctx = ctx_, dh = dh_;
+    MatMap<S> dx(W_ + w_.dx, n, d), dtmp(W_ + w_.dtmp, n, d);
+    VecMap<S>(grd(pre + "attn.bo"), d) = dx.colwise().sum();
+    mm(W_ + b.att, true, W_ + w_.dx, false, grd(pre + "attn.wo"), dl, d, n);
+    mm(W_ + w_.dx, false, prm(pre + "attn.wo"), true, W_ + w_.datt, n, dl, d);
+    MatMap<S> dp(W_ + w_.dp, ctx, ctx);
+    for (int64_t s = 0; s < bsz_; ++s) {
+      for (int64_t h = 0; h < hl_; ++h) {
+        const int64_t off = s * ctx * 3 * dl + h * dh;
+        const Eigen::OuterStride<> st(3 * dl);
+        CStridedMap<S> q(W_ + b.qkv + off, ctx, dh, st), k(W_ + b.qkv + off + dl, ctx, dh, st),
+            vv(W_ + b.qkv + off + 2 * dl, ctx, dh, st);
+        StridedMap<S> dq(W_ + w_.dqkv + off, ctx, dh, st), dk(W_ + w_.dqkv + off + dl, ctx, dh, st),
+            dv(W_ + w_.dqkv + off + 2 * dl, ctx, dh, st);
+        CMatMap<S> pr(W_ + b.probs + (s * hl_ + h) * ctx * ctx, ctx, ctx);
+        CStridedMap<S> dout(W_ + w_.datt + s * ctx * dl + h * dh, ctx, dh,
+                            Eigen::OuterStride<>(dl));
+        dv.noalias() = pr.transpose() * dout;
+        dp.noalias() = dout * vv.transpose();
+        // Softmax backward: dS = P o (dP - rowsum(dP o P)); masked entries have P = 0.
+        nn::softmax_backward(pr.data(), dp.data(), ctx, scale_);
+        dq.noalias() = dp * k;
+        dk.noalias() = dp.transpose() * q;
+      }
+    }
+    CMatMap<S> dqkv(W_ + w_.dqkv, n, 3 * dl);
+    mm(W_ + b.h1, true, W_ + w_.dqkv, false, grd(pre + "attn.wqkv"), d, 3 * dl, n);
+    VecMap<S>(grd(pre + "attn.bqkv"), 3 * dl) = dqkv.colwise().sum();
+    mm(W_ + w_.dqkv, false, prm(pre + "attn.wqkv"), true, W_ + w_.dtmp, n, d, 3 * dl);
+    all_reduce(W_ + w_.dtmp, n * d);  // f (backward): sum d(LN1 out) over the shards
+    layer_norm_backward(W_ + b.x_in, W_ + w_.dtmp, W_ + b.mu1, W_ + b.rs1, prm(pre + "ln1.gain"),
+                        W_ + w_.dtmp, grd(pre + "ln1.gain"), grd(pre + "ln1.bias"), n, d);
+    dx += dtmp;  // gradient of x_in
+  }
+
+  /// The embeddings' gradients: dx scattered to the tokens' and positions' rows.
+  void embed_backward() {
+    CMatMap<S> dx(W_ + w_.dx, n_, d_);
+    MatMap<S> dtok(grd("tok_emb"), v_, d_), dpos(grd("pos_emb"), ctx_, d_);
+    for (int64_t i = 0; i < n_; ++i) {
+      dtok.row(input(i)) += dx.row(i);
+      dpos.row(i % ctx_) += dx.row(i);
+    }
+  }
+
+ private:
+  const S* prm(const std::string& name) const { return P_ + layout_.offset(name); }
+  S* grd(const std::string& name) const { return G_ + layout_.offset(name); }
+  int32_t input(int64_t row) const {
+    return tokens_[static_cast<size_t>((row / ctx_) * (ctx_ + 1) + row % ctx_)];
+  }
+  void all_reduce(S* data, int64_t count) const {
+    if (tp_all_reduce_) tp_all_reduce_(std::span<S>(data, static_cast<size_t>(count)));
+  }
+  /// Every dense projection: the caller's matmul (the pipelined Pallas kernel with --kernels
+  /// pallas), else Eigen.
+  void mm(const S* a, bool ta, const S* bm, bool tb, S* out, int64_t m, int64_t nn,
+          int64_t k) const {
+    if (matmul_) {
+      matmul_(a, ta, bm, tb, out, m, nn, k);
+      return;
+    }
+    MatMap<S> C(out, m, nn);
+    if (!ta && !tb) {
+      C.noalias() = CMatMap<S>(a, m, k) * CMatMap<S>(bm, k, nn);
+    } else if (ta && !tb) {
+      C.noalias() = CMatMap<S>(a, k, m).transpose() * CMatMap<S>(bm, k, nn);
+    } else if (!ta && tb) {
+      C.noalias() = CMatMap<S>(a, m, k) * CMatMap<S>(bm, nn, k).transpose();
+    } else {
+      C.noalias() = CMatMap<S>(a, k, m).transpose() * CMatMap<S>(bm, nn, k).transpose();
+    }
+  }
+
+  const TransformerConfig& c_;
+  const TransformerLayout& layout_;
+  const Workspace w_;
+  const int64_t bsz_, ctx_, d_, v_, n_, dl_, fl_, hl_, dh_;
+  const S scale_;  // 1 / sqrt(head dim)
+  const S* P_;
+  S* G_;
+  S* W_;
+  std::span<const int32_t> tokens_;
+  const TensorAllReduce<S>& tp_all_reduce_;
+  const DenseMatmul<S>& matmul_;
+};
+
 }  // namespace
 
 template <typename S>
@@ -295,11 +522,6 @@ double TransformerShard<S>::run(std::span<const S> params, std::span<S> grads,
                                 std::span<S> workspace, const TensorAllReduce<S>& tp_all_reduce,
                                 const DenseMatmul<S>& matmul) const {
   const TransformerConfig& c = config_;
-  const int64_t tp = layout_.tp_size();
-  const int64_t bsz = local_batch_, ctx = c.context, d = c.d_model, v = c.vocab;
-  const int64_t n = bsz * ctx, dl = d / tp, fl = c.hidden / tp, hl = c.heads / tp;
-  const int64_t dh = d / c.heads;
-  const Workspace w(c, tp, bsz);
   auto check_size = [](const char* what, size_t got, int64_t want) {
     if (static_cast<int64_t>(got) != want) {
       throw InvalidArgumentError(std::string(what) + " has " + str(static_cast<int64_t>(got)) +
@@ -308,171 +530,29 @@ double TransformerShard<S>::run(std::span<const S> params, std::span<S> grads,
   };
   check_size("params", params.size(), layout_.size());
   check_size("grads", grads.size(), layout_.size());
-  check_size("tokens", tokens.size(), bsz * (ctx + 1));
-  check_size("workspace", workspace.size(), w.size);
+  check_size("tokens", tokens.size(), local_batch_ * (c.context + 1));
+  check_size("workspace", workspace.size(), workspace_elements_);
   for (int32_t t : tokens) {
-    if (t < 0 || t >= v) {
-      throw InvalidArgumentError("token id " + std::to_string(t) + " outside [0, " + str(v) + ")");
+    if (t < 0 || t >= c.vocab) {
+      throw InvalidArgumentError("token id " + std::to_string(t) + " outside [0, " + str(c.vocab) +
+                                 ")");
     }
   }
-  const S* P = params.data();
-  S* G = grads.data();
-  S* W = workspace.data();
   std::fill(grads.begin(), grads.end(), S(0));
-  auto prm = [&](const std::string& name) { return P + layout_.offset(name); };
-  auto grd = [&](const std::string& name) { return G + layout_.offset(name); };
-  auto all_reduce = [&](S* data, int64_t count) {
-    if (tp_all_reduce) tp_all_reduce(std::span<S>(data, static_cast<size_t>(count)));
-  };
-  auto input = [&](int64_t row) {
-    return tokens[static_cast<size_t>((row / ctx) * (ctx + 1) + row % ctx)];
-  };
-  auto target = [&](int64_t row) {
-    return tokens[static_cast<size_t>((row / ctx) * (ctx + 1) + row % ctx + 1)];
-  };
-  const S scale = S(1) / std::sqrt(static_cast<S>(dh));
-  // Every dense projection goes through mm: the caller's matmul (the pipelined Pallas kernel
-  // with --kernels pallas), else Eigen.
-  auto mm = [&](const S* a, bool ta, const S* bm, bool tb, S* out, int64_t m, int64_t nn,
-                int64_t k) {
-    if (matmul) {
-      matmul(a, ta, bm, tb, out, m, nn, k);
-      return;
-    }
-    MatMap<S> C(out, m, nn);
-    if (!ta && !tb) {
-      C.noalias() = CMatMap<S>(a, m, k) * CMatMap<S>(bm, k, nn);
-    } else if (ta && !tb) {
-      C.noalias() = CMatMap<S>(a, k, m).transpose() * CMatMap<S>(bm, k, nn);
-    } else if (!ta && tb) {
-      C.noalias() = CMatMap<S>(a, m, k) * CMatMap<S>(bm, nn, k).transpose();
-    } else {
-      C.noalias() = CMatMap<S>(a, k, m).transpose() * CMatMap<S>(bm, nn, k).transpose();
-    }
-  };
-
-  // ---- forward ----
-  {
-    MatMap<S> x(W + (c.layers > 0 ? w.blocks[0].x_in : w.x_out), n, d);
-    CMatMap<S> tok(prm("tok_emb"), v, d), pos(prm("pos_emb"), ctx, d);
-    for (int64_t i = 0; i < n; ++i) x.row(i) = tok.row(input(i)) + pos.row(i % ctx);
-  }
+  ShardPass<S> pass(c, layout_, local_batch_, params.data(), grads.data(), workspace.data(), tokens,
+                    tp_all_reduce, matmul);
+  pass.embed();
   for (int64_t l = 0; l < c.layers; ++l) {
-    const auto& b = w.blocks[static_cast<size_t>(l)];
-    const std::string pre = "blocks." + str(l) + ".";
-    // Attention sub-block.
-    layer_norm_forward(W + b.x_in, W + b.h1, W + b.mu1, W + b.rs1, prm(pre + "ln1.gain"),
-                       prm(pre + "ln1.bias"), n, d);
-    MatMap<S> qkv(W + b.qkv, n, 3 * dl);
-    mm(W + b.h1, false, prm(pre + "attn.wqkv"), false, W + b.qkv, n, 3 * dl, d);
-    qkv.rowwise() += CVecMap<S>(prm(pre + "attn.bqkv"), 3 * dl);
-    for (int64_t s = 0; s < bsz; ++s) {
-      for (int64_t h = 0; h < hl; ++h) {
-        const S* base = W + b.qkv + s * ctx * 3 * dl + h * dh;
-        CStridedMap<S> q(base, ctx, dh, Eigen::OuterStride<>(3 * dl));
-        CStridedMap<S> k(base + dl, ctx, dh, Eigen::OuterStride<>(3 * dl));
-        CStridedMap<S> vv(base + 2 * dl, ctx, dh, Eigen::OuterStride<>(3 * dl));
-        MatMap<S> pr(W + b.probs + (s * hl + h) * ctx * ctx, ctx, ctx);
-        pr.noalias() = (q * k.transpose()) * scale;
-        nn::causal_softmax_forward(pr.data(), ctx);
-        StridedMap<S> o(W + b.att + s * ctx * dl + h * dh, ctx, dh, Eigen::OuterStride<>(dl));
-        o.noalias() = pr * vv;
-      }
-    }
-    MatMap<S> y(W + w.dtmp, n, d);
-    mm(W + b.att, false, prm(pre + "attn.wo"), false, W + w.dtmp, n, d, dl);
-    all_reduce(W + w.dtmp, n * d);  // Megatron's g: complete the row-parallel sum
-    MatMap<S> xm(W + b.x_mid, n, d);
-    xm = CMatMap<S>(W + b.x_in, n, d) + y;
-    xm.rowwise() += CVecMap<S>(prm(pre + "attn.bo"), d);
-    // MLP sub-block.
-    layer_norm_forward(W + b.x_mid, W + b.h2, W + b.mu2, W + b.rs2, prm(pre + "ln2.gain"),
-                       prm(pre + "ln2.bias"), n, d);
-    MatMap<S> u(W + b.u, n, fl), a(W + b.a, n, fl);
-    mm(W + b.h2, false, prm(pre + "mlp.w1"), false, W + b.u, n, fl, d);
-    u.rowwise() += CVecMap<S>(prm(pre + "mlp.b1"), fl);
-    nn::gelu_forward(u.data(), a.data(), n * fl);
-    mm(W + b.a, false, prm(pre + "mlp.w2"), false, W + w.dtmp, n, d, fl);
-    all_reduce(W + w.dtmp, n * d);  // g
-    const int64_t next = l + 1 < c.layers ? w.blocks[static_cast<size_t>(l + 1)].x_in : w.x_out;
-    MatMap<S> xo(W + next, n, d);
-    xo = xm + y;
-    xo.rowwise() += CVecMap<S>(prm(pre + "mlp.b2"), d);
+    pass.attention_forward(l);
+    pass.mlp_forward(l);
   }
-  layer_norm_forward(W + w.x_out, W + w.hf, W + w.muf, W + w.rsf, prm("ln_f.gain"),
-                     prm("ln_f.bias"), n, d);
-  MatMap<S> logits(W + w.logits, n, v);
-  mm(W + w.hf, false, prm("head.w"), false, W + w.logits, n, v, d);
-  logits.rowwise() += CVecMap<S>(prm("head.b"), v);
-  // Softmax cross-entropy; logits become dlogits = (softmax - onehot) * grad_scale.
-  const double loss_sum = nn::softmax_cross_entropy(logits.data(), n, v, grad_scale, target);
-
-  // ---- backward ----
-  MatMap<S> dx(W + w.dx, n, d), dtmp(W + w.dtmp, n, d);
-  {
-    mm(W + w.hf, true, W + w.logits, false, grd("head.w"), d, v, n);
-    VecMap<S>(grd("head.b"), v) = logits.colwise().sum();
-    mm(W + w.logits, false, prm("head.w"), true, W + w.dtmp, n, d, v);
-    layer_norm_backward(W + w.x_out, W + w.dtmp, W + w.muf, W + w.rsf, prm("ln_f.gain"), W + w.dx,
-                        grd("ln_f.gain"), grd("ln_f.bias"), n, d);
-  }
+  const double loss_sum = pass.head_forward(grad_scale);
+  pass.head_backward();
   for (int64_t l = c.layers - 1; l >= 0; --l) {
-    const auto& b = w.blocks[static_cast<size_t>(l)];
-    const std::string pre = "blocks." + str(l) + ".";
-    // MLP: dx is the gradient of the block output (= of x_mid through the residual, and of z).
-    VecMap<S>(grd(pre + "mlp.b2"), d) = dx.colwise().sum();
-    CMatMap<S> a(W + b.a, n, fl), u(W + b.u, n, fl);
-    MatMap<S> du(W + w.du, n, fl);
-    mm(W + b.a, true, W + w.dx, false, grd(pre + "mlp.w2"), fl, d, n);
-    mm(W + w.dx, false, prm(pre + "mlp.w2"), true, W + w.du, n, fl, d);
-    nn::gelu_backward(u.data(), du.data(), n * fl);
-    mm(W + b.h2, true, W + w.du, false, grd(pre + "mlp.w1"), d, fl, n);
-    VecMap<S>(grd(pre + "mlp.b1"), fl) = du.colwise().sum();
-    mm(W + w.du, false, prm(pre + "mlp.w1"), true, W + w.dtmp, n, d, fl);
-    all_reduce(W + w.dtmp, n * d);  // Megatron's f (backward): sum d(LN2 out) over the shards
-    // LN backward in place on dtmp (it reads each dy row before it writes that dx row).
-    layer_norm_backward(W + b.x_mid, W + w.dtmp, W + b.mu2, W + b.rs2, prm(pre + "ln2.gain"),
-                        W + w.dtmp, grd(pre + "ln2.gain"), grd(pre + "ln2.bias"), n, d);
-    dx += dtmp;  // gradient of x_mid
-    // Attention.
-    VecMap<S>(grd(pre + "attn.bo"), d) = dx.colwise().sum();
-    mm(W + b.att, true, W + w.dx, false, grd(pre + "attn.wo"), dl, d, n);
-    mm(W + w.dx, false, prm(pre + "attn.wo"), true, W + w.datt, n, dl, d);
-    MatMap<S> dp(W + w.dp, ctx, ctx);
-    for (int64_t s = 0; s < bsz; ++s) {
-      for (int64_t h = 0; h < hl; ++h) {
-        const int64_t off = s * ctx * 3 * dl + h * dh;
-        const Eigen::OuterStride<> st(3 * dl);
-        CStridedMap<S> q(W + b.qkv + off, ctx, dh, st), k(W + b.qkv + off + dl, ctx, dh, st),
-            vv(W + b.qkv + off + 2 * dl, ctx, dh, st);
-        StridedMap<S> dq(W + w.dqkv + off, ctx, dh, st), dk(W + w.dqkv + off + dl, ctx, dh, st),
-            dv(W + w.dqkv + off + 2 * dl, ctx, dh, st);
-        CMatMap<S> pr(W + b.probs + (s * hl + h) * ctx * ctx, ctx, ctx);
-        CStridedMap<S> dout(W + w.datt + s * ctx * dl + h * dh, ctx, dh, Eigen::OuterStride<>(dl));
-        dv.noalias() = pr.transpose() * dout;
-        dp.noalias() = dout * vv.transpose();
-        // Softmax backward: dS = P o (dP - rowsum(dP o P)); masked entries have P = 0.
-        nn::softmax_backward(pr.data(), dp.data(), ctx, scale);
-        dq.noalias() = dp * k;
-        dk.noalias() = dp.transpose() * q;
-      }
-    }
-    CMatMap<S> dqkv(W + w.dqkv, n, 3 * dl);
-    mm(W + b.h1, true, W + w.dqkv, false, grd(pre + "attn.wqkv"), d, 3 * dl, n);
-    VecMap<S>(grd(pre + "attn.bqkv"), 3 * dl) = dqkv.colwise().sum();
-    mm(W + w.dqkv, false, prm(pre + "attn.wqkv"), true, W + w.dtmp, n, d, 3 * dl);
-    all_reduce(W + w.dtmp, n * d);  // f (backward): sum d(LN1 out) over the shards
-    layer_norm_backward(W + b.x_in, W + w.dtmp, W + b.mu1, W + b.rs1, prm(pre + "ln1.gain"),
-                        W + w.dtmp, grd(pre + "ln1.gain"), grd(pre + "ln1.bias"), n, d);
-    dx += dtmp;  // gradient of x_in
+    pass.mlp_backward(l);
+    pass.attention_backward(l);
   }
-  {
-    MatMap<S> dtok(grd("tok_emb"), v, d), dpos(grd("pos_emb"), ctx, d);
-    for (int64_t i = 0; i < n; ++i) {
-      dtok.row(input(i)) += dx.row(i);
-      dpos.row(i % ctx) += dx.row(i);
-    }
-  }
+  pass.embed_backward();
   return loss_sum;
 }
 

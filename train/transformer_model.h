@@ -32,13 +32,13 @@
 #include <string>
 #include <vector>
 
-#include "vtpu/train/adam.h"
 #include "vtpu/sharding/partition_spec.h"
+#include "vtpu/train/adam.h"
 
 namespace vtpu {
 
 /// Model shape and training hyper-parameters. The defaults are the ones of
-/// examples/models/transformer.json.
+/// examples/models/transformer.json. Plain data, thread-compatible.
 struct TransformerConfig {
   int64_t vocab = 128;   // token ids 0..vocab-1 (bytes)
   int64_t context = 64;  // C: tokens per sequence
@@ -70,6 +70,7 @@ struct TransformerConfig {
 
 /// One parameter tensor of a tensor-parallel shard: its global shape, the PartitionSpec over the
 /// tensor axis 'model', and where its local block sits in the shard's flat vector.
+/// Plain data, thread-compatible.
 struct TransformerParam {
   std::string name;                   // e.g. "blocks.0.attn.wqkv"
   std::vector<int64_t> global_shape;  // elements per dimension

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -83,7 +84,7 @@ std::string TokenText::describe_mapped(int64_t vocab) const {
 }
 
 TokenText load_token_text(const std::string& path, int64_t vocab, int64_t context) {
-  // Adversarial pass adv12, ADV6: a directory opened and read as "0 bytes".
+  // A directory opens and reads as "0 bytes": say what it is.
   if (std::error_code ec; std::filesystem::is_directory(path, ec)) {
     throw InvalidArgumentError("text file '" + path +
                                "' is a directory (expected a text file, e.g. data/fortunes.txt)");
@@ -109,7 +110,7 @@ TokenText load_token_text(const std::string& path, int64_t vocab, int64_t contex
                                " bytes (expected at least context + 2 = " + str(context + 2) + ")");
   }
   TokenText t = make_token_text(text, vocab);
-  // Adversarial pass adv12, ADV6: a gzip file trained silently, half its bytes turned into '?'.
+  // A binary or compressed file would train silently, half its bytes turned into '?'.
   const auto total = static_cast<int64_t>(text.size());
   if (static_cast<double>(t.mapped_bytes) > kMaxMappedByteFraction * static_cast<double>(total)) {
     char limit[32];
@@ -147,14 +148,13 @@ TransformerResult train_transformer(Runtime& runtime, std::span<const int32_t> t
                                      DataTensorLayout::grid(mesh.data, mesh.tensor), on_log);
 }
 
-TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const int32_t> tokens,
-                                              const TransformerConfig& config,
-                                              const DataTensorLayout& layout,
-                                              const std::function<void(int64_t, double)>& on_log) {
-  const TransformerMesh mesh{layout.data, layout.tensor};
+namespace {
+
+/// The checks of train_transformer_on_layout's arguments.
+void check_run(const Runtime& runtime, std::span<const int32_t> tokens,
+               const TransformerConfig& config, const TransformerMesh& mesh) {
   config.validate();
   config.validate_mesh(mesh.data, mesh.tensor);
-  const int64_t dsz = mesh.data, tsz = mesh.tensor;
   if (mesh.num_cores() != runtime.num_cores()) {
     throw InvalidArgumentError("mesh " + mesh.to_string() + " needs " +
                                count_text(mesh.num_cores(), "core") + ", the runtime has " +
@@ -170,140 +170,211 @@ TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const 
                                  str(config.vocab) + ")");
     }
   }
-  const int64_t local_batch = config.batch / dsz;
-  const int64_t k_micro = config.micro_batches;
-  const int64_t micro_batch = local_batch / k_micro;  // sequences per micro-batch
-  const int64_t ctx_len = config.context;
-  const float grad_scale = 1.0f / static_cast<float>(config.batch * ctx_len);
+}
 
-  // Replica groups: the layout's tensor groups (one model replica each) and data groups.
-  auto tp_comms = Communicator::for_groups(runtime, layout.tensor_groups);
-  auto dp_comms = Communicator::for_groups(runtime, layout.data_groups);
-
-  const std::vector<float> init = transformer_init_parameters(config);
-  std::vector<std::vector<float>> init_shards;
-  for (int64_t t = 0; t < tsz; ++t) {
-    init_shards.push_back(shard_transformer_parameters<float>(config, init, tsz, t));
+/// What every core of a run reads: the configuration, the groups' communicators, the initial
+/// shards, the model and the global batches. Built before the SPMD program; while it runs, every
+/// core reads the rest and calls the thread-safe communicators.
+struct TransformerRun {
+  TransformerRun(Runtime& runtime, std::span<const int32_t> tokens, const TransformerConfig& config,
+                 const DataTensorLayout& layout)
+      : config(config),
+        layout(layout),
+        tokens(tokens),
+        local_batch(config.batch / layout.data),
+        micro_batch(local_batch / config.micro_batches),
+        grad_scale(1.0f / static_cast<float>(config.batch * config.context)),
+        // Replica groups: the layout's tensor groups (one model replica each) and data groups.
+        tp_comms(Communicator::for_groups(runtime, layout.tensor_groups)),
+        dp_comms(Communicator::for_groups(runtime, layout.data_groups)),
+        init(transformer_init_parameters(config)),
+        model(config, layout.tensor, micro_batch) {
+    for (int64_t t = 0; t < layout.tensor; ++t) {
+      init_shards.push_back(shard_transformer_parameters<float>(config, init, layout.tensor, t));
+    }
+    // The global batches, the same for every mesh (drawn on the host before the run).
+    WindowSampler sampler(static_cast<int64_t>(tokens.size()), config.context, config.seed);
+    starts.resize(static_cast<size_t>(config.steps));
+    for (auto& s : starts) s = sampler.next(config.batch);
   }
-  const TransformerShard<float> model(config, tsz, micro_batch);
-  const int64_t shard_size = model.layout().size();
 
-  // The global batches, the same for every mesh (drawn on the host before the run).
-  WindowSampler sampler(static_cast<int64_t>(tokens.size()), ctx_len, config.seed);
-  std::vector<std::vector<int64_t>> starts(static_cast<size_t>(config.steps));
-  for (auto& s : starts) s = sampler.next(config.batch);
+  Communicator& tensor_comm(int c) const {
+    return *tp_comms[static_cast<size_t>(layout.tensor_group[static_cast<size_t>(c)])];
+  }
+  Communicator& data_comm(int c) const {
+    return *dp_comms[static_cast<size_t>(layout.data_group[static_cast<size_t>(c)])];
+  }
+  int64_t shard_size() const { return model.layout().size(); }
 
+  const TransformerConfig& config;
+  const DataTensorLayout& layout;
+  const std::span<const int32_t> tokens;
+  const int64_t local_batch;  // sequences per data shard
+  const int64_t micro_batch;  // sequences per micro-batch
+  const float grad_scale;     // 1 / (global batch * context)
+  std::vector<std::unique_ptr<Communicator>> tp_comms, dp_comms;
+  const std::vector<float> init;  // the whole model's initial parameters
+  std::vector<std::vector<float>> init_shards;
+  const TransformerShard<float> model;
+  std::vector<std::vector<int64_t>> starts;  // per step, the global batch's window starts
+};
+
+/// A TransformerResult with the run's sizes filled in and its per-step vectors sized.
+TransformerResult empty_result(const TransformerRun& run) {
+  const TransformerConfig& config = run.config;
+  const int64_t shard_size = run.shard_size();
   TransformerResult result;
-  result.mesh = mesh;
-  result.num_parameters = static_cast<int64_t>(init.size());
+  result.mesh = TransformerMesh{run.layout.data, run.layout.tensor};
+  result.num_parameters = static_cast<int64_t>(run.init.size());
   result.shard_parameters = shard_size;
   result.losses.assign(static_cast<size_t>(config.steps), 0.0);
   result.step_seconds.assign(static_cast<size_t>(config.steps), 0.0);
   const uint64_t f = sizeof(float);
   result.weight_bytes = static_cast<uint64_t>(shard_size) * f;
   // The bucket, and with micro-batches a second one that each later micro-batch computes into.
-  result.gradient_bytes = static_cast<uint64_t>(k_micro > 1 ? 2 : 1) * (shard_size + 1) * f;
+  result.gradient_bytes =
+      static_cast<uint64_t>(config.micro_batches > 1 ? 2 : 1) * (shard_size + 1) * f;
   result.optimizer_bytes = 2 * static_cast<uint64_t>(shard_size) * f;
-  result.activation_bytes = static_cast<uint64_t>(model.workspace_elements()) * f;
-  result.token_bytes = static_cast<uint64_t>(local_batch * (ctx_len + 1)) * sizeof(int32_t);
-  std::vector<DeviceBuffer> final_params(static_cast<size_t>(mesh.num_cores()));
+  result.activation_bytes = static_cast<uint64_t>(run.model.workspace_elements()) * f;
+  result.token_bytes =
+      static_cast<uint64_t>(run.local_batch * (config.context + 1)) * sizeof(int32_t);
+  return result;
+}
 
-  const auto t_start = std::chrono::steady_clock::now();
-  runtime.run_spmd([&](CoreContext& ctx) {
-    const int c = ctx.core_id();
-    const auto ci = static_cast<size_t>(c);
-    const int64_t d = layout.data_rank[ci], t = layout.tensor_rank[ci];
-    Communicator& tp = *tp_comms[static_cast<size_t>(layout.tensor_group[ci])];
-    Communicator& dp = *dp_comms[static_cast<size_t>(layout.data_group[ci])];
-    DeviceBuffer params = ctx.allocate(result.weight_bytes, "transformer/weights");
-    DeviceBuffer grads = ctx.allocate((shard_size + 1) * f, "transformer/grads+loss");
-    DeviceBuffer micro = k_micro > 1
-                             ? ctx.allocate((shard_size + 1) * f, "transformer/micro_grads+loss")
-                             : DeviceBuffer{};
-    DeviceBuffer adam_m = ctx.allocate(result.optimizer_bytes / 2, "transformer/adam_m");
-    DeviceBuffer adam_v = ctx.allocate(result.optimizer_bytes / 2, "transformer/adam_v");
-    DeviceBuffer work = ctx.allocate(result.activation_bytes, "transformer/activations");
-    DeviceBuffer toks = ctx.allocate(result.token_bytes, "transformer/tokens");
-    const BufferPin pins[] = {params.pin(), grads.pin(), adam_m.pin(),
-                              adam_v.pin(), work.pin(),  toks.pin()};
-    std::optional<BufferPin> micro_pin;
-    if (k_micro > 1) micro_pin.emplace(micro.pin());
-    std::span<float> p = params.as<float>(), g = grads.as<float>();
-    std::span<float> m = adam_m.as<float>(), v = adam_v.as<float>();
-    std::span<int32_t> tk = toks.as<int32_t>();
-    const auto& shard = init_shards[static_cast<size_t>(t)];
-    std::copy(shard.begin(), shard.end(), p.begin());
-    std::fill(m.begin(), m.end(), 0.0f);
-    std::fill(v.begin(), v.end(), 0.0f);
+/// One core's part of the run: its HBM buffers (weight shard, gradient bucket, micro-batch
+/// bucket, Adam's m and v, activations, tokens), allocated once and pinned, and the named parts
+/// of a step. Only the owning core may call.
+class TransformerCore {
+ public:
+  TransformerCore(CoreContext& ctx, const TransformerRun& run, const TransformerResult& sizes)
+      : ctx_(ctx),
+        run_(run),
+        tp_(run.tensor_comm(ctx.core_id())),
+        dp_(run.data_comm(ctx.core_id())),
+        data_rank_(run.layout.data_rank[static_cast<size_t>(ctx.core_id())]) {
+    const uint64_t bucket = (run.shard_size() + 1) * sizeof(float);
+    params_ = ctx.allocate(sizes.weight_bytes, "transformer/weights");
+    grads_ = ctx.allocate(bucket, "transformer/grads+loss");
+    if (run.config.micro_batches > 1) {
+      micro_ = ctx.allocate(bucket, "transformer/micro_grads+loss");
+    }
+    adam_m_ = ctx.allocate(sizes.optimizer_bytes / 2, "transformer/adam_m");
+    adam_v_ = ctx.allocate(sizes.optimizer_bytes / 2, "transformer/adam_v");
+    work_ = ctx.allocate(sizes.activation_bytes, "transformer/activations");
+    toks_ = ctx.allocate(sizes.token_bytes, "transformer/tokens");
+    for (const DeviceBuffer* b : {&params_, &grads_, &adam_m_, &adam_v_, &work_, &toks_}) {
+      pins_.push_back(b->pin());
+    }
+    if (micro_.valid()) pins_.push_back(micro_.pin());
+    const int64_t t = run.layout.tensor_rank[static_cast<size_t>(ctx.core_id())];
+    const auto& shard = run.init_shards[static_cast<size_t>(t)];
+    std::copy(shard.begin(), shard.end(), params_.as<float>().begin());
+    std::ranges::fill(adam_m_.as<float>(), 0.0f);
+    std::ranges::fill(adam_v_.as<float>(), 0.0f);
     // A group of one core sums nothing: Megatron with tensor parallel size 1 (and DDP on one
-    // replica) runs no all-reduce, so neither does this trainer. The Communicator's one-core
-    // all-reduce of a buffer in place leaves it as it is, so the results are bit for bit those of
-    // calling it. Regression (new-user pass nu8, N8): dp(data,model) counted 8 "model axis"
-    // all-reduces per step over tensor groups of 1 core.
-    TensorAllReduce<float> tp_all_reduce;  // null: none (TransformerShard::run skips it)
-    if (tp.size() > 1) {
-      tp_all_reduce = [&](std::span<float> x) { tp.all_reduce<float>(ctx, x); };
+    // replica) runs no all-reduce, so neither does this trainer; the one-core all-reduce in
+    // place would leave the same bits.
+    if (tp_.size() > 1) {
+      tp_all_reduce_ = [this](std::span<float> x) { tp_.all_reduce<float>(ctx_, x); };
     }
-    // --kernels pallas: every dense projection is the pipelined tiled matmul on this core, its
-    // operands located in the HBM buffers above (blocks of at most 256, two VMEM buffers each).
-    DenseMatmul<float> pallas_matmul_fn;
-    if (config.kernels == "pallas") {
-      auto locate = [&](const float* ptr, int64_t rows, int64_t cols) {
-        for (const DeviceBuffer* b : {&params, &grads, &micro, &work}) {
-          if (!b->valid()) continue;
-          const float* base = b->as<float>().data();
-          const auto len = static_cast<int64_t>(b->as<float>().size());
-          if (ptr >= base && ptr - base + rows * cols <= len) {
-            return HbmMatrix{b, rows, cols, static_cast<uint64_t>(ptr - base) * sizeof(float)};
-          }
-        }
-        throw InternalError("a transformer matmul operand lies outside the core's HBM buffers");
-      };
-      pallas_matmul_fn = [&, locate](const float* a, bool ta, const float* b, bool tb, float* out,
-                                     int64_t m, int64_t n, int64_t k) {
-        MatmulOptions o;
-        o.transpose_lhs = ta;
-        o.transpose_rhs = tb;
-        pallas_matmul(ctx.core(), locate(a, ta ? k : m, ta ? m : k),
-                      locate(b, tb ? n : k, tb ? k : n), locate(out, m, n), fit_blocks(o, m, n, k));
-      };
+    if (run.config.kernels == "pallas") pallas_matmul_ = pallas_dense_matmul();
+  }
+
+  /// Copies this data shard's sequences of step `step`'s global batch into the token buffer:
+  /// [d * local_batch, (d + 1) * local_batch) of the batch.
+  void load_tokens(int64_t step) {
+    const int64_t len = run_.config.context + 1;
+    std::span<int32_t> tk = toks_.as<int32_t>();
+    const auto& st = run_.starts[static_cast<size_t>(step)];
+    for (int64_t s = 0; s < run_.local_batch; ++s) {
+      const int64_t start = st[static_cast<size_t>(data_rank_ * run_.local_batch + s)];
+      std::copy_n(run_.tokens.begin() + start, len, tk.begin() + s * len);
     }
-    for (int64_t step = 0; step < config.steps; ++step) {
-      const auto t0 = std::chrono::steady_clock::now();
-      // This data shard's sequences: [d * local_batch, (d + 1) * local_batch) of the batch.
-      const auto& st = starts[static_cast<size_t>(step)];
-      for (int64_t s = 0; s < local_batch; ++s) {
-        const int64_t start = st[static_cast<size_t>(d * local_batch + s)];
-        std::copy_n(tokens.begin() + start, ctx_len + 1, tk.begin() + s * (ctx_len + 1));
+  }
+
+  /// Forward and backward of every micro-batch: k = 0 straight into the bucket, each later one
+  /// into the micro bucket and then added, so the bucket holds ((g_0 + g_1) + g_2) + ..., the
+  /// order in which the data-parallel all-reduce folds the data shards' buckets (rank order).
+  /// The bucket's last float is the loss sum.
+  void compute_gradients() {
+    const auto size = static_cast<size_t>(run_.shard_size());
+    const auto seq = static_cast<size_t>(run_.micro_batch * (run_.config.context + 1));
+    std::span<float> p = params_.as<float>(), g = grads_.as<float>();
+    std::span<int32_t> tk = toks_.as<int32_t>();
+    for (int64_t k = 0; k < run_.config.micro_batches; ++k) {
+      std::span<float> gk = k == 0 ? g : micro_.as<float>();
+      const double loss_sum =
+          run_.model.run(p, gk.first(size), tk.subspan(static_cast<size_t>(k) * seq, seq),
+                         run_.grad_scale, work_.as<float>(), tp_all_reduce_, pallas_matmul_);
+      gk[size] = static_cast<float>(loss_sum);
+      if (k > 0) {
+        for (size_t i = 0; i < g.size(); ++i) g[i] += gk[i];
       }
-      // Micro-batch k's gradients and loss sum: k = 0 straight into the bucket, each later one
-      // into `micro` and then added, so the bucket holds ((g_0 + g_1) + g_2) + ..., the order in
-      // which the data-parallel all-reduce folds the data shards' buckets (rank order).
-      const auto seq = static_cast<size_t>(micro_batch * (ctx_len + 1));
-      for (int64_t k = 0; k < k_micro; ++k) {
-        std::span<float> gk = k == 0 ? g : micro.as<float>();
-        const double loss_sum = model.run(p, gk.first(static_cast<size_t>(shard_size)),
-                                          tk.subspan(static_cast<size_t>(k) * seq, seq), grad_scale,
-                                          work.as<float>(), tp_all_reduce, pallas_matmul_fn);
-        gk[static_cast<size_t>(shard_size)] = static_cast<float>(loss_sum);
-        if (k > 0) {
-          for (size_t i = 0; i < g.size(); ++i) g[i] += gk[i];
+    }
+  }
+
+  /// Data parallel: one bucket (the shard's gradients and the loss sum) over the data group.
+  void all_reduce_gradients() {
+    if (dp_.size() > 1) dp_.all_reduce<float>(ctx_, grads_.as<float>());
+  }
+
+  void optimizer_step(int64_t step) {
+    const auto size = static_cast<size_t>(run_.shard_size());
+    adam_update(params_.as<float>(), grads_.as<float>().first(size), adam_m_.as<float>(),
+                adam_v_.as<float>(), step + 1, run_.config);
+  }
+
+  /// The step's mean token loss over the global batch (after all_reduce_gradients).
+  double loss() const {
+    return static_cast<double>(grads_.as<float>()[static_cast<size_t>(run_.shard_size())]) /
+           static_cast<double>(run_.config.batch * run_.config.context);
+  }
+
+  /// The final weight shard, handed over so that it outlives the SPMD program.
+  DeviceBuffer take_params() { return std::move(params_); }
+
+ private:
+  /// --kernels pallas: every dense projection is the pipelined tiled matmul on this core, its
+  /// operands located in the HBM buffers above (blocks of at most 256, two VMEM buffers each).
+  DenseMatmul<float> pallas_dense_matmul() {
+    auto locate = [this](const float* ptr, int64_t rows, int64_t cols) {
+      for (const DeviceBuffer* b : {&params_, &grads_, &micro_, &work_}) {
+        if (!b->valid()) continue;
+        const float* base = b->as<float>().data();
+        const auto len = static_cast<int64_t>(b->as<float>().size());
+        if (ptr >= base && ptr - base + rows * cols <= len) {
+          return HbmMatrix{b, rows, cols, static_cast<uint64_t>(ptr - base) * sizeof(float)};
         }
       }
-      // Data parallel: one bucket (the shard's gradients and the loss sum) over the column.
-      if (dp.size() > 1) dp.all_reduce<float>(ctx, g);
-      adam_update(p, g.first(static_cast<size_t>(shard_size)), m, v, step + 1, config);
-      const double loss = static_cast<double>(g[static_cast<size_t>(shard_size)]) /
-                          static_cast<double>(config.batch * ctx_len);
-      finish_step(c, step, config.steps, config.log_every, loss, t0, result.step_seconds,
-                  result.losses, on_log);
-    }
-    final_params[static_cast<size_t>(c)] = std::move(params);
-  });
-  result.total_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-  result.median_step_ms = 1e3 * median_of(result.step_seconds);
-  result.shards.resize(static_cast<size_t>(tsz));
+      throw InternalError("a transformer matmul operand lies outside the core's HBM buffers");
+    };
+    return [this, locate](const float* a, bool ta, const float* b, bool tb, float* out, int64_t m,
+                          int64_t n, int64_t k) {
+      MatmulOptions o;
+      o.transpose_lhs = ta;
+      o.transpose_rhs = tb;
+      pallas_matmul(ctx_.core(), locate(a, ta ? k : m, ta ? m : k),
+                    locate(b, tb ? n : k, tb ? k : n), locate(out, m, n), fit_blocks(o, m, n, k));
+    };
+  }
+
+  CoreContext& ctx_;
+  const TransformerRun& run_;
+  Communicator& tp_;
+  Communicator& dp_;
+  const int64_t data_rank_;
+  DeviceBuffer params_, grads_, micro_, adam_m_, adam_v_, work_, toks_;
+  std::vector<BufferPin> pins_;
+  TensorAllReduce<float> tp_all_reduce_;  // null for a tensor group of one core
+  DenseMatmul<float> pallas_matmul_;      // null: Eigen
+};
+
+/// The result's final shards (from each tensor shard's data-rank-0 core), replica verdict and
+/// per-core stats.
+void collect_results(const Runtime& runtime, const TransformerRun& run,
+                     const std::vector<DeviceBuffer>& final_params, TransformerResult& result) {
+  const DataTensorLayout& layout = run.layout;
+  result.shards.resize(static_cast<size_t>(layout.tensor));
   std::vector<std::span<const float>> shards;
   for (const DeviceBuffer& p : final_params) shards.push_back(p.as<float>());
   for (const std::vector<int>& group : layout.data_groups) {  // one per tensor shard
@@ -312,19 +383,49 @@ TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const 
         p0.begin(), p0.end());
   }
   std::vector<ParamSegment> segments;
-  for (const TransformerParam& p : model.layout().params()) {
-    segments.push_back({p.name + (tsz > 1 ? " (its tensor shard of " + str(tsz) + ")" : ""),
-                        p.offset, p.num_elements()});
+  for (const TransformerParam& p : run.model.layout().params()) {
+    segments.push_back(
+        {p.name + (layout.tensor > 1 ? " (its tensor shard of " + str(layout.tensor) + ")" : ""),
+         p.offset, p.num_elements()});
   }
   result.replica_mismatch = compare_replicas(shards, layout.data_groups, segments);
   for (int c = 0; c < runtime.num_cores(); ++c) {
-    const auto ci = static_cast<size_t>(c);
     result.hbm.push_back(runtime.core(c).hbm().memory_stats());
-    result.tensor_all_reduce.push_back(
-        tp_comms[static_cast<size_t>(layout.tensor_group[ci])]->stats(c));
-    result.data_all_reduce.push_back(
-        dp_comms[static_cast<size_t>(layout.data_group[ci])]->stats(c));
+    result.tensor_all_reduce.push_back(run.tensor_comm(c).stats(c));
+    result.data_all_reduce.push_back(run.data_comm(c).stats(c));
   }
+}
+
+}  // namespace
+
+TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const int32_t> tokens,
+                                              const TransformerConfig& config,
+                                              const DataTensorLayout& layout,
+                                              const std::function<void(int64_t, double)>& on_log) {
+  check_run(runtime, tokens, config, TransformerMesh{layout.data, layout.tensor});
+  const TransformerRun run(runtime, tokens, config, layout);
+  TransformerResult result = empty_result(run);
+  std::vector<DeviceBuffer> final_params(static_cast<size_t>(runtime.num_cores()));
+
+  const auto t_start = std::chrono::steady_clock::now();
+  runtime.run_spmd([&](CoreContext& ctx) {
+    const int c = ctx.core_id();
+    TransformerCore core(ctx, run, result);
+    for (int64_t step = 0; step < config.steps; ++step) {
+      const auto t0 = std::chrono::steady_clock::now();
+      core.load_tokens(step);
+      core.compute_gradients();
+      core.all_reduce_gradients();
+      core.optimizer_step(step);
+      finish_step(c, step, config.steps, config.log_every, core.loss(), t0, result.step_seconds,
+                  result.losses, on_log);
+    }
+    final_params[static_cast<size_t>(c)] = core.take_params();
+  });
+  result.total_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  result.median_step_ms = 1e3 * median_of(result.step_seconds);
+  collect_results(runtime, run, final_params, result);
   return result;
 }
 

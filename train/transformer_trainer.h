@@ -41,16 +41,16 @@
 #include <vector>
 
 #include "vtpu/collectives/communicator.h"
+#include "vtpu/memory/memory_stats.h"
+#include "vtpu/runtime/runtime.h"
 #include "vtpu/sharding/data_tensor_layout.h"
 #include "vtpu/train/replica_check.h"
 #include "vtpu/train/transformer_model.h"
-#include "vtpu/memory/memory_stats.h"
-#include "vtpu/runtime/runtime.h"
 
 namespace vtpu {
 
 /// A data x tensor mesh: `data` cores along the data-parallel axis, `tensor` along the
-/// tensor-parallel one.
+/// tensor-parallel one. Plain data, thread-compatible.
 struct TransformerMesh {
   int64_t data = 1;
   int64_t tensor = 1;
@@ -62,6 +62,7 @@ struct TransformerMesh {
 TransformerMesh parse_transformer_mesh(const std::string& text);
 
 /// The text a trainer reads: byte tokens and the uniform-guess loss ln(distinct tokens).
+/// Plain data, thread-compatible.
 struct TokenText {
   std::vector<int32_t> tokens;
   int64_t vocab_used = 0;     // distinct token ids in `tokens`
@@ -102,6 +103,7 @@ class WindowSampler {
 };
 
 /// What a run produced. Times in seconds unless the name says otherwise.
+/// Plain data, thread-compatible.
 struct TransformerResult {
   TransformerMesh mesh;
   std::vector<double> losses;        // per step: mean token cross-entropy of the global batch
@@ -113,7 +115,7 @@ struct TransformerResult {
   /// Bytes each core allocated in HBM, by purpose (the same on every core).
   uint64_t weight_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0, activation_bytes = 0,
            token_bytes = 0;
-  /// Where the data replicas' final shards first differ from replica 0's (examples/
+  /// Where the data replicas' final shards first differ from replica 0's (train/
   /// replica_check.h); nullopt when they are all bitwise equal.
   std::optional<ReplicaMismatch> replica_mismatch;
   /// Every data replica's final shard equals replica 0's, bitwise (no replica_mismatch).
