@@ -105,19 +105,22 @@ int main(int argc, char** argv) {
       "vtpu: a virtual TPU pod on one machine (virtual cores, HBM arenas, collectives, "
       "sharding)"};
   app.set_version_flag("--version", std::string("vtpu ") + VTPU_VERSION);
-  app.require_subcommand(1);
+  // No hard requirement, so that `vtpu nope` reports the unexpected "nope" by name; bare `vtpu`
+  // prints the help.
+  app.require_subcommand(0, 1);
   const Commands commands = add_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    if (argc == 1) {  // bare `vtpu`: parse() has named the app after argv[0], as --help shows it
-      std::printf("%s", app.help().c_str());
-      return 0;
-    }
     return vtpu::report_usage_error(vtpu::parse_error_text(e, argc, argv));
   }
-  // A group without its subcommand: app.help() shows the selected one's, as `vtpu train --help`.
+  // Bare `vtpu`, or a group without its subcommand: the help of what was given, as --help prints
+  // it (app.help() shows the selected subcommand's).
+  if (app.get_subcommands().empty()) {
+    std::printf("%s", app.help().c_str());
+    return 0;
+  }
   for (const CLI::App* group : {commands.train, commands.bench}) {
     if (*group && group->get_subcommands().empty()) {
       std::printf("%s", app.help().c_str());
