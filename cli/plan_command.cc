@@ -12,6 +12,7 @@
 
 #include "vtpu/bench/calibration.h"
 #include "vtpu/cli/cli_validators.h"
+#include "vtpu/common/data_dir.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/output_path.h"
 #include "vtpu/common/strings.h"
@@ -336,7 +337,7 @@ void print_text(const PlanCommand& c, const AutoShardingPlan& plan, const ModelG
 int run(const PlanCommand& c) {
   if (!check_flags_usage(c)) return 2;
   check_output_path("--emit", c.emit_path);
-  ModelGraph model = ModelGraph::load_json_file(c.model_path);
+  ModelGraph model = ModelGraph::load_json_file(find_model_file(c.model_path));
   if (c.batch > 0) model.batch = c.batch;
   std::vector<int64_t> shape;
   std::vector<std::string> axes;
