@@ -73,9 +73,9 @@ Commands add_commands(CLI::App& app) {
   c.memory = vtpu::add_bench_memory_command(*c.bench);
   c.fragmentation = vtpu::add_bench_fragmentation_command(*c.bench);
   c.collectives = vtpu::add_bench_collectives_command(*c.bench);
+  c.kernel = vtpu::add_bench_kernel_command(*c.bench);  // kernel and hardware
   c.reshard = vtpu::add_reshard_command(app);
   c.stress = vtpu::add_stress_command(app);
-  c.kernel = vtpu::add_bench_kernel_command(*c.bench);
   c.plan = vtpu::add_plan_command(app);
   return c;
 }
@@ -89,9 +89,9 @@ int run_selected(const Commands& c, int argc, char** argv) {
       vtpu::run_bench_memory_if_selected(*c.memory, &code) ||
       vtpu::run_bench_fragmentation_if_selected(*c.fragmentation, &code) ||
       vtpu::run_bench_collectives_if_selected(*c.collectives, &code) ||
+      vtpu::run_bench_kernel_if_selected(*c.kernel, &code) ||
       vtpu::run_reshard_if_selected(*c.reshard, &code) ||
       vtpu::run_stress_if_selected(*c.stress, argc, argv, &code) ||
-      vtpu::run_bench_kernel_if_selected(*c.kernel, &code) ||
       vtpu::run_plan_if_selected(*c.plan, &code)) {
     return code;
   }
