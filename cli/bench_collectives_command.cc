@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "vtpu/bench/calibration.h"
+#include "vtpu/bench/collective_bench.h"
+#include "vtpu/cli/cli_validators.h"
 #include "vtpu/common/error.h"
+#include "vtpu/common/output_path.h"
 #include "vtpu/common/strings.h"
 #include "vtpu/common/units.h"
-#include "vtpu/bench/calibration.h"
-#include "vtpu/cli/cli_validators.h"
-#include "vtpu/bench/collective_bench.h"
-#include "vtpu/common/output_path.h"
 #include "vtpu/train/train_runtime_config.h"
 
 namespace vtpu {
@@ -124,17 +124,13 @@ void print_header(CollectiveBenchmark& bench, const MemcpyBandwidth& bw) {
 /// --calibrate: fit every collective and write a profile. Sizes and call counts default to the
 /// calibration's (8 B..4 MiB, 10 + 3 calls) unless given on the command line.
 int run_calibrate(const BenchCollectivesCommand& cmd, const TrainRuntimeConfig& config) {
-  // New-user pass nu11, NU34: --op and --json were dropped without a word.
+  // A sweep option --calibrate would ignore is a usage error, not dropped without a word.
   for (const auto& [opt, why] : cmd.sweep_only) {
     if (opt->count() > 0) {
-      std::fprintf(stderr,
-                   "vtpu: usage error: %s does not apply to --calibrate (%s)\nRun with --help for "
-                   "the options.\n",
-                   opt->get_name().c_str(), why.c_str());
-      return 2;
+      return report_usage_error(opt->get_name() + " does not apply to --calibrate (" + why + ")");
     }
   }
-  // Adversarial pass adv15, ADV24: --calibrate over --config replaced the config.
+  // --calibrate over --config would replace the config.
   if (!check_usage([&] {
         check_outputs_not_inputs({{"--calibrate", cmd.calibrate_path}},
                                  {{"--config", cmd.config_path}});
@@ -163,11 +159,9 @@ int run_calibrate(const BenchCollectivesCommand& cmd, const TrainRuntimeConfig& 
     }
     sizes += (sizes.empty() ? "" : ",") + std::to_string(n);
   }
-  // Adversarial pass adv12, ADV5: the size range was checked only after 9-23 s of measuring.
+  // The size range is checked before the 9-23 s of measuring, not after.
   if (const std::string problem = check_calibration_options(c); !problem.empty()) {
-    std::fprintf(stderr, "vtpu: usage error: %s\nRun with --help for the options.\n",
-                 problem.c_str());
-    return 2;
+    return report_usage_error(problem);
   }
   std::printf(
       "# vtpu bench collectives --calibrate: all_gather, reduce_scatter, all_reduce, all_to_all on "
@@ -225,9 +219,7 @@ int run(const BenchCollectivesCommand& cmd) {
   for (ReduceOp r : kReduceOps)
     if (reduce_op_name(r) == cmd.reduce) o.reduce = r;
   if (const std::string problem = check_collective_bench_options(o); !problem.empty()) {
-    std::fprintf(stderr, "vtpu: usage error: %s\nRun with --help for the options.\n",
-                 problem.c_str());
-    return 2;
+    return report_usage_error(problem);
   }
   CollectiveBenchmark bench(o);
   const MemcpyBandwidth& bw = bench.memcpy_bandwidth();
@@ -252,8 +244,8 @@ int run(const BenchCollectivesCommand& cmd) {
                 r.dram_bound_us, r.time_us / r.dram_bound_us, r.wrong ? "WRONG" : "ok");
     std::fflush(stdout);
   });
-  // New-user pass U25: nccl-tests closes with the mean busbw over the sizes, which its users
-  // grep for; the same figure here (0 when every size was skipped).
+  // nccl-tests closes with the mean busbw over the sizes, which its users grep for; the same figure
+  // here (0 when every size was skipped).
   const double avg_busbw = num_rows > 0 ? busbw_sum / static_cast<double>(num_rows) : 0.0;
   if (!cmd.json) {
     // nccl-tests' two lines, word for word (scripts take the last field): the WRONG rows, and
@@ -380,7 +372,7 @@ std::shared_ptr<BenchCollectivesCommand> add_bench_collectives_command(CLI::App&
       app->add_flag("--json", cmd->json,
                     "Print the configuration, memcpy bandwidth and rows as JSON"),
       "it writes its fits as JSON to the --calibrate file and prints them as text");
-  // F16: an empty path is a usage error, not "no --calibrate" (it used to run a plain sweep).
+  // An empty path is a usage error, not "no --calibrate" (which would run a plain sweep).
   app->add_option("--calibrate", cmd->calibrate_path,
                   "Instead of one sweep: sweep all_gather, reduce_scatter, all_reduce and "
                   "all_to_all on each of --cores (default 2,4,8; default 8 B..4 MiB, 30 timed "

@@ -8,11 +8,11 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "vtpu/common/error.h"
-#include "vtpu/common/units.h"
-#include "vtpu/cli/cli_validators.h"
 #include "vtpu/bench/kernel_bench.h"
+#include "vtpu/cli/cli_validators.h"
+#include "vtpu/common/error.h"
 #include "vtpu/common/output_path.h"
+#include "vtpu/common/units.h"
 
 namespace vtpu {
 
@@ -141,7 +141,7 @@ std::shared_ptr<BenchKernelCommand> add_bench_kernel_command(CLI::App& bench) {
 
 bool run_bench_kernel_if_selected(const BenchKernelCommand& cmd, int* exit_code) {
   if (cmd.hardware != nullptr && cmd.hardware->parsed()) {
-    // adv7 F11: the copy size is bounded (0 gave a misleading profile error, 1 a nonsense
+    // The copy size is bounded (0 would give a misleading profile error, 1 a nonsense
     // bandwidth, 1T bad_alloc), and --out is opened before minutes of measuring.
     const uint64_t copy_bytes = parse_bytes(cmd.copy_bytes);
     if (copy_bytes < kMiB || copy_bytes > 4 * kGiB) {
@@ -157,7 +157,7 @@ bool run_bench_kernel_if_selected(const BenchKernelCommand& cmd, int* exit_code)
     const std::string text = p.to_json().dump(2);
     std::printf("%s\n", text.c_str());
     if (!cmd.out_path.empty()) write_output_file("--out", cmd.out_path, text + "\n");
-    // New-user pass nu11, NU41: this profile prices every collective as a memcpy with no latency
+    // This profile prices every collective as a memcpy with no latency
     // (microseconds too cheap per hand-off on this VM); say which profile to plan with.
     std::fprintf(stderr,
                  "vtpu bench hardware: this profile has no calibrated collectives (they are "
@@ -181,11 +181,8 @@ bool run_bench_kernel_if_selected(const BenchKernelCommand& cmd, int* exit_code)
   }
   if (const std::vector<std::string> rest = cmd.kernel->remaining(true); !rest.empty()) {
     // allow_extras() above lets unknown arguments through; report them as CLI11 would.
-    std::fprintf(stderr,
-                 "vtpu: usage error: unexpected argument '%s' for bench kernel matmul\nRun with "
-                 "--help for the options.\n",
-                 rest.front().c_str());
-    *exit_code = 2;
+    *exit_code =
+        report_usage_error("unexpected argument '" + rest.front() + "' for bench kernel matmul");
     return true;
   }
   KernelBenchOptions o = cmd.options;
@@ -214,9 +211,7 @@ bool run_bench_kernel_if_selected(const BenchKernelCommand& cmd, int* exit_code)
       pos = comma + 1;
     }
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "vtpu: usage error: %s\nRun with --help for the options.\n",
-                 e.message.c_str());
-    *exit_code = 2;
+    *exit_code = report_usage_error(e.message);
     return true;
   }
   o.vmem_limit_bytes = parse_bytes(cmd.vmem_limit);

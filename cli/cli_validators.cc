@@ -29,13 +29,18 @@ uint64_t parse_seed(const std::string& text) {
   return v;
 }
 
+int report_usage_error(const std::string& message) {
+  std::fprintf(stderr, "vtpu: usage error: %s\nRun with --help for the options.\n",
+               message.c_str());
+  return 2;
+}
+
 bool check_usage(const std::function<void()>& parse) {
   try {
     parse();
     return true;
   } catch (const InvalidArgumentError& e) {
-    std::fprintf(stderr, "vtpu: usage error: %s\nRun with --help for the options.\n",
-                 e.message().c_str());
+    report_usage_error(e.message());
     return false;
   }
 }
@@ -102,13 +107,13 @@ std::vector<int64_t> parse_dimension_list(const std::string& text) {
     const size_t comma = text.find(',', begin);
     const std::string d =
         text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
-    // A dropped entry changes the array's rank: "8,,3" is not (8, 3) (new-user pass nu14, NU80).
+    // A dropped entry changes the array's rank: "8,,3" is not (8, 3).
     if (d.empty() && !text.empty()) {
       throw InvalidArgumentError("'" + text + "' has an empty dimension " + std::to_string(i) +
                                  " (0-based)" + example);
     }
     // Leading zeros are decimal ("08" is 8), not octal: CLI11 refused "08" with its bare
-    // "Could not convert" (NU80).
+    // "Could not convert".
     const size_t first = std::min(d.find_first_not_of('0'), d.empty() ? 0 : d.size() - 1);
     const std::string digits = d.substr(first);
     const bool ok = !digits.empty() && digits.size() <= 19 &&

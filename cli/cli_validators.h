@@ -14,9 +14,13 @@ namespace vtpu {
 /// vtpu::Error it throws (the text is valid when it throws nothing). CLI11 puts the option's name
 /// before the message ("--seed: ..."), so a message that starts with `flag` and a space (parse
 /// functions that are also called outside CLI11 name their option) loses that prefix, and the
-/// option is named once (new-user pass U1: "--auto-defragment: --auto-defragment 'on,on' ...").
+/// option is named once (not "--auto-defragment: --auto-defragment 'on,on' ...").
 CLI::Validator parse_validator(std::function<void(const std::string&)> parse, std::string name,
                                std::string flag = {});
+
+/// Prints "vtpu: usage error: MESSAGE" and the pointer to --help to stderr, as CLI11's own usage
+/// errors read, and returns 2, the exit code of a usage error.
+int report_usage_error(const std::string& message);
 
 /// Runs `parse` (which reads command-line values); an InvalidArgumentError it throws is a usage
 /// error: its message is printed to stderr as "vtpu: usage error: MESSAGE", as CLI11's are, and
@@ -29,9 +33,8 @@ bool check_usage(const std::function<void()>& parse);
 /// `over` the group the batch is split over ("4 cores", "the 2-way data axis"). Throws
 /// InvalidArgumentError (report it with check_usage: exit 2) "--micro-batches 3 does not divide
 /// the 32 rows per data shard (global batch 64 over the 2-way data axis)". A global batch that
-/// data_shards does not divide is left to MlpConfig::validate. Regression (new-user pass nu12,
-/// NU53): a dp+tp plan's error named the field micro_batches and its 2 data shards "2 cores",
-/// exit 1.
+/// data_shards does not divide is left to MlpConfig::validate. It names the flag and the data
+/// shards as such: a dp+tp plan's 2 data shards are not "2 cores".
 void check_micro_batches(int64_t micro_batches, int64_t global_batch, int64_t data_shards,
                          const std::string& shard, const std::string& over);
 
@@ -40,9 +43,8 @@ void check_micro_batches(int64_t micro_batches, int64_t global_batch, int64_t da
 CLI::Validator size_validator();
 
 /// An output file path that is not empty ("--emit: expected a file path, got an empty string"):
-/// an option given with an empty value is a usage error, not the option left out. Regressions:
-/// issue 6 adversarial pass, F16 (`bench collectives --calibrate ""` ran a plain sweep);
-/// adversarial pass adv12, ADV9 (`plan --emit ""` wrote nothing and exited 0).
+/// an option given with an empty value is a usage error, not the option left out
+/// (`bench collectives --calibrate ""` would run a plain sweep, `plan --emit ""` write nothing).
 CLI::Validator nonempty_path_validator();
 
 /// An array shape "8,8,3": comma-separated decimal integers in 0..2^62 (NamedSharding's limit),
@@ -57,8 +59,7 @@ CLI::Validator dimension_list_validator();
 /// A --hardware value: a built-in profile name (HardwareProfile::builtin_names()) or a path ending
 /// in .json (read later: a missing or bad file is an error of the run, exit 1). Anything else is a
 /// usage error (exit 2) naming the value and listing the names ("unknown hardware profile 'v6e'
-/// (expected one of: this_machine, v4, v5e, v5p, or a path ending in .json)"). Regression
-/// (session 12 review): `vtpu plan --hardware v6e` exited 1, not 2.
+/// (expected one of: this_machine, v4, v5e, v5p, or a path ending in .json)").
 CLI::Validator hardware_validator();
 
 /// A learning rate: a finite number > 0 ("learning rate 0 must be a finite number > 0").

@@ -10,17 +10,17 @@
 #include <string>
 #include <vector>
 
-#include "vtpu/common/data_dir.h"
-#include "vtpu/common/error.h"
-#include "vtpu/common/strings.h"
-#include "vtpu/common/units.h"
 #include "vtpu/bench/calibration.h"
 #include "vtpu/cli/cli_validators.h"
-#include "vtpu/sharding/mesh_arg.h"
+#include "vtpu/common/data_dir.h"
+#include "vtpu/common/error.h"
 #include "vtpu/common/output_path.h"
+#include "vtpu/common/strings.h"
+#include "vtpu/common/units.h"
+#include "vtpu/planner/auto_planner.h"
 #include "vtpu/planner/trainer_plans.h"
 #include "vtpu/runtime/hardware_profile.h"
-#include "vtpu/planner/auto_planner.h"
+#include "vtpu/sharding/mesh_arg.h"
 
 namespace vtpu {
 
@@ -65,7 +65,7 @@ void pin_strategy(const std::string& name, bool any_strategy, AutoShardingPlan& 
   } catch (const FailedPreconditionError& e) {
     // Infeasible because the batch does not split is not lifted by --any-strategy; what vtpu
     // train does not run is (the constraints are then off), and so is a layer whose required
-    // sharding does not divide over the tensor axes (it may then stay replicated; adv8 H7).
+    // sharding does not divide over the tensor axes (it may then stay replicated).
     const PlanCandidate& k = plan.candidates[static_cast<size_t>(
         std::find(names.begin(), names.end(), canonical) - names.begin())];
     if (k.feasible || k.infeasible_by_constraints) {
@@ -98,13 +98,13 @@ nlohmann::json layer_row_json(const LayerPlan& l) {
 
 /// plan.require_fit(), and when no candidate is feasible but some are only because of vtpu train's
 /// required layer shardings (`runner` is not empty), says which and that --any-strategy plans
-/// them (adv8 H7: the message named only the first row's reason, e.g. the batch).
+/// them, where the first row's reason alone (the batch, say) would hide them.
 void require_fit(const AutoShardingPlan& plan, const std::string& runner) {
   try {
     plan.require_fit();
   } catch (const InvalidArgumentError& e) {
-    // At most kMaxListed names, then the count of the rest (new-user pass nu10, NU18: 8 axes of
-    // 2 listed 1,697 names, a 51,000-character error).
+    // At most kMaxListed names, then the count of the rest: 8 axes of 2 would list 1,697 names,
+    // a 51,000-character error.
     constexpr size_t kMaxListed = 4;
     std::vector<std::string> lifted;
     size_t num_lifted = 0;
@@ -143,74 +143,70 @@ std::set<int64_t> strategy_group_sizes(const AutoShardingPlan& plan,
   return groups;
 }
 
-int run(const PlanCommand& c) {
-  // New-user pass nu11, NU39: `--emit -` wrote a file named '-' ("wrote -").
-  if (!check_usage([&] {
-        if (c.emit_path == "-") {
-          throw InvalidArgumentError(
-              "--emit - would write a file named '-' (expected a file path; to print the plan, "
-              "use --json, whose \"plan\" is the file's content, or --emit /dev/stdout)");
-        }
-        // Adversarial pass adv12, ADV9: --hbm-bytes 0 silently meant the profile's HBM, while
-        // vtpu train mlp --hbm-bytes 0 is an error; both refuse it now.
-        if (!c.hbm_bytes.empty() && parse_bytes(c.hbm_bytes) == 0) {
-          throw InvalidArgumentError(
-              "--hbm-bytes 0 is not an HBM limit (expected at least 1 byte; leave --hbm-bytes out "
-              "for the profile's HBM per core)");
-        }
-        // Adversarial pass adv15, ADV24: --emit over the model file or the profile replaced it.
-        // A shipped profile's name (v5e) is no file.
-        check_outputs_not_inputs(
-            {{"--emit", c.emit_path}},
-            {{"the model file", c.model_path},
-             {"--hardware", c.hardware.ends_with(".json") ? c.hardware : std::string()}});
-      })) {
-    return 2;
-  }
-  check_output_path("--emit", c.emit_path);
-  ModelGraph model = ModelGraph::load_json_file(find_model_file(c.model_path));
-  if (c.batch > 0) model.batch = c.batch;
-  // Regression (new-user pass nu8, N5): a malformed --mesh or --axes exited 1, not 2.
-  std::vector<int64_t> shape;
-  std::vector<std::string> axes;
-  if (!check_usage([&] {
-        shape = parse_mesh_shape(c.mesh);
-        axes = mesh_axis_names(c.axes, c.mesh, shape,
-                               shape.size() == 2 ? std::vector<std::string>{"data", "model"}
-                                                 : default_axis_names(shape.size()));
-        // Regression (issue 6 adversarial pass, F13): the product of the --mesh sizes was
-        // unbounded: --mesh 4096x4096 planned 16,777,216 cores, and --emit wrote a plan vtpu
-        // train cannot run. A usage error, exit 2, as in vtpu reshard (new-user pass nu10, NU13).
-        if (c.emit_path.empty()) {
-          check_mesh_devices(c.mesh, shape, kMaxPlanDevices, " to plan");
-        } else {
-          check_mesh_devices(c.mesh, shape, kMaxRunDevices,
-                             " for a plan --emit writes, which vtpu train runs on virtual cores; "
-                             "without --emit vtpu plan plans up to " +
-                                 std::to_string(kMaxPlanDevices));
-        }
-        // The planner tries 3^k strategies for k axes of size > 1 (plan_auto_sharding refuses
-        // more than kMaxPlannedAxes). Regression (session 12 review): that exited 1, not 2.
-        const auto active = std::ranges::count_if(shape, [](int64_t s) { return s > 1; });
-        if (active > kMaxPlannedAxes) {
-          throw InvalidArgumentError(
-              "--mesh " + abbreviate(c.mesh) + " has " + std::to_string(active) +
-              " axes of size > 1 (expected at most " + std::to_string(kMaxPlannedAxes) +
-              ": the planner tries 3^k strategies for k such axes; merge axes that play one "
-              "role into one)");
-        }
-        // Regression (adversarial pass adv12, ADV10): 6561 strategies x 65536 layers ran over
-        // 10 minutes and 5 GB; the product is bounded (kMaxPlanLayerEvaluations), exit 2.
-        check_planner_limits(Mesh(shape, axes), model.layers.size());
-      })) {
-    return 2;
-  }
-  // Regression (session 10): a model named "mlp" or "transformer" with other layers was planned
-  // under that trainer's constraints and --emit wrote a plan `vtpu train` refuses only at train
-  // time. The trainers' own architecture check (planner/plan_file.h) runs here: --emit, which
-  // writes a plan for `vtpu train`, refuses the model (fail early, as jax.jit or torch.compile
-  // refuse at trace time, not at the first step); the table alone plans it as a foreign model.
-  std::string not_trainable;
+/// The flags that need more than a per-option check: --emit not "-" (a file named '-' would be
+/// written) and not over an input, --hbm-bytes not 0 (as `vtpu train mlp` refuses it). False
+/// after a usage error.
+bool check_flags_usage(const PlanCommand& c) {
+  return check_usage([&] {
+    if (c.emit_path == "-") {
+      throw InvalidArgumentError(
+          "--emit - would write a file named '-' (expected a file path; to print the plan, "
+          "use --json, whose \"plan\" is the file's content, or --emit /dev/stdout)");
+    }
+    if (!c.hbm_bytes.empty() && parse_bytes(c.hbm_bytes) == 0) {
+      throw InvalidArgumentError(
+          "--hbm-bytes 0 is not an HBM limit (expected at least 1 byte; leave --hbm-bytes out "
+          "for the profile's HBM per core)");
+    }
+    // A shipped profile's name (v5e) is no file.
+    check_outputs_not_inputs(
+        {{"--emit", c.emit_path}},
+        {{"the model file", c.model_path},
+         {"--hardware", c.hardware.ends_with(".json") ? c.hardware : std::string()}});
+  });
+}
+
+/// --mesh and --axes parsed and checked against the planner's limits. False after a usage error
+/// (a malformed --mesh or --axes, too many devices, axes or layer evaluations).
+bool parse_mesh_usage(const PlanCommand& c, const ModelGraph& model, std::vector<int64_t>& shape,
+                      std::vector<std::string>& axes) {
+  return check_usage([&] {
+    shape = parse_mesh_shape(c.mesh);
+    axes = mesh_axis_names(c.axes, c.mesh, shape,
+                           shape.size() == 2 ? std::vector<std::string>{"data", "model"}
+                                             : default_axis_names(shape.size()));
+    // The product of the --mesh sizes is bounded too: --mesh 4096x4096 would plan 16,777,216
+    // cores, and --emit would write a plan vtpu train cannot run.
+    if (c.emit_path.empty()) {
+      check_mesh_devices(c.mesh, shape, kMaxPlanDevices, " to plan");
+    } else {
+      check_mesh_devices(c.mesh, shape, kMaxRunDevices,
+                         " for a plan --emit writes, which vtpu train runs on virtual cores; "
+                         "without --emit vtpu plan plans up to " +
+                             std::to_string(kMaxPlanDevices));
+    }
+    // The planner tries 3^k strategies for k axes of size > 1 (plan_auto_sharding refuses more
+    // than kMaxPlannedAxes).
+    const auto active = std::ranges::count_if(shape, [](int64_t s) { return s > 1; });
+    if (active > kMaxPlannedAxes) {
+      throw InvalidArgumentError(
+          "--mesh " + abbreviate(c.mesh) + " has " + std::to_string(active) +
+          " axes of size > 1 (expected at most " + std::to_string(kMaxPlannedAxes) +
+          ": the planner tries 3^k strategies for k such axes; merge axes that play one "
+          "role into one)");
+    }
+    // Strategies x layers is bounded (kMaxPlanLayerEvaluations): 6561 strategies x 65536 layers
+    // would run for over 10 minutes in 5 GB.
+    check_planner_limits(Mesh(shape, axes), model.layers.size());
+  });
+}
+
+/// Why `model` is not the architecture of the `vtpu train` command its name selects, or "" when
+/// it is (planner/plan_file.h). A model named "mlp" or "transformer" with other layers would be
+/// planned under that trainer's constraints, and --emit would write a plan `vtpu train` refuses
+/// only at train time: --emit refuses it here (fail early, as jax.jit or torch.compile refuse at
+/// trace time, not at the first step); the table alone plans it as a foreign model.
+std::string trainer_architecture_problem(const PlanCommand& c, const ModelGraph& model) {
   try {
     require_trainer_architecture(model, "model file '" + c.model_path + "'");
   } catch (const InvalidArgumentError& e) {
@@ -221,8 +217,132 @@ int run(const PlanCommand& c) {
                                  model.name + "' as its own (give the model another \"name\" " +
                                  "to emit a plan no vtpu train command runs)");
     }
-    not_trainable = e.message();
+    return e.message();
   }
+  return "";
+}
+
+int64_t mesh_cores(const std::vector<int64_t>& shape) {
+  int64_t cores = 1;
+  for (int64_t n : shape) cores *= n;
+  return cores;
+}
+
+/// What the cost model cannot price as well as its figures suggest: a host profile of `vtpu
+/// bench hardware --out` has no calibrated collectives, so every hand-off is priced as a memcpy
+/// with no latency; and a profile calibrated on fewer cores prices the table's groups from its
+/// smaller fits.
+std::vector<std::string> cost_model_warnings(const CostModel& cost, const AutoShardingPlan& plan,
+                                             const std::vector<int64_t>& shape,
+                                             const std::vector<std::string>& axes) {
+  std::vector<std::string> warnings;
+  if (std::string w = no_calibrated_collectives_warning(
+          cost.profile(),
+          cost.profile().source_path.empty() ? cost.profile().name : cost.profile().source_path);
+      !w.empty()) {
+    warnings.push_back(std::move(w));
+  }
+  for (std::string& w : extrapolated_fit_warnings(cost, strategy_group_sizes(plan, shape, axes),
+                                                  mesh_cores(shape))) {
+    warnings.push_back(std::move(w));
+  }
+  return warnings;
+}
+
+/// One candidate of the table as JSON.
+nlohmann::json candidate_json(const PlanCandidate& k) {
+  // A row that cannot run (the batch or a layer does not split) is not costed: its costs are
+  // null, so a script sorting the runnable rows by step time cannot pick it.
+  const auto cost = [&k](auto value) {
+    return k.feasible ? nlohmann::json(value) : nlohmann::json(nullptr);
+  };
+  // The table's per-layer rows, for every candidate (the table prints the chosen one's): the
+  // layers' and the after_layers' comm add up to comm_bytes_per_core and comm_seconds.
+  const auto layer_rows = [&k](const std::vector<LayerPlan>& ls) {
+    if (!k.feasible) return nlohmann::json(nullptr);
+    nlohmann::json out = nlohmann::json::array();
+    for (const LayerPlan& l : ls) out.push_back(layer_row_json(l));
+    return out;
+  };
+  return {{"strategy", k.name},
+          {"runnable", k.feasible && k.unsupported_reason.empty()},
+          {"feasible", k.feasible},
+          {"fits", k.fits},
+          // Without the input batch, as the plan file's estimate (the limit sees their sum).
+          {"hbm_bytes_per_core", cost(k.arena_bytes_per_core() - k.input_bytes_per_core)},
+          {"input_bytes_per_core", cost(k.input_bytes_per_core)},
+          {"comm_bytes_per_core", cost(k.comm_bytes_per_core)},
+          {"compute_seconds", cost(k.compute_seconds)},
+          {"comm_seconds", cost(k.comm_seconds)},
+          {"step_seconds", cost(k.step_seconds)},
+          {"why_lost", k.why_lost},
+          {"layers", layer_rows(k.layers)},
+          {"after_layers", layer_rows(k.after_layers)}};
+}
+
+/// The candidates, the winner, the chosen one and its plan as JSON on stdout, which stays pure
+/// JSON: the warnings go to stderr too.
+void print_json(const AutoShardingPlan& plan, const std::vector<std::string>& warnings) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const PlanCandidate& k : plan.candidates) rows.push_back(candidate_json(k));
+  nlohmann::json j = {
+      {"candidates", rows}, {"hbm_limit_bytes", plan.hbm_limit_bytes}, {"warnings", warnings}};
+  const auto name_of = [&](int i) {
+    return i >= 0 ? nlohmann::json(plan.candidates[static_cast<size_t>(i)].name)
+                  : nlohmann::json(nullptr);
+  };
+  j["winner"] = name_of(plan.winner);
+  j["chosen"] = name_of(plan.chosen());
+  j["chosen_by"] = plan.pinned >= 0 ? "--strategy" : "planner";
+  if (plan.chosen() >= 0) j["plan"] = plan.to_json();
+  std::cout << j.dump(2) << std::endl;
+  for (const std::string& w : warnings) std::cerr << "warning: " << w << "\n";
+}
+
+/// The table, the cost model it was priced with, the warnings, and how to run the plan (or why
+/// no vtpu train command runs it).
+void print_text(const PlanCommand& c, const AutoShardingPlan& plan, const ModelGraph& model,
+                const CostModel& cost, const std::vector<int64_t>& shape,
+                const PlanConstraints& constraints, const std::string& not_trainable,
+                const std::vector<std::string>& warnings) {
+  std::printf("%s", plan.to_string().c_str());
+  // The footer describes the model the table was priced with: the mesh's cores, so its
+  // oversubscription (plan_auto_sharding prices with for_cores(mesh size) too). By default its
+  // summary: the full description of this_machine is about 1,450 characters on one line.
+  const CostModel priced = cost.for_cores(static_cast<int>(mesh_cores(shape)));
+  std::printf("%s\n", (c.verbose ? priced.describe() : priced.summary()).c_str());
+  for (const std::string& w : warnings) std::printf("warning: %s\n", w.c_str());
+  if (!constraints.runner.empty()) {
+    // No "run the plan with" when there is no plan to run (the error after the table says why).
+    if (plan.chosen() >= 0) {
+      // The file just written, and the command that runs the chosen strategy (train fsdp for an
+      // FSDP plan of the mlp).
+      std::printf(
+          "run the plan with: %s --plan %s (strategies vtpu train cannot run are marked "
+          "\"cannot run\"; --any-strategy plans without that limit)\n",
+          plan_run_command(model.name, plan.candidates[static_cast<size_t>(plan.chosen())]).c_str(),
+          c.emit_path.empty() ? "PLAN.json after --emit PLAN.json" : c.emit_path.c_str());
+    }
+  } else if (!not_trainable.empty()) {
+    std::printf("%s: the plan is not restricted to what vtpu can run (--emit refuses it)\n",
+                not_trainable.c_str());
+  } else if (!c.any_strategy) {
+    std::printf(
+        "no vtpu train command runs model '%s' (mlp and transformer do): the plan is "
+        "not restricted to what vtpu can run\n",
+        model.name.c_str());
+  }
+}
+
+int run(const PlanCommand& c) {
+  if (!check_flags_usage(c)) return 2;
+  check_output_path("--emit", c.emit_path);
+  ModelGraph model = ModelGraph::load_json_file(find_model_file(c.model_path));
+  if (c.batch > 0) model.batch = c.batch;
+  std::vector<int64_t> shape;
+  std::vector<std::string> axes;
+  if (!parse_mesh_usage(c, model, shape, axes)) return 2;
+  const std::string not_trainable = trainer_architecture_problem(c, model);
   const CostModel cost(HardwareProfile::get(c.hardware));
   const uint64_t limit = c.hbm_bytes.empty() ? 0 : parse_bytes(c.hbm_bytes);
   // Only strategies `vtpu train` can run may win (planner/plan_file.h); --any-strategy lifts
@@ -232,103 +352,12 @@ int run(const PlanCommand& c) {
                                           : plan_constraints(model.name, shape, axes);
   AutoShardingPlan plan = plan_auto_sharding(model, shape, axes, cost, limit, constraints);
   if (c.strategy) pin_strategy(*c.strategy, c.any_strategy, plan);
-  // New-user pass nu11, NU41: a host profile of `vtpu bench hardware --out` has no calibrated
-  // collectives, so every hand-off is priced as a memcpy with no latency. Printed after the table
-  // (stdout), or with --json in "warnings" and on stderr (nu12, NU55).
-  std::vector<std::string> warnings;
-  if (std::string w = no_calibrated_collectives_warning(
-          cost.profile(),
-          cost.profile().source_path.empty() ? cost.profile().name : cost.profile().source_path);
-      !w.empty()) {
-    warnings.push_back(std::move(w));
-  }
-  // New-user pass nu14, NU82: a profile calibrated on 2 cores priced 8-core groups from its
-  // 2-core fits (x4 for oversubscription) without a word.
-  int64_t cores = 1;
-  for (int64_t n : shape) cores *= n;
-  for (std::string& w :
-       extrapolated_fit_warnings(cost, strategy_group_sizes(plan, shape, axes), cores)) {
-    warnings.push_back(std::move(w));
-  }
+  // Printed after the table (stdout), or with --json in "warnings" and on stderr.
+  const std::vector<std::string> warnings = cost_model_warnings(cost, plan, shape, axes);
   if (c.json) {
-    nlohmann::json rows = nlohmann::json::array();
-    for (const PlanCandidate& k : plan.candidates) {
-      // Regression (new-user pass nu8, N16): a "cannot run" row (the batch or a layer does not
-      // split) had runnable: true and step_seconds 0, so a script sorting the runnable rows by
-      // step time picked an impossible strategy. Such a row is not costed: its costs are null.
-      const auto cost = [&k](auto value) {
-        return k.feasible ? nlohmann::json(value) : nlohmann::json(nullptr);
-      };
-      // The table's per-layer rows, for every candidate (the table prints the chosen one's):
-      // the layers' and the after_layers' comm add up to comm_bytes_per_core and comm_seconds.
-      const auto layer_rows = [&k](const std::vector<LayerPlan>& ls) {
-        if (!k.feasible) return nlohmann::json(nullptr);
-        nlohmann::json out = nlohmann::json::array();
-        for (const LayerPlan& l : ls) out.push_back(layer_row_json(l));
-        return out;
-      };
-      rows.push_back(
-          {{"strategy", k.name},
-           {"runnable", k.feasible && k.unsupported_reason.empty()},
-           {"feasible", k.feasible},
-           {"fits", k.fits},
-           // Without the input batch, as the plan file's estimate (the limit sees their sum).
-           {"hbm_bytes_per_core", cost(k.arena_bytes_per_core() - k.input_bytes_per_core)},
-           {"input_bytes_per_core", cost(k.input_bytes_per_core)},
-           {"comm_bytes_per_core", cost(k.comm_bytes_per_core)},
-           {"compute_seconds", cost(k.compute_seconds)},
-           {"comm_seconds", cost(k.comm_seconds)},
-           {"step_seconds", cost(k.step_seconds)},
-           {"why_lost", k.why_lost},
-           {"layers", layer_rows(k.layers)},
-           {"after_layers", layer_rows(k.after_layers)}});
-    }
-    nlohmann::json j = {
-        {"candidates", rows}, {"hbm_limit_bytes", plan.hbm_limit_bytes}, {"warnings", warnings}};
-    const auto name_of = [&](int i) {
-      return i >= 0 ? nlohmann::json(plan.candidates[static_cast<size_t>(i)].name)
-                    : nlohmann::json(nullptr);
-    };
-    j["winner"] = name_of(plan.winner);
-    j["chosen"] = name_of(plan.chosen());
-    j["chosen_by"] = plan.pinned >= 0 ? "--strategy" : "planner";
-    if (plan.chosen() >= 0) j["plan"] = plan.to_json();
-    std::cout << j.dump(2) << std::endl;
-    // New-user pass nu12, NU55: stdout stays pure JSON, so the warnings go to stderr too.
-    for (const std::string& w : warnings) std::cerr << "warning: " << w << "\n";
+    print_json(plan, warnings);
   } else {
-    std::printf("%s", plan.to_string().c_str());
-    // The footer describes the model the table was priced with: the mesh's cores, so its
-    // oversubscription (plan_auto_sharding prices with for_cores(mesh size) too).
-    int64_t cores = 1;
-    for (int64_t s : shape) cores *= s;
-    // New-user pass nu10, NU12: the full description of this_machine is about 1,450
-    // characters on one line; by default its summary.
-    const CostModel priced = cost.for_cores(static_cast<int>(cores));
-    std::printf("%s\n", (c.verbose ? priced.describe() : priced.summary()).c_str());
-    for (const std::string& w : warnings) std::printf("warning: %s\n", w.c_str());
-    // New-user pass nu10, NU18: no "run the plan with" when there is no plan to run (the error
-    // after the table says why).
-    if (!constraints.runner.empty()) {
-      if (plan.chosen() >= 0) {
-        // New-user pass nu11, NU39: the file just written, not a placeholder. The command that
-        // runs the chosen strategy: train fsdp for an FSDP plan of the mlp (session 12 review).
-        std::printf(
-            "run the plan with: %s --plan %s (strategies vtpu train cannot run are marked "
-            "\"cannot run\"; --any-strategy plans without that limit)\n",
-            plan_run_command(model.name, plan.candidates[static_cast<size_t>(plan.chosen())])
-                .c_str(),
-            c.emit_path.empty() ? "PLAN.json after --emit PLAN.json" : c.emit_path.c_str());
-      }
-    } else if (!not_trainable.empty()) {
-      std::printf("%s: the plan is not restricted to what vtpu can run (--emit refuses it)\n",
-                  not_trainable.c_str());
-    } else if (!c.any_strategy) {
-      std::printf(
-          "no vtpu train command runs model '%s' (mlp and transformer do): the plan is "
-          "not restricted to what vtpu can run\n",
-          model.name.c_str());
-    }
+    print_text(c, plan, model, cost, shape, constraints, not_trainable, warnings);
   }
   std::fflush(stdout);
   require_fit(plan, constraints.runner);

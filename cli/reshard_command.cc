@@ -11,18 +11,18 @@
 #include <string>
 #include <vector>
 
+#include "vtpu/cli/cli_validators.h"
 #include "vtpu/collectives/reduce_kernels.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/median.h"
 #include "vtpu/common/strings.h"
 #include "vtpu/common/units.h"
-#include "vtpu/cli/cli_validators.h"
-#include "vtpu/sharding/mesh_arg.h"
-#include "vtpu/train/train_runtime_config.h"
+#include "vtpu/planner/reshard_planner.h"
 #include "vtpu/runtime/hardware_profile.h"
 #include "vtpu/runtime/runtime.h"
 #include "vtpu/sharding/block_copy.h"
-#include "vtpu/planner/reshard_planner.h"
+#include "vtpu/sharding/mesh_arg.h"
+#include "vtpu/train/train_runtime_config.h"
 
 namespace vtpu {
 
@@ -54,9 +54,9 @@ namespace {
 // source and target blocks.
 constexpr double kMaxRunElements = double(1 << 28);
 
-// Regression (adversarial pass of issue 6, F1): a run of a huge --shape allocated the whole array
-// on the host (once per partial index, plus the value) and every core's blocks before anything
-// failed, enough to exhaust the machine. Rejects such a run before allocating.
+// A run of a huge --shape would allocate the whole array on the host (once per partial index,
+// plus the value) and every core's blocks before anything failed, enough to exhaust the machine.
+// Rejects such a run before allocating.
 void check_run_size(const std::vector<int64_t>& shape, const NamedSharding& source,
                     const NamedSharding& target) {
   const double n = static_cast<double>(num_elements_of(shape));
@@ -124,94 +124,78 @@ nlohmann::json blocks_json(const NamedSharding& sharding, const Mesh& mesh,
           {"uneven_blocks", uneven_blocks_json(sharding, mesh, shape)}};
 }
 
-int run(const ReshardCommand& c) {
-  // --alpha/--beta/--a2a-factor replace the profile's collective model by a uniform one (the
-  // profile still gives nothing else a reshard uses).
-  const bool uniform = c.alpha_opt->count() + c.beta_opt->count() + c.factor_opt->count() > 0;
-  // Regression (new-user pass nu8, N5): a malformed --mesh or --axes exited 1, not 2; new-user
-  // pass 10, NU13: so did too many devices and --hardware with --alpha/--beta, both usage errors.
-  std::vector<int64_t> mesh_shape;
-  std::vector<std::string> axes;
-  // --config, under the flags (train/train_runtime_config.h): the runtime of a run.
-  const TrainRuntimeConfig runtime_config = TrainRuntimeConfig::load(c.config_path);
-  if (!check_usage([&] {
-        mesh_shape = parse_mesh_shape(c.mesh);
-        axes = mesh_axis_names(c.axes, c.mesh, mesh_shape, default_axis_names(mesh_shape.size()));
-        // Regression (issue 6 adversarial pass, F26): each --mesh size was bounded but not their
-        // product: --mesh 4096x4096 --explain took 66 s and 3.6 GB, and a run of 2048 devices
-        // failed only after planning, with "num_cores is 2048" that did not name --mesh.
-        if (c.explain) {
-          check_mesh_devices(c.mesh, mesh_shape, kMaxPlanDevices, " to plan");
-        } else {
-          check_mesh_devices(c.mesh, mesh_shape, kMaxRunDevices,
-                             " for a run on virtual cores; --explain plans up to " +
-                                 std::to_string(kMaxPlanDevices));
-        }
-        runtime_config.check_mesh_cores(num_elements_of(mesh_shape), "--mesh " + c.mesh,
-                                        std::nullopt);
-        runtime_config.check_memory_events(false, "vtpu reshard");
-        if (uniform && c.app->get_option("--hardware")->count() > 0) {
-          throw InvalidArgumentError(
-              "--hardware cannot be combined with --alpha/--beta/--a2a-factor (expected either a "
-              "hardware profile or a uniform alpha-beta model)");
-        }
-      })) {
-    return 2;
-  }
-  const Mesh mesh(mesh_shape, axes);
-  const NamedSharding source(mesh, PartitionSpec::parse(c.from));
-  const NamedSharding target(mesh, PartitionSpec::parse(c.to));
-  // Priced for the mesh's cores all running at once, as `vtpu plan` prices a mesh (new-user pass
-  // 10, NU2): a run keeps every core of the mesh busy (each step runs all its replica groups
-  // concurrently), so on this_machine a 2-core group of an 8-core mesh gets the oversubscription
-  // s(8) / s(2) of the cost model's header. No effect on the TPU profiles or a uniform model.
-  const CostModel model =
-      (uniform ? CostModel::uniform(c.cost.alpha_seconds, c.cost.beta_seconds_per_byte,
-                                    c.cost.all_to_all_factor)
-               : CostModel(HardwareProfile::get(c.hardware)))
-          .for_cores(static_cast<int>(mesh.size()));
-  const ReshardPlan plan = plan_reshard(c.shape, source, target, model);
-  // --json: the plan (ReshardPlan::to_json), the blocks, and after a run its times and the check
-  // (null with --explain), printed once at the end (session 12 review: reshard had no --json).
-  nlohmann::json j;
-  if (c.json) {
-    j = plan.to_json();
-    j["hardware"] = uniform ? nlohmann::json("uniform") : nlohmann::json(c.hardware);
-    if (c.verbose)
-      j["cost_model"] = CostModel::without_label(model.describe(/*with_compute=*/false));
-    j["source_blocks"] = blocks_json(source, mesh, c.shape);
-    j["target_blocks"] = blocks_json(target, mesh, c.shape);
-    j["run"] = nullptr;
-    j["check"] = nullptr;
-  } else {
-    std::printf("%s", plan.to_string(c.verbose).c_str());
-    std::printf("per-core block: %s -> %s (padded shard shape %s -> %s)\n",
-                shape_text(source.local_shape(mesh.devices()[0], c.shape)).c_str(),
-                shape_text(target.local_shape(mesh.devices()[0], c.shape)).c_str(),
-                shape_text(source.shard_shape(c.shape)).c_str(),
-                shape_text(target.shard_shape(c.shape)).c_str());
-    // Uneven shards (new-user pass N4): the first core's block hides the short ones, so list
-    // every core's logical block, in mesh device order, for a side whose blocks differ.
-    print_uneven_blocks("source", source, mesh, c.shape);
-    print_uneven_blocks("target", target, mesh, c.shape);
-  }
-  if (c.explain) {
-    if (c.json) std::cout << j.dump(2) << std::endl;
-    return 0;
-  }
-  check_run_size(c.shape, source, target);
+/// --mesh and --axes parsed and checked against the run's limits, --config and the choice of
+/// cost model. False after a usage error (a malformed --mesh or --axes, too many devices,
+/// --hardware with a uniform model).
+bool parse_mesh_usage(const ReshardCommand& c, const TrainRuntimeConfig& runtime_config,
+                      bool uniform, std::vector<int64_t>& mesh_shape,
+                      std::vector<std::string>& axes) {
+  return check_usage([&] {
+    mesh_shape = parse_mesh_shape(c.mesh);
+    axes = mesh_axis_names(c.axes, c.mesh, mesh_shape, default_axis_names(mesh_shape.size()));
+    // Each --mesh size is bounded, and so is their product: planning 4096x4096 devices would
+    // take minutes and gigabytes, and a run of 2048 would fail only after planning.
+    if (c.explain) {
+      check_mesh_devices(c.mesh, mesh_shape, kMaxPlanDevices, " to plan");
+    } else {
+      check_mesh_devices(
+          c.mesh, mesh_shape, kMaxRunDevices,
+          " for a run on virtual cores; --explain plans up to " + std::to_string(kMaxPlanDevices));
+    }
+    runtime_config.check_mesh_cores(num_elements_of(mesh_shape), "--mesh " + c.mesh, std::nullopt);
+    runtime_config.check_memory_events(false, "vtpu reshard");
+    if (uniform && c.app->get_option("--hardware")->count() > 0) {
+      throw InvalidArgumentError(
+          "--hardware cannot be combined with --alpha/--beta/--a2a-factor (expected either a "
+          "hardware profile or a uniform alpha-beta model)");
+    }
+  });
+}
 
-  // Run it: random small values per addend, the logical value is their fold with the reduce op,
-  // and each target block must equal the slice of that value. The values make every fold order
-  // exact in f32, since a plan may fold axis by axis where the reference folds in partial index
-  // order: integers in -8..8 for sum (at most 8 * 1024 addends of a run: below 2^24), max and
-  // min; for prod, +-1, +-2, +-4 and +-8, so every partial product is a power of two of magnitude
-  // at most the whole product's (exact, or +-inf in every order once it passes 2^127).
-  // Regression (adversarial pass adv15, ADV25): prod used -8..8 too; a product of 16 of them
-  // reaches 2^48 and rounds, so --mesh 2x2x2x2 with a per-axis plan reported "mismatch".
-  RuntimeOptions options = runtime_config.options;
-  options.num_cores = static_cast<int>(mesh.size());
-  Runtime runtime(options);
+/// The plan, the blocks, and after a run its times and the check (null with --explain), as one
+/// JSON object printed at the end.
+nlohmann::json plan_json(const ReshardCommand& c, const ReshardPlan& plan, const CostModel& model,
+                         bool uniform, const NamedSharding& source, const NamedSharding& target) {
+  const Mesh& mesh = source.mesh();
+  nlohmann::json j = plan.to_json();
+  j["hardware"] = uniform ? nlohmann::json("uniform") : nlohmann::json(c.hardware);
+  if (c.verbose) j["cost_model"] = CostModel::without_label(model.describe(/*with_compute=*/false));
+  j["source_blocks"] = blocks_json(source, mesh, c.shape);
+  j["target_blocks"] = blocks_json(target, mesh, c.shape);
+  j["run"] = nullptr;
+  j["check"] = nullptr;
+  return j;
+}
+
+void print_plan(const ReshardCommand& c, const ReshardPlan& plan, const NamedSharding& source,
+                const NamedSharding& target) {
+  const Mesh& mesh = source.mesh();
+  std::printf("%s", plan.to_string(c.verbose).c_str());
+  std::printf("per-core block: %s -> %s (padded shard shape %s -> %s)\n",
+              shape_text(source.local_shape(mesh.devices()[0], c.shape)).c_str(),
+              shape_text(target.local_shape(mesh.devices()[0], c.shape)).c_str(),
+              shape_text(source.shard_shape(c.shape)).c_str(),
+              shape_text(target.shard_shape(c.shape)).c_str());
+  // The first core's block hides the short ones of uneven shards, so list every core's logical
+  // block, in mesh device order, for a side whose blocks differ.
+  print_uneven_blocks("source", source, mesh, c.shape);
+  print_uneven_blocks("target", target, mesh, c.shape);
+}
+
+/// The run's input and the logical value it holds.
+struct ReshardInput {
+  std::vector<float> value;  // the fold of the addends with the reduce op
+  ShardedArray array;
+};
+
+/// Random small values per addend, the logical value their fold with the reduce op, and every
+/// core's source block of its addend. The values make every fold order exact in f32, since a
+/// plan may fold axis by axis where the reference folds in partial index order: integers in
+/// -8..8 for sum (at most 8 * 1024 addends of a run: below 2^24), max and min; for prod, +-1,
+/// +-2, +-4 and +-8, so every partial product is a power of two of magnitude at most the whole
+/// product's (exact, or +-inf in every order once it passes 2^127). Integers in -8..8 would not
+/// do for prod: a product of 16 of them reaches 2^48 and rounds.
+ReshardInput make_input(const ReshardCommand& c, Runtime& runtime, const NamedSharding& source) {
   std::mt19937_64 rng(c.seed);
   std::uniform_int_distribution<int> small(-8, 8);
   const bool prod = source.is_partial() && source.spec().reduce_op() == ReduceOp::kProd;
@@ -232,7 +216,7 @@ int run(const ReshardCommand& c) {
     }
   }
   std::vector<DeviceBuffer> buffers;
-  for (int dev : mesh.devices()) {
+  for (int dev : source.mesh().devices()) {
     const std::vector<IndexRange> box = source.index_ranges(dev, c.shape);
     const std::vector<int64_t> local = source.local_shape(dev, c.shape);
     DeviceBuffer b = runtime.allocate(
@@ -241,100 +225,164 @@ int run(const ReshardCommand& c) {
                   c.shape, box, b.as<float>());
     buffers.push_back(std::move(b));
   }
-  const ShardedArray input = ShardedArray::from_buffers(c.shape, source, std::move(buffers));
-  // Timed as nccl-tests and `vtpu bench collectives` time a collective: --warmup untimed runs
-  // (link setup, the first touch of fresh HBM pages and link slots, the first use of each core's
-  // threads: new-user pass 10, NU2, the first runs at 1 MiB took 4-8 ms against ~45 us steady),
-  // then --iters timed runs of the whole plan, each on the same input into new output buffers;
-  // the report gives the median of each time over the timed runs. The checked output is the
-  // last timed run's.
+  return {std::move(value), ShardedArray::from_buffers(c.shape, source, std::move(buffers))};
+}
+
+/// The times of the timed runs: the whole plan's and each step's.
+struct ReshardTimings {
+  std::vector<double> walls;
+  std::vector<std::vector<double>> step_collective;
+  std::vector<std::vector<double>> step_wall;
+};
+
+/// Timed as nccl-tests and `vtpu bench collectives` time a collective: --warmup untimed runs
+/// (link setup, the first touch of fresh HBM pages and link slots, the first use of each core's
+/// threads: the first runs at 1 MiB took 4-8 ms against ~45 us steady), then --iters timed runs
+/// of the whole plan, each on the same input into new output buffers. Returns the last timed
+/// run's output, the one checked.
+ShardedArray run_timed(const ReshardCommand& c, Runtime& runtime, const ShardedArray& input,
+                       const ReshardPlan& plan, ReshardTimings& t) {
   ReshardCommunicatorCache communicators(runtime);  // every run reuses the first run's links
   for (int i = 0; i < c.warmup; ++i) execute_reshard(runtime, input, plan, nullptr, &communicators);
-  std::vector<double> walls;
-  std::vector<std::vector<double>> step_collective(plan.steps.size());
-  std::vector<std::vector<double>> step_wall(plan.steps.size());
+  t.step_collective.assign(plan.steps.size(), {});
+  t.step_wall.assign(plan.steps.size(), {});
   std::optional<ShardedArray> last;
   for (int i = 0; i < c.iters; ++i) {
     last.reset();  // the previous run's buffers go back to the arenas before this run allocates
     std::vector<ReshardStepTiming> timings;
     const auto t0 = std::chrono::steady_clock::now();
     last = execute_reshard(runtime, input, plan, &timings, &communicators);
-    walls.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    t.walls.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     for (size_t s = 0; s < timings.size() && s < plan.steps.size(); ++s) {
-      step_collective[s].push_back(timings[s].collective_seconds);
-      step_wall[s].push_back(timings[s].wall_seconds);
+      t.step_collective[s].push_back(timings[s].collective_seconds);
+      t.step_wall[s].push_back(timings[s].wall_seconds);
     }
   }
-  const ShardedArray& output = *last;
+  return std::move(*last);
+}
 
-  // Reference: the logical value, sliced per device (a partial target is compared after its
-  // pending reduction, through gather()).
+/// The elements of `output` that differ from the logical value sliced per device (a partial
+/// target is compared after its pending reduction, through gather()).
+size_t count_mismatches(const ReshardCommand& c, const ShardedArray& output,
+                        const NamedSharding& target, const std::vector<float>& value) {
   size_t bad = 0;
   if (target.is_partial()) {
     const std::vector<float> got = output.gather();
-    for (size_t i = 0; i < n; ++i) bad += got[i] != value[i];
-  } else {
-    for (int dev : mesh.devices()) {
-      const std::vector<int64_t> local = target.local_shape(dev, c.shape);
-      std::vector<float> want(static_cast<size_t>(num_elements_of(local)));
-      extract_block(std::span<const float>(value), c.shape, target.index_ranges(dev, c.shape),
-                    std::span<float>(want));
-      const std::span<const float> got = output.local_data(dev);
-      if (got.size() != want.size()) {
-        bad += want.size() + 1;
-        continue;
-      }
-      for (size_t i = 0; i < want.size(); ++i) bad += got[i] != want[i];
-    }
+    for (size_t i = 0; i < value.size(); ++i) bad += got[i] != value[i];
+    return bad;
   }
-  if (c.json) {
-    nlohmann::json steps = nlohmann::json::array();
-    for (size_t i = 0; i < plan.steps.size() && !step_wall[i].empty(); ++i) {
-      // The step's op, as in the plan's steps[i], so that a script need not zip the two lists
-      // (new-user pass nu13, NU69).
-      steps.push_back({{"op", reshard_op_name(plan.steps[i].op)},
-                       {"median_collective_seconds", median_of(step_collective[i])},
-                       {"median_wall_seconds", median_of(step_wall[i])}});
+  for (int dev : target.mesh().devices()) {
+    const std::vector<int64_t> local = target.local_shape(dev, c.shape);
+    std::vector<float> want(static_cast<size_t>(num_elements_of(local)));
+    extract_block(std::span<const float>(value), c.shape, target.index_ranges(dev, c.shape),
+                  std::span<float>(want));
+    const std::span<const float> got = output.local_data(dev);
+    if (got.size() != want.size()) {
+      bad += want.size() + 1;
+      continue;
     }
-    j["run"] = {{"num_cores", mesh.size()},
-                {"thread_pinning", runtime.thread_pinning().to_json()},
-                {"warmup", c.warmup},
-                {"iters", c.iters},
-                {"median_wall_seconds", median_of(walls)},
-                {"min_wall_seconds", std::ranges::min(walls)},
-                {"max_wall_seconds", std::ranges::max(walls)},
-                {"steps", steps}};
-    j["check"] = {{"reference", "gather-then-slice"},
-                  {"result", bad == 0 ? "ok" : "mismatch"},
-                  {"mismatched_elements", bad}};
-    std::cout << j.dump(2) << std::endl;
-    return bad == 0 ? 0 : 1;
+    for (size_t i = 0; i < want.size(); ++i) bad += got[i] != want[i];
   }
+  return bad;
+}
+
+void print_run_json(const ReshardCommand& c, nlohmann::json& j, const ReshardPlan& plan,
+                    const Runtime& runtime, const ReshardTimings& t, size_t bad) {
+  nlohmann::json steps = nlohmann::json::array();
+  for (size_t i = 0; i < plan.steps.size() && !t.step_wall[i].empty(); ++i) {
+    // The step's op, as in the plan's steps[i], so that a script need not zip the two lists.
+    steps.push_back({{"op", reshard_op_name(plan.steps[i].op)},
+                     {"median_collective_seconds", median_of(t.step_collective[i])},
+                     {"median_wall_seconds", median_of(t.step_wall[i])}});
+  }
+  j["run"] = {{"num_cores", runtime.num_cores()},
+              {"thread_pinning", runtime.thread_pinning().to_json()},
+              {"warmup", c.warmup},
+              {"iters", c.iters},
+              {"median_wall_seconds", median_of(t.walls)},
+              {"min_wall_seconds", std::ranges::min(t.walls)},
+              {"max_wall_seconds", std::ranges::max(t.walls)},
+              {"steps", steps}};
+  j["check"] = {{"reference", "gather-then-slice"},
+                {"result", bad == 0 ? "ok" : "mismatch"},
+                {"mismatched_elements", bad}};
+  std::cout << j.dump(2) << std::endl;
+}
+
+void print_run_text(const ReshardCommand& c, const ReshardPlan& plan, const Runtime& runtime,
+                    const ReshardTimings& t, size_t bad) {
   std::printf(
       "ran on %s: %d warm-up run%s, then %d timed run%s of the whole plan: "
       "median %.3f ms wall (min %.3f, max %.3f; estimate %.3f ms)\n",
-      count_text(static_cast<long long>(mesh.size()), "virtual core").c_str(), c.warmup,
-      c.warmup == 1 ? "" : "s", c.iters, c.iters == 1 ? "" : "s", median_of(walls) * 1e3,
-      std::ranges::min(walls) * 1e3, std::ranges::max(walls) * 1e3,
+      count_text(static_cast<long long>(runtime.num_cores()), "virtual core").c_str(), c.warmup,
+      c.warmup == 1 ? "" : "s", c.iters, c.iters == 1 ? "" : "s", median_of(t.walls) * 1e3,
+      std::ranges::min(t.walls) * 1e3, std::ranges::max(t.walls) * 1e3,
       plan.total_estimated_seconds() * 1e3);
   std::printf("%4s  %-22s %11s %15s %11s\n", "step", "op", "est. time", "in collective", "wall");
-  for (size_t i = 0; i < plan.steps.size() && !step_wall[i].empty(); ++i) {
+  for (size_t i = 0; i < plan.steps.size() && !t.step_wall[i].empty(); ++i) {
     std::printf("%4zu  %-22s %8.3f ms %12.3f ms %8.3f ms\n", i + 1,
                 plan.steps[i].op_label().c_str(), plan.steps[i].estimated_seconds * 1e3,
-                median_of(step_collective[i]) * 1e3, median_of(step_wall[i]) * 1e3);
+                median_of(t.step_collective[i]) * 1e3, median_of(t.step_wall[i]) * 1e3);
   }
   std::printf(
       "(medians over the timed runs; in collective: the slowest core's time inside the "
       "collective call; wall adds padding copies, allocation and the SPMD launch)\n");
   std::printf("check against gather-then-slice: %s", bad == 0 ? "ok\n" : "mismatch");
   if (bad != 0) std::printf(" (%zu elements differ)\n", bad);
-  // Pinning changes a 2-core hand-off about 3.5x (new-user pass nu13, NU72).
+  // Pinning changes a 2-core hand-off about 3.5x.
   std::printf("threads: pin_threads %s\n", runtime.thread_pinning().describe().c_str());
+}
+
+int run(const ReshardCommand& c) {
+  // --alpha/--beta/--a2a-factor replace the profile's collective model by a uniform one (the
+  // profile still gives nothing else a reshard uses).
+  const bool uniform = c.alpha_opt->count() + c.beta_opt->count() + c.factor_opt->count() > 0;
+  // --config, under the flags (train/train_runtime_config.h): the runtime of a run.
+  const TrainRuntimeConfig runtime_config = TrainRuntimeConfig::load(c.config_path);
+  std::vector<int64_t> mesh_shape;
+  std::vector<std::string> axes;
+  if (!parse_mesh_usage(c, runtime_config, uniform, mesh_shape, axes)) return 2;
+  const Mesh mesh(mesh_shape, axes);
+  const NamedSharding source(mesh, PartitionSpec::parse(c.from));
+  const NamedSharding target(mesh, PartitionSpec::parse(c.to));
+  // Priced for the mesh's cores all running at once, as `vtpu plan` prices a mesh: a run keeps
+  // every core of the mesh busy (each step runs all its replica groups concurrently), so on
+  // this_machine a 2-core group of an 8-core mesh gets the oversubscription s(8) / s(2) of the
+  // cost model's header. No effect on the TPU profiles or a uniform model.
+  const CostModel model =
+      (uniform ? CostModel::uniform(c.cost.alpha_seconds, c.cost.beta_seconds_per_byte,
+                                    c.cost.all_to_all_factor)
+               : CostModel(HardwareProfile::get(c.hardware)))
+          .for_cores(static_cast<int>(mesh.size()));
+  const ReshardPlan plan = plan_reshard(c.shape, source, target, model);
+  nlohmann::json j;
+  if (c.json) {
+    j = plan_json(c, plan, model, uniform, source, target);
+  } else {
+    print_plan(c, plan, source, target);
+  }
+  if (c.explain) {
+    if (c.json) std::cout << j.dump(2) << std::endl;
+    return 0;
+  }
+  check_run_size(c.shape, source, target);
+  RuntimeOptions options = runtime_config.options;
+  options.num_cores = static_cast<int>(mesh.size());
+  Runtime runtime(options);
+  const ReshardInput input = make_input(c, runtime, source);
+  ReshardTimings timings;
+  const ShardedArray output = run_timed(c, runtime, input.array, plan, timings);
+  const size_t bad = count_mismatches(c, output, target, input.value);
+  if (c.json) {
+    print_run_json(c, j, plan, runtime, timings, bad);
+  } else {
+    print_run_text(c, plan, runtime, timings, bad);
+  }
   return bad == 0 ? 0 : 1;
 }
 
 // The help text of a uniform-model option: its value applies only when one of --alpha, --beta
-// or --a2a-factor is given (new-user pass N7: a CLI11 "=5e-05" default read as in effect).
+// or --a2a-factor is given (a CLI11 "=5e-05" default reads as in effect).
 std::string uniform_default(double value) {
   std::ostringstream os;
   os << value;
@@ -353,8 +401,8 @@ std::shared_ptr<ReshardCommand> add_reshard_command(CLI::App& app) {
       "--explain");
   c->app->add_option("--mesh", c->mesh, "Mesh shape, e.g. 2x2x2")->capture_default_str();
   c->app->add_option("--axes", c->axes, "Comma-separated mesh axis names (default x,y,z,w)");
-  // One string checked as a whole, not CLI11's delimiter: that dropped empty entries ("8,,3"
-  // was (8, 3)) and refused "08" with a bare "Could not convert" (new-user pass nu14, NU80).
+  // One string checked as a whole, not CLI11's delimiter: that drops empty entries ("8,,3"
+  // would be (8, 3)) and refuses "08" with a bare "Could not convert".
   c->app
       ->add_option("--shape", c->shape_text,
                    "Comma-separated global array shape, e.g. 8,8 (integers in 0..2^62)")

@@ -9,15 +9,15 @@
 #include <mutex>
 #include <thread>
 
+#include "vtpu/cli/cli_validators.h"
 #include "vtpu/common/error.h"
+#include "vtpu/common/output_path.h"
 #include "vtpu/common/strings.h"
 #include "vtpu/common/units.h"
-#include "vtpu/cli/cli_validators.h"
-#include "vtpu/common/output_path.h"
-#include "vtpu/stress/stress_harness.h"
-#include "vtpu/stress/stress_html_output.h"
 #include "vtpu/memory/allocator_policy.h"
 #include "vtpu/memory/hbm_arena.h"
+#include "vtpu/stress/stress_harness.h"
+#include "vtpu/stress/stress_html_output.h"
 
 namespace vtpu {
 
@@ -39,7 +39,7 @@ struct StressCommand {
 namespace {
 
 // Options that only some runs use. An option this run would not use is a usage error naming it
-// and what it applies to, never silently ignored (new-user pass U7; stress F13 for --trace).
+// and what it applies to, never silently ignored.
 struct OptionScope {
   const char* flag;
   const char* applies_to;  // "applies only to ..." / what it does
@@ -306,16 +306,13 @@ bool run_stress_if_selected(const StressCommand& cmd, int argc, char** argv, int
     o.validate();
     check_output_path("--json", cmd.json_path);
     check_output_path("--html", cmd.html_path);
-    // New-user pass U20: the page would overwrite the JSON.
     check_distinct_outputs("--json", cmd.json_path, "--html", cmd.html_path,
                            "the HTML page would overwrite the JSON");
-    // Adversarial pass adv15, ADV24: an output over the replayed trace replaced it.
+    // An output over the replayed trace would replace it.
     check_outputs_not_inputs({{"--json", cmd.json_path}, {"--html", cmd.html_path}},
                              {{"--trace", o.trace_path}});
   } catch (const InvalidArgumentError& e) {
-    std::fprintf(stderr, "vtpu: usage error: %s\nRun with --help for the options.\n",
-                 e.message().c_str());
-    *exit_code = 2;
+    *exit_code = report_usage_error(e.message());
     return true;
   }
   try {

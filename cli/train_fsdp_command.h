@@ -6,7 +6,7 @@
 //                   [--optimizer sgd|adam] [--plan PLAN.json] [--prefetch on|off] [--data FILE]
 //                   [--hbm-bytes SIZE] [--config FILE] [--log-every K] [--json]
 //
-// --config FILE: runtime options, under the flags as in train mlp (examples/
+// --config FILE: runtime options, under the flags as in train mlp (train/
 // train_runtime_config.h): num_cores is the default of --cores and must match a --plan mesh.
 //
 // It runs four trainings with the same seed, global batch and optimizer: FSDP on N cores, data

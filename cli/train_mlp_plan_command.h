@@ -5,7 +5,7 @@
 //   fsdp(...)           ZeRO-3 over the whole mesh: train_fsdp (train/fsdp_trainer.h)
 //   tp(...), dp+tp      Megatron tensor parallelism, with data parallelism on the other mesh
 //                       axes: train_mlp_tensor_parallel (train/mlp_tp_trainer.h)
-// and checks the losses against train_mlp on 1 core in the same process (issue 6: within 1e-4
+// and checks the losses against train_mlp on 1 core in the same process (within 1e-4
 // relative) with one micro-batch per core of the data-parallel group (train/mlp_reference.h:
 // the same f32 gradient additions in the same order, as `vtpu train fsdp` checks); the one-batch
 // 1-core run is printed beside it, not checked. The mesh's core count replaces --cores (both given

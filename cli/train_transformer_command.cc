@@ -9,16 +9,17 @@
 #include <optional>
 #include <string>
 
+#include "vtpu/bench/estimate_report.h"
+#include "vtpu/cli/cli_validators.h"
+#include "vtpu/cli/trainer_steps.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/strings.h"
 #include "vtpu/common/units.h"
-#include "vtpu/cli/cli_validators.h"
-#include "vtpu/bench/estimate_report.h"
-#include "vtpu/train/replica_check.h"
 #include "vtpu/planner/trainer_plans.h"
+#include "vtpu/runtime/runtime.h"
+#include "vtpu/train/replica_check.h"
 #include "vtpu/train/train_runtime_config.h"
 #include "vtpu/train/transformer_trainer.h"
-#include "vtpu/runtime/runtime.h"
 
 namespace vtpu {
 
@@ -38,7 +39,7 @@ struct TrainTransformerCommand {
 
 namespace {
 
-constexpr double kMaxRelativeDifference = 1e-4;  // issue 6: N cores vs 1 core
+constexpr double kMaxRelativeDifference = 1e-4;  // N cores against 1 core
 
 /// ", 2 micro-batches: ..." for the reference's heading and summary when the mesh has `data` > 1
 /// data shards, else "".
@@ -48,311 +49,367 @@ std::string reference_note(int64_t data) {
          " micro-batches: the data-parallel group's f32 gradient additions in its order";
 }
 
-void usage_error(const std::string& message) {
-  std::fprintf(stderr, "vtpu: usage error: %s\nRun with --help for the options.\n",
-               message.c_str());
-}
-
 uint64_t total(const TransformerResult& r) {
   return r.weight_bytes + r.gradient_bytes + r.optimizer_bytes + r.activation_bytes + r.token_bytes;
 }
 
-int run(const TrainTransformerCommand& cmd) {
-  // The mesh: --plan, else --mesh, else --cores N as 1xN, else 2x4.
+/// What the flags and the plan resolve to, before the text is read.
+struct TransformerSetup {
   TransformerMesh mesh{2, 4};
   std::string strategy = "dp(data)+tp(model)";
   std::optional<TrainPlan> plan;
   std::optional<DataTensorLayout> layout;  // the plan's cores per role (else the DxT grid)
-  TransformerConfig c = cmd.config;
-  // --config, under the flags (train/train_runtime_config.h): its num_cores is the default of
-  // --cores (so alone it means --mesh 1xN) and must match --mesh or --plan.
-  const TrainRuntimeConfig runtime_config = TrainRuntimeConfig::load(cmd.config_path);
-  if (!check_usage([&] { runtime_config.check_memory_events(false, "vtpu train transformer"); }))
-    return 2;
+  TransformerConfig config;
+  std::optional<PlanEstimate> estimate;
+  RuntimeOptions options;  // --config's, completed once the text is read
+  std::string mesh_label;  // the plan's mesh, else "mesh DxT"
+  /// The plan's cores per role, else the DxT grid (axes "data", "model").
+  DataTensorLayout run_layout() const {
+    return layout ? *layout : DataTensorLayout::grid(mesh.data, mesh.tensor);
+  }
+};
+
+/// The mesh, model and batch of a --plan file. False after a usage error.
+bool load_plan(const TrainTransformerCommand& cmd, const TrainRuntimeConfig& runtime_config,
+               TransformerSetup& setup) {
+  TrainPlan& plan = setup.plan.emplace(load_train_plan(cmd.plan));
+  TransformerConfig& c = setup.config;
+  require_plan_model(plan, "transformer", "vtpu train transformer");
+  // The plan's mesh and file are named, not the flattened data x tensor grid ("8x1").
+  if (!plan_cores_usage_ok(plan, cmd.cores, runtime_config)) return false;
+  // The estimate is priced from the Eigen kernels' rates: a pallas run is not the one priced.
+  if (!check_usage([&] {
+        if (c.kernels != "eigen") {
+          throw InvalidArgumentError("--kernels " + c.kernels +
+                                     " cannot be combined with --plan (expected --kernels eigen "
+                                     "with --plan: the plan's estimate is priced from the Eigen "
+                                     "kernels' rates)");
+        }
+      })) {
+    return false;
+  }
+  setup.layout = plan_data_tensor_layout(plan, "vtpu train transformer");
+  setup.mesh = TransformerMesh{setup.layout->data, setup.layout->tensor};
+  // An unnamed strategy is described by its roles.
+  setup.strategy = (plan.strategy_name.empty() ? plan.describe_strategy() : plan.strategy_name) +
+                   " (from " + cmd.plan + ")";
+  // The global batch of the estimate, unless --batch says otherwise.
+  if (cmd.batch_option->count() == 0 && plan.estimated_batch() > 0) {
+    c.batch = plan.estimated_batch();
+  }
+  // The model the plan was made for (its model_graph; vtpu train transformer has no flags for
+  // the sizes): a model_graph that is not this transformer is an error.
+  if (const std::optional<TransformerPlanModel> m = transformer_plan_model(plan)) {
+    c.vocab = m->vocab;
+    c.context = m->context;
+    c.d_model = m->d_model;
+    c.heads = m->heads;
+    c.layers = m->layers;
+    c.hidden = m->hidden;
+  }
+  return true;
+}
+
+/// The mesh (--plan, else --mesh, else --cores N as 1xN, else 2x4), the model and the estimate,
+/// checked. nullopt after a usage error.
+std::optional<TransformerSetup> resolve(const TrainTransformerCommand& cmd) {
+  TransformerSetup setup;
+  TransformerConfig& c = setup.config;
+  TransformerMesh& mesh = setup.mesh;
+  c = cmd.config;
+  // --config, under the flags: its num_cores is the default of --cores (so alone it means
+  // --mesh 1xN) and must match --mesh or --plan.
+  const std::optional<TrainRuntimeConfig> runtime_config =
+      load_runtime_config(cmd.config_path, false, "vtpu train transformer");
+  if (!runtime_config) return std::nullopt;
+  setup.options = runtime_config->options;
   if (!cmd.plan.empty()) {
-    plan = load_train_plan(cmd.plan);
-    require_plan_model(*plan, "transformer", "vtpu train transformer");
-    // nu10 NU6: the plan's mesh and file, not the flattened data x tensor grid ("8x1").
-    if (!check_usage([&] {
-          check_plan_cores(*plan, cmd.cores);
-          runtime_config.check_plan_mesh_cores(*plan, cmd.cores);
-        }))
-      return 2;
-    // The estimate is priced from the Eigen kernels' rates: a pallas run is not the one priced.
-    // A usage error, exit 2, as in `train mlp --plan` (new-user pass nu11, NU40: the pallas run
-    // was judged "19.48x (outside 25%)" against the Eigen estimate).
-    if (!check_usage([&] {
-          if (c.kernels != "eigen") {
-            throw InvalidArgumentError("--kernels " + c.kernels +
-                                       " cannot be combined with --plan (expected --kernels eigen "
-                                       "with --plan: the plan's estimate is priced from the Eigen "
-                                       "kernels' rates)");
-          }
-        })) {
-      return 2;
-    }
-    layout = plan_data_tensor_layout(*plan, "vtpu train transformer");
-    mesh = TransformerMesh{layout->data, layout->tensor};
-    // adv7 G4: an unnamed strategy printed "strategy  (from ...)".
-    strategy = (plan->strategy_name.empty() ? plan->describe_strategy() : plan->strategy_name) +
-               " (from " + cmd.plan + ")";
-    // The global batch of the estimate, unless --batch says otherwise.
-    if (cmd.batch_option->count() == 0 && plan->estimated_batch() > 0) {
-      c.batch = plan->estimated_batch();
-    }
-    // The model the plan was made for (its model_graph; vtpu train transformer has no flags for
-    // the sizes): a model_graph that is not this transformer is an error.
-    if (const std::optional<TransformerPlanModel> m = transformer_plan_model(*plan)) {
-      c.vocab = m->vocab;
-      c.context = m->context;
-      c.d_model = m->d_model;
-      c.heads = m->heads;
-      c.layers = m->layers;
-      c.hidden = m->hidden;
-    }
+    if (!load_plan(cmd, *runtime_config, setup)) return std::nullopt;
   } else if (!cmd.mesh.empty()) {
-    // nu8 N5: a malformed --mesh is a usage error (exit 2).
     if (!check_usage([&] {
           mesh = parse_transformer_mesh(cmd.mesh);
-          runtime_config.check_mesh_cores(mesh.num_cores(), "--mesh " + cmd.mesh, cmd.cores);
+          runtime_config->check_mesh_cores(mesh.num_cores(), "--mesh " + cmd.mesh, cmd.cores);
         }))
-      return 2;
-  } else if (const std::optional<int> cores = runtime_config.cores(cmd.cores)) {
+      return std::nullopt;
+  } else if (const std::optional<int> cores = runtime_config->cores(cmd.cores)) {
     mesh = TransformerMesh{1, *cores};
   }
   if (cmd.cores && *cmd.cores != mesh.num_cores()) {
-    usage_error("--cores " + std::to_string(*cmd.cores) + " does not match the mesh " +
-                mesh.to_string() + " (" + count_text(mesh.num_cores(), "core") + ")");
-    return 2;
+    report_usage_error("--cores " + std::to_string(*cmd.cores) + " does not match the mesh " +
+                       mesh.to_string() + " (" + count_text(mesh.num_cores(), "core") + ")");
+    return std::nullopt;
   }
-  if (mesh.tensor == 1 && cmd.plan.empty()) strategy = "dp(data)";
-  if (mesh.data == 1 && cmd.plan.empty()) strategy = mesh.tensor > 1 ? "tp(model)" : "single core";
-  // The plan's estimate, compared with this run (bench/estimate_report.h). Checked before the
-  // header and the single-core reference: a batch that differs from the estimate's failed only
-  // after the reference had trained (adversarial pass adv10, A5).
-  // A --batch other than the estimate's is a usage error (exit 2; new-user pass nu10, NU13),
-  // checked before the batch is split over the mesh (adv12 ADV9).
-  std::optional<PlanEstimate> estimate;
-  if (plan && !check_usage([&] { estimate = comparable_estimate(*plan, c.batch); })) return 2;
+  if (mesh.tensor == 1 && cmd.plan.empty()) setup.strategy = "dp(data)";
+  if (mesh.data == 1 && cmd.plan.empty()) {
+    setup.strategy = mesh.tensor > 1 ? "tp(model)" : "single core";
+  }
+  // The plan's estimate, compared with this run (bench/estimate_report.h). A --batch other than
+  // the estimate's is a usage error, checked before the header, before the single-core reference
+  // trains and before the batch is split over the mesh.
+  if (setup.plan &&
+      !check_usage([&] { setup.estimate = comparable_estimate(*setup.plan, c.batch); })) {
+    return std::nullopt;
+  }
   c.validate();
   c.validate_mesh(mesh.data, mesh.tensor);
-  // The plan's layers and parameter shapes against the model this run trains (adv12 ADV3).
-  if (plan) {
-    check_plan_layout(*plan,
+  // The plan's layers and parameter shapes against the model this run trains.
+  if (setup.plan) {
+    check_plan_layout(*setup.plan,
                       transformer_model_graph(TransformerPlanModel{c.vocab, c.context, c.d_model,
                                                                    c.heads, c.layers, c.hidden}),
                       "vtpu train transformer");
   }
-  // The plan's cores per role, else the DxT grid (axes "data", "model"). The printout names the
-  // groups and the plan's mesh axes (nu8 N8: "mesh 8x1 (data 8 x model 1)" for dp(data,model)
-  // on Mesh(data=2, model=4) reused the axis names for the roles).
-  const DataTensorLayout run_layout =
-      layout ? *layout : DataTensorLayout::grid(mesh.data, mesh.tensor);
-  const std::string mesh_label = plan ? plan->mesh().to_string() : "mesh " + mesh.to_string();
-  const TokenText text = load_token_text(cmd.data, c.vocab, c.context);
+  // The printout names the groups and the plan's mesh axes, not the axis names for the roles.
+  setup.mesh_label = setup.plan ? setup.plan->mesh().to_string() : "mesh " + mesh.to_string();
+  return setup;
+}
 
-  RuntimeOptions options = runtime_config.options;
-  options.num_cores = static_cast<int>(mesh.num_cores());
-  if (!cmd.hbm_bytes.empty()) options.hbm_bytes_per_core = parse_bytes(cmd.hbm_bytes);
-  options.validate();
+void print_header(const TrainTransformerCommand& cmd, const TransformerSetup& setup,
+                  const TokenText& text) {
+  const TransformerConfig& c = setup.config;
+  const TransformerMesh& mesh = setup.mesh;
   const int64_t params = TransformerLayout(c, 1).size();
   const int64_t shard = TransformerLayout(c, mesh.tensor).size();
-  if (!cmd.json) {
-    std::printf("vtpu train transformer: %s: %s on %s, %s HBM each; strategy %s\n",
-                mesh_label.c_str(), run_layout.describe().c_str(),
-                count_text(options.num_cores, "virtual core").c_str(),
-                format_bytes(options.hbm_bytes_per_core).c_str(), strategy.c_str());
-    const std::string mapped = text.describe_mapped(c.vocab);
-    std::printf("text %s: %zu byte tokens, %lld distinct%s%s\n", cmd.data.c_str(),
-                text.tokens.size(), static_cast<long long>(text.vocab_used),
-                mapped.empty() ? "" : "; ", mapped.c_str());
-    std::printf(
-        "model: vocab %lld, context %lld, d_model %lld, heads %lld (%lld per core), layers %lld, "
-        "MLP hidden %lld (%lld per core), GELU, pre-LN, untied head; %lld parameters, %lld per "
-        "core\n",
-        static_cast<long long>(c.vocab), static_cast<long long>(c.context),
-        static_cast<long long>(c.d_model), static_cast<long long>(c.heads),
-        static_cast<long long>(c.heads / mesh.tensor), static_cast<long long>(c.layers),
-        static_cast<long long>(c.hidden), static_cast<long long>(c.hidden / mesh.tensor),
-        static_cast<long long>(params), static_cast<long long>(shard));
-    std::printf(
-        "training: batch %lld sequences (%lld per data shard), Adam lr %g, %s, seed "
-        "%llu, f32, %s kernels\n",
-        static_cast<long long>(c.batch), static_cast<long long>(c.batch / mesh.data),
-        static_cast<double>(c.learning_rate),
-        count_text(static_cast<long long>(c.steps), "step").c_str(),
-        static_cast<unsigned long long>(c.seed), c.kernels.c_str());
-    std::fflush(stdout);
-  }
-  auto log = [&](const char* who) {
-    return [&cmd, who](int64_t step, double loss) {
-      if (!cmd.json) {
-        std::printf("  %s step %6lld  loss %.6f\n", who, static_cast<long long>(step), loss);
-        std::fflush(stdout);
-      }
-    };
-  };
-  std::optional<TransformerResult> ref;
-  if (!cmd.no_reference) {
-    // --log-every 0 prints no per-step losses, so no heading above them (new-user review,
-    // session 12: the headings stood over nothing).
-    if (!cmd.json && c.log_every > 0) {
-      std::printf("single-core reference (mesh 1x1%s):\n", reference_note(mesh.data).c_str());
+  std::printf("vtpu train transformer: %s: %s on %s, %s HBM each; strategy %s\n",
+              setup.mesh_label.c_str(), setup.run_layout().describe().c_str(),
+              count_text(setup.options.num_cores, "virtual core").c_str(),
+              format_bytes(setup.options.hbm_bytes_per_core).c_str(), setup.strategy.c_str());
+  const std::string mapped = text.describe_mapped(c.vocab);
+  std::printf("text %s: %zu byte tokens, %lld distinct%s%s\n", cmd.data.c_str(), text.tokens.size(),
+              static_cast<long long>(text.vocab_used), mapped.empty() ? "" : "; ", mapped.c_str());
+  std::printf(
+      "model: vocab %lld, context %lld, d_model %lld, heads %lld (%lld per core), layers %lld, "
+      "MLP hidden %lld (%lld per core), GELU, pre-LN, untied head; %lld parameters, %lld per "
+      "core\n",
+      static_cast<long long>(c.vocab), static_cast<long long>(c.context),
+      static_cast<long long>(c.d_model), static_cast<long long>(c.heads),
+      static_cast<long long>(c.heads / mesh.tensor), static_cast<long long>(c.layers),
+      static_cast<long long>(c.hidden), static_cast<long long>(c.hidden / mesh.tensor),
+      static_cast<long long>(params), static_cast<long long>(shard));
+  std::printf(
+      "training: batch %lld sequences (%lld per data shard), Adam lr %g, %s, seed "
+      "%llu, f32, %s kernels\n",
+      static_cast<long long>(c.batch), static_cast<long long>(c.batch / mesh.data),
+      static_cast<double>(c.learning_rate),
+      count_text(static_cast<long long>(c.steps), "step").c_str(),
+      static_cast<unsigned long long>(c.seed), c.kernels.c_str());
+  std::fflush(stdout);
+}
+
+/// The per-step line of run `who`, flushed (the transformer's steps are slow); none under --json.
+StepLog transformer_step_log(bool json, const char* who) {
+  return [json, who](int64_t step, double loss) {
+    if (!json) {
+      std::printf("  %s step %6lld  loss %.6f\n", who, static_cast<long long>(step), loss);
+      std::fflush(stdout);
     }
-    RuntimeOptions one = options;
-    one.num_cores = 1;
-    // As train mlp's reference (train/mlp_reference.h; nu10 NU8): one core holds the whole
-    // model, so --hbm-bytes limits the mesh run, not the reference (at least 16 GiB).
-    one.hbm_bytes_per_core =
-        std::max(options.hbm_bytes_per_core, RuntimeOptions{}.hbm_bytes_per_core);
-    Runtime rt(one);
-    // One micro-batch per data shard, in data-rank order: the f32 gradient additions of the
-    // data-parallel all-reduce, in its order (new-user pass nu14, NU81).
-    TransformerConfig ref_config = c;
-    ref_config.micro_batches = mesh.data;
-    ref = train_transformer(rt, text.tokens, ref_config, {1, 1}, log("1 core"));
+  };
+}
+
+/// The single-core reference: one micro-batch per data shard, in data-rank order, so that it
+/// performs the data-parallel all-reduce's f32 gradient additions in its order.
+TransformerResult run_reference(const TrainTransformerCommand& cmd, const TransformerSetup& setup,
+                                const TokenText& text) {
+  const TransformerConfig& c = setup.config;
+  // --log-every 0 prints no per-step losses, so no heading above them.
+  if (!cmd.json && c.log_every > 0) {
+    std::printf("single-core reference (mesh 1x1%s):\n", reference_note(setup.mesh.data).c_str());
   }
-  if (!cmd.json && c.log_every > 0) std::printf("%s:\n", mesh_label.c_str());
+  RuntimeOptions one = setup.options;
+  one.num_cores = 1;
+  // As train mlp's reference (train/mlp_reference.h): one core holds the whole model, so
+  // --hbm-bytes limits the mesh run, not the reference (at least 16 GiB).
+  one.hbm_bytes_per_core =
+      std::max(setup.options.hbm_bytes_per_core, RuntimeOptions{}.hbm_bytes_per_core);
+  Runtime rt(one);
+  TransformerConfig ref_config = c;
+  ref_config.micro_batches = setup.mesh.data;
+  return train_transformer(rt, text.tokens, ref_config, {1, 1},
+                           transformer_step_log(cmd.json, "1 core"));
+}
+
+/// The largest relative difference of the mesh's losses from the reference's, and its step.
+struct LossDifference {
+  double max_relative = 0.0;
+  int64_t worst_step = 0;
+};
+
+LossDifference loss_difference(const TransformerResult& r,
+                               const std::optional<TransformerResult>& ref) {
+  LossDifference d;
+  if (!ref) return d;
+  for (size_t s = 0; s < r.losses.size(); ++s) {
+    const double rel = std::abs(r.losses[s] - ref->losses[s]) / std::abs(ref->losses[s]);
+    if (rel > d.max_relative) {
+      d.max_relative = rel;
+      d.worst_step = static_cast<int64_t>(s);
+    }
+  }
+  return d;
+}
+
+void print_json(const TrainTransformerCommand& cmd, const TransformerSetup& setup,
+                const TokenText& text, const TransformerResult& r,
+                const std::optional<TransformerResult>& ref, const LossDifference& diff,
+                const std::optional<EstimateReport>& report) {
+  const TransformerConfig& c = setup.config;
+  nlohmann::json j;
+  j["config"] = {{"vocab", c.vocab},
+                 {"context", c.context},
+                 {"d_model", c.d_model},
+                 {"heads", c.heads},
+                 {"layers", c.layers},
+                 {"hidden", c.hidden},
+                 {"batch", c.batch},
+                 {"steps", c.steps},
+                 {"seed", c.seed},
+                 {"learning_rate", c.learning_rate},
+                 {"data", cmd.data},
+                 {"strategy", setup.strategy},
+                 {"runtime", setup.options.to_json()}};
+  j["vocab_used"] = text.vocab_used;
+  j["text_bytes"] = text.tokens.size();
+  j["bytes_mapped_to_question_mark"] = text.mapped_bytes;  // bytes >= vocab
+  j["uniform_loss"] = text.uniform_loss;
+  j["mesh"] = r;
+  hoist_run_facts(j, "mesh");  // top level, as in every trainer's --json
+  if (ref) {
+    j["reference"] = *ref;
+    // One core holds no data replicas: its verdict would say nothing.
+    j["reference"].erase("replicas_identical");
+    j["reference"].erase("replica_mismatch");
+    j["max_relative_loss_difference"] = diff.max_relative;
+    j["reference_micro_batches"] = setup.mesh.data;
+  }
+  print_json_result(std::move(j), report);
+}
+
+/// The closing table of both runs' losses: every --log-every steps and the last (--log-every 0:
+/// only the last).
+void print_loss_table(const TransformerConfig& c, const TransformerResult& r,
+                      const TransformerResult& ref) {
+  std::printf("%6s %12s %12s %10s\n", "step", "loss(mesh)", "loss(1core)", "rel_diff");
+  for (int64_t s = 0; s < c.steps; ++s) {
+    if (s != c.steps - 1 && (c.log_every == 0 || s % c.log_every != 0)) continue;
+    const size_t i = static_cast<size_t>(s);
+    std::printf("%6lld %12.6f %12.6f %10.2e\n", static_cast<long long>(s), r.losses[i],
+                ref.losses[i], std::abs(r.losses[i] - ref.losses[i]) / ref.losses[i]);
+  }
+}
+
+/// The all-reduce counts and HBM per core of the mesh run (and the reference's total).
+void print_resources(const TransformerSetup& setup, const TransformerResult& r,
+                     const std::optional<TransformerResult>& ref) {
+  const TransformerConfig& c = setup.config;
+  // A group of one core runs no all-reduce (train/transformer_trainer.h).
+  std::printf("all-reduce on core 0: tensor group %s; data-parallel group %s\n",
+              describe_group_all_reduce(
+                  r.tensor_all_reduce[0], setup.mesh.tensor,
+                  std::to_string(4 * c.layers) + " per step: 2 forward + 2 backward per block")
+                  .c_str(),
+              describe_group_all_reduce(r.data_all_reduce[0], setup.mesh.data,
+                                        "1 per step: the gradient bucket")
+                  .c_str());
+  std::printf(
+      "HBM per core (bytes): weights %llu, gradients+loss %llu, Adam m+v %llu, activations "
+      "%llu, tokens %llu; total %llu",
+      static_cast<unsigned long long>(r.weight_bytes),
+      static_cast<unsigned long long>(r.gradient_bytes),
+      static_cast<unsigned long long>(r.optimizer_bytes),
+      static_cast<unsigned long long>(r.activation_bytes),
+      static_cast<unsigned long long>(r.token_bytes), static_cast<unsigned long long>(total(r)));
+  if (ref) std::printf(" (single core: %llu)", static_cast<unsigned long long>(total(*ref)));
+  std::printf("\n");
+  print_peak_hbm_per_core(r.hbm);
+}
+
+void print_text(const TransformerSetup& setup, const TokenText& text, const TransformerResult& r,
+                const std::optional<TransformerResult>& ref, const LossDifference& diff,
+                const std::optional<EstimateReport>& report) {
+  const TransformerConfig& c = setup.config;
+  const char* label = setup.mesh_label.c_str();
+  if (ref) print_loss_table(c, r, *ref);
+  std::printf("uniform-guess loss ln(%lld distinct bytes) = %.4f nats; initial loss %.4f\n",
+              static_cast<long long>(text.vocab_used), text.uniform_loss, r.losses.front());
+  std::printf("final loss %.4f (%s) = %.2f x uniform\n", r.losses.back(), label,
+              r.losses.back() / text.uniform_loss);
+  if (ref) {
+    const int64_t data = setup.mesh.data;
+    std::printf(
+        "single core%s final loss %.4f; max relative difference over %s %.2e (step %lld; "
+        "limit %.0e): %s\n",
+        data > 1 ? (" (" + std::to_string(data) + " micro-batches)").c_str() : "",
+        ref->losses.back(), count_text(static_cast<long long>(c.steps), "step").c_str(),
+        diff.max_relative, static_cast<long long>(diff.worst_step), kMaxRelativeDifference,
+        diff.max_relative <= kMaxRelativeDifference ? "ok" : "EXCEEDED");
+  }
+  std::printf("time: %s %.2f s (median step %.2f ms)", label, r.total_seconds, r.median_step_ms);
+  if (ref) {
+    std::printf(", single core %.2f s (median step %.2f ms)", ref->total_seconds,
+                ref->median_step_ms);
+  }
+  std::printf("\n");
+  print_resources(setup, r, ref);
+  std::printf("data replicas identical after training: %s\n",
+              r.replicas_identical() ? "yes" : "NO");
+  if (report) std::printf("%s", report->to_string().c_str());
+}
+
+/// The error of a loss mismatch, on stderr.
+void print_mismatch(const TransformerSetup& setup, const LossDifference& diff) {
+  std::fprintf(stderr,
+               "vtpu: error: the mesh's losses differ from the single-core losses by %.2e "
+               "relative at step %lld (limit %.0e)\n",
+               diff.max_relative, static_cast<long long>(diff.worst_step), kMaxRelativeDifference);
+  // The reference follows the data-parallel additions but not the tensor-parallel split of the
+  // matmul sums (train/transformer_trainer.h): say so when the mesh has one.
+  if (setup.mesh.tensor > 1) {
+    std::fprintf(stderr,
+                 "vtpu: note: the tensor group of %lld splits the row-parallel matmul sums "
+                 "across cores, an f32 order the single-core reference does not follow; a "
+                 "sensitive Adam trajectory (large --batch and --lr) can amplify that past the "
+                 "limit (README, \"train transformer\")\n",
+                 static_cast<long long>(setup.mesh.tensor));
+  }
+}
+
+int run(const TrainTransformerCommand& cmd) {
+  std::optional<TransformerSetup> resolved = resolve(cmd);
+  if (!resolved) return 2;
+  TransformerSetup& setup = *resolved;
+  const TransformerConfig& c = setup.config;
+  const TokenText text = load_token_text(cmd.data, c.vocab, c.context);
+  setup.options.num_cores = static_cast<int>(setup.mesh.num_cores());
+  if (!cmd.hbm_bytes.empty()) setup.options.hbm_bytes_per_core = parse_bytes(cmd.hbm_bytes);
+  setup.options.validate();
+  if (!cmd.json) print_header(cmd, setup, text);
+  std::optional<TransformerResult> ref;
+  if (!cmd.no_reference) ref = run_reference(cmd, setup, text);
+  if (!cmd.json && c.log_every > 0) std::printf("%s:\n", setup.mesh_label.c_str());
   StepMeter meter;
   TransformerConfig run_config = c;
-  std::function<void(int64_t, double)> on_log = log("mesh  ");
-  if (estimate) {  // a callback every step, to read the process CPU time
-    on_log = meter.wrap(on_log, c.log_every, c.steps);
-    run_config.log_every = 1;
-  }
-  Runtime runtime(options);
+  StepLog on_log = transformer_step_log(cmd.json, "mesh  ");
+  if (setup.estimate) on_log = metered_step_log(meter, on_log, run_config.log_every, c.steps);
+  Runtime runtime(setup.options);
   const TransformerResult r =
-      train_transformer_on_layout(runtime, text.tokens, run_config, run_layout, on_log);
+      train_transformer_on_layout(runtime, text.tokens, run_config, setup.run_layout(), on_log);
   std::optional<EstimateReport> report;
-  if (estimate) {
+  if (setup.estimate) {
     // The tokens are the step's input batch: nothing unmodelled.
-    MeasuredRun m =
-        measure_run(static_cast<int>(mesh.num_cores()), c.steps, r.median_step_ms, meter, r.hbm);
-    m.thread_pinning = runtime.thread_pinning();
-    report = compare_estimate(*estimate, m);
-    add_collective_probe(*report, *plan);  // right after the run: the host mode it met
+    report = compare_run_with_estimate(*setup.estimate,
+                                       measure_run(static_cast<int>(setup.mesh.num_cores()),
+                                                   c.steps, r.median_step_ms, meter, r.hbm),
+                                       runtime.thread_pinning(), *setup.plan);
   }
-
-  double max_rel = 0.0;
-  int64_t worst = 0;
-  if (ref) {
-    for (size_t s = 0; s < r.losses.size(); ++s) {
-      const double rel = std::abs(r.losses[s] - ref->losses[s]) / std::abs(ref->losses[s]);
-      if (rel > max_rel) {
-        max_rel = rel;
-        worst = static_cast<int64_t>(s);
-      }
-    }
-  }
-  const bool ok = !ref || max_rel <= kMaxRelativeDifference;
+  const LossDifference diff = loss_difference(r, ref);
+  const bool ok = !ref || diff.max_relative <= kMaxRelativeDifference;
   if (cmd.json) {
-    nlohmann::json j;
-    j["config"] = {{"vocab", c.vocab},
-                   {"context", c.context},
-                   {"d_model", c.d_model},
-                   {"heads", c.heads},
-                   {"layers", c.layers},
-                   {"hidden", c.hidden},
-                   {"batch", c.batch},
-                   {"steps", c.steps},
-                   {"seed", c.seed},
-                   {"learning_rate", c.learning_rate},
-                   {"data", cmd.data},
-                   {"strategy", strategy},
-                   {"runtime", options.to_json()}};
-    j["vocab_used"] = text.vocab_used;
-    j["text_bytes"] = text.tokens.size();
-    j["bytes_mapped_to_question_mark"] = text.mapped_bytes;  // bytes >= vocab
-    j["uniform_loss"] = text.uniform_loss;
-    j["mesh"] = r;
-    hoist_run_facts(j, "mesh");  // top level, as in every trainer's --json
-    if (ref) {
-      j["reference"] = *ref;
-      // One core holds no data replicas: its verdict would say nothing.
-      j["reference"].erase("replicas_identical");
-      j["reference"].erase("replica_mismatch");
-      j["max_relative_loss_difference"] = max_rel;
-      j["reference_micro_batches"] = mesh.data;
-    }
-    if (report) j["estimate_vs_measured"] = report->to_json();
-    std::cout << j.dump(2) << std::endl;
+    print_json(cmd, setup, text, r, ref, diff, report);
   } else {
-    if (ref) {
-      std::printf("%6s %12s %12s %10s\n", "step", "loss(mesh)", "loss(1core)", "rel_diff");
-      // Every --log-every steps and the last; --log-every 0: only the last (its help), not also
-      // step 0 as every = steps gave.
-      for (int64_t s = 0; s < c.steps; ++s) {
-        if (s != c.steps - 1 && (c.log_every == 0 || s % c.log_every != 0)) continue;
-        const size_t i = static_cast<size_t>(s);
-        std::printf("%6lld %12.6f %12.6f %10.2e\n", static_cast<long long>(s), r.losses[i],
-                    ref->losses[i], std::abs(r.losses[i] - ref->losses[i]) / ref->losses[i]);
-      }
-    }
-    std::printf("uniform-guess loss ln(%lld distinct bytes) = %.4f nats; initial loss %.4f\n",
-                static_cast<long long>(text.vocab_used), text.uniform_loss, r.losses.front());
-    std::printf("final loss %.4f (%s) = %.2f x uniform\n", r.losses.back(), mesh_label.c_str(),
-                r.losses.back() / text.uniform_loss);
-    if (ref) {
-      std::printf(
-          "single core%s final loss %.4f; max relative difference over %s %.2e (step %lld; "
-          "limit %.0e): %s\n",
-          mesh.data > 1 ? (" (" + std::to_string(mesh.data) + " micro-batches)").c_str() : "",
-          ref->losses.back(), count_text(static_cast<long long>(c.steps), "step").c_str(), max_rel,
-          static_cast<long long>(worst), kMaxRelativeDifference, ok ? "ok" : "EXCEEDED");
-    }
-    std::printf("time: %s %.2f s (median step %.2f ms)", mesh_label.c_str(), r.total_seconds,
-                r.median_step_ms);
-    if (ref) {
-      std::printf(", single core %.2f s (median step %.2f ms)", ref->total_seconds,
-                  ref->median_step_ms);
-    }
-    std::printf("\n");
-    // A group of one core runs no all-reduce (train/transformer_trainer.h).
-    std::printf("all-reduce on core 0: tensor group %s; data-parallel group %s\n",
-                describe_group_all_reduce(
-                    r.tensor_all_reduce[0], mesh.tensor,
-                    std::to_string(4 * c.layers) + " per step: 2 forward + 2 backward per block")
-                    .c_str(),
-                describe_group_all_reduce(r.data_all_reduce[0], mesh.data,
-                                          "1 per step: the gradient bucket")
-                    .c_str());
-    std::printf(
-        "HBM per core (bytes): weights %llu, gradients+loss %llu, Adam m+v %llu, activations "
-        "%llu, tokens %llu; total %llu",
-        static_cast<unsigned long long>(r.weight_bytes),
-        static_cast<unsigned long long>(r.gradient_bytes),
-        static_cast<unsigned long long>(r.optimizer_bytes),
-        static_cast<unsigned long long>(r.activation_bytes),
-        static_cast<unsigned long long>(r.token_bytes), static_cast<unsigned long long>(total(r)));
-    if (ref) std::printf(" (single core: %llu)", static_cast<unsigned long long>(total(*ref)));
-    std::printf("\n%5s %18s %14s\n", "core", "peak_bytes_in_use", "bytes_limit");
-    for (size_t i = 0; i < r.hbm.size(); ++i) {
-      std::printf("%5zu %18llu %14llu\n", i,
-                  static_cast<unsigned long long>(r.hbm[i].peak_bytes_in_use),
-                  static_cast<unsigned long long>(r.hbm[i].bytes_limit));
-    }
-    std::printf("data replicas identical after training: %s\n",
-                r.replicas_identical() ? "yes" : "NO");
-    if (report) std::printf("%s", report->to_string().c_str());
+    print_text(setup, text, r, ref, diff, report);
   }
-  if (!ok) {
-    std::fprintf(stderr,
-                 "vtpu: error: the mesh's losses differ from the single-core losses by %.2e "
-                 "relative at step %lld (limit %.0e)\n",
-                 max_rel, static_cast<long long>(worst), kMaxRelativeDifference);
-    // The reference follows the data-parallel additions but not the tensor-parallel split of
-    // the matmul sums (train/transformer_trainer.h): say so when the mesh has one.
-    if (mesh.tensor > 1) {
-      std::fprintf(stderr,
-                   "vtpu: note: the tensor group of %lld splits the row-parallel matmul sums "
-                   "across cores, an f32 order the single-core reference does not follow; a "
-                   "sensitive Adam trajectory (large --batch and --lr) can amplify that past the "
-                   "limit (README, \"train transformer\")\n",
-                   static_cast<long long>(mesh.tensor));
-    }
-  }
-  // Replicas that drifted apart fail the run, as a loss mismatch does (adversarial pass adv12,
-  // ADV2: "NO" was printed and the run exited 0, --no-reference or not).
+  if (!ok) print_mismatch(setup, diff);
+  // Replicas that drifted apart fail the run, as a loss mismatch does, --no-reference or not.
   const bool replicas_ok = report_replicas(r.replica_mismatch);
   return ok && replicas_ok ? 0 : 1;
 }

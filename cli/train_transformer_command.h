@@ -7,7 +7,7 @@
 //                          [--hbm-bytes SIZE] [--config FILE] [--kernels eigen]
 //                          [--no-reference] [--json]
 //
-// --config FILE: runtime options, under the flags as in train mlp (examples/
+// --config FILE: runtime options, under the flags as in train mlp (train/
 // train_runtime_config.h): num_cores alone means --mesh 1xN, as --cores does, and must match
 // --mesh or --plan.
 //
