@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -12,7 +14,9 @@
 #include <tuple>
 #include <vector>
 
+#include "tests/collectives/test_util.h"
 #include "vtpu/collectives/communicator.h"
+#include "vtpu/common/bfloat16.h"
 #include "vtpu/common/error.h"
 #include "vtpu/runtime/runtime.h"
 
@@ -20,6 +24,7 @@ namespace vtpu {
 namespace {
 
 using namespace std::chrono_literals;
+using testing_util::iota_group;
 
 RuntimeOptions small_options(int cores, uint64_t slot_bytes = 256, int num_slots = 2) {
   RuntimeOptions o;
@@ -225,7 +230,7 @@ TEST(AllReduceTest, TimeoutNamesTheCoreThatDidNotArrive) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("all_reduce(sum) f32[10] at sequence 0"), std::string::npos) << msg;
     EXPECT_NE(msg.find("have not reached sequence 0: {2}"), std::string::npos) << msg;
-    // New-user pass nu13, NU74: it named --config to commands that took none.
+    // The hint names where each command takes the timeout from.
     EXPECT_NE(msg.find("(the timeout is VTPU_COLLECTIVE_TIMEOUT_MS in every command, or "
                        "collective_timeout_ms of --config in vtpu train, reshard and bench "
                        "collectives, which wins; else 30 s x max(1, cores / CPUs);"),
@@ -393,6 +398,89 @@ TEST(AllReduceRegressionTest, CommunicatorsComeAndGoWhileOtherCoresFail) {
   }
   stop = true;
   failing.join();
+}
+
+// Regression: max/min used std::max/std::min, which keep the accumulator when the other operand
+// is NaN, so pmax returned NaN only when the NaN sat on rank 0 and dropped it on any other rank.
+// XLA's max/min (and so jax.lax.pmax/pmin) propagate NaN; so must every algorithm, for f32, f64
+// and bf16, wherever the NaN is.
+TEST(AllReduceSemanticsTest, MaxAndMinPropagateNanFromAnyRank) {
+  Runtime rt(small_options(4));
+  Communicator comm(rt, iota_group(4));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (Algorithm alg :
+       {Algorithm::kRing, Algorithm::kBidirectionalRing, Algorithm::kRecursiveDoubling,
+        Algorithm::kTorus2d, Algorithm::kRingReduceScatter}) {
+    for (int nan_rank = 0; nan_rank < 4; ++nan_rank) {
+      for (ReduceOp op : {ReduceOp::kMax, ReduceOp::kMin}) {
+        rt.run_spmd([&](CoreContext& ctx) {
+          const bool mine = ctx.core_id() == nan_rank;
+          std::vector<float> f(8, mine ? nan : static_cast<float>(ctx.core_id()));
+          std::vector<double> d(8, mine ? double(nan) : double(ctx.core_id()));
+          std::vector<BFloat16> b(
+              8, mine ? float_to_bf16(nan) : float_to_bf16(static_cast<float>(ctx.core_id())));
+          comm.all_reduce<float>(ctx, std::span<float>(f), op, {alg});
+          comm.all_reduce<double>(ctx, std::span<double>(d), op, {alg});
+          comm.all_reduce<BFloat16>(ctx, std::span<BFloat16>(b), op, {alg});
+          for (int i = 0; i < 8; ++i) {
+            EXPECT_TRUE(std::isnan(f[static_cast<size_t>(i)]))
+                << algorithm_name(alg) << " " << reduce_op_name(op) << " nan on " << nan_rank;
+            EXPECT_TRUE(std::isnan(d[static_cast<size_t>(i)]));
+            EXPECT_TRUE(std::isnan(bf16_to_float(b[static_cast<size_t>(i)])));
+          }
+        });
+      }
+    }
+  }
+  // reduce and reduce_scatter use the same fold.
+  rt.run_spmd([&](CoreContext& ctx) {
+    std::vector<float> x(4, ctx.core_id() == 2 ? nan : 1.0f), out(4), rs(1);
+    comm.reduce<float>(ctx, x, out, 0, ReduceOp::kMax);
+    if (ctx.core_id() == 0) {
+      EXPECT_TRUE(std::isnan(out[0]));
+    }
+    const std::array<int64_t, 1> shape = {4};
+    comm.reduce_scatter<float>(ctx, x, rs, shape, ReduceOp::kMin, 0, true);
+    EXPECT_TRUE(std::isnan(rs[0]));
+  });
+}
+
+// IEEE sums: Inf + (-Inf) is NaN, Inf + finite is Inf, bf16 overflow rounds to Inf (documented
+// IEEE behaviour; XLA does the same).
+TEST(AllReduceSemanticsTest, InfinitiesFollowIeee) {
+  Runtime rt(small_options(3));
+  Communicator comm(rt, iota_group(3));
+  const float inf = std::numeric_limits<float>::infinity();
+  rt.run_spmd([&](CoreContext& ctx) {
+    const int c = ctx.core_id();
+    std::vector<float> a = {c == 0 ? inf : 1.0f, c == 1 ? inf : c == 2 ? -inf : 0.0f};
+    comm.all_reduce<float>(ctx, std::span<float>(a));
+    EXPECT_EQ(a[0], inf);
+    EXPECT_TRUE(std::isnan(a[1]));
+    // bf16 max finite is 0x7f7f (3.3895e38); doubling it overflows to +Inf.
+    std::vector<BFloat16> b = {BFloat16{0x7f7f}};
+    comm.all_reduce<BFloat16>(ctx, std::span<BFloat16>(b));
+    EXPECT_EQ(b[0].bits, 0x7f80) << std::hex << b[0].bits;
+  });
+}
+
+// s32/s64 sums and products wrap modulo 2^bits (two's complement), as XLA's integer add does;
+// no undefined behaviour (UBSan runs this).
+TEST(AllReduceSemanticsTest, IntegerOverflowWraps) {
+  Runtime rt(small_options(2));
+  Communicator comm(rt, {0, 1});
+  rt.run_spmd([&](CoreContext& ctx) {
+    std::vector<int32_t> a = {std::numeric_limits<int32_t>::max(), 1 << 16};
+    comm.all_reduce<int32_t>(ctx, std::span<int32_t>(a));
+    EXPECT_EQ(a[0], -2);  // 2 * (2^31 - 1) mod 2^32 = 2^32 - 2
+    EXPECT_EQ(a[1], 1 << 17);
+    std::vector<int32_t> p = {1 << 16};
+    comm.all_reduce<int32_t>(ctx, std::span<int32_t>(p), ReduceOp::kProd);
+    EXPECT_EQ(p[0], 0);  // 2^32 mod 2^32
+    std::vector<int64_t> q = {std::numeric_limits<int64_t>::min()};
+    comm.all_reduce<int64_t>(ctx, std::span<int64_t>(q));
+    EXPECT_EQ(q[0], 0);
+  });
 }
 
 }  // namespace

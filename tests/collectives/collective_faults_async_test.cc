@@ -5,16 +5,21 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <latch>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tests/collectives/test_util.h"
+#include "tests/expect_error.h"
 #include "vtpu/collectives/communicator.h"
 #include "vtpu/common/error.h"
 #include "vtpu/runtime/runtime.h"
-#include "tests/collectives/test_util.h"
 
 namespace vtpu {
 namespace {
@@ -154,7 +159,7 @@ TEST(CollectiveFaultsTest, ThrowOnOneCoreAbortsTheOthersFastForEveryOp) {
   }
 }
 
-// The desync example: core 0 runs all_reduce f32[25] then all_gather s64[1], core 1 the
+// A desync example: core 0 runs all_reduce f32[25] then all_gather s64[1], core 1 the
 // other order. Both fail at sequence 0 and each error shows both fingerprints.
 TEST(CollectiveFaultsTest, DesyncExampleNamesBothFingerprints) {
   Runtime rt(small_options(2));
@@ -357,6 +362,260 @@ TEST(CollectiveAsyncTest, ThrowWithAPendingStartedCollectiveAbortsFast) {
     comm.all_reduce_start<float>(ctx, std::span<float>(v)).wait();
     for (float x : v) ASSERT_EQ(x, 4.0f);
   });
+}
+
+// Same byte size but a different dtype, op, root, axis or tiling on one core: a desync error
+// naming both sides within the timeout's fraction, never garbage.
+TEST(CollectiveFaultsTest, DtypeOpRootAxisAndTilingMismatchesAreDesyncErrors) {
+  RuntimeOptions o = small_options(3);
+  o.collective_timeout = 10s;
+  Runtime rt(o);
+  Communicator comm(rt, {0, 1, 2});
+  auto expect_desync = [&](const char* what, const std::function<void(CoreContext&)>& fn) {
+    SCOPED_TRACE(what);
+    const auto t0 = std::chrono::steady_clock::now();
+    testing::expect_error(ErrorCode::kInvalidArgument, [&] { rt.run_spmd(fn); }, {});
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s) << what;
+    comm.reset();
+  };
+  expect_desync("dtype", [&](CoreContext& ctx) {
+    if (ctx.core_id() == 1) {
+      std::vector<int32_t> v(16, 1);
+      comm.all_reduce<int32_t>(ctx, std::span<int32_t>(v));
+    } else {
+      std::vector<float> v(16, 1.0f);
+      comm.all_reduce<float>(ctx, std::span<float>(v));
+    }
+  });
+  expect_desync("op", [&](CoreContext& ctx) {
+    std::vector<float> v(16, 1.0f);
+    comm.all_reduce<float>(ctx, std::span<float>(v),
+                           ctx.core_id() == 2 ? ReduceOp::kMax : ReduceOp::kSum);
+  });
+  expect_desync("reduce root", [&](CoreContext& ctx) {
+    std::vector<float> v(16, 1.0f), out(16);
+    comm.reduce<float>(ctx, v, out, ctx.core_id() == 0 ? 0 : 1);
+  });
+  expect_desync("all_gather axis", [&](CoreContext& ctx) {
+    std::vector<float> v(4, 1.0f), out(12);
+    const std::array<int64_t, 2> shape = {2, 2};
+    comm.all_gather<float>(ctx, v, out, shape, ctx.core_id() == 1 ? 1 : 0, true);
+  });
+  expect_desync("all_gather tiled", [&](CoreContext& ctx) {
+    std::vector<float> v(4, 1.0f), out(12);
+    const std::array<int64_t, 1> shape = {4};
+    comm.all_gather<float>(ctx, v, out, shape, 0, ctx.core_id() == 1);
+  });
+}
+
+// Regression: a permute whose pairs differ between cores (core 0: 0->1->2->0, cores 1 and 2:
+// 0->2->1->0) never checked a mismatching fingerprint, because the cores that disagree share no
+// data link: core 1 completed and cores 0 and 2 ran into the timeout. It must fail at once with a
+// desync error naming both fingerprints.
+TEST(CollectiveFaultsTest, PermutePairsMismatchIsADesyncNotATimeout) {
+  RuntimeOptions o = small_options(3);
+  o.collective_timeout = 10s;
+  Runtime rt(o);
+  Communicator comm(rt, {0, 1, 2});
+  const auto t0 = std::chrono::steady_clock::now();
+  testing::expect_error(ErrorCode::kInvalidArgument,
+                        [&] {
+                          rt.run_spmd([&](CoreContext& ctx) {
+                            std::vector<float> v(4, 1.0f), out(4);
+                            const std::vector<PermutePair> p0 = {{0, 1}, {1, 2}, {2, 0}},
+                                                           p1 = {{0, 2}, {2, 1}, {1, 0}};
+                            comm.collective_permute<float>(ctx, v, out,
+                                                           ctx.core_id() == 0 ? p0 : p1);
+                          });
+                        },
+                        {});
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+}
+
+// wait() twice returns at once the second time; dropping an unwaited handle still completes the
+// collective (buffers written before the handle is gone); many started collectives waited in
+// reverse order all give the right values; a started collective with a bad argument reports its
+// InvalidArgumentError at wait() (on every core, so nobody hangs).
+TEST(CollectiveAsyncTest, WaitTwiceDropUnwaitedOutOfOrderAndErrorsAtWait) {
+  Runtime rt(small_options(4));
+  Communicator comm(rt, iota_group(4));
+  rt.run_spmd([&](CoreContext& ctx) {
+    std::vector<float> a(100, 1.0f);
+    CollectiveHandle h = comm.all_reduce_start<float>(ctx, std::span<float>(a));
+    h.wait();
+    EXPECT_FALSE(h.valid());
+    EXPECT_NO_THROW(h.wait());
+    EXPECT_TRUE(h.ready());
+    EXPECT_EQ(a[99], 4.0f);
+    std::vector<float> b(100, 2.0f);
+    { CollectiveHandle dropped = comm.all_reduce_start<float>(ctx, std::span<float>(b)); }
+    EXPECT_EQ(b[0], 8.0f);
+    constexpr int kMany = 16;
+    std::vector<std::vector<int32_t>> bufs(kMany);
+    std::vector<CollectiveHandle> hs;
+    for (int k = 0; k < kMany; ++k) {
+      bufs[static_cast<size_t>(k)].assign(33, k + ctx.core_id());
+      hs.push_back(comm.all_reduce_start<int32_t>(ctx, std::span<int32_t>(bufs[k])));
+    }
+    for (int k = kMany - 1; k >= 0; --k) {
+      hs[static_cast<size_t>(k)].wait();
+      EXPECT_EQ(bufs[static_cast<size_t>(k)][32], 4 * k + 0 + 1 + 2 + 3);
+    }
+    std::vector<float> small(3), out(5);
+    CollectiveHandle bad = comm.all_reduce_start<float>(ctx, small, std::span<float>(out));
+    EXPECT_THROW(bad.wait(), InvalidArgumentError);
+    std::vector<float> after(4, 1.0f);
+    comm.all_reduce<float>(ctx, std::span<float>(after));  // still in step
+    EXPECT_EQ(after[0], 4.0f);
+  });
+}
+
+// A core throwing mid-collective (between two pieces of a large all_reduce on the other cores)
+// aborts its peers within milliseconds; later collectives on the group fail at once with
+// AbortedError; after reset() the same communicator and runtime work again.
+TEST(CollectiveFaultsTest, ThrowMidCollectiveFailsFastThenLaterCallsFailAtOnceThenReset) {
+  RuntimeOptions o = small_options(4);
+  o.collective_timeout = 20s;
+  Runtime rt(o);
+  Communicator comm(rt, iota_group(4));
+  std::vector<std::chrono::steady_clock::duration> waited(4);
+  std::vector<std::string> later(4);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(rt.run_spmd([&](CoreContext& ctx) {
+    const size_t c = static_cast<size_t>(ctx.core_id());
+    if (c == 3) {
+      std::this_thread::sleep_for(30ms);
+      throw InternalError("core 3 broke");
+    }
+    std::vector<float> big(100000, 1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      comm.all_reduce<float>(ctx, std::span<float>(big));
+    } catch (const AbortedError&) {
+    }
+    waited[c] = std::chrono::steady_clock::now() - start;
+    const auto l0 = std::chrono::steady_clock::now();
+    try {
+      comm.barrier(ctx);
+    } catch (const AbortedError& e) {
+      later[c] = e.what();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - l0, 100ms);
+  }),
+               InternalError);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_LT(waited[static_cast<size_t>(c)], 2s) << c;
+    EXPECT_NE(later[static_cast<size_t>(c)].find("3"), std::string::npos)
+        << later[c];  // names core 3
+  }
+  comm.reset();
+  rt.run_spmd([&](CoreContext& ctx) {
+    std::vector<float> v(1000, 1.0f);
+    comm.all_reduce<float>(ctx, std::span<float>(v));
+    EXPECT_EQ(v[999], 4.0f);
+  });
+}
+
+// Async: several reduce_scatter and all_gather starts in flight, waited out of order, with
+// compute between start and wait; the buffers hold the reference values after each wait.
+TEST(CollectiveAsyncTest, ReduceScatterAndAllGatherStartsWaitedOutOfOrder) {
+  Runtime rt(small_options(4));
+  Communicator comm(rt, iota_group(4));
+  rt.run_spmd([&](CoreContext& ctx) {
+    const int c = ctx.core_id();
+    constexpr int kMany = 6;
+    std::vector<std::vector<float>> xs(kMany), outs(kMany), gs(kMany);
+    std::vector<CollectiveHandle> hs;
+    const std::array<int64_t, 1> s = {400}, b = {100};
+    for (int k = 0; k < kMany; ++k) {
+      xs[size_t(k)].assign(400, static_cast<float>(c + k));
+      outs[size_t(k)].assign(100, -1.0f);
+      gs[size_t(k)].assign(400, -1.0f);
+      if (k % 2 == 0) {
+        hs.push_back(comm.reduce_scatter_start<float>(ctx, xs[size_t(k)], outs[size_t(k)], s,
+                                                      ReduceOp::kSum, 0, true));
+      } else {
+        hs.push_back(comm.all_gather_start<float>(ctx,
+                                                  std::span<const float>(xs[size_t(k)]).first(100),
+                                                  std::span<float>(gs[size_t(k)]), b, 0, true));
+      }
+    }
+    double busy = 0;
+    for (int i = 0; i < 100000; ++i) busy += std::sqrt(static_cast<double>(i));
+    EXPECT_GT(busy, 0);
+    for (int k = kMany - 1; k >= 0; --k) hs[size_t(k)].wait();
+    for (int k = 0; k < kMany; k += 2)
+      for (float v : outs[size_t(k)]) ASSERT_EQ(v, static_cast<float>(0 + 1 + 2 + 3 + 4 * k));
+    for (int k = 1; k < kMany; k += 2)
+      for (int i = 0; i < 400; ++i)
+        ASSERT_EQ(gs[size_t(k)][size_t(i)], static_cast<float>(i / 100 + k)) << k << " " << i;
+  });
+}
+
+// A core that never calls: the others fail with DeadlineExceeded naming it within the timeout;
+// a core that throws before calling: the others fail fast with Aborted. The group works after
+// reset(), in both the direct reduce_scatter and all_gather.
+TEST(CollectiveFaultsTest, ReduceScatterAndAllGatherTimeoutAndThrowOnOneCore) {
+  RuntimeOptions o = small_options(4);
+  o.collective_timeout = 300ms;
+  Runtime rt(o);
+  Communicator comm(rt, iota_group(4));
+  for (bool gather : {false, true}) {
+    SCOPED_TRACE(gather ? "all_gather" : "reduce_scatter");
+    std::vector<std::string> msgs(4);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      rt.run_spmd([&](CoreContext& ctx) {
+        const int c = ctx.core_id();
+        if (c == 2) return;  // never calls
+        std::vector<float> x(400, 1.0f), out(gather ? 1600 : 100);
+        const std::array<int64_t, 1> s = {400};
+        try {
+          if (gather) {
+            comm.all_gather<float>(ctx, x, out, s, 0, true);
+          } else {
+            comm.reduce_scatter<float>(ctx, x, out, s, ReduceOp::kSum, 0, true);
+          }
+        } catch (const Error& e) {
+          msgs[size_t(c)] = e.what();
+          throw;
+        }
+      });
+    } catch (const Error&) {
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(s, 5.0);
+    int naming = 0;
+    for (int c : {0, 1, 3}) naming += msgs[size_t(c)].find("2") != std::string::npos ? 1 : 0;
+    EXPECT_GE(naming, 1) << msgs[0] << " | " << msgs[1] << " | " << msgs[3];
+    std::printf("[ info ] missing core: %.2f s; core 0: %s\n", s, msgs[0].c_str());
+    comm.reset();
+    const auto t1 = std::chrono::steady_clock::now();
+    EXPECT_THROW(rt.run_spmd([&](CoreContext& ctx) {
+      const int c = ctx.core_id();
+      if (c == 1) {
+        std::this_thread::sleep_for(20ms);
+        throw InternalError("core 1 broke");
+      }
+      std::vector<float> x(1 << 16, 1.0f), out(gather ? 4 << 16 : 1 << 14);
+      const std::array<int64_t, 1> s = {1 << 16};
+      if (gather) {
+        comm.all_gather<float>(ctx, x, out, s, 0, true);
+      } else {
+        comm.reduce_scatter<float>(ctx, x, out, s, ReduceOp::kSum, 0, true);
+      }
+    }),
+                 InternalError);
+    EXPECT_LT(std::chrono::steady_clock::now() - t1, 2s);
+    comm.reset();
+    rt.run_spmd([&](CoreContext& ctx) {
+      std::vector<float> x(8, 1.0f), out(2);
+      const std::array<int64_t, 1> s = {8};
+      comm.reduce_scatter<float>(ctx, x, out, s, ReduceOp::kSum, 0, true);
+      EXPECT_EQ(out[1], 4.0f);
+    });
+  }
 }
 
 }  // namespace

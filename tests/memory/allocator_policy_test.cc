@@ -6,13 +6,16 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "tests/expect_error.h"
+#include "tests/memory/policy_test_util.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/units.h"
 #include "vtpu/memory/hbm_arena.h"
-#include "tests/memory/policy_test_util.h"
 
 namespace vtpu {
 namespace {
@@ -120,6 +123,125 @@ TEST(AllocatorPolicyTest, EveryPolicyRunsInsideAnHbmArena) {
     EXPECT_EQ(arena.memory_stats().largest_free_block_bytes, kMiB);
   }
 }
+
+// The tests every policy must pass, one instance per policy.
+class PolicyTest : public ::testing::TestWithParam<std::string> {};
+
+// Capacities below one granule are InvalidArgumentError naming the capacity; capacities up to
+// 2^64 - 1 work, and requests of 1 byte up to 2^64 - 1 either fit (inside the range, chunk >=
+// request) or return nullopt, never throw and never break consistency.
+TEST_P(PolicyTest, ExtremeCapacitiesAndSizes) {
+  constexpr uint64_t kMax = ~uint64_t{0};
+  const std::string& p = GetParam();
+  for (uint64_t cap : {uint64_t{0}, uint64_t{1}, uint64_t{255}}) {
+    testing::expect_error(ErrorCode::kInvalidArgument, [&] { make_allocator_policy(p, cap); },
+                          {"capacity " + std::to_string(cap)});
+  }
+  for (uint64_t cap : {uint64_t{256}, uint64_t{257}, uint64_t{1} << 63, kMax - 255, kMax}) {
+    SCOPED_TRACE(cap);
+    auto pol = make_allocator_policy(p, cap);
+    EXPECT_EQ(pol->capacity_bytes(), cap / 256 * 256);
+    EXPECT_EQ(pol->total_free_bytes(), pol->capacity_bytes());
+    for (uint64_t size :
+         {uint64_t{1}, uint64_t{255}, uint64_t{256}, uint64_t{257}, (uint64_t{1} << 63) - 1,
+          uint64_t{1} << 63, (uint64_t{1} << 63) + 1, kMax - 256, kMax - 255, kMax}) {
+      std::optional<PolicyAllocation> a;
+      ASSERT_NO_THROW(a = pol->allocate(size)) << size;
+      pol->check_consistency();
+      if (a) {
+        EXPECT_GE(a->chunk_bytes, size);
+        EXPECT_LE(a->chunk_bytes, pol->capacity_bytes() - a->offset);
+        EXPECT_EQ(pol->free(a->offset), a->chunk_bytes);
+        pol->check_consistency();
+      }
+    }
+    EXPECT_THROW(pol->allocate(0), InvalidArgumentError);
+    EXPECT_EQ(pol->total_free_bytes(), pol->capacity_bytes());
+  }
+}
+
+// A stray free is InvalidArgumentError naming the offset and changes nothing, whatever the offset.
+// Regression: BFC passed UINT64_MAX to its offset index, where it is the empty-slot marker, so
+// free(UINT64_MAX) freed the live chunk with id 0 and left a dangling index entry.
+TEST_P(PolicyTest, StrayFreesThrowAndChangeNothing) {
+  constexpr uint64_t kMax = ~uint64_t{0};
+  auto pol = make_allocator_policy(GetParam(), 1 << 20);
+  const std::optional<PolicyAllocation> a = pol->allocate(4096);
+  ASSERT_TRUE(a);
+  for (uint64_t offset :
+       {kMax, kMax - 255, uint64_t{1} << 20, uint64_t{1} << 63, a->offset + 256, a->offset + 1}) {
+    testing::expect_error(ErrorCode::kInvalidArgument, [&] { pol->free(offset); },
+                          {"offset " + std::to_string(offset)});
+    pol->check_consistency();
+    EXPECT_EQ(pol->total_free_bytes(), (uint64_t{1} << 20) - a->chunk_bytes) << offset;
+  }
+  EXPECT_EQ(pol->free(a->offset), a->chunk_bytes);
+  testing::expect_error(ErrorCode::kInvalidArgument, [&] { pol->free(a->offset); },
+                        {"offset " + std::to_string(a->offset)});  // double free
+  pol->check_consistency();
+  EXPECT_EQ(pol->total_free_bytes(), uint64_t{1} << 20);
+}
+
+// Bad rebuild layouts throw InvalidArgumentError and leave the policy as it was.
+TEST_P(PolicyTest, RebuildRejectsBadLayoutsAtomically) {
+  constexpr uint64_t kMax = ~uint64_t{0};
+  const std::vector<std::vector<ChunkInfo>> bad = {
+      {{0, 0, true}},
+      {{256, 256, true}, {0, 256, true}},
+      {{0, 512, true}, {256, 256, true}},
+      {{kMax - 255, 512, true}},
+      {{(1 << 20) - 256, 512, true}},
+      {{0, kMax, true}},
+      {{0, 300, true}},
+      {{1, 256, true}},
+      {{1 << 20, 256, true}},
+      {{0, uint64_t{1} << 21, true}},
+  };
+  auto pol = make_allocator_policy(GetParam(), 1 << 20);
+  const std::optional<PolicyAllocation> a = pol->allocate(4096);
+  ASSERT_TRUE(a);
+  for (size_t i = 0; i < bad.size(); ++i) {
+    EXPECT_THROW(pol->rebuild(bad[i]), InvalidArgumentError) << "layout " << i;
+    pol->check_consistency();
+    EXPECT_EQ(pol->total_free_bytes(), (uint64_t{1} << 20) - a->chunk_bytes);
+  }
+  EXPECT_EQ(pol->free(a->offset), a->chunk_bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, PolicyTest,
+                         ::testing::Values("bfc", "tlsf", "first_fit", "buddy"),
+                         [](const auto& info) { return info.param; });
+
+// Randomized, policy x seed: 2000 allocate/free/stray-free operations per seed, each answer
+// checked against an independent model after every step. BFC and first fit and buddy are
+// predicted exactly (BfcReferenceModel, FreeSpaceModel); TLSF is checked for its rule.
+class PolicyRandomTest : public ::testing::TestWithParam<std::tuple<std::string, uint32_t>> {};
+
+TEST_P(PolicyRandomTest, MatchesTheModel) {
+  const auto& [policy, seed] = GetParam();
+  using testing::FreeChunks;
+  using testing::FreeSpaceModel;
+  if (policy == "bfc") {
+    ASSERT_NO_FATAL_FAILURE(testing::run_bfc_random_test(seed));
+  } else if (policy == "tlsf") {
+    testing::run_random_test("tlsf", FreeChunks::kCoalesced, seed, testing::expect_tlsf_choice);
+  } else if (policy == "first_fit") {
+    testing::run_random_test("first_fit", FreeChunks::kCoalesced, seed,
+                             testing::exactly(&FreeSpaceModel::predict_first_fit));
+  } else {
+    ASSERT_EQ(policy, "buddy");
+    testing::run_random_test("buddy", FreeChunks::kBuddy, seed,
+                             testing::exactly(&FreeSpaceModel::predict_buddy));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PoliciesAndSeeds, PolicyRandomTest,
+                         ::testing::Combine(::testing::Values("bfc", "tlsf", "first_fit", "buddy"),
+                                            ::testing::Range<uint32_t>(0, 50)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_seed" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace vtpu

@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "vtpu/common/error.h"
-#include "vtpu/common/units.h"
 #include "tests/memory/free_space_model.h"
 #include "tests/memory/policy_test_util.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/units.h"
 
 namespace vtpu {
 namespace {
@@ -236,18 +236,6 @@ TEST(BuddyPolicyTest, RebuildRejectsBadInputAndChangesNothing) {
   expect_bad_rebuild(p, {{2048, 4096, true}}, "outside the range (expected within [0, 4096))");
   testing::expect_order_and_range_enforced_by_rebuild(p);
 }
-
-// Randomized: every allocate() must return exactly what the model's buddy rule predicts, and the
-// walk must show exactly the model's buddy blocks. Capacities are not powers of two, so several
-// roots take part.
-class BuddyPolicyRandomTest : public ::testing::TestWithParam<uint32_t> {};
-
-TEST_P(BuddyPolicyRandomTest, MatchesReferenceModel) {
-  testing::run_random_test("buddy", FreeChunks::kBuddy, GetParam(),
-                           testing::exactly(&FreeSpaceModel::predict_buddy));
-}
-
-INSTANTIATE_TEST_SUITE_P(Seeds, BuddyPolicyRandomTest, ::testing::Range<uint32_t>(0, 50));
 
 }  // namespace
 }  // namespace vtpu

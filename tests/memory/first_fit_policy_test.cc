@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "vtpu/common/error.h"
-#include "vtpu/common/units.h"
 #include "tests/memory/free_space_model.h"
 #include "tests/memory/policy_test_util.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/units.h"
 
 namespace vtpu {
 namespace {
@@ -210,16 +210,6 @@ TEST(FirstFitPolicyTest, RebuildRejectsBadInputAndChangesNothing) {
   expect_bad_rebuild(p, {{100, 256, true}}, "is not placed at a multiple of 256 bytes");
   testing::expect_order_and_range_enforced_by_rebuild(p);
 }
-
-// Randomized: every allocate() must return exactly what the model's first fit predicts.
-class FirstFitPolicyRandomTest : public ::testing::TestWithParam<uint32_t> {};
-
-TEST_P(FirstFitPolicyRandomTest, MatchesReferenceModel) {
-  testing::run_random_test("first_fit", FreeChunks::kCoalesced, GetParam(),
-                           testing::exactly(&FreeSpaceModel::predict_first_fit));
-}
-
-INSTANTIATE_TEST_SUITE_P(Seeds, FirstFitPolicyRandomTest, ::testing::Range<uint32_t>(0, 50));
 
 }  // namespace
 }  // namespace vtpu

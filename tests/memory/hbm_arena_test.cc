@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <fstream>
@@ -16,13 +17,17 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
+#include "tests/expect_error.h"
+#include "tests/memory/bfc_reference_model.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/units.h"
 #include "vtpu/memory/backing_store.h"
 #include "vtpu/memory/bfc_policy.h"
-#include "tests/memory/bfc_reference_model.h"
+#include "vtpu/memory/memory_profile.h"
 
 namespace vtpu {
 namespace {
@@ -857,5 +862,129 @@ TEST(HbmArenaTest, FreeOfAPinnedBufferIsHeldUntilTheLastUnpin) {
     for (BufferId id : others) arena.free(id);
   }
 }
+// unpin() is a no-op for a buffer freed meanwhile, but an id the arena never handed out is a bug
+// in the caller. Regression: such an id used to be accepted silently.
+TEST(HbmArenaTest, UnpinOfANeverAllocatedIdThrows) {
+  ArenaOptions o;
+  o.capacity_bytes = 1 << 20;
+  HbmArena arena(o);
+  testing::expect_error(ErrorCode::kInvalidArgument, [&] { arena.unpin(12345); }, {"12345"});
+  testing::expect_error(ErrorCode::kInvalidArgument, [&] { arena.unpin(0); }, {"id 0"});
+  const BufferId id = arena.allocate(1000);
+  testing::expect_error(ErrorCode::kInvalidArgument, [&] { arena.unpin(id + 1); },
+                        {"id " + std::to_string(id + 1)});
+  arena.pin(id);
+  arena.free(id);
+  EXPECT_NO_THROW(arena.unpin(id));
+}
+
+// Every policy behind a metadata-only arena of 2^64 - 1 bytes: requests up to 2^64 - 1 either fit
+// or raise an OOM report naming the request, and the arena stays consistent.
+class HbmArenaPolicyTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HbmArenaPolicyTest, HugeRequestsOnAHugeMetadataOnlyArena) {
+  constexpr uint64_t kMax = ~uint64_t{0};
+  ArenaOptions o;
+  o.capacity_bytes = kMax;
+  o.policy = GetParam();
+  o.backing = false;
+  HbmArena arena(o);
+  for (uint64_t size : {kMax, kMax - 255, uint64_t{1} << 63}) {
+    try {
+      const BufferId id = arena.allocate(size, "huge");
+      arena.check_consistency();
+      arena.free(id);
+    } catch (const OutOfMemoryError& e) {
+      const nlohmann::json j = e.report();
+      EXPECT_EQ(j.at("requested_bytes").get<uint64_t>(), size);
+    }
+  }
+  arena.check_consistency();
+  EXPECT_EQ(arena.occupancy_map().size(), 100u);
+  EXPECT_NO_THROW(memory_snapshot_json(arena.chunk_records()));
+}
+
+// Eight threads on one arena: allocate (with auto-defragmentation), free, defragment, pin, read
+// contents under a pin, and the read-only views. Every buffer keeps its bytes through every
+// compaction (run under TSan as much as for the contents check).
+TEST_P(HbmArenaPolicyTest, ManyThreadsKeepEveryBuffersBytesThroughCompaction) {
+  ArenaOptions o;
+  o.capacity_bytes = 4 << 20;
+  o.policy = GetParam();
+  auto arena = std::make_shared<HbmArena>(o);
+  std::atomic<int> corrupt{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(static_cast<uint64_t>(t));
+      std::vector<std::pair<BufferId, uint8_t>> mine;
+      for (int i = 0; i < 400; ++i) {
+        const int action = static_cast<int>(rng() % 12);
+        try {
+          if (action < 5) {
+            const uint64_t size = 1 + rng() % 20000;
+            const BufferId id = arena->allocate(size, "t" + std::to_string(t));
+            const auto v = static_cast<uint8_t>(t * 31 + i);
+            BufferPin pin(arena, id);
+            std::memset(arena->data(id), v, size);
+            mine.emplace_back(id, v);
+          } else if (action < 9 && !mine.empty()) {
+            const size_t k = rng() % mine.size();
+            {
+              BufferPin pin(arena, mine[k].first);
+              const std::byte* d = arena->data(mine[k].first);
+              const uint64_t n = arena->size_bytes(mine[k].first);
+              for (uint64_t j = 0; j < n; ++j) {
+                if (static_cast<uint8_t>(d[j]) != mine[k].second) {
+                  ++corrupt;
+                  break;
+                }
+              }
+            }
+            arena->free(mine[k].first);
+            mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(k));
+          } else if (action == 9) {
+            arena->defragment();
+          } else if (action == 10) {
+            (void)arena->occupancy_map();
+            (void)arena->chunk_records();
+            (void)arena->memory_stats();
+          } else {
+            arena->check_consistency();
+          }
+        } catch (const OutOfMemoryError&) {
+        }
+      }
+      for (const auto& [id, v] : mine) arena->free(id);
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(corrupt.load(), 0);
+  arena->check_consistency();
+  EXPECT_EQ(arena->memory_stats().bytes_in_use, 0u);
+  EXPECT_EQ(arena->memory_stats().num_live_buffers, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, HbmArenaPolicyTest,
+                         ::testing::Values("bfc", "tlsf", "first_fit", "buddy"),
+                         [](const auto& info) { return info.param; });
+
+// Regression: OomReport's JSON carried the raw label, so dumping it threw nlohmann's
+// type_error 316 when a label was not valid UTF-8. Labels are replaced (U+FFFD) in the JSON.
+TEST(HbmArenaTest, OomReportJsonReplacesInvalidUtf8InTheLabel) {
+  ArenaOptions o;
+  o.capacity_bytes = 4096;
+  o.backing = false;
+  HbmArena arena(o);
+  try {
+    arena.allocate(1 << 20, "x\xc3");
+    FAIL() << "expected an OOM";
+  } catch (const OutOfMemoryError& e) {
+    const nlohmann::json j = e.report();
+    EXPECT_NO_THROW((void)j.dump());
+    EXPECT_EQ(j["label"], "x\xef\xbf\xbd");
+  }
+}
+
 }  // namespace
 }  // namespace vtpu

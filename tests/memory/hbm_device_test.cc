@@ -3,13 +3,18 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "vtpu/common/error.h"
 #include "vtpu/common/units.h"
+#include "vtpu/memory/hbm_arena.h"
 
 namespace vtpu {
 namespace {
@@ -109,6 +114,74 @@ TEST(HbmDeviceTest, FractionOneTakesTheWholeDevice) {
   EXPECT_EQ(all->capacity_bytes(), 16 * kGiB);
   EXPECT_EQ(ArenaLimit::fraction(0.15).to_string(), "fraction 0.15");
   EXPECT_EQ(ArenaLimit::bytes(1500 * kMiB).to_string(), "1.46 GiB");
+}
+
+// Regression: ArenaLimit::resolve rounded through llroundl, whose long long cannot hold totals
+// >= 2^63, so every fraction of such a device resolved to 2^63.
+TEST(HbmDeviceTest, FractionsOfTotalsAbove2To63ResolveExactly) {
+  constexpr uint64_t kMax = ~uint64_t{0};
+  EXPECT_EQ(ArenaLimit::fraction(1.0).resolve(kMax), kMax);
+  EXPECT_EQ(ArenaLimit::fraction(1.0).resolve(uint64_t{1} << 63), uint64_t{1} << 63);
+  EXPECT_EQ(ArenaLimit::fraction(0.75).resolve(uint64_t{1} << 63), uint64_t{3} << 61);
+  EXPECT_EQ(ArenaLimit::fraction(0.5).resolve(kMax - 1), kMax / 2);
+  EXPECT_EQ(ArenaLimit::fraction(0.9999999).resolve(1000), 1000u);
+  EXPECT_EQ(ArenaLimit::fraction(1e-300).resolve(kMax), 0u);
+  HbmDevice device(kMax, 0);
+  ArenaOptions o;
+  o.backing = false;
+  auto arena = device.create_arena(ArenaLimit::fraction(1.0), o);
+  EXPECT_EQ(device.reserved_bytes(), kMax);
+  EXPECT_EQ(arena->capacity_bytes(), kMax / 256 * 256);
+  EXPECT_THROW(device.create_arena(ArenaLimit::bytes(1), o), ResourceExhaustedError);
+}
+
+// Fractions outside (0, 1] and limits that resolve below one 256-byte chunk reserve nothing; an
+// arena keeps working after its device is gone.
+TEST(HbmDeviceTest, BadFractionsAreRejectedAndArenasOutliveTheDevice) {
+  for (double f :
+       {std::nan(""), 0.0, -0.0, -1e-9, 1.0000001, std::numeric_limits<double>::infinity()}) {
+    EXPECT_THROW(ArenaLimit::fraction(f), InvalidArgumentError) << f;
+  }
+  HbmDevice device(1000, 2);
+  ArenaOptions o;
+  o.backing = false;
+  EXPECT_THROW(device.create_arena(ArenaLimit::fraction(1e-300), o), InvalidArgumentError);
+  EXPECT_THROW(device.create_arena(ArenaLimit::bytes(100), o), InvalidArgumentError);  // < 256 B
+  EXPECT_EQ(device.reserved_bytes(), 0u);
+  EXPECT_EQ(device.num_arenas(), 0);
+  std::shared_ptr<HbmArena> survivor;
+  {
+    HbmDevice d(1 << 20, 3);
+    survivor = d.create_arena(ArenaLimit::fraction(0.5));
+  }
+  const BufferId id = survivor->allocate(1000);
+  std::memset(survivor->data(id), 7, 1000);
+  survivor->free(id);
+}
+
+// Eight threads create and drop arenas of 20% of one device: reservations never leak.
+TEST(HbmDeviceTest, ManyThreadsCreateAndDropArenas) {
+  HbmDevice device(64 << 20, 0);
+  std::vector<std::thread> threads;
+  std::atomic<int> created{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      ArenaOptions o;
+      o.backing = false;
+      for (int i = 0; i < 200; ++i) {
+        try {
+          auto arena = device.create_arena(ArenaLimit::fraction(0.2), o);
+          ++created;
+          arena->free(arena->allocate(1000));
+        } catch (const ResourceExhaustedError&) {
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_GT(created.load(), 0);
+  EXPECT_EQ(device.reserved_bytes(), 0u);
+  EXPECT_EQ(device.num_arenas(), 0);
 }
 
 }  // namespace

@@ -16,8 +16,8 @@
 #include <tuple>
 #include <vector>
 
-#include "vtpu/common/error.h"
 #include "tests/sharding/expect_invalid.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 namespace {
@@ -472,6 +472,25 @@ TEST(HeapPlannerTest, TwoHundredThousandBuffersArePlannedAndValid) {
   const double ratio = static_cast<double>(plan.heap_bytes()) / static_cast<double>(peak);
   std::cout << "200k buffers: heap / peak live = " << ratio << "\n";
   EXPECT_LT(ratio, 1.25);
+}
+
+// Intervals at the ends of int64_t, empty and negative ones plan; byte totals past 2^64, zero
+// sizes and reversed intervals are InvalidArgumentError.
+TEST(HeapPlannerTest, DegenerateIntervals) {
+  constexpr uint64_t kMaxBytes = ~uint64_t{0};
+  const int64_t lo = std::numeric_limits<int64_t>::min();
+  const int64_t hi = std::numeric_limits<int64_t>::max();
+  const HeapPlan p = plan_heap(
+      {{1, lo, hi, "all"}, {1, lo, lo, "first"}, {1, hi, hi, "last"}, {1, -5, -1, "neg"}});
+  EXPECT_EQ(p.heap_bytes(), 512u);
+  EXPECT_EQ(p.peak_live_bytes(), 512u);
+  EXPECT_THROW(plan_heap({{kMaxBytes, 0, 0, "big"}}), InvalidArgumentError);
+  EXPECT_THROW(
+      plan_heap(
+          {{kMaxBytes / 2, 0, 1, "a"}, {kMaxBytes / 2, 0, 1, "b"}, {kMaxBytes / 2, 0, 1, "c"}}),
+      InvalidArgumentError);
+  EXPECT_THROW(plan_heap({{0, 0, 0, "zero"}}), InvalidArgumentError);
+  EXPECT_THROW(plan_heap({{1, 5, 4, "reversed"}}), InvalidArgumentError);
 }
 
 }  // namespace

@@ -21,10 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "memory/profile.pb.h"
+#include "tests/temp_path.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/units.h"
 #include "vtpu/memory/hbm_arena.h"
-#include "memory/profile.pb.h"
 
 namespace vtpu {
 namespace {
@@ -650,6 +651,22 @@ TEST(MemoryProfileTest, GoToolPprofOnARealArena) {
   write_pprof(dir.file("arena.prof"), make_arena_profile().records);
   expect_flat_bytes(go_pprof_top(go, dir.file("arena.prof"), dir),
                     {{"params", 4 * kMiB}, {"opt_state", 2 * kMiB}, {"grads", 300000}});
+}
+
+// Regression: a snapshot whose label is not valid UTF-8 made write_memory_snapshot throw
+// nlohmann's type_error 316 (not a vtpu::Error); the label is now written with U+FFFD.
+TEST(MemoryProfileTest, SnapshotFileReplacesInvalidUtf8InLabels) {
+  ArenaOptions o;
+  o.capacity_bytes = 1 << 20;
+  o.backing = false;
+  HbmArena arena(o);
+  arena.allocate(100, "bad\xff\xfe label");
+  const std::string path = test_temp_path("invalid_utf8_snapshot.json");
+  ASSERT_NO_THROW(write_memory_snapshot(path, arena.chunk_records()));
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["segments"][0]["blocks"][0]["label"], "bad\xef\xbf\xbd\xef\xbf\xbd label");
+  std::remove(path.c_str());
 }
 
 }  // namespace

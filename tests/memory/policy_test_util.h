@@ -15,9 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "vtpu/common/error.h"
-#include "vtpu/memory/allocator_policy.h"
+#include "tests/memory/bfc_reference_model.h"
 #include "tests/memory/free_space_model.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/units.h"
+#include "vtpu/memory/allocator_policy.h"
+#include "vtpu/memory/bfc_policy.h"
 
 namespace vtpu::testing {
 
@@ -222,6 +225,161 @@ inline void run_random_test(const std::string& policy, FreeChunks free_chunks, u
   EXPECT_GT(counts.num_allocs, 300);
   EXPECT_GT(counts.num_frees, 300);
   EXPECT_GT(counts.num_failures, 0);
+}
+
+// The lower bound of every TLSF list, in list order, from the definition rather than bit tricks:
+// below 8 KiB one list per 256 B (list 0 holds [0, 256) and stays empty); each power-of-two class
+// [2^k, 2^(k+1)), k = 13..63, cut into 32 equal slices.
+inline const std::vector<uint64_t>& list_lower_bounds() {
+  static const std::vector<uint64_t> bounds = [] {
+    std::vector<uint64_t> b;
+    for (uint64_t s = 0; s < 8192; s += 256) b.push_back(s);
+    for (int k = 13; k < 64; ++k) {
+      const uint64_t base = uint64_t{1} << k;
+      for (uint64_t i = 0; i < 32; ++i) b.push_back(base + i * (base / 32));
+    }
+    return b;
+  }();
+  return bounds;
+}
+
+// Position in list order of the list that files a free block of `size_bytes`.
+inline size_t list_of_block(uint64_t size_bytes) {
+  const auto& b = list_lower_bounds();
+  return std::upper_bound(b.begin(), b.end(), size_bytes) - b.begin() - 1;
+}
+
+// Position of the first list all of whose blocks are >= `size_bytes`; the number of lists if none.
+inline size_t first_list_at_least(uint64_t size_bytes) {
+  const auto& b = list_lower_bounds();
+  return std::lower_bound(b.begin(), b.end(), size_bytes) - b.begin();
+}
+
+// The AllocateCheck of TLSF. Its choice among lists is deterministic but its order within a list
+// depends on history, so each answer is checked for the rule instead: a block from the lowest
+// non-empty list at or above the first list whose blocks all fit, split to the rounded size; when
+// there is none, exactly the block the exact-list fallback must take (the smallest block of the
+// request's own list that fits, lowest offset first); nullopt exactly when no free block fits.
+inline void expect_tlsf_choice(uint64_t size, const std::optional<PolicyAllocation>& got,
+                               const FreeSpaceModel& model) {
+  if (size > model.capacity_bytes()) {
+    ASSERT_FALSE(got.has_value());
+    return;
+  }
+  const uint64_t rounded = FreeSpaceModel::round_up(size);
+  const size_t first = first_list_at_least(rounded);
+  size_t lowest = SIZE_MAX;  // the lowest non-empty list at or above `first`
+  for (const auto& [offset, bytes] : model.free_intervals()) {
+    const size_t list = list_of_block(bytes);
+    if (list >= first) lowest = std::min(lowest, list);
+  }
+  if (lowest == SIZE_MAX) {
+    const size_t own = list_of_block(rounded);
+    std::optional<std::pair<uint64_t, uint64_t>> best;  // (bytes, offset): the fallback's choice
+    for (const auto& [offset, bytes] : model.free_intervals()) {
+      if (list_of_block(bytes) == own && bytes >= rounded &&
+          (!best || std::make_pair(bytes, offset) < *best)) {
+        best = std::make_pair(bytes, offset);
+      }
+    }
+    if (!best) {
+      ASSERT_FALSE(got.has_value()) << "no free block fits " << rounded << " bytes";
+      return;
+    }
+    ASSERT_TRUE(got.has_value()) << "the fallback must take the block at " << best->second;
+    ASSERT_EQ(got->offset, best->second);
+    ASSERT_EQ(got->chunk_bytes, rounded);
+    return;
+  }
+  ASSERT_TRUE(got.has_value()) << "list " << lowest << " holds a block";
+  ASSERT_EQ(got->chunk_bytes, rounded);
+  auto it = model.free_intervals().find(got->offset);
+  ASSERT_NE(it, model.free_intervals().end())
+      << "offset " << got->offset << " starts no free block";
+  ASSERT_EQ(list_of_block(it->second), lowest) << "block of " << it->second << " bytes";
+}
+
+// The randomized test of BfcPolicy for one seed: allocate/free against BfcReferenceModel, which
+// predicts every answer exactly, with check_consistency() and a full walk comparison after every
+// operation. Use with ASSERT_NO_FATAL_FAILURE.
+inline void run_bfc_random_test(uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](uint64_t lo, uint64_t hi) {
+    return std::uniform_int_distribution<uint64_t>(lo, hi)(rng);
+  };
+  // Capacity 64 KiB .. 2 MiB, not a multiple of 256; the threshold varies so that both split
+  // rules fire: 0 (always split), small, medium, and the default (only the 2x rule matters).
+  const uint64_t capacity = uniform(64 * kKiB, 2 * kMiB) + uniform(0, 255);
+  const uint64_t thresholds[] = {0, 1024, 16 * kKiB, 128 * kMiB};
+  PolicyOptions options;
+  options.max_internal_fragmentation_bytes = thresholds[seed % 4];
+  BfcPolicy policy(capacity, options);
+  BfcReferenceModel model(capacity, *options.max_internal_fragmentation_bytes);
+  ASSERT_EQ(policy.capacity_bytes(), model.capacity_bytes());
+  std::vector<uint64_t> live;  // offsets of live chunks
+
+  auto random_size = [&]() -> uint64_t {
+    const uint64_t kind = uniform(0, 99);
+    if (kind < 55) return uniform(1, 2048);
+    if (kind < 85) return uniform(2049, 32 * kKiB);
+    if (kind < 97) return uniform(32 * kKiB, capacity / 4);
+    return uniform(capacity / 4, capacity + 1024);  // often fails
+  };
+
+  constexpr int kOps = 2000;
+  int num_allocs = 0, num_failures = 0, num_frees = 0;
+  for (int op = 0; op < kOps; ++op) {
+    SCOPED_TRACE("seed " + std::to_string(seed) + " op " + std::to_string(op));
+    const uint64_t r = uniform(0, 99);
+    if (live.empty() || (r < 52 && live.size() < 120)) {
+      const uint64_t size = random_size();
+      const std::optional<PolicyAllocation> expected = model.predict_allocate(size);
+      const std::optional<PolicyAllocation> got = policy.allocate(size);
+      ASSERT_EQ(got.has_value(), expected.has_value()) << "allocate(" << size << ")";
+      if (got) {
+        ASSERT_EQ(got->offset, expected->offset) << "allocate(" << size << ")";
+        ASSERT_EQ(got->chunk_bytes, expected->chunk_bytes) << "allocate(" << size << ")";
+        ASSERT_GE(got->chunk_bytes, size);
+        ASSERT_EQ(got->offset % 256, 0u);
+        ASSERT_NO_FATAL_FAILURE(model.take(got->offset, got->chunk_bytes));
+        live.push_back(got->offset);
+        ++num_allocs;
+      } else {
+        ++num_failures;
+      }
+    } else if (r < 98) {
+      const size_t i = uniform(0, live.size() - 1);
+      const uint64_t offset = live[i];
+      live[i] = live.back();
+      live.pop_back();
+      const uint64_t expected_bytes = model.chunk_bytes(offset);
+      ASSERT_EQ(policy.free(offset), expected_bytes);
+      model.give_back(offset);
+      ++num_frees;
+    } else {
+      // A stray or repeated free: any offset that is not the start of a live chunk.
+      uint64_t offset = uniform(0, capacity);
+      if (model.is_live(offset)) offset += 1;
+      ASSERT_THROW(policy.free(offset), InvalidArgumentError) << "offset " << offset;
+    }
+    ASSERT_NO_THROW(policy.check_consistency());
+    ASSERT_EQ(policy.total_free_bytes(), model.total_free_bytes());
+    ASSERT_EQ(policy.largest_free_block_bytes(), model.largest_free_bytes());
+    ASSERT_EQ(policy.total_free_bytes() + model.used_bytes(), policy.capacity_bytes());
+    ASSERT_NO_FATAL_FAILURE(expect_same_chunks(walk_all(policy), model.chunks()));
+  }
+  // The run exercised both outcomes.
+  EXPECT_GT(num_allocs, 300);
+  EXPECT_GT(num_frees, 300);
+  EXPECT_GT(num_failures, 0);
+  // Free everything: full coalescing leaves one chunk spanning the range.
+  for (uint64_t offset : live) {
+    ASSERT_EQ(policy.free(offset), model.chunk_bytes(offset));
+    model.give_back(offset);
+    ASSERT_NO_THROW(policy.check_consistency());
+  }
+  expect_same_chunks(walk_all(policy), {{0, policy.capacity_bytes(), false}});
+  EXPECT_EQ(policy.largest_free_block_bytes(), policy.capacity_bytes());
 }
 
 }  // namespace vtpu::testing

@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <exception>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
-#include "vtpu/common/error.h"
 #include "tests/sharding/expect_invalid.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 namespace {
@@ -258,6 +260,89 @@ TEST(TiledLayoutTest, ShapeToString) {
   EXPECT_EQ(shape_to_string(kBf16, Dims{9, 130}, tpu_default_layout(kBf16, 2)),
             "bf16[9,130]{1,0:T(8,128)(2,1)}");
   EXPECT_EQ(shape_to_string(kF32, Dims{}, tpu_default_layout(kF32, 0)), "f32[]{}");
+}
+
+// The parser throws InvalidArgumentError and nothing else for any text: hand-written garbage and
+// 5000 random strings over the layout alphabet; whatever it accepts round-trips. Regression: a NUL
+// inside the text was read as its end, so "{1,0}\0junk" was accepted.
+TEST(TiledLayoutTest, ParserRejectsGarbageWithInvalidArgumentOnly) {
+  std::vector<std::string> cases = {"",
+                                    "{",
+                                    "}",
+                                    "{}}",
+                                    "{1,0",
+                                    "{1,,0}",
+                                    "{,}",
+                                    "{1,0:T}",
+                                    "{1,0:T(}",
+                                    "{1,0:T()}",
+                                    "{1,0:T(0,128)}",
+                                    "{1,0:T(-1,128)}",
+                                    "{1,0:T(-2,128)}",
+                                    "{1,0:T(*,128)}",
+                                    "{99999999999999999999}",
+                                    "{1,0:T(99999999999999999999)}",
+                                    "{1,0}x",
+                                    "{0,0}",
+                                    "{2,0}",
+                                    "{1,0:S(1)}",
+                                    "{+1,0}",
+                                    "{0x10}",
+                                    "{1.5}",
+                                    "{\xff}",
+                                    std::string("{1,0}\0junk", 10),
+                                    std::string("{1,0:T(8,128)}\0", 15),
+                                    std::string("{1,\0"
+                                                "0}",
+                                                6)};
+  const size_t num_bad = cases.size();  // the hand-written cases above are all invalid
+  std::mt19937 rng(1);
+  const std::string alphabet = "{}(),:T0123456789-* E";
+  for (int i = 0; i < 5000; ++i) {
+    std::string s;
+    const int n = static_cast<int>(rng() % 24);
+    for (int k = 0; k < n; ++k) s += alphabet[rng() % alphabet.size()];
+    cases.push_back(s);
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string& c = cases[i];
+    try {
+      const Layout l = parse_layout(c);
+      EXPECT_GE(i, num_bad) << "case " << i << " was accepted";
+      EXPECT_EQ(parse_layout(l.to_string()), l) << c;
+    } catch (const InvalidArgumentError&) {
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "'" << c << "' threw " << e.what();
+    }
+  }
+  EXPECT_EQ(parse_layout(" { 1 , 0 : T ( 8 , 128 ) ( 2 , 1 ) } ").to_string(),
+            "{1,0:T(8,128)(2,1)}");
+}
+
+// Shapes whose padded size passes 2^64 bytes are an InvalidArgumentError for every element type;
+// every other shape has padded >= logical bytes.
+TEST(TiledLayoutTest, PaddedBytesOverflowIsAnInvalidArgument) {
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  const std::vector<std::vector<int64_t>> shapes = {{big},
+                                                    {big, big},
+                                                    {big, 1},
+                                                    {1, big},
+                                                    {0, big, big},
+                                                    {1, 1, 1, 1, 1, 1, 1, 1},
+                                                    {big, 0},
+                                                    {3, 5, 7, 11, 13, 17, 19, 23},
+                                                    {},
+                                                    {int64_t{1} << 40, int64_t{1} << 21}};
+  for (ElementType t : all_element_types()) {
+    for (const auto& dims : shapes) {
+      try {
+        const ArrayBytes b = array_bytes(t, dims);
+        EXPECT_GE(b.padded_bytes, b.logical_bytes);
+      } catch (const InvalidArgumentError& e) {
+        EXPECT_NE(e.message().find("2^64"), std::string::npos) << e.what();
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -15,52 +15,27 @@
 #include <utility>
 #include <vector>
 
-#include "vtpu/common/error.h"
-#include "vtpu/common/units.h"
 #include "tests/memory/free_space_model.h"
 #include "tests/memory/policy_test_util.h"
+#include "vtpu/common/error.h"
+#include "vtpu/common/units.h"
 
 namespace vtpu {
 namespace {
 
 using testing::expect_bad_rebuild;
 using testing::expect_same_chunks;
+using testing::first_list_at_least;
 using testing::FreeChunks;
 using testing::FreeSpaceModel;
+using testing::list_lower_bounds;
+using testing::list_of_block;
 using testing::must_allocate;
 using testing::walk_all;
 using ListIndex = TlsfPolicy::ListIndex;
 
 constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
 constexpr uint64_t kTwoTo63 = uint64_t{1} << 63;
-
-// The lower bound of every TLSF list, in list order, from the definition rather than bit tricks:
-// below 8 KiB one list per 256 B (list 0 holds [0, 256) and stays empty); each power-of-two class
-// [2^k, 2^(k+1)), k = 13..63, cut into 32 equal slices.
-const std::vector<uint64_t>& list_lower_bounds() {
-  static const std::vector<uint64_t> bounds = [] {
-    std::vector<uint64_t> b;
-    for (uint64_t s = 0; s < 8192; s += 256) b.push_back(s);
-    for (int k = 13; k < 64; ++k) {
-      const uint64_t base = uint64_t{1} << k;
-      for (uint64_t i = 0; i < 32; ++i) b.push_back(base + i * (base / 32));
-    }
-    return b;
-  }();
-  return bounds;
-}
-
-// Position in list order of the list that files a free block of `size_bytes`.
-size_t list_of_block(uint64_t size_bytes) {
-  const auto& b = list_lower_bounds();
-  return std::upper_bound(b.begin(), b.end(), size_bytes) - b.begin() - 1;
-}
-
-// Position of the first list all of whose blocks are >= `size_bytes`; the number of lists if none.
-size_t first_list_at_least(uint64_t size_bytes) {
-  const auto& b = list_lower_bounds();
-  return std::lower_bound(b.begin(), b.end(), size_bytes) - b.begin();
-}
 
 size_t position(ListIndex i) { return static_cast<size_t>(i.fl) * 32 + i.sl; }
 
@@ -349,59 +324,6 @@ TEST(TlsfPolicyTest, RebuildRejectsBadInputAndChangesNothing) {
   expect_bad_rebuild(p, {{100, 256, true}}, "is not placed at a multiple of 256 bytes");
   testing::expect_order_and_range_enforced_by_rebuild(p);
 }
-
-// Randomized: TLSF's choice among lists is deterministic but its order within a list depends on
-// history, so each answer is checked for the rule instead: a block from the lowest non-empty list
-// at or above the first list whose blocks all fit, split to the rounded size; when there is none,
-// exactly the block the exact-list fallback must take (the smallest block of the request's own
-// list that fits, lowest offset first); nullopt exactly when no free block fits at all. Free
-// space, the largest block and the walk must match the model exactly.
-class TlsfPolicyRandomTest : public ::testing::TestWithParam<uint32_t> {};
-
-void expect_tlsf_choice(uint64_t size, const std::optional<PolicyAllocation>& got,
-                        const FreeSpaceModel& model) {
-  if (size > model.capacity_bytes()) {
-    ASSERT_FALSE(got.has_value());
-    return;
-  }
-  const uint64_t rounded = FreeSpaceModel::round_up(size);
-  const size_t first = first_list_at_least(rounded);
-  size_t lowest = SIZE_MAX;  // the lowest non-empty list at or above `first`
-  for (const auto& [offset, bytes] : model.free_intervals()) {
-    const size_t list = list_of_block(bytes);
-    if (list >= first) lowest = std::min(lowest, list);
-  }
-  if (lowest == SIZE_MAX) {
-    const size_t own = list_of_block(rounded);
-    std::optional<std::pair<uint64_t, uint64_t>> best;  // (bytes, offset): the fallback's choice
-    for (const auto& [offset, bytes] : model.free_intervals()) {
-      if (list_of_block(bytes) == own && bytes >= rounded &&
-          (!best || std::make_pair(bytes, offset) < *best)) {
-        best = std::make_pair(bytes, offset);
-      }
-    }
-    if (!best) {
-      ASSERT_FALSE(got.has_value()) << "no free block fits " << rounded << " bytes";
-      return;
-    }
-    ASSERT_TRUE(got.has_value()) << "the fallback must take the block at " << best->second;
-    ASSERT_EQ(got->offset, best->second);
-    ASSERT_EQ(got->chunk_bytes, rounded);
-    return;
-  }
-  ASSERT_TRUE(got.has_value()) << "list " << lowest << " holds a block";
-  ASSERT_EQ(got->chunk_bytes, rounded);
-  auto it = model.free_intervals().find(got->offset);
-  ASSERT_NE(it, model.free_intervals().end())
-      << "offset " << got->offset << " starts no free block";
-  ASSERT_EQ(list_of_block(it->second), lowest) << "block of " << it->second << " bytes";
-}
-
-TEST_P(TlsfPolicyRandomTest, FollowsTheTlsfRule) {
-  testing::run_random_test("tlsf", FreeChunks::kCoalesced, GetParam(), expect_tlsf_choice);
-}
-
-INSTANTIATE_TEST_SUITE_P(Seeds, TlsfPolicyRandomTest, ::testing::Range<uint32_t>(0, 50));
 
 }  // namespace
 }  // namespace vtpu

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -21,8 +22,8 @@
 #include <thread>
 #include <vector>
 
-#include "vtpu/common/error.h"
 #include "tests/temp_path.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 namespace {
@@ -574,6 +575,87 @@ INSTANTIATE_TEST_SUITE_P(SharedTraces, RealTraceTest,
                            std::erase_if(name, [](char c) { return c == '_'; });
                            return name;
                          });
+
+// The message of the InvalidArgumentError read_trace throws for `text` ("accepted" if none).
+std::string trace_error_message(const std::string& text) {
+  std::istringstream in(text);
+  try {
+    read_trace(in, "t.jsonl");
+    return "accepted";
+  } catch (const InvalidArgumentError& e) {
+    return e.message();
+  }
+}
+
+// Every reader error is an InvalidArgumentError naming the line. Regressions: a number too large
+// for a double escaped as nlohmann's out_of_range 406 without the line, and a deeply nested line
+// overflowed the stack while its value was quoted in the message.
+TEST(TraceTest, ReaderErrorsNameTheLineAndNeverCrash) {
+  const std::string ok = "{\"t_us\":0,\"op\":\"alloc\",\"id\":1,\"bytes\":1}\n";
+  EXPECT_EQ(trace_error_message(ok + "{\"t_us\":1e400,\"op\":\"free\",\"id\":1}\n")
+                .rfind("t.jsonl:2: ", 0),
+            0u);
+  EXPECT_EQ(trace_error_message("\n{\"t_us\":0,\"op\":\"alloc\",\"id\":1,\"bytes\":1e400}\n")
+                .rfind("t.jsonl:2: ", 0),
+            0u);
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']') + "\n";
+  EXPECT_EQ(trace_error_message(ok + deep).rfind("t.jsonl:2: ", 0), 0u);
+  const std::string deep_label =
+      "{\"t_us\":0,\"op\":\"alloc\",\"id\":1,\"bytes\":1,\"label\":" + std::string(200000, '[') +
+      std::string(200000, ']') + "}\n";
+  EXPECT_EQ(trace_error_message(deep_label).rfind("t.jsonl:1: ", 0), 0u);
+  const std::string deep_header =
+      "{\"format\":\"vtpu-trace\",\"version\":1,\"x\":" + std::string(100, '[') +
+      std::string(100, ']') + "}\n";
+  EXPECT_EQ(trace_error_message(deep_header).rfind("t.jsonl:1: ", 0), 0u);
+  EXPECT_EQ(
+      trace_error_message(std::string("{\"t_us\":0,\"op\":\"al\0loc\",\"id\":1,\"bytes\":1}\n", 42))
+          .rfind("t.jsonl:1: ", 0),
+      0u);
+  EXPECT_EQ(trace_error_message(ok + ok).rfind("t.jsonl:2: ", 0), 0u);  // id reused while live
+  EXPECT_EQ(
+      trace_error_message(ok + "{\"t_us\":0,\"op\":\"free\",\"id\":2}\n").rfind("t.jsonl:2: ", 0),
+      0u);
+  // Still accepted: extreme but valid values, and a UTF-8 BOM.
+  EXPECT_EQ(
+      trace_error_message("\xef\xbb\xbf{\"t_us\":0,\"op\":\"alloc\",\"id\":18446744073709551615,"
+                          "\"bytes\":18446744073709551615,\"label\":\"\\u0000\xe6\x97\xa5\"}\n"),
+      "accepted");
+}
+
+// Extreme times, ids, sizes and a label with a NUL round-trip through the writer and reader; a
+// NaN time is an InvalidArgumentError.
+TEST(TraceTest, WriterRoundTripsExtremes) {
+  constexpr uint64_t kMax = ~uint64_t{0};
+  std::ostringstream out;
+  TraceWriter w(out);
+  TraceEvent a;
+  a.t_us = 1e300;
+  a.id = kMax;
+  a.bytes = kMax;
+  a.label = std::string("a\0b", 3);
+  w.write(a);
+  TraceEvent f;
+  f.t_us = 1e300;
+  f.op = TraceOp::kFree;
+  f.id = kMax;
+  w.write(f);
+  TraceEvent d;
+  d.t_us = std::numeric_limits<double>::denorm_min();
+  d.core = std::numeric_limits<int>::max();
+  d.op = TraceOp::kDefragment;
+  d.duration_us = 1e-310;
+  w.write(d);
+  TraceEvent bad;
+  bad.t_us = std::nan("");
+  EXPECT_THROW(w.write(bad), InvalidArgumentError);
+  std::istringstream in(out.str());
+  const Trace t = read_trace(in, "rt");
+  ASSERT_EQ(t.events.size(), 3u);
+  EXPECT_EQ(t.events[0], a);
+  EXPECT_EQ(t.events[1], f);
+  EXPECT_EQ(t.events[2], d);
+}
 
 }  // namespace
 }  // namespace vtpu

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -13,7 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "tests/expect_error.h"
 #include "vtpu/common/error.h"
+#include "vtpu/planner/cost_model.h"
+#include "vtpu/sharding/mesh.h"
 
 namespace vtpu {
 namespace {
@@ -924,6 +928,184 @@ TEST(AutoPlannerTest, ATieWithTheWinnerSaysWhatDecidedIt) {
   EXPECT_EQ(find(p, "dp(y)+tp(x,z)").why_lost,
             "ties with the winner (exactly: same time, bytes and HBM; the first listed wins)");
   EXPECT_EQ(exact, 2);
+}
+
+// A model of one dense layer "fc" (width x width, no bias), SGD, built by hand: the planner's
+// input without the model file's size limits.
+ModelGraph one_dense_layer(const std::string& name, int64_t width, int64_t batch) {
+  ModelGraph m;
+  m.name = name;
+  m.optimizer = "sgd";
+  m.batch = batch;
+  ModelLayer fc;
+  fc.name = "fc";
+  fc.kind = LayerKind::kDense;
+  fc.in = width;
+  fc.out = width;
+  fc.bias = false;
+  m.layers = {fc};
+  return m;
+}
+
+// Regression: the planner turned double byte counts into uint64 with a saturating (undefined)
+// conversion, so a hand-built ModelGraph printed a minimum HBM of 18446744073709551615 bytes. It
+// is an InvalidArgumentError naming the model and the 2^63-byte bound.
+TEST(AutoPlannerTest, RejectsByteCountsPast64Bits) {
+  // 2^62 weights: 2^65 bytes of f32 parameters per core, unsharded.
+  ModelGraph m = one_dense_layer("huge", int64_t{1} << 31, 8);
+  ASSERT_EQ(m.num_parameters(), int64_t{1} << 62);
+  const std::string msg = testing::expect_error(
+      ErrorCode::kInvalidArgument,
+      [&] {
+        plan_auto_sharding(m, {1, 2}, {"data", "model"}, CostModel(HardwareProfile::get("v5e")), 0);
+      },
+      {"'huge'", "2^63"});
+  EXPECT_EQ(msg.find("18446744073709551615"), std::string::npos) << msg;
+  // 2^20 x 2^20 weights (2^42 B with gradients) still plan, and do not fit v5e's 16 GiB.
+  m.layers[0].in = m.layers[0].out = int64_t{1} << 20;
+  const AutoShardingPlan p =
+      plan_auto_sharding(m, {1, 2}, {"data", "model"}, CostModel(HardwareProfile::get("v5e")), 0);
+  EXPECT_LT(p.winner, 0);
+}
+
+// The planner tries 3^k strategies for k mesh axes of size > 1: more than kMaxPlannedAxes (8)
+// such axes is an InvalidArgumentError naming the count; size-1 axes do not count. Regression: k
+// was unbounded, and 12 axes of 2 took 40 s and 0.9 GB.
+TEST(AutoPlannerTest, BoundsTheAxesItEnumerates) {
+  const ModelGraph m = one_dense_layer("tiny", 8, 1024);
+  const CostModel v5e(HardwareProfile::get("v5e"));
+  auto names = [](size_t n) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < n; ++i) out.push_back("a" + std::to_string(i));
+    return out;
+  };
+  testing::expect_error(
+      ErrorCode::kInvalidArgument,
+      [&] { plan_auto_sharding(m, std::vector<int64_t>(9, 2), names(9), v5e, 0); },
+      {"9 axes", "3^9", "8"});
+  std::vector<int64_t> shape(8, 2);
+  shape.insert(shape.end(), 4, 1);  // 12 axes, 8 of them of size > 1
+  const AutoShardingPlan p = plan_auto_sharding(m, shape, names(12), v5e, 0);
+  EXPECT_EQ(p.candidates.size(), 6561u);
+  EXPECT_GE(p.winner, 0);
+}
+
+// `n` dense layers of 4 -> 4 features (with bias), batch 8, f32, Adam.
+ModelGraph dense_chain(const std::string& name, int n) {
+  std::string layers;
+  for (int i = 0; i < n; ++i) {
+    layers += std::string(i ? "," : "") + R"({"name": "fc)" + std::to_string(i) +
+              R"(", "kind": "dense", "in": 4, "out": 4})";
+  }
+  return ModelGraph::parse(R"({"name": ")" + name + R"(", "batch": 8, "layers": [)" + layers +
+                           "]}");
+}
+
+// kMaxPlanLayerEvaluations (2,000,000) bounds strategies x layers, checked up front; the error
+// names both factors, their product, the budget and the most layers that fit. Regression: each
+// was bounded but not their product, and 65,536 layers on 8 axes of 2 ran over 10 minutes.
+TEST(AutoPlannerTest, BoundsStrategiesTimesLayers) {
+  const Mesh eight_axes(std::vector<int64_t>(8, 2), {"a", "b", "c", "d", "e", "f", "g", "h"});
+  // 2,000,000 / 6561 = 304.8: 304 layers are 1,994,544 evaluations, 305 are 2,001,105.
+  EXPECT_NO_THROW(check_planner_limits(eight_axes, 304));
+  testing::expect_error(ErrorCode::kInvalidArgument, [&] { check_planner_limits(eight_axes, 305); },
+                        {"6561", "305", "2001105", "2000000", "304"});
+  testing::expect_error(ErrorCode::kInvalidArgument,
+                        [&] { check_planner_limits(eight_axes, 65536); },
+                        {"6561", "65536", "429981696"});
+  // The model file's 65,536 layers plan on 3 axes of size > 1 (27 x 65536 = 1,769,472), not on 4
+  // (81 x 65536 = 5,308,416; at most 2,000,000 / 81 = 24691 layers).
+  EXPECT_NO_THROW(check_planner_limits(Mesh({2, 1, 2, 2}, {"w", "x", "y", "z"}), 65536));
+  testing::expect_error(ErrorCode::kInvalidArgument,
+                        [] {
+                          check_planner_limits(Mesh({2, 2, 2, 2}, {"w", "x", "y", "z"}), 65536);
+                        },
+                        {"81", "65536", "5308416", "24691"});
+  // A mesh of size-1 axes has one strategy: 65,536 layers are 65,536 evaluations.
+  EXPECT_NO_THROW(check_planner_limits(Mesh({1, 1}, {"x", "y"}), 65536));
+  // plan_auto_sharding refuses before planning (this would be 6561 x 305 DPs).
+  testing::expect_error(ErrorCode::kInvalidArgument,
+                        [&] {
+                          plan_auto_sharding(dense_chain("chain", 305), eight_axes.shape(),
+                                             eight_axes.axis_names(),
+                                             CostModel(HardwareProfile::get("v5e")), 0);
+                        },
+                        {"6561", "305"});
+}
+
+// Regression: the DP kept every time/HBM trade-off of a long chain of dense layers, so the
+// frontier grew with the chain (1,000 layers on 2x4 took 105 s; the CTest timeout turns that into
+// a failure). Labels whose every completion fits drop slower ones, so identical layers far from
+// the limit make one choice.
+TEST(AutoPlannerTest, IsLinearInALongChainFarFromTheLimit) {
+  const int n = 2000;
+  const ModelGraph m = dense_chain("deep", n);
+  const CostModel v5e(HardwareProfile::get("v5e"));
+  const AutoShardingPlan p = plan_auto_sharding(m, {2, 4}, {"data", "model"}, v5e, 0);
+  ASSERT_GE(p.winner, 0);
+  EXPECT_EQ(p.candidates.size(), 9u);
+  const PlanCandidate& w = p.candidates[static_cast<size_t>(p.winner)];
+  ASSERT_EQ(w.layers.size(), static_cast<size_t>(n));
+  for (size_t i = 1; i + 1 < w.layers.size(); ++i)
+    EXPECT_EQ(w.layers[i].choice, w.layers[1].choice) << w.layers[i].layer;
+}
+
+// Regression: under a limit that a 1,000-layer chain just fits, the frontier holds a label for
+// every count of split layers that can still fit, and inserting labels one by one took 114 s. The
+// DP drops labels that cannot fit and builds each frontier by sorting. The table is the one the
+// one-by-one DP printed for this model and limit; exactness on a chain small enough to enumerate:
+// AutoPlannerTest.DpMatchesBruteForceOverEveryShardingSequenceAtEveryLimit.
+TEST(AutoPlannerTest, PlansALongChainNearTheLimit) {
+  const ModelGraph m = dense_chain("L1000", 1000);
+  const CostModel v5e(HardwareProfile::get("v5e"));
+  const uint64_t limit = 200 << 10;
+  const AutoShardingPlan p = plan_auto_sharding(m, {2, 4}, {"data", "model"}, v5e, limit);
+  const std::string table = p.to_string();
+  for (const char* row : {
+           "dp(model)+fsdp(data)         172.21 KiB         180000     0.760 us     3.008 ms     "
+           "3.009 ms  WINNER",
+           "fsdp(data)+tp(model)         199.95 KiB         122968     0.991 us     4.221 ms     "
+           "4.222 ms  40.3% slower than the winner",
+           "dp(data)+tp(model)           199.92 KiB         116108     0.734 us     5.169 ms     "
+           "5.170 ms  71.8% slower than the winner",
+           "dp(data)+fsdp(model)          94.08 KiB         200000     0.588 us     9.004 ms     "
+           "9.005 ms  199.3% slower than the winner",
+           "fsdp(model)+tp(data)         109.73 KiB         180006     0.706 us     9.008 ms     "
+           "9.009 ms  199.4% slower than the winner (tp splits no layer: its axes repeat the "
+           "compute)",
+           "fsdp(data,model)              62.89 KiB         210007     0.501 us    21.015 ms    "
+           "21.016 ms  598.5% slower than the winner",
+           "tp(data,model)               437.66 KiB              0     1.936 us     0.000 us     "
+           "1.936 us  exceeds HBM by 237.66 KiB (needs 437.66 KiB per core) (tp splits no layer: "
+           "its axes repeat the compute)",
+           "dp(data,model)               328.14 KiB         140000     1.106 us    14.778 us    "
+           "15.884 us  exceeds HBM by 128.14 KiB (needs 328.14 KiB per core)",
+           "dp(model)+tp(data)           203.13 KiB         123952     0.672 us     4.005 ms     "
+           "4.006 ms  exceeds HBM by 3.13 KiB (needs 203.13 KiB per core)",
+       }) {
+    EXPECT_NE(table.find(std::string(row) + "\n"), std::string::npos) << row;
+  }
+  ASSERT_GE(p.winner, 0);
+  for (const PlanCandidate& c : p.candidates) {
+    if (!c.fits) continue;
+    EXPECT_LE(c.arena_bytes_per_core(), limit) << c.name;
+    EXPECT_LE(c.min_hbm_bytes_per_core, c.arena_bytes_per_core()) << c.name;
+  }
+  // The two tp candidates just under the limit: 2 KiB less leaves them slower or not fitting
+  // (a faster plan within the lower limit would have been faster within this one too).
+  const AutoShardingPlan lower =
+      plan_auto_sharding(m, {2, 4}, {"data", "model"}, v5e, limit - 2048);
+  for (const char* name : {"dp(data)+tp(model)", "fsdp(data)+tp(model)"}) {
+    const auto find = [&](const AutoShardingPlan& q) -> const PlanCandidate& {
+      return *std::find_if(q.candidates.begin(), q.candidates.end(),
+                           [&](const PlanCandidate& c) { return c.name == name; });
+    };
+    const PlanCandidate &at = find(p), &below = find(lower);
+    ASSERT_TRUE(at.fits) << name;
+    EXPECT_LT(at.arena_bytes_per_core(), limit);
+    EXPECT_GT(at.arena_bytes_per_core(), limit - 2048);
+    EXPECT_TRUE(!below.fits || below.step_seconds >= at.step_seconds) << name;
+  }
 }
 
 }  // namespace

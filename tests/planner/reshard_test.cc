@@ -7,6 +7,8 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "tests/sharding/expect_invalid.h"
 #include "tests/sharding/naive_block.h"
@@ -14,7 +16,9 @@
 #include "vtpu/common/error.h"
 #include "vtpu/common/units.h"
 #include "vtpu/planner/reshard_planner.h"
+#include "vtpu/runtime/runtime.h"
 #include "vtpu/sharding/block_copy.h"
+#include "vtpu/sharding/sharded_array.h"
 
 namespace vtpu {
 namespace {
@@ -499,6 +503,59 @@ TEST(ReshardManyAxes, PartialOverSizeOneAxesIsAlreadyReduced) {
       }
     }
   }
+}
+
+TEST(ReshardManyAxes, SearchOnTenAxesFallsBackToGreedyWithinItsBound) {
+  std::vector<int64_t> shape(10, 2);
+  std::vector<std::string> names = {"x", "y", "z", "w", "a4", "a5", "a6", "a7", "a8", "a9"};
+  const Mesh mesh(shape, names);
+  const NamedSharding from(mesh, PartitionSpec({}, names));
+  const NamedSharding to(mesh, PartitionSpec::parse("P(('a7','a6','a8'),('a5','a4'),"
+                                                    "('w','z','a9'),('y','x'))"));
+  const std::vector<int64_t> array = {32, 32, 32, 32};
+  const ReshardCostModel uniform;
+  const ReshardPlan searched = plan_reshard(array, from, to, uniform, ReshardStrategy::kSearch);
+  const ReshardPlan greedy = plan_reshard(array, from, to, uniform, ReshardStrategy::kGreedy);
+  EXPECT_EQ(searched.to_string(), greedy.to_string());
+  // The bound: 400 000 discovered states plus the moves of the last settled one (< 2^11).
+  EXPECT_GT(searched.search_states, 1000u);
+  EXPECT_LE(searched.search_states, kMaxDiscoveredStatesPerSettled * kMaxSearchStates + 2048);
+  EXPECT_EQ(greedy.search_states, 0u);
+  ASSERT_FALSE(searched.steps.empty());
+  EXPECT_EQ(searched.steps.back().spec_after, to.spec());
+}
+
+TEST(ReshardIssueCases, ZeroElementArraysMoveNothing) {
+  const Mesh mesh({2, 2}, {"x", "y"});
+  const ReshardCostModel uniform;  // alpha > 0: any collective would cost at least alpha
+  ASSERT_GT(uniform.alpha_seconds, 0.0);
+  for (const auto& [shape, from, to] :
+       std::vector<std::tuple<std::vector<int64_t>, std::string, std::string>>{
+           {{0, 8}, "P('x')", "P(None,'x')"},
+           {{8, 0}, "P('x','y')", "P()"},
+           {{0}, "P(unreduced={'x','y'})", "P('x')"},
+           {{0, 0}, "P(('x','y'))", "P(None,('y','x'))"}}) {
+    SCOPED_TRACE(from + " -> " + to);
+    const NamedSharding a(mesh, PartitionSpec::parse(from));
+    const NamedSharding b(mesh, PartitionSpec::parse(to));
+    const ReshardPlan plan = plan_reshard(shape, a, b, uniform);
+    EXPECT_TRUE(plan.steps.empty());
+    EXPECT_EQ(plan.total_estimated_seconds(), 0.0);
+    EXPECT_NE(plan.to_string().find("no steps: the array has no elements"), std::string::npos);
+    RuntimeOptions o;
+    o.num_cores = 4;
+    o.hbm_bytes_per_core = 1 << 20;
+    Runtime rt(o);
+    const ShardedArray in = ShardedArray::device_put(rt, {}, shape, a);
+    const ShardedArray out = execute_reshard(rt, in, plan);
+    EXPECT_EQ(out.sharding(), b);
+    EXPECT_EQ(out.global_shape(), shape);
+    EXPECT_TRUE(out.gather().empty());
+  }
+  // A non-empty array of the same specs still moves (the rule is about elements, not specs).
+  const NamedSharding a(mesh, PartitionSpec::parse("P('x')"));
+  const NamedSharding b(mesh, PartitionSpec::parse("P(None,'x')"));
+  EXPECT_FALSE(plan_reshard({2, 8}, a, b, uniform).steps.empty());
 }
 
 }  // namespace

@@ -12,10 +12,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/temp_path.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/host.h"
 #include "vtpu/common/units.h"
-#include "tests/temp_path.h"
 
 namespace vtpu {
 namespace {
@@ -452,6 +452,32 @@ TEST(RuntimeOptionsTest, MissingFileIsNotFound) {
     EXPECT_EQ(e.code(), ErrorCode::kNotFound);
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
   }
+}
+
+// A value nested 200,000 deep or a number too large for a double is an InvalidArgumentError.
+// Regression: the deep value crashed `vtpu train mlp --config` with a stack overflow while the
+// message quoted it.
+TEST(RuntimeOptionsTest, DeeplyNestedOrHugeValuesInAFileAreInvalidArguments) {
+  const std::string path = test_temp_path("deep_options.json");
+  {
+    std::ofstream out(path);
+    out << "{\"hbm_memory_fraction\": " << std::string(200000, '[') << std::string(200000, ']')
+        << "}";
+  }
+  EXPECT_THROW(RuntimeOptions::load_json_file(path), InvalidArgumentError);
+  {
+    std::ofstream out(path);
+    out << "{\"hbm_memory_fraction\": 1e400}";
+  }
+  EXPECT_THROW(RuntimeOptions::load_json_file(path), InvalidArgumentError);
+  {
+    std::ofstream out(path);
+    out << "{\"hbm_memory_fraction\": 0.5, \"auto_defragment\": false, \"allocator\": \"tlsf\"}";
+  }
+  const RuntimeOptions o = RuntimeOptions::load_json_file(path);
+  EXPECT_EQ(o.hbm_memory_fraction, 0.5);
+  EXPECT_FALSE(o.auto_defragment);
+  std::remove(path.c_str());
 }
 
 }  // namespace

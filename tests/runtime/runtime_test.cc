@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -25,10 +26,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "tests/temp_path.h"
 #include "vtpu/common/error.h"
+#include "vtpu/memory/hbm_arena.h"
 #include "vtpu/memory/trace.h"
 #include "vtpu/runtime/device_buffer.h"
-#include "tests/temp_path.h"
 
 // TSan suppressions for exception_ptr live in common/tsan_default_suppressions.cc.
 
@@ -899,6 +901,122 @@ TEST(RuntimeTest, PinThreadsRejectsUnknownValues) {
   EXPECT_EQ(RuntimeOptions::from_json(nlohmann::json{{"pin_threads", "off"}}).pin_threads, "off");
   EXPECT_THROW(RuntimeOptions::from_json(nlohmann::json{{"pin_threads", true}}),
                InvalidArgumentError);
+}
+
+// A host thread allocates, fills, checks, defragments and saves profiles while every core runs
+// programs that do the same on the same arenas: no buffer loses its bytes (run under TSan too).
+TEST(RuntimeTest, HostThreadAndCoreProgramsShareArenasSafely) {
+  RuntimeOptions o;
+  o.num_cores = 4;
+  o.hbm_bytes_per_core = 4 << 20;
+  o.hbm_memory_fraction = 0.75;
+  Runtime rt(o);
+  std::atomic<bool> stop{false};
+  std::atomic<int> corrupt{0};
+  std::thread host([&] {
+    std::mt19937 rng(3);
+    int n = 0;
+    while (!stop) {
+      const int c = rng() % 4;
+      try {
+        DeviceBuffer b = rt.allocate(c, 1 + rng() % 50000, "host");
+        {
+          BufferPin pin = b.pin();
+          std::memset(b.data(), 0x5A, b.size_bytes());
+        }
+        (void)rt.memory_chunk_records();
+        (void)rt.core(c).hbm().memory_stats();
+        (void)rt.core(c).hbm().occupancy_map();
+        if (++n % 16 == 0) rt.core(c).hbm().defragment();
+        if (n % 64 == 0) rt.save_device_memory_profile(test_temp_path("host_and_cores.prof"));
+        BufferPin pin = b.pin();
+        for (uint64_t i = 0; i < b.size_bytes(); ++i)
+          if (static_cast<uint8_t>(b.data()[i]) != 0x5A) {
+            ++corrupt;
+            break;
+          }
+      } catch (const OutOfMemoryError&) {
+      }
+    }
+  });
+  for (int round = 0; round < 20; ++round) {
+    rt.run_spmd([&](CoreContext& ctx) {
+      std::mt19937 rng(ctx.core_id() * 100 + round);
+      std::vector<std::pair<DeviceBuffer, uint8_t>> bufs;
+      for (int i = 0; i < 200; ++i) {
+        if (rng() % 3 != 0 || bufs.empty()) {
+          try {
+            DeviceBuffer b = ctx.allocate(1 + rng() % 30000, "core");
+            const uint8_t v = static_cast<uint8_t>(rng());
+            {
+              BufferPin pin = b.pin();
+              std::memset(b.data(), v, b.size_bytes());
+            }
+            bufs.emplace_back(std::move(b), v);
+          } catch (const OutOfMemoryError&) {
+          }
+        } else {
+          const size_t k = rng() % bufs.size();
+          BufferPin pin = bufs[k].first.pin();
+          const std::byte* d = bufs[k].first.data();
+          for (uint64_t j = 0; j < bufs[k].first.size_bytes(); ++j)
+            if (static_cast<uint8_t>(d[j]) != bufs[k].second) {
+              ++corrupt;
+              break;
+            }
+          pin.reset();
+          bufs.erase(bufs.begin() + static_cast<std::ptrdiff_t>(k));
+        }
+        if (i % 50 == 0) ctx.hbm().defragment();
+      }
+    });
+  }
+  stop = true;
+  host.join();
+  EXPECT_EQ(corrupt.load(), 0);
+  for (int c = 0; c < 4; ++c) {
+    rt.core(c).hbm().check_consistency();
+    EXPECT_EQ(rt.core(c).hbm().memory_stats().bytes_in_use, 0u);
+  }
+}
+
+// A buffer and its pin keep their arena alive after the runtime and its devices are gone.
+TEST(RuntimeTest, BuffersOutliveRuntimeAndDevice) {
+  DeviceBuffer keep;
+  BufferPin pin;
+  {
+    RuntimeOptions o;
+    o.num_cores = 2;
+    o.hbm_bytes_per_core = 1 << 20;
+    o.hbm_memory_fraction = 0.5;
+    Runtime rt(o);
+    keep = rt.allocate(1, 1000, "survivor");
+    pin = keep.pin();
+  }
+  std::memset(keep.data(), 1, 1000);
+  EXPECT_EQ(keep.arena()->capacity_bytes(), 512u * 1024u);
+  pin.reset();
+  keep.reset();
+}
+
+// An OOM on core 3 is the error run_spmd rethrows, naming core 3, round after round, and every
+// other core's buffers are released.
+TEST(RuntimeTest, OomOnOneCoreDoesNotPoisonOthers) {
+  RuntimeOptions o;
+  o.num_cores = 8;
+  o.hbm_bytes_per_core = 64 << 10;
+  Runtime rt(o);
+  for (int round = 0; round < 3; ++round) {
+    try {
+      rt.run_spmd([](CoreContext& ctx) {
+        DeviceBuffer b = ctx.allocate(ctx.core_id() == 3 ? (1 << 20) : 1024, "x");
+      });
+      ADD_FAILURE() << "expected OOM";
+    } catch (const OutOfMemoryError& e) {
+      EXPECT_EQ(e.report().core_id, 3);
+    }
+  }
+  for (int c = 0; c < 8; ++c) EXPECT_EQ(rt.core(c).hbm().memory_stats().bytes_in_use, 0u);
 }
 
 }  // namespace

@@ -3,7 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include "tests/expect_error.h"
 #include "vtpu/common/error.h"
+#include "vtpu/common/strings.h"
+#include "vtpu/sharding/named_sharding.h"
 
 namespace vtpu {
 namespace {
@@ -153,6 +158,36 @@ TEST(PartitionSpecTest, BadNamesAreRejected) {
     EXPECT_THAT(e.what(), HasSubstr("quote"));
     EXPECT_THAT(e.what(), HasSubstr("entry 0"));
   }
+}
+
+// Errors quote a huge spec abbreviated (parse errors: the part around the position), so the
+// message stays a few hundred characters and keeps the offending axis and the tail. Regression:
+// errors quoted the whole spec, and a 20 000-axis spec made a 150 KB error line.
+TEST(PartitionSpecTest, ErrorsAbbreviateHugeSpecs) {
+  std::string axes;
+  for (int i = 0; i < 20000; ++i) axes += (i ? "," : "") + std::string("a") + std::to_string(i);
+  const Mesh mesh({2}, {"x"});
+  std::string msg =
+      testing::expect_error(ErrorCode::kInvalidArgument,
+                            [&] { NamedSharding(mesh, PartitionSpec::parse("P((" + axes + "))")); },
+                            {"'a0'", "omitted", "'a19999'))"});  // the tail is kept
+  EXPECT_LT(msg.size(), 1000u);
+  msg = testing::expect_error(ErrorCode::kInvalidArgument,
+                              [&] { PartitionSpec::parse("P((" + axes + ",$))"); },
+                              {"a19999,$))", "'$'"});
+  EXPECT_LT(msg.size(), 1000u);
+  // A short spec is quoted whole, as before.
+  testing::expect_error(ErrorCode::kInvalidArgument, [] { PartitionSpec::parse("P('x',$)"); },
+                        {"\"P('x',$)\""});
+  // abbreviate never cuts a UTF-8 sequence: 400 two-byte characters keep whole ones.
+  std::string accents;
+  for (int i = 0; i < 400; ++i) accents += "\xC3\xA9";
+  const std::string a = abbreviate(accents);
+  EXPECT_LE(a.size(), kMaxQuotedChars + 40);
+  const size_t cut = a.find("...");
+  ASSERT_NE(cut, std::string::npos);
+  EXPECT_EQ(cut % 2, 0u);
+  EXPECT_EQ((a.size() - a.rfind("...") - 3) % 2, 0u);
 }
 
 }  // namespace

@@ -4,16 +4,20 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <thread>
+#include <vector>
 
 #include "tests/sharding/naive_block.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/units.h"
 #include "vtpu/memory/hbm_arena.h"
+#include "vtpu/runtime/runtime.h"
 
 namespace vtpu {
 namespace {
@@ -406,6 +410,57 @@ TEST(ShardedArrayTest, PartialMaxAndMinGatherPropagateNaNFromAnyAddend) {
     EXPECT_EQ(g[0], 1.0f) << spec;
     EXPECT_TRUE(std::isnan(g[1])) << spec;
     EXPECT_TRUE(std::isnan(g[2])) << spec;
+  }
+}
+
+// Regression: device_put and gather held raw pointers into HBM while a core's program allocated on
+// the same arena, and an allocation that failed for fragmentation compacted the arena under them;
+// gather() returned wrong data in about a third of these rounds before the copies pinned their
+// buffers.
+TEST(ShardedArrayTest, CopiesSurviveConcurrentCompaction) {
+  RuntimeOptions o;
+  o.num_cores = 1;
+  o.hbm_bytes_per_core = 64 << 20;
+  Runtime rt(o);
+  Mesh mesh({1}, {"x"});
+  NamedSharding sharding(mesh, PartitionSpec({{"x"}}));
+  const int64_t n = 4 << 20;  // 16 MiB of f32
+  std::vector<float> host(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) host[static_cast<size_t>(i)] = static_cast<float>(i % 1000);
+  // Frees `filler` (the hole below the array) and asks for 48 MiB: 48 MiB are free in total but
+  // not in one piece, so the arena compacts and would move the array's block down, unless pinned.
+  auto compact_soon = [&](DeviceBuffer& filler, std::atomic<bool>& go) {
+    return rt.run_spmd_async([&](CoreContext& ctx) {
+      while (!go) std::this_thread::yield();
+      filler.reset();
+      try {
+        DeviceBuffer big = ctx.allocate(48 << 20, "big");
+      } catch (const OutOfMemoryError&) {  // the block was pinned during a copy: cannot compact
+      }
+    });
+  };
+  for (int round = 0; round < 20; ++round) {
+    SCOPED_TRACE(round);
+    {  // gather() while the arena compacts
+      DeviceBuffer filler = rt.allocate(0, 8 << 20, "filler");
+      ShardedArray a = ShardedArray::device_put(rt, host, {n}, sharding);
+      std::atomic<bool> go{false};
+      auto done = compact_soon(filler, go);
+      go = true;
+      const std::vector<float> back = a.gather();
+      done.get();
+      ASSERT_TRUE(back == host);
+      ASSERT_TRUE(a.gather() == host);
+    }
+    {  // device_put while the arena compacts
+      DeviceBuffer filler = rt.allocate(0, 8 << 20, "filler");
+      std::atomic<bool> go{false};
+      auto done = compact_soon(filler, go);
+      go = true;
+      ShardedArray a = ShardedArray::device_put(rt, host, {n}, sharding);
+      done.get();
+      ASSERT_TRUE(a.gather() == host);
+    }
   }
 }
 
