@@ -30,9 +30,9 @@
 #include <vector>
 
 #include "vtpu/common/units.h"
-#include "vtpu/stress/alloc_workload.h"
 #include "vtpu/memory/allocator_policy.h"
 #include "vtpu/memory/trace.h"
+#include "vtpu/stress/alloc_workload.h"
 
 namespace vtpu {
 

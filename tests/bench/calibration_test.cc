@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "vtpu/common/error.h"
 #include "vtpu/bench/kernel_bench.h"
+#include "vtpu/common/error.h"
 #include "vtpu/planner/cost_model.h"
 
 namespace vtpu {
@@ -203,7 +203,7 @@ std::string invalid_message(Fn fn) {
   return "";
 }
 
-// Adversarial pass adv12, ADV5: the messages named the function ("fit_alpha_beta: 1 points");
+// Regression: the messages named the function ("fit_alpha_beta: 1 points");
 // they now say what the fit is.
 TEST(CalibrationTest, BadInputIsAnError) {
   const std::vector<double> one = {1.0}, two = {1.0, 2.0}, same = {3.0, 3.0};
@@ -223,7 +223,7 @@ TEST(CalibrationTest, BadInputIsAnError) {
   EXPECT_THROW(calibration_x("broadcast", 8, 8), InvalidArgumentError);
 }
 
-// Adversarial pass adv12, ADV5: `--calibrate --min-bytes 8 --max-bytes 8` failed after 12 s of
+// Regression: `--calibrate --min-bytes 8 --max-bytes 8` failed after 12 s of
 // measuring with "fit_alpha_beta: 1 points"; the range is checked before anything is measured.
 // Sizes double from min_bytes; f32 elements (4 B); a size that leaves a core less than one
 // element is skipped (all_gather of S bytes on n cores: S / 4 / n elements per core).
@@ -269,7 +269,7 @@ TEST(CalibrationTest, OptionsAreCheckedBeforeMeasuring) {
   EXPECT_EQ(check_calibration_options(o), "");
 }
 
-// Issue 6 adversarial pass, F21: `--calibrate OUT --min-bytes 8 --max-bytes 16` on a loaded
+// Regression: `--calibrate OUT --min-bytes 8 --max-bytes 16` on a loaded
 // machine timed 16 B faster than 8 B; the fit's beta was negative, printed as a negative
 // bandwidth, and the profile was rejected only after every sweep with a message about a profile
 // field. The fit of falling times now fails at once, naming the collective and the range.
@@ -293,7 +293,7 @@ TEST(CalibrationTest, TimesThatFallWithSizeAreAnErrorNamingTheCollective) {
   EXPECT_NO_THROW(check_fit_grows("all_gather", fit_alpha_beta(x, rising), o, 8));
 }
 
-// Regression (new-user pass nu10, NU15): a calibration under load average ~10 wrote fits with
+// Regression: a calibration under load average ~10 wrote fits with
 // 97-98% residuals and no warning. Two hand-worked fits of t = a + b x on x = 0, 1, 2, weights
 // 1/t (normal equations over u = 1/t, v = x/t):
 //   t = 1, 2, 4: a = 32/33, b = 14/11, residuals -1/33, 4/33, -4/33 -> max 4/33 = 12.1%;
@@ -352,7 +352,7 @@ TEST(CalibrationTest, NoisyFitsAndALoadedHostWarn) {
 }  // namespace
 }  // namespace vtpu
 
-// The copy sweep measured on this VM at 08:50 UTC on 2026-12-02 (working set = source +
+// The copy sweep measured on this VM once (working set = source +
 // destination; bytes copied per second): the edge is 0.6 x 4.64e10 = 2.784e10 B/s, so 2..16 MiB
 // pass, 32 MiB (2.24e10) ends the run, and the level is 16 MiB at the median of 4.64e10,
 // 4.26e10, 4.69e10, 4.34e10 = (4.34e10 + 4.64e10) / 2, over 1.5 x the 6.2e9 of memory.

@@ -130,7 +130,7 @@ TEST(CheckEstimatesScriptTest,
 }
 
 // The probed ratio is judged with a given profile and with the calibration of the minute (the
-// run wrote profile.json) alike (since 2026-12-02; before, the calibration's plain ratio).
+// run wrote profile.json) alike.
 TEST(CheckEstimatesScriptTest, TheProbedRatioIsJudgedWithAnyProfile) {
   if (!have_jq()) GTEST_SKIP() << "jq is not installed (scripts/install-deps.sh installs it)";
   const auto dir = write_runs("calibrated", 3, [](int i, int, nlohmann::json& j) {
@@ -179,7 +179,7 @@ TEST(CheckEstimatesScriptTest, ACalibrationPerRoundJudgesEachRoundAgainstItsOwnE
 
 // A run that failed is recorded ({"failed": error}) and its row says so, outside; a run the
 // trainer did not judge (step_ratio null: a TPU profile) is "not judged", outside; a file that
-// is not a run's output is named (new-user pass nu13, NU65 and NU78).
+// is not a run's output is named.
 TEST(CheckEstimatesScriptTest, FailedAndUnjudgedRunsAreRowsOutsideAndBadFilesAreNamed) {
   if (!have_jq()) GTEST_SKIP() << "jq is not installed (scripts/install-deps.sh installs it)";
   const auto dir = write_runs("failed", 3, [](int i, int r, nlohmann::json& j) {
@@ -204,7 +204,7 @@ TEST(CheckEstimatesScriptTest, FailedAndUnjudgedRunsAreRowsOutsideAndBadFilesAre
       << run.output;
 }
 
-// New-user pass nu13, NU71: a busy host's wall ratios were indistinguishable from a wrong
+// Regression: a busy host's wall ratios were indistinguishable from a wrong
 // estimate. The table gives the median CPU ratio and each round's load average (before the run),
 // and a round that started above the host's CPUs is named in the footer and on stderr.
 TEST(CheckEstimatesScriptTest, TheTableShowsTheCpuRatioAndLoadAndWarnsOfABusyHost) {
@@ -246,7 +246,7 @@ TEST(CheckEstimatesScriptTest, TheTableShowsTheCpuRatioAndLoadAndWarnsOfABusyHos
 }
 
 // A TPU profile is refused up front, and so is an --out that holds an earlier run's files
-// (which the judging would read back: new-user pass nu13, NU75 and NU78). Both before vtpu runs.
+// (which the judging would read back). Both before vtpu runs.
 TEST(CheckEstimatesScriptTest, TpuProfilesAndReusedOutDirectoriesAreUsageErrors) {
   if (!have_jq()) GTEST_SKIP() << "jq is not installed (scripts/install-deps.sh installs it)";
   ScriptRun run = run_script("--hardware v5e --vtpu /bin/true");

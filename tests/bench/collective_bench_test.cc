@@ -213,7 +213,7 @@ TEST(CollectiveBenchTest, ProdInputsStayExactOnManyCores) {
   }
 #if defined(__SANITIZE_THREAD__)
   // 256 cores reserve 256 x 16 GiB of address space for their HBM arenas, more than TSan's
-  // application range holds ("could not reserve 17179869184 bytes", 2026-12-01).
+  // application range holds ("could not reserve 17179869184 bytes").
   GTEST_SKIP() << "256 cores' HBM reservations do not fit ThreadSanitizer's address range";
 #endif
   CollectiveBenchOptions o = tiny(256);
@@ -263,7 +263,7 @@ TEST(CollectiveBenchTest, OptionChecksNameTheValue) {
   o = tiny(2);
   o.algorithm = "tree";
   EXPECT_NE(check_collective_bench_options(o).find("--algorithm tree"), std::string::npos);
-  // New-user pass U17: a --min-bytes below one element is skipped like every too-small size
+  // A --min-bytes below one element is skipped like every too-small size
   // (nccl-tests takes any -b): s64 from 1 byte sweeps 1, 2, 4 (skipped), then 8 .. 4096.
   o = tiny(2);
   o.dtype = DataType::kS64;

@@ -173,7 +173,7 @@ TEST(EstimateReportTest, RatiosAndVerdictsAreTheHandWorkedOnes) {
   EXPECT_DOUBLE_EQ(compare_estimate(e, m).cpu_bound_seconds, 2.0);
 }
 
-// Adversarial pass adv8, H6: an estimate for a TPU profile (vtpu plan's default --hardware v5e)
+// Regression: an estimate for a TPU profile (vtpu plan's default --hardware v5e)
 // was judged against virtual cores on this host ("5769.60x (outside 25%)"). Its step row is now
 // printed but not judged; a host profile's (this_machine, or a file of another name) still is.
 TEST(EstimateReportTest, ATpuEstimatesStepTimeIsNotJudgedOnThisHost) {
@@ -213,7 +213,7 @@ TEST(EstimateReportTest, ATpuEstimatesStepTimeIsNotJudgedOnThisHost) {
             "the estimate is for v5e, a TPU; plan with --hardware this_machine to compare");
 }
 
-// New-user pass nu13, NU72: a profile calibrated pinned and a run unpinned (or the reverse) differ
+// A profile calibrated pinned and a run unpinned (or the reverse) differ
 // about 3.5x per 2-core hand-off; the report warns when the profile's record for the run's core
 // count (else the nearest in log n) is pinned where the run is not. No timing: hand-built runs.
 TEST(EstimateReportTest, AThreadPinningThatDiffersFromTheProfilesIsAWarning) {
@@ -290,7 +290,7 @@ TEST(EstimateReportTest, TheProfileRecordForARunIsTheNearestGroupSizeInLogN) {
   EXPECT_EQ(profile_thread_pinning({records[0], records[2]}, 4)->cores, 8);
 }
 
-// New-user pass nu12, NU52: `train mlp --estimate-from PLAN --kernels pallas` was judged against
+// Regression: `train mlp --estimate-from PLAN --kernels pallas` was judged against
 // an estimate of the Eigen kernels' rates. A caller marks such a step row not judged, with the
 // reason, before the collective probe (which then does not run).
 TEST(EstimateReportTest, AStepRowMarkedNotJudgedSaysWhyAndIsNotProbed) {
@@ -329,7 +329,7 @@ TEST(EstimateReportTest, AStepRowMarkedNotJudgedSaysWhyAndIsNotProbed) {
   EXPECT_TRUE(r.to_json()["probe"].is_null());
 }
 
-// New-user pass nu14, NU85: the planner prices one pass per step, so a run of K > 1
+// The planner prices one pass per step, so a run of K > 1
 // micro-batches is not judged against it; K = 1 changes nothing.
 TEST(EstimateReportTest, AMicroBatchedRunIsNotJudgedAgainstAOnePassEstimate) {
   PlanEstimate e;
@@ -350,7 +350,7 @@ TEST(EstimateReportTest, AMicroBatchedRunIsNotJudgedAgainstAOnePassEstimate) {
   EXPECT_FALSE(four.step_comparable);
   EXPECT_EQ(four.to_json()["step_not_judged"],
             "the estimate is for 1 micro-batch per step; this run used 4");
-  // New-user pass nu15, NU99: the HBM row was still judged, 1.41x "outside 25%" for the
+  // Regression: the HBM row was still judged, 1.41x "outside 25%" for the
   // gradient-accumulation buffer the estimate does not price. A peak of 1410 against 1000: the
   // one-pass run is judged outside, the micro-batched one not judged, with the reason.
   m.peak_hbm_bytes_per_core = 1410;
@@ -434,8 +434,7 @@ TEST(EstimateReportTest, ThePlansEmbeddedProfileIsTheOneJudgedAndProbed) {
   add_collective_probe(hr, plan, quick);
   EXPECT_TRUE(hr.probes.empty());
   EXPECT_TRUE(hr.probe_error.empty()) << hr.probe_error;
-  // The report repeats vtpu plan's warning: every hand-off was priced at the links' 0 s latency
-  // (new-user pass nu13, NU76).
+  // The report repeats vtpu plan's warning: every hand-off was priced at the links' 0 s latency.
   ASSERT_EQ(host.link_latency_seconds, 0.0);
   const std::string warning =
       "the plan's profile this_machine has no calibrated collectives: they are priced as a "
@@ -590,7 +589,7 @@ TEST(EstimateReportTest, StepMeterReadsTheCpuClockAtMostOncePer200usOfWallTime) 
         20e-6 * t, [&] { return 30e-6 * t; }, t == 4);
   EXPECT_EQ(brief.cpu_readings(), 2u);
   EXPECT_NEAR(brief.median_cpu_seconds(), 30e-6, 1e-15);
-  // Uneven steps (NU37): per 4-step window three steps of 50 us and one of 650 us (800 us), the
+  // Uneven steps: per 4-step window three steps of 50 us and one of 650 us (800 us), the
   // process keeping 2 CPUs busy throughout (1600 us of CPU per window). Readings are due at ticks
   // 0, 4 (t = 800 us), 8, 12. The median wall step is 50 us; the CPU rate is 1600 / 800 = 2 in
   // every window, so the CPU per step is 2 x 50 us = 100 us, and / 2 CPUs = 50 us, the wall step.

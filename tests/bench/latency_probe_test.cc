@@ -6,12 +6,12 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "vtpu/common/error.h"
 #include "vtpu/bench/estimate_report.h"
-#include "vtpu/planner/plan_file.h"
+#include "vtpu/common/error.h"
 #include "vtpu/planner/auto_planner.h"
 #include "vtpu/planner/cost_model.h"
 #include "vtpu/planner/model_graph.h"
+#include "vtpu/planner/plan_file.h"
 
 namespace vtpu {
 namespace {
@@ -140,7 +140,7 @@ TEST(LatencyProbeTest, ReestimateMovesThePlansEstimateByWhatTheShiftChanges) {
   EXPECT_FALSE(reestimate_step_seconds(bare, p, p));
 }
 
-// New-user pass nu13, NU66: a dp(x) plan on 8 cores, which runs only 8-core all-reduces, was
+// Regression: a dp(x) plan on 8 cores, which runs only 8-core all-reduces, was
 // probed on all four ops on 2, 4 and 8 cores. The fits a strategy prices, worked from what each
 // strategy runs per step (docs/SHARDING.md): data parallel one gradient all-reduce over its data
 // group; Megatron tensor parallel the all-reduce of the logits (the row-parallel W2's partial
@@ -175,7 +175,7 @@ TEST(LatencyProbeTest, OnlyTheFitsThePlansStrategyPricesAreProbed) {
   EXPECT_EQ(one[0].group_size, 4);
 }
 
-// Regression (2026-12-02, the recalibrated this_machine): the probe priced the plan again with an
+// Regression (a recalibrated profile): the probe priced the plan again with an
 // unconstrained search, which may give a tensor-parallel strategy replicated layers and no
 // collective at all when its all-reduce is dear; then no fit moved it, nothing was probed and the
 // report had no probed row, though the run does all-reduce the logits. Made dear here by hand (the
@@ -207,7 +207,7 @@ TEST(LatencyProbeTest, ThePlanIsPricedWithTheShardingsItRunsNotAFreeSearch) {
   EXPECT_NEAR(*moved - plan.estimate->step_seconds, 2e-6, 1e-12);
 }
 
-// New-user passes nu14, NU82 and NU91: `vtpu plan` warned that 4-core groups were priced from
+// Regression: `vtpu plan` warned that 4-core groups were priced from
 // 2-core fits, but the trainer's report on the run of that plan judged it without a word. The
 // report now carries the same warning for the plan it ran (only for the collectives the plan's
 // strategy prices: dp(x) on 4 cores all-reduces, so the 2-core all-gather's fit is not named).
@@ -232,7 +232,7 @@ TEST(LatencyProbeTest, TheReportSaysWhichGroupsArePricedFromAnotherCoreCount) {
   EXPECT_TRUE(s.warnings.empty()) << s.to_string();
 }
 
-// Adversarial pass adv15, ADV22: an 8-core run whose plan's profile had only a 1024-core
+// Regression: an 8-core run whose plan's profile had only a 1024-core
 // all-reduce fit started a 1024-core probe after the run (47.6 s, 922 MB, load average 504), and
 // with a 2^20-core fit the probe failed with "num_cores is 1048576 (expected 1..1024)", naming no
 // fit. Here a 4-core dp(x) run (one 4-core all-reduce per step) on profiles whose only all-reduce
@@ -289,8 +289,8 @@ TEST(LatencyProbeTest, ProbesEveryFitUpToTheRunsCoresAtTheRowSize) {
   }
   EXPECT_EQ(probe_collectives(p, 4, o).size(), 3u);
   // A 3-core run's groups are priced with the 4-core all-gather fit (nearest in log n), but
-  // probing it would start 4 virtual cores, more than the run's 3 (adversarial pass adv15,
-  // ADV22): it is listed as not probed, with the reason; the all-reduce has no fit above 2.
+  // probing it would start 4 virtual cores, more than the run's 3: it is listed as not probed, with
+  // the reason; the all-reduce has no fit above 2.
   std::vector<SkippedCollectiveProbe> skipped;
   const std::vector<CollectiveProbe> three = probe_collectives(p, 3, o, &skipped);
   ASSERT_EQ(three.size(), 2u);

@@ -143,7 +143,7 @@ TEST_F(FsdpTrainerTest, HiddenThousandMatchesTheSingleCoreRun) {
   }
 }
 
-// Regression (new-user pass nu8, N23): `vtpu train fsdp --cores 8 --hidden 1` printed "FSDP vs
+// Regression: `vtpu train fsdp --cores 8 --hidden 1` printed "FSDP vs
 // data parallel: max relative difference 1.18e-07". With one hidden unit Eigen computes dA1 =
 // dZ2 W2^T (8 x 10 times 10 x 1) coefficient by coefficient, and its SIMD/scalar split depended
 // on W2's address, which the flat layout puts 65 floats in and FSDP's gathered unit at 0; both

@@ -53,7 +53,7 @@ struct Case {
 };
 
 // "mesh 2x4, data axes [model], tensor axes [data]" in the CTest name, not the struct's bytes
-// (its vectors' pointers changed the name with every build; new-user pass nu12, NU58).
+// (its vectors' pointers changed the name with every build).
 void PrintTo(const Case& c, std::ostream* os) {
   const auto list = [](const std::vector<std::string>& v) {
     std::string s;

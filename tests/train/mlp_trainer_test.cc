@@ -126,7 +126,7 @@ TEST_F(MlpTrainerTest, AdamMatchesANaiveDoublePrecisionReference) {
   }
 }
 
-// --kernels pallas (issue 7): forward and backward through the pipelined kernels give the losses of
+// --kernels pallas: forward and backward through the pipelined kernels give the losses of
 // the default Eigen path within 1e-5 relative (only f32 summation order differs), on 1 and 4 cores,
 // with hidden 300, whose matmuls need several blocks and edge blocks (256-wide blocks are
 // clamped to whole dims, so hidden 300 splits into 256 + an edge of 44).

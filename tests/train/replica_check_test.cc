@@ -1,6 +1,6 @@
 // The data replicas' check (train/replica_check.h): shards that agree bitwise pass, and any
 // difference (one ulp, -0.0 against 0.0, another size) is found, placed in its named parameter
-// and reported as a failure. Regression (adversarial pass adv12, ADV2): the trainers printed
+// and reported as a failure. Regression: the trainers printed
 // "replicas identical after training: NO" and exited 0; the commands now fail on what this check
 // returns.
 #include "vtpu/train/replica_check.h"

@@ -26,7 +26,7 @@
 namespace vtpu {
 
 // "2x4 (data x tensor)" in the CTest name of MeshVsSingleCoreTest, not the struct's bytes
-// (new-user pass nu12, NU58). In TransformerMesh's namespace, where gtest looks it up.
+// (whose pointers change per build). In TransformerMesh's namespace, where gtest looks it up.
 void PrintTo(const TransformerMesh& m, std::ostream* os) {
   *os << m.to_string() << " (data x tensor)";
 }
@@ -290,7 +290,7 @@ TEST(TransformerModelTest, TokenizeMapsNonAsciiToQuestionMark) {
   const TokenText t = make_token_text(s, 128);
   EXPECT_EQ(t.vocab_used, 3);
   EXPECT_NEAR(t.uniform_loss, std::log(3.0), 1e-12);
-  // adv12 ADV6: the mapped bytes are counted and said (2 of the 4 bytes: the UTF-8 of 'é').
+  // The mapped bytes are counted and said (2 of the 4 bytes: the UTF-8 of 'é').
   EXPECT_EQ(t.mapped_bytes, 2);
   EXPECT_EQ(t.describe_mapped(128), "2 of 4 bytes (50%) are >= 128 and were mapped to '?'");
   EXPECT_EQ(make_token_text("plain", 128).describe_mapped(128), "");
@@ -357,7 +357,7 @@ TEST_P(MeshVsSingleCoreTest, LossesMatchTheSingleCoreRunWithin1e4) {
   EXPECT_FALSE(r.replica_mismatch.has_value());
   // Megatron's count: 2 all-reduces per block in forward and 2 in backward over the tensor
   // group; one gradient bucket per step over the data-parallel group. A group of one core runs
-  // none (Megatron with tensor parallel size 1 does no all-reduce; nu8 N8).
+  // none (Megatron with tensor parallel size 1 does no all-reduce).
   for (size_t core = 0; core < r.tensor_all_reduce.size(); ++core) {
     EXPECT_EQ(r.tensor_all_reduce[core].num_collectives,
               mesh.tensor > 1 ? static_cast<uint64_t>(c.steps * 4 * c.layers) : 0u);
@@ -410,7 +410,7 @@ TEST(TransformerTrainerTest, PlanLayoutsRunOnTheMeshReplicaGroups) {
       rt2, text.tokens, c, DataTensorLayout::from_mesh(mesh, {"x", "y"}, {}));
   EXPECT_EQ(flat.losses, dp4.losses);
   EXPECT_EQ(flat.mesh.data, 4);
-  // Regression (new-user pass nu8, N8): dp(x,y) has tensor groups of 1 core, and counted 4
+  // Regression: dp(x,y) has tensor groups of 1 core, and counted 4
   // "model axis" all-reduces per block and step over them. It runs none; the data group of 4
   // runs its one bucket per step.
   for (size_t core = 0; core < 4; ++core) {
@@ -551,7 +551,7 @@ TEST(TransformerTextTest, MissingTextNamesTheFetchScript) {
                               {"scripts/fetch-data.sh"});
 }
 
-// adv12 ADV6: a directory read as "0 bytes", and a binary file trained silently as '?'s. One
+// Regression: a directory read as "0 bytes", and a binary file trained silently as '?'s. One
 // byte >= 128 in 10 is the limit: 10 of 100 is accepted, 11 of 100 refused.
 TEST(TransformerTextTest, RefusesADirectoryAndMostlyNonTextBytes) {
   const std::string dir = test_temp_path("vtpu_text_dir");
@@ -574,7 +574,7 @@ TEST(TransformerTextTest, RefusesADirectoryAndMostlyNonTextBytes) {
       {"text file '" + eleven + "': 11 of 100 bytes (11%) are >= 128, more than the 10% limit"});
 }
 
-// New-user pass nu14, NU81: at batch 64 and lr 3e-3 the default model's Adam trajectory is
+// At batch 64 and lr 3e-3 the default model's Adam trajectory is
 // sensitive, and the f32 reordering of a reference that sums the whole batch at once (about 1e-8
 // at first) grew past the 1e-4 check on a pure data-parallel 2x1 mesh (1.3e-3 at step 19). The
 // reference with one micro-batch per data shard adds the shards' gradients in the all-reduce's
