@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "tests/test_data.h"
 #include "vtpu/bench/estimate_report.h"
 #include "vtpu/common/error.h"
 #include "vtpu/planner/auto_planner.h"
@@ -16,9 +17,9 @@
 namespace vtpu {
 namespace {
 
-// A host profile (this machine's shipped one) whose collectives are replaced by hand-made fits.
+// A host profile (the fixed one of tests/data) whose collectives are replaced by hand-made fits.
 HardwareProfile host_profile_with(std::map<std::string, std::vector<CollectiveFit>> fits) {
-  HardwareProfile p = HardwareProfile::get("this_machine");
+  HardwareProfile p = HardwareProfile::get(testing::fixed_profile_path());
   p.collectives = std::move(fits);
   p.validate();
   return p;
@@ -113,8 +114,8 @@ EstimateReport probed_report(const TrainPlan& plan) {
 }
 
 TEST(LatencyProbeTest, ReestimateMovesThePlansEstimateByWhatTheShiftChanges) {
-  const HardwareProfile p = HardwareProfile::get("this_machine");
-  ASSERT_FALSE(p.collectives.empty()) << "the shipped this_machine profile is calibrated";
+  const HardwareProfile p = HardwareProfile::get(testing::fixed_profile_path());
+  ASSERT_FALSE(p.collectives.empty()) << "the fixed profile is calibrated";
   const TrainPlan dp = mlp_plan(p, "dp(x)");
   ASSERT_TRUE(dp.estimate);
   // The plan carries the profile it was priced with, as the probe and the report use it.
@@ -147,9 +148,10 @@ TEST(LatencyProbeTest, ReestimateMovesThePlansEstimateByWhatTheShiftChanges) {
 // sums) over its tensor group; FSDP all-gathers the parameters, reduce-scatters the gradients and
 // all-reduces the loss over the FSDP group; dp x tp both all-reduces, each over its own group.
 TEST(LatencyProbeTest, OnlyTheFitsThePlansStrategyPricesAreProbed) {
-  const HardwareProfile p = HardwareProfile::get("this_machine");
+  const HardwareProfile p = HardwareProfile::get(testing::fixed_profile_path());
   for (const char* op : {"all_gather", "reduce_scatter", "all_reduce", "all_to_all"}) {
-    ASSERT_EQ(p.collectives.at(op).size(), 3u) << op << ": the shipped fits on 2, 4 and 8 cores";
+    ASSERT_EQ(p.collectives.at(op).size(), 3u)
+        << op << ": the fixed profile's fits on 2, 4 and 8 cores";
   }
   using Fits = std::set<CollectiveFitId>;
   EXPECT_EQ(fits_priced_by(mlp_plan(p, "dp(x)", {8}), p), Fits({{"all_reduce", 8}}));
@@ -183,9 +185,9 @@ TEST(LatencyProbeTest, OnlyTheFitsThePlansStrategyPricesAreProbed) {
 // communicates nothing, the plan the trainer runs (column, sharded, row) all-reduces the logits,
 // and it is that plan whose fit is probed and whose estimate a probe moves.
 TEST(LatencyProbeTest, ThePlanIsPricedWithTheShardingsItRunsNotAFreeSearch) {
-  const HardwareProfile shipped = HardwareProfile::get("this_machine");
+  const HardwareProfile fixed = HardwareProfile::get(testing::fixed_profile_path());
   const CollectiveProbe dear{"all_reduce", 8, 4096, 0.0, 1e-3, {}};
-  const HardwareProfile p = shift_collectives(shipped, {dear});
+  const HardwareProfile p = shift_collectives(fixed, {dear});
   const ModelGraph model =
       ModelGraph::load_json_file(std::string(VTPU_SOURCE_DIR) + "/examples/models/mlp.json");
   AutoShardingPlan free = plan_auto_sharding(model, {8}, {"x"}, CostModel(p), 0, {});
@@ -212,23 +214,23 @@ TEST(LatencyProbeTest, ThePlanIsPricedWithTheShardingsItRunsNotAFreeSearch) {
 // report now carries the same warning for the plan it ran (only for the collectives the plan's
 // strategy prices: dp(x) on 4 cores all-reduces, so the 2-core all-gather's fit is not named).
 TEST(LatencyProbeTest, TheReportSaysWhichGroupsArePricedFromAnotherCoreCount) {
-  HardwareProfile p = HardwareProfile::get("this_machine");
+  HardwareProfile p = HardwareProfile::get(testing::fixed_profile_path());
   for (auto& [op, fits] : p.collectives) {
     std::erase_if(fits, [](const CollectiveFit& f) { return f.group_size != 2; });
   }
   p.validate();
   const EstimateReport r = probed_report(mlp_plan(p, "dp(x)", {4}));
   ASSERT_EQ(r.warnings.size(), 1u) << r.to_string();
-  EXPECT_EQ(r.warnings[0],
-            "4-core groups are priced from the 2-core fits of all_reduce (scaled by the "
-            "oversubscription s(4) / s(2) = 2): the profile has no fit measured on 4 cores "
-            "(calibrate with vtpu bench collectives --calibrate FILE --cores 2,4)");
-  EXPECT_NE(r.to_string().find("  warning: 4-core groups are priced from the 2-core fits"),
-            std::string::npos);
+  // The warning names the groups, the fit used, its op, the scaling (4 / 2 = 2) and the fix.
+  for (const char* value : {"4-core", "2-core", "all_reduce", "s(4) / s(2) = 2", "--cores 2,4"}) {
+    EXPECT_NE(r.warnings[0].find(value), std::string::npos) << value << " in " << r.warnings[0];
+  }
+  EXPECT_EQ(r.warnings[0].find("all_gather"), std::string::npos) << r.warnings[0];
+  EXPECT_NE(r.to_string().find(r.warnings[0]), std::string::npos);
   EXPECT_EQ(r.to_json()["warnings"][0], r.warnings[0]);
-  // With the shipped fits on 2, 4 and 8 cores there is nothing to say.
-  const HardwareProfile shipped = HardwareProfile::get("this_machine");
-  const EstimateReport s = probed_report(mlp_plan(shipped, "dp(x)", {4}));
+  // With fits on 2, 4 and 8 cores there is nothing to say.
+  const HardwareProfile fixed = HardwareProfile::get(testing::fixed_profile_path());
+  const EstimateReport s = probed_report(mlp_plan(fixed, "dp(x)", {4}));
   EXPECT_TRUE(s.warnings.empty()) << s.to_string();
 }
 
@@ -251,15 +253,13 @@ TEST(LatencyProbeTest, AFitForMoreCoresThanTheRunIsNotProbedAndTheReportSaysWhy)
     EXPECT_TRUE(r.probes.empty()) << r.to_string();
     EXPECT_EQ(r.probed_step_seconds, 0.0);
     EXPECT_TRUE(r.probe_error.empty()) << r.probe_error;
-    const std::string reason =
-        "all_reduce " + std::to_string(n) + "-core fit not probed: probing it would start " +
-        std::to_string(n) +
-        " virtual cores, more than the run's 4 (the run's groups are priced from the profile's "
-        "fit as calibrated, not re-measured)";
+    // The reason names the fit, the cores a probe would start and the run's 4.
     ASSERT_EQ(r.not_probed.size(), 1u);
-    EXPECT_EQ(r.not_probed[0].reason, reason);
+    const std::string reason = r.not_probed[0].reason;
+    EXPECT_TRUE(testing::names_all(reason, {"all_reduce", std::to_string(n) + "-core",
+                                            std::to_string(n) + " virtual cores", "4"}));
     const std::string text = r.to_string();
-    EXPECT_NE(text.find("\n    collective probe: " + reason + "\n"), std::string::npos) << text;
+    EXPECT_NE(text.find(reason), std::string::npos) << text;
     EXPECT_EQ(text.find("with collectives probed now"), std::string::npos) << text;
     EXPECT_EQ(text.find("not run"), std::string::npos) << text;
     const nlohmann::json j = r.to_json()["probe"];
