@@ -301,10 +301,8 @@ TEST(LatencyProbeTest, ProbesEveryFitUpToTheRunsCoresAtTheRowSize) {
   ASSERT_EQ(skipped.size(), 1u);
   EXPECT_EQ(skipped[0].op, "all_gather");
   EXPECT_EQ(skipped[0].group_size, 4);
-  EXPECT_EQ(skipped[0].reason,
-            "all_gather 4-core fit not probed: probing it would start 4 virtual cores, more than "
-            "the run's 3 (the run's groups are priced from the profile's fit as calibrated, not "
-            "re-measured)");
+  EXPECT_TRUE(
+      testing::names_all(skipped[0].reason, {"all_gather", "4-core", "4 virtual cores", "3"}));
   // Worst measured / profile ratio: hand-worked.
   EXPECT_DOUBLE_EQ(worst_probe_ratio({{"all_gather", 2, 4096, 2e-6, 5e-6, {}},
                                       {"all_reduce", 2, 4096, 1e-6, 4e-6, {}},
