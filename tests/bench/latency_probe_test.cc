@@ -92,7 +92,7 @@ TrainPlan mlp_plan(const HardwareProfile& hw, const std::string& strategy,
                                              plan_constraints("mlp", shape, axes));
   plan.choose(strategy);
   nlohmann::json j = plan.to_json();
-  j["estimate"]["hardware"] = "this_machine";
+  j["estimate"]["hardware"] = hw.name;
   return parse_train_plan(j, "mlp2.json");
 }
 
