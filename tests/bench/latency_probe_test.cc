@@ -180,14 +180,17 @@ TEST(LatencyProbeTest, OnlyTheFitsThePlansStrategyPricesAreProbed) {
 // Regression (a recalibrated profile): the probe priced the plan again with an
 // unconstrained search, which may give a tensor-parallel strategy replicated layers and no
 // collective at all when its all-reduce is dear; then no fit moved it, nothing was probed and the
-// report had no probed row, though the run does all-reduce the logits. Made dear here by hand (the
-// 8-core all-reduce 1 ms slower everywhere): the unconstrained tp(x) replicates fc1 and fc2 and
-// communicates nothing, the plan the trainer runs (column, sharded, row) all-reduces the logits,
-// and it is that plan whose fit is probed and whose estimate a probe moves.
+// report had no probed row, though the run does all-reduce the logits. Made dear here by hand
+// (every 8-core collective 1 ms slower everywhere): the unconstrained tp(x) replicates fc1 and fc2
+// and communicates nothing, the plan the trainer runs (column, sharded, row) all-reduces the
+// logits, and it is that plan whose fit is probed and whose estimate a probe moves.
 TEST(LatencyProbeTest, ThePlanIsPricedWithTheShardingsItRunsNotAFreeSearch) {
   const HardwareProfile fixed = HardwareProfile::get(testing::fixed_profile_path());
-  const CollectiveProbe dear{"all_reduce", 8, 4096, 0.0, 1e-3, {}};
-  const HardwareProfile p = shift_collectives(fixed, {dear});
+  std::vector<CollectiveProbe> dear;
+  for (const char* op : {"all_gather", "reduce_scatter", "all_reduce", "all_to_all"}) {
+    dear.push_back({op, 8, 4096, 0.0, 1e-3, {}});
+  }
+  const HardwareProfile p = shift_collectives(fixed, dear);
   const ModelGraph model =
       ModelGraph::load_json_file(std::string(VTPU_SOURCE_DIR) + "/examples/models/mlp.json");
   AutoShardingPlan free = plan_auto_sharding(model, {8}, {"x"}, CostModel(p), 0, {});
