@@ -10,12 +10,12 @@
 #include <utility>
 #include <vector>
 
+#include "vtpu/bench/collective_bench.h"
+#include "vtpu/bench/kernel_bench.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/format_text.h"
 #include "vtpu/common/strings.h"
 #include "vtpu/common/units.h"
-#include "vtpu/bench/collective_bench.h"
-#include "vtpu/bench/kernel_bench.h"
 #include "vtpu/planner/cost_model.h"
 
 namespace vtpu {
@@ -69,7 +69,7 @@ CollectiveBenchOptions bench_options(const CalibrationOptions& o, const char* op
 }  // namespace
 
 LinearFit fit_alpha_beta(std::span<const double> x, std::span<const double> t) {
-  // Adversarial pass adv12, ADV5: "fit_alpha_beta: 1 points" named a function, not the fit.
+  // The messages name the fit, not this function, since the user ran a calibration, not a call.
   const std::string what = "alpha-beta fit t = alpha + beta * x: ";
   if (x.size() != t.size()) {
     throw InvalidArgumentError(what + std::to_string(x.size()) + " sizes but " +
@@ -124,7 +124,7 @@ CollectiveFit collective_fit_of(const std::string& op, const LinearFit& fit, int
 
 void check_fit_grows(const std::string& op, const LinearFit& fit, const CalibrationOptions& o,
                      int cores) {
-  // Regression (issue 6 adversarial pass, F21): times that fell with size (noise, or a sweep of
+  // Regression: times that fell with size (noise, or a sweep of
   // 8..16 bytes) gave a negative beta, printed as "-6.67e-05 GB/s", and the profile was rejected
   // after every sweep had run with "beta_seconds_per_byte is -0.000012 (expected ... > 0)".
   if (fit.b > 0) return;
@@ -303,7 +303,7 @@ HardwareProfile calibrate_this_machine(const CalibrationOptions& o,
       CollectiveFit cf = collective_fit_of(op, fit, cores);
       cf.measured = std::move(curve);
       p.collectives[op].push_back(cf);
-      // Pinning changes a 2-core hand-off about 3.5x (new-user pass nu13, NU72): the profile says
+      // Pinning changes a 2-core hand-off about 3.5x: the profile says
       // how its fits were measured, once per group size (every op's Runtime pins alike).
       if (std::ranges::find(p.thread_pinning, cores, &ThreadPinning::cores) ==
           p.thread_pinning.end()) {
@@ -330,7 +330,7 @@ HardwareProfile calibrate_this_machine(const CalibrationOptions& o,
     }
   }
   q.load_end = one_minute_load_average();
-  // Regression (new-user pass nu10, NU15): a calibration under load average ~10 wrote fits with
+  // Regression: a calibration under load average ~10 wrote fits with
   // 97-98% residuals and no word of warning; the description now records the load and the worst
   // fit, and the command warns (calibration_warning).
   p.description += "; collectives calibrated by `vtpu bench collectives --calibrate` on " +

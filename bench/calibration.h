@@ -28,9 +28,9 @@
 #include <string>
 #include <vector>
 
+#include "vtpu/planner/cost_model.h"
 #include "vtpu/runtime/hardware_profile.h"
 #include "vtpu/runtime/runtime_options.h"
-#include "vtpu/planner/cost_model.h"
 
 namespace vtpu {
 
@@ -71,8 +71,8 @@ struct CalibrationOptions {
   RuntimeOptions runtime;
 };
 
-/// Usage check of `o` before anything is measured (adversarial pass adv12, ADV5: range errors
-/// surfaced after 9-23 s of measuring, one as "fit_alpha_beta: 1 points"). Returns "" when fine,
+/// Usage check of `o` before anything is measured (range errors found
+/// only after the sweeps cost 9-23 s of measuring). Returns "" when fine,
 /// else a message naming the options and values: no group sizes, or one below 2 or repeated;
 /// for each collective and group size what check_collective_bench_options refuses (--min-bytes
 /// above --max-bytes, a --max-bytes that gives no core a whole element, buffers beyond 3/4 of
@@ -121,9 +121,9 @@ std::string calibration_warning(const CalibrationQuality& q);
 /// e.g. "8-core groups are priced from the 2-core fits of all_gather, all_reduce (scaled by the
 /// oversubscription s(8) / s(2) = 4): the profile has no fit measured on 8 cores (calibrate with
 /// vtpu bench collectives --calibrate FILE --cores 2,8)"; `cores` is the mesh's. `vtpu plan`
-/// prints them for its table's strategies (new-user pass nu14, NU82) and the trainers' estimate
-/// report for the plan it ran (NU82, NU91: a 16-core run judged against 8-core fits said
-/// nothing). None on an uncalibrated profile. Thread-safe (pure).
+/// prints them for its table's strategies and the trainers' estimate
+/// report for the plan it ran (a 16-core run judged against 8-core fits must say so). None on an
+/// uncalibrated profile. Thread-safe (pure).
 std::vector<std::string> extrapolated_fit_warnings(const CostModel& cost,
                                                    const std::set<int64_t>& groups, int64_t cores,
                                                    const std::set<std::string>& ops = {});
@@ -133,7 +133,7 @@ std::vector<std::string> extrapolated_fit_warnings(const CostModel& cost,
 /// over the links with <link latency> latency, not this host's hand-off (calibrate with vtpu
 /// bench collectives --calibrate FILE)"; "" for a TPU profile or a calibrated one. `what` names
 /// the profile (its file, or its name). `vtpu plan` prints it and the trainers' estimate report
-/// repeats it (new-user pass nu13, NU76). Thread-safe (pure).
+/// repeats it. Thread-safe (pure).
 std::string no_calibrated_collectives_warning(const HardwareProfile& profile,
                                               const std::string& what);
 

@@ -345,7 +345,7 @@ std::string check_options_for(const CollectiveBenchOptions& o, const CollectiveB
   }
   const uint64_t elem = data_type_bytes(o.dtype);
   // Sizes that give a core less than one element are skipped, a --min-bytes below one element
-  // included (nccl-tests takes any -b; new-user pass U17); the sweep needs one size that does not.
+  // included (nccl-tests takes any -b); the sweep needs one size that does not.
   const CollectiveBenchShape largest = op->shape(o.max_bytes, elem, o.cores);
   if (largest.count == 0) {
     return "--max-bytes " + std::to_string(o.max_bytes) + " gives no " + o.op + " on " +

@@ -27,8 +27,8 @@
 // (N+1)*S for broadcast and reduce, whose input or output is the root's alone) and
 // the memcpy bandwidth (bytes read + bytes written per second, STREAM's convention) is measured
 // in the same run with one memcpy thread per CPU over 64 MiB buffers, beyond the caches: a size
-// whose buffers fit the caches can run below it (time / dram_bound < 1; new-user pass nu13,
-// NU68, where it was called "bound").
+// whose buffers fit the caches can run below it (time / dram_bound < 1, so it is
+// a reference, not a bound).
 //
 // The benchmark's Runtime is built from options.runtime (the --config file's RuntimeOptions)
 // with num_cores and the links set by the benchmark; its thread pinning (runtime/thread_pinning.h)

@@ -11,16 +11,16 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "vtpu/bench/calibration.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/format_text.h"
 #include "vtpu/common/host.h"
 #include "vtpu/common/median.h"
 #include "vtpu/common/strings.h"
 #include "vtpu/common/units.h"
-#include "vtpu/bench/calibration.h"
-#include "vtpu/train/mlp_trainer.h"
 #include "vtpu/planner/plan_file.h"
 #include "vtpu/runtime/hardware_profile.h"
+#include "vtpu/train/mlp_trainer.h"
 
 namespace vtpu {
 
@@ -75,7 +75,7 @@ void StepMeter::record(double wall_seconds, const std::function<double()>& read_
 std::function<void(int64_t, double)> StepMeter::wrap(std::function<void(int64_t, double)> on_log,
                                                      int64_t every, int64_t steps) {
   return [this, on_log = std::move(on_log), every, steps](int64_t step, double loss) {
-    // Regression (CI 2026-12-01 22:31): 5 steps of 20 us took one CPU reading, so the CPU time
+    // Regression: 5 steps of 20 us took one CPU reading, so the CPU time
     // per step was 0; the last step always reads.
     tick(step == steps - 1);
     if (on_log && every > 0 && (step % every == 0 || step == steps - 1)) on_log(step, loss);
@@ -93,7 +93,7 @@ double median_interval(const std::vector<double>& t) {
 
 double StepMeter::median_cpu_seconds() const {
   // Median CPU rate (CPU seconds per wall second) over the windows between readings, times the
-  // median wall interval of the same ticks (header; new-user pass nu11, NU37: the median of
+  // median wall interval of the same ticks (header: the median of
   // CPU/steps per window follows the window's mean step, so a few long steps put the CPU row
   // above the median wall step).
   if (cpu_.size() < 2) return 0.0;
@@ -169,7 +169,7 @@ EstimateReport compare_estimate(const PlanEstimate& estimate, const MeasuredRun&
         measured.cpu_seconds_per_step / std::min(measured.num_cores, measured.host_cpus);
     if (estimate.step_seconds > 0) r.cpu_ratio = r.cpu_bound_seconds / estimate.step_seconds;
   }
-  // Regression (adversarial pass adv8, H6): a plan of `vtpu plan`'s default --hardware v5e was
+  // Regression: a plan of `vtpu plan`'s default --hardware v5e was
   // judged against virtual cores ("5769.60x (outside 25%)"), with only "on v5e" to say why.
   if (const std::optional<HardwareProfile> profile = estimate.priced_with()) {
     r.profile_host_cpus = profile->host_cpus;
@@ -243,12 +243,12 @@ void add_collective_probe(EstimateReport& report, const TrainPlan& plan,
     const std::optional<HardwareProfile> priced = report.estimate.priced_with();
     if (!priced || priced->host_cpus <= 0 || priced->collectives.empty()) return;
     const HardwareProfile& profile = *priced;
-    // Only the fits the plan's strategy prices (new-user pass nu13, NU66); all that can price a
+    // Only the fits the plan's strategy prices; all that can price a
     // group of the run when the strategy cannot be priced again.
     CollectiveProbeOptions o = options;
     if (!o.only) o.only = fits_priced_by(plan, profile);
     report.probed_plan_fits_only = o.only.has_value();
-    // New-user passes nu14, NU82 and NU91: a run on more cores than the profile calibrated (16
+    // A run on more cores than the profile calibrated (16
     // against fits up to 8) was judged with no word that its collectives were extrapolated.
     std::set<std::string> ops;
     if (o.only) {
@@ -447,7 +447,7 @@ nlohmann::json EstimateReport::to_json() const {
             {"unmodelled_what", m.unmodelled_what},
             {"host_cpus", m.host_cpus},
             {"load_average", m.load_average}}},
-          // Regression (new-user pass nu10, NU19): a TPU estimate, not judged on this host, had a
+          // Regression: a TPU estimate, not judged on this host, had a
           // ratio and a false verdict; both are null when the step is not comparable.
           {"step_ratio", step_comparable ? nlohmann::json(step_ratio) : nlohmann::json(nullptr)},
           {"step_within_25_percent",
@@ -457,7 +457,7 @@ nlohmann::json EstimateReport::to_json() const {
            step_comparable ? nlohmann::json(nullptr) : nlohmann::json(step_not_judged_reason)},
           {"estimated_hbm_bytes_per_core", estimated_hbm},
           {"comparable_hbm_bytes_per_core", comparable_hbm},
-          // As the step row's: null ratio and verdict when not judged (new-user pass nu15, NU99).
+          // As the step row's: null ratio and verdict when not judged.
           {"hbm_ratio", hbm_comparable ? nlohmann::json(hbm_ratio) : nlohmann::json(nullptr)},
           {"hbm_within_25_percent",
            hbm_comparable ? nlohmann::json(hbm_within) : nlohmann::json(nullptr)},

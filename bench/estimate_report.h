@@ -22,8 +22,7 @@
 //   pinning    the run's thread pinning (MeasuredRun::thread_pinning) against the profile's record
 //              for the same group size (HardwareProfile::thread_pinning; thread_pinning_mismatch):
 //              not judged, but a warning line and JSON thread_pinning.differs when one is pinned
-//              and the other not, since pinning alone changes a 2-core hand-off about 3.5x
-//              (new-user pass nu13, NU72).
+//              and the other not, since pinning alone changes a 2-core hand-off about 3.5x.
 #pragma once
 
 #include <array>
@@ -41,9 +40,6 @@
 #include "vtpu/runtime/thread_pinning.h"
 
 namespace vtpu {
-
-
-
 
 /// Process CPU time per step, measured on core 0 at the end of every step. Only one thread may
 /// call tick() (core 0's); read the results after the run. Thread-compatible.
@@ -79,8 +75,8 @@ class StepMeter {
   /// process kept busy, at most the host's) times median_wall_seconds() (the same ticks). So
   /// CPU / min(cores, host CPUs) cannot exceed the median wall step when cores >= host CPUs.
   /// (The median of CPU time / steps per window followed each window's mean step: on a loaded
-  /// host with a few long steps it came out up to 2.2x the median wall step; new-user pass nu11,
-  /// NU37.) 0 with fewer than 2 readings or no wall time between them.
+  /// host with a few long steps it came out up to 2.2x the median wall step.) 0 with fewer than 2
+  /// readings or no wall time between them.
   double median_cpu_seconds() const;
   /// Median over the intervals between consecutive ticks (seconds; 0 with fewer than 2 ticks).
   double median_wall_seconds() const;
@@ -153,8 +149,8 @@ struct EstimateReport {
   /// What the reader must know to read the step row, each printed as "  warning: ..." after the
   /// table and in JSON "warnings" ([] when none): no_calibrated_collectives_warning
   /// (bench/calibration.h) when the estimate's host profile has no calibrated collectives,
-  /// so that every hand-off was priced at the links' latency (new-user pass nu13, NU76: `vtpu
-  /// plan` warned, the trainer's report, 3.6x off for that reason, did not).
+  /// so that every hand-off was priced at the links' latency (a report 3.6x off for
+  /// that reason must say so).
   std::vector<std::string> warnings;
   /// The collective probe after the run (add_collective_probe; bench/latency_probe.h): the
   /// profile's collectives re-measured at one size, and the estimate with their shifts. Empty /
@@ -170,7 +166,7 @@ struct EstimateReport {
   bool probe_judged = true;
   std::string probe_error;  // why the probe failed ("" when it ran or was not due)
   /// The fits that price the run's groups but were not probed (probe_collectives' `skipped`:
-  /// more cores than the run had; adversarial pass adv15, ADV22), each printed as
+  /// more cores than the run had), each printed as
   /// "    collective probe: REASON" and listed in JSON probe.not_probed ({op, group_size,
   /// reason}).
   std::vector<SkippedCollectiveProbe> not_probed;
@@ -189,7 +185,7 @@ struct EstimateReport {
   /// Marks the step row not judged, saying `reason`: step_comparable and step_within false, and
   /// no collective probe (call it before add_collective_probe). For a run the estimate does not
   /// price, e.g. `train mlp --estimate-from PLAN --kernels pallas` against an estimate of the
-  /// Eigen kernels' rates (new-user pass nu12, NU52).
+  /// Eigen kernels' rates.
   void mark_step_not_judged(std::string reason);
   /// Marks the HBM row not judged, saying `reason`: hbm_comparable and hbm_within false.
   void mark_hbm_not_judged(std::string reason);
@@ -199,10 +195,10 @@ struct EstimateReport {
   nlohmann::json to_json() const;
 };
 
-/// New-user pass nu14, NU85: the planner prices one forward and backward pass per step
+/// The planner prices one forward and backward pass per step
 /// (`vtpu plan` has no micro-batches), so a run of `micro_batches` > 1 (K passes and K times the
 /// per-pass collectives per step) has its step row printed but not judged ("the estimate is for
-/// 1 micro-batch per step; this run used K"), and its HBM row too (new-user pass nu15, NU99: the
+/// 1 micro-batch per step; this run used K"), and its HBM row too (the
 /// gradient-accumulation buffer is not in the estimate, 1.41x on dp(x) over 8 cores: "the
 /// estimate is for 1 micro-batch per step; this run used K, whose gradient-accumulation buffer
 /// it does not price"). Nothing changes for K <= 1.

@@ -14,14 +14,14 @@
 #include <random>
 #include <tuple>
 
+#include "vtpu/bench/calibration.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/host.h"
 #include "vtpu/common/median.h"
 #include "vtpu/common/units.h"
-#include "vtpu/bench/calibration.h"
-#include "vtpu/train/nn_kernels.h"
 #include "vtpu/runtime/pallas_kernels.h"
 #include "vtpu/runtime/runtime.h"
+#include "vtpu/train/nn_kernels.h"
 
 namespace vtpu {
 

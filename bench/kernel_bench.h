@@ -109,8 +109,8 @@ std::vector<CopySweepPoint> measure_copy_sweep(uint64_t first_working_set_bytes,
 /// {0, 0} (no level between the L2 and memory) when the sweep has fewer than 2 points, the run is
 /// empty or reaches the last point (no edge before memory), or its bandwidth is under
 /// kLastLevelCacheOverMemory x the last point's. Pure.
-/// Why the first point and not memory's: this VM's 256 MiB copy measured 6.2e9 B/s at 08:50 and
-/// 1.4e10 B/s at 09:05 UTC on 2026-12-02, while the L3's edge stayed between 16 and 32 MiB
+/// Why the first point and not memory's: this VM's 256 MiB copy measured 6.2e9 B/s and
+/// 1.4e10 B/s a quarter of an hour apart, while the L3's edge stayed between 16 and 32 MiB
 /// (4.3e10 and 3.6e10 B/s at 16 MiB, 2.2e10 at 32 MiB both times, 4.6e10 and 5.4e10 at 2 MiB).
 CopySweepPoint last_level_cache_from_sweep(const std::vector<CopySweepPoint>& sweep);
 /// See last_level_cache_from_sweep.

@@ -4,12 +4,13 @@
 #include <map>
 #include <string>
 
-#include "vtpu/common/error.h"
 #include "vtpu/bench/calibration.h"
 #include "vtpu/bench/collective_bench.h"
 #include "vtpu/planner/trainer_plans.h"
+#include "vtpu/common/error.h"
 #include "vtpu/planner/auto_planner.h"
 #include "vtpu/planner/cost_model.h"
+#include "vtpu/planner/plan_file.h"
 
 namespace vtpu {
 
@@ -33,14 +34,14 @@ std::vector<CollectiveProbe> probe_collectives(const HardwareProfile& profile, i
   for (const auto& [op, fits] : profile.collectives) {
     // The fits that can price a group of the run: every size up to max_cores, and the one the
     // cost model picks for a group of max_cores (the nearest in log n: a 3-core group is priced
-    // with a 4-core fit, a 6- or 7-core one with an 8-core fit; new-user pass nu11, NU30).
+    // with a 4-core fit, a 6- or 7-core one with an 8-core fit).
     const CollectiveFit* largest = max_cores >= 2 ? cost.calibrated_fit(op, max_cores) : nullptr;
     const int cap = std::max(max_cores, largest != nullptr ? largest->group_size : 0);
     for (const CollectiveFit& fit : fits) {
       if (fit.group_size < 2 || fit.group_size > cap) continue;
       if (options.only && !options.only->contains({op, fit.group_size})) continue;
       const std::string fit_name = op + " " + std::to_string(fit.group_size) + "-core fit";
-      // Adversarial pass adv15, ADV22: never more virtual cores than the run had.
+      // Never more virtual cores than the run had: the probe would time an oversubscribed host.
       if (fit.group_size > max_cores) {
         if (skipped != nullptr) {
           skipped->push_back(
@@ -114,7 +115,7 @@ HardwareProfile shift_collectives(const HardwareProfile& profile,
 namespace {
 // The planner's constraints that price the plan as it runs: the trainer's (plan_constraints, as
 // `vtpu plan --emit` planned it), with each layer the plan file lists pinned to its sharding
-// there. Regression (2026-12-02, a recalibrated this_machine): pricing without constraints let
+// there. Regression (a recalibrated profile): pricing without constraints let
 // the search give tp(x) on 8 cores replicated layers and no collective (79.5 us against the
 // plan's 87.1 us with column, row and the final all-reduce), so no fit moved it and the probe
 // never ran.

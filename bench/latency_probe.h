@@ -53,8 +53,8 @@ struct CollectiveProbe {
 /// A probe that measured more than this many times the profile's time says the host is busy (other
 /// work, not a different hand-off speed: this VM's slow hand-off is about 3.3x): the estimate
 /// with such probes is printed but not judged, or a busy host's whole slowdown would be absorbed
-/// into the estimate and called "within 25%" (new-user pass nu11, NU38: a run at 5942x the
-/// profile's estimate judged 0.81x).
+/// into the estimate and called "within 25%" (a run at 5942x the
+/// profile's estimate was judged 0.81x).
 inline constexpr double kBusyHostProbeRatio = 10.0;
 
 /// The largest measured_seconds / profile_seconds over `probes` (those with a profile time > 0);
@@ -98,7 +98,7 @@ struct SkippedCollectiveProbe {
 /// TPU profile, an uncalibrated one, max_cores < 2). A fit above max_cores that prices a group
 /// of the run (options.only's, or without it the one CostModel::calibrated_fit picks for a group
 /// of max_cores: a 3-core run's groups are priced with a 4-core fit) is not probed: the probe
-/// never starts more virtual cores than the run had (adversarial pass adv15, ADV22: an 8-core
+/// never starts more virtual cores than the run had (an 8-core
 /// run whose profile had only a 1024-core all-reduce fit started a 1024-core probe, 47 s and
 /// 922 MB on this 2-CPU host). Each such fit is appended to `*skipped` (when not null) with the
 /// reason. Runs benchmarks on fresh virtual cores (not thread-safe with other work timing the
@@ -115,7 +115,7 @@ std::vector<CollectiveProbe> probe_collectives(
 HardwareProfile shift_collectives(const HardwareProfile& profile,
                                   const std::vector<CollectiveProbe>& probes);
 
-/// The fits of `profile` that price the plan's strategy (new-user pass nu13, NU66: a dp(x) plan
+/// The fits of `profile` that price the plan's strategy (a dp(x) plan
 /// on 8 cores, which runs only 8-core all-reduces, was probed on all four ops on 2, 4 and 8
 /// cores): a fit counts when moving it alone (every measured point and alpha + 1 ms, as
 /// shift_collectives moves a probed fit) changes the step time of the plan's strategy priced by

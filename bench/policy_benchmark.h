@@ -31,9 +31,9 @@
 
 #include "vtpu/common/latency_summary.h"
 #include "vtpu/common/units.h"
-#include "vtpu/stress/alloc_workload.h"
 #include "vtpu/memory/allocator_policy.h"
 #include "vtpu/memory/trace.h"
+#include "vtpu/stress/alloc_workload.h"
 
 namespace vtpu {
 
