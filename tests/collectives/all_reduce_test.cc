@@ -225,7 +225,7 @@ TEST(AllReduceTest, TimeoutNamesTheCoreThatDidNotArrive) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("all_reduce(sum) f32[10] at sequence 0"), std::string::npos) << msg;
     EXPECT_NE(msg.find("have not reached sequence 0: {2}"), std::string::npos) << msg;
-    // New-user pass nu13, NU74: it named --config to commands that took none.
+    // Regression: the hint once named --config to commands that take none.
     EXPECT_NE(msg.find("(the timeout is VTPU_COLLECTIVE_TIMEOUT_MS in every command, or "
                        "collective_timeout_ms of --config in vtpu train, reshard and bench "
                        "collectives, which wins; else 30 s x max(1, cores / CPUs);"),

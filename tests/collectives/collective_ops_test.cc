@@ -27,7 +27,7 @@
 namespace vtpu {
 
 // The algorithm's name in the CTest name of AllReduceAlgorithmTest, not "1-byte object <06>"
-// (gtest prints an enum class without PrintTo as its bytes; new-user pass nu12, NU58). In vtpu,
+// (gtest prints an enum class without PrintTo as its bytes). In vtpu,
 // Algorithm's namespace, where gtest looks it up.
 void PrintTo(Algorithm a, std::ostream* os) { *os << algorithm_name(a); }
 
@@ -660,7 +660,7 @@ TEST_F(CollectivesTest, SelectionAndOptions) {
   EXPECT_EQ(comm.select_algorithm(8), Algorithm::kRecursiveDoubling);
   EXPECT_EQ(comm.select_algorithm(Communicator::kSmallMessageBytes), Algorithm::kRecursiveDoubling);
   EXPECT_EQ(comm.select_algorithm(Communicator::kSmallMessageBytes + 1), Algorithm::kDirect);
-  // adv12 ADV4: the bytes each rank receives, (N - 1) x bytes, bound recursive doubling too.
+  // The bytes each rank receives, (N - 1) x bytes, bound recursive doubling too.
   // 64 cores: 63 x 512 B = 31.5 KiB <= 56 KiB, recursive doubling; 63 x 1 KiB = 63 KiB, direct.
   EXPECT_TRUE(Communicator::recursive_doubling_is_small(64, 512));
   EXPECT_FALSE(Communicator::recursive_doubling_is_small(64, 1024));
