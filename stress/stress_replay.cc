@@ -9,6 +9,7 @@
 
 #include "vtpu/common/error.h"
 #include "vtpu/memory/memory_stats.h"
+#include "vtpu/stress/latency_summary.h"
 
 namespace vtpu {
 namespace {

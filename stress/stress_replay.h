@@ -52,7 +52,6 @@
 #include <utility>
 #include <vector>
 
-#include "vtpu/bench/policy_benchmark.h"
 #include "vtpu/common/units.h"
 #include "vtpu/memory/hbm_arena.h"
 #include "vtpu/memory/heap_planner.h"
