@@ -274,24 +274,4 @@ void direct_all_reduce(const AlgorithmContext& ac, const T* send, T* recv, uint6
   ac.barrier();  // no peer touches our buffers after this
 }
 
-/// Reduce to `root` by direct access: rank r folds chunk r of every input into root's `recv`
-/// (recv is read only on the root). Needs ac.direct_access_supported(). On the root, `send` and
-/// `recv` may alias exactly.
-template <typename T>
-void direct_reduce(const AlgorithmContext& ac, const T* send, T* recv, uint64_t count, int root) {
-  const int n = ac.nranks;
-  {
-    DirectAccessScope scope(ac);
-    const std::vector<DirectBuffers> peers = ac.exchange_direct_buffers(send, recv);
-    const BlockRange mine = Pieces{direct_chunk_elements<T>(count, n), count}[ac.rank];
-    std::vector<const T*> in(static_cast<size_t>(n));
-    for (size_t q = 0; q < peers.size(); ++q) {
-      in[q] = reinterpret_cast<const T*>(peers[q].send) + mine.offset;
-    }
-    T* out = reinterpret_cast<T*>(peers[static_cast<size_t>(root)].recv) + mine.offset;
-    fold_in_rank_order(out, in.data(), n, mine.length, ac.fp.reduce_op);
-  }
-  ac.barrier();
-}
-
 }  // namespace vtpu

@@ -5,7 +5,14 @@
 #include <thread>
 
 #include "vtpu/collectives/algorithm_context.h"
+#include "vtpu/collectives/all_gather.h"
 #include "vtpu/collectives/all_reduce_algorithms.h"
+#include "vtpu/collectives/all_to_all.h"
+#include "vtpu/collectives/block_exchange.h"
+#include "vtpu/collectives/broadcast.h"
+#include "vtpu/collectives/collective_permute.h"
+#include "vtpu/collectives/reduce.h"
+#include "vtpu/collectives/reduce_scatter.h"
 #include "vtpu/collectives/ring_all_reduce.h"
 #include "vtpu/collectives/ring_primitives.h"
 
@@ -19,13 +26,6 @@ uint64_t product(std::span<const int64_t> dims, size_t begin, size_t end) {
   uint64_t p = 1;
   for (size_t i = begin; i < end; ++i) p *= static_cast<uint64_t>(dims[i]);
   return p;
-}
-
-bool overlaps(const void* a, uint64_t a_bytes, const void* b, uint64_t b_bytes) {
-  if (a_bytes == 0 || b_bytes == 0) return false;
-  const auto* x = static_cast<const std::byte*>(a);
-  const auto* y = static_cast<const std::byte*>(b);
-  return x < y + b_bytes && y < x + a_bytes;
 }
 
 std::string elems(uint64_t bytes, uint64_t elem) {
@@ -56,24 +56,6 @@ uint64_t hash_pairs(std::span<const PermutePair> pairs) {
   return h;
 }
 
-/// Copies `outer` runs of `inner` bytes from block-major [parts][outer][inner] into
-/// [outer][parts][inner] (or back when `to_block_major`).
-void transpose_blocks(const std::byte* src, std::byte* dst, uint64_t parts, uint64_t outer,
-                      uint64_t inner_bytes, bool to_block_major) {
-  for (uint64_t q = 0; q < parts; ++q) {
-    for (uint64_t o = 0; o < outer; ++o) {
-      const uint64_t block_major = (q * outer + o) * inner_bytes;
-      const uint64_t interleaved = (o * parts + q) * inner_bytes;
-      if (inner_bytes == 0) continue;
-      if (to_block_major) {
-        std::memcpy(dst + block_major, src + interleaved, inner_bytes);
-      } else {
-        std::memcpy(dst + interleaved, src + block_major, inner_bytes);
-      }
-    }
-  }
-}
-
 /// Checks an op whose input and output have the same shape: both buffers hold the shape's
 /// elements, and they are the same buffer (in place) or disjoint.
 void check_same_shape_buffers(const char* op, std::span<const std::byte> send,
@@ -81,7 +63,8 @@ void check_same_shape_buffers(const char* op, std::span<const std::byte> send,
                               const Shape& s) {
   check_size(op, "send", send.size(), count, elem, s.to_string());
   check_size(op, "recv", recv.size(), count, elem, s.to_string());
-  if (send.data() != recv.data() && overlaps(send.data(), send.size(), recv.data(), recv.size())) {
+  if (send.data() != recv.data() &&
+      bytes_overlap(send.data(), send.size(), recv.data(), recv.size())) {
     throw InvalidArgumentError(std::string(op) +
                                " send and recv buffers partially overlap (expected the same "
                                "buffer for in place, or disjoint buffers)");
@@ -96,21 +79,6 @@ Fingerprint make_fingerprint(CollectiveKind kind, DataType dtype, const Shape& s
   fp.set_shape(s);
   fp.algorithm = algorithm;
   return fp;
-}
-
-/// Pairwise exchange (N-1 steps, step k: send to rank+k, receive from rank-k): block q of
-/// `out_blocks` goes to rank q, and rank q's block for us lands in block q of `in_blocks`; our
-/// own block is copied.
-void exchange_blocks(const AlgorithmContext& ac, const std::byte* out_blocks, std::byte* in_blocks,
-                     uint64_t block_bytes) {
-  const uint64_t me = static_cast<uint64_t>(ac.rank);
-  if (block_bytes)
-    std::memcpy(in_blocks + me * block_bytes, out_blocks + me * block_bytes, block_bytes);
-  for (int k = 1; k < ac.nranks; ++k) {
-    const int to = ac.mod(ac.rank + k), from = ac.mod(ac.rank - k);
-    ac.sendrecv(to, out_blocks + static_cast<uint64_t>(to) * block_bytes, block_bytes, from,
-                in_blocks + static_cast<uint64_t>(from) * block_bytes, block_bytes);
-  }
 }
 
 /// Validation shared by the rooted operations (broadcast, reduce): the root is a rank, the
@@ -128,7 +96,7 @@ void check_rooted(const char* op, int root, int n, bool is_root, bool send_neede
     check_size(op, "recv", recv.size(), count, elem, s.to_string());
   }
   if (is_root && send.data() != recv.data() &&
-      overlaps(send.data(), send.size(), recv.data(), recv.size())) {
+      bytes_overlap(send.data(), send.size(), recv.data(), recv.size())) {
     throw InvalidArgumentError(std::string(op) + " send and recv buffers partially overlap");
   }
 }
@@ -471,16 +439,14 @@ void Communicator::run(CoreContext& ctx, Fingerprint fp, uint64_t input_bytes, c
 //   2  256 KiB   39.6      7950
 //   4  64 KiB    48.6    >11000
 //
-// and compare.sh's tables in the README for 64 KiB-32 MiB.
+// and bench/collectives/compare.sh's tables in bench/RESULTS.md for 64 KiB-32 MiB.
 //
 // The bound is on the bytes each rank moves, (N-1) S, as well as on S: recursive doubling here is
 // a Bruck all-gather of every rank's raw input and a fold in rank order (bitwise the same on every
 // rank), so each rank receives (N-1) S and holds N S of scratch. kSmallMessageGroupBytes is what
-// the largest measured win moved (8 cores at 8 KiB: 7 x 8 KiB). Regression (adversarial pass
-// adv12, ADV4): with S alone deciding, `vtpu train mlp --cores 1024 --hidden 7` all-reduced 2144 B
-// by recursive doubling, 2.2 GB moved over the group, and timed out after 30 s, while the larger
-// default model (19 KiB, kDirect) finished in 29 s; at 512 cores the 2 KiB all-reduce took 7x the
-// 19 KiB one.
+// the largest measured win moved (8 cores at 8 KiB: 7 x 8 KiB). With S alone deciding,
+// `vtpu train mlp --cores 1024 --hidden 7` all-reduced 2144 B by recursive doubling, moved 2.2 GB
+// over the group and timed out, while the larger default model (19 KiB, kDirect) finished.
 bool Communicator::recursive_doubling_is_small(int group_size, uint64_t bytes) {
   return group_size > 1 && bytes <= kSmallMessageBytes &&
          static_cast<uint64_t>(group_size - 1) * bytes <= kSmallMessageGroupBytes;
@@ -631,7 +597,7 @@ void Communicator::all_gather_bytes(CoreContext& ctx, DataType dtype,
   const int my_rank = rank_of(ctx.core_id());
   const bool nccl_in_place =
       outer == 1 && send.data() == recv.data() + static_cast<uint64_t>(my_rank) * block_bytes;
-  if (!nccl_in_place && overlaps(send.data(), send.size(), recv.data(), recv.size())) {
+  if (!nccl_in_place && bytes_overlap(send.data(), send.size(), recv.data(), recv.size())) {
     throw InvalidArgumentError(
         "all_gather send and recv buffers overlap (expected disjoint buffers, or NCCL's in place "
         "form: send == recv + rank * send bytes with gathering on a leading axis)");
@@ -643,44 +609,9 @@ void Communicator::all_gather_bytes(CoreContext& ctx, DataType dtype,
   fp.tiled = tiled;
   run(ctx, fp, block_bytes, [&](const AlgorithmContext& ac) {
     if (ac.fp.algorithm == Algorithm::kDirect) {
-      // Direct (in process): every rank pulls each peer's block straight into its own recv, in
-      // the output layout (segment o of block q at (o * N + q) * seg), then a barrier keeps every
-      // send buffer alive until no peer reads it. N S bytes read and written per rank, no slots.
-      {
-        DirectAccessScope scope(ac);
-        const std::vector<DirectBuffers> peers =
-            ac.exchange_direct_buffers(send.data(), recv.data());
-        const uint64_t seg = outer ? block_bytes / outer : 0;  // outer 0: an empty array
-        for (int q = 0; q < ac.nranks; ++q) {
-          for (uint64_t o = 0; o < outer; ++o) {
-            const std::byte* src = peers[static_cast<size_t>(q)].send + o * seg;
-            std::byte* dst = recv.data() + (o * static_cast<uint64_t>(ac.nranks) + q) * seg;
-            if (dst != src && seg) std::memcpy(dst, src, seg);  // in place: own block stays
-          }
-        }
-      }
-      ac.barrier();
-      return;
-    }
-    // Gather rank-major blocks: straight into recv when the layout allows, else into scratch.
-    std::vector<std::byte> scratch;
-    std::byte* buf = recv.data();
-    if (outer > 1) {
-      scratch.resize(recv.size());
-      buf = scratch.data();
-    }
-    std::byte* mine = buf + static_cast<uint64_t>(ac.rank) * block_bytes;
-    if (mine != send.data() && block_bytes) std::memcpy(mine, send.data(), block_bytes);
-    // Ring: at step k rank r forwards block r-k and receives block r-k-1.
-    for (int k = 0; k < ac.nranks - 1; ++k) {
-      const int out_block = ac.mod(ac.rank - k), in_block = ac.mod(ac.rank - k - 1);
-      ac.sendrecv(ac.mod(ac.rank + 1), buf + static_cast<uint64_t>(out_block) * block_bytes,
-                  block_bytes, ac.mod(ac.rank - 1),
-                  buf + static_cast<uint64_t>(in_block) * block_bytes, block_bytes);
-    }
-    if (outer > 1) {
-      transpose_blocks(buf, recv.data(), static_cast<uint64_t>(ac.nranks), outer,
-                       block_bytes / outer, /*to_block_major=*/false);
+      direct_all_gather(ac, send, recv, outer);
+    } else {
+      ring_all_gather(ac, send, recv, outer);
     }
   });
 }
@@ -737,61 +668,11 @@ void Communicator::reduce_scatter_bytes(CoreContext& ctx, DataType dtype,
   fp.axis = scatter_dimension;
   fp.tiled = tiled;
   run(ctx, fp, count * elem, [&](const AlgorithmContext& ac) {
-    const uint64_t block_bytes = block * elem;
     if (ac.fp.algorithm == Algorithm::kDirect) {
-      // Direct (in process; the first shot of the direct all_reduce): rank r reads block r of
-      // every peer's input in place and folds them in rank order into its recv. NCCL's in-place
-      // form (recv == send + rank * recv bytes, scatter on a leading axis) is safe: each element
-      // is read before it is written, and peers read only their own blocks. Any other overlap
-      // is folded into a staging buffer and copied after the barrier, when no peer reads send.
-      const bool in_place =
-          outer == 1 && recv.data() == send.data() + static_cast<uint64_t>(ac.rank) * block_bytes;
-      const bool staged = !in_place && overlaps(send.data(), send.size(), recv.data(), recv.size());
-      std::vector<std::byte> stage(staged ? recv.size() : 0);
-      std::byte* out = staged ? stage.data() : recv.data();
-      {
-        DirectAccessScope scope(ac);
-        const std::vector<DirectBuffers> peers =
-            ac.exchange_direct_buffers(send.data(), recv.data());
-        visit_data_type(dtype, [&](auto tag) {
-          using T = typename decltype(tag)::type;
-          const uint64_t seg = outer ? block / outer : 0;  // elements of one piece of a block
-          std::vector<const T*> in(static_cast<size_t>(ac.nranks));
-          for (uint64_t o = 0; o < outer; ++o) {
-            for (int q = 0; q < ac.nranks; ++q) {
-              in[static_cast<size_t>(q)] =
-                  reinterpret_cast<const T*>(peers[static_cast<size_t>(q)].send) +
-                  (o * static_cast<uint64_t>(ac.nranks) + static_cast<uint64_t>(ac.rank)) * seg;
-            }
-            fold_in_rank_order(reinterpret_cast<T*>(out) + o * seg, in.data(), ac.nranks, seg, op);
-          }
-        });
-      }
-      ac.barrier();  // no peer reads our send after this
-      if (staged && !recv.empty()) std::memcpy(recv.data(), stage.data(), recv.size());
-      return;
+      direct_reduce_scatter(ac, dtype, op, send, recv, outer);
+    } else {
+      pairwise_reduce_scatter(ac, dtype, op, send, recv, outer);
     }
-    // Blocks in rank order, contiguous: the input itself when the scatter dimension leads.
-    std::vector<std::byte> packed;
-    const std::byte* blocks = send.data();
-    if (outer > 1) {
-      packed.resize(send.size());
-      transpose_blocks(send.data(), packed.data(), static_cast<uint64_t>(ac.nranks), outer,
-                       block_bytes / outer, /*to_block_major=*/true);
-      blocks = packed.data();
-    }
-    // Every rank sends block q raw to rank q (pairwise, N-1 steps), then folds in rank order.
-    std::vector<std::byte> raw(block_bytes * static_cast<uint64_t>(ac.nranks));
-    exchange_blocks(ac, blocks, raw.data(), block_bytes);
-    visit_data_type(dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      std::vector<const T*> by_rank(static_cast<size_t>(ac.nranks));
-      for (int q = 0; q < ac.nranks; ++q) {
-        by_rank[static_cast<size_t>(q)] =
-            reinterpret_cast<const T*>(raw.data() + static_cast<uint64_t>(q) * block_bytes);
-      }
-      fold_in_rank_order(reinterpret_cast<T*>(recv.data()), by_rank.data(), ac.nranks, block, op);
-    });
   });
 }
 
@@ -840,14 +721,7 @@ void Communicator::all_to_all_bytes(CoreContext& ctx, DataType dtype,
   fp.axis = split_axis;
   fp.concat_axis = concat_axis;
   run(ctx, fp, count * elem, [&](const AlgorithmContext& ac) {
-    const uint64_t nr = static_cast<uint64_t>(ac.nranks);
-    const uint64_t block_bytes = count * elem / nr;
-    std::vector<std::byte> out_blocks(send.size()), in_blocks(send.size());
-    transpose_blocks(send.data(), out_blocks.data(), nr, outer_split,
-                     outer_split ? block_bytes / outer_split : 0, /*to_block_major=*/true);
-    exchange_blocks(ac, out_blocks.data(), in_blocks.data(), block_bytes);
-    transpose_blocks(in_blocks.data(), recv.data(), nr, outer_concat,
-                     outer_concat ? block_bytes / outer_concat : 0, /*to_block_major=*/false);
+    pairwise_all_to_all(ac, send, recv, outer_split, outer_concat);
   });
 }
 
@@ -889,23 +763,8 @@ void Communicator::collective_permute_bytes(CoreContext& ctx, DataType dtype,
   fp.pairs_hash = hash_pairs(pairs);
   const bool ring_check = options_.desync_check;
   run(ctx, fp, count * elem, [&](const AlgorithmContext& ac) {
-    const int to = dst_of[static_cast<size_t>(ac.rank)];
-    const int from = src_of[static_cast<size_t>(ac.rank)];
-    const uint64_t bytes = count * elem;
-    // Which links carry data depends on the pairs, so cores that disagree on them may never meet
-    // (e.g. one core's 0->1->2->0 against the others' 0->2->1->0: core 1 completed and cores 0
-    // and 2 timed out). One empty message round the ring first: if any two cores' fingerprints
-    // (pairs hash included) differ, two ring neighbours differ, and the receiver fails at once.
-    // Links are FIFO, so the check message is read before any data on the same link.
-    if (ring_check && ac.nranks > 1) {
-      ac.sendrecv(ac.mod(ac.rank + 1), nullptr, 0, ac.mod(ac.rank - 1), nullptr, 0);
-    }
-    if (to == ac.rank) {  // a pair (r, r): keep the input
-      if (send.data() != recv.data() && bytes) std::memcpy(recv.data(), send.data(), bytes);
-    } else if (to >= 0 || from >= 0) {
-      ac.sendrecv(to, send.data(), to >= 0 ? bytes : 0, from, recv.data(), from >= 0 ? bytes : 0);
-    }
-    if (from < 0 && bytes) std::memset(recv.data(), 0, bytes);  // receives nothing: zeros
+    permute(ac, send, recv, dst_of[static_cast<size_t>(ac.rank)],
+            src_of[static_cast<size_t>(ac.rank)], ring_check);
   });
 }
 
@@ -923,34 +782,8 @@ void Communicator::broadcast_bytes(CoreContext& ctx, DataType dtype,
   Fingerprint fp = make_fingerprint(CollectiveKind::kBroadcast, dtype, s,
                                     n == 1 ? Algorithm::kLocal : Algorithm::kChain);
   fp.root = root;
-  run(ctx, fp, count * elem, [&](const AlgorithmContext& ac) {
-    const uint64_t bytes = count * elem;
-    const int pos = ac.mod(ac.rank - root);  // position along the chain root, root+1, ...
-    if (pos == 0 && send.data() != recv.data() && bytes) {
-      std::memcpy(recv.data(), send.data(), bytes);
-    }
-    if (ac.nranks == 1) return;
-    Primitives<uint8_t> prims = ac.prims<uint8_t>(pos == 0 ? -1 : ac.mod(ac.rank - 1),
-                                                  pos == ac.nranks - 1 ? -1 : ac.mod(ac.rank + 1));
-    const Pieces pieces{prims.slot_elements(), bytes};
-    auto* data = reinterpret_cast<uint8_t*>(recv.data());
-    for (uint64_t t = 0; t < pieces.size(); ++t) {
-      const uint64_t off = pieces[t].offset, len = pieces[t].length;
-      if (pos == 0) {
-        prims.send(data + off, len);
-      } else if (pos < ac.nranks - 1) {
-        prims.recv_copy_send(data + off, len);
-      } else {
-        prims.recv(data + off, len);
-      }
-    }
-    // The last rank acknowledges to the root with an empty message, so that the root, which
-    // otherwise receives nothing, checks a fingerprint too (a root mismatch fails on every core)
-    // and returns only once the data has arrived everywhere. Cost: one message of latency.
-    const int last = ac.mod(root - 1);
-    if (pos == ac.nranks - 1) ac.sendrecv(root, nullptr, 0, -1, nullptr, 0);
-    if (pos == 0) ac.sendrecv(-1, nullptr, 0, last, nullptr, 0);
-  });
+  run(ctx, fp, count * elem,
+      [&](const AlgorithmContext& ac) { chain_broadcast(ac, send, recv, root); });
 }
 
 void Communicator::reduce_bytes(CoreContext& ctx, DataType dtype, std::span<const std::byte> send,
@@ -977,40 +810,8 @@ void Communicator::reduce_bytes(CoreContext& ctx, DataType dtype, std::span<cons
       T* y = reinterpret_cast<T*>(recv.data());
       if (ac.fp.algorithm == Algorithm::kDirect) {
         direct_reduce<T>(ac, x, y, count, root);
-        return;
-      }
-      const int nr = ac.nranks, r = ac.rank, last = nr - 1;
-      // The bidirectional chain: partials up 0 -> N-1 (rank-order fold), the result back down
-      // N-1 -> ... -> root. Ranks between root and N-1 forward the result without keeping it.
-      Primitives<T> up =
-          ac.prims<T>(r == 0 ? -1 : r - 1, r < last ? r + 1 : (root == last ? -1 : last - 1));
-      const bool in_down = r >= root && r < last;
-      Primitives<T> down = ac.prims<T>(in_down ? r + 1 : -1, in_down && r > root ? r - 1 : -1);
-      const Pieces pieces{up.slot_elements(), count};
-      const uint64_t num_pieces = pieces.size();
-      const uint64_t lag = 2 * static_cast<uint64_t>(last - r);
-      std::vector<T> through(in_down && r > root ? pieces.piece : 0);
-      for (uint64_t t = 0; t < num_pieces + (in_down ? lag : 0); ++t) {
-        if (t < num_pieces) {
-          const uint64_t off = pieces[t].offset, len = pieces[t].length;
-          if (r == 0) {
-            up.send(x + off, len);
-          } else if (r < last) {
-            up.recv_reduce_send(x + off, len);
-          } else if (root == last) {
-            up.recv_reduce_copy(x + off, y + off, len);
-          } else {
-            up.recv_reduce_send(x + off, len);  // turn round: the result goes down
-          }
-        }
-        if (in_down && t >= lag) {
-          const uint64_t off = pieces[t - lag].offset, len = pieces[t - lag].length;
-          if (r == root) {
-            down.recv(y + off, len);
-          } else {
-            down.recv_copy_send(through.data(), len);
-          }
-        }
+      } else {
+        chain_reduce<T>(ac, x, y, count, root);
       }
     });
   });

@@ -1,7 +1,7 @@
 // A Communicator is a replica group of cores that run collectives together, with the semantics of
 // JAX's lax collectives (psum, all_gather, psum_scatter, all_to_all, ppermute) plus NCCL's
 // broadcast, reduce and a barrier. It owns a table of links between its ranks and a sequence
-// number per collective. Differences from JAX are listed in the README ("Collectives").
+// number per collective. Differences from JAX are listed in docs/COLLECTIVES.md.
 #pragma once
 
 #include <atomic>

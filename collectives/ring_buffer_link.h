@@ -20,8 +20,7 @@
 //      CPUs (a peer may then be waiting for this CPU). With no more cores than CPUs a yield would
 //      only hand the CPU to another program, and under Linux's EEVDF scheduler a CPU-bound
 //      program then keeps it for its slice: beside two `yes` loops, `vtpu train mlp --cores 2`
-//      took 4.3 ms per step with the yields and 0.013 ms without (2026-12-02, new-user pass
-//      nu13, NU64);
+//      took 4.3 ms per step with the yields and 0.013 ms without;
 //   3. sleep: a futex wait on a per-direction word, with the caller's deadline.
 // The waker pays for a FUTEX_WAKE only when the waiter has announced that it sleeps: a Dekker
 // handshake of two seq_cst stores (tail_ or head_ by the waker, the sleeping flag by the waiter)

@@ -30,7 +30,7 @@ enum class CollectiveKind : uint8_t {
   kBarrier,
 };
 
-/// How a collective moves data (README, "Collectives"; models in all_reduce_algorithms.h).
+/// How a collective moves data (docs/COLLECTIVES.md; each algorithm's model opens its header).
 /// kAuto lets the Communicator choose by message size and group size. Only all_reduce offers a
 /// choice; the other operations each have one algorithm and record it in their fingerprint.
 enum class Algorithm : uint8_t {

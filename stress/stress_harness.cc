@@ -18,14 +18,15 @@
 #include "vtpu/common/error.h"
 #include "vtpu/common/strings.h"
 #include "vtpu/memory/allocator_policy.h"
-#include "vtpu/stress/stress_replay.h"
 #include "vtpu/memory/trace.h"
 #include "vtpu/runtime/runtime.h"
+#include "vtpu/stress/core_replay_loop.h"
+#include "vtpu/stress/cross_core_frees.h"
+#include "vtpu/stress/stress_replay.h"
 
 namespace vtpu {
 namespace {
 
-constexpr uint64_t kProgressEvery = 4096;  // events between updates of the shared counter
 // Host memory estimate (estimate_stress_host_memory), per entry, bytes. A label longer than the
 // small-string buffer (15 characters, e.g. "layer12/act_grad") takes a 32-byte heap block.
 constexpr uint64_t kLabelHeapBytes = 32;
@@ -54,195 +55,6 @@ bool is_known_policy(const std::string& name) {
   if (name == "planned") return true;
   const auto& known = known_allocator_policies();
   return std::find(known.begin(), known.end(), name) != known.end();
-}
-
-// Cross-core frees with a bounded delay. Core c hands the free of one of its buffers to core
-// (c + 1) mod N through that core's inbox instead of doing it; the next core applies its inbox at
-// each of its event boundaries and whenever it waits. So that a late free cannot inflate the
-// owner's live bytes, the owner, before its event i, waits until every free it handed off at
-// events < i - max_lag has been applied (max_lag 0: before its next event, so the owner's arena
-// sees its stream's order exactly). To keep those waits from deadlocking, every wait of a core
-// drains its own inbox: the owner's wait above, the gate before each collective round (all N
-// cores arrive before any enters the all-reduce, so no core sits in a collective while another
-// waits on it) and the final gate. Waits block on a condition variable; one that sees no core
-// make progress for `timeout` throws DeadlineExceededError, and abort() (the Runtime's abort
-// handler, when a core threw) wakes every waiter with AbortedError.
-class CrossCoreFrees {
- public:
-  CrossCoreFrees(int cores, uint32_t max_lag, std::chrono::milliseconds timeout,
-                 std::vector<std::unique_ptr<CoreReplayer>>& replayers)
-      : n_(cores), max_lag_(max_lag), timeout_(timeout), replayers_(replayers) {
-    for (int c = 0; c < cores; ++c) boxes_.push_back(std::make_unique<Box>());
-  }
-
-  // Core `owner` hands the free of `slot` to the next core in place of its event `event`.
-  void hand_off(int owner, uint32_t slot, size_t event) {
-    Box& own = *boxes_[owner];
-    Box& next = *boxes_[(owner + 1) % n_];
-    {
-      std::lock_guard lock(next.mu);
-      next.inbox.emplace_back(owner, slot);
-      next.nonempty.store(true, std::memory_order_release);
-      if (next.waiting) next.cv.notify_one();
-    }
-    own.pending.emplace_back(event, ++own.handed);
-  }
-
-  // Core c before its event `event`: applies its inbox, then waits for its own hand-offs that
-  // are now more than max_lag events old.
-  void before_event(int c, size_t event) {
-    Box& me = *boxes_[c];
-    me.progress.store(event + 1, std::memory_order_relaxed);
-    drain(c);
-    uint64_t required = 0;
-    while (!me.pending.empty() && me.pending.front().first + max_lag_ < event) {
-      required = me.pending.front().second;
-      me.pending.pop_front();
-    }
-    if (required > 0 && me.applied.load(std::memory_order_acquire) < required) {
-      wait_draining(
-          c, [&] { return me.applied.load(std::memory_order_acquire) >= required; },
-          "the next core to apply its cross-core frees");
-    }
-  }
-
-  // Core c waits until every free it handed off has been applied.
-  void flush(int c) {
-    Box& me = *boxes_[c];
-    const uint64_t required = me.handed;
-    me.pending.clear();
-    wait_draining(
-        c, [&] { return me.applied.load(std::memory_order_acquire) >= required; },
-        "the next core to apply its last cross-core frees");
-  }
-
-  // Core c arrives at the next gate and returns once all cores have arrived at it.
-  void gate(int c) {
-    Box& me = *boxes_[c];
-    const uint64_t target = ++me.gates * static_cast<uint64_t>(n_);
-    if (arrivals_.fetch_add(1) + 1 == target) {
-      for (int d = 0; d < n_; ++d) ring(d);
-    }
-    wait_draining(
-        c, [&] { return arrivals_.load() >= target; }, "every core to reach the collective round");
-  }
-
-  // Wakes every waiter with AbortedError. Called from the Runtime's abort handler.
-  void abort() {
-    aborted_.store(true);
-    for (int d = 0; d < n_; ++d) ring(d);
-  }
-
- private:
-  struct alignas(64) Box {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::vector<std::pair<int, uint32_t>> inbox;  // GUARDED_BY(mu): (owner core, slot)
-    bool waiting = false;                         // GUARDED_BY(mu)
-    std::atomic<bool> nonempty{false};
-    std::atomic<uint64_t> applied{0};   // this core's hand-offs the next core has applied
-    std::atomic<uint64_t> progress{0};  // events this core has started (for the timeout)
-    // Only the core's own thread:
-    uint64_t handed = 0;                              // hand-offs so far
-    std::deque<std::pair<size_t, uint64_t>> pending;  // (event, `handed` after it), unapplied
-    uint64_t gates = 0;                               // gates passed
-  };
-
-  void ring(int d) {
-    Box& b = *boxes_[d];
-    std::lock_guard lock(b.mu);
-    if (b.waiting) b.cv.notify_one();
-  }
-
-  // Applies core c's inbox through the owners' replayers and tells the owners.
-  void drain(int c) {
-    Box& me = *boxes_[c];
-    if (!me.nonempty.load(std::memory_order_acquire)) return;
-    std::vector<std::pair<int, uint32_t>> items;
-    {
-      std::lock_guard lock(me.mu);
-      items.swap(me.inbox);
-      me.nonempty.store(false, std::memory_order_release);
-    }
-    for (const auto& [owner, slot] : items) {
-      replayers_[owner]->free_slot(slot);
-      boxes_[owner]->applied.fetch_add(1, std::memory_order_release);
-    }
-    // Wake the owners (in practice one: only core c - 1 hands frees to core c).
-    for (size_t k = 0; k < items.size(); ++k) {
-      if (k == 0 || items[k].first != items[k - 1].first) ring(items[k].first);
-    }
-  }
-
-  uint64_t total_progress() const {
-    uint64_t sum = arrivals_.load();
-    for (const auto& b : boxes_) {
-      sum += b->progress.load(std::memory_order_relaxed) + b->applied.load();
-    }
-    return sum;
-  }
-
-  // Waits until done() holds, applying core c's inbox meanwhile (and once more after done()).
-  template <typename Done>
-  void wait_draining(int c, Done done, const char* what) {
-    Box& me = *boxes_[c];
-    auto deadline = std::chrono::steady_clock::now() + timeout_;
-    uint64_t seen = total_progress();
-    for (;;) {
-      const bool finished = done();
-      drain(c);
-      if (finished) return;
-      if (aborted_.load())
-        throw AbortedError("core " + std::to_string(c) + " was waiting for " + what +
-                           " when another core failed");
-      std::unique_lock lock(me.mu);
-      me.waiting = true;
-      while (!done() && !aborted_.load() && me.inbox.empty()) {
-        if (me.cv.wait_until(lock, deadline) == std::cv_status::timeout) {
-          const uint64_t now_seen = total_progress();
-          if (now_seen == seen) {
-            me.waiting = false;
-            throw DeadlineExceededError("stress: core " + std::to_string(c) + " waited " +
-                                        std::to_string(timeout_.count()) + " ms for " + what +
-                                        " while no core made progress (collective_timeout)");
-          }
-          seen = now_seen;
-          deadline = std::chrono::steady_clock::now() + timeout_;
-        }
-      }
-      me.waiting = false;
-    }
-  }
-
-  const int n_;
-  const uint32_t max_lag_;
-  const std::chrono::milliseconds timeout_;
-  std::vector<std::unique_ptr<CoreReplayer>>& replayers_;
-  std::vector<std::unique_ptr<Box>> boxes_;
-  std::atomic<uint64_t> arrivals_{0};  // gate arrivals of all cores
-  std::atomic<bool> aborted_{false};
-};
-
-struct LoadCounters {
-  std::atomic<uint64_t> all_reduces{0};
-  std::atomic<uint64_t> all_reduce_failures{0};
-  std::atomic<uint64_t> matmuls{0};
-};
-
-// One all-reduce round on core `c`: a matmul, then the bucket (every element c + 1) summed over
-// the group and checked against n (n + 1) / 2.
-void load_round(CoreContext& ctx, Communicator& comm, std::vector<float>& bucket,
-                Eigen::MatrixXf& a, Eigen::MatrixXf& b, Eigen::MatrixXf& c, LoadCounters& k) {
-  c.noalias() = a * b;
-  k.matmuls.fetch_add(1, std::memory_order_relaxed);
-  const auto me = static_cast<float>(ctx.core_id() + 1);
-  std::fill(bucket.begin(), bucket.end(), me + 0.0f * c(0, 0));
-  comm.all_reduce(ctx, std::span<float>(bucket));
-  const double n = ctx.num_cores();
-  const auto expect = static_cast<float>(n * (n + 1) / 2);
-  if (bucket.front() != expect || bucket.back() != expect)
-    k.all_reduce_failures.fetch_add(1, std::memory_order_relaxed);
-  k.all_reduces.fetch_add(1, std::memory_order_relaxed);
 }
 
 std::string fmt(const char* f, double v) {
@@ -297,13 +109,6 @@ std::string defrag_text(const nlohmann::json& run) {
   const std::string mode = run.value(
       "defragment_mode", std::string(run["auto_defragment"].get<bool>() ? "on_failure" : "off"));
   return mode == "before_growth" ? "growth" : mode == "on_failure" ? "on" : "off";
-}
-
-// The communicator of the load's all-reduces: every core of `runtime`.
-std::unique_ptr<Communicator> make_load_communicator(Runtime& runtime) {
-  std::vector<int> group(static_cast<size_t>(runtime.num_cores()));
-  for (int c = 0; c < runtime.num_cores(); ++c) group[c] = c;
-  return std::make_unique<Communicator>(runtime, group);
 }
 
 uint64_t host_ram_bytes() {
@@ -421,17 +226,11 @@ int stress_exit_code(const nlohmann::json& report) {
   uint64_t failures = report["load"]["all_reduce_failures"].get<uint64_t>();
   for (const auto& run : report["runs"]) {
     failures += run["summary"]["integrity_failures"].get<uint64_t>();
-    // A run that failed, or one that could not start (new-user pass U23: a `planned` heap above
-    // --hbm-bytes exited 0, so a CI job asking for that comparison never learnt it had none).
+    // A run that failed, or one that could not start (a `planned` heap above --hbm-bytes), fails
+    // the exit code too: a CI job asking for that comparison must learn it had none.
     if (run.contains("error")) ++failures;
   }
   return failures > 0 ? 1 : 0;
-}
-
-bool is_cross_core_free(int core, uint32_t slot, uint32_t per_mille) {
-  uint64_t z = (static_cast<uint64_t>(core) << 32 | slot) * 0x9E3779B97F4A7C15ULL;
-  z ^= z >> 29;
-  return z % 1000 < per_mille;
 }
 
 void StressOptions::validate() const {
@@ -439,8 +238,8 @@ void StressOptions::validate() const {
   if (cores < 1 || cores > 1024) fail("cores " + std::to_string(cores) + " (expected 1..1024)");
   if (trace_path.empty()) {
     workload.validate();
-    // New-user pass U26: a stream that is all setup never reaches the steady state its
-    // description names (--events 1000 with --live 1000 was 1000 allocations and no free).
+    // A stream that is all setup never reaches the steady state its description names
+    // (--events 1000 with --live 1000 would be 1000 allocations and no free).
     const uint64_t setup = stress_setup_events(workload);
     if (workload.events_per_core <= setup) {
       const std::string& w = workload.name;
@@ -480,7 +279,7 @@ void StressOptions::validate() const {
     // killer) after minutes. run_stress checks again once the streams exist (live counts).
     check_host_memory(*this, estimate_stress_host_memory(*this, workload.events_per_core));
   }
-  // New-user pass nu12, NU56: the options' names as `vtpu stress` takes them, not the fields'.
+  // Messages name the options as `vtpu stress` takes them, not the fields.
   if (hbm_bytes < 4 * kKiB)
     fail("--hbm-bytes " + std::to_string(hbm_bytes) + " (expected >= 4 KiB = 4096)");
   if (collective_rounds < 0 || collective_rounds > 10000000)
@@ -544,49 +343,77 @@ std::string format_stress_progress(const StressOptions::Progress& p) {
   return what + " [" + bar + "] " + std::to_string(percent) + "% " + counts;
 }
 
-nlohmann::json run_stress(const StressOptions& options) {
-  options.validate();
-  const int n = options.cores;
-  // The streams, built once: every run replays exactly these.
+namespace {
+
+using Phase = StressOptions::Progress::Phase;
+
+// Starts a phase of `total` units on `progress` (may be null; the run number is set before).
+void enter_phase(StressOptions::Progress* progress, Phase phase, uint64_t total) {
+  if (progress == nullptr) return;
+  progress->done.store(0);
+  progress->total.store(total);
+  progress->search_replays.store(0);
+  progress->phase.store(phase);
+}
+
+// The streams every run replays, and the report's `workload` object.
+struct StressStreams {
   std::vector<CoreStream> streams;
   nlohmann::json workload;
+};
+
+// Workload setup from a trace: its alloc and free events, core c -> c % cores.
+StressStreams trace_streams(const StressOptions& options) {
+  StressStreams out;
   uint64_t skipped_events = 0;
-  if (!options.trace_path.empty()) {
-    const Trace trace = read_trace(options.trace_path);
-    streams = compile_core_streams(trace.events, n, options.trace_path, &skipped_events);
-    // New-user pass U2: a trace with nothing to replay (empty, header only, or only oom and
-    // defragment records) is an error rather than a table of zeros that looks like a result.
-    if (trace.events.size() == skipped_events) {
-      throw InvalidArgumentError(
-          "trace '" + options.trace_path + "' has no alloc or free events (" +
-          std::to_string(trace.events.size()) + " events in all; expected at least one to replay)");
-    }
-    // New-user pass U3: the skipped oom and defragment records are counted where the user reads.
-    const uint64_t total = trace.events.size();
-    std::string counts = std::to_string(total) + (total == 1 ? " event" : " events");
-    if (skipped_events > 0) {
-      counts += ", " + std::to_string(skipped_events) + " oom/defragment " +
-                (skipped_events == 1 ? "event" : "events") + " skipped";
-    }
-    workload = {{"name", "trace"},
-                {"description", "trace " + options.trace_path + " (" + counts + ")"},
-                {"seed", nullptr},
-                {"trace_path", options.trace_path},
-                {"skipped_events", skipped_events}};
-  } else {
-    std::vector<TraceEvent> all;
-    // Exactly events_per_core per core: reserved once, so growing never holds two copies (F3).
-    all.reserve(static_cast<size_t>(n) * options.workload.events_per_core);
-    for (int c = 0; c < n; ++c) {
-      std::vector<TraceEvent> e = make_stress_workload(options.workload, c);
-      all.insert(all.end(), std::make_move_iterator(e.begin()), std::make_move_iterator(e.end()));
-    }
-    streams = compile_core_streams(all, n, options.workload.name);
-    workload = {{"name", options.workload.name},
-                {"description", describe_stress_workload(options.workload)},
-                {"seed", options.workload.seed},
-                {"trace_path", nullptr}};
+  const Trace trace = read_trace(options.trace_path);
+  out.streams =
+      compile_core_streams(trace.events, options.cores, options.trace_path, &skipped_events);
+  // A trace with nothing to replay (empty, header only, or only oom and defragment records) is
+  // an error rather than a table of zeros that looks like a result.
+  if (trace.events.size() == skipped_events) {
+    throw InvalidArgumentError("trace '" + options.trace_path + "' has no alloc or free events (" +
+                               std::to_string(trace.events.size()) +
+                               " events in all; expected at least one to replay)");
   }
+  // The skipped oom and defragment records are counted where the user reads.
+  const uint64_t total = trace.events.size();
+  std::string counts = std::to_string(total) + (total == 1 ? " event" : " events");
+  if (skipped_events > 0) {
+    counts += ", " + std::to_string(skipped_events) + " oom/defragment " +
+              (skipped_events == 1 ? "event" : "events") + " skipped";
+  }
+  out.workload = {{"name", "trace"},
+                  {"description", "trace " + options.trace_path + " (" + counts + ")"},
+                  {"seed", nullptr},
+                  {"trace_path", options.trace_path},
+                  {"skipped_events", skipped_events}};
+  return out;
+}
+
+// Workload setup from the seeded generators: events_per_core events per core.
+StressStreams generated_streams(const StressOptions& options) {
+  const int n = options.cores;
+  StressStreams out;
+  std::vector<TraceEvent> all;
+  // Exactly events_per_core per core: reserved once, so growing never holds two copies.
+  all.reserve(static_cast<size_t>(n) * options.workload.events_per_core);
+  for (int c = 0; c < n; ++c) {
+    std::vector<TraceEvent> e = make_stress_workload(options.workload, c);
+    all.insert(all.end(), std::make_move_iterator(e.begin()), std::make_move_iterator(e.end()));
+  }
+  out.streams = compile_core_streams(all, n, options.workload.name);
+  out.workload = {{"name", options.workload.name},
+                  {"description", describe_stress_workload(options.workload)},
+                  {"seed", options.workload.seed},
+                  {"trace_path", nullptr}};
+  return out;
+}
+
+// Checks the host memory again with the streams' live counts known (so the estimate covers the
+// arenas, the block maps and the backing too; a trace is first checked here) and returns the
+// events of one run over all cores.
+uint64_t check_streams_fit(const StressOptions& options, const std::vector<CoreStream>& streams) {
   uint64_t events_per_run = 0;
   uint64_t max_events = 0, max_live_buffers = 0, live_bytes_all_cores = 0;
   for (const CoreStream& s : streams) {
@@ -596,238 +423,241 @@ nlohmann::json run_stress(const StressOptions& options) {
     max_live_buffers = std::max(max_live_buffers, p.live_buffers);
     live_bytes_all_cores += p.live_bytes;
   }
-  // F3: with the live counts known, the estimate covers the arenas, the block maps and the
-  // backing too (a trace is first checked here).
   check_host_memory(options, estimate_stress_host_memory(options, max_events, max_live_buffers,
                                                          live_bytes_all_cores));
-  const size_t num_runs = options.allocators.size() * options.defrag_modes.size();
-  StressOptions::Progress* progress = options.progress;
-  using Phase = StressOptions::Progress::Phase;
-  // Starts a phase of `total` units (the run number is set before).
-  auto enter = [progress](Phase phase, uint64_t total) {
-    if (progress == nullptr) return;
-    progress->done.store(0);
-    progress->total.store(total);
-    progress->search_replays.store(0);
-    progress->phase.store(phase);
-  };
-  if (progress != nullptr) progress->runs.store(num_runs);
+  return events_per_run;
+}
 
-  RuntimeOptions ro;
-  ro.num_cores = n;
-  ro.hbm_bytes_per_core = 1 * kMiB;  // the cores' own arenas are unused: each run makes its own
-  ro.hbm_backing = false;
-  Runtime runtime(ro);
-
-  // Each core plans its own stream, in parallel (plan_heap is thread-safe).
-  std::vector<std::shared_ptr<const HeapPlan>> plans(static_cast<size_t>(n));
-  if (std::find(options.allocators.begin(), options.allocators.end(), "planned") !=
-      options.allocators.end()) {
-    enter(Phase::kPlanning, static_cast<uint64_t>(n));
-    runtime.run_spmd([&](CoreContext& ctx) {
-      const int c = ctx.core_id();
-      plans[c] = plan_for_stream(streams[c]);
-      if (progress != nullptr) progress->done.fetch_add(1);
-    });
-  }
-  const uint64_t search_limit = options.capacity_search_limit();
-
-  std::unique_ptr<Communicator> comm;
-  if (options.under_load) comm = make_load_communicator(runtime);
-
-  nlohmann::json runs = nlohmann::json::array();
+// What every run of one run_stress call shares. Only run_stress's thread uses it between runs;
+// inside a run each core touches its own entries.
+struct StressSession {
+  StressSession(const StressOptions& o, const std::vector<CoreStream>& s, Runtime& r)
+      : options(o), streams(s), runtime(r) {}
+  const StressOptions& options;
+  const std::vector<CoreStream>& streams;
+  Runtime& runtime;
+  uint64_t events_per_run = 0;
+  uint64_t search_limit = 0;
+  std::vector<std::shared_ptr<const HeapPlan>> plans;  // per core; null unless `planned` runs
+  std::unique_ptr<Communicator> comm;                  // the load's; null without load
   LoadCounters load;
-  uint64_t run_number = 0;
   // The capacity search's per-core results by (policy, defrag mode as the arena uses it).
   std::map<std::pair<std::string, DefragMode>, std::vector<std::optional<uint64_t>>> searched;
-  for (const std::string& policy : options.allocators) {
-    for (const DefragMode mode : options.defrag_modes) {
-      if (progress != nullptr) progress->run.store(++run_number);
-      const bool defrag = mode != DefragMode::kOff;
-      StressReplayOptions ro_base;
-      ro_base.policy = policy;
-      ro_base.auto_defragment = defrag;
-      ro_base.defragment_before_growth = mode == DefragMode::kBeforeGrowth;
-      ro_base.capacity_bytes = options.hbm_bytes;
-      ro_base.backing = options.backing;
-      ro_base.timeline_samples = options.timeline_samples;
-      ro_base.latency_sample_every = options.latency_sample_every;
-      ro_base.stop_on_oom = options.stop_on_oom;
-      ro_base.concurrent = options.under_load && n > 1;
-      nlohmann::json run = {{"allocator", policy},
-                            {"auto_defragment", defrag},
-                            {"defragment_mode", defrag_mode_name(mode)}};
-      std::vector<std::unique_ptr<CoreReplayer>> replayers(static_cast<size_t>(n));
-      std::vector<StressCoreMetrics> metrics(static_cast<size_t>(n));
-      for (int c = 0; c < n; ++c) metrics[c].core = c;
-      std::string failure;  // what failed this run (F1: recorded, and the other runs go on)
-      try {
-        for (int c = 0; c < n; ++c) {
-          StressReplayOptions o = ro_base;
-          o.heap_plan = plans[c];
-          replayers[c] = std::make_unique<CoreReplayer>(streams[c], o);
-        }
-      } catch (const InvalidArgumentError& e) {
-        // e.g. a planned heap larger than the arena: the run cannot start; say why. Its figures
-        // are zeros, one entry per core (as the schema and the HTML renderer expect of every
-        // run), and its capacity search runs as every other run's does.
-        run["error"] = e.message();
-        replayers.clear();
-      } catch (const std::exception& e) {
-        failure = std::string("setting up the replay failed: ") + e.what();
-        replayers.clear();
-      }
-      if (!run.contains("error") && failure.empty()) {
-        enter(Phase::kReplay, events_per_run);
-        const bool cross = options.under_load && n > 1 && options.cross_core_free_per_mille > 0;
-        CrossCoreFrees frees(n, options.cross_core_free_max_lag,
-                             runtime.options().effective_collective_timeout(), replayers);
-        const int abort_handler =
-            runtime.add_abort_handler([&frees](int, const std::exception_ptr&) { frees.abort(); });
-        try {
-          runtime.run_spmd([&](CoreContext& ctx) {
-            const int c = ctx.core_id();
-            CoreReplayer& r = *replayers[c];
-            const auto& ops = streams[c].ops;
-            const size_t total = ops.size();
-            const bool load_on = options.under_load;
-            const auto rounds = load_on ? static_cast<size_t>(options.collective_rounds) : 0;
-            std::vector<float> bucket(load_on ? options.bucket_bytes / 4 : 0);
-            const int d = options.matmul_dim;
-            Eigen::MatrixXf a, b, m;
-            if (load_on) {
-              a = Eigen::MatrixXf::Constant(d, d, 0.5f);
-              b = Eigen::MatrixXf::Constant(d, d, 0.25f);
-              m.resize(d, d);
-            }
-            auto round = [&] {
-              // With cross-core frees, all cores meet (applying their inboxes) before any enters
-              // the all-reduce, so a core blocked in it never holds up a free another core awaits.
-              if (cross) frees.gate(c);
-              load_round(ctx, *comm, bucket, a, b, m, load);
-            };
-            size_t next_round = 0;
-            uint64_t unreported = 0;
-            r.begin();
-            for (size_t i = 0; i < total && !r.stopped(); ++i) {
-              // Round k sits before event floor(k * total / rounds), so every core runs `rounds`.
-              while (next_round < rounds && i >= next_round * total / rounds) {
-                round();
-                ++next_round;
-              }
-              if (cross) frees.before_event(c, i);
-              if (options.before_event_for_testing) options.before_event_for_testing(policy, c, i);
-              const CoreStream::Op& op = ops[i];
-              if (cross && !op.is_alloc &&
-                  is_cross_core_free(c, op.slot, options.cross_core_free_per_mille) &&
-                  r.is_live(op.slot)) {
-                frees.hand_off(c, op.slot, i);
-              } else {
-                r.run_op(i);
-              }
-              if (progress != nullptr && ++unreported == kProgressEvery) {
-                progress->done.fetch_add(unreported, std::memory_order_relaxed);
-                unreported = 0;
-              }
-            }
-            while (next_round < rounds) {
-              round();
-              ++next_round;
-            }
-            if (cross) {
-              frees.flush(c);  // every free this core handed off is applied
-              frees.gate(c);   // and every other core's: no core frees into another after this
-            }
-            if (progress != nullptr)
-              progress->done.fetch_add(unreported, std::memory_order_relaxed);
-            metrics[c] = r.finish();
-          });
-        } catch (const std::exception& e) {
-          runtime.remove_abort_handler(abort_handler);
-          if (options.stop_on_oom && dynamic_cast<const OutOfMemoryError*>(&e) != nullptr) throw;
-          failure = std::string("replay failed: ") + e.what();
-        } catch (...) {
-          runtime.remove_abort_handler(abort_handler);
-          throw;
-        }
-        if (failure.empty()) runtime.remove_abort_handler(abort_handler);
-        replayers.clear();
-        if (!failure.empty()) {
-          // The partial figures of the cores are not a run's figures: zeros, as for a run that
-          // could not start. The aborted group may have left data in its links: a fresh one.
-          for (int c = 0; c < n; ++c) {
-            metrics[c] = StressCoreMetrics{};
-            metrics[c].core = c;
-          }
-          if (comm) comm = make_load_communicator(runtime);
-        }
-      }
-      if (options.search_capacity) {
-        // `planned` cannot relocate, so the arena ignores the defrag mode for it: its runs would
-        // search exactly the same replays, and share one search.
-        const std::pair<std::string, DefragMode> key(policy,
-                                                     policy == "planned" ? DefragMode::kOff : mode);
-        auto found = searched.find(key);
-        if (found == searched.end()) {
-          enter(Phase::kCapacitySearch, static_cast<uint64_t>(n));
-          std::vector<std::optional<uint64_t>> per_core(static_cast<size_t>(n));
-          try {
-            runtime.run_spmd([&](CoreContext& ctx) {
-              const int c = ctx.core_id();
-              StressReplayOptions o = ro_base;
-              o.heap_plan = plans[c];
-              per_core[c] =
-                  find_min_capacity(streams[c], o, search_limit,
-                                    progress != nullptr ? &progress->search_replays : nullptr);
-              if (progress != nullptr) progress->done.fetch_add(1);
-            });
-            found = searched.emplace(key, std::move(per_core)).first;
-          } catch (const std::exception& e) {
-            if (failure.empty()) failure = std::string("capacity search failed: ") + e.what();
-          }
-        }
-        if (found != searched.end()) {
-          for (int c = 0; c < n; ++c) {
-            metrics[c].min_capacity_bytes = found->second[c];
-            metrics[c].capacity_search_max_bytes = search_limit;
-          }
-        }
-      }
-      if (!failure.empty()) {
-        run["error"] = failure;
-        run["failed"] = true;
-      }
-      run["summary"] = stress_metrics_json(merge_core_metrics(metrics), false);
-      nlohmann::json per_core = nlohmann::json::array();
-      for (const StressCoreMetrics& m : metrics) per_core.push_back(stress_metrics_json(m, true));
-      run["per_core"] = std::move(per_core);
-      runs.push_back(std::move(run));
+};
+
+// Each core plans its own stream, in parallel (plan_heap is thread-safe).
+void plan_heaps(StressSession& s) {
+  const int n = s.options.cores;
+  s.plans.assign(static_cast<size_t>(n), nullptr);
+  const auto& a = s.options.allocators;
+  if (std::find(a.begin(), a.end(), "planned") == a.end()) return;
+  StressOptions::Progress* progress = s.options.progress;
+  enter_phase(progress, Phase::kPlanning, static_cast<uint64_t>(n));
+  s.runtime.run_spmd([&](CoreContext& ctx) {
+    const int c = ctx.core_id();
+    s.plans[c] = plan_for_stream(s.streams[c]);
+    if (progress != nullptr) progress->done.fetch_add(1);
+  });
+}
+
+StressReplayOptions replay_options(const StressOptions& options, const std::string& policy,
+                                   DefragMode mode) {
+  StressReplayOptions ro;
+  ro.policy = policy;
+  ro.auto_defragment = mode != DefragMode::kOff;
+  ro.defragment_before_growth = mode == DefragMode::kBeforeGrowth;
+  ro.capacity_bytes = options.hbm_bytes;
+  ro.backing = options.backing;
+  ro.timeline_samples = options.timeline_samples;
+  ro.latency_sample_every = options.latency_sample_every;
+  ro.stop_on_oom = options.stop_on_oom;
+  ro.concurrent = options.under_load && options.cores > 1;
+  return ro;
+}
+
+// Replays one run on every core at once (core_replay_loop.h) into `metrics`. Returns what failed,
+// empty when nothing did; rethrows an OutOfMemoryError with stop_on_oom.
+std::string replay_run(StressSession& s, const std::string& policy,
+                       std::vector<std::unique_ptr<CoreReplayer>>& replayers,
+                       std::vector<StressCoreMetrics>& metrics) {
+  const StressOptions& options = s.options;
+  const int n = options.cores;
+  enter_phase(options.progress, Phase::kReplay, s.events_per_run);
+  const bool cross = options.under_load && n > 1 && options.cross_core_free_per_mille > 0;
+  CrossCoreFrees frees(n, options.cross_core_free_max_lag,
+                       s.runtime.options().effective_collective_timeout(), replayers);
+  const int abort_handler =
+      s.runtime.add_abort_handler([&frees](int, const std::exception_ptr&) { frees.abort(); });
+  std::string failure;
+  try {
+    s.runtime.run_spmd([&](CoreContext& ctx) {
+      const int c = ctx.core_id();
+      metrics[c] = replay_core(ctx, options, policy, s.streams[c], *replayers[c], s.comm.get(),
+                               cross ? &frees : nullptr, s.load);
+    });
+  } catch (const std::exception& e) {
+    s.runtime.remove_abort_handler(abort_handler);
+    if (options.stop_on_oom && dynamic_cast<const OutOfMemoryError*>(&e) != nullptr) throw;
+    failure = std::string("replay failed: ") + e.what();
+  } catch (...) {
+    s.runtime.remove_abort_handler(abort_handler);
+    throw;
+  }
+  if (failure.empty()) s.runtime.remove_abort_handler(abort_handler);
+  replayers.clear();
+  if (!failure.empty()) {
+    // The partial figures of the cores are not a run's figures: zeros, as for a run that could
+    // not start. The aborted group may have left data in its links: a fresh one.
+    for (int c = 0; c < n; ++c) {
+      metrics[c] = StressCoreMetrics{};
+      metrics[c].core = c;
+    }
+    if (s.comm) s.comm = make_load_communicator(s.runtime);
+  }
+  return failure;
+}
+
+// Fills the metrics' capacity fields from the run's capacity search, run on every core at once
+// or shared with an earlier run that searched the same replays. Returns what failed, or empty.
+std::string search_capacity(StressSession& s, const std::string& policy, DefragMode mode,
+                            const StressReplayOptions& ro_base,
+                            std::vector<StressCoreMetrics>& metrics) {
+  const int n = s.options.cores;
+  StressOptions::Progress* progress = s.options.progress;
+  std::string failure;
+  // `planned` cannot relocate, so the arena ignores the defrag mode for it: its runs would search
+  // exactly the same replays, and share one search.
+  const std::pair<std::string, DefragMode> key(policy,
+                                               policy == "planned" ? DefragMode::kOff : mode);
+  auto found = s.searched.find(key);
+  if (found == s.searched.end()) {
+    enter_phase(progress, Phase::kCapacitySearch, static_cast<uint64_t>(n));
+    std::vector<std::optional<uint64_t>> per_core(static_cast<size_t>(n));
+    try {
+      s.runtime.run_spmd([&](CoreContext& ctx) {
+        const int c = ctx.core_id();
+        StressReplayOptions o = ro_base;
+        o.heap_plan = s.plans[c];
+        per_core[c] = find_min_capacity(s.streams[c], o, s.search_limit,
+                                        progress != nullptr ? &progress->search_replays : nullptr);
+        if (progress != nullptr) progress->done.fetch_add(1);
+      });
+      found = s.searched.emplace(key, std::move(per_core)).first;
+    } catch (const std::exception& e) {
+      failure = std::string("capacity search failed: ") + e.what();
     }
   }
-  if (progress != nullptr) progress->phase.store(Phase::kDone);
-  nlohmann::json doc = {{"format", "vtpu-stress"},
-                        {"version", 1},
-                        {"command", options.command},
-                        {"workload", workload},
-                        {"cores", n},
-                        {"hbm_bytes", options.hbm_bytes},
-                        {"under_load", options.under_load},
-                        {"backing", options.backing}};
-  doc["load"] = {{"all_reduces", load.all_reduces.load()},
-                 {"all_reduce_failures", load.all_reduce_failures.load()},
-                 {"matmuls", load.matmuls.load()},
+  if (found != s.searched.end()) {
+    for (int c = 0; c < n; ++c) {
+      metrics[c].min_capacity_bytes = found->second[c];
+      metrics[c].capacity_search_max_bytes = s.search_limit;
+    }
+  }
+  return failure;
+}
+
+// One (policy, defrag mode) run: set up, replay, capacity search, and its entry of `runs`. A
+// failure is recorded in the entry, and the other runs go on.
+nlohmann::json run_one(StressSession& s, const std::string& policy, DefragMode mode) {
+  const int n = s.options.cores;
+  const StressReplayOptions ro_base = replay_options(s.options, policy, mode);
+  nlohmann::json run = {{"allocator", policy},
+                        {"auto_defragment", ro_base.auto_defragment},
+                        {"defragment_mode", defrag_mode_name(mode)}};
+  std::vector<std::unique_ptr<CoreReplayer>> replayers(static_cast<size_t>(n));
+  std::vector<StressCoreMetrics> metrics(static_cast<size_t>(n));
+  for (int c = 0; c < n; ++c) metrics[c].core = c;
+  std::string failure;
+  try {
+    for (int c = 0; c < n; ++c) {
+      StressReplayOptions o = ro_base;
+      o.heap_plan = s.plans[c];
+      replayers[c] = std::make_unique<CoreReplayer>(s.streams[c], o);
+    }
+  } catch (const InvalidArgumentError& e) {
+    // e.g. a planned heap larger than the arena: the run cannot start; say why. Its figures are
+    // zeros, one entry per core (as the schema and the HTML renderer expect of every run), and
+    // its capacity search runs as every other run's does.
+    run["error"] = e.message();
+    replayers.clear();
+  } catch (const std::exception& e) {
+    failure = std::string("setting up the replay failed: ") + e.what();
+    replayers.clear();
+  }
+  if (!run.contains("error") && failure.empty())
+    failure = replay_run(s, policy, replayers, metrics);
+  if (s.options.search_capacity) {
+    const std::string search_failure = search_capacity(s, policy, mode, ro_base, metrics);
+    if (failure.empty()) failure = search_failure;
+  }
+  if (!failure.empty()) {
+    run["error"] = failure;
+    run["failed"] = true;
+  }
+  run["summary"] = stress_metrics_json(merge_core_metrics(metrics), false);
+  nlohmann::json per_core = nlohmann::json::array();
+  for (const StressCoreMetrics& m : metrics) per_core.push_back(stress_metrics_json(m, true));
+  run["per_core"] = std::move(per_core);
+  return run;
+}
+
+// The report document around the runs.
+nlohmann::json stress_document(const StressSession& s, nlohmann::json workload,
+                               nlohmann::json runs) {
+  const StressOptions& options = s.options;
+  nlohmann::json doc = {{"format", "vtpu-stress"},          {"version", 1},
+                        {"command", options.command},       {"workload", std::move(workload)},
+                        {"cores", options.cores},           {"hbm_bytes", options.hbm_bytes},
+                        {"under_load", options.under_load}, {"backing", options.backing}};
+  doc["load"] = {{"all_reduces", s.load.all_reduces.load()},
+                 {"all_reduce_failures", s.load.all_reduce_failures.load()},
+                 {"matmuls", s.load.matmuls.load()},
                  {"bucket_bytes", options.under_load ? options.bucket_bytes : 0},
                  {"matmul_dim", options.under_load ? options.matmul_dim : 0},
                  {"cross_core_free_per_mille",
-                  options.under_load && n > 1 ? options.cross_core_free_per_mille : 0},
+                  options.under_load && options.cores > 1 ? options.cross_core_free_per_mille : 0},
                  {"cross_core_free_max_lag", options.cross_core_free_max_lag}};
   if (options.search_capacity) {
-    doc["capacity_search_max_bytes"] = search_limit;
+    doc["capacity_search_max_bytes"] = s.search_limit;
   } else {
     doc["capacity_search_max_bytes"] = nullptr;
   }
   doc["runs"] = std::move(runs);
   return doc;
+}
+
+}  // namespace
+
+nlohmann::json run_stress(const StressOptions& options) {
+  options.validate();
+  // The streams, built once: every run replays exactly these.
+  StressStreams built =
+      options.trace_path.empty() ? generated_streams(options) : trace_streams(options);
+  const uint64_t events_per_run = check_streams_fit(options, built.streams);
+  if (options.progress != nullptr)
+    options.progress->runs.store(options.allocators.size() * options.defrag_modes.size());
+
+  RuntimeOptions ro;
+  ro.num_cores = options.cores;
+  ro.hbm_bytes_per_core = 1 * kMiB;  // the cores' own arenas are unused: each run makes its own
+  ro.hbm_backing = false;
+  Runtime runtime(ro);
+  StressSession session(options, built.streams, runtime);
+  session.events_per_run = events_per_run;
+  plan_heaps(session);
+  session.search_limit = options.capacity_search_limit();
+  if (options.under_load) session.comm = make_load_communicator(runtime);
+
+  nlohmann::json runs = nlohmann::json::array();
+  uint64_t run_number = 0;
+  for (const std::string& policy : options.allocators) {
+    for (const DefragMode mode : options.defrag_modes) {
+      if (options.progress != nullptr) options.progress->run.store(++run_number);
+      runs.push_back(run_one(session, policy, mode));
+    }
+  }
+  if (options.progress != nullptr) options.progress->phase.store(Phase::kDone);
+  return stress_document(session, std::move(built.workload), std::move(runs));
 }
 
 std::string format_stress_table(const nlohmann::json& report) {
@@ -880,7 +710,7 @@ std::string format_stress_table(const nlohmann::json& report) {
         integrity.c_str());
     out += line;
   }
-  // New-user pass U24: with several cores, resv/live is not the quotient of the two peaks beside
+  // With several cores, resv/live is not the quotient of the two peaks beside
   // it (each peak is the largest over cores); say so under the table, as for min_capacity.
   if (report["cores"].get<int>() > 1) {
     out +=

@@ -570,13 +570,13 @@ std::string render_stress_html(const Json& report, const StressHtmlOptions& opti
   std::string out;
   out += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
   out += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
-  out += "<title>" + html_text(title) + "</title>\n<style>\n";
+  out += "<title>" + html_text(title) + "</title>\n<style>\n\n";
   out += kStressHtmlCss;
   out += "</style>\n</head>\n<body>\n";
   out += kStressHtmlBody;
   out += "<script type=\"application/json\" id=\"vtpu-stress-data\">";
   append_script_json(out, *data);
-  out += "</script>\n<script>\n";
+  out += "</script>\n<script>\n\n";
   out += kStressHtmlJs;
   out += "</script>\n</body>\n</html>\n";
   return out;

@@ -1,6 +1,6 @@
 // The HTML report of `vtpu stress --html FILE`: one self-contained page (inline CSS, JS, SVG and
 // canvas; no network access, no external fonts) drawn from the `vtpu stress --json` document
-// (the contract is /docs/STRESS_HTML.md, "Input"). Modelled on PyTorch's memory_viz views
+// (the contract is docs/STRESS.md, "Input"). Modelled on PyTorch's memory_viz views
 // (https://pytorch.org/memory_viz: the active memory timeline and the allocator state view):
 //
 //   summary table          one row per run (allocator x auto-defragment), every summary field,

@@ -8,7 +8,7 @@
 namespace vtpu {
 
 /// Writes render_stress_html(report) to `path`. Throws InvalidArgumentError when `report` is not
-/// a valid stress document (see docs/STRESS_HTML.md), InvalidArgumentError naming --html and the
+/// a valid stress document (see docs/STRESS.md), InvalidArgumentError naming --html and the
 /// system's reason when `path` cannot be written (write_output_file). Thread-safe.
 void write_stress_html(const nlohmann::json& report, const std::string& path);
 

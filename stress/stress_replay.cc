@@ -9,6 +9,7 @@
 
 #include "vtpu/common/error.h"
 #include "vtpu/memory/memory_stats.h"
+#include "vtpu/common/latency_summary.h"
 
 namespace vtpu {
 namespace {
@@ -642,8 +643,8 @@ std::optional<uint64_t> find_min_capacity(const CoreStream& stream, const Stress
     }
   }
   if (peak_live == 0) return 0;
-  // Regression (stress F9): the first try was at the peak live bytes even above the bound, so a
-  // search could return a capacity past max_capacity_bytes.
+  // Above the bound even the peak live bytes do not fit: a first try there would return a
+  // capacity past max_capacity_bytes.
   if (peak_live > max_capacity_bytes) return std::nullopt;
   auto completes = [&](uint64_t capacity) {
     o.capacity_bytes = capacity;
@@ -655,14 +656,14 @@ std::optional<uint64_t> find_min_capacity(const CoreStream& stream, const Stress
       return false;  // below the policy's minimum, or below a planned heap
     }
   };
-  // New-user pass U23: `planned` places every buffer where its plan says, whatever the capacity,
+  // `planned` places every buffer where its plan says, whatever the capacity,
   // so the plan's heap is the exact answer (the bisection reported up to its tolerance above it).
   if (o.policy == "planned" && o.heap_plan != nullptr) {
     const uint64_t heap = o.heap_plan->heap_bytes();
     if (heap > max_capacity_bytes) return std::nullopt;
     if (completes(heap)) return heap;
   }
-  // New-user pass U21: every capacity tried is a multiple of kCapacitySearchGranuleBytes (but
+  // Every capacity tried is a multiple of kCapacitySearchGranuleBytes (but
   // the bound itself, when it is not), so the answer is a size one would give an arena, not an
   // odd byte count such as 72294241.
   constexpr uint64_t kGranule = kCapacitySearchGranuleBytes;

@@ -29,7 +29,7 @@
 //     exceeds the previous capture by more than 0.001, so the capture is within 0.001 of the
 //     maximum reserved fragmentation and at most ~1000 captures are taken (chosen by reserved
 //     fragmentation, not fragmentation, whose ~0 at a large capacity put the worst moment at
-//     event 0; new-user pass U27);
+//     event 0);
 //   - with a backed arena, every live buffer holds seeded contents and carries their 64-bit
 //     checksum; all live buffers are checked after every defragmentation (explicit or automatic),
 //     each buffer again when it is freed, and all at finish().

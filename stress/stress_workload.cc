@@ -140,8 +140,8 @@ void StressWorkloadOptions::validate() const {
   if (std::find(names.begin(), names.end(), name) == names.end())
     throw InvalidArgumentError("unknown stress workload '" + name +
                                "' (expected one of: " + join(names, ", ") + ")");
-  // Each message names the `vtpu stress` option a user typed and the field it sets (new-user
-  // pass nu13: "activation_bytes 512" named a struct field, not --activation-bytes).
+  // Each message names the `vtpu stress` option a user typed and the field it sets: a bare field
+  // name ("activation_bytes 512") does not tell the user which flag to change.
   auto require = [&](bool ok, const std::string& what) {
     if (!ok) throw InvalidArgumentError("stress workload " + name + ": " + what);
   };
@@ -190,14 +190,14 @@ std::string describe_stress_workload(const StressWorkloadOptions& o) {
   if (is_steady_state_workload(o.name)) {
     SizeOptions s = o.sizes;
     s.distribution = parse_size_distribution(o.name);
-    // New-user pass U26: the fill is part of the stream; say how much of it is steady state.
+    // The fill is part of the stream; say how much of it is steady state.
     const uint64_t fill = std::min(o.live_buffers, o.events_per_core);
     return "steady state of " + std::to_string(o.live_buffers) + " live buffers, " +
            describe_sizes(s) + events + " (" + std::to_string(fill) + " fill the arena, " +
            std::to_string(o.events_per_core - fill) + " in the steady state)";
   }
-  // New-user pass nu12, NU56: the other workloads give their setup count too (the one `vtpu
-  // stress --events` must exceed).
+  // The other workloads give their setup count too (the one `vtpu stress --events` must
+  // exceed).
   const uint64_t setup = std::min(stress_setup_events(o), o.events_per_core);
   const std::string rest = std::to_string(o.events_per_core - setup);
   if (o.name == "kv_cache") {

@@ -38,8 +38,8 @@
 #include <vector>
 
 #include "vtpu/common/units.h"
-#include "vtpu/stress/alloc_workload.h"
 #include "vtpu/memory/trace.h"
+#include "vtpu/stress/alloc_workload.h"
 
 namespace vtpu {
 

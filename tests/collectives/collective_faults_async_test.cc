@@ -266,8 +266,11 @@ TEST(CollectiveAsyncTest, WaitBlocksUntilDone) {
   Runtime rt(small_options(2));
   Communicator comm(rt, {0, 1});
   rt.run_spmd([&](CoreContext& ctx) {
-    if (ctx.core_id() == 1) std::this_thread::sleep_for(150ms);
+    // Both cores start the clock together: a core thread that starts late under load would
+    // otherwise see less of core 1's delay.
+    comm.barrier(ctx);
     const auto t0 = std::chrono::steady_clock::now();
+    if (ctx.core_id() == 1) std::this_thread::sleep_for(150ms);
     std::vector<int32_t> v(3, ctx.core_id() + 1), all(6);
     const std::array<int64_t, 1> shape = {3};
     CollectiveHandle h = comm.all_gather_start<int32_t>(ctx, v, all, shape, 0, true);

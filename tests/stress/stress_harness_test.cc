@@ -228,7 +228,7 @@ TEST(StressHarnessTest, DocumentHasTheSharedSchema) {
       EXPECT_TRUE(core["timeline"][0].contains(k)) << k;
     const auto& worst = core["worst"];
     EXPECT_EQ(worst["capacity_bytes"], 8 * kMiB);
-    // The worst moment is chosen by reserved fragmentation (new-user pass U27): within 0.001 of
+    // The worst moment is chosen by reserved fragmentation: within 0.001 of
     // its maximum; its fragmentation is that event's, at most the maximum.
     EXPECT_LE(worst["fragmentation"].get<double>(), core["fragmentation_max"].get<double>());
     EXPECT_LE(worst["reserved_fragmentation"].get<double>(),
@@ -276,13 +276,13 @@ TEST(StressHarnessTest, PlannedNeedsItsHeapAndSaysSo) {
   ASSERT_EQ(doc["runs"].size(), 1u);
   EXPECT_NE(doc["runs"][0]["error"].get<std::string>().find("heap"), std::string::npos)
       << doc["runs"][0]["error"];
-  // Finding F7: a run that could not start had no per_core entries, so --html rejected the whole
+  // Regression: a run that could not start had no per_core entries, so --html rejected the whole
   // report. It has one zero entry per core, and the page renders.
   EXPECT_EQ(doc["runs"][0]["per_core"].size(), 1u);
   EXPECT_NO_THROW(render_stress_html(doc));
 }
 
-// Finding F7: a trace whose events are all on core 0, replayed on 2 cores, left core 1 with an
+// Regression: a trace whose events are all on core 0, replayed on 2 cores, left core 1 with an
 // empty stream, whose empty plan failed `planned` for every core.
 TEST(StressHarnessTest, PlannedRunsWhenACoreHasNoEvents) {
   const std::string path = test_temp_path("vtpu_stress_one_core.jsonl");
@@ -320,7 +320,7 @@ TEST(StressHarnessTest, PlannedRunsWhenACoreHasNoEvents) {
   EXPECT_NO_THROW(render_stress_html(doc));
 }
 
-// Regression (stress F9): the capacity search's bound was an unstated max(4 x hbm, 64 GiB), a
+// Regression: the capacity search's bound was an unstated max(4 x hbm, 64 GiB), a
 // run that could not start (a planned heap above --hbm-bytes) was not searched at all, and a
 // policy not found below the bound showed "-" like a run without a search. Now one stated bound
 // holds for every policy, is in the JSON and the table, and "not found" says below what.
@@ -358,7 +358,7 @@ TEST(StressHarnessTest, CapacitySearchHasOneStatedBoundForEveryPolicy) {
             std::string::npos)
       << table;
   EXPECT_NE(table.find("not run: "), std::string::npos) << table;
-  // New-user pass U23: a run that could not start has no figures; the exit status says so.
+  // Regression: a run that could not start has no figures; the exit status says so.
   EXPECT_EQ(stress_exit_code(doc), 1);
   // Below the peak live bytes (~6.4 MiB) nothing completes: every policy is "not found below".
   o.capacity_search_max_bytes = 4 * kMiB;
@@ -393,7 +393,7 @@ TEST(StressHarnessTest, CapacitySearchDefaultBoundRule) {
   EXPECT_THROW(o.validate(), InvalidArgumentError);
 }
 
-// Regression (stress F14): the bar counted replayed events only, so it showed 100% through the
+// Regression: the bar counted replayed events only, so it showed 100% through the
 // whole capacity search (and rounded 99.6% up to 100%). The line now names the phase and run,
 // counts that phase's own units, and floors its percentage.
 TEST(StressHarnessTest, ProgressNamesThePhaseAndShowsFullOnlyWhenItIsDone) {
@@ -446,7 +446,7 @@ TEST(StressHarnessTest, BadOptionsNameTheValue) {
   EXPECT_THROW(run_stress(o), InvalidArgumentError);
   o = tight_uniform(0);
   EXPECT_THROW(run_stress(o), InvalidArgumentError);
-  // Finding F4: a policy named twice ran twice.
+  // Regression: a policy named twice ran twice.
   o = tight_uniform(1);
   o.allocators = {"bfc", "tlsf", "bfc"};
   try {
@@ -455,7 +455,7 @@ TEST(StressHarnessTest, BadOptionsNameTheValue) {
   } catch (const InvalidArgumentError& e) {
     EXPECT_NE(e.message().find("'bfc' given twice"), std::string::npos) << e.message();
   }
-  // Finding F3: 1024 cores x 2^27 events (~17 TiB of streams) died of std::bad_alloc.
+  // Regression: 1024 cores x 2^27 events (~17 TiB of streams) died of std::bad_alloc.
   o = tight_uniform(1024);
   o.workload.events_per_core = uint64_t{1} << 27;
   try {
@@ -478,7 +478,7 @@ int run_cli(const std::string& args, std::string* out) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-// Findings F2 and F5: --seed -1 wrapped and 2^64 saturated silently; an unwritable or empty
+// Regression: --seed -1 wrapped and 2^64 saturated silently; an unwritable or empty
 // --json path was found only after the run. All are usage errors (exit 2) before any run.
 TEST(StressHarnessTest, CliRejectsBadSeedsAndUnwritableOutputsBeforeTheRun) {
   const std::string base =
@@ -497,7 +497,7 @@ TEST(StressHarnessTest, CliRejectsBadSeedsAndUnwritableOutputsBeforeTheRun) {
   }
 }
 
-// Finding F1: `planned` under load aborted the whole run (and lost bfc's results) once a late
+// Regression: `planned` under load aborted the whole run (and lost bfc's results) once a late
 // cross-core free made one planned allocation fail. With frees up to 64 events late, planned may
 // count OOMs but the run completes and every policy reports.
 TEST(StressHarnessTest, PlannedUnderLoadWithLateFreesCompletes) {
@@ -510,7 +510,7 @@ TEST(StressHarnessTest, PlannedUnderLoadWithLateFreesCompletes) {
   for (const auto& run : doc["runs"]) {
     EXPECT_FALSE(run.contains("error")) << run["allocator"];
     EXPECT_EQ(run["summary"]["events"].get<uint64_t>(), expected_events(o)) << run["allocator"];
-    // Finding F17: a cross-core free added a timeline sample stamped with a lagging index.
+    // Regression: a cross-core free added a timeline sample stamped with a lagging index.
     for (const auto& core : run["per_core"]) {
       const auto& t = core["timeline"];
       for (size_t k = 1; k < t.size(); ++k) {
@@ -587,7 +587,7 @@ TEST(StressHarnessTest, EightCoresUnderLoadKeepEveryChecksumWhenCompactingBefore
   EXPECT_EQ(stress_exit_code(doc), 0);
 }
 
-// Finding F1: a throw inside one policy's run (an internal error, a bad_alloc) lost every other
+// Regression: a throw inside one policy's run (an internal error, a bad_alloc) lost every other
 // policy's results. The run is now recorded as failed with its error text, the others complete
 // (under load too: the next run gets a fresh communicator), and the exit status is 1.
 TEST(StressHarnessTest, AFailingRunIsRecordedAndTheOthersComplete) {
@@ -668,7 +668,7 @@ uint64_t heap_bytes_in_use() {
   return m.uordblks + m.hblkhd;
 }
 
-// Finding F3: the host memory check counted only the streams being built. Each consumer of the
+// Regression: the host memory check counted only the streams being built. Each consumer of the
 // estimate is now checked against the heap bytes really allocated for it: at least that much,
 // and at most 3x (so the check does not refuse runs that fit by a wide margin).
 TEST(StressHarnessTest, HostMemoryEstimateCoversWhatIsAllocated) {

@@ -671,7 +671,7 @@ TEST(StressHtmlScreenshotTest, RendersANonBlankPageOfTheRequestedSize) {
   std::filesystem::remove_all(dir);
 }
 
-// Regression (issue 5, item 3): the page's "HBM needed" cell showed "–" when the capacity search
+// Regression: the page's "HBM needed" cell showed "–" when the capacity search
 // found no capacity below its bound, where the terminal table and the JSON say ">SIZE". The
 // page's own formatting functions are run in node (skipped when node is absent).
 TEST(StressHtmlTest, HbmNeededShowsTheBoundWhenTheSearchFoundNone) {

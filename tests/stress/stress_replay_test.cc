@@ -137,7 +137,7 @@ TEST_P(IssueExample, AutoDefragmentationTurnsTheFalseOomIntoASuccess) {
   EXPECT_DOUBLE_EQ(m.reserved_fragmentation_max, 0.5);  // before the compaction, as above
 }
 
-// New-user pass U27: at 16 GiB the untouched top of the arena is the largest free block, so
+// Regression: at 16 GiB the untouched top of the arena is the largest free block, so
 // fragmentation reads ~0 and the worst moment was event 0. a, b, c of 4 KiB, then b freed:
 // fragmentation = 1 - (16 GiB - 12 KiB) / (16 GiB - 8 KiB) (~2.4e-7), while a third of the
 // 12 KiB extent is a hole. The worst moment is b's free, by reserved fragmentation; freeing c
@@ -166,7 +166,7 @@ TEST(StressReplayTest, ReservedFragmentationIgnoresTheUntouchedTopOfALargeArena)
 
 INSTANTIATE_TEST_SUITE_P(Policies, IssueExample, ::testing::Values("bfc", "first_fit"));
 
-// New-user pass U19: a trace written core by core (all of trace core 0, then all of trace core 2)
+// Regression: a trace written core by core (all of trace core 0, then all of trace core 2)
 // folded onto 2 virtual cores puts both trace cores on core 0. Their buffers are live at the same
 // time (t 0..10 on both), so the folded stream must interleave them by t_us and peak at 2 MiB of
 // live bytes, not replay core 2's buffer after core 0's was freed (1 MiB). Trace core 1 stays alone
@@ -217,7 +217,7 @@ TEST(StressReplayTest, StopOnOomThrowsTheArenaReport) {
     EXPECT_EQ(e.report().largest_free_block_bytes, 4 * kMiB);
     EXPECT_EQ(e.report().total_free_bytes, 32 * kMiB);
     EXPECT_EQ(e.report().label, "big");
-    // Regression (stress F10): the replay gave the arena no labels, so every live buffer of the
+    // Regression: the replay gave the arena no labels, so every live buffer of the
     // report was "(unlabelled)". The live ones are the odd blocks, each at offset 4 MiB x index.
     ASSERT_EQ(e.report().largest_live_buffers.size(), 8u);
     for (const LiveBufferInfo& b : e.report().largest_live_buffers) {
@@ -302,7 +302,7 @@ TEST(StressReplayTest, CrossCoreFreesFromOtherThreads) {
   EXPECT_NO_THROW(r.arena().check_consistency());
 }
 
-// Finding F6 of issue 5: the summary's reserved/live was max(peak reserved) / max(peak live), which
+// Regression: the summary's reserved/live was max(peak reserved) / max(peak live), which
 // read 1.000 (64 MiB / 64 MiB, both core 0's) while core 1 was at 4 MiB / 3 MiB = 1.333.
 TEST(StressReplayTest, SummaryRatioIsTheWorstCoresOwn) {
   StressCoreMetrics a, b;
@@ -356,7 +356,7 @@ TEST(StressReplayTest, MinCapacityMatchesTheHandWorkedValue) {
   EXPECT_FALSE(find_min_capacity(s[0], options("bfc", false), 4 * kMiB).has_value());
 }
 
-// New-user pass U12: the docs said "up to 1000" timeline samples, and 20000 events gave 1001:
+// Regression: the docs said "up to 1000" timeline samples, and 20000 events gave 1001:
 // event 0, every 20th, and the last. The docs now give that rule; this pins it.
 TEST(StressReplayTest, TimelineSamplesEventZeroEveryStrideAndTheLast) {
   std::vector<TraceEvent> events;
@@ -374,7 +374,7 @@ TEST(StressReplayTest, TimelineSamplesEventZeroEveryStrideAndTheLast) {
   EXPECT_EQ(m.timeline[0].bytes_in_use, 256u);   // after the first alloc
 }
 
-// New-user pass U21: min_capacity was an odd byte count (72294241 B). Capacities tried are now
+// Regression: min_capacity was an odd byte count (72294241 B). Capacities tried are now
 // multiples of 4 KiB. Hand-worked: one 10000-byte buffer (10240 B once bfc or first_fit rounds it
 // to 256 B) cannot fit 8 KiB and fits 12 KiB, the next multiple; the old search tried 10000 and
 // 20000 B, then bisected to 12500 B.
@@ -403,7 +403,7 @@ TEST(StressReplayTest, MinCapacityIsAMultipleOfTheSearchGranule) {
   EXPECT_EQ(find_min_capacity(one[0], options("bfc", false), 10241), 10241u);
 }
 
-// Regression (stress F9): the search tried the peak live bytes first even above its bound, so
+// Regression: the search tried the peak live bytes first even above its bound, so
 // with a 3 MiB bound it returned 4 MiB (bfc with compaction). Now, for every policy, a result
 // never exceeds the bound, and a peak live above the bound is "not found" without a replay.
 TEST(StressReplayTest, MinCapacityNeverExceedsTheBoundForAnyPolicy) {
@@ -439,7 +439,7 @@ TEST(StressReplayTest, PlannedPolicyReplaysItsOwnPlan) {
   EXPECT_EQ(m.peak_reserved_bytes, o.heap_plan->heap_bytes());
 }
 
-// New-user pass U23: planned's min capacity is its plan's heap bytes exactly, not a bisection
+// Regression: planned's min capacity is its plan's heap bytes exactly, not a bisection
 // bound up to max(4 KiB, 0.1%) above them (191479164 B against a 191391744 B plan in the report).
 TEST(StressReplayTest, PlannedMinCapacityIsItsHeapExactly) {
   StressWorkloadOptions w;

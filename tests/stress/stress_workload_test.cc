@@ -50,7 +50,7 @@ TEST_P(EveryWorkload, SeedAndCoreChangeTheEvents) {
   EXPECT_NE(base, other_core);
 }
 
-// Regression (stress F12): --events did not bound training_step (nor variable_batch, kv_cache or
+// Regression: --events did not bound training_step (nor variable_batch, kv_cache or
 // an odd count of a steady state): generators ran whole steps past it. Now every workload has
 // exactly events_per_core events, including counts inside the setup or the first step, and the
 // cut stream is a valid trace and a prefix of a longer one (the same seed gives the same events).
@@ -162,7 +162,7 @@ TEST(StressWorkloadTest, KvCacheGrowsByOneBlockAndBoundsRequests) {
   EXPECT_GT(grown, 1000u);
 }
 
-// New-user pass U26: stress_setup_events is the count of allocations before the first
+// Regression: stress_setup_events is the count of allocations before the first
 // steady-state event, checked on the events: the fill (then a free), the weights and optimizer
 // state (then layer 0's activation), the prompts (then a request grows and frees its old buffer).
 TEST_P(EveryWorkload, SetupEventsEndWhereTheSteadyStateStarts) {
@@ -199,7 +199,7 @@ TEST(StressWorkloadTest, SteadyStateDescriptionSaysHowManyEventsFill) {
       << describe_stress_workload(o);
 }
 
-// New-user pass nu12, NU56: training_step, variable_batch and kv_cache give their setup count too
+// training_step, variable_batch and kv_cache give their setup count too
 // (2 x 6 layers of weights and optimizer state; 8 prompts), the rest of the 5000 events after it.
 TEST(StressWorkloadTest, EveryDescriptionSaysHowManyEventsAreSetup) {
   for (const char* w : {"training_step", "variable_batch"}) {
@@ -241,7 +241,7 @@ TEST(StressWorkloadTest, BadOptionsNameTheField) {
   EXPECT_THROW(make_stress_workload(small("kv_cache"), -1), InvalidArgumentError);
 }
 
-// The messages name the `vtpu stress` option a user typed, then the field (new-user pass nu13:
+// The messages name the `vtpu stress` option a user typed, then the field (a bare
 // "activation_bytes 512" named only the struct field).
 TEST(StressWorkloadTest, BadOptionsNameTheCommandLineOption) {
   const auto message = [](const StressWorkloadOptions& o) {
