@@ -179,7 +179,7 @@ TEST(VtpuCliTest, RejectsBadInput) {
   expect_failure("train mlp --config " + temp_file("vtpu_bad.json", "{\"num_cores\": 4,"),
                  "not valid JSON", 1);
   expect_failure("train mlp --config " + temp_file("vtpu_bad2.json", "{\"num_corez\": 4}"),
-                 "unknown runtime option 'num_corez'", 1);
+                 "num_corez: unknown key", 1);
   expect_failure("train mlp --config " + temp_file("vtpu_bad3.json", "{\"allocator\": \"best\"}"),
                  "allocator is 'best' (expected one of: bfc, tlsf, first_fit, buddy)", 1);
   expect_failure("train mlp --config /nonexistent.json", "cannot open runtime options file", 1);
@@ -960,8 +960,7 @@ TEST(VtpuCliTest, ReshardAndBenchCollectivesTakeAConfigFileAndBenchRecordsThePin
   for (const std::string& command :
        {std::string("bench collectives --cores 2 --max-bytes 8 --iters 1"), reshard}) {
     expect_failure(command + " --config " + bad_key,
-                   "runtime options file '" + bad_key + "': unknown runtime option 'pin_thread'",
-                   1);
+                   "runtime options file '" + bad_key + "': pin_thread: unknown key", 1);
     expect_failure(command + " --config " + bad_value,
                    "runtime options file '" + bad_value +
                        "': pin_threads is 'often' (expected \"auto\", \"on\" or \"off\")",
@@ -3650,9 +3649,7 @@ TEST(VtpuCliPlanTest, UnwritableEmitAndEndlessDirectoryOrRepeatedKeyInputsFailCl
     EXPECT_EQ(r.output.find("run the plan with"), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("WINNER"), std::string::npos) << r.output;
   }
-  expect_failure("plan /dev/zero --mesh 2x4",
-                 "model file '/dev/zero' is more than 16777216 bytes (expected at most 16777216, "
-                 "16 MiB)",
+  expect_failure("plan /dev/zero --mesh 2x4", "model file '/dev/zero' has a NUL byte at offset 0",
                  1);
   const std::string dir = test_temp_dir().string();
   const CliRun d = run_cli("train mlp --steps 1 --plan " + dir);

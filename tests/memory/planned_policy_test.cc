@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "vtpu/common/error.h"
-#include "vtpu/memory/hbm_arena.h"
 #include "tests/memory/bfc_reference_model.h"  // expect_same_chunks
 #include "tests/memory/plan_replay.h"
 #include "tests/sharding/expect_invalid.h"
+#include "vtpu/common/error.h"
+#include "vtpu/memory/hbm_arena.h"
 
 namespace vtpu {
 namespace {
@@ -221,7 +221,7 @@ TEST(PlannedPolicyTest, RandomPlansReplayThroughAnArena) {
   }
 }
 
-// Regression (finding F1 of issue 5): a failed allocation left the cursor on its planned buffer,
+// A failed allocation left the cursor on its planned buffer,
 // so under `vtpu stress` (which skips a failed allocation for good) every later request was
 // matched to the previous buffer, silently at the wrong offset or, for a larger request, with an
 // InvalidArgumentError that aborted the whole run. With planned_skip_failed the cursor moves on.
