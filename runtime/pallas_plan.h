@@ -25,7 +25,7 @@ std::string shape_text(std::span<const int64_t> dims);
 uint64_t checked_product(std::initializer_list<uint64_t> factors, const std::string& what);
 
 /// One operand as a batch of 2-D arrays: rank-1 arrays are (1, 1, n), rank-2 (1, r, c); a rank-3
-/// array (b, r, c) has blocks (1, br, bc), one batch entry per block.
+/// array (b, r, c) has blocks (1, br, bc), one batch entry per block. Thread-compatible.
 struct OperandPlan {
   const PallasOperand* op = nullptr;
   bool is_output = false;
@@ -73,6 +73,7 @@ struct OperandPlan {
   }
 };
 
+/// The grid and every operand's plan; built by make_plan, then only read. Thread-compatible.
 struct Plan {
   std::vector<int64_t> grid;
   int64_t num_steps = 1;
