@@ -180,35 +180,6 @@ void replay_passes(const ReplayProgram& program, const ReplayOptions& o, MakeBac
 
 }  // namespace
 
-LatencySummary summarize_latencies(std::vector<double> samples_ns) {
-  LatencySummary s;
-  s.samples = samples_ns.size();
-  if (samples_ns.empty()) return s;
-  std::sort(samples_ns.begin(), samples_ns.end());
-  const double n = static_cast<double>(samples_ns.size());
-  auto rank = [&](double q) {  // the ceil(q * n)-th smallest, 1-based
-    const auto k = static_cast<size_t>(std::ceil(q * n - 1e-9));
-    return samples_ns[std::clamp<size_t>(k, 1, samples_ns.size()) - 1];
-  };
-  s.median_ns = rank(0.5);
-  s.p99_ns = rank(0.99);
-  s.p9999_ns = rank(0.9999);
-  s.max_ns = samples_ns.back();
-  double sum = 0;
-  for (double v : samples_ns) sum += v;
-  s.mean_ns = sum / n;
-  return s;
-}
-
-double measure_clock_overhead_ns(int reads) {
-  std::vector<int64_t> stamps(static_cast<size_t>(std::max(reads, 2)));
-  for (int64_t& t : stamps) t = now_ns();
-  std::vector<double> diffs(stamps.size() - 1);
-  for (size_t i = 0; i + 1 < stamps.size(); ++i)
-    diffs[i] = static_cast<double>(stamps[i + 1] - stamps[i]);
-  return summarize_latencies(std::move(diffs)).median_ns;
-}
-
 ReplayProgram::ReplayProgram(std::span<const TraceEvent> events, const std::string& name) {
   validate_trace_events(events, name);
   num_events_ = events.size();
@@ -281,11 +252,6 @@ ReplayResult steady_state_benchmark(std::string_view policy, const SteadyStateOp
   options.timed_from_event = workload.live_buffers;
   options.ops_per_sample = 2;
   return replay_benchmark(policy, program, options);
-}
-
-void to_json(nlohmann::json& j, const LatencySummary& s) {
-  j = nlohmann::json{{"samples", s.samples},   {"median_ns", s.median_ns}, {"p99_ns", s.p99_ns},
-                     {"p9999_ns", s.p9999_ns}, {"max_ns", s.max_ns},       {"mean_ns", s.mean_ns}};
 }
 
 void to_json(nlohmann::json& j, const ReplayResult& r) {

@@ -29,30 +29,13 @@
 #include <string_view>
 #include <vector>
 
+#include "vtpu/common/latency_summary.h"
 #include "vtpu/common/units.h"
 #include "vtpu/stress/alloc_workload.h"
 #include "vtpu/memory/allocator_policy.h"
 #include "vtpu/memory/trace.h"
 
 namespace vtpu {
-
-/// Order statistics of latency samples, in nanoseconds. Plain data, thread-compatible.
-struct LatencySummary {
-  uint64_t samples = 0;
-  double median_ns = 0;
-  double p99_ns = 0;
-  double p9999_ns = 0;  // 99.99th percentile
-  double max_ns = 0;
-  double mean_ns = 0;
-};
-
-/// Nearest-rank percentiles (the ceil(q * n)-th smallest sample) and the mean of `samples_ns`.
-/// All zero for no samples. Sorts its argument.
-LatencySummary summarize_latencies(std::vector<double> samples_ns);
-
-/// The cost of one std::chrono::steady_clock::now() read plus storing it, in ns: the median
-/// difference of `reads` back-to-back reads. Thread-safe.
-double measure_clock_overhead_ns(int reads = 100000);
 
 /// Events compiled for replay (step 1 above). Immutable after construction; thread-safe.
 class ReplayProgram {
@@ -119,7 +102,6 @@ struct ReplayResult {
   uint64_t peak_bytes_in_use = 0;  // peak of the chunk bytes in use, summed over all cores
 };
 void to_json(nlohmann::json& j, const ReplayResult& r);
-void to_json(nlohmann::json& j, const LatencySummary& s);
 
 /// Replays `program` on fresh instances of the policy named `policy` (one per core of the
 /// program) as described at the top of this header. Throws InvalidArgumentError for an unknown

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "vtpu/common/data_dir.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/strings.h"
 #include "vtpu/common/units.h"
@@ -167,7 +168,7 @@ int run(const PlanCommand& c) {
     return 2;
   }
   check_output_path("--emit", c.emit_path);
-  ModelGraph model = ModelGraph::load_json_file(c.model_path);
+  ModelGraph model = ModelGraph::load_json_file(find_model_file(c.model_path));
   if (c.batch > 0) model.batch = c.batch;
   // Regression (new-user pass nu8, N5): a malformed --mesh or --axes exited 1, not 2.
   std::vector<int64_t> shape;

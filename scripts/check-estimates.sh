@@ -16,28 +16,27 @@
 #   --rounds    rounds over the eight examples (default 7; about 20 s each on a quiet host).
 #               The rounds are interleaved (every example once, then again), so a burst of load
 #               on the host lands on one round of several examples, not on every round of one.
-#               Seven, not three, since 2026-12-02: on a fresh VM three rounds judged 5 of 8
-#               within (one slow round of three moved three medians), seven 8 of 8 twice.
+#               Seven, not three: on a fresh VM three rounds judged 5 of 8 within (one slow
+#               round of three moved three medians), seven 8 of 8 twice.
 #   --out       directory for the profile, plans and each run's JSON (default: a new temp dir);
 #               it must hold no earlier run's files (the judging reads them back)
 #   --vtpu      the vtpu binary (default $BUILD_DIR/vtpu, BUILD_DIR defaulting to build/)
 #   --from      print the table of an earlier run's --out DIR again (its runI-R.json files),
 #               running nothing
 #
-# An example is within when the median over the rounds of its measured/estimate step ratio is
-# within 25% (|ratio - 1| <= 0.25), and the same for HBM per core. The ratio with the
-# collectives probed after the run is judged where the plan has collectives and the probe was
-# judged (bench/latency_probe.h), else the plain one; both are printed. That holds for the
-# calibration of the round too (since 2026-12-02, 10:20 UTC; before, its plain ratio was
-# judged): the calibration runs a minute or more before the round's last runs, the probe
-# seconds after each, and this VM's hand-off speed moves on that scale (docs/SHARDING.md,
-# "The last-level cache"). A run that fails (its error is kept in runI-R.err) is recorded in its
-# runI-R.json and its example's row says so, judged outside; the other runs go on. A probe that
-# ran but saw a busy host (not judged) shows "busy" in the probe column, where "-" means no probe
-# (one core). Exit status: 0 when every example is within, 1 when one is not or a run failed,
-# 2 on a usage error. --from judges the same way. The estimate column is the median of the rounds' estimates (one value with
-# --hardware).
-# Busy host (new-user pass nu13, NU71): the table also gives the median over the rounds of the
+# An example is within when the median over the rounds of its measured/estimate step ratio is within
+# 25% (|ratio - 1| <= 0.25), and the same for HBM per core. The ratio with the collectives probed
+# after the run is judged where the plan has collectives and the probe was judged
+# (bench/latency_probe.h), else the plain one; both are printed. That holds for the calibration of
+# the round too, not its plain ratio: the calibration runs a minute or more before the round's last
+# runs, the probe seconds after each, and this VM's hand-off speed moves on that scale
+# (docs/SHARDING.md, "The last-level cache"). A run that fails (its error is kept in runI-R.err) is
+# recorded in its runI-R.json and its example's row says so, judged outside; the other runs go on. A
+# probe that ran but saw a busy host (not judged) shows "busy" in the probe column, where "-" means
+# no probe (one core). Exit status: 0 when every example is within, 1 when one is not or a run
+# failed, 2 on a usage error. --from judges the same way. The estimate column is the median of the
+# rounds' estimates (one value with --hardware).
+# Busy host: the table also gives the median over the rounds of the
 # run's CPU ratio (estimate_vs_measured.cpu_ratio: CPU time per step / min(cores, CPUs) over the
 # estimate, not judged) and the 1-minute load average read from /proc/loadavg before each run
 # (DIR/loadavgI-R.txt; DIR/loadavg-R.txt at the start of round R, DIR/host_cpus.txt the CPU
@@ -241,7 +240,7 @@ if [[ -f "$out/host_cpus.txt" ]]; then
   done
   if [[ -n "$busy" ]]; then
     echo
-    echo "**Busy host**: load average (1 min) above the host's $host_cpus CPUs at the start of $busy. The wall-time ratios include waiting for the CPU; where the CPU ratio is near 1 and the wall ratio far above it, the host was busy, not the estimate wrong. A round calibrated on the busy host (every round without --hardware) prices its collectives slow too, so its ratios may instead come out far below 1 (nu15, NU100)."
+    echo "**Busy host**: load average (1 min) above the host's $host_cpus CPUs at the start of $busy. The wall-time ratios include waiting for the CPU; where the CPU ratio is near 1 and the wall ratio far above it, the host was busy, not the estimate wrong. A round calibrated on the busy host (every round without --hardware) prices its collectives slow too, so its ratios may instead come out far below 1."
     echo "check-estimates: warning: busy host ($busy on $host_cpus CPUs): see the CPU ratio column" >&2
   fi
 fi

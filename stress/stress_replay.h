@@ -55,7 +55,7 @@
 #include "vtpu/common/units.h"
 #include "vtpu/memory/hbm_arena.h"
 #include "vtpu/memory/heap_planner.h"
-#include "vtpu/bench/policy_benchmark.h"
+#include "vtpu/common/latency_summary.h"
 #include "vtpu/memory/trace.h"
 
 namespace vtpu {

@@ -12,12 +12,9 @@
 #include <random>
 #include <string_view>
 
+#include "vtpu/common/data_dir.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/format_text.h"
-
-#ifndef VTPU_SOURCE_DIR
-#define VTPU_SOURCE_DIR "."
-#endif
 
 namespace vtpu {
 
@@ -27,6 +24,11 @@ constexpr uint64_t kSplitSeed = 0x5eed'd161'75ULL;  // fixed: the test split nev
 
 constexpr size_t kMaxFileBytes = size_t{64} << 20;  // uncompressed
 constexpr size_t kMaxLineBytes = 4096;              // a real line is under 200 bytes
+
+// The shipped file's name under a data directory and its place in the source tree
+// (common/data_dir.h).
+constexpr const char* kDigitsName = "digits.csv.gz";
+constexpr const char* kDigitsSourcePath = "data/digits.csv.gz";
 
 /// A field for an error message: at most 24 characters, non-printable bytes as \xNN.
 std::string printable(std::string_view tok) {
@@ -51,18 +53,14 @@ struct GzCloser {
 
 }  // namespace
 
-std::string default_digits_path() {
-  if (const char* dir = std::getenv("VTPU_DATA_DIR"); dir != nullptr && *dir != '\0') {
-    return std::string(dir) + "/digits.csv.gz";
-  }
-  return std::string(VTPU_SOURCE_DIR) + "/data/digits.csv.gz";
-}
+std::string default_digits_path() { return find_data_file(kDigitsName, kDigitsSourcePath); }
 
 DigitsDataset load_digits_csv(const std::string& path) {
   std::unique_ptr<gzFile_s, GzCloser> file(gzopen(path.c_str(), "rb"));
   if (!file) {
-    throw NotFoundError("cannot open digits data file '" + path +
-                        "' (run scripts/fetch-data.sh to fetch it from Debian's python3-sklearn, "
+    throw NotFoundError("cannot open digits data file '" + path + "'" +
+                        data_file_lookup_note(path, kDigitsName, kDigitsSourcePath) +
+                        " (run scripts/fetch-data.sh to fetch it from Debian's python3-sklearn, "
                         "or pass --data PATH)");
   }
   // Read everything (decompressing if gzipped) with a cap, so that a gzip bomb or /dev/zero fails

@@ -32,7 +32,8 @@ struct DigitsSplit {
 };
 DigitsSplit split_digits(const DigitsDataset& all, double train_fraction = 0.8);
 
-/// Default location: $VTPU_DATA_DIR/digits.csv.gz if set, else <source dir>/data/digits.csv.gz.
+/// Default location: digits.csv.gz in $VTPU_DATA_DIR, <prefix>/share/vtpu or the source tree's
+/// data/, the first that holds it (common/data_dir.h).
 std::string default_digits_path();
 
 }  // namespace vtpu

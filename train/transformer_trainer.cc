@@ -11,11 +11,12 @@
 #include <optional>
 #include <set>
 
+#include "vtpu/common/data_dir.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/median.h"
 #include "vtpu/common/strings.h"
-#include "vtpu/train/train_step_log.h"
 #include "vtpu/runtime/pallas_kernels.h"
+#include "vtpu/train/train_step_log.h"
 
 namespace vtpu {
 
@@ -46,12 +47,12 @@ TransformerMesh parse_transformer_mesh(const std::string& text) {
   return TransformerMesh{num(text.substr(0, x)), num(text.substr(x + 1))};
 }
 
-std::string default_fortunes_path() {
-  if (const char* dir = std::getenv("VTPU_DATA_DIR"); dir != nullptr && *dir != '\0') {
-    return std::string(dir) + "/fortunes.txt";
-  }
-  return std::string(VTPU_SOURCE_DIR) + "/data/fortunes.txt";
-}
+// The shipped text's name under a data directory and its place in the source tree
+// (common/data_dir.h).
+constexpr const char* kFortunesName = "fortunes.txt";
+constexpr const char* kFortunesSourcePath = "data/fortunes.txt";
+
+std::string default_fortunes_path() { return find_data_file(kFortunesName, kFortunesSourcePath); }
 
 TokenText make_token_text(std::span<const char> text, int64_t vocab) {
   TokenText t;
@@ -89,8 +90,9 @@ TokenText load_token_text(const std::string& path, int64_t vocab, int64_t contex
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    throw NotFoundError("cannot open text file '" + path +
-                        "' (run scripts/fetch-data.sh to fetch Debian's fortunes into "
+    throw NotFoundError("cannot open text file '" + path + "'" +
+                        data_file_lookup_note(path, kFortunesName, kFortunesSourcePath) +
+                        " (run scripts/fetch-data.sh to fetch Debian's fortunes into "
                         "data/fortunes.txt, or pass --data PATH)");
   }
   std::string text;

@@ -76,7 +76,8 @@ struct TokenText {
 /// file is not text (a gzip file: about half), and load_token_text refuses it. Data/fortunes.txt
 /// has 94 of 2463880 (0.004%).
 inline constexpr double kMaxMappedByteFraction = 0.10;
-/// <repo>/data/fortunes.txt (or $VTPU_DATA_DIR/fortunes.txt), written by scripts/fetch-data.sh.
+/// fortunes.txt (written by scripts/fetch-data.sh) in $VTPU_DATA_DIR, <prefix>/share/vtpu or the
+/// source tree's data/, the first that holds it (common/data_dir.h).
 std::string default_fortunes_path();
 /// Reads a text file as byte tokens (bytes >= vocab become '?', counted in mapped_bytes). Throws
 /// NotFoundError (with the fetch-data.sh hint) when it cannot be opened, InvalidArgumentError when

@@ -1,7 +1,7 @@
 // Google Benchmark: the digits MLP trainer's GEMMs (train/mlp_tp_trainer.cc, batch 64, 64
 // inputs, 64 hidden units, 10 classes) as the trainer writes them, next to the plain A * B that
 // `vtpu bench hardware` measures for the cost model's GEMM table (bench/kernel_bench.cc), at
-// the same (m, k, n). The question (issue 6): does a GEMM with a transposed operand, such as the
+// the same (m, k, n). The question: does a GEMM with a transposed operand, such as the
 // weight gradient X^T dZ, run at the table's A * B rate? All operands are row-major Eigen maps
 // over contiguous floats, single-threaded, and warm (the same operands every iteration, as the
 // table's warm rate and a training step whose working set stays cached). BM_ThreadCpuClock times

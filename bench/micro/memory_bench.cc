@@ -6,7 +6,7 @@
 //                                          sigma 1.5), holding <live> buffers in a 16 GiB range
 //   BM_ArenaAllocFreePair/<policy>/<live>  the same through a metadata-only HbmArena
 //   BM_TraceReplay/<policy>/<trace>        one iteration = replay a real trace from
-//                                          $VTPU_TRACE_DIR (default ../shared/traces) on a fresh
+//                                          $VTPU_TRACE_DIR (default data/traces) on a fresh
 //                                          policy; time per alloc or free op
 //   BM_DependentLoad/<KiB>                 one iteration = one load whose address comes from the
 //                                          previous one, over <KiB> of 64-byte lines in random
@@ -237,7 +237,7 @@ void BM_StressReplay(benchmark::State& state, const std::string& policy,
 
 std::filesystem::path trace_dir() {
   if (const char* dir = std::getenv("VTPU_TRACE_DIR")) return dir;
-  return std::filesystem::path(VTPU_SHARED_DIR) / "traces";
+  return VTPU_TRACE_DIR;
 }
 
 void register_benchmarks() {

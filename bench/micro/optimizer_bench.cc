@@ -1,6 +1,6 @@
-// The examples' Adam update (train/adam.cc, compiled with -fno-math-errno so that GCC
+// The trainers' Adam update (train/adam.cc, compiled with -fno-math-errno so that GCC
 // vectorises its sqrt and divisions) against the same loop compiled with the default flags here
-// (std::sqrt may set errno, so GCC 12 keeps it scalar: how adam.cc ran before 2026-12-02), on the
+// (std::sqrt may set errno, so GCC 12 keeps it scalar), on the
 // same vectors. Run:
 //   build/bench/vtpu_optimizer_bench --benchmark_filter=Adam
 // and compare the two rows of one size: bytes_per_second counts the 7 f32 words read or written

@@ -209,8 +209,8 @@ TEST(PolicyBenchmarkTest, OnePolicyPerCore) {
 }
 
 TEST(PolicyBenchmarkTest, ReplaysARealTraceWithoutOom) {
-  const std::string path = std::string(VTPU_SHARED_DIR) + "/traces/pytorch_mlp_train.jsonl";
-  if (!std::filesystem::exists(path)) {  // ../shared sits beside the repository, not in it
+  const std::string path = std::string(VTPU_TRACE_DIR) + "/pytorch_mlp_train.jsonl";
+  if (!std::filesystem::exists(path)) {
     GTEST_SKIP() << "real traces not found at " << path;
   }
   const Trace t = read_trace(path);

@@ -434,7 +434,7 @@ TEST(VtpuCliTest, BenchMemoryReplaysAHandWrittenTrace) {
 }
 
 TEST(VtpuCliTest, BenchMemoryReplaysATrace) {
-  const std::string trace = std::string(VTPU_SHARED_DIR) + "/traces/pytorch_mlp_train.jsonl";
+  const std::string trace = std::string(VTPU_TRACE_DIR) + "/pytorch_mlp_train.jsonl";
   if (!std::filesystem::exists(trace)) GTEST_SKIP() << trace << " is absent (a bare clone)";
   const CliRun r = run_cli("bench memory --allocators bfc --trace " + trace + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -1633,7 +1633,7 @@ TEST(VtpuCliTest, ParseErrorsArePlain) {
 }
 
 TEST(VtpuCliTest, StressReplaysTheRealTraces) {
-  const std::string trace = std::string(VTPU_SHARED_DIR) + "/traces/pytorch_cnn_train.jsonl";
+  const std::string trace = std::string(VTPU_TRACE_DIR) + "/pytorch_cnn_train.jsonl";
   if (!std::filesystem::exists(trace)) GTEST_SKIP() << trace << " is absent (a bare clone)";
   const CliRun r = run_cli("stress --cores 2 --trace " + trace +
                            " --allocators bfc --auto-defragment on --capacity-search off");

@@ -1,6 +1,6 @@
 // Tests for memory/trace.h: every rule of the format rejected with the file name, line number and
 // offending value; writer -> reader round trips; and the three real PyTorch traces, whose alloc
-// counts and peak live bytes (from /work/shared/traces/README.md) are recomputed here from the
+// counts and peak live bytes (from data/traces/README.md) are recomputed here from the
 // events.
 #include "vtpu/memory/trace.h"
 
@@ -486,7 +486,7 @@ TEST(TraceTest, ValidateEventsNamesTheEventIndex) {
   }
 }
 
-// The real traces: counts and peak live bytes from /work/shared/traces/README.md. Peak live
+// The real traces: counts and peak live bytes from data/traces/README.md. Peak live
 // bytes is recomputed here from the raw JSON lines, independently of the reader's validation.
 struct RealTrace {
   const char* file;
@@ -501,8 +501,8 @@ void PrintTo(const RealTrace& t, std::ostream* os) { *os << t.file; }
 class RealTraceTest : public ::testing::TestWithParam<RealTrace> {};
 
 TEST_P(RealTraceTest, CountsAndPeakMatchTheReadme) {
-  const std::string path = std::string(VTPU_SHARED_DIR) + "/traces/" + GetParam().file;
-  if (!std::filesystem::exists(path)) {  // ../shared sits beside the repository, not in it
+  const std::string path = std::string(VTPU_TRACE_DIR) + "/" + GetParam().file;
+  if (!std::filesystem::exists(path)) {
     GTEST_SKIP() << "real traces not found at " << path;
   }
   const Trace t = read_trace(path);

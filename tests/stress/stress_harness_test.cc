@@ -1,8 +1,8 @@
 // Tests for stress/stress_harness.h: 8 cores under load (all-reduces, matmuls, cross-core
 // frees) with backed arenas keep every checksum through auto-defragmentation; every run replays
 // exactly the same events; without load the figures repeat exactly; --stop-on-oom surfaces the
-// arena's report; the JSON document has the shape of the shared schema; the real traces (when
-// ../shared is present) meet the targets.
+// arena's report; the JSON document has the shape of the shared schema; the real traces (in
+// data/traces/) meet the targets.
 #include "vtpu/stress/stress_harness.h"
 
 #include <gtest/gtest.h>
@@ -524,7 +524,7 @@ TEST(StressHarnessTest, PlannedUnderLoadWithLateFreesCompletes) {
 // The targets on the real traces: some policy within 10% of peak live bytes, and bfc
 // with auto-defragmentation without a false OOM.
 TEST(StressHarnessTest, RealTracesMeetTheTargets) {
-  const std::string dir = std::string(VTPU_SHARED_DIR) + "/traces";
+  const std::string dir = std::string(VTPU_TRACE_DIR);
   if (!std::filesystem::exists(dir)) GTEST_SKIP() << dir << " is absent (a bare clone)";
   for (const char* name : {"pytorch_mlp_train", "pytorch_cnn_train", "pytorch_transformer_train"}) {
     StressOptions o;
