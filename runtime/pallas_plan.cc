@@ -229,6 +229,7 @@ Plan make_plan(const std::vector<PallasOperand>& inputs, const std::vector<Palla
 using pallas_internal::checked_product;
 using pallas_internal::kLanes;
 using pallas_internal::shape_text;
+using pallas_internal::tile_rows;
 
 uint64_t vmem_tile_padded_bytes(ElementType dtype, std::span<const int64_t> block_shape) {
   const uint64_t es = element_size_bytes(dtype);
