@@ -23,6 +23,8 @@ std::string_view error_code_name(ErrorCode code) {
       return "Internal";
     case ErrorCode::kNotFound:
       return "NotFound";
+    case ErrorCode::kPermissionDenied:
+      return "PermissionDenied";
   }
   return "Unknown";
 }
@@ -32,13 +34,17 @@ Error::Error(ErrorCode code, const std::string& message)
       code_(code),
       message_(message) {}
 
-void throw_file_write_error(const std::string& what, const std::string& path, int err) {
-  if (err == 0) err = EIO;
-  const std::string message = "cannot write " + what + " to '" + path + "': " + std::strerror(err);
+namespace {
+
+// The one mapping of an I/O errno to a code, for reads and writes alike.
+[[noreturn]] void throw_file_error(const std::string& message, int err) {
   switch (err) {
     case ENOENT:
     case ENOTDIR:
       throw NotFoundError(message);
+    case EACCES:
+    case EPERM:
+      throw PermissionDeniedError(message);
     case ENOSPC:
     case EDQUOT:
     case EFBIG:
@@ -46,6 +52,18 @@ void throw_file_write_error(const std::string& what, const std::string& path, in
     default:
       throw InvalidArgumentError(message);
   }
+}
+
+}  // namespace
+
+void throw_file_write_error(const std::string& what, const std::string& path, int err) {
+  if (err == 0) err = EIO;
+  throw_file_error("cannot write " + what + " to '" + path + "': " + std::strerror(err), err);
+}
+
+void throw_file_open_error(const std::string& what, const std::string& path, int err) {
+  if (err == 0) err = EIO;
+  throw_file_error("cannot open " + what + " '" + path + "': " + std::strerror(err), err);
 }
 
 }  // namespace vtpu

@@ -18,6 +18,7 @@ enum class ErrorCode {
   kUnimplemented,       // a backend does not support the operation
   kInternal,            // an invariant broke: a bug in vtpu
   kNotFound,            // a named file or entity does not exist
+  kPermissionDenied,    // the caller may not read or write a file that exists
 };
 
 /// "InvalidArgument", "ResourceExhausted", ... as absl prints them.
@@ -50,14 +51,21 @@ VTPU_DEFINE_ERROR(FailedPreconditionError, kFailedPrecondition);
 VTPU_DEFINE_ERROR(UnimplementedError, kUnimplemented);
 VTPU_DEFINE_ERROR(InternalError, kInternal);
 VTPU_DEFINE_ERROR(NotFoundError, kNotFound);
+VTPU_DEFINE_ERROR(PermissionDeniedError, kPermissionDenied);
 
 #undef VTPU_DEFINE_ERROR
 
 /// Throws the error of a failed write of `what` (e.g. "the memory profile") to the file `path`
 /// with errno `err` (0 is taken as EIO): "cannot write <what> to '<path>': <strerror(err)>", as
-/// NotFoundError (ENOENT, ENOTDIR), ResourceExhaustedError (ENOSPC, EDQUOT, EFBIG: a full disk,
-/// /dev/full) or else InvalidArgumentError. An I/O failure is never InternalError, which is kept
-/// for vtpu's own bugs. Thread-safe.
+/// NotFoundError (ENOENT, ENOTDIR), PermissionDeniedError (EACCES, EPERM), ResourceExhaustedError
+/// (ENOSPC, EDQUOT, EFBIG: a full disk, /dev/full) or else InvalidArgumentError. An I/O failure is
+/// never InternalError, which is kept for vtpu's own bugs. Thread-safe.
 [[noreturn]] void throw_file_write_error(const std::string& what, const std::string& path, int err);
+
+/// Throws the error of a failed open of `what` (e.g. "trace file") at `path` for reading with
+/// errno `err` (0 is taken as EIO): "cannot open <what> '<path>': <strerror(err)>", with the
+/// codes of throw_file_write_error: a file that exists but may not be read is PermissionDenied,
+/// never NotFound. Thread-safe.
+[[noreturn]] void throw_file_open_error(const std::string& what, const std::string& path, int err);
 
 }  // namespace vtpu

@@ -9,8 +9,8 @@ namespace vtpu {
 
 /// Ids of the CPUs in this process's affinity mask (sched_getaffinity), ascending. A run under
 /// `taskset -c 0` or a cpuset-limited container sees only its own CPUs, where sysconf's online
-/// count and std::thread::hardware_concurrency() report every CPU of the machine (new-user pass
-/// nu10, NU5). Falls back to 0..hardware_concurrency()-1 when the mask cannot be read; never
+/// count and std::thread::hardware_concurrency() report every CPU of the machine.
+/// Falls back to 0..hardware_concurrency()-1 when the mask cannot be read; never
 /// empty. CPU quotas (cgroup cpu.max) are not masks and are not seen. Thread-safe.
 std::vector<int> usable_cpu_ids();
 

@@ -76,7 +76,7 @@ void check_output_path(const char* flag, const std::string& path) {
                                "' cannot be written: " + std::strerror(err));
   }
   // A write of zero bytes changes no file, but a device that refuses every write fails it:
-  // /dev/full says ENOSPC (Linux's write_full ignores the count). Regression (session 12 review):
+  // /dev/full says ENOSPC (Linux's write_full ignores the count). Without this check
   // `vtpu bench collectives --calibrate /dev/full` failed only after the whole sweep.
   const int write_err = ::write(fileno(f), "", 0) < 0 ? errno : 0;
   std::fclose(f);

@@ -23,8 +23,8 @@ void check_output_path(const char* flag, const std::string& path);
 /// Throws InvalidArgumentError "<flag_a> '<path_a>' and <flag_b> '<path_b>' are the same file
 /// (<why>; give two paths)", where `why` says what would be lost, e.g. "the HTML page would
 /// overwrite the JSON". Thread-safe.
-/// Regressions: new-user pass U20 (`vtpu stress --json --html`), adversarial pass adv12, ADV8
-/// (`vtpu train mlp --memory-profile/--memory-snapshot/--memory-events`).
+/// (`vtpu stress --json --html`, `vtpu train mlp --memory-profile/--memory-snapshot` once wrote
+/// both outputs to one file.)
 void check_distinct_outputs(const char* flag_a, const std::string& path_a, const char* flag_b,
                             const std::string& path_b, const std::string& why);
 
@@ -41,7 +41,7 @@ struct FileOption {
 /// clashes. Throws InvalidArgumentError "<output flag> '<path>' and <input flag> '<path>' are the
 /// same file (writing <output flag> would replace the input; give another output path)" for the
 /// first clash, before anything is read or written; report it with check_usage (exit 2).
-/// Thread-safe. Regression (adversarial pass adv15, ADV24): `vtpu plan m.json --emit m.json`
+/// Thread-safe. Without it, `vtpu plan m.json --emit m.json`
 /// replaced the model, `train mlp --data D --memory-snapshot D` the data set, exit 0.
 void check_outputs_not_inputs(const std::vector<FileOption>& outputs,
                               const std::vector<FileOption>& inputs);
@@ -57,10 +57,8 @@ void check_outputs_not_inputs(const std::vector<FileOption>& outputs,
 /// temporary can be created is written in place. Throws
 /// InvalidArgumentError "<flag> '<path>' cannot be written: <the system's reason>" (a full disk,
 /// /dev/full, a read-only file system). Thread-safe for distinct paths.
-/// Regression (adversarial pass adv15, ADV24): the file was truncated first, so a failed write
-/// lost the old file.
-/// Regression (adversarial pass adv10, A1): `vtpu plan --emit /dev/full` printed "wrote
-/// /dev/full" and exited 0 (the std::ofstream's failed flush was never checked).
+/// Truncating first would lose the old file on a failed write, and an unchecked flush once let
+/// `vtpu plan --emit /dev/full` print "wrote /dev/full" and exit 0.
 void write_output_file(const char* flag, const std::string& path, const std::string& text);
 
 }  // namespace vtpu

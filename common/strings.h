@@ -35,8 +35,8 @@ inline constexpr size_t kMaxQuotedChars = 300;
 
 /// `text` when it has at most `max_chars` bytes; else its first and last bytes around
 /// "... (N bytes omitted) ...", max_chars in all (about 2/3 head, 1/3 tail), never cutting a
-/// UTF-8 sequence. For error messages that quote user input (issue 6 adversarial pass, F27: a
-/// 150 KB spec made a 150 KB error line). Thread-safe (pure).
+/// UTF-8 sequence. For error messages that quote user input (a 150 KB spec
+/// once made a 150 KB error line). Thread-safe (pure).
 inline std::string abbreviate(std::string_view text, size_t max_chars = kMaxQuotedChars) {
   if (text.size() <= max_chars) return std::string(text);
   const auto continuation = [&](size_t i) {

@@ -4,32 +4,25 @@
 #include <cerrno>
 #include <climits>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <istream>
 #include <limits>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "vtpu/common/error.h"
+#include "vtpu/common/json_fields.h"
 
 namespace vtpu {
 
 namespace {
 
 constexpr int kFormatVersion = 1;
-constexpr size_t kMaxQuotedChars = 80;  // longest value quoted in an error message
-constexpr int kMaxJsonDepth = 64;       // deepest nesting a line may have
-
 using Json = nlohmann::json;
-
-// A JSON value for an error message, cut to kMaxQuotedChars.
-std::string quote(const Json& value) {
-  std::string s = value.dump(-1, ' ', false, Json::error_handler_t::replace);
-  if (s.size() > kMaxQuotedChars) s = s.substr(0, kMaxQuotedChars) + "...";
-  return s;
-}
 
 std::string number_text(double v) {
   Json j = v;
@@ -42,21 +35,6 @@ std::optional<TraceOp> parse_op(std::string_view name) {
   if (name == "oom") return TraceOp::kOom;
   if (name == "defragment") return TraceOp::kDefragment;
   return std::nullopt;
-}
-
-// The keys an event of `op` may carry.
-bool key_allowed(TraceOp op, std::string_view key) {
-  if (key == "t_us" || key == "core" || key == "op") return true;
-  switch (op) {
-    case TraceOp::kAlloc:
-    case TraceOp::kOom:
-      return key == "id" || key == "bytes" || key == "label";
-    case TraceOp::kFree:
-      return key == "id";
-    case TraceOp::kDefragment:
-      return key == "bytes_moved" || key == "buffers_moved" || key == "duration_us";
-  }
-  return false;
 }
 
 // Problems with the values of one event taken alone; empty when there are none. The reader and
@@ -88,22 +66,14 @@ std::string value_problem(const TraceEvent& e) {
          " is not one of alloc, free, oom, defragment";
 }
 
+// `where` names the header in messages: "<trace>:1", or "trace header" for a writer's.
 void check_header(const Json& header, const std::string& where) {
-  if (!header.is_object())
-    throw InvalidArgumentError(where + "trace header is " + quote(header) +
-                               " (expected a JSON object)");
-  auto format = header.find("format");
-  if (format == header.end() || !format->is_string() || *format != "vtpu-trace")
-    throw InvalidArgumentError(where + "trace header \"format\" is " +
-                               (format == header.end() ? std::string("missing") : quote(*format)) +
-                               " (expected \"vtpu-trace\")");
-  auto version = header.find("version");
-  if (version == header.end() || !version->is_number_integer() || *version != kFormatVersion)
-    throw InvalidArgumentError(
-        where + "trace header \"version\" is " +
-        (version == header.end() ? std::string("missing") : quote(*version)) +
-        " (expected the integer " + std::to_string(kFormatVersion) +
-        ", the only version this reader knows)");
+  const JsonObject h(header, where);
+  h["format"].name({"vtpu-trace"});
+  const JsonField version = h["version"];
+  if (const Json& v = version.json("the integer 1"); !v.is_number_integer() || v != kFormatVersion)
+    version.fail_expected("the integer " + std::to_string(kFormatVersion) +
+                          " (the only version this reader knows)");
 }
 
 }  // namespace
@@ -188,72 +158,47 @@ Json default_trace_header() { return Json{{"format", "vtpu-trace"}, {"version", 
 
 namespace {
 
-// Parses one event object; `where` is "name:line: ". Throws InvalidArgumentError.
-TraceEvent parse_event(const Json& j, const std::string& where) {
-  auto fail = [&](const std::string& what) { throw InvalidArgumentError(where + what); };
-  auto op_it = j.find("op");
-  if (op_it == j.end()) fail("missing field \"op\" in " + quote(j));
-  if (!op_it->is_string())
-    fail("field \"op\" is " + quote(*op_it) + " (expected one of alloc, free, oom, defragment)");
-  const std::optional<TraceOp> op = parse_op(op_it->get_ref<const std::string&>());
-  if (!op) fail("unknown op " + quote(*op_it) + " (expected one of alloc, free, oom, defragment)");
-  for (const auto& [key, value] : j.items()) {
-    if (!key_allowed(*op, key)) {
-      const std::string name(trace_op_name(*op));  // "an alloc", "an oom" (new-user pass U5)
-      fail("unexpected field \"" + key + "\" in " +
-           (name[0] == 'a' || name[0] == 'o' ? "an " : "a ") + name + " event (value " +
-           quote(value) + ")");
-    }
-  }
-  auto get_uint = [&](const char* key, bool required, uint64_t minimum) -> uint64_t {
-    auto it = j.find(key);
-    if (it == j.end()) {
-      if (required) fail("missing field \"" + std::string(key) + "\" in " + quote(j));
-      return 0;
-    }
-    const bool non_negative_integer =
-        it->is_number_unsigned() || (it->is_number_integer() && it->get<int64_t>() >= 0);
-    if (!non_negative_integer || it->get<uint64_t>() < minimum)
-      fail("field \"" + std::string(key) + "\" is " + quote(*it) +
-           " (expected an integer >= " + std::to_string(minimum) + " and < 2^64)");
-    return it->get<uint64_t>();
-  };
-  auto get_time = [&](const char* key) -> double {
-    auto it = j.find(key);
-    if (it == j.end()) fail("missing field \"" + std::string(key) + "\" in " + quote(j));
-    if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < 0)
-      fail("field \"" + std::string(key) + "\" is " + quote(*it) +
-           " (expected a finite number >= 0)");
-    return it->get<double>();
-  };
-
-  TraceEvent e;
-  e.op = *op;
-  e.t_us = get_time("t_us");
-  if (auto it = j.find("core"); it != j.end()) {
-    const bool ok =
-        it->is_number_integer() && it->get<int64_t>() >= 0 &&
-        (it->is_number_unsigned() ? it->get<uint64_t>() <= INT_MAX : it->get<int64_t>() <= INT_MAX);
-    if (!ok) fail("field \"core\" is " + quote(*it) + " (expected an integer in [0, 2^31))");
-    e.core = static_cast<int>(it->get<int64_t>());
-  }
-  switch (*op) {
+// The keys an event of `op` may carry.
+const std::set<std::string>& allowed_keys(TraceOp op) {
+  static const std::set<std::string> kAlloc = {"t_us", "core", "op", "id", "bytes", "label"};
+  static const std::set<std::string> kFree = {"t_us", "core", "op", "id"};
+  static const std::set<std::string> kDefragment = {"t_us",        "core",          "op",
+                                                    "bytes_moved", "buffers_moved", "duration_us"};
+  switch (op) {
     case TraceOp::kAlloc:
     case TraceOp::kOom:
-      e.id = get_uint("id", true, 0);
-      e.bytes = get_uint("bytes", true, 1);
-      if (auto it = j.find("label"); it != j.end()) {
-        if (!it->is_string()) fail("field \"label\" is " + quote(*it) + " (expected a string)");
-        e.label = it->get<std::string>();
-      }
+      return kAlloc;
+    case TraceOp::kFree:
+      return kFree;
+    case TraceOp::kDefragment:
+      return kDefragment;
+  }
+  return kFree;
+}
+
+// Parses one event object; `where` is "name:line". Throws InvalidArgumentError.
+TraceEvent parse_event(const Json& j, const std::string& where) {
+  const JsonObject r(j, where);
+  TraceEvent e;
+  e.op = *parse_op(r["op"].name({"alloc", "free", "oom", "defragment"}));
+  r.allow_only(allowed_keys(e.op));
+  e.t_us = r["t_us"].number(0.0, std::numeric_limits<double>::max(), "a finite number >= 0");
+  if (r.has("core")) e.core = static_cast<int>(r["core"].integer(0, INT_MAX));
+  switch (e.op) {
+    case TraceOp::kAlloc:
+    case TraceOp::kOom:
+      e.id = r["id"].unsigned_integer();
+      e.bytes = r["bytes"].unsigned_integer(1);
+      if (r.has("label")) e.label = r["label"].string();
       break;
     case TraceOp::kFree:
-      e.id = get_uint("id", true, 0);
+      e.id = r["id"].unsigned_integer();
       break;
     case TraceOp::kDefragment:
-      e.bytes_moved = get_uint("bytes_moved", true, 0);
-      e.buffers_moved = get_uint("buffers_moved", true, 0);
-      e.duration_us = get_time("duration_us");
+      e.bytes_moved = r["bytes_moved"].unsigned_integer();
+      e.buffers_moved = r["buffers_moved"].unsigned_integer();
+      e.duration_us =
+          r["duration_us"].number(0.0, std::numeric_limits<double>::max(), "a finite number >= 0");
       break;
   }
   return e;
@@ -290,7 +235,6 @@ Trace read_trace(std::istream& in, const std::string& name) {
   std::string line;
   uint64_t line_number = 0;
   bool seen_content = false;
-  std::vector<std::string> keys;  // top-level keys of the current line, for duplicate detection
   std::streambuf* buf = in.rdbuf();
   if (buf == nullptr || !in.good())
     throw InvalidArgumentError(name + ": the stream cannot be read (no buffer, or already failed)");
@@ -309,7 +253,7 @@ Trace read_trace(std::istream& in, const std::string& name) {
       throw InvalidArgumentError(where + "line longer than " + std::to_string(kMaxTraceLineBytes) +
                                  " bytes (kMaxTraceLineBytes, 1 MiB: the longest line a trace may "
                                  "have; the rest of the line was not read)");
-    // New-user pass U4: a gzip'd trace read "NUL byte at column 9"; say what the file is.
+    // A gzip-compressed trace would read as "NUL byte at column 9"; say what the file is.
     if (line_number == 1 && line.size() >= 2 && static_cast<unsigned char>(line[0]) == 0x1f &&
         static_cast<unsigned char>(line[1]) == 0x8b)
       throw InvalidArgumentError(
@@ -324,34 +268,12 @@ Trace read_trace(std::istream& in, const std::string& name) {
       throw InvalidArgumentError(where + "NUL byte at column " + std::to_string(nul + 1) +
                                  " (a trace line is JSON text, which never contains a NUL byte)");
     if (is_blank(line)) continue;
-    keys.clear();
-    std::string duplicate;
-    auto detect_duplicates = [&](int depth, Json::parse_event_t event, Json& parsed) {
-      // Deeper values are never valid here, and quoting one in a message (a recursive dump)
-      // would overflow the stack.
-      if (depth > kMaxJsonDepth)
-        throw InvalidArgumentError(where + "JSON nested deeper than " +
-                                   std::to_string(kMaxJsonDepth) + " levels");
-      if (depth == 1 && event == Json::parse_event_t::key) {
-        const std::string& key = parsed.get_ref<const std::string&>();
-        if (std::find(keys.begin(), keys.end(), key) != keys.end() && duplicate.empty())
-          duplicate = key;
-        keys.push_back(key);
-      }
-      return true;
-    };
-    Json j;
-    try {
-      j = Json::parse(line, detect_duplicates);
-    } catch (const Json::exception& e) {  // parse errors and number overflow (1e400) alike
-      throw InvalidArgumentError(where + "not valid JSON (" + e.what() + "): " + quote(Json(line)));
-    }
+    const std::string at = name + ":" + std::to_string(line_number);
+    Json j = parse_json_text(line, at);
     if (!j.is_object())
-      throw InvalidArgumentError(where + "expected a JSON object, got " + quote(j));
-    if (!duplicate.empty())
-      throw InvalidArgumentError(where + "duplicate field \"" + duplicate + "\"");
+      throw InvalidArgumentError(at + ": expected a JSON object, got " + json_value_text(j));
     if (!seen_content && j.contains("format")) {
-      check_header(j, where);
+      check_header(j, at);
       trace.header = std::move(j);
       seen_content = true;
       continue;
@@ -361,7 +283,7 @@ Trace read_trace(std::istream& in, const std::string& name) {
                                  "a header object (with \"format\") is only allowed as the first "
                                  "line");
     seen_content = true;
-    TraceEvent e = parse_event(j, where);
+    TraceEvent e = parse_event(j, at);
     if (std::string p = checker.problem(e); !p.empty()) throw InvalidArgumentError(where + p);
     checker.apply(e);
     trace.events.push_back(std::move(e));
@@ -371,8 +293,14 @@ Trace read_trace(std::istream& in, const std::string& name) {
 }
 
 Trace read_trace(const std::string& path) {
+  // Not read_bounded_text_file: a trace may be gigabytes, streamed line by line, and may come
+  // from a pipe (<(zcat t.jsonl.gz)).
+  if (std::error_code ec; std::filesystem::is_directory(path, ec))
+    throw InvalidArgumentError("trace file '" + path +
+                               "' is a directory (expected a JSON Lines file)");
+  errno = 0;
   std::ifstream in(path);
-  if (!in) throw NotFoundError("cannot open trace file '" + path + "'");
+  if (!in) throw_file_open_error("trace file", path, errno);
   return read_trace(in, path);
 }
 
@@ -419,7 +347,7 @@ TraceWriter::TraceWriter(std::ostream& out, Json header)
 
 TraceWriter::TraceWriter(const std::string& path, Json header)
     : name_("'" + path + "'"), path_(path), checker_(std::make_unique<TraceChecker>()) {
-  check_header(header, "");  // before truncating the file
+  check_header(header, "trace header");  // before truncating the file
   owned_ = std::make_unique<std::ofstream>(path, std::ios::out | std::ios::trunc);
   out_ = owned_.get();
   if (!*out_) throw NotFoundError("cannot open trace file '" + path + "' for writing");
@@ -428,14 +356,13 @@ TraceWriter::TraceWriter(const std::string& path, Json header)
 
 void TraceWriter::fail(const std::string& what, int err) const {
   // A file that cannot take the bytes (a full disk, /dev/full) is an I/O error naming the
-  // system's reason, as the memory profile's (adversarial pass adv12, ADV8: this was
-  // "Internal: writing event 116 to '/dev/full' failed").
+  // system's reason, as the memory profile's, not an internal error.
   if (!path_.empty()) throw_file_write_error(what, path_, err);
   throw InternalError("writing " + what + " to " + name_ + " failed");
 }
 
 void TraceWriter::write_header(const Json& header) {
-  check_header(header, "");
+  check_header(header, "trace header");
   errno = 0;
   *out_ << header.dump(-1, ' ', false, Json::error_handler_t::replace) << '\n';
   if (!*out_) fail("the trace header", errno);

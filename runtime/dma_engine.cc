@@ -74,7 +74,7 @@ DmaEngine::DmaEngine(int core_id, DmaOptions options) : core_id_(core_id), optio
     throw InvalidArgumentError("DMA bytes_per_second is " + std::string(rate_text) +
                                " (expected 0 = unthrottled, or a finite rate >= 1 B/s)");
   }
-  // Upper bounds keep steady_clock::now() + duration from overflowing (adv7 F13, F16).
+  // Upper bounds keep steady_clock::now() + duration from overflowing.
   constexpr auto kMaxDuration = std::chrono::hours(24 * 7);
   if (options_.latency.count() < 0 || options_.latency > kMaxDuration ||
       options_.wait_timeout.count() <= 0 || options_.wait_timeout > kMaxDuration) {

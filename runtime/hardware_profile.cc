@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "vtpu/common/error.h"
+#include "vtpu/common/json_fields.h"
 #include "vtpu/common/strings.h"
 #include "vtpu/common/units.h"
-#include "vtpu/common/json_fields.h"
 
 namespace vtpu {
 
@@ -21,43 +21,9 @@ namespace {
 // array of {file stem, JSON text}.
 #include "runtime/builtin_profiles.inc"
 
-uint64_t size_field(const nlohmann::json& j, const char* key) {
-  return json_bytes_field(j, key, "hardware profile key");
-}
-
-double number_field(const nlohmann::json& j, const char* key) {
-  const nlohmann::json& v = j.at(key);
-  if (!v.is_number()) {
-    throw InvalidArgumentError(std::string("hardware profile key '") + key + "' is " + v.dump() +
-                               " (expected a number)");
-  }
-  return v.get<double>();
-}
-
-/// An integer in [lo, hi]: 2.7 or 1e20 are errors, not truncated or cast with UB (adv7 F10).
-int small_int_field(const nlohmann::json& j, const char* key, int lo, int hi) {
-  const nlohmann::json& v = j.at(key);
-  const double d = v.is_number() ? v.get<double>() : 0.0;
-  if (!v.is_number() || !std::isfinite(d) || d != std::floor(d) || d < lo || d > hi) {
-    throw InvalidArgumentError(std::string("hardware profile key '") + key + "' is " + v.dump() +
-                               " (expected an integer in " + std::to_string(lo) + ".." +
-                               std::to_string(hi) + ")");
-  }
-  return static_cast<int>(d);
-}
-
-std::string string_field(const nlohmann::json& j, const char* key) {
-  const nlohmann::json& v = j.at(key);
-  if (!v.is_string()) {
-    throw InvalidArgumentError(std::string("hardware profile key '") + key + "' is " + v.dump() +
-                               " (expected a string)");
-  }
-  return v.get<std::string>();
-}
-
 void require_positive(double value, const std::string& field) {
   if (!(value > 0.0) || !std::isfinite(value)) {
-    // %g, not std::to_string's %f: -1e-9 printed as -0.000000 (new-user pass nu11, NU39).
+    // %g, not std::to_string's %f: -1e-9 printed as -0.000000.
     char shown[32];
     std::snprintf(shown, sizeof shown, "%.6g", value);
     throw InvalidArgumentError("hardware profile field '" + field + "' is " + shown +
@@ -65,73 +31,37 @@ void require_positive(double value, const std::string& field) {
   }
 }
 
-/// One collective's entry of "collectives": a fit object or a non-empty array of them (the array
-/// must not mix in anything else: a number, a nested array). group_size must be an integer; its
-/// range and distinctness are checked by validate().
-std::vector<CollectiveFit> collective_fits_from_json(const std::string& op,
-                                                     const nlohmann::json& value) {
-  static const std::string kForm =
-      "{\"alpha_seconds\": s, \"beta_seconds_per_byte\": s, \"group_size\": n}";
-  const auto one = [&](const nlohmann::json& fit, const std::string& where) {
-    if (!fit.is_object() || !fit.contains("alpha_seconds") ||
-        !fit.contains("beta_seconds_per_byte") || !fit.contains("group_size")) {
-      throw InvalidArgumentError("hardware profile " + where + " is " + fit.dump() + " (expected " +
-                                 kForm + (value.is_array() ? "" : " or an array of them") + ")");
-    }
-    // Regression (adversarial pass adv10, A6): an unknown key in a fit was ignored, so a typo
-    // such as "measure" for "measured" silently priced the collective by alpha-beta alone.
-    for (const auto& [key, v] : fit.items()) {
-      if (key != "alpha_seconds" && key != "beta_seconds_per_byte" && key != "group_size" &&
-          key != "measured") {
-        throw InvalidArgumentError("unknown hardware profile key '" + where + "." + key +
-                                   "' (known: alpha_seconds, beta_seconds_per_byte, group_size, "
-                                   "measured)");
-      }
-    }
+/// One collective's entry of "collectives": a fit object or a non-empty array of them. The
+/// range and distinctness of group_size are checked by validate().
+std::vector<CollectiveFit> collective_fits_from_json(const JsonField& value) {
+  const auto one = [](const JsonField& field) {
+    const JsonObject fit(field,
+                         "{\"alpha_seconds\": s, \"beta_seconds_per_byte\": s, \"group_size\": n}");
+    // A typo such as "measure" for "measured" would price the collective by alpha-beta alone.
+    fit.allow_only({"alpha_seconds", "beta_seconds_per_byte", "group_size", "measured"});
     CollectiveFit f;
-    f.alpha_seconds = number_field(fit, "alpha_seconds");
-    f.beta_seconds_per_byte = number_field(fit, "beta_seconds_per_byte");
-    const double g = number_field(fit, "group_size");
-    if (!std::isfinite(g) || g != std::floor(g) || std::abs(g) > (1 << 20)) {
-      throw InvalidArgumentError("hardware profile " + where + ".group_size is " +
-                                 fit.at("group_size").dump() +
-                                 " (expected an integer number of cores >= 2)");
-    }
-    f.group_size = static_cast<int>(g);
-    if (fit.contains("measured")) {
-      const nlohmann::json& m = fit.at("measured");
-      const auto bad = [&](const std::string& what) {
-        return InvalidArgumentError("hardware profile " + where + ".measured " + what +
-                                    " (expected an array of [bytes, seconds] pairs)");
-      };
-      if (!m.is_array()) throw bad("is " + m.dump());
-      for (size_t i = 0; i < m.size(); ++i) {
-        const nlohmann::json& point = m[i];
-        if (!point.is_array() || point.size() != 2 || !point[0].is_number() ||
-            !point[1].is_number()) {
-          throw bad("[" + std::to_string(i) + "] is " + point.dump());
-        }
-        f.measured.emplace_back(point[0].get<double>(), point[1].get<double>());
+    f.alpha_seconds = fit["alpha_seconds"].number();
+    f.beta_seconds_per_byte = fit["beta_seconds_per_byte"].number();
+    f.group_size = static_cast<int>(fit["group_size"].integer(-(1 << 20), 1 << 20));
+    if (fit.has("measured")) {
+      for (const JsonField& point : fit["measured"].elements()) {
+        const std::vector<JsonField> pair = point.elements(2);
+        if (pair.size() != 2) point.fail_expected("a [bytes, seconds] pair");
+        f.measured.emplace_back(pair[0].number(), pair[1].number());
       }
     }
     return f;
   };
   std::vector<CollectiveFit> fits;
-  if (!value.is_array()) {
-    fits.push_back(one(value, "collectives." + op));
+  if (!value.json("a fit or an array of fits").is_array()) {
+    fits.push_back(one(value));
     return fits;
   }
-  if (value.empty()) {
-    throw InvalidArgumentError("hardware profile collectives." + op + " is [] (expected a fit " +
-                               kForm + " or a non-empty array of them)");
-  }
-  for (size_t i = 0; i < value.size(); ++i) {
-    fits.push_back(one(value[i], "collectives." + op + "[" + std::to_string(i) + "]"));
-  }
+  for (const JsonField& fit : value.elements(1)) fits.push_back(one(fit));
   return fits;
 }
 
-/// Latencies above this are typos (1e308 made every estimate inf: issue 6 adversarial pass, F5).
+/// Latencies above this are typos (1e308 made every estimate inf).
 constexpr double kMaxLatencySeconds = 60.0;
 
 std::string number_text(double value) {
@@ -141,7 +71,7 @@ std::string number_text(double value) {
 }
 
 /// Rates divide byte and FLOP counts: below 1 per second a simulated time can overflow to inf
-/// (adv7 F10, as the DMA rate 1e-300 bug).
+/// (as a DMA rate of 1e-300 did).
 void require_rate(double value, const std::string& field) {
   if (!(value >= 1.0) || !std::isfinite(value)) {
     char text[32];
@@ -154,74 +84,34 @@ void require_rate(double value, const std::string& field) {
 /// "kernels": {"gemm_sizes": [..], "gemm_flops_per_second": [..], optional
 /// "gemm_warm_flops_per_second": [..], "elementwise_per_second": {..}, "row_kernels": {..}}; values
 /// are checked by KernelRates::validate.
-KernelRates kernel_rates_from_json(const nlohmann::json& k) {
-  if (!k.is_object()) {
-    throw InvalidArgumentError("hardware profile key 'kernels' is " + k.dump() +
-                               " (expected an object with gemm_sizes, gemm_flops_per_second and "
-                               "elementwise_per_second)");
-  }
+KernelRates kernel_rates_from_json(const JsonObject& k) {
+  k.allow_only({"elementwise_per_second", "gemm_flops_per_second", "gemm_sizes",
+                "gemm_warm_flops_per_second", "row_kernels"});
   KernelRates r;
-  for (const auto& [key, v] : k.items()) {
-    if (key == "gemm_sizes") {
-      if (!v.is_array()) {
-        throw InvalidArgumentError("hardware profile kernels.gemm_sizes is " + v.dump() +
-                                   " (expected an array of integers)");
-      }
-      for (const nlohmann::json& x : v) {
-        const double d = x.is_number() ? x.get<double>() : 0.0;
-        if (!x.is_number() || d != std::floor(d) || d < 1 || d > double(int64_t{1} << 20)) {
-          throw InvalidArgumentError("hardware profile kernels.gemm_sizes holds " + x.dump() +
-                                     " (expected integers in 1..2^20)");
-        }
-        r.gemm_sizes.push_back(static_cast<int64_t>(d));
-      }
-    } else if (key == "gemm_flops_per_second" || key == "gemm_warm_flops_per_second") {
-      if (!v.is_array()) {
-        throw InvalidArgumentError("hardware profile kernels." + key + " is " +
-                                   v.dump().substr(0, 80) + " (expected an array of numbers)");
-      }
-      std::vector<double>& table =
-          key == "gemm_flops_per_second" ? r.gemm_flops_per_second : r.gemm_warm_flops_per_second;
-      for (const nlohmann::json& x : v) {
-        if (!x.is_number()) {
-          throw InvalidArgumentError("hardware profile kernels." + key + " holds " + x.dump() +
-                                     " (expected numbers)");
-        }
-        table.push_back(x.get<double>());
-      }
-    } else if (key == "elementwise_per_second") {
-      if (!v.is_object()) {
-        throw InvalidArgumentError("hardware profile kernels.elementwise_per_second is " +
-                                   v.dump() + " (expected an object of kernel name to rate)");
-      }
-      for (const auto& [op, x] : v.items()) {
-        if (!x.is_number()) {
-          throw InvalidArgumentError("hardware profile kernels.elementwise_per_second." + op +
-                                     " is " + x.dump() + " (expected a number)");
-        }
-        r.elementwise_per_second[op] = x.get<double>();
-      }
-    } else if (key == "row_kernels") {
-      if (!v.is_object()) {
-        throw InvalidArgumentError("hardware profile kernels.row_kernels is " + v.dump() +
-                                   " (expected an object of kernel name to fit)");
-      }
-      for (const auto& [op, f] : v.items()) {
-        if (!f.is_object() || f.size() != 2 || !f.contains("seconds_per_row") ||
-            !f.contains("seconds_per_element") || !f.at("seconds_per_row").is_number() ||
-            !f.at("seconds_per_element").is_number()) {
-          throw InvalidArgumentError("hardware profile kernels.row_kernels." + op + " is " +
-                                     f.dump() +
-                                     " (expected {\"seconds_per_row\": s, "
-                                     "\"seconds_per_element\": s})");
-        }
-        r.row_kernels[op] = {f.at("seconds_per_row").get<double>(),
-                             f.at("seconds_per_element").get<double>()};
-      }
-    } else {
-      throw InvalidArgumentError("unknown hardware profile key 'kernels." + key +
-                                 "' (known: elementwise_per_second, gemm_flops_per_second, "
-                                 "gemm_sizes, gemm_warm_flops_per_second, row_kernels)");
+  if (k.has("gemm_sizes")) {
+    for (const JsonField& x : k["gemm_sizes"].elements())
+      r.gemm_sizes.push_back(x.integer(1, int64_t{1} << 20));
+  }
+  for (const char* key : {"gemm_flops_per_second", "gemm_warm_flops_per_second"}) {
+    if (!k.has(key)) continue;
+    std::vector<double>& table = std::string_view(key) == "gemm_flops_per_second"
+                                     ? r.gemm_flops_per_second
+                                     : r.gemm_warm_flops_per_second;
+    for (const JsonField& x : k[key].elements()) table.push_back(x.number());
+  }
+  if (k.has("elementwise_per_second")) {
+    const JsonObject rates = k.object("elementwise_per_second", "an object of kernel name to rate");
+    for (const auto& [op, x] : rates.json().items()) {
+      r.elementwise_per_second[op] = rates[op].number();
+    }
+  }
+  if (k.has("row_kernels")) {
+    const JsonObject fits = k.object("row_kernels", "an object of kernel name to fit");
+    for (const auto& [op, f] : fits.json().items()) {
+      const JsonObject fit =
+          fits.object(op, "{\"seconds_per_row\": s, \"seconds_per_element\": s}");
+      fit.allow_only({"seconds_per_row", "seconds_per_element"});
+      r.row_kernels[op] = {fit["seconds_per_row"].number(), fit["seconds_per_element"].number()};
     }
   }
   return r;
@@ -319,7 +209,7 @@ double HardwareProfile::peak_flops(const std::string& dtype) const {
     const std::string where =
         source_path.empty() ? "hardware profile '" + name + "'"
                             : "hardware profile file '" + source_path + "' (name '" + name + "')";
-    // nu12 NU51: the shipped this_machine measures f32 only (Eigen's GEMM); the advice names a
+    // The shipped this_machine measures f32 only (Eigen's GEMM); the advice names a
     // copy to edit rather than the shipped file.
     const std::string fix =
         source_path.empty()
@@ -337,7 +227,7 @@ double HardwareProfile::peak_flops(const std::string& dtype) const {
 
 void HardwareProfile::validate() const {
   if (name.empty()) throw InvalidArgumentError("hardware profile has an empty 'name'");
-  // Adversarial pass adv12, ADV9: a NUL in the name cut the table's "hardware" header short while
+  // A NUL in the name cut the table's "hardware" header short while
   // plan files kept it whole; refused as the model reader refuses control characters in names.
   if (std::ranges::any_of(
           name, [](char ch) { return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; })) {
@@ -356,7 +246,7 @@ void HardwareProfile::validate() const {
   require_positive(static_cast<double>(hbm_bytes), "hbm_bytes");
   require_rate(hbm_bytes_per_second, "hbm_bytes_per_second");
   // On-core memories become arenas: the same 1 KiB..4 GiB bounds as RuntimeOptions' overrides,
-  // named by key (adv7 F17).
+  // named by key.
   for (const auto& [key, bytes] : {std::pair<const char*, uint64_t>{"vmem_bytes", vmem_bytes},
                                    {"smem_bytes", smem_bytes},
                                    {"accumulator_bytes", accumulator_bytes}}) {
@@ -476,7 +366,7 @@ void HardwareProfile::validate() const {
         number_text(link_latency_seconds) + ", links_per_chip " + std::to_string(links_per_chip) +
         " (expected a finite rate of 0 or >= 1 B/s, a latency of 0..60 s and >= 0 links)");
   }
-  // F7 (issue 6): a torus or ring prices collectives over its links (planner/cost_model.h: a
+  // A torus or ring prices collectives over its links (planner/cost_model.h: a
   // bidirectional ring per torus dimension, 2 links per chip each), so both figures must be set.
   const int torus_dims = topology == "torus_3d"   ? 3
                          : topology == "torus_2d" ? 2
@@ -495,123 +385,105 @@ void HardwareProfile::validate() const {
   }
 }
 
-HardwareProfile HardwareProfile::from_json(const nlohmann::json& j) {
-  if (!j.is_object()) {
-    throw InvalidArgumentError("hardware profile must be a JSON object, got " +
-                               std::string(j.type_name()));
+namespace {
+
+// The fields that hold one number, size or name.
+void scalars_from_json(const JsonObject& r, HardwareProfile& p) {
+  p.name = r["name"].string();
+  if (r.has("description")) p.description = r["description"].string();
+  if (r.has("cores_per_chip")) {
+    p.cores_per_chip = static_cast<int>(r["cores_per_chip"].integer(1, 1 << 20));
   }
-  static const std::set<std::string> kKnown = {"name",
-                                               "description",
-                                               "cores_per_chip",
-                                               "peak_flops_per_second",
-                                               "hbm_bytes",
-                                               "hbm_bytes_per_second",
-                                               "vmem_bytes",
-                                               "scoped_vmem_limit_bytes",
-                                               "smem_bytes",
-                                               "accumulator_bytes",
-                                               "link_bytes_per_second",
-                                               "link_latency_seconds",
-                                               "links_per_chip",
-                                               "topology",
-                                               "host_cpus",
-                                               "cache_bytes",
-                                               "cache_bytes_per_second",
-                                               "llc_bytes",
-                                               "llc_bytes_per_second",
-                                               "collectives",
-                                               "thread_pinning",
-                                               "kernels",
-                                               "sources"};
-  for (const auto& [key, value] : j.items()) {
-    if (!kKnown.contains(key)) {
-      throw InvalidArgumentError("unknown hardware profile key '" + key +
-                                 "' (known: " + join(kKnown) + ")");
-    }
-  }
-  for (const char* key : {"name", "peak_flops_per_second", "hbm_bytes", "hbm_bytes_per_second",
-                          "vmem_bytes", "smem_bytes", "accumulator_bytes"}) {
-    if (!j.contains(key)) {
-      throw InvalidArgumentError(std::string("hardware profile lacks the required key '") + key +
-                                 "'");
-    }
-  }
-  HardwareProfile p;
-  p.name = string_field(j, "name");
-  if (j.contains("description")) p.description = string_field(j, "description");
-  if (j.contains("cores_per_chip"))
-    p.cores_per_chip = small_int_field(j, "cores_per_chip", 1, 1 << 20);
-  const nlohmann::json& flops = j.at("peak_flops_per_second");
-  if (!flops.is_object()) {
-    throw InvalidArgumentError("hardware profile key 'peak_flops_per_second' is " + flops.dump() +
-                               " (expected an object such as {\"bf16\": 1.97e14})");
-  }
-  for (const auto& [dtype, value] : flops.items()) {
-    if (!value.is_number()) {
-      throw InvalidArgumentError("hardware profile peak_flops_per_second." + dtype + " is " +
-                                 value.dump() + " (expected a number)");
-    }
-    p.peak_flops_per_second[dtype] = value.get<double>();
-  }
-  p.hbm_bytes = size_field(j, "hbm_bytes");
-  p.hbm_bytes_per_second = number_field(j, "hbm_bytes_per_second");
-  p.vmem_bytes = size_field(j, "vmem_bytes");
-  p.scoped_vmem_limit_bytes = j.contains("scoped_vmem_limit_bytes")
-                                  ? size_field(j, "scoped_vmem_limit_bytes")
+  p.hbm_bytes = r["hbm_bytes"].bytes();
+  p.hbm_bytes_per_second = r["hbm_bytes_per_second"].number();
+  p.vmem_bytes = r["vmem_bytes"].bytes();
+  p.scoped_vmem_limit_bytes = r.has("scoped_vmem_limit_bytes")
+                                  ? r["scoped_vmem_limit_bytes"].bytes()
                                   : std::min<uint64_t>(p.vmem_bytes, 16 * kMiB);
-  p.smem_bytes = size_field(j, "smem_bytes");
-  p.accumulator_bytes = size_field(j, "accumulator_bytes");
-  if (j.contains("link_bytes_per_second"))
-    p.link_bytes_per_second = number_field(j, "link_bytes_per_second");
-  if (j.contains("link_latency_seconds"))
-    p.link_latency_seconds = number_field(j, "link_latency_seconds");
-  if (j.contains("links_per_chip"))
-    p.links_per_chip = small_int_field(j, "links_per_chip", 0, 1 << 20);
-  if (j.contains("topology")) p.topology = string_field(j, "topology");
-  if (j.contains("host_cpus")) p.host_cpus = small_int_field(j, "host_cpus", 0, 1 << 20);
-  if (j.contains("cache_bytes")) p.cache_bytes = size_field(j, "cache_bytes");
-  if (j.contains("cache_bytes_per_second"))
-    p.cache_bytes_per_second = number_field(j, "cache_bytes_per_second");
-  if (j.contains("llc_bytes")) p.llc_bytes = size_field(j, "llc_bytes");
-  if (j.contains("llc_bytes_per_second"))
-    p.llc_bytes_per_second = number_field(j, "llc_bytes_per_second");
-  if (j.contains("collectives")) {
-    const nlohmann::json& c = j.at("collectives");
-    if (!c.is_object()) {
-      throw InvalidArgumentError("hardware profile key 'collectives' is " + c.dump() +
-                                 " (expected an object of collective name to fit)");
-    }
-    static const std::set<std::string> kOps = {"all_gather", "reduce_scatter", "all_reduce",
-                                               "all_to_all"};
-    for (const auto& [op, fit] : c.items()) {
-      if (!kOps.contains(op)) {
-        throw InvalidArgumentError("hardware profile collectives." + op +
-                                   ": unknown collective (expected one of: " + join(kOps) + ")");
-      }
-      p.collectives[op] = collective_fits_from_json(op, fit);
-    }
+  p.smem_bytes = r["smem_bytes"].bytes();
+  p.accumulator_bytes = r["accumulator_bytes"].bytes();
+  if (r.has("link_bytes_per_second")) {
+    p.link_bytes_per_second = r["link_bytes_per_second"].number();
   }
-  if (j.contains("thread_pinning")) {
-    const nlohmann::json& t = j.at("thread_pinning");
-    if (!t.is_array()) {
-      throw InvalidArgumentError("hardware profile key 'thread_pinning' is " + t.dump() +
-                                 " (expected an array of pinning records, one per group size)");
+  if (r.has("link_latency_seconds")) p.link_latency_seconds = r["link_latency_seconds"].number();
+  if (r.has("links_per_chip")) {
+    p.links_per_chip = static_cast<int>(r["links_per_chip"].integer(0, 1 << 20));
+  }
+  if (r.has("topology")) p.topology = r["topology"].string();
+  if (r.has("host_cpus")) p.host_cpus = static_cast<int>(r["host_cpus"].integer(0, 1 << 20));
+  if (r.has("cache_bytes")) p.cache_bytes = r["cache_bytes"].bytes();
+  if (r.has("cache_bytes_per_second")) {
+    p.cache_bytes_per_second = r["cache_bytes_per_second"].number();
+  }
+  if (r.has("llc_bytes")) p.llc_bytes = r["llc_bytes"].bytes();
+  if (r.has("llc_bytes_per_second")) p.llc_bytes_per_second = r["llc_bytes_per_second"].number();
+}
+
+}  // namespace
+
+HardwareProfile HardwareProfile::from_json(const nlohmann::json& j, const std::string& where) {
+  const JsonObject r(j, where);
+  r.allow_only({"name",
+                "description",
+                "cores_per_chip",
+                "peak_flops_per_second",
+                "hbm_bytes",
+                "hbm_bytes_per_second",
+                "vmem_bytes",
+                "scoped_vmem_limit_bytes",
+                "smem_bytes",
+                "accumulator_bytes",
+                "link_bytes_per_second",
+                "link_latency_seconds",
+                "links_per_chip",
+                "topology",
+                "host_cpus",
+                "cache_bytes",
+                "cache_bytes_per_second",
+                "llc_bytes",
+                "llc_bytes_per_second",
+                "collectives",
+                "thread_pinning",
+                "kernels",
+                "sources"});
+  HardwareProfile p;
+  scalars_from_json(r, p);
+  const JsonObject flops =
+      r.object("peak_flops_per_second", "an object such as {\"bf16\": 1.97e14}");
+  for (const auto& [dtype, value] : flops.json().items()) {
+    p.peak_flops_per_second[dtype] = flops[dtype].number();
+  }
+  if (r.has("collectives")) {
+    const JsonObject c = r.object("collectives", "an object of collective name to fit");
+    c.allow_only({"all_gather", "reduce_scatter", "all_reduce", "all_to_all"});
+    for (const auto& [op, fit] : c.json().items())
+      p.collectives[op] = collective_fits_from_json(c[op]);
+  }
+  if (r.has("thread_pinning")) {
+    for (const JsonField& record : r["thread_pinning"].elements()) {
+      p.thread_pinning.push_back(
+          ThreadPinning::from_json(record.json("a pinning record"), where, record.path()));
     }
-    for (const nlohmann::json& record : t)
-      p.thread_pinning.push_back(ThreadPinning::from_json(record));
     std::ranges::sort(p.thread_pinning, {}, &ThreadPinning::cores);
   }
-  if (j.contains("kernels")) p.kernels = kernel_rates_from_json(j.at("kernels"));
-  if (j.contains("sources")) {
-    const nlohmann::json& s = j.at("sources");
-    if (!s.is_object()) {
-      throw InvalidArgumentError("hardware profile key 'sources' is " + s.dump() +
-                                 " (expected an object of field name to source text)");
-    }
-    for (const auto& [k, v] : s.items())
+  if (r.has("kernels")) {
+    p.kernels =
+        kernel_rates_from_json(r.object("kernels",
+                                        "an object with gemm_sizes, gemm_flops_per_second and "
+                                        "elementwise_per_second"));
+  }
+  if (r.has("sources")) {
+    const JsonObject s = r.object("sources", "an object of field name to source text");
+    for (const auto& [k, v] : s.json().items())
       p.sources[k] = v.is_string() ? v.get<std::string>() : v.dump();
   }
-  p.validate();
+  // Rules between fields and ranges the readers above do not know.
+  try {
+    p.validate();
+  } catch (const InvalidArgumentError& e) {
+    if (where == "hardware profile") throw;  // validate() names the profile already
+    throw InvalidArgumentError(where + ": " + e.message());
+  }
   return p;
 }
 
@@ -687,27 +559,13 @@ nlohmann::json HardwareProfile::to_json() const {
 }
 
 HardwareProfile HardwareProfile::load_json_file(const std::string& path) {
-  // F24 (issue 6 adversarial pass): nothing bounded what was read (a dataset passed by mistake
-  // as --hardware data.json would be parsed whole); a profile is a few KB.
+  // A profile is a few KB; the bound keeps a data file passed by mistake out.
   constexpr uintmax_t kMaxProfileBytes = uintmax_t{1} << 20;
-  const std::string text =
-      read_bounded_text_file(path, kMaxProfileBytes, "hardware profile file", "1 MiB");
-  nlohmann::json j;
-  // Regression (issue 6 adversarial pass, F6): a key given twice in one object silently took the
-  // last value; like an unknown key, it is now an error naming the key.
-  try {
-    j = parse_json_unique_keys(text, "hardware profile file '" + path + "'");
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidArgumentError("hardware profile file '" + path +
-                               "' is not valid JSON: " + e.what());
-  }
-  try {
-    HardwareProfile p = from_json(j);
-    p.source_path = path;
-    return p;
-  } catch (const InvalidArgumentError& e) {
-    throw InvalidArgumentError("hardware profile file '" + path + "': " + e.message());
-  }
+  HardwareProfile p =
+      from_json(read_json_file(path, kMaxProfileBytes, "hardware profile file", "1 MiB"),
+                "hardware profile file '" + path + "'");
+  p.source_path = path;
+  return p;
 }
 
 std::vector<std::string> HardwareProfile::builtin_names() {

@@ -125,7 +125,7 @@ struct HardwareProfile {
   /// (bench/kernel_bench.h, `last_level_cache_from_sweep`), not from sysconf, which on this VM
   /// reports the host's whole 508 MiB. planner/cost_model.h prices a working set that misses
   /// cache_bytes but fits here at this bandwidth, and its GEMMs at the warm rates. Both 0
-  /// (absent: the TPU profiles and host profiles measured before 2026-12-02): no such level.
+  /// (absent: the TPU profiles and older host profiles): no such level.
   /// Both or neither must be set, and llc_bytes must exceed cache_bytes.
   uint64_t llc_bytes = 0;
   double llc_bytes_per_second = 0.0;
@@ -144,7 +144,7 @@ struct HardwareProfile {
   /// distinct core counts. JSON key "thread_pinning": [{"mode": "auto", "cores": 2, "host_cpus":
   /// 2, "pinned": true, "cpus": [0, 1]}, {"mode": "auto", "cores": 8, ..., "pinned": false,
   /// "reason": "8 cores > 2 CPUs"}]. Optional: empty (absent) in the TPU profiles and in profiles
-  /// calibrated before it was recorded (2026-12-02). The trainers' estimate report warns when a
+  /// calibrated before it was recorded. The trainers' estimate report warns when a
   /// run's pinning differs from it (bench/estimate_report.h).
   std::vector<ThreadPinning> thread_pinning;
   /// Measured kernel throughputs (host profiles); JSON key "kernels": {"gemm_sizes": [...],
@@ -167,7 +167,8 @@ struct HardwareProfile {
   /// Throws InvalidArgumentError naming the first field that is missing or out of range.
   void validate() const;
   /// Parses and validates; unknown keys are an error. Sizes may be integers or strings ("16M").
-  static HardwareProfile from_json(const nlohmann::json& j);
+  static HardwareProfile from_json(const nlohmann::json& j,
+                                   const std::string& where = "hardware profile");
   nlohmann::json to_json() const;
   /// Reads a JSON file. Throws NotFoundError / InvalidArgumentError (with the path).
   static HardwareProfile load_json_file(const std::string& path);

@@ -12,6 +12,7 @@
 #include "vtpu/common/strings.h"
 #include "vtpu/common/units.h"
 #include "vtpu/runtime/device_buffer.h"
+#include "vtpu/runtime/pallas_plan.h"
 #include "vtpu/runtime/virtual_core.h"
 
 namespace vtpu {
@@ -20,310 +21,16 @@ namespace {
 
 constexpr int kMaxBuffers = 8;
 constexpr int kMaxSemaphores = 64;
-constexpr int64_t kSublanes = 8;         // second-minor block dim granule (f32 tile rows)
-constexpr int64_t kLanes = 128;          // minor block dim granule (f32 tile columns)
 constexpr uint64_t kArenaGranule = 256;  // the bfc policy rounds every request to 256 bytes
 
 using Clock = std::chrono::steady_clock;
-
-std::string shape_text(std::span<const int64_t> dims) {
-  std::string s = "(";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
-  return s + (dims.size() == 1 ? ",)" : ")");
-}
+using pallas_internal::checked_product;
+using pallas_internal::make_plan;
+using pallas_internal::OperandPlan;
+using pallas_internal::Plan;
+using pallas_internal::shape_text;
 
 uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
-
-/// One operand as a batch of 2-D arrays: rank-1 arrays are (1, 1, n), rank-2 (1, r, c); a rank-3
-/// array (b, r, c) has blocks (1, br, bc), one batch entry per block.
-struct OperandPlan {
-  const PallasOperand* op = nullptr;
-  bool is_output = false;
-  bool pipelined = true;  // false: memory_space kHbm
-  int rank = 2;
-  int64_t batch = 1;             // array: leading dim (rank 3), else 1
-  int64_t rows = 0, cols = 0;    // array
-  int64_t brows = 0, bcols = 0;  // block
-  uint64_t es = 4;               // element bytes
-  uint64_t block_bytes = 0;      // one VMEM buffer, logical (brows x bcols elements)
-  uint64_t padded_bytes = 0;     // the same padded to VMEM tiles: what the arena is charged
-  uint64_t array_bytes = 0;      // the whole array in HBM
-  // Consecutive grid points with the same block index share one event (fetch or visit).
-  std::vector<std::array<int64_t, 3>> events;  // block index (batch, row block, col block)
-  std::vector<int64_t> first_step, last_step;
-  std::vector<int64_t> event_of_step;
-  std::set<std::array<int64_t, 3>> visited;  // outputs: blocks visited so far (planning only)
-
-  int64_t valid_rows(int64_t e) const {
-    return std::min(brows, rows - events[static_cast<size_t>(e)][1] * brows);
-  }
-  int64_t valid_cols(int64_t e) const {
-    return std::min(bcols, cols - events[static_cast<size_t>(e)][2] * bcols);
-  }
-  uint64_t event_bytes(int64_t e) const {
-    return static_cast<uint64_t>(valid_rows(e) * valid_cols(e)) * es;
-  }
-  std::string label() const {
-    return std::string(is_output ? "output" : "input") + " '" + op->name + "'";
-  }
-  /// The block shape as the user gave it (rank 1, 2 or 3).
-  std::vector<int64_t> block_dims() const {
-    if (rank == 3) return {1, brows, bcols};
-    if (rank == 2) return {brows, bcols};
-    return {bcols};
-  }
-  /// A block index as the index map returned it (rank entries).
-  std::vector<int64_t> user_index(const std::array<int64_t, 3>& b) const {
-    if (rank == 3) return {b[0], b[1], b[2]};
-    if (rank == 2) return {b[1], b[2]};
-    return {b[2]};
-  }
-  std::vector<int64_t> block_index(int64_t e) const {
-    return user_index(events[static_cast<size_t>(e)]);
-  }
-};
-
-struct Plan {
-  std::vector<int64_t> grid;
-  int64_t num_steps = 1;
-  std::vector<OperandPlan> inputs, outputs;
-  std::vector<double> step_flops;
-
-  std::vector<int64_t> grid_index(int64_t s) const {
-    std::vector<int64_t> idx(grid.size());
-    for (size_t a = grid.size(); a-- > 0;) {
-      idx[a] = s % grid[a];
-      s /= grid[a];
-    }
-    return idx;
-  }
-};
-
-void check_block_shape(const OperandPlan& p, const std::vector<int64_t>& shape,
-                       const std::vector<int64_t>& block) {
-  auto fail = [&](const std::string& why) {
-    throw InvalidArgumentError(p.label() + " of shape " + shape_text(shape) + " has block shape " +
-                               shape_text(block) + ": " + why);
-  };
-  if (block.size() != shape.size()) {
-    fail("the block rank is " + std::to_string(block.size()) + " (expected " +
-         std::to_string(shape.size()) + ", the array rank)");
-  }
-  for (size_t d = 0; d < block.size(); ++d) {
-    if (block[d] < 1) fail("block dim " + std::to_string(d) + " is not positive");
-  }
-  // Mosaic's rule (jax/_src/pallas/mosaic/lowering.py, _check_block_mappings): each of the last
-  // two block dims equals the array dim or is a multiple of 128 (last) / 8 (second-to-last).
-  // Pallas has no separate "block <= array" check, so a block larger than the array is legal
-  // exactly when it is such a multiple: the one block spans the whole dim and the rest is
-  // padding. Anything else larger than the array is rejected with its own message.
-  auto check_dim = [&](size_t d, int64_t granule, const char* which) {
-    const int64_t b = block[d], a = shape[d];
-    if (b == a || b % granule == 0) return;
-    const std::string dim = "the " + std::string(which) + " block dim " + std::to_string(b);
-    if (b > a) {
-      fail(dim + " is larger than the array dim " + std::to_string(a) + " (expected at most " +
-           std::to_string(a) +
-           ": equal to it to span the whole dim, or "
-           "a multiple of " +
-           std::to_string(granule) + ", which Pallas TPU pads; TPU (8, 128) tiling)");
-    }
-    fail(dim + " must be a multiple of " + std::to_string(granule) + " or equal the array dim " +
-         std::to_string(a) + " (TPU (8, 128) tiling)");
-  };
-  check_dim(block.size() - 1, kLanes, "last");
-  if (block.size() >= 2) check_dim(block.size() - 2, kSublanes, "second-to-last");
-  if (block.size() == 3 && block[0] != 1) {
-    fail("the leading block dim is " + std::to_string(block[0]) +
-         " (expected 1: one batch entry per grid point, Pallas's None/1; the body sees the "
-         "squeezed 2-D block)");
-  }
-}
-
-/// Rows of a VMEM tile for an element size: (8, 128) for 32-bit types; 16-bit types pack two
-/// rows per sublane (16, 128) and 8-bit types four (32, 128), as Mosaic lays out VMEM. 64-bit
-/// types (not native on TPU) are taken as (8, 128).
-int64_t tile_rows(uint64_t element_bytes) {
-  return element_bytes >= 4 ? kSublanes : kSublanes * static_cast<int64_t>(4 / element_bytes);
-}
-
-/// Multiplies non-negative factors, throwing InvalidArgumentError (naming `what`) past 2^62.
-uint64_t checked_product(std::initializer_list<uint64_t> factors, const std::string& what) {
-  constexpr uint64_t kLimit = uint64_t{1} << 62;
-  uint64_t r = 1;
-  for (uint64_t f : factors) {
-    if (f != 0 && r > kLimit / f) {
-      throw InvalidArgumentError(what + " is too large (more than 2^62 bytes)");
-    }
-    r *= f;
-  }
-  return r;
-}
-
-}  // namespace
-
-uint64_t vmem_tile_padded_bytes(ElementType dtype, std::span<const int64_t> block_shape) {
-  const uint64_t es = element_size_bytes(dtype);
-  if (block_shape.empty()) return es;
-  auto up = [](int64_t v, int64_t m) { return static_cast<uint64_t>((v + m - 1) / m * m); };
-  const std::string what = "a VMEM block of shape " + shape_text(block_shape);
-  if (block_shape.size() == 1) {
-    // A rank-1 block is laid out as (1, n) rows of whole tiles: Mosaic's 1-D tiling is one
-    // (8, 128) tile of 32-bit words (the 1024-element chunk of its rank-1 block rule).
-    return checked_product({up(block_shape[0], tile_rows(es) * kLanes), es}, what);
-  }
-  const size_t r = block_shape.size();
-  uint64_t lead = 1;
-  for (size_t d = 0; d + 2 < r; ++d) lead = checked_product({lead, up(block_shape[d], 1)}, what);
-  return checked_product(
-      {lead, up(block_shape[r - 2], tile_rows(es)), up(block_shape[r - 1], kLanes), es}, what);
-}
-
-namespace {
-
-OperandPlan make_operand_plan(const PallasOperand& op, bool is_output) {
-  OperandPlan p;
-  p.op = &op;
-  p.is_output = is_output;
-  p.pipelined = op.spec.memory_space != MemorySpace::kHbm;
-  if (op.spec.memory_space != MemorySpace::kHbm && op.spec.memory_space != MemorySpace::kVmem) {
-    throw InvalidArgumentError(p.label() + " has memory space " +
-                               std::string(memory_space_name(op.spec.memory_space)) +
-                               " (expected vmem, pipelined, or hbm, left in place)");
-  }
-  if (op.shape.empty() || op.shape.size() > 3) {
-    throw InvalidArgumentError(
-        p.label() + " has shape " + shape_text(op.shape) + ": rank " +
-        std::to_string(op.shape.size()) +
-        " is not supported (expected rank 1, 2, or 3 with a leading batch dim blocked by 1; "
-        "see docs/KERNELS.md)");
-  }
-  for (int64_t d : op.shape) {
-    if (d < 1) {
-      throw InvalidArgumentError(p.label() + " has shape " + shape_text(op.shape) +
-                                 " (expected every dim >= 1)");
-    }
-  }
-  p.rank = static_cast<int>(op.shape.size());
-  p.batch = p.rank == 3 ? op.shape[0] : 1;
-  p.rows = p.rank >= 2 ? op.shape[static_cast<size_t>(p.rank - 2)] : 1;
-  p.cols = op.shape.back();
-  p.es = element_size_bytes(op.dtype);
-  const std::vector<int64_t> block =
-      (op.spec.block_shape.empty() || !p.pipelined) ? op.shape : op.spec.block_shape;
-  check_block_shape(p, op.shape, block);
-  p.brows = p.rank >= 2 ? block[static_cast<size_t>(p.rank - 2)] : 1;
-  p.bcols = block.back();
-  p.block_bytes =
-      checked_product({static_cast<uint64_t>(p.brows), static_cast<uint64_t>(p.bcols), p.es},
-                      p.label() + "'s block " + shape_text(block));
-  p.padded_bytes = vmem_tile_padded_bytes(op.dtype, block);
-  const uint64_t array_bytes = p.array_bytes =
-      checked_product({static_cast<uint64_t>(p.batch), static_cast<uint64_t>(p.rows),
-                       static_cast<uint64_t>(p.cols), p.es},
-                      p.label() + " of shape " + shape_text(op.shape));
-  if (op.buffer != nullptr) {
-    // offset + bytes must not wrap (adv7 F1).
-    const uint64_t need =
-        op.offset_bytes > op.buffer->size_bytes() ? UINT64_MAX : array_bytes + op.offset_bytes;
-    if (op.buffer->size_bytes() < need || need < array_bytes) {
-      throw InvalidArgumentError(p.label() + " of shape " + shape_text(op.shape) + " " +
-                                 std::string(element_type_name(op.dtype)) + " at offset " +
-                                 std::to_string(op.offset_bytes) + " needs " +
-                                 std::to_string(need) + " bytes but its buffer holds " +
-                                 std::to_string(op.buffer->size_bytes()));
-    }
-  }
-  return p;
-}
-
-Plan make_plan(const std::vector<PallasOperand>& inputs, const std::vector<PallasOperand>& outputs,
-               const PallasCallOptions& options, bool need_buffers) {
-  Plan plan;
-  plan.grid = options.grid;
-  for (size_t a = 0; a < plan.grid.size(); ++a) {
-    if (plan.grid[a] < 1) {
-      throw InvalidArgumentError("pallas_call '" + options.name + "' has grid " +
-                                 shape_text(plan.grid) + " (expected every extent >= 1)");
-    }
-    // Checked before multiplying: extents like (2^32, 2^32) must not wrap (adv7 F2).
-    if (plan.grid[a] > (int64_t{1} << 40) / plan.num_steps) {
-      throw InvalidArgumentError("pallas_call '" + options.name + "' has grid " +
-                                 shape_text(plan.grid) + " (more than 2^40 grid points)");
-    }
-    plan.num_steps *= plan.grid[a];
-  }
-  if (outputs.empty()) {
-    throw InvalidArgumentError("pallas_call '" + options.name + "' has no outputs");
-  }
-  for (const auto& op : inputs) plan.inputs.push_back(make_operand_plan(op, false));
-  for (const auto& op : outputs) plan.outputs.push_back(make_operand_plan(op, true));
-  if (need_buffers) {
-    for (const auto* list : {&plan.inputs, &plan.outputs}) {
-      for (const auto& p : *list) {
-        if (p.op->buffer == nullptr) {
-          throw InvalidArgumentError(p.label() + " of pallas_call '" + options.name +
-                                     "' has no buffer");
-        }
-      }
-    }
-  }
-  plan.step_flops.assign(static_cast<size_t>(plan.num_steps), 0.0);
-  for (int64_t s = 0; s < plan.num_steps; ++s) {
-    const std::vector<int64_t> gi = plan.grid_index(s);
-    if (options.step_flops) plan.step_flops[static_cast<size_t>(s)] = options.step_flops(gi);
-    for (auto* list : {&plan.inputs, &plan.outputs}) {
-      for (auto& p : *list) {
-        std::array<int64_t, 3> b{0, 0, 0};
-        if (p.pipelined && p.op->spec.index_map) {
-          const std::vector<int64_t> idx = p.op->spec.index_map(gi);
-          if (idx.size() != static_cast<size_t>(p.rank)) {
-            throw InvalidArgumentError(
-                p.label() + "'s index map returned " + std::to_string(idx.size()) +
-                " block indices at grid point " + shape_text(gi) + " (expected " +
-                std::to_string(p.rank) + ", the array rank)");
-          }
-          if (p.rank == 3) {
-            b = {idx[0], idx[1], idx[2]};
-          } else if (p.rank == 2) {
-            b = {0, idx[0], idx[1]};
-          } else {
-            b = {0, 0, idx[0]};
-          }
-          // Compared with the block counts, not multiplied out (a huge index must not wrap).
-          if (b[0] < 0 || b[1] < 0 || b[2] < 0 || b[0] >= p.batch ||
-              b[1] >= (p.rows + p.brows - 1) / p.brows ||
-              b[2] >= (p.cols + p.bcols - 1) / p.bcols) {
-            throw InvalidArgumentError(p.label() + "'s index map gives block " + shape_text(idx) +
-                                       " at grid point " + shape_text(gi) +
-                                       ", outside the array of shape " + shape_text(p.op->shape) +
-                                       " in blocks of " + shape_text(p.block_dims()) +
-                                       " (block indices must be in [0, ceil(dim / block)))");
-          }
-        }
-        if (p.events.empty() || p.events.back() != b) {
-          if (p.is_output) {
-            // A set of visited blocks keeps planning O(steps log steps) (adv7 F8).
-            if (!p.visited.insert(b).second) {
-              throw InvalidArgumentError(
-                  p.label() + " revisits block " + shape_text(p.user_index(b)) + " at grid point " +
-                  shape_text(gi) +
-                  " after leaving it (an output block must be visited by consecutive grid "
-                  "points only; its first visit was already written back)");
-            }
-          }
-          p.events.push_back(b);
-          p.first_step.push_back(s);
-          p.last_step.push_back(s);
-        } else {
-          p.last_step.back() = s;
-        }
-        p.event_of_step.push_back(static_cast<int64_t>(p.events.size()) - 1);
-      }
-    }
-  }
-  return plan;
-}
 
 void check_options(const PallasCallOptions& o, int num_buffers) {
   if (num_buffers < 1 || num_buffers > kMaxBuffers) {
@@ -480,7 +187,7 @@ int KernelContext::core_id() const { return core_->core_id(); }
 
 void KernelContext::check_own_semaphore(const DmaSemaphore& sem) const {
   // As in Pallas, where DMA semaphores come from scratch_shapes: a copy on any other semaphore
-  // could outlive the kernel unnoticed (adv7 F9).
+  // could outlive the kernel unnoticed.
   const auto* begin = semaphores_->data();
   if (&sem < begin || &sem >= begin + semaphores_->size()) {
     throw InvalidArgumentError(
@@ -500,7 +207,7 @@ DmaCopy KernelContext::async_remote_copy(const DeviceBuffer& src, int64_t src_co
                                          const BlockRef& dst, DmaSemaphore& sem) const {
   check_own_semaphore(sem);
   const uint64_t es = element_size_bytes(dst.dtype);
-  // Rows compared without multiplying row0 out first (a huge row0 must not wrap; adv7 F3).
+  // Rows compared without multiplying row0 out first (a huge row0 must not wrap).
   const uint64_t row_bytes = static_cast<uint64_t>(src_cols) * es;
   const uint64_t src_rows = row_bytes == 0 ? 0 : src.size_bytes() / row_bytes;
   if (src_cols != dst.cols() || src_cols < 1 || row0 < 0 || dst.rows() < 0 ||
@@ -660,7 +367,7 @@ class PallasPipeline {
     } catch (...) {
     }
     // After cancel() at most the running copy's memcpy is left. Wait it out even past the
-    // timeout: freeing the VMEM slots or semaphores under it would be a use-after-free (adv7 F4).
+    // timeout: freeing the VMEM slots or semaphores under it would be a use-after-free.
     for (;;) {
       try {
         core_.dma().drain(core_.dma().options().wait_timeout);
@@ -858,8 +565,7 @@ PallasCallStats pallas_call(VirtualCore& core, const std::vector<PallasOperand>&
     }
   }
   // No input/output aliasing (Pallas needs input_output_aliases for it; vtpu has none): an output
-  // overlapping an input would be read and written in an order that depends on num_buffers
-  // (adv7 F6).
+  // overlapping an input would be read and written in an order that depends on num_buffers.
   for (const auto& in : plan.inputs) {
     for (const auto& out : plan.outputs) {
       if (in.op->buffer != out.op->buffer) continue;

@@ -54,7 +54,7 @@ MatmulCall make_matmul_call(const HbmMatrix& a, const HbmMatrix& b, const HbmMat
     throw InvalidArgumentError("matmul block sizes bm, bn, bk must be >= 1");
   }
   if (o.transpose_lhs && o.bm % 128 != 0 && o.bm != m) {
-    // A is stored (k, m): its block is (bk, bm), so bm is the block's last (lane) dim (adv7 F14).
+    // A is stored (k, m): its block is (bk, bm), so bm is the block's last (lane) dim.
     throw InvalidArgumentError("matmul bm " + std::to_string(o.bm) +
                                " must be a multiple of 128 or equal m " + std::to_string(m) +
                                " when transpose_lhs (A is stored (k, m), so bm is the last dim of "

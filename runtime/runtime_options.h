@@ -51,7 +51,7 @@ struct RuntimeOptions {
   /// millisecond and capped at kMaxCollectiveTimeout. A wait counts from a core's arrival, so
   /// it includes the time its peers still compute, which grows with the cores that share each
   /// CPU: `train transformer --mesh 1024x1` on 2 CPUs spread one step's compute over more than
-  /// 30 s and timed out (adversarial pass adv12, ADV11). E.g. 8 cores on 2 CPUs: 120 s; 3 on 2:
+  /// 30 s and timed out. E.g. 8 cores on 2 CPUs: 120 s; 3 on 2:
   /// 45 s; 4 on 8: 30 s. Throws InvalidArgumentError for num_cores or host_cpus < 1. Thread-safe.
   static std::chrono::milliseconds default_collective_timeout(int num_cores, int host_cpus);
   /// The defaults of collective_timeout and pin_threads, from the environment as NCCL's NCCL_*
@@ -80,7 +80,7 @@ struct RuntimeOptions {
   /// 0.8-1.0 us pinned (this machine, `vtpu bench collectives --cores 2 --max-bytes 8 --iters
   /// 2000`). Several vtpu processes at once all pin their core i to the same CPU, and a pinned
   /// thread cannot move away from another program's busy thread on its CPU (a 2-core run next to
-  /// CPU-bound work measured 5-300x slower pinned than unpinned: nu12 NU59); use "off" there,
+  /// CPU-bound work measured 5-300x slower pinned than unpinned); use "off" there,
   /// e.g. VTPU_PIN_THREADS=off for any command.
   std::string pin_threads = default_pin_threads();
 
@@ -102,11 +102,14 @@ struct RuntimeOptions {
   /// Throws InvalidArgumentError naming the first field out of range and the accepted range.
   void validate() const;
 
-  /// Parses and validates. Throws InvalidArgumentError naming the bad key or value.
-  static RuntimeOptions from_json(const nlohmann::json& j);
-  /// Reads a JSON file. Throws NotFoundError if it cannot be opened and InvalidArgumentError
-  /// (with the parser's position) if it is not valid JSON or fails validation. When `keys` is
-  /// given, it receives the keys the file sets (to tell them from defaults), in file order.
+  /// Parses and validates. Throws InvalidArgumentError "<where>: <key>: ..." naming the bad key
+  /// or value (common/json_fields.h); `where` names the document in messages.
+  static RuntimeOptions from_json(const nlohmann::json& j,
+                                  const std::string& where = "runtime options");
+  /// Reads a JSON file of at most 1 MiB. Throws NotFoundError or PermissionDeniedError if it
+  /// cannot be opened, and InvalidArgumentError if it is not a JSON file (a directory, a FIFO),
+  /// not valid JSON (with the parser's position), repeats a key, or fails validation. When `keys`
+  /// is given, it receives the keys the file sets (to tell them from defaults).
   static RuntimeOptions load_json_file(const std::string& path,
                                        std::vector<std::string>* keys = nullptr);
   /// Every key; "collective_timeout_ms" is effective_collective_timeout().

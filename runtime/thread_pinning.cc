@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "vtpu/common/error.h"
+#include "vtpu/common/json_fields.h"
 #include "vtpu/common/strings.h"
 
 namespace vtpu {
@@ -74,64 +74,24 @@ nlohmann::json ThreadPinning::to_json() const {
   return j;
 }
 
-ThreadPinning ThreadPinning::from_json(const nlohmann::json& j) {
-  const std::string what = "thread_pinning ";
-  if (!j.is_object()) {
-    throw InvalidArgumentError(what + "is " + j.dump() +
-                               " (expected an object with mode, cores, host_cpus, pinned)");
-  }
-  static const std::set<std::string> kKnown = {"mode",   "cores", "host_cpus",
-                                               "pinned", "cpus",  "reason"};
-  for (const auto& [key, value] : j.items()) {
-    if (!kKnown.contains(key)) {
-      throw InvalidArgumentError(what + "has the unknown key '" + key +
-                                 "' (known: " + join(kKnown) + ")");
-    }
-  }
-  for (const char* key : {"mode", "cores", "host_cpus", "pinned"}) {
-    if (!j.contains(key)) {
-      throw InvalidArgumentError(what + "lacks the key '" + std::string(key) + "' in " + j.dump());
-    }
-  }
+ThreadPinning ThreadPinning::from_json(const nlohmann::json& j, const std::string& where,
+                                       const std::string& path) {
+  const JsonObject r(j, where, path, "an object with mode, cores, host_cpus, pinned");
+  r.allow_only({"mode", "cores", "host_cpus", "pinned", "cpus", "reason"});
   ThreadPinning p;
-  const nlohmann::json& mode = j.at("mode");
-  if (!mode.is_string() || (mode != "auto" && mode != "on" && mode != "off")) {
-    throw InvalidArgumentError(what + "mode is " + mode.dump() +
-                               " (expected \"auto\", \"on\" or \"off\")");
-  }
-  p.mode = mode.get<std::string>();
-  for (const auto& [key, field] : {std::pair{"cores", &p.cores}, {"host_cpus", &p.host_cpus}}) {
-    const nlohmann::json& v = j.at(key);
-    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (1 << 20)) {
-      throw InvalidArgumentError(what + key + " is " + v.dump() + " (expected an integer >= 1)");
+  p.mode = r["mode"].name({"auto", "on", "off"});
+  p.cores = static_cast<int>(r["cores"].integer(1, 1 << 20));
+  p.host_cpus = static_cast<int>(r["host_cpus"].integer(1, 1 << 20));
+  if (r["pinned"].boolean()) {
+    const JsonField cpus = r["cpus"];
+    const std::vector<JsonField> ids = cpus.elements();
+    if (ids.size() != static_cast<size_t>(p.cores)) {
+      cpus.fail_expected("one CPU id per core (" + count_text(p.cores, "core") +
+                         ") when pinned is true");
     }
-    *field = v.get<int>();
-  }
-  const nlohmann::json& pinned = j.at("pinned");
-  if (!pinned.is_boolean()) {
-    throw InvalidArgumentError(what + "pinned is " + pinned.dump() + " (expected true or false)");
-  }
-  if (pinned.get<bool>()) {
-    const nlohmann::json* cpus = j.contains("cpus") ? &j.at("cpus") : nullptr;
-    if (cpus == nullptr || !cpus->is_array() || cpus->size() != static_cast<size_t>(p.cores)) {
-      throw InvalidArgumentError(what + "cpus is " + (cpus ? cpus->dump() : "missing") +
-                                 " (expected one CPU id per core, " + count_text(p.cores, "core") +
-                                 ", when pinned is true)");
-    }
-    for (const nlohmann::json& c : *cpus) {
-      if (!c.is_number_integer() || c.get<int64_t>() < 0) {
-        throw InvalidArgumentError(what + "cpus holds " + c.dump() +
-                                   " (expected CPU ids, integers >= 0)");
-      }
-      p.cpus.push_back(c.get<int>());
-    }
+    for (const JsonField& id : ids) p.cpus.push_back(static_cast<int>(id.integer(0, 1 << 20)));
   } else {
-    if (!j.contains("reason") || !j.at("reason").is_string()) {
-      throw InvalidArgumentError(what + "reason is " +
-                                 (j.contains("reason") ? j.at("reason").dump() : "missing") +
-                                 " (expected a text when pinned is false)");
-    }
-    p.reason = j.at("reason").get<std::string>();
+    p.reason = r["reason"].string();
   }
   return p;
 }

@@ -2,7 +2,7 @@
 // Runtime, recorded so that a measurement can say how it was taken. nccl-tests prints each rank's
 // device and CPU affinity in its header for the same reason: on this kind of host pinning alone
 // changes a 2-core hand-off about 3.5x (about 1.6 us pinned against 5.5 us unpinned for an 8-byte
-// all-reduce; new-user pass nu13, NU72), so a benchmark, a calibrated profile and a run are
+// all-reduce), so a benchmark, a calibrated profile and a run are
 // comparable only when their pinning is the same.
 #pragma once
 
@@ -27,8 +27,11 @@ struct ThreadPinning {
   /// "auto (not pinned: 8 cores > 2 CPUs)", "off (not pinned: pin_threads off)".
   std::string describe() const;
   nlohmann::json to_json() const;
-  /// Parses to_json()'s form. Throws InvalidArgumentError naming the key and the value expected.
-  static ThreadPinning from_json(const nlohmann::json& j);
+  /// Parses to_json()'s form. Throws InvalidArgumentError naming the key and the value expected;
+  /// `where` names the document and `path` the record in it, in messages.
+  static ThreadPinning from_json(const nlohmann::json& j,
+                                 const std::string& where = "thread pinning",
+                                 const std::string& path = {});
   bool operator==(const ThreadPinning&) const = default;
 };
 

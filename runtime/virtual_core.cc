@@ -18,7 +18,7 @@ std::shared_ptr<HbmArena> make_scratch_arena(MemorySpace space, uint64_t bytes, 
   o.auto_defragment = false;  // kernels hold raw pointers into VMEM for the whole kernel
   // Always split a free chunk (remainders are whole 256-byte granules): the arena only holds
   // kernel buffers, and pallas_call's budget check sums the granule-rounded sizes, so a kernel
-  // that needs exactly the limit must fit (adv7 F7: the default threshold wasted 4 KiB).
+  // that needs exactly the limit must fit (the default threshold wasted 4 KiB).
   o.policy_options.max_internal_fragmentation_bytes = 256;
   o.core_id = core_id;
   o.name = std::string(memory_space_name(space));

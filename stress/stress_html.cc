@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "vtpu/common/error.h"
+#include "vtpu/common/json_fields.h"
 #include "vtpu/common/strings.h"
 #include "vtpu/stress/stress_html_assets.h"
 
@@ -43,73 +44,58 @@ constexpr SummaryField kSummaryFields[] = {
     {"integrity_failures", FieldKind::kCount},
 };
 
-std::string show(const Json& value) {
-  std::string s = value.dump(-1, ' ', true, Json::error_handler_t::replace);
-  if (s.size() > 80) s = s.substr(0, 77) + "...";
-  return s;
-}
-
-// Walks the document with a JSON path for messages ("runs[1].per_core[0].timeline[3].event").
+// Walks the document with a JSON path for messages ("runs[1].per_core[0].timeline[3].event"),
+// reading each value through common/json_fields.h.
 class Checker {
  public:
-  [[noreturn]] static void fail(const std::string& path, const std::string& what) {
-    throw InvalidArgumentError("stress report: " + path + ": " + what);
-  }
+  static constexpr const char* kWhere = "stress report";
 
+  [[noreturn]] static void fail(const std::string& path, const std::string& what) {
+    throw_json_error(kWhere, path, what);
+  }
+  static JsonField field(const Json& object, const std::string& path, const char* key) {
+    auto it = object.find(key);
+    return JsonField(it == object.end() ? nullptr : &*it, kWhere, join(path, key));
+  }
   static const Json& member(const Json& object, const std::string& path, const char* key,
                             const char* expected) {
-    auto it = object.find(key);
-    if (it == object.end())
-      fail(join(path, key), std::string("missing (expected ") + expected + ")");
-    return *it;
+    return field(object, path, key).json(expected);
   }
 
   static std::string join(const std::string& path, const char* key) {
     return path.empty() ? std::string(key) : path + "." + key;
   }
-  static std::string index(const std::string& path, size_t i) {
-    return path + "[" + std::to_string(i) + "]";
-  }
+  static std::string index(const std::string& path, size_t i) { return json_index_path(path, i); }
 
-  static void wrong(const std::string& path, const Json& value, const char* expected) {
-    fail(path, "expected " + std::string(expected) + ", got " + show(value));
+  [[noreturn]] static void wrong(const std::string& path, const Json& value,
+                                 const std::string& expected) {
+    JsonField(&value, kWhere, path).fail_expected(expected);
   }
 
   static const Json& object(const Json& parent, const std::string& path, const char* key) {
-    const Json& v = member(parent, path, key, "an object");
-    if (!v.is_object()) wrong(join(path, key), v, "an object");
-    return v;
+    return JsonObject(field(parent, path, key), "an object").json();
   }
   static const Json& array(const Json& parent, const std::string& path, const char* key) {
-    const Json& v = member(parent, path, key, "an array");
-    if (!v.is_array()) wrong(join(path, key), v, "an array");
+    const JsonField f = field(parent, path, key);
+    const Json& v = f.json("an array");
+    if (!v.is_array()) f.fail_expected("an array");
     return v;
   }
   static const std::string& string(const Json& parent, const std::string& path, const char* key) {
-    const Json& v = member(parent, path, key, "a string");
-    if (!v.is_string()) wrong(join(path, key), v, "a string");
-    return v.get_ref<const std::string&>();
+    return field(parent, path, key).string();
   }
   static bool boolean(const Json& parent, const std::string& path, const char* key) {
-    const Json& v = member(parent, path, key, "true or false");
-    if (!v.is_boolean()) wrong(join(path, key), v, "true or false");
-    return v.get<bool>();
+    return field(parent, path, key).boolean();
   }
   static bool is_count(const Json& v) {
     return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
   }
   static uint64_t count(const Json& parent, const std::string& path, const char* key) {
-    const Json& v = member(parent, path, key, "a non-negative integer");
-    if (!is_count(v)) wrong(join(path, key), v, "a non-negative integer");
-    return v.get<uint64_t>();
+    return field(parent, path, key).unsigned_integer();
   }
   static double number(const Json& parent, const std::string& path, const char* key,
                        double min_value, double max_value, const char* expected) {
-    const Json& v = member(parent, path, key, expected);
-    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < min_value ||
-        v.get<double>() > max_value)
-      wrong(join(path, key), v, expected);
-    return v.get<double>();
+    return field(parent, path, key).number(min_value, max_value, expected);
   }
   // A number or null; `kind` gives the range.
   static void summary_value(const Json& parent, const std::string& path, const SummaryField& f) {

@@ -268,10 +268,10 @@ TEST(VtpuCliTest, RejectsBadInput) {
        {"vtpu_bad.json", "JSON"}},
       {"train mlp --config " + temp_file("vtpu_bad2.json", "{\"num_corez\": 4}"),
        1,
-       {"'num_corez'"}},
+       {"num_corez"}},
       {"train mlp --config " + temp_file("vtpu_bad3.json", "{\"allocator\": \"best\"}"),
        1,
-       {"allocator", "'best'", "bfc"}},
+       {"allocator", "best", "bfc"}},
       {"train mlp --config /nonexistent.json", 1, {"/nonexistent.json"}},
       {"train mlp --lr -1", 2, {"-1", "--lr"}},
       {"train mlp --bogus", 2, {"--bogus"}},
@@ -1090,8 +1090,8 @@ TEST(VtpuCliTest, ReshardAndBenchCollectivesTakeAConfigFileAndBenchRecordsThePin
   const std::string reshard = "reshard --mesh 2 --shape 8 --from \"P('x')\" --to \"P()\"";
   for (const std::string& command :
        {std::string("bench collectives --cores 2 --max-bytes 8 --iters 1"), reshard}) {
-    expect_failure(command + " --config " + bad_key, 1, {bad_key, "'pin_thread'"});
-    expect_failure(command + " --config " + bad_value, 1, {bad_value, "pin_threads", "'often'"});
+    expect_failure(command + " --config " + bad_key, 1, {bad_key, "pin_thread"});
+    expect_failure(command + " --config " + bad_value, 1, {bad_value, "pin_threads", "often"});
   }
   const std::string off =
       temp_file("vtpu_cfg_off.json", R"({"pin_threads": "off", "collective_timeout_ms": 60000})");
@@ -3610,7 +3610,7 @@ TEST(VtpuCliPlanTest, UnwritableEmitAndEndlessDirectoryOrRepeatedKeyInputsFailCl
     // The path is checked before planning, so nothing is printed (no table, no run hint).
     EXPECT_EQ(run_cli_split(args).out, "");
   }
-  expect_failure("plan /dev/zero --mesh 2x4", 1, {"'/dev/zero'", "16777216"});
+  expect_failure("plan /dev/zero --mesh 2x4", 1, {"'/dev/zero'"});
   const std::string dir = test_temp_dir().string();
   expect_failure("train mlp --steps 1 --plan " + dir, 1, {"'" + dir + "'", "directory"});
   EXPECT_EQ(run_cli_split("train mlp --steps 1 --plan " + dir).err.find("internal error"),

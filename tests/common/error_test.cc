@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <stdexcept>
 #include <string>
 
@@ -18,6 +19,7 @@ TEST(ErrorTest, CodeNamesMatchAbsl) {
   EXPECT_EQ(error_code_name(ErrorCode::kUnimplemented), "Unimplemented");
   EXPECT_EQ(error_code_name(ErrorCode::kInternal), "Internal");
   EXPECT_EQ(error_code_name(ErrorCode::kNotFound), "NotFound");
+  EXPECT_EQ(error_code_name(ErrorCode::kPermissionDenied), "PermissionDenied");
 }
 
 TEST(ErrorTest, WhatCarriesCodeNameAndMessage) {
@@ -51,6 +53,25 @@ TEST(ErrorTest, EachTypeHasItsCode) {
   expect_code<UnimplementedError>(ErrorCode::kUnimplemented, "Unimplemented");
   expect_code<InternalError>(ErrorCode::kInternal, "Internal");
   expect_code<NotFoundError>(ErrorCode::kNotFound, "NotFound");
+  expect_code<PermissionDeniedError>(ErrorCode::kPermissionDenied, "PermissionDenied");
+}
+
+// A file that exists but may not be read is not "not found".
+TEST(ErrorTest, FileOpenErrorsKeepTheirCause) {
+  const auto code_of = [](int err) {
+    try {
+      throw_file_open_error("test file", "/x", err);
+    } catch (const Error& e) {
+      EXPECT_NE(e.message().find("'/x'"), std::string::npos) << e.message();
+      return e.code();
+    }
+    return ErrorCode::kInternal;
+  };
+  EXPECT_EQ(code_of(ENOENT), ErrorCode::kNotFound);
+  EXPECT_EQ(code_of(ENOTDIR), ErrorCode::kNotFound);
+  EXPECT_EQ(code_of(EACCES), ErrorCode::kPermissionDenied);
+  EXPECT_EQ(code_of(EPERM), ErrorCode::kPermissionDenied);
+  EXPECT_EQ(code_of(ELOOP), ErrorCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // Tests of common/output_path.h: the atomic replacement of write_output_file and the check that
-// an output does not name an input (adversarial pass adv15, ADV24).
+// an output does not name an input.
 #include "vtpu/common/output_path.h"
 
 #include <gtest/gtest.h>
@@ -12,8 +12,8 @@
 #include <iterator>
 #include <string>
 
-#include "vtpu/common/error.h"
 #include "tests/temp_path.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 namespace {

@@ -129,7 +129,7 @@ TEST(FormatSecondsTest, ThreeDecimalsInTheLargestUnitBelowTheValue) {
   EXPECT_EQ(format_seconds(1e-3), "1.000 ms");
   EXPECT_EQ(format_seconds(5.67e-5), "56.700 us");
   EXPECT_EQ(format_seconds(0.0), "0.000 us");
-  // Regression (new-user pass nu8, N22): a reshard estimated at 12 years printed
+  // A reshard estimated at 12 years printed
   // "386173677021.164 ms". Minutes, hours, days and years, worked by hand.
   EXPECT_EQ(format_seconds(59.9), "59.900 s");
   EXPECT_EQ(format_seconds(150.0), "2.500 min");

@@ -118,10 +118,10 @@ TEST(TraceTest, RejectsMalformedLines) {
                   {"t.jsonl:2:", "expected a JSON object", "[1,2]"});
   expect_rejected("17\n", {"t.jsonl:1:", "expected a JSON object", "17"});
   expect_rejected(R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8, "id": 1})",
-                  {"t.jsonl:1:", "duplicate field \"id\""});
+                  {"t.jsonl:1:", "'id'"});
 }
 
-// New-user pass U4: a gzip'd trace was reported as "NUL byte at column 9" (the gzip header's
+// A gzip'd trace was reported as "NUL byte at column 9" (the gzip header's
 // ninth byte); the magic bytes 1f 8b on line 1 say what the file is and how to read it.
 TEST(TraceTest, NamesAGzipCompressedFile) {
   using namespace std::string_literals;
@@ -138,7 +138,7 @@ TEST(TraceTest, NamesAGzipCompressedFile) {
   }
 }
 
-// Regression (stress F8): nlohmann::json stops at a NUL as at the end of input, so a valid
+// nlohmann::json stops at a NUL as at the end of input, so a valid
 // object followed by a NUL byte and garbage was accepted as the object alone.
 TEST(TraceTest, RejectsANulByteAnywhereInALine) {
   const std::string event = R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8})";  // 47 bytes
@@ -182,7 +182,7 @@ class EndlessLineBuf : public std::streambuf {
   uint64_t served_ = 0;
 };
 
-// Regression (stress F11): a line had no length cap, so a multi-gigabyte line was read whole
+// A line had no length cap, so a multi-gigabyte line was read whole
 // before any check. Now a line may hold kMaxTraceLineBytes bytes (not counting '\n'), and one
 // byte more is an error naming the line and the limit, read no further than the cap.
 TEST(TraceTest, RejectsLinesLongerThanTheCapWithoutReadingThem) {
@@ -217,51 +217,47 @@ TEST(TraceTest, RejectsBadHeaders) {
 
 TEST(TraceTest, RejectsMissingAndIllTypedFields) {
   const std::string h = kHeader;
-  expect_rejected(h + R"({"t_us": 0, "id": 0, "bytes": 8})",
-                  {"t.jsonl:2:", "missing field \"op\""});
+  expect_rejected(h + R"({"t_us": 0, "id": 0, "bytes": 8})", {"t.jsonl:2:", "op: missing"});
   expect_rejected(h + R"({"t_us": 0, "op": 3, "id": 0, "bytes": 8})",
-                  {"t.jsonl:2:", "\"op\" is 3"});
+                  {"t.jsonl:2:", "op:", "got 3"});
   expect_rejected(h + R"({"t_us": 0, "op": "malloc", "id": 0, "bytes": 8})",
-                  {"t.jsonl:2:", "unknown op \"malloc\""});
-  expect_rejected(h + R"({"op": "alloc", "id": 0, "bytes": 8})",
-                  {"t.jsonl:2:", "missing field \"t_us\""});
+                  {"t.jsonl:2:", "op:", "\"malloc\""});
+  expect_rejected(h + R"({"op": "alloc", "id": 0, "bytes": 8})", {"t.jsonl:2:", "t_us: missing"});
   expect_rejected(h + R"({"t_us": "0", "op": "alloc", "id": 0, "bytes": 8})",
-                  {"\"t_us\" is \"0\""});
+                  {"t_us:", "got \"0\""});
   expect_rejected(h + R"({"t_us": -1.5, "op": "alloc", "id": 0, "bytes": 8})",
-                  {"\"t_us\" is -1.5"});
-  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "bytes": 8})", {"missing field \"id\""});
-  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 0})", {"missing field \"bytes\""});
-  expect_rejected(h + R"({"t_us": 0, "op": "free"})", {"missing field \"id\""});
+                  {"t_us:", "got -1.5"});
+  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "bytes": 8})", {"id: missing"});
+  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 0})", {"bytes: missing"});
+  expect_rejected(h + R"({"t_us": 0, "op": "free"})", {"id: missing"});
   expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8, "label": 7})",
-                  {"\"label\" is 7", "expected a string"});
+                  {"label:", "got 7"});
   expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 8, "byte": 8})",
-                  {"t.jsonl:2:", "unexpected field \"byte\" in an alloc event (value 8)"});
+                  {"t.jsonl:2:", "byte: unknown key"});
   expect_rejected(h + R"({"t_us": 0, "op": "oom", "id": 0, "bytes": 8, "label": "x", "x": 1})",
-                  {"unexpected field \"x\" in an oom event"});  // U5: "an", not "a alloc"
-  expect_rejected(h + R"({"t_us": 0, "op": "free", "id": 0, "bytes": 8})",
-                  {"unexpected field \"bytes\" in a free event"});
+                  {"x: unknown key"});
+  expect_rejected(h + R"({"t_us": 0, "op": "free", "id": 0, "bytes": 8})", {"bytes: unknown key"});
   expect_rejected(h + R"({"t_us": 0, "op": "defragment", "bytes_moved": 0, "buffers_moved": 0})",
-                  {"missing field \"duration_us\""});
+                  {"duration_us: missing"});
   expect_rejected(
       h + R"({"t_us": 0, "op": "defragment", "bytes_moved": -1, "buffers_moved": 0, "duration_us": 1})",
-      {"\"bytes_moved\" is -1"});
+      {"bytes_moved:", "got -1"});
 }
 
 TEST(TraceTest, RejectsNegativeAndNonIntegerNumbers) {
   const std::string h = kHeader;
   expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": -4096})",
-                  {"t.jsonl:2:", "\"bytes\" is -4096"});
+                  {"t.jsonl:2:", "bytes:", "got -4096"});
   expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 4096.0})",
-                  {"\"bytes\" is 4096.0"});
+                  {"bytes:", "got 4096.0"});
   expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 1e3})",
-                  {"\"bytes\" is 1000.0"});
-  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 0})",
-                  {"\"bytes\" is 0", "expected an integer >= 1"});
-  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": -3, "bytes": 8})", {"\"id\" is -3"});
-  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 2.5, "bytes": 8})", {"\"id\" is 2.5"});
+                  {"bytes:", "got 1000.0"});
+  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 0, "bytes": 0})", {"bytes:", "got 0"});
+  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": -3, "bytes": 8})", {"id:", "got -3"});
+  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 2.5, "bytes": 8})", {"id:", "got 2.5"});
   expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": 18446744073709551616, "bytes": 8})",
-                  {"\"id\" is"});  // 2^64 does not fit
-  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": "7", "bytes": 8})", {"\"id\" is \"7\""});
+                  {"id:", "got 1.8446744073709552e+19"});  // 2^64 does not fit
+  expect_rejected(h + R"({"t_us": 0, "op": "alloc", "id": "7", "bytes": 8})", {"id:", "got \"7\""});
   // The largest id is fine.
   EXPECT_EQ(read_text(R"({"t_us": 0, "op": "alloc", "id": 18446744073709551615, "bytes": 8})")
                 .events[0]
@@ -272,11 +268,11 @@ TEST(TraceTest, RejectsNegativeAndNonIntegerNumbers) {
 TEST(TraceTest, RejectsBadCores) {
   const std::string h = kHeader;
   expect_rejected(h + R"({"t_us": 0, "core": -1, "op": "alloc", "id": 0, "bytes": 8})",
-                  {"t.jsonl:2:", "\"core\" is -1"});
+                  {"t.jsonl:2:", "core:", "got -1"});
   expect_rejected(h + R"({"t_us": 0, "core": 1.5, "op": "alloc", "id": 0, "bytes": 8})",
-                  {"\"core\" is 1.5"});
+                  {"core:", "got 1.5"});
   expect_rejected(h + R"({"t_us": 0, "core": 2147483648, "op": "alloc", "id": 0, "bytes": 8})",
-                  {"\"core\" is 2147483648"});
+                  {"core:", "got 2147483648"});
 }
 
 TEST(TraceTest, RejectsLiveSetViolations) {
@@ -316,7 +312,7 @@ TEST(TraceTest, RejectsTimeGoingBackwardsOnOneCore) {
             3u);
 }
 
-// New-user pass U6 (documented, README "Pipes"): a named pipe is read like a file, once from the
+// A named pipe is read like a file, once from the
 // start, so a trace can be streamed in; the writer here opens the FIFO from another thread.
 TEST(TraceTest, ReadsANamedPipe) {
   const std::string path = test_temp_path("vtpu_trace_test_fifo.jsonl");
@@ -408,7 +404,7 @@ TEST(TraceTest, WriterToFileRoundTrip) {
   EXPECT_THROW(TraceWriter("/nonexistent/dir/x.jsonl"), NotFoundError);
 }
 
-// Adversarial pass adv12, ADV8: a trace file on a full device was "Internal: writing event 116 to
+// A trace file on a full device was "Internal: writing event 116 to
 // '/dev/full' failed"; it is an I/O error with the system's reason, as the memory profile's.
 TEST(TraceTest, WriterToAFullDeviceIsResourceExhausted) {
   if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
@@ -500,7 +496,7 @@ struct RealTrace {
 };
 
 // Readable in the CTest name (gtest would print the struct's bytes, the file name's pointer
-// included, which changed the name with every build; new-user pass nu12, NU58).
+// included, which changed the name with every build).
 void PrintTo(const RealTrace& t, std::ostream* os) { *os << t.file; }
 
 class RealTraceTest : public ::testing::TestWithParam<RealTrace> {};

@@ -90,7 +90,7 @@ TEST(DmaEngineTest, ManyEnginesOnlyStartThreadsWhenUsed) {
   EXPECT_EQ(b, a);
 }
 
-// Regression (issue 7 new-user pass): a copy throttled to 1000 B/s slept uninterruptibly for its
+// A copy throttled to 1000 B/s slept uninterruptibly for its
 // whole duration (65 s here), so waits, drain and the engine's destructor hung far past the DMA
 // timeout. Now the wait times out naming the copy's bytes, core and time waited, cancel() cuts
 // the throttle delay short, and nothing below takes more than a few hundred milliseconds.
@@ -133,7 +133,7 @@ TEST(DmaEngineTest, ThrottledCopyHonoursTheTimeoutAndCancelWakesIt) {
   EXPECT_LT(seconds, 20.0);  // a hang guard (65 s per copy before the fix), not a benchmark
 }
 
-// Adversarial findings F13, F16 (issue 7): a stride smaller than the row made rows overlap, and
+// A stride smaller than the row made rows overlap, and
 // durations near milliseconds::max() or a latency of 9e18 us overflowed now() + duration (a wait
 // that timed out at once; a latency that wrapped into the past and ran unthrottled).
 TEST(DmaEngineTest, RejectsOverlappingStridesAndUnboundedDurations) {

@@ -70,7 +70,7 @@ struct Shape {
   int64_t rows, cols, br, bc;
 };
 
-// Readable in the CTest name (gtest would print the struct's bytes; new-user pass nu12, NU58).
+// Readable in the CTest name (gtest would print the struct's bytes).
 void PrintTo(const Shape& s, std::ostream* os) {
   *os << s.rows << "x" << s.cols << " blocks " << s.br << "x" << s.bc;
 }
@@ -209,7 +209,7 @@ TEST(PallasCallTest, RemoteCopyFromAnotherCoresHbm) {
     ASSERT_EQ(ov[i], 1000.0f + 8 * 128 + static_cast<float>(i));
 }
 
-// F5: the owner frees the source of a remote copy while the copy is still queued, and a new
+// The owner frees the source of a remote copy while the copy is still queued, and a new
 // buffer of the same size is allocated and overwritten on that core. The pin held by the copy
 // defers the free, so the copy still reads the original rows, never the new buffer's bytes.
 TEST(PallasCallTest, RemoteCopyReadsItsSourceEvenIfTheOwnerFreesItMeanwhile) {
@@ -335,7 +335,7 @@ TEST(PallasCallTest, IndexMapOutsideTheArrayIsRejected) {
                InvalidArgumentError);
 }
 
-// Regression (issue 7 new-user pass): with the DMA engine throttled to 1000 B/s each (8, 128)
+// With the DMA engine throttled to 1000 B/s each (8, 128)
 // block took 4 s, the pipeline waited for the full copy and then drained the engine without
 // bound. Now the fetch wait gives up at dma timeout naming the copy, and teardown cancels the
 // queued copies, so the call fails within a second or so with nothing left in flight.
@@ -370,7 +370,7 @@ TEST(PallasCallTest, ThrottledDmaTimesOutNamingTheCopyAndTearsDownPromptly) {
 
 // Pallas TPU has no "block <= array" rule: a block dim larger than the array is legal exactly
 // when it is a multiple of 8 (second-to-last) or 128 (last); the one block spans the whole dim
-// and the rest is padding. Regression (issue 7): vtpu's matmul clamped an oversized block
+// and the rest is padding. Regression: vtpu's matmul clamped an oversized block
 // instead of checking it; pallas_call now applies this rule to every operand.
 TEST(PallasCallTest, BlockLargerThanTheArrayFollowsPallasRule) {
   VirtualCore core(0, 64 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
@@ -421,7 +421,7 @@ TEST(PallasCallTest, VmemTilePaddedBytesWorkedByHand) {
   EXPECT_EQ(vmem_tile_padded_bytes(ElementType::kF32, std::vector<int64_t>{3, 5, 7}), 12288u);
 }
 
-// Regression (issue 7): VMEM was charged at the logical block size (5 * 7 * 4 = 140 bytes,
+// VMEM was charged at the logical block size (5 * 7 * 4 = 140 bytes,
 // rounded to 256), not the (8, 128)-tile-padded 4096 bytes a real VMEM buffer takes. An odd
 // block spanning a whole small array: input and output, 2 buffers each = 4 x 4096 charged.
 TEST(PallasCallTest, OddWholeDimBlockIsChargedItsTilePaddedBytes) {
@@ -484,9 +484,9 @@ TEST(PallasCallTest, RankFourAndWideBatchBlocksAreClearErrors) {
   }
 }
 
-// Regressions for the adversarial findings on issue 7 (/work/findings-issue7.md, F<n>).
+// Regressions: sizes that wrapped, and buffers freed while copies still ran.
 
-// F2: a grid whose extents multiply past int64 wrapped to 0 steps and "succeeded".
+// A grid whose extents multiply past int64 wrapped to 0 steps and "succeeded".
 TEST(PallasCallAdversarialTest, GridProductOverflowIsRejected) {
   VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
   DeviceBuffer in = make_matrix(core, 8, 128);
@@ -503,7 +503,7 @@ TEST(PallasCallAdversarialTest, GridProductOverflowIsRejected) {
   }
 }
 
-// F12: block index 2^61 + g times 8 rows wrapped to 8g and read block g instead.
+// Block index 2^61 + g times 8 rows wrapped to 8g and read block g instead.
 TEST(PallasCallAdversarialTest, HugeBlockIndexIsRejectedNotWrapped) {
   VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
   DeviceBuffer in = make_matrix(core, 16, 128);
@@ -520,7 +520,7 @@ TEST(PallasCallAdversarialTest, HugeBlockIndexIsRejectedNotWrapped) {
   EXPECT_EQ(core.dma().copies_completed(), 0u);
 }
 
-// F1: byte sizes of shapes, blocks, offsets and scratch wrapped (segfaults, out-of-bounds reads).
+// Byte sizes of shapes, blocks, offsets and scratch wrapped (segfaults, out-of-bounds reads).
 TEST(PallasCallAdversarialTest, ByteSizeOverflowsAreRejected) {
   VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
   DeviceBuffer in = make_matrix(core, 8, 128);
@@ -550,7 +550,7 @@ TEST(PallasCallAdversarialTest, ByteSizeOverflowsAreRejected) {
   EXPECT_EQ(core.dma().copies_completed(), 0u);
 }
 
-// F3: (row0 + rows) * cols * 4 wrapped and a remote copy read the buffer before the source.
+// (row0 + rows) * cols * 4 wrapped and a remote copy read the buffer before the source.
 TEST(PallasCallAdversarialTest, RemoteCopyWithAHugeRowIsRejected) {
   RuntimeOptions ro;
   ro.num_cores = 2;
@@ -580,7 +580,7 @@ TEST(PallasCallAdversarialTest, RemoteCopyWithAHugeRowIsRejected) {
   });
 }
 
-// F4: after a fetch wait timed out, the pipeline freed its semaphores and VMEM while copies were
+// After a fetch wait timed out, the pipeline freed its semaphores and VMEM while copies were
 // still queued, and the engine later signalled freed (reused) memory. Now nothing is in flight
 // when pallas_call throws, and semaphores created afterwards are never signalled.
 TEST(PallasCallAdversarialTest, TimedOutFetchLeavesNoCopyBehind) {
@@ -599,7 +599,7 @@ TEST(PallasCallAdversarialTest, TimedOutFetchLeavesNoCopyBehind) {
   EXPECT_EQ(core.dma().in_flight(), 0);
 }
 
-// F6: an output overlapping an input in the same buffer gave results depending on num_buffers.
+// An output overlapping an input in the same buffer gave results depending on num_buffers.
 TEST(PallasCallAdversarialTest, AliasedInputAndOutputAreRejected) {
   VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
   DeviceBuffer buf = make_matrix(core, 64, 128);
@@ -623,7 +623,7 @@ TEST(PallasCallAdversarialTest, AliasedInputAndOutputAreRejected) {
   EXPECT_NO_THROW(pallas_call(core, {lo}, {hi}, PallasCallOptions{}, [](KernelContext&) {}));
 }
 
-// F7: a kernel needing exactly the VMEM limit passed the budget check, then failed allocating
+// A kernel needing exactly the VMEM limit passed the budget check, then failed allocating
 // (the bfc arena kept a 4 KiB remainder as internal fragmentation).
 TEST(PallasCallAdversarialTest, KernelNeedingExactlyTheVmemLimitRuns) {
   CoreMemoryOptions m;
@@ -644,7 +644,7 @@ TEST(PallasCallAdversarialTest, KernelNeedingExactlyTheVmemLimitRuns) {
   EXPECT_EQ(st.vmem_bytes, 1u << 20);
 }
 
-// F8 (planning was quadratic in output blocks) keeps the revisit check: a correctness test.
+// Planning once took time quadratic in output blocks; the faster check still refuses a revisit.
 TEST(PallasCallAdversarialTest, OutputRevisitIsStillRejected) {
   VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});
   DeviceBuffer in = make_matrix(core, 8, 128);
@@ -663,7 +663,7 @@ TEST(PallasCallAdversarialTest, OutputRevisitIsStillRejected) {
   }
 }
 
-// F9: a copy on a semaphore that is not the kernel's (a local in the body) outlived the kernel
+// A copy on a semaphore that is not the kernel's (a local in the body) outlived the kernel
 // unreported, and the engine signalled a dead stack object.
 TEST(PallasCallAdversarialTest, CopyOnAForeignSemaphoreIsRejected) {
   VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});

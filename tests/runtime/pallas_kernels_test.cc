@@ -44,7 +44,7 @@ struct MatmulCase {
 };
 
 // gtest prints a parameter with neither PrintTo nor operator<< as its bytes, and
-// gtest_discover_tests puts that into the CTest name (new-user pass nu12, NU58).
+// gtest_discover_tests puts that into the CTest name.
 void PrintTo(const MatmulCase& c, std::ostream* os) {
   // The operands as stored: a transposed one is (cols x rows)^T.
   if (c.ta) {
@@ -119,7 +119,7 @@ TEST(PallasSoftmaxTest, RowsEqualEigenIncludingAnEdgeBlock) {
   }
 }
 
-// Rank-3 operands (issue 7): a batched matmul out[b] = A[b] W with A (B, m, k) and out (B, m, n)
+// Rank-3 operands: a batched matmul out[b] = A[b] W with A (B, m, k) and out (B, m, n)
 // blocked (1, bm, bk) / (1, bm, bn) on a leading batch grid axis (Pallas's None/1 block dim; the
 // body sees squeezed 2-D blocks), W (k, n) shared by every batch entry. Edge blocks in m, k and
 // n; checked against Eigen per batch entry.
@@ -188,7 +188,7 @@ TEST(PallasRank3Test, BatchedMatmulOnALeadingBatchGridAxisEqualsEigen) {
   EXPECT_THROW(pallas_call(core, {bad, pw}, {po}, o, [](KernelContext&) {}), InvalidArgumentError);
 }
 
-// Adversarial finding F14 (issue 7): with transpose_lhs, bm is the last dim of A's stored block;
+// With transpose_lhs, bm is the last dim of A's stored block;
 // bm = 8 over m = 9 failed naming an internal (128, 8) block. The message now names bm and m.
 TEST(PallasMatmulCallTest, TransposedLhsNamesTheBmRule) {
   VirtualCore core(0, 16 << 20, ArenaLimit::fraction(1.0), ArenaOptions{});

@@ -120,7 +120,7 @@ TEST(VirtualCoreTest, ArenaOutlivesTheCoreThroughSharedOwnership) {
 namespace vtpu {
 namespace {
 
-// The on-core memories (issue 7): VMEM, SMEM and accumulator arenas beside HBM, sized by options,
+// The on-core memories: VMEM, SMEM and accumulator arenas beside HBM, sized by options,
 // reported per memory space, and a clear ResourceExhausted error when VMEM is exceeded.
 TEST(VirtualCoreMemoryTest, HasVmemSmemAndAccumulatorReportedPerMemorySpace) {
   CoreMemoryOptions m;
