@@ -225,51 +225,12 @@ double HardwareProfile::peak_flops(const std::string& dtype) const {
   return it->second;
 }
 
-void HardwareProfile::validate() const {
-  if (name.empty()) throw InvalidArgumentError("hardware profile has an empty 'name'");
-  // A NUL in the name cut the table's "hardware" header short while
-  // plan files kept it whole; refused as the model reader refuses control characters in names.
-  if (std::ranges::any_of(
-          name, [](char ch) { return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; })) {
-    throw InvalidArgumentError(
-        "hardware profile name " +
-        nlohmann::json(name).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
-        " has a control character (expected none)");
-  }
-  if (peak_flops_per_second.empty()) {
-    throw InvalidArgumentError("hardware profile '" + name +
-                               "' lists no peak_flops_per_second (expected e.g. {\"f32\": 1e12})");
-  }
-  for (const auto& [dtype, flops] : peak_flops_per_second) {
-    require_rate(flops, "peak_flops_per_second." + dtype);
-  }
-  require_positive(static_cast<double>(hbm_bytes), "hbm_bytes");
-  require_rate(hbm_bytes_per_second, "hbm_bytes_per_second");
-  // On-core memories become arenas: the same 1 KiB..4 GiB bounds as RuntimeOptions' overrides,
-  // named by key.
-  for (const auto& [key, bytes] : {std::pair<const char*, uint64_t>{"vmem_bytes", vmem_bytes},
-                                   {"smem_bytes", smem_bytes},
-                                   {"accumulator_bytes", accumulator_bytes}}) {
-    if (bytes < 1024 || bytes > (uint64_t{4} << 30)) {
-      throw InvalidArgumentError("hardware profile '" + name + "': " + key + " is " +
-                                 std::to_string(bytes) + " (expected 1 KiB..4 GiB)");
-    }
-  }
-  static const std::set<std::string> kTopologies = {"", "torus_2d", "torus_3d", "ring",
-                                                    "shared_memory"};
-  if (!kTopologies.contains(topology)) {
-    throw InvalidArgumentError("hardware profile '" + name + "': topology is '" + topology +
-                               "' (expected torus_2d, torus_3d, ring or shared_memory)");
-  }
-  if (scoped_vmem_limit_bytes == 0 || scoped_vmem_limit_bytes > vmem_bytes) {
-    throw InvalidArgumentError("hardware profile '" + name + "': scoped_vmem_limit_bytes is " +
-                               std::to_string(scoped_vmem_limit_bytes) + " (expected 1.." +
-                               std::to_string(vmem_bytes) + ", at most vmem_bytes)");
-  }
-  if (cores_per_chip < 1) {
-    throw InvalidArgumentError("hardware profile '" + name + "': cores_per_chip is " +
-                               std::to_string(cores_per_chip) + " (expected >= 1)");
-  }
+namespace {
+
+// The alpha-beta fits of each collective: one fit per group size, each with sane figures and
+// measured points in increasing size.
+void validate_collective_fits(
+    const std::string& name, const std::map<std::string, std::vector<CollectiveFit>>& collectives) {
   for (const auto& [op, fits] : collectives) {
     if (fits.empty()) {
       throw InvalidArgumentError("hardware profile '" + name + "': collectives." + op +
@@ -320,6 +281,56 @@ void HardwareProfile::validate() const {
       }
     }
   }
+}
+
+}  // namespace
+
+void HardwareProfile::validate() const {
+  if (name.empty()) throw InvalidArgumentError("hardware profile has an empty 'name'");
+  // A NUL in the name cut the table's "hardware" header short while
+  // plan files kept it whole; refused as the model reader refuses control characters in names.
+  if (std::ranges::any_of(
+          name, [](char ch) { return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; })) {
+    throw InvalidArgumentError(
+        "hardware profile name " +
+        nlohmann::json(name).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+        " has a control character (expected none)");
+  }
+  if (peak_flops_per_second.empty()) {
+    throw InvalidArgumentError("hardware profile '" + name +
+                               "' lists no peak_flops_per_second (expected e.g. {\"f32\": 1e12})");
+  }
+  for (const auto& [dtype, flops] : peak_flops_per_second) {
+    require_rate(flops, "peak_flops_per_second." + dtype);
+  }
+  require_positive(static_cast<double>(hbm_bytes), "hbm_bytes");
+  require_rate(hbm_bytes_per_second, "hbm_bytes_per_second");
+  // On-core memories become arenas: the same 1 KiB..4 GiB bounds as RuntimeOptions' overrides,
+  // named by key.
+  for (const auto& [key, bytes] : {std::pair<const char*, uint64_t>{"vmem_bytes", vmem_bytes},
+                                   {"smem_bytes", smem_bytes},
+                                   {"accumulator_bytes", accumulator_bytes}}) {
+    if (bytes < 1024 || bytes > (uint64_t{4} << 30)) {
+      throw InvalidArgumentError("hardware profile '" + name + "': " + key + " is " +
+                                 std::to_string(bytes) + " (expected 1 KiB..4 GiB)");
+    }
+  }
+  static const std::set<std::string> kTopologies = {"", "torus_2d", "torus_3d", "ring",
+                                                    "shared_memory"};
+  if (!kTopologies.contains(topology)) {
+    throw InvalidArgumentError("hardware profile '" + name + "': topology is '" + topology +
+                               "' (expected torus_2d, torus_3d, ring or shared_memory)");
+  }
+  if (scoped_vmem_limit_bytes == 0 || scoped_vmem_limit_bytes > vmem_bytes) {
+    throw InvalidArgumentError("hardware profile '" + name + "': scoped_vmem_limit_bytes is " +
+                               std::to_string(scoped_vmem_limit_bytes) + " (expected 1.." +
+                               std::to_string(vmem_bytes) + ", at most vmem_bytes)");
+  }
+  if (cores_per_chip < 1) {
+    throw InvalidArgumentError("hardware profile '" + name + "': cores_per_chip is " +
+                               std::to_string(cores_per_chip) + " (expected >= 1)");
+  }
+  validate_collective_fits(name, collectives);
   kernels.validate(name);
   std::set<int> pinned_sizes;
   for (const ThreadPinning& t : thread_pinning) {

@@ -1,6 +1,6 @@
 // Google Benchmark: the auto-sharding planner (planner/auto_planner.h) on a chain of identical
 // dense layers (4 -> 4 features, batch 8, f32, Adam) on a 2x4 mesh with the v5e profile, far from
-// and near the HBM limit (adversarial pass adv8, H5). Near the limit the DP's frontier holds a
+// and near the HBM limit. Near the limit the DP's frontier holds a
 // label for every count of split layers that can still fit, O(L) labels per layer, and the chain
 // costs O(L^2 log L); far from it, a few labels per layer. Each run checks that a candidate wins
 // and that its HBM is within the limit.
