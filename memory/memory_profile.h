@@ -18,7 +18,7 @@
 //
 // 2. A JSON snapshot of every chunk, free ones included, grouped per core after PyTorch's
 //    torch.cuda.memory._snapshot(): one segment per core with its blocks in address order, plus
-//    totals. See docs/MEMORY_PROFILES.md for the keys and how they differ from PyTorch's.
+//    totals. See docs/MEMORY.md for the keys and how they differ from PyTorch's.
 //
 // Both take plain records (MemoryChunkRecord), so they know nothing of arenas or threads; an
 // arena turns its chunk walk into records.
