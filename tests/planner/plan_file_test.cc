@@ -331,7 +331,8 @@ TEST(TrainPlanTest, EmittedOneAxisRolesAreListsAndStringsStillRead) {
 // checked by its oversubscription, max(1, cores / host_cpus) of the embedded profile.
 TEST(TrainPlanTest, TheEstimateMustBeForThePlansMesh) {
   const ModelGraph m = model_file("mlp.json");
-  HardwareProfile profile = HardwareProfile::get("this_machine");
+  HardwareProfile profile = HardwareProfile::load_json_file(std::string(VTPU_SOURCE_DIR) +
+                                                            "/tests/data/fixed_profile.json");
   profile.host_cpus = 2;  // s(8) = 4, s(16) = 8, whatever this host has
   const CostModel cost(profile);
   const Names axes = {"data", "model"};
@@ -380,7 +381,8 @@ TEST(TrainPlanTest, TheEstimateMustBeForThePlansMesh) {
 TEST(TrainPlanTest, TheEstimateMustBeForThePlansBatchAndStrategy) {
   const ModelGraph m = model_file("mlp.json");  // batch 64
   ASSERT_EQ(m.batch, 64);
-  const CostModel cost(HardwareProfile::get("this_machine"));
+  const CostModel cost(HardwareProfile::load_json_file(std::string(VTPU_SOURCE_DIR) +
+                                                       "/tests/data/fixed_profile.json"));
   AutoShardingPlan plan =
       plan_auto_sharding(m, {2}, {"x"}, cost, 0, plan_constraints("mlp", {2}, {"x"}));
   plan.choose("dp(x)");
@@ -457,8 +459,10 @@ TEST(PlanFileRoundTrip, EveryFieldReadsBackAsWritten) {
        {Case{"mlp.json", "mlp", {2, 4}}, Case{"transformer.json", "transformer", {2, 2}}}) {
     const ModelGraph m = model_file(k.file);
     const AutoShardingPlan planned =
-        plan_auto_sharding(m, k.shape, axes, CostModel(HardwareProfile::get("this_machine")), 0,
-                           plan_constraints(k.model, k.shape, axes));
+        plan_auto_sharding(m, k.shape, axes,
+                           CostModel(HardwareProfile::load_json_file(
+                               std::string(VTPU_SOURCE_DIR) + "/tests/data/fixed_profile.json")),
+                           0, plan_constraints(k.model, k.shape, axes));
     for (const PlanCandidate& c : planned.candidates) {
       if (!c.feasible || !c.fits || !c.unsupported_reason.empty()) continue;
       SCOPED_TRACE(std::string(k.file) + " " + c.name);
