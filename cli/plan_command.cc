@@ -202,7 +202,7 @@ bool parse_mesh_usage(const PlanCommand& c, const ModelGraph& model, std::vector
 }
 
 /// Why `model` is not the architecture of the `vtpu train` command its name selects, or "" when
-/// it is (planner/plan_file.h). A model named "mlp" or "transformer" with other layers would be
+/// it is (planner/trainer_plans.h). A model named "mlp" or "transformer" with other layers would be
 /// planned under that trainer's constraints, and --emit would write a plan `vtpu train` refuses
 /// only at train time: --emit refuses it here (fail early, as jax.jit or torch.compile refuse at
 /// trace time, not at the first step); the table alone plans it as a foreign model.
@@ -345,7 +345,7 @@ int run(const PlanCommand& c) {
   const std::string not_trainable = trainer_architecture_problem(c, model);
   const CostModel cost(HardwareProfile::get(c.hardware));
   const uint64_t limit = c.hbm_bytes.empty() ? 0 : parse_bytes(c.hbm_bytes);
-  // Only strategies `vtpu train` can run may win (planner/plan_file.h); --any-strategy lifts
+  // Only strategies `vtpu train` can run may win (planner/trainer_plans.h); --any-strategy lifts
   // that for what-if questions.
   const PlanConstraints constraints = c.any_strategy || !not_trainable.empty()
                                           ? PlanConstraints{}

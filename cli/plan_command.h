@@ -11,7 +11,7 @@
 // would fit. Default axis names: "data,model" for a 2-D mesh, else x, y, z, w.
 //
 // The models `vtpu train` runs (mlp, transformer: the model file's name) are planned within what
-// their trainer implements (planner/plan_file.h, plan_constraints): a strategy it cannot run is
+// their trainer implements (planner/trainer_plans.h, plan_constraints): a strategy it cannot run is
 // listed as "cannot run" and never wins, so the emitted plan runs with `vtpu train mlp --plan` or
 // `vtpu train transformer --plan`. --any-strategy plans without that limit.
 //

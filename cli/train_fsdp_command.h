@@ -19,7 +19,7 @@
 // 1 core / FSDP.
 //
 // --plan reads the mesh and strategy of a `vtpu plan` file (docs/SHARDING.md, "Plan files"; see
-// planner/plan_file.h): strategy.fsdp over the whole mesh runs FSDP, strategy.data alone runs
+// planner/trainer_plans.h): strategy.fsdp over the whole mesh runs FSDP, strategy.data alone runs
 // data parallel (then only DP and the reference run); anything else is an error naming the
 // strategy. The mesh's core count replaces --cores (both given and different is an error); the
 // hidden size and optimizer default to the plan's model_graph (mlp_plan_model: another

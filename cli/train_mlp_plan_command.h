@@ -1,6 +1,6 @@
 // `vtpu train mlp --plan PLAN.json`: runs any plan the planner emits for the digits MLP
 // (`vtpu plan examples/models/mlp.json --emit PLAN.json`), dispatching on its strategy
-// (planner/plan_file.h, mlp_plan_mode):
+// (planner/trainer_plans.h, mlp_plan_mode):
 //   dp(...)             data parallel: train_mlp (train/mlp_trainer.h) on the mesh's cores
 //   fsdp(...)           ZeRO-3 over the whole mesh: train_fsdp (train/fsdp_trainer.h)
 //   tp(...), dp+tp      Megatron tensor parallelism, with data parallelism on the other mesh
@@ -10,7 +10,7 @@
 // the same f32 gradient additions in the same order, as `vtpu train fsdp` checks); the one-batch
 // 1-core run is printed beside it, not checked. The mesh's core count replaces --cores (both given
 // and different is an error); the global batch defaults to the plan's (estimate.batch), and the
-// hidden size and optimizer to its model_graph's (mlp_plan_model, planner/plan_file.h: a
+// hidden size and optimizer to its model_graph's (mlp_plan_model, planner/trainer_plans.h: a
 // model_graph that is not this MLP is an error, and so is a --hidden or --optimizer that differs),
 // so that the run is the one estimated. SGD or Adam, as `train mlp --optimizer` says, in every
 // mode. When the plan has an estimate (a `vtpu plan --emit` file), the report ends with the

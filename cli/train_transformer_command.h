@@ -13,7 +13,7 @@
 //
 // --mesh 2x4 (default): data parallel over 2, tensor parallel over 4 (8 cores). --cores N alone
 // means --mesh 1xN. --plan reads the mesh and the strategy of a `vtpu plan --emit` file
-// (planner/plan_file.h; docs/SHARDING.md, "Plan files"): the data axes flattened into one
+// (planner/trainer_plans.h; docs/PLANNER.md): the data axes flattened into one
 // data-parallel group (dp(data,model) on 2x4 is 8-way data parallel, as JAX's P(('data',
 // 'model'))), the tensor axes likewise, each on the mesh's own replica groups; the global batch
 // defaults to the plan's. The single-core reference runs first unless --no-reference, as one
