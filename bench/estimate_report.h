@@ -1,7 +1,7 @@
 // The planner's estimate against a measured training run. Issue 6: "The planner's estimate for
 // each example, against the measured time and HBM per core on this machine with the calibrated
 // profile, within 25%. Print both." Every `vtpu train` command that is given a plan calls this one
-// function, so the comparison reads the same everywhere (docs/SHARDING.md, "Estimate against
+// function, so the comparison reads the same everywhere (docs/PLANNER.md, "Estimate against
 // measurement").
 //
 // What is compared (ratio = measured / estimate; "within 25%" when |ratio - 1| <= 0.25):

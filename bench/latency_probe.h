@@ -1,11 +1,11 @@
 // Collective probe: the calibrated profile's collectives re-measured at run time, at one size,
 // so that a run's estimate can be judged in the mode the host is in when the run happens
-// (docs/SHARDING.md, "Estimate against measurement").
+// (docs/PLANNER.md, "Estimate against measurement").
 //
 // Why. On this machine (a VM with 2 vCPUs) the cost of one hand-off between two virtual cores
 // switches between about 0.9 us and 2.5-3.2 us per 4 KiB 2-core all-gather on a scale of minutes,
 // with the same binary on an idle host; vtpu's link waits resolve at once or spinning in both
-// modes (link wait statistics, docs/SHARDING.md), so the change is in the host's memory path
+// modes (link wait statistics, docs/PLANNER.md), so the change is in the host's memory path
 // between the vCPUs, not in vtpu. A profile calibrated in one mode misprices every collective of
 // a run in the other by a fixed amount per call: the probe measures that amount.
 //

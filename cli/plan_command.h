@@ -6,7 +6,7 @@
 //
 // Prints one row per candidate strategy (HBM per core, bytes sent per core per step, estimated
 // compute, communication and step time, and why it lost), then the winner's per-layer shardings.
-// --emit writes the winner in the plan format of docs/SHARDING.md ("Plan files"). A model that
+// --emit writes the winner in the plan format of docs/PLANNER.md ("Plan files"). A model that
 // fits on no strategy prints the table and fails (exit 1) with the smallest HBM per core that
 // would fit. Default axis names: "data,model" for a 2-D mesh, else x, y, z, w.
 //

@@ -18,7 +18,7 @@
 // (the arena's chunk records) for the reference, DP and FSDP side by side, with the ratio
 // 1 core / FSDP.
 //
-// --plan reads the mesh and strategy of a `vtpu plan` file (docs/SHARDING.md, "Plan files"; see
+// --plan reads the mesh and strategy of a `vtpu plan` file (docs/PLANNER.md, "Plan files"; see
 // planner/trainer_plans.h): strategy.fsdp over the whole mesh runs FSDP, strategy.data alone runs
 // data parallel (then only DP and the reference run); anything else is an error naming the
 // strategy. The mesh's core count replaces --cores (both given and different is an error); the

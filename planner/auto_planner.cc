@@ -368,7 +368,7 @@ std::string AutoShardingPlan::to_string() const {
   if (oversubscription != 1.0) {
     out += format_text(
         "host: %s share the host's CPUs: per-core work x %.3g "
-        "(docs/SHARDING.md, \"Estimate against measurement\")\n",
+        "(docs/PLANNER.md, \"Estimate against measurement\")\n",
         count_text(Mesh(mesh_shape, axis_names).size(), "virtual core").c_str(), oversubscription);
   }
   // Regression: a name longer than the column (dp(f,g,h)+fsdp(a)+

@@ -40,7 +40,7 @@
 // that cannot lead to the optimum: those no completion of which fits, and those slower than a
 // label every completion of which fits; it builds each frontier by sorting (O(N log N) for N
 // labels), so a chain of L layers whose frontier holds O(L) labels near the limit costs
-// O(L^2 log L). A second DP finds the smallest HBM exactly (docs/SHARDING.md, "Why dynamic
+// O(L^2 log L). A second DP finds the smallest HBM exactly (docs/PLANNER.md, "Dynamic
 // programming, not an ILP").
 //
 // Costs per layer, per core (T = local tokens = batch / (data x fsdp cores) x seq_len; t =
@@ -50,7 +50,7 @@
 //            input + output bytes); on a profile with kernel rates (cost_model.h) the FLOPs term
 //            is the sum of the layer's measured kernels instead: its GEMMs forward and backward,
 //            elementwise passes, transcendentals and row kernels (layer norm, attention softmax,
-//            and the loss's cross-entropy after the last layer; docs/SHARDING.md, "Kernel
+//            and the loss's cross-entropy after the last layer; docs/PLANNER.md, "Kernel
 //            rates"), its GEMMs at the warm rates when the layer's working set (weights + input
 //            + output bytes, the figure that picks the memory level) passes the cache test
 //   FLOPs    dense 2 T in out; attention 8 T d^2 + 4 T S d + 5 B h S^2 (projections, scores and
@@ -145,7 +145,7 @@ struct PlanCandidate {
   uint64_t transient_bytes_per_core = 0;  // FSDP's gathered parameters and gradients, peak
   /// The step's input batch per core: the first layer's input (int32 ids for an embedding) and
   /// one int32 label per token. Not in hbm_bytes_per_core (the plan file's estimate keeps them
-  /// apart; docs/SHARDING.md "Estimate against measurement"), but counted against the limit.
+  /// apart; docs/PLANNER.md "Estimate against measurement"), but counted against the limit.
   uint64_t input_bytes_per_core = 0;
   /// The smallest HBM per core any per-layer plan of the strategy needs, the input batch
   /// included: what the limit must be for it to fit. Exact (a DP of its own), fitting or not.
@@ -223,7 +223,7 @@ struct AutoShardingPlan {
   /// line says why: "no strategy can run (every candidate is marked \"cannot run\")" or "no
   /// strategy fits the HBM limit of X per core".
   std::string to_string() const;
-  /// The plan file (docs/SHARDING.md, "Plan files"; format "vtpu-plan", version 1) of the chosen
+  /// The plan file (docs/PLANNER.md, "Plan files"; format "vtpu-plan", version 1) of the chosen
   /// candidate: emit_train_plan (planner/plan_file.h), whose reader reads it back; a pinned one
   /// adds "pinned": {"winner": name or null, "why_lost": ...}. Throws FailedPreconditionError
   /// when nothing fits and nothing was pinned.

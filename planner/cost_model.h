@@ -63,7 +63,7 @@
 //   per chip (one each way per dimension): beta = 1 / (2 k link_bytes_per_second). On
 //   topology "ring" every axis shares one ring (2 links); on "shared_memory" (this machine
 //   uncalibrated) beta = 1 / link_bytes_per_second. alpha = (n-1) link_latency_seconds, one hop per
-//   ring step. c = floor(n^2/4) / (n-1) on a ring (derived in docs/SHARDING.md: uniform
+//   ring step. c = floor(n^2/4) / (n-1) on a ring (derived in docs/PLANNER.md: uniform
 //   all-to-all traffic over a bidirectional ring of n with shortest paths loads each link with
 //   floor(n^2/4)/n of one core's buffer; 1 for n = 2, 4/3 for n = 4, 16/7 for n = 8); an
 //   all-to-all over several torus dimensions runs one phase per dimension (dimension-ordered) and
@@ -130,7 +130,7 @@
 //   working sets that fit neither. Measured: the transformer on one core (T = 1024 tokens; its
 //   attention and MLP layers have working sets of 1.3-3 MiB, over the 1 MiB L2 and inside the
 //   16 MiB L3) was priced at 11.2 ms with its GEMMs cold against 8.9 ms measured; with the
-//   warm table, 8.75 ms (docs/SHARDING.md, "The last-level cache").
+//   warm table, 8.75 ms (docs/PLANNER.md, the cost terms table).
 #pragma once
 
 #include <cstdint>

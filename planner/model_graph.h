@@ -1,5 +1,5 @@
 // Model graph: the layer chain the auto-sharding planner (planner/auto_planner.h) reads, loaded
-// from a JSON model file (docs/SHARDING.md, "Model files"; examples/models/*.json).
+// from a JSON model file (docs/PLANNER.md, "Model files"; examples/models/*.json).
 //
 //   {"name": "mlp", "dtype": "f32", "optimizer": "sgd", "batch": 64, "seq_len": 1,
 //    "layers": [{"name": "fc1", "kind": "dense", "in": 64, "out": 64},
@@ -76,7 +76,7 @@ struct ModelGraph {
   static ModelGraph load_json_file(const std::string& path);
   /// The model in the model-file format (no "description"; every optional field written), so
   /// that parse(to_json().dump()) gives this model back. A plan file carries it as "model_graph"
-  /// (docs/SHARDING.md, "Plan files").
+  /// (docs/PLANNER.md, "Plan files").
   nlohmann::json to_json() const;
 };
 

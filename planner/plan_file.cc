@@ -565,7 +565,7 @@ void parse_plan_layers(const nlohmann::json& j, TrainPlan& plan, const Bad& bad)
 TrainPlan parse_train_plan(const nlohmann::json& j, const std::string& source) {
   auto bad = [&](const std::string& what) {
     return InvalidArgumentError("plan file '" + source + "': " + what +
-                                " (the format of vtpu plan --emit, docs/SHARDING.md)");
+                                " (the format of vtpu plan --emit, docs/PLANNER.md)");
   };
   check_plan_header(j, bad);
   TrainPlan plan;

@@ -1,7 +1,7 @@
 // Plan files: the writer of `vtpu plan --emit` (emit_train_plan) and the one reader of
 // `vtpu train mlp|fsdp|transformer --plan PLAN.json` (parse_train_plan), so that what one writes
 // the other reads field for field. What the trainers can run of a plan: planner/trainer_plans.h.
-// Format: docs/SHARDING.md, "Plan files" ("format": "vtpu-plan", "version": 1):
+// Format: docs/PLANNER.md, "Plan files" ("format": "vtpu-plan", "version": 1):
 //
 //   {"format": "vtpu-plan", "version": 1, "model": "mlp",
 //    "mesh": {"axes": ["data", "model"], "shape": [2, 4]},

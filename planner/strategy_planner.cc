@@ -102,7 +102,7 @@ class StrategyPlanner {
       throw InvalidArgumentError("model '" + m_.name + "' needs " + b + " bytes of " + what +
                                  " per core with " + strategy +
                                  " (expected less than 2^63 bytes; the model file's limits, "
-                                 "docs/SHARDING.md \"Model files\", keep sizes below that)");
+                                 "docs/PLANNER.md \"Model files\", keep sizes below that)");
     }
     return static_cast<uint64_t>(std::ceil(bytes));
   }

@@ -120,7 +120,7 @@ KernelRates kernel_rates_from_json(const JsonObject& k) {
 }  // namespace
 
 const std::vector<std::string>& elementwise_kernel_names() {
-  // What each measures: bench/kernel_bench.cc (measure_kernel_rates) and docs/SHARDING.md.
+  // What each measures: bench/kernel_bench.cc (measure_kernel_rates) and docs/PLANNER.md.
   static const std::vector<std::string> kNames = {"pass", "transcendental"};
   return kNames;
 }

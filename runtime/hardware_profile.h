@@ -58,7 +58,7 @@ struct KernelRates {
   /// is priced at the cold rate.
   std::vector<double> gemm_warm_flops_per_second;
   /// Elementwise kernels, elements per second, by name (see kElementwiseKernels in the .cc and
-  /// docs/SHARDING.md's term table for what each measures). Empty: none measured.
+  /// docs/PLANNER.md's term table for what each measures). Empty: none measured.
   std::map<std::string, double> elementwise_per_second;
   /// Row kernels (a reduction along each row, then an elementwise pass over it): seconds for
   /// one row of `length` elements = seconds_per_row + seconds_per_element x length, fitted to

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The planner's estimate against the measured run for every example model (docs/SHARDING.md,
+# The planner's estimate against the measured run for every example model (docs/PLANNER.md,
 # "Estimate against measurement"): calibrate this machine (or take a profile), plan each example
 # with it, run each plan, ROUNDS times, and print estimate, measured and measured/estimate side by
 # side, step time and HBM per core.
@@ -30,7 +30,7 @@
 # (bench/latency_probe.h), else the plain one; both are printed. That holds for the calibration of
 # the round too, not its plain ratio: the calibration runs a minute or more before the round's last
 # runs, the probe seconds after each, and this VM's hand-off speed moves on that scale
-# (docs/SHARDING.md, "The last-level cache"). A run that fails (its error is kept in runI-R.err) is
+# (docs/PLANNER.md, the cost terms table). A run that fails (its error is kept in runI-R.err) is
 # recorded in its runI-R.json and its example's row says so, judged outside; the other runs go on. A
 # probe that ran but saw a busy host (not judged) shows "busy" in the probe column, where "-" means
 # no probe (one core). Exit status: 0 when every example is within, 1 when one is not or a run
@@ -56,7 +56,7 @@ from=""
 
 usage() {
   sed -n '2,25s/^# \{0,1\}//p' "$0"
-  echo "How a row is judged: the comment at the top of $0, and docs/SHARDING.md."
+  echo "How a row is judged: the comment at the top of $0, and docs/PLANNER.md."
 }
 die_usage() { echo "check-estimates: $1 (try --help)" >&2; exit 2; }
 

@@ -7,7 +7,7 @@
 // exactly those f32 additions in that order (train/mlp_trainer.h, "Reduction order and gradient
 // accumulation"), so its losses are the ones a data-parallel (or FSDP) run is checked against. One
 // core with the whole batch in one GEMM sums the rows in another order; training amplifies that
-// rounding (4.9e-4 relative after 500 steps at hidden 1024, docs/SHARDING.md "Reduction order"),
+// rounding (4.9e-4 relative after 500 steps at hidden 1024, docs/TRAINING.md "Reduction order and the single-core reference"),
 // so that run is printed for comparison but not checked.
 #pragma once
 

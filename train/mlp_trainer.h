@@ -30,7 +30,7 @@
 // exactly the f32 additions of N cores with 1 each, in the same order, and the two runs give
 // bit-identical losses and parameters: that single-core run is the reference the N-core runs are
 // checked against. One core with one micro-batch sums all B rows inside one GEMM instead; those
-// losses differ from the N-core ones by f32 rounding, which training amplifies (docs/SHARDING.md,
+// losses differ from the N-core ones by f32 rounding, which training amplifies (docs/TRAINING.md,
 // "Reduction order").
 #pragma once
 

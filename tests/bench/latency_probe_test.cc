@@ -144,7 +144,7 @@ TEST(LatencyProbeTest, ReestimateMovesThePlansEstimateByWhatTheShiftChanges) {
 
 // Regression: a dp(x) plan on 8 cores, which runs only 8-core all-reduces, was
 // probed on all four ops on 2, 4 and 8 cores. The fits a strategy prices, worked from what each
-// strategy runs per step (docs/SHARDING.md): data parallel one gradient all-reduce over its data
+// strategy runs per step (docs/PLANNER.md): data parallel one gradient all-reduce over its data
 // group; Megatron tensor parallel the all-reduce of the logits (the row-parallel W2's partial
 // sums) over its tensor group; FSDP all-gathers the parameters, reduce-scatters the gradients and
 // all-reduces the loss over the FSDP group; dp x tp both all-reduces, each over its own group.

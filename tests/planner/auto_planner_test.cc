@@ -674,7 +674,7 @@ TEST(AutoPlannerTest, MixedStrategyShardingsNameTheAxes) {
   const PlanCandidate& w = p.candidates[static_cast<size_t>(p.winner)];
   EXPECT_EQ(w.name, "dp(data)+tp(model)");
   const nlohmann::json j = p.to_json();
-  // One axis is a list of one, as docs/SHARDING.md shows (it was the string "data").
+  // One axis is a list of one, as docs/PLANNER.md shows (it was the string "data").
   EXPECT_EQ(j["strategy"]["data"], nlohmann::json::array({"data"}));
   EXPECT_EQ(j["strategy"]["tensor"], nlohmann::json::array({"model"}));
   EXPECT_TRUE(j["strategy"]["fsdp"].is_null());

@@ -300,7 +300,7 @@ TEST(TrainPlanTest, ShardingsAreCheckedAgainstThePlansMesh) {
 }
 
 // Regression: a one-axis role was written as a string ("data": "x"),
-// where docs/SHARDING.md shows lists and a reader written from it iterates the characters. The
+// where docs/PLANNER.md shows lists and a reader written from it iterates the characters. The
 // planner writes lists; plan files written before (a string) still read the same.
 TEST(TrainPlanTest, EmittedOneAxisRolesAreListsAndStringsStillRead) {
   const ModelGraph m = model_file("mlp.json");
