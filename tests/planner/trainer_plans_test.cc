@@ -363,7 +363,9 @@ TEST(TrainPlanTest, PlanModelSizesAreTheRunsAndOtherArchitecturesAreRefused) {
   EXPECT_EQ(tm->d_model, t.layers.front().out);
   EXPECT_EQ(tm->layers, blocks);
   for (const ModelLayer& l : t.layers) {
-    if (l.name == "blocks.0.mlp.fc1") EXPECT_EQ(tm->hidden, l.out);
+    if (l.name == "blocks.0.mlp.fc1") {
+      EXPECT_EQ(tm->hidden, l.out);
+    }
   }
   nlohmann::json small = te;
   nlohmann::json& layers = small["model_graph"]["layers"];
