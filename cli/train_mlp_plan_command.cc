@@ -87,7 +87,8 @@ bool micro_batches_usage_ok(const MlpPlanSetup& setup) {
 /// The plan, its mode and estimate, and the run's configuration, checked. nullopt after a usage
 /// error.
 std::optional<MlpPlanSetup> resolve(const TrainMlpPlanArgs& args) {
-  MlpPlanSetup setup{load_train_plan(args.plan_path)};
+  MlpPlanSetup setup{load_train_plan(args.plan_path), MlpPlanMode::kDataParallel, {}, {},
+                     std::nullopt, std::nullopt};
   const TrainPlan& plan = setup.plan;
   // First: a plan for another model is refused as such, before its strategy is looked at.
   const std::optional<MlpPlanModel> planned = mlp_plan_model(plan);
@@ -172,7 +173,7 @@ PlanRun train_strategy(const MlpPlanSetup& setup, const DigitsSplit& split,
         train_mlp_tensor_parallel(runtime, split, run_config, *setup.layout, on_log);
     const MlpResult& r = tp.run;
     run = {r.losses, r.median_step_ms,  r.test_accuracy,   r.train_accuracy, r.hbm,
-           tp,       peak.training_set, r.replica_mismatch};
+           tp,       peak.training_set, r.replica_mismatch, std::nullopt,     {}};
     run.tp = std::move(tp);
   } else if (setup.mode == MlpPlanMode::kFsdp) {
     FsdpConfig fc;
@@ -181,11 +182,11 @@ PlanRun train_strategy(const MlpPlanSetup& setup, const DigitsSplit& split,
     fc.prefetch = kPlanFsdpPrefetch;  // as priced: collectives not overlapped
     const FsdpResult r = train_fsdp(runtime, split, fc, on_log);
     run = {r.losses, r.median_step_ms,   r.test_accuracy, r.train_accuracy, r.hbm,
-           r,        r.peak.training_set};
+           r,        r.peak.training_set, std::nullopt,    std::nullopt,     {}};
   } else {
     const MlpResult r = train_mlp(runtime, split, run_config, on_log);
     run = {r.losses, r.median_step_ms,  r.test_accuracy,   r.train_accuracy, r.hbm,
-           r,        peak.training_set, r.replica_mismatch};
+           r,        peak.training_set, r.replica_mismatch, std::nullopt,     {}};
   }
   run.pinning = pinning;
   return run;
