@@ -210,6 +210,18 @@ BufferId HbmArena::allocate_array(ElementType type, std::span<const int64_t> dim
   return allocate_locked(bytes.padded_bytes, bytes.logical_bytes, std::move(label), text);
 }
 
+BufferId HbmArena::allocate_padded(uint64_t charged_bytes, uint64_t logical_bytes,
+                                   std::string label) {
+  if (charged_bytes == 0 || logical_bytes > charged_bytes) {
+    throw InvalidArgumentError("padded allocation of " + std::to_string(charged_bytes) +
+                               " bytes for " + std::to_string(logical_bytes) +
+                               " logical bytes on core " + std::to_string(core_id()) +
+                               " (expected 0 < logical <= charged)");
+  }
+  std::lock_guard lock(mu_);
+  return allocate_locked(charged_bytes, logical_bytes, std::move(label), {});
+}
+
 std::optional<ArenaPlacement> HbmArena::try_allocate(uint64_t size_bytes, std::string label,
                                                      ArenaFreeSpace* after) {
   if (size_bytes == 0) {

@@ -201,6 +201,13 @@ class HbmArena {
                           const std::optional<Layout>& layout = std::nullopt,
                           std::string label = {});
 
+  /// Allocates a chunk of `charged_bytes` for data of `logical_bytes` (<= charged_bytes), as
+  /// allocate_array() does for one array: the arena is charged the padded footprint and stats
+  /// count the logical bytes separately. For several arrays packed in one buffer, charged_bytes
+  /// is the sum of their padded bytes. Throws InvalidArgumentError for 0 charged bytes or
+  /// logical > charged, OutOfMemoryError as allocate().
+  BufferId allocate_padded(uint64_t charged_bytes, uint64_t logical_bytes, std::string label = {});
+
   /// Frees a live buffer. Throws InvalidArgumentError for an unknown id. A pinned buffer (an
   /// in-flight DMA reads it) leaves the caller's view at once (its id is no longer live), but its
   /// chunk is released only by the last unpin(), so the copy never reads reused memory (PyTorch's

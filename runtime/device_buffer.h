@@ -23,6 +23,11 @@ class DeviceBuffer {
   /// arena's report when it does not fit.
   DeviceBuffer(std::shared_ptr<HbmArena> arena, uint64_t size_bytes, std::string label = {});
   ~DeviceBuffer() { reset(); }
+  /// A buffer of `size_bytes` whose chunk in `arena` takes `charged_bytes` (>= size_bytes): an
+  /// array stored row-major and unpadded but charged its padded footprint (HbmArena::
+  /// allocate_padded). size_bytes() and as() see the logical bytes only.
+  DeviceBuffer(std::shared_ptr<HbmArena> arena, uint64_t size_bytes, uint64_t charged_bytes,
+               std::string label);
   DeviceBuffer(DeviceBuffer&& other) noexcept;
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
   DeviceBuffer(const DeviceBuffer&) = delete;

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "vtpu/common/host.h"
+#include "vtpu/memory/tiled_layout.h"
 
 namespace vtpu {
 
@@ -41,6 +42,44 @@ int CoreContext::num_cores() const { return runtime_.num_cores(); }
 HbmArena& CoreContext::hbm() const { return core_.hbm(); }
 DeviceBuffer CoreContext::allocate(uint64_t size_bytes, std::string label) const {
   return DeviceBuffer(core_.hbm_shared(), size_bytes, std::move(label));
+}
+
+namespace {
+
+DeviceBuffer allocate_packed_arrays(const std::shared_ptr<HbmArena>& arena, bool pad,
+                                    ElementType dtype, std::span<const std::vector<int64_t>> shapes,
+                                    std::string label) {
+  uint64_t logical = 0;
+  uint64_t charged = 0;
+  for (const std::vector<int64_t>& dims : shapes) {
+    const ArrayBytes b = array_bytes(dtype, dims);
+    logical += b.logical_bytes;
+    charged += pad ? b.padded_bytes : b.logical_bytes;
+  }
+  if (logical == 0) return DeviceBuffer(arena, 0, std::move(label));
+  return DeviceBuffer(arena, logical, charged, std::move(label));
+}
+
+}  // namespace
+
+DeviceBuffer CoreContext::allocate_array(ElementType dtype, std::span<const int64_t> dims,
+                                         std::string label) const {
+  const std::vector<int64_t> shape(dims.begin(), dims.end());
+  return allocate_arrays(dtype, std::span<const std::vector<int64_t>>(&shape, 1), std::move(label));
+}
+
+DeviceBuffer CoreContext::allocate_arrays(ElementType dtype,
+                                          std::span<const std::vector<int64_t>> shapes,
+                                          std::string label) const {
+  return allocate_packed_arrays(core_.hbm_shared(), runtime_.options().pad_arrays, dtype, shapes,
+                                std::move(label));
+}
+
+DeviceBuffer Runtime::allocate_array(int core_id, ElementType dtype, std::span<const int64_t> dims,
+                                     std::string label) {
+  const std::vector<int64_t> shape(dims.begin(), dims.end());
+  return allocate_packed_arrays(core(core_id).hbm_shared(), options_.pad_arrays, dtype,
+                                std::span<const std::vector<int64_t>>(&shape, 1), std::move(label));
 }
 
 Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {

@@ -63,6 +63,9 @@ class Runtime {
 
   /// Allocates from the host side (e.g. to scatter data). Throws like CoreContext::allocate.
   DeviceBuffer allocate(int core_id, uint64_t size_bytes, std::string label = {});
+  /// Host-side CoreContext::allocate_array on core `core_id`.
+  DeviceBuffer allocate_array(int core_id, ElementType dtype, std::span<const int64_t> dims,
+                              std::string label = {});
 
   /// The chunks of every core's default arena, core 0 first (see HbmArena::chunk_records).
   std::vector<MemoryChunkRecord> memory_chunk_records() const;

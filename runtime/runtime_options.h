@@ -35,6 +35,7 @@ struct RuntimeOptions {
   bool auto_defragment = true;        // compact an arena when a request fails for fragmentation
   bool record_memory_events = false;  // arenas keep an event log (Runtime::save_memory_event_log)
   bool hbm_backing = true;            // false: metadata-only arenas (no bytes)
+  bool pad_arrays = true;  // arrays charge their TPU tiled-layout bytes (false: logical bytes)
   uint64_t link_slot_bytes = uint64_t{1} << 20;  // bytes per circular-buffer slot; default 1 MiB
   int link_num_slots = 4;                        // slots per directed link, 2..1024; default 4
   /// Every collective wait, at most kMaxCollectiveTimeout: collective_timeout_ms of a --config
