@@ -192,7 +192,7 @@ TEST(ShardedArrayDtypeTest, DevicePutChargesPaddedBytes) {
         ShardedArray::device_put(*rt, x, {1437, 64}, sharding(Mesh({2}, {"x"}), "P()"));
     for (int core : {0, 1}) {
       const MemoryStats m = rt->core(core).hbm().memory_stats();
-      EXPECT_EQ(m.bytes_requested, pad ? 737280u : 367872u);
+      EXPECT_EQ(m.bytes_in_use, pad ? 737280u : 367872u);
       EXPECT_EQ(m.logical_bytes_in_use, 367872u);
       EXPECT_EQ(a.buffer(core).size_bytes(), 367872u);
     }
@@ -207,26 +207,26 @@ TEST(ShardedArrayDtypeTest, DevicePutChargesPaddedBytes) {
 //   s64[3,200] P(None,'x') on 2: blocks (3,100) -> (8,128) x 8 = 8192 bytes (logical 2400).
 TEST(ShardedArrayDtypeTest, ShardedBlocksArePaddedByTheirDtypesTile) {
   auto rt = make_runtime(4);
-  auto requested = [&](int core) { return rt->core(core).hbm().memory_stats().bytes_requested; };
+  auto in_use = [&](int core) { return rt->core(core).hbm().memory_stats().bytes_in_use; };
   {
     const ShardedArray a = ShardedArray::device_put(*rt, std::vector<float>(50), {5, 10},
                                                     sharding(Mesh({4}, {"x"}), "x"));
-    EXPECT_THAT((std::vector<uint64_t>{requested(0), requested(1), requested(2), requested(3)}),
+    EXPECT_THAT((std::vector<uint64_t>{in_use(0), in_use(1), in_use(2), in_use(3)}),
                 ElementsAre(4096, 4096, 4096, 0));
   }
   {
     const ShardedArray a = ShardedArray::device_put(*rt, std::vector<BFloat16>(6000), {20, 300},
                                                     sharding(Mesh({2, 2}, {"x", "y"}), "x, y"));
     for (int core = 0; core < 4; ++core) {
-      EXPECT_EQ(requested(core), 8192u);
+      EXPECT_EQ(in_use(core), 8192u);
       EXPECT_EQ(rt->core(core).hbm().memory_stats().logical_bytes_in_use, 3000u);
     }
   }
   {
     const ShardedArray a = ShardedArray::device_put(*rt, std::vector<int64_t>(600), {3, 200},
                                                     sharding(Mesh({2}, {"x"}), "None, x"));
-    EXPECT_EQ(requested(0), 8192u);
-    EXPECT_EQ(requested(1), 8192u);
+    EXPECT_EQ(in_use(0), 8192u);
+    EXPECT_EQ(in_use(1), 8192u);
     EXPECT_EQ(rt->core(1).hbm().memory_stats().logical_bytes_in_use, 2400u);
   }
 }
