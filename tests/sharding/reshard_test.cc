@@ -16,6 +16,7 @@
 #include "tests/sharding/naive_block.h"
 #include "tests/sharding/partial_array.h"
 #include "vtpu/common/bfloat16.h"
+#include "vtpu/common/float16.h"
 #include "vtpu/common/units.h"
 #include "vtpu/sharding/block_copy.h"
 
@@ -295,6 +296,20 @@ TEST_F(ExecuteReshardTest, Bf16AllReduceRoundsInBf16) {
     EXPECT_EQ(bf16_to_float(got[0]), 256.0f);
     EXPECT_EQ(bf16_to_float(got[1]), 260.0f);
   }
+}
+
+TEST_F(ExecuteReshardTest, F16AllToAllMatchesTheHost) {
+  const Shape sq = {8, 8};
+  std::vector<Float16> y(64);
+  for (size_t i = 0; i < y.size(); ++i) y[i] = float_to_f16(0.125f * static_cast<float>(i) - 2);
+  const NamedSharding rows = sharding(x4_, "P('x', None)"), cols = sharding(x4_, "P(None, 'x')");
+  const ShardedArray t =
+      execute_reshard(*rt_, ShardedArray::device_put(*rt_, y, sq, rows),
+                      one_step_plan(sq, rows, cols,
+                                    make_step(ReshardOpKind::kAllToAll, x4_, {"x"}, "P('x', None)",
+                                              "P(None, 'x')", {2, 8}, /*dim=*/0, /*split_dim=*/1)));
+  EXPECT_EQ(t.dtype(), ElementType::kF16);
+  expect_blocks(t, y);
 }
 
 TEST_F(ExecuteReshardTest, S32SliceGatherAndPermuteMatchTheHost) {
