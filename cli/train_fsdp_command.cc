@@ -36,7 +36,8 @@ struct TrainFsdpCommand {
   std::string plan_path;
   std::string data_path = default_digits_path();
   std::string hbm_bytes;
-  std::string config_path;  // --config: runtime options (train/train_runtime_config.h)
+  std::optional<bool> pad_arrays;  // --pad-arrays, when given
+  std::string config_path;         // --config: runtime options (train/train_runtime_config.h)
   bool json = false;
   CLI::Option* lr_option = nullptr;         // --lr; when absent the optimizer's default applies
   CLI::Option* batch_option = nullptr;      // --batch; when absent a plan's estimate.batch applies
@@ -144,6 +145,7 @@ std::optional<FsdpSetup> resolve(const TrainFsdpCommand& cmd) {
   FsdpSetup setup;
   setup.options = runtime_config->options;
   if (!cmd.hbm_bytes.empty()) setup.options.hbm_bytes_per_core = parse_bytes(cmd.hbm_bytes);
+  if (cmd.pad_arrays) setup.options.pad_arrays = *cmd.pad_arrays;
   if (const std::optional<int> cores = runtime_config->cores(cmd.cores)) {
     setup.options.num_cores = *cores;
   }
@@ -443,6 +445,7 @@ std::shared_ptr<TrainFsdpCommand> add_train_fsdp_command(CLI::App& train) {
       ->check(size_validator());
   add_runtime_config_option(*app, cmd->config_path,
                             "num_cores is the default of --cores and must match a --plan mesh");
+  add_pad_arrays_option(*app, cmd->pad_arrays);
   app->add_option("--log-every", m.log_every, "Print the FSDP loss every K steps (0: never)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

@@ -35,7 +35,8 @@ struct TrainMlpCommand {
   std::string memory_snapshot;  // JSON snapshot path
   std::string memory_events;    // event-log trace path
   std::string hbm_bytes;
-  std::string config_path;  // --config: runtime options (train/train_runtime_config.h)
+  std::optional<bool> pad_arrays;  // --pad-arrays, when given
+  std::string config_path;         // --config: runtime options (train/train_runtime_config.h)
   std::string data_path = default_digits_path();
   std::string plan_path;      // --plan: run a `vtpu plan` file (cli/train_mlp_plan_command.h)
   std::string estimate_from;  // a `vtpu plan --emit` file whose estimate to compare with the run
@@ -150,6 +151,7 @@ int run_plan(const TrainMlpCommand& cmd, TrainRuntimeConfig config) {
   });
   if (!usage_ok) return 2;
   if (!cmd.hbm_bytes.empty()) config.options.hbm_bytes_per_core = parse_bytes(cmd.hbm_bytes);
+  if (cmd.pad_arrays) config.options.pad_arrays = *cmd.pad_arrays;
   if (!cmd.allocator.empty()) config.options.allocator = cmd.allocator;
   TrainMlpPlanArgs args;
   args.plan_path = cmd.plan_path;
@@ -205,6 +207,7 @@ std::optional<EstimateFrom> load_estimate_from(const TrainMlpCommand& cmd,
 void apply_runtime_flags(const TrainMlpCommand& cmd, RuntimeOptions& options) {
   if (cmd.cores) options.num_cores = *cmd.cores;
   if (!cmd.hbm_bytes.empty()) options.hbm_bytes_per_core = parse_bytes(cmd.hbm_bytes);
+  if (cmd.pad_arrays) options.pad_arrays = *cmd.pad_arrays;
   if (!cmd.allocator.empty()) options.allocator = cmd.allocator;
   if (!cmd.memory_events.empty()) options.record_memory_events = true;
   options.validate();
@@ -381,7 +384,8 @@ std::shared_ptr<TrainMlpCommand> add_train_mlp_command(CLI::App& train) {
   add_runtime_config_option(
       *app, cmd->config_path,
       "num_cores is the default of --cores and must match a --plan or --estimate-from mesh; "
-      "--hbm-bytes and --allocator replace their keys");
+      "--hbm-bytes, --allocator and --pad-arrays replace their keys");
+  add_pad_arrays_option(*app, cmd->pad_arrays);
   app->add_option("--kernels", m.kernels,
                   "Forward/backward compute: eigen (Eigen over HBM) or pallas (pipelined kernels "
                   "streaming blocks through VMEM with the DMA engine)")

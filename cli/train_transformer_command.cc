@@ -30,7 +30,8 @@ struct TrainTransformerCommand {
   std::string plan;
   std::string data = default_fortunes_path();
   std::string hbm_bytes;
-  std::string config_path;  // --config: runtime options (train/train_runtime_config.h)
+  std::optional<bool> pad_arrays;  // --pad-arrays, when given
+  std::string config_path;         // --config: runtime options (train/train_runtime_config.h)
   TransformerConfig config;
   CLI::Option* batch_option = nullptr;  // to tell whether --batch was given
   bool no_reference = false;
@@ -381,6 +382,7 @@ int run(const TrainTransformerCommand& cmd) {
   const TokenText text = load_token_text(cmd.data, c.vocab, c.context);
   setup.options.num_cores = static_cast<int>(setup.mesh.num_cores());
   if (!cmd.hbm_bytes.empty()) setup.options.hbm_bytes_per_core = parse_bytes(cmd.hbm_bytes);
+  if (cmd.pad_arrays) setup.options.pad_arrays = *cmd.pad_arrays;
   setup.options.validate();
   if (!cmd.json) print_header(cmd, setup, text);
   std::optional<TransformerResult> ref;
@@ -461,6 +463,7 @@ std::shared_ptr<TrainTransformerCommand> add_train_transformer_command(CLI::App&
   add_runtime_config_option(*app, cmd->config_path,
                             "num_cores is the default of --cores, so alone it means --mesh 1xN, "
                             "and must match --mesh or --plan");
+  add_pad_arrays_option(*app, cmd->pad_arrays);
   app->add_option(
          "--kernels", c.kernels,
          "Dense projections: eigen (Eigen GEMMs) or pallas (the pipelined tiled matmul "

@@ -102,6 +102,13 @@ void print_final_accuracy(double final_loss, double test_accuracy, double train_
               test_accuracy, train_accuracy);
 }
 
+CLI::Option* add_pad_arrays_option(CLI::App& app, std::optional<bool>& pad_arrays) {
+  return app.add_option("--pad-arrays", pad_arrays,
+                        "true: HBM arrays are charged their padded bytes under XLA's TPU tiled "
+                        "layout; false: their logical bytes (default true, or pad_arrays of "
+                        "--config)");
+}
+
 void print_peak_hbm_per_core(const std::vector<MemoryStats>& hbm) {
   std::printf("%5s %18s %14s\n", "core", "peak_bytes_in_use", "bytes_limit");
   for (size_t i = 0; i < hbm.size(); ++i) {

@@ -29,8 +29,7 @@ struct MlpTrainingOptions {
 /// Adds --steps, --batch (`batch_help`; its default shown in the help when
 /// `show_batch_default`), --hidden and --lr of the digits MLP, in that order, to `app`.
 MlpTrainingOptions add_mlp_training_options(CLI::App& app, MlpConfig& mlp,
-                                            const std::string& batch_help,
-                                            bool show_batch_default);
+                                            const std::string& batch_help, bool show_batch_default);
 
 /// The digits MLP's run settings as the trainers' --json "config" holds them: "cores", "steps",
 /// "global_batch", "hidden", "optimizer", "learning_rate", "seed" and "data" (`data_path`).
@@ -79,6 +78,10 @@ void print_json_result(nlohmann::json j, const std::optional<EstimateReport>& re
 
 /// "final loss 0.1234   test accuracy 0.9500   train accuracy 0.9600".
 void print_final_accuracy(double final_loss, double test_accuracy, double train_accuracy);
+
+/// Adds `--pad-arrays BOOL` (RuntimeOptions::pad_arrays, replacing pad_arrays of --config) to
+/// `app`, storing it in `pad_arrays`: the one definition for every trainer command.
+CLI::Option* add_pad_arrays_option(CLI::App& app, std::optional<bool>& pad_arrays);
 
 /// Every core's peak_bytes_in_use and bytes_limit, one row a core under a header.
 void print_peak_hbm_per_core(const std::vector<MemoryStats>& hbm);

@@ -27,10 +27,11 @@ std::string OomReport::to_string() const {
   os << "out of HBM on core " << core_id << " (policy " << policy << "): cannot allocate "
      << bytes_text(requested_bytes);
   if (!label.empty()) os << " for '" << label << "'";
-  if (!array_text.empty() && requested_bytes != logical_bytes) {
-    os << "\n  array:              " << array_text << ": " << bytes_text(logical_bytes)
-       << " logical, " << bytes_text(requested_bytes) << " padded (" << std::fixed
-       << std::setprecision(2) << expansion() << "x)";
+  if (requested_bytes != logical_bytes) {
+    // allocate_padded names no shape: it may pack several arrays in one buffer.
+    os << "\n  array:              " << (array_text.empty() ? "padded arrays" : array_text) << ": "
+       << bytes_text(logical_bytes) << " logical, " << bytes_text(requested_bytes) << " padded ("
+       << std::fixed << std::setprecision(2) << expansion() << "x)";
   }
   os << "\n  rounded request:    " << bytes_text(rounded_bytes)
      << "\n  bytes in use:       " << bytes_text(bytes_in_use) << " of limit "
@@ -136,6 +137,8 @@ HbmArena::HbmArena(const ArenaOptions& options)
   capacity_bytes_ = policy_->capacity_bytes();
   if (options.backing) backing_ = std::make_unique<BackingStore>(capacity_bytes_);
   stats_.bytes_limit = capacity_bytes_;
+  stats_.pool_bytes = capacity_bytes_;
+  stats_.peak_pool_bytes = capacity_bytes_;
 }
 
 HbmArena::~HbmArena() = default;
@@ -216,7 +219,8 @@ BufferId HbmArena::allocate_padded(uint64_t charged_bytes, uint64_t logical_byte
     throw InvalidArgumentError("padded allocation of " + std::to_string(charged_bytes) +
                                " bytes for " + std::to_string(logical_bytes) +
                                " logical bytes on core " + std::to_string(core_id()) +
-                               " (expected 0 < logical <= charged)");
+                               (label.empty() ? "" : " for '" + label + "'") +
+                               " (expected charged >= 1 and logical <= charged)");
   }
   std::lock_guard lock(mu_);
   return allocate_locked(charged_bytes, logical_bytes, std::move(label), {});
@@ -332,7 +336,7 @@ std::optional<ArenaPlacement> HbmArena::try_allocate_locked(uint64_t size_bytes,
   stats_.bytes_in_use += a->chunk_bytes;
   stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
   stats_.largest_alloc_size = std::max(stats_.largest_alloc_size, a->chunk_bytes);
-  stats_.bytes_requested += size_bytes;
+  stats_.padded_bytes_in_use += size_bytes;
   stats_.logical_bytes_in_use += logical_bytes;
   ++stats_.num_allocs;
   return ArenaPlacement{id, stats_.num_allocs, a->offset, a->chunk_bytes};
@@ -381,7 +385,7 @@ void HbmArena::release_locked(BufferId id, const Live& b) {
     record_locked(std::move(e));
   }
   stats_.bytes_in_use -= b.chunk_bytes;
-  stats_.bytes_requested -= b.size_bytes;
+  stats_.padded_bytes_in_use -= b.size_bytes;
   stats_.logical_bytes_in_use -= b.logical_bytes;
   ++stats_.num_frees;
   const auto slot = static_cast<uint32_t>((id & 0xFFFFFFFFu) - 1);
@@ -445,14 +449,17 @@ void HbmArena::check_consistency() const {
                         std::to_string(in_use.size()) + " chunks in use");
   }
   uint64_t requested = 0;
+  uint64_t logical = 0;
   size_t counted = 0;
   for_each_live_locked([&](BufferId id, const Live& b) {
     auto it = in_use.find(b.offset);
-    if (it == in_use.end() || it->second != b.chunk_bytes || b.size_bytes > b.chunk_bytes) {
+    if (it == in_use.end() || it->second != b.chunk_bytes || b.size_bytes > b.chunk_bytes ||
+        b.logical_bytes > b.size_bytes) {
       throw InternalError("live buffer " + std::to_string(id) + " at offset " +
                           std::to_string(b.offset) + " does not match an in-use chunk");
     }
     requested += b.size_bytes;
+    logical += b.logical_bytes;
     ++counted;
   });
   if (counted != num_live_ || free_slots_.size() + num_live_ > slots_.size()) {
@@ -462,7 +469,8 @@ void HbmArena::check_consistency() const {
                         std::to_string(free_slots_.size()) + " free slots of " +
                         std::to_string(slots_.size()));
   }
-  if (in_use_bytes != stats_.bytes_in_use || requested != stats_.bytes_requested) {
+  if (in_use_bytes != stats_.bytes_in_use || requested != stats_.padded_bytes_in_use ||
+      logical != stats_.logical_bytes_in_use) {
     throw InternalError("arena byte counters disagree with the chunk walk on core " +
                         std::to_string(core_id()));
   }

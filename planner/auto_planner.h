@@ -177,6 +177,10 @@ struct PlanConstraints {
   /// The one sharding a layer may take when the strategy has tensor axes ("column", "row",
   /// "sharded", "heads", "replicated", ...), "" for any. Null: any.
   std::function<std::string(const ModelLayer&)> tensor_sharding;
+  /// Whether the runner charges each array in HBM its padded bytes under XLA's TPU tiled layout
+  /// (RuntimeOptions::pad_arrays; default true): the HBM estimates count every parameter,
+  /// gradient, optimizer state, activation and input array so, one by one (docs/PLANNER.md).
+  bool pad_arrays = true;
 };
 
 /// The planner's result. Plain data, thread-compatible.

@@ -5,11 +5,17 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <limits>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "vtpu/common/element_type.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/strings.h"
+#include "vtpu/memory/tiled_layout.h"
 #include "vtpu/planner/strategy_labels.h"
 
 namespace vtpu::planner_dp {
@@ -69,6 +75,7 @@ class StrategyPlanner {
       }
     }
     e_ = static_cast<double>(m.dtype_bytes());
+    dtype_ = m.dtype == "bf16" ? ElementType::kBf16 : ElementType::kF32;
   }
 
   /// Empty when the strategy can run; else why not, and `*by_constraints` is set when only the
@@ -181,9 +188,25 @@ class StrategyPlanner {
   /// counts against the limit (the limit is the whole arena).
   double step_input_bytes() const {
     const ModelLayer& first = m_.layers.front();
-    const double in_bytes =
-        first.kind == LayerKind::kEmbedding ? 4.0 : static_cast<double>(first.in) * e_;
-    return tokens_ * (in_bytes + 4.0);
+    const double labels = hbm_bytes({tokens_}, ElementType::kS32);
+    if (first.kind == LayerKind::kEmbedding)
+      return hbm_bytes({tokens_}, ElementType::kS32) + labels;
+    return hbm_bytes({tokens_, static_cast<double>(first.in)}) + labels;
+  }
+
+  /// HBM bytes of one array of `type` (the model's dtype by default) with the local shape `dims`
+  /// (whole numbers of elements): its bytes under tpu_default_layout, or its logical bytes
+  /// without padding (PlanConstraints::pad_arrays).
+  double hbm_bytes(std::initializer_list<double> dims, std::optional<ElementType> type = {}) const {
+    const ElementType t = type.value_or(dtype_);
+    double logical = static_cast<double>(element_size_bytes(t));
+    for (const double d : dims) logical *= d;
+    // Past 2^62 bytes byte_count() refuses the total anyway, naming the model: padding, which
+    // only adds, need not be computed (nor overflow tiled_layout's 64-bit sizes).
+    if (!constraints_.pad_arrays || !(logical < 0x1p62)) return logical;
+    std::vector<int64_t> shape;
+    for (const double d : dims) shape.push_back(std::llround(d));
+    return static_cast<double>(array_bytes(t, shape).padded_bytes);
   }
 
   /// Every layer's options and their costs, with the gradient bucket's shares.
@@ -381,7 +404,9 @@ class StrategyPlanner {
           }
           // A reshard makes a new activation that the layer's backward reads: saved too.
           const double resharded =
-              from == op.in ? 0.0 : act_bytes(l.in) / (op.in == 'S' ? tensor_d() : 1.0);
+              from == op.in ? 0.0
+                            : hbm_bytes({tokens_, static_cast<double>(l.in) /
+                                                      (op.in == 'S' ? tensor_d() : 1.0)});
           const double layer_comm = lc.comm_seconds + fwd_bwd_seconds;
           const double layer_comm_bytes = lc.comm_bytes + bytes;
           const size_t count = i == 0 ? 1 : prev[static_cast<size_t>(s)].size();
@@ -618,6 +643,46 @@ class StrategyPlanner {
     return sec;
   }
 
+  /// HBM bytes per core of layer `l`'s parameters (tensor-local, before FSDP sharding) and of the
+  /// activations it saves under `op`, each array charged hbm_bytes() of its local shape: the
+  /// arrays whose elements layer_cost() counts, one by one ({parameters, activations}).
+  std::pair<double, double> layer_hbm_bytes(const ModelLayer& l, const Option& op) const {
+    const std::string choice = op.choice;
+    const auto [t, T, S, s, in, out] = dims(l, op);
+    double params = 0, act = 0;
+    switch (l.kind) {
+      case LayerKind::kDense:
+        params =
+            hbm_bytes({in / (choice == "row" ? t : 1.0), out / (choice == "column" ? t : 1.0)});
+        if (l.bias) params += hbm_bytes({choice == "column" ? out / t : out});
+        act = hbm_bytes({T, op.out == 'S' ? out / t : out});
+        break;
+      case LayerKind::kElementwise:
+        act = hbm_bytes({T, out / s});
+        break;
+      case LayerKind::kLayerNorm:  // scale and offset; normalised output, mean and 1/stddev
+        params = 2 * hbm_bytes({out});
+        act = hbm_bytes({T, out}) + 2 * hbm_bytes({T});
+        break;
+      case LayerKind::kAttention: {  // qkv and output projections; qkv, scores, context, output
+        params = hbm_bytes({out, 3 * out / s}) + hbm_bytes({out / s, out});
+        if (l.bias) params += hbm_bytes({3 * out / s}) + hbm_bytes({out});
+        act = hbm_bytes({T, 3 * out / s}) +
+              hbm_bytes({bl_ * static_cast<double>(l.heads) / s, S, S}) + hbm_bytes({T, out / s}) +
+              hbm_bytes({T, out});
+        break;
+      }
+      case LayerKind::kEmbedding: {  // token and position tables
+        const double vocab = static_cast<double>(l.vocab), pos = static_cast<double>(l.positions);
+        params = choice == "vocab" ? hbm_bytes({vocab / t, out}) + hbm_bytes({pos, out})
+                                   : hbm_bytes({vocab, out / s}) + hbm_bytes({pos, out / s});
+        act = hbm_bytes({T, choice == "features" ? out / t : out});
+        break;
+      }
+    }
+    return {params, act};
+  }
+
   /// `first`: the model's first layer, whose input (data or token ids) needs no gradient, so a
   /// split first layer has no backward all-reduce of its input gradient (nor, with kernel rates,
   /// an input-gradient GEMM); `last`: the layer the loss reads.
@@ -662,8 +727,11 @@ class StrategyPlanner {
     const double f = static_cast<double>(f_);
     const double param_bytes = params * e_;  // tensor-local, before FSDP sharding
     // FSDP's flat parameter is padded to a multiple of the fsdp cores (as `train fsdp` and
-    // PyTorch's FlatParameter): each core's shard of it, and of its gradient and optimizer state.
-    const double shard_bytes = f_ > 1 ? std::ceil(params / f) * e_ : param_bytes;
+    // PyTorch's FlatParameter): each core's shard of it, and of its gradient and optimizer state,
+    // is one rank-1 array. Without fsdp axes each parameter is an array of its own.
+    const auto [param_hbm, act_hbm] = layer_hbm_bytes(l, op);
+    const double shard_elements = std::ceil(params / f);
+    const double shard_hbm = f_ > 1 ? hbm_bytes({shard_elements}) : param_hbm;
     const double in_bytes =
         (l.kind == LayerKind::kEmbedding ? T * 4 : T * in * e_) / (op.in == 'S' ? t : 1.0);
     // Forward reads the weights and the input and writes the output; backward's two matmuls
@@ -695,7 +763,7 @@ class StrategyPlanner {
           cost_.collective(CollectiveKind::kReduceScatter, param_bytes, fsdp_pos_, fsdp_sizes_);
       c.comm_seconds += 2 * ag.seconds + rs.seconds;
       c.comm_bytes += 2 * ag.sent_bytes_per_core + rs.sent_bytes_per_core;
-      c.unit_bytes = shard_bytes * f;
+      c.unit_bytes = hbm_bytes({shard_elements * f});
     }
     if (d_ > 1 && param_bytes > 0) {
       // Gradients go into one bucket per step (as DDP and vtpu's trainers do): the layer's
@@ -706,8 +774,8 @@ class StrategyPlanner {
       c.comm_bytes += ar.sent_bytes_per_core;
       c.grad_bucket_bytes = param_bytes / f;
     }
-    c.param_state_bytes = (2.0 + k) * shard_bytes;
-    c.activation_bytes = act * e_;
+    c.param_state_bytes = (2.0 + k) * shard_hbm;
+    c.activation_bytes = act_hbm;
     c.add_bytes = c.param_state_bytes + c.activation_bytes;
     return c;
   }
@@ -752,6 +820,7 @@ class StrategyPlanner {
   std::vector<int64_t> dp_sizes_, tp_sizes_, fsdp_sizes_;
   int64_t d_ = 1, t_ = 1, f_ = 1;
   double e_ = 4;
+  ElementType dtype_ = ElementType::kF32;  // the model's dtype, e_ bytes an element
   double bl_ = 0, tokens_ = 0;
   double bucket_rate_ = 0;  // seconds per gradient byte (price_gradient_bucket)
 };

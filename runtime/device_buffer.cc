@@ -14,7 +14,10 @@ DeviceBuffer::DeviceBuffer(std::shared_ptr<HbmArena> arena, uint64_t size_bytes,
                            uint64_t charged_bytes, std::string label)
     : arena_(std::move(arena)), size_bytes_(size_bytes) {
   if (!arena_) throw InvalidArgumentError("DeviceBuffer needs an arena, got null");
-  if (charged_bytes > 0) id_ = arena_->allocate_padded(charged_bytes, size_bytes, std::move(label));
+  // allocate_padded refuses size > charged, so a buffer never has bytes without a chunk.
+  if (charged_bytes > 0 || size_bytes > 0) {
+    id_ = arena_->allocate_padded(charged_bytes, size_bytes, std::move(label));
+  }
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept

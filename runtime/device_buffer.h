@@ -25,7 +25,8 @@ class DeviceBuffer {
   ~DeviceBuffer() { reset(); }
   /// A buffer of `size_bytes` whose chunk in `arena` takes `charged_bytes` (>= size_bytes): an
   /// array stored row-major and unpadded but charged its padded footprint (HbmArena::
-  /// allocate_padded). size_bytes() and as() see the logical bytes only.
+  /// allocate_padded). size_bytes() and as() see the logical bytes only. Both 0: an empty buffer.
+  /// Throws InvalidArgumentError when size_bytes > charged_bytes, and as allocate_padded.
   DeviceBuffer(std::shared_ptr<HbmArena> arena, uint64_t size_bytes, uint64_t charged_bytes,
                std::string label);
   DeviceBuffer(DeviceBuffer&& other) noexcept;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
@@ -53,8 +54,17 @@ DeviceBuffer allocate_packed_arrays(const std::shared_ptr<HbmArena>& arena, bool
   uint64_t charged = 0;
   for (const std::vector<int64_t>& dims : shapes) {
     const ArrayBytes b = array_bytes(dtype, dims);
+    const uint64_t c = pad ? b.padded_bytes : b.logical_bytes;
+    // Each array fits in 64 bits (array_bytes checks); their sum may not.
+    if (c > std::numeric_limits<uint64_t>::max() - charged) {
+      throw InvalidArgumentError(
+          "arrays packed in '" + label + "' take past 2^64 - 1 bytes at " +
+          shape_to_string(dtype, dims,
+                          tpu_default_layout(dtype, static_cast<int64_t>(dims.size()))) +
+          " (expected a total that fits in 64 bits)");
+    }
     logical += b.logical_bytes;
-    charged += pad ? b.padded_bytes : b.logical_bytes;
+    charged += c;
   }
   if (logical == 0) return DeviceBuffer(arena, 0, std::move(label));
   return DeviceBuffer(arena, logical, charged, std::move(label));

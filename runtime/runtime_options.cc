@@ -166,11 +166,12 @@ const std::vector<std::string>& RuntimeOptions::collective_algorithm_names() {
 
 RuntimeOptions RuntimeOptions::from_json(const nlohmann::json& j, const std::string& where) {
   const JsonObject r(j, where);
-  r.allow_only({"num_cores", "hbm_bytes_per_core", "hbm_memory_fraction", "allocator",
-                "auto_defragment", "hbm_backing", "link_slot_bytes", "link_num_slots",
-                "collective_timeout_ms", "record_memory_events", "collective_algorithm",
-                "pin_threads", "hardware_profile", "vmem_limit_bytes", "smem_bytes",
-                "accumulator_bytes", "dma_bytes_per_second", "dma_latency_us", "dma_timeout_ms"});
+  r.allow_only(
+      {"num_cores",         "hbm_bytes_per_core",    "hbm_memory_fraction",  "allocator",
+       "auto_defragment",   "hbm_backing",           "pad_arrays",           "link_slot_bytes",
+       "link_num_slots",    "collective_timeout_ms", "record_memory_events", "collective_algorithm",
+       "pin_threads",       "hardware_profile",      "vmem_limit_bytes",     "smem_bytes",
+       "accumulator_bytes", "dma_bytes_per_second",  "dma_latency_us",       "dma_timeout_ms"});
   RuntimeOptions o;
   constexpr int64_t kMaxMs = kMaxCollectiveTimeout.count();
   if (r.has("num_cores")) o.num_cores = static_cast<int>(r["num_cores"].integer(1, 1024));
@@ -180,6 +181,7 @@ RuntimeOptions RuntimeOptions::from_json(const nlohmann::json& j, const std::str
   }
   if (r.has("allocator")) o.allocator = r["allocator"].string();
   if (r.has("hbm_backing")) o.hbm_backing = r["hbm_backing"].boolean();
+  if (r.has("pad_arrays")) o.pad_arrays = r["pad_arrays"].boolean();
   if (r.has("auto_defragment")) o.auto_defragment = r["auto_defragment"].boolean();
   if (r.has("record_memory_events")) o.record_memory_events = r["record_memory_events"].boolean();
   if (r.has("link_slot_bytes")) o.link_slot_bytes = r["link_slot_bytes"].bytes();
@@ -236,6 +238,7 @@ nlohmann::json RuntimeOptions::to_json() const {
                         {"auto_defragment", auto_defragment},
                         {"record_memory_events", record_memory_events},
                         {"hbm_backing", hbm_backing},
+                        {"pad_arrays", pad_arrays},
                         {"link_slot_bytes", link_slot_bytes},
                         {"link_num_slots", link_num_slots},
                         {"collective_timeout_ms", effective_collective_timeout().count()},

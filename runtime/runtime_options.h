@@ -14,7 +14,7 @@ namespace vtpu {
 /// JSON keys (all optional; unknown keys are an error):
 ///   {"num_cores": 8, "hbm_bytes_per_core": "16G" | 17179869184, "allocator": "bfc",
 ///    "hbm_memory_fraction": 1.0, "auto_defragment": true, "record_memory_events": false,
-///    "hbm_backing": true,
+///    "hbm_backing": true, "pad_arrays": true,
 ///    "link_slot_bytes": "1M" | 1048576, "link_num_slots": 4, "collective_timeout_ms": 30000,
 ///    "collective_algorithm": "auto", "pin_threads": "auto",
 ///    "hardware_profile": "v5e", "vmem_limit_bytes": "16M", "smem_bytes": 0,

@@ -85,7 +85,7 @@ TEST(HbmArenaTest, FreshArenaStats) {
   EXPECT_EQ(s.num_allocs, 0u);
   EXPECT_EQ(s.num_frees, 0u);
   EXPECT_EQ(s.num_live_buffers, 0u);
-  EXPECT_EQ(s.bytes_requested, 0u);
+  EXPECT_EQ(s.padded_bytes_in_use, 0u);
   EXPECT_EQ(s.total_free_bytes, kMiB);
   EXPECT_EQ(s.num_ooms, 0u);
   EXPECT_DOUBLE_EQ(s.fragmentation(), 0.0);
@@ -110,7 +110,7 @@ TEST(HbmArenaTest, StatsAfterAllocationsAndFrees) {
   EXPECT_EQ(s.largest_alloc_size, 1024u);
   EXPECT_EQ(s.largest_free_block_bytes, kMiB - 1024);
   EXPECT_EQ(s.num_allocs, 1u);
-  EXPECT_EQ(s.bytes_requested, 1000u);
+  EXPECT_EQ(s.padded_bytes_in_use, 1000u);
   EXPECT_EQ(s.num_live_buffers, 1u);
   EXPECT_EQ(arena.size_bytes(a), 1000u);
   EXPECT_EQ(arena.offset(a), 0u);
@@ -125,7 +125,7 @@ TEST(HbmArenaTest, StatsAfterAllocationsAndFrees) {
   EXPECT_EQ(s.largest_alloc_size, 3072u);
   EXPECT_EQ(s.largest_free_block_bytes, kMiB - 4096);
   EXPECT_EQ(s.num_allocs, 2u);
-  EXPECT_EQ(s.bytes_requested, 4000u);
+  EXPECT_EQ(s.padded_bytes_in_use, 4000u);
   arena.check_consistency();
 
   arena.free(a);  // leaves a 1 KiB hole before b
@@ -138,7 +138,7 @@ TEST(HbmArenaTest, StatsAfterAllocationsAndFrees) {
   EXPECT_EQ(s.num_allocs, 2u);
   EXPECT_EQ(s.num_frees, 1u);
   EXPECT_EQ(s.num_live_buffers, 1u);
-  EXPECT_EQ(s.bytes_requested, 3000u);
+  EXPECT_EQ(s.padded_bytes_in_use, 3000u);
   // fragmentation = 1 - 1044480 / 1045504 = 1024 / 1045504
   EXPECT_NEAR(s.fragmentation(), 1024.0 / 1045504.0, 1e-15);
   arena.check_consistency();
@@ -151,7 +151,7 @@ TEST(HbmArenaTest, StatsAfterAllocationsAndFrees) {
   EXPECT_EQ(s.num_allocs, 2u);
   EXPECT_EQ(s.num_frees, 2u);
   EXPECT_EQ(s.num_live_buffers, 0u);
-  EXPECT_EQ(s.bytes_requested, 0u);
+  EXPECT_EQ(s.padded_bytes_in_use, 0u);
   arena.check_consistency();
 
   // Ids are never reused.
@@ -169,7 +169,7 @@ TEST(HbmArenaTest, UnsplitChunkCountsWholeInBytesInUse) {
   MemoryStats s = arena.memory_stats();
   EXPECT_EQ(s.bytes_in_use, kMiB);
   EXPECT_EQ(s.largest_alloc_size, kMiB);
-  EXPECT_EQ(s.bytes_requested, 600 * kKiB);
+  EXPECT_EQ(s.padded_bytes_in_use, 600 * kKiB);
   EXPECT_EQ(s.largest_free_block_bytes, 0u);
   EXPECT_EQ(s.total_free_bytes, 0u);
   EXPECT_THROW(arena.allocate(1), OutOfMemoryError);
@@ -195,12 +195,17 @@ TEST(HbmArenaTest, MemoryStatsJsonHasJaxKeys) {
   EXPECT_EQ(j.at("num_allocs").get<uint64_t>(), 2u);
   EXPECT_EQ(j.at("num_frees").get<uint64_t>(), 1u);
   EXPECT_EQ(j.at("num_live_buffers").get<uint64_t>(), 1u);
-  EXPECT_EQ(j.at("bytes_requested").get<uint64_t>(), 3000u);
+  EXPECT_EQ(j.at("padded_bytes_in_use").get<uint64_t>(), 3000u);
   EXPECT_EQ(j.at("total_free_bytes").get<uint64_t>(), kMiB - 3072);
   EXPECT_EQ(j.at("num_ooms").get<uint64_t>(), 0u);
   EXPECT_NEAR(j.at("fragmentation").get<double>(), 1024.0 / 1045504.0, 1e-15);
   EXPECT_EQ(j.at("logical_bytes_in_use").get<uint64_t>(), 3000u);
-  EXPECT_EQ(j.at("padding_bytes_in_use").get<uint64_t>(), 0u);
+  // PJRT's reservation and pool keys: nothing is reserved, and the pool is the whole capacity.
+  EXPECT_EQ(j.at("bytes_reserved").get<uint64_t>(), 0u);
+  EXPECT_EQ(j.at("peak_bytes_reserved").get<uint64_t>(), 0u);
+  EXPECT_EQ(j.at("bytes_reservable_limit").get<uint64_t>(), 0u);
+  EXPECT_EQ(j.at("pool_bytes").get<uint64_t>(), kMiB);
+  EXPECT_EQ(j.at("peak_pool_bytes").get<uint64_t>(), kMiB);
   EXPECT_EQ(j.at("num_fragmentation_ooms").get<uint64_t>(), 0u);
   EXPECT_EQ(j.at("num_defragmentations").get<uint64_t>(), 0u);
   EXPECT_EQ(j.at("defrag_buffers_moved").get<uint64_t>(), 0u);
@@ -208,7 +213,7 @@ TEST(HbmArenaTest, MemoryStatsJsonHasJaxKeys) {
   EXPECT_EQ(j.at("defrag_time_ns").get<uint64_t>(), 0u);
   EXPECT_EQ(j.at("pending_free_buffers").get<uint64_t>(), 0u);
   EXPECT_EQ(j.at("pending_free_bytes").get<uint64_t>(), 0u);
-  EXPECT_EQ(j.size(), 21u);
+  EXPECT_EQ(j.size(), 25u);
 }
 
 TEST(HbmArenaTest, TryAllocateReportsPlacementAndNeverThrowsForSpace) {
@@ -560,7 +565,7 @@ TEST(HbmArenaTest, TensorFlowThresholdKeepsTheLastRemainder) {
   arena.allocate(250 * kMiB);
   MemoryStats s = arena.memory_stats();
   EXPECT_EQ(s.bytes_in_use, 1200 * kMiB);
-  EXPECT_EQ(s.bytes_requested, 1150 * kMiB);
+  EXPECT_EQ(s.padded_bytes_in_use, 1150 * kMiB);
   EXPECT_EQ(s.largest_alloc_size, 300 * kMiB);
   EXPECT_EQ(s.total_free_bytes, 0u);
   try {
@@ -794,7 +799,7 @@ TEST_P(HbmArenaRandomTest, MatchesReferenceModel) {
     ASSERT_EQ(s.num_frees, num_frees);
     ASSERT_EQ(s.num_ooms, num_ooms);
     ASSERT_EQ(s.num_live_buffers, live.size());
-    ASSERT_EQ(s.bytes_requested, requested);
+    ASSERT_EQ(s.padded_bytes_in_use, requested);
   }
   EXPECT_GT(num_allocs, 200u);
   EXPECT_GT(num_frees, 200u);

@@ -605,7 +605,7 @@ TEST(MemoryProfileTest, ProfileOfARealArena) {
   EXPECT_EQ(seg["device"], 3);
   EXPECT_EQ(seg["total_size"], capacity_bytes);
   EXPECT_EQ(seg["allocated_size"], stats.bytes_in_use);
-  EXPECT_EQ(seg["requested_size"], stats.bytes_requested);
+  EXPECT_EQ(seg["requested_size"], stats.padded_bytes_in_use);
   EXPECT_EQ(seg["free_size"], stats.total_free_bytes);
   EXPECT_EQ(seg["largest_free_block"], stats.largest_free_block_bytes);
   EXPECT_EQ(seg["num_allocated_blocks"], stats.num_live_buffers);

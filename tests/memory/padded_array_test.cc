@@ -31,11 +31,14 @@ TEST(PaddedArrayTest, IssueExampleChargesPaddedBytes) {
   const BufferId id = arena.allocate_array(ElementType::kF32, dims, std::nullopt, "acts");
   EXPECT_EQ(arena.size_bytes(id), 8589934592u);
   const MemoryStats s = arena.memory_stats();
-  EXPECT_EQ(s.bytes_requested, 8589934592u);
+  EXPECT_EQ(s.padded_bytes_in_use, 8589934592u);
   EXPECT_EQ(s.logical_bytes_in_use, 134217728u);
   EXPECT_EQ(s.bytes_in_use, 8589934592u);
   const nlohmann::json j = s;
-  EXPECT_EQ(j.at("padding_bytes_in_use").get<uint64_t>(), 8589934592u - 134217728u);
+  EXPECT_EQ(j.at("padded_bytes_in_use").get<uint64_t>(), 8589934592u);
+  EXPECT_EQ(j.at("logical_bytes_in_use").get<uint64_t>(), 134217728u);
+  EXPECT_FALSE(j.contains("padding_bytes_in_use"));  // padded - logical: not a key of its own
+  EXPECT_FALSE(j.contains("bytes_requested"));
   arena.free(id);
   EXPECT_EQ(arena.memory_stats().logical_bytes_in_use, 0u);
   arena.check_consistency();
@@ -87,6 +90,65 @@ TEST(PaddedArrayTest, OomShowsLogicalPaddedAndExpansion) {
     EXPECT_EQ(j.at("logical_bytes").get<uint64_t>(), 4u * kMiB);
     EXPECT_EQ(j.at("padded_bytes").get<uint64_t>(), 256u * kMiB);
     EXPECT_EQ(j.at("expansion").get<double>(), 64.0);
+  }
+}
+
+TEST(PaddedArrayTest, AllocatePaddedChargesTheChargedBytesAndCountsTheLogical) {
+  HbmArena arena(metadata_only(16 * kMiB));
+  // f32[1437,64] charged as allocate_array charges it: 1440 x 128 x 4 = 737,280 bytes for
+  // 1437 x 64 x 4 = 367,872 (a multiple of BFC's 256 B granule, so no rounding).
+  const BufferId a = arena.allocate_padded(737280, 367872, "x");
+  // A scalar: 4 bytes, untiled; BFC rounds the chunk to 256 B.
+  const BufferId b = arena.allocate_padded(4, 4, "s");
+  MemoryStats s = arena.memory_stats();
+  EXPECT_EQ(s.logical_bytes_in_use, 367872u + 4u);
+  EXPECT_EQ(s.padded_bytes_in_use, 737280u + 4u);
+  EXPECT_EQ(s.bytes_in_use, 737280u + 256u);
+  EXPECT_EQ(s.total_free_bytes, 16 * kMiB - 737280u - 256u);
+  EXPECT_EQ(arena.size_bytes(a), 737280u);
+  arena.check_consistency();
+  arena.free(a);
+  s = arena.memory_stats();
+  EXPECT_EQ(s.logical_bytes_in_use, 4u);
+  EXPECT_EQ(s.padded_bytes_in_use, 4u);
+  EXPECT_EQ(s.peak_bytes_in_use, 737280u + 256u);
+  arena.free(b);
+  arena.check_consistency();
+  // Logical bytes of 0 are allowed (an array of zero-size dims packed with others).
+  arena.free(arena.allocate_padded(256, 0));
+  EXPECT_THROW(arena.allocate_padded(0, 0), InvalidArgumentError);
+  EXPECT_THROW(arena.allocate_padded(100, 101), InvalidArgumentError);
+  EXPECT_EQ(arena.memory_stats().num_allocs, 3u);
+}
+
+TEST(PaddedArrayTest, AllocatePaddedOomShowsLogicalAndPadded) {
+  HbmArena arena(metadata_only(kMiB));
+  try {
+    arena.allocate_padded(2 * kMiB, 512 * kKiB, "params");
+    FAIL();
+  } catch (const OutOfMemoryError& e) {
+    const OomReport& r = e.report();
+    EXPECT_EQ(r.requested_bytes, 2 * kMiB);
+    EXPECT_EQ(r.logical_bytes, 512 * kKiB);
+    EXPECT_DOUBLE_EQ(r.expansion(), 4.0);
+    EXPECT_NE(std::string(e.what()).find("padded arrays: 524288 bytes"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(PaddedArrayTest, PjrtReservationAndPoolKeys) {
+  // The arena holds its whole capacity from creation (pool_bytes = bytes_limit, whatever is
+  // live) and reserves nothing (the three reservation keys are 0), before and after use.
+  HbmArena arena(metadata_only(3 * kMiB));
+  for (int round = 0; round < 2; ++round) {
+    const MemoryStats s = arena.memory_stats();
+    EXPECT_EQ(s.bytes_limit, 3 * kMiB);
+    EXPECT_EQ(s.pool_bytes, 3 * kMiB);
+    EXPECT_EQ(s.peak_pool_bytes, 3 * kMiB);
+    EXPECT_EQ(s.bytes_reserved, 0u);
+    EXPECT_EQ(s.peak_bytes_reserved, 0u);
+    EXPECT_EQ(s.bytes_reservable_limit, 0u);
+    arena.allocate(kMiB);
   }
 }
 

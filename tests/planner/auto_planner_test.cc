@@ -28,6 +28,14 @@ using ::testing::Not;
 
 CostModel v5e() { return CostModel(HardwareProfile::get("v5e")); }
 
+/// Padding off: the hand-worked figures of most tests here count logical bytes (the padded
+/// accounting has its own tests, AutoPlannerPaddedHbmTest).
+PlanConstraints logical() {
+  PlanConstraints c;
+  c.pad_arrays = false;
+  return c;
+}
+
 const PlanCandidate& find(const AutoShardingPlan& p, const std::string& name) {
   for (const PlanCandidate& c : p.candidates)
     if (c.name == name) return c;
@@ -55,7 +63,8 @@ TEST(AutoPlannerTest, ParametersBeyondOneCoreMakeDataParallelLoseAndFsdpWin) {
   // (the transient peak is a middle layer's backward: the previous layer prefetched, the layer
   // gathered, its gradient and the next layer's gradient in its reduce-scatter, 4 x 4,198,400).
   const uint64_t limit = 72u << 20;
-  const AutoShardingPlan p = plan_auto_sharding(wide_mlp(8192), {1, 8}, {"x", "y"}, v5e(), limit);
+  const AutoShardingPlan p =
+      plan_auto_sharding(wide_mlp(8192), {1, 8}, {"x", "y"}, v5e(), limit, logical());
   const PlanCandidate& dp = find(p, "dp(y)");
   const PlanCandidate& fsdp = find(p, "fsdp(y)");
   EXPECT_EQ(dp.min_hbm_bytes_per_core, 167903232u + 4198400u);
@@ -76,7 +85,7 @@ TEST(AutoPlannerTest, ParametersBeyondOneCoreMakeDataParallelLoseAndFsdpWin) {
   EXPECT_NEAR(fsdp.after_layers[0].comm_bytes_per_core, 7, 1e-9);
   // Without the limit, data parallel (one all-reduce = 2 x 7/8 x params) is faster than FSDP.
   const AutoShardingPlan free =
-      plan_auto_sharding(wide_mlp(8192), {1, 8}, {"x", "y"}, v5e(), uint64_t{1} << 40);
+      plan_auto_sharding(wide_mlp(8192), {1, 8}, {"x", "y"}, v5e(), uint64_t{1} << 40, logical());
   EXPECT_LT(find(free, "dp(y)").step_seconds, find(free, "fsdp(y)").step_seconds);
   EXPECT_NEAR(find(free, "dp(y)").comm_bytes_per_core, 2 * 7.0 / 8 * 33587200, 1.0);
 }
@@ -105,7 +114,7 @@ TEST(AutoPlannerTest, NoFitIsAnErrorWithTheExactMinimum) {
   //   tp(y):   column: (32 + 32) + output 2 rows x 2 features x 4 + input 40 = 120 B (minimum)
   const ModelGraph m = ModelGraph::parse(R"({"name": "tiny", "optimizer": "sgd", "batch": 2,
     "layers": [{"name": "fc", "kind": "dense", "in": 4, "out": 4, "bias": false}]})");
-  const AutoShardingPlan p = plan_auto_sharding(m, {1, 2}, {"x", "y"}, v5e(), 64);
+  const AutoShardingPlan p = plan_auto_sharding(m, {1, 2}, {"x", "y"}, v5e(), 64, logical());
   EXPECT_EQ(p.winner, -1);
   EXPECT_EQ(find(p, "dp(y)").min_hbm_bytes_per_core, 164u);
   EXPECT_EQ(find(p, "fsdp(y)").min_hbm_bytes_per_core, 164u);
@@ -121,14 +130,14 @@ TEST(AutoPlannerTest, NoFitIsAnErrorWithTheExactMinimum) {
   }
   EXPECT_THROW(p.to_json(), FailedPreconditionError);
   // At exactly 120 bytes it fits; at 119 (room for everything but one byte of the input) not.
-  const AutoShardingPlan at = plan_auto_sharding(m, {1, 2}, {"x", "y"}, v5e(), 120);
+  const AutoShardingPlan at = plan_auto_sharding(m, {1, 2}, {"x", "y"}, v5e(), 120, logical());
   ASSERT_EQ(at.winner, 0);
   EXPECT_EQ(at.candidates[0].name, "tp(y)");
   EXPECT_EQ(at.candidates[0].hbm_bytes_per_core, 80u);  // the plan file's figure: no input
   EXPECT_EQ(at.candidates[0].arena_bytes_per_core(), 120u);
   EXPECT_THAT(at.to_string(), HasSubstr("HBM per core 120 B = parameters+gradients+optimizer"));
   EXPECT_THAT(find(at, "dp(y)").why_lost, HasSubstr("exceeds HBM by 44 B (needs 164 B per core)"));
-  EXPECT_EQ(plan_auto_sharding(m, {1, 2}, {"x", "y"}, v5e(), 119).winner, -1);
+  EXPECT_EQ(plan_auto_sharding(m, {1, 2}, {"x", "y"}, v5e(), 119, logical()).winner, -1);
 }
 
 /// The default digits MLP of `vtpu train fsdp` (examples/models/mlp.json).
@@ -155,7 +164,7 @@ TEST(AutoPlannerTest, FsdpHbmOfTheDigitsMlpFollowsTheTrainersBuffers) {
   // 2080 and 328 B to 256), temps 19456 + 2816 (the same three buffers, rounded), batch rows and
   // activations 7168 (one-hot f32 labels), loss 256: 1.06x the 33200.
   //   dp: 2 x 4810 x 4 + 4416 = 42896 B, 44976 B with the input (measured 46080).
-  const AutoShardingPlan p = plan_auto_sharding(digits_mlp(), {8}, {"x"}, v5e());
+  const AutoShardingPlan p = plan_auto_sharding(digits_mlp(), {8}, {"x"}, v5e(), 0, logical());
   const PlanCandidate& fsdp = find(p, "fsdp(x)");
   const PlanCandidate& dp = find(p, "dp(x)");
   EXPECT_EQ(fsdp.param_bytes_per_core, 4816u);
@@ -166,10 +175,12 @@ TEST(AutoPlannerTest, FsdpHbmOfTheDigitsMlpFollowsTheTrainersBuffers) {
   EXPECT_EQ(dp.hbm_bytes_per_core, 42896u);
   EXPECT_LT(fsdp.hbm_bytes_per_core, dp.hbm_bytes_per_core);
   // A limit between the two: fsdp fits, dp does not.
-  const AutoShardingPlan tight = plan_auto_sharding(digits_mlp(), {8}, {"x"}, v5e(), 33200);
+  const AutoShardingPlan tight =
+      plan_auto_sharding(digits_mlp(), {8}, {"x"}, v5e(), 33200, logical());
   EXPECT_TRUE(find(tight, "fsdp(x)").fits);
   EXPECT_FALSE(find(tight, "dp(x)").fits);
-  const AutoShardingPlan tighter = plan_auto_sharding(digits_mlp(), {8}, {"x"}, v5e(), 33199);
+  const AutoShardingPlan tighter =
+      plan_auto_sharding(digits_mlp(), {8}, {"x"}, v5e(), 33199, logical());
   EXPECT_FALSE(find(tighter, "fsdp(x)").fits);
 }
 
@@ -186,7 +197,7 @@ TEST(AutoPlannerTest, FsdpTransientOfAMiddleUnitHoldsItsNeighbours) {
     "layers": [{"name": "fc0", "kind": "dense", "in": 4, "out": 4, "bias": false},
                {"name": "fc1", "kind": "dense", "in": 4, "out": 2, "bias": false},
                {"name": "fc2", "kind": "dense", "in": 2, "out": 3, "bias": false}]})");
-  const AutoShardingPlan p = plan_auto_sharding(m, {4}, {"x"}, v5e());
+  const AutoShardingPlan p = plan_auto_sharding(m, {4}, {"x"}, v5e(), 0, logical());
   const PlanCandidate& fsdp = find(p, "fsdp(x)");
   EXPECT_EQ(fsdp.transient_bytes_per_core, 160u);
   EXPECT_EQ(fsdp.param_bytes_per_core, 64u);
@@ -214,7 +225,7 @@ void expect_choose_error(AutoShardingPlan& plan, const std::string& name, bool a
 TEST(AutoPlannerTest, ChoosePinsANamedCandidateOrSaysWhyItCannot) {
   const ModelGraph m = ModelGraph::parse(R"({"name": "tiny", "optimizer": "sgd", "batch": 2,
     "layers": [{"name": "fc", "kind": "dense", "in": 4, "out": 4, "bias": false}]})");
-  AutoShardingPlan p = plan_auto_sharding(m, {1, 2}, {"x", "y"}, v5e(), 150);
+  AutoShardingPlan p = plan_auto_sharding(m, {1, 2}, {"x", "y"}, v5e(), 150, logical());
   ASSERT_GE(p.winner, 0);
   const std::string winner = p.candidates[static_cast<size_t>(p.winner)].name;
   EXPECT_EQ(p.chosen(), p.winner);
@@ -246,7 +257,7 @@ TEST(AutoPlannerTest, ChoosePinsANamedCandidateOrSaysWhyItCannot) {
   EXPECT_FALSE(p.to_json().contains("pinned"));
   EXPECT_THAT(p.to_string(), HasSubstr("WINNER, CHOSEN (--strategy)"));
   // Nothing fits within 64 B: a pinned candidate over the limit is still emitted (a what-if).
-  AutoShardingPlan none = plan_auto_sharding(m, {1, 2}, {"x", "y"}, v5e(), 64);
+  AutoShardingPlan none = plan_auto_sharding(m, {1, 2}, {"x", "y"}, v5e(), 64, logical());
   EXPECT_THROW(none.choose("dp(y)"), ResourceExhaustedError);
   none.choose("dp(y)", true);
   EXPECT_NO_THROW(none.require_fit());
@@ -254,7 +265,7 @@ TEST(AutoPlannerTest, ChoosePinsANamedCandidateOrSaysWhyItCannot) {
   // A batch of 3 does not split over 2 data cores; a strategy the runner rejects cannot run.
   const ModelGraph odd = ModelGraph::parse(R"({"name": "tiny", "optimizer": "sgd", "batch": 3,
     "layers": [{"name": "fc", "kind": "dense", "in": 4, "out": 4, "bias": false}]})");
-  PlanConstraints no_tp;
+  PlanConstraints no_tp = logical();
   no_tp.runner = "the runner";
   no_tp.unsupported = [](const PlanCandidate& c) {
     return c.tensor_axes.empty() ? std::string() : std::string("no tensor parallelism");
@@ -717,7 +728,7 @@ TEST(AutoPlannerTest, DpMatchesBruteForceOverEveryShardingSequenceAtEveryLimit) 
   std::set<uint64_t> arenas;
   std::vector<size_t> pick(n, 0);
   for (bool more = true; more;) {
-    PlanConstraints forced;
+    PlanConstraints forced = logical();
     forced.tensor_sharding = [&](const ModelLayer& l) {
       for (size_t i = 0; i < n; ++i)
         if (m.layers[i].name == l.name) return choices[i][pick[i]];
@@ -747,7 +758,7 @@ TEST(AutoPlannerTest, DpMatchesBruteForceOverEveryShardingSequenceAtEveryLimit) 
   for (const uint64_t arena : arenas) {
     for (const uint64_t limit : {arena - 1, arena}) {
       SCOPED_TRACE("limit " + std::to_string(limit));
-      const AutoShardingPlan p = plan_auto_sharding(m, shape, axes, cost, limit);
+      const AutoShardingPlan p = plan_auto_sharding(m, shape, axes, cost, limit, logical());
       double fastest = std::numeric_limits<double>::infinity();  // over candidates
       for (const PlanCandidate& c : p.candidates) {
         SCOPED_TRACE(c.name);
@@ -1066,7 +1077,8 @@ TEST(AutoPlannerTest, PlansALongChainNearTheLimit) {
   const ModelGraph m = dense_chain("L1000", 1000);
   const CostModel v5e(HardwareProfile::get("v5e"));
   const uint64_t limit = 200 << 10;
-  const AutoShardingPlan p = plan_auto_sharding(m, {2, 4}, {"data", "model"}, v5e, limit);
+  const AutoShardingPlan p =
+      plan_auto_sharding(m, {2, 4}, {"data", "model"}, v5e, limit, logical());
   const std::string table = p.to_string();
   for (const char* row : {
            "dp(model)+fsdp(data)         172.21 KiB         180000     0.760 us     3.008 ms     "
@@ -1101,7 +1113,7 @@ TEST(AutoPlannerTest, PlansALongChainNearTheLimit) {
   // The two tp candidates just under the limit: 2 KiB less leaves them slower or not fitting
   // (a faster plan within the lower limit would have been faster within this one too).
   const AutoShardingPlan lower =
-      plan_auto_sharding(m, {2, 4}, {"data", "model"}, v5e, limit - 2048);
+      plan_auto_sharding(m, {2, 4}, {"data", "model"}, v5e, limit - 2048, logical());
   for (const char* name : {"dp(data)+tp(model)", "fsdp(data)+tp(model)"}) {
     const auto find = [&](const AutoShardingPlan& q) -> const PlanCandidate& {
       return *std::find_if(q.candidates.begin(), q.candidates.end(),
@@ -1113,6 +1125,79 @@ TEST(AutoPlannerTest, PlansALongChainNearTheLimit) {
     EXPECT_GT(at.arena_bytes_per_core(), limit - 2048);
     EXPECT_TRUE(!below.fits || below.step_seconds >= at.step_seconds) << name;
   }
+}
+
+// The HBM estimates charge each array its padded bytes under tpu_default_layout
+// (PlanConstraints::pad_arrays, default true), worked by hand from memory/tiled_layout.h: an f32
+// array [r, c] takes ceil(r/8)*8 x ceil(c/128)*128 x 4 bytes, a rank-1 array [n] counts as
+// [1, n], and bf16 packs row pairs of the same 8x128 tile (2 bytes an element, no more padding).
+ModelGraph tiny_dense(const std::string& dtype, bool bias) {
+  return ModelGraph::parse(R"({"name": "tiny", "optimizer": "sgd", "batch": 2, "dtype": ")" +
+                           dtype + R"(", "layers": [{"name": "fc", "kind": "dense", "in": 4,
+                           "out": 4, "bias": )" +
+                           (bias ? "true" : "false") + "}]}");
+}
+
+TEST(AutoPlannerPaddedHbmTest, TinyDenseLayerChargesEveryArrayAWholeTile) {
+  // f32 4 -> 4 without bias, batch 2, SGD (no optimizer state), on 1x2. One 8x128 f32 tile is
+  // 4,096 bytes, and every array here fits in one:
+  //   dp(y):   weight [4,4] + its gradient 2 x 4,096; output [1,4] 4,096; input [1,4] 4,096 and
+  //            labels s32 [1] 4,096                                          = 20,480 B
+  //   fsdp(y): the flat parameter's shard [8] (rank 1) and its gradient 2 x 4,096; output
+  //            4,096; the gathered unit [16] 4,096 (transient); input 8,192  = 24,576 B
+  //   tp(y):   column: weight [4,2] + gradient 8,192; output [2,2] 4,096; input [2,4] and
+  //            labels [2] 8,192                                              = 20,480 B
+  const AutoShardingPlan p =
+      plan_auto_sharding(tiny_dense("f32", false), {1, 2}, {"x", "y"}, v5e());
+  const PlanCandidate& dp = find(p, "dp(y)");
+  EXPECT_EQ(dp.param_bytes_per_core, 8192u);
+  EXPECT_EQ(dp.activation_bytes_per_core, 4096u);
+  EXPECT_EQ(dp.input_bytes_per_core, 8192u);
+  EXPECT_EQ(dp.hbm_bytes_per_core, 12288u);
+  EXPECT_EQ(dp.min_hbm_bytes_per_core, 20480u);
+  const PlanCandidate& fsdp = find(p, "fsdp(y)");
+  EXPECT_EQ(fsdp.param_bytes_per_core, 8192u);
+  EXPECT_EQ(fsdp.activation_bytes_per_core, 4096u);
+  EXPECT_EQ(fsdp.transient_bytes_per_core, 4096u);
+  EXPECT_EQ(fsdp.min_hbm_bytes_per_core, 24576u);
+  EXPECT_EQ(find(p, "tp(y)").min_hbm_bytes_per_core, 20480u);
+  EXPECT_EQ(find(p, "tp(y)").input_bytes_per_core, 8192u);
+}
+
+TEST(AutoPlannerPaddedHbmTest, EachParameterIsPaddedOnItsOwnButTheFsdpShardIsOneArray) {
+  // With a bias [4] (rank 1: one tile, 4,096 B) dp(y) keeps weight + bias and their gradients,
+  // 4 x 4,096, where the logical sum (20 parameters) would fit one tile: 16,384 + output 4,096 +
+  // input 8,192 = 28,672 B. fsdp(y)'s shard of the 20-parameter flat array is [10]: one tile, as
+  // without the bias (24,576 B).
+  const AutoShardingPlan p = plan_auto_sharding(tiny_dense("f32", true), {1, 2}, {"x", "y"}, v5e());
+  EXPECT_EQ(find(p, "dp(y)").param_bytes_per_core, 16384u);
+  EXPECT_EQ(find(p, "dp(y)").min_hbm_bytes_per_core, 28672u);
+  EXPECT_EQ(find(p, "fsdp(y)").param_bytes_per_core, 8192u);
+  EXPECT_EQ(find(p, "fsdp(y)").min_hbm_bytes_per_core, 24576u);
+}
+
+TEST(AutoPlannerPaddedHbmTest, Bf16TilesTakeHalfTheBytesAndLabelsStayS32) {
+  // bf16 dp(y): weight [4,4] 8 x 128 x 2 = 2,048 and its gradient; output [1,4] 2,048; input
+  // [1,4] 2,048 and s32 labels [1] 4,096: 4,096 + 2,048 + 6,144 = 12,288 B.
+  const AutoShardingPlan p =
+      plan_auto_sharding(tiny_dense("bf16", false), {1, 2}, {"x", "y"}, v5e());
+  EXPECT_EQ(find(p, "dp(y)").param_bytes_per_core, 4096u);
+  EXPECT_EQ(find(p, "dp(y)").input_bytes_per_core, 6144u);
+  EXPECT_EQ(find(p, "dp(y)").min_hbm_bytes_per_core, 12288u);
+}
+
+TEST(AutoPlannerPaddedHbmTest, PadArraysOffGivesTheLogicalBytes) {
+  // The logical accounting (auto_planner_test's NoFitIsAnErrorWithTheExactMinimum): dp(y)
+  // params 64 + grads 64 + output 16 + input 20 = 164 B; with a bias, 2 x 80 + 16 + 20 = 196 B.
+  PlanConstraints logical;
+  logical.pad_arrays = false;
+  const AutoShardingPlan p =
+      plan_auto_sharding(tiny_dense("f32", false), {1, 2}, {"x", "y"}, v5e(), 0, logical);
+  EXPECT_EQ(find(p, "dp(y)").min_hbm_bytes_per_core, 164u);
+  EXPECT_EQ(find(p, "dp(y)").input_bytes_per_core, 20u);
+  const AutoShardingPlan b =
+      plan_auto_sharding(tiny_dense("f32", true), {1, 2}, {"x", "y"}, v5e(), 0, logical);
+  EXPECT_EQ(find(b, "dp(y)").min_hbm_bytes_per_core, 196u);
 }
 
 }  // namespace

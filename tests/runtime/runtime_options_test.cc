@@ -31,6 +31,7 @@ TEST(RuntimeOptionsTest, Defaults) {
   EXPECT_EQ(o.hbm_bytes_per_core, 16 * kGiB);
   EXPECT_EQ(o.allocator, "bfc");
   EXPECT_TRUE(o.hbm_backing);
+  EXPECT_TRUE(o.pad_arrays);
   EXPECT_EQ(o.link_slot_bytes, kMiB);
   EXPECT_EQ(o.link_num_slots, 4);
   EXPECT_EQ(o.collective_timeout, std::nullopt);  // the scaled default (below)
@@ -130,8 +131,9 @@ TEST(RuntimeOptionsTest, EmptyObjectGivesDefaults) {
 TEST(RuntimeOptionsTest, EveryKeyWithIntegerBytes) {
   const RuntimeOptions o = RuntimeOptions::from_json(json::parse(R"({
     "num_cores": 4, "hbm_bytes_per_core": 1073741824, "allocator": "bfc",
-    "hbm_backing": false, "link_slot_bytes": 65536, "link_num_slots": 8,
+    "hbm_backing": false, "pad_arrays": false, "link_slot_bytes": 65536, "link_num_slots": 8,
     "collective_timeout_ms": 1500})"));
+  EXPECT_FALSE(o.pad_arrays);
   EXPECT_EQ(o.num_cores, 4);
   EXPECT_EQ(o.hbm_bytes_per_core, kGiB);
   EXPECT_EQ(o.allocator, "bfc");
@@ -179,7 +181,9 @@ TEST(RuntimeOptionsTest, ToJsonRoundTrips) {
   o.hbm_memory_fraction = 0.5;
   o.auto_defragment = false;
   o.collective_algorithm = "torus_2d";
+  o.pad_arrays = false;
   const json j = o.to_json();
+  EXPECT_FALSE(j.at("pad_arrays").get<bool>());
   EXPECT_EQ(j.at("num_cores").get<int>(), 3);
   EXPECT_EQ(j.at("hbm_bytes_per_core").get<uint64_t>(), 5 * kMiB + 256);
   EXPECT_EQ(j.at("allocator").get<std::string>(), "bfc");
@@ -190,11 +194,12 @@ TEST(RuntimeOptionsTest, ToJsonRoundTrips) {
   EXPECT_EQ(j.at("hbm_memory_fraction").get<double>(), 0.5);
   EXPECT_FALSE(j.at("auto_defragment").get<bool>());
   EXPECT_EQ(j.at("collective_algorithm").get<std::string>(), "torus_2d");
-  EXPECT_EQ(j.size(), 19u);  // 12 (with pin_threads) + the memory hierarchy's 7
+  EXPECT_EQ(j.size(), 20u);  // 13 (with pin_threads and pad_arrays) + the memory hierarchy's 7
   const RuntimeOptions back = RuntimeOptions::from_json(j);
   EXPECT_EQ(back.num_cores, 3);
   EXPECT_EQ(back.hbm_bytes_per_core, 5 * kMiB + 256);
   EXPECT_FALSE(back.hbm_backing);
+  EXPECT_FALSE(back.pad_arrays);
   EXPECT_EQ(back.link_slot_bytes, 4096u);
   EXPECT_EQ(back.link_num_slots, 2);
   EXPECT_EQ(back.collective_timeout, 250ms);
@@ -287,6 +292,7 @@ TEST(RuntimeOptionsTest, WrongTypesNameTheKeyAndValue) {
   expect_rejected(json{{"allocator", 3}}, {"allocator:", "3"});
   expect_rejected(json{{"hbm_backing", "yes"}}, {"hbm_backing:", "\"yes\""});
   expect_rejected(json{{"hbm_backing", 1}}, {"hbm_backing:", "1"});
+  expect_rejected(json{{"pad_arrays", "off"}}, {"pad_arrays:", "\"off\""});
   expect_rejected(json{{"link_num_slots", nullptr}}, {"link_num_slots:", "null"});
   expect_rejected(json{{"collective_timeout_ms", "30s"}}, {"collective_timeout_ms:", "\"30s\""});
   expect_rejected(json{{"hbm_memory_fraction", "0.5"}}, {"hbm_memory_fraction:", "\"0.5\""});

@@ -159,7 +159,7 @@ TEST(RuntimeTest, CoreContextAllocateUsesThatCoresArena) {
     // 1000, 2000, 3000, 4000 bytes round up to 1024, 2048, 3072, 4096.
     const MemoryStats s = rt.core(i).hbm().memory_stats();
     EXPECT_EQ(s.bytes_in_use, (i + 1) * 1024u);
-    EXPECT_EQ(s.bytes_requested, (i + 1) * 1000u);
+    EXPECT_EQ(s.padded_bytes_in_use, (i + 1) * 1000u);
     EXPECT_EQ(s.num_allocs, 1u);
     EXPECT_EQ(s.num_live_buffers, 1u);
   }

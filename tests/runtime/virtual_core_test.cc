@@ -135,7 +135,7 @@ TEST(VirtualCoreMemoryTest, HasVmemSmemAndAccumulatorReportedPerMemorySpace) {
   EXPECT_EQ(stats.at("vmem").bytes_limit, 2u << 20);
   EXPECT_EQ(stats.at("smem").bytes_limit, 64u << 10);
   EXPECT_EQ(stats.at("accumulator").bytes_limit, 512u << 10);
-  EXPECT_EQ(stats.at("vmem").bytes_requested, 100000u);
+  EXPECT_EQ(stats.at("vmem").padded_bytes_in_use, 100000u);
   EXPECT_EQ(stats.at("smem").bytes_in_use, 0u);
   EXPECT_EQ(v.core_id(), 5);
 }
