@@ -80,7 +80,7 @@ class LayoutParser {
       }
     }
     expect('}');
-    peek();  // skips trailing spaces
+    peek();                                                      // skips trailing spaces
     if (pos_ < text_.size()) fail("unexpected text after '}'");  // also an embedded NUL
     layout.validate(layout.minor_to_major.size());
     return layout;
@@ -190,7 +190,14 @@ Layout tpu_default_layout(ElementType type, int64_t rank) {
   Layout layout;
   for (int64_t d = rank - 1; d >= 0; --d) layout.minor_to_major.push_back(d);
   if (rank == 0) return layout;  // scalars are untiled
-  layout.tiles.push_back(Tile{{8, 128}});
+  // A vector is tiled by 1024 elements, as XLA TPU lays out f32[1024]{0:T(1024)} and
+  // bf16[6144]{0:T(1024)(128)(2,1)}; higher ranks by one (8,128) vector register.
+  if (rank == 1) {
+    layout.tiles.push_back(Tile{{1024}});
+    if (element_size_bytes(type) < 4) layout.tiles.push_back(Tile{{128}});
+  } else {
+    layout.tiles.push_back(Tile{{8, 128}});
+  }
   switch (element_size_bytes(type)) {
     case 2:
       layout.tiles.push_back(Tile{{2, 1}});
@@ -198,7 +205,7 @@ Layout tpu_default_layout(ElementType type, int64_t rank) {
     case 1:
       layout.tiles.push_back(Tile{{4, 1}});
       break;
-    default:  // 4- and 8-byte types: the (8,128) tile alone
+    default:  // 4- and 8-byte types: no packing tile
       break;
   }
   return layout;

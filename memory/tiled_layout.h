@@ -77,9 +77,12 @@ Layout parse_layout(std::string_view text);
 ///     f64 is not supported on TPU; it gets the same rule.
 ///   - pred: 1 byte per element, packed like s8 (the doc notes TPUs have used 4 bytes a pred;
 ///     use an explicit layout with s32 to model that).
-///   - rank 1 gets the 2-D tile too (the array counts as [1, n], so 8 rows of padding); XLA TPU
-///     often uses 1-D tiles for vectors (e.g. T(1024)), and the small "2x128"/"4x128" tiles when
-///     the second-minor dimension is 1 to 4. Pass an explicit Layout to model those.
+///   - rank 1 is tiled by 1024 elements: T(1024) for 32- and 64-bit types, T(1024)(128)(2,1)
+///     for 16-bit and T(1024)(128)(4,1) for 8-bit types, as XLA TPU's HLO shows
+///     (f32[1024]{0:T(1024)}, bf16[6144]{0:T(1024)(128)(2,1)}); a vector takes
+///     ceil(n / 1024) * 1024 elements. XLA sometimes picks T(128) or T(256) for short vectors,
+///     and the small "2x128"/"4x128" tiles when a matrix's second-minor dimension is 1 to 4:
+///     pass an explicit Layout to model those.
 ///   - rank 0 (a scalar) is untiled: "{}".
 /// Throws InvalidArgumentError for a negative rank.
 Layout tpu_default_layout(ElementType type, int64_t rank);

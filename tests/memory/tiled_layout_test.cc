@@ -46,7 +46,11 @@ TEST(TiledLayoutTest, DefaultLayoutsPerElementType) {
   for (ElementType t : {ElementType::kS64, ElementType::kU64, ElementType::kF64}) {
     EXPECT_EQ(tpu_default_layout(t, 2).to_string(), "{1,0:T(8,128)}");
   }
-  EXPECT_EQ(tpu_default_layout(kF32, 1).to_string(), "{0:T(8,128)}");
+  // Vectors as XLA TPU's HLO lays them out: f32[1024]{0:T(1024)}, bf16[6144]{0:T(1024)(128)(2,1)}.
+  EXPECT_EQ(tpu_default_layout(kF32, 1).to_string(), "{0:T(1024)}");
+  EXPECT_EQ(tpu_default_layout(ElementType::kS64, 1).to_string(), "{0:T(1024)}");
+  EXPECT_EQ(tpu_default_layout(kBf16, 1).to_string(), "{0:T(1024)(128)(2,1)}");
+  EXPECT_EQ(tpu_default_layout(kS8, 1).to_string(), "{0:T(1024)(128)(4,1)}");
   EXPECT_EQ(tpu_default_layout(kF32, 0).to_string(), "{}");  // scalars are untiled
   expect_invalid([] { tpu_default_layout(kF32, -1); }, {"rank -1"});
 }
@@ -122,12 +126,19 @@ TEST(TiledLayoutTest, RankZeroAndRankOne) {
   EXPECT_EQ(b.padded_bytes, 4u);
   // With a tile, the scalar counts as (1,1) and fills one 8x128 tile.
   EXPECT_EQ(padded_bytes(kF32, Dims{}, parse_layout("{:T(8,128)}")), 4096u);
-  // Rank 1 under the 2-D default: [1000] counts as [1,1000] -> (1,8,8,128) = 8192 elements.
+  // Rank 1 under the default T(1024): [1000] -> (1, 1024) = 1024 elements.
   b = array_bytes(kF32, Dims{1000});
   EXPECT_EQ(b.logical_bytes, 4000u);
-  EXPECT_EQ(b.padded_bytes, 32'768u);
+  EXPECT_EQ(b.padded_bytes, 4096u);
   EXPECT_EQ(tiled_physical_dimensions(Dims{1000}, tpu_default_layout(kF32, 1)),
-            (std::vector<uint64_t>{1, 8, 8, 128}));
+            (std::vector<uint64_t>{1, 1024}));
+  // bf16[3000]: T(1024) -> (3, 1024), (128) -> (3, 8, 128), (2,1) -> (3, 4, 128, 2, 1): no more
+  // padding, 3072 elements of 2 bytes.
+  EXPECT_EQ(tiled_physical_dimensions(Dims{3000}, tpu_default_layout(kBf16, 1)),
+            (std::vector<uint64_t>{3, 4, 128, 2, 1}));
+  EXPECT_EQ(array_bytes(kBf16, Dims{3000}).padded_bytes, 6144u);
+  // The 2-D tile on a vector counts it as [1, n]: (1,8,8,128) = 8192 elements.
+  EXPECT_EQ(padded_bytes(kF32, Dims{1000}, parse_layout("{0:T(8,128)}")), 32'768u);
   // A 1-D tile as XLA TPU uses for vectors: [1000]{0:T(1024)} -> 1024 elements.
   EXPECT_EQ(padded_bytes(kF32, Dims{1000}, parse_layout("{0:T(1024)}")), 4096u);
   EXPECT_EQ(padded_bytes(kF32, Dims{128}, parse_layout("{0:T(256)}")), 1024u);

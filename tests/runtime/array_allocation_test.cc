@@ -95,13 +95,15 @@ struct ShapeCase {
 //     the 8x128 block without padding: 180 x 8 x 128 x 2 = 368,640 for 1437 x 64 x 2 = 183,936.
 //   bf16[9,128]: rows 9 -> 16: 16 x 128 x 2 = 4,096 for 2,304.
 //   s64[3,200] T(8,128) with 8-byte elements: 8 x 256 x 8 = 16,384 for 4,800.
-//   f32[1000] (rank 1, counted as [1,1000]): 8 x 1024 x 4 = 32,768 for 4,000.
+//   f32[1000] (rank 1, T(1024)): 1024 x 4 = 4,096 for 4,000.
+//   bf16[3000] (rank 1, T(1024)(128)(2,1)): 3 x 1024 x 2 = 6,144 for 6,000.
 //   f32[] (rank 0, untiled): 4 bytes; the chunk is one 256 B granule.
 std::vector<ShapeCase> shape_cases() {
   return {{"bf16_1437x64", ElementType::kBf16, {1437, 64}, 183936, 368640, 368640},
           {"bf16_9x128", ElementType::kBf16, {9, 128}, 2304, 4096, 4096},
           {"s64_3x200", ElementType::kS64, {3, 200}, 4800, 16384, 16384},
-          {"f32_rank1_1000", ElementType::kF32, {1000}, 4000, 32768, 32768},
+          {"f32_rank1_1000", ElementType::kF32, {1000}, 4000, 4096, 4096},
+          {"bf16_rank1_3000", ElementType::kBf16, {3000}, 6000, 6144, 6144},
           {"f32_scalar", ElementType::kF32, {}, 4, 4, 256}};
 }
 
