@@ -315,7 +315,12 @@ bool same_layout(const NamedSharding& have, const NamedSharding& want) {
 // The array with `want`'s layout, through the host: the resharding collectives' plans come from
 // planner/, which sits above sharding/.
 ShardedArray relayout(Runtime& runtime, const ShardedArray& a, const NamedSharding& want) {
-  return ShardedArray::device_put(runtime, a.gather(), a.global_shape(), want, "shard_map/reshard");
+  return visit_data_type(a.dtype(), [&]<typename T>(TypeTag<T>) -> ShardedArray {
+    if constexpr (std::is_same_v<T, double>) throw_unsupported_data_type(a.dtype());
+    const std::vector<T> host = a.gather<T>();
+    return ShardedArray::device_put(runtime, a.dtype(), std::as_bytes(std::span<const T>(host)),
+                                    a.global_shape(), want, "shard_map/reshard");
+  });
 }
 
 // Per-core results, indexed [mesh slot][output].
@@ -465,7 +470,7 @@ std::vector<ShardedArray> ShardMap::operator()(std::span<const ShardedArray* con
       std::vector<LocalArray> blocks;
       blocks.reserve(args.size());
       for (const ShardedArray* a : args) {
-        blocks.push_back(LocalArray::view(ElementType::kF32, a->local_shape(id), a->buffer(id)));
+        blocks.push_back(LocalArray::view(a->dtype(), a->local_shape(id), a->buffer(id)));
       }
       ShardMapContext ctx(mesh_, core);
       results[static_cast<size_t>(mesh_.flat_index_of(id))] = fn_(ctx, blocks);
@@ -484,17 +489,13 @@ std::vector<ShardedArray> ShardMap::operator()(std::span<const ShardedArray* con
                                  array_text(ref) + ", of lower rank than out spec " +
                                  out_specs_[i].to_string());
     }
-    if (ref.dtype() != ElementType::kF32) {
-      throw InvalidArgumentError("shard_map output " + std::to_string(i) + " is " +
-                                 array_text(ref) + " (expected f32: ShardedArray holds f32)");
-    }
     std::vector<int64_t> global = ref.shape();
     for (size_t d = 0; d < global.size(); ++d)
       global[d] *= sharding.num_shards(static_cast<int>(d));
     if (options_.check_vma) check_replicated(mesh_, results, i, out_specs_[i]);
     outputs.push_back(ShardedArray::from_buffers(
         std::move(global), sharding,
-        output_buffers(mesh_, results, i, out_specs_[i], !options_.check_vma)));
+        output_buffers(mesh_, results, i, out_specs_[i], !options_.check_vma), ref.dtype()));
   }
   return outputs;
 }

@@ -283,6 +283,27 @@ TEST(ShardMapTest, InputsWithAnotherShardingAreReshardedFirst) {
   EXPECT_EQ(x.sharding(), NamedSharding(mesh, P()));
 }
 
+TEST(ShardMapTest, TypedArraysKeepTheirDtypeThroughShardMap) {
+  auto rt = make_runtime(8);
+  DeviceMesh mesh = make_mesh(*rt, {4, 2}, {"x", "y"});
+  const std::vector<int64_t> host = {0, 1, 2, 3, 4, 5, 6, 7};
+  ShardedArray x = ShardedArray::device_put(*rt, host, {4, 2}, NamedSharding(mesh, P("x")));
+  const std::vector<BFloat16> half = {float_to_bf16(0.5f), float_to_bf16(-2.0f)};
+  ShardedArray h = ShardedArray::device_put(*rt, half, {2}, NamedSharding(mesh, P("y")));
+  auto f = shard_map(mesh, {P("x"), P("y")}, {P(), P()}, [](ShardMapContext& ctx, Inputs in) {
+    Outputs out;
+    out.push_back(ctx.psum(in[0], "x"));                 // (1, 2) column sums
+    out.push_back(ctx.all_gather(in[1], "y", 0, true));  // (2)
+    return out;
+  });
+  std::vector<ShardedArray> out = f(x, h);
+  EXPECT_EQ(out[0].dtype(), ElementType::kS64);
+  EXPECT_THAT(out[0].gather<int64_t>(), ElementsAre(12, 16));  // 0+2+4+6, 1+3+5+7
+  EXPECT_EQ(out[1].dtype(), ElementType::kBf16);
+  EXPECT_EQ(out[1].gather<BFloat16>(), half);
+  EXPECT_EQ(x.gather<int64_t>(), host);
+}
+
 TEST(ShardMapTest, CommunicatorsAreMadeOncePerAxisTuple) {
   auto rt = make_runtime(8);
   DeviceMesh mesh = make_mesh(*rt, {4, 2}, {"x", "y"});
