@@ -8,8 +8,7 @@
 //                                               NamedSharding(mesh, P("data", "model")));
 //     auto f = shard_map(mesh, {P("data", "model")}, {P(None, "model")},
 //                        [](ShardMapContext& ctx, std::span<const LocalArray> in) {
-//                          LocalArray s = ctx.psum(in[0], "data");          // over rows
-//                          return std::vector<LocalArray>{std::move(s)};
+//                          return outputs(ctx.psum(in[0], "data"));       // over rows
 //                        });
 //     std::vector<ShardedArray> out = f(x);
 //
@@ -170,6 +169,16 @@ struct ShardMapOptions {
   /// device with index 0 on the unnamed axes supplies the block.
   bool check_vma = true;
 };
+
+/// fn's return value from its outputs, as JAX's fn returns a tuple: `return outputs(a, b);`
+/// (a braced std::vector cannot hold move-only arrays).
+template <typename... Arrays>
+std::vector<LocalArray> outputs(Arrays&&... arrays) {
+  std::vector<LocalArray> out;
+  out.reserve(sizeof...(arrays));
+  (out.push_back(std::forward<Arrays>(arrays)), ...);
+  return out;
+}
 
 /// A function mapped over a mesh: call it with the inputs. Thread-compatible.
 class ShardMap {
