@@ -196,17 +196,20 @@ class TensorParallelCore {
         tp_(run.tensor_comm(ctx.core_id())),
         dp_(run.data_comm(ctx.core_id())),
         data_rank_(run.layout.data_rank[static_cast<size_t>(ctx.core_id())]) {
-    const int64_t size = run.shard.size();
     const int64_t t = run.layout.tensor_rank[static_cast<size_t>(ctx.core_id())];
-    state.params = allocate(size, "mlp/params");
-    state.grads = allocate(size + 1, "mlp/grads+loss");
+    const std::vector<std::vector<int64_t>> params = run.shard.shapes();
+    const std::vector<std::vector<int64_t>> bucket = run.shard.shapes_and_loss();
+    state.params = ctx.allocate_arrays(ElementType::kF32, params, "mlp/params");
+    state.grads = ctx.allocate_arrays(ElementType::kF32, bucket, "mlp/grads+loss");
     // Gradient accumulation: micro-batches after the first compute into this bucket, which is
     // then added into the gradient bucket.
-    if (run.config.micro_batches > 1) micro_ = allocate(size + 1, "mlp/micro_grads+loss");
+    if (run.config.micro_batches > 1) {
+      micro_ = ctx.allocate_arrays(ElementType::kF32, bucket, "mlp/micro_grads+loss");
+    }
     // Adam's moments (PyTorch's exp_avg and exp_avg_sq), shaped like the parameter shard.
     if (run.adam) {
-      adam_m_ = allocate(size, "mlp/opt_state.exp_avg");
-      adam_v_ = allocate(size, "mlp/opt_state.exp_avg_sq");
+      adam_m_ = ctx.allocate_arrays(ElementType::kF32, params, "mlp/opt_state.exp_avg");
+      adam_v_ = ctx.allocate_arrays(ElementType::kF32, params, "mlp/opt_state.exp_avg_sq");
       std::memset(adam_m_.data(), 0, adam_m_.size_bytes());
       std::memset(adam_v_.data(), 0, adam_v_.size_bytes());
     }
@@ -265,10 +268,6 @@ class TensorParallelCore {
   }
 
  private:
-  DeviceBuffer allocate(int64_t elements, const char* label) {
-    return ctx_.allocate(static_cast<uint64_t>(elements) * sizeof(float), label);
-  }
-
   /// Eigen forward and backward of rows [row0, row0 + micro_rows): this shard's gradients into
   /// `grad` (MlpLayout{Hs}); returns the loss sum. The tensor group sums the partial logits before
   /// b2 (Megatron's g); the backward is all local (see the header).

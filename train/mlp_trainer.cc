@@ -86,16 +86,17 @@ MlpStepBuffers::MlpStepBuffers(CoreContext& ctx, const ReplicatedDigits& data,
       sampler_(static_cast<int64_t>(data.pixels.local_data(ctx.core_id()).size()) / kIn, seed),
       data_x_(data.pixels.local_data(ctx.core_id()).data()),
       data_y_(data.one_hot.local_data(ctx.core_id()).data()) {
-  const auto f32 = [](int64_t rows, int64_t cols) {
-    return static_cast<uint64_t>(rows * cols) * sizeof(float);
+  // Each an f32 array charged its padded bytes (CoreContext::allocate_array).
+  const auto f32 = [&](int64_t rows, int64_t cols, const char* name) {
+    const int64_t dims[] = {rows, cols};
+    return ctx.allocate_array(ElementType::kF32, dims, label_prefix + name);
   };
-  const std::string& p = label_prefix;
-  x = ctx.allocate(f32(shape.rows, kIn), p + "/x");
-  y = ctx.allocate(f32(shape.rows, kOut), p + "/y");
-  z1 = ctx.allocate(f32(shape.micro_rows, shape.hidden), p + "/z1");
-  a1 = ctx.allocate(f32(shape.micro_rows, shape.hidden), p + "/a1");
-  logits = ctx.allocate(f32(shape.micro_rows, kOut), p + "/logits");
-  if (shape.probs) probs = ctx.allocate(f32(shape.micro_rows, kOut), p + "/probs");
+  x = f32(shape.rows, kIn, "/x");
+  y = f32(shape.rows, kOut, "/y");
+  z1 = f32(shape.micro_rows, shape.hidden, "/z1");
+  a1 = f32(shape.micro_rows, shape.hidden, "/a1");
+  logits = f32(shape.micro_rows, kOut, "/logits");
+  if (shape.probs) probs = f32(shape.micro_rows, kOut, "/probs");
   const int c = ctx.core_id();
   for (const DeviceBuffer* buf : std::initializer_list<const DeviceBuffer*>{
            &x, &y, &z1, &a1, &logits, &probs, &data.pixels.buffer(c), &data.one_hot.buffer(c)}) {

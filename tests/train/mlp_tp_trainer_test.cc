@@ -105,7 +105,7 @@ TEST_P(MlpTpVsSingleCoreTest, LossesMatchTheSingleCoreRunWithin1e4) {
 // --optimizer adam (train/adam.h) on the shards, as train_mlp and train_fsdp have it: the
 // losses match the single-core Adam run within 1e-4 relative and the model learns at Adam's
 // small learning rate (plain SGD at that rate would not, and is far from the Adam losses); core
-// 0's two moments are each shaped like its parameter shard (75 H / T + 10 floats), allocated once
+// 0's two moments are each shaped like its parameter shard (its four tensors), allocated once
 // with the parameters and visible at the peak (the at_peak hook runs under every layout).
 TEST_P(MlpTpVsSingleCoreTest, AdamMatchesTheSingleCoreAdamRunWithin1e4) {
   const Case& k = GetParam();
@@ -136,7 +136,8 @@ TEST_P(MlpTpVsSingleCoreTest, AdamMatchesTheSingleCoreAdamRunWithin1e4) {
   EXPECT_TRUE(r.run.replicas_identical());
   EXPECT_FALSE(r.run.replica_mismatch.has_value());
   EXPECT_EQ(peaks, 1);
-  const uint64_t shard_bytes = 4 * static_cast<uint64_t>(75 * c.hidden / layout.tensor + 10);
+  // The shard's four tensors, each padded under T(8,128).
+  const uint64_t shard_bytes = testing::mlp_params_bytes(c.hidden / layout.tensor);
   EXPECT_EQ(peak.params, testing::round256(shard_bytes));
   EXPECT_EQ(peak.opt_state, 2 * testing::round256(shard_bytes));
 }
