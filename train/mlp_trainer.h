@@ -162,6 +162,10 @@ struct ReplicatedDigits {
 };
 ReplicatedDigits replicate_digits(Runtime& runtime, const DigitsDataset& train,
                                   const std::string& label_prefix);
+/// The same, replicated (P()) on every device of `mesh`, so that a shard_map over that mesh
+/// with in spec P() takes the arrays as they are. Throws as above.
+ReplicatedDigits replicate_digits(Runtime& runtime, const DigitsDataset& train,
+                                  const std::string& label_prefix, const Mesh& mesh);
 
 /// The sizes of MlpStepBuffers (below), in rows and hidden units. Plain data.
 struct MlpStepShape {
@@ -188,6 +192,10 @@ class MlpStepBuffers {
  public:
   MlpStepBuffers(CoreContext& ctx, const ReplicatedDigits& data, const MlpStepShape& shape,
                  const std::string& label_prefix, uint64_t seed);
+  /// The same over this core's replica of the training rows given as its two buffers (f32,
+  /// rows x 64 pixels and rows x 10 one-hot labels), as shard_map hands them to its function.
+  MlpStepBuffers(CoreContext& ctx, const DeviceBuffer& pixels, const DeviceBuffer& one_hot,
+                 const MlpStepShape& shape, const std::string& label_prefix, uint64_t seed);
   MlpStepBuffers(const MlpStepBuffers&) = delete;
   MlpStepBuffers& operator=(const MlpStepBuffers&) = delete;
 
