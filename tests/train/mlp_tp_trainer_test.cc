@@ -172,6 +172,41 @@ TEST_F(MlpTpMicroBatchTest, MicroBatchesReproduceDataShardsExactly) {
   EXPECT_EQ(micro.tensor_all_reduce[0].bytes, 2u * 25u * 16u * 10u * 4u);
 }
 
+// Padding is a charge, not a computation: with RuntimeOptions::pad_arrays off, the data-parallel
+// (2 x 1) and the dp+tp (2 x 2) runs give the same losses, parameters and collectives bit for
+// bit, and core 0's parameter shard is charged its logical bytes (75 Hs + 10 floats) instead of
+// its four tensors' padded ones (W1 64 x 128, b1 8 x 128, W2 Hs x 128 rows rounded to 8, b2
+// 8 x 128 floats, for Hs <= 128).
+class MlpTpPaddingTest : public testing::DigitsFixture<> {};
+
+TEST_F(MlpTpPaddingTest, PaddingOffChangesOnlyTheHbmFigures) {
+  for (const int64_t tensor : {1, 2}) {
+    MlpConfig c = mlp_test_config(20, 32, 64);
+    const DataTensorLayout layout = DataTensorLayout::grid(2, tensor);
+    const int64_t hs = c.hidden / tensor;
+    std::vector<MlpTensorParallelResult> runs;
+    for (const bool pad : {true, false}) {
+      HbmBreakdown peak;
+      c.at_peak = [&](Runtime& rt) { peak = hbm_breakdown(rt.core(0).hbm().chunk_records()); };
+      RuntimeOptions o = mlp_runtime_options(static_cast<int>(layout.num_cores()));
+      o.pad_arrays = pad;
+      Runtime rt(o);
+      runs.push_back(train_mlp_tensor_parallel(rt, split_, c, layout));
+      const uint64_t params = pad ? (64u + 8 + static_cast<uint64_t>(hs) + 8) * 128 * 4
+                                  : static_cast<uint64_t>(75 * hs + 10) * 4;
+      EXPECT_EQ(peak.params, testing::round256(params)) << "tensor " << tensor << ", pad " << pad;
+    }
+    EXPECT_EQ(runs[0].run.losses, runs[1].run.losses) << "tensor " << tensor;
+    EXPECT_EQ(runs[0].run.parameters, runs[1].run.parameters) << "tensor " << tensor;
+    EXPECT_TRUE(runs[1].run.replicas_identical());
+    for (size_t core = 0; core < runs[0].run.all_reduce.size(); ++core) {
+      EXPECT_EQ(runs[0].run.all_reduce[core].bytes, runs[1].run.all_reduce[core].bytes);
+      EXPECT_EQ(runs[0].tensor_all_reduce[core].bytes, runs[1].tensor_all_reduce[core].bytes);
+    }
+    EXPECT_GT(runs[0].run.hbm[0].peak_bytes_in_use, runs[1].run.hbm[0].peak_bytes_in_use);
+  }
+}
+
 TEST(MlpTpTrainerErrorsTest, BadConfigsAreClear) {
   VTPU_REQUIRE_DIGITS();
   const DigitsSplit split = split_digits(load_digits_csv(testing::digits_path()));
