@@ -10,6 +10,7 @@
 
 #include <Eigen/Core>
 #include <cstdint>
+#include <vector>
 
 #include "vtpu/train/digits_dataset.h"
 
@@ -34,6 +35,18 @@ struct MlpLayout {
   int64_t w2() const { return b1() + hidden; }
   int64_t b2() const { return w2() + hidden * kMlpOut; }
   int64_t size() const { return b2() + kMlpOut; }
+  /// The tensors of the flat vector, in its order: {64, hidden}, {hidden}, {hidden, 10}, {10}.
+  /// A packed buffer of them is charged what the four arrays cost one by one
+  /// (CoreContext::allocate_arrays), as XLA would hold four parameters.
+  std::vector<std::vector<int64_t>> shapes() const {
+    return {{kMlpIn, hidden}, {hidden}, {hidden, kMlpOut}, {kMlpOut}};
+  }
+  /// shapes() and the loss sum, an f32 scalar: the gradient bucket [dW1, db1, dW2, db2, loss].
+  std::vector<std::vector<int64_t>> shapes_and_loss() const {
+    std::vector<std::vector<int64_t>> s = shapes();
+    s.push_back({});
+    return s;
+  }
 };
 
 }  // namespace vtpu

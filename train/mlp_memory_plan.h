@@ -58,12 +58,15 @@ struct MlpStepTime {
 
 /// The per-step buffers one core needs for one training step of train_mlp with `config` on
 /// `num_cores` cores, in the order the step first writes them (x, y, z1, a1, logits, gradient
-/// bucket), labelled as the trainer labels them ("mlp/x", ..., "mlp/grads+loss"). Sizes in bytes
-/// for b = global_batch / num_cores rows and h = hidden units, all f32:
-///   x 64b, y 10b, z1 hb, a1 hb, logits 10b elements; bucket mlp_num_parameters(h) + 1 (the
-///   gradients and the loss sum).
+/// bucket), labelled as the trainer labels them ("mlp/x", ..., "mlp/grads+loss"). Each is the
+/// bytes the trainer's arena is charged for it: for b = global_batch / num_cores rows and h
+/// hidden units, the f32 arrays x (b, 64), y (b, 10), z1 and a1 (b, h), logits (b, 10), and the
+/// bucket of the tensors (64, h), (h), (h, 10), (10) and the scalar loss sum, each padded under
+/// the TPU tiled layout (memory/tiled_layout.h: x of 64 rows is 64 x 128 x 4 bytes), or at its
+/// logical size when `pad_arrays` is false (RuntimeOptions::pad_arrays).
 /// Every core gets the same list (the batch splits evenly). Throws InvalidArgumentError for a
 /// config that MlpConfig::validate(num_cores) rejects, or sizes past 2^64 bytes. Thread-safe.
-std::vector<BufferInterval> mlp_step_buffer_intervals(const MlpConfig& config, int num_cores);
+std::vector<BufferInterval> mlp_step_buffer_intervals(const MlpConfig& config, int num_cores,
+                                                      bool pad_arrays = true);
 
 }  // namespace vtpu

@@ -15,6 +15,7 @@
 #include "vtpu/common/median.h"
 #include "vtpu/common/strings.h"
 #include "vtpu/runtime/pallas_kernels.h"
+#include "vtpu/sharding/shard_map.h"
 #include "vtpu/train/adam.h"
 #include "vtpu/train/mlp_eigen_layers.h"
 #include "vtpu/train/mlp_layout.h"
@@ -98,12 +99,39 @@ std::span<float> floats_or_empty(const DeviceBuffer& buf) {
   return buf.valid() ? buf.as<float>() : std::span<float>();
 }
 
-/// What outlives the SPMD program on each core: its parameter shard (read after the run) and its
-/// gradient bucket (the HBM stats after training count both). Written only by the owning core.
-struct CoreState {
-  DeviceBuffer params;  // MlpLayout{hidden / T}.size() floats
-  DeviceBuffer grads;   // that + 1 floats; the last is the loss sum, summed over the data group
-};
+/// The mesh axes of the two roles: the run's mesh is (D, T) with these names (layout_mesh).
+constexpr const char* kDataAxis = "data";
+constexpr const char* kModelAxis = "model";
+
+/// The layout as a (D, T) mesh over its cores: the core of data shard d and tensor shard t sits
+/// at (d, t), so the groups over kDataAxis and kModelAxis are the layout's data and tensor
+/// groups with the same ranks, and the named all-reduces fold the same sums in the same order
+/// as the layout's groups would. (A plan's own mesh may name its axes otherwise or split a role
+/// over several axes; DataTensorLayout has already flattened them as JAX does.)
+DeviceMesh layout_mesh(Runtime& runtime, const DataTensorLayout& layout) {
+  std::vector<int> devices(static_cast<size_t>(layout.num_cores()));
+  for (size_t c = 0; c < devices.size(); ++c) {
+    devices[static_cast<size_t>(layout.data_rank[c] * layout.tensor + layout.tensor_rank[c])] =
+        static_cast<int>(c);
+  }
+  return make_mesh(runtime, {layout.data, layout.tensor}, {kDataAxis, kModelAxis},
+                   std::move(devices));
+}
+
+/// psum over `axes` of the f32 array of `shape` in `buf`, donated: ShardMapContext::psum of an
+/// owned array reduces in place, so the sum lands in `buf`'s own bytes and the raw pointers the
+/// step keeps into it (Eigen maps, pins) stay valid. InternalError if the sum moved.
+void psum_donated(ShardMapContext& ctx, DeviceBuffer& buf, std::vector<int64_t> shape,
+                  const AxisNames& axes) {
+  const void* before = buf.data();
+  LocalArray sum =
+      ctx.psum(LocalArray::adopt(ElementType::kF32, std::move(shape), std::move(buf)), axes);
+  buf = std::move(sum).release();
+  if (buf.data() != before) {
+    throw InternalError("psum over " + axes.to_string() +
+                        " of a donated buffer returned another buffer (expected the sum in place)");
+  }
+}
 
 /// The checks of train_mlp_tensor_parallel's arguments; returns the layout of one tensor shard.
 MlpLayout checked_shard_layout(const Runtime& runtime, const DigitsSplit& split,
@@ -127,10 +155,10 @@ MlpLayout checked_shard_layout(const Runtime& runtime, const DigitsSplit& split,
   return shard;
 }
 
-/// What every core of a run reads: the configuration, the groups' communicators, the replicated
-/// training rows and the initial tensor shards. Built in this order before the SPMD program (the
-/// training set is the first HBM allocation); while it runs, every core reads the rest and calls
-/// the thread-safe communicators.
+/// What every core of a run reads: the configuration, the mesh, the replicated training rows
+/// and the initial tensor shards. Built in this order before the shard_map runs (the training set
+/// is the first HBM allocation); while it runs, every core reads the rest and calls the mesh's
+/// thread-safe communicators.
 struct TensorParallelRun {
   TensorParallelRun(Runtime& runtime, const DigitsSplit& split, const MlpConfig& config,
                     const DataTensorLayout& layout)
@@ -141,12 +169,10 @@ struct TensorParallelRun {
         micro_rows(rows / config.micro_batches),
         inv_batch(1.0f / static_cast<float>(config.global_batch)),
         adam(config.optimizer == "adam"),
-        pallas(config.kernels == "pallas") {
-    // One tensor shard needs no tensor group: its logits are whole.
-    if (layout.tensor > 1) tp_comms = Communicator::for_groups(runtime, layout.tensor_groups);
-    dp_comms = Communicator::for_groups(runtime, layout.data_groups);
-    // The at_peak hook's barriers run on their own communicator, so that the stats count only
-    // the training collectives.
+        pallas(config.kernels == "pallas"),
+        mesh(layout_mesh(runtime, layout)) {
+    // The at_peak hook's barriers run on their own communicator, so that the mesh's stats count
+    // only the training collectives.
     if (config.at_peak) {
       std::vector<int> cores(static_cast<size_t>(runtime.num_cores()));
       std::iota(cores.begin(), cores.end(), 0);
@@ -155,20 +181,11 @@ struct TensorParallelRun {
     // The training rows go to every core once, as a device-side input pipeline would hold them;
     // each step a core takes its data shard's rows of the global batch from its replica, so the
     // host is not on the step's critical path.
-    data.emplace(replicate_digits(runtime, split.train, "mlp"));
+    data.emplace(replicate_digits(runtime, split.train, "mlp", mesh));
     const std::vector<float> init = mlp_init_parameters(config.hidden, config.seed);
     for (int64_t t = 0; t < layout.tensor; ++t) {
       init_shards.push_back(mlp_tp_shard(init, config.hidden, layout.tensor, t));
     }
-  }
-
-  /// Core c's communicator over its tensor group (nullptr for T = 1) and over its data group.
-  Communicator* tensor_comm(int c) const {
-    if (tp_comms.empty()) return nullptr;
-    return tp_comms[static_cast<size_t>(layout.tensor_group[static_cast<size_t>(c)])].get();
-  }
-  Communicator& data_comm(int c) const {
-    return *dp_comms[static_cast<size_t>(layout.data_group[static_cast<size_t>(c)])];
   }
 
   const MlpConfig& config;
@@ -178,46 +195,51 @@ struct TensorParallelRun {
   const int64_t micro_rows;  // rows per micro-batch (all of `rows` by default)
   const float inv_batch;     // 1 / global batch
   const bool adam, pallas;
-  std::vector<std::unique_ptr<Communicator>> tp_comms, dp_comms;
+  const DeviceMesh mesh;  // (D, T), axes kDataAxis and kModelAxis
   std::optional<Communicator> sync;
   std::optional<ReplicatedDigits> data;
   std::vector<std::vector<float>> init_shards;
 };
 
-/// One core's part of the run: its buffers, allocated once in HBM in the order the header lists
-/// (as XLA's buffer assignment would), and the named parts of a step. Only the owning core may
-/// call.
+/// One core's part of the run, inside the shard_map: its buffers, allocated once in HBM in the
+/// order the header lists (as XLA's buffer assignment would), and the named parts of a step.
+/// Only the owning core may call.
 class TensorParallelCore {
  public:
-  TensorParallelCore(CoreContext& ctx, const TensorParallelRun& run, CoreState& state)
+  /// `pixels` and `one_hot`: this core's replica of the training rows (shard_map's blocks).
+  TensorParallelCore(ShardMapContext& ctx, const TensorParallelRun& run, const LocalArray& pixels,
+                     const LocalArray& one_hot)
       : ctx_(ctx),
         run_(run),
-        state_(state),
-        tp_(run.tensor_comm(ctx.core_id())),
-        dp_(run.data_comm(ctx.core_id())),
-        data_rank_(run.layout.data_rank[static_cast<size_t>(ctx.core_id())]) {
-    const int64_t size = run.shard.size();
-    const int64_t t = run.layout.tensor_rank[static_cast<size_t>(ctx.core_id())];
-    state.params = allocate(size, "mlp/params");
-    state.grads = allocate(size + 1, "mlp/grads+loss");
+        data_rank_(ctx.axis_index(kDataAxis)),
+        data_size_(ctx.axis_size(kDataAxis)),
+        tensor_size_(ctx.axis_size(kModelAxis)) {
+    CoreContext& core = ctx.core();
+    const std::vector<std::vector<int64_t>> shapes = run.shard.shapes();
+    const std::vector<std::vector<int64_t>> bucket = run.shard.shapes_and_loss();
+    params_ = core.allocate_arrays(ElementType::kF32, shapes, "mlp/params");
+    grads_ = core.allocate_arrays(ElementType::kF32, bucket, "mlp/grads+loss");
     // Gradient accumulation: micro-batches after the first compute into this bucket, which is
     // then added into the gradient bucket.
-    if (run.config.micro_batches > 1) micro_ = allocate(size + 1, "mlp/micro_grads+loss");
+    if (run.config.micro_batches > 1) {
+      micro_ = core.allocate_arrays(ElementType::kF32, bucket, "mlp/micro_grads+loss");
+    }
     // Adam's moments (PyTorch's exp_avg and exp_avg_sq), shaped like the parameter shard.
     if (run.adam) {
-      adam_m_ = allocate(size, "mlp/opt_state.exp_avg");
-      adam_v_ = allocate(size, "mlp/opt_state.exp_avg_sq");
+      adam_m_ = core.allocate_arrays(ElementType::kF32, shapes, "mlp/opt_state.exp_avg");
+      adam_v_ = core.allocate_arrays(ElementType::kF32, shapes, "mlp/opt_state.exp_avg_sq");
       std::memset(adam_m_.data(), 0, adam_m_.size_bytes());
       std::memset(adam_v_.data(), 0, adam_v_.size_bytes());
     }
-    io_.emplace(ctx, *run.data,
+    io_.emplace(core, pixels.buffer(), one_hot.buffer(),
                 MlpStepShape{run.rows, run.micro_rows, run.shard.hidden, run.pallas}, "mlp",
                 run.config.seed);
     layers_.emplace(*io_);
-    const std::vector<float>& init = run.init_shards[static_cast<size_t>(t)];
-    std::memcpy(state.params.data(), init.data(), init.size() * sizeof(float));
+    const std::vector<float>& init =
+        run.init_shards[static_cast<size_t>(ctx.axis_index(kModelAxis))];
+    std::memcpy(params_.data(), init.data(), init.size() * sizeof(float));
     // The step keeps raw pointers into these buffers for the whole run (io pins its own).
-    for (const DeviceBuffer* buf : {&state.params, &state.grads, &micro_, &adam_m_, &adam_v_}) {
+    for (const DeviceBuffer* buf : {&params_, &grads_, &micro_, &adam_m_, &adam_v_}) {
       if (buf->valid()) pins_.push_back(buf->pin());
     }
   }
@@ -231,9 +253,9 @@ class TensorParallelCore {
   /// float is the loss sum.
   void compute_gradients() {
     const int64_t size = run_.shard.size();
-    float* g = state_.grads.as<float>().data();
+    float* g = grads_.as<float>().data();
     for (int64_t k = 0; k < run_.config.micro_batches; ++k) {
-      const DeviceBuffer& into = k == 0 ? state_.grads : micro_;
+      const DeviceBuffer& into = k == 0 ? grads_ : micro_;
       float* gk = into.as<float>().data();
       const double loss_sum = run_.pallas ? pallas_forward_backward(k * run_.micro_rows, into)
                                           : eigen_forward_backward(k * run_.micro_rows, gk);
@@ -244,42 +266,47 @@ class TensorParallelCore {
     }
   }
 
-  /// Data parallel: one bucket (the shard's gradients and the loss sum) over the data group. A
-  /// group of one core sums nothing, so it runs no all-reduce (the one-core all-reduce in place
-  /// would leave the same bits).
+  /// Data parallel: psum over the data axis of one bucket (the shard's gradients and the loss
+  /// sum), as DDP's bucket. A data axis of one core sums nothing, so it runs no psum (the
+  /// one-core sum would leave the same bits).
   void all_reduce_gradients() {
-    if (dp_.size() > 1) dp_.all_reduce<float>(ctx_, state_.grads.as<float>());
+    if (data_size_ > 1) psum_donated(ctx_, grads_, {run_.shard.size() + 1}, kDataAxis);
   }
 
   /// The optimizer on the shard; every core of a data group applies identical sums.
   void optimizer_step(int64_t step) {
-    const std::span<const float> grads = state_.grads.as<float>();
-    mlp_optimizer_update(state_.params.as<float>(), grads.first(grads.size() - 1),
+    const std::span<const float> grads = grads_.as<float>();
+    mlp_optimizer_update(params_.as<float>(), grads.first(grads.size() - 1),
                          floats_or_empty(adam_m_), floats_or_empty(adam_v_), step, run_.config);
   }
 
   /// The step's mean loss over the global batch (after all_reduce_gradients).
   double loss() const {
-    return static_cast<double>(state_.grads.as<float>().back()) /
+    return static_cast<double>(grads_.as<float>().back()) /
            static_cast<double>(run_.config.global_batch);
   }
 
- private:
-  DeviceBuffer allocate(int64_t elements, const char* label) {
-    return ctx_.allocate(static_cast<uint64_t>(elements) * sizeof(float), label);
+  /// shard_map's outputs of this core: its parameter shard and its last gradient bucket (flat
+  /// f32, as allocated: they stay charged for their tensors' padded bytes).
+  std::vector<LocalArray> outputs() && {
+    std::vector<LocalArray> out;
+    out.push_back(LocalArray::adopt(ElementType::kF32, {run_.shard.size()}, std::move(params_)));
+    out.push_back(LocalArray::adopt(ElementType::kF32, {run_.shard.size() + 1}, std::move(grads_)));
+    return out;
   }
 
+ private:
   /// Eigen forward and backward of rows [row0, row0 + micro_rows): this shard's gradients into
-  /// `grad` (MlpLayout{Hs}); returns the loss sum. The tensor group sums the partial logits before
-  /// b2 (Megatron's g); the backward is all local (see the header).
+  /// `grad` (MlpLayout{Hs}); returns the loss sum. The psum over the model axis sums the partial
+  /// logits before b2 (Megatron's g); the backward is all local (see the header).
   double eigen_forward_backward(int64_t row0, float* grad) {
     const MlpLayout& sl = run_.shard;
-    const float* p = state_.params.as<float>().data();
+    const float* p = params_.as<float>().data();
     MlpEigenLayers& l = *layers_;
     l.select_rows(row0);
     l.hidden_forward(p + sl.w1(), p + sl.b1());  // column-parallel W1
     l.output_forward(p + sl.w2());               // row-parallel W2: partial logits
-    if (tp_ != nullptr) tp_->all_reduce<float>(ctx_, io_->logits.as<float>());
+    if (tensor_size_ > 1) psum_donated(ctx_, io_->logits, {run_.micro_rows, kOut}, kModelAxis);
     l.add_output_bias(p + sl.b2());
     const double loss_sum = l.loss_and_output_grad(run_.inv_batch);
     l.output_backward(grad + sl.w2(), grad + sl.b2());
@@ -289,16 +316,15 @@ class TensorParallelCore {
   }
 
   double pallas_forward_backward(int64_t row0, const DeviceBuffer& grads) {
-    return pallas_step(ctx_.core(), io_->x, io_->y, row0, state_.params, grads, io_->a1, io_->z1,
+    return pallas_step(ctx_.core().core(), io_->x, io_->y, row0, params_, grads, io_->a1, io_->z1,
                        io_->logits, io_->probs, run_.shard, run_.micro_rows, run_.inv_batch);
   }
 
-  CoreContext& ctx_;
+  ShardMapContext& ctx_;
   const TensorParallelRun& run_;
-  CoreState& state_;
-  Communicator* tp_;  // nullptr for T = 1
-  Communicator& dp_;
-  const int64_t data_rank_;
+  const int64_t data_rank_, data_size_, tensor_size_;
+  DeviceBuffer params_;  // MlpLayout{hidden / T}.size() floats
+  DeviceBuffer grads_;   // that + 1 floats; the last is the loss sum, summed over the data axis
   DeviceBuffer micro_, adam_m_, adam_v_;
   std::optional<MlpStepBuffers> io_;
   std::vector<BufferPin> pins_;
@@ -307,13 +333,12 @@ class TensorParallelCore {
 
 /// The replicas after training: every core of a data group holds its group's first core's shard,
 /// and every tensor shard holds the same b2 (train/replica_check.h).
-std::optional<ReplicaMismatch> check_replicas(const std::vector<CoreState>& state,
+/// shards[c] is core c's parameter shard.
+std::optional<ReplicaMismatch> check_replicas(const std::vector<std::span<const float>>& shards,
                                               const DataTensorLayout& layout, const MlpLayout& sl) {
-  std::vector<std::span<const float>> shards;
   std::vector<std::span<const float>> b2s;
-  for (const CoreState& s : state) {
-    shards.push_back(s.params.as<float>());
-    b2s.push_back(shards.back().subspan(static_cast<size_t>(sl.b2()), kOut));
+  for (const std::span<const float>& shard : shards) {
+    b2s.push_back(shard.subspan(static_cast<size_t>(sl.b2()), kOut));
   }
   const std::string of_shard = layout.tensor > 1
                                    ? " (its tensor shard of " + std::to_string(layout.tensor) + ")"
@@ -332,14 +357,14 @@ std::optional<ReplicaMismatch> check_replicas(const std::vector<CoreState>& stat
 
 /// The full flat parameters [W1, b1, W2, b2], gathered from the data-shard-0 core of each tensor
 /// shard.
-std::vector<float> gather_parameters(const std::vector<CoreState>& state,
+std::vector<float> gather_parameters(const std::vector<std::span<const float>>& shards,
                                      const DataTensorLayout& layout, const MlpLayout& sl,
                                      int64_t hidden) {
   const MlpLayout fl{hidden};
   std::vector<float> params(static_cast<size_t>(fl.size()), 0.0f);
   float* full = params.data();
   for (const std::vector<int>& group : layout.data_groups) {  // one per tensor shard
-    auto s0 = state[static_cast<size_t>(group[0])].params.as<float>();
+    const std::span<const float> s0 = shards[static_cast<size_t>(group[0])];
     const int64_t t = layout.tensor_rank[static_cast<size_t>(group[0])];
     const int64_t c0 = t * sl.hidden;
     MatMap(full + fl.w1(), kIn, hidden).middleCols(c0, sl.hidden) =
@@ -395,39 +420,50 @@ MlpTensorParallelResult train_mlp_tensor_parallel(
   run.num_parameters = mlp_num_parameters(config.hidden);
   run.losses.assign(static_cast<size_t>(config.steps), 0.0);
   run.step_seconds.assign(static_cast<size_t>(config.steps), 0.0);
-  std::vector<CoreState> state(static_cast<size_t>(n));
 
-  // One SPMD program runs every step, as a jitted training loop would.
-  runtime.run_spmd([&](CoreContext& ctx) {
-    const int c = ctx.core_id();
-    TensorParallelCore core(ctx, tpr, state[static_cast<size_t>(c)]);
-    for (int64_t step = 0; step < config.steps; ++step) {
-      const auto t0 = std::chrono::steady_clock::now();
-      core.load_batch();
-      core.compute_gradients();
-      core.all_reduce_gradients();
-      core.optimizer_step(step);
-      finish_step(c, step, config.steps, config.log_every, core.loss(), t0, run.step_seconds,
-                  run.losses, on_log);
-    }
-    if (config.at_peak) {
-      tpr.sync->barrier(ctx);  // every core at its peak (timeouts and aborts included)
-      if (c == 0) config.at_peak(runtime);
-      tpr.sync->barrier(ctx);
-    }
-  });
+  // One shard_map runs every step, as a jitted training loop would: in, every core's replica of
+  // the training rows; out, every core's parameter shard and last gradient bucket, each core's
+  // block kept (P over both axes) so that the replicas can be compared after the run rather than
+  // refused by check_vma.
+  const PartitionSpec every_core({{kDataAxis, kModelAxis}});
+  const ShardMap train = shard_map(
+      tpr.mesh, {PartitionSpec{}, PartitionSpec{}}, {every_core, every_core},
+      [&](ShardMapContext& ctx, std::span<const LocalArray> in) {
+        const int c = ctx.device();
+        TensorParallelCore core(ctx, tpr, in[0], in[1]);
+        for (int64_t step = 0; step < config.steps; ++step) {
+          const auto t0 = std::chrono::steady_clock::now();
+          core.load_batch();
+          core.compute_gradients();
+          core.all_reduce_gradients();
+          core.optimizer_step(step);
+          finish_step(c, step, config.steps, config.log_every, core.loss(), t0, run.step_seconds,
+                      run.losses, on_log);
+        }
+        if (config.at_peak) {
+          tpr.sync->barrier(ctx.core());  // every core at its peak (timeouts and aborts included)
+          if (c == 0) config.at_peak(runtime);
+          tpr.sync->barrier(ctx.core());
+        }
+        return std::move(core).outputs();
+      });
+  const std::vector<ShardedArray> out = train(tpr.data->pixels, tpr.data->one_hot);
 
   run.median_step_ms = 1e3 * median_of(run.step_seconds);
-  run.replica_mismatch = check_replicas(state, layout, tpr.shard);
-  run.parameters = gather_parameters(state, layout, tpr.shard, config.hidden);
+  std::vector<std::span<const float>> shards;
+  for (int c = 0; c < n; ++c) shards.push_back(out[0].local_data<float>(c));
+  run.replica_mismatch = check_replicas(shards, layout, tpr.shard);
+  run.parameters = gather_parameters(shards, layout, tpr.shard, config.hidden);
   run.test_accuracy = mlp_accuracy(run.parameters, config.hidden, split.test);
   run.train_accuracy = mlp_accuracy(run.parameters, config.hidden, split.train);
   for (int c = 0; c < n; ++c) {
     run.hbm.push_back(runtime.core(c).hbm().memory_stats());
     run.vmem.push_back(runtime.core(c).memory(MemorySpace::kVmem).memory_stats());
-    run.all_reduce.push_back(tpr.data_comm(c).stats(c));
-    Communicator* tp = tpr.tensor_comm(c);
-    result.tensor_all_reduce.push_back(tp != nullptr ? tp->stats(c) : CollectiveStats{});
+    // The stats of the mesh's communicators: the gradient psums over the data axis, the logits'
+    // over the model axis (never made for one tensor shard: no psum runs over it).
+    run.all_reduce.push_back(tpr.mesh.communicator(kDataAxis, c).stats(c));
+    result.tensor_all_reduce.push_back(
+        layout.tensor > 1 ? tpr.mesh.communicator(kModelAxis, c).stats(c) : CollectiveStats{});
   }
   return result;
 }

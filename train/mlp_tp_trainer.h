@@ -21,7 +21,7 @@
 // K times on b / K rows each, the gradients accumulated in micro-batch order as train_mlp does):
 //     forward    z1 = x W1_t + b1_t; a1 = relu(z1)           local, (b x Hs)
 //                partial = a1 W2_t                            (b x 10), a partial sum over t
-//                logits = all_reduce(partial) + b2            Megatron's g: 1 all-reduce over
+//                logits = psum(partial, 'model') + b2         Megatron's g: 1 all-reduce over
 //                                                             the tensor group (none for T = 1)
 //                softmax cross-entropy                        the same on every tensor shard
 //     backward   dZ2 = (P - Y) / B; dW2_t = a1^T dZ2; db2 = colsum(dZ2)
@@ -29,7 +29,7 @@
 //                all local: Megatron's f (the all-reduce of the block's input gradient
 //                dX = dZ1 W1_t^T) is not run, because X is the data and needs no gradient
 //                (as autograd skips a leaf that does not require grad)
-//     data       one all-reduce over the data group of the bucket [dW1_t, db1_t, dW2_t, db2,
+//     data       one psum over 'data' (the data group) of the bucket [dW1_t, db1_t, dW2_t, db2,
 //                loss sum] (as train_mlp's DDP bucket; none for D = 1: a group of one core)
 //     optimizer  on the shard: SGD, or Adam (train/adam.h) with its moments m and v shaped
 //                like the shard; every core of a data group applies identical sums.
@@ -39,7 +39,15 @@
 // summation order (the logits are summed over T partial products, and the gradients over D
 // shards); with T = 1 they are train_mlp's exactly.
 //
-// HBM per core, allocated once in this order: mlp/params (the shard), mlp/grads+loss,
+// The run is one shard_map (sharding/shard_map.h) over the layout as a (D, T) mesh with axes
+// 'data' and 'model', the core of data shard d and tensor shard t at (d, t): its groups over
+// each axis are the layout's data and tensor groups with the same ranks, so the named psums fold
+// the same sums in the same order. Its function runs every step on one core; it takes the
+// replicated training rows (P()) and returns the core's parameter shard and last gradient bucket
+// (P(('data', 'model')): every core's block, compared for the replica check).
+//
+// HBM per core, each tensor charged its padded bytes (CoreContext::allocate_arrays), allocated
+// once in this order: mlp/params (the shard), mlp/grads+loss,
 // mlp/micro_grads+loss (K > 1), mlp/opt_state.exp_avg and .exp_avg_sq (Adam), then the batch and
 // activations of MlpStepBuffers (train/mlp_trainer.h) with Hs hidden units, after the
 // replicated training set (mlp/train_pixels, mlp/train_labels).
@@ -61,14 +69,14 @@ namespace vtpu {
 /// What a tensor-parallel run produced. Plain data, thread-compatible.
 struct MlpTensorParallelResult {
   /// Losses, step times, accuracies, HBM per core, and the final parameters gathered into the
-  /// flat [W1, b1, W2, b2] of train_mlp; all_reduce: the data-group gradient all-reduce per core
+  /// flat [W1, b1, W2, b2] of train_mlp; all_reduce: the gradient psum over 'data' per core
   /// (0 calls for D = 1);
   /// replica_mismatch: the first core whose shard differs from its data shard 0's, or whose b2
   /// differs from tensor shard 0's, bitwise (nullopt when none does).
   MlpResult run;
   int64_t data = 1, tensor = 1;                    // D and T
   int64_t shard_parameters = 0;                    // floats of one core's shard
-  std::vector<CollectiveStats> tensor_all_reduce;  // per core, over its tensor group (0 for T = 1)
+  std::vector<CollectiveStats> tensor_all_reduce;  // per core, psums over 'model' (0 for T = 1)
 };
 void to_json(nlohmann::json& j, const MlpTensorParallelResult& r);
 

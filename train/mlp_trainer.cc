@@ -67,7 +67,11 @@ int64_t BatchSampler::next() {
 
 ReplicatedDigits replicate_digits(Runtime& runtime, const DigitsDataset& train,
                                   const std::string& label_prefix) {
-  const Mesh mesh({runtime.num_cores()}, {"data"});
+  return replicate_digits(runtime, train, label_prefix, Mesh({runtime.num_cores()}, {"data"}));
+}
+
+ReplicatedDigits replicate_digits(Runtime& runtime, const DigitsDataset& train,
+                                  const std::string& label_prefix, const Mesh& mesh) {
   const NamedSharding replicated(mesh, PartitionSpec{});
   std::vector<float> one_hot(static_cast<size_t>(train.num_rows() * kOut), 0.0f);
   for (int64_t r = 0; r < train.num_rows(); ++r) {
@@ -82,23 +86,29 @@ ReplicatedDigits replicate_digits(Runtime& runtime, const DigitsDataset& train,
 MlpStepBuffers::MlpStepBuffers(CoreContext& ctx, const ReplicatedDigits& data,
                                const MlpStepShape& shape, const std::string& label_prefix,
                                uint64_t seed)
+    : MlpStepBuffers(ctx, data.pixels.buffer(ctx.core_id()), data.one_hot.buffer(ctx.core_id()),
+                     shape, label_prefix, seed) {}
+
+MlpStepBuffers::MlpStepBuffers(CoreContext& ctx, const DeviceBuffer& pixels,
+                               const DeviceBuffer& one_hot, const MlpStepShape& shape,
+                               const std::string& label_prefix, uint64_t seed)
     : shape_(shape),
-      sampler_(static_cast<int64_t>(data.pixels.local_data(ctx.core_id()).size()) / kIn, seed),
-      data_x_(data.pixels.local_data(ctx.core_id()).data()),
-      data_y_(data.one_hot.local_data(ctx.core_id()).data()) {
-  const auto f32 = [](int64_t rows, int64_t cols) {
-    return static_cast<uint64_t>(rows * cols) * sizeof(float);
+      sampler_(static_cast<int64_t>(pixels.as<const float>().size()) / kIn, seed),
+      data_x_(pixels.as<const float>().data()),
+      data_y_(one_hot.as<const float>().data()) {
+  // Each an f32 array charged its padded bytes (CoreContext::allocate_array).
+  const auto f32 = [&](int64_t rows, int64_t cols, const char* name) {
+    const int64_t dims[] = {rows, cols};
+    return ctx.allocate_array(ElementType::kF32, dims, label_prefix + name);
   };
-  const std::string& p = label_prefix;
-  x = ctx.allocate(f32(shape.rows, kIn), p + "/x");
-  y = ctx.allocate(f32(shape.rows, kOut), p + "/y");
-  z1 = ctx.allocate(f32(shape.micro_rows, shape.hidden), p + "/z1");
-  a1 = ctx.allocate(f32(shape.micro_rows, shape.hidden), p + "/a1");
-  logits = ctx.allocate(f32(shape.micro_rows, kOut), p + "/logits");
-  if (shape.probs) probs = ctx.allocate(f32(shape.micro_rows, kOut), p + "/probs");
-  const int c = ctx.core_id();
+  x = f32(shape.rows, kIn, "/x");
+  y = f32(shape.rows, kOut, "/y");
+  z1 = f32(shape.micro_rows, shape.hidden, "/z1");
+  a1 = f32(shape.micro_rows, shape.hidden, "/a1");
+  logits = f32(shape.micro_rows, kOut, "/logits");
+  if (shape.probs) probs = f32(shape.micro_rows, kOut, "/probs");
   for (const DeviceBuffer* buf : std::initializer_list<const DeviceBuffer*>{
-           &x, &y, &z1, &a1, &logits, &probs, &data.pixels.buffer(c), &data.one_hot.buffer(c)}) {
+           &x, &y, &z1, &a1, &logits, &probs, &pixels, &one_hot}) {
     if (buf->valid()) pins_.push_back(buf->pin());
   }
 }

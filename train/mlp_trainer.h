@@ -1,13 +1,15 @@
 // Data-parallel MLP training on N virtual cores: the foundation's end-to-end example.
 //
 // Model: 64 -> hidden -> 10, ReLU, softmax cross-entropy, SGD or Adam, f32. The training rows are
-// device_put once to every core (replicated over a 1-D mesh 'data'), and one SPMD program runs
+// device_put once to every core (replicated, P()), and one shard_map (sharding/shard_map.h) runs
 // all steps. Each step's global batch (epoch-wise shuffles drawn from the seed) is split across
 // the cores: core c takes rows [c*B/N, (c+1)*B/N) into its HBM and runs forward and backward with
 // Eigen mapped over its HBM buffers. The gradients of all parameters, plus the local loss sum,
-// are packed into one bucket and all-reduced (sum) in one collective, as PyTorch DDP buckets
-// gradients; every core then applies the same optimizer update to its replica. Because the
-// all-reduce gives bit-identical sums on every core, the replicas never drift apart.
+// are packed into one bucket and summed over the mesh axis 'data' in one psum, as PyTorch DDP
+// buckets gradients; every core then applies the same optimizer update to its replica. Because
+// the psum gives bit-identical sums on every core, the replicas never drift apart. Every buffer
+// is charged the padded bytes of its tensors under the TPU tiled layout (a packed bucket what
+// its tensors would cost one by one), or their logical bytes with RuntimeOptions::pad_arrays off.
 //
 // train_mlp is the tensor size 1 case of the one MLP training loop, train_mlp_tensor_parallel
 // (train/mlp_tp_trainer.h) on the layout data N x tensor 1: with one tensor shard the shard is
@@ -162,6 +164,10 @@ struct ReplicatedDigits {
 };
 ReplicatedDigits replicate_digits(Runtime& runtime, const DigitsDataset& train,
                                   const std::string& label_prefix);
+/// The same, replicated (P()) on every device of `mesh`, so that a shard_map over that mesh
+/// with in spec P() takes the arrays as they are. Throws as above.
+ReplicatedDigits replicate_digits(Runtime& runtime, const DigitsDataset& train,
+                                  const std::string& label_prefix, const Mesh& mesh);
 
 /// The sizes of MlpStepBuffers (below), in rows and hidden units. Plain data.
 struct MlpStepShape {
@@ -172,7 +178,8 @@ struct MlpStepShape {
 };
 
 /// One core's batch rows and activations for the digits MLP step, allocated once in the core's
-/// HBM for the whole run (as XLA's buffer assignment would), in this order and with these labels:
+/// HBM for the whole run (as XLA's buffer assignment would), each an f32 array charged its padded
+/// bytes (CoreContext::allocate_array), in this order and with these labels:
 ///   <prefix>/x       rows x 64             this core's rows of the global batch
 ///   <prefix>/y       rows x 10             their one-hot labels
 ///   <prefix>/z1      micro_rows x hidden   pre-activation (backward: dZ1)
@@ -188,6 +195,10 @@ class MlpStepBuffers {
  public:
   MlpStepBuffers(CoreContext& ctx, const ReplicatedDigits& data, const MlpStepShape& shape,
                  const std::string& label_prefix, uint64_t seed);
+  /// The same over this core's replica of the training rows given as its two buffers (f32,
+  /// rows x 64 pixels and rows x 10 one-hot labels), as shard_map hands them to its function.
+  MlpStepBuffers(CoreContext& ctx, const DeviceBuffer& pixels, const DeviceBuffer& one_hot,
+                 const MlpStepShape& shape, const std::string& label_prefix, uint64_t seed);
   MlpStepBuffers(const MlpStepBuffers&) = delete;
   MlpStepBuffers& operator=(const MlpStepBuffers&) = delete;
 

@@ -3159,18 +3159,23 @@ TEST(VtpuCliPlanTest, TrainMlpPlanHbmLimitIsTheRunsNotTheReferences) {
   const std::string path = temp_file("vtpu_cli_mlp_tp8_hbm.json",
                                      R"j({"format": "vtpu-plan", "version": 1, "model": "mlp",
       "mesh": {"axes": ["x"], "shape": [8]}, "strategy": {"name": "tp(x)", "tensor": ["x"]}})j");
-  const CliRun r = run_cli("train mlp --steps 2 --batch 64 --json --hbm-bytes 480K --plan " + path);
+  // 1700K holds a tp(x) core: the training set (1474560 B below), its shard of 8 hidden units
+  // (W1 64 x 8, b1, W2 8 x 10, b2: 64 + 8 + 8 + 8 rows of 128 floats, 45056 B, and the bucket
+  // 45312 B) and five 64-row activations of at most 128 columns (5 x 32768 B): 1728768 B.
+  const CliRun r =
+      run_cli("train mlp --steps 2 --batch 64 --json --hbm-bytes 1700K --plan " + path);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
-  for (const auto& core : j["run"]["hbm"]) EXPECT_EQ(core["bytes_limit"], 480 * 1024) << core;
+  for (const auto& core : j["run"]["hbm"]) EXPECT_EQ(core["bytes_limit"], 1700 * 1024) << core;
   EXPECT_EQ(j["reference"]["hbm_bytes_limit"], uint64_t{16} << 30);
   // The reference's peak, above the run's limit: as MlpTrainerTest computes it, every buffer
-  // rounded to 256 B: the training set (1437 rows: pixels 367872 B, labels 57600 B), params and
-  // grads+loss (4810 and 4811 floats: 19456 B each), then the batch of 64 rows (16384 + 2560),
-  // z1 and a1 (16384 each) and the logits (2560).
-  const uint64_t live = 367872 + 57600 + 19456 + 19456;
-  EXPECT_EQ(j["reference"]["peak_bytes_in_use_core0"], live + 16384 + 2560 + 2 * 16384 + 2560);
-  EXPECT_GT(j["reference"]["peak_bytes_in_use_core0"].get<uint64_t>(), uint64_t{480 * 1024});
+  // padded under T(8,128) and rounded to 256 B: the training set (1437 rows of 64 pixels and of
+  // 10 labels: 1440 x 128 floats each, 737280 B), params (W1 64 x 64, b1, W2 64 x 10, b2: 73728
+  // B) and grads+loss (73732 B, a 73984 B chunk), then the batch of 64 rows (x and y), z1, a1 and
+  // the logits (64 x 128 floats each, 32768 B).
+  const uint64_t live = 2 * 737280 + 73728 + 73984;
+  EXPECT_EQ(j["reference"]["peak_bytes_in_use_core0"], live + 5 * 32768);
+  EXPECT_GT(j["reference"]["peak_bytes_in_use_core0"].get<uint64_t>(), uint64_t{1700 * 1024});
   EXPECT_TRUE(j["losses_match"].get<bool>());
 }
 

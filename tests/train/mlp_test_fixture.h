@@ -7,10 +7,11 @@
 
 #include <cstdint>
 
+#include "tests/test_data.h"
+#include "vtpu/runtime/runtime.h"
+#include "vtpu/runtime/runtime_options.h"
 #include "vtpu/train/digits_dataset.h"
 #include "vtpu/train/mlp_trainer.h"
-#include "vtpu/runtime/runtime_options.h"
-#include "tests/test_data.h"
 
 namespace vtpu::testing {
 
@@ -38,6 +39,30 @@ inline MlpConfig mlp_test_config(int64_t steps, int64_t global_batch, int64_t hi
 
 /// BFC hands out chunks in multiples of 256 bytes.
 inline uint64_t round256(uint64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+/// An f32 (rows, cols) array under the TPU tiling T(8,128): rows up to a multiple of 8, columns
+/// of 128 (a vector of n counts as (1, n)). `pad` false: the logical rows x cols x 4.
+inline uint64_t f32_tiled(int64_t rows, int64_t cols, bool pad = true) {
+  if (!pad) return static_cast<uint64_t>(rows * cols) * 4;
+  return static_cast<uint64_t>((rows + 7) / 8 * 8) *
+         static_cast<uint64_t>((cols + 127) / 128 * 128) * 4;
+}
+
+/// The charged bytes of the MLP's flat parameters of `hidden` units (W1 64 x H, b1 H, W2 H x 10,
+/// b2 10), each tensor as its own array, before BFC's rounding; the gradient bucket adds the
+/// 4-byte loss scalar.
+inline uint64_t mlp_params_bytes(int64_t hidden, bool pad = true) {
+  return f32_tiled(64, hidden, pad) + f32_tiled(1, hidden, pad) + f32_tiled(hidden, 10, pad) +
+         f32_tiled(1, 10, pad);
+}
+
+/// What the replicated training set (pixels rows x 64, one-hot labels rows x 10) costs one core,
+/// as device_put charges it (its own tests work that out): measured on a fresh runtime.
+inline uint64_t replicated_digits_bytes(const DigitsDataset& train, RuntimeOptions options) {
+  Runtime rt(options);
+  const ReplicatedDigits data = replicate_digits(rt, train, "mlp");
+  return rt.core(0).hbm().memory_stats().bytes_in_use;
+}
 
 /// A fixture (`Base` ::testing::Test, or ::testing::TestWithParam<P> for a parameterised one)
 /// whose split_ holds the real digits, split as the trainers split them. A missing data file fails

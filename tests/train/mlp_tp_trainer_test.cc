@@ -105,7 +105,7 @@ TEST_P(MlpTpVsSingleCoreTest, LossesMatchTheSingleCoreRunWithin1e4) {
 // --optimizer adam (train/adam.h) on the shards, as train_mlp and train_fsdp have it: the
 // losses match the single-core Adam run within 1e-4 relative and the model learns at Adam's
 // small learning rate (plain SGD at that rate would not, and is far from the Adam losses); core
-// 0's two moments are each shaped like its parameter shard (75 H / T + 10 floats), allocated once
+// 0's two moments are each shaped like its parameter shard (its four tensors), allocated once
 // with the parameters and visible at the peak (the at_peak hook runs under every layout).
 TEST_P(MlpTpVsSingleCoreTest, AdamMatchesTheSingleCoreAdamRunWithin1e4) {
   const Case& k = GetParam();
@@ -136,7 +136,8 @@ TEST_P(MlpTpVsSingleCoreTest, AdamMatchesTheSingleCoreAdamRunWithin1e4) {
   EXPECT_TRUE(r.run.replicas_identical());
   EXPECT_FALSE(r.run.replica_mismatch.has_value());
   EXPECT_EQ(peaks, 1);
-  const uint64_t shard_bytes = 4 * static_cast<uint64_t>(75 * c.hidden / layout.tensor + 10);
+  // The shard's four tensors, each padded under T(8,128).
+  const uint64_t shard_bytes = testing::mlp_params_bytes(c.hidden / layout.tensor);
   EXPECT_EQ(peak.params, testing::round256(shard_bytes));
   EXPECT_EQ(peak.opt_state, 2 * testing::round256(shard_bytes));
 }
@@ -169,6 +170,41 @@ TEST_F(MlpTpMicroBatchTest, MicroBatchesReproduceDataShardsExactly) {
   EXPECT_EQ(micro.run.parameters, shards.run.parameters);
   EXPECT_EQ(micro.tensor_all_reduce[0].num_collectives, 2u * 25u);
   EXPECT_EQ(micro.tensor_all_reduce[0].bytes, 2u * 25u * 16u * 10u * 4u);
+}
+
+// Padding is a charge, not a computation: with RuntimeOptions::pad_arrays off, the data-parallel
+// (2 x 1) and the dp+tp (2 x 2) runs give the same losses, parameters and collectives bit for
+// bit, and core 0's parameter shard is charged its logical bytes (75 Hs + 10 floats) instead of
+// its four tensors' padded ones (W1 64 x 128, b1 8 x 128, W2 Hs x 128 rows rounded to 8, b2
+// 8 x 128 floats, for Hs <= 128).
+class MlpTpPaddingTest : public testing::DigitsFixture<> {};
+
+TEST_F(MlpTpPaddingTest, PaddingOffChangesOnlyTheHbmFigures) {
+  for (const int64_t tensor : {1, 2}) {
+    MlpConfig c = mlp_test_config(20, 32, 64);
+    const DataTensorLayout layout = DataTensorLayout::grid(2, tensor);
+    const int64_t hs = c.hidden / tensor;
+    std::vector<MlpTensorParallelResult> runs;
+    for (const bool pad : {true, false}) {
+      HbmBreakdown peak;
+      c.at_peak = [&](Runtime& rt) { peak = hbm_breakdown(rt.core(0).hbm().chunk_records()); };
+      RuntimeOptions o = mlp_runtime_options(static_cast<int>(layout.num_cores()));
+      o.pad_arrays = pad;
+      Runtime rt(o);
+      runs.push_back(train_mlp_tensor_parallel(rt, split_, c, layout));
+      const uint64_t params = pad ? (64u + 8 + static_cast<uint64_t>(hs) + 8) * 128 * 4
+                                  : static_cast<uint64_t>(75 * hs + 10) * 4;
+      EXPECT_EQ(peak.params, testing::round256(params)) << "tensor " << tensor << ", pad " << pad;
+    }
+    EXPECT_EQ(runs[0].run.losses, runs[1].run.losses) << "tensor " << tensor;
+    EXPECT_EQ(runs[0].run.parameters, runs[1].run.parameters) << "tensor " << tensor;
+    EXPECT_TRUE(runs[1].run.replicas_identical());
+    for (size_t core = 0; core < runs[0].run.all_reduce.size(); ++core) {
+      EXPECT_EQ(runs[0].run.all_reduce[core].bytes, runs[1].run.all_reduce[core].bytes);
+      EXPECT_EQ(runs[0].tensor_all_reduce[core].bytes, runs[1].tensor_all_reduce[core].bytes);
+    }
+    EXPECT_GT(runs[0].run.hbm[0].peak_bytes_in_use, runs[1].run.hbm[0].peak_bytes_in_use);
+  }
 }
 
 TEST(MlpTpTrainerErrorsTest, BadConfigsAreClear) {

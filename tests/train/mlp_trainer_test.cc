@@ -13,8 +13,10 @@
 namespace vtpu {
 namespace {
 
+using testing::f32_tiled;
 using testing::mlp_runtime_options;
 using testing::mlp_test_config;
+using testing::round256;
 
 // An independent reference: the same model trained with naive double-precision loops on the host
 // (no Eigen, no cores, no collectives), from the same initial parameters and the same batches,
@@ -172,19 +174,18 @@ TEST_F(MlpTrainerTest, LossesMatchTheSingleCoreRunForEveryCoreCount) {
     }
     EXPECT_TRUE(r.replicas_identical()) << n << " cores";
     ASSERT_EQ(r.hbm.size(), static_cast<size_t>(n));
-    // Per core, each buffer rounded to 256 B (BFC): after training, the replicated training set
-    // (pixels, one-hot labels), params and grads(+loss); at the peak also the batch (x, y) and
-    // the activations (z1, a1, logits).
+    // Per core, each buffer padded under T(8,128) and rounded to 256 B (BFC): after training,
+    // the replicated training set (pixels, one-hot labels), params and grads(+loss); at the peak
+    // also the batch (x, y) and the activations (z1, a1, logits).
     const int64_t p = 75 * c.hidden + 10, b = c.global_batch / n;
-    const int64_t rows = split_.train.num_rows();
-    auto round = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
-    const int64_t live =
-        round(4 * rows * 64) + round(4 * rows * 10) + round(4 * p) + round(4 * (p + 1));
-    const int64_t peak = live + round(4 * b * 64) + round(4 * b * 10) +
-                         2 * round(4 * b * c.hidden) + round(4 * b * 10);
+    const uint64_t params = testing::mlp_params_bytes(c.hidden);
+    const uint64_t live = testing::replicated_digits_bytes(split_.train, mlp_runtime_options(n)) +
+                          round256(params) + round256(params + 4);
+    const uint64_t peak = live + round256(f32_tiled(b, 64)) + round256(f32_tiled(b, 10)) +
+                          2 * round256(f32_tiled(b, c.hidden)) + round256(f32_tiled(b, 10));
     for (const MemoryStats& s : r.hbm) {
-      EXPECT_EQ(s.bytes_in_use, static_cast<uint64_t>(live));
-      EXPECT_EQ(s.peak_bytes_in_use, static_cast<uint64_t>(peak));
+      EXPECT_EQ(s.bytes_in_use, live);
+      EXPECT_EQ(s.peak_bytes_in_use, peak);
     }
     for (const CollectiveStats& s : r.all_reduce) {
       EXPECT_EQ(s.num_collectives, static_cast<uint64_t>(c.steps));
@@ -220,15 +221,15 @@ TEST_F(MlpTrainerTest, MicroBatchesOnOneCoreReproduceNCoresExactly) {
     EXPECT_EQ(one.losses, cores.losses) << k.optimizer << " " << k.kernels << " " << k.n;
     EXPECT_EQ(one.parameters, cores.parameters) << k.optimizer << " " << k.kernels << " " << k.n;
     if (std::string(k.kernels) == "eigen") {
-      auto round = [](int64_t bytes) { return static_cast<uint64_t>((bytes + 255) / 256 * 256); };
-      const int64_t p = 75 * c.hidden + 10, b = 64, mb = 64 / k.n;
-      const int64_t rows = split_.train.num_rows();
-      const uint64_t opt = std::string(k.optimizer) == "adam" ? 2 * round(4 * p) : 0;
+      const int64_t b = 64, mb = 64 / k.n;
+      const uint64_t p = round256(testing::mlp_params_bytes(c.hidden));
+      const uint64_t bucket = round256(testing::mlp_params_bytes(c.hidden) + 4);
+      const uint64_t opt = std::string(k.optimizer) == "adam" ? 2 * p : 0;
       const uint64_t live =
-          round(4 * rows * 64) + round(4 * rows * 10) + round(4 * p) + round(4 * (p + 1)) + opt;
-      EXPECT_EQ(one.hbm[0].peak_bytes_in_use, live + round(4 * (p + 1)) + round(4 * b * 64) +
-                                                  round(4 * b * 10) + 2 * round(4 * mb * c.hidden) +
-                                                  round(4 * mb * 10));
+          testing::replicated_digits_bytes(split_.train, mlp_runtime_options(1)) + p + bucket + opt;
+      EXPECT_EQ(one.hbm[0].peak_bytes_in_use,
+                live + bucket + round256(f32_tiled(b, 64)) + round256(f32_tiled(b, 10)) +
+                    2 * round256(f32_tiled(mb, c.hidden)) + round256(f32_tiled(mb, 10)));
     }
   }
 }
