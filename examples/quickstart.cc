@@ -1,37 +1,43 @@
-// The README's example: an 8-core runtime, a sharded array, and an all-reduce in an SPMD program.
-#include <algorithm>
+// The README's example: an 8-core runtime, a sharded array, and shard_map with named-axis
+// collectives, as JAX writes it:
+//
+//   mesh = jax.make_mesh((4, 2), ('x', 'y'))
+//   x = jax.device_put(jnp.ones((8, 4)), NamedSharding(mesh, P('x', 'y')))
+//   jax.debug.visualize_array_sharding(x)
+//   f = jax.shard_map(lambda b: jax.lax.psum(b, 'x'), mesh=mesh,
+//                     in_specs=P('x', 'y'), out_specs=P(None, 'y'))
+//   y = f(x)                                   # (2, 4): every block summed over the 4 x-rows
 #include <cstdio>
 #include <vector>
 
-#include <vtpu/collectives/communicator.h>
-#include <vtpu/runtime/runtime.h>
-#include <vtpu/sharding/sharded_array.h>
+#include <vtpu/sharding/shard_map.h>
+#include <vtpu/sharding/visualize.h>
+
+using namespace vtpu;  // NOLINT: an example reads as the JAX it mirrors
 
 int main() {
-  vtpu::RuntimeOptions options;  // or RuntimeOptions::load_json_file("vtpu.json")
+  RuntimeOptions options;  // or RuntimeOptions::load_json_file("vtpu.json")
   options.num_cores = 8;
-  vtpu::Runtime runtime(options);  // 8 threads, each with a lazily committed 16 GiB arena
+  Runtime runtime(options);  // 8 threads, each with a lazily committed 16 GiB arena
 
-  // JAX-style sharding: an (8, 4) array over a (4, 2) mesh, split P('x', 'y').
-  vtpu::Mesh mesh({4, 2}, {"x", "y"});
-  vtpu::NamedSharding sharding(mesh, vtpu::PartitionSpec({{"x"}, {"y"}}));
+  DeviceMesh mesh = make_mesh(runtime, {4, 2}, {"x", "y"});
   std::vector<float> host(8 * 4, 1.0f);
-  auto array = vtpu::ShardedArray::device_put(runtime, host, {8, 4}, sharding);
-  std::vector<int64_t> block = sharding.shard_shape({8, 4});  // {2, 2}: core 5 holds one block
-  std::vector<float> back = array.gather();                   // the whole array again
+  ShardedArray x = ShardedArray::device_put(runtime, host, {8, 4}, {mesh, P("x", "y")});
+  std::printf("%s", visualize_array_sharding(x).c_str());  // which core holds which block
 
-  // An SPMD program: runs once on every core, each on its own thread.
-  vtpu::Communicator comm(runtime, {0, 1, 2, 3, 4, 5, 6, 7});
-  runtime.run_spmd([&](vtpu::CoreContext& ctx) {
-    vtpu::DeviceBuffer buf = ctx.allocate(1024 * sizeof(float), "grads");  // this core's HBM
-    auto x = buf.as<float>();
-    std::fill(x.begin(), x.end(), float(ctx.core_id()));
-    comm.all_reduce<float>(ctx, x);  // in place: x[i] == 0 + 1 + ... + 7 == 28 on every core
+  // fn runs once on every core, on its own thread, with that core's (2, 2) block.
+  auto f = shard_map(mesh, {P("x", "y")}, {P(None, "y")}, [](ShardMapContext& ctx, auto in) {
+    return outputs(ctx.psum(in[0], "x"));  // a new array; the input is unchanged
   });
+  std::vector<ShardedArray> out = f(x);
+  const ShardedArray& y = out[0];
+  std::vector<float> back = y.gather();  // (2, 4), every element 4
 
-  vtpu::MemoryStats stats = runtime.core(0).hbm().memory_stats();
-  std::printf("block %lldx%lld, gathered %zu floats, core 0 peak HBM %llu bytes\n",
-              static_cast<long long>(block[0]), static_cast<long long>(block[1]), back.size(),
-              static_cast<unsigned long long>(stats.peak_bytes_in_use));
-  return 0;
+  // Blocks are charged their TPU tiled-layout bytes: a (2, 2) f32 block takes one 8x128 tile.
+  MemoryStats stats = runtime.core(0).hbm().memory_stats();
+  std::printf("%s: y[0] = %g; core 0 holds %llu logical, %llu padded bytes\n",
+              y.to_string().c_str(), back[0],
+              static_cast<unsigned long long>(stats.logical_bytes_in_use),
+              static_cast<unsigned long long>(stats.padded_bytes_in_use));
+  return back == std::vector<float>(8, 4.0f) ? 0 : 1;
 }

@@ -320,7 +320,7 @@ bool same_layout(const NamedSharding& have, const NamedSharding& want) {
 // planner/, which sits above sharding/.
 ShardedArray relayout(Runtime& runtime, const ShardedArray& a, const NamedSharding& want) {
   return visit_data_type(a.dtype(), [&]<typename T>(TypeTag<T>) -> ShardedArray {
-    if constexpr (std::is_same_v<T, double> || std::is_same_v<T, Float16>) {
+    if constexpr (std::is_same_v<T, double>) {
       throw UnimplementedError("shard_map cannot reshard a " +
                                std::string(element_type_name(a.dtype())) +
                                " input; device_put it with its in spec's sharding");

@@ -40,7 +40,7 @@ fi
 grep -q -e "-isystem $prefix/include" -e "-I$prefix/include" "$commands" \
   || fail "the consumer's compile line does not name $prefix/include: $(grep '"command"' "$commands")"
 out=$("$tmp/consumer/build/quickstart") || fail "quickstart exited $?"
-[[ $out == "block 2x2, gathered 32 floats, core 0 peak HBM "* ]] || fail "quickstart printed: $out"
+[[ $out == *"y[0] = 4;"* ]] || fail "quickstart printed: $out"
 
 # The installed vtpu, run from a directory with no vtpu files, finds the digits and the model files
 # under <prefix>/share/vtpu.

@@ -304,6 +304,22 @@ TEST(ShardMapTest, TypedArraysKeepTheirDtypeThroughShardMap) {
   EXPECT_EQ(x.gather<int64_t>(), host);
 }
 
+TEST(ShardMapTest, F16InputIsReshardedToItsInSpec) {
+  auto rt = make_runtime(8);
+  DeviceMesh mesh = make_mesh(*rt, {4, 2}, {"x", "y"});
+  // 0.5, 1.5, ..., 3.5 are exact in f16; the input is replicated and fn wants it split over 'x'.
+  std::vector<Float16> host;
+  for (int i = 0; i < 4; ++i) host.push_back(float_to_f16(0.5f + static_cast<float>(i)));
+  ShardedArray x = ShardedArray::device_put(*rt, host, {4}, NamedSharding(mesh, P()));
+  auto f = shard_map(mesh, {P("x")}, {P()}, [](ShardMapContext& ctx, Inputs in) {
+    EXPECT_EQ(in[0].shape(), std::vector<int64_t>{1});
+    return outputs(ctx.psum(in[0], "x"));
+  });
+  std::vector<ShardedArray> out = f(x);
+  EXPECT_EQ(out[0].dtype(), ElementType::kF16);
+  EXPECT_EQ(f16_to_float(out[0].gather<Float16>()[0]), 8.0f);  // 0.5 + 1.5 + 2.5 + 3.5
+}
+
 TEST(ShardMapTest, CommunicatorsAreMadeOncePerAxisTuple) {
   auto rt = make_runtime(8);
   DeviceMesh mesh = make_mesh(*rt, {4, 2}, {"x", "y"});
