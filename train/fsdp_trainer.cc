@@ -12,6 +12,7 @@
 
 #include "vtpu/common/error.h"
 #include "vtpu/common/median.h"
+#include "vtpu/memory/tiled_layout.h"
 #include "vtpu/sharding/sharded_array.h"
 #include "vtpu/train/adam.h"
 #include "vtpu/train/mlp_eigen_layers.h"
@@ -127,7 +128,9 @@ class FsdpCore {
     io_.emplace(ctx, run.data, MlpStepShape{run.rows, run.rows, hidden_, false}, "fsdp",
                 run.mc.seed);
     note_allocation();
-    lossbuf_ = allocate(1, "fsdp/loss");
+    // The loss sum is a scalar, f32[] (untiled: 4 bytes either way).
+    lossbuf_ = ctx.allocate_array(ElementType::kF32, {}, "fsdp/loss");
+    note_allocation();
     // Raw pointers live for the whole run: pin so that defragmentation never moves them.
     for (const DeviceBuffer* buf : {&s_.param_shards[0], &s_.param_shards[1], &grad_shards_[0],
                                     &grad_shards_[1], &lossbuf_}) {
@@ -241,8 +244,12 @@ class FsdpCore {
       *peak_ = hbm_breakdown(arena.chunk_records());
     }
   }
+  /// A 1-D f32 array of `elements`, charged fsdp_vector_charged_bytes.
   DeviceBuffer allocate(int64_t elements, const std::string& label) {
-    DeviceBuffer buf = ctx_.allocate(static_cast<uint64_t>(elements) * kF, label);
+    const uint64_t logical = static_cast<uint64_t>(elements) * kF;
+    DeviceBuffer buf(ctx_.core().hbm_shared(), logical,
+                     fsdp_vector_charged_bytes(elements, ctx_.runtime().options().pad_arrays),
+                     label);
     note_allocation();
     return buf;
   }
@@ -339,6 +346,13 @@ void FsdpConfig::validate(int num_cores) const {
     throw InvalidArgumentError("train_fsdp does not accumulate micro-batches; micro_batches is " +
                                std::to_string(mlp.micro_batches) + " (expected 1)");
   }
+}
+
+uint64_t fsdp_vector_charged_bytes(int64_t elements, bool pad_arrays) {
+  const int64_t dims[] = {elements};
+  if (!pad_arrays) return logical_bytes(ElementType::kF32, dims);
+  static const Layout vector_layout = parse_layout("{0:T(1024)}");
+  return padded_bytes(ElementType::kF32, dims, vector_layout);
 }
 
 std::vector<FlatParamShape> fsdp_flat_params(int64_t hidden, int num_cores) {

@@ -16,6 +16,7 @@
 #include "vtpu/common/error.h"
 #include "vtpu/common/median.h"
 #include "vtpu/common/strings.h"
+#include "vtpu/memory/tiled_layout.h"
 #include "vtpu/runtime/pallas_kernels.h"
 #include "vtpu/train/train_step_log.h"
 
@@ -188,7 +189,13 @@ struct TransformerRun {
         tp_comms(Communicator::for_groups(runtime, layout.tensor_groups)),
         dp_comms(Communicator::for_groups(runtime, layout.data_groups)),
         init(transformer_init_parameters(config)),
-        model(config, layout.tensor, micro_batch) {
+        model(config, layout.tensor, micro_batch),
+        pad_arrays(runtime.options().pad_arrays) {
+    for (const TransformerParam& p : model.layout().params())
+      weight_shapes.push_back(p.local_shape);
+    bucket_shapes = weight_shapes;
+    bucket_shapes.push_back({});  // the loss sum, a scalar after the gradients
+    token_shape = {local_batch, config.context + 1};
     for (int64_t t = 0; t < layout.tensor; ++t) {
       init_shards.push_back(shard_transformer_parameters<float>(config, init, layout.tensor, t));
     }
@@ -205,6 +212,16 @@ struct TransformerRun {
     return *dp_comms[static_cast<size_t>(layout.data_group[static_cast<size_t>(c)])];
   }
   int64_t shard_size() const { return model.layout().size(); }
+  /// What the arena is charged for arrays of `dtype` and `shapes` packed in one buffer
+  /// (CoreContext::allocate_arrays): their padded bytes, or their logical bytes without padding.
+  uint64_t charged_bytes(ElementType dtype, std::span<const std::vector<int64_t>> shapes) const {
+    uint64_t total = 0;
+    for (const std::vector<int64_t>& dims : shapes) {
+      const ArrayBytes b = array_bytes(dtype, dims);
+      total += pad_arrays ? b.padded_bytes : b.logical_bytes;
+    }
+    return total;
+  }
 
   const TransformerConfig& config;
   const DataTensorLayout& layout;
@@ -217,6 +234,12 @@ struct TransformerRun {
   std::vector<std::vector<float>> init_shards;
   const TransformerShard<float> model;
   std::vector<std::vector<int64_t>> starts;  // per step, the global batch's window starts
+  // Every HBM buffer is charged per tensor, as the arrays it packs would be one by one: the
+  // shard's weights (each tensor's local block; also the shape of Adam's m and v), the gradient
+  // bucket (those blocks and the loss scalar), and the tokens s32[local_batch, context + 1].
+  const bool pad_arrays;  // RuntimeOptions::pad_arrays
+  std::vector<std::vector<int64_t>> weight_shapes, bucket_shapes;
+  std::vector<int64_t> token_shape;
 };
 
 /// A TransformerResult with the run's sizes filled in and its per-step vectors sized.
@@ -229,15 +252,16 @@ TransformerResult empty_result(const TransformerRun& run) {
   result.shard_parameters = shard_size;
   result.losses.assign(static_cast<size_t>(config.steps), 0.0);
   result.step_seconds.assign(static_cast<size_t>(config.steps), 0.0);
-  const uint64_t f = sizeof(float);
-  result.weight_bytes = static_cast<uint64_t>(shard_size) * f;
+  // What TransformerCore's buffers are charged (padded bytes, per tensor, by default).
+  constexpr ElementType f32 = ElementType::kF32;
+  result.weight_bytes = run.charged_bytes(f32, run.weight_shapes);
   // The bucket, and with micro-batches a second one that each later micro-batch computes into.
-  result.gradient_bytes =
-      static_cast<uint64_t>(config.micro_batches > 1 ? 2 : 1) * (shard_size + 1) * f;
-  result.optimizer_bytes = 2 * static_cast<uint64_t>(shard_size) * f;
-  result.activation_bytes = static_cast<uint64_t>(run.model.workspace_elements()) * f;
-  result.token_bytes =
-      static_cast<uint64_t>(run.local_batch * (config.context + 1)) * sizeof(int32_t);
+  result.gradient_bytes = static_cast<uint64_t>(config.micro_batches > 1 ? 2 : 1) *
+                          run.charged_bytes(f32, run.bucket_shapes);
+  result.optimizer_bytes = 2 * result.weight_bytes;
+  result.activation_bytes = run.charged_bytes(f32, run.model.workspace_shapes());
+  result.token_bytes = run.charged_bytes(
+      ElementType::kS32, std::span<const std::vector<int64_t>>(&run.token_shape, 1));
   return result;
 }
 
@@ -246,22 +270,24 @@ TransformerResult empty_result(const TransformerRun& run) {
 /// of a step. Only the owning core may call.
 class TransformerCore {
  public:
-  TransformerCore(CoreContext& ctx, const TransformerRun& run, const TransformerResult& sizes)
+  TransformerCore(CoreContext& ctx, const TransformerRun& run)
       : ctx_(ctx),
         run_(run),
         tp_(run.tensor_comm(ctx.core_id())),
         dp_(run.data_comm(ctx.core_id())),
         data_rank_(run.layout.data_rank[static_cast<size_t>(ctx.core_id())]) {
-    const uint64_t bucket = (run.shard_size() + 1) * sizeof(float);
-    params_ = ctx.allocate(sizes.weight_bytes, "transformer/weights");
-    grads_ = ctx.allocate(bucket, "transformer/grads+loss");
+    // Each buffer packs several tensors and is charged as those tensors (the sizes empty_result
+    // reports).
+    constexpr ElementType f32 = ElementType::kF32;
+    params_ = ctx.allocate_arrays(f32, run.weight_shapes, "transformer/weights");
+    grads_ = ctx.allocate_arrays(f32, run.bucket_shapes, "transformer/grads+loss");
     if (run.config.micro_batches > 1) {
-      micro_ = ctx.allocate(bucket, "transformer/micro_grads+loss");
+      micro_ = ctx.allocate_arrays(f32, run.bucket_shapes, "transformer/micro_grads+loss");
     }
-    adam_m_ = ctx.allocate(sizes.optimizer_bytes / 2, "transformer/adam_m");
-    adam_v_ = ctx.allocate(sizes.optimizer_bytes / 2, "transformer/adam_v");
-    work_ = ctx.allocate(sizes.activation_bytes, "transformer/activations");
-    toks_ = ctx.allocate(sizes.token_bytes, "transformer/tokens");
+    adam_m_ = ctx.allocate_arrays(f32, run.weight_shapes, "transformer/adam_m");
+    adam_v_ = ctx.allocate_arrays(f32, run.weight_shapes, "transformer/adam_v");
+    work_ = ctx.allocate_arrays(f32, run.model.workspace_shapes(), "transformer/activations");
+    toks_ = ctx.allocate_array(ElementType::kS32, run.token_shape, "transformer/tokens");
     for (const DeviceBuffer* b : {&params_, &grads_, &adam_m_, &adam_v_, &work_, &toks_}) {
       pins_.push_back(b->pin());
     }
@@ -410,7 +436,7 @@ TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const 
   const auto t_start = std::chrono::steady_clock::now();
   runtime.run_spmd([&](CoreContext& ctx) {
     const int c = ctx.core_id();
-    TransformerCore core(ctx, run, result);
+    TransformerCore core(ctx, run);
     for (int64_t step = 0; step < config.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
       core.load_tokens(step);
