@@ -22,6 +22,12 @@ namespace {
 
 thread_local bool t_in_comm_worker = false;  // true while a started collective runs
 
+// The desync check's error, told apart so that the group's abort remembers its cause.
+class DesyncError : public InvalidArgumentError {
+ public:
+  using InvalidArgumentError::InvalidArgumentError;
+};
+
 uint64_t product(std::span<const int64_t> dims, size_t begin, size_t end) {
   uint64_t p = 1;
   for (size_t i = begin; i < end; ++i) p *= static_cast<uint64_t>(dims[i]);
@@ -253,11 +259,14 @@ Link& Communicator::link(int src_rank, int dst_rank) {
   return *l;
 }
 
-void Communicator::abort(const std::string& reason) {
+void Communicator::abort(const std::string& reason) { abort(reason, std::nullopt); }
+
+void Communicator::abort(const std::string& reason, std::optional<uint64_t> desync_sequence) {
   {
     std::lock_guard lock(abort_mu_);
     if (aborted_.load(std::memory_order_relaxed)) return;
     abort_reason_ = reason;
+    desync_sequence_ = desync_sequence;
     aborted_.store(true, std::memory_order_release);
   }
   std::lock_guard lock(links_mu_);
@@ -271,6 +280,7 @@ void Communicator::reset() {
   std::fill(sequence_.begin(), sequence_.end(), 0);
   for (size_t i = 0; i < group_.size(); ++i) entered_[i].store(0);
   abort_reason_.clear();
+  desync_sequence_.reset();
   aborted_.store(false, std::memory_order_release);
 }
 
@@ -308,6 +318,11 @@ void Communicator::rethrow_with_context(int rank, const Fingerprint& fp) {
     abort(msg);
     throw DeadlineExceededError(msg);
   } catch (const AbortedError&) {
+    throw_if_desynced(core, fp);
+    throw;
+  } catch (const DesyncError& e) {
+    abort("core " + std::to_string(core) + " failed in " + fp.to_string() + ": " + e.what(),
+          fp.sequence);
     throw;
   } catch (const Error& e) {
     abort("core " + std::to_string(core) + " failed in " + fp.to_string() + ": " + e.what());
@@ -316,6 +331,13 @@ void Communicator::rethrow_with_context(int rank, const Fingerprint& fp) {
     abort("core " + std::to_string(core) + " failed in " + fp.to_string() + ": " + e.what());
     throw;
   }
+}
+
+void Communicator::throw_if_desynced(int core_id, const Fingerprint& fp) const {
+  std::lock_guard lock(abort_mu_);
+  if (desync_sequence_ != fp.sequence) return;
+  throw InvalidArgumentError(fp.to_string() + " on core " + std::to_string(core_id) +
+                             " failed: " + abort_reason_);
 }
 
 void Communicator::wait_for_direct_users() const {
@@ -369,6 +391,7 @@ void Communicator::run(CoreContext& ctx, Fingerprint fp, uint64_t input_bytes, c
   fp.sequence = sequence_[ri]++;
   entered_[ri].store(fp.sequence + 1, std::memory_order_release);
   if (aborted()) {
+    throw_if_desynced(ctx.core_id(), fp);
     std::lock_guard lock(abort_mu_);
     throw AbortedError(fp.to_string() + " on core " + std::to_string(ctx.core_id()) +
                        ": communicator " + group_string() + " was aborted (" + abort_reason_ +
@@ -383,7 +406,7 @@ void Communicator::run(CoreContext& ctx, Fingerprint fp, uint64_t input_bytes, c
   const int core_id = ctx.core_id();
   if (options_.desync_check)
     ac.on_mismatch = [this, core_id, fp](const Link& from, const Fingerprint& theirs) {
-      throw InvalidArgumentError(
+      throw DesyncError(
           "collective mismatch in group " + group_string() + ": core " + std::to_string(core_id) +
           " called " + fp.to_string() + " but core " + std::to_string(from.src_core()) +
           " called " + theirs.to_string() +

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -72,19 +73,21 @@ struct CollectiveStats {
 /// Contract (every operation): every core of the group must call the same collectives, with the
 /// same element type, shape, parameters and op, in the same order. Each message carries the
 /// sender's Fingerprint (op, dtype, shape, parameters, algorithm, sequence number) and the
-/// receiver checks it: a mismatch (desync) fails at once with InvalidArgumentError naming both
-/// cores' fingerprints, never a partial result. Arrays are row-major; `shape` gives the dims of
-/// the input (at most 8) and the byte sizes of send/recv must match the shapes. Buffers are
-/// element spans (typed) or byte spans (`*_bytes`); all counts in the error messages say which.
-/// Reductions fold in rank order ((x0 op x1) op x2 ...) unless an opt-in non-deterministic
-/// algorithm is chosen, so results are bit-identical on every core and run to run. Types: float,
-/// double, BFloat16, int32_t, int64_t.
+/// receiver checks it: a mismatch (desync) fails at once on every core of the group with
+/// InvalidArgumentError naming both cores' fingerprints, never a partial result. Arrays are
+/// row-major; `shape` gives the dims of the input (at most 8) and the byte sizes of send/recv must
+/// match the shapes. Buffers are element spans (typed) or byte spans (`*_bytes`); all counts in the
+/// error messages say which. Reductions fold in rank order ((x0 op x1) op x2 ...) unless an opt-in
+/// non-deterministic algorithm is chosen, so results are bit-identical on every core and run to
+/// run. Types: float, double, BFloat16, Float16, int32_t, int64_t; integer sum and prod wrap modulo
+/// 2^bits.
 ///
 /// Failure handling: every wait has `timeout`; DeadlineExceededError names the collective, the
 /// sequence number and the cores that have not reached it. When a core of the group fails (in a
 /// collective, or anywhere in a run_spmd program), the group is aborted: cores waiting inside a
-/// collective wake at once with AbortedError carrying the cause, and later collectives fail with
-/// AbortedError until reset().
+/// collective wake at once with AbortedError carrying the cause (InvalidArgumentError when the
+/// cause is a desync of that same collective), and later collectives fail with AbortedError until
+/// reset().
 ///
 /// Async: each op has a `*_start` form that returns a CollectiveHandle; the collective runs on the
 /// core's communication worker (VirtualCore::comm_executor) while the program computes. A core's
@@ -347,6 +350,12 @@ class Communicator {
   CollectiveHandle start(CoreContext& ctx, std::function<void(CoreContext&)> op);
   Link& link(int src_rank, int dst_rank);
   [[noreturn]] void rethrow_with_context(int rank, const Fingerprint& fp);
+  /// abort(reason), remembering that the cause was a desync of collective `desync_sequence`.
+  void abort(const std::string& reason, std::optional<uint64_t> desync_sequence);
+  /// Throws InvalidArgumentError naming the abort's cause when the group was aborted by a desync
+  /// of `fp`'s collective: every core of a mismatched collective fails as the cores that compared
+  /// the fingerprints do, also those woken by the abort.
+  void throw_if_desynced(int core_id, const Fingerprint& fp) const;
   /// After the group is aborted: waits (sleeping, at most the timeout) until no rank is inside a
   /// DirectAccessScope, so that no peer touches this rank's buffers once its error returns.
   void wait_for_direct_users() const;
@@ -373,7 +382,8 @@ class Communicator {
   std::vector<std::shared_ptr<detail::AsyncState>> started_;
   std::atomic<bool> aborted_{false};
   mutable std::mutex abort_mu_;
-  std::string abort_reason_;  // GUARDED_BY(abort_mu_)
+  std::string abort_reason_;                 // GUARDED_BY(abort_mu_)
+  std::optional<uint64_t> desync_sequence_;  // GUARDED_BY(abort_mu_); set when a desync aborted
   int abort_handler_id_ = 0;
 };
 

@@ -1,9 +1,12 @@
 // Elementwise reduction kernels for the collectives. Every kernel combines in one fixed operand
 // order, (accumulated) op (local), so that a left fold over ranks 0..N-1 gives the same bits
-// wherever it runs. bf16 is widened to f32, combined, and rounded back to nearest-even after
-// every step (a bf16 fold, as XLA computes a bf16 reduction without a wider accumulator). Integer
-// sum and product wrap modulo 2^bits (no undefined behaviour on overflow). Float max and min
-// propagate NaN from either operand (XLA's semantics).
+// wherever it runs. bf16 and f16 are widened to f32, combined, and rounded back to nearest-even
+// after every step (a bf16 or f16 fold, as XLA computes such a reduction without a wider
+// accumulator). f32's 24 bits are at least twice the narrow type's precision plus 2, so the f32
+// step and the rounding back give the correctly rounded bf16 or f16 result (Figueroa's bound on
+// double rounding). Integer sum and product wrap modulo 2^bits, two's complement, as XLA's
+// integer add and multiply do (no undefined behaviour on overflow). Float max and min propagate
+// NaN from either operand (XLA's semantics).
 #pragma once
 
 #include <algorithm>
@@ -35,6 +38,8 @@ template <typename T>
 inline T combine(T acc, T local, ReduceOp op) {
   if constexpr (std::is_same_v<T, BFloat16>) {
     return float_to_bf16(combine(bf16_to_float(acc), bf16_to_float(local), op));
+  } else if constexpr (std::is_same_v<T, Float16>) {
+    return float_to_f16(combine(f16_to_float(acc), f16_to_float(local), op));
   } else if constexpr (std::is_integral_v<T>) {
     using U = std::make_unsigned_t<T>;
     switch (op) {

@@ -24,7 +24,7 @@ constexpr std::array<std::pair<Algorithm, std::string_view>, 11> kAlgorithmNames
 
 bool is_collective_data_type(DataType t) {
   return t == ElementType::kF32 || t == ElementType::kF64 || t == ElementType::kBf16 ||
-         t == ElementType::kS32 || t == ElementType::kS64;
+         t == ElementType::kF16 || t == ElementType::kS32 || t == ElementType::kS64;
 }
 
 void throw_unsupported_data_type(DataType t) {
@@ -32,7 +32,7 @@ void throw_unsupported_data_type(DataType t) {
   std::string name = i < all_element_types().size() ? std::string(element_type_name(t))
                                                     : "value " + std::to_string(i);
   throw InvalidArgumentError("collectives do not support element type " + name +
-                             " (expected f32, f64, bf16, s32 or s64)");
+                             " (expected f32, f64, bf16, f16, s32 or s64)");
 }
 
 std::string_view data_type_name(DataType t) {

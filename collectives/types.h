@@ -10,11 +10,12 @@
 
 #include "vtpu/common/bfloat16.h"
 #include "vtpu/common/element_type.h"
+#include "vtpu/common/float16.h"
 
 namespace vtpu {
 
 /// The collectives use the code base's one element-type enum (XLA names). They support f32, f64,
-/// bf16, s32 and s64; other ElementType values are rejected with InvalidArgumentError.
+/// bf16, f16, s32 and s64; other ElementType values are rejected with InvalidArgumentError.
 using DataType = ElementType;
 
 enum class ReduceOp : uint8_t { kSum, kMax, kMin, kProd };
@@ -54,7 +55,7 @@ std::string_view collective_name(CollectiveKind k);  // "all_reduce", "all_gathe
 std::string_view algorithm_name(Algorithm a);        // "auto", "ring", "bidirectional_ring", ...
 /// Parses algorithm_name()'s output; throws InvalidArgumentError listing the valid names.
 Algorithm parse_algorithm(std::string_view name);
-/// True for f32, f64, bf16, s32 and s64.
+/// True for f32, f64, bf16, f16, s32 and s64.
 bool is_collective_data_type(DataType t);
 
 template <typename T>
@@ -79,12 +80,17 @@ template <>
 constexpr DataType data_type_of<BFloat16>() {
   return ElementType::kBf16;
 }
+template <>
+constexpr DataType data_type_of<Float16>() {
+  return ElementType::kF16;
+}
 
 template <typename T>
 struct TypeTag {
   using type = T;
 };
-/// Calls fn(TypeTag<T>{}) with the C++ type of `t` (float, double, BFloat16, int32_t, int64_t),
+/// Calls fn(TypeTag<T>{}) with the C++ type of `t` (float, double, BFloat16, Float16, int32_t,
+/// int64_t),
 /// so that typed code is written once. Throws InvalidArgumentError for another element type.
 template <typename Fn>
 decltype(auto) visit_data_type(DataType t, Fn&& fn);
@@ -150,6 +156,8 @@ decltype(auto) visit_data_type(DataType t, Fn&& fn) {
       return fn(TypeTag<int64_t>{});
     case ElementType::kBf16:
       return fn(TypeTag<BFloat16>{});
+    case ElementType::kF16:
+      return fn(TypeTag<Float16>{});
     default:
       break;
   }

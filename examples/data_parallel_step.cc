@@ -1,120 +1,79 @@
-// A data-parallel training step: every core holds the same weights, computes the gradient of a
-// least-squares loss on its own shard of the batch, and the gradients are summed over the mesh's
-// `data` axis (one all-reduce per data group), so every replica takes the same SGD step.
-//
-// The mesh is (data=4, model=2): two data groups of four cores. The model axis would split the
-// weights in tensor parallelism; here both model columns hold a full copy, to keep the example on
-// the data-parallel part. The check: after each step the weights on all eight cores equal those of
-// a host computation on the whole batch.
-#include <vtpu/collectives/communicator.h>
-#include <vtpu/runtime/runtime.h>
-#include <vtpu/sharding/mesh.h>
+// A data-parallel training step with shard_map: the batch is split over the mesh's `data` axis,
+// the weights are replicated, each core computes the gradient of a least-squares loss on its rows,
+// psum over `data` sums the gradients, and every replica takes the same SGD step. The mesh is
+// (data=4, model=2); both model columns hold a full copy, and shard_map's replication check
+// (check_vma) confirms the weights it returns under P() agree on all eight cores.
+// The check: after each step the weights equal a host step on the whole batch.
+#include <vtpu/sharding/shard_map.h>
 
 #include <cmath>
 #include <cstdio>
-#include <memory>
 #include <random>
-#include <span>
 #include <vector>
 
-namespace {
+using namespace vtpu;  // NOLINT: an example reads as the JAX it mirrors
 
-constexpr int kFeatures = 8;
-constexpr int kRowsPerShard = 16;
-constexpr int kSteps = 5;
+constexpr int kRows = 64, kFeatures = 8, kSteps = 5;
 constexpr float kLearningRate = 0.05f;
 
-/// One shard of the batch: kRowsPerShard rows of features and their targets.
-struct Shard {
-  std::vector<float> x;  // row-major, kRowsPerShard x kFeatures
-  std::vector<float> y;
-};
-
-/// Sum over the shard's rows of the gradient of 0.5 (w.x - y)^2; returns the shard's loss sum.
-float shard_gradient(const Shard& s, std::span<const float> w, std::span<float> grad) {
+// Sum over the rows of the gradient of 0.5 (w.x - y)^2 into grad; returns the loss sum.
+float gradient(std::span<const float> x, std::span<const float> y, std::span<const float> w,
+               std::span<float> grad) {
   float loss = 0.0f;
-  std::fill(grad.begin(), grad.end(), 0.0f);
-  for (int r = 0; r < kRowsPerShard; ++r) {
-    float err = -s.y[r];
-    for (int f = 0; f < kFeatures; ++f) err += w[f] * s.x[r * kFeatures + f];
+  for (size_t r = 0; r < y.size(); ++r) {
+    float err = -y[r];
+    for (int f = 0; f < kFeatures; ++f) err += w[f] * x[r * kFeatures + f];
     loss += 0.5f * err * err;
-    for (int f = 0; f < kFeatures; ++f) grad[f] += err * s.x[r * kFeatures + f];
+    for (int f = 0; f < kFeatures; ++f) grad[f] += err * x[r * kFeatures + f];
   }
   return loss;
 }
 
-/// w -= lr * grad / rows: the mean gradient over the whole batch.
-void sgd_step(std::span<float> w, std::span<const float> grad_sum, int rows) {
-  for (int f = 0; f < kFeatures; ++f) w[f] -= kLearningRate * grad_sum[f] / float(rows);
-}
-
-}  // namespace
-
 int main() {
-  vtpu::RuntimeOptions options;
-  options.num_cores = 8;
-  options.hbm_bytes_per_core = uint64_t{64} << 20;
-  vtpu::Runtime runtime(options);
-  const vtpu::Mesh mesh({4, 2}, {"data", "model"});
-
-  // One communicator per data group: the cores that differ only in their `data` coordinate.
-  const std::vector<std::vector<int>> groups =
-      mesh.replica_groups(std::vector<std::string>{"data"});
-  std::vector<std::unique_ptr<vtpu::Communicator>> comms =
-      vtpu::Communicator::for_groups(runtime, groups);
-  const int data_size = static_cast<int>(mesh.axis_size("data"));
-
-  // Seeded data: one shard per data coordinate, y = w_true . x + noise.
+  Runtime runtime(RuntimeOptions{.num_cores = 8, .hbm_bytes_per_core = 64 << 20});
+  DeviceMesh mesh = make_mesh(runtime, {4, 2}, {"data", "model"});
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<Shard> shards(data_size);
-  for (Shard& s : shards) {
-    for (int r = 0; r < kRowsPerShard; ++r) {
-      float y = 0.0f;
-      for (int f = 0; f < kFeatures; ++f) {
-        s.x.push_back(normal(rng));
-        y += float(f + 1) * s.x.back();
-      }
-      s.y.push_back(y + 0.1f * normal(rng));
-    }
-  }
+  std::vector<float> x(kRows * kFeatures), y(kRows, 0.0f), host_w(kFeatures, 0.0f);
+  for (int i = 0; i < kRows * kFeatures; ++i)
+    x[i] = normal(rng), y[i / kFeatures] += (i % kFeatures + 1) * x[i];
+  ShardedArray xs = ShardedArray::device_put(runtime, x, {kRows, kFeatures}, {mesh, P("data")});
+  ShardedArray ys = ShardedArray::device_put(runtime, y, {kRows}, {mesh, P("data")});
+  ShardedArray w = ShardedArray::device_put(runtime, host_w, {kFeatures}, {mesh, P()});
 
-  std::vector<std::vector<float>> weights(options.num_cores, std::vector<float>(kFeatures, 0.0f));
-  std::vector<float> host_w(kFeatures, 0.0f);
-  for (int step = 0; step < kSteps; ++step) {
-    std::vector<float> losses(options.num_cores, 0.0f);
-    runtime.run_spmd([&](vtpu::CoreContext& ctx) {
-      const int core = ctx.core_id();
-      const int data_index = static_cast<int>(mesh.coords_of(core)[0]);
-      vtpu::Communicator& comm = *comms[mesh.coords_of(core)[1]];  // groups follow `model`
-      vtpu::DeviceBuffer buf = ctx.allocate((kFeatures + 1) * sizeof(float), "grads+loss");
-      std::span<float> g = buf.as<float>();
-      g[kFeatures] = shard_gradient(shards[data_index], weights[core], g.first(kFeatures));
-      comm.all_reduce<float>(ctx, g);  // sums gradients and loss over the data group
-      sgd_step(weights[core], g.first(kFeatures), data_size * kRowsPerShard);
-      losses[core] = g[kFeatures] / float(data_size * kRowsPerShard);
-    });
+  auto step = shard_map(
+      mesh, {P("data"), P("data"), P()}, {P(), P()},
+      [](ShardMapContext& ctx, std::span<const LocalArray> in) {
+        LocalArray g = LocalArray::zeros(ctx.core(), ElementType::kF32, {kFeatures + 1});
+        std::span<float> gl = g.data<float>();  // gradient sum, then loss sum
+        gl[kFeatures] = gradient(in[0].data<float>(), in[1].data<float>(), in[2].data<float>(), gl);
+        g = ctx.psum(std::move(g), "data");  // over the whole batch, in place
+        LocalArray w_new = LocalArray::empty(ctx.core(), ElementType::kF32, {kFeatures});
+        for (int f = 0; f < kFeatures; ++f)
+          w_new.data<float>()[f] =
+              in[2].data<float>()[f] - kLearningRate * g.data<float>()[f] / kRows;
+        LocalArray loss = LocalArray::from_host<float>(ctx.core(), g.data<float>().last(1), {});
+        return outputs(std::move(w_new), std::move(loss));
+      });
 
-    // The same step on the host, summing the shards' gradients in rank order as the ring does.
-    std::vector<float> sum(kFeatures + 1, 0.0f), g(kFeatures);
-    for (const Shard& s : shards) {
-      const float loss = shard_gradient(s, host_w, g);
-      for (int f = 0; f < kFeatures; ++f) sum[f] += g[f];
-      sum[kFeatures] += loss;
+  for (int s = 0; s < kSteps; ++s) {
+    std::vector<ShardedArray> out = step(xs, ys, w);
+    w = std::move(out[0]);
+    std::vector<float> g(kFeatures, 0.0f), dev_w = w.gather();
+    for (int shard = 0; shard < 4; ++shard) {  // the same sums, in the psum's rank order
+      std::vector<float> part(kFeatures, 0.0f);
+      gradient(std::span(x).subspan(shard * 16 * kFeatures, 16 * kFeatures),
+               std::span(y).subspan(shard * 16, 16), host_w, part);
+      for (int f = 0; f < kFeatures; ++f) g[f] += part[f];
     }
-    sgd_step(host_w, std::span<const float>(sum).first(kFeatures), data_size * kRowsPerShard);
-
-    float max_diff = 0.0f;
-    for (const std::vector<float>& w : weights) {
-      for (int f = 0; f < kFeatures; ++f) max_diff = std::max(max_diff, std::abs(w[f] - host_w[f]));
+    float diff = 0.0f;
+    for (int f = 0; f < kFeatures; ++f) {
+      host_w[f] -= kLearningRate * g[f] / kRows;
+      diff = std::max(diff, std::abs(dev_w[f] - host_w[f]));
     }
-    std::printf("step %d: mean loss %.4f, max |w(core) - w(host)| = %g\n", step + 1, losses[0],
-                max_diff);
-    if (max_diff > 1e-5f) {
-      std::fprintf(stderr, "replicas differ from the host step by %g (expected <= 1e-5)\n",
-                   max_diff);
-      return 1;
-    }
+    std::printf("step %d: mean loss %.4f, max |w - w(host)| = %g\n", s + 1,
+                out[1].gather()[0] / kRows, diff);
+    if (diff > 1e-5f) return 1;
   }
   return 0;
 }

@@ -3,6 +3,7 @@
 // bytes under the TPU tiled layout (memory/tiled_layout.h) unless the runtime turns padding off.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>

@@ -29,6 +29,7 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "vtpu/collectives/types.h"
@@ -43,6 +44,7 @@ namespace vtpu {
 ///   PartitionSpec({{}, {"y"}})         P(None, 'y')
 ///   PartitionSpec({{"x", "y"}})        P(('x', 'y'))
 ///   PartitionSpec::parse("P('x', None)")
+///   P("x", None, {"x", "y"})          P('x', None, ('x', 'y'))  (the builder below)
 class PartitionSpec {
  public:
   /// Axis names of one dimension, major to minor. Empty means None (not split).
@@ -105,6 +107,49 @@ class PartitionSpec {
   std::vector<std::string> unreduced_;  // sorted by name
   ReduceOp reduce_op_ = ReduceOp::kSum;
 };
+
+/// JAX's None in a PartitionSpec entry: P("data", None) leaves dimension 1 unsplit.
+struct NoneType {
+  explicit constexpr NoneType(int) {}
+};
+inline constexpr NoneType None{0};
+
+/// One argument of P(): a name ("x"), None, or a braced tuple of names ({"x", "y"}). Implicit
+/// conversions only, so that P("data", None, {"x", "y"}) reads as in JAX.
+class PEntry {
+ public:
+  PEntry(NoneType) {}                                                  // NOLINT
+  PEntry(const char* name) : entry_{name} {}                           // NOLINT
+  PEntry(std::string name) : entry_{std::move(name)} {}                // NOLINT
+  PEntry(std::initializer_list<std::string> names) : entry_(names) {}  // NOLINT
+  const PartitionSpec::Entry& entry() const { return entry_; }
+  bool present() const { return present_; }
+  /// The default of P's unused parameters.
+  static PEntry absent() {
+    PEntry e(None);
+    e.present_ = false;
+    return e;
+  }
+
+ private:
+  PartitionSpec::Entry entry_;
+  bool present_ = true;
+};
+
+/// jax.sharding.PartitionSpec's short form: P("data", None, {"x", "y"}) is P('data', None,
+/// ('x', 'y')); P() replicates. Up to 8 entries (the collectives' maximum rank). Throws like the
+/// PartitionSpec constructor.
+inline PartitionSpec P(PEntry e0 = PEntry::absent(), PEntry e1 = PEntry::absent(),
+                       PEntry e2 = PEntry::absent(), PEntry e3 = PEntry::absent(),
+                       PEntry e4 = PEntry::absent(), PEntry e5 = PEntry::absent(),
+                       PEntry e6 = PEntry::absent(), PEntry e7 = PEntry::absent()) {
+  std::vector<PartitionSpec::Entry> entries;
+  for (const PEntry* e : {&e0, &e1, &e2, &e3, &e4, &e5, &e6, &e7}) {
+    if (!e->present()) break;
+    entries.push_back(e->entry());
+  }
+  return PartitionSpec(std::move(entries));
+}
 
 /// Parses "sum", "max", "min", "prod" (reduce_op_name's output). Throws InvalidArgumentError
 /// naming the text and the valid names.

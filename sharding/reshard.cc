@@ -14,27 +14,28 @@ namespace vtpu {
 
 namespace {
 
-uint64_t f32_bytes(const std::vector<int64_t>& shape) {
-  return static_cast<uint64_t>(num_elements_of(shape)) * sizeof(float);
-}
-
 std::vector<IndexRange> origin_box(const std::vector<int64_t>& shape) {
   std::vector<IndexRange> box;
   for (int64_t s : shape) box.push_back({0, s});
   return box;
 }
 
-/// dst (shape dst_shape) = identity everywhere, then src (shape src_shape) at the origin.
-void pad_block(std::span<const float> src, const std::vector<int64_t>& src_shape,
-               std::span<float> dst, const std::vector<int64_t>& dst_shape, float fill) {
-  std::fill(dst.begin(), dst.end(), fill);
-  insert_block(src, dst_shape, origin_box(src_shape), dst);
+/// dst (shape dst_shape) = the identity of `op` everywhere, then src (shape src_shape) at the
+/// origin. Blocks are raw bytes of `dtype`.
+void pad_block(ElementType dtype, std::span<const std::byte> src,
+               const std::vector<int64_t>& src_shape, std::span<std::byte> dst,
+               const std::vector<int64_t>& dst_shape, ReduceOp op) {
+  fill_reduce_identity(dtype, op, dst);
+  copy_block_bytes(BlockCopyDirection::kInsert, src.data(), src.size(), dst.data(), dst.size(),
+                   dst_shape, origin_box(src_shape), element_size_bytes(dtype));
 }
 
 /// dst (shape dst_shape) = src[origin box of dst_shape] for src of shape src_shape.
-void trim_block(std::span<const float> src, const std::vector<int64_t>& src_shape,
-                std::span<float> dst, const std::vector<int64_t>& dst_shape) {
-  extract_block(src, src_shape, origin_box(dst_shape), dst);
+void trim_block(ElementType dtype, std::span<const std::byte> src,
+                const std::vector<int64_t>& src_shape, std::span<std::byte> dst,
+                const std::vector<int64_t>& dst_shape) {
+  copy_block_bytes(BlockCopyDirection::kExtract, src.data(), src.size(), dst.data(), dst.size(),
+                   src_shape, origin_box(dst_shape), element_size_bytes(dtype));
 }
 
 /// The communicator each device of a step uses.
@@ -50,6 +51,7 @@ std::map<int, Communicator*> step_comms(ReshardCommunicatorCache& cache, const R
 
 /// What every core of one step shares, set up on the host before the step's program runs.
 struct StepSetup {
+  ElementType dtype;
   const ReshardStep& step;
   const std::vector<int64_t>& shape;  // the array's global shape
   const NamedSharding& before;
@@ -59,16 +61,17 @@ struct StepSetup {
   std::vector<PermutePair> rank_pairs;
 };
 
-/// One core's view of a step: its input block and its result block, with their shapes.
+/// One core's view of a step: its input block and its result block (bytes of the array's dtype),
+/// with their shapes.
 struct CoreBlocks {
-  std::span<const float> in;
+  std::span<const std::byte> in;
   std::vector<int64_t> in_shape;
-  std::span<float> res;
+  std::span<std::byte> res;
   std::vector<int64_t> out_shape;
 };
 
-DeviceBuffer scratch(CoreContext& ctx, const std::vector<int64_t>& shape) {
-  return ctx.allocate(f32_bytes(shape), "reshard/scratch");
+DeviceBuffer scratch(CoreContext& ctx, ElementType dtype, const std::vector<int64_t>& shape) {
+  return ctx.allocate_array(dtype, shape, "reshard/scratch");
 }
 
 /// All-gather, reduce-scatter or all-to-all on the block padded to the step's buffer shape.
@@ -89,35 +92,37 @@ void run_padded_collective(CoreContext& ctx, const StepSetup& s, const CoreBlock
     send_shape[e] = step.buffer_shape[e];
     recv_shape = Communicator::all_to_all_shape(send_shape, n, step.split_dim, step.dim);
   }
-  DeviceBuffer send_buf = scratch(ctx, send_shape);
-  DeviceBuffer recv_buf = scratch(ctx, recv_shape);
+  DeviceBuffer send_buf = scratch(ctx, s.dtype, send_shape);
+  DeviceBuffer recv_buf = scratch(ctx, s.dtype, recv_shape);
   const BufferPin send_pin = send_buf.pin();
   const BufferPin recv_pin = recv_buf.pin();
-  pad_block(b.in, b.in_shape, send_buf.as<float>(), send_shape, reduce_identity(step.reduce_op));
-  const std::span<const float> send = send_buf.as<const float>();
+  pad_block(s.dtype, b.in, b.in_shape, send_buf.as<std::byte>(), send_shape, step.reduce_op);
+  const std::span<const std::byte> send = send_buf.as<const std::byte>();
+  const std::span<std::byte> recv = recv_buf.as<std::byte>();
   if (step.op == ReshardOpKind::kAllGather) {
-    comm.all_gather<float>(ctx, send, recv_buf.as<float>(), send_shape, step.dim, /*tiled=*/true);
+    comm.all_gather_bytes(ctx, s.dtype, send, recv, send_shape, step.dim, /*tiled=*/true);
   } else if (step.op == ReshardOpKind::kReduceScatter) {
-    comm.reduce_scatter<float>(ctx, send, recv_buf.as<float>(), send_shape, step.reduce_op,
-                               step.dim, /*tiled=*/true);
+    comm.reduce_scatter_bytes(ctx, s.dtype, send, recv, send_shape, step.reduce_op, step.dim,
+                              /*tiled=*/true);
   } else {
-    comm.all_to_all<float>(ctx, send, recv_buf.as<float>(), send_shape, step.split_dim, step.dim);
+    comm.all_to_all_bytes(ctx, s.dtype, send, recv, send_shape, step.split_dim, step.dim);
   }
-  trim_block(recv_buf.as<const float>(), recv_shape, b.res, b.out_shape);
+  trim_block(s.dtype, recv_buf.as<const std::byte>(), recv_shape, b.res, b.out_shape);
 }
 
 void run_permute(CoreContext& ctx, const StepSetup& s, const CoreBlocks& b) {
   const ReshardStep& step = s.step;
   Communicator& comm = *s.of_device.at(ctx.core_id());
-  DeviceBuffer send_buf = scratch(ctx, step.buffer_shape);
-  DeviceBuffer recv_buf = scratch(ctx, step.buffer_shape);
+  DeviceBuffer send_buf = scratch(ctx, s.dtype, step.buffer_shape);
+  DeviceBuffer recv_buf = scratch(ctx, s.dtype, step.buffer_shape);
   const BufferPin send_pin = send_buf.pin();
   const BufferPin recv_pin = recv_buf.pin();
-  pad_block(b.in, b.in_shape, send_buf.as<float>(), step.buffer_shape, 0.0f);
-  comm.collective_permute<float>(ctx, send_buf.as<const float>(), recv_buf.as<float>(),
-                                 s.rank_pairs);
+  pad_block(s.dtype, b.in, b.in_shape, send_buf.as<std::byte>(), step.buffer_shape,
+            ReduceOp::kSum);  // zeros
+  comm.collective_permute_bytes(ctx, s.dtype, send_buf.as<const std::byte>(),
+                                recv_buf.as<std::byte>(), step.buffer_shape, s.rank_pairs);
   if (s.source_of.count(ctx.core_id())) {
-    trim_block(recv_buf.as<const float>(), step.buffer_shape, b.res, b.out_shape);
+    trim_block(s.dtype, recv_buf.as<const std::byte>(), step.buffer_shape, b.res, b.out_shape);
   } else {
     std::copy(b.in.begin(), b.in.end(), b.res.begin());  // it already holds its block
   }
@@ -130,7 +135,8 @@ void run_slice(int dev, const StepSetup& s, const CoreBlocks& b) {
     box[k].start -= have[k].start;
     box[k].stop -= have[k].start;
   }
-  extract_block(b.in, b.in_shape, box, b.res);
+  copy_block_bytes(BlockCopyDirection::kExtract, b.in.data(), b.in.size(), b.res.data(),
+                   b.res.size(), b.in_shape, box, element_size_bytes(s.dtype));
 }
 
 void run_make_partial(int dev, const StepSetup& s, const CoreBlocks& b) {
@@ -144,7 +150,7 @@ void run_make_partial(int dev, const StepSetup& s, const CoreBlocks& b) {
   if (keeps) {
     std::copy(b.in.begin(), b.in.end(), b.res.begin());
   } else {
-    std::fill(b.res.begin(), b.res.end(), reduce_identity(s.step.reduce_op));
+    fill_reduce_identity(s.dtype, s.step.reduce_op, b.res);
   }
 }
 
@@ -152,15 +158,15 @@ void run_make_partial(int dev, const StepSetup& s, const CoreBlocks& b) {
 DeviceBuffer run_step_on_core(CoreContext& ctx, const StepSetup& s, const DeviceBuffer& in_buf) {
   const int dev = ctx.core_id();
   const std::vector<int64_t> out_shape = s.after.local_shape(dev, s.shape);
-  DeviceBuffer result = ctx.allocate(f32_bytes(out_shape), "reshard/" + reshard_op_name(s.step.op));
+  DeviceBuffer result =
+      ctx.allocate_array(s.dtype, out_shape, "reshard/" + reshard_op_name(s.step.op));
   const BufferPin in_pin = in_buf.pin();
   const BufferPin out_pin = result.pin();
-  const CoreBlocks b{in_buf.as<const float>(), s.before.local_shape(dev, s.shape),
-                     result.as<float>(), out_shape};
+  const CoreBlocks b{in_buf.as<const std::byte>(), s.before.local_shape(dev, s.shape),
+                     result.as<std::byte>(), out_shape};
   switch (s.step.op) {
     case ReshardOpKind::kAllReduce:
-      std::copy(b.in.begin(), b.in.end(), b.res.begin());
-      s.of_device.at(dev)->all_reduce<float>(ctx, b.res, s.step.reduce_op);
+      s.of_device.at(dev)->all_reduce_bytes(ctx, s.dtype, b.in, b.res, out_shape, s.step.reduce_op);
       break;
     case ReshardOpKind::kAllGather:
     case ReshardOpKind::kReduceScatter:
@@ -212,10 +218,11 @@ std::vector<DeviceBuffer> copy_buffers(Runtime& runtime, const ShardedArray& arr
   std::vector<DeviceBuffer> buffers;
   for (int dev : devices) {
     const DeviceBuffer& src = array.buffer(dev);
-    DeviceBuffer copy = runtime.allocate(dev, src.size_bytes(), "reshard/copy");
+    DeviceBuffer copy =
+        runtime.allocate_array(dev, array.dtype(), array.local_shape(dev), "reshard/copy");
     const BufferPin a = src.pin(), b = copy.pin();
-    const std::span<const float> s = src.as<const float>();
-    std::copy(s.begin(), s.end(), copy.as<float>().begin());
+    const std::span<const std::byte> s = src.as<const std::byte>();
+    std::copy(s.begin(), s.end(), copy.as<std::byte>().begin());
     buffers.push_back(std::move(copy));
   }
   return buffers;
@@ -249,7 +256,8 @@ ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const 
     communicators = local_cache.get();
   }
   if (array.global_shape() != plan.global_shape || !(array.sharding() == plan.source)) {
-    throw InvalidArgumentError("execute_reshard: the plan is for f32" +
+    throw InvalidArgumentError("execute_reshard: the plan is for " +
+                               std::string(element_type_name(array.dtype())) +
                                shape_text(plan.global_shape) + " with " + plan.source.to_string() +
                                " but the array is " + array.to_string());
   }
@@ -257,7 +265,8 @@ ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const 
   const Mesh& src_mesh = plan.source.mesh();
   if (plan.steps.empty()) {
     return ShardedArray::from_buffers(shape, plan.target,
-                                      copy_buffers(runtime, array, plan.target.mesh().devices()));
+                                      copy_buffers(runtime, array, plan.target.mesh().devices()),
+                                      array.dtype());
   }
 
   // Current data: one buffer per device id; the first step reads the input array's buffers.
@@ -268,7 +277,8 @@ ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const 
   for (const ReshardStep& step : plan.steps) {
     const bool permute = step.op == ReshardOpKind::kCollectivePermute;
     const NamedSharding next = permute ? plan.target : NamedSharding(src_mesh, step.spec_after);
-    StepSetup setup{step, shape, cur, next, step_comms(*communicators, step), {}, {}};
+    StepSetup setup{
+        array.dtype(), step, shape, cur, next, step_comms(*communicators, step), {}, {}};
     for (const auto& [s, d] : step.pairs) setup.source_of[d] = s;
     if (permute) {
       Communicator& comm = *setup.of_device.begin()->second;
@@ -284,7 +294,7 @@ ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const 
 
   std::vector<DeviceBuffer> buffers;
   for (int dev : plan.target.mesh().devices()) buffers.push_back(std::move(owned.at(dev)));
-  return ShardedArray::from_buffers(shape, plan.target, std::move(buffers));
+  return ShardedArray::from_buffers(shape, plan.target, std::move(buffers), array.dtype());
 }
 
 }  // namespace vtpu

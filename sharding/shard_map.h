@@ -8,8 +8,7 @@
 //                                               NamedSharding(mesh, P("data", "model")));
 //     auto f = shard_map(mesh, {P("data", "model")}, {P(None, "model")},
 //                        [](ShardMapContext& ctx, std::span<const LocalArray> in) {
-//                          LocalArray s = ctx.psum(in[0], "data");          // over rows
-//                          return std::vector<LocalArray>{std::move(s)};
+//                          return outputs(ctx.psum(in[0], "data"));       // over rows
 //                        });
 //     std::vector<ShardedArray> out = f(x);
 //
@@ -66,6 +65,12 @@ class DeviceMesh : public Mesh {
   /// made with the groups of that axis tuple on first use and reused afterwards. Throws
   /// InvalidArgumentError for an unknown or repeated axis name or a device not in the mesh.
   Communicator& communicator(const AxisNames& axes, int device) const;
+  /// Mesh axis positions of `axes`, in the given order. Throws InvalidArgumentError for an
+  /// unknown or repeated name.
+  std::vector<int> axis_positions(const AxisNames& axes) const;
+  /// Clears an abort on every communicator made so far (Communicator::reset), so that a failed
+  /// shard_map does not fail every later one. Host side only, when no program uses the mesh.
+  void reset_communicators() const;
 
  private:
   struct Communicators;
@@ -134,8 +139,21 @@ class ShardMapContext {
   Communicator& communicator(const AxisNames& axes) const;
 
  private:
+  // A collective over `axes` whose output has `out_shape`: allocates the output and runs `op`
+  // with the input and output bytes pinned.
+  template <typename Op>
+  LocalArray run(const LocalArray& x, std::vector<int64_t> out_shape, const AxisNames& axes,
+                 Op&& op);
+  LocalArray reduce(const LocalArray& x, const AxisNames& axes, ReduceOp op);
+
+  struct CachedCommunicator {
+    std::vector<std::string> names;
+    Communicator* communicator;
+  };
   const DeviceMesh& mesh_;
   CoreContext& core_;
+  // This core's communicators by axis names, so that a repeated collective takes no lock.
+  mutable std::vector<CachedCommunicator> cache_;
 };
 
 /// The function shard_map runs on every core: it gets this core's block of every input (in the
@@ -151,6 +169,16 @@ struct ShardMapOptions {
   /// device with index 0 on the unnamed axes supplies the block.
   bool check_vma = true;
 };
+
+/// fn's return value from its outputs, as JAX's fn returns a tuple: `return outputs(a, b);`
+/// (a braced std::vector cannot hold move-only arrays).
+template <typename... Arrays>
+std::vector<LocalArray> outputs(Arrays&&... arrays) {
+  std::vector<LocalArray> out;
+  out.reserve(sizeof...(arrays));
+  (out.push_back(std::forward<Arrays>(arrays)), ...);
+  return out;
+}
 
 /// A function mapped over a mesh: call it with the inputs. Thread-compatible.
 class ShardMap {

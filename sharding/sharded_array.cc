@@ -4,6 +4,7 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -26,6 +27,37 @@ void parallel_over(size_t n, const Fn& fn) {
 
 }  // namespace
 
+bool is_sharded_array_dtype(ElementType dtype) {
+  switch (dtype) {
+    case ElementType::kF32:
+    case ElementType::kBf16:
+    case ElementType::kS32:
+    case ElementType::kS64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void check_sharded_array_dtype(ElementType dtype, const char* what) {
+  if (!is_sharded_array_dtype(dtype)) {
+    throw InvalidArgumentError(std::string(what) + " of element type " +
+                               std::string(element_type_name(dtype)) +
+                               " (expected f32, bf16, s32 or s64)");
+  }
+}
+
+void fill_reduce_identity(ElementType dtype, ReduceOp op, std::span<std::byte> block) {
+  check_sharded_array_dtype(dtype, "fill_reduce_identity");
+  visit_data_type(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T identity = reduce_identity_of<T>(op);
+    for (size_t off = 0; off + sizeof(T) <= block.size(); off += sizeof(T)) {
+      std::memcpy(block.data() + off, &identity, sizeof(T));
+    }
+  });
+}
+
 float reduce_identity(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
@@ -40,9 +72,10 @@ float reduce_identity(ReduceOp op) {
   return 0.0f;
 }
 
-ShardedArray::ShardedArray(std::vector<int64_t> global_shape, NamedSharding sharding,
-                           std::vector<DeviceBuffer> buffers)
-    : global_shape_(std::move(global_shape)),
+ShardedArray::ShardedArray(ElementType dtype, std::vector<int64_t> global_shape,
+                           NamedSharding sharding, std::vector<DeviceBuffer> buffers)
+    : dtype_(dtype),
+      global_shape_(std::move(global_shape)),
       sharding_(std::move(sharding)),
       num_elements_(num_elements_of(global_shape_)),
       buffers_(std::move(buffers)) {}
@@ -50,12 +83,24 @@ ShardedArray::ShardedArray(std::vector<int64_t> global_shape, NamedSharding shar
 ShardedArray ShardedArray::device_put(Runtime& runtime, std::span<const float> host,
                                       std::vector<int64_t> global_shape, NamedSharding sharding,
                                       const std::string& label) {
+  return device_put(runtime, ElementType::kF32, std::as_bytes(host), std::move(global_shape),
+                    std::move(sharding), label);
+}
+
+ShardedArray ShardedArray::device_put(Runtime& runtime, ElementType dtype,
+                                      std::span<const std::byte> host,
+                                      std::vector<int64_t> global_shape, NamedSharding sharding,
+                                      const std::string& label) {
+  check_sharded_array_dtype(dtype, "device_put");
   sharding.check_shape(global_shape);
   const int64_t n = num_elements_of(global_shape);
-  if (host.size() != static_cast<size_t>(n)) {
-    throw InvalidArgumentError("device_put got a host array of " + std::to_string(host.size()) +
-                               " elements for global shape " + shape_text(global_shape) +
-                               " (expected " + std::to_string(n) + " elements)");
+  const uint64_t element_bytes = element_size_bytes(dtype);
+  if (host.size() != static_cast<uint64_t>(n) * element_bytes) {
+    throw InvalidArgumentError(
+        "device_put got a host array of " + std::to_string(host.size() / element_bytes) +
+        " elements (" + std::to_string(host.size()) + " bytes) for " +
+        std::string(element_type_name(dtype)) + " global shape " + shape_text(global_shape) +
+        " (expected " + std::to_string(n) + " elements)");
   }
   const std::vector<int>& devices = sharding.mesh().devices();
   for (int id : devices) {
@@ -77,26 +122,27 @@ ShardedArray ShardedArray::device_put(Runtime& runtime, std::span<const float> h
   std::vector<DeviceBuffer> buffers(devices.size());
   for (size_t i = 0; i < devices.size(); ++i) {
     boxes[i] = sharding.index_ranges(devices[i], global_shape);
-    int64_t block_elements = 1;
-    for (const IndexRange& r : boxes[i]) block_elements *= r.size();
-    buffers[i] =
-        runtime.allocate(devices[i], static_cast<uint64_t>(block_elements) * sizeof(float), label);
+    std::vector<int64_t> local;
+    for (const IndexRange& r : boxes[i]) local.push_back(r.size());
+    buffers[i] = runtime.allocate_array(devices[i], dtype, local, label);
   }
   parallel_over(devices.size(), [&](size_t i) {
     // Pinned: a core's program may allocate meanwhile and compact the arena (auto-defragment).
     const BufferPin pin = buffers[i].pin();
+    const std::span<std::byte> block = buffers[i].as<std::byte>();
     if (sharding.partial_index(devices[i]) == 0) {
-      extract_block(host, global_shape, boxes[i], buffers[i].as<float>());
+      copy_block_bytes(BlockCopyDirection::kExtract, host.data(), host.size(), block.data(),
+                       block.size(), global_shape, boxes[i], element_bytes);
     } else {
-      const std::span<float> block = buffers[i].as<float>();
-      std::fill(block.begin(), block.end(), reduce_identity(sharding.spec().reduce_op()));
+      fill_reduce_identity(dtype, sharding.spec().reduce_op(), block);
     }
   });
-  return ShardedArray(std::move(global_shape), std::move(sharding), std::move(buffers));
+  return ShardedArray(dtype, std::move(global_shape), std::move(sharding), std::move(buffers));
 }
 
 ShardedArray ShardedArray::from_buffers(std::vector<int64_t> global_shape, NamedSharding sharding,
-                                        std::vector<DeviceBuffer> buffers) {
+                                        std::vector<DeviceBuffer> buffers, ElementType dtype) {
+  check_sharded_array_dtype(dtype, "from_buffers");
   sharding.check_shape(global_shape);
   num_elements_of(global_shape);  // checks the size fits
   const std::vector<int>& devices = sharding.mesh().devices();
@@ -107,7 +153,7 @@ ShardedArray ShardedArray::from_buffers(std::vector<int64_t> global_shape, Named
   }
   for (size_t i = 0; i < devices.size(); ++i) {
     const std::vector<int64_t> local = sharding.local_shape(devices[i], global_shape);
-    const uint64_t want = static_cast<uint64_t>(num_elements_of(local)) * sizeof(float);
+    const uint64_t want = static_cast<uint64_t>(num_elements_of(local)) * element_size_bytes(dtype);
     if (!buffers[i].valid() || buffers[i].core_id() != devices[i]) {
       throw InvalidArgumentError("from_buffers: buffer " + std::to_string(i) + " is on core " +
                                  std::to_string(buffers[i].core_id()) + " (expected core " +
@@ -118,14 +164,26 @@ ShardedArray ShardedArray::from_buffers(std::vector<int64_t> global_shape, Named
       throw InvalidArgumentError(
           "from_buffers: buffer " + std::to_string(i) + " on core " + std::to_string(devices[i]) +
           " holds " + std::to_string(buffers[i].size_bytes()) + " bytes (expected " +
-          std::to_string(want) + " bytes for its f32 block of shape " + shape_text(local) + ")");
+          std::to_string(want) + " bytes for its " + std::string(element_type_name(dtype)) +
+          " block of shape " + shape_text(local) + ")");
     }
   }
-  return ShardedArray(std::move(global_shape), std::move(sharding), std::move(buffers));
+  return ShardedArray(dtype, std::move(global_shape), std::move(sharding), std::move(buffers));
 }
 
-std::vector<float> ShardedArray::gather() const {
-  std::vector<float> out(static_cast<size_t>(num_elements_));
+void ShardedArray::check_dtype(ElementType want, const char* what) const {
+  if (want != dtype_) {
+    throw InvalidArgumentError(std::string(what) + "<" + std::string(element_type_name(want)) +
+                               "> of a " + std::string(element_type_name(dtype_)) + " array " +
+                               "(expected the array's dtype, " +
+                               std::string(element_type_name(dtype_)) + ")");
+  }
+}
+
+template <typename T>
+std::vector<T> ShardedArray::gather() const {
+  check_dtype(data_type_of<T>(), "gather");
+  std::vector<T> out(static_cast<size_t>(num_elements_));
   const std::vector<int>& devices = sharding_.mesh().devices();
   // Replica-0 slots with partial index p: for each p, their blocks tile the array.
   std::vector<std::vector<size_t>> owners(static_cast<size_t>(sharding_.num_partials()));
@@ -141,20 +199,25 @@ std::vector<float> ShardedArray::gather() const {
       // Pinned: a core's program may allocate meanwhile and compact the arena (auto-defragment),
       // which would move the block while it is copied.
       const BufferPin pin = buffers_[i].pin();
-      const std::span<const float> block = buffers_[i].as<const float>();
+      const std::span<const T> block = buffers_[i].as<const T>();
       const std::vector<IndexRange> box = sharding_.index_ranges(devices[i], global_shape_);
       if (p == 0) {
-        insert_block(block, global_shape_, box, std::span<float>(out));
+        insert_block(block, global_shape_, box, std::span<T>(out));
         return;
       }
-      std::vector<float> acc(block.size());
-      extract_block(std::span<const float>(out), global_shape_, box, std::span<float>(acc));
+      std::vector<T> acc(block.size());
+      extract_block(std::span<const T>(out), global_shape_, box, std::span<T>(acc));
       for (size_t e = 0; e < acc.size(); ++e) acc[e] = combine(acc[e], block[e], op);
-      insert_block(std::span<const float>(acc), global_shape_, box, std::span<float>(out));
+      insert_block(std::span<const T>(acc), global_shape_, box, std::span<T>(out));
     });
   }
   return out;
 }
+
+template std::vector<float> ShardedArray::gather<float>() const;
+template std::vector<BFloat16> ShardedArray::gather<BFloat16>() const;
+template std::vector<int32_t> ShardedArray::gather<int32_t>() const;
+template std::vector<int64_t> ShardedArray::gather<int64_t>() const;
 
 size_t ShardedArray::slot_of(int device) const {
   return static_cast<size_t>(sharding_.mesh().flat_index_of(device));
@@ -168,14 +231,6 @@ std::vector<int64_t> ShardedArray::local_shape(int device) const {
   return sharding_.local_shape(device, global_shape_);
 }
 
-std::span<const float> ShardedArray::local_data(int device) const {
-  return buffers_[slot_of(device)].as<const float>();
-}
-
-std::span<float> ShardedArray::local_data(int device) {
-  return buffers_[slot_of(device)].as<float>();
-}
-
 const DeviceBuffer& ShardedArray::buffer(int device) const { return buffers_[slot_of(device)]; }
 
 std::string ShardedArray::to_string() const {
@@ -183,7 +238,8 @@ std::string ShardedArray::to_string() const {
   for (size_t i = 0; i < global_shape_.size(); ++i) {
     dims += (i ? "," : "") + std::to_string(global_shape_[i]);
   }
-  return "ShardedArray(f32[" + dims + "], " + sharding_.to_string() + ")";
+  return "ShardedArray(" + std::string(element_type_name(dtype_)) + "[" + dims + "], " +
+         sharding_.to_string() + ")";
 }
 
 }  // namespace vtpu

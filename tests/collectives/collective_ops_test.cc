@@ -28,6 +28,7 @@
 #include "vtpu/collectives/reduce_kernels.h"
 #include "vtpu/common/bfloat16.h"
 #include "vtpu/common/error.h"
+#include "vtpu/common/float16.h"
 #include "vtpu/runtime/runtime.h"
 
 namespace vtpu {
@@ -40,39 +41,18 @@ void PrintTo(ReduceOp op, std::ostream* os) { *os << reduce_op_name(op); }
 namespace {
 
 using namespace std::chrono_literals;
+using testing_util::fold_reference;
+using testing_util::from_double;
 using testing_util::iota_group;
 using testing_util::num_elements;
 using testing_util::ravel;
 using testing_util::small_options;
+using testing_util::to_double;
 using testing_util::unravel;
 
 constexpr std::array<Algorithm, 6> kAllReduceAlgorithms = {
     Algorithm::kRing,    Algorithm::kBidirectionalRing, Algorithm::kRecursiveDoubling,
     Algorithm::kTorus2d, Algorithm::kRingReduceScatter, Algorithm::kDirect};
-
-// Naive left fold in rank order, written independently of collectives/reduce_kernels.h.
-template <typename T>
-T naive_combine(T a, T b, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return a + b;
-    case ReduceOp::kProd:
-      return a * b;
-    case ReduceOp::kMax:
-      return a < b ? b : a;
-    case ReduceOp::kMin:
-      return b < a ? b : a;
-  }
-  return a;
-}
-
-template <typename T>
-std::vector<T> fold_reference(const std::vector<std::vector<T>>& in, ReduceOp op) {
-  std::vector<T> out = in[0];
-  for (size_t r = 1; r < in.size(); ++r)
-    for (size_t i = 0; i < out.size(); ++i) out[i] = naive_combine(out[i], in[r][i], op);
-  return out;
-}
 
 // Inputs that make every op exact in any order for integers, and a fixed random fold for floats.
 template <typename T>
@@ -604,23 +584,6 @@ TEST_F(CollectivesTest, BarrierWaitsForEveryCore) {
 
 // ---- every op for every element type ---------------------------------------------------------
 
-template <typename T>
-T from_int(int v) {
-  if constexpr (std::is_same_v<T, BFloat16>) {
-    return float_to_bf16(static_cast<float>(v));
-  } else {
-    return static_cast<T>(v);
-  }
-}
-template <typename T>
-double to_double(T v) {
-  if constexpr (std::is_same_v<T, BFloat16>) {
-    return bf16_to_float(v);
-  } else {
-    return static_cast<double>(v);
-  }
-}
-
 // Small integers (exact in bf16 up to 256) so that every type has one exact reference. 3 and 5
 // cores, 150 x N elements (>= 300 bytes per core even for bf16, above one 256 B slot, and over
 // both slots for the 4- and 8-byte types).
@@ -636,7 +599,7 @@ void check_every_op_for_type(Runtime& rt) {
     rt.run_spmd(iota_group(n), [&](CoreContext& ctx) {
       const int c = ctx.core_id();
       std::vector<T> x(total);
-      for (uint64_t i = 0; i < total; ++i) x[i] = from_int<T>(value(c, i));
+      for (uint64_t i = 0; i < total; ++i) x[i] = from_double<T>(value(c, i));
       // all_reduce (sum)
       std::vector<T> ar(total);
       comm.all_reduce<T>(ctx, x, ar);
@@ -667,7 +630,7 @@ void check_every_op_for_type(Runtime& rt) {
                     value(q, static_cast<uint64_t>(c * per + i)))
               << "all_to_all";
       // collective_permute
-      std::vector<T> pm(total, from_int<T>(-1));
+      std::vector<T> pm(total, from_double<T>(-1));
       comm.collective_permute<T>(ctx, x, pm, pairs);
       const int src = c == 2 ? 0 : c == 1 ? 2 : -1;
       for (uint64_t i = 0; i < total; ++i)
@@ -687,6 +650,7 @@ TEST_F(CollectivesTest, EveryOpForEveryElementType) {
   check_every_op_for_type<float>(rt_);
   check_every_op_for_type<double>(rt_);
   check_every_op_for_type<BFloat16>(rt_);
+  check_every_op_for_type<Float16>(rt_);
   check_every_op_for_type<int32_t>(rt_);
   check_every_op_for_type<int64_t>(rt_);
 }

@@ -5,10 +5,14 @@
 #include <chrono>
 #include <cstdint>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 #include "vtpu/collectives/ring_buffer_link.h"
 #include "vtpu/collectives/transport.h"
+#include "vtpu/collectives/types.h"
+#include "vtpu/common/bfloat16.h"
+#include "vtpu/common/float16.h"
 #include "vtpu/runtime/runtime.h"
 
 namespace vtpu::testing_util {
@@ -22,6 +26,56 @@ inline RuntimeOptions small_options(int cores, uint64_t slot_bytes = 256, int nu
   o.link_num_slots = num_slots;
   o.collective_timeout = std::chrono::seconds(20);
   return o;
+}
+
+// An element of type T from a double (bf16 and f16 rounded to nearest-even through f32), and back
+// (exact).
+template <typename T>
+T from_double(double v) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    return float_to_bf16(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<T, Float16>) {
+    return float_to_f16(static_cast<float>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+template <typename T>
+double to_double(T v) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    return bf16_to_float(v);
+  } else if constexpr (std::is_same_v<T, Float16>) {
+    return f16_to_float(v);
+  } else {
+    return static_cast<double>(v);
+  }
+}
+
+// Naive a op b, written independently of collectives/reduce_kernels.h (inputs hold no NaN;
+// integer callers keep clear of overflow or wrap themselves).
+template <typename T>
+T naive_combine(T a, T b, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return a + b;
+    case ReduceOp::kProd:
+      return a * b;
+    case ReduceOp::kMax:
+      return a < b ? b : a;
+    case ReduceOp::kMin:
+      return b < a ? b : a;
+  }
+  return a;
+}
+
+// Left fold of the ranks' inputs in rank order, ((in[0] op in[1]) op in[2]) ..., elementwise.
+template <typename T, typename Combine = T (*)(T, T, ReduceOp)>
+std::vector<T> fold_reference(const std::vector<std::vector<T>>& in, ReduceOp op,
+                              Combine combine = &naive_combine<T>) {
+  std::vector<T> out = in[0];
+  for (size_t r = 1; r < in.size(); ++r)
+    for (size_t i = 0; i < out.size(); ++i) out[i] = combine(out[i], in[r][i], op);
+  return out;
 }
 
 inline std::vector<int> iota_group(int n, int first = 0) {

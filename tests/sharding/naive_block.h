@@ -12,10 +12,10 @@ namespace vtpu::testing {
 
 /// Walks every element of the row-major global array `host` of `shape` and keeps those inside
 /// `ranges` (one [start, stop) per dimension), in order: the block, row-major.
-inline std::vector<float> naive_block(const std::vector<float>& host,
-                                      const std::vector<int64_t>& shape,
-                                      const std::vector<IndexRange>& ranges) {
-  std::vector<float> out;
+template <typename T>
+std::vector<T> naive_block(const std::vector<T>& host, const std::vector<int64_t>& shape,
+                           const std::vector<IndexRange>& ranges) {
+  std::vector<T> out;
   for (size_t flat = 0; flat < host.size(); ++flat) {
     size_t rest = flat;
     bool inside = true;

@@ -338,12 +338,12 @@ TEST(ShardedArrayTest, MetadataOnlyArenasCannotHoldData) {
 }
 
 TEST(ShardedArrayTest, OutOfMemoryLeavesNothingAllocated) {
-  // 1 MiB per core, and core 1 is already full: core 0's 256 KiB block is allocated first, then
-  // core 1's fails, and core 0's must be released again.
+  // 1 MiB per core, and core 1 is already full: core 0's 256 KiB block (f32[8,8192], no tile
+  // padding) is allocated first, then core 1's fails, and core 0's must be released again.
   auto rt = make_runtime(2, 1 * kMiB);
   const DeviceBuffer filler = rt->allocate(1, 800 * kKiB, "filler");
-  const std::vector<float> x(2 * 65536);
-  EXPECT_THROW(ShardedArray::device_put(*rt, x, {2, 65536}, sharding(Mesh({2}, {"x"}), "x")),
+  const std::vector<float> x(16 * 8192);
+  EXPECT_THROW(ShardedArray::device_put(*rt, x, {16, 8192}, sharding(Mesh({2}, {"x"}), "x")),
                OutOfMemoryError);
   EXPECT_EQ(rt->core(0).hbm().memory_stats().num_live_buffers, 0u);
   EXPECT_EQ(rt->core(1).hbm().memory_stats().num_live_buffers, 1u);  // the filler only
@@ -424,7 +424,8 @@ TEST(ShardedArrayTest, CopiesSurviveConcurrentCompaction) {
   Runtime rt(o);
   Mesh mesh({1}, {"x"});
   NamedSharding sharding(mesh, PartitionSpec({{"x"}}));
-  const int64_t n = 4 << 20;  // 16 MiB of f32
+  const int64_t n = 4 << 20;  // 16 MiB of f32, as (4096, 1024): no tile padding
+  const Shape shape = {4096, 1024};
   std::vector<float> host(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) host[static_cast<size_t>(i)] = static_cast<float>(i % 1000);
   // Frees `filler` (the hole below the array) and asks for 48 MiB: 48 MiB are free in total but
@@ -443,7 +444,7 @@ TEST(ShardedArrayTest, CopiesSurviveConcurrentCompaction) {
     SCOPED_TRACE(round);
     {  // gather() while the arena compacts
       DeviceBuffer filler = rt.allocate(0, 8 << 20, "filler");
-      ShardedArray a = ShardedArray::device_put(rt, host, {n}, sharding);
+      ShardedArray a = ShardedArray::device_put(rt, host, shape, sharding);
       std::atomic<bool> go{false};
       auto done = compact_soon(filler, go);
       go = true;
@@ -457,7 +458,7 @@ TEST(ShardedArrayTest, CopiesSurviveConcurrentCompaction) {
       std::atomic<bool> go{false};
       auto done = compact_soon(filler, go);
       go = true;
-      ShardedArray a = ShardedArray::device_put(rt, host, {n}, sharding);
+      ShardedArray a = ShardedArray::device_put(rt, host, shape, sharding);
       done.get();
       ASSERT_TRUE(a.gather() == host);
     }

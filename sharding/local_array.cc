@@ -1,0 +1,136 @@
+#include "vtpu/sharding/local_array.h"
+
+#include <cstring>
+#include <utility>
+
+#include "vtpu/common/error.h"
+
+namespace vtpu {
+namespace {
+
+void check_local_dtype(ElementType dtype) {
+  switch (dtype) {
+    case ElementType::kF32:
+    case ElementType::kBf16:
+    case ElementType::kF16:
+    case ElementType::kS32:
+    case ElementType::kS64:
+      return;
+    default:
+      throw InvalidArgumentError("LocalArray of dtype " + std::string(element_type_name(dtype)) +
+                                 " (expected f32, bf16, f16, s32 or s64)");
+  }
+}
+
+int64_t count_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0)
+      throw InvalidArgumentError("LocalArray dim " + std::to_string(d) + " (expected >= 0)");
+    n *= d;
+  }
+  return n;
+}
+
+}  // namespace
+
+LocalArray LocalArray::empty(CoreContext& ctx, ElementType dtype, std::vector<int64_t> shape,
+                             std::string label) {
+  check_local_dtype(dtype);
+  count_of(shape);
+  LocalArray a;
+  a.dtype_ = dtype;
+  a.owned_ = ctx.allocate_array(dtype, shape, std::move(label));
+  a.shape_ = std::move(shape);
+  return a;
+}
+
+LocalArray LocalArray::zeros(CoreContext& ctx, ElementType dtype, std::vector<int64_t> shape,
+                             std::string label) {
+  LocalArray a = empty(ctx, dtype, std::move(shape), std::move(label));
+  std::span<std::byte> b = a.mutable_bytes();
+  if (!b.empty()) std::memset(b.data(), 0, b.size());
+  return a;
+}
+
+LocalArray LocalArray::adopt(ElementType dtype, std::vector<int64_t> shape, DeviceBuffer buffer) {
+  check_local_dtype(dtype);
+  const uint64_t want = static_cast<uint64_t>(count_of(shape)) * element_size_bytes(dtype);
+  if (buffer.size_bytes() != want) {
+    throw InvalidArgumentError("LocalArray::adopt got a buffer of " +
+                               std::to_string(buffer.size_bytes()) + " bytes (expected " +
+                               std::to_string(want) + ")");
+  }
+  LocalArray a;
+  a.dtype_ = dtype;
+  a.shape_ = std::move(shape);
+  a.owned_ = std::move(buffer);
+  return a;
+}
+
+LocalArray LocalArray::view(ElementType dtype, std::vector<int64_t> shape,
+                            const DeviceBuffer& buffer) {
+  check_local_dtype(dtype);
+  const uint64_t want = static_cast<uint64_t>(count_of(shape)) * element_size_bytes(dtype);
+  if (buffer.size_bytes() != want) {
+    throw InvalidArgumentError("LocalArray::view of a buffer of " +
+                               std::to_string(buffer.size_bytes()) + " bytes (expected " +
+                               std::to_string(want) + ")");
+  }
+  LocalArray a;
+  a.dtype_ = dtype;
+  a.shape_ = std::move(shape);
+  a.view_ = &buffer;
+  return a;
+}
+
+int64_t LocalArray::size() const {
+  int64_t n = 1;
+  for (int64_t d : shape_) n *= d;
+  return n;
+}
+
+uint64_t LocalArray::nbytes() const {
+  return static_cast<uint64_t>(size()) * element_size_bytes(dtype_);
+}
+
+DeviceBuffer LocalArray::release() && {
+  check_writable();
+  shape_.clear();
+  return std::move(owned_);
+}
+
+std::span<const std::byte> LocalArray::bytes() const {
+  const DeviceBuffer& b = buffer();
+  if (nbytes() == 0) return {};
+  return {b.data(), static_cast<size_t>(nbytes())};
+}
+
+std::span<std::byte> LocalArray::mutable_bytes() {
+  check_writable();
+  if (nbytes() == 0) return {};
+  return {owned_.data(), static_cast<size_t>(nbytes())};
+}
+
+void LocalArray::check_dtype(ElementType want) const {
+  if (want != dtype_) {
+    throw InvalidArgumentError("LocalArray of dtype " + std::string(element_type_name(dtype_)) +
+                               " read as " + std::string(element_type_name(want)));
+  }
+}
+
+void LocalArray::check_writable() const {
+  if (view_ != nullptr) {
+    throw FailedPreconditionError(
+        "LocalArray is a read-only view (shard_map inputs are never changed; copy it first)");
+  }
+}
+
+void LocalArray::check_count(size_t count) const {
+  if (count != static_cast<size_t>(size())) {
+    throw InvalidArgumentError("LocalArray::from_host got " + std::to_string(count) +
+                               " values (expected " + std::to_string(size()) + ")");
+  }
+}
+
+}  // namespace vtpu

@@ -1,0 +1,503 @@
+#include "vtpu/sharding/shard_map.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "vtpu/common/error.h"
+#include "vtpu/sharding/named_sharding.h"
+
+namespace vtpu {
+namespace {
+
+std::string dims_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string array_text(const LocalArray& a) {
+  return std::string(element_type_name(a.dtype())) + dims_text(a.shape());
+}
+
+// An axis argument in [-rank, rank) (JAX accepts negative axes), as a non-negative one.
+int normalize_axis(int axis, int64_t rank, const char* what) {
+  if (axis < -rank || axis >= rank) {
+    throw InvalidArgumentError(std::string(what) + " " + std::to_string(axis) + " (expected " +
+                               std::to_string(-rank) + ".." + std::to_string(rank - 1) + ")");
+  }
+  return axis < 0 ? static_cast<int>(axis + rank) : axis;
+}
+
+float to_f32(float v) { return v; }
+float to_f32(BFloat16 v) { return bf16_to_float(v); }
+template <typename T>
+T from_f32(float v) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    return float_to_bf16(v);
+  } else {
+    return v;
+  }
+}
+
+}  // namespace
+
+std::string AxisNames::to_string() const {
+  if (names_.size() == 1) return "'" + names_[0] + "'";
+  std::string s = "(";
+  for (size_t i = 0; i < names_.size(); ++i) s += (i ? ", '" : "'") + names_[i] + "'";
+  return s + ")";
+}
+
+// ---- DeviceMesh ----------------------------------------------------------------------------
+
+struct DeviceMesh::Communicators {
+  struct Set {
+    std::vector<std::unique_ptr<Communicator>> communicators;  // one per replica group
+    std::unordered_map<int, Communicator*> by_device;
+  };
+  CommunicatorOptions options;
+  std::mutex mu;
+  std::map<std::vector<int>, Set> sets;  // by axis positions; GUARDED_BY(mu)
+};
+
+DeviceMesh::DeviceMesh(Runtime& runtime, Mesh mesh)
+    : DeviceMesh(runtime, std::move(mesh), CommunicatorOptions::from_runtime(runtime.options())) {}
+
+DeviceMesh::DeviceMesh(Runtime& runtime, Mesh mesh, CommunicatorOptions options)
+    : Mesh(std::move(mesh)), runtime_(&runtime), comms_(std::make_shared<Communicators>()) {
+  for (int id : devices()) {
+    if (id >= runtime.num_cores()) {
+      throw InvalidArgumentError("mesh device " + std::to_string(id) + " of " + to_string() +
+                                 " is not a core of the runtime (expected 0.." +
+                                 std::to_string(runtime.num_cores() - 1) + ")");
+    }
+  }
+  comms_->options = std::move(options);
+}
+
+std::vector<int> DeviceMesh::axis_positions(const AxisNames& axes) const {
+  std::vector<int> positions;
+  for (const std::string& name : axes.names()) {
+    const int p = axis_index(name);
+    if (std::ranges::find(positions, p) != positions.end()) {
+      throw InvalidArgumentError("axis name '" + name + "' repeated in " + axes.to_string() +
+                                 " (expected distinct axes of " + to_string() + ")");
+    }
+    positions.push_back(p);
+  }
+  return positions;
+}
+
+Communicator& DeviceMesh::communicator(const AxisNames& axes, int device) const {
+  const std::vector<int> positions = axis_positions(axes);
+  flat_index_of(device);  // throws for a device outside the mesh
+  // Every group of the axis tuple is made at once, so that cores asking concurrently from inside
+  // run_spmd all find theirs made by whichever came first.
+  std::lock_guard<std::mutex> lock(comms_->mu);
+  auto it = comms_->sets.find(positions);
+  if (it == comms_->sets.end()) {
+    Communicators::Set set;
+    set.communicators =
+        Communicator::for_groups(*runtime_, replica_groups(positions), comms_->options);
+    for (const auto& c : set.communicators) {
+      for (int id : c->group()) set.by_device[id] = c.get();
+    }
+    it = comms_->sets.emplace(positions, std::move(set)).first;
+  }
+  return *it->second.by_device.at(device);
+}
+
+void DeviceMesh::reset_communicators() const {
+  std::lock_guard<std::mutex> lock(comms_->mu);
+  for (auto& [positions, set] : comms_->sets) {
+    for (auto& c : set.communicators) {
+      if (c->aborted()) c->reset();
+    }
+  }
+}
+
+DeviceMesh make_mesh(Runtime& runtime, std::vector<int64_t> axis_shapes,
+                     std::vector<std::string> axis_names) {
+  int64_t n = 1;
+  for (int64_t s : axis_shapes) n *= s;
+  if (n > runtime.num_cores()) {
+    throw InvalidArgumentError("make_mesh of " + std::to_string(n) + " devices on a runtime of " +
+                               std::to_string(runtime.num_cores()) + " cores (expected at most " +
+                               std::to_string(runtime.num_cores()) + ")");
+  }
+  return DeviceMesh(runtime, Mesh(std::move(axis_shapes), std::move(axis_names)));
+}
+
+DeviceMesh make_mesh(Runtime& runtime, std::vector<int64_t> axis_shapes,
+                     std::vector<std::string> axis_names, std::vector<int> devices) {
+  return DeviceMesh(runtime,
+                    Mesh(std::move(axis_shapes), std::move(axis_names), std::move(devices)));
+}
+
+// ---- ShardMapContext -----------------------------------------------------------------------
+
+ShardMapContext::ShardMapContext(const DeviceMesh& mesh, CoreContext& core)
+    : mesh_(mesh), core_(core) {}
+
+int ShardMapContext::device() const { return core_.core_id(); }
+
+int64_t ShardMapContext::axis_index(const AxisNames& axes) const {
+  const std::vector<int> positions = mesh_.axis_positions(axes);
+  const std::vector<int64_t> coords = mesh_.coords_of(device());
+  int64_t index = 0;
+  for (int p : positions) index = index * mesh_.shape()[p] + coords[p];
+  return index;
+}
+
+int64_t ShardMapContext::axis_size(const AxisNames& axes) const {
+  int64_t n = 1;
+  for (int p : mesh_.axis_positions(axes)) n *= mesh_.shape()[p];
+  return n;
+}
+
+Communicator& ShardMapContext::communicator(const AxisNames& axes) const {
+  for (const CachedCommunicator& c : cache_) {
+    if (c.names == axes.names()) return *c.communicator;
+  }
+  Communicator& c = mesh_.communicator(axes, device());
+  cache_.push_back({axes.names(), &c});
+  return c;
+}
+
+template <typename Op>
+LocalArray ShardMapContext::run(const LocalArray& x, std::vector<int64_t> out_shape,
+                                const AxisNames& axes, Op&& op) {
+  Communicator& comm = communicator(axes);
+  LocalArray out = LocalArray::empty(core_, x.dtype(), std::move(out_shape));
+  // Pinned: another allocation on this core may compact the arena while the bytes are in use.
+  const BufferPin in_pin = x.buffer().pin();
+  const BufferPin out_pin = out.buffer().pin();
+  op(comm, x.bytes(), out.mutable_bytes());
+  return out;
+}
+
+LocalArray ShardMapContext::reduce(const LocalArray& x, const AxisNames& axes, ReduceOp op) {
+  return run(x, x.shape(), axes, [&](Communicator& c, auto in, auto out) {
+    c.all_reduce_bytes(core_, x.dtype(), in, out, x.shape(), op);
+  });
+}
+
+LocalArray ShardMapContext::psum(const LocalArray& x, const AxisNames& axes) {
+  return reduce(x, axes, ReduceOp::kSum);
+}
+
+LocalArray ShardMapContext::psum(LocalArray&& x, const AxisNames& axes) {
+  if (!x.owns_buffer()) return reduce(x, axes, ReduceOp::kSum);
+  Communicator& comm = communicator(axes);
+  const BufferPin pin = x.buffer().pin();
+  std::span<std::byte> b = x.mutable_bytes();
+  comm.all_reduce_bytes(core_, x.dtype(), b, b, x.shape(), ReduceOp::kSum);
+  return std::move(x);
+}
+
+LocalArray ShardMapContext::pmax(const LocalArray& x, const AxisNames& axes) {
+  return reduce(x, axes, ReduceOp::kMax);
+}
+
+LocalArray ShardMapContext::pmin(const LocalArray& x, const AxisNames& axes) {
+  return reduce(x, axes, ReduceOp::kMin);
+}
+
+LocalArray ShardMapContext::pmean(const LocalArray& x, const AxisNames& axes) {
+  LocalArray sum = reduce(x, axes, ReduceOp::kSum);
+  const float n = static_cast<float>(axis_size(axes));
+  // JAX: psum(x) / psum(1); the sum is exact in the input dtype, then true division.
+  return visit_data_type(x.dtype(), [&]<typename T>(TypeTag<T>) -> LocalArray {
+    if constexpr (std::is_integral_v<T>) {
+      LocalArray out = LocalArray::empty(core_, ElementType::kF32, x.shape());
+      std::span<const T> s = std::as_const(sum).data<T>();
+      std::span<float> o = out.data<float>();
+      for (size_t i = 0; i < s.size(); ++i) o[i] = static_cast<float>(s[i]) / n;
+      return out;
+    } else if constexpr (std::is_same_v<T, double>) {
+      throw_unsupported_data_type(x.dtype());
+    } else {
+      for (T& v : sum.data<T>()) v = from_f32<T>(to_f32(v) / n);
+      return std::move(sum);
+    }
+  });
+}
+
+LocalArray ShardMapContext::all_gather(const LocalArray& x, const AxisNames& axes, int axis,
+                                       bool tiled) {
+  axis = normalize_axis(axis, x.ndim() + (tiled ? 0 : 1), "all_gather axis");
+  const int n = static_cast<int>(axis_size(axes));
+  return run(x, Communicator::all_gather_shape(x.shape(), n, axis, tiled), axes,
+             [&](Communicator& c, auto in, auto out) {
+               c.all_gather_bytes(core_, x.dtype(), in, out, x.shape(), axis, tiled);
+             });
+}
+
+LocalArray ShardMapContext::psum_scatter(const LocalArray& x, const AxisNames& axes,
+                                         int scatter_dimension, bool tiled) {
+  const int d = normalize_axis(scatter_dimension, x.ndim(), "psum_scatter scatter_dimension");
+  const int n = static_cast<int>(axis_size(axes));
+  return run(x, Communicator::reduce_scatter_shape(x.shape(), n, d, tiled), axes,
+             [&](Communicator& c, auto in, auto out) {
+               c.reduce_scatter_bytes(core_, x.dtype(), in, out, x.shape(), ReduceOp::kSum, d,
+                                      tiled);
+             });
+}
+
+LocalArray ShardMapContext::all_to_all(const LocalArray& x, const AxisNames& axes, int split_axis,
+                                       int concat_axis, bool tiled) {
+  const int64_t r = x.ndim();
+  const int split = normalize_axis(split_axis, r, "all_to_all split_axis");
+  const int concat = normalize_axis(concat_axis, r, "all_to_all concat_axis");
+  const int64_t n = axis_size(axes);
+  if (tiled) {
+    return run(x, Communicator::all_to_all_shape(x.shape(), static_cast<int>(n), split, concat),
+               axes, [&](Communicator& c, auto in, auto out) {
+                 c.all_to_all_bytes(core_, x.dtype(), in, out, x.shape(), split, concat);
+               });
+  }
+  if (x.shape()[split] != n) {
+    throw InvalidArgumentError("untiled all_to_all over " + axes.to_string() + " of " +
+                               array_text(x) + ": split_axis " + std::to_string(split) +
+                               " has size " + std::to_string(x.shape()[split]) + " (expected " +
+                               std::to_string(n) + ", the axis size)");
+  }
+  // Untiled is the tiled exchange on the input with a unit dimension added where the output's
+  // new axis goes: the split dimension (size n) becomes 1 and the unit dimension becomes n, which
+  // is np.insert(np.delete(shape, split), concat, n) once the unit split dimension is dropped.
+  std::vector<int64_t> others = x.shape();
+  others.erase(others.begin() + split);
+  std::vector<int64_t> wide;
+  int wide_split = -1, wide_concat = -1;
+  for (size_t k = 0; k <= others.size(); ++k) {
+    if (static_cast<int>(k) == split) wide_split = static_cast<int>(wide.size()), wide.push_back(n);
+    if (static_cast<int>(k) == concat)
+      wide_concat = static_cast<int>(wide.size()), wide.push_back(1);
+    if (k < others.size()) wide.push_back(others[k]);
+  }
+  std::vector<int64_t> out_shape = others;
+  out_shape.insert(out_shape.begin() + concat, n);
+  return run(x, out_shape, axes, [&](Communicator& c, auto in, auto out) {
+    c.all_to_all_bytes(core_, x.dtype(), in, out, wide, wide_split, wide_concat);
+  });
+}
+
+LocalArray ShardMapContext::ppermute(const LocalArray& x, const AxisNames& axes,
+                                     std::span<const PermutePair> perm) {
+  return run(x, x.shape(), axes, [&](Communicator& c, auto in, auto out) {
+    c.collective_permute_bytes(core_, x.dtype(), in, out, x.shape(), perm);
+  });
+}
+
+LocalArray ShardMapContext::ppermute(LocalArray&& x, const AxisNames& axes,
+                                     std::span<const PermutePair> perm) {
+  if (!x.owns_buffer()) return ppermute(std::as_const(x), axes, perm);
+  Communicator& comm = communicator(axes);
+  const BufferPin pin = x.buffer().pin();
+  std::span<std::byte> b = x.mutable_bytes();
+  comm.collective_permute_bytes(core_, x.dtype(), b, b, x.shape(), perm);
+  return std::move(x);
+}
+
+// ---- ShardMap ------------------------------------------------------------------------------
+
+namespace {
+
+// True when `have` lays the array out as `want` does (P('x') and P('x', None) alike).
+bool same_layout(const NamedSharding& have, const NamedSharding& want) {
+  return have.mesh() == want.mesh() && have.spec().normalized() == want.spec().normalized() &&
+         !have.is_partial();
+}
+
+// The array with `want`'s layout, through the host: the resharding collectives' plans come from
+// planner/, which sits above sharding/.
+ShardedArray relayout(Runtime& runtime, const ShardedArray& a, const NamedSharding& want) {
+  return visit_data_type(a.dtype(), [&]<typename T>(TypeTag<T>) -> ShardedArray {
+    if constexpr (std::is_same_v<T, double>) throw_unsupported_data_type(a.dtype());
+    const std::vector<T> host = a.gather<T>();
+    return ShardedArray::device_put(runtime, a.dtype(), std::as_bytes(std::span<const T>(host)),
+                                    a.global_shape(), want, "shard_map/reshard");
+  });
+}
+
+// Per-core results, indexed [mesh slot][output].
+using CoreResults = std::vector<std::vector<LocalArray>>;
+
+}  // namespace
+
+ShardMap::ShardMap(DeviceMesh mesh, std::vector<PartitionSpec> in_specs,
+                   std::vector<PartitionSpec> out_specs, ShardMapFn fn, ShardMapOptions options)
+    : mesh_(std::move(mesh)),
+      in_specs_(std::move(in_specs)),
+      out_specs_(std::move(out_specs)),
+      fn_(std::move(fn)),
+      options_(options) {
+  // NamedSharding rejects a spec naming an axis the mesh lacks (or one twice), naming it.
+  for (const PartitionSpec& s : in_specs_) NamedSharding(mesh_, s);
+  for (const PartitionSpec& s : out_specs_) NamedSharding(mesh_, s);
+}
+
+ShardMap shard_map(DeviceMesh mesh, std::vector<PartitionSpec> in_specs,
+                   std::vector<PartitionSpec> out_specs, ShardMapFn fn, ShardMapOptions options) {
+  return ShardMap(std::move(mesh), std::move(in_specs), std::move(out_specs), std::move(fn),
+                  options);
+}
+
+namespace {
+
+// Checks that every core returned `num_outputs` arrays and that output `i` has one dtype and
+// shape on every core.
+void check_outputs(const Mesh& mesh, const CoreResults& results, size_t num_outputs) {
+  for (size_t s = 0; s < results.size(); ++s) {
+    if (results[s].size() != num_outputs) {
+      throw InvalidArgumentError("shard_map fn returned " + std::to_string(results[s].size()) +
+                                 " outputs on device " + std::to_string(mesh.devices()[s]) +
+                                 " (expected " + std::to_string(num_outputs) +
+                                 ", one per out spec)");
+    }
+  }
+  for (size_t i = 0; i < num_outputs; ++i) {
+    const LocalArray& ref = results[0][i];
+    for (size_t s = 1; s < results.size(); ++s) {
+      const LocalArray& a = results[s][i];
+      if (a.dtype() != ref.dtype() || a.shape() != ref.shape()) {
+        throw InvalidArgumentError(
+            "shard_map output " + std::to_string(i) + " is " + array_text(ref) + " on device " +
+            std::to_string(mesh.devices()[0]) + " but " + array_text(a) + " on device " +
+            std::to_string(mesh.devices()[s]) + " (expected one dtype and shape on every device)");
+      }
+    }
+  }
+}
+
+// Mesh axes that `spec` neither splits a dimension over nor leaves unreduced: the output must be
+// the same on every device along them.
+std::vector<int> replicated_axes(const Mesh& mesh, const PartitionSpec& spec) {
+  std::vector<int> axes;
+  const std::vector<std::string> named = spec.axes();
+  for (int a = 0; a < mesh.num_axes(); ++a) {
+    const std::string& name = mesh.axis_names()[a];
+    if (std::ranges::find(named, name) == named.end() &&
+        std::ranges::find(spec.unreduced(), name) == spec.unreduced().end()) {
+      axes.push_back(a);
+    }
+  }
+  return axes;
+}
+
+// The mesh slot of the device at `slot`'s coordinates with 0 on `axes`.
+size_t replica_source(const Mesh& mesh, size_t slot, const std::vector<int>& axes) {
+  std::vector<int64_t> coords = mesh.coords_of(mesh.devices()[slot]);
+  for (int a : axes) coords[a] = 0;
+  return static_cast<size_t>(mesh.flat_index_of(mesh.device_at(coords)));
+}
+
+// check_vma by value: every device's block of output `i` equals the block of the device with
+// index 0 on each replicated axis, byte for byte.
+void check_replicated(const Mesh& mesh, const CoreResults& results, size_t i,
+                      const PartitionSpec& spec) {
+  for (int a : replicated_axes(mesh, spec)) {
+    for (size_t s = 0; s < results.size(); ++s) {
+      const size_t src = replica_source(mesh, s, {a});
+      if (src == s) continue;
+      std::span<const std::byte> x = results[src][i].bytes(), y = results[s][i].bytes();
+      if (!std::ranges::equal(x, y)) {
+        throw InvalidArgumentError(
+            "shard_map output " + std::to_string(i) + " differs along mesh axis '" +
+            mesh.axis_names()[a] + "', which out spec " + spec.to_string() +
+            " leaves out: devices " + std::to_string(mesh.devices()[src]) + " and " +
+            std::to_string(mesh.devices()[s]) + " hold different values (check_vma)");
+      }
+    }
+  }
+}
+
+// The buffers of output `i`, one per mesh device: owned blocks are taken, views copied, and
+// without check_vma the replicas copy their source device's block.
+std::vector<DeviceBuffer> output_buffers(const DeviceMesh& mesh, CoreResults& results, size_t i,
+                                         const PartitionSpec& spec, bool copy_replicas) {
+  const std::vector<int> axes = copy_replicas ? replicated_axes(mesh, spec) : std::vector<int>{};
+  std::vector<DeviceBuffer> buffers(results.size());
+  for (size_t s = 0; s < results.size(); ++s) {
+    const size_t src = axes.empty() ? s : replica_source(mesh, s, axes);
+    const LocalArray& from = results[src][i];
+    const int device = mesh.devices()[s];
+    if (src == s && from.owns_buffer() && from.buffer().core_id() == device) continue;
+    DeviceBuffer b =
+        mesh.runtime().allocate_array(device, from.dtype(), from.shape(), "shard_map/out");
+    if (from.nbytes() > 0) std::memcpy(b.data(), from.bytes().data(), from.nbytes());
+    buffers[s] = std::move(b);
+  }
+  for (size_t s = 0; s < results.size(); ++s) {
+    if (!buffers[s].valid()) buffers[s] = std::move(results[s][i]).release();
+  }
+  return buffers;
+}
+
+}  // namespace
+
+std::vector<ShardedArray> ShardMap::operator()(std::span<const ShardedArray* const> inputs) const {
+  if (inputs.size() != in_specs_.size()) {
+    throw InvalidArgumentError("shard_map got " + std::to_string(inputs.size()) +
+                               " inputs (expected " + std::to_string(in_specs_.size()) +
+                               ", one per in spec)");
+  }
+  std::vector<ShardedArray> resharded;
+  resharded.reserve(inputs.size());  // no reallocation: args points into it
+  std::vector<const ShardedArray*> args(inputs.size());
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const NamedSharding want(mesh_, in_specs_[k]);
+    if (!want.is_even(inputs[k]->global_shape())) {
+      throw InvalidArgumentError("shard_map input " + std::to_string(k) + " of shape " +
+                                 dims_text(inputs[k]->global_shape()) +
+                                 " does not divide evenly by in spec " + in_specs_[k].to_string() +
+                                 " on " + mesh_.to_string());
+    }
+    args[k] = inputs[k];
+    if (!same_layout(inputs[k]->sharding(), want)) {
+      resharded.push_back(relayout(mesh_.runtime(), *inputs[k], want));
+      args[k] = &resharded.back();
+    }
+  }
+  const std::vector<int>& devices = mesh_.devices();
+  CoreResults results(devices.size());
+  try {
+    mesh_.runtime().run_spmd(devices, [&](CoreContext& core) {
+      const int id = core.core_id();
+      std::vector<LocalArray> blocks;
+      blocks.reserve(args.size());
+      for (const ShardedArray* a : args) {
+        blocks.push_back(LocalArray::view(a->dtype(), a->local_shape(id), a->buffer(id)));
+      }
+      ShardMapContext ctx(mesh_, core);
+      results[static_cast<size_t>(mesh_.flat_index_of(id))] = fn_(ctx, blocks);
+    });
+  } catch (...) {
+    mesh_.reset_communicators();
+    throw;
+  }
+  check_outputs(mesh_, results, out_specs_.size());
+  std::vector<ShardedArray> outputs;
+  for (size_t i = 0; i < out_specs_.size(); ++i) {
+    const NamedSharding sharding(mesh_, out_specs_[i]);
+    const LocalArray& ref = results[0][i];
+    if (static_cast<int64_t>(out_specs_[i].size()) > ref.ndim()) {
+      throw InvalidArgumentError("shard_map output " + std::to_string(i) + " is " +
+                                 array_text(ref) + ", of lower rank than out spec " +
+                                 out_specs_[i].to_string());
+    }
+    std::vector<int64_t> global = ref.shape();
+    for (size_t d = 0; d < global.size(); ++d)
+      global[d] *= sharding.num_shards(static_cast<int>(d));
+    if (options_.check_vma) check_replicated(mesh_, results, i, out_specs_[i]);
+    outputs.push_back(ShardedArray::from_buffers(
+        std::move(global), sharding,
+        output_buffers(mesh_, results, i, out_specs_[i], !options_.check_vma), ref.dtype()));
+  }
+  return outputs;
+}
+
+}  // namespace vtpu
