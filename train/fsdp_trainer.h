@@ -20,6 +20,9 @@
 // the parameters and in every gradient, so SGD and Adam keep them 0 (Adam's moments there stay 0
 // too) and they never reach the model.
 //
+// The run is one shard_map over a 1-D mesh of the N cores, axis "fsdp" (rank r = core r); every
+// collective below runs over that axis.
+//
 // One step on every core (b = global_batch / N rows of the global batch, as train_mlp):
 //
 //     forward, layer l = 0, 1:   all_gather(param shard l) -> gathered l  (temporary, padded_numel)

@@ -11,6 +11,9 @@
 //     batch / D sequences of the global batch, and after backward one all-reduce over the column's
 //     replica group {t, T + t, ...} sums the shard's gradients and the loss (one bucket, as
 //     PyTorch DDP), then every core applies the same Adam update.
+// The training loop is one shard_map over this mesh, and the all-reduces are collectives over the
+// axis "model" (tensor) or "data" (psum of the bucket). A plan's layout is renamed onto the same
+// two axes: the device at (d, t) is its core with data shard d and tensor shard t.
 // Every all-reduce is the Communicator's deterministic one (folds in rank order), so a run is
 // bit-reproducible, and every core of a replica group ends with identical values. A group of one
 // core runs no all-reduce at all (T = 1: no tensor all-reduces, as Megatron with tensor parallel
