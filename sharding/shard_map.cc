@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "vtpu/common/error.h"
+#include "vtpu/common/float16.h"
 #include "vtpu/sharding/named_sharding.h"
 
 namespace vtpu {
@@ -33,10 +34,13 @@ int normalize_axis(int axis, int64_t rank, const char* what) {
 
 float to_f32(float v) { return v; }
 float to_f32(BFloat16 v) { return bf16_to_float(v); }
+float to_f32(Float16 v) { return f16_to_float(v); }
 template <typename T>
 T from_f32(float v) {
   if constexpr (std::is_same_v<T, BFloat16>) {
     return float_to_bf16(v);
+  } else if constexpr (std::is_same_v<T, Float16>) {
+    return float_to_f16(v);
   } else {
     return v;
   }
@@ -316,7 +320,11 @@ bool same_layout(const NamedSharding& have, const NamedSharding& want) {
 // planner/, which sits above sharding/.
 ShardedArray relayout(Runtime& runtime, const ShardedArray& a, const NamedSharding& want) {
   return visit_data_type(a.dtype(), [&]<typename T>(TypeTag<T>) -> ShardedArray {
-    if constexpr (std::is_same_v<T, double>) throw_unsupported_data_type(a.dtype());
+    if constexpr (std::is_same_v<T, double> || std::is_same_v<T, Float16>) {
+      throw UnimplementedError("shard_map cannot reshard a " +
+                               std::string(element_type_name(a.dtype())) +
+                               " input; device_put it with its in spec's sharding");
+    }
     const std::vector<T> host = a.gather<T>();
     return ShardedArray::device_put(runtime, a.dtype(), std::as_bytes(std::span<const T>(host)),
                                     a.global_shape(), want, "shard_map/reshard");

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "vtpu/common/float16.h"
 #include "vtpu/sharding/shard_map.h"
 
 namespace vtpu {
@@ -21,8 +22,21 @@ template <typename T>
 T from_float(float v) {
   if constexpr (std::is_same_v<T, BFloat16>) {
     return float_to_bf16(v);
+  } else if constexpr (std::is_same_v<T, Float16>) {
+    return float_to_f16(v);
   } else {
     return static_cast<T>(v);
+  }
+}
+
+template <typename T>
+float widen(T v) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    return bf16_to_float(v);
+  } else if constexpr (std::is_same_v<T, Float16>) {
+    return f16_to_float(v);
+  } else {
+    return static_cast<float>(v);
   }
 }
 
@@ -30,23 +44,18 @@ T from_float(float v) {
 // with a fraction for the floating types so that sums round.
 template <typename T>
 T make(int v) {
-  return std::is_integral_v<T> ? static_cast<T>(v) : from_float<T>(static_cast<float>(v) * 0.37f);
-}
-
-template <typename T>
-float widen(T v) {
-  if constexpr (std::is_same_v<T, BFloat16>) {
-    return bf16_to_float(v);
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(v);
   } else {
-    return static_cast<float>(v);
+    return from_float<T>(static_cast<float>(v) * 0.37f);
   }
 }
 
-// One step of the sequential fold, as JAX computes it for T (bf16 in f32, rounded back).
+// One step of the sequential fold, as JAX computes it for T (16-bit floats in f32, rounded back).
 template <typename T>
 T fold(T a, T b, ReduceOp op) {
-  if constexpr (std::is_same_v<T, BFloat16>) {
-    return float_to_bf16(fold(bf16_to_float(a), bf16_to_float(b), op));
+  if constexpr (sizeof(T) == 2) {
+    return from_float<T>(fold(widen(a), widen(b), op));
   } else {
     switch (op) {
       case ReduceOp::kMax:
@@ -81,7 +90,7 @@ constexpr int kNumOps = sizeof(kOps) / sizeof(kOps[0]);
 
 template <typename T>
 class NamedCollectivesTest : public ::testing::Test {};
-using ElementTypes = ::testing::Types<float, BFloat16, int32_t, int64_t>;
+using ElementTypes = ::testing::Types<float, BFloat16, Float16, int32_t, int64_t>;
 TYPED_TEST_SUITE(NamedCollectivesTest, ElementTypes);
 
 // Rank r of every group holds X_r, shape (N, 2): X_r[i][j] = value(device, 2 i + j).
