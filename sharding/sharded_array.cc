@@ -31,6 +31,7 @@ bool is_sharded_array_dtype(ElementType dtype) {
   switch (dtype) {
     case ElementType::kF32:
     case ElementType::kBf16:
+    case ElementType::kF16:
     case ElementType::kS32:
     case ElementType::kS64:
       return true;
@@ -43,7 +44,7 @@ void check_sharded_array_dtype(ElementType dtype, const char* what) {
   if (!is_sharded_array_dtype(dtype)) {
     throw InvalidArgumentError(std::string(what) + " of element type " +
                                std::string(element_type_name(dtype)) +
-                               " (expected f32, bf16, s32 or s64)");
+                               " (expected f32, bf16, f16, s32 or s64)");
   }
 }
 
@@ -216,6 +217,7 @@ std::vector<T> ShardedArray::gather() const {
 
 template std::vector<float> ShardedArray::gather<float>() const;
 template std::vector<BFloat16> ShardedArray::gather<BFloat16>() const;
+template std::vector<Float16> ShardedArray::gather<Float16>() const;
 template std::vector<int32_t> ShardedArray::gather<int32_t>() const;
 template std::vector<int64_t> ShardedArray::gather<int64_t>() const;
 

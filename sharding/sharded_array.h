@@ -1,5 +1,5 @@
-// ShardedArray: a typed array (f32, bf16, s32 or s64) laid out over a mesh of virtual cores by a
-// NamedSharding, after jax.Array. Each mesh device holds exactly its own block in a DeviceBuffer
+// ShardedArray: a typed array (f32, bf16, f16, s32 or s64) laid out over a mesh of virtual cores by
+// a NamedSharding, after jax.Array. Each mesh device holds exactly its own block in a DeviceBuffer
 // on that core.
 //
 // Model. For global shape (5, 10) and P('x') on Mesh(x=4), the blocks are rows [0,2), [2,4),
@@ -29,7 +29,9 @@
 #include <vector>
 
 #include "vtpu/collectives/types.h"
+#include "vtpu/common/bfloat16.h"
 #include "vtpu/common/element_type.h"
+#include "vtpu/common/float16.h"
 #include "vtpu/runtime/device_buffer.h"
 #include "vtpu/runtime/runtime.h"
 #include "vtpu/sharding/index_range.h"
@@ -59,6 +61,8 @@ T reduce_identity_of(ReduceOp op) {
     return T{0};
   } else if constexpr (std::is_same_v<T, BFloat16>) {
     return float_to_bf16(reduce_identity(op));  // 0, 1 and +-inf are exact in bf16
+  } else if constexpr (std::is_same_v<T, Float16>) {
+    return float_to_f16(reduce_identity(op));  // and in f16
   } else {
     return static_cast<T>(reduce_identity(op));
   }
@@ -68,7 +72,7 @@ T reduce_identity_of(ReduceOp op) {
 /// for a dtype ShardedArray does not hold.
 void fill_reduce_identity(ElementType dtype, ReduceOp op, std::span<std::byte> block);
 
-/// The element types a ShardedArray holds: f32, bf16, s32, s64.
+/// The element types a ShardedArray holds: f32, bf16, f16, s32, s64.
 bool is_sharded_array_dtype(ElementType dtype);
 /// Throws InvalidArgumentError naming `dtype` and the supported types unless
 /// is_sharded_array_dtype(dtype); `what` names the caller ("device_put").
@@ -95,7 +99,8 @@ class ShardedArray {
                                  std::span<const std::byte> host, std::vector<int64_t> global_shape,
                                  NamedSharding sharding,
                                  const std::string& label = "device_put/shard");
-  /// Typed form: T is float, BFloat16, int32_t or int64_t (the dtype is data_type_of<T>()).
+  /// Typed form: T is float, BFloat16, Float16, int32_t or int64_t (the dtype is
+  /// data_type_of<T>()).
   template <typename T>
   static ShardedArray device_put(Runtime& runtime, std::span<const T> host,
                                  std::vector<int64_t> global_shape, NamedSharding sharding,
@@ -184,6 +189,7 @@ class ShardedArray {
 
 extern template std::vector<float> ShardedArray::gather<float>() const;
 extern template std::vector<BFloat16> ShardedArray::gather<BFloat16>() const;
+extern template std::vector<Float16> ShardedArray::gather<Float16>() const;
 extern template std::vector<int32_t> ShardedArray::gather<int32_t>() const;
 extern template std::vector<int64_t> ShardedArray::gather<int64_t>() const;
 

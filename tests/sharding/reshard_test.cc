@@ -16,6 +16,7 @@
 #include "tests/sharding/naive_block.h"
 #include "tests/sharding/partial_array.h"
 #include "vtpu/common/bfloat16.h"
+#include "vtpu/common/float16.h"
 #include "vtpu/common/units.h"
 #include "vtpu/sharding/block_copy.h"
 
@@ -248,6 +249,18 @@ std::vector<int32_t> s32_values(const Shape& shape) {
   return x;
 }
 
+/// `y`, an (8, 8) array, put on `x4` as P('x', None) and moved to P(None, 'x') by one all-to-all.
+template <typename T>
+ShardedArray rows_to_columns(Runtime& rt, const Mesh& x4, const std::vector<T>& y) {
+  const Shape sq = {8, 8};
+  const NamedSharding rows = sharding(x4, "P('x', None)"), cols = sharding(x4, "P(None, 'x')");
+  return execute_reshard(rt, ShardedArray::device_put(rt, y, sq, rows),
+                         one_step_plan(sq, rows, cols,
+                                       make_step(ReshardOpKind::kAllToAll, x4, {"x"},
+                                                 "P('x', None)", "P(None, 'x')", {2, 8},
+                                                 /*dim=*/0, /*split_dim=*/1)));
+}
+
 TEST_F(ExecuteReshardTest, Bf16UnevenAllGatherAndAllToAllMatchTheHost) {
   const Shape shape = {5, 8};
   const std::vector<BFloat16> x = bf16_values(shape);
@@ -260,14 +273,8 @@ TEST_F(ExecuteReshardTest, Bf16UnevenAllGatherAndAllToAllMatchTheHost) {
   EXPECT_EQ(g.dtype(), ElementType::kBf16);
   for (int dev = 0; dev < 4; ++dev) EXPECT_EQ(local_of<BFloat16>(g, dev), x) << "device " << dev;
 
-  const Shape sq = {8, 8};
-  const std::vector<BFloat16> y = bf16_values(sq);
-  const NamedSharding rows = sharding(x4_, "P('x', None)"), cols = sharding(x4_, "P(None, 'x')");
-  const ShardedArray t =
-      execute_reshard(*rt_, ShardedArray::device_put(*rt_, y, sq, rows),
-                      one_step_plan(sq, rows, cols,
-                                    make_step(ReshardOpKind::kAllToAll, x4_, {"x"}, "P('x', None)",
-                                              "P(None, 'x')", {2, 8}, /*dim=*/0, /*split_dim=*/1)));
+  const std::vector<BFloat16> y = bf16_values({8, 8});
+  const ShardedArray t = rows_to_columns(*rt_, x4_, y);
   expect_blocks(t, y);
   EXPECT_EQ(t.gather<BFloat16>(), y);
 }
@@ -295,6 +302,14 @@ TEST_F(ExecuteReshardTest, Bf16AllReduceRoundsInBf16) {
     EXPECT_EQ(bf16_to_float(got[0]), 256.0f);
     EXPECT_EQ(bf16_to_float(got[1]), 260.0f);
   }
+}
+
+TEST_F(ExecuteReshardTest, F16AllToAllMatchesTheHost) {
+  std::vector<Float16> y(64);
+  for (size_t i = 0; i < y.size(); ++i) y[i] = float_to_f16(0.125f * static_cast<float>(i) - 2);
+  const ShardedArray t = rows_to_columns(*rt_, x4_, y);
+  EXPECT_EQ(t.dtype(), ElementType::kF16);
+  expect_blocks(t, y);
 }
 
 TEST_F(ExecuteReshardTest, S32SliceGatherAndPermuteMatchTheHost) {

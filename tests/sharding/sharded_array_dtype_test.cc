@@ -11,6 +11,7 @@
 
 #include "tests/sharding/expect_invalid.h"
 #include "vtpu/common/bfloat16.h"
+#include "vtpu/common/float16.h"
 #include "vtpu/common/units.h"
 #include "vtpu/memory/hbm_arena.h"
 #include "vtpu/runtime/runtime.h"
@@ -43,6 +44,7 @@ std::vector<T> iota_of(size_t n, T (*make)(int64_t)) {
 }
 
 BFloat16 bf16(int64_t i) { return float_to_bf16(static_cast<float>(i) * 0.5f); }
+Float16 f16(int64_t i) { return float_to_f16(static_cast<float>(i) * 0.25f - 3.0f); }
 int32_t s32(int64_t i) { return static_cast<int32_t>(i * 1000003 - 7); }
 int64_t s64(int64_t i) { return (int64_t{1} << 40) * i - 3; }
 
@@ -70,10 +72,15 @@ TEST(ShardedArrayDtypeTest, EveryDtypeRoundTripsBlockByBlock) {
   const std::vector<BFloat16> b = iota_of<BFloat16>(50, bf16);
   const std::vector<int32_t> i = iota_of<int32_t>(50, s32);
   const std::vector<int64_t> l = iota_of<int64_t>(50, s64);
+  const std::vector<Float16> h = iota_of<Float16>(50, f16);
   const ShardedArray ab = ShardedArray::device_put(*rt, b, {5, 10}, s);
+  const ShardedArray ah = ShardedArray::device_put(*rt, h, {5, 10}, s);
   const ShardedArray ai = ShardedArray::device_put(*rt, i, {5, 10}, s);
   const ShardedArray al = ShardedArray::device_put(*rt, l, {5, 10}, s);
   EXPECT_EQ(ab.gather<BFloat16>(), b);
+  EXPECT_EQ(ah.dtype(), ElementType::kF16);
+  EXPECT_EQ(ah.gather<Float16>(), h);
+  EXPECT_EQ(local<Float16>(ah, 0), std::vector<Float16>(h.begin(), h.begin() + 20));
   EXPECT_EQ(ai.gather<int32_t>(), i);
   EXPECT_EQ(al.gather<int64_t>(), l);
   // Device 2 holds row 4 (elements 40..49); device 3 holds nothing.
@@ -150,10 +157,11 @@ TEST(ShardedArrayDtypeTest, PartialIdentitiesPerDtype) {
     int32_t s32;
     int64_t s64;
     uint16_t bf16_bits;
+    uint16_t f16_bits;
   };
-  for (const Case& c : {Case{"sum", 0, 0, 0x0000}, Case{"prod", 1, 1, 0x3f80},
-                        Case{"max", L32::lowest(), L64::lowest(), 0xff80},
-                        Case{"min", L32::max(), L64::max(), 0x7f80}}) {
+  for (const Case& c : {Case{"sum", 0, 0, 0x0000, 0x0000}, Case{"prod", 1, 1, 0x3f80, 0x3c00},
+                        Case{"max", L32::lowest(), L64::lowest(), 0xff80, 0xfc00},
+                        Case{"min", L32::max(), L64::max(), 0x7f80, 0x7c00}}) {
     SCOPED_TRACE(c.op);
     const std::string spec = std::string("P(unreduced={'x'}, reduce_op='") + c.op + "')";
     const NamedSharding s = sharding(mesh, spec.c_str());
@@ -165,6 +173,10 @@ TEST(ShardedArrayDtypeTest, PartialIdentitiesPerDtype) {
     EXPECT_THAT(local<int32_t>(ai, 1), ElementsAre(c.s32, c.s32));
     EXPECT_THAT(local<int64_t>(al, 1), ElementsAre(c.s64, c.s64));
     EXPECT_EQ(local<BFloat16>(ab, 1)[0].bits, c.bf16_bits);
+    const std::vector<Float16> h = {float_to_f16(0.5f), float_to_f16(-65504.0f)};
+    const ShardedArray ah = ShardedArray::device_put(*rt, h, {2}, s);
+    EXPECT_EQ(local<Float16>(ah, 1)[1].bits, c.f16_bits);
+    EXPECT_EQ(ah.gather<Float16>(), h);
     EXPECT_EQ(ai.gather<int32_t>(), i);
     EXPECT_EQ(al.gather<int64_t>(), l);
     EXPECT_EQ(ab.gather<BFloat16>(), b);
@@ -192,7 +204,7 @@ TEST(ShardedArrayDtypeTest, DevicePutChargesPaddedBytes) {
         ShardedArray::device_put(*rt, x, {1437, 64}, sharding(Mesh({2}, {"x"}), "P()"));
     for (int core : {0, 1}) {
       const MemoryStats m = rt->core(core).hbm().memory_stats();
-      EXPECT_EQ(m.bytes_requested, pad ? 737280u : 367872u);
+      EXPECT_EQ(m.bytes_in_use, pad ? 737280u : 367872u);
       EXPECT_EQ(m.logical_bytes_in_use, 367872u);
       EXPECT_EQ(a.buffer(core).size_bytes(), 367872u);
     }
@@ -204,30 +216,38 @@ TEST(ShardedArrayDtypeTest, DevicePutChargesPaddedBytes) {
 //     each non-empty block, nothing for the empty one;
 //   bf16[20,300] P('x','y') on (2,2): blocks (10,150) -> T(8,128)(2,1) pads to (16,256) x 2 =
 //     8192 bytes (logical 3000);
-//   s64[3,200] P(None,'x') on 2: blocks (3,100) -> (8,128) x 8 = 8192 bytes (logical 2400).
+//   s64[3,200] P(None,'x') on 2: blocks (3,100) -> (8,128) x 8 = 8192 bytes (logical 2400);
+//   f16[3,129] replicated on 2: (3,129) -> T(8,128)(2,1) pads to (8,256) x 2 = 4096 bytes
+//     (logical 774).
 TEST(ShardedArrayDtypeTest, ShardedBlocksArePaddedByTheirDtypesTile) {
   auto rt = make_runtime(4);
-  auto requested = [&](int core) { return rt->core(core).hbm().memory_stats().bytes_requested; };
+  auto in_use = [&](int core) { return rt->core(core).hbm().memory_stats().bytes_in_use; };
   {
     const ShardedArray a = ShardedArray::device_put(*rt, std::vector<float>(50), {5, 10},
                                                     sharding(Mesh({4}, {"x"}), "x"));
-    EXPECT_THAT((std::vector<uint64_t>{requested(0), requested(1), requested(2), requested(3)}),
+    EXPECT_THAT((std::vector<uint64_t>{in_use(0), in_use(1), in_use(2), in_use(3)}),
                 ElementsAre(4096, 4096, 4096, 0));
   }
   {
     const ShardedArray a = ShardedArray::device_put(*rt, std::vector<BFloat16>(6000), {20, 300},
                                                     sharding(Mesh({2, 2}, {"x", "y"}), "x, y"));
     for (int core = 0; core < 4; ++core) {
-      EXPECT_EQ(requested(core), 8192u);
+      EXPECT_EQ(in_use(core), 8192u);
       EXPECT_EQ(rt->core(core).hbm().memory_stats().logical_bytes_in_use, 3000u);
     }
   }
   {
     const ShardedArray a = ShardedArray::device_put(*rt, std::vector<int64_t>(600), {3, 200},
                                                     sharding(Mesh({2}, {"x"}), "None, x"));
-    EXPECT_EQ(requested(0), 8192u);
-    EXPECT_EQ(requested(1), 8192u);
+    EXPECT_EQ(in_use(0), 8192u);
+    EXPECT_EQ(in_use(1), 8192u);
     EXPECT_EQ(rt->core(1).hbm().memory_stats().logical_bytes_in_use, 2400u);
+  }
+  {
+    const ShardedArray a = ShardedArray::device_put(*rt, std::vector<Float16>(387), {3, 129},
+                                                    sharding(Mesh({2}, {"x"}), "P()"));
+    EXPECT_EQ(in_use(0), 4096u);
+    EXPECT_EQ(rt->core(1).hbm().memory_stats().logical_bytes_in_use, 774u);
   }
 }
 
