@@ -6,12 +6,13 @@
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <optional>
 #include <span>
 
 #include "vtpu/common/error.h"
 #include "vtpu/common/median.h"
+#include "vtpu/memory/tiled_layout.h"
+#include "vtpu/sharding/shard_map.h"
 #include "vtpu/sharding/sharded_array.h"
 #include "vtpu/train/adam.h"
 #include "vtpu/train/mlp_eigen_layers.h"
@@ -42,14 +43,10 @@ struct CoreState {
   std::vector<DeviceBuffer> v_shards;
 };
 
-std::vector<int> all_cores(int n) {
-  std::vector<int> cores(static_cast<size_t>(n));
-  std::iota(cores.begin(), cores.end(), 0);
-  return cores;
-}
+/// The axis every FSDP collective runs over: all N cores, rank r = core r.
+constexpr const char* kAxis = "fsdp";
 
-/// What every core of a run reads: the configuration, one communicator per kind of collective
-/// (so that the stats separate them; every core starts and calls them in the same order), the
+/// What every core of a run reads: the configuration, one mesh per kind of collective, the
 /// replicated training rows and the initial FlatParameters. Built in this order before the SPMD
 /// program; while it runs, every core reads the rest and calls the thread-safe communicators.
 struct FsdpRun {
@@ -60,9 +57,9 @@ struct FsdpRun {
         inv_batch(1.0f / static_cast<float>(mc.global_batch)),
         prefetch(config.prefetch),
         adam(mc.optimizer == "adam"),
-        ag_comm(runtime, all_cores(runtime.num_cores())),
-        rs_comm(runtime, all_cores(runtime.num_cores())),
-        loss_comm(runtime, all_cores(runtime.num_cores())),
+        gather_mesh(make_mesh(runtime, {runtime.num_cores()}, {kAxis})),
+        scatter_mesh(make_mesh(runtime, {runtime.num_cores()}, {kAxis})),
+        loss_mesh(make_mesh(runtime, {runtime.num_cores()}, {kAxis})),
         // The same input pipeline as train_mlp: the training rows replicated on every core.
         data(replicate_digits(runtime, split.train, "fsdp")) {
     // The initial parameters as train_mlp draws them, split into the padded FlatParameters.
@@ -80,7 +77,10 @@ struct FsdpRun {
   const int64_t rows;                      // rows of the global batch per core
   const float inv_batch;                   // 1 / global batch
   const bool prefetch, adam;
-  Communicator ag_comm, rs_comm, loss_comm;
+  // The same 1-D mesh of the N cores, three times: a mesh makes one communicator per axis set,
+  // and one each keeps the stats of the all-gathers, the reduce-scatters and the loss all-reduce
+  // apart (every core starts and calls each kind in the same order).
+  const DeviceMesh gather_mesh, scatter_mesh, loss_mesh;
   const ReplicatedDigits data;
   std::vector<std::vector<float>> padded;  // initial FlatParameters, zero-padded
 };
@@ -104,11 +104,22 @@ int64_t b2_offset(int64_t hidden) { return hidden * kOut; }
 /// owning core may call.
 class FsdpCore {
  public:
-  FsdpCore(CoreContext& ctx, FsdpRun& run, CoreState& state, HbmBreakdown* peak)
-      : ctx_(ctx), run_(run), s_(state), peak_(peak), hidden_(run.mc.hidden) {
+  /// `gather` is this core's shard_map context on run.gather_mesh; the reduce-scatters and the
+  /// loss use the same core's contexts on the other two meshes.
+  FsdpCore(ShardMapContext& gather, FsdpRun& run, CoreState& state, HbmBreakdown* peak)
+      : ctx_(gather.core()),
+        run_(run),
+        s_(state),
+        peak_(peak),
+        hidden_(run.mc.hidden),
+        rank_(gather.axis_index(kAxis)),
+        ag_(gather.communicator(kAxis)),
+        rs_(ShardMapContext(run.scatter_mesh, ctx_).communicator(kAxis)),
+        loss_(run.loss_mesh, ctx_) {
+    CoreContext& ctx = ctx_;
     // Persistent, sharded: each core's 1/N of every FlatParameter, of its gradient and, with
     // Adam, of its two moments (zero-initialised; plain SGD has no optimizer state).
-    const auto c = static_cast<size_t>(ctx.core_id());
+    const auto c = static_cast<size_t>(rank_);
     for (size_t l = 0; l < run.flat.size(); ++l) {
       const FlatParamShape& f = run.flat[l];
       s_.param_shards.push_back(allocate(f.shard_numel, "fsdp/params." + f.name));
@@ -127,7 +138,9 @@ class FsdpCore {
     io_.emplace(ctx, run.data, MlpStepShape{run.rows, run.rows, hidden_, false}, "fsdp",
                 run.mc.seed);
     note_allocation();
-    lossbuf_ = allocate(1, "fsdp/loss");
+    // The loss sum is a scalar, f32[] (untiled: 4 bytes either way).
+    lossbuf_ = ctx.allocate_array(ElementType::kF32, {}, "fsdp/loss");
+    note_allocation();
     // Raw pointers live for the whole run: pin so that defragmentation never moves them.
     for (const DeviceBuffer* buf : {&s_.param_shards[0], &s_.param_shards[1], &grad_shards_[0],
                                     &grad_shards_[1], &lossbuf_}) {
@@ -148,7 +161,7 @@ class FsdpCore {
     CollectiveHandle h0 = gather(0, *g0);
     std::optional<Temp> g1;
     CollectiveHandle h1;
-    io_->load_batch(run_.mc.global_batch, ctx_.core_id() * run_.rows);
+    io_->load_batch(run_.mc.global_batch, rank_ * run_.rows);
     if (run_.prefetch) {  // forward prefetch: layer 1's gather runs while layer 0 computes
       g1 = temp(1, "gathered");
       h1 = gather(1, *g1);
@@ -202,12 +215,13 @@ class FsdpCore {
     }
   }
 
-  /// The mean loss over the global batch: the all-reduce (sum) of the cores' loss sums.
+  /// The mean loss over the global batch: psum of the cores' loss sums, the scalar donated so
+  /// that the sum lands in its (pinned) buffer.
   double all_reduce_loss(double loss_sum) {
-    float* slot = lossbuf_.as<float>().data();
-    *slot = static_cast<float>(loss_sum);
-    run_.loss_comm.all_reduce<float>(ctx_, lossbuf_.as<float>());
-    return static_cast<double>(*slot) / static_cast<double>(run_.mc.global_batch);
+    lossbuf_.as<float>()[0] = static_cast<float>(loss_sum);
+    LocalArray loss = LocalArray::adopt(ElementType::kF32, {}, std::move(lossbuf_));
+    lossbuf_ = loss_.psum(std::move(loss), kAxis).release();
+    return static_cast<double>(lossbuf_.as<float>()[0]) / static_cast<double>(run_.mc.global_batch);
   }
 
  private:
@@ -241,8 +255,12 @@ class FsdpCore {
       *peak_ = hbm_breakdown(arena.chunk_records());
     }
   }
+  /// A 1-D f32 array of `elements`, charged fsdp_vector_charged_bytes.
   DeviceBuffer allocate(int64_t elements, const std::string& label) {
-    DeviceBuffer buf = ctx_.allocate(static_cast<uint64_t>(elements) * kF, label);
+    const uint64_t logical = static_cast<uint64_t>(elements) * kF;
+    DeviceBuffer buf(ctx_.core().hbm_shared(), logical,
+                     fsdp_vector_charged_bytes(elements, ctx_.runtime().options().pad_arrays),
+                     label);
     note_allocation();
     return buf;
   }
@@ -265,9 +283,9 @@ class FsdpCore {
     const int64_t dims[] = {run_.flat[l].shard_numel};
     auto shard = std::span<const float>(s_.param_shards[l].as<float>());
     if (run_.prefetch) {
-      return run_.ag_comm.all_gather_start<float>(ctx_, shard, into.span(), dims, 0, true);
+      return ag_.all_gather_start<float>(ctx_, shard, into.span(), dims, 0, true);
     }
-    run_.ag_comm.all_gather<float>(ctx_, shard, into.span(), dims, 0, true);
+    ag_.all_gather<float>(ctx_, shard, into.span(), dims, 0, true);
     return CollectiveHandle();
   }
   /// reduce_scatter (sum) of layer l's full gradient: rank r gets the sum of block r.
@@ -276,10 +294,9 @@ class FsdpCore {
     auto send = std::span<const float>(full.span());
     auto recv = grad_shards_[l].as<float>();
     if (run_.prefetch) {
-      return run_.rs_comm.reduce_scatter_start<float>(ctx_, send, recv, dims, ReduceOp::kSum, 0,
-                                                      true);
+      return rs_.reduce_scatter_start<float>(ctx_, send, recv, dims, ReduceOp::kSum, 0, true);
     }
-    run_.rs_comm.reduce_scatter<float>(ctx_, send, recv, dims, ReduceOp::kSum, 0, true);
+    rs_.reduce_scatter<float>(ctx_, send, recv, dims, ReduceOp::kSum, 0, true);
     return CollectiveHandle();
   }
 
@@ -289,6 +306,12 @@ class FsdpCore {
   HbmBreakdown* peak_;  // core 0 during the first step, else nullptr
   uint64_t peak_seen_ = 0;
   const int64_t hidden_;
+  const int64_t rank_;  // axis_index("fsdp"): which shard this core holds
+  // The all-gathers and reduce-scatters write into this core's buffers and may run async (the
+  // *_start forms), which the named collectives do not offer: they call the axes' communicators.
+  Communicator& ag_;
+  Communicator& rs_;
+  ShardMapContext loss_;  // on run.loss_mesh
   std::vector<DeviceBuffer> grad_shards_;
   std::optional<MlpStepBuffers> io_;
   DeviceBuffer lossbuf_;
@@ -339,6 +362,13 @@ void FsdpConfig::validate(int num_cores) const {
     throw InvalidArgumentError("train_fsdp does not accumulate micro-batches; micro_batches is " +
                                std::to_string(mlp.micro_batches) + " (expected 1)");
   }
+}
+
+uint64_t fsdp_vector_charged_bytes(int64_t elements, bool pad_arrays) {
+  const int64_t dims[] = {elements};
+  if (!pad_arrays) return logical_bytes(ElementType::kF32, dims);
+  static const Layout vector_layout = parse_layout("{0:T(1024)}");
+  return padded_bytes(ElementType::kF32, dims, vector_layout);
 }
 
 std::vector<FlatParamShape> fsdp_flat_params(int64_t hidden, int num_cores) {
@@ -430,9 +460,11 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
   result.step_seconds.assign(static_cast<size_t>(mc.steps), 0.0);
   std::vector<CoreState> state(static_cast<size_t>(n));
 
-  runtime.run_spmd([&](CoreContext& ctx) {
-    const int c = ctx.core_id();
-    FsdpCore core(ctx, fr, state[static_cast<size_t>(c)], c == 0 ? &result.peak : nullptr);
+  // The training loop is one shard_map over the cores: no array goes in or out (the shards are
+  // made from fr.padded and left in `state`).
+  shard_map(fr.gather_mesh, {}, {}, [&](ShardMapContext& smc, std::span<const LocalArray>) {
+    const int c = smc.device();
+    FsdpCore core(smc, fr, state[static_cast<size_t>(c)], c == 0 ? &result.peak : nullptr);
     for (int64_t step = 0; step < mc.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
       const double loss_sum = core.forward();
@@ -442,7 +474,8 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
       finish_step(c, step, mc.steps, mc.log_every, loss, t0, result.step_seconds, result.losses,
                   on_log);
     }
-  });
+    return std::vector<LocalArray>{};
+  })();
 
   result.median_step_ms = 1e3 * median_of(result.step_seconds);
   result.parameters = collect_parameters(state, fr.flat, result.padding_is_zero);
@@ -450,9 +483,9 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
   result.train_accuracy = mlp_accuracy(result.parameters, mc.hidden, split.train);
   for (int c = 0; c < n; ++c) {
     result.hbm.push_back(runtime.core(c).hbm().memory_stats());
-    result.all_gather.push_back(fr.ag_comm.stats(c));
-    result.reduce_scatter.push_back(fr.rs_comm.stats(c));
-    result.loss_all_reduce.push_back(fr.loss_comm.stats(c));
+    result.all_gather.push_back(fr.gather_mesh.communicator(kAxis, c).stats(c));
+    result.reduce_scatter.push_back(fr.scatter_mesh.communicator(kAxis, c).stats(c));
+    result.loss_all_reduce.push_back(fr.loss_mesh.communicator(kAxis, c).stats(c));
   }
   return result;
 }

@@ -20,6 +20,9 @@
 // the parameters and in every gradient, so SGD and Adam keep them 0 (Adam's moments there stay 0
 // too) and they never reach the model.
 //
+// The run is one shard_map over a 1-D mesh of the N cores, axis "fsdp" (rank r = core r); every
+// collective below runs over that axis.
+//
 // One step on every core (b = global_batch / N rows of the global batch, as train_mlp):
 //
 //     forward, layer l = 0, 1:   all_gather(param shard l) -> gathered l  (temporary, padded_numel)
@@ -98,9 +101,18 @@ struct FlatParamShape {
 /// above). Throws InvalidArgumentError for hidden < 1 or num_cores < 1. Thread-safe.
 std::vector<FlatParamShape> fsdp_flat_params(int64_t hidden, int num_cores);
 
-/// One core's HBM by what the bytes hold: chunk bytes (allocator rounding included) of the live
-/// buffers in an arena's chunk records, classified by label. Sizes in bytes.
-/// Plain data, thread-compatible.
+/// The bytes the arena is charged for an FSDP buffer of `elements` f32 (a FlatParameter shard,
+/// its gradient or moments, or a gathered or unsharded FlatParameter). Each is the 1-D vector
+/// FSDP keeps, not the W and b it concatenates, so it is charged as f32[elements] under the 1-D
+/// tiling XLA gives TPU vectors, {0:T(1024)} (memory/tiled_layout.h): rounded up to 1024
+/// elements. tpu_default_layout would count a vector as a [1, n] row of 8-row tiles, 8 times
+/// its bytes, which no flattened parameter pays. Logical bytes when `pad_arrays` is false.
+/// Throws InvalidArgumentError for elements < 0. Thread-safe.
+uint64_t fsdp_vector_charged_bytes(int64_t elements, bool pad_arrays);
+
+/// One core's HBM by what the bytes hold: chunk bytes (padding and allocator rounding included) of
+/// the live buffers in an arena's chunk records, classified by label. Sizes in bytes. Plain data,
+/// thread-compatible.
 struct HbmBreakdown {
   uint64_t training_set = 0;     // the replicated training rows and one-hot labels
   uint64_t params = 0;           // parameters: the replica (data parallel), the tensor shard

@@ -3,7 +3,9 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numbers>
+#include <numeric>
 #include <random>
 
 #include "vtpu/common/error.h"
@@ -234,43 +236,45 @@ struct Workspace {
   std::vector<Block> blocks;
   int64_t x_out, hf, muf, rsf, logits, dx, dtmp, dqkv, datt, du, dp;
   int64_t size = 0;
+  std::vector<std::vector<int64_t>> shapes;  // of every tensor, in offset order
 
   Workspace(const TransformerConfig& c, int64_t tp, int64_t local_batch) {
     const int64_t n = local_batch * c.context, d = c.d_model;
     const int64_t dl = d / tp, fl = c.hidden / tp, hl = c.heads / tp;
-    auto take = [&](int64_t elems) {
+    auto take = [&](std::vector<int64_t> shape) {
       const int64_t o = size;
-      size += elems;
+      size += std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+      shapes.push_back(std::move(shape));
       return o;
     };
     for (int64_t l = 0; l < c.layers; ++l) {
       Block b;
-      b.x_in = take(n * d);
-      b.h1 = take(n * d);
-      b.mu1 = take(n);
-      b.rs1 = take(n);
-      b.qkv = take(n * 3 * dl);
-      b.probs = take(local_batch * hl * c.context * c.context);
-      b.att = take(n * dl);
-      b.x_mid = take(n * d);
-      b.h2 = take(n * d);
-      b.mu2 = take(n);
-      b.rs2 = take(n);
-      b.u = take(n * fl);
-      b.a = take(n * fl);
+      b.x_in = take({n, d});
+      b.h1 = take({n, d});
+      b.mu1 = take({n});
+      b.rs1 = take({n});
+      b.qkv = take({n, 3 * dl});
+      b.probs = take({local_batch, hl, c.context, c.context});
+      b.att = take({n, dl});
+      b.x_mid = take({n, d});
+      b.h2 = take({n, d});
+      b.mu2 = take({n});
+      b.rs2 = take({n});
+      b.u = take({n, fl});
+      b.a = take({n, fl});
       blocks.push_back(b);
     }
-    x_out = take(n * d);
-    hf = take(n * d);
-    muf = take(n);
-    rsf = take(n);
-    logits = take(n * c.vocab);
-    dx = take(n * d);
-    dtmp = take(n * d);
-    dqkv = take(n * 3 * dl);
-    datt = take(n * dl);
-    du = take(n * fl);
-    dp = take(c.context * c.context);
+    x_out = take({n, d});
+    hf = take({n, d});
+    muf = take({n});
+    rsf = take({n});
+    logits = take({n, c.vocab});
+    dx = take({n, d});
+    dtmp = take({n, d});
+    dqkv = take({n, 3 * dl});
+    datt = take({n, dl});
+    du = take({n, fl});
+    dp = take({c.context, c.context});
   }
 };
 
@@ -513,7 +517,9 @@ TransformerShard<S>::TransformerShard(const TransformerConfig& config, int64_t t
   if (local_batch < 1) {
     throw InvalidArgumentError("local batch is " + str(local_batch) + " (expected >= 1)");
   }
-  workspace_elements_ = Workspace(config, tp_size, local_batch).size;
+  Workspace w(config, tp_size, local_batch);
+  workspace_elements_ = w.size;
+  workspace_shapes_ = std::move(w.shapes);
 }
 
 template <typename S>

@@ -137,6 +137,9 @@ class TransformerShard {
   const TransformerLayout& layout() const { return layout_; }
   /// Activation workspace run() needs, in elements of S.
   int64_t workspace_elements() const { return workspace_elements_; }
+  /// The shapes of the workspace's tensors (activations and their gradients), in the order they
+  /// sit in it: what the trainer charges HBM for, tensor by tensor.
+  const std::vector<std::vector<int64_t>>& workspace_shapes() const { return workspace_shapes_; }
 
   /// tokens: local_batch rows of context + 1 ids (inputs then the shifted targets), each in
   /// [0, vocab). params: layout().size() elements. grads: overwritten with grad_scale times the
@@ -157,6 +160,7 @@ class TransformerShard {
   TransformerLayout layout_;
   int64_t local_batch_;
   int64_t workspace_elements_ = 0;
+  std::vector<std::vector<int64_t>> workspace_shapes_;
 };
 
 /// Adam with bias correction (Kingma & Ba 2015, Algorithm 1), in place, step t >= 1, with the

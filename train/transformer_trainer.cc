@@ -16,7 +16,9 @@
 #include "vtpu/common/error.h"
 #include "vtpu/common/median.h"
 #include "vtpu/common/strings.h"
+#include "vtpu/memory/tiled_layout.h"
 #include "vtpu/runtime/pallas_kernels.h"
+#include "vtpu/sharding/shard_map.h"
 #include "vtpu/train/train_step_log.h"
 
 namespace vtpu {
@@ -172,9 +174,22 @@ void check_run(const Runtime& runtime, std::span<const int32_t> tokens,
   }
 }
 
-/// What every core of a run reads: the configuration, the groups' communicators, the initial
-/// shards, the model and the global batches. Built before the SPMD program; while it runs, every
-/// core reads the rest and calls the thread-safe communicators.
+/// The layout as a (D, T) mesh with axes ("data", "model"): the device at (d, t) is the core
+/// with data shard d and tensor shard t, so that the mesh's replica groups over "data" and over
+/// "model" are the layout's data and tensor groups, each in rank order (grid(D, T): cores 0..n-1
+/// row-major, as jax.make_mesh lays them out).
+DeviceMesh layout_mesh(Runtime& runtime, const DataTensorLayout& layout) {
+  std::vector<int> devices(static_cast<size_t>(layout.num_cores()));
+  for (int c = 0; c < static_cast<int>(devices.size()); ++c) {
+    const auto i = static_cast<size_t>(c);
+    devices[static_cast<size_t>(layout.data_rank[i] * layout.tensor + layout.tensor_rank[i])] = c;
+  }
+  return make_mesh(runtime, {layout.data, layout.tensor}, {"data", "model"}, std::move(devices));
+}
+
+/// What every core of a run reads: the configuration, the mesh (whose communicators the named
+/// collectives use), the initial shards, the model and the global batches. Built before the SPMD
+/// program; while it runs, every core reads the rest and calls the thread-safe communicators.
 struct TransformerRun {
   TransformerRun(Runtime& runtime, std::span<const int32_t> tokens, const TransformerConfig& config,
                  const DataTensorLayout& layout)
@@ -184,11 +199,15 @@ struct TransformerRun {
         local_batch(config.batch / layout.data),
         micro_batch(local_batch / config.micro_batches),
         grad_scale(1.0f / static_cast<float>(config.batch * config.context)),
-        // Replica groups: the layout's tensor groups (one model replica each) and data groups.
-        tp_comms(Communicator::for_groups(runtime, layout.tensor_groups)),
-        dp_comms(Communicator::for_groups(runtime, layout.data_groups)),
+        mesh(layout_mesh(runtime, layout)),
         init(transformer_init_parameters(config)),
-        model(config, layout.tensor, micro_batch) {
+        model(config, layout.tensor, micro_batch),
+        pad_arrays(runtime.options().pad_arrays) {
+    for (const TransformerParam& p : model.layout().params())
+      weight_shapes.push_back(p.local_shape);
+    bucket_shapes = weight_shapes;
+    bucket_shapes.push_back({});  // the loss sum, a scalar after the gradients
+    token_shape = {local_batch, config.context + 1};
     for (int64_t t = 0; t < layout.tensor; ++t) {
       init_shards.push_back(shard_transformer_parameters<float>(config, init, layout.tensor, t));
     }
@@ -198,25 +217,38 @@ struct TransformerRun {
     for (auto& s : starts) s = sampler.next(config.batch);
   }
 
-  Communicator& tensor_comm(int c) const {
-    return *tp_comms[static_cast<size_t>(layout.tensor_group[static_cast<size_t>(c)])];
-  }
-  Communicator& data_comm(int c) const {
-    return *dp_comms[static_cast<size_t>(layout.data_group[static_cast<size_t>(c)])];
-  }
+  /// The communicators behind the named collectives over "model" and "data" (for the stats).
+  Communicator& tensor_comm(int c) const { return mesh.communicator("model", c); }
+  Communicator& data_comm(int c) const { return mesh.communicator("data", c); }
   int64_t shard_size() const { return model.layout().size(); }
+  /// What the arena is charged for arrays of `dtype` and `shapes` packed in one buffer
+  /// (CoreContext::allocate_arrays): their padded bytes, or their logical bytes without padding.
+  uint64_t charged_bytes(ElementType dtype, std::span<const std::vector<int64_t>> shapes) const {
+    uint64_t total = 0;
+    for (const std::vector<int64_t>& dims : shapes) {
+      const ArrayBytes b = array_bytes(dtype, dims);
+      total += pad_arrays ? b.padded_bytes : b.logical_bytes;
+    }
+    return total;
+  }
 
   const TransformerConfig& config;
   const DataTensorLayout& layout;
   const std::span<const int32_t> tokens;
-  const int64_t local_batch;  // sequences per data shard
-  const int64_t micro_batch;  // sequences per micro-batch
-  const float grad_scale;     // 1 / (global batch * context)
-  std::vector<std::unique_ptr<Communicator>> tp_comms, dp_comms;
+  const int64_t local_batch;      // sequences per data shard
+  const int64_t micro_batch;      // sequences per micro-batch
+  const float grad_scale;         // 1 / (global batch * context)
+  const DeviceMesh mesh;          // (D, T), axes ("data", "model")
   const std::vector<float> init;  // the whole model's initial parameters
   std::vector<std::vector<float>> init_shards;
   const TransformerShard<float> model;
   std::vector<std::vector<int64_t>> starts;  // per step, the global batch's window starts
+  // Every HBM buffer is charged per tensor, as the arrays it packs would be one by one: the
+  // shard's weights (each tensor's local block; also the shape of Adam's m and v), the gradient
+  // bucket (those blocks and the loss scalar), and the tokens s32[local_batch, context + 1].
+  const bool pad_arrays;  // RuntimeOptions::pad_arrays
+  std::vector<std::vector<int64_t>> weight_shapes, bucket_shapes;
+  std::vector<int64_t> token_shape;
 };
 
 /// A TransformerResult with the run's sizes filled in and its per-step vectors sized.
@@ -229,52 +261,57 @@ TransformerResult empty_result(const TransformerRun& run) {
   result.shard_parameters = shard_size;
   result.losses.assign(static_cast<size_t>(config.steps), 0.0);
   result.step_seconds.assign(static_cast<size_t>(config.steps), 0.0);
-  const uint64_t f = sizeof(float);
-  result.weight_bytes = static_cast<uint64_t>(shard_size) * f;
+  // What TransformerCore's buffers are charged (padded bytes, per tensor, by default).
+  constexpr ElementType f32 = ElementType::kF32;
+  result.weight_bytes = run.charged_bytes(f32, run.weight_shapes);
   // The bucket, and with micro-batches a second one that each later micro-batch computes into.
-  result.gradient_bytes =
-      static_cast<uint64_t>(config.micro_batches > 1 ? 2 : 1) * (shard_size + 1) * f;
-  result.optimizer_bytes = 2 * static_cast<uint64_t>(shard_size) * f;
-  result.activation_bytes = static_cast<uint64_t>(run.model.workspace_elements()) * f;
-  result.token_bytes =
-      static_cast<uint64_t>(run.local_batch * (config.context + 1)) * sizeof(int32_t);
+  result.gradient_bytes = static_cast<uint64_t>(config.micro_batches > 1 ? 2 : 1) *
+                          run.charged_bytes(f32, run.bucket_shapes);
+  result.optimizer_bytes = 2 * result.weight_bytes;
+  result.activation_bytes = run.charged_bytes(f32, run.model.workspace_shapes());
+  result.token_bytes = run.charged_bytes(
+      ElementType::kS32, std::span<const std::vector<int64_t>>(&run.token_shape, 1));
   return result;
 }
 
-/// One core's part of the run: its HBM buffers (weight shard, gradient bucket, micro-batch
-/// bucket, Adam's m and v, activations, tokens), allocated once and pinned, and the named parts
-/// of a step. Only the owning core may call.
+/// One core's part of the run, inside shard_map: its HBM buffers (weight shard, gradient bucket,
+/// micro-batch bucket, Adam's m and v, activations, tokens), allocated once and pinned, and the
+/// named parts of a step. Only the owning core may call.
 class TransformerCore {
  public:
-  TransformerCore(CoreContext& ctx, const TransformerRun& run, const TransformerResult& sizes)
-      : ctx_(ctx),
+  TransformerCore(ShardMapContext& smc, const TransformerRun& run)
+      : smc_(smc),
+        ctx_(smc.core()),
         run_(run),
-        tp_(run.tensor_comm(ctx.core_id())),
-        dp_(run.data_comm(ctx.core_id())),
-        data_rank_(run.layout.data_rank[static_cast<size_t>(ctx.core_id())]) {
-    const uint64_t bucket = (run.shard_size() + 1) * sizeof(float);
-    params_ = ctx.allocate(sizes.weight_bytes, "transformer/weights");
-    grads_ = ctx.allocate(bucket, "transformer/grads+loss");
+        tp_(smc.communicator("model")),
+        data_rank_(smc.axis_index("data")) {
+    CoreContext& ctx = ctx_;
+    // Each buffer packs several tensors and is charged as those tensors (the sizes empty_result
+    // reports).
+    constexpr ElementType f32 = ElementType::kF32;
+    params_ = ctx.allocate_arrays(f32, run.weight_shapes, "transformer/weights");
+    grads_ = ctx.allocate_arrays(f32, run.bucket_shapes, "transformer/grads+loss");
     if (run.config.micro_batches > 1) {
-      micro_ = ctx.allocate(bucket, "transformer/micro_grads+loss");
+      micro_ = ctx.allocate_arrays(f32, run.bucket_shapes, "transformer/micro_grads+loss");
     }
-    adam_m_ = ctx.allocate(sizes.optimizer_bytes / 2, "transformer/adam_m");
-    adam_v_ = ctx.allocate(sizes.optimizer_bytes / 2, "transformer/adam_v");
-    work_ = ctx.allocate(sizes.activation_bytes, "transformer/activations");
-    toks_ = ctx.allocate(sizes.token_bytes, "transformer/tokens");
+    adam_m_ = ctx.allocate_arrays(f32, run.weight_shapes, "transformer/adam_m");
+    adam_v_ = ctx.allocate_arrays(f32, run.weight_shapes, "transformer/adam_v");
+    work_ = ctx.allocate_arrays(f32, run.model.workspace_shapes(), "transformer/activations");
+    toks_ = ctx.allocate_array(ElementType::kS32, run.token_shape, "transformer/tokens");
     for (const DeviceBuffer* b : {&params_, &grads_, &adam_m_, &adam_v_, &work_, &toks_}) {
       pins_.push_back(b->pin());
     }
     if (micro_.valid()) pins_.push_back(micro_.pin());
-    const int64_t t = run.layout.tensor_rank[static_cast<size_t>(ctx.core_id())];
+    const int64_t t = smc.axis_index("model");
     const auto& shard = run.init_shards[static_cast<size_t>(t)];
     std::copy(shard.begin(), shard.end(), params_.as<float>().begin());
     std::ranges::fill(adam_m_.as<float>(), 0.0f);
     std::ranges::fill(adam_v_.as<float>(), 0.0f);
     // A group of one core sums nothing: Megatron with tensor parallel size 1 (and DDP on one
     // replica) runs no all-reduce, so neither does this trainer; the one-core all-reduce in
-    // place would leave the same bits.
-    if (tp_.size() > 1) {
+    // place would leave the same bits. The model all-reduces slices of the workspace in place,
+    // which the named psum (a whole array) does not offer: it calls the axis's communicator.
+    if (smc.axis_size("model") > 1) {
       tp_all_reduce_ = [this](std::span<float> x) { tp_.all_reduce<float>(ctx_, x); };
     }
     if (run.config.kernels == "pallas") pallas_matmul_ = pallas_dense_matmul();
@@ -313,9 +350,13 @@ class TransformerCore {
     }
   }
 
-  /// Data parallel: one bucket (the shard's gradients and the loss sum) over the data group.
+  /// Data parallel: one bucket (the shard's gradients and the loss sum), psum over "data". The
+  /// bucket is donated, so the sum lands in its buffer (no second bucket), which stays pinned.
   void all_reduce_gradients() {
-    if (dp_.size() > 1) dp_.all_reduce<float>(ctx_, grads_.as<float>());
+    if (smc_.axis_size("data") == 1) return;
+    const int64_t elements = run_.shard_size() + 1;
+    LocalArray bucket = LocalArray::adopt(ElementType::kF32, {elements}, std::move(grads_));
+    grads_ = smc_.psum(std::move(bucket), "data").release();
   }
 
   void optimizer_step(int64_t step) {
@@ -358,10 +399,10 @@ class TransformerCore {
     };
   }
 
+  ShardMapContext& smc_;
   CoreContext& ctx_;
   const TransformerRun& run_;
-  Communicator& tp_;
-  Communicator& dp_;
+  Communicator& tp_;  // "model"
   const int64_t data_rank_;
   DeviceBuffer params_, grads_, micro_, adam_m_, adam_v_, work_, toks_;
   std::vector<BufferPin> pins_;
@@ -408,9 +449,12 @@ TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const 
   std::vector<DeviceBuffer> final_params(static_cast<size_t>(runtime.num_cores()));
 
   const auto t_start = std::chrono::steady_clock::now();
-  runtime.run_spmd([&](CoreContext& ctx) {
-    const int c = ctx.core_id();
-    TransformerCore core(ctx, run, result);
+  // The whole training loop is one shard_map over the (D, T) mesh: no array goes in or out (each
+  // core reads its shard of the initial weights and its sequences from `run`, and hands its
+  // final weights to final_params).
+  shard_map(run.mesh, {}, {}, [&](ShardMapContext& smc, std::span<const LocalArray>) {
+    const int c = smc.device();
+    TransformerCore core(smc, run);
     for (int64_t step = 0; step < config.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
       core.load_tokens(step);
@@ -421,7 +465,8 @@ TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const 
                   result.losses, on_log);
     }
     final_params[static_cast<size_t>(c)] = core.take_params();
-  });
+    return std::vector<LocalArray>{};
+  })();
   result.total_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   result.median_step_ms = 1e3 * median_of(result.step_seconds);

@@ -11,6 +11,9 @@
 //     batch / D sequences of the global batch, and after backward one all-reduce over the column's
 //     replica group {t, T + t, ...} sums the shard's gradients and the loss (one bucket, as
 //     PyTorch DDP), then every core applies the same Adam update.
+// The training loop is one shard_map over this mesh, and the all-reduces are collectives over the
+// axis "model" (tensor) or "data" (psum of the bucket). A plan's layout is renamed onto the same
+// two axes: the device at (d, t) is its core with data shard d and tensor shard t.
 // Every all-reduce is the Communicator's deterministic one (folds in rank order), so a run is
 // bit-reproducible, and every core of a replica group ends with identical values. A group of one
 // core runs no all-reduce at all (T = 1: no tensor all-reduces, as Megatron with tensor parallel
@@ -26,7 +29,7 @@
 //
 // Each core's HBM holds: its weight shard, the gradient bucket (two with micro-batches), Adam's m
 // and v (all of the shard's size), the activation workspace for batch / (D K) sequences, and the
-// step's tokens. The host feeds
+// step's tokens; each buffer is charged the padded bytes of the tensors it packs. The host feeds
 // the token windows each step (an input pipeline); the windows of a step are drawn from the seed
 // independently of the mesh, so every mesh sees the same global batches as the single-core run.
 #pragma once
@@ -112,7 +115,9 @@ struct TransformerResult {
   double total_seconds = 0.0;    // the SPMD program, all steps
   int64_t num_parameters = 0;    // of the whole model
   int64_t shard_parameters = 0;  // of one core's shard
-  /// Bytes each core allocated in HBM, by purpose (the same on every core).
+  /// Bytes each core's arena is charged, by purpose (the same on every core): every buffer as
+  /// the tensors it packs, each at its padded bytes under the TPU layout (its logical bytes with
+  /// RuntimeOptions::pad_arrays false).
   uint64_t weight_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0, activation_bytes = 0,
            token_bytes = 0;
   /// Where the data replicas' final shards first differ from replica 0's (train/

@@ -266,9 +266,7 @@ TEST(VtpuCliTest, RejectsBadInput) {
       {"train mlp --config " + temp_file("vtpu_bad.json", "{\"num_cores\": 4,"),
        1,
        {"vtpu_bad.json", "JSON"}},
-      {"train mlp --config " + temp_file("vtpu_bad2.json", "{\"num_corez\": 4}"),
-       1,
-       {"num_corez"}},
+      {"train mlp --config " + temp_file("vtpu_bad2.json", "{\"num_corez\": 4}"), 1, {"num_corez"}},
       {"train mlp --config " + temp_file("vtpu_bad3.json", "{\"allocator\": \"best\"}"),
        1,
        {"allocator", "best", "bfc"}},
@@ -1789,9 +1787,10 @@ TEST(VtpuCliTest, TrainFsdpTextOutput) {
   EXPECT_TRUE(found) << r.output;
 }
 
-// JSON: per-core persistent bytes worked by hand for hidden 64 on 4 cores. FSDP shards: layer 0
-// 4160 / 4 = 1040 floats (4160 B, a 4352 B chunk), layer 1 650 -> 652 padded, 163 floats (652 B,
-// 768 B): 5120 B of parameters. DP replica: 4810 floats (19240 B, a 19456 B chunk).
+// JSON: per-core persistent bytes worked by hand for hidden 64 on 4 cores. FSDP shards, each a
+// 1-D f32 vector charged in whole tiles of 1024 floats (T(1024)): layer 0 4160 / 4 = 1040 floats
+// (2048 floats, 8192 B), layer 1 650 -> 652 padded, 163 floats (4096 B): 12288 B of parameters.
+// DP replica: 4810 floats (19240 B, a 19456 B chunk).
 TEST(VtpuCliTest, TrainFsdpJson) {
   VTPU_REQUIRE_DIGITS();
   const CliRun r = run_cli("train fsdp --cores 4 --steps 20 --batch 32 --prefetch off --json");
@@ -1802,8 +1801,8 @@ TEST(VtpuCliTest, TrainFsdpJson) {
   EXPECT_EQ(j["fsdp"]["losses"].size(), 20u);
   EXPECT_EQ(j["reference"]["losses"].size(), 20u);
   EXPECT_LE(j["max_relative_loss_difference"].get<double>(), 1e-4);
-  EXPECT_EQ(j["fsdp"]["peak_hbm_core0"]["params"], 5120);
-  EXPECT_EQ(j["fsdp"]["peak_hbm_core0"]["grads"], 5120);
+  EXPECT_EQ(j["fsdp"]["peak_hbm_core0"]["params"], 12288);
+  EXPECT_EQ(j["fsdp"]["peak_hbm_core0"]["grads"], 12288);
   EXPECT_EQ(j["data_parallel"]["peak_hbm_core0"]["params"], 19456);
   EXPECT_EQ(j["fsdp"]["flat_params"][1]["padded_numel"], 652);
   EXPECT_EQ(j["fsdp"]["all_gather"][0]["num_collectives"], 80);
@@ -1819,7 +1818,7 @@ TEST(VtpuCliTest, TrainFsdpJson) {
 }
 
 // --optimizer adam: m and v are sharded like the parameters, so the optimizer state per core is
-// twice the parameter shards (2 x 5120 B on 4 cores at hidden 64), against 2 x 19456 B for the
+// twice the parameter shards (2 x 12288 B on 4 cores at hidden 64), against 2 x 19456 B for the
 // data-parallel replica and the 1-core run; the losses equal the 1-core run's exactly.
 TEST(VtpuCliTest, TrainFsdpAdam) {
   VTPU_REQUIRE_DIGITS();
@@ -1830,8 +1829,8 @@ TEST(VtpuCliTest, TrainFsdpAdam) {
   EXPECT_NEAR(j["config"]["learning_rate"].get<double>(), 0.001, 1e-9);
   EXPECT_EQ(j["fsdp"]["optimizer"], "adam");
   EXPECT_TRUE(j["fsdp"]["padding_is_zero"].get<bool>());
-  EXPECT_EQ(j["fsdp"]["peak_hbm_core0"]["opt_state"], 2 * 5120);
-  EXPECT_EQ(j["fsdp"]["peak_hbm_core0"]["persistent_state"], 4 * 5120);
+  EXPECT_EQ(j["fsdp"]["peak_hbm_core0"]["opt_state"], 2 * 12288);
+  EXPECT_EQ(j["fsdp"]["peak_hbm_core0"]["persistent_state"], 4 * 12288);
   EXPECT_EQ(j["data_parallel"]["peak_hbm_core0"]["opt_state"], 2 * 19456);
   EXPECT_EQ(j["reference"]["peak_hbm_core0"]["persistent_state"], 4 * 19456);
   EXPECT_EQ(j["max_relative_loss_difference"].get<double>(), 0.0);
@@ -2177,23 +2176,23 @@ TEST(VtpuCliTest, TrainTransformerChecksThePlansBatchBeforeTraining) {
 }
 
 // --hbm-bytes limits the mesh's cores, not the single-core reference (as in train mlp):
-// under 3 MiB the 1x2 mesh fits (about 2.2 MB per core) and the reference, which holds the whole
-// model, needs more than 3 MiB in its own 16 GiB arena.
+// under 6 MiB the 1x2 mesh fits (about 5.8 MB per core, padded) and the reference, which holds
+// the whole model, needs more than 6 MiB in its own 16 GiB arena.
 TEST(VtpuCliTest, TrainTransformerHbmLimitIsTheMeshsNotTheReferences) {
   const CliRun r = run_cli(
-      "train transformer --mesh 1x2 --steps 1 --batch 2 --hbm-bytes 3M --json "
+      "train transformer --mesh 1x2 --steps 1 --batch 2 --hbm-bytes 6M --json "
       "--data " +
       transformer_text_file());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
-  for (const auto& core : j["mesh"]["cores"]) EXPECT_EQ(core["bytes_limit"], 3 << 20) << core;
+  for (const auto& core : j["mesh"]["cores"]) EXPECT_EQ(core["bytes_limit"], 6 << 20) << core;
   const nlohmann::json& ref = j["reference"]["cores"][0];
   EXPECT_EQ(ref["bytes_limit"], uint64_t{16} << 30);
   uint64_t held = 0;  // the reference's buffers by kind, before the allocator's rounding
   for (const auto& [kind, bytes] : j["reference"]["hbm_bytes_per_core"].items()) {
     held += bytes.get<uint64_t>();
   }
-  EXPECT_GT(held, uint64_t{3} << 20);
+  EXPECT_GT(held, uint64_t{6} << 20);
   EXPECT_GE(ref["peak_bytes_in_use"].get<uint64_t>(), held);
 }
 
@@ -3736,19 +3735,32 @@ TEST(VtpuCliTest, TrainMlpRefusesAMemoryOutputOverAnInput) {
 
 // Regression: `train fsdp --plan fsdp3.json --hbm-bytes 464K` ran out of HBM in its
 // data-parallel comparison run, and the error ("cannot allocate ... for 'mlp/a1'") did not say
-// that it was not the plan's FSDP run.
+// that it was not the plan's FSDP run. The limits come from the two runs' peaks (padded bytes, so
+// they follow the layouts): at hidden 512, FSDP's shards need less than data parallel's replicas.
 TEST(VtpuCliTest, TrainFsdpSaysWhichRunRanOutOfHbm) {
   VTPU_REQUIRE_DIGITS();
   const std::string plan = fsdp_mlp_plan("fsdp3.json", 3);
-  // 464K: the training set (416 KiB) and FSDP's shards fit; data parallel's replicas do not.
-  const CliRun dp = run_cli("train fsdp --plan " + plan + " --batch 48 --steps 2 --log-every 0 " +
-                            "--hbm-bytes 464K");
+  const std::string args =
+      "train fsdp --plan " + plan + " --batch 48 --hidden 512 --steps 2 --log-every 0 ";
+  const CliRun sizes = run_cli(args + "--json");
+  ASSERT_EQ(sizes.exit_code, 0) << sizes.output;
+  const nlohmann::json j = nlohmann::json::parse(sizes.output);
+  uint64_t fsdp_peak = 0;
+  for (const auto& h : j["fsdp"]["hbm"]) {
+    fsdp_peak = std::max(fsdp_peak, h["peak_bytes_in_use"].get<uint64_t>());
+  }
+  const uint64_t dp_peak = j["data_parallel"]["peak_bytes_in_use_core0"].get<uint64_t>();
+  ASSERT_LT(fsdp_peak + 2048, dp_peak);
+  // Between the peaks (a whole KiB): FSDP fits, data parallel does not.
+  const uint64_t between = (fsdp_peak + dp_peak) / 2 / 1024 * 1024;
+  const CliRun dp = run_cli(args + "--hbm-bytes " + std::to_string(between));
   EXPECT_EQ(dp.exit_code, 1) << dp.output;
   // The error names the data-parallel comparison run, the flag to raise and the limit.
-  expect_names(dp.output, {"data-parallel", "--hbm-bytes", "475136"});
-  // 472K holds the data-parallel run too (its peak: 478208 bytes, 467 KiB, on this plan).
+  expect_names(dp.output, {"data-parallel", "--hbm-bytes", std::to_string(between)});
+  // 16 KiB over the data-parallel peak fits both (the peak of an unlimited arena: under a tight
+  // limit the allocator may place chunks differently).
   const CliRun fits =
-      run_cli("train fsdp --plan " + plan + " --batch 48 --steps 2 --log-every 0 --hbm-bytes 472K");
+      run_cli(args + "--hbm-bytes " + std::to_string(dp_peak / 1024 * 1024 + 16384));
   EXPECT_EQ(fits.exit_code, 0) << fits.output;
   // 400K: not even the training set fits; the FSDP run fails first.
   const CliRun fsdp = run_cli("train fsdp --plan " + plan + " --batch 48 --steps 2 --log-every 0 " +

@@ -19,6 +19,13 @@ using testing::mlp_runtime_options;
 
 using testing::round256;
 
+// The hand-worked byte counts below are logical bytes: padding off.
+RuntimeOptions unpadded_options(int cores) {
+  RuntimeOptions o = mlp_runtime_options(cores);
+  o.pad_arrays = false;
+  return o;
+}
+
 class FsdpTrainerTest : public testing::DigitsFixture<> {
  protected:
   // hidden 37: the FlatParameters have 65 * 37 = 2405 elements, which none of 2, 3, 4 and 8
@@ -43,11 +50,20 @@ class FsdpTrainerTest : public testing::DigitsFixture<> {
     MlpConfig dp = config(true, optimizer).mlp;
     HbmBreakdown peak;
     dp.at_peak = [&](Runtime& rt) { peak = hbm_breakdown(rt.core(0).hbm().chunk_records()); };
-    Runtime rt(mlp_runtime_options(n));
+    Runtime rt(unpadded_options(n));
     train_mlp(rt, split_, dp);
     return peak;
   }
 };
+
+TEST(FsdpFlatParamsTest, VectorsAreChargedWholeTilesOf1024Floats) {
+  EXPECT_EQ(fsdp_vector_charged_bytes(1, true), 4096u);
+  EXPECT_EQ(fsdp_vector_charged_bytes(1024, true), 4096u);
+  EXPECT_EQ(fsdp_vector_charged_bytes(1025, true), 8192u);
+  EXPECT_EQ(fsdp_vector_charged_bytes(1025, false), 4100u);
+  EXPECT_EQ(fsdp_vector_charged_bytes(0, true), 0u);
+  EXPECT_THROW(fsdp_vector_charged_bytes(-1, true), InvalidArgumentError);
+}
 
 TEST(FsdpFlatParamsTest, PaddingIsFlatParameterStyle) {
   // Worked by hand: 2405 = 3 * 801 + 2, so 3 shards of 802 and 1 padding element; 380 = 3 * 126
@@ -167,7 +183,8 @@ TEST_F(FsdpTrainerTest, HiddenOneIsBitIdenticalToDataParallel) {
   }
 }
 
-// Persistent HBM per core is exactly the shard bytes, worked by hand for 3 cores and hidden 37:
+// Persistent HBM per core is exactly the shard bytes, worked by hand for 3 cores and hidden 37
+// with padding off:
 // layer 0 shards of 802 floats (3208 B, a 3328 B chunk), layer 1 shards of 127 floats (508 B, a
 // 512 B chunk), for the parameters and again for the gradients; no optimizer state (SGD). The
 // data-parallel replica holds 2785 floats (11140 B, an 11264 B chunk) and its bucket 2786.
@@ -177,7 +194,7 @@ TEST_F(FsdpTrainerTest, AdamStateIsShardedLikeTheParameters) {
   const int n = 3;
   const uint64_t shard_chunks = 3328 + 512;
   for (bool prefetch : {false, true}) {
-    Runtime rt(mlp_runtime_options(n));
+    Runtime rt(unpadded_options(n));
     const FsdpResult r = train_fsdp(rt, split_, config(prefetch, "adam"), {});
     EXPECT_EQ(r.peak.params, shard_chunks);
     EXPECT_EQ(r.peak.grads, shard_chunks);
@@ -209,7 +226,7 @@ TEST_F(FsdpTrainerTest, PersistentHbmIsExactlyTheShardBytes) {
   // Padded layers: 2406 floats (9624 B, a 9728 B chunk) and 381 floats (1524 B, 1536 B).
   const uint64_t layer0 = 9728, layer1 = 1536;
   for (bool prefetch : {false, true}) {
-    Runtime rt(mlp_runtime_options(n));
+    Runtime rt(unpadded_options(n));
     const FsdpResult r = train_fsdp(rt, split_, config(prefetch), {});
     EXPECT_EQ(r.peak.params, shard_chunks);
     EXPECT_EQ(r.peak.grads, shard_chunks);
@@ -242,6 +259,33 @@ TEST_F(FsdpTrainerTest, PersistentHbmIsExactlyTheShardBytes) {
   EXPECT_EQ(dp_peak.grads, 11264u);
   EXPECT_EQ(dp_peak.gathered + dp_peak.unsharded_grads + dp_peak.other, 0u);
   EXPECT_EQ(dp_peak.activations, activations);
+}
+
+// With padding on (the default) every FSDP buffer is charged as the 1-D f32 vector it is, under
+// the vector tiling T(1024): rounded up to 1024 floats, 4096 B. Worked by hand for 3 cores and
+// hidden 37: the shards of 802 and 127 floats take 4096 B each; the gathered (and unsharded
+// gradient) layer 0 of 2406 floats 3072 x 4 = 12288 B, layer 1 of 381 4096 B. The loss scalar
+// f32[] is untiled: 4 B, a 256 B chunk. Padding off gives the same losses and parameters.
+TEST_F(FsdpTrainerTest, BuffersAreChargedTheirPaddedBytes) {
+  const int n = 3;
+  const uint64_t shard_bytes = 4096 + 4096, layer0 = 12288, layer1 = 4096;
+  for (const std::string optimizer : {"sgd", "adam"}) {
+    for (bool prefetch : {false, true}) {
+      Runtime rt(mlp_runtime_options(n));
+      ASSERT_TRUE(rt.options().pad_arrays);
+      const FsdpResult r = train_fsdp(rt, split_, config(prefetch, optimizer), {});
+      EXPECT_EQ(r.peak.params, shard_bytes);
+      EXPECT_EQ(r.peak.grads, shard_bytes);
+      EXPECT_EQ(r.peak.opt_state, optimizer == "adam" ? 2 * shard_bytes : 0u);
+      EXPECT_EQ(r.peak.other, 256u);
+      // The same temporaries at the peak as without padding (see above), at their padded bytes.
+      EXPECT_EQ(r.peak.gathered + r.peak.unsharded_grads, prefetch ? layer0 + 2 * layer1 : layer0);
+      Runtime plain(unpadded_options(n));
+      const FsdpResult u = train_fsdp(plain, split_, config(prefetch, optimizer), {});
+      EXPECT_EQ(r.losses, u.losses);
+      EXPECT_EQ(r.parameters, u.parameters);
+    }
+  }
 }
 
 TEST_F(FsdpTrainerTest, BadConfigs) {

@@ -321,11 +321,13 @@ TransformerConfig small_config() {
   return c;
 }
 
+// 256 MiB per core (mmap-backed, touched only where used): the default model at batch 64 holds
+// 81 MiB of padded activations per core on a 2x1 mesh.
 TransformerResult train_on(const TransformerConfig& c, TransformerMesh mesh,
                            std::span<const int32_t> tokens) {
   RuntimeOptions o;
   o.num_cores = static_cast<int>(mesh.num_cores());
-  o.hbm_bytes_per_core = 64 << 20;
+  o.hbm_bytes_per_core = uint64_t{256} << 20;
   Runtime rt(o);
   return train_transformer(rt, tokens, c, mesh);
 }
@@ -440,6 +442,52 @@ TEST(TransformerTrainerTest, SameSeedIsBitReproducible) {
   const TransformerResult b = train_on(c, {2, 2}, text.tokens);
   EXPECT_EQ(a.losses, b.losses);
   EXPECT_EQ(a.shards, b.shards);
+}
+
+// The HBM figures are what the arena is charged: each buffer as the tensors it packs, at their
+// padded bytes under T(8,128) (an f32 [r, c] takes ceil(r/8)*8 x ceil(c/128)*128 x 4 B, a
+// vector of n counts as [1, n], a 3-D [a, b, c] as a times [b, c]). Worked by hand for
+// small_config() on one core (vocab 128, context 16, d 16, 4 heads, 2 blocks, hidden 32, batch 8):
+//   weights: tok_emb [128,16] 65536, pos_emb [16,16] 8192; per block ln1 gain+bias 8192, wqkv
+//     [16,3,16] 65536, bqkv [3,16] 4096, wo [16,16] 8192, bo 4096, ln2 8192, w1 [16,32] 8192,
+//     b1 4096, w2 [32,16] 16384, b2 4096 (131072); ln_f 8192, head.w [16,128] 8192, head.b 4096:
+//     356352 B. The gradient bucket adds the loss scalar f32[] (4 B); Adam's m and v are two
+//     more weights; the tokens s32[8, 17] take 4096 B.
+//   activations (N = 128 rows): per block 8 tensors of [128, <=128] at 65536 (x_in, h1, qkv,
+//     att, x_mid, h2, u, a), 4 row statistics [128] at 4096, probs [8,4,16,16] 32 x 8192
+//     (802816); after the blocks 8 of [128, <=128] at 65536 (x_out, hf, logits, dx, dtmp, dqkv,
+//     datt, du), muf and rsf at 4096, dp [16,16] 8192 (540672): 2 x 802816 + 540672 =
+//     2146304 B.
+// Padding off gives the logical bytes: 8960 weights (35840 B), 103936 activations (415744 B),
+// 136 tokens (544 B), and the same losses.
+TEST(TransformerTrainerTest, HbmFiguresAreThePaddedBytesTheArenaIsCharged) {
+  const TransformerConfig c = small_config();
+  const TokenText text = make_token_text(english_text(), c.vocab);
+  RuntimeOptions o;
+  o.num_cores = 1;
+  o.hbm_bytes_per_core = 64 << 20;
+  Runtime rt(o);
+  const TransformerResult r = train_transformer(rt, text.tokens, c, {1, 1});
+  EXPECT_EQ(r.weight_bytes, 356352u);
+  EXPECT_EQ(r.gradient_bytes, 356352u + 4);
+  EXPECT_EQ(r.optimizer_bytes, 2 * 356352u);
+  EXPECT_EQ(r.activation_bytes, 2146304u);
+  EXPECT_EQ(r.token_bytes, 4096u);
+  // The arena holds exactly those buffers, each in a chunk rounded up to 256 B (only the
+  // bucket's 4 loss bytes need rounding).
+  const uint64_t charged =
+      r.weight_bytes + r.gradient_bytes + r.optimizer_bytes + r.activation_bytes + r.token_bytes;
+  EXPECT_EQ(r.hbm[0].peak_bytes_in_use, charged + 252);
+  o.pad_arrays = false;
+  Runtime plain(o);
+  const TransformerResult u = train_transformer(plain, text.tokens, c, {1, 1});
+  EXPECT_EQ(u.weight_bytes, 4u * 8960);
+  EXPECT_EQ(u.gradient_bytes, 4u * 8961);
+  EXPECT_EQ(u.optimizer_bytes, 8u * 8960);
+  EXPECT_EQ(u.activation_bytes, 4u * 103936);
+  EXPECT_EQ(u.token_bytes, 544u);
+  EXPECT_EQ(u.losses, r.losses);
+  EXPECT_EQ(u.shards, r.shards);
 }
 
 TEST(TransformerTrainerTest, LossFallsWellBelowUniformOnFortunes) {
