@@ -7,11 +7,11 @@
 //   f = jax.shard_map(lambda b: jax.lax.psum(b, 'x'), mesh=mesh,
 //                     in_specs=P('x', 'y'), out_specs=P(None, 'y'))
 //   y = f(x)                                   # (2, 4): every block summed over the 4 x-rows
-#include <cstdio>
-#include <vector>
-
 #include <vtpu/sharding/shard_map.h>
 #include <vtpu/sharding/visualize.h>
+
+#include <cstdio>
+#include <vector>
 
 using namespace vtpu;  // NOLINT: an example reads as the JAX it mirrors
 

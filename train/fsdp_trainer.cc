@@ -257,10 +257,8 @@ class FsdpCore {
   }
   /// A 1-D f32 array of `elements`, charged fsdp_vector_charged_bytes.
   DeviceBuffer allocate(int64_t elements, const std::string& label) {
-    const uint64_t logical = static_cast<uint64_t>(elements) * kF;
-    DeviceBuffer buf(ctx_.core().hbm_shared(), logical,
-                     fsdp_vector_charged_bytes(elements, ctx_.runtime().options().pad_arrays),
-                     label);
+    const int64_t dims[] = {elements};
+    DeviceBuffer buf = ctx_.allocate_array(ElementType::kF32, dims, label);
     note_allocation();
     return buf;
   }
@@ -366,9 +364,8 @@ void FsdpConfig::validate(int num_cores) const {
 
 uint64_t fsdp_vector_charged_bytes(int64_t elements, bool pad_arrays) {
   const int64_t dims[] = {elements};
-  if (!pad_arrays) return logical_bytes(ElementType::kF32, dims);
-  static const Layout vector_layout = parse_layout("{0:T(1024)}");
-  return padded_bytes(ElementType::kF32, dims, vector_layout);
+  const ArrayBytes bytes = array_bytes(ElementType::kF32, dims);
+  return pad_arrays ? bytes.padded_bytes : bytes.logical_bytes;
 }
 
 std::vector<FlatParamShape> fsdp_flat_params(int64_t hidden, int num_cores) {

@@ -103,10 +103,9 @@ std::vector<FlatParamShape> fsdp_flat_params(int64_t hidden, int num_cores);
 
 /// The bytes the arena is charged for an FSDP buffer of `elements` f32 (a FlatParameter shard,
 /// its gradient or moments, or a gathered or unsharded FlatParameter). Each is the 1-D vector
-/// FSDP keeps, not the W and b it concatenates, so it is charged as f32[elements] under the 1-D
-/// tiling XLA gives TPU vectors, {0:T(1024)} (memory/tiled_layout.h): rounded up to 1024
-/// elements. tpu_default_layout would count a vector as a [1, n] row of 8-row tiles, 8 times
-/// its bytes, which no flattened parameter pays. Logical bytes when `pad_arrays` is false.
+/// FSDP keeps, not the W and b it concatenates, so it is charged as f32[elements] under the TPU
+/// default layout of a vector, {0:T(1024)} (memory/tiled_layout.h): rounded up to 1024
+/// elements. Logical bytes when `pad_arrays` is false.
 /// Throws InvalidArgumentError for elements < 0. Thread-safe.
 uint64_t fsdp_vector_charged_bytes(int64_t elements, bool pad_arrays);
 

@@ -1790,7 +1790,10 @@ TEST(VtpuCliTest, TrainFsdpTextOutput) {
 // JSON: per-core persistent bytes worked by hand for hidden 64 on 4 cores. FSDP shards, each a
 // 1-D f32 vector charged in whole tiles of 1024 floats (T(1024)): layer 0 4160 / 4 = 1040 floats
 // (2048 floats, 8192 B), layer 1 650 -> 652 padded, 163 floats (4096 B): 12288 B of parameters.
-// DP replica: 4810 floats (19240 B, a 19456 B chunk).
+// DP replica: each tensor its own array, W1 f32[64,64] and W2 f32[64,10] one (64, 128) block of
+// (8,128) tiles each (32768 B), b1 f32[64] and b2 f32[10] one T(1024) tile each (4096 B):
+// 73728 B. With the gradient bucket's 4-byte loss (a 256 B granule), the reference's persistent
+// state is 73728 + 73984 + 2 x 73728 = 295168 B.
 TEST(VtpuCliTest, TrainFsdpJson) {
   VTPU_REQUIRE_DIGITS();
   const CliRun r = run_cli("train fsdp --cores 4 --steps 20 --batch 32 --prefetch off --json");
@@ -1803,7 +1806,7 @@ TEST(VtpuCliTest, TrainFsdpJson) {
   EXPECT_LE(j["max_relative_loss_difference"].get<double>(), 1e-4);
   EXPECT_EQ(j["fsdp"]["peak_hbm_core0"]["params"], 12288);
   EXPECT_EQ(j["fsdp"]["peak_hbm_core0"]["grads"], 12288);
-  EXPECT_EQ(j["data_parallel"]["peak_hbm_core0"]["params"], 19456);
+  EXPECT_EQ(j["data_parallel"]["peak_hbm_core0"]["params"], 73728);
   EXPECT_EQ(j["fsdp"]["flat_params"][1]["padded_numel"], 652);
   EXPECT_EQ(j["fsdp"]["all_gather"][0]["num_collectives"], 80);
   EXPECT_EQ(j["reference"]["micro_batches"], 4);
@@ -1818,7 +1821,7 @@ TEST(VtpuCliTest, TrainFsdpJson) {
 }
 
 // --optimizer adam: m and v are sharded like the parameters, so the optimizer state per core is
-// twice the parameter shards (2 x 12288 B on 4 cores at hidden 64), against 2 x 19456 B for the
+// twice the parameter shards (2 x 12288 B on 4 cores at hidden 64), against 2 x 73728 B for the
 // data-parallel replica and the 1-core run; the losses equal the 1-core run's exactly.
 TEST(VtpuCliTest, TrainFsdpAdam) {
   VTPU_REQUIRE_DIGITS();
@@ -1831,8 +1834,8 @@ TEST(VtpuCliTest, TrainFsdpAdam) {
   EXPECT_TRUE(j["fsdp"]["padding_is_zero"].get<bool>());
   EXPECT_EQ(j["fsdp"]["peak_hbm_core0"]["opt_state"], 2 * 12288);
   EXPECT_EQ(j["fsdp"]["peak_hbm_core0"]["persistent_state"], 4 * 12288);
-  EXPECT_EQ(j["data_parallel"]["peak_hbm_core0"]["opt_state"], 2 * 19456);
-  EXPECT_EQ(j["reference"]["peak_hbm_core0"]["persistent_state"], 4 * 19456);
+  EXPECT_EQ(j["data_parallel"]["peak_hbm_core0"]["opt_state"], 2 * 73728);
+  EXPECT_EQ(j["reference"]["peak_hbm_core0"]["persistent_state"], 295168);
   EXPECT_EQ(j["max_relative_loss_difference"].get<double>(), 0.0);
   EXPECT_TRUE(j["losses_match"].get<bool>());
   // The text report gives the learning rate and the optimizer state's bytes of the JSON.
@@ -2596,7 +2599,7 @@ TEST(VtpuCliPlanTest, ZeroHbmEmptyEmitControlCharactersInProfileNamesAndBatchChe
 
 TEST(VtpuCliPlanTest, NoFitFailsWithTheSmallestHbmThatWouldFit) {
   expect_failure("plan " + model_path("mlp.json") + " --mesh 1x8 --hbm-bytes 1K", 1,
-                 {"1024 bytes", "tp(model)"});
+                 {"1024 bytes", "fsdp(model)"});
 }
 
 // Regression: vtpu plan bounded each --mesh size but not their product
@@ -2956,7 +2959,7 @@ TEST(VtpuCliPlanTest, NothingRunnableSaysWhyWithCountsAndNoRunHint) {
 TEST(VtpuCliPlanTest, NoFitNamesTheStrategiesThatWouldFitButCannotRun) {
   expect_failure(
       "plan " + model_path("transformer.json") + " --mesh 2x4 --hardware v5e --hbm-bytes 3M", 1,
-      {"3.00 MiB", "4 strategies", "fsdp(data,model)", "1.80 MiB", "--any-strategy"});
+      {"3.00 MiB", "2 strategies", "fsdp(data,model)", "2.73 MiB", "--any-strategy"});
 }
 
 // ---- vtpu plan --emit, then vtpu train ... --plan: every emitted plan runs -------------------
@@ -3521,10 +3524,12 @@ TEST(VtpuCliPlanTest, StrategyPinsACandidateThatTrainRunsAgainstItsEstimate) {
   EXPECT_NE(any.output.find("chosen fsdp(data)+tp(model) (--strategy; the winner is "),
             std::string::npos)
       << any.output;
-  // Over the HBM limit: dp needs 2 x 4810 x 4 (parameters, gradients) + 8 rows x (64 + 64 + 10)
-  // x 4 (activations) = 42,896 bytes per core, + the input batch 8 x (64 x 4 + 4) = 2,080: 44,976.
+  // Over the HBM limit, each array charged its TPU tiles: dp holds parameters and gradients, each
+  // W1 f32[64,64] and W2 f32[64,10] (32,768 B: 64 x 128 floats) and b1 f32[64], b2 f32[10]
+  // (4,096 B: one T(1024) tile), 2 x 73,728; three activations of 8 rows (4,096 B each); the
+  // input f32[8,64] and labels s32[8] (4,096 B each): 167,936 bytes per core.
   expect_failure(mlp + " --mesh 1x8 --hbm-bytes 20K --strategy 'dp(model)'", 1,
-                 {"'dp(model)'", "44976", "20480"});
+                 {"'dp(model)'", "167936", "20480"});
   const CliRun over =
       run_cli(mlp + " --mesh 1x8 --hbm-bytes 20K --strategy 'dp(model)' --any-strategy");
   EXPECT_EQ(over.exit_code, 0) << over.output;

@@ -48,12 +48,18 @@ inline uint64_t f32_tiled(int64_t rows, int64_t cols, bool pad = true) {
          static_cast<uint64_t>((cols + 127) / 128 * 128) * 4;
 }
 
+/// The charged bytes of f32[n] under the TPU vector layout T(1024): n rounded up to 1024.
+inline uint64_t f32_vector(int64_t n, bool pad = true) {
+  if (!pad) return static_cast<uint64_t>(n) * 4;
+  return static_cast<uint64_t>((n + 1023) / 1024 * 1024) * 4;
+}
+
 /// The charged bytes of the MLP's flat parameters of `hidden` units (W1 64 x H, b1 H, W2 H x 10,
 /// b2 10), each tensor as its own array, before BFC's rounding; the gradient bucket adds the
 /// 4-byte loss scalar.
 inline uint64_t mlp_params_bytes(int64_t hidden, bool pad = true) {
-  return f32_tiled(64, hidden, pad) + f32_tiled(1, hidden, pad) + f32_tiled(hidden, 10, pad) +
-         f32_tiled(1, 10, pad);
+  return f32_tiled(64, hidden, pad) + f32_vector(hidden, pad) + f32_tiled(hidden, 10, pad) +
+         f32_vector(10, pad);
 }
 
 /// What the replicated training set (pixels rows x 64, one-hot labels rows x 10) costs one core,
