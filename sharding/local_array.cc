@@ -4,23 +4,10 @@
 #include <utility>
 
 #include "vtpu/common/error.h"
+#include "vtpu/sharding/sharded_array.h"
 
 namespace vtpu {
 namespace {
-
-void check_local_dtype(ElementType dtype) {
-  switch (dtype) {
-    case ElementType::kF32:
-    case ElementType::kBf16:
-    case ElementType::kF16:
-    case ElementType::kS32:
-    case ElementType::kS64:
-      return;
-    default:
-      throw InvalidArgumentError("LocalArray of dtype " + std::string(element_type_name(dtype)) +
-                                 " (expected f32, bf16, f16, s32 or s64)");
-  }
-}
 
 int64_t count_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -36,7 +23,7 @@ int64_t count_of(const std::vector<int64_t>& shape) {
 
 LocalArray LocalArray::empty(CoreContext& ctx, ElementType dtype, std::vector<int64_t> shape,
                              std::string label) {
-  check_local_dtype(dtype);
+  check_sharded_array_dtype(dtype, "LocalArray");
   count_of(shape);
   LocalArray a;
   a.dtype_ = dtype;
@@ -54,7 +41,7 @@ LocalArray LocalArray::zeros(CoreContext& ctx, ElementType dtype, std::vector<in
 }
 
 LocalArray LocalArray::adopt(ElementType dtype, std::vector<int64_t> shape, DeviceBuffer buffer) {
-  check_local_dtype(dtype);
+  check_sharded_array_dtype(dtype, "LocalArray");
   const uint64_t want = static_cast<uint64_t>(count_of(shape)) * element_size_bytes(dtype);
   if (buffer.size_bytes() != want) {
     throw InvalidArgumentError("LocalArray::adopt got a buffer of " +
@@ -70,7 +57,7 @@ LocalArray LocalArray::adopt(ElementType dtype, std::vector<int64_t> shape, Devi
 
 LocalArray LocalArray::view(ElementType dtype, std::vector<int64_t> shape,
                             const DeviceBuffer& buffer) {
-  check_local_dtype(dtype);
+  check_sharded_array_dtype(dtype, "LocalArray");
   const uint64_t want = static_cast<uint64_t>(count_of(shape)) * element_size_bytes(dtype);
   if (buffer.size_bytes() != want) {
     throw InvalidArgumentError("LocalArray::view of a buffer of " +
