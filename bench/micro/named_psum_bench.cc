@@ -1,7 +1,8 @@
 // Google Benchmark: a named psum inside shard_map against the same Communicator::all_reduce on the
 // same communicator (the mesh's, for axis 'i'), f32 sum of 8 bytes over 8 cores. The named form
-// adds the axis-name lookup (cached per core) and allocates its result; the donated form
-// (psum(std::move(x), ...)) reduces in place as the raw call does. One run_spmd per iteration
+// adds the axis-name lookup (cached per core) and allocates its result, so it is compared with
+// the raw call into a new buffer each time; the donated form (psum(std::move(x), ...)) reduces in
+// place and is compared with the raw call into a buffer made once. One run_spmd per iteration
 // runs kInner collectives back to back, so the launch cost is amortised; every result is checked.
 // A fixed iteration count: the reported time is per collective, a kInner-th of the wall time.
 //
@@ -22,7 +23,7 @@ constexpr int kCores = 8;
 constexpr int kInner = 200;
 constexpr int64_t kElements = 2;  // 8 bytes of f32
 
-enum class Form { kCommunicator, kNamed, kNamedDonated };
+enum class Form { kCommunicator, kCommunicatorNewBuffer, kNamed, kNamedDonated };
 
 void check(std::span<const float> v) {
   for (float x : v) {
@@ -42,11 +43,19 @@ void run(benchmark::State& state, Form form) {
     vtpu::LocalArray out =
         vtpu::LocalArray::empty(ctx.core(), vtpu::ElementType::kF32, {kElements});
     vtpu::Communicator& comm = ctx.communicator("i");
+    const int64_t shape[] = {kElements};
     for (int k = 0; k < kInner; ++k) {
       switch (form) {
         case Form::kCommunicator:
           comm.all_reduce<float>(ctx.core(), x.data<float>(), out.data<float>());
           break;
+        case Form::kCommunicatorNewBuffer: {
+          // The raw call doing what psum(x) does: a new result buffer in HBM each time.
+          vtpu::DeviceBuffer b = ctx.core().allocate_array(vtpu::ElementType::kF32, shape, "out");
+          comm.all_reduce<float>(ctx.core(), x.data<float>(), b.as<float>());
+          out = vtpu::LocalArray::adopt(vtpu::ElementType::kF32, {kElements}, std::move(b));
+          break;
+        }
         case Form::kNamed:
           out = ctx.psum(x, "i");
           break;
@@ -68,10 +77,17 @@ void run(benchmark::State& state, Form form) {
 }
 
 void BM_CommunicatorAllReduce(benchmark::State& state) { run(state, Form::kCommunicator); }
+void BM_CommunicatorAllReduceNewBuffer(benchmark::State& state) {
+  run(state, Form::kCommunicatorNewBuffer);
+}
 void BM_NamedPsum(benchmark::State& state) { run(state, Form::kNamed); }
 void BM_NamedPsumDonated(benchmark::State& state) { run(state, Form::kNamedDonated); }
 
 BENCHMARK(BM_CommunicatorAllReduce)->Iterations(20)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CommunicatorAllReduceNewBuffer)
+    ->Iterations(20)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_NamedPsum)->Iterations(20)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_NamedPsumDonated)->Iterations(20)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
