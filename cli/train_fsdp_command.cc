@@ -188,10 +188,10 @@ void print_header(const TrainFsdpCommand& cmd, const FsdpSetup& setup, const Dig
   const MlpConfig& mc = setup.config.mlp;
   const int n = setup.options.num_cores;
   std::printf(
-      "vtpu train fsdp: %s on %s, %s HBM each, digits %s: %lld train / %lld "
+      "vtpu train fsdp: %s on %s, %s, digits %s: %lld train / %lld "
       "test rows\n",
       setup.fsdp_mode ? "ZeRO-3 / FSDP" : "data parallel", count_text(n, "virtual core").c_str(),
-      format_bytes(setup.options.hbm_bytes_per_core).c_str(), cmd.data_path.c_str(),
+      hbm_each_text(setup.options).c_str(), cmd.data_path.c_str(),
       static_cast<long long>(split.train.num_rows()),
       static_cast<long long>(split.test.num_rows()));
   if (setup.plan) {

@@ -216,11 +216,11 @@ void apply_runtime_flags(const TrainMlpCommand& cmd, RuntimeOptions& options) {
 void print_header(const TrainMlpCommand& cmd, const RuntimeOptions& options, const MlpConfig& mlp,
                   const DigitsSplit& split) {
   std::printf(
-      "vtpu train mlp: %s, %s HBM each (%s), digits %s: %lld train / "
+      "vtpu train mlp: %s, %s (%s), digits %s: %lld train / "
       "%lld test rows\n",
-      count_text(options.num_cores, "virtual core").c_str(),
-      format_bytes(options.hbm_bytes_per_core).c_str(), options.allocator.c_str(),
-      cmd.data_path.c_str(), static_cast<long long>(split.train.num_rows()),
+      count_text(options.num_cores, "virtual core").c_str(), hbm_each_text(options).c_str(),
+      options.allocator.c_str(), cmd.data_path.c_str(),
+      static_cast<long long>(split.train.num_rows()),
       static_cast<long long>(split.test.num_rows()));
   std::printf("model 64->%lld->10, global batch %lld (%lld per core",
               static_cast<long long>(mlp.hidden), static_cast<long long>(mlp.global_batch),

@@ -87,8 +87,12 @@ bool micro_batches_usage_ok(const MlpPlanSetup& setup) {
 /// The plan, its mode and estimate, and the run's configuration, checked. nullopt after a usage
 /// error.
 std::optional<MlpPlanSetup> resolve(const TrainMlpPlanArgs& args) {
-  MlpPlanSetup setup{load_train_plan(args.plan_path), MlpPlanMode::kDataParallel, {}, {},
-                     std::nullopt, std::nullopt};
+  MlpPlanSetup setup{load_train_plan(args.plan_path),
+                     MlpPlanMode::kDataParallel,
+                     {},
+                     {},
+                     std::nullopt,
+                     std::nullopt};
   const TrainPlan& plan = setup.plan;
   // First: a plan for another model is refused as such, before its strategy is looked at.
   const std::optional<MlpPlanModel> planned = mlp_plan_model(plan);
@@ -132,10 +136,9 @@ void print_header(const TrainMlpPlanArgs& args, const MlpPlanSetup& setup,
   const TrainPlan& plan = setup.plan;
   const MlpConfig& mlp = setup.mlp;
   const int n = setup.options.num_cores;
-  std::printf("vtpu train mlp --plan %s: strategy %s on mesh %s: %s, %s HBM each\n",
-              plan.path.c_str(), plan.describe_strategy().c_str(), plan.describe_mesh().c_str(),
-              count_text(n, "virtual core").c_str(),
-              format_bytes(setup.options.hbm_bytes_per_core).c_str());
+  std::printf("vtpu train mlp --plan %s: strategy %s on mesh %s: %s, %s\n", plan.path.c_str(),
+              plan.describe_strategy().c_str(), plan.describe_mesh().c_str(),
+              count_text(n, "virtual core").c_str(), hbm_each_text(setup.options).c_str());
   if (setup.layout) {
     std::printf(
         "Megatron tensor parallel: %s; W1 column-parallel, W2 row-parallel, %lld hidden units "
@@ -172,7 +175,7 @@ PlanRun train_strategy(const MlpPlanSetup& setup, const DigitsSplit& split,
     MlpTensorParallelResult tp =
         train_mlp_tensor_parallel(runtime, split, run_config, *setup.layout, on_log);
     const MlpResult& r = tp.run;
-    run = {r.losses, r.median_step_ms,  r.test_accuracy,   r.train_accuracy, r.hbm,
+    run = {r.losses, r.median_step_ms,  r.test_accuracy,    r.train_accuracy, r.hbm,
            tp,       peak.training_set, r.replica_mismatch, std::nullopt,     {}};
     run.tp = std::move(tp);
   } else if (setup.mode == MlpPlanMode::kFsdp) {
@@ -181,11 +184,11 @@ PlanRun train_strategy(const MlpPlanSetup& setup, const DigitsSplit& split,
     fc.mlp.at_peak = {};              // train_fsdp records its own peak
     fc.prefetch = kPlanFsdpPrefetch;  // as priced: collectives not overlapped
     const FsdpResult r = train_fsdp(runtime, split, fc, on_log);
-    run = {r.losses, r.median_step_ms,   r.test_accuracy, r.train_accuracy, r.hbm,
+    run = {r.losses, r.median_step_ms,    r.test_accuracy, r.train_accuracy, r.hbm,
            r,        r.peak.training_set, std::nullopt,    std::nullopt,     {}};
   } else {
     const MlpResult r = train_mlp(runtime, split, run_config, on_log);
-    run = {r.losses, r.median_step_ms,  r.test_accuracy,   r.train_accuracy, r.hbm,
+    run = {r.losses, r.median_step_ms,  r.test_accuracy,    r.train_accuracy, r.hbm,
            r,        peak.training_set, r.replica_mismatch, std::nullopt,     {}};
   }
   run.pinning = pinning;

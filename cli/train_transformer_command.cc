@@ -171,10 +171,10 @@ void print_header(const TrainTransformerCommand& cmd, const TransformerSetup& se
   const TransformerMesh& mesh = setup.mesh;
   const int64_t params = TransformerLayout(c, 1).size();
   const int64_t shard = TransformerLayout(c, mesh.tensor).size();
-  std::printf("vtpu train transformer: %s: %s on %s, %s HBM each; strategy %s\n",
-              setup.mesh_label.c_str(), setup.run_layout().describe().c_str(),
+  std::printf("vtpu train transformer: %s: %s on %s, %s; strategy %s\n", setup.mesh_label.c_str(),
+              setup.run_layout().describe().c_str(),
               count_text(setup.options.num_cores, "virtual core").c_str(),
-              format_bytes(setup.options.hbm_bytes_per_core).c_str(), setup.strategy.c_str());
+              hbm_each_text(setup.options).c_str(), setup.strategy.c_str());
   const std::string mapped = text.describe_mapped(c.vocab);
   std::printf("text %s: %zu byte tokens, %lld distinct%s%s\n", cmd.data.c_str(), text.tokens.size(),
               static_cast<long long>(text.vocab_used), mapped.empty() ? "" : "; ", mapped.c_str());
@@ -369,7 +369,7 @@ void print_mismatch(const TransformerSetup& setup, const LossDifference& diff) {
                  "vtpu: note: the tensor group of %lld splits the row-parallel matmul sums "
                  "across cores, an f32 order the single-core reference does not follow; a "
                  "sensitive Adam trajectory (large --batch and --lr) can amplify that past the "
-                 "limit (README, \"train transformer\")\n",
+                 "limit (docs/TRAINING.md, \"Transformer\")\n",
                  static_cast<long long>(setup.mesh.tensor));
   }
 }

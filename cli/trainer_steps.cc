@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "vtpu/cli/cli_validators.h"
+#include "vtpu/common/units.h"
 
 namespace vtpu {
 
@@ -30,14 +31,10 @@ MlpTrainingOptions add_mlp_training_options(CLI::App& app, MlpConfig& mlp,
 }
 
 nlohmann::json mlp_config_json(int cores, const MlpConfig& mlp, const std::string& data_path) {
-  return {{"cores", cores},
-          {"steps", mlp.steps},
-          {"global_batch", mlp.global_batch},
-          {"hidden", mlp.hidden},
-          {"optimizer", mlp.optimizer},
-          {"learning_rate", mlp.learning_rate},
-          {"seed", mlp.seed},
-          {"data", data_path}};
+  return {
+      {"cores", cores},       {"steps", mlp.steps},         {"global_batch", mlp.global_batch},
+      {"hidden", mlp.hidden}, {"optimizer", mlp.optimizer}, {"learning_rate", mlp.learning_rate},
+      {"seed", mlp.seed},     {"data", data_path}};
 }
 
 std::optional<TrainRuntimeConfig> load_runtime_config(const std::string& path, bool memory_events,
@@ -116,6 +113,11 @@ void print_peak_hbm_per_core(const std::vector<MemoryStats>& hbm) {
                 static_cast<unsigned long long>(hbm[i].peak_bytes_in_use),
                 static_cast<unsigned long long>(hbm[i].bytes_limit));
   }
+}
+
+std::string hbm_each_text(const RuntimeOptions& options) {
+  return format_bytes(options.hbm_bytes_per_core) + " HBM each" +
+         (options.pad_arrays ? "" : ", arrays unpadded");
 }
 
 }  // namespace vtpu

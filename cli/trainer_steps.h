@@ -79,6 +79,10 @@ void print_json_result(nlohmann::json j, const std::optional<EstimateReport>& re
 /// "final loss 0.1234   test accuracy 0.9500   train accuracy 0.9600".
 void print_final_accuracy(double final_loss, double test_accuracy, double train_accuracy);
 
+/// "16.00 GiB HBM each" for the trainers' headers, with ", arrays unpadded" when
+/// options.pad_arrays is false, so a run's text says how its HBM figures were charged.
+std::string hbm_each_text(const RuntimeOptions& options);
+
 /// Adds `--pad-arrays BOOL` (RuntimeOptions::pad_arrays, replacing pad_arrays of --config) to
 /// `app`, storing it in `pad_arrays`: the one definition for every trainer command.
 CLI::Option* add_pad_arrays_option(CLI::App& app, std::optional<bool>& pad_arrays);

@@ -230,6 +230,43 @@ LocalArray ShardMapContext::pmean(const LocalArray& x, const AxisNames& axes) {
   });
 }
 
+namespace {
+
+// The collectives check these too, in a communicator's words (ranks, reduce_scatter); these
+// checks come first so that the error speaks JAX's (axis indices, psum_scatter).
+void check_divides(const LocalArray& x, const char* what, const char* dim_name, int dim, int64_t n,
+                   bool exact, const AxisNames& axes) {
+  const int64_t size = x.shape()[static_cast<size_t>(dim)];
+  if (exact ? size != n : size % n != 0) {
+    throw InvalidArgumentError(
+        std::string(what) + " over " + axes.to_string() + " of " + array_text(x) + ": " + dim_name +
+        " " + std::to_string(dim) + " has size " + std::to_string(size) + " (expected " +
+        (exact ? "the axis size " : "a multiple of the axis size ") + std::to_string(n) + ")");
+  }
+}
+
+void check_perm(std::span<const PermutePair> perm, int64_t n, const AxisNames& axes) {
+  std::vector<bool> is_source(static_cast<size_t>(n)), is_destination(static_cast<size_t>(n));
+  for (const auto& [source, destination] : perm) {
+    const std::string pair = "ppermute over " + axes.to_string() + ": pair (" +
+                             std::to_string(source) + ", " + std::to_string(destination) + ")";
+    if (source < 0 || source >= n || destination < 0 || destination >= n) {
+      throw InvalidArgumentError(pair + " names an axis index outside 0.." + std::to_string(n - 1));
+    }
+    if (is_source[static_cast<size_t>(source)] ||
+        is_destination[static_cast<size_t>(destination)]) {
+      throw InvalidArgumentError(
+          pair + " repeats a " +
+          (is_source[static_cast<size_t>(source)] ? "source" : "destination") +
+          " (expected each at most once)");
+    }
+    is_source[static_cast<size_t>(source)] = true;
+    is_destination[static_cast<size_t>(destination)] = true;
+  }
+}
+
+}  // namespace
+
 LocalArray ShardMapContext::all_gather(const LocalArray& x, const AxisNames& axes, int axis,
                                        bool tiled) {
   axis = normalize_axis(axis, x.ndim() + (tiled ? 0 : 1), "all_gather axis");
@@ -244,6 +281,7 @@ LocalArray ShardMapContext::psum_scatter(const LocalArray& x, const AxisNames& a
                                          int scatter_dimension, bool tiled) {
   const int d = normalize_axis(scatter_dimension, x.ndim(), "psum_scatter scatter_dimension");
   const int n = static_cast<int>(axis_size(axes));
+  check_divides(x, "psum_scatter", "scatter_dimension", d, n, !tiled, axes);
   return run(x, Communicator::reduce_scatter_shape(x.shape(), n, d, tiled), axes,
              [&](Communicator& c, auto in, auto out) {
                c.reduce_scatter_bytes(core_, x.dtype(), in, out, x.shape(), ReduceOp::kSum, d,
@@ -258,17 +296,13 @@ LocalArray ShardMapContext::all_to_all(const LocalArray& x, const AxisNames& axe
   const int concat = normalize_axis(concat_axis, r, "all_to_all concat_axis");
   const int64_t n = axis_size(axes);
   if (tiled) {
+    check_divides(x, "all_to_all", "split_axis", split, n, false, axes);
     return run(x, Communicator::all_to_all_shape(x.shape(), static_cast<int>(n), split, concat),
                axes, [&](Communicator& c, auto in, auto out) {
                  c.all_to_all_bytes(core_, x.dtype(), in, out, x.shape(), split, concat);
                });
   }
-  if (x.shape()[split] != n) {
-    throw InvalidArgumentError("untiled all_to_all over " + axes.to_string() + " of " +
-                               array_text(x) + ": split_axis " + std::to_string(split) +
-                               " has size " + std::to_string(x.shape()[split]) + " (expected " +
-                               std::to_string(n) + ", the axis size)");
-  }
+  check_divides(x, "untiled all_to_all", "split_axis", split, n, true, axes);
   // Untiled is the tiled exchange on the input with a unit dimension added where the output's
   // new axis goes: the split dimension (size n) becomes 1 and the unit dimension becomes n, which
   // is np.insert(np.delete(shape, split), concat, n) once the unit split dimension is dropped.
@@ -291,6 +325,7 @@ LocalArray ShardMapContext::all_to_all(const LocalArray& x, const AxisNames& axe
 
 LocalArray ShardMapContext::ppermute(const LocalArray& x, const AxisNames& axes,
                                      std::span<const PermutePair> perm) {
+  check_perm(perm, axis_size(axes), axes);
   return run(x, x.shape(), axes, [&](Communicator& c, auto in, auto out) {
     c.collective_permute_bytes(core_, x.dtype(), in, out, x.shape(), perm);
   });
@@ -299,6 +334,7 @@ LocalArray ShardMapContext::ppermute(const LocalArray& x, const AxisNames& axes,
 LocalArray ShardMapContext::ppermute(LocalArray&& x, const AxisNames& axes,
                                      std::span<const PermutePair> perm) {
   if (!x.owns_buffer()) return ppermute(std::as_const(x), axes, perm);
+  check_perm(perm, axis_size(axes), axes);
   Communicator& comm = communicator(axes);
   const BufferPin pin = x.buffer().pin();
   std::span<std::byte> b = x.mutable_bytes();

@@ -24,7 +24,7 @@ bool TrainRuntimeConfig::sets(const std::string& key) const {
 CLI::Option* add_runtime_config_option(CLI::App& app, std::string& path, const std::string& rules) {
   return app.add_option(
       "--config", path,
-      "RuntimeOptions JSON file (keys as README, \"Runtime options\"; " + rules + ")");
+      "RuntimeOptions JSON file (keys as docs/TRAINING.md, \"Runtime options\"; " + rules + ")");
 }
 
 void TrainRuntimeConfig::check_mesh_cores(int64_t mesh_cores, const std::string& mesh,

@@ -151,14 +151,19 @@ TEST(ShardMapTest, PpermuteRejectsARepeatedSourceOrDestination) {
   auto rt = make_runtime(8);
   DeviceMesh mesh = make_mesh(*rt, {8}, {"i"});
   ShardedArray x = ShardedArray::device_put(*rt, arange(8), {8}, NamedSharding(mesh, P("i")));
-  for (std::vector<PermutePair> perm :
-       {std::vector<PermutePair>{{0, 1}, {0, 2}}, std::vector<PermutePair>{{0, 1}, {2, 1}}}) {
+  // Each bad list with the pair the error must name (axis indices, as JAX's perm).
+  const std::vector<std::pair<std::vector<PermutePair>, std::string>> bad = {
+      {{{0, 1}, {0, 2}}, "(0, 2)"},
+      {{{0, 1}, {2, 1}}, "(2, 1)"},
+      {{{0, 8}}, "(0, 8)"},
+      {{{-1, 3}}, "(-1, 3)"}};
+  for (const auto& [perm, pair] : bad) {
     auto f = shard_map(mesh, {P("i")}, {P("i")}, [&](ShardMapContext& ctx, Inputs in) {
       Outputs out;
       out.push_back(ctx.ppermute(in[0], "i", perm));
       return out;
     });
-    expect_error(ErrorCode::kInvalidArgument, [&] { f(x); }, {});
+    expect_error(ErrorCode::kInvalidArgument, [&] { f(x); }, {"ppermute", pair});
   }
   // The failure left the mesh usable.
   std::vector<PermutePair> ok = {{0, 1}};
@@ -318,6 +323,27 @@ TEST(ShardMapTest, F16InputIsReshardedToItsInSpec) {
   std::vector<ShardedArray> out = f(x);
   EXPECT_EQ(out[0].dtype(), ElementType::kF16);
   EXPECT_EQ(f16_to_float(out[0].gather<Float16>()[0]), 8.0f);  // 0.5 + 1.5 + 2.5 + 3.5
+}
+
+TEST(ShardMapTest, ScatterAndAllToAllSizesAreCheckedInJaxTerms) {
+  auto rt = make_runtime(8);
+  DeviceMesh mesh = make_mesh(*rt, {4, 2}, {"x", "y"});
+  ShardedArray x = ShardedArray::device_put(*rt, arange(12), {12}, NamedSharding(mesh, P()));
+  // A (12,) block over the 4-core axis 'x': untiled needs size 4, tiled a multiple of 4; 3 on 'y'
+  // is no multiple of 2.
+  auto scatter = shard_map(mesh, {P()}, {P()}, [](ShardMapContext& ctx, Inputs in) {
+    return outputs(ctx.psum_scatter(in[0], "x"));
+  });
+  expect_error(ErrorCode::kInvalidArgument, [&] { scatter(x); }, {"psum_scatter", "12", "4"});
+  auto a2a = shard_map(mesh, {P()}, {P()}, [](ShardMapContext& ctx, Inputs in) {
+    return outputs(ctx.all_to_all(in[0], "x", 0, 0));
+  });
+  expect_error(ErrorCode::kInvalidArgument, [&] { a2a(x); }, {"all_to_all", "12", "4"});
+  ShardedArray odd = ShardedArray::device_put(*rt, arange(3), {3}, NamedSharding(mesh, P()));
+  auto g = shard_map(mesh, {P()}, {P()}, [&](ShardMapContext& ctx, Inputs in) {
+    return outputs(ctx.psum_scatter(in[0], "y", 0, /*tiled=*/true));
+  });
+  expect_error(ErrorCode::kInvalidArgument, [&] { g(odd); }, {"psum_scatter", "3", "2"});
 }
 
 TEST(ShardMapTest, CommunicatorsAreMadeOncePerAxisTuple) {
