@@ -100,10 +100,12 @@ void print_final_accuracy(double final_loss, double test_accuracy, double train_
 }
 
 CLI::Option* add_pad_arrays_option(CLI::App& app, std::optional<bool>& pad_arrays) {
-  return app.add_option("--pad-arrays", pad_arrays,
-                        "true: HBM arrays are charged their padded bytes under XLA's TPU tiled "
-                        "layout; false: their logical bytes (default true, or pad_arrays of "
-                        "--config)");
+  return app
+      .add_option("--pad-arrays", pad_arrays,
+                  "true: HBM arrays are charged their padded bytes under XLA's TPU tiled "
+                  "layout; false: their logical bytes (default true, or pad_arrays of "
+                  "--config)")
+      ->check(CLI::IsMember({"true", "false"}, CLI::ignore_case));
 }
 
 void print_peak_hbm_per_core(const std::vector<MemoryStats>& hbm) {

@@ -4,27 +4,15 @@
 #include <utility>
 
 #include "vtpu/common/error.h"
+#include "vtpu/memory/tiled_layout.h"
 #include "vtpu/sharding/sharded_array.h"
 
 namespace vtpu {
-namespace {
-
-int64_t count_of(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) {
-    if (d < 0)
-      throw InvalidArgumentError("LocalArray dim " + std::to_string(d) + " (expected >= 0)");
-    n *= d;
-  }
-  return n;
-}
-
-}  // namespace
 
 LocalArray LocalArray::empty(CoreContext& ctx, ElementType dtype, std::vector<int64_t> shape,
                              std::string label) {
   check_sharded_array_dtype(dtype, "LocalArray");
-  count_of(shape);
+  logical_bytes(dtype, shape);  // a negative dim or a size past 2^64 bytes throws
   LocalArray a;
   a.dtype_ = dtype;
   a.owned_ = ctx.allocate_array(dtype, shape, std::move(label));
@@ -42,7 +30,7 @@ LocalArray LocalArray::zeros(CoreContext& ctx, ElementType dtype, std::vector<in
 
 LocalArray LocalArray::adopt(ElementType dtype, std::vector<int64_t> shape, DeviceBuffer buffer) {
   check_sharded_array_dtype(dtype, "LocalArray");
-  const uint64_t want = static_cast<uint64_t>(count_of(shape)) * element_size_bytes(dtype);
+  const uint64_t want = logical_bytes(dtype, shape);
   if (buffer.size_bytes() != want) {
     throw InvalidArgumentError("LocalArray::adopt got a buffer of " +
                                std::to_string(buffer.size_bytes()) + " bytes (expected " +
@@ -58,7 +46,7 @@ LocalArray LocalArray::adopt(ElementType dtype, std::vector<int64_t> shape, Devi
 LocalArray LocalArray::view(ElementType dtype, std::vector<int64_t> shape,
                             const DeviceBuffer& buffer) {
   check_sharded_array_dtype(dtype, "LocalArray");
-  const uint64_t want = static_cast<uint64_t>(count_of(shape)) * element_size_bytes(dtype);
+  const uint64_t want = logical_bytes(dtype, shape);
   if (buffer.size_bytes() != want) {
     throw InvalidArgumentError("LocalArray::view of a buffer of " +
                                std::to_string(buffer.size_bytes()) + " bytes (expected " +

@@ -63,6 +63,7 @@ struct DeviceMesh::Communicators {
     std::unordered_map<int, Communicator*> by_device;
   };
   CommunicatorOptions options;
+  std::mutex run_mu;  // held by each ShardMap call for its whole run
   std::mutex mu;
   std::map<std::vector<int>, Set> sets;  // by axis positions; GUARDED_BY(mu)
 };
@@ -121,6 +122,10 @@ void DeviceMesh::reset_communicators() const {
       if (c->aborted()) c->reset();
     }
   }
+}
+
+std::unique_lock<std::mutex> DeviceMesh::lock_for_run() const {
+  return std::unique_lock<std::mutex>(comms_->run_mu);
 }
 
 DeviceMesh make_mesh(Runtime& runtime, std::vector<int64_t> axis_shapes,
@@ -403,6 +408,16 @@ void check_outputs(const Mesh& mesh, const CoreResults& results, size_t num_outp
                                  ", one per out spec)");
     }
   }
+  for (size_t s = 0; s < results.size(); ++s) {
+    for (size_t i = 0; i < num_outputs; ++i) {
+      if (!results[s][i].buffer().valid()) {
+        throw InvalidArgumentError("shard_map output " + std::to_string(i) + " on device " +
+                                   std::to_string(mesh.devices()[s]) +
+                                   " is an empty LocalArray (default-constructed or released; "
+                                   "expected an array)");
+      }
+    }
+  }
   for (size_t i = 0; i < num_outputs; ++i) {
     const LocalArray& ref = results[0][i];
     for (size_t s = 1; s < results.size(); ++s) {
@@ -508,6 +523,10 @@ std::vector<ShardedArray> ShardMap::operator()(std::span<const ShardedArray* con
   }
   const std::vector<int>& devices = mesh_.devices();
   CoreResults results(devices.size());
+  const std::unique_lock<std::mutex> run_lock = mesh_.lock_for_run();
+  // Another program's failure on these cores (a plain run_spmd, a shard_map on another mesh)
+  // aborts the communicators through the runtime's abort handler; this call starts clean.
+  mesh_.reset_communicators();
   try {
     mesh_.runtime().run_spmd(devices, [&](CoreContext& core) {
       const int id = core.core_id();
@@ -534,8 +553,15 @@ std::vector<ShardedArray> ShardMap::operator()(std::span<const ShardedArray* con
                                  out_specs_[i].to_string());
     }
     std::vector<int64_t> global = ref.shape();
-    for (size_t d = 0; d < global.size(); ++d)
-      global[d] *= sharding.num_shards(static_cast<int>(d));
+    for (size_t d = 0; d < global.size(); ++d) {
+      const int64_t shards = sharding.num_shards(static_cast<int>(d));
+      if (__builtin_mul_overflow(global[d], shards, &global[d])) {
+        throw InvalidArgumentError("shard_map output " + std::to_string(i) + " is " +
+                                   array_text(ref) + ": dimension " + std::to_string(d) +
+                                   " times its " + std::to_string(shards) +
+                                   " shards overflows int64 (expected a global shape that fits)");
+      }
+    }
     if (options_.check_vma) check_replicated(mesh_, results, i, out_specs_[i]);
     outputs.push_back(ShardedArray::from_buffers(
         std::move(global), sharding,

@@ -21,6 +21,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <utility>
@@ -71,6 +72,10 @@ class DeviceMesh : public Mesh {
   /// Clears an abort on every communicator made so far (Communicator::reset), so that a failed
   /// shard_map does not fail every later one. Host side only, when no program uses the mesh.
   void reset_communicators() const;
+  /// Held by ShardMap for a whole call: shard_map calls on one mesh (from any thread, through
+  /// any copy) run one at a time, since a failing call aborts and then resets the communicators
+  /// the other would be using. A fn must not call shard_map on its own mesh.
+  std::unique_lock<std::mutex> lock_for_run() const;
 
  private:
   struct Communicators;

@@ -74,6 +74,16 @@ std::string draw(const std::vector<std::vector<Box>>& grid) {
 std::string visualize_array_sharding(const NamedSharding& sharding,
                                      const std::vector<int64_t>& global_shape,
                                      const VisualizeOptions& options) {
+  // Bounds keep the picture a screenful: the height is 10 x scale lines per mesh row.
+  if (!(options.scale > 0.0 && options.scale <= 100.0)) {
+    throw InvalidArgumentError("visualize_array_sharding scale " + std::to_string(options.scale) +
+                               " (expected 0 < scale <= 100)");
+  }
+  if (options.min_width < 5 || options.max_width < options.min_width || options.max_width > 1000) {
+    throw InvalidArgumentError(
+        "visualize_array_sharding widths " + std::to_string(options.min_width) + ".." +
+        std::to_string(options.max_width) + " (expected 5 <= min_width <= max_width <= 1000)");
+  }
   sharding.check_shape(global_shape);
   const size_t rank = global_shape.size();
   if (rank < 1 || rank > 2 || *std::min_element(global_shape.begin(), global_shape.end()) < 1) {

@@ -46,14 +46,14 @@ namespace vtpu {
 
 /// jax.debug.visualize_sharding's keyword arguments that shape the picture.
 struct VisualizeOptions {
-  double scale = 1.0;  // multiplies base_height (10 lines)
-  int min_width = 9;   // narrowest box, in characters (borders included)
-  int max_width = 80;  // widest box, in characters
+  double scale = 1.0;  // multiplies base_height (10 lines); 0 < scale <= 100
+  int min_width = 9;   // narrowest box, in characters (borders included); >= 5
+  int max_width = 80;  // widest box, in characters; min_width..1000
 };
 
 /// The picture of `sharding` over an array of `global_shape` (rank 1 or 2). Throws
-/// InvalidArgumentError for another rank or a zero dimension (naming the shape), or as
-/// NamedSharding::check_shape.
+/// InvalidArgumentError for another rank or a zero dimension (naming the shape), options out of
+/// their bounds, or as NamedSharding::check_shape.
 std::string visualize_array_sharding(const NamedSharding& sharding,
                                      const std::vector<int64_t>& global_shape,
                                      const VisualizeOptions& options = {});

@@ -212,6 +212,12 @@ TEST(VtpuCliTest, TrainMlpAdamAndMicroBatches) {
   // A --micro-batches that does not divide a core's rows (8 here) is a usage error naming it.
   expect_failure("train mlp --cores 4 --batch 32 --micro-batches 3", 2, {"--micro-batches 3", "8"});
   expect_failure("train mlp --micro-batches 0", 2, {"--micro-batches", "0"});
+  for (const char* flag : {"train mlp", "train fsdp", "train transformer"}) {
+    for (const char* value : {"2", "maybe", "''"}) {
+      SCOPED_TRACE(std::string(flag) + " " + value);
+      expect_failure(std::string(flag) + " --pad-arrays " + value, 2, {"--pad-arrays"});
+    }
+  }
 }
 
 // `printf`-style formatting of one value, as the text report prints it.
