@@ -36,6 +36,7 @@ struct PlanCommand {
   bool json = false;
   bool verbose = false;  // --verbose: the cost model's every term (CostModel::describe)
   bool any_strategy = false;
+  bool pad_arrays = true;  // --pad-arrays: HBM estimates in padded (TPU tiled) or logical bytes
   // --strategy: the candidate to emit in place of the winner ("" is a name no candidate has).
   std::optional<std::string> strategy;
 };
@@ -347,9 +348,10 @@ int run(const PlanCommand& c) {
   const uint64_t limit = c.hbm_bytes.empty() ? 0 : parse_bytes(c.hbm_bytes);
   // Only strategies `vtpu train` can run may win (planner/trainer_plans.h); --any-strategy lifts
   // that for what-if questions.
-  const PlanConstraints constraints = c.any_strategy || !not_trainable.empty()
-                                          ? PlanConstraints{}
-                                          : plan_constraints(model.name, shape, axes);
+  PlanConstraints constraints = c.any_strategy || !not_trainable.empty()
+                                    ? PlanConstraints{}
+                                    : plan_constraints(model.name, shape, axes);
+  constraints.pad_arrays = c.pad_arrays;
   AutoShardingPlan plan = plan_auto_sharding(model, shape, axes, cost, limit, constraints);
   if (c.strategy) pin_strategy(*c.strategy, c.any_strategy, plan);
   // Printed after the table (stdout), or with --json in "warnings" and on stderr.
@@ -416,6 +418,11 @@ std::shared_ptr<PlanCommand> add_plan_command(CLI::App& app) {
   c->app->add_flag("--any-strategy", c->any_strategy,
                    "Let any strategy win, also one that vtpu train cannot run (by default the mlp "
                    "and transformer models are planned within what vtpu train runs)");
+  c->app
+      ->add_option("--pad-arrays", c->pad_arrays,
+                   "true (default): HBM estimates charge every array its padded bytes under XLA's "
+                   "TPU tiled layout, as vtpu train does; false: its logical bytes")
+      ->check(CLI::IsMember({"true", "false"}, CLI::ignore_case));
   return c;
 }
 

@@ -2603,6 +2603,19 @@ TEST(VtpuCliPlanTest, ZeroHbmEmptyEmitControlCharactersInProfileNamesAndBatchChe
   }
 }
 
+// --pad-arrays: dp of the digits MLP (64 -> 64 -> 10, 4810 parameters) on 8 cores, batch 8 rows a
+// core. Logical: parameters and gradients 2 x 4810 x 4 + activations 8 x (64 + 64 + 10) x 4 =
+// 42,896 bytes. Padded: W1 f32[64,64] and W2 f32[64,10] take 64 x 128 floats, b1 and b2 one
+// T(1024) tile each, 73,728 bytes twice, and the three activations one (8,128) tile each: 159,744.
+TEST(VtpuCliPlanTest, PadArraysChoosesPaddedOrLogicalHbmEstimates) {
+  const std::string dp =
+      "plan " + model_path("mlp.json") + " --mesh 1x8 --strategy 'dp(model)' --json";
+  EXPECT_EQ(json_of(dp)["plan"]["estimate"]["hbm_bytes_per_core"], 159744);
+  EXPECT_EQ(json_of(dp + " --pad-arrays true")["plan"]["estimate"]["hbm_bytes_per_core"], 159744);
+  EXPECT_EQ(json_of(dp + " --pad-arrays false")["plan"]["estimate"]["hbm_bytes_per_core"], 42896);
+  expect_failure(dp + " --pad-arrays 3", 2, {"--pad-arrays", "3"});
+}
+
 TEST(VtpuCliPlanTest, NoFitFailsWithTheSmallestHbmThatWouldFit) {
   expect_failure("plan " + model_path("mlp.json") + " --mesh 1x8 --hbm-bytes 1K", 1,
                  {"1024 bytes", "fsdp(model)"});
