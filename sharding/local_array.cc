@@ -28,14 +28,24 @@ LocalArray LocalArray::zeros(CoreContext& ctx, ElementType dtype, std::vector<in
   return a;
 }
 
-LocalArray LocalArray::adopt(ElementType dtype, std::vector<int64_t> shape, DeviceBuffer buffer) {
+namespace {
+
+// adopt and view take a buffer that must hold exactly the array's logical bytes.
+void check_buffer_holds(ElementType dtype, const std::vector<int64_t>& shape,
+                        const DeviceBuffer& buffer, const char* what) {
   check_sharded_array_dtype(dtype, "LocalArray");
   const uint64_t want = logical_bytes(dtype, shape);
   if (buffer.size_bytes() != want) {
-    throw InvalidArgumentError("LocalArray::adopt got a buffer of " +
+    throw InvalidArgumentError(std::string(what) + " of a buffer of " +
                                std::to_string(buffer.size_bytes()) + " bytes (expected " +
                                std::to_string(want) + ")");
   }
+}
+
+}  // namespace
+
+LocalArray LocalArray::adopt(ElementType dtype, std::vector<int64_t> shape, DeviceBuffer buffer) {
+  check_buffer_holds(dtype, shape, buffer, "LocalArray::adopt");
   LocalArray a;
   a.dtype_ = dtype;
   a.shape_ = std::move(shape);
@@ -45,13 +55,7 @@ LocalArray LocalArray::adopt(ElementType dtype, std::vector<int64_t> shape, Devi
 
 LocalArray LocalArray::view(ElementType dtype, std::vector<int64_t> shape,
                             const DeviceBuffer& buffer) {
-  check_sharded_array_dtype(dtype, "LocalArray");
-  const uint64_t want = logical_bytes(dtype, shape);
-  if (buffer.size_bytes() != want) {
-    throw InvalidArgumentError("LocalArray::view of a buffer of " +
-                               std::to_string(buffer.size_bytes()) + " bytes (expected " +
-                               std::to_string(want) + ")");
-  }
+  check_buffer_holds(dtype, shape, buffer, "LocalArray::view");
   LocalArray a;
   a.dtype_ = dtype;
   a.shape_ = std::move(shape);

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "tests/collectives/test_util.h"
 #include "vtpu/common/float16.h"
 #include "vtpu/sharding/shard_map.h"
 
@@ -18,26 +19,12 @@ namespace {
 using Inputs = std::span<const LocalArray>;
 using Outputs = std::vector<LocalArray>;
 
-template <typename T>
-T from_float(float v) {
-  if constexpr (std::is_same_v<T, BFloat16>) {
-    return float_to_bf16(v);
-  } else if constexpr (std::is_same_v<T, Float16>) {
-    return float_to_f16(v);
-  } else {
-    return static_cast<T>(v);
-  }
-}
+using testing_util::from_double;
 
+// T widened to f32, the type the references fold in (exact for every T the tests use).
 template <typename T>
 float widen(T v) {
-  if constexpr (std::is_same_v<T, BFloat16>) {
-    return bf16_to_float(v);
-  } else if constexpr (std::is_same_v<T, Float16>) {
-    return f16_to_float(v);
-  } else {
-    return static_cast<float>(v);
-  }
+  return static_cast<float>(testing_util::to_double(v));
 }
 
 // The element value the tests give T for the small integer v (in -5..5): exact for every type,
@@ -47,7 +34,7 @@ T make(int v) {
   if constexpr (std::is_integral_v<T>) {
     return static_cast<T>(v);
   } else {
-    return from_float<T>(static_cast<float>(v) * 0.37f);
+    return from_double<T>(static_cast<float>(v) * 0.37f);
   }
 }
 
@@ -55,7 +42,7 @@ T make(int v) {
 template <typename T>
 T fold(T a, T b, ReduceOp op) {
   if constexpr (sizeof(T) == 2) {
-    return from_float<T>(fold(widen(a), widen(b), op));
+    return from_double<T>(fold(widen(a), widen(b), op));
   } else {
     switch (op) {
       case ReduceOp::kMax:
@@ -168,7 +155,7 @@ TYPED_TEST(NamedCollectivesTest, MatchSequentialReference) {
           mean = bytes_of(m);
         } else {
           std::vector<T> m;
-          for (T s : sum) m.push_back(from_float<T>(widen(s) / static_cast<float>(n)));
+          for (T s : sum) m.push_back(from_double<T>(widen(s) / static_cast<float>(n)));
           mean = bytes_of(m);
         }
         std::vector<T> stack, tile1(2 * n * n), stack_last(2 * n * n), a2a0(2 * n), a2a1(2 * n),
