@@ -2,7 +2,8 @@
 # Install the Debian packages needed to build and test vtpu. Idempotent: when
 # everything is already installed it prints one line and never touches apt.
 # libprotobuf-dev + protobuf-compiler build the pprof profile.proto (memory/);
-# golang-go provides `go tool pprof`, which the memory profile tests run.
+# golang-go provides `go tool pprof`, which the memory profile tests run. pybind11-dev,
+# python3-dev, python3-numpy and python3-pytest build and test the Python package (python/).
 #
 # Usage: scripts/install-deps.sh [--bench] [--mpi] [--chromium]
 #   --bench     also install python3-torch (PyTorch DDP comparison, bench/ddp/)
@@ -12,7 +13,8 @@ set -euo pipefail
 
 pkgs=(build-essential cmake g++ libtbb-dev libboost-dev nlohmann-json3-dev
       libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev libcli11-dev
-      zlib1g-dev libprotobuf-dev protobuf-compiler golang-go jq)
+      zlib1g-dev libprotobuf-dev protobuf-compiler golang-go jq
+      pybind11-dev python3-dev python3-numpy python3-pytest)
 
 for arg in "$@"; do
   case "$arg" in

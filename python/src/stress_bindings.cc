@@ -1,0 +1,7 @@
+#include "py_common.h"
+
+namespace vtpu::python {
+
+void register_stress(py::module_& m) { (void)m; }
+
+}  // namespace vtpu::python

@@ -1,0 +1,1 @@
+"""Named-axis collectives for functions run by vtpu.shard_map, after jax.lax."""
