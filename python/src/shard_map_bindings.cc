@@ -76,7 +76,9 @@ std::vector<LocalArray> outputs_of(ShardMapContext& ctx, const Call& call, py::h
 // The ShardMapFn: runs f on this core with the GIL held.
 std::vector<LocalArray> run_core(const Call& call, ShardMapContext& ctx,
                                  std::span<const LocalArray> blocks) {
+  wait_for_gil_turn();
   py::gil_scoped_acquire gil;
+  const CoreHoldsGil holds;
   try {
     const ContextScope scope(ctx);
     py::tuple args(blocks.size());
@@ -222,6 +224,7 @@ cores take turns holding it to run ``f``'s Python code.
 
 void register_shard_map(py::module_& m) {
   aborted_error_class() = m.attr("AbortedError");
+  warm_up_on_import();
   m.def("shard_map", &shard_map, py::arg("f"), py::kw_only(), py::arg("mesh"), py::arg("in_specs"),
         py::arg("out_specs"), py::arg("check_vma") = true, kShardMapDoc);
   py::module_ lax = m.def_submodule("_lax");

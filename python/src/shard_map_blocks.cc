@@ -2,8 +2,10 @@
 #include <Python.h>
 
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "shard_map_host.h"
@@ -25,6 +27,11 @@ constexpr size_t kMaxAxesSeen = 16;
 // below it the GIL handoff would cost more than the copy.
 constexpr size_t kCopyWithoutGilBytes = size_t{64} << 10;
 
+// Whether a core thread holds the GIL, and how many yields a core waits for it to clear before it
+// blocks in CPython's own wait.
+std::atomic<bool> g_core_holds_gil{false};
+constexpr int kGilYields = 64;
+
 constexpr const char* kBlockCapsule = "vtpu.shard_map.block";
 
 // The owner behind a numpy array over a block: the array's bytes stay allocated and pinned for as
@@ -40,12 +47,15 @@ void destroy_block(PyObject* capsule) {
   delete static_cast<HostBlock*>(PyCapsule_GetPointer(capsule, kBlockCapsule));
 }
 
-// numpy dtypes by element type, made once (a py::dtype("float32") per call costs a parse).
-const py::dtype& cached_dtype(ElementType type) {
+// numpy dtypes by element type, made at import by warm_up_on_import (a py::dtype("float32") per
+// call costs a parse).
+std::array<py::object, 16>& dtype_cache() {
   static auto* cache = new std::array<py::object, 16>();
-  py::object& d = (*cache)[static_cast<size_t>(type)];
-  if (!d) d = numpy_dtype(type);
-  return static_cast<const py::dtype&>(static_cast<const py::object&>(d));
+  return *cache;
+}
+const py::dtype& cached_dtype(ElementType type) {
+  return static_cast<const py::dtype&>(
+      static_cast<const py::object&>(dtype_cache()[static_cast<size_t>(type)]));
 }
 
 py::array block_array(std::unique_ptr<HostBlock> block, ElementType dtype,
@@ -140,13 +150,40 @@ LocalArray copy_to_core(ShardMapContext& ctx, const py::array& a, ElementType ty
   if (nbytes < kCopyWithoutGilBytes) {
     std::memcpy(block.mutable_bytes().data(), a.data(), nbytes);
   } else {
-    py::gil_scoped_release nogil;
+    const CoreGilRelease nogil;
     std::memcpy(block.mutable_bytes().data(), a.data(), nbytes);
   }
   return block;
 }
 
 }  // namespace
+
+void wait_for_gil_turn() {
+  for (int i = 0; i < kGilYields && g_core_holds_gil.load(std::memory_order_acquire); ++i) {
+    std::this_thread::yield();
+  }
+}
+
+CoreHoldsGil::CoreHoldsGil() { g_core_holds_gil.store(true, std::memory_order_release); }
+CoreHoldsGil::~CoreHoldsGil() { g_core_holds_gil.store(false, std::memory_order_release); }
+
+CoreGilRelease::CoreGilRelease() {
+  g_core_holds_gil.store(false, std::memory_order_release);
+  state_ = PyEval_SaveThread();
+}
+
+CoreGilRelease::~CoreGilRelease() {
+  wait_for_gil_turn();
+  PyEval_RestoreThread(state_);
+  g_core_holds_gil.store(true, std::memory_order_release);
+}
+
+void warm_up_on_import() {
+  for (ElementType type : all_element_types()) {
+    dtype_cache()[static_cast<size_t>(type)] = numpy_dtype(type);
+  }
+  element_type_of(py::dtype("uint16"), "import");
+}
 
 ShardMapContext* current_context() { return t_core.context; }
 
@@ -205,24 +242,27 @@ py::array result_array(LocalArray&& result) {
 }
 
 Operand operand(ShardMapContext& ctx, py::handle x, const char* what) {
-  ElementType type;
   Operand op;
-  op.host = host_array(x, &type, what);
+  op.host = host_array(x, &op.type, what);
+  op.shape = shape_of(op.host);
   const HostBlock* block = block_of(op.host);
-  if (block != nullptr && block->buffer->core_id() == ctx.device()) {
-    op.array = LocalArray::view(type, shape_of(op.host), *block->buffer);
-  } else {
-    op.array = LocalArray::empty(ctx.core(), type, shape_of(op.host), "shard_map/arg");
-    op.copy_pending = op.array.nbytes() > 0;
-  }
+  if (block != nullptr && block->buffer->core_id() == ctx.device()) op.block = block->buffer;
   return op;
 }
 
-void Operand::fill() {
-  if (!copy_pending) return;
-  const BufferPin pin = array.buffer().pin();
-  std::memcpy(array.mutable_bytes().data(), host.data(), array.nbytes());
-  copy_pending = false;
+std::span<const std::byte> Operand::bytes() const {
+  if (block != nullptr) return {block->data(), block->size_bytes()};
+  return {static_cast<const std::byte*>(host.data()), static_cast<size_t>(host.nbytes())};
+}
+
+LocalArray Operand::on_core(ShardMapContext& ctx) const {
+  if (block != nullptr) return LocalArray::view(type, shape, *block);
+  LocalArray a = LocalArray::empty(ctx.core(), type, shape, "shard_map/arg");
+  if (a.nbytes() > 0) {
+    const BufferPin pin = a.buffer().pin();
+    std::memcpy(a.mutable_bytes().data(), host.data(), a.nbytes());
+  }
+  return a;
 }
 
 LocalArray output_block(ShardMapContext& ctx, py::handle x, const char* what) {

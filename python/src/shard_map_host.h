@@ -40,21 +40,50 @@ BoundAxes bind_axes(py::handle axis_name);
 /// A lax axis_name argument: a str or a tuple/list of str.
 AxisNames axis_names_of(py::handle axis_name);
 
+/// The GIL on a core thread. Handing the GIL from core to core through CPython's condition
+/// variable costs a futex sleep and wake-up per hand-off, several per collective; instead, a core
+/// about to take the GIL first yields its CPU (bounded) while another core holds it, so that it
+/// usually finds the GIL free.
+void wait_for_gil_turn();
+/// Marks this core as holding the GIL for its lifetime (the GIL must be held).
+class CoreHoldsGil {
+ public:
+  CoreHoldsGil();
+  ~CoreHoldsGil();
+  CoreHoldsGil(const CoreHoldsGil&) = delete;
+  CoreHoldsGil& operator=(const CoreHoldsGil&) = delete;
+};
+/// Gives up the GIL for its lifetime on a core thread (py::gil_scoped_release, with the above).
+class CoreGilRelease {
+ public:
+  CoreGilRelease();
+  ~CoreGilRelease();
+  CoreGilRelease(const CoreGilRelease&) = delete;
+  CoreGilRelease& operator=(const CoreGilRelease&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+
 /// A read-only numpy view of core `device`'s block of `array` (kept alive by the view).
 py::array input_view(const std::shared_ptr<const ShardedArray>& array, int device);
 
 /// A numpy array over `block`'s bytes, owning it (writable). No copy.
 py::array result_array(LocalArray&& block);
 
-/// An operand of a collective on the current core: a view of `x`'s block when `x` is already a
-/// block on this core (an input view or an earlier result), else a new block in the core's HBM
-/// that fill() copies `x` into, without the GIL, just before the collective.
+/// An operand of a collective on the current core: `x` as a C-contiguous array, and its block
+/// when it is already one of this core's (an input view or an earlier result, a reshape of one).
 struct Operand {
-  LocalArray array;
-  py::array host;  // x as a C-contiguous array; destroyed with the GIL held
-  bool copy_pending = false;
-  /// Copies `host` into `array` if still pending. Call without the GIL.
-  void fill();
+  py::array host;  // destroyed with the GIL held
+  ElementType type = ElementType::kF32;
+  std::vector<int64_t> shape;
+  const DeviceBuffer* block = nullptr;  // pinned by x's capsule while x lives
+
+  /// The elements: the block's, or the host array's.
+  std::span<const std::byte> bytes() const;
+  /// As a LocalArray on the core: a view of the block, or a copy of the host array in HBM.
+  /// Needs no GIL.
+  LocalArray on_core(ShardMapContext& ctx) const;
 };
 /// x as an Operand. numpy float64 becomes float32, as jnp.asarray does. GIL held.
 Operand operand(ShardMapContext& ctx, py::handle x, const char* what);
@@ -62,6 +91,12 @@ Operand operand(ShardMapContext& ctx, py::handle x, const char* what);
 /// An output of the shard_map function as a new block on the current core (always a copy, so
 /// that the function may keep or change its arrays). Must be called with the GIL held.
 LocalArray output_block(ShardMapContext& ctx, py::handle x, const char* what);
+
+/// Makes, on the importing thread, what the cores would otherwise make lazily: the numpy dtypes,
+/// and py_common's function-local statics that import Python modules. A core initialising one
+/// of those would hold the C++ static-init guard while the import gives up the GIL, and a
+/// second core holding the GIL and waiting on that guard would deadlock with it.
+void warm_up_on_import();
 
 void register_lax(py::module_& lax);
 void register_shard_map_bench(py::module_& m);

@@ -15,12 +15,26 @@ namespace {
 template <typename Op>
 py::object collective(py::handle x, py::handle axis_name, const char* what, Op&& op) {
   const auto [ctx, axes] = bind_axes(axis_name);
-  Operand in = operand(ctx, x, what);
+  const Operand in = operand(ctx, x, what);
   LocalArray out;
   {
-    py::gil_scoped_release nogil;
-    in.fill();
-    out = op(ctx, std::move(in.array), axes);
+    const CoreGilRelease nogil;
+    out = op(ctx, in.on_core(ctx), axes);
+  }
+  return result_array(std::move(out));
+}
+
+// psum, pmax or pmin of an array, reading it where it is: a host array is not copied into HBM
+// first (the collective reads process memory in place), so only the result is a new block.
+py::object reduce_array(py::handle x, py::handle axis_name, const char* what, ReduceOp op) {
+  const auto [ctx, axes] = bind_axes(axis_name);
+  const Operand in = operand(ctx, x, what);
+  Communicator& comm = ctx.communicator(axes);
+  LocalArray out = LocalArray::empty(ctx.core(), in.type, in.shape);
+  {
+    const CoreGilRelease nogil;
+    const BufferPin pin = out.buffer().pin();
+    comm.all_reduce_bytes(ctx.core(), in.type, in.bytes(), out.mutable_bytes(), in.shape, op);
   }
   return result_array(std::move(out));
 }
@@ -39,14 +53,12 @@ int64_t bound_axis_size(py::handle axis_name) {
 
 py::object psum(py::handle x, py::handle axis_name) {
   if (is_python_scalar(x)) return x * py::int_(bound_axis_size(axis_name));
-  return collective(x, axis_name, "psum", [](ShardMapContext& ctx, LocalArray&& a, auto& axes) {
-    return ctx.psum(std::move(a), axes);
-  });
+  return reduce_array(x, axis_name, "psum", ReduceOp::kSum);
 }
 
 py::object pmean(py::handle x, py::handle axis_name) {
   if (is_python_scalar(x)) {
-    bound_axis_size(axis_name);
+    bound_axis_size(axis_name);  // NameError outside shard_map, as for an array
     return py::float_(py::reinterpret_borrow<py::object>(x));
   }
   return collective(x, axis_name, "pmean", [](ShardMapContext& ctx, LocalArray&& a, auto& axes) {
@@ -54,24 +66,17 @@ py::object pmean(py::handle x, py::handle axis_name) {
   });
 }
 
+// pmax and pmin of a Python scalar: the scalar, which every core holds.
 py::object pmax(py::handle x, py::handle axis_name) {
-  if (is_python_scalar(x)) {
-    bound_axis_size(axis_name);
-    return py::reinterpret_borrow<py::object>(x);
-  }
-  return collective(x, axis_name, "pmax", [](ShardMapContext& ctx, LocalArray&& a, auto& axes) {
-    return ctx.pmax(a, axes);
-  });
+  if (!is_python_scalar(x)) return reduce_array(x, axis_name, "pmax", ReduceOp::kMax);
+  bound_axis_size(axis_name);  // NameError outside shard_map, as for an array
+  return py::reinterpret_borrow<py::object>(x);
 }
 
 py::object pmin(py::handle x, py::handle axis_name) {
-  if (is_python_scalar(x)) {
-    bound_axis_size(axis_name);
-    return py::reinterpret_borrow<py::object>(x);
-  }
-  return collective(x, axis_name, "pmin", [](ShardMapContext& ctx, LocalArray&& a, auto& axes) {
-    return ctx.pmin(a, axes);
-  });
+  if (!is_python_scalar(x)) return reduce_array(x, axis_name, "pmin", ReduceOp::kMin);
+  bound_axis_size(axis_name);
+  return py::reinterpret_borrow<py::object>(x);
 }
 
 py::object all_gather(py::handle x, py::handle axis_name, int axis, bool tiled) {
@@ -112,7 +117,7 @@ py::object ppermute(py::handle x, py::handle axis_name, py::handle perm) {
   const std::vector<PermutePair> pairs = perm_of(perm);
   return collective(x, axis_name, "ppermute",
                     [&](ShardMapContext& ctx, LocalArray&& a, auto& axes) {
-                      return ctx.ppermute(std::move(a), axes, pairs);
+                      return ctx.ppermute(std::move(a), axes, pairs);  // in place for a copy
                     });
 }
 
