@@ -46,9 +46,23 @@ struct Mapped {
 };
 
 // One call: the inputs, laid out as their in specs ask, kept alive while any view of them is.
+// Python exceptions raised by f stay with the call, on the calling thread: a core thread holding
+// a reference after its program ends (run_spmd's exception_ptr) would need the GIL to drop it,
+// possibly after the interpreter has finalised or while the caller joins the cores with the GIL.
 struct Call {
   const Mapped& mapped;
   std::vector<std::shared_ptr<const ShardedArray>> inputs;
+  std::vector<py::object> raised;  // by mesh slot: (type, value, traceback) of f's exception
+};
+
+// What a core throws in place of f's Python exception, which Call keeps.
+class RaisedInPython : public std::runtime_error {
+ public:
+  RaisedInPython(size_t slot, const std::string& what) : std::runtime_error(what), slot_(slot) {}
+  size_t slot() const { return slot_; }
+
+ private:
+  size_t slot_;
 };
 
 // Python's AbortedError: a core released because another failed; turned back into the C++ error
@@ -74,7 +88,7 @@ std::vector<LocalArray> outputs_of(ShardMapContext& ctx, const Call& call, py::h
 }
 
 // The ShardMapFn: runs f on this core with the GIL held.
-std::vector<LocalArray> run_core(const Call& call, ShardMapContext& ctx,
+std::vector<LocalArray> run_core(Call& call, ShardMapContext& ctx,
                                  std::span<const LocalArray> blocks) {
   wait_for_gil_turn();
   py::gil_scoped_acquire gil;
@@ -95,7 +109,10 @@ std::vector<LocalArray> run_core(const Call& call, ShardMapContext& ctx,
     if (e.matches(aborted_error_class())) {
       throw AbortedError(py::str(e.value()).cast<std::string>());
     }
-    throw;
+    const auto slot = static_cast<size_t>(ctx.mesh().flat_index_of(ctx.device()));
+    call.raised[slot] =
+        py::make_tuple(e.type(), e.value(), e.trace() ? e.trace() : py::object(py::none()));
+    throw RaisedInPython(slot, e.what());
   }
 }
 
@@ -130,7 +147,7 @@ py::object call_mapped(const Mapped& m, const py::args& args) {
                                " inputs (expected " + std::to_string(in_specs.size()) +
                                ", one per in spec)");
   }
-  Call call{m, {}};
+  Call call{m, {}, std::vector<py::object>(m.mesh->mesh.devices().size())};
   std::vector<const ShardedArray*> inputs;
   for (size_t k = 0; k < args.size(); ++k) {
     call.inputs.push_back(input_of(m, args[k], in_specs[k]));
@@ -143,9 +160,15 @@ py::object call_mapped(const Mapped& m, const py::args& args) {
       },
       ShardMapOptions{.check_vma = m.check_vma});
   std::vector<ShardedArray> outputs;
-  {
+  try {
     py::gil_scoped_release nogil;
     outputs = mapped(std::span<const ShardedArray* const>(inputs));
+  } catch (const RaisedInPython& e) {
+    const py::tuple raised = call.raised[e.slot()];
+    py::object type = raised[0], value = raised[1], trace = raised[2];
+    PyErr_Restore(type.release().ptr(), value.release().ptr(),
+                  trace.is_none() ? nullptr : trace.release().ptr());
+    throw py::error_already_set();
   }
   py::tuple result(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {

@@ -230,3 +230,41 @@ def test_docstrings():
     assert "in_specs" in vtpu.shard_map.__doc__ and "out_specs" in vtpu.shard_map.__doc__
     for name in lax.__all__:
         assert getattr(lax, name).__doc__, name
+
+
+def test_traceback_reaches_into_f(mesh):
+    import traceback
+
+    def f_that_raises(b):
+        raise KeyError("always")
+    with pytest.raises(KeyError) as e:
+        vtpu.shard_map(f_that_raises, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(
+            np.ones((2, 2), np.float32))
+    assert "f_that_raises" in "".join(traceback.format_tb(e.value.__traceback__))
+
+
+EXIT_AFTER_FAILURES = """
+import numpy as np, vtpu
+rt = vtpu.Runtime(cores=8, hbm_bytes=16 << 20)
+mesh = vtpu.make_mesh((8,), ("i",), devices=rt.devices())
+def f(b):
+    if vtpu.lax.axis_index("i") == 3:
+        raise KeyError("core 3")
+    return vtpu.lax.psum(b, "i")
+for _ in range(100):
+    try:
+        vtpu.shard_map(f, mesh=mesh, in_specs=vtpu.P("i"), out_specs=vtpu.P())(np.ones(8, np.float32))
+    except KeyError:
+        pass
+"""
+
+
+def test_process_exits_cleanly_after_failures():
+    # Core threads once dropped f's exceptions after the interpreter had finalised (terminate).
+    import os
+    import subprocess
+    import sys
+    for _ in range(3):
+        r = subprocess.run([sys.executable, "-c", EXIT_AFTER_FAILURES], env=dict(os.environ),
+                           capture_output=True, timeout=120)
+        assert r.returncode == 0, r.stderr.decode()[-2000:]
