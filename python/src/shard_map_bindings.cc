@@ -2,6 +2,7 @@
 // through vtpu::ShardMap). The caller gives up the GIL while the cores run; each core takes it to
 // run the function and gives it up again inside every collective (shard_map_lax.cc), so the cores'
 // numpy work and their collectives interleave.
+#include <atomic>
 #include <memory>
 #include <string>
 #include <utility>
@@ -52,7 +53,8 @@ struct Mapped {
 struct Call {
   const Mapped& mapped;
   std::vector<std::shared_ptr<const ShardedArray>> inputs;
-  std::vector<py::object> raised;  // by mesh slot: (type, value, traceback) of f's exception
+  std::vector<py::object> raised;    // by mesh slot: (type, value, traceback) of f's exception
+  std::atomic<int> failed_core{-1};  // the runtime's first failed core (see live_communicator)
 };
 
 // What a core throws in place of f's Python exception, which Call keeps.
@@ -94,7 +96,7 @@ std::vector<LocalArray> run_core(Call& call, ShardMapContext& ctx,
   py::gil_scoped_acquire gil;
   const CoreHoldsGil holds;
   try {
-    const ContextScope scope(ctx);
+    const ContextScope scope(ctx, call.failed_core);
     py::tuple args(blocks.size());
     for (size_t k = 0; k < blocks.size(); ++k) {
       const ShardedArray& input = *call.inputs[k];
@@ -115,6 +117,25 @@ std::vector<LocalArray> run_core(Call& call, ShardMapContext& ctx,
     throw RaisedInPython(slot, e.what());
   }
 }
+
+// Records the call's first failed core for live_communicator, from the runtime's abort
+// notification: under the same lock as the communicators' own abort handlers.
+class FailureWatch {
+ public:
+  FailureWatch(Runtime& runtime, std::atomic<int>& failed_core)
+      : runtime_(runtime),
+        id_(runtime.add_abort_handler([&failed_core](int core, const std::exception_ptr&) {
+          int none = -1;
+          failed_core.compare_exchange_strong(none, core, std::memory_order_seq_cst);
+        })) {}
+  ~FailureWatch() { runtime_.remove_abort_handler(id_); }
+  FailureWatch(const FailureWatch&) = delete;
+  FailureWatch& operator=(const FailureWatch&) = delete;
+
+ private:
+  Runtime& runtime_;
+  int id_;
+};
 
 // `arg` as an array laid out as NamedSharding(mesh, spec): a vtpu.Array already so laid out is
 // used as is; anything else goes through vtpu.device_put (an Array through the host).
@@ -161,6 +182,7 @@ py::object call_mapped(const Mapped& m, const py::args& args) {
       ShardMapOptions{.check_vma = m.check_vma});
   std::vector<ShardedArray> outputs;
   try {
+    const FailureWatch watch(m.mesh->mesh.runtime(), call.failed_core);
     py::gil_scoped_release nogil;
     outputs = mapped(std::span<const ShardedArray* const>(inputs));
   } catch (const RaisedInPython& e) {
@@ -178,8 +200,8 @@ py::object call_mapped(const Mapped& m, const py::args& args) {
   return result;
 }
 
-py::object shard_map(py::object f, py::object mesh, py::handle in_specs, py::handle out_specs,
-                     bool check_vma) {
+py::object shard_map(py::object f, py::object mesh, const py::object& in_specs,
+                     const py::object& out_specs, bool check_vma) {
   auto m = std::make_shared<Mapped>();
   m->f = std::move(f);
   m->mesh = py::cast<std::shared_ptr<PyMesh>>(mesh);

@@ -1,6 +1,7 @@
 // numpy arrays over a core's blocks and back (shard_map_host.h).
 #include <Python.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -18,6 +19,7 @@ namespace {
 // dropped by ContextScope, with the GIL held.
 struct CoreState {
   ShardMapContext* context = nullptr;
+  const std::atomic<int>* failed_core = nullptr;  // the call's (ContextScope)
   std::vector<std::pair<py::object, AxisNames>> axes_seen;
 };
 thread_local CoreState t_core;
@@ -187,12 +189,28 @@ void warm_up_on_import() {
 
 ShardMapContext* current_context() { return t_core.context; }
 
-ContextScope::ContextScope(ShardMapContext& ctx) : previous_(t_core.context) {
+ContextScope::ContextScope(ShardMapContext& ctx, const std::atomic<int>& failed_core)
+    : previous_(t_core.context), previous_failed_core_(t_core.failed_core) {
   t_core.context = &ctx;
+  t_core.failed_core = &failed_core;
 }
 ContextScope::~ContextScope() {
   t_core.axes_seen.clear();
   t_core.context = previous_;
+  t_core.failed_core = previous_failed_core_;
+}
+
+Communicator& live_communicator(const BoundAxes& b) {
+  Communicator& c = b.context.communicator(b.axes);
+  // Read after c's abort handler is registered (when c is new): a failure notified later aborts c
+  // itself, and one notified earlier has set failed_core (both under the runtime's abort lock).
+  const int failed = t_core.failed_core->load(std::memory_order_seq_cst);
+  if (failed >= 0 && std::ranges::find(c.group(), failed) != c.group().end()) {
+    const std::string reason = "core " + std::to_string(failed) + " of this shard_map failed";
+    c.abort(reason);
+    throw AbortedError("collective over " + b.axes.to_string() + " not started: " + reason);
+  }
+  return c;
 }
 
 BoundAxes bind_axes(py::handle axis_name) {

@@ -7,6 +7,7 @@
 // and defragmentation never moves the bytes under it.
 #pragma once
 
+#include <atomic>
 #include <memory>
 
 #include "py_common.h"
@@ -16,16 +17,18 @@ namespace vtpu::python {
 /// The context of the shard_map function this thread is running, or nullptr outside one.
 ShardMapContext* current_context();
 
-/// Makes `ctx` the current context of this thread for its lifetime.
+/// Makes `ctx` the current context of this thread for its lifetime, in a call whose cores share
+/// `failed_core` (-1, or the first core that failed, as the runtime's abort handlers saw it).
 class ContextScope {
  public:
-  explicit ContextScope(ShardMapContext& ctx);
+  ContextScope(ShardMapContext& ctx, const std::atomic<int>& failed_core);
   ~ContextScope();
   ContextScope(const ContextScope&) = delete;
   ContextScope& operator=(const ContextScope&) = delete;
 
  private:
   ShardMapContext* previous_;
+  const std::atomic<int>* previous_failed_core_;
 };
 
 /// The current context and the axes an axis_name argument names (valid until the next
@@ -36,6 +39,12 @@ struct BoundAxes {
   const AxisNames& axes;
 };
 BoundAxes bind_axes(py::handle axis_name);
+
+/// The communicator of `b.axes` for the current core, made on first use. When a core has failed,
+/// the runtime aborts the communicators of its groups that exist then; one made afterwards whose
+/// group holds the failed core would wait for it until the timeout, so it is aborted here
+/// (AbortedError).
+Communicator& live_communicator(const BoundAxes& b);
 
 /// A lax axis_name argument: a str or a tuple/list of str.
 AxisNames axis_names_of(py::handle axis_name);

@@ -14,7 +14,9 @@ namespace {
 // and the collective, and returns the result as a numpy array that owns it.
 template <typename Op>
 py::object collective(py::handle x, py::handle axis_name, const char* what, Op&& op) {
-  const auto [ctx, axes] = bind_axes(axis_name);
+  const BoundAxes bound = bind_axes(axis_name);
+  const auto& [ctx, axes] = bound;
+  live_communicator(bound);
   const Operand in = operand(ctx, x, what);
   LocalArray out;
   {
@@ -27,9 +29,10 @@ py::object collective(py::handle x, py::handle axis_name, const char* what, Op&&
 // psum, pmax or pmin of an array, reading it where it is: a host array is not copied into HBM
 // first (the collective reads process memory in place), so only the result is a new block.
 py::object reduce_array(py::handle x, py::handle axis_name, const char* what, ReduceOp op) {
-  const auto [ctx, axes] = bind_axes(axis_name);
+  const BoundAxes bound = bind_axes(axis_name);
+  const auto& [ctx, axes] = bound;
+  Communicator& comm = live_communicator(bound);
   const Operand in = operand(ctx, x, what);
-  Communicator& comm = ctx.communicator(axes);
   LocalArray out = LocalArray::empty(ctx.core(), in.type, in.shape);
   {
     const CoreGilRelease nogil;

@@ -10,6 +10,11 @@ are new numpy arrays in the core's HBM. Outside shard_map they raise
 dtypes: float32, float16, bfloat16 (as uint16 bit patterns, unless ml_dtypes is
 installed), int32 and int64; float64 arrays are converted to float32 (vtpu has
 no f64 arrays, as JAX without x64). The GIL is released during every collective.
+
+Memory: psum, pmax and pmin read an operand where it is (a numpy array in host memory, or a
+block already on the core) and allocate only their result on the core; the other collectives
+copy an operand that is not yet on the core into its HBM first. Results are numpy arrays over
+their block in the core's HBM (no copy), which stays allocated while the array lives.
 """
 
 from vtpu._vtpu import _lax

@@ -268,3 +268,18 @@ def test_process_exits_cleanly_after_failures():
         r = subprocess.run([sys.executable, "-c", EXIT_AFTER_FAILURES], env=dict(os.environ),
                            capture_output=True, timeout=120)
         assert r.returncode == 0, r.stderr.decode()[-2000:]
+
+
+def test_failure_before_the_first_collective_releases_the_others(rt):
+    # Cores once waited for the timeout in a communicator made after another core had failed
+    # (the runtime aborts only those that exist when it fails). A new mesh has none yet.
+    def f(b):
+        if lax.axis_index("i") == 3:
+            raise ValueError("core 3")
+        return lax.psum(b, "i")
+    for _ in range(20):
+        mesh = vtpu.make_mesh((8,), ("i",), devices=rt.devices())
+        t0 = time.monotonic()
+        with pytest.raises(ValueError):
+            vtpu.shard_map(f, mesh=mesh, in_specs=P("i"), out_specs=P())(np.ones(8, np.float32))
+        assert time.monotonic() - t0 < TIMEOUT_MS / 1000 / 2
