@@ -11,4 +11,5 @@ PYBIND11_MODULE(_vtpu, m) {
   register_memory(m);
   register_stress(m);
   register_planner(m);
+  register_data(m);
 }

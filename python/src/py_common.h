@@ -74,5 +74,6 @@ void register_shard_map(py::module_& m);
 void register_memory(py::module_& m);
 void register_stress(py::module_& m);
 void register_planner(py::module_& m);
+void register_data(py::module_& m);
 
 }  // namespace vtpu::python
