@@ -1,0 +1,106 @@
+"""Runs the Python examples and the code blocks of docs/PYTHON.md, and checks their numbers:
+values worked out by hand or computed with numpy, never vtpu's own output."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+HERE = Path(__file__).resolve().parent
+SOURCE_DIR = Path(os.environ.get("VTPU_SOURCE_DIR", HERE.parent.parent))
+sys.path.insert(0, str(HERE))
+
+import digits_mlp  # noqa: E402
+import fragmentation  # noqa: E402
+import tensor_parallel_matmul  # noqa: E402
+
+KIB = 1024
+
+
+@pytest.fixture(scope="module")
+def digits_runs():
+    return {n: digits_mlp.main(["--cores", str(n), "--json"]) for n in (1, 2, 4, 8)}
+
+
+@pytest.mark.parametrize("cores", [1, 2, 4, 8])
+def test_digits_mlp_reaches_090_test_accuracy(digits_runs, cores):
+    assert digits_runs[cores]["test_accuracy"] >= 0.90
+
+
+@pytest.mark.parametrize("cores", [2, 4, 8])
+def test_digits_mlp_losses_match_one_core_at_every_step(digits_runs, cores):
+    one = np.array(digits_runs[1]["losses"])
+    many = np.array(digits_runs[cores]["losses"])
+    assert len(many) == len(one) == 300
+    assert one[-1] < one[0] / 4  # it trains
+    np.testing.assert_allclose(many, one, rtol=1e-5, atol=0)
+
+
+def test_digits_mlp_rejects_a_batch_that_does_not_split():
+    with pytest.raises(SystemExit):
+        digits_mlp.main(["--cores", "3", "--batch", "64"])
+
+
+@pytest.mark.parametrize("cores,model", [(8, 8), (8, 4), (2, 1)])
+def test_tensor_parallel_matmul_equals_numpy(cores, model):
+    r = tensor_parallel_matmul.main(["--cores", str(cores), "--model", str(model), "--json"])
+    assert r["mesh"] == {"data": cores // model, "model": model}
+    assert r["shape"] == [32, 64]
+    assert r["w1_shard_shape"] == [64, 256 // model]  # W1 split by columns over "model"
+    assert r["max_rel_diff"] <= 1e-6
+    assert r["max_abs_diff_rank_order"] == 0.0  # psum adds the model shards in rank order
+
+
+def test_fragmentation_checkerboard_as_worked_by_hand():
+    rows = {(r["policy"], r["auto_defragment"]): r for r in fragmentation.main(["--json"])
+            ["checkerboard"]}
+    for policy in ("bfc", "tlsf", "first_fit"):
+        r = rows[(policy, False)]
+        # Eight live 48 KiB buffers; eight 48 KiB holes plus the 256 KiB tail are free.
+        assert r["bytes_in_use"] == 8 * 48 * KIB
+        assert r["total_free_bytes"] == 8 * 48 * KIB + 256 * KIB
+        assert r["largest_free_block_bytes"] == 256 * KIB
+        assert r["fragmentation"] == pytest.approx(1 - 256 / 640)
+        assert r["alloc_300K"].startswith("OOM (largest free 256 KiB)")
+        assert rows[(policy, True)]["alloc_300K"] == "ok"  # compacted: 640 KiB in one block
+    r = rows[("buddy", False)]
+    # 48 KiB rounds to 64 KiB; eight 64 KiB holes, none next to its (live) buddy.
+    assert r["bytes_in_use"] == 8 * 64 * KIB
+    assert r["total_free_bytes"] == 8 * 64 * KIB
+    assert r["largest_free_block_bytes"] == 64 * KIB
+    assert r["fragmentation"] == pytest.approx(1 - 64 / 512)
+    assert r["alloc_300K"].startswith("OOM")
+
+
+def test_fragmentation_trace_replay_is_sane():
+    result = fragmentation.main(["--json"])
+    assert {r["policy"] for r in result["replay"]} == {"bfc", "tlsf", "first_fit", "buddy"}
+    for r in result["replay"]:
+        assert r["peak_live_bytes"] == 920_064  # data/traces/README.md's figure for this trace
+        assert r["peak_reserved_bytes"] >= r["peak_live_bytes"]
+        assert r["reserved_over_live"] == pytest.approx(
+            r["peak_reserved_bytes"] / r["peak_live_bytes"], rel=1e-9)
+        assert r["true_ooms"] == 0  # 4 MiB holds the 0.9 MB peak
+
+
+def run_script(args, **kw):
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300,
+                          cwd=SOURCE_DIR, **kw)
+
+
+def test_examples_run_from_the_command_line():
+    p = run_script([str(HERE / "tensor_parallel_matmul.py"), "--cores", "4"])
+    assert p.returncode == 0, p.stderr
+    assert "mesh {'data': 1, 'model': 4}" in p.stdout
+
+
+def test_every_python_block_of_the_guide_runs():
+    """The ```python blocks of docs/PYTHON.md, run in order as one script."""
+    text = (SOURCE_DIR / "docs" / "PYTHON.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+    assert len(blocks) >= 5
+    p = run_script(["-c", "\n".join(blocks)])
+    assert p.returncode == 0, p.stderr
