@@ -116,6 +116,32 @@ const ShardedArray& PyArray::get() const {
   return *array;
 }
 
+std::string spec_repr(const PartitionSpec& spec) {
+  return "PartitionSpec" + spec.to_string().substr(1);  // "P(...)" -> "PartitionSpec(...)"
+}
+
+std::string mesh_repr(const Mesh& mesh) {
+  std::string s = "Mesh(";
+  for (int i = 0; i < mesh.num_axes(); ++i) {
+    if (i > 0) s += ", ";
+    s += "'" + mesh.axis_names()[i] + "': " + std::to_string(mesh.shape()[i]);
+  }
+  return s + ")";
+}
+
+std::string sharding_repr(const NamedSharding& sharding) {
+  return "NamedSharding(mesh=" + mesh_repr(sharding.mesh()) +
+         ", spec=" + spec_repr(sharding.spec()) + ")";
+}
+
+py::tuple index_tuple(const std::vector<IndexRange>& ranges) {
+  py::tuple index(ranges.size());
+  for (size_t d = 0; d < ranges.size(); ++d) {
+    index[d] = py::slice(py::int_(ranges[d].start), py::int_(ranges[d].stop), py::none());
+  }
+  return index;
+}
+
 py::array gather_to_numpy(const ShardedArray& array) {
   const std::vector<int64_t>& shape = array.global_shape();
   py::array out(numpy_dtype(array.dtype()), std::vector<py::ssize_t>(shape.begin(), shape.end()));

@@ -64,6 +64,15 @@ struct PyArray {
   const ShardedArray& get() const;  // throws FailedPreconditionError after delete()
 };
 
+/// Python reprs: "PartitionSpec('x', None)", "Mesh('x': 4, 'y': 2)", "NamedSharding(mesh=...,
+/// spec=...)".
+std::string spec_repr(const PartitionSpec& spec);
+std::string mesh_repr(const Mesh& mesh);
+std::string sharding_repr(const NamedSharding& sharding);
+
+/// A block's index ranges as the tuple of slices jax.Shard.index holds.
+py::tuple index_tuple(const std::vector<IndexRange>& ranges);
+
 /// The global array as numpy (ShardedArray::gather), without the GIL while copying.
 py::array gather_to_numpy(const ShardedArray& array);
 
