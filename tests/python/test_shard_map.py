@@ -1,0 +1,232 @@
+"""vtpu.shard_map: inputs, outputs, specs, errors and recovery, checked against numpy."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import vtpu
+from vtpu import lax
+
+P = vtpu.P
+MB = 1 << 20
+TIMEOUT_MS = 5000
+
+
+@pytest.fixture(scope="module")
+def rt():
+    return vtpu.Runtime(cores=8, hbm_bytes=64 * MB, collective_timeout_ms=TIMEOUT_MS)
+
+
+@pytest.fixture(scope="module")
+def mesh(rt):
+    return vtpu.make_mesh((2, 4), ("x", "y"), devices=rt.devices())
+
+
+def psum_rows(mesh):
+    return vtpu.shard_map(lambda b: lax.psum(b, "x"), mesh=mesh, in_specs=P("x", "y"),
+                          out_specs=P(None, "y"))
+
+
+def test_numpy_and_array_inputs(mesh):
+    x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+    f = psum_rows(mesh)
+    want = x[:4] + x[4:]
+    out = f(x)
+    assert isinstance(out, vtpu.Array)
+    assert tuple(out.shape) == (4, 16)
+    np.testing.assert_array_equal(np.asarray(out), want)
+    a = vtpu.device_put(x, vtpu.NamedSharding(mesh, P("x", "y")))
+    np.testing.assert_array_equal(np.asarray(f(a)), want)
+    # An array laid out otherwise is resharded to the in spec first.
+    b = vtpu.device_put(x, vtpu.NamedSharding(mesh, P("y", None)))
+    np.testing.assert_array_equal(np.asarray(f(b)), want)
+
+
+def test_blocks_are_the_in_spec_blocks(mesh):
+    x = np.arange(8 * 12, dtype=np.int64).reshape(8, 12)
+    seen = {}
+
+    def f(b):
+        seen[(lax.axis_index("x"), lax.axis_index("y"))] = b.copy()
+        return b
+    out = vtpu.shard_map(f, mesh=mesh, in_specs=P("x", "y"), out_specs=P("x", "y"))(x)
+    np.testing.assert_array_equal(np.asarray(out), x)
+    for (i, j), b in seen.items():
+        np.testing.assert_array_equal(b, x[4 * i:4 * i + 4, 3 * j:3 * j + 3])
+    assert len(seen) == 8
+
+
+def test_several_inputs_and_outputs(mesh):
+    x = np.arange(8 * 4, dtype=np.float32).reshape(8, 4)
+    y = np.arange(4, dtype=np.int32)
+
+    def f(a, b):
+        return a * 2, b + lax.axis_index("y"), lax.psum(a, ("x", "y"))
+    g = vtpu.shard_map(f, mesh=mesh, in_specs=(P(("x", "y")), P()),
+                       out_specs=(P(("x", "y")), P("y"), P()))
+    r = g(x, y)
+    assert isinstance(r, tuple) and len(r) == 3
+    np.testing.assert_array_equal(np.asarray(r[0]), x * 2)
+    np.testing.assert_array_equal(np.asarray(r[1]), np.concatenate([y + j for j in range(4)]))
+    np.testing.assert_array_equal(np.asarray(r[2]), x.sum(0, keepdims=True))
+    # One P for every input.
+    h = vtpu.shard_map(lambda a, b: a + b, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    np.testing.assert_array_equal(np.asarray(h(x, x)), 2 * x)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.uint16, np.int32, np.int64])
+def test_dtypes_round_trip(mesh, dtype):
+    x = (np.arange(8 * 8) % 251).astype(dtype).reshape(8, 8)
+    out = vtpu.shard_map(lambda b: b, mesh=mesh, in_specs=P("x", "y"), out_specs=P("x", "y"))(x)
+    got = np.asarray(out)
+    assert got.dtype == x.dtype
+    np.testing.assert_array_equal(got, x)
+
+
+def test_float64_output_becomes_float32(mesh):
+    out = vtpu.shard_map(lambda b: b.astype(np.float64) / 2, mesh=mesh, in_specs=P("x"),
+                         out_specs=P("x"))(np.ones((2, 3), np.float32))
+    assert np.asarray(out).dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(out), np.full((2, 3), 0.5, np.float32))
+
+
+def test_input_views_are_read_only(mesh):
+    def f(b):
+        with pytest.raises(ValueError):
+            b[0] = 1
+        return b
+    vtpu.shard_map(f, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(np.zeros((2, 3), np.float32))
+
+
+def test_views_kept_after_return_stay_valid(mesh):
+    kept = []
+    x = np.arange(8 * 2, dtype=np.float32).reshape(8, 2)
+    a = vtpu.device_put(x, vtpu.NamedSharding(mesh, P(("x", "y"))))
+
+    def f(b):
+        kept.append((lax.axis_index(("x", "y")), b, lax.psum(b, "y")))
+        return b
+    vtpu.shard_map(f, mesh=mesh, in_specs=P(("x", "y")), out_specs=P(("x", "y")))(a)
+    a.delete()
+    # Other calls allocate and free on the same cores meanwhile.
+    for _ in range(3):
+        psum_rows(mesh)(np.ones((8, 16), np.float32))
+    for k, view, total in kept:
+        np.testing.assert_array_equal(view, x[k:k + 1])
+        row = k // 4
+        np.testing.assert_array_equal(total, x[4 * row:4 * row + 4].sum(0, keepdims=True))
+
+
+def test_exception_on_one_core_reaches_the_caller(mesh):
+    class Boom(Exception):
+        pass
+
+    def f(b):
+        if lax.axis_index(("x", "y")) == 3:
+            raise Boom("core 3 failed")
+        return lax.psum(b, ("x", "y"))  # the others wait here until released
+    g = vtpu.shard_map(f, mesh=mesh, in_specs=P("x", "y"), out_specs=P())
+    t0 = time.monotonic()
+    with pytest.raises(Boom) as e:
+        g(np.ones((2, 4), np.float32))
+    assert time.monotonic() - t0 < TIMEOUT_MS / 1000
+    assert e.value.args == ("core 3 failed",)
+    # The runtime and the mesh work again.
+    np.testing.assert_array_equal(np.asarray(psum_rows(mesh)(np.ones((8, 16), np.float32))),
+                                  np.full((4, 16), 2.0, np.float32))
+
+
+def test_value_error_on_core_3_then_psum(mesh):
+    def f(b):
+        if lax.axis_index(("x", "y")) == 3:
+            raise ValueError("bad value on core 3")
+        return lax.psum(b, "y")
+    t0 = time.monotonic()
+    with pytest.raises(ValueError) as e:
+        vtpu.shard_map(f, mesh=mesh, in_specs=P("x", "y"), out_specs=P("x"))(
+            np.ones((2, 4), np.float32))
+    assert time.monotonic() - t0 < TIMEOUT_MS / 1000
+    assert type(e.value) is ValueError and str(e.value) == "bad value on core 3"
+    x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+    np.testing.assert_array_equal(np.asarray(psum_rows(mesh)(x)), x[:4] + x[4:])
+
+
+def test_collective_deadline_is_timeout_error():
+    rt = vtpu.Runtime(cores=4, hbm_bytes=16 * MB, collective_timeout_ms=300)
+    mesh = vtpu.make_mesh((4,), ("i",), devices=rt.devices())
+
+    def f(b):
+        if lax.axis_index("i") == 2:
+            return b  # skips the psum the others wait in
+        return lax.psum(b, "i")
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError) as e:
+        vtpu.shard_map(f, mesh=mesh, in_specs=P("i"), out_specs=P("i"))(np.ones((4, 2), np.float32))
+    assert isinstance(e.value, vtpu.DeadlineExceededError)
+    assert time.monotonic() - t0 < 10
+    g = vtpu.shard_map(lambda b: lax.psum(b, "i"), mesh=mesh, in_specs=P("i"), out_specs=P())
+    np.testing.assert_array_equal(np.asarray(g(np.ones((4, 2), np.float32))), [[4.0, 4.0]])
+
+
+def test_check_vma(mesh):
+    f = lambda b: b + lax.axis_index("y")
+    with pytest.raises(ValueError) as e:
+        vtpu.shard_map(f, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(np.zeros((2, 3), np.int32))
+    assert isinstance(e.value, vtpu.InvalidArgumentError) and "'y'" in str(e.value)
+    # Without the check, index 0 along the unnamed axis supplies the block.
+    out = vtpu.shard_map(f, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
+                         check_vma=False)(np.zeros((2, 3), np.int32))
+    np.testing.assert_array_equal(np.asarray(out), np.zeros((2, 3), np.int32))
+
+
+def test_bad_calls(mesh):
+    f = vtpu.shard_map(lambda b: b, mesh=mesh, in_specs=(P("x"),), out_specs=P("x"))
+    with pytest.raises(ValueError):
+        f(np.ones((8, 16), np.float32), np.ones((8, 16), np.float32))
+    with pytest.raises(ValueError):
+        vtpu.shard_map(lambda b: b, mesh=mesh, in_specs=P("z"), out_specs=P())
+    with pytest.raises(ValueError):
+        vtpu.shard_map(lambda b: b, mesh=mesh, in_specs="x", out_specs=P())
+    with pytest.raises(ValueError):  # two outputs promised, one returned
+        vtpu.shard_map(lambda b: b, mesh=mesh, in_specs=P("x"),
+                       out_specs=(P("x"), P("x")))(np.ones((2, 2), np.float32))
+    with pytest.raises(ValueError):  # cores return different shapes
+        vtpu.shard_map(lambda b: np.zeros(lax.axis_index("x") + 1, np.float32), mesh=mesh,
+                       in_specs=P("x"), out_specs=P("x"))(np.ones((2, 2), np.float32))
+
+
+def test_shard_map_inside_shard_map_is_refused(mesh):
+    inner = psum_rows(mesh)
+
+    def f(b):
+        inner(np.ones((8, 16), np.float32))
+        return b
+    with pytest.raises(vtpu.FailedPreconditionError):
+        vtpu.shard_map(f, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(np.ones((2, 2), np.float32))
+
+
+def test_calls_from_several_host_threads(mesh):
+    x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+    f = psum_rows(mesh)
+    errors = []
+
+    def worker():
+        try:
+            for _ in range(5):
+                np.testing.assert_array_equal(np.asarray(f(x)), x[:4] + x[4:])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_docstrings():
+    assert "in_specs" in vtpu.shard_map.__doc__ and "out_specs" in vtpu.shard_map.__doc__
+    for name in lax.__all__:
+        assert getattr(lax, name).__doc__, name
