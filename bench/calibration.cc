@@ -340,4 +340,35 @@ HardwareProfile calibrate_this_machine(const CalibrationOptions& o,
   return p;
 }
 
+std::vector<std::string> plan_cost_model_warnings(const CostModel& cost,
+                                                  const AutoShardingPlan& plan) {
+  std::vector<std::string> warnings;
+  const HardwareProfile& profile = cost.profile();
+  if (std::string w = no_calibrated_collectives_warning(
+          profile, profile.source_path.empty() ? profile.name : profile.source_path);
+      !w.empty()) {
+    warnings.push_back(std::move(w));
+  }
+  // The group sizes of the table's feasible strategies, as the product of each role's axes.
+  const std::vector<int64_t>& shape = plan.mesh_shape;
+  const std::vector<std::string>& axes = plan.axis_names;
+  std::set<int64_t> groups;
+  int64_t cores = 1;
+  for (int64_t n : shape) cores *= n;
+  for (const PlanCandidate& k : plan.candidates) {
+    if (!k.feasible) continue;
+    for (const auto* role : {&k.data_axes, &k.tensor_axes, &k.fsdp_axes}) {
+      int64_t n = 1;
+      for (const std::string& a : *role) {
+        n *= shape[static_cast<size_t>(std::find(axes.begin(), axes.end(), a) - axes.begin())];
+      }
+      if (n > 1) groups.insert(n);
+    }
+  }
+  for (std::string& w : extrapolated_fit_warnings(cost, groups, cores)) {
+    warnings.push_back(std::move(w));
+  }
+  return warnings;
+}
+
 }  // namespace vtpu

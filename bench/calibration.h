@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "vtpu/planner/auto_planner.h"
 #include "vtpu/planner/cost_model.h"
 #include "vtpu/runtime/hardware_profile.h"
 #include "vtpu/runtime/runtime_options.h"
@@ -127,6 +128,13 @@ std::string calibration_warning(const CalibrationQuality& q);
 std::vector<std::string> extrapolated_fit_warnings(const CostModel& cost,
                                                    const std::set<int64_t>& groups, int64_t cores,
                                                    const std::set<std::string>& ops = {});
+
+/// What the cost model cannot price as well as `plan`'s figures suggest, as `vtpu plan` prints it:
+/// no_calibrated_collectives_warning for `cost`'s profile, then extrapolated_fit_warnings for the
+/// group sizes of the plan's feasible strategies (the product of a role's mesh axes, > 1 core) on
+/// its mesh. Thread-safe (pure).
+std::vector<std::string> plan_cost_model_warnings(const CostModel& cost,
+                                                  const AutoShardingPlan& plan);
 
 /// The warning for a host profile (host_cpus > 0) without calibrated collectives, as `vtpu bench
 /// hardware --out` writes one: "<what> has no calibrated collectives: they are priced as a memcpy

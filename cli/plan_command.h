@@ -34,7 +34,7 @@ std::shared_ptr<PlanCommand> add_plan_command(CLI::App& app);
 
 /// After parsing: when `plan` was selected, runs it, sets *exit_code and returns true. Throws
 /// vtpu::Error for a bad model file, mesh or profile, ResourceExhaustedError when the model fits
-/// on no strategy, CLI::ValidationError (a usage error) for a --strategy no candidate has, and
+/// on no strategy, a usage error (exit 2) for a --strategy no candidate has, and
 /// FailedPreconditionError / ResourceExhaustedError for a --strategy that cannot run / fit.
 bool run_plan_if_selected(const PlanCommand& command, int* exit_code);
 

@@ -16,6 +16,7 @@
 #include "vtpu/common/units.h"
 #include "vtpu/memory/allocator_policy.h"
 #include "vtpu/memory/hbm_arena.h"
+#include "vtpu/stress/stress_flags.h"
 #include "vtpu/stress/stress_harness.h"
 #include "vtpu/stress/stress_html_output.h"
 
@@ -37,101 +38,6 @@ struct StressCommand {
 };
 
 namespace {
-
-// Options that only some runs use. An option this run would not use is a usage error naming it
-// and what it applies to, never silently ignored.
-struct OptionScope {
-  const char* flag;
-  const char* applies_to;  // "applies only to ..." / what it does
-  bool applies;
-  std::string context;  // the option that makes it inapplicable, e.g. "--load off"
-};
-
-// Throws InvalidArgumentError for the first option given on the command line that this run does
-// not use (one table for --trace, --workload, --load, --cores and --capacity-search).
-void check_options_apply(const StressCommand& cmd) {
-  const StressOptions& o = cmd.options;
-  const bool trace = !o.trace_path.empty();
-  const std::string& w = o.workload.name;
-  const bool sizes = w == "uniform" || w == "lognormal" || w == "bimodal";
-  const bool layers = w == "training_step" || w == "variable_batch";
-  const bool kv = w == "kv_cache";
-  const bool load = cmd.load == "on";
-  const bool search = cmd.capacity_search == "on";
-  const std::string workload = "--workload " + w;
-  const std::string load_context = !load ? "--load off" : "--cores 1";
-  const char* kGenerated = "sets up a generated workload and";
-  const char* kSizes = "applies only to --workload uniform, lognormal and bimodal and";
-  const char* kLayers = "applies only to --workload training_step and variable_batch and";
-  const char* kKv = "applies only to --workload kv_cache and";
-  const char* kLoad = "sets up the load that runs alongside (--load on) and";
-  const char* kCross = "hands frees to another core (--load on, --cores >= 2) and";
-  const OptionScope scopes[] = {
-      {"--workload", kGenerated, !trace, "--trace"},
-      {"--events", kGenerated, !trace, "--trace"},
-      {"--seed", kGenerated, !trace, "--trace"},
-      {"--layers", trace ? kGenerated : kLayers, !trace && layers, trace ? "--trace" : workload},
-      {"--activation-bytes", trace ? kGenerated : kLayers, !trace && layers,
-       trace ? "--trace" : workload},
-      {"--weight-bytes", trace ? kGenerated : kLayers, !trace && layers,
-       trace ? "--trace" : workload},
-      {"--live", trace ? kGenerated : kSizes, !trace && sizes, trace ? "--trace" : workload},
-      {"--max-requests", trace ? kGenerated : kKv, !trace && kv, trace ? "--trace" : workload},
-      {"--kv-block-bytes", trace ? kGenerated : kKv, !trace && kv, trace ? "--trace" : workload},
-      {"--max-blocks", trace ? kGenerated : kKv, !trace && kv, trace ? "--trace" : workload},
-      {"--collective-rounds", kLoad, load, "--load off"},
-      {"--bucket-bytes", kLoad, load, "--load off"},
-      {"--cross-core-frees", kCross, load && o.cores > 1, load_context},
-      {"--cross-core-free-lag", kCross, load && o.cores > 1, load_context},
-      {"--capacity-search-max", "bounds the capacity search and", search, "--capacity-search off"},
-  };
-  for (const OptionScope& s : scopes) {
-    if (s.applies || cmd.app->count(s.flag) == 0) continue;
-    std::string hint = s.context == "--trace" ? "a trace brings its own events; " : "";
-    throw InvalidArgumentError(std::string(s.flag) + " " + s.applies_to + " has no effect with " +
-                               s.context + " (" + hint + "remove " + s.flag + ")");
-  }
-}
-
-std::vector<std::string> split_list(const std::string& text);
-
-// --auto-defragment: a comma-separated list of on, growth, off (both = on,off), each at most once.
-std::vector<DefragMode> parse_defrag_modes(const std::string& text) {
-  std::vector<DefragMode> modes;
-  for (const std::string& word : split_list(text)) {
-    std::vector<DefragMode> add;
-    if (word == "on") {
-      add = {DefragMode::kOnFailure};
-    } else if (word == "growth") {
-      add = {DefragMode::kBeforeGrowth};
-    } else if (word == "off") {
-      add = {DefragMode::kOff};
-    } else if (word == "both") {
-      add = {DefragMode::kOnFailure, DefragMode::kOff};
-    } else {
-      throw InvalidArgumentError("--auto-defragment '" + text + "': unknown mode '" + word +
-                                 "' (expected a comma-separated list of on, growth, off, both)");
-    }
-    for (DefragMode m : add) {
-      if (std::find(modes.begin(), modes.end(), m) != modes.end())
-        throw InvalidArgumentError("--auto-defragment '" + text + "' gives mode '" +
-                                   defrag_mode_flag(m) + "' twice (each mode runs once)");
-      modes.push_back(m);
-    }
-  }
-  return modes;
-}
-
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  for (;;) {
-    const size_t comma = text.find(',', start);
-    out.push_back(text.substr(start, comma - start));
-    if (comma == std::string::npos) return out;
-    start = comma + 1;
-  }
-}
 
 // Draws format_stress_progress's line (the phase, its bar and counts) on stderr, from a thread
 // of its own, when stderr is a terminal and the run has lasted a second; erases the line when
@@ -279,8 +185,11 @@ bool run_stress_if_selected(const StressCommand& cmd, int argc, char** argv, int
   if (cmd.app == nullptr || !cmd.app->parsed()) return false;
   StressOptions o = cmd.options;
   try {
-    check_options_apply(cmd);
-    o.allocators = split_list(cmd.allocators);
+    o.under_load = cmd.load == "on";
+    o.search_capacity = cmd.capacity_search == "on";
+    check_stress_options_apply(
+        o, [&](std::string_view flag) { return cmd.app->count(std::string(flag)) > 0; });
+    o.allocators = split_comma_list(cmd.allocators);
     o.defrag_modes = parse_defrag_modes(cmd.auto_defragment);
     o.hbm_bytes = parse_bytes(cmd.hbm_bytes);
     o.workload.seed = parse_seed(cmd.seed);
@@ -294,8 +203,6 @@ bool run_stress_if_selected(const StressCommand& cmd, int argc, char** argv, int
     if (!cmd.weight_bytes.empty()) o.workload.weight_bytes = parse_bytes(cmd.weight_bytes);
     if (!cmd.kv_block_bytes.empty()) o.workload.kv_block_bytes = parse_bytes(cmd.kv_block_bytes);
     if (!cmd.bucket_bytes.empty()) o.bucket_bytes = parse_bytes(cmd.bucket_bytes);
-    o.under_load = cmd.load == "on";
-    o.search_capacity = cmd.capacity_search == "on";
     if (!cmd.capacity_search_max.empty()) {
       o.capacity_search_max_bytes = parse_bytes(cmd.capacity_search_max);
       if (o.capacity_search_max_bytes < 4 * kKiB)

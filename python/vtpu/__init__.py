@@ -18,3 +18,4 @@ Differences from JAX are listed in docs/PYTHON.md.
 from vtpu._vtpu import *  # noqa: F401,F403
 from vtpu._vtpu import Error  # noqa: F401
 from vtpu import lax  # noqa: F401
+import vtpu.memory, vtpu.stress, vtpu.planner  # noqa: E401,F401 (the .py files)
