@@ -63,11 +63,10 @@ def main(argv=None):
     runtime = vtpu.Runtime(cores=args.cores, hbm_bytes="64M")
     mesh = vtpu.make_mesh((args.cores,), ("data",), devices=runtime.devices())
     step = train_step(mesh, args.batch, np.float32(args.lr))
-    init = np.random.default_rng(1)
-    params = (init.standard_normal((64, args.hidden), np.float32) * np.float32(np.sqrt(2 / 64)),
-              np.zeros(args.hidden, np.float32),
-              init.standard_normal((args.hidden, 10), np.float32) * np.float32(np.sqrt(2 / args.hidden)),
-              np.zeros(10, np.float32))
+    rng = np.random.default_rng(1)  # He initialisation, zero biases
+    params = [rng.standard_normal(shape, np.float32) * np.float32(np.sqrt(2 / shape[0]))
+              for shape in ((64, args.hidden), (args.hidden, 10))]
+    params = (params[0], np.zeros(args.hidden, np.float32), params[1], np.zeros(10, np.float32))
     batches, losses = np.random.default_rng(2), []
     for _ in range(args.steps):
         rows = batches.integers(0, len(y_train), args.batch)

@@ -58,9 +58,9 @@ def print_table(rows, columns):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trace", default="pytorch_mlp_train.jsonl",
-                    help="a trace of data/traces (default pytorch_mlp_train.jsonl)")
-    ap.add_argument("--capacity", default="4M", help="arena size for the replay (default 4M)")
+    ap.add_argument("--trace", default="pytorch_cnn_train.jsonl",
+                    help="a trace of data/traces (default pytorch_cnn_train.jsonl)")
+    ap.add_argument("--capacity", default="64M", help="arena size for the replay (default 64M)")
     ap.add_argument("--json", action="store_true", help="print the result as one JSON object")
     args = ap.parse_args(argv)
     result = {"checkerboard": [checkerboard(p, d) for d in (False, True) for p in POLICIES],
