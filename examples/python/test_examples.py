@@ -1,6 +1,10 @@
 """Runs the Python examples and the code blocks of docs/PYTHON.md, and checks their numbers:
 values worked out by hand or computed with numpy, never vtpu's own output."""
+import ast
+import importlib
+import inspect
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -112,3 +116,48 @@ def test_every_python_block_of_the_guide_runs():
     assert sum(1 for line in text.splitlines() if line == "```python") >= 5
     p = run_script(["-c", "\n".join(script)])
     assert p.returncode == 0, p.stderr
+
+
+def stub_api(path):
+    """The public names of a .pyi, each class's members and each function's parameters."""
+    names, members, params = set(), {}, {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ClassDef):
+            names.add(node.name)
+            members[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+        elif isinstance(node, ast.FunctionDef):
+            names.add(node.name)
+            a = node.args
+            params[node.name] = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets)
+        elif isinstance(node, ast.ImportFrom) and node.module == "vtpu":
+            names.update(alias.asname or alias.name for alias in node.names)
+    return {n for n in names if not n.startswith("_")}, members, params
+
+
+def parameter_names(fn):
+    """A Python function's parameter names, or a pybind11 function's from its signature line."""
+    try:
+        return list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        head = fn.__doc__.splitlines()[0]
+        inner = head[head.index("(") + 1:head.rindex(")")]
+        return [p.split(":")[0].strip() for p in re.split(r",\s*(?![^\[]*\])", inner)
+                if p.strip() and not p.strip().startswith("*")]
+
+
+@pytest.mark.parametrize("module_name,stub", [("vtpu", "__init__.pyi"), ("vtpu.lax", "lax.pyi")])
+def test_stubs_match_the_module(module_name, stub):
+    module = importlib.import_module(module_name)
+    names, members, params = stub_api(SOURCE_DIR / "python" / "vtpu" / stub)
+    # `import vtpu.memory` in __init__.py binds the name vtpu too.
+    assert {n for n in dir(module) if not n.startswith("_")} - {"vtpu"} == names
+    for cls, stub_members in members.items():
+        if issubclass(getattr(module, cls), BaseException):
+            continue  # set per instance
+        public = {m for m in dir(getattr(module, cls)) if not m.startswith("_")}
+        assert public == {m for m in stub_members if not m.startswith("_")}, cls
+        assert all(hasattr(getattr(module, cls), m) for m in stub_members), cls
+    for fn, stub_params in params.items():
+        assert parameter_names(getattr(module, fn)) == stub_params, fn
