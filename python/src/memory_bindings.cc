@@ -204,17 +204,23 @@ void register_arena(py::module_& m) {
   py::class_<HbmArena, std::shared_ptr<HbmArena>> c(
       m, "Arena",
       "One HBM arena (one core's memory) with a chosen allocator policy. Thread-safe.\n\n"
-      "Arena(capacity_bytes, policy=\"bfc\", *, auto_defragment=True, "
-      "defragment_before_growth=False, backing=False, poison_freed=False, "
-      "max_internal_fragmentation_bytes=None, record_events=False, name=\"\")\n\n"
-      "capacity_bytes: an int or a size such as \"64M\" (K, M, G, T = 1024^n). policy: one of "
-      "vtpu.memory.POLICIES (bfc: TensorFlow's best-fit with coalescing, 256-byte granules; "
-      "tlsf: two-level segregated fit; first_fit; buddy: power-of-two blocks). auto_defragment: "
-      "compact and retry once when a request fails for fragmentation, as the TPU runtime does. "
-      "backing: hold real bytes (default: offsets only). An allocation that does not fit raises "
-      "vtpu.ResourceExhaustedError (a MemoryError) whose .report dict (and attributes) hold the "
-      "out-of-memory report: requested_bytes, rounded_bytes, bytes_in_use, bytes_limit, "
-      "total_free_bytes, largest_free_block_bytes, fragmentation, largest_live_buffers, ...");
+      "Arena(capacity_bytes, policy=\"bfc\", *, auto_defragment=True,\n"
+      "      defragment_before_growth=False, backing=False, poison_freed=False,\n"
+      "      max_internal_fragmentation_bytes=None, record_events=False, name=\"\")\n\n"
+      "capacity_bytes: an int or a size such as \"64M\" (K, M, G, T = 1024^n).\n"
+      "policy: one of vtpu.memory.POLICIES: bfc (TensorFlow's best-fit with coalescing),\n"
+      "    tlsf (two-level segregated fit), first_fit, buddy (power-of-two blocks); all\n"
+      "    hand out 256-byte granules.\n"
+      "auto_defragment: compact and retry once when a request fails for fragmentation, as\n"
+      "    the TPU runtime does (True/False or \"on\"/\"off\").\n"
+      "defragment_before_growth: also compact before a request would raise the footprint.\n"
+      "backing: hold real bytes (default: offsets only). poison_freed: fill freed bytes.\n"
+      "max_internal_fragmentation_bytes: bfc's split threshold (default capacity / 128,\n"
+      "    at most 128 MiB). record_events: keep an event log for save_event_log().\n\n"
+      "An allocation that does not fit raises vtpu.ResourceExhaustedError (a MemoryError)\n"
+      "whose .report dict, also its attributes, is the out-of-memory report:\n"
+      "requested_bytes, rounded_bytes, bytes_in_use, bytes_limit, total_free_bytes,\n"
+      "largest_free_block_bytes, fragmentation, largest_live_buffers, occupancy_map, ...");
   c.def(py::init(&make_arena), py::arg("capacity_bytes"), py::arg("policy") = "bfc", py::kw_only(),
         py::arg("auto_defragment") = true, py::arg("defragment_before_growth") = false,
         py::arg("backing") = false, py::arg("poison_freed") = false,
@@ -269,16 +275,18 @@ void register_memory(py::module_& parent) {
         py::arg("capacity_bytes") = "16G", py::kw_only(), py::arg("auto_defragment") = true,
         py::arg("defragment_before_growth") = false, py::arg("details") = false,
         py::arg("search_capacity") = false, py::arg("capacity_search_max") = py::none(),
-        "Replays a vtpu trace file (memory/trace.h; the PyTorch traces of data/traces) on one "
-        "arena of `policy` (also \"planned\": a heap plan made from the trace) and returns the "
-        "stress harness's metrics for it as a dict, the per-core figures of `vtpu stress --trace "
-        "PATH --cores 1 --load off`: events, allocs, frees, peak_live_bytes, "
-        "peak_reserved_bytes, reserved_over_live, fragmentation_mean/max, false_ooms, "
-        "true_ooms, defragmentations, ... plus trace, policy, capacity_bytes, auto_defragment and "
-        "skipped_events (oom/defragment events, which replay skips). Events of every core replay "
-        "on the one arena. details=True adds the timeline and the worst moment's block map; "
-        "search_capacity=True adds min_capacity_bytes, the smallest capacity with no OOM (up to "
-        "capacity_search_max, default max(4 x capacity_bytes, 64G)). Runs without the GIL.");
+        "Replays a vtpu trace file (memory/trace.h; the PyTorch traces of data/traces) on one\n"
+        "arena and returns the stress harness's metrics for it as a dict: the per-core figures\n"
+        "of `vtpu stress --trace PATH --cores 1 --load off` (events, allocs, frees,\n"
+        "peak_live_bytes, peak_reserved_bytes, reserved_over_live, fragmentation_mean/max,\n"
+        "false_ooms, true_ooms, defragmentations, ...) plus trace, policy, capacity_bytes,\n"
+        "auto_defragment and skipped_events (oom and defragment events, which replay skips).\n\n"
+        "policy: one of POLICIES, or \"planned\" (a heap plan made from the trace).\n"
+        "Events of every core replay on the one arena.\n"
+        "details=True adds the timeline and the worst moment's block map.\n"
+        "search_capacity=True adds min_capacity_bytes, the smallest capacity with no OOM (up\n"
+        "to capacity_search_max, default max(4 x capacity_bytes, 64G)).\n"
+        "Runs without the GIL.");
 }
 
 }  // namespace vtpu::python

@@ -67,21 +67,26 @@ void register_planner(py::module_& parent) {
         py::arg("hbm_bytes") = py::none(), py::arg("batch") = py::none(),
         py::arg("any_strategy") = false, py::arg("pad_arrays") = true,
         py::arg("strategy") = py::none(), py::arg("check_fit") = true,
-        "Plans a model as `vtpu plan MODEL --json` does and returns that dict: candidates (one "
-        "per strategy: strategy, runnable, feasible, fits, hbm_bytes_per_core, "
-        "comm_bytes_per_core, compute/comm/step_seconds, why_lost, per-layer rows), "
-        "hbm_limit_bytes, warnings, winner, chosen, chosen_by and plan (the plan file of the "
+        "Plans a model as `vtpu plan MODEL --json` does and returns that dict: candidates\n"
+        "(one per strategy: strategy, runnable, feasible, fits, hbm_bytes_per_core,\n"
+        "comm_bytes_per_core, compute/comm/step_seconds, why_lost, per-layer rows),\n"
+        "hbm_limit_bytes, warnings, winner, chosen, chosen_by and plan (the plan file of the\n"
         "chosen strategy, which `vtpu train --plan` runs).\n\n"
-        "model: a model file (JSON), or a shipped model's file name (\"mlp.json\"). The "
-        "keywords are the flags of `vtpu plan` with dashes as underscores: mesh (\"2x4\"), axes "
-        "(\"data,model\" or a list; default data,model for 2-D, else x,y,z,w), hardware (v5e, "
-        "v4, v5p, this_machine or a profile .json), hbm_bytes (an int or \"16G\"; None: the "
-        "profile's), batch (None: the model file's), any_strategy, pad_arrays, strategy (pin "
-        "this candidate, e.g. \"dp(data)+tp(model)\"). check_fit=True raises, as the command "
-        "fails, when nothing fits (vtpu.ResourceExhaustedError naming the HBM needed) or nothing "
-        "can run (vtpu.InvalidArgumentError / FailedPreconditionError); False returns the dict "
-        "with winner None. A bad mesh, axes or strategy name raises vtpu.InvalidArgumentError "
-        "naming it. Runs without the GIL.");
+        "model: a model file (JSON), or a shipped model's file name (\"mlp.json\").\n"
+        "The keywords are the flags of `vtpu plan` with dashes as underscores:\n"
+        "  mesh: the mesh shape (\"2x4\").\n"
+        "  axes: \"data,model\" or a list (default data,model for 2-D, else x,y,z,w).\n"
+        "  hardware: v5e (default), v4, v5p, this_machine or a profile .json.\n"
+        "  hbm_bytes: the HBM limit per core, an int or \"16G\" (None: the profile's).\n"
+        "  batch: the global batch (None: the model file's).\n"
+        "  any_strategy: let strategies `vtpu train` cannot run win.\n"
+        "  pad_arrays: HBM estimates in padded (TPU tiled) bytes, else logical.\n"
+        "  strategy: pin this candidate, e.g. \"dp(data)+tp(model)\".\n"
+        "check_fit=True raises, as the command fails, when nothing fits\n"
+        "(vtpu.ResourceExhaustedError naming the HBM needed) or nothing can run\n"
+        "(vtpu.InvalidArgumentError or FailedPreconditionError); False returns the dict\n"
+        "with winner None. A bad mesh, axes, hardware or strategy name raises\n"
+        "vtpu.InvalidArgumentError naming it. Runs without the GIL.");
 }
 
 }  // namespace vtpu::python

@@ -15,7 +15,13 @@ with JAX's Mesh / PartitionSpec / NamedSharding semantics, and functions run on 
 Differences from JAX are listed in docs/PYTHON.md.
 """
 
+import importlib as _importlib
+
 from vtpu._vtpu import *  # noqa: F401,F403
 from vtpu._vtpu import Error  # noqa: F401
-from vtpu import lax  # noqa: F401
-import vtpu.memory, vtpu.stress, vtpu.planner  # noqa: E401,F401 (the .py files)
+
+# The extension's submodules are re-exported by the .py files of the same names, which `import
+# vtpu.memory` finds; binding them here replaces the extension's objects the * import brought.
+for _name in ("lax", "memory", "stress", "planner"):
+    globals()[_name] = _importlib.import_module("vtpu." + _name)
+del _name

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# install_and_consume.sh BUILD_DIR SOURCE_DIR CXX: installs BUILD_DIR into a temporary prefix,
-# builds examples/quickstart.cc as an outside project against it and runs it, then runs the
-# installed vtpu from a directory that holds no vtpu files. Exit 0 when all of it holds.
+# install_and_consume.sh BUILD_DIR SOURCE_DIR CXX [PYTHON PYTHON_DIR]: installs BUILD_DIR into a
+# temporary prefix, builds examples/quickstart.cc as an outside project against it and runs it,
+# then runs the installed vtpu from a directory that holds no vtpu files and, given PYTHON, imports
+# the installed Python package from <prefix>/PYTHON_DIR. Exit 0 when all of it holds.
 set -euo pipefail
-build=$1 source=$2 cxx=$3
+build=$1 source=$2 cxx=$3 python=${4:-} python_dir=${5:-}
 tmp=$(mktemp -d /tmp/vtpu-package-test.XXXXXX)
 trap 'rm -rf -- "$tmp"' EXIT
 prefix=$tmp/prefix
@@ -52,4 +53,14 @@ data=$(grep -o '"data": *"[^"]*"' <<<"$json" | head -1 | sed 's/.*: *"//; s/"$//
   || fail "installed vtpu read '$data', expected $prefix/share/vtpu/digits.csv.gz"
 "$prefix/bin/vtpu" plan examples/models/mlp.json --mesh 2x4 --json >/dev/null \
   || fail "installed vtpu plan examples/models/mlp.json exited $?"
+if [[ -n $python ]]; then
+  found=$(PYTHONPATH="$prefix/$python_dir" "$python" -c '
+import numpy as np, vtpu
+rt = vtpu.Runtime(cores=2, hbm_bytes="8M")
+mesh = vtpu.make_mesh((2,), ("x",), devices=rt.devices())
+assert np.asarray(vtpu.device_put(np.arange(4.0), vtpu.NamedSharding(mesh, vtpu.P("x")))).tolist() == [0, 1, 2, 3]
+print(vtpu.__file__, vtpu.data_file("digits.csv.gz"))') || fail "the installed Python package does not import"
+  [[ $found == "$prefix/$python_dir/vtpu/__init__.py $prefix/share/vtpu/digits.csv.gz" ]] \
+    || fail "installed python package: $found (expected it and its data under $prefix)"
+fi
 echo "package test: installed to $prefix, consumer built and ran, installed vtpu found its data"

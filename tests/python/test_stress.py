@@ -3,6 +3,8 @@
 import json
 import pathlib
 import subprocess
+import threading
+import time
 
 import pytest
 
@@ -98,6 +100,27 @@ def test_the_cli_refuses_what_run_refuses(tmp_path):
     p = subprocess.run([str(vtpu_binary()), "stress", "--live", "10"], capture_output=True)
     assert p.returncode == 2
     assert b"--live" in p.stderr
+
+
+def test_run_releases_the_gil():
+    # The main thread keeps running while the harness replays on another thread.
+    done = threading.Event()
+    result = {}
+
+    def work():
+        result["r"] = vtpu.stress.run(cores=2, workload="lognormal", events=40000, live=500,
+                                      hbm_bytes="256M", load="off", auto_defragment="on,off")
+        done.set()
+
+    t = threading.Thread(target=work)
+    t.start()
+    ticks = 0
+    while not done.is_set():
+        ticks += 1
+        time.sleep(0.001)
+    t.join()
+    assert len(result["r"]["runs"]) == 2
+    assert ticks > 20
 
 
 def test_write_html(tmp_path):
