@@ -131,6 +131,8 @@ def stub_api(path):
             params[node.name] = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
         elif isinstance(node, ast.Assign):
             names.update(t.id for t in node.targets)
+        elif isinstance(node, ast.AnnAssign):
+            names.add(node.target.id)
         elif isinstance(node, ast.ImportFrom) and node.module == "vtpu":
             names.update(alias.asname or alias.name for alias in node.names)
     return {n for n in names if not n.startswith("_")}, members, params
@@ -141,13 +143,14 @@ def parameter_names(fn):
     try:
         return list(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
-        head = fn.__doc__.splitlines()[0]
-        inner = head[head.index("(") + 1:head.rindex(")")]
-        return [p.split(":")[0].strip() for p in re.split(r",\s*(?![^\[]*\])", inner)
+        inner = re.match(r"\w+\((.*?)\)\s*->", fn.__doc__, flags=re.S).group(1)
+        return [re.split("[:=]", p)[0].strip() for p in re.split(r",\s*(?![^\[]*\])", inner)
                 if p.strip() and not p.strip().startswith("*")]
 
 
-@pytest.mark.parametrize("module_name,stub", [("vtpu", "__init__.pyi"), ("vtpu.lax", "lax.pyi")])
+@pytest.mark.parametrize("module_name,stub", [
+    ("vtpu", "__init__.pyi"), ("vtpu.lax", "lax.pyi"), ("vtpu.memory", "memory.pyi"),
+    ("vtpu.stress", "stress.pyi"), ("vtpu.planner", "planner.pyi")])
 def test_stubs_match_the_module(module_name, stub):
     module = importlib.import_module(module_name)
     names, members, params = stub_api(SOURCE_DIR / "python" / "vtpu" / stub)
