@@ -4,6 +4,7 @@
 PYBIND11_MODULE(_vtpu, m) {
   m.doc() = "vtpu: a virtual TPU pod on one machine (the C++ extension behind `import vtpu`).";
   using namespace vtpu::python;
+  warm_up_common();
   register_errors(m);
   register_runtime(m);
   register_sharding(m);

@@ -111,6 +111,12 @@ nlohmann::json to_json_value(py::handle obj) {
   return nlohmann::json::parse(text);
 }
 
+void warm_up_common() {
+  (void)numpy_dtype(ElementType::kBf16);
+  (void)to_python(nlohmann::json());
+  (void)to_json_value(py::none());
+}
+
 const ShardedArray& PyArray::get() const {
   if (!array) throw FailedPreconditionError("the array has been deleted");
   return *array;

@@ -76,6 +76,11 @@ py::tuple index_tuple(const std::vector<IndexRange>& ranges);
 /// The global array as numpy (ShardedArray::gather), without the GIL while copying.
 py::array gather_to_numpy(const ShardedArray& array);
 
+/// Makes the module's function-local statics that import Python modules (json, ml_dtypes) at
+/// import time: made first on two core threads at once, one would hold the static's guard while
+/// waiting for the GIL the other holds while waiting for the guard.
+void warm_up_common();
+
 void register_errors(py::module_& m);
 void register_runtime(py::module_& m);
 void register_sharding(py::module_& m);

@@ -184,7 +184,6 @@ void warm_up_on_import() {
   for (ElementType type : all_element_types()) {
     dtype_cache()[static_cast<size_t>(type)] = numpy_dtype(type);
   }
-  element_type_of(py::dtype("uint16"), "import");
 }
 
 ShardMapContext* current_context() { return t_core.context; }
