@@ -262,6 +262,8 @@ class HbmArena {
   int core_id() const { return options_.core_id; }
   uint64_t capacity_bytes() const { return capacity_bytes_; }
   const std::string& policy_name() const { return options_.policy; }
+  /// ArenaOptions::record_events: whether event_log() records anything.
+  bool records_events() const { return options_.record_events; }
   bool has_backing() const { return static_cast<bool>(backing_); }
 
  private:

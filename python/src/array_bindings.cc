@@ -32,28 +32,48 @@ py::array to_bf16_bits(const py::array& values) {
   return bits;
 }
 
-// The host array device_put stores, and its element type. Without `dtype`, float64 becomes
-// float32 as in JAX (64-bit types need jax_enable_x64 there; vtpu arrays hold no f64).
+// bf16 bit patterns (uint16) as the float32 values they encode (exact).
+py::array from_bf16_bits(const py::array& bits) {
+  py::array_t<uint16_t, py::array::c_style | py::array::forcecast> b(bits);
+  py::array_t<float> values(std::vector<py::ssize_t>(b.shape(), b.shape() + b.ndim()));
+  const uint16_t* src = b.data();
+  float* dst = values.mutable_data();
+  for (py::ssize_t i = 0; i < b.size(); ++i) dst[i] = bf16_to_float(BFloat16{src[i]});
+  return values;
+}
+
+bool holds_bf16_bits(const py::array& arr) {
+  try {
+    return element_type_of(arr.dtype(), "device_put") == ElementType::kBf16;
+  } catch (const InvalidArgumentError&) {
+    return false;
+  }
+}
+
+// The host array device_put stores, and its element type. Values convert by value, as
+// jnp.asarray(x, dtype) does; a uint16 array holds bf16 bit patterns, so it converts from the
+// values they encode. Without `dtype`, float64 becomes float32 as in JAX (64-bit types need
+// jax_enable_x64 there; vtpu arrays hold no f64).
 std::pair<py::array, ElementType> host_array(py::handle x, py::handle dtype) {
-  py::array arr = py::array::ensure(x);
-  if (!arr)
-    throw InvalidArgumentError("device_put: " + std::string(py::repr(py::type::of(x))) +
-                               " is not an array-like; expected a numpy array");
+  py::array arr = contiguous_array(x, "device_put");
   ElementType type;
   if (!dtype.is_none()) {
     type = parse_dtype_arg(dtype, "device_put");
-    if (type == ElementType::kBf16 && arr.dtype().kind() == 'f') {
-      return {to_bf16_bits(arr), type};
-    }
   } else if (arr.dtype().kind() == 'f' && arr.dtype().itemsize() == 8) {
     type = ElementType::kF32;
   } else {
     type = element_type_of(arr.dtype(), "device_put");
   }
   check_sharded_array_dtype(type, "device_put");
-  py::dtype want = numpy_dtype(type);
-  if (!arr.dtype().equal(want)) arr = arr.attr("astype")(want);
-  return {py::array::ensure(arr, py::array::c_style), type};
+  const bool bits = holds_bf16_bits(arr);
+  if (type == ElementType::kBf16) {
+    if (!bits) arr = to_bf16_bits(arr);
+  } else {
+    if (bits) arr = from_bf16_bits(arr);
+    py::dtype want = numpy_dtype(type);
+    if (!arr.dtype().equal(want)) arr = contiguous_array(arr.attr("astype")(want), "device_put");
+  }
+  return {arr, type};
 }
 
 PyArray device_put(py::handle x, const PySharding& sharding, py::handle dtype) {
@@ -137,6 +157,21 @@ Made by vtpu.device_put or returned by a vtpu.shard_map function. np.asarray(a) 
           [](const PyArray& a) { return std::string(element_type_name(a.get().dtype())); },
           "XLA's name of the element type: \"f32\", \"bf16\", ...")
       .def_property_readonly("ndim", [](const PyArray& a) { return a.get().global_shape().size(); })
+      .def_property_readonly("itemsize",
+                             [](const PyArray& a) { return element_size_bytes(a.get().dtype()); })
+      .def_property_readonly(
+          "is_fully_replicated",
+          [](const PyArray& a) { return a.get().sharding().is_fully_replicated(); })
+      .def(
+          "devices",
+          [](const PyArray& a) {
+            py::set devices;
+            for (int id : a.get().sharding().mesh().devices()) {
+              devices.add(py::cast(PyDevice{a.mesh->runtime, id}));
+            }
+            return devices;
+          },
+          "The set of devices that hold a block.")
       .def_property_readonly("size", [](const PyArray& a) { return a.get().num_elements(); })
       .def_property_readonly("nbytes",
                              [](const PyArray& a) {

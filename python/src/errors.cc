@@ -14,18 +14,28 @@ struct ErrorClass {
   ErrorCode code;
   const char* name;
   const char* builtin;  // the builtins class it also derives from
+  const char* doc;
 };
 
 constexpr std::array<ErrorClass, 9> kErrorClasses = {{
-    {ErrorCode::kInvalidArgument, "InvalidArgumentError", "ValueError"},
-    {ErrorCode::kResourceExhausted, "ResourceExhaustedError", "MemoryError"},
-    {ErrorCode::kDeadlineExceeded, "DeadlineExceededError", "TimeoutError"},
-    {ErrorCode::kAborted, "AbortedError", "RuntimeError"},
-    {ErrorCode::kFailedPrecondition, "FailedPreconditionError", "RuntimeError"},
-    {ErrorCode::kUnimplemented, "UnimplementedError", "NotImplementedError"},
-    {ErrorCode::kInternal, "InternalError", "RuntimeError"},
-    {ErrorCode::kNotFound, "NotFoundError", "FileNotFoundError"},
-    {ErrorCode::kPermissionDenied, "PermissionDeniedError", "PermissionError"},
+    {ErrorCode::kInvalidArgument, "InvalidArgumentError", "ValueError",
+     "A bad argument: shape, dtype, spec, axis name, option or file content (a ValueError)."},
+    {ErrorCode::kResourceExhausted, "ResourceExhaustedError", "MemoryError",
+     "Out of HBM or another bounded resource (a MemoryError). An allocation failure carries the "
+     "out-of-memory report as .report (a dict) and each of its fields as an attribute."},
+    {ErrorCode::kDeadlineExceeded, "DeadlineExceededError", "TimeoutError",
+     "A wait ran past its timeout, e.g. a collective past collective_timeout_ms (a TimeoutError)."},
+    {ErrorCode::kAborted, "AbortedError", "RuntimeError",
+     "Another core failed, so this operation was abandoned."},
+    {ErrorCode::kFailedPrecondition, "FailedPreconditionError", "RuntimeError",
+     "The call does not make sense in the current state (a deleted array, a nested shard_map)."},
+    {ErrorCode::kUnimplemented, "UnimplementedError", "NotImplementedError",
+     "vtpu does not support the operation (a NotImplementedError)."},
+    {ErrorCode::kInternal, "InternalError", "RuntimeError", "An invariant broke: a bug in vtpu."},
+    {ErrorCode::kNotFound, "NotFoundError", "FileNotFoundError",
+     "A named file or entity does not exist (a FileNotFoundError)."},
+    {ErrorCode::kPermissionDenied, "PermissionDeniedError", "PermissionError",
+     "A file exists but may not be read or written (a PermissionError)."},
 }};
 
 // The classes, made once at import and kept for the life of the process (module state).
@@ -71,7 +81,7 @@ void register_errors(py::module_& m) {
     py::tuple bases = py::make_tuple(base, builtins.attr(c.builtin));
     std::string qualified = std::string("vtpu.") + c.name;
     auto cls = py::reinterpret_steal<py::object>(
-        PyErr_NewException(qualified.c_str(), bases.ptr(), nullptr));
+        PyErr_NewExceptionWithDoc(qualified.c_str(), c.doc, bases.ptr(), nullptr));
     if (!cls) throw py::error_already_set();
     m.attr(c.name) = cls;
     (&error_classes())[i] = cls;

@@ -49,6 +49,17 @@ std::shared_ptr<HbmArena> make_arena(py::handle capacity_bytes, py::handle polic
   return std::make_shared<HbmArena>(o);
 }
 
+// Freed through this Buffer or by its id (Arena.free(id)); ids are never reused.
+bool is_freed(const PyBuffer& b) {
+  if (b.freed) return true;
+  try {
+    (void)b.arena->size_bytes(b.id);
+    return false;
+  } catch (const InvalidArgumentError&) {
+    return true;
+  }
+}
+
 BufferId id_of(py::handle buffer) {
   return static_cast<BufferId>(int_arg(buffer, "buffer", 1, INT64_MAX));
 }
@@ -139,8 +150,8 @@ void register_buffer(py::module_& m) {
           "Current bytes from the start of the arena.")
       .def_property_readonly(
           "label", [](const PyBuffer& b) { return b.label; }, "The label given to alloc.")
-      .def_property_readonly(
-          "freed", [](const PyBuffer& b) { return b.freed; }, "Whether free() was called.")
+      .def_property_readonly("freed", &is_freed,
+                             "Whether the buffer was freed (by free() or Arena.free).")
       .def(
           "free",
           [](PyBuffer& b) {
@@ -149,7 +160,7 @@ void register_buffer(py::module_& m) {
           },
           "Returns the buffer to its arena. A second free raises vtpu.InvalidArgumentError.")
       .def("__repr__", [](const PyBuffer& b) {
-        if (b.freed) return "Buffer(id=" + std::to_string(b.id) + ", freed)";
+        if (is_freed(b)) return "Buffer(id=" + std::to_string(b.id) + ", freed)";
         return "Buffer(id=" + std::to_string(b.id) +
                ", size=" + std::to_string(b.arena->size_bytes(b.id)) +
                ", offset=" + std::to_string(b.arena->offset(b.id)) + ")";
@@ -188,9 +199,19 @@ void register_arena_queries(py::class_<HbmArena, std::shared_ptr<HbmArena>>& c) 
       .def("check_consistency", &HbmArena::check_consistency,
            "Verifies the policy's and the arena's invariants; raises vtpu.InternalError on the "
            "first violation.")
-      .def("save_event_log", &HbmArena::write_event_log, py::arg("path"),
-           "Writes the events recorded so far (Arena(record_events=True)) as a vtpu trace file, "
-           "which replay_trace reads.")
+      .def(
+          "save_event_log",
+          [](const HbmArena& a, const std::string& path) {
+            if (!a.records_events()) {
+              throw FailedPreconditionError("save_event_log('" + path +
+                                            "'): the arena records no events; expected "
+                                            "Arena(..., record_events=True)");
+            }
+            a.write_event_log(path);
+          },
+          py::arg("path"),
+          "Writes the events recorded so far as a vtpu trace file, which replay_trace reads. "
+          "Needs Arena(record_events=True): FailedPreconditionError otherwise.")
       .def_property_readonly("capacity_bytes", &HbmArena::capacity_bytes,
                              "Bytes the arena manages.")
       .def_property_readonly("policy", &HbmArena::policy_name, "The allocator policy's name.")
@@ -230,6 +251,9 @@ void register_arena(py::module_& m) {
        "alloc",
        [](const std::shared_ptr<HbmArena>& a, py::handle nbytes, std::string label) {
          const uint64_t size = bytes_arg(nbytes, "nbytes");
+         if (size == 0) {
+           throw InvalidArgumentError("Arena.alloc: nbytes=0 (expected a byte count >= 1)");
+         }
          const BufferId id = a->allocate(size, label);
          return std::make_shared<PyBuffer>(PyBuffer{a, id, std::move(label)});
        },

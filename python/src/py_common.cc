@@ -98,7 +98,23 @@ ElementType parse_dtype_arg(py::handle dtype, const char* what) {
   return element_type_of(d, what);
 }
 
-py::array contiguous_array(py::handle obj) { return py::array::ensure(obj, py::array::c_style); }
+py::array contiguous_array(py::handle obj, const char* what) {
+  static py::object* ascontiguousarray =
+      new py::object(py::module_::import("numpy").attr("ascontiguousarray"));
+  auto a = py::reinterpret_borrow<py::array>((*ascontiguousarray)(obj));
+  const char kind = a.dtype().kind();
+  if (kind == 'O' || kind == 'c' || kind == 'U' || kind == 'S' || kind == 'M' || kind == 'm') {
+    throw InvalidArgumentError(std::string(what) + ": a " +
+                               std::string(py::str(py::type::of(obj).attr("__name__"))) +
+                               " of numpy dtype " + std::string(py::str(a.dtype())) +
+                               " is not an array of real numbers; expected a numeric array");
+  }
+  if (!a.dtype().attr("isnative").cast<bool>()) {
+    a = py::reinterpret_borrow<py::array>(
+        (*ascontiguousarray)(a.attr("astype")(a.dtype().attr("newbyteorder")("="))));
+  }
+  return a;
+}
 
 py::object to_python(const nlohmann::json& j) {
   static py::object* loads = new py::object(py::module_::import("json").attr("loads"));
@@ -107,12 +123,14 @@ py::object to_python(const nlohmann::json& j) {
 
 nlohmann::json to_json_value(py::handle obj) {
   static py::object* dumps = new py::object(py::module_::import("json").attr("dumps"));
-  std::string text = (*dumps)(obj).cast<std::string>();
+  // allow_nan=False: nlohmann::json has no NaN or infinity literals (json.dumps raises ValueError).
+  std::string text = (*dumps)(obj, py::arg("allow_nan") = false).cast<std::string>();
   return nlohmann::json::parse(text);
 }
 
 void warm_up_common() {
   (void)numpy_dtype(ElementType::kBf16);
+  (void)contiguous_array(py::int_(0), "import");
   (void)to_python(nlohmann::json());
   (void)to_json_value(py::none());
 }

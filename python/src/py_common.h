@@ -31,9 +31,10 @@ py::dtype numpy_dtype(ElementType type);
 ElementType element_type_of(const py::dtype& dtype, const char* what);
 /// A dtype argument: a numpy dtype or type, or a name ("f32", "float32", "bf16", "bfloat16").
 ElementType parse_dtype_arg(py::handle dtype, const char* what);
-/// A C-contiguous numpy array of `obj` (copying only when it is not one already); with `dtype`
-/// the elements are converted to it first.
-py::array contiguous_array(py::handle obj);
+/// `obj` as a C-contiguous, aligned numpy array in native byte order (copying only when it is not
+/// one already). numpy's own error propagates when it cannot make one (a ragged list: ValueError;
+/// too large: MemoryError); an object or complex array is InvalidArgumentError naming `what`.
+py::array contiguous_array(py::handle obj, const char* what);
 
 /// JSON as Python objects (dict, list, str, int, float, bool, None) and back.
 py::object to_python(const nlohmann::json& j);

@@ -31,7 +31,12 @@ RuntimeOptions options_from_python(const py::object& config, const py::kwargs& k
     std::string key = py::str(item.first);
     if (auto it = keyword_aliases().find(key); it != keyword_aliases().end()) key = it->second;
     if (item.second.is_none()) continue;
-    j[key] = to_json_value(item.second);
+    try {
+      j[key] = to_json_value(item.second);
+    } catch (const py::error_already_set&) {
+      throw InvalidArgumentError("vtpu.Runtime: " + key + "=" + std::string(py::repr(item.second)) +
+                                 " (expected a finite number, a str or a bool)");
+    }
   }
   return RuntimeOptions::from_json(j, "vtpu.Runtime");
 }
@@ -65,8 +70,8 @@ collective_timeout_ms, collective_algorithm, pin_threads, hardware_profile, ... 
 int or a string ("16G", "512M"). `config` names a JSON file of options; keywords override it.
 A bad option raises vtpu.InvalidArgumentError (a ValueError) naming it.
 
-The runtime lives as long as any mesh, sharding or array made from it. Usable as a context
-manager (the cores stop when the last reference goes).)doc";
+The runtime lives as long as any mesh, sharding or array made from it; its cores stop when the
+last reference goes.)doc";
 
 void bind_device(py::module_& m) {
   py::class_<PyDevice>(m, "Device", "One virtual TPU core (jax.Device).")
@@ -141,12 +146,18 @@ void register_runtime(py::module_& m) {
       .def(
           "save_memory_event_log",
           [](const Runtime& r, const std::string& path) {
+            if (!r.options().record_memory_events) {
+              throw FailedPreconditionError("save_memory_event_log('" + path +
+                                            "'): the runtime records no events; expected "
+                                            "vtpu.Runtime(record_memory_events=True)");
+            }
             py::gil_scoped_release release;
             r.save_memory_event_log(path);
           },
-          py::arg("path"), "Writes the arenas' event logs (needs record_memory_events=True).")
-      .def("__enter__", [](py::object self) { return self; })
-      .def("__exit__", [](py::object, py::args) { return false; })
+          py::arg("path"),
+          "Writes every core's allocation events as one vtpu trace (vtpu.memory.replay_trace "
+          "reads it). Needs Runtime(record_memory_events=True): FailedPreconditionError "
+          "otherwise.")
       .def("__repr__", [](const Runtime& r) {
         return "vtpu.Runtime(cores=" + std::to_string(r.num_cores()) +
                ", hbm_bytes=" + std::to_string(r.options().hbm_bytes_per_core) + ", allocator='" +

@@ -129,7 +129,7 @@ py::array host_array(py::handle x, ElementType* type, const char* what) {
                                            py::detail::npy_api::NPY_ARRAY_ALIGNED_)) {
     a = py::reinterpret_borrow<py::array>(x);
   } else {
-    a = contiguous_array(x);
+    a = contiguous_array(x, what);
   }
   *type = element_type_cached(a.dtype(), what);
   if (*type == ElementType::kF64) {

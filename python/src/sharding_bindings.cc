@@ -13,6 +13,8 @@ namespace {
 
 using namespace pybind11::literals;
 
+std::vector<std::string> names_of(py::handle axis_names, const char* what);
+
 PartitionSpec::Entry entry_of(py::handle e) {
   if (e.is_none()) return {};
   if (py::isinstance<py::str>(e)) return {e.cast<std::string>()};
@@ -49,8 +51,7 @@ split; P() replicates. `unreduced` names axes over which the array is a pending 
       .def(py::init([](py::args entries, py::object unreduced, const std::string& reduce_op) {
              std::vector<PartitionSpec::Entry> list;
              for (py::handle e : entries) list.push_back(entry_of(e));
-             std::vector<std::string> partial;
-             for (py::handle name : unreduced) partial.push_back(py::str(name));
+             std::vector<std::string> partial = names_of(unreduced, "PartitionSpec unreduced");
              if (partial.empty() && reduce_op == "sum") return PartitionSpec(std::move(list));
              return PartitionSpec(std::move(list), std::move(partial), parse_reduce_op(reduce_op));
            }),
@@ -79,6 +80,11 @@ std::shared_ptr<PyMesh> mesh_from_devices(py::handle devices, std::vector<int64_
   std::vector<int> ids;
   std::shared_ptr<Runtime> runtime;
   for (py::handle d : devices) {
+    if (!py::isinstance<PyDevice>(d)) {
+      throw InvalidArgumentError("Mesh: device " + std::string(py::repr(d)) + " of type " +
+                                 std::string(py::str(py::type::of(d).attr("__name__"))) +
+                                 " is not a vtpu.Device; expected runtime.devices()");
+    }
     auto& device = d.cast<const PyDevice&>();
     if (runtime && device.runtime != runtime) {
       throw InvalidArgumentError("Mesh: device " + std::to_string(device.id) +
@@ -92,9 +98,27 @@ std::shared_ptr<PyMesh> mesh_from_devices(py::handle devices, std::vector<int64_
   return std::make_shared<PyMesh>(PyMesh{runtime, DeviceMesh(*runtime, std::move(mesh))});
 }
 
-std::vector<std::string> names_of(py::handle axis_names) {
+// A str or a sequence of str: the mesh axis names (or unreduced axes) `what` takes.
+std::vector<std::string> names_of(py::handle axis_names, const char* what) {
   if (py::isinstance<py::str>(axis_names)) return {axis_names.cast<std::string>()};
-  return axis_names.cast<std::vector<std::string>>();
+  if (!py::isinstance<py::sequence>(axis_names)) {
+    throw InvalidArgumentError(std::string(what) + ": " + std::string(py::repr(axis_names)) +
+                               " is not a str or a tuple of str");
+  }
+  std::vector<std::string> names;
+  for (py::handle name : axis_names) {
+    if (!py::isinstance<py::str>(name)) {
+      throw InvalidArgumentError(std::string(what) + ": axis name " + std::string(py::repr(name)) +
+                                 " is not a str");
+    }
+    names.push_back(name.cast<std::string>());
+  }
+  return names;
+}
+
+const PyMesh& mesh_arg(const std::shared_ptr<PyMesh>& mesh, const char* what) {
+  if (!mesh) throw py::type_error(std::string(what) + ": mesh is None; expected a vtpu.Mesh");
+  return *mesh;
 }
 
 py::object mesh_devices_array(const PyMesh& m) {
@@ -116,7 +140,8 @@ shape is the mesh's; `axis_names` a tuple of names, one per dimension.)doc")
              py::module_ np = py::module_::import("numpy");
              py::object arr = np.attr("asarray")(devices, "dtype"_a = "object");
              auto shape = arr.attr("shape").cast<std::vector<int64_t>>();
-             return mesh_from_devices(arr.attr("ravel")(), std::move(shape), names_of(axis_names));
+             return mesh_from_devices(arr.attr("ravel")(), std::move(shape),
+                                      names_of(axis_names, "Mesh"));
            }),
            py::arg("devices"), py::arg("axis_names"))
       .def_property_readonly(
@@ -155,10 +180,16 @@ shape is the mesh's; `axis_names` a tuple of names, one per dimension.)doc")
       "make_mesh",
       [](std::vector<int64_t> axis_shapes, py::object axis_names, py::object devices,
          std::shared_ptr<Runtime> runtime) {
-        std::vector<std::string> names = names_of(axis_names);
+        std::vector<std::string> names = names_of(axis_names, "Mesh");
         if (!devices.is_none()) {
           int64_t n = 1;
-          for (int64_t s : axis_shapes) n *= s;
+          for (int64_t s : axis_shapes) {
+            if (s < 0 || __builtin_mul_overflow(n, s, &n)) {
+              throw InvalidArgumentError("make_mesh: axis_shapes " +
+                                         std::string(py::repr(py::cast(axis_shapes))) +
+                                         " (expected sizes >= 1 whose product fits int64)");
+            }
+          }
           if (static_cast<int64_t>(py::len(devices)) != n) {
             throw InvalidArgumentError("make_mesh: " + std::to_string(py::len(devices)) +
                                        " devices for a mesh of " + std::to_string(n) +
@@ -188,7 +219,7 @@ void bind_named_sharding(py::module_& m) {
 
 Uneven shapes are padded as GSPMD pads them: the trailing shards are short or empty.)doc")
       .def(py::init([](std::shared_ptr<PyMesh> mesh, const PartitionSpec& spec) {
-             return PySharding{mesh, NamedSharding(mesh->mesh, spec)};
+             return PySharding{mesh, NamedSharding(mesh_arg(mesh, "NamedSharding").mesh, spec)};
            }),
            py::arg("mesh"), py::arg("spec"))
       .def_property_readonly("mesh", [](const PySharding& s) { return s.mesh; })
@@ -219,6 +250,8 @@ Uneven shapes are padded as GSPMD pads them: the trailing shards are short or em
            [](const PySharding& a, const PySharding& b) {
              return a.mesh->runtime == b.mesh->runtime && a.sharding == b.sharding;
            })
+      .def("__hash__",
+           [](const PySharding& s) { return py::hash(py::str(sharding_repr(s.sharding))); })
       .def("__repr__", [](const PySharding& s) { return sharding_repr(s.sharding); });
 }
 

@@ -3,7 +3,7 @@ from typing import Any, Dict, Optional, Union
 __all__ = ["plan"]
 
 def plan(
-    model: Union[str, Dict[str, Any]],
+    model: str,
     *,
     mesh: str = ...,
     axes: Optional[str] = ...,

@@ -183,3 +183,72 @@ def test_memory_profile_writers(rt, tmp_path):
     assert (tmp_path / "p.prof").read_bytes()[:2] == b"\x1f\x8b"  # gzip
     rt.save_memory_snapshot(str(tmp_path / "s.json"))
     assert (tmp_path / "s.json").stat().st_size > 0
+
+
+def test_dtype_converts_values_and_uint16_is_bf16_bits(mesh):
+    s = vtpu.NamedSharding(mesh, vtpu.P())
+    # 257 is not a bf16 value: it rounds to 256 (0x4380); 1 and 3 are 0x3F80 and 0x4040.
+    a = vtpu.device_put(np.array([1, 3, 257], np.int32), s, dtype="bf16")
+    assert np.asarray(a).tolist() == [0x3F80, 0x4040, 0x4380]
+    # bf16 bits of 1.0 and -2.5 converted to float32 by value.
+    b = vtpu.device_put(np.array([0x3F80, 0xC020], np.uint16), s, dtype=np.float32)
+    assert np.asarray(b).tolist() == [1.0, -2.5]
+
+
+def test_big_endian_and_strided_input_are_read_by_value(mesh):
+    s = vtpu.NamedSharding(mesh, vtpu.P("x"))
+    x = np.arange(8, dtype=">f4")
+    assert np.asarray(vtpu.device_put(x, s)).tolist() == list(range(8))
+    y = np.arange(16, dtype=np.int32)[::-2]
+    assert np.asarray(vtpu.device_put(y, s)).tolist() == y.tolist()
+
+
+def test_inputs_that_are_not_numeric_arrays_raise(rt, mesh):
+    s = vtpu.NamedSharding(mesh, vtpu.P())
+    with pytest.raises(ValueError):  # numpy's own error for a ragged list
+        vtpu.device_put([[1, 2], [3]], s)
+    with pytest.raises(vtpu.InvalidArgumentError) as e:
+        vtpu.device_put({"a": 1}, s)
+    assert "dict" in str(e.value)
+    with pytest.raises(vtpu.InvalidArgumentError):
+        vtpu.device_put(np.array([1 + 2j]), s)
+    with pytest.raises(MemoryError):  # 32 GiB cannot be made contiguous
+        vtpu.device_put(np.broadcast_to(np.float32(1), (2**33,)), s)
+    with pytest.raises(TypeError):
+        vtpu.NamedSharding(None, vtpu.P())
+    with pytest.raises(vtpu.InvalidArgumentError) as e:
+        vtpu.Mesh(np.arange(2), ("a",))
+    assert "int" in str(e.value)
+    with pytest.raises(vtpu.InvalidArgumentError) as e:
+        vtpu.make_mesh((2**62, 4), ("a", "b"), devices=rt.devices())
+    assert str(2**62) in str(e.value)
+    with pytest.raises(vtpu.InvalidArgumentError) as e:
+        vtpu.make_mesh((8,), ("a", 1), devices=rt.devices())
+    with pytest.raises(vtpu.InvalidArgumentError) as e:
+        vtpu.P("x", unreduced=(1,))
+    assert vtpu.P("x", unreduced="y").unreduced == ("y",)
+    with pytest.raises(vtpu.InvalidArgumentError) as e:
+        vtpu.Runtime(cores=2, collective_timeout_ms=float("nan"))
+    assert "collective_timeout_ms" in str(e.value)
+
+
+def test_every_error_class_has_a_docstring_and_its_builtin_base():
+    bases = {"InvalidArgumentError": ValueError, "ResourceExhaustedError": MemoryError,
+             "DeadlineExceededError": TimeoutError, "AbortedError": RuntimeError,
+             "FailedPreconditionError": RuntimeError, "UnimplementedError": NotImplementedError,
+             "InternalError": RuntimeError, "NotFoundError": FileNotFoundError,
+             "PermissionDeniedError": PermissionError}
+    for name, builtin in bases.items():
+        cls = getattr(vtpu, name)
+        assert issubclass(cls, vtpu.Error) and issubclass(cls, builtin), name
+        assert cls.__doc__, name
+
+
+def test_event_log_needs_recording(tmp_path):
+    r = vtpu.Runtime(cores=1, hbm_bytes="1M")
+    with pytest.raises(vtpu.FailedPreconditionError):
+        r.save_memory_event_log(str(tmp_path / "e.jsonl"))
+    assert not (tmp_path / "e.jsonl").exists()
+    r2 = vtpu.Runtime(cores=1, hbm_bytes="1M", record_memory_events=True)
+    r2.save_memory_event_log(str(tmp_path / "e.jsonl"))
+    assert (tmp_path / "e.jsonl").exists()

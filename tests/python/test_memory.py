@@ -232,3 +232,15 @@ def test_help_reads():
     assert "ResourceExhaustedError" in Arena.__doc__
     for f in (Arena.alloc, Arena.free, Arena.stats, Arena.defragment, Arena.blocks, replay_trace):
         assert f.__doc__ and len(f.__doc__) > 40
+
+
+def test_a_buffer_freed_by_id_reads_as_freed_and_zero_bytes_is_refused(tmp_path):
+    arena = vtpu.memory.Arena(1024)
+    buf = arena.alloc(256)
+    arena.free(buf.id)
+    assert buf.freed and "freed" in repr(buf)
+    with pytest.raises(vtpu.InvalidArgumentError) as e:
+        arena.alloc(0)
+    assert "nbytes=0" in str(e.value)
+    with pytest.raises(vtpu.FailedPreconditionError):
+        arena.save_event_log(str(tmp_path / "a.jsonl"))
