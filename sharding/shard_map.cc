@@ -542,15 +542,19 @@ std::vector<ShardedArray> ShardMap::operator()(std::span<const ShardedArray* con
     mesh_.reset_communicators();
     throw;
   }
-  check_outputs(mesh_, results, out_specs_.size());
+  std::vector<PartitionSpec> out_specs = out_specs_;
+  if (options_.out_spec_prefix && out_specs.size() == 1 && !results.empty()) {
+    out_specs.assign(results[0].size(), out_specs_[0]);
+  }
+  check_outputs(mesh_, results, out_specs.size());
   std::vector<ShardedArray> outputs;
-  for (size_t i = 0; i < out_specs_.size(); ++i) {
-    const NamedSharding sharding(mesh_, out_specs_[i]);
+  for (size_t i = 0; i < out_specs.size(); ++i) {
+    const NamedSharding sharding(mesh_, out_specs[i]);
     const LocalArray& ref = results[0][i];
-    if (static_cast<int64_t>(out_specs_[i].size()) > ref.ndim()) {
+    if (static_cast<int64_t>(out_specs[i].size()) > ref.ndim()) {
       throw InvalidArgumentError("shard_map output " + std::to_string(i) + " is " +
                                  array_text(ref) + ", of lower rank than out spec " +
-                                 out_specs_[i].to_string());
+                                 out_specs[i].to_string());
     }
     std::vector<int64_t> global = ref.shape();
     for (size_t d = 0; d < global.size(); ++d) {
@@ -562,10 +566,10 @@ std::vector<ShardedArray> ShardMap::operator()(std::span<const ShardedArray* con
                                    " shards overflows int64 (expected a global shape that fits)");
       }
     }
-    if (options_.check_vma) check_replicated(mesh_, results, i, out_specs_[i]);
+    if (options_.check_vma) check_replicated(mesh_, results, i, out_specs[i]);
     outputs.push_back(ShardedArray::from_buffers(
         std::move(global), sharding,
-        output_buffers(mesh_, results, i, out_specs_[i], !options_.check_vma), ref.dtype()));
+        output_buffers(mesh_, results, i, out_specs[i], !options_.check_vma), ref.dtype()));
   }
   return outputs;
 }

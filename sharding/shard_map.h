@@ -173,6 +173,9 @@ struct ShardMapOptions {
   /// differ. (JAX checks this statically; vtpu compares the values.) false: no check; the
   /// device with index 0 on the unnamed axes supplies the block.
   bool check_vma = true;
+  /// A single out spec is a prefix for every output, as JAX's single P for a tuple result: the
+  /// number of outputs is whatever fn returns (the same on every core), each laid out by it.
+  bool out_spec_prefix = false;
 };
 
 /// fn's return value from its outputs, as JAX's fn returns a tuple: `return outputs(a, b);`

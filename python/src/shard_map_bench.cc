@@ -15,6 +15,7 @@ namespace {
 // Throws InternalError when a result is wrong.
 double bench_psum_cpp(const std::shared_ptr<PyMesh>& mesh, int64_t nbytes, int iters,
                       const std::string& axis_name) {
+  if (!mesh) throw py::type_error("_bench_psum_cpp: mesh is None (expected a vtpu.Mesh)");
   if (nbytes < 4 || iters < 1) {
     throw InvalidArgumentError("_bench_psum_cpp nbytes " + std::to_string(nbytes) + ", iters " +
                                std::to_string(iters) + " (expected >= 4 and >= 1)");

@@ -2,9 +2,17 @@
 // through vtpu::ShardMap). The caller gives up the GIL while the cores run; each core takes it to
 // run the function and gives it up again inside every collective (shard_map_lax.cc), so the cores'
 // numpy work and their collectives interleave.
+#include <Python.h>
+
 #include <atomic>
+#include <chrono>
+#include <functional>
+#include <future>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -13,30 +21,39 @@
 namespace vtpu::python {
 namespace {
 
-// in_specs / out_specs: one P (shared by every argument, or naming the single output) or a tuple
+// in_specs / out_specs: one P (shared by every argument, or a prefix for every output) or a tuple
 // or list of them.
 struct Specs {
+  py::object given;  // as passed, for the repr
   std::vector<PartitionSpec> specs;
   bool single = false;
 };
 
-Specs specs_of(py::handle obj, const char* what) {
-  Specs s;
-  if (py::isinstance<py::tuple>(obj) || py::isinstance<py::list>(obj)) {
-    for (py::handle p : obj) s.specs.push_back(py::cast<PartitionSpec>(p));
-    return s;
-  }
-  try {
-    s.specs.push_back(py::cast<PartitionSpec>(obj));
-  } catch (const py::cast_error&) {
-    throw InvalidArgumentError(std::string(what) + " " + py::repr(obj).cast<std::string>() +
+PartitionSpec spec_of(py::handle p, const std::string& what) {
+  if (!py::isinstance<PartitionSpec>(p)) {
+    throw InvalidArgumentError(what + " " + py::repr(p).cast<std::string>() +
                                " (expected a P or a tuple of P)");
   }
+  return py::cast<PartitionSpec>(p);
+}
+
+Specs specs_of(py::handle obj, const char* what) {
+  Specs s;
+  s.given = py::reinterpret_borrow<py::object>(obj);
+  if (py::isinstance<py::tuple>(obj) || py::isinstance<py::list>(obj)) {
+    size_t k = 0;
+    for (py::handle p : obj) {
+      s.specs.push_back(spec_of(p, std::string(what) + "[" + std::to_string(k++) + "]"));
+    }
+    return s;
+  }
+  s.specs.push_back(spec_of(obj, what));
   s.single = true;
   return s;
 }
 
-// What vtpu.shard_map(f, ...) returns: f bound to its mesh and specs.
+// What vtpu.shard_map(f, ...) returns: f bound to its mesh and specs. Python sees it as
+// vtpu.ShardMapped, with f's __name__, __doc__ and __wrapped__ (functools.update_wrapper).
 struct Mapped {
   py::object f;
   py::object mesh_object;  // the vtpu.Mesh, for device_put
@@ -46,15 +63,30 @@ struct Mapped {
   bool check_vma = true;
 };
 
+// Calls in flight, for the atexit hook (the GIL guards it).
+std::set<CallState*>& calls_in_flight() {
+  static auto* calls = new std::set<CallState*>();
+  return *calls;
+}
+
 // One call: the inputs, laid out as their in specs ask, kept alive while any view of them is.
 // Python exceptions raised by f stay with the call, on the calling thread: a core thread holding
 // a reference after its program ends (run_spmd's exception_ptr) would need the GIL to drop it,
 // possibly after the interpreter has finalised or while the caller joins the cores with the GIL.
 struct Call {
+  Call(const Mapped& m, uint64_t id) : mapped(m), raised(m.mesh->mesh.devices().size()), state(id) {
+    calls_in_flight().insert(&state);
+  }
+  ~Call() { calls_in_flight().erase(&state); }
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
   const Mapped& mapped;
   std::vector<std::shared_ptr<const ShardedArray>> inputs;
-  std::vector<py::object> raised;    // by mesh slot: (type, value, traceback) of f's exception
-  std::atomic<int> failed_core{-1};  // the runtime's first failed core (see live_communicator)
+  std::vector<py::object> raised;  // by mesh slot: (type, value, traceback) of f's exception
+  CallState state;
+  // With a single out spec: what f returned, the first core's: 0 an array, 1 a tuple, 2 a list.
+  std::atomic<int> returned{-1};
 };
 
 // What a core throws in place of f's Python exception, which Call keeps.
@@ -74,29 +106,97 @@ py::object& aborted_error_class() {
   return *cls;
 }
 
-std::vector<LocalArray> outputs_of(ShardMapContext& ctx, const Call& call, py::handle result) {
+std::string type_name(py::handle x) {
+  return py::str(py::type::handle_of(x).attr("__name__")).cast<std::string>();
+}
+
+// f's result, when it cannot be an array: numpy would make an object array of it.
+void check_not_container(py::handle x) {
+  if (x.is_none() || PyDict_Check(x.ptr()) || PyAnySet_Check(x.ptr()) || PyUnicode_Check(x.ptr()) ||
+      PyBytes_Check(x.ptr()) || PyIter_Check(x.ptr())) {
+    throw InvalidArgumentError("shard_map fn returned a " + type_name(x) +
+                               " (expected an array, or a tuple of arrays, one per out spec)");
+  }
+}
+
+std::vector<LocalArray> outputs_of(ShardMapContext& ctx, Call& call, py::handle result) {
   std::vector<LocalArray> out;
+  const bool sequence = py::isinstance<py::tuple>(result) || py::isinstance<py::list>(result);
   if (call.mapped.out.single) {
-    out.push_back(output_block(ctx, result, "shard_map output"));
-  } else if (py::isinstance<py::tuple>(result) || py::isinstance<py::list>(result)) {
-    for (py::handle r : result) out.push_back(output_block(ctx, r, "shard_map output"));
-  } else {
+    // A single P is a prefix for every output, as in JAX: a tuple result gives a tuple.
+    const int kind = !sequence ? 0 : py::isinstance<py::tuple>(result) ? 1 : 2;
+    int first = -1;
+    if (!call.returned.compare_exchange_strong(first, kind) && first != kind) {
+      throw InvalidArgumentError("shard_map fn returned a " + type_name(result) + " on device " +
+                                 std::to_string(ctx.device()) +
+                                 " and another type on another (expected the same on every core)");
+    }
+  } else if (!sequence) {
+    check_not_container(result);
     throw InvalidArgumentError(
-        "shard_map fn returned " + py::str(py::type::handle_of(result)).cast<std::string>() +
-        " (expected a tuple of " + std::to_string(call.mapped.out.specs.size()) +
-        " arrays, one per out spec)");
+        "shard_map fn returned a " + type_name(result) + " (expected a tuple of " +
+        std::to_string(call.mapped.out.specs.size()) + " arrays, one per out spec)");
+  }
+  if (!sequence) {
+    check_not_container(result);
+    out.push_back(output_block(ctx, result, "shard_map output"));
+    return out;
+  }
+  for (py::handle r : result) {
+    check_not_container(r);
+    out.push_back(output_block(ctx, r, "shard_map output"));
   }
   return out;
 }
 
+// The call whose function has just thrown on this core thread, for FailureWatch (0: none).
+thread_local uint64_t t_failing_call = 0;
+
+// Sets t_failing_call when the scope is left by an exception.
+class FailsAs {
+ public:
+  explicit FailsAs(uint64_t id) : id_(id), exceptions_(std::uncaught_exceptions()) {
+    t_failing_call = 0;
+  }
+  ~FailsAs() {
+    if (std::uncaught_exceptions() > exceptions_) t_failing_call = id_;
+  }
+  FailsAs(const FailsAs&) = delete;
+  FailsAs& operator=(const FailsAs&) = delete;
+
+ private:
+  uint64_t id_;
+  int exceptions_;
+};
+
+// Registers this core thread's Python thread id with the call while it runs f.
+class PythonThread {
+ public:
+  PythonThread(CallState& call, int device) : call_(call), device_(device) {
+    call.python_threads[device] = PyThread_get_thread_ident();
+  }
+  ~PythonThread() { call_.python_threads.erase(device_); }
+  PythonThread(const PythonThread&) = delete;
+  PythonThread& operator=(const PythonThread&) = delete;
+
+ private:
+  CallState& call_;
+  int device_;
+};
+
 // The ShardMapFn: runs f on this core with the GIL held.
 std::vector<LocalArray> run_core(Call& call, ShardMapContext& ctx,
                                  std::span<const LocalArray> blocks) {
+  const FailsAs fails(call.state.id);
+  // Once the interpreter exits, taking the GIL would end this thread inside C++ frames.
+  if (!python_alive())
+    throw AbortedError("shard_map fn not run: the Python interpreter is exiting");
   wait_for_gil_turn();
   py::gil_scoped_acquire gil;
   const CoreHoldsGil holds;
+  const PythonThread registered(call.state, ctx.device());
   try {
-    const ContextScope scope(ctx, call.failed_core);
+    const ContextScope scope(ctx, call.state);
     py::tuple args(blocks.size());
     for (size_t k = 0; k < blocks.size(); ++k) {
       const ShardedArray& input = *call.inputs[k];
@@ -106,6 +206,7 @@ std::vector<LocalArray> run_core(Call& call, ShardMapContext& ctx,
       args[k] = input_view(call.inputs[k], ctx.device());
     }
     py::object result = call.mapped.f(*args);
+    core_departed(call.state, ctx.device());
     return outputs_of(ctx, call, result);
   } catch (py::error_already_set& e) {
     if (e.matches(aborted_error_class())) {
@@ -119,14 +220,17 @@ std::vector<LocalArray> run_core(Call& call, ShardMapContext& ctx,
 }
 
 // Records the call's first failed core for live_communicator, from the runtime's abort
-// notification: under the same lock as the communicators' own abort handlers.
+// notification (under the same lock as the communicators' own abort handlers). Only this call's
+// failures count: the notification runs on the failing core's thread, right after its function
+// threw, and FailsAs has marked which call that was.
 class FailureWatch {
  public:
-  FailureWatch(Runtime& runtime, std::atomic<int>& failed_core)
+  FailureWatch(Runtime& runtime, CallState& call)
       : runtime_(runtime),
-        id_(runtime.add_abort_handler([&failed_core](int core, const std::exception_ptr&) {
+        id_(runtime.add_abort_handler([&call](int core, const std::exception_ptr&) {
+          if (t_failing_call != call.id) return;
           int none = -1;
-          failed_core.compare_exchange_strong(none, core, std::memory_order_seq_cst);
+          call.failed_core.compare_exchange_strong(none, core, std::memory_order_seq_cst);
         })) {}
   ~FailureWatch() { runtime_.remove_abort_handler(id_); }
   FailureWatch(const FailureWatch&) = delete;
@@ -156,11 +260,58 @@ std::shared_ptr<const ShardedArray> input_of(const Mapped& m, py::handle arg,
   return py::cast<const PyArray&>(vtpu.attr("device_put")(host, sharding)).array;
 }
 
+bool on_main_thread() {
+  static const unsigned long main_thread = PyThread_get_thread_ident();  // set at import
+  return PyThread_get_thread_ident() == main_thread;
+}
+
+// Runs `run` (the cores) with the GIL released. On the main thread, where Python handles
+// signals, the wait wakes every few milliseconds to run the signal handlers: a KeyboardInterrupt
+// (or a handler's exception) interrupts the call, waits for its cores and is raised.
+std::vector<ShardedArray> run_releasing_gil(CallState& state,
+                                            const std::function<std::vector<ShardedArray>()>& run) {
+  if (!on_main_thread()) {
+    py::gil_scoped_release nogil;
+    return run();
+  }
+  auto done = std::async(std::launch::async, run);
+  bool interrupted = false;
+  std::optional<py::error_already_set> pending;
+  for (;;) {
+    {
+      py::gil_scoped_release nogil;
+      if (done.wait_for(std::chrono::milliseconds(20)) == std::future_status::ready) break;
+    }
+    if (!interrupted && PyErr_CheckSignals() != 0) {
+      pending.emplace();  // fetches the handler's exception
+      interrupted = true;
+      interrupt_call(state, pending->type(), "shard_map interrupted by the caller");
+    } else if (interrupted) {
+      interrupt_call(state, pending->type(), "shard_map interrupted by the caller");
+    }
+  }
+  if (pending) {
+    try {
+      done.get();
+    } catch (...) {  // the cores' errors are the interrupt's consequence
+    }
+    pending->restore();
+    throw py::error_already_set();
+  }
+  return done.get();
+}
+
+uint64_t next_call_id() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 py::object call_mapped(const Mapped& m, const py::args& args) {
   if (current_context() != nullptr) {
     throw FailedPreconditionError(
         "vtpu.shard_map called from inside a shard_map function (expected a call from the host)");
   }
+  if (!python_alive()) throw AbortedError("shard_map not run: the Python interpreter is exiting");
   std::vector<PartitionSpec> in_specs = m.in.specs;
   if (m.in.single) in_specs.assign(args.size(), m.in.specs[0]);
   if (args.size() != in_specs.size()) {
@@ -168,7 +319,7 @@ py::object call_mapped(const Mapped& m, const py::args& args) {
                                " inputs (expected " + std::to_string(in_specs.size()) +
                                ", one per in spec)");
   }
-  Call call{m, {}, std::vector<py::object>(m.mesh->mesh.devices().size())};
+  Call call(m, next_call_id());
   std::vector<const ShardedArray*> inputs;
   for (size_t k = 0; k < args.size(); ++k) {
     call.inputs.push_back(input_of(m, args[k], in_specs[k]));
@@ -179,41 +330,100 @@ py::object call_mapped(const Mapped& m, const py::args& args) {
       [&call](ShardMapContext& ctx, std::span<const LocalArray> blocks) {
         return run_core(call, ctx, blocks);
       },
-      ShardMapOptions{.check_vma = m.check_vma});
+      ShardMapOptions{.check_vma = m.check_vma, .out_spec_prefix = m.out.single});
   std::vector<ShardedArray> outputs;
   try {
-    const FailureWatch watch(m.mesh->mesh.runtime(), call.failed_core);
-    py::gil_scoped_release nogil;
-    outputs = mapped(std::span<const ShardedArray* const>(inputs));
+    const FailureWatch watch(m.mesh->mesh.runtime(), call.state);
+    outputs = run_releasing_gil(
+        call.state, [&] { return mapped(std::span<const ShardedArray* const>(inputs)); });
   } catch (const RaisedInPython& e) {
     const py::tuple raised = call.raised[e.slot()];
     py::object type = raised[0], value = raised[1], trace = raised[2];
     PyErr_Restore(type.release().ptr(), value.release().ptr(),
                   trace.is_none() ? nullptr : trace.release().ptr());
     throw py::error_already_set();
+  } catch (const Error&) {
+    // The peers of a core that returned early were aborted; the cause is the desync.
+    if (!call.state.desync.empty()) throw InvalidArgumentError(call.state.desync);
+    throw;
   }
   py::tuple result(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {
     result[i] = py::cast(PyArray{m.mesh, std::make_shared<ShardedArray>(std::move(outputs[i]))});
   }
-  if (m.out.single) return result[0];
-  return result;
+  if (!m.out.single) return result;
+  const int returned = call.returned.load();
+  if (returned == 1) return result;
+  if (returned == 2) return py::list(result);
+  return result[0];
+}
+
+Mapped mapped_of(py::object mesh, const py::object& in_specs, const py::object& out_specs,
+                 bool check_vma) {
+  if (!py::isinstance<PyMesh>(mesh)) {
+    throw py::type_error("shard_map mesh " + py::repr(mesh).cast<std::string>() +
+                         " (expected a vtpu.Mesh)");
+  }
+  Mapped m;
+  m.mesh = py::cast<std::shared_ptr<PyMesh>>(mesh);
+  m.mesh_object = std::move(mesh);
+  m.in = specs_of(in_specs, "in_specs");
+  m.out = specs_of(out_specs, "out_specs");
+  m.check_vma = check_vma;
+  for (size_t k = 0; k < m.in.specs.size(); ++k) {
+    if (!m.in.specs[k].unreduced().empty()) {
+      throw InvalidArgumentError("in_specs " + spec_repr(m.in.specs[k]) +
+                                 " is unreduced (expected an in spec without unreduced axes: "
+                                 "shard_map's inputs are whole arrays)");
+    }
+  }
+  // ShardMap checks the specs against the mesh (an unknown or repeated axis) now, not at the call.
+  (void)ShardMap(m.mesh->mesh, m.in.specs, m.out.specs, ShardMapFn{});
+  return m;
+}
+
+// f bound to `m` as a vtpu.ShardMapped carrying f's name and doc, as functools.wraps does.
+py::object bind(Mapped m, py::object f) {
+  if (!PyCallable_Check(f.ptr())) {
+    throw py::type_error("shard_map f " + py::repr(f).cast<std::string>() +
+                         " (expected a callable)");
+  }
+  m.f = f;
+  py::object mapped = py::cast(std::make_shared<Mapped>(std::move(m)));
+  py::module_::import("functools").attr("update_wrapper")(mapped, f);
+  return mapped;
 }
 
 py::object shard_map(py::object f, py::object mesh, const py::object& in_specs,
                      const py::object& out_specs, bool check_vma) {
-  auto m = std::make_shared<Mapped>();
-  m->f = std::move(f);
-  m->mesh = py::cast<std::shared_ptr<PyMesh>>(mesh);
-  m->mesh_object = std::move(mesh);
-  m->in = specs_of(in_specs, "in_specs");
-  m->out = specs_of(out_specs, "out_specs");
-  m->check_vma = check_vma;
-  // ShardMap checks the specs against the mesh (an unknown or repeated axis) now, not at the call.
-  (void)ShardMap(m->mesh->mesh, m->in.specs, m->out.specs, ShardMapFn{});
-  return py::cpp_function(
-      [m](const py::args& args) { return call_mapped(*m, args); }, py::name("shard_map_fn"),
-      py::doc("The mapped function: call it with one array per in spec (vtpu.Array or numpy)."));
+  Mapped m = mapped_of(std::move(mesh), in_specs, out_specs, check_vma);
+  if (f.is_none()) {
+    // @vtpu.shard_map(mesh=..., in_specs=..., out_specs=...): a decorator.
+    return py::cpp_function([m](py::object g) { return bind(m, std::move(g)); },
+                            py::name("shard_map_decorator"));
+  }
+  return bind(std::move(m), std::move(f));
+}
+
+std::string mapped_repr(const Mapped& m) {
+  return "shard_map(" + py::repr(m.f).cast<std::string>() + ", mesh=" + mesh_repr(m.mesh->mesh) +
+         ", in_specs=" + py::repr(m.in.given).cast<std::string>() +
+         ", out_specs=" + py::repr(m.out.given).cast<std::string>() + ")";
+}
+
+// At interpreter exit (atexit, before Python finalizes): calls still running on daemon threads are
+// interrupted and waited for, a bounded time, while Python can still run their cores' cleanup; a
+// core taking the GIL once Python finalizes would be ended by CPython inside C++ frames.
+void at_exit() {
+  mark_interpreter_exiting();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!calls_in_flight().empty() && std::chrono::steady_clock::now() < deadline) {
+    for (CallState* c : calls_in_flight()) {
+      interrupt_call(*c, aborted_error_class(), "the Python interpreter is exiting");
+    }
+    py::gil_scoped_release nogil;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 }
 
 constexpr const char* kShardMapDoc =
@@ -270,8 +480,15 @@ cores take turns holding it to run ``f``'s Python code.
 void register_shard_map(py::module_& m) {
   aborted_error_class() = m.attr("AbortedError");
   warm_up_on_import();
-  m.def("shard_map", &shard_map, py::arg("f"), py::kw_only(), py::arg("mesh"), py::arg("in_specs"),
-        py::arg("out_specs"), py::arg("check_vma") = true, kShardMapDoc);
+  (void)on_main_thread();  // the importing thread is the main thread
+  py::class_<Mapped, std::shared_ptr<Mapped>>(m, "ShardMapped", py::dynamic_attr(),
+                                              "A function mapped by vtpu.shard_map.")
+      .def("__call__",
+           [](const Mapped& self, const py::args& args) { return call_mapped(self, args); })
+      .def("__repr__", &mapped_repr);
+  py::module_::import("atexit").attr("register")(py::cpp_function(&at_exit));
+  m.def("shard_map", &shard_map, py::arg("f") = py::none(), py::kw_only(), py::arg("mesh"),
+        py::arg("in_specs"), py::arg("out_specs"), py::arg("check_vma") = true, kShardMapDoc);
   py::module_ lax = m.def_submodule("_lax");
   register_lax(lax);
   register_shard_map_bench(m);

@@ -19,7 +19,7 @@ namespace {
 // dropped by ContextScope, with the GIL held.
 struct CoreState {
   ShardMapContext* context = nullptr;
-  const std::atomic<int>* failed_core = nullptr;  // the call's (ContextScope)
+  CallState* call = nullptr;  // the call's (ContextScope)
   std::vector<std::pair<py::object, AxisNames>> axes_seen;
 };
 thread_local CoreState t_core;
@@ -32,6 +32,7 @@ constexpr size_t kCopyWithoutGilBytes = size_t{64} << 10;
 // Whether a core thread holds the GIL, and how many yields a core waits for it to clear before it
 // blocks in CPython's own wait.
 std::atomic<bool> g_core_holds_gil{false};
+std::atomic<bool> g_exiting{false};  // mark_interpreter_exiting
 constexpr int kGilYields = 64;
 
 constexpr const char* kBlockCapsule = "vtpu.shard_map.block";
@@ -124,7 +125,10 @@ ElementType element_type_cached(const py::dtype& dtype, const char* what) {
 // `x` as a C-contiguous numpy array of a vtpu element type; float64 becomes float32.
 py::array host_array(py::handle x, ElementType* type, const char* what) {
   py::array a;
+  // The fast path takes native byte order only: a big-endian array's bytes would be read as
+  // little-endian ones (contiguous_array converts it).
   if (py::isinstance<py::array>(x) &&
+      py::reinterpret_borrow<py::array>(x).dtype().byteorder() != '>' &&
       py::detail::check_flags(x.ptr(), py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_ |
                                            py::detail::npy_api::NPY_ARRAY_ALIGNED_)) {
     a = py::reinterpret_borrow<py::array>(x);
@@ -188,43 +192,116 @@ void warm_up_on_import() {
 
 ShardMapContext* current_context() { return t_core.context; }
 
-ContextScope::ContextScope(ShardMapContext& ctx, const std::atomic<int>& failed_core)
-    : previous_(t_core.context), previous_failed_core_(t_core.failed_core) {
+ContextScope::ContextScope(ShardMapContext& ctx, CallState& call)
+    : previous_(t_core.context), previous_call_(t_core.call) {
   t_core.context = &ctx;
-  t_core.failed_core = &failed_core;
+  t_core.call = &call;
 }
 ContextScope::~ContextScope() {
   t_core.axes_seen.clear();
   t_core.context = previous_;
-  t_core.failed_core = previous_failed_core_;
+  t_core.call = previous_call_;
 }
+
+bool python_alive() {
+#if PY_VERSION_HEX >= 0x030D0000
+  const bool finalizing = Py_IsFinalizing() != 0;
+#else
+  const bool finalizing = _Py_IsFinalizing() != 0;
+#endif
+  return !g_exiting.load(std::memory_order_acquire) && !finalizing;
+}
+
+void mark_interpreter_exiting() { g_exiting.store(true, std::memory_order_release); }
+
+namespace {
+
+// Whether `device`, which has entered `entered` collectives on `c`, will never join the one a peer
+// waits in as number `sequence`.
+bool never_joins(const CallState& call, const Communicator& c, int device, int64_t sequence) {
+  auto it = call.entered.find(&c);
+  int64_t entered = 0;
+  if (it != call.entered.end()) {
+    auto d = it->second.find(device);
+    if (d != it->second.end()) entered = d->second;
+  }
+  return call.departed.contains(device) && entered <= sequence;
+}
+
+std::string desync_reason(int device, int64_t sequence, const std::string& axes) {
+  return "core " + std::to_string(device) + " returned from the shard_map function without " +
+         "entering collective " + std::to_string(sequence) + " over " + axes +
+         " (expected every core of the group to call the same collectives)";
+}
+
+}  // namespace
 
 Communicator& live_communicator(const BoundAxes& b) {
   Communicator& c = b.context.communicator(b.axes);
+  CallState& call = *t_core.call;
   // Read after c's abort handler is registered (when c is new): a failure notified later aborts c
   // itself, and one notified earlier has set failed_core (both under the runtime's abort lock).
-  const int failed = t_core.failed_core->load(std::memory_order_seq_cst);
+  const int failed = call.failed_core.load(std::memory_order_seq_cst);
   if (failed >= 0 && std::ranges::find(c.group(), failed) != c.group().end()) {
     const std::string reason = "core " + std::to_string(failed) + " of this shard_map failed";
     c.abort(reason);
     throw AbortedError("collective over " + b.axes.to_string() + " not started: " + reason);
   }
+  const int device = b.context.device();
+  const int64_t sequence = call.entered[&c][device]++;
+  for (int peer : c.group()) {
+    if (peer != device && never_joins(call, c, peer, sequence)) {
+      const std::string reason = desync_reason(peer, sequence, b.axes.to_string());
+      if (call.desync.empty()) call.desync = reason;
+      c.abort(reason);
+      throw InvalidArgumentError(reason);
+    }
+  }
+  call.waiting[device] = {&c, sequence, b.axes.to_string()};
   return c;
 }
 
-BoundAxes bind_axes(py::handle axis_name) {
-  if (t_core.context == nullptr) {
-    const std::string names = axis_names_of(axis_name).to_string();
-    PyErr_SetString(PyExc_NameError, ("unbound axis name: " + names).c_str());
-    throw py::error_already_set();
+void core_departed(CallState& call, int device) {
+  call.departed[device] = true;
+  call.waiting.erase(device);
+  for (const auto& [peer, w] : call.waiting) {
+    const auto& group = w.comm->group();
+    if (std::ranges::find(group, device) != group.end() &&
+        never_joins(call, *w.comm, device, w.sequence)) {
+      const std::string reason = desync_reason(device, w.sequence, w.axes);
+      if (call.desync.empty()) call.desync = reason;
+      w.comm->abort(reason);
+    }
   }
+}
+
+void interrupt_call(CallState& call, py::handle exc, const std::string& reason) {
+  for (const auto& [device, thread] : call.python_threads) {
+    PyThreadState_SetAsyncExc(thread, exc.ptr());
+  }
+  for (const auto& [device, w] : call.waiting) w.comm->abort(reason);
+}
+
+namespace {
+[[noreturn]] void unbound(const AxisNames& names) {
+  PyErr_SetString(PyExc_NameError, ("unbound axis name: " + names.to_string()).c_str());
+  throw py::error_already_set();
+}
+}  // namespace
+
+BoundAxes bind_axes(py::handle axis_name) {
+  if (t_core.context == nullptr) unbound(axis_names_of(axis_name));
   for (const auto& [name, axes] : t_core.axes_seen) {
     if (name.ptr() == axis_name.ptr()) return {*t_core.context, axes};
   }
   // Names made anew on every call (a tuple built at run time) take turns in the last slot.
   if (t_core.axes_seen.size() == kMaxAxesSeen) t_core.axes_seen.pop_back();
-  t_core.axes_seen.emplace_back(py::reinterpret_borrow<py::object>(axis_name),
-                                axis_names_of(axis_name));
+  AxisNames names = axis_names_of(axis_name);
+  const auto& mesh_axes = t_core.context->mesh().axis_names();
+  for (const std::string& n : names.names()) {
+    if (std::ranges::find(mesh_axes, n) == mesh_axes.end()) unbound(AxisNames(n));
+  }
+  t_core.axes_seen.emplace_back(py::reinterpret_borrow<py::object>(axis_name), std::move(names));
   return {*t_core.context, t_core.axes_seen.back().second};
 }
 

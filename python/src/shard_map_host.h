@@ -8,7 +8,9 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "py_common.h"
 
@@ -17,34 +19,71 @@ namespace vtpu::python {
 /// The context of the shard_map function this thread is running, or nullptr outside one.
 ShardMapContext* current_context();
 
-/// Makes `ctx` the current context of this thread for its lifetime, in a call whose cores share
-/// `failed_core` (-1, or the first core that failed, as the runtime's abort handlers saw it).
+/// What the cores of one vtpu.shard_map call share. `failed_core` is atomic (the runtime's abort
+/// handlers set it); the GIL guards the rest.
+struct CallState {
+  explicit CallState(uint64_t call_id) : id(call_id) {}
+  const uint64_t id;                 // unique in the process: matches this call's failures
+  std::atomic<int> failed_core{-1};  // the call's first failed core (see live_communicator)
+  // Collectives entered per communicator, by device; devices whose f has returned; the
+  // collective each device last entered. Together they find a core that returned while a peer
+  // waits in a collective it will never join (a deadlock until the timeout otherwise).
+  std::map<const Communicator*, std::map<int, int64_t>> entered;
+  std::map<int, bool> departed;
+  struct Waiting {
+    Communicator* comm;
+    int64_t sequence;
+    std::string axes;
+  };
+  std::map<int, Waiting> waiting;
+  std::string desync;  // why a departed core's peers were aborted, or empty
+  // Python thread ids of the cores running f now, for an asynchronous exception
+  // (KeyboardInterrupt, interpreter exit).
+  std::map<int, unsigned long> python_threads;
+};
+
+/// Makes `ctx` the current context of this thread for its lifetime, in the call `call`.
 class ContextScope {
  public:
-  ContextScope(ShardMapContext& ctx, const std::atomic<int>& failed_core);
+  ContextScope(ShardMapContext& ctx, CallState& call);
   ~ContextScope();
   ContextScope(const ContextScope&) = delete;
   ContextScope& operator=(const ContextScope&) = delete;
 
  private:
   ShardMapContext* previous_;
-  const std::atomic<int>* previous_failed_core_;
+  CallState* previous_call_;
 };
 
+/// Records that this thread's core has returned from f (GIL held): a peer waiting in a
+/// collective the core never entered is aborted, and CallState::desync says why.
+void core_departed(CallState& call, int device);
+
+/// Interrupts `call` (GIL held): raises `exc` asynchronously in the cores running Python and
+/// aborts the communicators cores wait in, so that the call ends soon.
+void interrupt_call(CallState& call, py::handle exc, const std::string& reason);
+
 /// The current context and the axes an axis_name argument names (valid until the next
-/// bind_axes on this thread). Outside shard_map raises NameError "unbound axis name: <axes>", as
-/// JAX does.
+/// bind_axes on this thread). Outside shard_map, or naming an axis the mesh lacks, raises
+/// NameError "unbound axis name: <axes>", as JAX does.
 struct BoundAxes {
   ShardMapContext& context;
   const AxisNames& axes;
 };
 BoundAxes bind_axes(py::handle axis_name);
 
-/// The communicator of `b.axes` for the current core, made on first use. When a core has failed,
-/// the runtime aborts the communicators of its groups that exist then; one made afterwards whose
-/// group holds the failed core would wait for it until the timeout, so it is aborted here
-/// (AbortedError).
+/// The communicator of `b.axes` for the current core, made on first use, for a collective about
+/// to start. When a core of this call has failed, the runtime aborts the communicators of its
+/// groups that exist then; one made afterwards whose group holds the failed core would wait for
+/// it until the timeout, so it is aborted here (AbortedError). A peer that has already returned
+/// from f without entering this collective fails it at once (InvalidArgumentError).
 Communicator& live_communicator(const BoundAxes& b);
+
+/// Whether a core thread may take the GIL: false once the interpreter exits (the module's atexit
+/// hook, or Python finalizing), when taking it would end the thread inside C++ frames.
+bool python_alive();
+/// From the module's atexit hook: python_alive() is false from now on.
+void mark_interpreter_exiting();
 
 /// A lax axis_name argument: a str or a tuple/list of str.
 AxisNames axis_names_of(py::handle axis_name);

@@ -2,6 +2,8 @@
 // vtpu.shard_map runs; python/vtpu/lax.py maps them over pytrees and documents them.
 #include <Python.h>
 
+#include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -104,14 +106,36 @@ py::object all_to_all(py::handle x, py::handle axis_name, int split_axis, int co
                     });
 }
 
+// A ppermute index: a Python int (or an object with __index__, as a numpy integer) in int range.
+int perm_index(py::handle v, py::handle pair) {
+  const auto bad = [&] {
+    return InvalidArgumentError("ppermute perm entry " + py::repr(pair).cast<std::string>() +
+                                " (expected a (source, destination) pair of int axis indices)");
+  };
+  if (PyBool_Check(v.ptr()) || !PyIndex_Check(v.ptr())) throw bad();
+  auto index = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
+  if (!index) throw py::error_already_set();
+  int overflow = 0;
+  const long long i = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (overflow != 0 || i < std::numeric_limits<int>::min() || i > std::numeric_limits<int>::max()) {
+    throw bad();
+  }
+  return static_cast<int>(i);
+}
+
 std::vector<PermutePair> perm_of(py::handle perm) {
+  if (!py::isinstance<py::iterable>(perm) || py::isinstance<py::str>(perm)) {
+    throw InvalidArgumentError("ppermute perm " + py::repr(perm).cast<std::string>() +
+                               " (expected a sequence of (source, destination) pairs)");
+  }
   std::vector<PermutePair> pairs;
   for (py::handle p : perm) {
-    if (py::len(p) != 2) {
+    if (!py::isinstance<py::sequence>(p) || py::isinstance<py::str>(p) || py::len(p) != 2) {
       throw InvalidArgumentError("ppermute perm entry " + py::repr(p).cast<std::string>() +
                                  " (expected a (source, destination) pair)");
     }
-    pairs.emplace_back(py::cast<int>(p[py::int_(0)]), py::cast<int>(p[py::int_(1)]));
+    const py::sequence pair = py::reinterpret_borrow<py::sequence>(p);
+    pairs.emplace_back(perm_index(pair[0], p), perm_index(pair[1], p));
   }
   return pairs;
 }

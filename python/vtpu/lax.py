@@ -25,13 +25,24 @@ __all__ = [
 ]
 
 
+def _is_namedtuple(x):
+    return isinstance(x, tuple) and hasattr(type(x), "_fields")
+
+
+def _is_tree(x):
+    return type(x) in (tuple, list, dict) or _is_namedtuple(x)
+
+
 def _tree_map(fn, x):
-    # tuples, lists and dicts (nested) are pytrees, as in jax.tree_util; everything else a leaf.
+    # tuples, namedtuples, lists and dicts (nested) are pytrees, as in jax.tree_util; a namedtuple
+    # keeps its type. Everything else is a leaf.
     t = type(x)
     if t is tuple or t is list:
         return t(_tree_map(fn, v) for v in x)
     if t is dict:
         return {k: _tree_map(fn, v) for k, v in x.items()}
+    if _is_namedtuple(x):
+        return t(*(_tree_map(fn, v) for v in x))
     return fn(x)
 
 
@@ -39,7 +50,7 @@ def psum(x, axis_name):
     """Compute an all-reduce sum on ``x`` over the mesh axis ``axis_name``.
 
     Args:
-      x: an array, a Python scalar, or a pytree (tuple, list, dict) of them.
+      x: an array, a Python scalar, or a pytree (tuple, namedtuple, list, dict) of them.
       axis_name: a mesh axis name or a tuple of them.
 
     Returns:
@@ -48,7 +59,7 @@ def psum(x, axis_name):
       scalar ``c`` is the same on every core: ``psum(c, axis_name)`` is ``c``
       times the axis size (so ``psum(1, "x")`` is the size of axis ``"x"``).
     """
-    if type(x) in (tuple, list, dict):
+    if _is_tree(x):
         return _tree_map(lambda v: _lax.psum(v, axis_name), x)
     return _lax.psum(x, axis_name)
 
@@ -60,7 +71,7 @@ def pmean(x, axis_name):
     arrays give float32 (true division, as JAX). Takes pytrees and Python scalars
     as ``psum``.
     """
-    if type(x) in (tuple, list, dict):
+    if _is_tree(x):
         return _tree_map(lambda v: _lax.pmean(v, axis_name), x)
     return _lax.pmean(x, axis_name)
 
@@ -70,7 +81,7 @@ def pmax(x, axis_name):
 
     Takes pytrees and Python scalars as ``psum``; returns arrays of ``x``'s shapes.
     """
-    if type(x) in (tuple, list, dict):
+    if _is_tree(x):
         return _tree_map(lambda v: _lax.pmax(v, axis_name), x)
     return _lax.pmax(x, axis_name)
 
@@ -80,7 +91,7 @@ def pmin(x, axis_name):
 
     Takes pytrees and Python scalars as ``psum``; returns arrays of ``x``'s shapes.
     """
-    if type(x) in (tuple, list, dict):
+    if _is_tree(x):
         return _tree_map(lambda v: _lax.pmin(v, axis_name), x)
     return _lax.pmin(x, axis_name)
 

@@ -261,11 +261,15 @@ def test_unbound_axis_name_outside_shard_map(call):
         call()
 
 
-def test_unknown_axis_inside_shard_map(mesh):
-    with pytest.raises(ValueError) as e:
-        per_core(mesh, lambda b: lax.psum(b, "z"), np.zeros((2, 4), np.float32))
-    assert isinstance(e.value, vtpu.InvalidArgumentError)
-    assert "'z'" in str(e.value)
+@pytest.mark.parametrize("call", [
+    lambda b: lax.psum(b, "z"),
+    lambda b: lax.all_gather(b, ("x", "z")),
+    lambda b: lax.axis_index("z"),
+])
+def test_unknown_axis_inside_shard_map_is_unbound(mesh, call):
+    # As JAX, and as outside shard_map: a NameError naming the axis.
+    with pytest.raises(NameError, match="'z'"):
+        per_core(mesh, call, np.zeros((2, 4), np.float32))
 
 
 def test_dtype_mismatch_across_cores(mesh):
@@ -290,6 +294,72 @@ def test_bad_arguments(mesh):
         per_core(mesh, lambda b: lax.psum(b, 7), x)
     with pytest.raises(vtpu.InvalidArgumentError):
         per_core(mesh, lambda b: lax.psum(b.astype(bool), "x"), x)
+
+
+@pytest.mark.parametrize("perm", [
+    [(0.0, 1), (1, 0)], [("0", 1)], [(0, 2**31), (1, 0)], [(True, 1)], [(0, 1, 2)], [0, 1], 5,
+])
+def test_bad_ppermute_pairs_name_the_entry(mesh, perm):
+    with pytest.raises(vtpu.InvalidArgumentError) as e:
+        per_core(mesh, lambda b: lax.ppermute(b, "y", perm), np.zeros((2, 4), np.float32))
+    bad = perm if perm == 5 else perm[0]
+    assert repr(bad) in str(e.value)
+
+
+def test_ppermute_takes_numpy_integer_indices(mesh):
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    perm = [(np.int64(j), np.int32((j + 1) % 4)) for j in range(4)]
+    got = np.array(per_core(mesh, lambda b: lax.ppermute(b, "y", perm), x))
+    np.testing.assert_array_equal(got[:, :, 0, 0], np.roll(x, 1, axis=1))
+
+
+@pytest.mark.parametrize("name", [7, 1.5, None, ("x", 3), b"x"])
+def test_bad_axis_name_types_name_the_value(mesh, name):
+    with pytest.raises(vtpu.InvalidArgumentError) as e:
+        per_core(mesh, lambda b: lax.psum(b, name), np.zeros((2, 4), np.float32))
+    assert repr(name) in str(e.value)
+
+
+def test_big_endian_operands_are_read_by_value(mesh):
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    for dtype in (">f4", ">i4", ">i8"):
+        got = np.array(per_core(mesh, lambda b: lax.psum(b.astype(dtype), "y"), x))
+        np.testing.assert_array_equal(got[:, :, 0, 0], np.repeat(x.sum(1, keepdims=True), 4, 1))
+        got = np.array(per_core(mesh, lambda b: lax.all_gather(b.astype(dtype), "y")[:, 0, 0], x))
+        np.testing.assert_array_equal(got[1, 2], x[1])
+
+
+class _Raises:
+    def __array__(self, *args):
+        raise RuntimeError("no array")
+
+
+@pytest.mark.parametrize("bad,error", [
+    ([[1, 2], [3]], ValueError), (_Raises(), RuntimeError),
+    (np.broadcast_to(np.float32(1), (2**33,)), MemoryError),
+])
+def test_operands_numpy_cannot_make_raise_numpys_error(mesh, bad, error):
+    with pytest.raises(error):
+        per_core(mesh, lambda b: lax.psum(bad, "y"), np.zeros((2, 4), np.float32))
+    np.testing.assert_array_equal(per_core(mesh, lambda b: lax.psum(b, "y"),
+                                           np.ones((2, 4), np.float32))[0][0], [[4.0]])
+
+
+def test_namedtuples_keep_their_type(mesh):
+    import collections
+    Pair = collections.namedtuple("Pair", "a b")
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    seen = []
+
+    def body(b):
+        r = lax.psum(Pair(b, {"c": b * 2}), "y")
+        seen.append(r)
+        return r.a + r.b["c"]
+    got = np.array(per_core(mesh, body, x))
+    assert len(seen) == 8 and all(type(r) is Pair and r.a.shape == (1, 1) for r in seen)
+    np.testing.assert_array_equal(got[:, :, 0, 0], np.repeat(3 * x.sum(1, keepdims=True), 4, 1))
+    got = np.array(per_core(mesh, lambda b: lax.all_gather(Pair(b, b), "y").b[:, 0, 0], x))
+    np.testing.assert_array_equal(got[1, 2], x[1])
 
 
 @pytest.mark.parametrize("cores,shape", [(8, (2, 4)), (64, (8, 8))])

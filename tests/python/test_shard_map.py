@@ -153,13 +153,29 @@ def test_value_error_on_core_3_then_psum(mesh):
     np.testing.assert_array_equal(np.asarray(psum_rows(mesh)(x)), x[:4] + x[4:])
 
 
+def test_core_returning_before_a_collective_fails_its_peers_at_once():
+    rt = vtpu.Runtime(cores=4, hbm_bytes=16 * MB, collective_timeout_ms=60000)
+    mesh = vtpu.make_mesh((4,), ("i",), devices=rt.devices())
+
+    def f(b):
+        if lax.axis_index("i") == 2:
+            return b  # skips the psum the others wait in
+        return lax.psum(b, "i")
+    t0 = time.monotonic()
+    with pytest.raises(vtpu.InvalidArgumentError, match="core 2"):
+        vtpu.shard_map(f, mesh=mesh, in_specs=P("i"), out_specs=P("i"))(np.ones((4, 2), np.float32))
+    assert time.monotonic() - t0 < 5  # not the 60 s collective timeout
+    g = vtpu.shard_map(lambda b: lax.psum(b, "i"), mesh=mesh, in_specs=P("i"), out_specs=P())
+    np.testing.assert_array_equal(np.asarray(g(np.ones((4, 2), np.float32))), [[4.0, 4.0]])
+
+
 def test_collective_deadline_is_timeout_error():
     rt = vtpu.Runtime(cores=4, hbm_bytes=16 * MB, collective_timeout_ms=300)
     mesh = vtpu.make_mesh((4,), ("i",), devices=rt.devices())
 
     def f(b):
         if lax.axis_index("i") == 2:
-            return b  # skips the psum the others wait in
+            time.sleep(1.0)  # joins the psum after the others' deadline
         return lax.psum(b, "i")
     t0 = time.monotonic()
     with pytest.raises(TimeoutError) as e:

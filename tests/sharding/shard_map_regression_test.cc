@@ -126,5 +126,22 @@ TEST(ShardMapRegression, VisualizeOptionsOutOfBoundsAreErrors) {
   }
 }
 
+TEST(ShardMapRegression, ASingleOutSpecPrefixLaysOutEveryOutput) {
+  auto rt = make_rt(4);
+  DeviceMesh mesh = make_mesh(*rt, {4}, {"x"});
+  auto fn = [](ShardMapContext& ctx, Inputs) {
+    const auto i = static_cast<float>(ctx.axis_index("x"));
+    const float a[] = {i}, b[] = {10 + i, 20 + i};
+    return outputs(LocalArray::from_host<float>(ctx.core(), a, {1}),
+                   LocalArray::from_host<float>(ctx.core(), b, {2}));
+  };
+  std::vector<ShardedArray> out = shard_map(mesh, {}, {P("x")}, fn, {.out_spec_prefix = true})();
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].gather<float>(), (std::vector<float>{0, 1, 2, 3}));
+  EXPECT_EQ(out[1].gather<float>(), (std::vector<float>{10, 20, 11, 21, 12, 22, 13, 23}));
+  // Without the option one spec still means exactly one output.
+  EXPECT_THROW(shard_map(mesh, {}, {P("x")}, fn)(), InvalidArgumentError);
+}
+
 }  // namespace
 }  // namespace vtpu
