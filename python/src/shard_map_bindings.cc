@@ -445,23 +445,29 @@ Args:
   in_specs: a ``P`` for every input, or a tuple of ``P`` (one per input). An
     input whose sharding differs is resharded (through the host); a numpy
     input is ``device_put`` to ``NamedSharding(mesh, spec)``.
-  out_specs: a ``P`` (``f`` returns one array) or a tuple of ``P``. A mesh axis
-    an out spec leaves out promises the output is equal along it.
+  out_specs: a ``P`` or a tuple of ``P`` (one per output). A single ``P`` is a
+    prefix, as in JAX: it lays out every output of an ``f`` returning a tuple
+    (or list), and the call returns a tuple (or list). A mesh axis an out spec
+    leaves out promises the output is equal along it.
   check_vma: if True (default), the outputs promised equal along an axis are
     compared byte for byte and a difference raises ``ValueError``
     (``vtpu.InvalidArgumentError``). JAX checks this statically; vtpu checks
     the values. If False, index 0 along that axis supplies the block.
 
 Returns:
-  A callable taking one ``vtpu.Array`` (or numpy array) per in spec and
-  returning one ``vtpu.Array``, or a tuple of them, per ``out_specs``.
+  A callable (``vtpu.ShardMapped``, with ``f``'s ``__name__``, ``__doc__`` and
+  ``__wrapped__``) taking one ``vtpu.Array`` (or numpy array) per in spec and
+  returning one ``vtpu.Array``, or a tuple of them, per ``out_specs``. Without
+  ``f``, a decorator: ``@vtpu.shard_map(mesh=..., in_specs=..., out_specs=...)``.
 
 Errors: an exception raised by ``f`` on one core reaches the caller as that
 exception (the first core's); the other cores, blocked in collectives, are
 released at once, and the runtime and mesh can be used again. A collective
 deadline (``collective_timeout_ms``) raises ``TimeoutError``
 (``vtpu.DeadlineExceededError``); cores that disagree on a collective's dtype
-or shape raise ``ValueError``.
+or shape raise ``ValueError``, as does a core returning while its peers wait
+in a collective it never called (at once, naming it). Ctrl-C interrupts the
+call (``KeyboardInterrupt``, raised in the cores still running ``f`` too).
 
 Example:
   >>> mesh = vtpu.make_mesh((2, 4), ("data", "model"), devices=rt.devices())

@@ -228,10 +228,12 @@ bool never_joins(const CallState& call, const Communicator& c, int device, int64
   return call.departed.contains(device) && entered <= sequence;
 }
 
-std::string desync_reason(int device, int64_t sequence, const std::string& axes) {
+std::string desync_reason(int device, int64_t sequence, const Communicator& c) {
+  std::string group;
+  for (int id : c.group()) group += (group.empty() ? "" : ", ") + std::to_string(id);
   return "core " + std::to_string(device) + " returned from the shard_map function without " +
-         "entering collective " + std::to_string(sequence) + " over " + axes +
-         " (expected every core of the group to call the same collectives)";
+         "entering collective " + std::to_string(sequence) + " of its group {" + group +
+         "} (expected every core of the group to call the same collectives)";
 }
 
 }  // namespace
@@ -251,13 +253,13 @@ Communicator& live_communicator(const BoundAxes& b) {
   const int64_t sequence = call.entered[&c][device]++;
   for (int peer : c.group()) {
     if (peer != device && never_joins(call, c, peer, sequence)) {
-      const std::string reason = desync_reason(peer, sequence, b.axes.to_string());
+      const std::string reason = desync_reason(peer, sequence, c);
       if (call.desync.empty()) call.desync = reason;
       c.abort(reason);
       throw InvalidArgumentError(reason);
     }
   }
-  call.waiting[device] = {&c, sequence, b.axes.to_string()};
+  call.waiting[device] = {&c, sequence};
   return c;
 }
 
@@ -268,7 +270,7 @@ void core_departed(CallState& call, int device) {
     const auto& group = w.comm->group();
     if (std::ranges::find(group, device) != group.end() &&
         never_joins(call, *w.comm, device, w.sequence)) {
-      const std::string reason = desync_reason(device, w.sequence, w.axes);
+      const std::string reason = desync_reason(device, w.sequence, *w.comm);
       if (call.desync.empty()) call.desync = reason;
       w.comm->abort(reason);
     }

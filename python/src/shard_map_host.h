@@ -33,7 +33,6 @@ struct CallState {
   struct Waiting {
     Communicator* comm;
     int64_t sequence;
-    std::string axes;
   };
   std::map<int, Waiting> waiting;
   std::string desync;  // why a departed core's peers were aborted, or empty

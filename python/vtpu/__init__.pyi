@@ -1,4 +1,4 @@
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union, overload
 
 import numpy as np
 
@@ -159,6 +159,11 @@ def device_get(x: Array) -> np.ndarray: ...
 def visualize_array_sharding(
     x: Array, *, scale: float = ..., min_width: int = ..., max_width: int = ...
 ) -> str: ...
+class ShardMapped:
+    __name__: str
+    __wrapped__: Callable[..., Any]
+    def __call__(self, *args: Any) -> Any: ...
+@overload
 def shard_map(
     f: Callable[..., Any],
     *,
@@ -166,5 +171,14 @@ def shard_map(
     in_specs: _Specs,
     out_specs: _Specs,
     check_vma: bool = ...,
-) -> Callable[..., Any]: ...
+) -> ShardMapped: ...
+@overload
+def shard_map(
+    f: None = ...,
+    *,
+    mesh: Mesh,
+    in_specs: _Specs,
+    out_specs: _Specs,
+    check_vma: bool = ...,
+) -> Callable[[Callable[..., Any]], ShardMapped]: ...
 def data_file(name: str) -> str: ...

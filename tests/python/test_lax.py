@@ -329,22 +329,6 @@ def test_big_endian_operands_are_read_by_value(mesh):
         np.testing.assert_array_equal(got[1, 2], x[1])
 
 
-class _Raises:
-    def __array__(self, *args):
-        raise RuntimeError("no array")
-
-
-@pytest.mark.parametrize("bad,error", [
-    ([[1, 2], [3]], ValueError), (_Raises(), RuntimeError),
-    (np.broadcast_to(np.float32(1), (2**33,)), MemoryError),
-])
-def test_operands_numpy_cannot_make_raise_numpys_error(mesh, bad, error):
-    with pytest.raises(error):
-        per_core(mesh, lambda b: lax.psum(bad, "y"), np.zeros((2, 4), np.float32))
-    np.testing.assert_array_equal(per_core(mesh, lambda b: lax.psum(b, "y"),
-                                           np.ones((2, 4), np.float32))[0][0], [[4.0]])
-
-
 def test_namedtuples_keep_their_type(mesh):
     import collections
     Pair = collections.namedtuple("Pair", "a b")

@@ -223,23 +223,31 @@ def test_shard_map_inside_shard_map_is_refused(mesh):
         vtpu.shard_map(f, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(np.ones((2, 2), np.float32))
 
 
-def test_calls_from_several_host_threads(mesh):
-    x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
-    f = psum_rows(mesh)
+def run_in_threads(*bodies):
+    """Runs each body on its own thread; returns the exceptions they raised."""
     errors = []
 
-    def worker():
+    def guarded(body):
         try:
-            for _ in range(5):
-                np.testing.assert_array_equal(np.asarray(f(x)), x[:4] + x[4:])
-        except Exception as e:  # noqa: BLE001 - reported below
+            body()
+        except Exception as e:  # noqa: BLE001 - returned to the test
             errors.append(e)
-    threads = [threading.Thread(target=worker) for _ in range(3)]
+    threads = [threading.Thread(target=guarded, args=(b,)) for b in bodies]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert errors == []
+    return errors
+
+
+def test_calls_from_several_host_threads(mesh):
+    x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+    f = psum_rows(mesh)
+
+    def worker():
+        for _ in range(5):
+            np.testing.assert_array_equal(np.asarray(f(x)), x[:4] + x[4:])
+    assert run_in_threads(worker, worker, worker) == []
 
 
 def test_docstrings():
@@ -275,15 +283,21 @@ for _ in range(100):
 """
 
 
-def test_process_exits_cleanly_after_failures():
-    # Core threads once dropped f's exceptions after the interpreter had finalised (terminate).
+def run_python(code, timeout=120):
+    """Runs `code` in a new interpreter; returns its stdout, asserting it exited with 0."""
     import os
     import subprocess
     import sys
+    r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ), capture_output=True,
+                       timeout=timeout)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    return r.stdout.decode()
+
+
+def test_process_exits_cleanly_after_failures():
+    # Core threads once dropped f's exceptions after the interpreter had finalised (terminate).
     for _ in range(3):
-        r = subprocess.run([sys.executable, "-c", EXIT_AFTER_FAILURES], env=dict(os.environ),
-                           capture_output=True, timeout=120)
-        assert r.returncode == 0, r.stderr.decode()[-2000:]
+        run_python(EXIT_AFTER_FAILURES)
 
 
 def test_failure_before_the_first_collective_releases_the_others(rt):
@@ -299,3 +313,158 @@ def test_failure_before_the_first_collective_releases_the_others(rt):
         with pytest.raises(ValueError):
             vtpu.shard_map(f, mesh=mesh, in_specs=P("i"), out_specs=P())(np.ones(8, np.float32))
         assert time.monotonic() - t0 < TIMEOUT_MS / 1000 / 2
+
+
+class _Raises:
+    def __array__(self, *args):
+        raise RuntimeError("no array")
+
+
+@pytest.mark.parametrize("bad,error", [
+    ([[1, 2], [3]], ValueError), (_Raises(), RuntimeError),
+    (np.broadcast_to(np.float32(1), (2**33,)), MemoryError),
+])
+@pytest.mark.parametrize("use", [lambda v: (v,), lambda v: (lax.psum(v, "x"),)])
+def test_outputs_and_operands_numpy_cannot_make_raise_numpys_error(mesh, bad, error, use):
+    f = vtpu.shard_map(lambda b: use(bad), mesh=mesh, in_specs=P("x"), out_specs=(P("x"),))
+    with pytest.raises(error):
+        f(np.ones((2, 2), np.float32))
+    np.testing.assert_array_equal(np.asarray(psum_rows(mesh)(np.ones((8, 16), np.float32))), 2.0)
+
+
+@pytest.mark.parametrize("dtype", [">f4", ">i4", ">i8", ">f2"])
+def test_big_endian_outputs_keep_their_values(mesh, dtype):
+    x = np.arange(8 * 4, dtype=np.float32).reshape(8, 4)
+    f = vtpu.shard_map(lambda b: b.astype(dtype), mesh=mesh, in_specs=P("x", "y"),
+                       out_specs=P("x", "y"))
+    np.testing.assert_array_equal(np.asarray(f(x)), x.astype(dtype))
+
+
+def test_none_mesh_is_a_type_error():
+    with pytest.raises(TypeError, match="None"):
+        vtpu.shard_map(lambda b: b, mesh=None, in_specs=P(), out_specs=P())
+    with pytest.raises(TypeError, match="None"):
+        vtpu._vtpu._bench_psum_cpp(None, 1024, 1, "x")
+
+
+EXIT_WHILE_RUNNING = """
+import numpy as np, vtpu, threading, time
+from vtpu import P, lax
+rt = vtpu.Runtime(cores=2, hbm_bytes="64M")
+m = vtpu.make_mesh((2,), ("a",), runtime=rt)
+fn = vtpu.shard_map(lambda b: lax.psum(b * 2, "a"), mesh=m, in_specs=P("a"), out_specs=P())
+threading.Thread(target=lambda: [fn(np.ones((2, 2), np.float32)) for _ in iter(int, 1)],
+                 daemon=True).start()
+time.sleep(0.3)
+"""
+
+
+def test_process_exits_cleanly_while_a_daemon_thread_is_in_shard_map():
+    # A core taking the GIL once Python finalized was ended inside C++ frames (terminate).
+    for _ in range(10):
+        run_python(EXIT_WHILE_RUNNING, timeout=60)
+
+
+def test_a_failing_call_does_not_fail_concurrent_calls_on_the_mesh(mesh):
+    x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+    good = psum_rows(mesh)
+
+    def raises(b):
+        if lax.axis_index("y") == 1:
+            raise KeyError("core")
+        return lax.psum(b, "x")
+    bad = vtpu.shard_map(raises, mesh=mesh, in_specs=P("x", "y"), out_specs=P(None, "y"))
+
+    def good_worker():
+        for _ in range(30):
+            np.testing.assert_array_equal(np.asarray(good(x)), x[:4] + x[4:])
+
+    def bad_worker():
+        for _ in range(30):
+            with pytest.raises(KeyError):
+                bad(x)
+    assert run_in_threads(good_worker, good_worker, bad_worker) == []
+
+
+def test_single_out_spec_is_a_prefix_for_a_tuple_or_list(mesh):
+    x = np.arange(8 * 4, dtype=np.float32).reshape(8, 4)
+    f = vtpu.shard_map(lambda b: (b, b * 2, lax.psum(b, "x")), mesh=mesh, in_specs=P("x", "y"),
+                       out_specs=P("x", "y"))
+    out = f(x)
+    assert type(out) is tuple and len(out) == 3
+    np.testing.assert_array_equal(np.asarray(out[0]), x)
+    np.testing.assert_array_equal(np.asarray(out[1]), 2 * x)
+    rows = x.reshape(2, 4, 4).sum(0)
+    np.testing.assert_array_equal(np.asarray(out[2]), np.concatenate([rows, rows]))
+    g = vtpu.shard_map(lambda b: [b], mesh=mesh, in_specs=P("x", "y"), out_specs=P("x", "y"))
+    out = g(x)
+    assert type(out) is list and len(out) == 1
+    np.testing.assert_array_equal(np.asarray(out[0]), x)
+
+
+@pytest.mark.parametrize("result,name", [
+    (lambda b: None, "NoneType"), (lambda b: {"a": b}, "dict"), (lambda b: (v for v in [b]), "generator"),
+    (lambda b: (b, None), "NoneType"),
+])
+def test_non_array_results_name_their_type(mesh, result, name):
+    f = vtpu.shard_map(result, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    with pytest.raises(vtpu.InvalidArgumentError, match=name):
+        f(np.ones((2, 2), np.float32))
+    f = vtpu.shard_map(result, mesh=mesh, in_specs=P("x"), out_specs=(P("x"),))
+    with pytest.raises(vtpu.InvalidArgumentError, match=name):
+        f(np.ones((2, 2), np.float32))
+
+
+def test_f_must_be_callable_and_is_wrapped(mesh):
+    with pytest.raises(TypeError, match="3"):
+        vtpu.shard_map(3, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+
+    def double(b):
+        """Twice the block."""
+        return b * 2
+    f = vtpu.shard_map(double, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    assert f.__name__ == "double" and f.__doc__ == "Twice the block." and f.__wrapped__ is double
+    assert "double" in repr(f) and "PartitionSpec('x'" in repr(f)
+
+    @vtpu.shard_map(mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    def triple(b):
+        return b * 3
+    assert triple.__name__ == "triple"
+    np.testing.assert_array_equal(np.asarray(triple(np.ones((8, 2), np.float32))), 3.0)
+    np.testing.assert_array_equal(np.asarray(f(np.ones((8, 2), np.float32))), 2.0)
+
+
+@pytest.mark.parametrize("in_specs,bad", [
+    ((P(), 1), "1"), ([P("x"), "y"], "'y'"), (P(unreduced=("x",)), "unreduced"),
+])
+def test_bad_in_specs_name_the_spec(mesh, in_specs, bad):
+    with pytest.raises(vtpu.InvalidArgumentError) as e:
+        vtpu.shard_map(lambda *b: b[0], mesh=mesh, in_specs=in_specs, out_specs=P())
+    assert bad in str(e.value)
+
+
+KEYBOARD_INTERRUPT = """
+import os, signal, threading, time, numpy as np, vtpu
+from vtpu import P, lax
+rt = vtpu.Runtime(cores=2, hbm_bytes="64M", collective_timeout_ms=60000)
+m = vtpu.make_mesh((2,), ("a",), runtime=rt)
+def f(b):
+    if lax.axis_index("a") == 0:
+        while True:  # loops in Python
+            pass
+    return lax.psum(b, "a")  # waits for core 0
+threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+t0 = time.monotonic()
+try:
+    vtpu.shard_map(f, mesh=m, in_specs=P("a"), out_specs=P())(np.ones(2, np.float32))
+except KeyboardInterrupt:
+    print("interrupted after", time.monotonic() - t0)
+g = vtpu.shard_map(lambda b: lax.psum(b, "a"), mesh=m, in_specs=P("a"), out_specs=P())
+print("then", np.asarray(g(np.ones(2, np.float32))).tolist())
+"""
+
+
+def test_ctrl_c_interrupts_a_call():
+    out = run_python(KEYBOARD_INTERRUPT, timeout=60)
+    assert float(out.split("interrupted after")[1].split()[0]) < 5
+    assert "then [2.0]" in out
