@@ -4,11 +4,14 @@
 // numpy work and their collectives interleave.
 #include <Python.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -260,6 +263,33 @@ std::shared_ptr<const ShardedArray> input_of(const Mapped& m, py::handle arg,
   return py::cast<const PyArray&>(vtpu.attr("device_put")(host, sharding)).array;
 }
 
+// Calls on meshes that share cores run one at a time: a failing program aborts the communicators
+// of every group holding its failed core, which would fail a concurrent call on another mesh
+// over those cores. Each call locks its cores' mutexes in core order (so calls cannot deadlock),
+// before the mesh's own lock; a call starting after a failure resets its mesh's communicators.
+class CoreLocks {
+ public:
+  explicit CoreLocks(const DeviceMesh& mesh) {
+    std::mutex* mutexes = core_mutexes(mesh.runtime());
+    std::vector<int> cores = mesh.devices();
+    std::ranges::sort(cores);
+    for (int core : cores) locks_.emplace_back(mutexes[core]);
+  }
+
+ private:
+  static std::mutex* core_mutexes(const Runtime& runtime) {
+    static auto* table = new std::map<const Runtime*, std::unique_ptr<std::mutex[]>>();
+    static auto* table_mu = new std::mutex();
+    const std::lock_guard lock(*table_mu);
+    auto& mutexes = (*table)[&runtime];
+    if (!mutexes)
+      mutexes = std::make_unique<std::mutex[]>(static_cast<size_t>(runtime.num_cores()));
+    return mutexes.get();
+  }
+
+  std::vector<std::unique_lock<std::mutex>> locks_;
+};
+
 bool on_main_thread() {
   static const unsigned long main_thread = PyThread_get_thread_ident();  // set at import
   return PyThread_get_thread_ident() == main_thread;
@@ -334,8 +364,10 @@ py::object call_mapped(const Mapped& m, const py::args& args) {
   std::vector<ShardedArray> outputs;
   try {
     const FailureWatch watch(m.mesh->mesh.runtime(), call.state);
-    outputs = run_releasing_gil(
-        call.state, [&] { return mapped(std::span<const ShardedArray* const>(inputs)); });
+    outputs = run_releasing_gil(call.state, [&] {
+      const CoreLocks locks(m.mesh->mesh);
+      return mapped(std::span<const ShardedArray* const>(inputs));
+    });
   } catch (const RaisedInPython& e) {
     const py::tuple raised = call.raised[e.slot()];
     py::object type = raised[0], value = raised[1], trace = raised[2];
@@ -441,7 +473,7 @@ Args:
     has no f64 arrays, as JAX without x64). Outputs are copied into the core's
     HBM, so ``f`` may keep or modify its arrays. The input views stay valid for
     as long as Python references them (the block stays allocated and pinned).
-  mesh: a ``vtpu.Mesh``. Calls on one mesh run one at a time.
+  mesh: a ``vtpu.Mesh``. Calls on meshes that share cores run one at a time.
   in_specs: a ``P`` for every input, or a tuple of ``P`` (one per input). An
     input whose sharding differs is resharded (through the host); a numpy
     input is ``device_put`` to ``NamedSharding(mesh, spec)``.

@@ -365,7 +365,7 @@ def test_process_exits_cleanly_while_a_daemon_thread_is_in_shard_map():
         run_python(EXIT_WHILE_RUNNING, timeout=60)
 
 
-def test_a_failing_call_does_not_fail_concurrent_calls_on_the_mesh(mesh):
+def test_a_failing_call_does_not_fail_concurrent_calls_on_its_cores(rt, mesh):
     x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
     good = psum_rows(mesh)
 
@@ -373,16 +373,19 @@ def test_a_failing_call_does_not_fail_concurrent_calls_on_the_mesh(mesh):
         if lax.axis_index("y") == 1:
             raise KeyError("core")
         return lax.psum(b, "x")
-    bad = vtpu.shard_map(raises, mesh=mesh, in_specs=P("x", "y"), out_specs=P(None, "y"))
+    # The failing calls run on the same mesh and on another mesh over the same cores.
+    other = vtpu.make_mesh((2, 4), ("x", "y"), devices=rt.devices())
+    bad = [vtpu.shard_map(raises, mesh=m, in_specs=P("x", "y"), out_specs=P(None, "y"))
+           for m in (mesh, other)]
 
     def good_worker():
         for _ in range(30):
             np.testing.assert_array_equal(np.asarray(good(x)), x[:4] + x[4:])
 
     def bad_worker():
-        for _ in range(30):
+        for k in range(30):
             with pytest.raises(KeyError):
-                bad(x)
+                bad[k % 2](x)
     assert run_in_threads(good_worker, good_worker, bad_worker) == []
 
 
