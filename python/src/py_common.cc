@@ -179,7 +179,7 @@ py::array gather_to_numpy(const ShardedArray& array) {
         check_sharded_array_dtype(array.dtype(), "gather");  // throws: no f64 arrays
       } else {
         std::vector<T> values = array.gather<T>();
-        std::memcpy(dst, values.data(), nbytes);
+        if (nbytes > 0) std::memcpy(dst, values.data(), nbytes);  // data() may be null if empty
       }
     });
   }
