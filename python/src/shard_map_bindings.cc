@@ -77,7 +77,10 @@ std::set<CallState*>& calls_in_flight() {
 // a reference after its program ends (run_spmd's exception_ptr) would need the GIL to drop it,
 // possibly after the interpreter has finalised or while the caller joins the cores with the GIL.
 struct Call {
-  Call(const Mapped& m, uint64_t id) : mapped(m), raised(m.mesh->mesh.devices().size()), state(id) {
+  Call(const Mapped& m, uint64_t id)
+      : mapped(m),
+        raised(m.mesh->mesh.devices().size()),
+        state(id, m.mesh->mesh.runtime().num_cores()) {
     calls_in_flight().insert(&state);
   }
   ~Call() { calls_in_flight().erase(&state); }
@@ -176,9 +179,9 @@ class FailsAs {
 class PythonThread {
  public:
   PythonThread(CallState& call, int device) : call_(call), device_(device) {
-    call.python_threads[device] = PyThread_get_thread_ident();
+    call.python_threads[static_cast<size_t>(device)] = PyThread_get_thread_ident();
   }
-  ~PythonThread() { call_.python_threads.erase(device_); }
+  ~PythonThread() { call_.python_threads[static_cast<size_t>(device_)] = 0; }
   PythonThread(const PythonThread&) = delete;
   PythonThread& operator=(const PythonThread&) = delete;
 

@@ -216,16 +216,19 @@ void mark_interpreter_exiting() { g_exiting.store(true, std::memory_order_releas
 
 namespace {
 
-// Whether `device`, which has entered `entered` collectives on `c`, will never join the one a peer
-// waits in as number `sequence`.
-bool never_joins(const CallState& call, const Communicator& c, int device, int64_t sequence) {
-  auto it = call.entered.find(&c);
-  int64_t entered = 0;
-  if (it != call.entered.end()) {
-    auto d = it->second.find(device);
-    if (d != it->second.end()) entered = d->second;
+// The number of collectives each device has entered on `c` (indexed by device id).
+std::vector<int64_t>& entered_on(CallState& call, const Communicator& c) {
+  for (auto& [comm, counts] : call.entered) {
+    if (comm == &c) return counts;
   }
-  return call.departed.contains(device) && entered <= sequence;
+  call.entered.emplace_back(&c, std::vector<int64_t>(call.departed.size()));
+  return call.entered.back().second;
+}
+
+// Whether `device` has returned from f before entering collective `sequence` of `c`.
+bool never_joins(CallState& call, const Communicator& c, int device, int64_t sequence) {
+  const auto d = static_cast<size_t>(device);
+  return call.departed[d] != 0 && entered_on(call, c)[d] <= sequence;
 }
 
 std::string desync_reason(int device, int64_t sequence, const Communicator& c) {
@@ -250,8 +253,9 @@ Communicator& live_communicator(const BoundAxes& b) {
     throw AbortedError("collective over " + b.axes.to_string() + " not started: " + reason);
   }
   const int device = b.context.device();
-  const int64_t sequence = call.entered[&c][device]++;
-  for (int peer : c.group()) {
+  const int64_t sequence = entered_on(call, c)[static_cast<size_t>(device)]++;
+  for (size_t k = 0; call.num_departed > 0 && k < c.group().size(); ++k) {
+    const int peer = c.group()[k];
     if (peer != device && never_joins(call, c, peer, sequence)) {
       const std::string reason = desync_reason(peer, sequence, c);
       if (call.desync.empty()) call.desync = reason;
@@ -259,14 +263,16 @@ Communicator& live_communicator(const BoundAxes& b) {
       throw InvalidArgumentError(reason);
     }
   }
-  call.waiting[device] = {&c, sequence};
+  call.waiting[static_cast<size_t>(device)] = {&c, sequence};
   return c;
 }
 
 void core_departed(CallState& call, int device) {
-  call.departed[device] = true;
-  call.waiting.erase(device);
-  for (const auto& [peer, w] : call.waiting) {
+  call.departed[static_cast<size_t>(device)] = 1;
+  ++call.num_departed;
+  call.waiting[static_cast<size_t>(device)] = {};
+  for (const CallState::Waiting& w : call.waiting) {
+    if (w.comm == nullptr) continue;
     const auto& group = w.comm->group();
     if (std::ranges::find(group, device) != group.end() &&
         never_joins(call, *w.comm, device, w.sequence)) {
@@ -278,10 +284,12 @@ void core_departed(CallState& call, int device) {
 }
 
 void interrupt_call(CallState& call, py::handle exc, const std::string& reason) {
-  for (const auto& [device, thread] : call.python_threads) {
-    PyThreadState_SetAsyncExc(thread, exc.ptr());
+  for (unsigned long thread : call.python_threads) {
+    if (thread != 0) PyThreadState_SetAsyncExc(thread, exc.ptr());
   }
-  for (const auto& [device, w] : call.waiting) w.comm->abort(reason);
+  for (const CallState::Waiting& w : call.waiting) {
+    if (w.comm != nullptr) w.comm->abort(reason);
+  }
 }
 
 namespace {

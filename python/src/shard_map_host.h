@@ -8,9 +8,10 @@
 #pragma once
 
 #include <atomic>
-#include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "py_common.h"
 
@@ -22,23 +23,29 @@ ShardMapContext* current_context();
 /// What the cores of one vtpu.shard_map call share. `failed_core` is atomic (the runtime's abort
 /// handlers set it); the GIL guards the rest.
 struct CallState {
-  explicit CallState(uint64_t call_id) : id(call_id) {}
+  CallState(uint64_t call_id, int num_cores)
+      : id(call_id),
+        departed(static_cast<size_t>(num_cores)),
+        waiting(static_cast<size_t>(num_cores)),
+        python_threads(static_cast<size_t>(num_cores)) {}
   const uint64_t id;                 // unique in the process: matches this call's failures
   std::atomic<int> failed_core{-1};  // the call's first failed core (see live_communicator)
-  // Collectives entered per communicator, by device; devices whose f has returned; the
-  // collective each device last entered. Together they find a core that returned while a peer
-  // waits in a collective it will never join (a deadlock until the timeout otherwise).
-  std::map<const Communicator*, std::map<int, int64_t>> entered;
-  std::map<int, bool> departed;
+  // Collectives entered per communicator, by device id; whether each device's f has returned;
+  // the collective each device last entered (comm null: none). Together they find a core that
+  // returned while a peer waits in a collective it will never join (a deadlock until the
+  // timeout otherwise). Flat and indexed by device id: every collective updates them.
+  std::vector<std::pair<const Communicator*, std::vector<int64_t>>> entered;
+  std::vector<char> departed;
+  int num_departed = 0;
   struct Waiting {
-    Communicator* comm;
-    int64_t sequence;
+    Communicator* comm = nullptr;
+    int64_t sequence = 0;
   };
-  std::map<int, Waiting> waiting;
+  std::vector<Waiting> waiting;
   std::string desync;  // why a departed core's peers were aborted, or empty
-  // Python thread ids of the cores running f now, for an asynchronous exception
+  // Python thread ids of the cores running f now (0: none), for an asynchronous exception
   // (KeyboardInterrupt, interpreter exit).
-  std::map<int, unsigned long> python_threads;
+  std::vector<unsigned long> python_threads;
 };
 
 /// Makes `ctx` the current context of this thread for its lifetime, in the call `call`.
