@@ -280,14 +280,22 @@ class CoreLocks {
   }
 
  private:
+  struct CoreMutexes {
+    int num_cores = 0;
+    std::unique_ptr<std::mutex[]> mutexes;
+  };
+  // Keyed by address: a runtime made where a destroyed one was (no call can hold the dead one's
+  // mutexes) gets a table of its own size, never the old one's.
   static std::mutex* core_mutexes(const Runtime& runtime) {
-    static auto* table = new std::map<const Runtime*, std::unique_ptr<std::mutex[]>>();
+    static auto* table = new std::map<const Runtime*, CoreMutexes>();
     static auto* table_mu = new std::mutex();
     const std::lock_guard lock(*table_mu);
-    auto& mutexes = (*table)[&runtime];
-    if (!mutexes)
-      mutexes = std::make_unique<std::mutex[]>(static_cast<size_t>(runtime.num_cores()));
-    return mutexes.get();
+    CoreMutexes& entry = (*table)[&runtime];
+    if (entry.num_cores != runtime.num_cores()) {
+      entry.num_cores = runtime.num_cores();
+      entry.mutexes = std::make_unique<std::mutex[]>(static_cast<size_t>(entry.num_cores));
+    }
+    return entry.mutexes.get();
   }
 
   std::vector<std::unique_lock<std::mutex>> locks_;

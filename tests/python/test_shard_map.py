@@ -471,3 +471,14 @@ def test_ctrl_c_interrupts_a_call():
     out = run_python(KEYBOARD_INTERRUPT, timeout=60)
     assert float(out.split("interrupted after")[1].split()[0]) < 5
     assert "then [2.0]" in out
+
+
+def test_runtimes_of_other_sizes_made_one_after_another():
+    # A runtime may be made where a destroyed one of fewer cores was: its calls must not use the
+    # old one's per-core state.
+    for cores in (1, 2, 4, 8, 2, 8):
+        rt = vtpu.Runtime(cores=cores, hbm_bytes=4 * MB)
+        m = vtpu.make_mesh((cores,), ("i",), devices=rt.devices())
+        f = vtpu.shard_map(lambda b: lax.psum(b, "i"), mesh=m, in_specs=P("i"), out_specs=P())
+        assert np.asarray(f(np.ones(cores, np.float32))).tolist() == [float(cores)]
+        del f, m, rt
