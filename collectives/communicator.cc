@@ -124,7 +124,7 @@ Communicator::Communicator(Runtime& runtime, std::vector<int> group)
 
 Communicator::Communicator(Runtime& runtime, std::vector<int> group, CommunicatorOptions options)
     : runtime_(runtime), group_(std::move(group)), options_(std::move(options)) {
-  options_.link.process_cores = runtime_.num_cores();
+  options_.link.process_cores = runtime_.local_num_cores();
   if (group_.empty())
     throw InvalidArgumentError("communicator group is empty (expected >= 1 core)");
   rank_of_core_.assign(static_cast<size_t>(runtime_.num_cores()), -1);
@@ -161,14 +161,23 @@ Communicator::Communicator(Runtime& runtime, std::vector<int> group, Communicato
                                " (expected 0 for automatic, or a divisor of the group size " +
                                std::to_string(n) + ")");
   }
-  if (!options_.transport) options_.transport = std::make_shared<InProcessTransport>();
+  if (!options_.transport) {
+    auto* provider = dynamic_cast<TransportProvider*>(&runtime_.process_group());
+    options_.transport = provider ? provider->make_transport(runtime_, group_)
+                                  : std::make_shared<InProcessTransport>();
+  }
+  for (int c : group_) {
+    if (runtime_.process_of(c) != runtime_.process_of(group_[0])) spans_processes_ = true;
+  }
   const size_t nn = static_cast<size_t>(n) * static_cast<size_t>(n);
   links_ = std::make_unique<std::atomic<Link*>[]>(nn);
   for (size_t i = 0; i < nn; ++i) links_[i].store(nullptr, std::memory_order_relaxed);
   // The clockwise ring every default algorithm uses is made up front; other pairs on first use.
   if (n > 1) {
     for (int i = 0; i < n; ++i) link(i, (i + 1) % n);
-    direct_access_ = link(0, 1).supports_direct_access();
+    // Direct access is all or nothing for the group's algorithms: a group across processes has
+    // links without it (the hierarchical all-reduce uses the in-process links directly).
+    direct_access_ = !spans_processes_ && link(0, 1).supports_direct_access();
   }
   sequence_.assign(static_cast<size_t>(n), 0);
   entered_ = std::make_unique<std::atomic<uint64_t>[]>(static_cast<size_t>(n));

@@ -372,6 +372,7 @@ class Communicator {
   std::mutex links_mu_;
   std::vector<std::unique_ptr<Link>> owned_links_;  // GUARDED_BY(links_mu_)
   bool direct_access_ = false;  // the transport's links support direct access (set once)
+  bool spans_processes_ = false;  // some ranks live in another process (set once)
   // Ranks inside a DirectAccessScope; a failed collective waits for 0 before it returns.
   std::atomic<int> direct_users_{0};
   std::vector<uint64_t> sequence_;                    // per rank; written by that rank's core

@@ -36,6 +36,16 @@ bool is_aborted(const std::exception_ptr& e) {
   }
 }
 
+std::string error_text(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
 }  // namespace
 
 int CoreContext::core_id() const { return core_.core_id(); }
@@ -92,8 +102,22 @@ DeviceBuffer Runtime::allocate_array(int core_id, ElementType dtype, std::span<c
                                 std::span<const std::vector<int64_t>>(&shape, 1), std::move(label));
 }
 
-Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
+Runtime::Runtime(RuntimeOptions options)
+    : Runtime(std::move(options), std::make_shared<SingleProcessGroup>()) {}
+
+Runtime::Runtime(RuntimeOptions options, std::shared_ptr<ProcessGroup> processes)
+    : options_(std::move(options)), processes_(std::move(processes)) {
   options_.validate();
+  if (!processes_) throw InvalidArgumentError("Runtime with a null ProcessGroup");
+  const int count = processes_->process_count();
+  if (count < 1 || options_.num_cores % count != 0) {
+    throw InvalidArgumentError("num_cores " + std::to_string(options_.num_cores) +
+                               " cannot be split evenly across " + std::to_string(count) +
+                               " processes (expected a multiple of " + std::to_string(count) +
+                               ")");
+  }
+  const int per_process = options_.num_cores / count;
+  first_local_ = processes_->process_index() * per_process;
   profile_ = HardwareProfile::get(options_.hardware_profile);
   CoreMemoryOptions memory;
   memory.vmem_bytes =
@@ -104,9 +128,9 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
   memory.dma.bytes_per_second = options_.dma_bytes_per_second;
   memory.dma.latency = options_.dma_latency;
   memory.dma.wait_timeout = options_.dma_timeout;
-  cores_.reserve(static_cast<size_t>(options_.num_cores));
+  cores_.reserve(static_cast<size_t>(per_process));
   const auto epoch = std::chrono::steady_clock::now();  // t_us = 0 of every core's event log
-  for (int i = 0; i < options_.num_cores; ++i) {
+  for (int i = first_local_; i < first_local_ + per_process; ++i) {
     ArenaOptions a;
     a.name = "default";
     a.policy = options_.allocator;
@@ -122,10 +146,28 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
         memory));
   }
   pin_core_threads();
+  processes_->set_failure_callback(
+      [this](int core, const std::string& message) { notify_remote_failure(core, message); });
+}
+
+std::vector<int> Runtime::local_core_ids() const {
+  std::vector<int> ids(static_cast<size_t>(local_num_cores()));
+  std::iota(ids.begin(), ids.end(), first_local_);
+  return ids;
+}
+
+void Runtime::notify_remote_failure(int failed_core, const std::string& message) {
+  notify_abort(failed_core,
+               std::make_exception_ptr(AbortedError(
+                   "process " + std::to_string(process_of(failed_core)) + ": " + message)));
 }
 
 void Runtime::pin_core_threads() {
-  thread_pinning_ = plan_thread_pinning(options_.pin_threads, num_cores(), usable_cpu_ids());
+  // Several processes share the CPUs: "auto" would pin each one's cores to the same first CPUs,
+  // so placement is left to the scheduler (or to the MPI launcher's binding).
+  const std::string mode =
+      process_count() > 1 && options_.pin_threads == "auto" ? "off" : options_.pin_threads;
+  thread_pinning_ = plan_thread_pinning(mode, local_num_cores(), usable_cpu_ids());
   for (size_t i = 0; i < thread_pinning_.cpus.size(); ++i) {
     const int cpu = thread_pinning_.cpus[i];
     if (!cores_[i]->pin_to_cpu(cpu)) {
@@ -139,6 +181,7 @@ void Runtime::pin_core_threads() {
 }
 
 Runtime::~Runtime() {
+  processes_->set_failure_callback(nullptr);
   cores_.clear();  // each core drains its queue and joins
 }
 
@@ -152,7 +195,14 @@ VirtualCore& Runtime::core(int core_id) {
                                " is out of range (expected 0.." + std::to_string(num_cores() - 1) +
                                ")");
   }
-  return *cores_[static_cast<size_t>(core_id)];
+  if (!is_local(core_id)) {
+    throw FailedPreconditionError(
+        "core " + std::to_string(core_id) + " is hosted by process " +
+        std::to_string(process_of(core_id)) + " (expected a core of this process, " +
+        std::to_string(process_index()) + ": " + std::to_string(first_local_) + ".." +
+        std::to_string(first_local_ + local_num_cores() - 1) + ")");
+  }
+  return *cores_[static_cast<size_t>(core_id - first_local_)];
 }
 
 void Runtime::check_core_ids(const std::vector<int>& core_ids) const {
@@ -179,13 +229,18 @@ void Runtime::check_core_ids(const std::vector<int>& core_ids) const {
 
 std::future<void> Runtime::run_spmd_async(std::vector<int> core_ids, Program fn) {
   check_core_ids(core_ids);
+  std::erase_if(core_ids, [this](int id) { return !is_local(id); });
   auto launch = std::make_shared<Launch>();
   launch->remaining = static_cast<int>(core_ids.size());
   std::future<void> result = launch->done.get_future();
+  if (core_ids.empty()) {  // every listed core runs in another process
+    launch->done.set_value();
+    return result;
+  }
   auto program = std::make_shared<Program>(std::move(fn));
   std::lock_guard lock(launch_mu_);
   for (int id : core_ids) {
-    VirtualCore& core = *cores_[static_cast<size_t>(id)];
+    VirtualCore& core = *cores_[static_cast<size_t>(id - first_local_)];
     core.post([this, &core, launch, program] {
       std::exception_ptr error;
       try {
@@ -209,7 +264,10 @@ std::future<void> Runtime::run_spmd_async(std::vector<int> core_ids, Program fn)
           launch->first_error_aborted = false;
         }
       }
-      if (first) notify_abort(core.core_id(), error);
+      if (first) {
+        notify_abort(core.core_id(), error);
+        if (!is_aborted(error)) processes_->notify_failure(core.core_id(), error_text(error));
+      }
       std::lock_guard l(launch->mu);
       if (--launch->remaining == 0) {
         if (launch->first_error)
@@ -223,9 +281,7 @@ std::future<void> Runtime::run_spmd_async(std::vector<int> core_ids, Program fn)
 }
 
 std::future<void> Runtime::run_spmd_async(Program fn) {
-  std::vector<int> all(static_cast<size_t>(num_cores()));
-  std::iota(all.begin(), all.end(), 0);
-  return run_spmd_async(std::move(all), std::move(fn));
+  return run_spmd_async(local_core_ids(), std::move(fn));
 }
 
 void Runtime::run_spmd(const std::vector<int>& core_ids, const Program& fn) {

@@ -14,6 +14,7 @@
 #include "vtpu/runtime/core_context.h"
 #include "vtpu/runtime/device_buffer.h"
 #include "vtpu/runtime/hardware_profile.h"
+#include "vtpu/runtime/process_group.h"
 #include "vtpu/runtime/runtime_options.h"
 #include "vtpu/runtime/thread_pinning.h"
 #include "vtpu/runtime/virtual_core.h"
@@ -36,22 +37,43 @@ class Runtime {
   /// Validates the options, loads the hardware profile and starts options.num_cores cores. Throws
   /// InvalidArgumentError, NotFoundError (an unknown hardware profile) or ResourceExhaustedError.
   explicit Runtime(RuntimeOptions options);
+  /// One of the processes of a distributed run (runtime/process_group.h): options.num_cores is the
+  /// global count, which `processes` must divide; this process hosts its share, the cores
+  /// [process_index * K, (process_index + 1) * K) for K = num_cores / process_count.
+  /// InvalidArgumentError when the count does not divide.
+  Runtime(RuntimeOptions options, std::shared_ptr<ProcessGroup> processes);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  int num_cores() const { return static_cast<int>(cores_.size()); }
+  /// Every core of the run, in every process (JAX's jax.device_count()).
+  int num_cores() const { return options_.num_cores; }
+  /// The processes and this one's place among them (JAX's process_index and process_count).
+  ProcessGroup& process_group() const { return *processes_; }
+  int process_index() const { return processes_->process_index(); }
+  int process_count() const { return processes_->process_count(); }
+  /// Cores this process hosts (jax.local_device_count()), the first one's id, and whether a
+  /// core is hosted here; process_of(id) is the process hosting core `id`.
+  int local_num_cores() const { return static_cast<int>(cores_.size()); }
+  int first_local_core() const { return first_local_; }
+  bool is_local(int core_id) const {
+    return core_id >= first_local_ && core_id < first_local_ + local_num_cores();
+  }
+  int process_of(int core_id) const { return core_id / local_num_cores(); }
+  std::vector<int> local_core_ids() const;
   const RuntimeOptions& options() const { return options_; }
   /// The profile named by options().hardware_profile (loaded once, at construction).
   const HardwareProfile& hardware_profile() const { return profile_; }
   /// Where the cores' threads run: options().pin_threads as applied at construction
   /// (runtime/thread_pinning.h), e.g. "auto (pinned: cores 0,1 -> CPUs 0,1)".
   const ThreadPinning& thread_pinning() const { return thread_pinning_; }
-  /// Throws InvalidArgumentError for an id outside [0, num_cores).
+  /// Throws InvalidArgumentError for an id outside [0, num_cores), FailedPreconditionError for a
+  /// core of another process.
   VirtualCore& core(int core_id);
   const VirtualCore& core(int core_id) const;
 
-  /// Runs `fn` on every core (or on `core_ids`), waits for all of them, then rethrows the first
+  /// Runs `fn` on every local core (or on the local ones of `core_ids`; each process runs its
+  /// own), waits for all of them, then rethrows the first
   /// error any core threw (preferring a root cause over the Aborted errors it caused). When a core
   /// throws, abort handlers run at once so that cores blocked in collectives fail fast instead of
   /// waiting for their timeouts. The runtime does not own `fn` beyond the call.
@@ -67,7 +89,12 @@ class Runtime {
   DeviceBuffer allocate_array(int core_id, ElementType dtype, std::span<const int64_t> dims,
                               std::string label = {});
 
-  /// The chunks of every core's default arena, core 0 first (see HbmArena::chunk_records).
+  /// Runs the abort handlers for core `failed_core` of another process that failed with
+  /// `message` (an AbortedError naming that process), as if a local program had thrown. Called
+  /// by the ProcessGroup's failure callback; thread-safe.
+  void notify_remote_failure(int failed_core, const std::string& message);
+
+  /// The chunks of every local core's default arena, the lowest id first (see HbmArena::chunk_records).
   std::vector<MemoryChunkRecord> memory_chunk_records() const;
   /// Writes a gzipped pprof profile of the live buffers of every core, as
   /// jax.profiler.save_device_memory_profile does (see memory/memory_profile.h). Throws as
@@ -92,6 +119,8 @@ class Runtime {
   void check_core_ids(const std::vector<int>& core_ids) const;
 
   RuntimeOptions options_;
+  std::shared_ptr<ProcessGroup> processes_;
+  int first_local_ = 0;
   HardwareProfile profile_;
   ThreadPinning thread_pinning_;
   std::vector<std::unique_ptr<VirtualCore>> cores_;
