@@ -49,8 +49,11 @@ class MpiContext {
   /// same id in every process, whatever else each process made in between.
   int next_communicator_id(const std::vector<int>& group);
 
-  /// Sends `message` about failed core `core_id` to every other process (best effort).
+  /// Sends `message` about failed core `core_id` to every other process (best effort), marked
+  /// with the current runtime's epoch.
   void notify_failure(int core_id, const std::string& message);
+  /// Each non-null callback starts a new epoch: the k-th Runtime of every process (they are made
+  /// in the same order everywhere) has epoch k, and only notices of the current epoch reach it.
   void set_failure_callback(ProcessGroup::FailureCallback callback);
   /// Stops the control thread (before MPI_Finalize or MPI_Abort). Idempotent.
   void stop();
@@ -67,9 +70,10 @@ class MpiContext {
   MPI_Comm host_ = MPI_COMM_NULL;
   MPI_Comm control_ = MPI_COMM_NULL;
   std::mutex mu_;
-  std::map<std::vector<int>, int> made_;     // GUARDED_BY(mu_): communicators made per group
-  ProcessGroup::FailureCallback callback_;   // GUARDED_BY(callback_mu_)
+  std::map<std::vector<int>, int> made_;    // GUARDED_BY(mu_): communicators made per group
+  ProcessGroup::FailureCallback callback_;  // GUARDED_BY(callback_mu_)
   std::mutex callback_mu_;
+  std::atomic<uint64_t> epoch_{0};  // non-null callbacks set so far
   std::atomic<bool> stopping_{false};
   std::thread control_thread_;
 };
