@@ -99,9 +99,16 @@ void MpiContext::notify_failure(int core_id, const std::string& message) {
   }
 }
 
-void MpiContext::set_failure_callback(ProcessGroup::FailureCallback callback) {
+int MpiContext::add_failure_callback(ProcessGroup::FailureCallback callback) {
   std::lock_guard lock(callback_mu_);
-  callback_ = std::move(callback);
+  const int id = next_callback_id_++;
+  callbacks_.emplace(id, std::move(callback));
+  return id;
+}
+
+void MpiContext::remove_failure_callback(int id) {
+  std::lock_guard lock(callback_mu_);
+  callbacks_.erase(id);
 }
 
 void MpiContext::stop() {
@@ -128,8 +135,9 @@ void MpiContext::control_loop() {
     const size_t nl = notice.find('\n');
     const int core = nl == std::string::npos ? -1 : std::atoi(notice.substr(0, nl).c_str());
     const std::string message = nl == std::string::npos ? notice : notice.substr(nl + 1);
+    // Under the lock, so that a removed callback (its Runtime being destroyed) never runs late.
     std::lock_guard lock(callback_mu_);
-    if (callback_) callback_(core, message);
+    for (const auto& [id, callback] : callbacks_) callback(core, message);
   }
   MPI_Cancel(&req);
   MPI_Wait(&req, MPI_STATUS_IGNORE);

@@ -51,7 +51,8 @@ class MpiContext {
 
   /// Sends `message` about failed core `core_id` to every other process (best effort).
   void notify_failure(int core_id, const std::string& message);
-  void set_failure_callback(ProcessGroup::FailureCallback callback);
+  int add_failure_callback(ProcessGroup::FailureCallback callback);
+  void remove_failure_callback(int id);
   /// Stops the control thread (before MPI_Finalize or MPI_Abort). Idempotent.
   void stop();
   /// stop(), then frees the MPI communicators: before MPI_Finalize. Idempotent.
@@ -68,8 +69,9 @@ class MpiContext {
   MPI_Comm control_ = MPI_COMM_NULL;
   std::mutex mu_;
   std::map<std::vector<int>, int> made_;     // GUARDED_BY(mu_): communicators made per group
-  ProcessGroup::FailureCallback callback_;   // GUARDED_BY(callback_mu_)
   std::mutex callback_mu_;
+  std::map<int, ProcessGroup::FailureCallback> callbacks_;  // GUARDED_BY(callback_mu_)
+  int next_callback_id_ = 1;                                // GUARDED_BY(callback_mu_)
   std::atomic<bool> stopping_{false};
   std::thread control_thread_;
 };
