@@ -48,9 +48,10 @@ class MpiProcessGroup final : public ProcessGroup, public TransportProvider {
   void notify_failure(int core_id, const std::string& message) override {
     context_->notify_failure(core_id, message);
   }
-  void set_failure_callback(FailureCallback callback) override {
-    context_->set_failure_callback(std::move(callback));
+  int add_failure_callback(FailureCallback callback) override {
+    return context_->add_failure_callback(std::move(callback));
   }
+  void remove_failure_callback(int id) override { context_->remove_failure_callback(id); }
   std::shared_ptr<Transport> make_transport(const Runtime& runtime,
                                             const std::vector<int>& group) override {
     return std::make_shared<MpiTransport>(context_, context_->next_communicator_id(group), group,

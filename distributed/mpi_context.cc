@@ -11,8 +11,9 @@ namespace vtpu::distributed {
 namespace {
 
 constexpr int kControlTag = 1;
-// Bytes of a failure notice (the runtime's epoch, the core id, the message): under every OpenMPI
-// transport's eager limit (shared memory's is 4 KiB), so that a send never waits for the receiver.
+// Bytes of a failure notice (the runtime's callback id, the core id, the message): under every
+// OpenMPI transport's eager limit (shared memory's is 4 KiB), so that a send never waits for the
+// receiver.
 constexpr int kMaxNotice = 2048;
 constexpr std::chrono::milliseconds kControlPoll{1};
 
@@ -94,8 +95,12 @@ int MpiContext::next_communicator_id(const std::vector<int>& group) {
 }
 
 void MpiContext::notify_failure(int core_id, const std::string& message) {
-  std::string notice = std::to_string(epoch_.load(std::memory_order_acquire)) + "\n" +
-                       std::to_string(core_id) + "\n" + message;
+  int runtime = 0;
+  {
+    std::lock_guard lock(callback_mu_);
+    if (!callbacks_.empty()) runtime = callbacks_.rbegin()->first;
+  }
+  std::string notice = std::to_string(runtime) + "\n" + std::to_string(core_id) + "\n" + message;
   if (notice.size() > kMaxNotice) notice.resize(kMaxNotice);
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
@@ -104,10 +109,16 @@ void MpiContext::notify_failure(int core_id, const std::string& message) {
   }
 }
 
-void MpiContext::set_failure_callback(ProcessGroup::FailureCallback callback) {
+int MpiContext::add_failure_callback(ProcessGroup::FailureCallback callback) {
   std::lock_guard lock(callback_mu_);
-  if (callback) epoch_.fetch_add(1, std::memory_order_acq_rel);
-  callback_ = std::move(callback);
+  const int id = next_callback_id_++;
+  callbacks_.emplace(id, std::move(callback));
+  return id;
+}
+
+void MpiContext::remove_failure_callback(int id) {
+  std::lock_guard lock(callback_mu_);
+  callbacks_.erase(id);
 }
 
 void MpiContext::stop() {
@@ -131,17 +142,18 @@ void MpiContext::control_loop() {
     MPI_Get_count(&status, MPI_CHAR, &len);
     const std::string notice(buf.data(), static_cast<size_t>(std::max(len, 0)));
     MPI_Irecv(buf.data(), kMaxNotice, MPI_CHAR, MPI_ANY_SOURCE, kControlTag, control_, &req);
-    // "epoch\ncore\nmessage": a notice about another runtime than this process's current one
-    // (an earlier one, whose failure arrives late) is dropped.
+    // "runtime\ncore\nmessage": only the callback of that runtime runs; a notice about a runtime
+    // this process no longer has (or does not have yet) is dropped, so that a late notice never
+    // aborts the next runtime's collectives.
     const size_t nl1 = notice.find('\n');
     const size_t nl2 = nl1 == std::string::npos ? nl1 : notice.find('\n', nl1 + 1);
     if (nl2 == std::string::npos) continue;
-    const uint64_t epoch = std::strtoull(notice.c_str(), nullptr, 10);
+    const int runtime = std::atoi(notice.c_str());
     const int core = std::atoi(notice.c_str() + nl1 + 1);
+    // Under the lock, so that a removed callback (its Runtime being destroyed) never runs late.
     std::lock_guard lock(callback_mu_);
-    if (callback_ && epoch == epoch_.load(std::memory_order_acquire)) {
-      callback_(core, notice.substr(nl2 + 1));
-    }
+    const auto it = callbacks_.find(runtime);
+    if (it != callbacks_.end()) it->second(core, notice.substr(nl2 + 1));
   }
   MPI_Cancel(&req);
   MPI_Wait(&req, MPI_STATUS_IGNORE);

@@ -50,11 +50,13 @@ class MpiContext {
   int next_communicator_id(const std::vector<int>& group);
 
   /// Sends `message` about failed core `core_id` to every other process (best effort), marked
-  /// with the current runtime's epoch.
+  /// with the newest runtime's callback id: with several runtimes alive at once, a notice
+  /// reaches only the newest (the interface does not say which runtime failed).
   void notify_failure(int core_id, const std::string& message);
-  /// Each non-null callback starts a new epoch: the k-th Runtime of every process (they are made
-  /// in the same order everywhere) has epoch k, and only notices of the current epoch reach it.
-  void set_failure_callback(ProcessGroup::FailureCallback callback);
+  /// Callbacks get ids 1, 2, ... in the order the runtimes are made, the same in every process
+  /// (they make their runtimes in the same order), and a notice runs only its runtime's callback.
+  int add_failure_callback(ProcessGroup::FailureCallback callback);
+  void remove_failure_callback(int id);
   /// Stops the control thread (before MPI_Finalize or MPI_Abort). Idempotent.
   void stop();
   /// stop(), then frees the MPI communicators: before MPI_Finalize. Idempotent.
@@ -70,10 +72,10 @@ class MpiContext {
   MPI_Comm host_ = MPI_COMM_NULL;
   MPI_Comm control_ = MPI_COMM_NULL;
   std::mutex mu_;
-  std::map<std::vector<int>, int> made_;    // GUARDED_BY(mu_): communicators made per group
-  ProcessGroup::FailureCallback callback_;  // GUARDED_BY(callback_mu_)
+  std::map<std::vector<int>, int> made_;     // GUARDED_BY(mu_): communicators made per group
   std::mutex callback_mu_;
-  std::atomic<uint64_t> epoch_{0};  // non-null callbacks set so far
+  std::map<int, ProcessGroup::FailureCallback> callbacks_;  // GUARDED_BY(callback_mu_)
+  int next_callback_id_ = 1;                                // GUARDED_BY(callback_mu_)
   std::atomic<bool> stopping_{false};
   std::thread control_thread_;
 };

@@ -6,6 +6,8 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <thread>
 
 #include "tests/distributed/test_util.h"
 #include "vtpu/common/error.h"
@@ -177,6 +179,46 @@ TEST(DistributedFaults, ProcessThatNeverArrivesIsNamedAtTheTimeout) {
     std::printf("process %d: %s\n", rt->process_index(), o.message.c_str());
   }
   rt->process_group().barrier();
+}
+
+// A failure notice about an earlier runtime that arrives while the next one runs is dropped: it
+// once aborted the next runtime's communicators (a notice is sent when a core fails, and its
+// receiver may have moved on). Process 1 fails a program on runtime A after process 0 has made
+// runtime B and B's communicator; B's collectives must then succeed everywhere.
+TEST(DistributedFaults, LateNoticeOfAnEarlierRuntimeDoesNotAbortTheNext) {
+  const bool late = distributed::process_index() == 1;
+  std::unique_ptr<Runtime> b;
+  std::unique_ptr<Communicator> comm;
+  {
+    auto a = distributed::make_runtime(options());
+    if (!late) {
+      a.reset();
+      b = distributed::make_runtime(options());
+      comm = std::make_unique<Communicator>(*b, testing_util::iota_group(kCores));
+    }
+    (late ? *a : *b).process_group().barrier();
+    if (late) {
+      const Outcome o = run(*a, [](CoreContext& ctx) {
+        if (ctx.core_id() == ctx.runtime().first_local_core()) {
+          throw InvalidArgumentError("failure of the earlier runtime");
+        }
+      });
+      EXPECT_TRUE(o.failed);
+    }
+    (late ? *a : *b).process_group().barrier();
+    // Time for the notice to reach the others' control threads (they poll every millisecond).
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (late) {
+    b = distributed::make_runtime(options());
+    comm = std::make_unique<Communicator>(*b, testing_util::iota_group(kCores));
+  }
+  const Outcome o = run(*b, [&](CoreContext& ctx) {
+    std::vector<float> x(100, 1.0f);
+    for (int i = 0; i < 3; ++i) comm->all_reduce<float>(ctx, std::span<float>(x));
+  });
+  EXPECT_FALSE(o.failed) << o.message;
+  b->process_group().barrier();
 }
 
 // Run alone (tests/CMakeLists.txt, distributed.killed_process): process 1 kills itself mid-loop;
