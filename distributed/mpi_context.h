@@ -3,6 +3,7 @@
 #pragma once
 
 #include <mpi.h>
+#include <sys/prctl.h>
 
 #include <algorithm>
 #include <atomic>
@@ -24,7 +25,11 @@ void check_mpi(int rc, const char* what);
 /// Polls `done` until it returns true (then returns true) or `deadline` passes (false): a few
 /// immediate retries, then yields, then sleeps growing to kMaxPause (MPI progresses only inside
 /// MPI calls, so a waiter must keep calling; sleeping bounds the CPU it takes from the cores it
-/// waits for). Calls `check_abort` (which may throw) between polls.
+/// waits for). The pauses stay short because a receiver's MPI_Test is what copies a large
+/// message over (OpenMPI's shared-memory single copy is the receiver's read), so every microsecond
+/// asleep after the sender is ready delays the transfer itself; the thread's timer slack is set
+/// to 1 us once, or Linux's default 50 us slack would stretch each short sleep by as much.
+/// Calls `check_abort` (which may throw) between polls.
 template <typename Done, typename CheckAbort>
 bool poll_until(Done done, CheckAbort check_abort, Deadline deadline);
 
@@ -72,7 +77,7 @@ class MpiContext {
   MPI_Comm host_ = MPI_COMM_NULL;
   MPI_Comm control_ = MPI_COMM_NULL;
   std::mutex mu_;
-  std::map<std::vector<int>, int> made_;     // GUARDED_BY(mu_): communicators made per group
+  std::map<std::vector<int>, int> made_;  // GUARDED_BY(mu_): communicators made per group
   std::mutex callback_mu_;
   std::map<int, ProcessGroup::FailureCallback> callbacks_;  // GUARDED_BY(callback_mu_)
   int next_callback_id_ = 1;                                // GUARDED_BY(callback_mu_)
@@ -84,7 +89,9 @@ template <typename Done, typename CheckAbort>
 bool poll_until(Done done, CheckAbort check_abort, Deadline deadline) {
   constexpr int kSpins = 32;
   constexpr int kYields = 64;
-  constexpr std::chrono::microseconds kMaxPause{200};
+  constexpr std::chrono::microseconds kMaxPause{50};
+  static thread_local const bool precise_sleeps = prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0) == 0;
+  (void)precise_sleeps;
   std::chrono::microseconds pause{1};
   for (int i = 0;; ++i) {
     if (done()) return true;
