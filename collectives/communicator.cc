@@ -1,7 +1,9 @@
 #include "vtpu/collectives/communicator.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <string_view>
 #include <thread>
 
 #include "vtpu/collectives/algorithm_context.h"
@@ -21,6 +23,9 @@ namespace vtpu {
 namespace {
 
 thread_local bool t_in_comm_worker = false;  // true while a started collective runs
+
+// How a desync's message begins, followed by the group (remote_desync_sequence looks for it).
+constexpr std::string_view kDesyncMarker = "collective mismatch in group ";
 
 // The desync check's error, told apart so that the group's abort remembers its cause.
 class DesyncError : public InvalidArgumentError {
@@ -195,8 +200,24 @@ Communicator::Communicator(Runtime& runtime, std::vector<int> group, Communicato
       what = ex.what();
     } catch (...) {
     }
-    abort("core " + std::to_string(core) + " failed: " + what);
+    abort("core " + std::to_string(core) + " failed: " + what, remote_desync_sequence(core, what));
   });
+}
+
+std::optional<uint64_t> Communicator::remote_desync_sequence(int core,
+                                                             const std::string& what) const {
+  // A desync found in another process arrives as its error's text (a failure notice). The cores
+  // of this process in that collective then fail as the cores that compared the fingerprints do,
+  // with InvalidArgument, as in one process: the text names this group and the receiver's
+  // fingerprint, whose sequence is the collective's.
+  if (runtime_.is_local(core)) return std::nullopt;
+  const std::string marker = std::string(kDesyncMarker) + group_string() + ": ";
+  const size_t at = what.find(marker);
+  if (at == std::string::npos) return std::nullopt;
+  const std::string_view sequence_text = " at sequence ";
+  const size_t seq = what.find(sequence_text, at + marker.size());
+  if (seq == std::string::npos) return std::nullopt;
+  return std::strtoull(what.c_str() + seq + sequence_text.size(), nullptr, 10);
 }
 
 Communicator::~Communicator() { runtime_.remove_abort_handler(abort_handler_id_); }
@@ -300,15 +321,25 @@ CollectiveStats Communicator::stats(int core_id) const {
 void Communicator::reset_stats() { std::fill(stats_.begin(), stats_.end(), CollectiveStats{}); }
 
 std::string Communicator::missing_cores(uint64_t sequence) const {
-  std::string s;
+  // entered_ counts the cores of this process only: another process's cores enter in that
+  // process, which reports its own timeout. They are named apart, as not known here, rather than
+  // guessed (asking that process could wait on the very process that is stuck).
+  std::string local, remote;
+  const auto append = [](std::string& list, int core) {
+    list += (list.empty() ? "" : ",") + std::to_string(core);
+  };
   for (size_t i = 0; i < group_.size(); ++i) {
-    if (entered_[i].load(std::memory_order_acquire) <= sequence) {
-      if (!s.empty()) s += ',';
-      s += std::to_string(group_[i]);
+    if (!runtime_.is_local(group_[i])) {
+      append(remote, group_[i]);
+    } else if (entered_[i].load(std::memory_order_acquire) <= sequence) {
+      append(local, group_[i]);
     }
   }
-  if (s.empty()) return "none (all cores entered; a core is slow or stuck inside)";
-  return "{" + s + "}";
+  std::string s = !local.empty()   ? "{" + local + "}"
+                  : remote.empty() ? "none (all cores entered; a core is slow or stuck inside)"
+                                   : "none of this process's";
+  if (!remote.empty()) s += "; cores of other processes, not known here: {" + remote + "}";
+  return s;
 }
 
 void Communicator::rethrow_with_context(int rank, const Fingerprint& fp) {
@@ -416,7 +447,7 @@ void Communicator::run(CoreContext& ctx, Fingerprint fp, uint64_t input_bytes, c
   if (options_.desync_check)
     ac.on_mismatch = [this, core_id, fp](const Link& from, const Fingerprint& theirs) {
       throw DesyncError(
-          "collective mismatch in group " + group_string() + ": core " + std::to_string(core_id) +
+          std::string(kDesyncMarker) + group_string() + ": core " + std::to_string(core_id) +
           " called " + fp.to_string() + " but core " + std::to_string(from.src_core()) +
           " called " + theirs.to_string() +
           " (every core in the group must call the same collectives with the same type, shape, "

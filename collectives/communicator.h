@@ -359,7 +359,12 @@ class Communicator {
   /// After the group is aborted: waits (sleeping, at most the timeout) until no rank is inside a
   /// DirectAccessScope, so that no peer touches this rank's buffers once its error returns.
   void wait_for_direct_users() const;
+  /// The cores of this process that have not entered collective `sequence`, and those of other
+  /// processes (whose progress this process does not see) named apart.
   std::string missing_cores(uint64_t sequence) const;
+  /// The sequence of the collective of this group in which `core` of another process found a
+  /// desync, when `what` (its error's text) reports one; else nullopt.
+  std::optional<uint64_t> remote_desync_sequence(int core, const std::string& what) const;
   std::string group_string() const;
   Algorithm resolve_all_reduce_algorithm(Algorithm requested, uint64_t bytes) const;
 

@@ -1,5 +1,6 @@
 #include "vtpu/distributed/mpi_context.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 
@@ -10,7 +11,9 @@ namespace vtpu::distributed {
 namespace {
 
 constexpr int kControlTag = 1;
-constexpr int kMaxNotice = 4096;  // bytes of a failure notice: the core id, then the message
+// Bytes of a failure notice (the runtime's epoch, the core id, the message): under every OpenMPI
+// transport's eager limit (shared memory's is 4 KiB), so that a send never waits for the receiver.
+constexpr int kMaxNotice = 2048;
 constexpr std::chrono::milliseconds kControlPoll{1};
 
 MPI_Comm dup_world(const char* name) {
@@ -28,7 +31,8 @@ void check_mpi(int rc, const char* what) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  throw InternalError(std::string(what) + " failed: " + std::string(text, static_cast<size_t>(len)));
+  throw InternalError(std::string(what) +
+                      " failed: " + std::string(text, static_cast<size_t>(len)));
 }
 
 MpiContext::MpiContext() {
@@ -65,10 +69,10 @@ void MpiContext::close() {
 int MpiContext::link_tag(int id, int n, int src_rank, int dst_rank) const {
   const int64_t per_comm = int64_t{n} * n;
   if (per_comm > tag_ub_) {
-    throw InvalidArgumentError("a communicator of " + std::to_string(n) +
-                               " cores across processes needs " + std::to_string(per_comm) +
-                               " MPI tags (expected at most MPI_TAG_UB = " +
-                               std::to_string(tag_ub_) + ")");
+    throw InvalidArgumentError(
+        "a communicator of " + std::to_string(n) + " cores across processes needs " +
+        std::to_string(per_comm) +
+        " MPI tags (expected at most MPI_TAG_UB = " + std::to_string(tag_ub_) + ")");
   }
   const int64_t comms = (int64_t{tag_ub_} + 1) / per_comm;
   return static_cast<int>((id % comms) * per_comm + int64_t{src_rank} * n + dst_rank);
@@ -89,8 +93,9 @@ int MpiContext::next_communicator_id(const std::vector<int>& group) {
   return static_cast<int>(h & 0x3fffffff);
 }
 
-void MpiContext::notify_failure(int core_id, const std::string& message) {
-  std::string notice = std::to_string(core_id) + "\n" + message;
+void MpiContext::notify_failure(int runtime_id, int core_id, const std::string& message) {
+  std::string notice =
+      std::to_string(runtime_id) + "\n" + std::to_string(core_id) + "\n" + message;
   if (notice.size() > kMaxNotice) notice.resize(kMaxNotice);
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
@@ -132,12 +137,16 @@ void MpiContext::control_loop() {
     MPI_Get_count(&status, MPI_CHAR, &len);
     const std::string notice(buf.data(), static_cast<size_t>(std::max(len, 0)));
     MPI_Irecv(buf.data(), kMaxNotice, MPI_CHAR, MPI_ANY_SOURCE, kControlTag, control_, &req);
-    const size_t nl = notice.find('\n');
-    const int core = nl == std::string::npos ? -1 : std::atoi(notice.substr(0, nl).c_str());
-    const std::string message = nl == std::string::npos ? notice : notice.substr(nl + 1);
-    // Under the lock, so that a removed callback (its Runtime being destroyed) never runs late.
+    // "runtime id\ncore\nmessage". Called under the lock, so that a removed callback (its Runtime
+    // being destroyed) never runs late.
+    const size_t nl1 = notice.find('\n');
+    const size_t nl2 = nl1 == std::string::npos ? nl1 : notice.find('\n', nl1 + 1);
+    if (nl2 == std::string::npos) continue;
+    const int runtime_id = std::atoi(notice.c_str());
+    const int core = std::atoi(notice.c_str() + nl1 + 1);
     std::lock_guard lock(callback_mu_);
-    for (const auto& [id, callback] : callbacks_) callback(core, message);
+    const auto it = callbacks_.find(runtime_id);
+    if (it != callbacks_.end()) it->second(core, notice.substr(nl2 + 1));
   }
   MPI_Cancel(&req);
   MPI_Wait(&req, MPI_STATUS_IGNORE);

@@ -49,8 +49,12 @@ class MpiContext {
   /// same id in every process, whatever else each process made in between.
   int next_communicator_id(const std::vector<int>& group);
 
-  /// Sends `message` about failed core `core_id` to every other process (best effort).
-  void notify_failure(int core_id, const std::string& message);
+  /// Sends `message` about failed core `core_id` of the runtime whose callback is `runtime_id`
+  /// to every other process (best effort).
+  void notify_failure(int runtime_id, int core_id, const std::string& message);
+  /// Ids count from 1 in every process, so the k-th Runtime of every process (they are made in
+  /// the same order everywhere) has id k, and a notice reaches only the runtime it is about: not
+  /// a later one when it arrives late, nor another one alive beside it.
   int add_failure_callback(ProcessGroup::FailureCallback callback);
   void remove_failure_callback(int id);
   /// Stops the control thread (before MPI_Finalize or MPI_Abort). Idempotent.

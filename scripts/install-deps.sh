@@ -4,24 +4,26 @@
 # libprotobuf-dev + protobuf-compiler build the pprof profile.proto (memory/);
 # golang-go provides `go tool pprof`, which the memory profile tests run. pybind11-dev,
 # python3-dev, python3-numpy and python3-pytest build and test the Python package (python/).
+# libopenmpi-dev and openmpi-bin (Debian's OpenMPI) build the distributed runtime (distributed/)
+# and run its tests under mpirun.
 #
-# Usage: scripts/install-deps.sh [--bench] [--mpi] [--chromium]
+# Usage: scripts/install-deps.sh [--bench] [--chromium]
 #   --bench     also install python3-torch (PyTorch DDP comparison, bench/ddp/)
-#   --mpi       also install libopenmpi-dev openmpi-bin
 #   --chromium  also install chromium (scripts/screenshot-html.sh; CI does not need it)
+#   --mpi       accepted for older callers; OpenMPI is always installed now
 set -euo pipefail
 
 pkgs=(build-essential cmake g++ libtbb-dev libboost-dev nlohmann-json3-dev
       libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev libcli11-dev
       zlib1g-dev libprotobuf-dev protobuf-compiler golang-go jq
-      pybind11-dev python3-dev python3-numpy python3-pytest)
+      pybind11-dev python3-dev python3-numpy python3-pytest libopenmpi-dev openmpi-bin)
 
 for arg in "$@"; do
   case "$arg" in
     --bench) pkgs+=(python3-torch) ;;
-    --mpi) pkgs+=(libopenmpi-dev openmpi-bin) ;;
+    --mpi) ;;
     --chromium) pkgs+=(chromium) ;;
-    -h|--help) sed -n '2,10s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "install-deps: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done

@@ -8,7 +8,7 @@
 #
 # Usage: bench/collectives/compare.sh [BUILD_DIR]       (default: build)
 # Environment: CORES="2 4 8" MIN_BYTES=64K MAX_BYTES=32M ITERS=20 WARMUP=5 LATENCY_ITERS=2000
-# Needs MPI: scripts/install-deps.sh --mpi, then rebuild (CMake builds the MPI program when it
+# Needs MPI: scripts/install-deps.sh, then rebuild (CMake builds the MPI program when it
 # finds MPI).
 set -euo pipefail
 
@@ -25,11 +25,11 @@ LATENCY_ITERS=${LATENCY_ITERS:-2000}
 
 for f in "$vtpu" "$mpi_bench"; do
   if [[ ! -x $f ]]; then
-    echo "compare.sh: $f not found; build first (MPI program: scripts/install-deps.sh --mpi)" >&2
+    echo "compare.sh: $f not found; build first (MPI program: scripts/install-deps.sh)" >&2
     exit 1
   fi
 done
-command -v mpirun >/dev/null || { echo "compare.sh: mpirun not found (install-deps.sh --mpi)" >&2; exit 1; }
+command -v mpirun >/dev/null || { echo "compare.sh: mpirun not found (scripts/install-deps.sh)" >&2; exit 1; }
 
 mpirun_args=(--oversubscribe --mca btl_base_warn_component_unused 0)
 ((EUID == 0)) && mpirun_args+=(--allow-run-as-root)
