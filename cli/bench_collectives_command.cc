@@ -91,13 +91,6 @@ std::string join_names(const std::vector<std::string>& v) {
   return s;
 }
 
-/// " in 2 processes of 4" under an MPI launcher, else "".
-std::string processes_text(int cores) {
-  const int processes = run_process_count();
-  if (processes == 1) return "";
-  return " in " + std::to_string(processes) + " processes of " + std::to_string(cores / processes);
-}
-
 void print_header(CollectiveBenchmark& bench, const MemcpyBandwidth& bw) {
   const CollectiveBenchOptions& o = bench.options();
   std::string type = std::string(data_type_name(o.dtype));

@@ -58,6 +58,12 @@ void check_one_process_outputs(const std::vector<std::pair<std::string, std::str
   }
 }
 
+std::string processes_text(int64_t cores) {
+  const int processes = run_process_count();
+  if (processes == 1) return "";
+  return " in " + std::to_string(processes) + " processes of " + std::to_string(cores / processes);
+}
+
 std::unique_ptr<Runtime> make_run_runtime(const RuntimeOptions& options) {
   return std::make_unique<Runtime>(options, run_process_group());
 }

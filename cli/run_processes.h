@@ -48,6 +48,10 @@ void check_cores_split(int64_t cores, const std::string& what);
 void check_one_process_outputs(const std::vector<std::pair<std::string, std::string>>& outputs,
                                const std::string& command);
 
+/// " in 2 processes of 4" for `cores` over the run's processes, "" in one process: what the
+/// commands' headers add after "8 virtual cores".
+std::string processes_text(int64_t cores);
+
 /// A Runtime over every process of the run: `options.num_cores` is the global count (Runtime's
 /// two-argument constructor with run_process_group()).
 std::unique_ptr<Runtime> make_run_runtime(const RuntimeOptions& options);

@@ -201,7 +201,8 @@ void print_header(const TrainFsdpCommand& cmd, const FsdpSetup& setup, const Dig
   std::printf(
       "vtpu train fsdp: %s on %s, %s, digits %s: %lld train / %lld "
       "test rows\n",
-      setup.fsdp_mode ? "ZeRO-3 / FSDP" : "data parallel", count_text(n, "virtual core").c_str(),
+      setup.fsdp_mode ? "ZeRO-3 / FSDP" : "data parallel",
+      (count_text(n, "virtual core") + processes_text(n)).c_str(),
       hbm_each_text(setup.options).c_str(), cmd.data_path.c_str(),
       static_cast<long long>(split.train.num_rows()),
       static_cast<long long>(split.test.num_rows()));

@@ -221,8 +221,8 @@ void print_header(const TrainMlpCommand& cmd, const RuntimeOptions& options, con
   std::printf(
       "vtpu train mlp: %s, %s (%s), digits %s: %lld train / "
       "%lld test rows\n",
-      count_text(options.num_cores, "virtual core").c_str(), hbm_each_text(options).c_str(),
-      options.allocator.c_str(), cmd.data_path.c_str(),
+      (count_text(options.num_cores, "virtual core") + processes_text(options.num_cores)).c_str(),
+      hbm_each_text(options).c_str(), options.allocator.c_str(), cmd.data_path.c_str(),
       static_cast<long long>(split.train.num_rows()),
       static_cast<long long>(split.test.num_rows()));
   std::printf("model 64->%lld->10, global batch %lld (%lld per core",

@@ -146,7 +146,8 @@ void print_header(const TrainMlpPlanArgs& args, const MlpPlanSetup& setup,
   const int n = setup.options.num_cores;
   std::printf("vtpu train mlp --plan %s: strategy %s on mesh %s: %s, %s\n", plan.path.c_str(),
               plan.describe_strategy().c_str(), plan.describe_mesh().c_str(),
-              count_text(n, "virtual core").c_str(), hbm_each_text(setup.options).c_str());
+              (count_text(n, "virtual core") + processes_text(n)).c_str(),
+              hbm_each_text(setup.options).c_str());
   if (setup.layout) {
     std::printf(
         "Megatron tensor parallel: %s; W1 column-parallel, W2 row-parallel, %lld hidden units "

@@ -184,7 +184,9 @@ void print_header(const TrainTransformerCommand& cmd, const TransformerSetup& se
   const int64_t shard = TransformerLayout(c, mesh.tensor).size();
   std::printf("vtpu train transformer: %s: %s on %s, %s; strategy %s\n", setup.mesh_label.c_str(),
               setup.run_layout().describe().c_str(),
-              count_text(setup.options.num_cores, "virtual core").c_str(),
+              (count_text(setup.options.num_cores, "virtual core") +
+               processes_text(setup.options.num_cores))
+                  .c_str(),
               hbm_each_text(setup.options).c_str(), setup.strategy.c_str());
   const std::string mapped = text.describe_mapped(c.vocab);
   std::printf("text %s: %zu byte tokens, %lld distinct%s%s\n", cmd.data.c_str(), text.tokens.size(),

@@ -76,7 +76,11 @@ class ThreadedProcesses {
     uint64_t generation = 0;  // GUARDED_BY(mu); completed all_gathers
     int arrived = 0;          // GUARDED_BY(mu)
     std::vector<std::vector<std::byte>> contributions, result;  // GUARDED_BY(mu)
-    std::vector<ProcessGroup::FailureCallback> callbacks;       // GUARDED_BY(mu)
+    // Every process's failure callbacks, by id.
+    std::vector<std::map<int, ProcessGroup::FailureCallback>> callbacks;  // GUARDED_BY(mu)
+    int next_callback_id = 1;                                             // GUARDED_BY(mu)
+    // Held while callbacks run, so that remove_failure_callback never returns during one.
+    std::mutex callback_run_mu;
     // Links by (transport ordinal, source core, destination core).
     std::map<std::tuple<int, int, int>, std::shared_ptr<RingBufferLink>> links;  // GUARDED_BY(mu)
   };
@@ -153,20 +157,27 @@ class ThreadedProcesses {
     void barrier() override { all_gather({}); }
 
     void notify_failure(int core_id, const std::string& message) override {
+      std::lock_guard run_lock(shared_->callback_run_mu);
       std::vector<FailureCallback> others;
       {
         std::lock_guard lock(shared_->mu);
         for (size_t p = 0; p < shared_->callbacks.size(); ++p) {
-          if (static_cast<int>(p) != index_ && shared_->callbacks[p]) {
-            others.push_back(shared_->callbacks[p]);
-          }
+          if (static_cast<int>(p) == index_) continue;
+          for (const auto& [id, f] : shared_->callbacks[p]) others.push_back(f);
         }
       }
       for (const FailureCallback& f : others) f(core_id, message);
     }
-    void set_failure_callback(FailureCallback callback) override {
+    int add_failure_callback(FailureCallback callback) override {
       std::lock_guard lock(shared_->mu);
-      shared_->callbacks[static_cast<size_t>(index_)] = std::move(callback);
+      const int id = shared_->next_callback_id++;
+      shared_->callbacks[static_cast<size_t>(index_)][id] = std::move(callback);
+      return id;
+    }
+    void remove_failure_callback(int id) override {
+      std::lock_guard run_lock(shared_->callback_run_mu);
+      std::lock_guard lock(shared_->mu);
+      shared_->callbacks[static_cast<size_t>(index_)].erase(id);
     }
 
     std::shared_ptr<Transport> make_transport(const Runtime& runtime,
