@@ -26,11 +26,13 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "vtpu/cli/bench_collectives_command.h"
 #include "vtpu/cli/bench_fragmentation_command.h"
@@ -132,11 +134,19 @@ void report_error(const char* kind, const char* message) {
   std::fflush(error_stream);
 }
 
+/// How long a process other than 0 waits after its failure before it ends the job: process 0
+/// prints what every process found (a usage error, a verdict) and, failing too, ends the job
+/// itself; an abort from another process first would kill it before it printed.
+constexpr std::chrono::seconds kReportGrace{2};
+
 /// Ends the run with `code`: leaves the MPI job after success; after a failure in a run of
 /// several processes ends the whole job, which may have processes waiting on this one.
 int finish(int code) {
   std::fflush(stdout);
-  if (code != 0 && vtpu::run_process_count() > 1) vtpu::distributed::abort_job(code);
+  if (code != 0 && vtpu::run_process_count() > 1) {
+    if (vtpu::run_process_index() != 0) std::this_thread::sleep_for(kReportGrace);
+    vtpu::distributed::abort_job(code);
+  }
   vtpu::distributed::shutdown();
   return code;
 }

@@ -310,6 +310,7 @@ void print_run_json(const ReshardCommand& c, nlohmann::json& j, const ReshardPla
                      {"median_wall_seconds", median_of(t.step_wall[i])}});
   }
   j["run"] = {{"num_cores", runtime.num_cores()},
+              {"num_processes", runtime.process_count()},
               {"thread_pinning", runtime.thread_pinning().to_json()},
               {"warmup", c.warmup},
               {"iters", c.iters},

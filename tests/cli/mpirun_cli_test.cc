@@ -140,6 +140,17 @@ TEST(MpirunCliTest, BenchCollectivesChecksEveryRowAcrossProcesses) {
   }
 }
 
+TEST(MpirunCliTest, ReshardAcrossProcessesChecksAgainstTheHostReference) {
+  SKIP_WITHOUT_MPIRUN();
+  for (const char* specs : {"--from \"P('x')\" --to \"P(None, 'y')\"",
+                            "--from \"P('x', unreduced={'y'})\" --to \"P(None, 'z')\""}) {
+    const nlohmann::json j = parse_json(run_vtpu(
+        2, std::string("reshard --mesh 2x2x2 --shape 16,16 ") + specs + " --iters 2 --json"));
+    EXPECT_EQ(j["check"]["mismatched_elements"], 0) << specs;
+    EXPECT_EQ(j["run"]["num_processes"], 2);
+  }
+}
+
 TEST(MpirunCliTest, CoresThatDoNotSplitOverTheProcessesAreUsageErrors) {
   SKIP_WITHOUT_MPIRUN();
   const vtpu::CommandRun uneven = run_vtpu_stderr(4, "train mlp --cores 6 --steps 1");
