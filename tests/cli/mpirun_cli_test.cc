@@ -106,6 +106,7 @@ TEST(MpirunCliTest, TrainTransformerWithTheDataAxisAcrossProcesses) {
   const nlohmann::json two = parse_json(run_vtpu(2, args));
   EXPECT_EQ(two["mesh"]["losses"].get<std::vector<double>>(),
             one["mesh"]["losses"].get<std::vector<double>>());
+  EXPECT_EQ(two["num_processes"], 2);
   EXPECT_EQ(two["mesh"]["num_processes"], 2);
   EXPECT_EQ(two["replicas_identical"], true);
   expect_cores_named_by_process(two["mesh"]["cores"], 8, 2);
@@ -121,6 +122,7 @@ TEST(MpirunCliTest, TrainFsdpOnTwoProcessesRepeatsOneProcessBitForBit) {
             one["fsdp"]["losses"].get<std::vector<double>>());
   EXPECT_EQ(two["data_parallel"]["losses"].get<std::vector<double>>(),
             one["data_parallel"]["losses"].get<std::vector<double>>());
+  EXPECT_EQ(two["num_processes"], 2);
   EXPECT_EQ(two["fsdp"]["num_processes"], 2);
   EXPECT_EQ(two["fsdp"]["padding_is_zero"], true);
   expect_cores_named_by_process(two["fsdp"]["all_gather"], 8, 2);
