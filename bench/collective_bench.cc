@@ -13,6 +13,7 @@
 #include "vtpu/common/median.h"
 #include "vtpu/common/strings.h"
 #include "vtpu/common/units.h"
+#include "vtpu/runtime/process_exchange.h"
 
 namespace vtpu {
 
@@ -439,7 +440,8 @@ Runtime& CollectiveBenchmark::runtime() {
     ro.link_slot_bytes = link_slot_bytes();
     if (options_.link_num_slots) ro.link_num_slots = options_.link_num_slots;
     ro.validate();
-    runtime_ = std::make_unique<Runtime>(ro);
+    runtime_ = options_.processes ? std::make_unique<Runtime>(ro, options_.processes)
+                                  : std::make_unique<Runtime>(ro);
   }
   return *runtime_;
 }
@@ -448,8 +450,16 @@ const ThreadPinning& CollectiveBenchmark::thread_pinning() { return runtime().th
 
 const MemcpyBandwidth& CollectiveBenchmark::memcpy_bandwidth() {
   if (memcpy_.threads == 0) {
-    const int cpus = usable_cpus();
-    memcpy_ = measure_memcpy_bandwidth(cpus, uint64_t{64} << 20);  // beyond the caches
+    ProcessGroup* processes = options_.processes.get();
+    // Several processes share the CPUs: one measures while the others wait, or each would see a
+    // fraction of the bandwidth.
+    if (processes == nullptr || processes->process_index() == 0) {
+      const int cpus = usable_cpus();
+      memcpy_ = measure_memcpy_bandwidth(cpus, uint64_t{64} << 20);  // beyond the caches
+    }
+    if (processes != nullptr && processes->process_count() > 1) {
+      memcpy_ = all_gather_values(*processes, std::span<const MemcpyBandwidth>(&memcpy_, 1))[0];
+    }
   }
   return memcpy_;
 }
@@ -472,7 +482,7 @@ void CollectiveBenchmark::run(const std::function<void(const CollectiveBenchRow&
   Communicator comm(runtime, group);
 
   const size_t nc = static_cast<size_t>(n);
-  std::vector<DeviceBuffer> send(nc), recv(nc);
+  std::vector<DeviceBuffer> send(nc), recv(nc);  // this process's cores' (empty for the others)
   std::vector<BufferPin> pins;
   runtime.run_spmd([&](CoreContext& ctx) {
     const size_t c = static_cast<size_t>(ctx.core_id());
@@ -500,9 +510,9 @@ void CollectiveBenchmark::run(const std::function<void(const CollectiveBenchRow&
       op_.run(comm, ctx, call);
     });
   }
-  for (size_t c = 0; c < nc; ++c) {
-    pins.push_back(send[c].pin());
-    pins.push_back(recv[c].pin());
+  for (int c : runtime.local_core_ids()) {
+    pins.push_back(send[static_cast<size_t>(c)].pin());
+    pins.push_back(recv[static_cast<size_t>(c)].pin());
   }
 
   const size_t iters = static_cast<size_t>(options_.iters);
@@ -524,11 +534,21 @@ void CollectiveBenchmark::run(const std::function<void(const CollectiveBenchRow&
         seconds[c][k] = std::chrono::duration<double>(Clock::now() - t0).count();
       }
     });
-    std::vector<double> slowest(iters, 0.0);
+    // Each call's slowest core: this process's, then over the processes (process p's iters
+    // values follow process p - 1's).
+    std::vector<double> local_slowest(iters, 0.0);
     for (size_t k = 0; k < iters; ++k)
-      for (size_t c = 0; c < nc; ++c) slowest[k] = std::max(slowest[k], seconds[c][k]);
-
+      for (int c : runtime.local_core_ids())
+        local_slowest[k] = std::max(local_slowest[k], seconds[static_cast<size_t>(c)][k]);
+    const std::vector<double> every =
+        all_gather_values(runtime.process_group(), std::span<const double>(local_slowest));
+    std::vector<double> slowest(iters, 0.0);
     CollectiveBenchRow row;
+    for (size_t p = 0; p < every.size() / iters; ++p) {
+      const auto first = every.begin() + static_cast<std::ptrdiff_t>(p * iters);
+      for (size_t k = 0; k < iters; ++k) slowest[k] = std::max(slowest[k], first[k]);
+      row.process_time_us.push_back(median_of(std::vector<double>(first, first + iters)) * 1e6);
+    }
     row.shape = shape;
     row.algorithm = algorithm;
     const double t = median_of(slowest);
@@ -546,15 +566,21 @@ void CollectiveBenchmark::run(const std::function<void(const CollectiveBenchRow&
         bw.bytes_per_second > 0 ? row.traffic_bytes / bw.bytes_per_second * 1e6 : 0.0;
 
     expected.resize(shape.recv_elements);
-    for (int r = 0; r < n; ++r) {
+    bool have_reference = false;
+    uint64_t wrong = 0;  // this process's cores'; rank r is core r (the group is 0..n-1)
+    for (int r : runtime.local_core_ids()) {
       if (op_.checked_rank >= 0 && r != op_.checked_rank) continue;
-      if (r == 0 || op_.checked_rank >= 0 || !op_.same_output_on_every_core)
+      if (!have_reference || op_.checked_rank >= 0 || !op_.same_output_on_every_core)
         op_.reference(r, n, options_.reduce, shape, expected);
-      row.wrong += visit_data_type(options_.dtype, [&](auto tag) {
+      have_reference = true;
+      wrong += visit_data_type(options_.dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
         return count_wrong<T>(recv[static_cast<size_t>(r)].data(), expected);
       });
     }
+    for (uint64_t w :
+         all_gather_values(runtime.process_group(), std::span<const uint64_t>(&wrong, 1)))
+      row.wrong += w;
     on_row(row);
   }
 }
@@ -581,7 +607,8 @@ nlohmann::json collective_bench_row_json(const CollectiveBenchmark& bench,
                                        ? nlohmann::json(row.time_us / row.dram_bound_us)
                                        : nlohmann::json(nullptr)},
           {"wrong", row.wrong},
-          {"check", row.wrong == 0 ? "ok" : "WRONG"}};
+          {"check", row.wrong == 0 ? "ok" : "WRONG"},
+          {"process_time_us", row.process_time_us}};
 }
 
 }  // namespace vtpu

@@ -34,6 +34,13 @@
 // with num_cores and the links set by the benchmark; its thread pinning (runtime/thread_pinning.h)
 // is part of what a row measures, so thread_pinning() reports it for the header and the JSON.
 //
+// Across processes (options.processes, runtime/process_group.h; `mpirun -np H vtpu bench
+// collectives`): every process runs the same sweep on its own cores of the one group, a call's
+// time is still the maximum over every core of every process (the processes exchange their
+// cores' times after each size), the wrong elements are summed over the processes, and each row
+// also gives each process's median. The memcpy bandwidth is measured by process 0 alone, while
+// the others wait, and shared.
+//
 // Adding an op (the plug-in point): once Communicator offers it, write one make_<op>_bench_op()
 // in collective_bench.cc (buffer sizes, nccl-tests factor, the call, the reference; optionally how
 // auto resolves, the traffic and which rank's output is checked) and list it in
@@ -132,6 +139,9 @@ struct CollectiveBenchOptions {
   /// The Runtime's options (e.g. pin_threads, collective_timeout, collective_algorithm from
   /// --config); num_cores, link_slot_bytes and link_num_slots are replaced by the fields above.
   RuntimeOptions runtime;
+  /// The processes the cores are spread over (null: this process hosts them all); `cores` is the
+  /// global count, which the process count must divide.
+  std::shared_ptr<ProcessGroup> processes;
 };
 
 struct MemcpyBandwidth {
@@ -155,6 +165,9 @@ struct CollectiveBenchRow {
   double traffic_bytes = 0.0;  // every input read once and every output written once
   double dram_bound_us = 0.0;  // traffic_bytes / memcpy bandwidth (64 MiB buffers: DRAM)
   uint64_t wrong = 0;          // elements that differ from the reference, over all cores
+  /// Per process: the median over the timed calls of its slowest core's time (one entry in one
+  /// process).
+  std::vector<double> process_time_us;
 };
 
 /// Usage check of everything CLI11 cannot see (the op, its algorithm, sizes against the dtype,

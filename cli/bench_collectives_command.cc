@@ -4,12 +4,14 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "vtpu/bench/calibration.h"
 #include "vtpu/bench/collective_bench.h"
 #include "vtpu/cli/cli_validators.h"
+#include "vtpu/cli/run_processes.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/output_path.h"
 #include "vtpu/common/strings.h"
@@ -30,7 +32,9 @@ struct BenchCollectivesCommand {
   std::string calibrate_path;    // --calibrate OUT.json
   std::string config_path;       // --config: runtime options (train/train_runtime_config.h)
   std::vector<int> cores = {8};  // --cores: one size for a sweep, one or more for --calibrate
+  std::optional<int> cores_per_process;  // --cores-per-process (cli/run_processes.h)
   CLI::Option* cores_opt = nullptr;
+  CLI::Option* cores_per_process_opt = nullptr;
   CLI::Option* min_opt = nullptr;
   CLI::Option* max_opt = nullptr;
   CLI::Option* iters_opt = nullptr;
@@ -102,7 +106,7 @@ void print_header(CollectiveBenchmark& bench, const MemcpyBandwidth& bw) {
              o.op + " on " + count_text(o.cores, "core") + ") and are skipped\n";
   }
   std::printf(
-      "# vtpu bench collectives: %s on %d virtual cores, %s, algorithm %s, out of place, %d "
+      "# vtpu bench collectives: %s on %d virtual cores%s, %s, algorithm %s, out of place, %d "
       "warmup + %d timed calls per size\n%s"
       "# time: median over the timed calls of the slowest core's time (steady_clock around each "
       "call); busbw = algbw * %.4g (nccl-tests' factor for %s)\n"
@@ -112,10 +116,10 @@ void print_header(CollectiveBenchmark& bench, const MemcpyBandwidth& bw) {
       "# memcpy bandwidth in this run: %.2f GB/s (bytes read + written per second, %d threads x "
       "%s, beyond the caches); dram_bound = bytes every core reads and writes once / memcpy "
       "bandwidth: sizes whose buffers fit the CPU caches can run below it (time/dram_bound < 1)\n",
-      o.op.c_str(), o.cores, type.c_str(), o.algorithm.c_str(), o.warmup, o.iters, notes.c_str(),
-      bench.busbw_factor(), o.op.c_str(), format_bytes(bench.link_slot_bytes()).c_str(),
-      bench.thread_pinning().describe().c_str(), bw.bytes_per_second * 1e-9, bw.threads,
-      format_bytes(bw.bytes_per_thread).c_str());
+      o.op.c_str(), o.cores, processes_text(o.cores).c_str(), type.c_str(), o.algorithm.c_str(),
+      o.warmup, o.iters, notes.c_str(), bench.busbw_factor(), o.op.c_str(),
+      format_bytes(bench.link_slot_bytes()).c_str(), bench.thread_pinning().describe().c_str(),
+      bw.bytes_per_second * 1e-9, bw.threads, format_bytes(bw.bytes_per_thread).c_str());
   std::printf("%12s %12s %5s %6s %14s %19s %11s %11s %11s %14s %15s %6s\n", "size(B)", "count",
               "type", "redop", "op", "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
               "dram_bound(us)", "time/dram_bound", "check");
@@ -124,6 +128,16 @@ void print_header(CollectiveBenchmark& bench, const MemcpyBandwidth& bw) {
 /// --calibrate: fit every collective and write a profile. Sizes and call counts default to the
 /// calibration's (8 B..4 MiB, 10 + 3 calls) unless given on the command line.
 int run_calibrate(const BenchCollectivesCommand& cmd, const TrainRuntimeConfig& config) {
+  // It calibrates this machine's in-process links: one process.
+  if (run_process_count() > 1) {
+    return report_usage_error("--calibrate runs in one process; an MPI launcher started " +
+                              std::to_string(run_process_count()) +
+                              " (expected vtpu bench collectives --calibrate without mpirun)");
+  }
+  if (cmd.cores_per_process_opt->count() > 0) {
+    return report_usage_error(
+        "--cores-per-process does not apply to --calibrate (expected --cores)");
+  }
   // A sweep option --calibrate would ignore is a usage error, not dropped without a word.
   for (const auto& [opt, why] : cmd.sweep_only) {
     if (opt->count() > 0) {
@@ -206,6 +220,18 @@ int run(const BenchCollectivesCommand& cmd) {
   o.runtime = config.options;
   o.cores = cmd.cores_opt->count() == 0 && config.file_num_cores ? *config.file_num_cores
                                                                  : cmd.cores.front();
+  // The global core count over the processes of an MPI launcher (cli/run_processes.h).
+  if (!check_usage([&] {
+        const std::optional<int> given =
+            cmd.cores_opt->count() > 0 ? std::optional<int>(cmd.cores.front()) : std::nullopt;
+        if (const std::optional<int> cores = global_cores(given, cmd.cores_per_process)) {
+          o.cores = *cores;
+        }
+        check_cores_split(o.cores, "--cores " + std::to_string(o.cores));
+      })) {
+    return 2;
+  }
+  o.processes = run_process_group();
   // --link-slot-bytes and --link-slots replace the file's link_slot_bytes and link_num_slots.
   if (cmd.link_slots_opt->count() == 0 && config.sets("link_num_slots"))
     o.link_num_slots = config.options.link_num_slots;
@@ -257,6 +283,8 @@ int run(const BenchCollectivesCommand& cmd) {
   if (cmd.json) {
     const nlohmann::json config = {
         {"cores", o.cores},
+        {"num_processes", run_process_count()},
+        {"cores_per_process", o.cores / run_process_count()},
         {"op", o.op},
         {"dtype", data_type_name(o.dtype)},
         {"reduce", bench.op().uses_reduce_op ? std::string(reduce_op_name(o.reduce)) : "none"},
@@ -303,11 +331,13 @@ std::shared_ptr<BenchCollectivesCommand> add_bench_collectives_command(CLI::App&
   cmd->app = app;
   CollectiveBenchOptions& o = cmd->options;
   cmd->cores_opt = app->add_option("--cores", cmd->cores,
-                                   "Virtual cores in the group; with --calibrate a comma-separated "
+                                   "Virtual cores in the group, over all processes under mpirun "
+                                   "-np H (a multiple of H); with --calibrate a comma-separated "
                                    "list, one fit per size (default 2,4,8)")
                        ->delimiter(',')
                        ->default_str("8")
                        ->check(CLI::Range(1, 1024));
+  cmd->cores_per_process_opt = add_cores_per_process_option(*app, cmd->cores_per_process);
   const std::string fixed =
       "it sweeps all_gather, reduce_scatter, all_reduce and all_to_all "
       "with the default --dtype, --reduce, --algorithm and links";

@@ -18,11 +18,21 @@
 // Exit codes: 0 success (and --help, --version); 1 a vtpu error while running (the message names
 // the value and what was expected: a bad data or config file, out of HBM, ...); 2 bad
 // command-line usage.
+//
+// Under an MPI launcher (`mpirun -np H vtpu train mlp ...`, cli/run_processes.h) every process
+// runs the command; only process 0 prints, an error names the process it happened in, and a
+// failed run ends the whole job (distributed::abort_job with the exit code) so that no process
+// waits for one that stopped.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <set>
 #include <string>
+#include <thread>
 
 #include "vtpu/cli/bench_collectives_command.h"
 #include "vtpu/cli/bench_fragmentation_command.h"
@@ -32,11 +42,13 @@
 #include "vtpu/cli/parse_error_text.h"
 #include "vtpu/cli/plan_command.h"
 #include "vtpu/cli/reshard_command.h"
+#include "vtpu/cli/run_processes.h"
 #include "vtpu/cli/stress_command.h"
 #include "vtpu/cli/train_fsdp_command.h"
 #include "vtpu/cli/train_mlp_command.h"
 #include "vtpu/cli/train_transformer_command.h"
 #include "vtpu/common/error.h"
+#include "vtpu/distributed/distributed.h"
 
 #ifndef VTPU_VERSION
 #error "VTPU_VERSION (the CMake project version) must be defined by cli/CMakeLists.txt"
@@ -80,6 +92,65 @@ Commands add_commands(CLI::App& app) {
   return c;
 }
 
+/// The subcommands that run across the processes of an MPI job; the others run in one process.
+const std::set<std::string> kMultiProcessCommands = {"train mlp", "train transformer", "train fsdp",
+                                                     "bench collectives", "reshard"};
+
+/// The selected subcommand's path, "train mlp"; "" for none.
+std::string selected_path(const CLI::App& app) {
+  std::string path;
+  for (const CLI::App* a = &app; !a->get_subcommands().empty();) {
+    a = a->get_subcommands().front();
+    path += (path.empty() ? "" : " ") + a->get_name();
+  }
+  return path;
+}
+
+/// Where this process reports its errors: stderr, or in process k > 0 of a run (whose stdout
+/// and stderr are silenced, as only process 0 prints) the stderr it started with.
+FILE* error_stream = stderr;
+
+/// In process k > 0 of a run: stdout and stderr to /dev/null, and error_stream to a copy of the
+/// original stderr.
+void silence_other_processes() {
+  if (vtpu::run_process_index() == 0) return;
+  const int fd = dup(STDERR_FILENO);
+  if (FILE* f = fd >= 0 ? fdopen(fd, "w") : nullptr) error_stream = f;
+  if (std::freopen("/dev/null", "w", stdout) == nullptr ||
+      std::freopen("/dev/null", "w", stderr) == nullptr) {
+    std::fprintf(error_stream, "vtpu: warning: process %d prints too (/dev/null not writable)\n",
+                 vtpu::run_process_index());
+  }
+}
+
+/// "vtpu: error: MESSAGE", with the process named in a run of several.
+void report_error(const char* kind, const char* message) {
+  if (vtpu::run_process_count() > 1) {
+    std::fprintf(error_stream, "vtpu: %s: process %d of %d: %s\n", kind, vtpu::run_process_index(),
+                 vtpu::run_process_count(), message);
+  } else {
+    std::fprintf(error_stream, "vtpu: %s: %s\n", kind, message);
+  }
+  std::fflush(error_stream);
+}
+
+/// How long a process other than 0 waits after its failure before it ends the job: process 0
+/// prints what every process found (a usage error, a verdict) and, failing too, ends the job
+/// itself; an abort from another process first would kill it before it printed.
+constexpr std::chrono::seconds kReportGrace{2};
+
+/// Ends the run with `code`: leaves the MPI job after success; after a failure in a run of
+/// several processes ends the whole job, which may have processes waiting on this one.
+int finish(int code) {
+  std::fflush(stdout);
+  if (code != 0 && vtpu::run_process_count() > 1) {
+    if (vtpu::run_process_index() != 0) std::this_thread::sleep_for(kReportGrace);
+    vtpu::distributed::abort_job(code);
+  }
+  vtpu::distributed::shutdown();
+  return code;
+}
+
 /// Runs the selected subcommand and returns its exit code; 0 when none ran.
 int run_selected(const Commands& c, int argc, char** argv) {
   int code = 0;
@@ -98,9 +169,7 @@ int run_selected(const Commands& c, int argc, char** argv) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   CLI::App app{
       "vtpu: a virtual TPU pod on one machine (virtual cores, HBM arenas, collectives, "
       "sharding)"};
@@ -127,17 +196,40 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
+  if (const std::string path = selected_path(app);
+      vtpu::run_process_count() > 1 && !kMultiProcessCommands.contains(path)) {
+    return vtpu::report_usage_error(
+        "vtpu " + path + " runs in one process; an MPI launcher started " +
+        std::to_string(vtpu::run_process_count()) +
+        " (expected it without mpirun; under mpirun: train mlp|transformer|fsdp, bench "
+        "collectives, reshard)");
+  }
   try {
     return run_selected(commands, argc, argv);
   } catch (const vtpu::Error& e) {
-    std::fprintf(stderr, "vtpu: error: %s\n", e.what());
+    report_error("error", e.what());
     return 1;
   } catch (const CLI::ParseError& e) {
     // An option value that can only be checked once the command has run part way (vtpu plan
     // --strategy: the candidates' names depend on the mesh).
     return vtpu::report_usage_error(vtpu::parse_error_text(e, argc, argv));
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "vtpu: internal error: %s\n", e.what());
+    report_error("internal error", e.what());
     return 1;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Joins the MPI job when a launcher started this process (distributed/), before anything
+  // prints: the other processes' output is silenced from the start.
+  try {
+    vtpu::distributed::initialize();
+  } catch (const vtpu::Error& e) {
+    std::fprintf(stderr, "vtpu: error: %s\n", e.what());
+    return 1;
+  }
+  silence_other_processes();
+  return finish(run_main(argc, argv));
 }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "vtpu/cli/cli_validators.h"
+#include "vtpu/cli/run_processes.h"
 #include "vtpu/collectives/reduce_kernels.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/median.h"
@@ -19,6 +21,7 @@
 #include "vtpu/common/units.h"
 #include "vtpu/planner/reshard_planner.h"
 #include "vtpu/runtime/hardware_profile.h"
+#include "vtpu/runtime/process_exchange.h"
 #include "vtpu/runtime/runtime.h"
 #include "vtpu/sharding/block_copy.h"
 #include "vtpu/sharding/mesh_arg.h"
@@ -215,8 +218,12 @@ ReshardInput make_input(const ReshardCommand& c, Runtime& runtime, const NamedSh
       value[i] = p == 0 ? addend[p][i] : combine(value[i], addend[p][i], source.spec().reduce_op());
     }
   }
-  std::vector<DeviceBuffer> buffers;
+  std::vector<DeviceBuffer> buffers;  // this process's devices' (empty for the others)
   for (int dev : source.mesh().devices()) {
+    if (!runtime.is_local(dev)) {
+      buffers.emplace_back();
+      continue;
+    }
     const std::vector<IndexRange> box = source.index_ranges(dev, c.shape);
     const std::vector<int64_t> local = source.local_shape(dev, c.shape);
     DeviceBuffer b = runtime.allocate(
@@ -225,7 +232,8 @@ ReshardInput make_input(const ReshardCommand& c, Runtime& runtime, const NamedSh
                   c.shape, box, b.as<float>());
     buffers.push_back(std::move(b));
   }
-  return {std::move(value), ShardedArray::from_buffers(c.shape, source, std::move(buffers))};
+  return {std::move(value),
+          ShardedArray::from_buffers(runtime, c.shape, source, std::move(buffers))};
 }
 
 /// The times of the timed runs: the whole plan's and each step's.
@@ -262,8 +270,9 @@ ShardedArray run_timed(const ReshardCommand& c, Runtime& runtime, const ShardedA
 }
 
 /// The elements of `output` that differ from the logical value sliced per device (a partial
-/// target is compared after its pending reduction, through gather()).
-size_t count_mismatches(const ReshardCommand& c, const ShardedArray& output,
+/// target is compared after its pending reduction, through gather()), over every process (each
+/// compares its own devices' blocks).
+size_t count_mismatches(const ReshardCommand& c, const Runtime& runtime, const ShardedArray& output,
                         const NamedSharding& target, const std::vector<float>& value) {
   size_t bad = 0;
   if (target.is_partial()) {
@@ -272,6 +281,7 @@ size_t count_mismatches(const ReshardCommand& c, const ShardedArray& output,
     return bad;
   }
   for (int dev : target.mesh().devices()) {
+    if (!runtime.is_local(dev)) continue;
     const std::vector<int64_t> local = target.local_shape(dev, c.shape);
     std::vector<float> want(static_cast<size_t>(num_elements_of(local)));
     extract_block(std::span<const float>(value), c.shape, target.index_ranges(dev, c.shape),
@@ -283,7 +293,11 @@ size_t count_mismatches(const ReshardCommand& c, const ShardedArray& output,
     }
     for (size_t i = 0; i < want.size(); ++i) bad += got[i] != want[i];
   }
-  return bad;
+  size_t total = 0;
+  for (size_t b : all_gather_values(runtime.process_group(), std::span<const size_t>(&bad, 1))) {
+    total += b;
+  }
+  return total;
 }
 
 void print_run_json(const ReshardCommand& c, nlohmann::json& j, const ReshardPlan& plan,
@@ -296,6 +310,7 @@ void print_run_json(const ReshardCommand& c, nlohmann::json& j, const ReshardPla
                      {"median_wall_seconds", median_of(t.step_wall[i])}});
   }
   j["run"] = {{"num_cores", runtime.num_cores()},
+              {"num_processes", runtime.process_count()},
               {"thread_pinning", runtime.thread_pinning().to_json()},
               {"warmup", c.warmup},
               {"iters", c.iters},
@@ -368,11 +383,14 @@ int run(const ReshardCommand& c) {
   check_run_size(c.shape, source, target);
   RuntimeOptions options = runtime_config.options;
   options.num_cores = static_cast<int>(mesh.size());
-  Runtime runtime(options);
+  if (!check_usage([&] { check_cores_split(mesh.size(), "the mesh " + mesh.to_string()); }))
+    return 2;
+  const std::unique_ptr<Runtime> runtime_ptr = make_run_runtime(options);
+  Runtime& runtime = *runtime_ptr;
   const ReshardInput input = make_input(c, runtime, source);
   ReshardTimings timings;
   const ShardedArray output = run_timed(c, runtime, input.array, plan, timings);
-  const size_t bad = count_mismatches(c, output, target, input.value);
+  const size_t bad = count_mismatches(c, runtime, output, target, input.value);
   if (c.json) {
     print_run_json(c, j, plan, runtime, timings, bad);
   } else {

@@ -6,12 +6,14 @@
 #include <cstdlib>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
 #include "vtpu/bench/estimate_report.h"
 #include "vtpu/cli/cli_validators.h"
+#include "vtpu/cli/run_processes.h"
 #include "vtpu/cli/trainer_steps.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/host.h"
@@ -30,7 +32,8 @@ namespace vtpu {
 
 struct TrainFsdpCommand {
   CLI::App* app = nullptr;
-  std::optional<int> cores;
+  std::optional<int> cores;              // the global count (cli/run_processes.h)
+  std::optional<int> cores_per_process;  // --cores-per-process, folded into cores by run()
   FsdpConfig config;
   std::string prefetch = "on";
   std::string plan_path;
@@ -154,6 +157,14 @@ std::optional<FsdpSetup> resolve(const TrainFsdpCommand& cmd) {
     return std::nullopt;
   }
   setup.options.validate();
+  if (!check_usage([&] {
+        check_cores_split(setup.options.num_cores,
+                          setup.plan ? "the plan's mesh " + setup.plan->describe_mesh()
+                                     : (cmd.cores ? "--cores " : "num_cores ") +
+                                           std::to_string(setup.options.num_cores));
+      })) {
+    return std::nullopt;
+  }
   const std::optional<TrainPlan>& plan = setup.plan;
   FsdpConfig& config = setup.config;
   config = cmd.config;
@@ -190,7 +201,8 @@ void print_header(const TrainFsdpCommand& cmd, const FsdpSetup& setup, const Dig
   std::printf(
       "vtpu train fsdp: %s on %s, %s, digits %s: %lld train / %lld "
       "test rows\n",
-      setup.fsdp_mode ? "ZeRO-3 / FSDP" : "data parallel", count_text(n, "virtual core").c_str(),
+      setup.fsdp_mode ? "ZeRO-3 / FSDP" : "data parallel",
+      (count_text(n, "virtual core") + processes_text(n)).c_str(),
       hbm_each_text(setup.options).c_str(), cmd.data_path.c_str(),
       static_cast<long long>(split.train.num_rows()),
       static_cast<long long>(split.test.num_rows()));
@@ -221,7 +233,8 @@ MlpRun run_data_parallel(const FsdpSetup& setup, const DigitsSplit& split, StepM
   const int n = setup.options.num_cores;
   try {
     return run_mlp(setup.options, split, mc,
-                   setup.estimate && !setup.fsdp_mode ? meter.wrap({}, 0, mc.steps) : StepLog());
+                   setup.estimate && !setup.fsdp_mode ? meter.wrap({}, 0, mc.steps) : StepLog(),
+                   run_process_group());
   } catch (const ResourceExhaustedError& e) {
     if (!setup.fsdp_mode) throw ResourceExhaustedError("the data-parallel run: " + e.message());
     // The FSDP run fitted (it ran first); its comparison keeps every parameter, gradient and
@@ -247,7 +260,8 @@ FsdpRuns run_trainings(const TrainFsdpCommand& cmd, const FsdpSetup& setup,
   // the same options applies.
   ThreadPinning pinning = plan_thread_pinning(setup.options.pin_threads, n, usable_cpu_ids());
   if (setup.fsdp_mode) {
-    Runtime runtime(setup.options);
+    const std::unique_ptr<Runtime> runtime_ptr = make_run_runtime(setup.options);
+    Runtime& runtime = *runtime_ptr;
     pinning = runtime.thread_pinning();
     FsdpConfig run_config = setup.config;
     StepLog on_log = step_loss_printer(cmd.json);
@@ -377,7 +391,12 @@ void print_text(const FsdpSetup& setup, const FsdpRuns& runs) {
   if (runs.report) std::printf("%s", runs.report->to_string().c_str());
 }
 
-int run(const TrainFsdpCommand& cmd) {
+int run(const TrainFsdpCommand& given) {
+  // --cores-per-process is --cores K x processes from here on.
+  TrainFsdpCommand cmd = given;
+  if (!check_usage([&] { cmd.cores = global_cores(given.cores, given.cores_per_process); })) {
+    return 2;
+  }
   const std::optional<FsdpSetup> setup = resolve(cmd);
   if (!setup) return 2;
   const DigitsSplit split = split_digits(load_digits_csv(cmd.data_path));
@@ -408,8 +427,10 @@ std::shared_ptr<TrainFsdpCommand> add_train_fsdp_command(CLI::App& train) {
       "the cores, all-gather before use, reduce-scatter of gradients; checked against 1 core");
   CLI::App* app = cmd->app;
   app->add_option("--cores", cmd->cores,
-                  "Virtual cores (default 8, or the --plan mesh's, or num_cores of --config)")
+                  "Virtual cores over all processes (default 8, or the --plan mesh's, or "
+                  "num_cores of --config; under mpirun -np H a multiple of H, split evenly)")
       ->check(CLI::Range(1, 1024));
+  add_cores_per_process_option(*app, cmd->cores_per_process);
   const MlpTrainingOptions training = add_mlp_training_options(
       *app, m,
       "Global batch (rows per step over all cores; a multiple of the cores; default 64, or the "

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "vtpu/bench/estimate_report.h"
 #include "vtpu/cli/cli_validators.h"
+#include "vtpu/cli/run_processes.h"
 #include "vtpu/cli/train_mlp_plan_command.h"
 #include "vtpu/cli/trainer_steps.h"
 #include "vtpu/common/error.h"
@@ -29,7 +31,8 @@ namespace vtpu {
 
 struct TrainMlpCommand {
   CLI::App* app = nullptr;
-  std::optional<int> cores;
+  std::optional<int> cores;              // the global count (cli/run_processes.h)
+  std::optional<int> cores_per_process;  // --cores-per-process, folded into cores by run()
   std::string allocator;
   std::string memory_profile;   // pprof path
   std::string memory_snapshot;  // JSON snapshot path
@@ -218,8 +221,8 @@ void print_header(const TrainMlpCommand& cmd, const RuntimeOptions& options, con
   std::printf(
       "vtpu train mlp: %s, %s (%s), digits %s: %lld train / "
       "%lld test rows\n",
-      count_text(options.num_cores, "virtual core").c_str(), hbm_each_text(options).c_str(),
-      options.allocator.c_str(), cmd.data_path.c_str(),
+      (count_text(options.num_cores, "virtual core") + processes_text(options.num_cores)).c_str(),
+      hbm_each_text(options).c_str(), options.allocator.c_str(), cmd.data_path.c_str(),
       static_cast<long long>(split.train.num_rows()),
       static_cast<long long>(split.test.num_rows()));
   std::printf("model 64->%lld->10, global batch %lld (%lld per core",
@@ -290,7 +293,8 @@ int run_data_parallel(const TrainMlpCommand& cmd, const RuntimeOptions& options,
     };
   }
   const DigitsSplit split = split_digits(load_digits_csv(cmd.data_path));
-  Runtime runtime(options);
+  const std::unique_ptr<Runtime> runtime_ptr = make_run_runtime(options);
+  Runtime& runtime = *runtime_ptr;
   if (!cmd.json) print_header(cmd, options, mlp, split);
   StepMeter meter;
   StepLog on_log = step_loss_printer(cmd.json);
@@ -318,7 +322,18 @@ int run_data_parallel(const TrainMlpCommand& cmd, const RuntimeOptions& options,
   return report_replicas(result.replica_mismatch) ? 0 : 1;
 }
 
-int run(const TrainMlpCommand& cmd) {
+int run(const TrainMlpCommand& given) {
+  // --cores-per-process is --cores K x processes from here on.
+  TrainMlpCommand cmd = given;
+  if (!check_usage([&] {
+        cmd.cores = global_cores(given.cores, given.cores_per_process);
+        check_one_process_outputs({{"--memory-profile", cmd.memory_profile},
+                                   {"--memory-snapshot", cmd.memory_snapshot},
+                                   {"--memory-events", cmd.memory_events}},
+                                  "vtpu train mlp");
+      })) {
+    return 2;
+  }
   if (!check_memory_outputs(cmd)) return 2;
   std::optional<TrainRuntimeConfig> config = load_runtime_config(
       cmd.config_path, !cmd.memory_events.empty(), "vtpu train mlp without --memory-events");
@@ -334,6 +349,8 @@ int run(const TrainMlpCommand& cmd) {
   apply_runtime_flags(cmd, options);
   if (cmd.lr_option->count() == 0) mlp.learning_rate = mlp_default_learning_rate(mlp.optimizer);
   if (!check_usage([&] {
+        check_cores_split(options.num_cores, (cmd.cores ? "--cores " : "num_cores ") +
+                                                 std::to_string(options.num_cores));
         check_micro_batches(mlp.micro_batches, mlp.global_batch, options.num_cores, "core",
                             count_text(options.num_cores, "core"));
       }))
@@ -351,8 +368,11 @@ std::shared_ptr<TrainMlpCommand> add_train_mlp_command(CLI::App& train) {
       "mlp",
       "64->H->10 MLP on the UCI handwritten digits (ReLU, softmax cross-entropy, SGD or "
       "Adam): data parallel, or with --plan any strategy of a `vtpu plan` file");
-  app->add_option("--cores", cmd->cores, "Virtual cores (default 8, or num_cores of --config)")
+  app->add_option("--cores", cmd->cores,
+                  "Virtual cores over all processes (default 8, or num_cores of --config; "
+                  "under mpirun -np H a multiple of H, split evenly)")
       ->check(CLI::Range(1, 1024));
+  add_cores_per_process_option(*app, cmd->cores_per_process);
   const MlpTrainingOptions training = add_mlp_training_options(
       *app, m,
       "Global batch (rows per step over all cores; a multiple of --cores; with --plan, default "

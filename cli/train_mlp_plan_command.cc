@@ -3,12 +3,14 @@
 #include <cstdio>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
 
 #include "vtpu/bench/estimate_report.h"
 #include "vtpu/cli/cli_validators.h"
+#include "vtpu/cli/run_processes.h"
 #include "vtpu/cli/trainer_steps.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/strings.h"
@@ -101,6 +103,12 @@ std::optional<MlpPlanSetup> resolve(const TrainMlpPlanArgs& args) {
   setup.options = args.config.options;
   setup.options.num_cores = static_cast<int>(plan.num_cores());
   setup.options.validate();
+  if (!check_usage([&] {
+        check_cores_split(plan.num_cores(), "the plan's mesh " + plan.describe_mesh() + " (" +
+                                                count_text(plan.num_cores(), "core") + ")");
+      })) {
+    return std::nullopt;
+  }
   MlpConfig& mlp = setup.mlp;
   mlp = args.mlp;
   if (!args.batch_given && plan.estimated_batch() > 0) mlp.global_batch = plan.estimated_batch();
@@ -138,7 +146,8 @@ void print_header(const TrainMlpPlanArgs& args, const MlpPlanSetup& setup,
   const int n = setup.options.num_cores;
   std::printf("vtpu train mlp --plan %s: strategy %s on mesh %s: %s, %s\n", plan.path.c_str(),
               plan.describe_strategy().c_str(), plan.describe_mesh().c_str(),
-              count_text(n, "virtual core").c_str(), hbm_each_text(setup.options).c_str());
+              (count_text(n, "virtual core") + processes_text(n)).c_str(),
+              hbm_each_text(setup.options).c_str());
   if (setup.layout) {
     std::printf(
         "Megatron tensor parallel: %s; W1 column-parallel, W2 row-parallel, %lld hidden units "
@@ -168,7 +177,8 @@ void print_header(const TrainMlpPlanArgs& args, const MlpPlanSetup& setup,
 PlanRun train_strategy(const MlpPlanSetup& setup, const DigitsSplit& split,
                        const MlpConfig& run_config, const StepLog& on_log,
                        const HbmBreakdown& peak) {
-  Runtime runtime(setup.options);
+  const std::unique_ptr<Runtime> runtime_ptr = make_run_runtime(setup.options);
+  Runtime& runtime = *runtime_ptr;
   const ThreadPinning pinning = runtime.thread_pinning();
   PlanRun run;
   if (setup.mode == MlpPlanMode::kTensorParallel) {

@@ -5,12 +5,14 @@
 #include <cstdio>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
 #include "vtpu/bench/estimate_report.h"
 #include "vtpu/cli/cli_validators.h"
+#include "vtpu/cli/run_processes.h"
 #include "vtpu/cli/trainer_steps.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/strings.h"
@@ -25,7 +27,8 @@ namespace vtpu {
 
 struct TrainTransformerCommand {
   CLI::App* app = nullptr;
-  std::optional<int> cores;
+  std::optional<int> cores;              // the global count (cli/run_processes.h)
+  std::optional<int> cores_per_process;  // --cores-per-process, folded into cores by run()
   std::string mesh;
   std::string plan;
   std::string data = default_fortunes_path();
@@ -140,6 +143,14 @@ std::optional<TransformerSetup> resolve(const TrainTransformerCommand& cmd) {
                        mesh.to_string() + " (" + count_text(mesh.num_cores(), "core") + ")");
     return std::nullopt;
   }
+  if (!check_usage([&] {
+        check_cores_split(mesh.num_cores(),
+                          setup.plan         ? "the plan's mesh " + setup.plan->describe_mesh()
+                          : cmd.mesh.empty() ? "--cores " + std::to_string(mesh.num_cores())
+                                             : "--mesh " + cmd.mesh);
+      })) {
+    return std::nullopt;
+  }
   if (mesh.tensor == 1 && cmd.plan.empty()) setup.strategy = "dp(data)";
   if (mesh.data == 1 && cmd.plan.empty()) {
     setup.strategy = mesh.tensor > 1 ? "tp(model)" : "single core";
@@ -173,7 +184,9 @@ void print_header(const TrainTransformerCommand& cmd, const TransformerSetup& se
   const int64_t shard = TransformerLayout(c, mesh.tensor).size();
   std::printf("vtpu train transformer: %s: %s on %s, %s; strategy %s\n", setup.mesh_label.c_str(),
               setup.run_layout().describe().c_str(),
-              count_text(setup.options.num_cores, "virtual core").c_str(),
+              (count_text(setup.options.num_cores, "virtual core") +
+               processes_text(setup.options.num_cores))
+                  .c_str(),
               hbm_each_text(setup.options).c_str(), setup.strategy.c_str());
   const std::string mapped = text.describe_mapped(c.vocab);
   std::printf("text %s: %zu byte tokens, %lld distinct%s%s\n", cmd.data.c_str(), text.tokens.size(),
@@ -374,7 +387,12 @@ void print_mismatch(const TransformerSetup& setup, const LossDifference& diff) {
   }
 }
 
-int run(const TrainTransformerCommand& cmd) {
+int run(const TrainTransformerCommand& given) {
+  // --cores-per-process is --cores K x processes from here on.
+  TrainTransformerCommand cmd = given;
+  if (!check_usage([&] { cmd.cores = global_cores(given.cores, given.cores_per_process); })) {
+    return 2;
+  }
   std::optional<TransformerSetup> resolved = resolve(cmd);
   if (!resolved) return 2;
   TransformerSetup& setup = *resolved;
@@ -392,7 +410,8 @@ int run(const TrainTransformerCommand& cmd) {
   TransformerConfig run_config = c;
   StepLog on_log = transformer_step_log(cmd.json, "mesh  ");
   if (setup.estimate) on_log = metered_step_log(meter, on_log, run_config.log_every, c.steps);
-  Runtime runtime(setup.options);
+  const std::unique_ptr<Runtime> runtime_ptr = make_run_runtime(setup.options);
+  Runtime& runtime = *runtime_ptr;
   const TransformerResult r =
       train_transformer_on_layout(runtime, text.tokens, run_config, setup.run_layout(), on_log);
   std::optional<EstimateReport> report;
@@ -428,8 +447,10 @@ std::shared_ptr<TrainTransformerCommand> add_train_transformer_command(CLI::App&
   TransformerConfig& c = cmd->config;
   auto* mesh = app->add_option("--mesh", cmd->mesh,
                                "DxT: data-parallel size x tensor-parallel size (default 2x4)");
-  app->add_option("--cores", cmd->cores, "Cores; alone it means --mesh 1xN (pure tensor parallel)")
+  app->add_option("--cores", cmd->cores,
+                  "Cores over all processes; alone it means --mesh 1xN (pure tensor parallel)")
       ->check(CLI::Range(1, 1024));
+  add_cores_per_process_option(*app, cmd->cores_per_process);
   app->add_option("--plan", cmd->plan,
                   "Run the mesh and strategy of a `vtpu plan --emit` file (data and tensor "
                   "parallel over any mesh axes, flattened; FSDP is not implemented for "

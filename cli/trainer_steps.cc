@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "vtpu/cli/cli_validators.h"
+#include "vtpu/cli/run_processes.h"
 #include "vtpu/common/units.h"
 
 namespace vtpu {
@@ -91,6 +92,7 @@ EstimateReport compare_run_with_estimate(const PlanEstimate& estimate, MeasuredR
 
 void print_json_result(nlohmann::json j, const std::optional<EstimateReport>& report) {
   if (report) j["estimate_vs_measured"] = report->to_json();
+  j["num_processes"] = run_process_count();
   std::cout << j.dump(2) << std::endl;
 }
 

@@ -73,7 +73,8 @@ EstimateReport compare_run_with_estimate(const PlanEstimate& estimate, MeasuredR
                                          const std::string& step_not_judged = {});
 
 /// Prints `j` as the command's --json output, with the comparison with the plan's estimate as
-/// "estimate_vs_measured" when there is one.
+/// "estimate_vs_measured" when there is one and the run's process count as "num_processes"
+/// (cli/run_processes.h).
 void print_json_result(nlohmann::json j, const std::optional<EstimateReport>& report);
 
 /// "final loss 0.1234   test accuracy 0.9500   train accuracy 0.9600".

@@ -45,8 +45,8 @@ class MpiProcessGroup final : public ProcessGroup, public TransportProvider {
     std::lock_guard lock(host_mu_);
     check_mpi(MPI_Barrier(context_->host()), "MPI_Barrier");
   }
-  void notify_failure(int core_id, const std::string& message) override {
-    context_->notify_failure(core_id, message);
+  void notify_failure(int callback_id, int core_id, const std::string& message) override {
+    context_->notify_failure(callback_id, core_id, message);
   }
   int add_failure_callback(FailureCallback callback) override {
     return context_->add_failure_callback(std::move(callback));

@@ -11,9 +11,8 @@ namespace vtpu::distributed {
 namespace {
 
 constexpr int kControlTag = 1;
-// Bytes of a failure notice (the runtime's callback id, the core id, the message): under every
-// OpenMPI transport's eager limit (shared memory's is 4 KiB), so that a send never waits for the
-// receiver.
+// Bytes of a failure notice (the runtime's epoch, the core id, the message): under every OpenMPI
+// transport's eager limit (shared memory's is 4 KiB), so that a send never waits for the receiver.
 constexpr int kMaxNotice = 2048;
 constexpr std::chrono::milliseconds kControlPoll{1};
 
@@ -94,13 +93,9 @@ int MpiContext::next_communicator_id(const std::vector<int>& group) {
   return static_cast<int>(h & 0x3fffffff);
 }
 
-void MpiContext::notify_failure(int core_id, const std::string& message) {
-  int runtime = 0;
-  {
-    std::lock_guard lock(callback_mu_);
-    if (!callbacks_.empty()) runtime = callbacks_.rbegin()->first;
-  }
-  std::string notice = std::to_string(runtime) + "\n" + std::to_string(core_id) + "\n" + message;
+void MpiContext::notify_failure(int runtime_id, int core_id, const std::string& message) {
+  std::string notice =
+      std::to_string(runtime_id) + "\n" + std::to_string(core_id) + "\n" + message;
   if (notice.size() > kMaxNotice) notice.resize(kMaxNotice);
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
@@ -142,17 +137,15 @@ void MpiContext::control_loop() {
     MPI_Get_count(&status, MPI_CHAR, &len);
     const std::string notice(buf.data(), static_cast<size_t>(std::max(len, 0)));
     MPI_Irecv(buf.data(), kMaxNotice, MPI_CHAR, MPI_ANY_SOURCE, kControlTag, control_, &req);
-    // "runtime\ncore\nmessage": only the callback of that runtime runs; a notice about a runtime
-    // this process no longer has (or does not have yet) is dropped, so that a late notice never
-    // aborts the next runtime's collectives.
+    // "runtime id\ncore\nmessage". Called under the lock, so that a removed callback (its Runtime
+    // being destroyed) never runs late.
     const size_t nl1 = notice.find('\n');
     const size_t nl2 = nl1 == std::string::npos ? nl1 : notice.find('\n', nl1 + 1);
     if (nl2 == std::string::npos) continue;
-    const int runtime = std::atoi(notice.c_str());
+    const int runtime_id = std::atoi(notice.c_str());
     const int core = std::atoi(notice.c_str() + nl1 + 1);
-    // Under the lock, so that a removed callback (its Runtime being destroyed) never runs late.
     std::lock_guard lock(callback_mu_);
-    const auto it = callbacks_.find(runtime);
+    const auto it = callbacks_.find(runtime_id);
     if (it != callbacks_.end()) it->second(core, notice.substr(nl2 + 1));
   }
   MPI_Cancel(&req);

@@ -54,12 +54,12 @@ class MpiContext {
   /// same id in every process, whatever else each process made in between.
   int next_communicator_id(const std::vector<int>& group);
 
-  /// Sends `message` about failed core `core_id` to every other process (best effort), marked
-  /// with the newest runtime's callback id: with several runtimes alive at once, a notice
-  /// reaches only the newest (the interface does not say which runtime failed).
-  void notify_failure(int core_id, const std::string& message);
-  /// Callbacks get ids 1, 2, ... in the order the runtimes are made, the same in every process
-  /// (they make their runtimes in the same order), and a notice runs only its runtime's callback.
+  /// Sends `message` about failed core `core_id` of the runtime whose callback is `runtime_id`
+  /// to every other process (best effort).
+  void notify_failure(int runtime_id, int core_id, const std::string& message);
+  /// Ids count from 1 in every process, so the k-th Runtime of every process (they are made in
+  /// the same order everywhere) has id k, and a notice reaches only the runtime it is about: not
+  /// a later one when it arrives late, nor another one alive beside it.
   int add_failure_callback(ProcessGroup::FailureCallback callback);
   void remove_failure_callback(int id);
   /// Stops the control thread (before MPI_Finalize or MPI_Abort). Idempotent.
@@ -77,7 +77,7 @@ class MpiContext {
   MPI_Comm host_ = MPI_COMM_NULL;
   MPI_Comm control_ = MPI_COMM_NULL;
   std::mutex mu_;
-  std::map<std::vector<int>, int> made_;  // GUARDED_BY(mu_): communicators made per group
+  std::map<std::vector<int>, int> made_;     // GUARDED_BY(mu_): communicators made per group
   std::mutex callback_mu_;
   std::map<int, ProcessGroup::FailureCallback> callbacks_;  // GUARDED_BY(callback_mu_)
   int next_callback_id_ = 1;                                // GUARDED_BY(callback_mu_)

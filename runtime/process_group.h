@@ -27,11 +27,13 @@ class ProcessGroup {
   virtual std::vector<std::vector<std::byte>> all_gather(std::span<const std::byte> mine) = 0;
   /// Returns once every process has entered it.
   virtual void barrier() = 0;
-  /// Tells the other processes that core `core_id` of this process failed with `message`; their
-  /// failure callbacks then run. Must not block for long and must not throw.
-  virtual void notify_failure(int core_id, const std::string& message) = 0;
+  /// Tells the other processes that core `core_id` of this process failed with `message`; the
+  /// failure callback with id `callback_id` (the failing runtime's, from add_failure_callback)
+  /// then runs in each. Must not block for long and must not throw.
+  virtual void notify_failure(int callback_id, int core_id, const std::string& message) = 0;
   /// Called (from any thread) when another process reports a failed core; each Runtime made with
-  /// the group adds one that runs its abort handlers. add returns an id for remove; after remove
+  /// the group adds one that runs its abort handlers. add returns an id, the same for the k-th
+  /// callback of every process (runtimes are made in the same order everywhere); after remove
   /// returns, the callback is not running and will not run again.
   using FailureCallback = std::function<void(int core_id, const std::string& message)>;
   virtual int add_failure_callback(FailureCallback callback) = 0;
@@ -47,7 +49,7 @@ class SingleProcessGroup final : public ProcessGroup {
     return {std::vector<std::byte>(mine.begin(), mine.end())};
   }
   void barrier() override {}
-  void notify_failure(int, const std::string&) override {}
+  void notify_failure(int, int, const std::string&) override {}
   int add_failure_callback(FailureCallback) override { return 0; }
   void remove_failure_callback(int) override {}
 };

@@ -266,7 +266,9 @@ std::future<void> Runtime::run_spmd_async(std::vector<int> core_ids, Program fn)
       }
       if (first) {
         notify_abort(core.core_id(), error);
-        if (!is_aborted(error)) processes_->notify_failure(core.core_id(), error_text(error));
+        if (!is_aborted(error)) {
+          processes_->notify_failure(failure_callback_id_, core.core_id(), error_text(error));
+        }
       }
       std::lock_guard l(launch->mu);
       if (--launch->remaining == 0) {

@@ -50,6 +50,8 @@ class Runtime {
   int num_cores() const { return options_.num_cores; }
   /// The processes and this one's place among them (JAX's process_index and process_count).
   ProcessGroup& process_group() const { return *processes_; }
+  /// The same group, shared: for what outlives the Runtime (a ShardedArray gathers through it).
+  const std::shared_ptr<ProcessGroup>& shared_process_group() const { return processes_; }
   int process_index() const { return processes_->process_index(); }
   int process_count() const { return processes_->process_count(); }
   /// Cores this process hosts (jax.local_device_count()), the first one's id, and whether a

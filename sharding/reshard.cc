@@ -8,6 +8,7 @@
 
 #include "vtpu/collectives/communicator.h"
 #include "vtpu/common/error.h"
+#include "vtpu/runtime/process_exchange.h"
 #include "vtpu/sharding/block_copy.h"
 
 namespace vtpu {
@@ -194,7 +195,7 @@ std::map<int, DeviceBuffer> run_step(Runtime& runtime, const StepSetup& s,
   const std::vector<int>& devices = s.before.mesh().devices();
   std::map<int, double> seconds_before;  // cached communicators keep counting across steps
   for (const auto& [dev, comm] : s.of_device) seconds_before[dev] = comm->stats(dev).seconds;
-  std::map<int, DeviceBuffer> out;
+  std::map<int, DeviceBuffer> out;  // another process's devices keep an empty buffer
   for (int dev : devices) out[dev] = DeviceBuffer();  // slots exist before the cores write
   runtime.run_spmd(devices, [&](CoreContext& ctx) {
     // The map's nodes exist: no rehash, distinct slots.
@@ -204,6 +205,7 @@ std::map<int, DeviceBuffer> run_step(Runtime& runtime, const StepSetup& s,
     timing->wall_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (const auto& [dev, comm] : s.of_device) {
+      if (!runtime.is_local(dev)) continue;
       timing->collective_seconds =
           std::max(timing->collective_seconds, comm->stats(dev).seconds - seconds_before.at(dev));
     }
@@ -211,12 +213,16 @@ std::map<int, DeviceBuffer> run_step(Runtime& runtime, const StepSetup& s,
   return out;
 }
 
-/// A copy of every block of `array` in the order of `devices`, so that a plan without steps
-/// still returns an array that owns its buffers.
+/// A copy of every block of `array` in the order of `devices` (empty for another process's), so
+/// that a plan without steps still returns an array that owns its buffers.
 std::vector<DeviceBuffer> copy_buffers(Runtime& runtime, const ShardedArray& array,
                                        const std::vector<int>& devices) {
   std::vector<DeviceBuffer> buffers;
   for (int dev : devices) {
+    if (!runtime.is_local(dev)) {
+      buffers.emplace_back();
+      continue;
+    }
     const DeviceBuffer& src = array.buffer(dev);
     DeviceBuffer copy =
         runtime.allocate_array(dev, array.dtype(), array.local_shape(dev), "reshard/copy");
@@ -226,6 +232,17 @@ std::vector<DeviceBuffer> copy_buffers(Runtime& runtime, const ShardedArray& arr
     buffers.push_back(std::move(copy));
   }
   return buffers;
+}
+
+/// Each step's times as the slowest process saw them (each measured its own cores).
+void slowest_process_timings(const Runtime& runtime, std::vector<ReshardStepTiming>& timings) {
+  const std::vector<ReshardStepTiming> all =
+      all_gather_values(runtime.process_group(), std::span<const ReshardStepTiming>(timings));
+  for (size_t k = timings.size(); k < all.size(); ++k) {
+    ReshardStepTiming& t = timings[k % timings.size()];
+    t.wall_seconds = std::max(t.wall_seconds, all[k].wall_seconds);
+    t.collective_seconds = std::max(t.collective_seconds, all[k].collective_seconds);
+  }
 }
 
 }  // namespace
@@ -264,7 +281,7 @@ ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const 
   const std::vector<int64_t>& shape = plan.global_shape;
   const Mesh& src_mesh = plan.source.mesh();
   if (plan.steps.empty()) {
-    return ShardedArray::from_buffers(shape, plan.target,
+    return ShardedArray::from_buffers(runtime, shape, plan.target,
                                       copy_buffers(runtime, array, plan.target.mesh().devices()),
                                       array.dtype());
   }
@@ -272,7 +289,10 @@ ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const 
   // Current data: one buffer per device id; the first step reads the input array's buffers.
   std::map<int, DeviceBuffer> owned;
   std::map<int, const DeviceBuffer*> current;
-  for (int dev : src_mesh.devices()) current[dev] = &array.buffer(dev);
+  const DeviceBuffer remote;  // another process's device: its block is there
+  for (int dev : src_mesh.devices()) {
+    current[dev] = runtime.is_local(dev) ? &array.buffer(dev) : &remote;
+  }
   NamedSharding cur = plan.source;
   for (const ReshardStep& step : plan.steps) {
     const bool permute = step.op == ReshardOpKind::kCollectivePermute;
@@ -292,9 +312,10 @@ ShardedArray execute_reshard(Runtime& runtime, const ShardedArray& array, const 
     if (timings != nullptr) timings->push_back(timing);
   }
 
+  if (timings != nullptr && runtime.process_count() > 1) slowest_process_timings(runtime, *timings);
   std::vector<DeviceBuffer> buffers;
   for (int dev : plan.target.mesh().devices()) buffers.push_back(std::move(owned.at(dev)));
-  return ShardedArray::from_buffers(shape, plan.target, std::move(buffers), array.dtype());
+  return ShardedArray::from_buffers(runtime, shape, plan.target, std::move(buffers), array.dtype());
 }
 
 }  // namespace vtpu

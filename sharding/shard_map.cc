@@ -4,10 +4,14 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <unordered_map>
 
 #include "vtpu/common/error.h"
 #include "vtpu/common/float16.h"
+#include "vtpu/runtime/process_exchange.h"
+#include "vtpu/sharding/block_copy.h"
 #include "vtpu/sharding/named_sharding.h"
 
 namespace vtpu {
@@ -397,19 +401,35 @@ ShardMap shard_map(DeviceMesh mesh, std::vector<PartitionSpec> in_specs,
 
 namespace {
 
-// Checks that every core returned `num_outputs` arrays and that output `i` has one dtype and
-// shape on every core.
-void check_outputs(const Mesh& mesh, const CoreResults& results, size_t num_outputs) {
+// The dtype and shape of each output, as every core must return them.
+struct OutputKind {
+  ElementType dtype;
+  std::vector<int64_t> shape;
+  friend bool operator==(const OutputKind&, const OutputKind&) = default;
+};
+
+// Checks that every core of this process returned `num_outputs` arrays (the count of its first
+// core's results when `num_outputs` is empty) and that output `i` has one dtype and shape on
+// each; returns them, with the device they were taken from, or nothing when this process hosts
+// no device of the mesh.
+std::optional<std::pair<int, std::vector<OutputKind>>> local_output_kinds(
+    const Mesh& mesh, const Runtime& runtime, const CoreResults& results,
+    std::optional<size_t> num_outputs) {
+  std::vector<size_t> slots;  // this process's
   for (size_t s = 0; s < results.size(); ++s) {
-    if (results[s].size() != num_outputs) {
+    if (runtime.is_local(mesh.devices()[s])) slots.push_back(s);
+  }
+  if (slots.empty()) return std::nullopt;
+  const size_t count = num_outputs.value_or(results[slots[0]].size());
+  for (size_t s : slots) {
+    if (results[s].size() != count) {
       throw InvalidArgumentError("shard_map fn returned " + std::to_string(results[s].size()) +
                                  " outputs on device " + std::to_string(mesh.devices()[s]) +
-                                 " (expected " + std::to_string(num_outputs) +
-                                 ", one per out spec)");
+                                 " (expected " + std::to_string(count) + ", one per out spec)");
     }
   }
-  for (size_t s = 0; s < results.size(); ++s) {
-    for (size_t i = 0; i < num_outputs; ++i) {
+  for (size_t s : slots) {
+    for (size_t i = 0; i < count; ++i) {
       if (!results[s][i].buffer().valid()) {
         throw InvalidArgumentError("shard_map output " + std::to_string(i) + " on device " +
                                    std::to_string(mesh.devices()[s]) +
@@ -418,18 +438,140 @@ void check_outputs(const Mesh& mesh, const CoreResults& results, size_t num_outp
       }
     }
   }
-  for (size_t i = 0; i < num_outputs; ++i) {
-    const LocalArray& ref = results[0][i];
-    for (size_t s = 1; s < results.size(); ++s) {
+  std::vector<OutputKind> kinds;
+  for (size_t i = 0; i < count; ++i) {
+    const LocalArray& ref = results[slots[0]][i];
+    for (size_t s : slots) {
       const LocalArray& a = results[s][i];
       if (a.dtype() != ref.dtype() || a.shape() != ref.shape()) {
         throw InvalidArgumentError(
             "shard_map output " + std::to_string(i) + " is " + array_text(ref) + " on device " +
-            std::to_string(mesh.devices()[0]) + " but " + array_text(a) + " on device " +
+            std::to_string(mesh.devices()[slots[0]]) + " but " + array_text(a) + " on device " +
             std::to_string(mesh.devices()[s]) + " (expected one dtype and shape on every device)");
       }
     }
+    kinds.push_back({ref.dtype(), ref.shape()});
   }
+  return std::pair{mesh.devices()[slots[0]], std::move(kinds)};
+}
+
+// The kinds as int64s for the exchange between processes: device, count, then per output its
+// dtype, rank and dims; {-1} for a process without devices of the mesh.
+std::vector<int64_t> encode_kinds(const std::optional<std::pair<int, std::vector<OutputKind>>>& k) {
+  if (!k) return {-1};
+  std::vector<int64_t> v{k->first, static_cast<int64_t>(k->second.size())};
+  for (const OutputKind& o : k->second) {
+    v.push_back(static_cast<int64_t>(o.dtype));
+    v.push_back(static_cast<int64_t>(o.shape.size()));
+    v.insert(v.end(), o.shape.begin(), o.shape.end());
+  }
+  return v;
+}
+
+std::optional<std::pair<int, std::vector<OutputKind>>> decode_kinds(std::span<const int64_t> v) {
+  if (v.empty() || v[0] < 0) return std::nullopt;
+  std::pair<int, std::vector<OutputKind>> k{static_cast<int>(v[0]), {}};
+  size_t at = 2;
+  for (int64_t i = 0; i < v[1]; ++i) {
+    OutputKind o{static_cast<ElementType>(v[at]), {}};
+    const size_t rank = static_cast<size_t>(v[at + 1]);
+    o.shape.assign(v.begin() + static_cast<std::ptrdiff_t>(at + 2),
+                   v.begin() + static_cast<std::ptrdiff_t>(at + 2 + rank));
+    at += 2 + rank;
+    k.second.push_back(std::move(o));
+  }
+  return k;
+}
+
+// Every output's dtype and shape, the same on every device of every process (the processes
+// exchange theirs, or the error a process found in its own, so that all of them throw it);
+// throws InvalidArgumentError naming two devices that differ.
+std::vector<OutputKind> output_kinds(const Mesh& mesh, const Runtime& runtime,
+                                     const CoreResults& results,
+                                     std::optional<size_t> num_outputs) {
+  if (runtime.process_count() == 1) {
+    auto mine = local_output_kinds(mesh, runtime, results, num_outputs);
+    return mine ? std::move(mine->second) : std::vector<OutputKind>{};
+  }
+  // The message: 'K' and the encoded kinds, or 'E' and the error's text.
+  std::string message;
+  try {
+    const std::vector<int64_t> encoded =
+        encode_kinds(local_output_kinds(mesh, runtime, results, num_outputs));
+    message = "K" + std::string(reinterpret_cast<const char*>(encoded.data()),
+                                encoded.size() * sizeof(int64_t));
+  } catch (const InvalidArgumentError& e) {
+    message = std::string("E") + e.what();
+  }
+  const std::vector<std::string> parts = all_gather_strings(runtime.process_group(), message);
+  for (const std::string& part : parts) {
+    if (part.starts_with("E")) throw InvalidArgumentError(part.substr(1));
+  }
+  std::optional<std::pair<int, std::vector<OutputKind>>> first;
+  for (const std::string& part : parts) {
+    std::vector<int64_t> encoded((part.size() - 1) / sizeof(int64_t));
+    std::memcpy(encoded.data(), part.data() + 1, encoded.size() * sizeof(int64_t));
+    const auto theirs = decode_kinds(encoded);
+    if (!theirs) continue;
+    if (!first) {
+      first = theirs;
+      continue;
+    }
+    if (theirs->second.size() != first->second.size()) {
+      throw InvalidArgumentError("shard_map fn returned " + std::to_string(theirs->second.size()) +
+                                 " outputs on device " + std::to_string(theirs->first) + " but " +
+                                 std::to_string(first->second.size()) + " on device " +
+                                 std::to_string(first->first) + " (expected " +
+                                 std::to_string(first->second.size()) + ", one per out spec)");
+    }
+    for (size_t i = 0; i < first->second.size(); ++i) {
+      const OutputKind &a = first->second[i], &b = theirs->second[i];
+      if (!(a == b)) {
+        throw InvalidArgumentError("shard_map output " + std::to_string(i) + " is " +
+                                   std::string(element_type_name(a.dtype)) + dims_text(a.shape) +
+                                   " on device " + std::to_string(first->first) + " but " +
+                                   std::string(element_type_name(b.dtype)) + dims_text(b.shape) +
+                                   " on device " + std::to_string(theirs->first) +
+                                   " (expected one dtype and shape on every device)");
+      }
+    }
+  }
+  return first ? std::move(first->second) : std::vector<OutputKind>{};
+}
+
+// The blocks of output `i` at mesh slots `slots` (one list in every process) that other processes
+// hold, by slot, received from them; this process's own are left out (read them from `results`).
+// Every block has `nbytes` bytes. With one process, nothing. Collective across processes.
+std::map<size_t, std::vector<std::byte>> exchange_blocks(const DeviceMesh& mesh,
+                                                         const CoreResults& results, size_t i,
+                                                         const std::set<size_t>& slots,
+                                                         uint64_t nbytes) {
+  std::map<size_t, std::vector<std::byte>> out;
+  const Runtime& runtime = mesh.runtime();
+  if (runtime.process_count() == 1) return out;
+  std::vector<std::byte> mine;
+  for (size_t s : slots) {
+    if (!runtime.is_local(mesh.devices()[s])) continue;
+    const BufferPin pin = results[s][i].buffer().pin();
+    const std::span<const std::byte> b = results[s][i].bytes();
+    mine.insert(mine.end(), b.begin(), b.end());
+  }
+  const std::vector<std::vector<std::byte>> parts = runtime.process_group().all_gather(mine);
+  std::vector<size_t> offset(parts.size(), 0);
+  for (size_t s : slots) {
+    const auto p = static_cast<size_t>(runtime.process_of(mesh.devices()[s]));
+    if (offset[p] + nbytes > parts[p].size()) {
+      throw InternalError("shard_map output " + std::to_string(i) + ": process " +
+                          std::to_string(p) + " sent " + std::to_string(parts[p].size()) +
+                          " bytes (expected its blocks of " + std::to_string(nbytes) + " bytes)");
+    }
+    if (!runtime.is_local(mesh.devices()[s])) {
+      const auto at = parts[p].begin() + static_cast<std::ptrdiff_t>(offset[p]);
+      out[s].assign(at, at + static_cast<std::ptrdiff_t>(nbytes));
+    }
+    offset[p] += nbytes;
+  }
+  return out;
 }
 
 // Mesh axes that `spec` neither splits a dimension over nor leaves unreduced: the output must be
@@ -454,44 +596,101 @@ size_t replica_source(const Mesh& mesh, size_t slot, const std::vector<int>& axe
   return static_cast<size_t>(mesh.flat_index_of(mesh.device_at(coords)));
 }
 
-// check_vma by value: every device's block of output `i` equals the block of the device with
-// index 0 on each replicated axis, byte for byte.
-void check_replicated(const Mesh& mesh, const CoreResults& results, size_t i,
-                      const PartitionSpec& spec) {
-  for (int a : replicated_axes(mesh, spec)) {
-    for (size_t s = 0; s < results.size(); ++s) {
-      const size_t src = replica_source(mesh, s, {a});
-      if (src == s) continue;
-      std::span<const std::byte> x = results[src][i].bytes(), y = results[s][i].bytes();
-      if (!std::ranges::equal(x, y)) {
-        throw InvalidArgumentError(
-            "shard_map output " + std::to_string(i) + " differs along mesh axis '" +
-            mesh.axis_names()[a] + "', which out spec " + spec.to_string() +
-            " leaves out: devices " + std::to_string(mesh.devices()[src]) + " and " +
-            std::to_string(mesh.devices()[s]) + " hold different values (check_vma)");
+// The slots whose blocks this process must receive to compare (or copy) every local slot with
+// its source over `axes` (one axis each when `one_axis`, else all at once): the sources hosted
+// by another process than their replica. The same set in every process.
+std::set<size_t> remote_sources(const DeviceMesh& mesh, const std::vector<int>& axes,
+                                bool one_axis) {
+  std::set<size_t> slots;
+  const Runtime& runtime = mesh.runtime();
+  if (runtime.process_count() == 1) return slots;
+  const std::vector<std::vector<int>> sets =
+      one_axis ? [&] {
+        std::vector<std::vector<int>> v;
+        for (int a : axes) v.push_back({a});
+        return v;
+      }()
+               : std::vector<std::vector<int>>{axes};
+  for (const std::vector<int>& set : sets) {
+    for (size_t s = 0; s < mesh.devices().size(); ++s) {
+      const size_t src = replica_source(mesh, s, set);
+      if (runtime.process_of(mesh.devices()[src]) != runtime.process_of(mesh.devices()[s])) {
+        slots.insert(src);
       }
     }
   }
+  return slots;
 }
 
-// The buffers of output `i`, one per mesh device: owned blocks are taken, views copied, and
-// without check_vma the replicas copy their source device's block.
+// A block of output `i`: this process's from `results`, another's from `received`.
+std::span<const std::byte> block_bytes(const DeviceMesh& mesh, const CoreResults& results,
+                                       const std::map<size_t, std::vector<std::byte>>& received,
+                                       size_t slot, size_t i) {
+  if (mesh.runtime().is_local(mesh.devices()[slot])) return results[slot][i].bytes();
+  return received.at(slot);
+}
+
+// check_vma by value: every device's block of output `i` equals the block of the device with
+// index 0 on each replicated axis, byte for byte. Across processes each process compares its own
+// devices' blocks, and all of them throw the first process's finding.
+void check_replicated(const DeviceMesh& mesh, const CoreResults& results, size_t i,
+                      const PartitionSpec& spec, uint64_t nbytes) {
+  const std::vector<int> axes = replicated_axes(mesh, spec);
+  const Runtime& runtime = mesh.runtime();
+  const auto received = exchange_blocks(mesh, results, i, remote_sources(mesh, axes, true), nbytes);
+  std::string finding;
+  for (int a : axes) {
+    for (size_t s = 0; s < results.size() && finding.empty(); ++s) {
+      if (!runtime.is_local(mesh.devices()[s])) continue;
+      const size_t src = replica_source(mesh, s, {a});
+      if (src == s) continue;
+      const std::span<const std::byte> x = block_bytes(mesh, results, received, src, i);
+      if (!std::ranges::equal(x, results[s][i].bytes())) {
+        finding = "shard_map output " + std::to_string(i) + " differs along mesh axis '" +
+                  mesh.axis_names()[a] + "', which out spec " + spec.to_string() +
+                  " leaves out: devices " + std::to_string(mesh.devices()[src]) + " and " +
+                  std::to_string(mesh.devices()[s]) + " hold different values (check_vma)";
+      }
+    }
+  }
+  if (runtime.process_count() > 1) {
+    for (const std::string& f : all_gather_strings(runtime.process_group(), finding)) {
+      if (!f.empty()) throw InvalidArgumentError(f);
+    }
+  }
+  if (!finding.empty()) throw InvalidArgumentError(finding);
+}
+
+// The buffers of output `i`, one per mesh device of this process (empty for the others'):
+// owned blocks are taken, views copied, and without check_vma the replicas copy their source
+// device's block (received from its process when another hosts it).
 std::vector<DeviceBuffer> output_buffers(const DeviceMesh& mesh, CoreResults& results, size_t i,
-                                         const PartitionSpec& spec, bool copy_replicas) {
+                                         const PartitionSpec& spec, bool copy_replicas,
+                                         const OutputKind& kind) {
   const std::vector<int> axes = copy_replicas ? replicated_axes(mesh, spec) : std::vector<int>{};
+  const Runtime& runtime = mesh.runtime();
+  const uint64_t nbytes =
+      static_cast<uint64_t>(num_elements_of(kind.shape)) * element_size_bytes(kind.dtype);
+  const auto received =
+      axes.empty() ? std::map<size_t, std::vector<std::byte>>{}
+                   : exchange_blocks(mesh, results, i, remote_sources(mesh, axes, false), nbytes);
   std::vector<DeviceBuffer> buffers(results.size());
+  std::vector<bool> take(results.size(), false);
   for (size_t s = 0; s < results.size(); ++s) {
-    const size_t src = axes.empty() ? s : replica_source(mesh, s, axes);
-    const LocalArray& from = results[src][i];
     const int device = mesh.devices()[s];
-    if (src == s && from.owns_buffer() && from.buffer().core_id() == device) continue;
-    DeviceBuffer b =
-        mesh.runtime().allocate_array(device, from.dtype(), from.shape(), "shard_map/out");
-    if (from.nbytes() > 0) std::memcpy(b.data(), from.bytes().data(), from.nbytes());
+    if (!runtime.is_local(device)) continue;
+    const size_t src = axes.empty() ? s : replica_source(mesh, s, axes);
+    if (src == s && results[s][i].owns_buffer() && results[s][i].buffer().core_id() == device) {
+      take[s] = true;
+      continue;
+    }
+    DeviceBuffer b = mesh.runtime().allocate_array(device, kind.dtype, kind.shape, "shard_map/out");
+    const std::span<const std::byte> from = block_bytes(mesh, results, received, src, i);
+    if (!from.empty()) std::memcpy(b.data(), from.data(), from.size());
     buffers[s] = std::move(b);
   }
   for (size_t s = 0; s < results.size(); ++s) {
-    if (!buffers[s].valid()) buffers[s] = std::move(results[s][i]).release();
+    if (take[s]) buffers[s] = std::move(results[s][i]).release();
   }
   return buffers;
 }
@@ -542,34 +741,39 @@ std::vector<ShardedArray> ShardMap::operator()(std::span<const ShardedArray* con
     mesh_.reset_communicators();
     throw;
   }
+  const bool prefix = options_.out_spec_prefix && out_specs_.size() == 1;
+  const std::vector<OutputKind> kinds =
+      output_kinds(mesh_, mesh_.runtime(), results,
+                   prefix ? std::nullopt : std::optional<size_t>(out_specs_.size()));
   std::vector<PartitionSpec> out_specs = out_specs_;
-  if (options_.out_spec_prefix && out_specs.size() == 1 && !results.empty()) {
-    out_specs.assign(results[0].size(), out_specs_[0]);
-  }
-  check_outputs(mesh_, results, out_specs.size());
+  if (prefix) out_specs.assign(kinds.size(), out_specs_[0]);
   std::vector<ShardedArray> outputs;
   for (size_t i = 0; i < out_specs.size(); ++i) {
     const NamedSharding sharding(mesh_, out_specs[i]);
-    const LocalArray& ref = results[0][i];
-    if (static_cast<int64_t>(out_specs[i].size()) > ref.ndim()) {
-      throw InvalidArgumentError("shard_map output " + std::to_string(i) + " is " +
-                                 array_text(ref) + ", of lower rank than out spec " +
-                                 out_specs[i].to_string());
+    const OutputKind& ref = kinds[i];
+    const std::string ref_text = std::string(element_type_name(ref.dtype)) + dims_text(ref.shape);
+    if (out_specs[i].size() > ref.shape.size()) {
+      throw InvalidArgumentError("shard_map output " + std::to_string(i) + " is " + ref_text +
+                                 ", of lower rank than out spec " + out_specs[i].to_string());
     }
-    std::vector<int64_t> global = ref.shape();
+    std::vector<int64_t> global = ref.shape;
     for (size_t d = 0; d < global.size(); ++d) {
       const int64_t shards = sharding.num_shards(static_cast<int>(d));
       if (__builtin_mul_overflow(global[d], shards, &global[d])) {
-        throw InvalidArgumentError("shard_map output " + std::to_string(i) + " is " +
-                                   array_text(ref) + ": dimension " + std::to_string(d) +
-                                   " times its " + std::to_string(shards) +
+        throw InvalidArgumentError("shard_map output " + std::to_string(i) + " is " + ref_text +
+                                   ": dimension " + std::to_string(d) + " times its " +
+                                   std::to_string(shards) +
                                    " shards overflows int64 (expected a global shape that fits)");
       }
     }
-    if (options_.check_vma) check_replicated(mesh_, results, i, out_specs[i]);
+    if (options_.check_vma) {
+      check_replicated(
+          mesh_, results, i, out_specs[i],
+          static_cast<uint64_t>(num_elements_of(ref.shape)) * element_size_bytes(ref.dtype));
+    }
     outputs.push_back(ShardedArray::from_buffers(
-        std::move(global), sharding,
-        output_buffers(mesh_, results, i, out_specs[i], !options_.check_vma), ref.dtype()));
+        mesh_.runtime(), std::move(global), sharding,
+        output_buffers(mesh_, results, i, out_specs[i], !options_.check_vma, ref), ref.dtype));
   }
   return outputs;
 }

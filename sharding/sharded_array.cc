@@ -111,23 +111,25 @@ ShardedArray ShardedArray::device_put(Runtime& runtime, ElementType dtype,
                                  "expected core ids 0.." + std::to_string(runtime.num_cores() - 1) +
                                  ")");
     }
-    if (!runtime.core(id).hbm().has_backing()) {
+    if (runtime.is_local(id) && !runtime.core(id).hbm().has_backing()) {
       throw FailedPreconditionError("device_put to core " + std::to_string(id) +
                                     ", whose HBM arena is metadata-only (hbm_backing=false) and "
                                     "cannot hold data");
     }
   }
   // Allocate in mesh order first, so that an out-of-memory error is deterministic and frees
-  // every buffer already made; then copy in parallel.
+  // every buffer already made; then copy in parallel. Only this process's cores get blocks.
   std::vector<std::vector<IndexRange>> boxes(devices.size());
   std::vector<DeviceBuffer> buffers(devices.size());
   for (size_t i = 0; i < devices.size(); ++i) {
+    if (!runtime.is_local(devices[i])) continue;
     boxes[i] = sharding.index_ranges(devices[i], global_shape);
     std::vector<int64_t> local;
     for (const IndexRange& r : boxes[i]) local.push_back(r.size());
     buffers[i] = runtime.allocate_array(devices[i], dtype, local, label);
   }
   parallel_over(devices.size(), [&](size_t i) {
+    if (!buffers[i].valid()) return;  // another process's device
     // Pinned: a core's program may allocate meanwhile and compact the arena (auto-defragment).
     const BufferPin pin = buffers[i].pin();
     const std::span<std::byte> block = buffers[i].as<std::byte>();
@@ -138,11 +140,33 @@ ShardedArray ShardedArray::device_put(Runtime& runtime, ElementType dtype,
       fill_reduce_identity(dtype, sharding.spec().reduce_op(), block);
     }
   });
-  return ShardedArray(dtype, std::move(global_shape), std::move(sharding), std::move(buffers));
+  ShardedArray array(dtype, std::move(global_shape), std::move(sharding), std::move(buffers));
+  array.set_processes(runtime);
+  return array;
+}
+
+void ShardedArray::set_processes(const Runtime& runtime) {
+  if (runtime.process_count() == 1) return;
+  processes_ = runtime.shared_process_group();
+  cores_per_process_ = runtime.local_num_cores();
 }
 
 ShardedArray ShardedArray::from_buffers(std::vector<int64_t> global_shape, NamedSharding sharding,
                                         std::vector<DeviceBuffer> buffers, ElementType dtype) {
+  return adopt_buffers(nullptr, std::move(global_shape), std::move(sharding), std::move(buffers),
+                       dtype);
+}
+
+ShardedArray ShardedArray::from_buffers(const Runtime& runtime, std::vector<int64_t> global_shape,
+                                        NamedSharding sharding, std::vector<DeviceBuffer> buffers,
+                                        ElementType dtype) {
+  return adopt_buffers(&runtime, std::move(global_shape), std::move(sharding), std::move(buffers),
+                       dtype);
+}
+
+ShardedArray ShardedArray::adopt_buffers(const Runtime* runtime, std::vector<int64_t> global_shape,
+                                         NamedSharding sharding, std::vector<DeviceBuffer> buffers,
+                                         ElementType dtype) {
   check_sharded_array_dtype(dtype, "from_buffers");
   sharding.check_shape(global_shape);
   num_elements_of(global_shape);  // checks the size fits
@@ -153,6 +177,17 @@ ShardedArray ShardedArray::from_buffers(std::vector<int64_t> global_shape, Named
                                std::to_string(devices.size()) + ", one per mesh device)");
   }
   for (size_t i = 0; i < devices.size(); ++i) {
+    if (runtime != nullptr && !runtime->is_local(devices[i])) {
+      if (buffers[i].valid()) {
+        throw InvalidArgumentError("from_buffers: buffer " + std::to_string(i) + " is on core " +
+                                   std::to_string(buffers[i].core_id()) + " for mesh device " +
+                                   std::to_string(devices[i]) + " of process " +
+                                   std::to_string(runtime->process_of(devices[i])) +
+                                   " (expected an empty buffer: this is process " +
+                                   std::to_string(runtime->process_index()) + ")");
+      }
+      continue;
+    }
     const std::vector<int64_t> local = sharding.local_shape(devices[i], global_shape);
     const uint64_t want = static_cast<uint64_t>(num_elements_of(local)) * element_size_bytes(dtype);
     if (!buffers[i].valid() || buffers[i].core_id() != devices[i]) {
@@ -169,7 +204,9 @@ ShardedArray ShardedArray::from_buffers(std::vector<int64_t> global_shape, Named
           " block of shape " + shape_text(local) + ")");
     }
   }
-  return ShardedArray(dtype, std::move(global_shape), std::move(sharding), std::move(buffers));
+  ShardedArray array(dtype, std::move(global_shape), std::move(sharding), std::move(buffers));
+  if (runtime != nullptr) array.set_processes(*runtime);
+  return array;
 }
 
 void ShardedArray::check_dtype(ElementType want, const char* what) const {
@@ -194,13 +231,20 @@ std::vector<T> ShardedArray::gather() const {
     }
   }
   const ReduceOp op = sharding_.spec().reduce_op();
+  const std::vector<std::vector<std::byte>> remote = exchange_replica_blocks();
   for (size_t p = 0; p < owners.size(); ++p) {  // in partial-index order: a left fold
     parallel_over(owners[p].size(), [&](size_t k) {
       const size_t i = owners[p][k];
       // Pinned: a core's program may allocate meanwhile and compact the arena (auto-defragment),
       // which would move the block while it is copied.
-      const BufferPin pin = buffers_[i].pin();
-      const std::span<const T> block = buffers_[i].as<const T>();
+      BufferPin pin;
+      std::span<const T> block;
+      if (buffers_[i].valid()) {
+        pin = buffers_[i].pin();
+        block = buffers_[i].as<const T>();
+      } else {  // another process's block; vector storage is aligned for any element type
+        block = {reinterpret_cast<const T*>(remote[i].data()), remote[i].size() / sizeof(T)};
+      }
       const std::vector<IndexRange> box = sharding_.index_ranges(devices[i], global_shape_);
       if (p == 0) {
         insert_block(block, global_shape_, box, std::span<T>(out));
@@ -221,8 +265,56 @@ template std::vector<Float16> ShardedArray::gather<Float16>() const;
 template std::vector<int32_t> ShardedArray::gather<int32_t>() const;
 template std::vector<int64_t> ShardedArray::gather<int64_t>() const;
 
+std::vector<std::vector<std::byte>> ShardedArray::exchange_replica_blocks() const {
+  const std::vector<int>& devices = sharding_.mesh().devices();
+  std::vector<std::vector<std::byte>> blocks(devices.size());
+  if (processes_ == nullptr) return blocks;
+  // This process's replica-0 blocks, in mesh order, one after another.
+  std::vector<std::byte> mine;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (!buffers_[i].valid() || sharding_.replica_id(devices[i]) != 0) continue;
+    const BufferPin pin = buffers_[i].pin();
+    const std::span<const std::byte> b = buffers_[i].as<const std::byte>();
+    mine.insert(mine.end(), b.begin(), b.end());
+  }
+  const std::vector<std::vector<std::byte>> parts = processes_->all_gather(mine);
+  // Every process knows every block's size, so each part splits in mesh order.
+  std::vector<size_t> offset(parts.size(), 0);
+  const uint64_t element_bytes = element_size_bytes(dtype_);
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (sharding_.replica_id(devices[i]) != 0) continue;
+    const size_t p = static_cast<size_t>(process_of(devices[i]));
+    const size_t bytes = static_cast<size_t>(
+        static_cast<uint64_t>(num_elements_of(local_shape(devices[i]))) * element_bytes);
+    if (p >= parts.size() || offset[p] + bytes > parts[p].size()) {
+      throw InternalError("gather of " + to_string() + ": process " + std::to_string(p) + " sent " +
+                          std::to_string(p < parts.size() ? parts[p].size() : 0) +
+                          " bytes (expected its replica-0 blocks)");
+    }
+    if (!buffers_[i].valid()) {
+      blocks[i].assign(parts[p].begin() + static_cast<std::ptrdiff_t>(offset[p]),
+                       parts[p].begin() + static_cast<std::ptrdiff_t>(offset[p] + bytes));
+    }
+    offset[p] += bytes;
+  }
+  return blocks;
+}
+
 size_t ShardedArray::slot_of(int device) const {
   return static_cast<size_t>(sharding_.mesh().flat_index_of(device));
+}
+
+int ShardedArray::process_of(int device) const {
+  return processes_ == nullptr ? 0 : device / cores_per_process_;
+}
+
+bool ShardedArray::is_addressable(int device) const {
+  return processes_ == nullptr || process_of(device) == processes_->process_index();
+}
+
+bool ShardedArray::is_fully_addressable() const {
+  return std::ranges::all_of(sharding_.mesh().devices(),
+                             [this](int d) { return is_addressable(d); });
 }
 
 std::vector<IndexRange> ShardedArray::index_ranges(int device) const {
@@ -233,7 +325,16 @@ std::vector<int64_t> ShardedArray::local_shape(int device) const {
   return sharding_.local_shape(device, global_shape_);
 }
 
-const DeviceBuffer& ShardedArray::buffer(int device) const { return buffers_[slot_of(device)]; }
+const DeviceBuffer& ShardedArray::buffer(int device) const {
+  const size_t slot = slot_of(device);
+  if (!is_addressable(device)) {
+    throw FailedPreconditionError(
+        "device " + std::to_string(device) + " of " + to_string() + " is hosted by process " +
+        std::to_string(process_of(device)) + " (expected a device of this process, " +
+        std::to_string(processes_->process_index()) + "; gather() the array to read it here)");
+  }
+  return buffers_[slot];
+}
 
 std::string ShardedArray::to_string() const {
   std::string dims;

@@ -18,11 +18,18 @@
 // pending reduction equals the host array exactly; gather folds the addends of each block in
 // partial-index order with the collectives' combine() (collectives/reduce_kernels.h), so max and
 // min propagate NaN as lax.pmax / pmin do.
+//
+// Several processes (runtime/process_group.h): as jax.Array in multi-process JAX, an array spans
+// the mesh's devices in every process but each process holds only the blocks of its own cores
+// (its addressable shards). Every process runs the same host code: device_put is given the same
+// host array in every process and places the local blocks only; gather is collective, every
+// process sends its replica-0 blocks (ProcessGroup::all_gather) and assembles the whole array.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -78,17 +85,19 @@ bool is_sharded_array_dtype(ElementType dtype);
 /// is_sharded_array_dtype(dtype); `what` names the caller ("device_put").
 void check_sharded_array_dtype(ElementType dtype, const char* what);
 
-/// Owns one DeviceBuffer per mesh device. Move-only. Thread-compatible: const methods (gather,
-/// local_data, ...) may run concurrently; writing through the mutable local_data needs exclusive
-/// access. The buffers keep their arenas alive, so the array may outlive the Runtime. Methods
-/// taking a `device` (a mesh device id = core id) throw InvalidArgumentError when it is not in
-/// the mesh.
+/// Owns one DeviceBuffer per mesh device of this process. Move-only. Thread-compatible: const
+/// methods (local_data, ...) may run concurrently, and so may gather in one process (across
+/// processes it is a collective: one host thread calls it, in the same order everywhere);
+/// writing through the mutable local_data needs exclusive access. The buffers keep their arenas
+/// alive, so the array may outlive the Runtime. Methods taking a `device` (a mesh device id =
+/// core id) throw InvalidArgumentError when it is not in the mesh.
 class ShardedArray {
  public:
   /// Copies the row-major host array `host` (elements of `dtype`, as raw bytes) of shape
   /// `global_shape` onto the mesh: every device in sharding.mesh() (a Runtime core id) gets its
   /// block in a buffer labelled `label` (default "device_put/shard") on that core, allocated with
   /// Runtime::allocate_array (charged its padded bytes unless RuntimeOptions::pad_arrays is off).
+  /// Across processes each process places the blocks of its own cores, from the same `host`.
   /// The host-side copies run in parallel with oneTBB. Throws InvalidArgumentError when the shape
   /// does not fit the sharding (see NamedSharding::check_shape), an unsupported dtype, host.size()
   /// != product(global_shape) x the element size, or a mesh device is not a core of `runtime` (id
@@ -128,6 +137,12 @@ class ShardedArray {
   static ShardedArray from_buffers(std::vector<int64_t> global_shape, NamedSharding sharding,
                                    std::vector<DeviceBuffer> buffers,
                                    ElementType dtype = ElementType::kF32);
+  /// The same for an array of `runtime`, which may span several processes: buffers[i] of a
+  /// device hosted by another process must be empty (default-constructed), and every other one
+  /// as above. Throws InvalidArgumentError naming the first buffer that does not match.
+  static ShardedArray from_buffers(const Runtime& runtime, std::vector<int64_t> global_shape,
+                                   NamedSharding sharding, std::vector<DeviceBuffer> buffers,
+                                   ElementType dtype = ElementType::kF32);
 
   ShardedArray(ShardedArray&&) noexcept = default;
   ShardedArray& operator=(ShardedArray&&) noexcept = default;
@@ -138,7 +153,8 @@ class ShardedArray {
   /// for a partial array, the fold of each block's addends in partial-index order (the order in
   /// which the collectives fold ranks), with the collectives' combine() for T. T must be the
   /// dtype's C++ type: InvalidArgumentError naming both otherwise (so gather() of a bf16 array
-  /// throws). Throws FailedPreconditionError if a buffer has no backing bytes.
+  /// throws). Throws FailedPreconditionError if a buffer has no backing bytes. Across processes
+  /// every process must call it (it exchanges the blocks), and every one gets the whole array.
   template <typename T = float>
   std::vector<T> gather() const;
 
@@ -167,8 +183,14 @@ class ShardedArray {
     check_dtype(data_type_of<T>(), "local_data");
     return buffer(device).template as<T>();
   }
-  /// The buffer of `device` (on core `device`).
+  /// The buffer of `device` (on core `device`). Throws FailedPreconditionError, naming the
+  /// process, for a device hosted by another process (its block is there only; gather() it).
   const DeviceBuffer& buffer(int device) const;
+  /// Whether this process holds `device`'s block (jax.Array.addressable_shards); true for every
+  /// device in one process.
+  bool is_addressable(int device) const;
+  /// Whether this process holds every block (jax.Array.is_fully_addressable).
+  bool is_fully_addressable() const;
 
   /// "ShardedArray(bf16[5,10], NamedSharding(mesh=Mesh(x=4), spec=P('x')))".
   std::string to_string() const;
@@ -176,7 +198,17 @@ class ShardedArray {
  private:
   ShardedArray(ElementType dtype, std::vector<int64_t> global_shape, NamedSharding sharding,
                std::vector<DeviceBuffer> buffers);
+  static ShardedArray adopt_buffers(const Runtime* runtime, std::vector<int64_t> global_shape,
+                                    NamedSharding sharding, std::vector<DeviceBuffer> buffers,
+                                    ElementType dtype);
+  /// Records `runtime`'s processes when there are several (device_put, from_buffers).
+  void set_processes(const Runtime& runtime);
   size_t slot_of(int device) const;
+  /// The process hosting `device` (0 in one process).
+  int process_of(int device) const;
+  /// Every mesh slot's replica-0 block as bytes, from the processes that hold them; empty for
+  /// this process's own slots (read from their buffers). Collective across processes.
+  std::vector<std::vector<std::byte>> exchange_replica_blocks() const;
   /// Throws InvalidArgumentError naming `want` and dtype() when they differ.
   void check_dtype(ElementType want, const char* what) const;
 
@@ -184,7 +216,12 @@ class ShardedArray {
   std::vector<int64_t> global_shape_;
   NamedSharding sharding_;
   int64_t num_elements_ = 0;
-  std::vector<DeviceBuffer> buffers_;  // one per mesh device, in mesh (row-major) order
+  std::vector<DeviceBuffer> buffers_;  // one per mesh device, in mesh (row-major) order; empty for
+                                       // the devices of other processes
+  // The processes of the runtime, when it has more than one (null: every block is here), and
+  // the cores each hosts (process p hosts [p K, (p + 1) K)).
+  std::shared_ptr<ProcessGroup> processes_;
+  int cores_per_process_ = 0;
 };
 
 extern template std::vector<float> ShardedArray::gather<float>() const;

@@ -12,6 +12,7 @@
 #include "vtpu/common/error.h"
 #include "vtpu/common/median.h"
 #include "vtpu/memory/tiled_layout.h"
+#include "vtpu/runtime/process_exchange.h"
 #include "vtpu/sharding/shard_map.h"
 #include "vtpu/sharding/sharded_array.h"
 #include "vtpu/train/adam.h"
@@ -321,19 +322,21 @@ class FsdpCore {
   CollectiveHandle hb0_, rs1_;
 };
 
-/// The final parameters: every core's shard, in rank order, with the padding dropped. Sets
-/// `padding_is_zero` when the padding of every parameter and moment shard is exactly 0.
-std::vector<float> collect_parameters(const std::vector<CoreState>& state,
+/// The final parameters: every core's shard, in rank order, with the padding dropped (each
+/// process reads its own cores' shards and the processes exchange them). Sets `padding_is_zero`
+/// when the padding of every parameter and moment shard is exactly 0.
+std::vector<float> collect_parameters(const Runtime& runtime, const std::vector<CoreState>& state,
                                       const std::vector<FlatParamShape>& flat,
                                       bool& padding_is_zero) {
   std::vector<float> parameters;
   padding_is_zero = true;
   for (size_t l = 0; l < flat.size(); ++l) {
-    std::vector<float> full;
-    for (size_t c = 0; c < state.size(); ++c) {
+    std::vector<float> mine;  // this process's cores' shards, in core (= rank) order
+    for (int core : runtime.local_core_ids()) {
+      const auto c = static_cast<size_t>(core);
       const CoreState& cs = state[c];
       auto shard = cs.param_shards[l].as<float>();
-      full.insert(full.end(), shard.begin(), shard.end());
+      mine.insert(mine.end(), shard.begin(), shard.end());
       for (const std::vector<DeviceBuffer>* bufs : {&cs.param_shards, &cs.m_shards, &cs.v_shards}) {
         if (bufs->empty()) continue;
         auto values = (*bufs)[l].as<float>();
@@ -343,7 +346,13 @@ std::vector<float> collect_parameters(const std::vector<CoreState>& state,
         }
       }
     }
+    const std::vector<float> full =
+        all_gather_values(runtime.process_group(), std::span<const float>(mine));
     parameters.insert(parameters.end(), full.begin(), full.begin() + flat[l].numel);
+  }
+  const int zero = padding_is_zero ? 1 : 0;
+  for (int z : all_gather_values(runtime.process_group(), std::span<const int>(&zero, 1))) {
+    if (z == 0) padding_is_zero = false;
   }
   return parameters;
 }
@@ -468,22 +477,26 @@ FsdpResult train_fsdp(Runtime& runtime, const DigitsSplit& split, const FsdpConf
       core.backward();
       core.optimizer_step(step);
       const double loss = core.all_reduce_loss(loss_sum);
-      finish_step(c, step, mc.steps, mc.log_every, loss, t0, result.step_seconds, result.losses,
-                  on_log);
+      finish_step(c == runtime.first_local_core(), step, mc.steps, mc.log_every, loss, t0,
+                  result.step_seconds, result.losses, on_log);
     }
     return std::vector<LocalArray>{};
   })();
 
   result.median_step_ms = 1e3 * median_of(result.step_seconds);
-  result.parameters = collect_parameters(state, fr.flat, result.padding_is_zero);
+  result.parameters = collect_parameters(runtime, state, fr.flat, result.padding_is_zero);
   result.test_accuracy = mlp_accuracy(result.parameters, mc.hidden, split.test);
   result.train_accuracy = mlp_accuracy(result.parameters, mc.hidden, split.train);
-  for (int c = 0; c < n; ++c) {
-    result.hbm.push_back(runtime.core(c).hbm().memory_stats());
-    result.all_gather.push_back(fr.gather_mesh.communicator(kAxis, c).stats(c));
-    result.reduce_scatter.push_back(fr.scatter_mesh.communicator(kAxis, c).stats(c));
-    result.loss_all_reduce.push_back(fr.loss_mesh.communicator(kAxis, c).stats(c));
-  }
+  // Per-core figures: each process reads its own cores and the processes exchange them.
+  result.num_processes = runtime.process_count();
+  result.hbm =
+      all_gather_per_core(runtime, [&](int c) { return runtime.core(c).hbm().memory_stats(); });
+  result.all_gather = all_gather_per_core(
+      runtime, [&](int c) { return fr.gather_mesh.communicator(kAxis, c).stats(c); });
+  result.reduce_scatter = all_gather_per_core(
+      runtime, [&](int c) { return fr.scatter_mesh.communicator(kAxis, c).stats(c); });
+  result.loss_all_reduce = all_gather_per_core(
+      runtime, [&](int c) { return fr.loss_mesh.communicator(kAxis, c).stats(c); });
   return result;
 }
 
@@ -496,6 +509,7 @@ void to_json(nlohmann::json& j, const FsdpResult& r) {
                     {"shard_numel", f.shard_numel}});
   }
   j = nlohmann::json{{"num_cores", r.num_cores},
+                     {"num_processes", r.num_processes},
                      {"prefetch", r.prefetch},
                      {"optimizer", r.optimizer},
                      {"padding_is_zero", r.padding_is_zero},
@@ -507,10 +521,10 @@ void to_json(nlohmann::json& j, const FsdpResult& r) {
                      {"train_accuracy", r.train_accuracy},
                      {"median_step_seconds", 1e-3 * r.median_step_ms},
                      {"peak_hbm_core0", r.peak},
-                     {"hbm", per_core_json(r.hbm)},
-                     {"all_gather", per_core_json(r.all_gather)},
-                     {"reduce_scatter", per_core_json(r.reduce_scatter)},
-                     {"loss_all_reduce", per_core_json(r.loss_all_reduce)}};
+                     {"hbm", per_core_json(r.hbm, r.num_processes)},
+                     {"all_gather", per_core_json(r.all_gather, r.num_processes)},
+                     {"reduce_scatter", per_core_json(r.reduce_scatter, r.num_processes)},
+                     {"loss_all_reduce", per_core_json(r.loss_all_reduce, r.num_processes)}};
 }
 
 }  // namespace vtpu

@@ -143,10 +143,11 @@ void to_json(nlohmann::json& j, const HbmBreakdown& b);
 /// Plain data, thread-compatible.
 struct FsdpResult {
   int num_cores = 0;
+  int num_processes = 1;  // processes hosting the cores (runtime/process_group.h)
   bool prefetch = true;
   std::string optimizer;             // "sgd" or "adam"
   std::vector<double> losses;        // per step, mean cross-entropy of the global batch
-  std::vector<double> step_seconds;  // per step wall time on core 0
+  std::vector<double> step_seconds;  // per step wall time on this process's first core
   double median_step_ms = 0.0;
   double test_accuracy = 0.0;
   double train_accuracy = 0.0;
@@ -154,7 +155,9 @@ struct FsdpResult {
   std::vector<FlatParamShape> flat_params;  // one per layer
   /// Core 0's HBM at its highest bytes_in_use within the first step (every step allocates the
   /// same buffers in the same order, so every step peaks the same), from its chunk records.
+  /// Recorded by the process that hosts core 0 (zeros in the others).
   HbmBreakdown peak;
+  // Per core of every process, in core order (the processes exchange theirs).
   std::vector<MemoryStats> hbm;                  // per core, after training
   std::vector<CollectiveStats> all_gather;       // per core (4 per step)
   std::vector<CollectiveStats> reduce_scatter;   // per core (2 per step)

@@ -11,8 +11,10 @@
 namespace vtpu {
 
 MlpRun run_mlp(const RuntimeOptions& options, const DigitsSplit& split, MlpConfig config,
-               const std::function<void(int64_t, double)>& on_step) {
-  Runtime runtime(options);
+               const std::function<void(int64_t, double)>& on_step,
+               std::shared_ptr<ProcessGroup> processes) {
+  Runtime runtime(options,
+                  processes ? std::move(processes) : std::make_shared<SingleProcessGroup>());
   MlpRun run;
   // train_mlp allocates every buffer once, so after the last step core 0 holds its peak.
   config.at_peak = [&run](Runtime& rt) {

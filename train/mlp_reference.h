@@ -7,21 +7,23 @@
 // exactly those f32 additions in that order (train/mlp_trainer.h, "Reduction order and gradient
 // accumulation"), so its losses are the ones a data-parallel (or FSDP) run is checked against. One
 // core with the whole batch in one GEMM sums the rows in another order; training amplifies that
-// rounding (4.9e-4 relative after 500 steps at hidden 1024, docs/TRAINING.md "Reduction order and the single-core reference"),
-// so that run is printed for comparison but not checked.
+// rounding (4.9e-4 relative after 500 steps at hidden 1024, docs/TRAINING.md "Reduction order and
+// the single-core reference"), so that run is printed for comparison but not checked.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "vtpu/runtime/process_group.h"
+#include "vtpu/runtime/runtime_options.h"
 #include "vtpu/train/digits_dataset.h"
 #include "vtpu/train/fsdp_trainer.h"
 #include "vtpu/train/mlp_trainer.h"
-#include "vtpu/runtime/runtime_options.h"
 
 namespace vtpu {
 
@@ -35,11 +37,14 @@ struct MlpRun {
   HbmBreakdown peak;  // core 0 after the last step, all training buffers live (its peak)
 };
 
-/// Runs train_mlp on a fresh Runtime(options) and records core 0's peak (config.at_peak is
-/// replaced). `on_step`, when set, is called on core 0 after every step (a StepMeter's callback);
-/// else nothing is logged. Throws what train_mlp throws.
+/// Runs train_mlp on a fresh Runtime(options) (over `processes` when given: options.num_cores is
+/// then the global count, as Runtime's two-argument constructor takes it) and records core 0's
+/// peak (config.at_peak is replaced; in the process hosting core 0). `on_step`, when set, is
+/// called on this process's first core after every step (a StepMeter's callback); else nothing
+/// is logged. Throws what train_mlp throws.
 MlpRun run_mlp(const RuntimeOptions& options, const DigitsSplit& split, MlpConfig config,
-               const std::function<void(int64_t, double)>& on_step = {});
+               const std::function<void(int64_t, double)>& on_step = {},
+               std::shared_ptr<ProcessGroup> processes = nullptr);
 
 /// The references of one check. Plain data.
 struct MlpReference {

@@ -15,6 +15,7 @@
 #include "vtpu/common/median.h"
 #include "vtpu/common/strings.h"
 #include "vtpu/runtime/pallas_kernels.h"
+#include "vtpu/runtime/process_exchange.h"
 #include "vtpu/sharding/shard_map.h"
 #include "vtpu/train/adam.h"
 #include "vtpu/train/mlp_eigen_layers.h"
@@ -437,8 +438,8 @@ MlpTensorParallelResult train_mlp_tensor_parallel(
           core.compute_gradients();
           core.all_reduce_gradients();
           core.optimizer_step(step);
-          finish_step(c, step, config.steps, config.log_every, core.loss(), t0, run.step_seconds,
-                      run.losses, on_log);
+          finish_step(c == runtime.first_local_core(), step, config.steps, config.log_every,
+                      core.loss(), t0, run.step_seconds, run.losses, on_log);
         }
         if (config.at_peak) {
           tpr.sync->barrier(ctx.core());  // every core at its peak (timeouts and aborts included)
@@ -450,21 +451,32 @@ MlpTensorParallelResult train_mlp_tensor_parallel(
   const std::vector<ShardedArray> out = train(tpr.data->pixels, tpr.data->one_hot);
 
   run.median_step_ms = 1e3 * median_of(run.step_seconds);
+  // Every core's shard, in every process (the array's blocks are its cores' shards, P over both
+  // axes): gathered in mesh order, so core c's is at its mesh slot.
+  const std::vector<float> all_shards = out[0].gather();
   std::vector<std::span<const float>> shards;
-  for (int c = 0; c < n; ++c) shards.push_back(out[0].local_data<float>(c));
+  for (int c = 0; c < n; ++c) {
+    shards.push_back(std::span<const float>(all_shards)
+                         .subspan(static_cast<size_t>(tpr.mesh.flat_index_of(c) * tpr.shard.size()),
+                                  static_cast<size_t>(tpr.shard.size())));
+  }
   run.replica_mismatch = check_replicas(shards, layout, tpr.shard);
   run.parameters = gather_parameters(shards, layout, tpr.shard, config.hidden);
   run.test_accuracy = mlp_accuracy(run.parameters, config.hidden, split.test);
   run.train_accuracy = mlp_accuracy(run.parameters, config.hidden, split.train);
-  for (int c = 0; c < n; ++c) {
-    run.hbm.push_back(runtime.core(c).hbm().memory_stats());
-    run.vmem.push_back(runtime.core(c).memory(MemorySpace::kVmem).memory_stats());
-    // The stats of the mesh's communicators: the gradient psums over the data axis, the logits'
-    // over the model axis (never made for one tensor shard: no psum runs over it).
-    run.all_reduce.push_back(tpr.mesh.communicator(kDataAxis, c).stats(c));
-    result.tensor_all_reduce.push_back(
-        layout.tensor > 1 ? tpr.mesh.communicator(kModelAxis, c).stats(c) : CollectiveStats{});
-  }
+  // Per-core figures: each process reads its own cores and the processes exchange them.
+  run.num_processes = runtime.process_count();
+  run.hbm =
+      all_gather_per_core(runtime, [&](int c) { return runtime.core(c).hbm().memory_stats(); });
+  run.vmem = all_gather_per_core(
+      runtime, [&](int c) { return runtime.core(c).memory(MemorySpace::kVmem).memory_stats(); });
+  // The stats of the mesh's communicators: the gradient psums over the data axis, the logits'
+  // over the model axis (never made for one tensor shard: no psum runs over it).
+  run.all_reduce = all_gather_per_core(
+      runtime, [&](int c) { return tpr.mesh.communicator(kDataAxis, c).stats(c); });
+  result.tensor_all_reduce = all_gather_per_core(runtime, [&](int c) {
+    return layout.tensor > 1 ? tpr.mesh.communicator(kModelAxis, c).stats(c) : CollectiveStats{};
+  });
   return result;
 }
 
@@ -473,7 +485,7 @@ void to_json(nlohmann::json& j, const MlpTensorParallelResult& r) {
   j["data"] = r.data;
   j["tensor"] = r.tensor;
   j["shard_parameters"] = r.shard_parameters;
-  j["tensor_all_reduce"] = per_core_json(r.tensor_all_reduce);
+  j["tensor_all_reduce"] = per_core_json(r.tensor_all_reduce, r.run.num_processes);
 }
 
 }  // namespace vtpu

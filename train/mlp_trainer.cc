@@ -240,20 +240,32 @@ MlpResult train_mlp(Runtime& runtime, const DigitsSplit& split, const MlpConfig&
       .run;
 }
 
-nlohmann::json per_core_json(const std::vector<MemoryStats>& stats) {
+namespace {
+
+/// The process hosting core `c` of `num_cores` split evenly over `num_processes`.
+size_t process_of_core(size_t c, size_t num_cores, int num_processes) {
+  const size_t per_process = std::max<size_t>(1, num_cores / static_cast<size_t>(num_processes));
+  return c / per_process;
+}
+
+}  // namespace
+
+nlohmann::json per_core_json(const std::vector<MemoryStats>& stats, int num_processes) {
   nlohmann::json a = nlohmann::json::array();
   for (size_t c = 0; c < stats.size(); ++c) {
     nlohmann::json s = stats[c];
     s["core"] = c;
+    s["process"] = process_of_core(c, stats.size(), num_processes);
     a.push_back(s);
   }
   return a;
 }
 
-nlohmann::json per_core_json(const std::vector<CollectiveStats>& stats) {
+nlohmann::json per_core_json(const std::vector<CollectiveStats>& stats, int num_processes) {
   nlohmann::json a = nlohmann::json::array();
   for (size_t c = 0; c < stats.size(); ++c) {
     a.push_back({{"core", c},
+                 {"process", process_of_core(c, stats.size(), num_processes)},
                  {"num_collectives", stats[c].num_collectives},
                  {"bytes", stats[c].bytes},
                  {"seconds", stats[c].seconds}});
@@ -263,6 +275,7 @@ nlohmann::json per_core_json(const std::vector<CollectiveStats>& stats) {
 
 void to_json(nlohmann::json& j, const MlpResult& r) {
   j = nlohmann::json{{"num_cores", r.num_cores},
+                     {"num_processes", r.num_processes},
                      {"num_parameters", r.num_parameters},
                      {"losses", r.losses},
                      {"final_loss", r.losses.empty() ? 0.0 : r.losses.back()},
@@ -271,9 +284,9 @@ void to_json(nlohmann::json& j, const MlpResult& r) {
                      {"median_step_seconds", 1e-3 * r.median_step_ms},
                      {"replicas_identical", r.replicas_identical()},
                      {"replica_mismatch", replica_mismatch_json(r.replica_mismatch)},
-                     {"hbm", per_core_json(r.hbm)},
+                     {"hbm", per_core_json(r.hbm, r.num_processes)},
                      {"vmem", r.vmem},
-                     {"all_reduce", per_core_json(r.all_reduce)}};
+                     {"all_reduce", per_core_json(r.all_reduce, r.num_processes)}};
 }
 
 }  // namespace vtpu

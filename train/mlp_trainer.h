@@ -99,9 +99,11 @@ float mlp_default_learning_rate(const std::string& optimizer);
 /// Plain data, thread-compatible.
 struct MlpResult {
   int num_cores = 0;
+  int num_processes = 1;             // processes hosting the cores (runtime/process_group.h)
   std::vector<double> losses;        // per step, mean cross-entropy of the global batch
-  std::vector<double> step_seconds;  // per step wall time on core 0: batch rows, forward,
-                                     // backward, all-reduce, optimizer
+  std::vector<double> step_seconds;  // per step wall time on this process's first core (core
+                                     // 0 in process 0): batch rows, forward, backward,
+                                     // all-reduce, optimizer
   double median_step_ms = 0.0;
   double test_accuracy = 0.0;  // on the held-out split
   double train_accuracy = 0.0;
@@ -111,6 +113,7 @@ struct MlpResult {
   std::optional<ReplicaMismatch> replica_mismatch;
   /// Every core's final parameters are bit-identical (no replica_mismatch).
   bool replicas_identical() const { return !replica_mismatch; }
+  // Per core of every process, in core order (the processes exchange theirs).
   std::vector<MemoryStats> hbm;             // per core, after training
   std::vector<MemoryStats> vmem;            // per core, after training (used by --kernels pallas)
   std::vector<CollectiveStats> all_reduce;  // per core
@@ -120,9 +123,10 @@ struct MlpResult {
 void to_json(nlohmann::json& j, const MlpResult& r);
 
 /// Per-core lists as the MLP trainers' JSON reports write them: element c is stats[c] with
-/// "core": c added; for collectives, "num_collectives", "bytes" and "seconds". Thread-safe.
-nlohmann::json per_core_json(const std::vector<MemoryStats>& stats);
-nlohmann::json per_core_json(const std::vector<CollectiveStats>& stats);
+/// "core": c and "process" (the process hosting it, of `num_processes` that host stats.size()
+/// cores evenly) added; for collectives, "num_collectives", "bytes" and "seconds". Thread-safe.
+nlohmann::json per_core_json(const std::vector<MemoryStats>& stats, int num_processes = 1);
+nlohmann::json per_core_json(const std::vector<CollectiveStats>& stats, int num_processes = 1);
 
 /// Trains on `split.train` on every core of `runtime` (data parallel), evaluates on `split.test`:
 /// train_mlp_tensor_parallel on DataTensorLayout::grid(cores, 1) (train/mlp_tp_trainer.h).

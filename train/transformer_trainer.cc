@@ -18,6 +18,7 @@
 #include "vtpu/common/strings.h"
 #include "vtpu/memory/tiled_layout.h"
 #include "vtpu/runtime/pallas_kernels.h"
+#include "vtpu/runtime/process_exchange.h"
 #include "vtpu/sharding/shard_map.h"
 #include "vtpu/train/train_step_log.h"
 
@@ -411,13 +412,28 @@ class TransformerCore {
 };
 
 /// The result's final shards (from each tensor shard's data-rank-0 core), replica verdict and
-/// per-core stats.
+/// per-core stats. `final_params[c]` is core c's final shard (empty for another process's core).
 void collect_results(const Runtime& runtime, const TransformerRun& run,
-                     const std::vector<DeviceBuffer>& final_params, TransformerResult& result) {
+                     std::vector<DeviceBuffer> final_params, TransformerResult& result) {
   const DataTensorLayout& layout = run.layout;
   result.shards.resize(static_cast<size_t>(layout.tensor));
+  // Every core's shard in every process: the shards as the blocks of one array over the mesh
+  // (P over both axes), gathered.
+  const int64_t shard_size = run.shard_size();
+  std::vector<DeviceBuffer> blocks;
+  for (int dev : run.mesh.devices())
+    blocks.push_back(std::move(final_params[static_cast<size_t>(dev)]));
+  // Kept until the stats below are read, as the shards were before.
+  const ShardedArray every_shard = ShardedArray::from_buffers(
+      runtime, {shard_size * run.mesh.size()},
+      NamedSharding(run.mesh, PartitionSpec({{"data", "model"}})), std::move(blocks));
+  const std::vector<float> all = every_shard.gather();
   std::vector<std::span<const float>> shards;
-  for (const DeviceBuffer& p : final_params) shards.push_back(p.as<float>());
+  for (int c = 0; c < runtime.num_cores(); ++c) {
+    shards.push_back(std::span<const float>(all).subspan(
+        static_cast<size_t>(run.mesh.flat_index_of(c) * shard_size),
+        static_cast<size_t>(shard_size)));
+  }
   for (const std::vector<int>& group : layout.data_groups) {  // one per tensor shard
     const std::span<const float> p0 = shards[static_cast<size_t>(group[0])];
     result.shards[static_cast<size_t>(layout.tensor_rank[static_cast<size_t>(group[0])])].assign(
@@ -430,11 +446,14 @@ void collect_results(const Runtime& runtime, const TransformerRun& run,
          p.offset, p.num_elements()});
   }
   result.replica_mismatch = compare_replicas(shards, layout.data_groups, segments);
-  for (int c = 0; c < runtime.num_cores(); ++c) {
-    result.hbm.push_back(runtime.core(c).hbm().memory_stats());
-    result.tensor_all_reduce.push_back(run.tensor_comm(c).stats(c));
-    result.data_all_reduce.push_back(run.data_comm(c).stats(c));
-  }
+  // Per-core figures: each process reads its own cores and the processes exchange them.
+  result.num_processes = runtime.process_count();
+  result.hbm =
+      all_gather_per_core(runtime, [&](int c) { return runtime.core(c).hbm().memory_stats(); });
+  result.tensor_all_reduce =
+      all_gather_per_core(runtime, [&](int c) { return run.tensor_comm(c).stats(c); });
+  result.data_all_reduce =
+      all_gather_per_core(runtime, [&](int c) { return run.data_comm(c).stats(c); });
 }
 
 }  // namespace
@@ -461,8 +480,8 @@ TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const 
       core.compute_gradients();
       core.all_reduce_gradients();
       core.optimizer_step(step);
-      finish_step(c, step, config.steps, config.log_every, core.loss(), t0, result.step_seconds,
-                  result.losses, on_log);
+      finish_step(c == runtime.first_local_core(), step, config.steps, config.log_every,
+                  core.loss(), t0, result.step_seconds, result.losses, on_log);
     }
     final_params[static_cast<size_t>(c)] = core.take_params();
     return std::vector<LocalArray>{};
@@ -470,7 +489,7 @@ TransformerResult train_transformer_on_layout(Runtime& runtime, std::span<const 
   result.total_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   result.median_step_ms = 1e3 * median_of(result.step_seconds);
-  collect_results(runtime, run, final_params, result);
+  collect_results(runtime, run, std::move(final_params), result);
   return result;
 }
 
@@ -478,6 +497,7 @@ void to_json(nlohmann::json& j, const TransformerResult& r) {
   nlohmann::json cores = nlohmann::json::array();
   for (size_t c = 0; c < r.hbm.size(); ++c) {
     cores.push_back({{"core", c},
+                     {"process", c / (r.hbm.size() / static_cast<size_t>(r.num_processes))},
                      {"peak_bytes_in_use", r.hbm[c].peak_bytes_in_use},
                      {"bytes_limit", r.hbm[c].bytes_limit},
                      {"tensor_all_reduce",
@@ -490,6 +510,7 @@ void to_json(nlohmann::json& j, const TransformerResult& r) {
                        {"seconds", r.data_all_reduce[c].seconds}}}});
   }
   j = nlohmann::json{{"mesh", {{"data", r.mesh.data}, {"tensor", r.mesh.tensor}}},
+                     {"num_processes", r.num_processes},
                      {"losses", r.losses},
                      {"final_loss", r.losses.empty() ? 0.0 : r.losses.back()},
                      {"median_step_seconds", 1e-3 * r.median_step_ms},

@@ -109,8 +109,9 @@ class WindowSampler {
 /// Plain data, thread-compatible.
 struct TransformerResult {
   TransformerMesh mesh;
+  int num_processes = 1;             // processes hosting the cores (runtime/process_group.h)
   std::vector<double> losses;        // per step: mean token cross-entropy of the global batch
-  std::vector<double> step_seconds;  // per step wall time on core 0
+  std::vector<double> step_seconds;  // per step wall time on this process's first core
   double median_step_ms = 0.0;
   double total_seconds = 0.0;    // the SPMD program, all steps
   int64_t num_parameters = 0;    // of the whole model
@@ -125,6 +126,7 @@ struct TransformerResult {
   std::optional<ReplicaMismatch> replica_mismatch;
   /// Every data replica's final shard equals replica 0's, bitwise (no replica_mismatch).
   bool replicas_identical() const { return !replica_mismatch; }
+  // Per core of every process, in core order (the processes exchange theirs).
   std::vector<MemoryStats> hbm;  // per core, after training (peak_bytes_in_use is the peak)
   /// Per core, over its tensor group (4 * layers per step); none when the group has one core.
   std::vector<CollectiveStats> tensor_all_reduce;

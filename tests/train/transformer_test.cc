@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tests/temp_path.h"
+#include "tests/train/transformer_test_config.h"
 #include "vtpu/common/error.h"
 #include "vtpu/runtime/runtime.h"
 #include "vtpu/train/nn_kernels.h"
@@ -298,28 +299,8 @@ TEST(TransformerModelTest, TokenizeMapsNonAsciiToQuestionMark) {
 
 // ---- trainer ---------------------------------------------------------------------------------
 
-std::string english_text() {
-  std::string s;
-  const char* lines[] = {"The quick brown fox jumps over the lazy dog.\n",
-                         "A journey of a thousand miles begins with a single step.\n",
-                         "To be or not to be, that is the question.\n",
-                         "All that glitters is not gold; all who wander are not lost.\n"};
-  for (int i = 0; i < 40; ++i) s += lines[i % 4];
-  return s;
-}
-
-TransformerConfig small_config() {
-  TransformerConfig c;
-  c.context = 16;
-  c.d_model = 16;
-  c.heads = 4;
-  c.layers = 2;
-  c.hidden = 32;
-  c.batch = 8;
-  c.steps = 6;
-  c.log_every = 0;
-  return c;
-}
+using testing::english_text;
+using testing::small_config;
 
 // 256 MiB per core (mmap-backed, touched only where used): the default model at batch 64 holds
 // 81 MiB of padded activations per core on a 2x1 mesh.
