@@ -30,10 +30,12 @@ class ProcessGroup {
   /// Tells the other processes that core `core_id` of this process failed with `message`; their
   /// failure callbacks then run. Must not block for long and must not throw.
   virtual void notify_failure(int core_id, const std::string& message) = 0;
-  /// Called (from any thread) when another process reports a failed core. Set once, before any
-  /// core runs; the Runtime sets it to run its abort handlers.
+  /// Called (from any thread) when another process reports a failed core; each Runtime made with
+  /// the group adds one that runs its abort handlers. add returns an id for remove; after remove
+  /// returns, the callback is not running and will not run again.
   using FailureCallback = std::function<void(int core_id, const std::string& message)>;
-  virtual void set_failure_callback(FailureCallback callback) = 0;
+  virtual int add_failure_callback(FailureCallback callback) = 0;
+  virtual void remove_failure_callback(int id) = 0;
 };
 
 /// The default: this process hosts every core. all_gather returns {mine}; nothing to notify.
@@ -46,7 +48,8 @@ class SingleProcessGroup final : public ProcessGroup {
   }
   void barrier() override {}
   void notify_failure(int, const std::string&) override {}
-  void set_failure_callback(FailureCallback) override {}
+  int add_failure_callback(FailureCallback) override { return 0; }
+  void remove_failure_callback(int) override {}
 };
 
 }  // namespace vtpu

@@ -146,7 +146,7 @@ Runtime::Runtime(RuntimeOptions options, std::shared_ptr<ProcessGroup> processes
         memory));
   }
   pin_core_threads();
-  processes_->set_failure_callback(
+  failure_callback_id_ = processes_->add_failure_callback(
       [this](int core, const std::string& message) { notify_remote_failure(core, message); });
 }
 
@@ -181,7 +181,7 @@ void Runtime::pin_core_threads() {
 }
 
 Runtime::~Runtime() {
-  processes_->set_failure_callback(nullptr);
+  processes_->remove_failure_callback(failure_callback_id_);
   cores_.clear();  // each core drains its queue and joins
 }
 

@@ -121,6 +121,7 @@ class Runtime {
   RuntimeOptions options_;
   std::shared_ptr<ProcessGroup> processes_;
   int first_local_ = 0;
+  int failure_callback_id_ = 0;
   HardwareProfile profile_;
   ThreadPinning thread_pinning_;
   std::vector<std::unique_ptr<VirtualCore>> cores_;

@@ -1,0 +1,146 @@
+#include "vtpu/distributed/mpi_context.h"
+
+#include <cstring>
+#include <functional>
+
+#include "vtpu/common/error.h"
+
+namespace vtpu::distributed {
+
+namespace {
+
+constexpr int kControlTag = 1;
+constexpr int kMaxNotice = 4096;  // bytes of a failure notice: the core id, then the message
+constexpr std::chrono::milliseconds kControlPoll{1};
+
+MPI_Comm dup_world(const char* name) {
+  MPI_Comm c = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &c), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  MPI_Comm_set_name(c, name);
+  return c;
+}
+
+}  // namespace
+
+void check_mpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw InternalError(std::string(what) + " failed: " + std::string(text, static_cast<size_t>(len)));
+}
+
+MpiContext::MpiContext() {
+  check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+  links_ = dup_world("vtpu links");
+  host_ = dup_world("vtpu host");
+  control_ = dup_world("vtpu control");
+  int* ub = nullptr;
+  int flag = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+  if (flag && ub) tag_ub_ = *ub;
+  control_thread_ = std::thread([this] { control_loop(); });
+}
+
+MpiContext::~MpiContext() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) {
+    stopping_.store(true);
+    if (control_thread_.joinable()) control_thread_.join();
+    return;
+  }
+  close();
+}
+
+void MpiContext::close() {
+  stop();
+  for (MPI_Comm* c : {&links_, &host_, &control_}) {
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+  }
+}
+
+int MpiContext::link_tag(int id, int n, int src_rank, int dst_rank) const {
+  const int64_t per_comm = int64_t{n} * n;
+  if (per_comm > tag_ub_) {
+    throw InvalidArgumentError("a communicator of " + std::to_string(n) +
+                               " cores across processes needs " + std::to_string(per_comm) +
+                               " MPI tags (expected at most MPI_TAG_UB = " +
+                               std::to_string(tag_ub_) + ")");
+  }
+  const int64_t comms = (int64_t{tag_ub_} + 1) / per_comm;
+  return static_cast<int>((id % comms) * per_comm + int64_t{src_rank} * n + dst_rank);
+}
+
+int MpiContext::next_communicator_id(const std::vector<int>& group) {
+  // FNV-1a of the group and how many communicators of this group this process made before: the
+  // same in every process however communicators of other groups interleave.
+  std::lock_guard lock(mu_);
+  const int k = made_[group]++;
+  uint64_t h = 1469598103934665603ull;
+  for (int64_t v : group) {
+    h ^= static_cast<uint64_t>(v);
+    h *= 1099511628211ull;
+  }
+  h ^= static_cast<uint64_t>(k) + 0x9e3779b97f4a7c15ull;
+  h *= 1099511628211ull;
+  return static_cast<int>(h & 0x3fffffff);
+}
+
+void MpiContext::notify_failure(int core_id, const std::string& message) {
+  std::string notice = std::to_string(core_id) + "\n" + message;
+  if (notice.size() > kMaxNotice) notice.resize(kMaxNotice);
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    // Small enough for MPI's eager protocol: the send completes without the receiver.
+    MPI_Send(notice.data(), static_cast<int>(notice.size()), MPI_CHAR, p, kControlTag, control_);
+  }
+}
+
+int MpiContext::add_failure_callback(ProcessGroup::FailureCallback callback) {
+  std::lock_guard lock(callback_mu_);
+  const int id = next_callback_id_++;
+  callbacks_.emplace(id, std::move(callback));
+  return id;
+}
+
+void MpiContext::remove_failure_callback(int id) {
+  std::lock_guard lock(callback_mu_);
+  callbacks_.erase(id);
+}
+
+void MpiContext::stop() {
+  if (stopping_.exchange(true)) return;
+  if (control_thread_.joinable()) control_thread_.join();
+}
+
+void MpiContext::control_loop() {
+  std::vector<char> buf(kMaxNotice);
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Irecv(buf.data(), kMaxNotice, MPI_CHAR, MPI_ANY_SOURCE, kControlTag, control_, &req);
+  while (!stopping_.load(std::memory_order_acquire)) {
+    int done = 0;
+    MPI_Status status;
+    MPI_Test(&req, &done, &status);
+    if (!done) {
+      std::this_thread::sleep_for(kControlPoll);
+      continue;
+    }
+    int len = 0;
+    MPI_Get_count(&status, MPI_CHAR, &len);
+    const std::string notice(buf.data(), static_cast<size_t>(std::max(len, 0)));
+    MPI_Irecv(buf.data(), kMaxNotice, MPI_CHAR, MPI_ANY_SOURCE, kControlTag, control_, &req);
+    const size_t nl = notice.find('\n');
+    const int core = nl == std::string::npos ? -1 : std::atoi(notice.substr(0, nl).c_str());
+    const std::string message = nl == std::string::npos ? notice : notice.substr(nl + 1);
+    // Under the lock, so that a removed callback (its Runtime being destroyed) never runs late.
+    std::lock_guard lock(callback_mu_);
+    for (const auto& [id, callback] : callbacks_) callback(core, message);
+  }
+  MPI_Cancel(&req);
+  MPI_Wait(&req, MPI_STATUS_IGNORE);
+}
+
+}  // namespace vtpu::distributed

@@ -1,0 +1,99 @@
+// What every MPI object of a process shares (internal to distributed/): the MPI communicators,
+// the tag range of links, and the control thread that receives other processes' failure notices.
+#pragma once
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "vtpu/collectives/link.h"
+#include "vtpu/runtime/process_group.h"
+
+namespace vtpu::distributed {
+
+/// Throws InternalError naming `what` and MPI's error string unless rc == MPI_SUCCESS.
+void check_mpi(int rc, const char* what);
+
+/// Polls `done` until it returns true (then returns true) or `deadline` passes (false): a few
+/// immediate retries, then yields, then sleeps growing to kMaxPause (MPI progresses only inside
+/// MPI calls, so a waiter must keep calling; sleeping bounds the CPU it takes from the cores it
+/// waits for). Calls `check_abort` (which may throw) between polls.
+template <typename Done, typename CheckAbort>
+bool poll_until(Done done, CheckAbort check_abort, Deadline deadline);
+
+/// Created once per process after MPI_Init_thread; destroyed before MPI_Finalize. Thread-safe.
+class MpiContext {
+ public:
+  MpiContext();
+  ~MpiContext();
+  MpiContext(const MpiContext&) = delete;
+  MpiContext& operator=(const MpiContext&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  /// Carries link messages (tags from link_tag); errors return codes (MPI_ERRORS_RETURN).
+  MPI_Comm links() const { return links_; }
+  /// Carries ProcessGroup's host collectives (all_gather, barrier).
+  MPI_Comm host() const { return host_; }
+  /// The MPI tag of the link src_rank -> dst_rank of communicator `id` in a group of n ranks.
+  /// Throws InvalidArgumentError when n * n tags do not fit under MPI_TAG_UB.
+  int link_tag(int id, int n, int src_rank, int dst_rank) const;
+  /// A communicator id agreed by every process: the same group made for the k-th time gets the
+  /// same id in every process, whatever else each process made in between.
+  int next_communicator_id(const std::vector<int>& group);
+
+  /// Sends `message` about failed core `core_id` to every other process (best effort).
+  void notify_failure(int core_id, const std::string& message);
+  int add_failure_callback(ProcessGroup::FailureCallback callback);
+  void remove_failure_callback(int id);
+  /// Stops the control thread (before MPI_Finalize or MPI_Abort). Idempotent.
+  void stop();
+  /// stop(), then frees the MPI communicators: before MPI_Finalize. Idempotent.
+  void close();
+
+ private:
+  void control_loop();
+
+  int rank_ = 0;
+  int size_ = 1;
+  int tag_ub_ = 32767;
+  MPI_Comm links_ = MPI_COMM_NULL;
+  MPI_Comm host_ = MPI_COMM_NULL;
+  MPI_Comm control_ = MPI_COMM_NULL;
+  std::mutex mu_;
+  std::map<std::vector<int>, int> made_;     // GUARDED_BY(mu_): communicators made per group
+  std::mutex callback_mu_;
+  std::map<int, ProcessGroup::FailureCallback> callbacks_;  // GUARDED_BY(callback_mu_)
+  int next_callback_id_ = 1;                                // GUARDED_BY(callback_mu_)
+  std::atomic<bool> stopping_{false};
+  std::thread control_thread_;
+};
+
+template <typename Done, typename CheckAbort>
+bool poll_until(Done done, CheckAbort check_abort, Deadline deadline) {
+  constexpr int kSpins = 32;
+  constexpr int kYields = 64;
+  constexpr std::chrono::microseconds kMaxPause{200};
+  std::chrono::microseconds pause{1};
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    check_abort();
+    if (i < kSpins) continue;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    if (i < kSpins + kYields) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, kMaxPause);
+    }
+  }
+}
+
+}  // namespace vtpu::distributed
