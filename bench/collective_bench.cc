@@ -62,9 +62,9 @@ CollectiveBenchOp make_all_reduce_bench_op() {
   CollectiveBenchOp op;
   op.name = "all_reduce";
   op.uses_reduce_op = true;
-  for (Algorithm a :
-       {Algorithm::kRing, Algorithm::kBidirectionalRing, Algorithm::kRecursiveDoubling,
-        Algorithm::kTorus2d, Algorithm::kRingReduceScatter, Algorithm::kDirect})
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kBidirectionalRing,
+                      Algorithm::kRecursiveDoubling, Algorithm::kTorus2d,
+                      Algorithm::kRingReduceScatter, Algorithm::kDirect, Algorithm::kHierarchical})
     op.algorithms.emplace_back(algorithm_name(a));
   op.auto_algorithm = [](const Communicator& comm, const CollectiveBenchShape& shape) {
     const Algorithm configured = comm.options().algorithm;

@@ -7,6 +7,17 @@
 
 namespace vtpu {
 
+AlgorithmContext AlgorithmContext::subgroup(int first_rank, int num_ranks) const {
+  AlgorithmContext sub = *this;
+  sub.rank = rank - first_rank;
+  sub.nranks = num_ranks;
+  sub.link = [this, first_rank](int s, int d) -> Link& {
+    return link(first_rank + s, first_rank + d);
+  };
+  sub.rank_process = {};
+  return sub;
+}
+
 void AlgorithmContext::sendrecv(int to_rank, const void* src, uint64_t send_bytes, int from_rank,
                                 void* dst, uint64_t recv_bytes) const {
   Link* to = to_rank < 0 ? nullptr : &link(rank, to_rank);

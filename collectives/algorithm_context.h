@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "vtpu/collectives/link.h"
@@ -32,8 +33,11 @@ struct AlgorithmContext {
   std::function<Link&(int src_rank, int dst_rank)> link;  // directed link src -> dst
   MismatchHandler on_mismatch;
   /// The group's count of ranks inside a DirectAccessScope (owned by the communicator, which
-  /// waits for it to drop to zero before a failed collective returns). Null: no direct access.
+  /// waits for it to drop to zero before a failed collective returns). Null: not counted.
   std::atomic<int>* direct_users = nullptr;
+  /// The process of each rank (what the hierarchical all-reduce groups by); empty: every rank in
+  /// one process. Views the communicator's table, valid for the collective.
+  std::span<const int> rank_process;
 
   /// Primitives receiving from `from_rank` and sending to `to_rank` (-1: none).
   template <typename T>
@@ -41,6 +45,10 @@ struct AlgorithmContext {
     return Primitives<T>(from_rank < 0 ? nullptr : &link(from_rank, rank),
                          to_rank < 0 ? nullptr : &link(rank, to_rank), fp, timeout, on_mismatch);
   }
+  /// The context of ranks [first_rank, first_rank + num_ranks) as a group of their own (its rank
+  /// 0 is first_rank): same fingerprint, links and direct-access count, one process. Only while
+  /// this context lives.
+  AlgorithmContext subgroup(int first_rank, int num_ranks) const;
   int mod(int64_t x) const {
     const int64_t n = nranks;
     return static_cast<int>(((x % n) + n) % n);

@@ -1,5 +1,6 @@
 #include "vtpu/collectives/communicator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -13,6 +14,7 @@
 #include "vtpu/collectives/block_exchange.h"
 #include "vtpu/collectives/broadcast.h"
 #include "vtpu/collectives/collective_permute.h"
+#include "vtpu/collectives/hierarchical_all_reduce.h"
 #include "vtpu/collectives/reduce.h"
 #include "vtpu/collectives/reduce_scatter.h"
 #include "vtpu/collectives/ring_all_reduce.h"
@@ -184,6 +186,7 @@ Communicator::Communicator(Runtime& runtime, std::vector<int> group, Communicato
     // links without it (the hierarchical all-reduce uses the in-process links directly).
     direct_access_ = !spans_processes_ && link(0, 1).supports_direct_access();
   }
+  init_placement();
   sequence_.assign(static_cast<size_t>(n), 0);
   entered_ = std::make_unique<std::atomic<uint64_t>[]>(static_cast<size_t>(n));
   stats_.assign(static_cast<size_t>(n), CollectiveStats{});
@@ -218,6 +221,28 @@ std::optional<uint64_t> Communicator::remote_desync_sequence(int core,
   const size_t seq = what.find(sequence_text, at + marker.size());
   if (seq == std::string::npos) return std::nullopt;
   return std::strtoull(what.c_str() + seq + sequence_text.size(), nullptr, 10);
+}
+
+void Communicator::init_placement() {
+  rank_process_ = options_.simulated_process_of_rank;
+  if (rank_process_.empty()) {
+    for (int c : group_) rank_process_.push_back(runtime_.process_of(c));
+  } else if (rank_process_.size() != group_.size() || std::ranges::min(rank_process_) < 0) {
+    throw InvalidArgumentError("simulated_process_of_rank has " +
+                               std::to_string(rank_process_.size()) + " entries, smallest " +
+                               std::to_string(std::ranges::min(rank_process_)) +
+                               " (expected one >= 0 per rank of group " + group_string() + ")");
+  }
+  const ProcessRuns runs = ProcessRuns::of(rank_process_, size());
+  placement_error_ = runs.error;
+  const int nl = runs.ranks_per_process;
+  // A process's ranks are joined by ring links r -> r + 1 (made above): one pair per local run
+  // tells whether the transport gives them direct access.
+  for (int k = 0; runs.fits() && nl > 1 && k < runs.num_processes; ++k) {
+    if (runtime_.is_local(group_[static_cast<size_t>(k * nl)]))
+      local_direct_access_ &= link(k * nl, k * nl + 1).supports_direct_access();
+  }
+  hierarchical_by_default_ = runs.fits() && runs.num_processes > 1 && local_direct_access_;
 }
 
 Communicator::~Communicator() { runtime_.remove_abort_handler(abort_handler_id_); }
@@ -453,7 +478,8 @@ void Communicator::run(CoreContext& ctx, Fingerprint fp, uint64_t input_bytes, c
           " (every core in the group must call the same collectives with the same type, shape, "
           "parameters and op, in the same order)");
     };
-  if (direct_access_) ac.direct_users = &direct_users_;
+  ac.direct_users = &direct_users_;
+  ac.rank_process = rank_process_;
   try {
     body(ac);
   } catch (...) {
@@ -518,6 +544,7 @@ bool Communicator::recursive_doubling_is_small(int group_size, uint64_t bytes) {
 Algorithm Communicator::select_algorithm(uint64_t bytes) const {
   if (size() == 1) return Algorithm::kLocal;
   if (recursive_doubling_is_small(size(), bytes)) return Algorithm::kRecursiveDoubling;
+  if (hierarchical_by_default_) return Algorithm::kHierarchical;
   if (direct_access_) return Algorithm::kDirect;
   if (!options_.deterministic) return Algorithm::kRingReduceScatter;
   return Algorithm::kRing;
@@ -537,22 +564,26 @@ Algorithm Communicator::resolve_all_reduce_algorithm(Algorithm requested, uint64
     case Algorithm::kTorus2d:
     case Algorithm::kRingReduceScatter:
       break;
+    case Algorithm::kHierarchical:
+      if (!placement_error_.empty())
+        throw InvalidArgumentError("all_reduce algorithm hierarchical: " + placement_error_);
+      [[fallthrough]];
     case Algorithm::kDirect:
-      // One core has no links (and runs kLocal below); a bigger group needs direct access.
-      if (!direct_access_ && size() > 1) {
-        throw UnimplementedError(
-            "all_reduce algorithm direct needs links with direct access; "
-            "transport " +
-            std::string(options_.transport->name()) +
-            " has none (use ring, bidirectional_ring, recursive_doubling, "
-            "torus_2d or ring_reduce_scatter)");
+      // One core has no links (and runs kLocal below); a bigger group needs direct access (the
+      // hierarchical algorithm only between the ranks of a process).
+      if (!(a == Algorithm::kDirect ? direct_access_ : local_direct_access_) && size() > 1) {
+        throw UnimplementedError("all_reduce algorithm " + std::string(algorithm_name(a)) +
+                                 " needs links with direct access; transport " +
+                                 std::string(options_.transport->name()) +
+                                 " has none (use ring, bidirectional_ring, recursive_doubling, "
+                                 "torus_2d or ring_reduce_scatter)");
       }
       break;
     default:
       throw InvalidArgumentError("all_reduce algorithm " + std::string(algorithm_name(a)) +
                                  " is not an all_reduce algorithm (expected auto, ring, "
                                  "bidirectional_ring, recursive_doubling, torus_2d, "
-                                 "ring_reduce_scatter or direct)");
+                                 "ring_reduce_scatter, direct or hierarchical)");
   }
   if (size() == 1) return Algorithm::kLocal;
   if (a == Algorithm::kAuto) a = select_algorithm(bytes);
@@ -599,6 +630,9 @@ void Communicator::all_reduce_bytes(CoreContext& ctx, DataType dtype,
           break;
         case Algorithm::kDirect:
           direct_all_reduce<T>(ac, x, y, count);
+          break;
+        case Algorithm::kHierarchical:
+          hierarchical_all_reduce<T>(ac, x, y, count);
           break;
         case Algorithm::kRingReduceScatter: {
           RingPrimitives<T> prims(ac.link(ac.mod(ac.rank - 1), ac.rank),

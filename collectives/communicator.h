@@ -47,6 +47,12 @@ struct CommunicatorOptions {
   /// false: no compare; a desync then shows as an InternalError on a payload size mismatch, a
   /// timeout, or wrong results.
   bool desync_check = true;
+  /// For tests and experiments: the process each rank is taken to live in, one entry >= 0 per
+  /// rank (empty, the default: the runtime's placement, Runtime::process_of). It makes the
+  /// hierarchical all-reduce, and kAuto's choice of it, treat the ranks as living in those
+  /// processes, while the links stay what the transport makes (in process: ring buffers with
+  /// direct access), so one process can run what a multi-process run would.
+  std::vector<int> simulated_process_of_rank;
   /// Options from the runtime's link_slot_bytes, link_num_slots, collective_timeout and
   /// collective_algorithm.
   static CommunicatorOptions from_runtime(const RuntimeOptions& options);
@@ -125,9 +131,11 @@ class Communicator {
 
   /// The all_reduce algorithm kAuto picks for `bytes` of input in this group of N cores: kLocal
   /// for one core; kRecursiveDoubling while bytes <= kSmallMessageBytes and the bytes each rank
-  /// receives, (N-1) x bytes, are <= kSmallMessageGroupBytes; otherwise kDirect when the
-  /// transport's links support direct access (in-process), else kRing (or kRingReduceScatter when
-  /// options().deterministic is false). See the .cc for the measurement behind it.
+  /// receives, (N-1) x bytes, are <= kSmallMessageGroupBytes; otherwise kHierarchical when the
+  /// group spans processes (the runtime's or the simulated placement) in equal contiguous runs
+  /// whose ranks have direct access, else kDirect when the transport's links support direct
+  /// access (in-process), else kRing (or kRingReduceScatter when options().deterministic is
+  /// false). See the .cc for the measurement behind it.
   Algorithm select_algorithm(uint64_t bytes) const;
   static constexpr uint64_t kSmallMessageBytes = 8 * 1024;
   static constexpr uint64_t kSmallMessageGroupBytes = 7 * kSmallMessageBytes;
@@ -367,6 +375,8 @@ class Communicator {
   std::optional<uint64_t> remote_desync_sequence(int core, const std::string& what) const;
   std::string group_string() const;
   Algorithm resolve_all_reduce_algorithm(Algorithm requested, uint64_t bytes) const;
+  /// Sets the placement members below from the options or the runtime (constructor only).
+  void init_placement();
 
   Runtime& runtime_;
   const std::vector<int> group_;
@@ -376,8 +386,15 @@ class Communicator {
   std::unique_ptr<std::atomic<Link*>[]> links_;
   std::mutex links_mu_;
   std::vector<std::unique_ptr<Link>> owned_links_;  // GUARDED_BY(links_mu_)
-  bool direct_access_ = false;  // the transport's links support direct access (set once)
+  bool direct_access_ = false;    // the transport's links support direct access (set once)
   bool spans_processes_ = false;  // some ranks live in another process (set once)
+  // Placement as the hierarchical all-reduce sees it (simulated or the runtime's; set once): the
+  // process of each rank, why it does not fit the algorithm (empty: it fits), whether the ranks
+  // of a process have direct access to each other, and whether kAuto picks it.
+  std::vector<int> rank_process_;
+  std::string placement_error_;
+  bool local_direct_access_ = true;
+  bool hierarchical_by_default_ = false;
   // Ranks inside a DirectAccessScope; a failed collective waits for 0 before it returns.
   std::atomic<int> direct_users_{0};
   std::vector<uint64_t> sequence_;                    // per rank; written by that rank's core

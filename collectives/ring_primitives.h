@@ -89,6 +89,19 @@ class Primitives {
     to_->commit_send(fp_, n * sizeof(T));
     from_->release_recv();
   }
+  /// recv_apply_send, the step of algorithms whose local work is more than one combine (the
+  /// hierarchical all-reduce folds several local inputs and writes several outputs): calls
+  /// fn(received, slot) with the n received elements (null without a receive link) and the send
+  /// slot to fill with n elements (null without a send link), then pushes the slot and hands
+  /// the received one back.
+  template <typename Fn>
+  void recv_apply_send(uint64_t n, Fn&& fn) {
+    const T* in = from_ ? recv_checked(n) : nullptr;
+    T* out = to_ ? reinterpret_cast<T*>(to_->acquire_send_slot(deadline())) : nullptr;
+    fn(in, out);
+    if (to_) to_->commit_send(fp_, n * sizeof(T));
+    if (from_) from_->release_recv();
+  }
   /// recv: receive a final result into `dst`.
   void recv(T* dst, uint64_t n) {
     const T* in = recv_checked(n);

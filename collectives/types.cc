@@ -7,7 +7,7 @@
 namespace vtpu {
 
 namespace {
-constexpr std::array<std::pair<Algorithm, std::string_view>, 11> kAlgorithmNames = {{
+constexpr std::array<std::pair<Algorithm, std::string_view>, 12> kAlgorithmNames = {{
     {Algorithm::kAuto, "auto"},
     {Algorithm::kRing, "ring"},
     {Algorithm::kBidirectionalRing, "bidirectional_ring"},
@@ -15,6 +15,7 @@ constexpr std::array<std::pair<Algorithm, std::string_view>, 11> kAlgorithmNames
     {Algorithm::kTorus2d, "torus_2d"},
     {Algorithm::kRingReduceScatter, "ring_reduce_scatter"},
     {Algorithm::kDirect, "direct"},
+    {Algorithm::kHierarchical, "hierarchical"},
     {Algorithm::kPairwise, "pairwise"},
     {Algorithm::kChain, "chain"},
     {Algorithm::kDissemination, "dissemination"},

@@ -42,6 +42,7 @@ enum class Algorithm : uint8_t {
   kTorus2d,            // per-axis exchanges of raw pieces on an R x C mesh, fold, per-axis gathers
   kRingReduceScatter,  // NOT deterministic across algorithms: classic ring reduce-scatter+gather
   kDirect,             // two-shot by direct access: fold a chunk from every input, write to all
+  kHierarchical,       // fold inside each process, chain across processes, write back inside
   kPairwise,           // direct exchange with every peer (all_to_all, reduce_scatter)
   kChain,              // a pipelined chain through the ranks (broadcast, reduce)
   kDissemination,      // barrier: Hensgen/Finkel/Manber dissemination in ceil(log2 N) rounds

@@ -160,7 +160,8 @@ const std::vector<std::string>& RuntimeOptions::collective_algorithm_names() {
                                                   "recursive_doubling",
                                                   "torus_2d",
                                                   "ring_reduce_scatter",
-                                                  "direct"};
+                                                  "direct",
+                                                  "hierarchical"};
   return kNames;
 }
 

@@ -69,7 +69,7 @@ struct RuntimeOptions {
   std::string collective_algorithm = "auto";
   /// "auto", "ring", "bidirectional_ring", "recursive_doubling", "torus_2d",
   /// "ring_reduce_scatter" (not deterministic across algorithms; see the README), "direct" (needs
-  /// links with direct access, as in process).
+  /// links with direct access, as in process), "hierarchical" (for groups across processes).
   static const std::vector<std::string>& collective_algorithm_names();
   /// CPU affinity of the cores' threads: "auto" (default) pins core i's thread to the i-th CPU
   /// the process may run on when there are at least 2 cores and no more cores than those CPUs,

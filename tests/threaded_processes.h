@@ -156,7 +156,9 @@ class ThreadedProcesses {
     }
     void barrier() override { all_gather({}); }
 
-    void notify_failure(int core_id, const std::string& message) override {
+    // Every other process's runtimes hear of it: the simulated processes number their
+    // callbacks in one sequence, so the id of the failing runtime is not theirs.
+    void notify_failure(int /*callback_id*/, int core_id, const std::string& message) override {
       std::lock_guard run_lock(shared_->callback_run_mu);
       std::vector<FailureCallback> others;
       {

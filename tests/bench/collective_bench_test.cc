@@ -142,9 +142,9 @@ TEST(CollectiveBenchTest, EveryOpChecksOkOnOneThreeAndFourCores) {
 // --algorithm: every all_reduce algorithm runs and is named in its rows.
 TEST(CollectiveBenchTest, EveryAllReduceAlgorithmRuns) {
   const CollectiveBenchOp& op = *find_collective_bench_op("all_reduce");
-  EXPECT_EQ(op.algorithms,
-            (std::vector<std::string>{"ring", "bidirectional_ring", "recursive_doubling",
-                                      "torus_2d", "ring_reduce_scatter", "direct"}));
+  EXPECT_EQ(op.algorithms, (std::vector<std::string>{
+                               "ring", "bidirectional_ring", "recursive_doubling", "torus_2d",
+                               "ring_reduce_scatter", "direct", "hierarchical"}));
   for (const std::string& algorithm : op.algorithms) {
     for (int cores : {3, 4}) {
       CollectiveBenchOptions o = tiny(cores);

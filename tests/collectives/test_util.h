@@ -78,6 +78,14 @@ std::vector<T> fold_reference(const std::vector<std::vector<T>>& in, ReduceOp op
   return out;
 }
 
+// splitmix64's finaliser: a well-mixed 64-bit value from a counter, for reproducible inputs.
+inline uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
 inline std::vector<int> iota_group(int n, int first = 0) {
   std::vector<int> g(static_cast<size_t>(n));
   std::iota(g.begin(), g.end(), first);

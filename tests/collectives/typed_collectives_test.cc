@@ -35,6 +35,7 @@ void PrintTo(ElementType t, std::ostream* os) { *os << element_type_name(t); }
 namespace {
 
 using testing_util::from_double;
+using testing_util::mix;
 using testing_util::naive_combine;
 using testing_util::num_elements;
 using testing_util::ravel;
@@ -101,13 +102,6 @@ std::vector<T> fold_in_rank_order(const std::vector<std::vector<T>>& in, ReduceO
 }
 
 // ---- inputs ----------------------------------------------------------------------------------
-
-uint64_t mix(uint64_t x) {  // splitmix64's finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // Integers: the whole range, so sums and products wrap. Floats: values that round at every step,
 // with large ones that overflow f16 (60000 + 60000) and tiny ones in its subnormal range;

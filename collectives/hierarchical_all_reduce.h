@@ -1,0 +1,148 @@
+// Hierarchical all-reduce for a group whose ranks live in several processes: reduce inside each
+// process, all-reduce across processes, broadcast inside, with the rank-order fold of
+// collectives/all_reduce_algorithms.h, so it gives the bits of every other deterministic
+// algorithm. After NCCL's several rings (one per channel) over NVLink-then-network and the
+// two-level all-reduces of Horovod and MPICH (Thakur, Rabenseifner & Gropp, IJHPCA 2005).
+//
+// The group is P processes, each holding one contiguous run of L ranks (process k of the chain
+// holds ranks kL .. kL+L-1, in rank order). The buffer is cut into L parts (cache-line aligned, as
+// the direct algorithm's chunks), and local rank q owns part q: lane q is the chain of ranks
+// q, L+q, 2L+q, ... across the processes, one link per process pair and direction. On lane q:
+//
+//   process 0        fold part q of its L inputs (read in place)  -> send up
+//   process 1..P-2   recv partial, fold its L inputs onto it       -> send up
+//   process P-1      recv partial, fold its L inputs: the final    -> write to its L outputs, send
+//   down process P-2..1   recv final                                    -> write to its L outputs,
+//   send down process 0        recv final                                    -> write to its L
+//   outputs
+//
+// so every element is ((((x0 op x1) op ...) op x(L-1)) op xL) ..., the fold in rank order. The
+// chain is the bidirectional ring's (all_reduce_algorithms.h) over P ranks, pipelined by
+// slot-sized pieces with process k lagging its down stream 2(P-1-k) pieces, so it cannot
+// deadlock with slots >= 2; the L lanes use disjoint links and run at once. Inside a process the
+// lane owners read their peers' inputs and write their outputs by direct access (addresses
+// exchanged through the in-process links, as the direct algorithm does; a final barrier keeps
+// every buffer alive until no peer touches it); links between processes carry only slot copies,
+// S/L bytes each way per lane. With L = 1 there is no local exchange; with P = 1 it is a local
+// fold written to every output. In place is safe: part q of every buffer is touched by lane q
+// alone, and each piece is read from every input before it is written.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "vtpu/collectives/algorithm_context.h"
+#include "vtpu/collectives/all_reduce_algorithms.h"
+
+namespace vtpu {
+
+/// How a group's ranks sit in processes, for the hierarchical all-reduce: num_processes runs of
+/// ranks_per_process ranks. Plain data.
+struct ProcessRuns {
+  int num_processes = 1;
+  int ranks_per_process = 1;
+  std::string error;  // why the placement does not fit (empty when it does)
+  bool fits() const { return error.empty(); }
+  /// From each rank's process (empty: all `nranks` in one process). It fits when every
+  /// process's ranks are one contiguous run and every run has the same length; otherwise
+  /// `error` names the placement and what was expected.
+  static ProcessRuns of(std::span<const int> rank_process, int nranks);
+};
+
+namespace detail {
+
+/// Folds c[0..k) in order into `slot` (when there is one) and copies the result to each of
+/// `num_out` outputs (streaming stores when `streaming`). Any output may alias any input exactly.
+template <typename T>
+void fold_to_slot_and_outputs(T* slot, T* const* out, int num_out, const T* const* c, int k,
+                              uint64_t n, ReduceOp op, bool streaming) {
+  if (!slot) {
+    fold_in_rank_order_to_all(out, num_out, c, k, n, op, streaming);
+    return;
+  }
+  fold_in_rank_order(slot, c, k, n, op);
+  for (int i = 0; i < num_out && n; ++i) {
+    if (streaming) {
+      stream_copy(out[i], slot, n * sizeof(T));
+    } else {
+      std::memcpy(out[i], slot, n * sizeof(T));
+    }
+  }
+}
+
+/// Lane q's chain for one lane owner (see the model above): `peers` are the local ranks' buffers
+/// and `part` this lane's elements of them.
+template <typename T>
+void hierarchical_lane(const AlgorithmContext& ac, const ProcessRuns& runs,
+                       const std::vector<DirectBuffers>& peers, BlockRange part, bool streaming) {
+  const int nl = runs.ranks_per_process, last = runs.num_processes - 1;
+  const int p = ac.rank / nl, q = ac.rank % nl;
+  auto lane = [&](int process) { return process * nl + q; };
+  Primitives<T> up = ac.prims<T>(p > 0 ? lane(p - 1) : -1,
+                                 p < last ? lane(p + 1) : (last > 0 ? lane(last - 1) : -1));
+  Primitives<T> down =
+      ac.prims<T>(p < last ? lane(p + 1) : -1, p > 0 && p < last ? lane(p - 1) : -1);
+  const Pieces pieces{last > 0 ? up.slot_elements() : std::max<uint64_t>(1, part.length),
+                      part.length};
+  // in[0] is the received partial or final (set per step), in[1..L] the local inputs.
+  std::vector<const T*> in(static_cast<size_t>(nl) + 1);
+  std::vector<T*> out(static_cast<size_t>(nl));
+  auto point_at = [&](uint64_t t) {
+    const BlockRange piece = pieces[t];
+    for (size_t i = 0; i < out.size(); ++i) {
+      in[i + 1] = reinterpret_cast<const T*>(peers[i].send) + part.offset + piece.offset;
+      out[i] = reinterpret_cast<T*>(peers[i].recv) + part.offset + piece.offset;
+    }
+    return piece.length;
+  };
+  const ReduceOp op = ac.fp.reduce_op;
+  const uint64_t lag = 2 * static_cast<uint64_t>(last - p);
+  for (uint64_t t = 0; t < pieces.size() + (p < last ? lag : 0); ++t) {
+    if (t < pieces.size()) {
+      const uint64_t n = point_at(t);
+      up.recv_apply_send(n, [&](const T* partial, T* slot) {
+        in[0] = partial;
+        const T* const* c = partial ? in.data() : in.data() + 1;
+        fold_to_slot_and_outputs(slot, out.data(), p == last ? nl : 0, c, partial ? nl + 1 : nl, n,
+                                 op, streaming);
+      });
+    }
+    if (p < last && t >= lag) {
+      const uint64_t n = point_at(t - lag);
+      down.recv_apply_send(n, [&](const T* result, T* slot) {
+        in[0] = result;
+        fold_to_slot_and_outputs(slot, out.data(), nl, in.data(), 1, n, op, streaming);
+      });
+    }
+  }
+}
+
+}  // namespace detail
+
+/// Hierarchical all-reduce (see the model above) over the placement ac.rank_process, which must
+/// fit (ProcessRuns::fits; InvalidArgumentError naming it otherwise). Needs direct access
+/// between the ranks of a process when they are more than one. `send` and `recv` may alias
+/// exactly. Throws as Primitives and AlgorithmContext::exchange_direct_buffers.
+template <typename T>
+void hierarchical_all_reduce(const AlgorithmContext& ac, const T* send, T* recv, uint64_t count) {
+  const ProcessRuns runs = ProcessRuns::of(ac.rank_process, ac.nranks);
+  if (!runs.fits()) throw InvalidArgumentError(runs.error);
+  const int nl = runs.ranks_per_process;
+  const AlgorithmContext local = ac.subgroup(ac.rank / nl * nl, nl);
+  const bool streaming = count * sizeof(T) * static_cast<uint64_t>(nl) >= kStreamingStoreBytes;
+  {
+    DirectAccessScope scope(local);
+    const std::vector<DirectBuffers> peers =
+        nl > 1 ? local.exchange_direct_buffers(send, recv)
+               : std::vector<DirectBuffers>{{reinterpret_cast<const std::byte*>(send),
+                                             reinterpret_cast<std::byte*>(recv)}};
+    const BlockRange part = Pieces{direct_chunk_elements<T>(count, nl), count}[local.rank];
+    detail::hierarchical_lane<T>(ac, runs, peers, part, streaming);
+    if (streaming) stream_fence();
+  }
+  if (nl > 1) local.barrier();  // no local peer touches our buffers after this
+}
+
+}  // namespace vtpu
