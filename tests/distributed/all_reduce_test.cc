@@ -1,7 +1,8 @@
 // all_reduce over groups that span processes gives the bits of one process, for every algorithm,
 // element type, op and size (tests/distributed/test_util.h has the groups and the comparison).
 // kDirect needs direct access, which links between processes lack: it is refused on every core
-// with Unimplemented before any message moves, and the communicator stays usable.
+// with Unimplemented before any message moves, and the communicator stays usable. kHierarchical
+// (tested apart) needs each process's ranks in one run.
 #include <gtest/gtest.h>
 
 #include "tests/distributed/test_util.h"
@@ -66,6 +67,73 @@ TEST_P(SpanningAllReduce, EveryOpMatchesOneProcess) {
     }
   }
   expect_same_as_one_process(*dist, one, GetParam(), cases);
+}
+
+// True when the group's ranks sit in processes as the hierarchical all-reduce needs: one
+// contiguous run of ranks per process, every run of the same length.
+bool runs_per_process(const Runtime& rt, const std::vector<int>& group) {
+  std::vector<int> run_lengths;
+  std::vector<int> seen;
+  for (size_t i = 0; i < group.size(); ++i) {
+    const int p = rt.process_of(group[i]);
+    if (i > 0 && p == rt.process_of(group[i - 1])) {
+      ++run_lengths.back();
+      continue;
+    }
+    for (int q : seen) {
+      if (q == p) return false;  // a second run of the same process
+    }
+    seen.push_back(p);
+    run_lengths.push_back(1);
+  }
+  for (int len : run_lengths) {
+    if (len != run_lengths[0]) return false;
+  }
+  return true;
+}
+
+// kHierarchical gives the bits of one process where the placement fits; where it does not (ranks
+// interleaved across processes), every core of the group gets InvalidArgument before any message
+// moves, and the group stays usable.
+TEST_P(SpanningAllReduce, HierarchicalMatchesOneProcessOrIsRefused) {
+  auto dist = distributed::make_runtime(options());
+  const Partition& p = GetParam();
+  bool fits = true;
+  for (const auto& g : p.groups) fits = fits && runs_per_process(*dist, g);
+  if (fits) {
+    Runtime one(options());
+    std::vector<Case> cases;
+    for (ReduceOp op : kOps) {
+      for (DataType dtype : kDtypes) {
+        for (int64_t count : kCounts) {
+          cases.push_back(all_reduce_case(Algorithm::kHierarchical, dtype, op, count, count == 7));
+        }
+      }
+    }
+    expect_same_as_one_process(*dist, one, p, cases);
+    return;
+  }
+  auto comms = Communicator::for_groups(*dist, p.groups);
+  std::vector<std::string> codes(kCores);
+  dist->run_spmd([&](CoreContext& ctx) {
+    for (auto& comm : comms) {
+      bool member = false;
+      for (int c : comm->group()) member |= c == ctx.core_id();
+      if (!member) continue;
+      std::vector<float> x(100, 1.0f);
+      CollectiveOptions co;
+      co.algorithm = Algorithm::kHierarchical;
+      try {
+        comm->all_reduce<float>(ctx, std::span<float>(x), ReduceOp::kSum, co);
+        codes[ctx.core_id()] = "OK";
+      } catch (const Error& e) {
+        codes[ctx.core_id()] = std::string(error_code_name(e.code()));
+      }
+      comm->all_reduce<float>(ctx, std::span<float>(x), ReduceOp::kSum);
+    }
+  });
+  for (int c : dist->local_core_ids())
+    EXPECT_EQ(codes[c], "InvalidArgument") << p.name << " core " << c;
 }
 
 INSTANTIATE_TEST_SUITE_P(Groups, SpanningAllReduce, ::testing::ValuesIn(partitions()),
