@@ -14,6 +14,7 @@
 #include "vtpu/collectives/block_exchange.h"
 #include "vtpu/collectives/broadcast.h"
 #include "vtpu/collectives/collective_permute.h"
+#include "vtpu/collectives/desync_error.h"
 #include "vtpu/collectives/hierarchical_all_reduce.h"
 #include "vtpu/collectives/reduce.h"
 #include "vtpu/collectives/reduce_scatter.h"
@@ -26,14 +27,8 @@ namespace {
 
 thread_local bool t_in_comm_worker = false;  // true while a started collective runs
 
-// How a desync's message begins, followed by the group (remote_desync_sequence looks for it).
-constexpr std::string_view kDesyncMarker = "collective mismatch in group ";
-
-// The desync check's error, told apart so that the group's abort remembers its cause.
-class DesyncError : public InvalidArgumentError {
- public:
-  using InvalidArgumentError::InvalidArgumentError;
-};
+using detail::DesyncError;
+using detail::kDesyncMarker;
 
 uint64_t product(std::span<const int64_t> dims, size_t begin, size_t end) {
   uint64_t p = 1;
@@ -207,22 +202,6 @@ Communicator::Communicator(Runtime& runtime, std::vector<int> group, Communicato
   });
 }
 
-std::optional<uint64_t> Communicator::remote_desync_sequence(int core,
-                                                             const std::string& what) const {
-  // A desync found in another process arrives as its error's text (a failure notice). The cores
-  // of this process in that collective then fail as the cores that compared the fingerprints do,
-  // with InvalidArgument, as in one process: the text names this group and the receiver's
-  // fingerprint, whose sequence is the collective's.
-  if (runtime_.is_local(core)) return std::nullopt;
-  const std::string marker = std::string(kDesyncMarker) + group_string() + ": ";
-  const size_t at = what.find(marker);
-  if (at == std::string::npos) return std::nullopt;
-  const std::string_view sequence_text = " at sequence ";
-  const size_t seq = what.find(sequence_text, at + marker.size());
-  if (seq == std::string::npos) return std::nullopt;
-  return std::strtoull(what.c_str() + seq + sequence_text.size(), nullptr, 10);
-}
-
 void Communicator::init_placement() {
   rank_process_ = options_.simulated_process_of_rank;
   if (rank_process_.empty()) {
@@ -314,20 +293,6 @@ Link& Communicator::link(int src_rank, int dst_rank) {
   return *l;
 }
 
-void Communicator::abort(const std::string& reason) { abort(reason, std::nullopt); }
-
-void Communicator::abort(const std::string& reason, std::optional<uint64_t> desync_sequence) {
-  {
-    std::lock_guard lock(abort_mu_);
-    if (aborted_.load(std::memory_order_relaxed)) return;
-    abort_reason_ = reason;
-    desync_sequence_ = desync_sequence;
-    aborted_.store(true, std::memory_order_release);
-  }
-  std::lock_guard lock(links_mu_);
-  for (auto& l : owned_links_) l->abort(reason);
-}
-
 void Communicator::reset() {
   std::lock_guard llock(links_mu_);
   std::lock_guard lock(abort_mu_);
@@ -344,76 +309,6 @@ CollectiveStats Communicator::stats(int core_id) const {
 }
 
 void Communicator::reset_stats() { std::fill(stats_.begin(), stats_.end(), CollectiveStats{}); }
-
-std::string Communicator::missing_cores(uint64_t sequence) const {
-  // entered_ counts the cores of this process only: another process's cores enter in that
-  // process, which reports its own timeout. They are named apart, as not known here, rather than
-  // guessed (asking that process could wait on the very process that is stuck).
-  std::string local, remote;
-  const auto append = [](std::string& list, int core) {
-    list += (list.empty() ? "" : ",") + std::to_string(core);
-  };
-  for (size_t i = 0; i < group_.size(); ++i) {
-    if (!runtime_.is_local(group_[i])) {
-      append(remote, group_[i]);
-    } else if (entered_[i].load(std::memory_order_acquire) <= sequence) {
-      append(local, group_[i]);
-    }
-  }
-  std::string s = !local.empty()   ? "{" + local + "}"
-                  : remote.empty() ? "none (all cores entered; a core is slow or stuck inside)"
-                                   : "none of this process's";
-  if (!remote.empty()) s += "; cores of other processes, not known here: {" + remote + "}";
-  return s;
-}
-
-void Communicator::rethrow_with_context(int rank, const Fingerprint& fp) {
-  const int core = group_[static_cast<size_t>(rank)];
-  try {
-    throw;
-  } catch (const DeadlineExceededError& e) {
-    const std::string msg =
-        fp.to_string() + " in group " + group_string() + " on core " + std::to_string(core) +
-        " timed out after " + std::to_string(options_.timeout.count()) + " ms (" + e.message() +
-        "); cores that have not reached sequence " + std::to_string(fp.sequence) + ": " +
-        missing_cores(fp.sequence) +
-        " (the timeout is VTPU_COLLECTIVE_TIMEOUT_MS in every command, or "
-        "collective_timeout_ms of --config in vtpu train, reshard and bench collectives, which "
-        "wins; else 30 s x max(1, cores / CPUs); many more cores than CPUs need longer)";
-    abort(msg);
-    throw DeadlineExceededError(msg);
-  } catch (const AbortedError&) {
-    throw_if_desynced(core, fp);
-    throw;
-  } catch (const DesyncError& e) {
-    abort("core " + std::to_string(core) + " failed in " + fp.to_string() + ": " + e.what(),
-          fp.sequence);
-    throw;
-  } catch (const Error& e) {
-    abort("core " + std::to_string(core) + " failed in " + fp.to_string() + ": " + e.what());
-    throw;
-  } catch (const std::exception& e) {
-    abort("core " + std::to_string(core) + " failed in " + fp.to_string() + ": " + e.what());
-    throw;
-  }
-}
-
-void Communicator::throw_if_desynced(int core_id, const Fingerprint& fp) const {
-  std::lock_guard lock(abort_mu_);
-  if (desync_sequence_ != fp.sequence) return;
-  throw InvalidArgumentError(fp.to_string() + " on core " + std::to_string(core_id) +
-                             " failed: " + abort_reason_);
-}
-
-void Communicator::wait_for_direct_users() const {
-  // A DirectAccessScope waits only in link waits, which the abort ends at once; otherwise it ends
-  // within a fold's time. The deadline only guards against a bug.
-  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
-  while (direct_users_.load(std::memory_order_acquire) != 0 &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-}
 
 void Communicator::wait_started(CoreContext& ctx) {
   auto& s = started_[static_cast<size_t>(rank_of(ctx.core_id()))];
