@@ -119,6 +119,24 @@ void hierarchical_lane(const AlgorithmContext& ac, const ProcessRuns& runs,
   }
 }
 
+/// Two processes of one rank each: halves exchanged both ways at once, rank r folding half r as
+/// x0 op x1 (rank 0's operand first, so the bits are the chain's), then the folded halves
+/// exchanged back. Each side moves half the bytes the chain would, and both fold at once.
+template <typename T>
+void two_rank_halves(const AlgorithmContext& ac, const T* send, T* recv, uint64_t count) {
+  const int peer = 1 - ac.rank;
+  const BlockRange mine = block_range(count, 2, static_cast<uint64_t>(ac.rank));
+  const BlockRange theirs = block_range(count, 2, static_cast<uint64_t>(peer));
+  std::vector<T> received(mine.length);  // the peer's input over half `mine`
+  ac.sendrecv(peer, send + theirs.offset, theirs.length * sizeof(T), peer, received.data(),
+              mine.length * sizeof(T));
+  const T* own = send + mine.offset;
+  reduce_into(recv + mine.offset, ac.rank == 0 ? own : received.data(),
+              ac.rank == 0 ? received.data() : own, mine.length, ac.fp.reduce_op);
+  ac.sendrecv(peer, recv + mine.offset, mine.length * sizeof(T), peer, recv + theirs.offset,
+              theirs.length * sizeof(T));
+}
+
 }  // namespace detail
 
 /// Hierarchical all-reduce (see the model above) over the placement ac.rank_process, which must
@@ -130,6 +148,10 @@ void hierarchical_all_reduce(const AlgorithmContext& ac, const T* send, T* recv,
   const ProcessRuns runs = ProcessRuns::of(ac.rank_process, ac.nranks);
   if (!runs.fits()) throw InvalidArgumentError(runs.error);
   const int nl = runs.ranks_per_process;
+  if (runs.num_processes == 2 && nl == 1) {
+    detail::two_rank_halves(ac, send, recv, count);
+    return;
+  }
   const AlgorithmContext local = ac.subgroup(ac.rank / nl * nl, nl);
   const bool streaming = count * sizeof(T) * static_cast<uint64_t>(nl) >= kStreamingStoreBytes;
   {
