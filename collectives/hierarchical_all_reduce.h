@@ -28,6 +28,7 @@
 // alone, and each piece is read from every input before it is written.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -120,21 +121,33 @@ void hierarchical_lane(const AlgorithmContext& ac, const ProcessRuns& runs,
 }
 
 /// Two processes of one rank each: halves exchanged both ways at once, rank r folding half r as
-/// x0 op x1 (rank 0's operand first, so the bits are the chain's), then the folded halves
-/// exchanged back. Each side moves half the bytes the chain would, and both fold at once.
+/// x0 op x1 (rank 0's operand first, so the bits are the chain's) straight out of the received
+/// slots, then the folded halves exchanged back. Each side moves half the bytes the chain would,
+/// both fold at once, and slot-sized pieces pipeline both phases.
 template <typename T>
 void two_rank_halves(const AlgorithmContext& ac, const T* send, T* recv, uint64_t count) {
   const int peer = 1 - ac.rank;
   const BlockRange mine = block_range(count, 2, static_cast<uint64_t>(ac.rank));
   const BlockRange theirs = block_range(count, 2, static_cast<uint64_t>(peer));
-  std::vector<T> received(mine.length);  // the peer's input over half `mine`
-  ac.sendrecv(peer, send + theirs.offset, theirs.length * sizeof(T), peer, received.data(),
-              mine.length * sizeof(T));
-  const T* own = send + mine.offset;
-  reduce_into(recv + mine.offset, ac.rank == 0 ? own : received.data(),
-              ac.rank == 0 ? received.data() : own, mine.length, ac.fp.reduce_op);
-  ac.sendrecv(peer, recv + mine.offset, mine.length * sizeof(T), peer, recv + theirs.offset,
-              theirs.length * sizeof(T));
+  Primitives<T> out = ac.prims<T>(-1, peer);
+  Primitives<T> in = ac.prims<T>(peer, -1);
+  const Pieces sent{out.slot_elements(), theirs.length}, got{out.slot_elements(), mine.length};
+  const ReduceOp op = ac.fp.reduce_op;
+  for (uint64_t t = 0; t < std::max(sent.size(), got.size()); ++t) {
+    if (t < sent.size()) out.send(send + theirs.offset + sent[t].offset, sent[t].length);
+    if (t >= got.size()) continue;
+    const BlockRange g = got[t];
+    const T* own = send + mine.offset + g.offset;
+    T* dst = recv + mine.offset + g.offset;
+    in.recv_apply_send(g.length, [&](const T* received, T*) {
+      reduce_into(dst, ac.rank == 0 ? own : received, ac.rank == 0 ? received : own, g.length, op);
+    });
+  }
+  const Pieces back{out.slot_elements(), mine.length}, fill{out.slot_elements(), theirs.length};
+  for (uint64_t t = 0; t < std::max(back.size(), fill.size()); ++t) {
+    if (t < back.size()) out.send(recv + mine.offset + back[t].offset, back[t].length);
+    if (t < fill.size()) in.recv(recv + theirs.offset + fill[t].offset, fill[t].length);
+  }
 }
 
 }  // namespace detail
