@@ -9,17 +9,12 @@
 
 #include "vtpu/collectives/communicator.h"
 #include "vtpu/distributed/distributed.h"
+#include "tests/distributed/test_util.h"
 
 namespace vtpu {
 namespace {
 
-RuntimeOptions options(int cores) {
-  RuntimeOptions o;
-  o.num_cores = cores;
-  o.hbm_bytes_per_core = uint64_t{1} << 26;
-  o.collective_timeout = std::chrono::milliseconds(20000);
-  return o;
-}
+using distributed_test::default_link_options;
 
 std::vector<int> iota(int n) {
   std::vector<int> v(static_cast<size_t>(n));
@@ -43,8 +38,8 @@ std::vector<std::vector<float>> all_reduce_on(Runtime& rt, int n, Algorithm alg)
 }
 
 TEST(MpiTransportTest, AllReduceMatchesOneProcessBitForBit) {
-  auto dist = distributed::make_runtime(options(8));
-  Runtime one(options(8));
+  auto dist = distributed::make_runtime(default_link_options(8));
+  Runtime one(default_link_options(8));
   for (int n : {1, 1000, 300000}) {
     for (Algorithm alg : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kBidirectionalRing,
                           Algorithm::kRecursiveDoubling}) {

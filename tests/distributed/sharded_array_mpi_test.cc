@@ -10,19 +10,14 @@
 
 #include "vtpu/common/error.h"
 #include "vtpu/distributed/distributed.h"
+#include "tests/distributed/test_util.h"
 #include "vtpu/sharding/shard_map.h"
 #include "vtpu/sharding/sharded_array.h"
 
 namespace vtpu {
 namespace {
 
-RuntimeOptions options(int cores) {
-  RuntimeOptions o;
-  o.num_cores = cores;
-  o.hbm_bytes_per_core = uint64_t{1} << 26;
-  o.collective_timeout = std::chrono::milliseconds(20000);
-  return o;
-}
+using distributed_test::default_link_options;
 
 std::vector<float> arange(int n) {
   std::vector<float> v(static_cast<size_t>(n));
@@ -31,7 +26,7 @@ std::vector<float> arange(int n) {
 }
 
 TEST(ShardedArrayMpiTest, DevicePutHoldsLocalBlocksAndGatherAssemblesTheArray) {
-  auto rt = distributed::make_runtime(options(8));
+  auto rt = distributed::make_runtime(default_link_options(8));
   const std::vector<float> host = arange(8 * 6);
   const Mesh mesh({4, 2}, {"x", "y"});
   const ShardedArray a =
@@ -68,13 +63,13 @@ std::vector<std::vector<float>> run_collectives(Runtime& rt) {
 }
 
 TEST(ShardedArrayMpiTest, ShardMapAcrossProcessesMatchesOneProcessBitForBit) {
-  auto dist = distributed::make_runtime(options(8));
-  Runtime one(options(8));
+  auto dist = distributed::make_runtime(default_link_options(8));
+  Runtime one(default_link_options(8));
   EXPECT_EQ(run_collectives(*dist), run_collectives(one));
 }
 
 TEST(ShardedArrayMpiTest, CheckVmaFailsInEveryProcessWhenADeviceOfTheLastDiffers) {
-  auto rt = distributed::make_runtime(options(8));
+  auto rt = distributed::make_runtime(default_link_options(8));
   const DeviceMesh mesh = make_mesh(*rt, {8}, {"x"});
   const ShardMap f =
       shard_map(mesh, {}, {P()}, [](ShardMapContext& ctx, std::span<const LocalArray>) {

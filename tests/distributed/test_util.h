@@ -25,6 +25,15 @@ namespace vtpu::distributed_test {
 
 /// Global cores of every distributed test: a multiple of 2 and 4 processes.
 constexpr int kCores = 8;
+/// `cores` cores of 64 MiB HBM, a 20 s collective timeout, the default links.
+inline RuntimeOptions default_link_options(int cores) {
+  RuntimeOptions o;
+  o.num_cores = cores;
+  o.hbm_bytes_per_core = uint64_t{1} << 26;
+  o.collective_timeout = std::chrono::milliseconds(20000);
+  return o;
+}
+
 /// Small slots, so that the larger counts below cross many slots (and the MPI back-pressure).
 constexpr uint64_t kSlotBytes = 4096;
 
