@@ -18,10 +18,15 @@
 
 namespace vtpu {
 
-/// One rank's buffers in the current collective, for direct access by its peers.
+/// One rank's buffers in the current collective, for direct access by its peers, with their
+/// sizes and a hash of the fingerprint fields that decide them (kind, dtype, shape, algorithm,
+/// root), so that a rank checks a peer's buffers before it touches them.
 struct DirectBuffers {
   const std::byte* send = nullptr;
   std::byte* recv = nullptr;
+  uint64_t send_bytes = 0;
+  uint64_t recv_bytes = 0;
+  uint64_t layout = 0;
 };
 
 /// Only the owning core (or its communication worker) may use it, for one collective.
@@ -32,6 +37,9 @@ struct AlgorithmContext {
   std::chrono::milliseconds timeout{30000};
   std::function<Link&(int src_rank, int dst_rank)> link;  // directed link src -> dst
   MismatchHandler on_mismatch;
+  /// Throws the communicator's desync error (InvalidArgumentError naming this core's fingerprint)
+  /// completed by `what`, e.g. "core 3 called ..."; empty: InvalidArgumentError(what).
+  std::function<void(const std::string& what)> on_disagreement;
   /// The group's count of ranks inside a DirectAccessScope (owned by the communicator, which
   /// waits for it to drop to zero before a failed collective returns). Null: not counted.
   std::atomic<int>* direct_users = nullptr;
@@ -79,14 +87,32 @@ struct AlgorithmContext {
   /// one Transport made the links.
   bool direct_access_supported() const;
 
-  /// Publishes this rank's `send` and `recv` addresses to the group (bruck_all_gather of 16-byte
-  /// records: only addresses go through the slots) and returns every rank's, indexed by rank. On
-  /// return every rank has entered this collective, so none still accesses buffers of its
-  /// previous one. Call it inside a DirectAccessScope that ends once this rank stops touching
-  /// peers' buffers, and end with barrier() before returning, so that no peer accesses this
-  /// rank's buffers after the call. Throws UnimplementedError naming the link when a link
-  /// lacks direct access (check direct_access_supported() first), else as sendrecv.
-  std::vector<DirectBuffers> exchange_direct_buffers(const void* send, void* recv) const;
+  /// Publishes this rank's `send` and `recv` buffers to the group (bruck_all_gather of
+  /// DirectBuffers records: only addresses and sizes go through the slots) and returns every
+  /// rank's, indexed by rank. On return every rank has entered this collective, so none still
+  /// accesses buffers of its previous one, and every rank's send size (and, with `compare_recv`,
+  /// recv size) and layout equal this rank's: otherwise every rank fails (through on_disagreement,
+  /// naming the sizes) before any touches a peer's buffer. Call it inside a DirectAccessScope that
+  /// ends once this rank stops touching peers' buffers, and end with barrier() before returning, so
+  /// that no peer accesses this rank's buffers after the call. Throws UnimplementedError naming the
+  /// link when a link lacks direct access (check direct_access_supported() first), else as
+  /// sendrecv.
+  std::vector<DirectBuffers> exchange_direct_buffers(const void* send, uint64_t send_bytes,
+                                                     void* recv, uint64_t recv_bytes,
+                                                     bool compare_recv = true) const;
+
+  /// Gathers every rank's root, shape and permute pairs (those of `fp`) before any data moves, in
+  /// messages whose fingerprint leaves them out, so that every rank compares every other's and a
+  /// disagreement fails on every rank (through on_disagreement, naming both). For the operations
+  /// where a rank may finish without hearing from the rank it sends to (broadcast, reduce by
+  /// chain, collective_permute). ceil(log2 N) rounds of N records of 88 bytes. Throws as
+  /// sendrecv.
+  void agree_on_parameters() const;
+
+  /// Throws through on_disagreement.
+  [[noreturn]] void fail_disagreement(const std::string& what) const;
+  /// Core id of rank `r` of this group.
+  int core_of(int r) const;
 };
 
 /// Held by a rank from before it learns its peers' buffer addresses until it stops touching

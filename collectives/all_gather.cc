@@ -37,7 +37,8 @@ void direct_all_gather(const AlgorithmContext& ac, std::span<const std::byte> se
   const uint64_t block_bytes = send.size();
   {
     DirectAccessScope scope(ac);
-    const std::vector<DirectBuffers> peers = ac.exchange_direct_buffers(send.data(), recv.data());
+    const std::vector<DirectBuffers> peers =
+        ac.exchange_direct_buffers(send.data(), send.size(), recv.data(), recv.size());
     const uint64_t seg = outer ? block_bytes / outer : 0;  // outer 0: an empty array
     for (int q = 0; q < ac.nranks; ++q) {
       for (uint64_t o = 0; o < outer; ++o) {

@@ -259,7 +259,8 @@ void direct_all_reduce(const AlgorithmContext& ac, const T* send, T* recv, uint6
   const int n = ac.nranks;
   {
     DirectAccessScope scope(ac);
-    const std::vector<DirectBuffers> peers = ac.exchange_direct_buffers(send, recv);
+    const std::vector<DirectBuffers> peers =
+        ac.exchange_direct_buffers(send, count * sizeof(T), recv, count * sizeof(T));
     const BlockRange mine = Pieces{direct_chunk_elements<T>(count, n), count}[ac.rank];
     std::vector<const T*> in(static_cast<size_t>(n));
     std::vector<T*> out(static_cast<size_t>(n));

@@ -9,6 +9,7 @@ void chain_broadcast(const AlgorithmContext& ac, std::span<const std::byte> send
                      std::span<std::byte> recv, int root) {
   const uint64_t bytes = recv.size();
   const int pos = ac.mod(ac.rank - root);  // position along the chain root, root+1, ...
+  ac.agree_on_parameters();
   if (pos == 0 && send.data() != recv.data() && bytes) {
     std::memcpy(recv.data(), send.data(), bytes);
   }
@@ -27,10 +28,6 @@ void chain_broadcast(const AlgorithmContext& ac, std::span<const std::byte> send
       prims.recv(data + off, len);
     }
   }
-  // Acknowledge: the last rank to the root, with an empty message.
-  const int last = ac.mod(root - 1);
-  if (pos == ac.nranks - 1) ac.sendrecv(root, nullptr, 0, -1, nullptr, 0);
-  if (pos == 0) ac.sendrecv(-1, nullptr, 0, last, nullptr, 0);
 }
 
 }  // namespace vtpu

@@ -5,11 +5,9 @@
 namespace vtpu {
 
 void permute(const AlgorithmContext& ac, std::span<const std::byte> send, std::span<std::byte> recv,
-             int to, int from, bool ring_check) {
+             int to, int from) {
   const uint64_t bytes = send.size();
-  if (ring_check && ac.nranks > 1) {
-    ac.sendrecv(ac.mod(ac.rank + 1), nullptr, 0, ac.mod(ac.rank - 1), nullptr, 0);
-  }
+  ac.agree_on_parameters();
   if (to == ac.rank) {  // a pair (r, r): keep the input
     if (send.data() != recv.data() && bytes) std::memcpy(recv.data(), send.data(), bytes);
   } else if (to >= 0 || from >= 0) {

@@ -79,6 +79,13 @@ void check_same_shape_buffers(const char* op, std::span<const std::byte> send,
   }
 }
 
+/// The fingerprint fields that decide the sizes and the pattern of a collective's messages:
+/// compared on every received message whatever desync_check says.
+bool same_message_layout(const Fingerprint& a, const Fingerprint& b) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.algorithm == b.algorithm && a.root == b.root &&
+         a.num_dims == b.num_dims && a.num_elements == b.num_elements && a.dims == b.dims;
+}
+
 Fingerprint make_fingerprint(CollectiveKind kind, DataType dtype, const Shape& s,
                              Algorithm algorithm) {
   Fingerprint fp;
@@ -174,6 +181,7 @@ Communicator::Communicator(Runtime& runtime, std::vector<int> group, Communicato
   const size_t nn = static_cast<size_t>(n) * static_cast<size_t>(n);
   links_ = std::make_unique<std::atomic<Link*>[]>(nn);
   for (size_t i = 0; i < nn; ++i) links_[i].store(nullptr, std::memory_order_relaxed);
+  links_aborted_.assign(static_cast<size_t>(n), 0);
   // The clockwise ring every default algorithm uses is made up front; other pairs on first use.
   if (n > 1) {
     for (int i = 0; i < n; ++i) link(i, (i + 1) % n);
@@ -184,6 +192,7 @@ Communicator::Communicator(Runtime& runtime, std::vector<int> group, Communicato
   init_placement();
   sequence_.assign(static_cast<size_t>(n), 0);
   entered_ = std::make_unique<std::atomic<uint64_t>[]>(static_cast<size_t>(n));
+  finished_ = std::make_unique<std::atomic<uint64_t>[]>(static_cast<size_t>(n));
   stats_.assign(static_cast<size_t>(n), CollectiveStats{});
   started_.resize(static_cast<size_t>(n));
   abort_handler_id_ = runtime_.add_abort_handler([this](int core, const std::exception_ptr& e) {
@@ -198,7 +207,14 @@ Communicator::Communicator(Runtime& runtime, std::vector<int> group, Communicato
       what = ex.what();
     } catch (...) {
     }
-    abort("core " + std::to_string(core) + " failed: " + what, remote_desync_sequence(core, what));
+    const std::string reason = "core " + std::to_string(core) + " failed: " + what;
+    if (runtime_.is_local(core)) {
+      abort_after_finished(core, reason);
+    } else {
+      // Another process's progress is not known here: from its desynced collective, else all.
+      const std::optional<uint64_t> desync = remote_desync_sequence(core, what);
+      abort(reason, desync.value_or(0), desync);
+    }
   });
 }
 
@@ -283,9 +299,10 @@ Link& Communicator::link(int src_rank, int dst_rank) {
   owned_links_.push_back(options_.transport->connect(
       group_[static_cast<size_t>(src_rank)], group_[static_cast<size_t>(dst_rank)], options_.link));
   l = owned_links_.back().get();
-  // abort() sets the flag before it walks the links under links_mu_: a link made after that walk
-  // sees the flag here.
-  if (aborted()) {
+  // abort() marks a rank under links_mu_ as it aborts the rank's links: a link made after that
+  // sees the mark here.
+  if (links_aborted_[static_cast<size_t>(src_rank)] ||
+      links_aborted_[static_cast<size_t>(dst_rank)]) {
     std::lock_guard alock(abort_mu_);
     l->abort(abort_reason_);
   }
@@ -298,10 +315,15 @@ void Communicator::reset() {
   std::lock_guard lock(abort_mu_);
   for (auto& l : owned_links_) l->reset();
   std::fill(sequence_.begin(), sequence_.end(), 0);
-  for (size_t i = 0; i < group_.size(); ++i) entered_[i].store(0);
+  for (size_t i = 0; i < group_.size(); ++i) {
+    entered_[i].store(0);
+    finished_[i].store(0);
+  }
+  std::fill(links_aborted_.begin(), links_aborted_.end(), 0);
   abort_reason_.clear();
   desync_sequence_.reset();
-  aborted_.store(false, std::memory_order_release);
+  desync_reason_.clear();
+  abort_from_.store(kNotAborted, std::memory_order_release);
 }
 
 CollectiveStats Communicator::stats(int core_id) const {
@@ -323,7 +345,7 @@ CollectiveHandle Communicator::start(CoreContext& ctx, std::function<void(CoreCo
   auto state = std::make_shared<detail::AsyncState>();
   const int core_id = ctx.core_id();
   state->abort_group = [this, core_id](const std::string& reason) {
-    abort("core " + std::to_string(core_id) + " failed: " + reason);
+    abort_after_finished(core_id, "core " + std::to_string(core_id) + " failed: " + reason);
   };
   started_[static_cast<size_t>(rank)] = state;
   Runtime& rt = ctx.runtime();
@@ -349,8 +371,10 @@ void Communicator::run(CoreContext& ctx, Fingerprint fp, uint64_t input_bytes, c
   const auto start_time = std::chrono::steady_clock::now();
   const size_t ri = static_cast<size_t>(rank);
   fp.sequence = sequence_[ri]++;
-  entered_[ri].store(fp.sequence + 1, std::memory_order_release);
-  if (aborted()) {
+  // seq_cst, as abort()'s store of abort_from_ and load of entered_: one of the two sees the
+  // other, so a core entering an aborted collective either fails here or has its links aborted.
+  entered_[ri].store(fp.sequence + 1, std::memory_order_seq_cst);
+  if (fp.sequence >= abort_from_.load(std::memory_order_seq_cst)) {
     throw_if_desynced(ctx.core_id(), fp);
     std::lock_guard lock(abort_mu_);
     throw AbortedError(fp.to_string() + " on core " + std::to_string(ctx.core_id()) +
@@ -364,15 +388,18 @@ void Communicator::run(CoreContext& ctx, Fingerprint fp, uint64_t input_bytes, c
   ac.timeout = options_.timeout;
   ac.link = [this](int s, int d) -> Link& { return link(s, d); };
   const int core_id = ctx.core_id();
-  if (options_.desync_check)
-    ac.on_mismatch = [this, core_id, fp](const Link& from, const Fingerprint& theirs) {
-      throw DesyncError(
-          std::string(kDesyncMarker) + group_string() + ": core " + std::to_string(core_id) +
-          " called " + fp.to_string() + " but core " + std::to_string(from.src_core()) +
-          " called " + theirs.to_string() +
-          " (every core in the group must call the same collectives with the same type, shape, "
-          "parameters and op, in the same order)");
-    };
+  const bool full_check = options_.desync_check;
+  const auto desync = [this, core_id, fp](const std::string& what) {
+    throw DesyncError(std::string(kDesyncMarker) + group_string() + ": core " +
+                      std::to_string(core_id) + " called " + fp.to_string() + " but " + what +
+                      " (every core in the group must call the same collectives with the same "
+                      "type, shape, parameters and op, in the same order)");
+  };
+  ac.on_mismatch = [desync, full_check, fp](const Link& from, const Fingerprint& theirs) {
+    if (full_check || !same_message_layout(fp, theirs))
+      desync("core " + std::to_string(from.src_core()) + " called " + theirs.to_string());
+  };
+  ac.on_disagreement = desync;
   ac.direct_users = &direct_users_;
   ac.rank_process = rank_process_;
   try {
@@ -385,6 +412,7 @@ void Communicator::run(CoreContext& ctx, Fingerprint fp, uint64_t input_bytes, c
       throw;
     }
   }
+  finished_[ri].store(fp.sequence + 1, std::memory_order_release);
   CollectiveStats& st = stats_[ri];
   ++st.num_collectives;
   st.bytes += input_bytes;
@@ -753,10 +781,9 @@ void Communicator::collective_permute_bytes(CoreContext& ctx, DataType dtype,
   Fingerprint fp =
       make_fingerprint(CollectiveKind::kCollectivePermute, dtype, s, Algorithm::kPairwise);
   fp.pairs_hash = hash_pairs(pairs);
-  const bool ring_check = options_.desync_check;
   run(ctx, fp, count * elem, [&](const AlgorithmContext& ac) {
     permute(ac, send, recv, dst_of[static_cast<size_t>(ac.rank)],
-            src_of[static_cast<size_t>(ac.rank)], ring_check);
+            src_of[static_cast<size_t>(ac.rank)]);
   });
 }
 

@@ -90,10 +90,19 @@ struct CollectiveStats {
 ///
 /// Failure handling: every wait has `timeout`; DeadlineExceededError names the collective, the
 /// sequence number and the cores that have not reached it. When a core of the group fails (in a
-/// collective, or anywhere in a run_spmd program), the group is aborted: cores waiting inside a
-/// collective wake at once with AbortedError carrying the cause (InvalidArgumentError when the
-/// cause is a desync of that same collective), and later collectives fail with AbortedError until
-/// reset().
+/// collective, or anywhere in a run_spmd program), the group is aborted from the first collective
+/// that core has not finished: cores waiting inside that collective or a later one wake at once
+/// with AbortedError carrying the cause (InvalidArgumentError when the cause is a desync of that
+/// same collective), and later collectives fail with AbortedError at entry until reset(). A
+/// collective the failed core has finished still completes on every core (its messages are
+/// already in the links): an abort never takes a finished collective's result.
+///
+/// Sizes: whatever desync_check says, every message's op, dtype, shape, algorithm and root are
+/// compared with the receiver's, and the direct algorithms compare every rank's buffer sizes
+/// before touching a peer's buffer, so a size mismatch is InvalidArgumentError naming both sides,
+/// never a write outside a buffer or a partial result. Broadcast, reduce by chain and
+/// collective_permute first gather every rank's root, element count and pairs, so a disagreement
+/// fails on every core.
 ///
 /// Async: each op has a `*_start` form that returns a CollectiveHandle; the collective runs on the
 /// core's communication worker (VirtualCore::comm_executor) while the program computes. A core's
@@ -337,9 +346,10 @@ class Communicator {
   /// handles). Called by every synchronous collective first.
   void wait_started(CoreContext& ctx);
 
-  /// Aborts the group: waiters wake with AbortedError(reason). Idempotent; the first reason stays.
+  /// Aborts the group from its first collective: every waiter wakes with AbortedError(reason).
+  /// Idempotent; the first reason stays.
   void abort(const std::string& reason);
-  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  bool aborted() const { return abort_from_.load(std::memory_order_acquire) != kNotAborted; }
   /// Clears an abort, empties the links and restarts sequence numbers at 0. Host side only, when
   /// no core is inside a collective of this group.
   void reset();
@@ -358,8 +368,16 @@ class Communicator {
   CollectiveHandle start(CoreContext& ctx, std::function<void(CoreContext&)> op);
   Link& link(int src_rank, int dst_rank);
   [[noreturn]] void rethrow_with_context(int rank, const Fingerprint& fp);
-  /// abort(reason), remembering that the cause was a desync of collective `desync_sequence`.
-  void abort(const std::string& reason, std::optional<uint64_t> desync_sequence);
+  /// Aborts collectives from sequence `from_sequence` on (those before it may still complete):
+  /// later entries fail at once and the links of every rank that has entered one of them are
+  /// aborted, which wakes its waits. A lower `from_sequence` than an earlier abort's widens it;
+  /// the first reason stays. `desync_sequence`: the cause was a desync of that collective.
+  void abort(const std::string& reason, uint64_t from_sequence,
+             std::optional<uint64_t> desync_sequence = std::nullopt);
+  /// Aborts from the first collective core `core_id` (a member of this process) has not finished.
+  void abort_after_finished(int core_id, const std::string& reason);
+  /// Aborts every link of `rank` (once). Needs links_mu_.
+  void abort_links_of_locked(int rank, const std::string& reason);
   /// Throws InvalidArgumentError naming the abort's cause when the group was aborted by a desync
   /// of `fp`'s collective: every core of a mismatched collective fails as the cores that compared
   /// the fingerprints do, also those woken by the abort.
@@ -397,16 +415,21 @@ class Communicator {
   bool hierarchical_by_default_ = false;
   // Ranks inside a DirectAccessScope; a failed collective waits for 0 before it returns.
   std::atomic<int> direct_users_{0};
-  std::vector<uint64_t> sequence_;                    // per rank; written by that rank's core
-  std::unique_ptr<std::atomic<uint64_t>[]> entered_;  // per rank: collectives entered
-  std::vector<CollectiveStats> stats_;                // per rank; written by that rank's core
+  std::vector<uint64_t> sequence_;                     // per rank; written by that rank's core
+  std::unique_ptr<std::atomic<uint64_t>[]> entered_;   // per rank: collectives entered
+  std::unique_ptr<std::atomic<uint64_t>[]> finished_;  // per rank: collectives finished
+  std::vector<CollectiveStats> stats_;                 // per rank; written by that rank's core
   // Per rank: the last collective this core started and has not waited for; only its core's
   // program thread touches it.
   std::vector<std::shared_ptr<detail::AsyncState>> started_;
-  std::atomic<bool> aborted_{false};
+  // The first sequence the abort fails (kNotAborted: none); written under abort_mu_.
+  static constexpr uint64_t kNotAborted = ~uint64_t{0};
+  std::atomic<uint64_t> abort_from_{kNotAborted};
   mutable std::mutex abort_mu_;
   std::string abort_reason_;                 // GUARDED_BY(abort_mu_)
   std::optional<uint64_t> desync_sequence_;  // GUARDED_BY(abort_mu_); set when a desync aborted
+  std::string desync_reason_;                // GUARDED_BY(abort_mu_); that desync's error
+  std::vector<char> links_aborted_;          // GUARDED_BY(links_mu_); per rank, 1 once aborted
   int abort_handler_id_ = 0;
 };
 

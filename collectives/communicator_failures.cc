@@ -30,18 +30,51 @@ std::optional<uint64_t> Communicator::remote_desync_sequence(int core,
   return std::strtoull(what.c_str() + seq + sequence_text.size(), nullptr, 10);
 }
 
-void Communicator::abort(const std::string& reason) { abort(reason, std::nullopt); }
+void Communicator::abort(const std::string& reason) { abort(reason, 0); }
 
-void Communicator::abort(const std::string& reason, std::optional<uint64_t> desync_sequence) {
+void Communicator::abort_after_finished(int core_id, const std::string& reason) {
+  // The core's program has stopped (or abandoned its started collective): what it finished, every
+  // core may still finish (its messages are in the links); what it has not, no core can.
+  const size_t rank = static_cast<size_t>(rank_of(core_id));
+  abort(reason, finished_[rank].load(std::memory_order_acquire));
+}
+
+void Communicator::abort(const std::string& reason, uint64_t from_sequence,
+                         std::optional<uint64_t> desync_sequence) {
+  std::string link_reason;
   {
     std::lock_guard lock(abort_mu_);
-    if (aborted_.load(std::memory_order_relaxed)) return;
-    abort_reason_ = reason;
-    desync_sequence_ = desync_sequence;
-    aborted_.store(true, std::memory_order_release);
+    if (desync_sequence && !desync_sequence_) {
+      desync_sequence_ = desync_sequence;
+      desync_reason_ = reason;
+    }
+    if (from_sequence >= abort_from_.load(std::memory_order_relaxed)) return;
+    if (abort_reason_.empty()) abort_reason_ = reason;
+    link_reason = abort_reason_;
+    abort_from_.store(from_sequence, std::memory_order_seq_cst);
   }
+  // Wake the ranks inside (or past) an aborted collective by aborting their links. A rank still
+  // in an earlier collective keeps its links unless a peer's are aborted, and then it needs none
+  // of them: that peer has finished the earlier collective, so its messages are delivered (a
+  // receiver takes them before it sees the abort) and it expects nothing more from this rank.
   std::lock_guard lock(links_mu_);
-  for (auto& l : owned_links_) l->abort(reason);
+  for (int r = 0; r < size(); ++r) {
+    if (from_sequence == 0 ||
+        entered_[static_cast<size_t>(r)].load(std::memory_order_seq_cst) > from_sequence) {
+      abort_links_of_locked(r, link_reason);
+    }
+  }
+}
+
+void Communicator::abort_links_of_locked(int rank, const std::string& reason) {
+  if (links_aborted_[static_cast<size_t>(rank)]) return;
+  links_aborted_[static_cast<size_t>(rank)] = 1;
+  const size_t n = group_.size(), r = static_cast<size_t>(rank);
+  for (size_t k = 0; k < n; ++k) {
+    for (size_t i : {r * n + k, k * n + r}) {
+      if (Link* l = links_[i].load(std::memory_order_acquire)) l->abort(reason);
+    }
+  }
 }
 
 std::string Communicator::missing_cores(uint64_t sequence) const {
@@ -79,20 +112,25 @@ void Communicator::rethrow_with_context(int rank, const Fingerprint& fp) {
         " (the timeout is VTPU_COLLECTIVE_TIMEOUT_MS in every command, or "
         "collective_timeout_ms of --config in vtpu train, reshard and bench collectives, which "
         "wins; else 30 s x max(1, cores / CPUs); many more cores than CPUs need longer)";
-    abort(msg);
+    abort(msg, fp.sequence);
     throw DeadlineExceededError(msg);
-  } catch (const AbortedError&) {
+  } catch (const AbortedError& e) {
+    // Woken by an abort from this collective or an earlier one; a lower sequence cannot fail
+    // here, but if it ever did, the collective is failed on every core all the same.
+    abort(e.message(), fp.sequence);
     throw_if_desynced(core, fp);
     throw;
   } catch (const DesyncError& e) {
     abort("core " + std::to_string(core) + " failed in " + fp.to_string() + ": " + e.what(),
-          fp.sequence);
+          fp.sequence, fp.sequence);
     throw;
   } catch (const Error& e) {
-    abort("core " + std::to_string(core) + " failed in " + fp.to_string() + ": " + e.what());
+    abort("core " + std::to_string(core) + " failed in " + fp.to_string() + ": " + e.what(),
+          fp.sequence);
     throw;
   } catch (const std::exception& e) {
-    abort("core " + std::to_string(core) + " failed in " + fp.to_string() + ": " + e.what());
+    abort("core " + std::to_string(core) + " failed in " + fp.to_string() + ": " + e.what(),
+          fp.sequence);
     throw;
   }
 }
@@ -101,7 +139,7 @@ void Communicator::throw_if_desynced(int core_id, const Fingerprint& fp) const {
   std::lock_guard lock(abort_mu_);
   if (desync_sequence_ != fp.sequence) return;
   throw InvalidArgumentError(fp.to_string() + " on core " + std::to_string(core_id) +
-                             " failed: " + abort_reason_);
+                             " failed: " + desync_reason_);
 }
 
 void Communicator::wait_for_direct_users() const {

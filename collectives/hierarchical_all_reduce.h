@@ -170,7 +170,7 @@ void hierarchical_all_reduce(const AlgorithmContext& ac, const T* send, T* recv,
   {
     DirectAccessScope scope(local);
     const std::vector<DirectBuffers> peers =
-        nl > 1 ? local.exchange_direct_buffers(send, recv)
+        nl > 1 ? local.exchange_direct_buffers(send, count * sizeof(T), recv, count * sizeof(T))
                : std::vector<DirectBuffers>{{reinterpret_cast<const std::byte*>(send),
                                              reinterpret_cast<std::byte*>(recv)}};
     const BlockRange part = Pieces{direct_chunk_elements<T>(count, nl), count}[local.rank];

@@ -65,7 +65,9 @@ class Link {
   virtual void release_recv() = 0;
 
   /// Wakes every waiter, which then throws AbortedError carrying `reason`. Later waits also throw
-  /// until reset().
+  /// until reset(), except that acquire_recv_slot still returns a message already delivered
+  /// (data first): what a sender committed before the abort is never lost to it, and only a wait
+  /// that would have to wait fails.
   virtual void abort(const std::string& reason) = 0;
   /// Empties the buffer and clears the abort. Only when no thread is using the link.
   virtual void reset() = 0;

@@ -33,6 +33,7 @@ namespace vtpu {
 /// root. Throws as Primitives.
 template <typename T>
 void chain_reduce(const AlgorithmContext& ac, const T* send, T* recv, uint64_t count, int root) {
+  ac.agree_on_parameters();  // a rank below the root finishes without hearing from it
   const int nr = ac.nranks, r = ac.rank, last = nr - 1;
   Primitives<T> up =
       ac.prims<T>(r == 0 ? -1 : r - 1, r < last ? r + 1 : (root == last ? -1 : last - 1));
@@ -74,7 +75,11 @@ void direct_reduce(const AlgorithmContext& ac, const T* send, T* recv, uint64_t 
   const int n = ac.nranks;
   {
     DirectAccessScope scope(ac);
-    const std::vector<DirectBuffers> peers = ac.exchange_direct_buffers(send, recv);
+    // recv is only the root's (other ranks may pass none): the layout's root and shape vouch
+    // for it.
+    const std::vector<DirectBuffers> peers = ac.exchange_direct_buffers(
+        send, count * sizeof(T), recv, ac.rank == root ? count * sizeof(T) : 0,
+        /*compare_recv=*/false);
     const BlockRange mine = Pieces{direct_chunk_elements<T>(count, n), count}[ac.rank];
     std::vector<const T*> in(static_cast<size_t>(n));
     for (size_t q = 0; q < peers.size(); ++q) {

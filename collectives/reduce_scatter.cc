@@ -48,7 +48,8 @@ void direct_reduce_scatter(const AlgorithmContext& ac, DataType dtype, ReduceOp 
   std::byte* out = staged ? stage.data() : recv.data();
   {
     DirectAccessScope scope(ac);
-    const std::vector<DirectBuffers> peers = ac.exchange_direct_buffers(send.data(), recv.data());
+    const std::vector<DirectBuffers> peers =
+        ac.exchange_direct_buffers(send.data(), send.size(), recv.data(), recv.size());
     visit_data_type(dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
       const uint64_t seg = outer ? block / outer : 0;  // elements of one piece of a block

@@ -140,13 +140,14 @@ bool RingBufferLink::spin(Ready ready, SideState& side) {
 
 template <typename Ready>
 void RingBufferLink::wait(Ready ready, WaitWord& word, SideState& side, Deadline deadline,
-                          const char* what) {
+                          const char* what, bool data_first) {
   LinkWaitStats& stats = side.stats;
-  if (aborted_.load(std::memory_order_acquire)) throw_aborted();
+  if (!data_first && aborted_.load(std::memory_order_acquire)) throw_aborted();
   if (ready()) {
     ++stats.immediate;
     return;
   }
+  if (aborted_.load(std::memory_order_acquire)) throw_aborted();
   // 1. Spin, bounded in time and adapted to what spinning achieved so far.
   if (spin(ready, side)) {
     ++stats.spun;
@@ -156,11 +157,11 @@ void RingBufferLink::wait(Ready ready, WaitWord& word, SideState& side, Deadline
   for (int i = 0; oversubscribed_ && i < kYieldIterations; ++i) {
     std::this_thread::yield();
     ++stats.yield_calls;
-    if (aborted_.load(std::memory_order_acquire)) throw_aborted();
     if (ready()) {
       ++stats.yielded;
       return;
     }
+    if (aborted_.load(std::memory_order_acquire)) throw_aborted();
   }
   // 3. Sleep. Read the word, announce the sleep, recheck, then sleep only if the word is
   // unchanged: a commit, release or abort after the recheck has bumped it (see the header).
@@ -205,7 +206,8 @@ std::byte* RingBufferLink::acquire_send_slot(Deadline deadline) {
         send_.cached_other = head_.load(std::memory_order_seq_cst);
         return tail - send_.cached_other < slots;
       },
-      send_wait_, send_, deadline, "waiting for a free slot (receiver has not consumed)");
+      send_wait_, send_, deadline, "waiting for a free slot (receiver has not consumed)",
+      /*data_first=*/false);
   return storage_.data() + (tail % slots) * slot_bytes_;
 }
 
@@ -226,7 +228,7 @@ ReceivedSlot RingBufferLink::acquire_recv_slot(Deadline deadline) {
         recv_.cached_other = tail_.load(std::memory_order_seq_cst);
         return recv_.cached_other != head;
       },
-      recv_wait_, recv_, deadline, "waiting for data (sender has not sent)");
+      recv_wait_, recv_, deadline, "waiting for data (sender has not sent)", /*data_first=*/true);
   const uint64_t slot = head % static_cast<uint64_t>(num_slots_);
   const SlotMeta& m = meta_[slot];
   return ReceivedSlot{storage_.data() + slot * slot_bytes_, m.payload_bytes, m.fingerprint};

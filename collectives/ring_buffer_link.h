@@ -26,7 +26,8 @@
 // handshake of two seq_cst stores (tail_ or head_ by the waker, the sleeping flag by the waiter)
 // followed by loads of the other, so that one of the two always sees the other (Drepper,
 // "Futexes Are Tricky", 2011, and Linux's futex(2)). Abort bumps both futex words, so a waiter
-// sleeping or about to sleep wakes at once.
+// sleeping or about to sleep wakes at once. A receiver still takes a message that is already
+// there (Link::abort): only a wait that would have to wait fails.
 #pragma once
 
 #include <atomic>
@@ -126,8 +127,10 @@ class RingBufferLink final : public Link {
     LinkWaitStats stats;
   };
 
+  // data_first: the receiver's waits take a message already there before they report an abort.
   template <typename Ready>
-  void wait(Ready ready, WaitWord& word, SideState& side, Deadline deadline, const char* what);
+  void wait(Ready ready, WaitWord& word, SideState& side, Deadline deadline, const char* what,
+            bool data_first);
   template <typename Ready>
   bool spin(Ready ready, SideState& side);
   void wake(WaitWord& word, LinkWaitStats& stats);

@@ -25,8 +25,9 @@ namespace vtpu {
 /// Slots a link needs for the primitives that hold a received slot while sending.
 inline constexpr int kMinSlots = 2;
 
-/// Called (and must throw) when a received fingerprint differs from ours: `from` is the link the
-/// message came on. An empty handler turns the check off.
+/// Called when a received fingerprint differs from ours (`from`: the link the message came on);
+/// throws unless the difference is one its owner allows (a Communicator with desync_check off
+/// allows all but the fields that decide the messages' sizes). An empty handler allows all.
 using MismatchHandler = std::function<void(const Link& from, const Fingerprint& theirs)>;
 
 /// One rank's view of one step pattern: the link it receives from and the link it sends to

@@ -140,7 +140,7 @@ void MpiLink::post_receive(int i) {
 
 ReceivedSlot MpiLink::acquire_recv_slot(Deadline deadline) {
   check_end(End::kReceiver, "acquire_recv_slot");
-  if (aborted_.load(std::memory_order_acquire)) throw_aborted();
+  // No abort check here: wait() tests for the message before the abort (Link::abort, data first).
   if (!receives_posted_) {
     // Receives match in the order they were posted, and each released slot is posted again
     // behind the others, so slot i always holds message count_ with count_ % num_slots == i.

@@ -218,9 +218,10 @@ TEST(CollectiveFaultsTest, ShapeAndParameterMismatchesAreErrors) {
                InvalidArgumentError);
 }
 
-// The check can be turned off; matching collectives still work, and a size mismatch is then
-// caught only as a payload size error (InternalError), not a desync naming both sides.
-TEST(CollectiveFaultsTest, DesyncCheckCanBeTurnedOff) {
+// The check can be turned off; matching collectives still work, and sizes are still checked: a
+// size mismatch is InvalidArgument on both cores naming both shapes (collective_size_check_test.cc
+// covers every operation and algorithm).
+TEST(CollectiveFaultsTest, DesyncCheckCanBeTurnedOffButNotTheSizeCheck) {
   Runtime rt(small_options(2));
   CommunicatorOptions o = CommunicatorOptions::from_runtime(rt.options());
   o.desync_check = false;
@@ -230,11 +231,21 @@ TEST(CollectiveFaultsTest, DesyncCheckCanBeTurnedOff) {
     comm.all_reduce<float>(ctx, std::span<float>(v));
     for (float x : v) ASSERT_EQ(x, 2.0f);
   });
+  std::vector<std::string> errors(2);
   EXPECT_THROW(rt.run_spmd([&](CoreContext& ctx) {
     std::vector<float> v(ctx.core_id() == 0 ? 8 : 6, 1.0f);
-    comm.all_reduce<float>(ctx, std::span<float>(v));
+    try {
+      comm.all_reduce<float>(ctx, std::span<float>(v));
+    } catch (const InvalidArgumentError& e) {
+      errors[static_cast<size_t>(ctx.core_id())] = e.what();
+      throw;
+    }
   }),
-               InternalError);
+               InvalidArgumentError);
+  for (const std::string& msg : errors) {
+    EXPECT_NE(msg.find("f32[8]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("f32[6]"), std::string::npos) << msg;
+  }
 }
 
 // ---- async -----------------------------------------------------------------------------------
