@@ -68,7 +68,8 @@ struct AlgorithmContext {
   /// peer checks our fingerprint. Lock-step send-before-receive cannot deadlock with any slot
   /// count >= 1, whatever the pattern of peers. `dst` may equal `src` when the piece sizes match
   /// (piece i is sent before piece i is overwritten). Throws as Link, plus InvalidArgumentError on
-  /// a fingerprint mismatch (through on_mismatch) and InternalError on a payload size mismatch.
+  /// a fingerprint mismatch (through on_mismatch) and InternalError on a payload size mismatch
+  /// between matching fingerprints (a bug).
   void sendrecv(int to_rank, const void* src, uint64_t send_bytes, int from_rank, void* dst,
                 uint64_t recv_bytes) const;
 

@@ -44,8 +44,9 @@ struct CommunicatorOptions {
   int torus_rows = 0;
   /// true (default): every received message's fingerprint is compared with the receiver's, so a
   /// desync fails at once naming both sides (cost: one 120-byte compare per received slot).
-  /// false: no compare; a desync then shows as an InternalError on a payload size mismatch, a
-  /// timeout, or wrong results.
+  /// false: only the fields that decide the messages' sizes are compared (op, dtype, shape,
+  /// algorithm, root: a size mismatch is still InvalidArgumentError naming both sides); another
+  /// desync (reduce op, axes, sequence) shows as a timeout or wrong results.
   bool desync_check = true;
   /// For tests and experiments: the process each rank is taken to live in, one entry >= 0 per
   /// rank (empty, the default: the runtime's placement, Runtime::process_of). It makes the
@@ -235,10 +236,9 @@ class Communicator {
   /// Rank `source` sends its input to rank `destination` for every pair; a rank that is no
   /// destination gets zeros. Every core passes the same list, in the same order (its hash is in
   /// the fingerprint). A source or destination listed twice, or a rank outside [0, N), is
-  /// InvalidArgumentError. `recv` may be `send` (in place). With the desync check on (default),
-  /// one empty message goes round the ring first, so cores that pass different pairs fail at once
-  /// naming both fingerprints (cost: one message latency); with it off, a core that receives
-  /// nothing waits for no one, and a pairs mismatch shows as a timeout or wrong data.
+  /// InvalidArgumentError. `recv` may be `send` (in place). Every rank first gathers every rank's
+  /// pairs hash and shape (ceil(log2 N) rounds of small messages), so cores that pass different
+  /// pairs or sizes all fail at once naming both, whatever desync_check says.
   template <typename T>
   void collective_permute(CoreContext& ctx, std::span<const T> send, std::span<T> recv,
                           std::span<const PermutePair> pairs) {
