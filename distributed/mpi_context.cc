@@ -147,11 +147,11 @@ void MpiContext::publish_fingerprint(int id, const PublishedFingerprint& publish
   outbox_[id] = published;
 }
 
-bool MpiContext::send_fingerprints() {
+void MpiContext::send_fingerprints() {
   std::map<int, PublishedFingerprint> out;
   {
     std::lock_guard lock(outbox_mu_);
-    if (outbox_.empty()) return false;
+    if (outbox_.empty()) return;
     out.swap(outbox_);
   }
   std::lock_guard lock(channel_mu_);
@@ -164,7 +164,6 @@ bool MpiContext::send_fingerprints() {
       MPI_Send(&m, kFingerprintBytes, MPI_BYTE, p, kFingerprintTag, control_);
     }
   }
-  return true;
 }
 
 void MpiContext::deliver_fingerprint(const char* data, int len) {
@@ -198,14 +197,19 @@ void MpiContext::control_loop() {
   };
   post(0);
   post(1);
+  auto next_send = std::chrono::steady_clock::now();
   while (!stopping_.load(std::memory_order_acquire)) {
-    const bool sent = send_fingerprints();
+    // At most one fingerprint per communicator per poll, however fast collectives go.
+    if (std::chrono::steady_clock::now() >= next_send) {
+      send_fingerprints();
+      next_send = std::chrono::steady_clock::now() + kControlPoll;
+    }
     int index = MPI_UNDEFINED;
     int done = 0;
     MPI_Status status;
     MPI_Testany(2, req.data(), &index, &done, &status);
     if (!done || index == MPI_UNDEFINED) {
-      if (!sent) std::this_thread::sleep_for(kControlPoll);
+      std::this_thread::sleep_for(kControlPoll);
       continue;
     }
     int len = 0;

@@ -82,8 +82,8 @@ class MpiContext {
 
  private:
   void control_loop();
-  /// Sends the queued fingerprints (control thread); returns whether there were any.
-  bool send_fingerprints();
+  /// Sends the queued fingerprints (control thread).
+  void send_fingerprints();
   /// Runs the failure callback a notice names (control thread).
   void handle_notice(const std::string& notice);
   /// Runs the listener of a received fingerprint message (control thread).
