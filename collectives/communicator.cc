@@ -28,7 +28,6 @@ namespace {
 thread_local bool t_in_comm_worker = false;  // true while a started collective runs
 
 using detail::DesyncError;
-using detail::kDesyncMarker;
 
 uint64_t product(std::span<const int64_t> dims, size_t begin, size_t end) {
   uint64_t p = 1;
@@ -195,6 +194,7 @@ Communicator::Communicator(Runtime& runtime, std::vector<int> group, Communicato
   finished_ = std::make_unique<std::atomic<uint64_t>[]>(static_cast<size_t>(n));
   stats_.assign(static_cast<size_t>(n), CollectiveStats{});
   started_.resize(static_cast<size_t>(n));
+  init_checks();
   abort_handler_id_ = runtime_.add_abort_handler([this](int core, const std::exception_ptr& e) {
     if (core < 0 || core >= static_cast<int>(rank_of_core_.size()) ||
         rank_of_core_[static_cast<size_t>(core)] < 0) {
@@ -240,7 +240,10 @@ void Communicator::init_placement() {
   hierarchical_by_default_ = runs.fits() && runs.num_processes > 1 && local_direct_access_;
 }
 
-Communicator::~Communicator() { runtime_.remove_abort_handler(abort_handler_id_); }
+Communicator::~Communicator() {
+  if (fingerprints_ && spans_processes_) options_.transport->set_fingerprint_listener(nullptr);
+  runtime_.remove_abort_handler(abort_handler_id_);
+}
 
 std::vector<std::unique_ptr<Communicator>> Communicator::for_groups(
     Runtime& runtime, const std::vector<std::vector<int>>& groups,
@@ -320,6 +323,8 @@ void Communicator::reset() {
     finished_[i].store(0);
   }
   std::fill(links_aborted_.begin(), links_aborted_.end(), 0);
+  if (fingerprints_) fingerprints_->clear();
+  reset_epoch_.fetch_add(1, std::memory_order_relaxed);
   abort_reason_.clear();
   desync_sequence_.reset();
   desync_reason_.clear();
@@ -374,12 +379,18 @@ void Communicator::run(CoreContext& ctx, Fingerprint fp, uint64_t input_bytes, c
   // seq_cst, as abort()'s store of abort_from_ and load of entered_: one of the two sees the
   // other, so a core entering an aborted collective either fails here or has its links aborted.
   entered_[ri].store(fp.sequence + 1, std::memory_order_seq_cst);
+  FlightRecord record(rings_[ri], recorder_id_, fp, input_bytes, options_.timeout, start_time);
   if (fp.sequence >= abort_from_.load(std::memory_order_seq_cst)) {
-    throw_if_desynced(ctx.core_id(), fp);
-    std::lock_guard lock(abort_mu_);
-    throw AbortedError(fp.to_string() + " on core " + std::to_string(ctx.core_id()) +
-                       ": communicator " + group_string() + " was aborted (" + abort_reason_ +
-                       "); call reset() before reusing it");
+    try {
+      throw_if_desynced(ctx.core_id(), fp);
+      std::lock_guard lock(abort_mu_);
+      throw AbortedError(fp.to_string() + " on core " + std::to_string(ctx.core_id()) +
+                         ": communicator " + group_string() + " was aborted (" + abort_reason_ +
+                         "); call reset() before reusing it");
+    } catch (...) {
+      record.failed(std::current_exception());
+      throw;
+    }
   }
   AlgorithmContext ac;
   ac.rank = rank;
@@ -389,35 +400,39 @@ void Communicator::run(CoreContext& ctx, Fingerprint fp, uint64_t input_bytes, c
   ac.link = [this](int s, int d) -> Link& { return link(s, d); };
   const int core_id = ctx.core_id();
   const bool full_check = options_.desync_check;
-  const auto desync = [this, core_id, fp](const std::string& what) {
+  ac.on_mismatch = [this, core_id, full_check, fp](const Link& from, const Fingerprint& theirs) {
+    if (full_check || !same_message_layout(fp, theirs))
+      throw DesyncError(
+          detail::desync_message(group_string(), core_id, fp, from.src_core(), theirs));
+  };
+  ac.on_disagreement = [this, core_id, fp](const std::string& what) {
     throw DesyncError(std::string(kDesyncMarker) + group_string() + ": core " +
                       std::to_string(core_id) + " called " + fp.to_string() + " but " + what +
                       " (every core in the group must call the same collectives with the same "
                       "type, shape, parameters and op, in the same order)");
   };
-  ac.on_mismatch = [desync, full_check, fp](const Link& from, const Fingerprint& theirs) {
-    if (full_check || !same_message_layout(fp, theirs))
-      desync("core " + std::to_string(from.src_core()) + " called " + theirs.to_string());
-  };
-  ac.on_disagreement = desync;
   ac.direct_users = &direct_users_;
   ac.rank_process = rank_process_;
   try {
+    check_group_fingerprint(core_id, fp);
+    record.started();
     body(ac);
   } catch (...) {
     try {
       rethrow_with_context(rank, fp);  // aborts the group, so peers leave their waits
     } catch (...) {
+      record.failed(std::current_exception());
       wait_for_direct_users();
       throw;
     }
   }
   finished_[ri].store(fp.sequence + 1, std::memory_order_release);
+  const auto end_time = std::chrono::steady_clock::now();
+  record.finished(CollectiveState::kCompleted, end_time);
   CollectiveStats& st = stats_[ri];
   ++st.num_collectives;
   st.bytes += input_bytes;
-  st.seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
+  st.seconds += std::chrono::duration<double>(end_time - start_time).count();
 }
 
 // Selection, from a quick local timing (tests/collectives/collective_ops_test.cc,

@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "vtpu/collectives/collective_handle.h"
+#include "vtpu/collectives/fingerprint_table.h"
+#include "vtpu/collectives/flight_recorder.h"
 #include "vtpu/collectives/link.h"
 #include "vtpu/collectives/transport.h"
 #include "vtpu/collectives/types.h"
@@ -42,11 +44,15 @@ struct CommunicatorOptions {
   /// Rows R of the R x C mesh kTorus2d sees (R must divide the group size); 0 (default): the most
   /// square factorisation with R <= C.
   int torus_rows = 0;
-  /// true (default): every received message's fingerprint is compared with the receiver's, so a
-  /// desync fails at once naming both sides (cost: one 120-byte compare per received slot).
-  /// false: only the fields that decide the messages' sizes are compared (op, dtype, shape,
-  /// algorithm, root: a size mismatch is still InvalidArgumentError naming both sides); another
-  /// desync (reduce op, axes, sequence) shows as a timeout or wrong results.
+  /// true (default): every core publishes each collective's fingerprint to the group's table
+  /// (FingerprintTable; across processes, through the transport) and every received message's
+  /// fingerprint is compared with the receiver's, so a desync fails at once naming both sides,
+  /// also between cores that no link joins (cost: one compare with the table's reference per
+  /// collective, one 120-byte compare per received slot, and across processes one small message
+  /// per collective to each other process). false: only the fields that decide the messages'
+  /// sizes are compared (op, dtype, shape, algorithm, root: a size mismatch is still
+  /// InvalidArgumentError naming both sides); another desync (reduce op, axes, sequence) shows as
+  /// a timeout or wrong results.
   bool desync_check = true;
   /// For tests and experiments: the process each rank is taken to live in, one entry >= 0 per
   /// rank (empty, the default: the runtime's placement, Runtime::process_of). It makes the
@@ -54,6 +60,10 @@ struct CommunicatorOptions {
   /// processes, while the links stay what the transport makes (in process: ring buffers with
   /// direct access), so one process can run what a multi-process run would.
   std::vector<int> simulated_process_of_rank;
+  /// Where the cores record their last collectives (flight_recorder.h); null (default): the
+  /// process's FlightRecorder::global(), configured by $VTPU_FLIGHT_RECORDER_SIZE and
+  /// $VTPU_FLIGHT_RECORDER_DIR.
+  std::shared_ptr<FlightRecorder> flight_recorder;
   /// Options from the runtime's link_slot_bytes, link_num_slots, collective_timeout and
   /// collective_algorithm.
   static CommunicatorOptions from_runtime(const RuntimeOptions& options);
@@ -358,6 +368,10 @@ class Communicator {
   CollectiveStats stats(int core_id) const;
   void reset_stats();
   const CommunicatorOptions& options() const { return options_; }
+  /// The recorder of this communicator's collectives (dump_json() dumps it on request) and this
+  /// communicator's id in its dumps.
+  FlightRecorder& flight_recorder() const { return *recorder_; }
+  int flight_recorder_id() const { return recorder_id_; }
 
  private:
   using Body = std::function<void(const AlgorithmContext&)>;
@@ -385,6 +399,15 @@ class Communicator {
   /// After the group is aborted: waits (sleeping, at most the timeout) until no rank is inside a
   /// DirectAccessScope, so that no peer touches this rank's buffers once its error returns.
   void wait_for_direct_users() const;
+  /// Publishes `fp` of core `core_id` to the group's fingerprint table (and, for the first core of
+  /// this process, to the other processes); throws DesyncError naming both cores when the
+  /// collective's reference differs. No-op without the desync check.
+  void check_group_fingerprint(int core_id, const Fingerprint& fp);
+  /// A fingerprint another process published: a mismatch with this process's reference aborts
+  /// the group as a desync of that collective.
+  void on_remote_fingerprint(const PublishedFingerprint& published);
+  /// Sets up the fingerprint table and the flight recorder (constructor only).
+  void init_checks();
   /// The cores of this process that have not entered collective `sequence`, and those of other
   /// processes (whose progress this process does not see) named apart.
   std::string missing_cores(uint64_t sequence) const;
@@ -431,6 +454,13 @@ class Communicator {
   std::string desync_reason_;                // GUARDED_BY(abort_mu_); that desync's error
   std::vector<char> links_aborted_;          // GUARDED_BY(links_mu_); per rank, 1 once aborted
   int abort_handler_id_ = 0;
+  // Null without the desync check or with one rank. Cleared with the communicator's reset count
+  // (reset_epoch_), which tags what this process publishes to the others.
+  std::unique_ptr<FingerprintTable> fingerprints_;
+  std::atomic<uint32_t> reset_epoch_{0};
+  std::shared_ptr<FlightRecorder> recorder_;  // set once
+  int recorder_id_ = 0;
+  std::vector<CoreFlightRing*> rings_;  // per rank; null for other processes' ranks or when off
 };
 
 }  // namespace vtpu

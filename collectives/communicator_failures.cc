@@ -1,5 +1,6 @@
 // The Communicator's failure handling: aborts, timeouts and desyncs turned into the group's
-// errors (the collectives themselves are in communicator.cc).
+// errors, the group's fingerprint compare and the flight recorder's dumps (the collectives
+// themselves are in communicator.cc).
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -13,6 +14,47 @@ namespace vtpu {
 
 using detail::DesyncError;
 using detail::kDesyncMarker;
+
+void Communicator::init_checks() {
+  recorder_ = options_.flight_recorder ? options_.flight_recorder : FlightRecorder::global();
+  recorder_id_ = recorder_->add_communicator(group_, runtime_.process_index());
+  rings_.assign(group_.size(), nullptr);
+  for (size_t i = 0; i < group_.size(); ++i) {
+    if (runtime_.is_local(group_[i])) rings_[i] = recorder_->ring(group_[i]);
+  }
+  if (!options_.desync_check || size() == 1) return;
+  fingerprints_ = std::make_unique<FingerprintTable>();
+  if (spans_processes_) {
+    options_.transport->set_fingerprint_listener(
+        [this](const PublishedFingerprint& p) { on_remote_fingerprint(p); });
+  }
+}
+
+void Communicator::check_group_fingerprint(int core_id, const Fingerprint& fp) {
+  if (!fingerprints_) return;
+  const FingerprintTable::Result r = fingerprints_->publish(core_id, fp);
+  if (r.outcome == FingerprintTable::Outcome::kFirst && spans_processes_) {
+    // One message per process and collective: a process whose cores all agree with it stays
+    // silent, and one whose cores differ finds the mismatch in its own table.
+    options_.transport->publish_fingerprint(
+        {reset_epoch_.load(std::memory_order_relaxed), core_id, fp});
+  }
+  if (r.outcome == FingerprintTable::Outcome::kDifferent) {
+    throw DesyncError(
+        detail::desync_message(group_string(), core_id, fp, r.reference_core, r.reference));
+  }
+}
+
+void Communicator::on_remote_fingerprint(const PublishedFingerprint& p) {
+  if (p.epoch != reset_epoch_.load(std::memory_order_relaxed)) return;  // sent before a reset
+  const FingerprintTable::Result r = fingerprints_->publish(p.core, p.fingerprint);
+  if (r.outcome != FingerprintTable::Outcome::kDifferent) return;
+  // The cores of this process in that collective fail with InvalidArgument naming both sides
+  // (throw_if_desynced); the other process finds the same mismatch from this one's message.
+  abort(
+      detail::desync_message(group_string(), r.reference_core, r.reference, p.core, p.fingerprint),
+      p.fingerprint.sequence);
+}
 
 std::optional<uint64_t> Communicator::remote_desync_sequence(int core,
                                                              const std::string& what) const {
@@ -52,6 +94,10 @@ void Communicator::abort(const std::string& reason, uint64_t from_sequence,
     if (abort_reason_.empty()) abort_reason_ = reason;
     link_reason = abort_reason_;
     abort_from_.store(from_sequence, std::memory_order_seq_cst);
+    // Dumped under the lock, before any waiter wakes and before a core that failed itself
+    // (it calls abort first) records its error, so every core's entry shows where it stood.
+    recorder_->dump_on_failure("communicator " + group_string() + " aborted: " + reason,
+                               runtime_.process_index());
   }
   // Wake the ranks inside (or past) an aborted collective by aborting their links. A rank still
   // in an earlier collective keeps its links unless a peer's are aborted, and then it needs none

@@ -3,6 +3,8 @@
 // RingBufferLinks inside a process), and the algorithms above stay unchanged.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -13,6 +15,16 @@ namespace vtpu {
 
 class Runtime;
 
+/// A fingerprint one process publishes to the others of a communicator (FingerprintTable): the
+/// communicator's reset count (`epoch`, so that a message sent before a reset is told apart), the
+/// core that entered the collective and its fingerprint. Plain data (sent as bytes).
+struct PublishedFingerprint {
+  uint32_t epoch = 0;
+  int32_t core = -1;
+  Fingerprint fingerprint;
+};
+using FingerprintListener = std::function<void(const PublishedFingerprint&)>;
+
 /// Thread-safe.
 class Transport {
  public:
@@ -20,6 +32,15 @@ class Transport {
   virtual std::string_view name() const = 0;
   /// A new directed link src_core -> dst_core. Throws InvalidArgumentError for bad options.
   virtual std::unique_ptr<Link> connect(int src_core, int dst_core, const LinkOptions& options) = 0;
+
+  /// For the desync check of cores that no link joins: sends `published` to every other process
+  /// that hosts a core of the communicator, whose listener receives it. Does not wait for the
+  /// receivers. The default (every core in this process) does nothing.
+  virtual void publish_fingerprint(const PublishedFingerprint& published) { (void)published; }
+  /// Sets the function that receives the fingerprints other processes publish (on a transport
+  /// thread; it must not block); null clears it, and once that returns it no longer runs. The
+  /// default does nothing.
+  virtual void set_fingerprint_listener(FingerprintListener listener) { (void)listener; }
 };
 
 /// Implemented by a ProcessGroup (runtime/process_group.h) whose processes need their own

@@ -1,8 +1,10 @@
 #include "vtpu/distributed/mpi_context.h"
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <type_traits>
 
 #include "vtpu/common/error.h"
 
@@ -11,10 +13,19 @@ namespace vtpu::distributed {
 namespace {
 
 constexpr int kControlTag = 1;
+constexpr int kFingerprintTag = 2;
 // Bytes of a failure notice (the runtime's epoch, the core id, the message): under every OpenMPI
 // transport's eager limit (shared memory's is 4 KiB), so that a send never waits for the receiver.
 constexpr int kMaxNotice = 2048;
 constexpr std::chrono::milliseconds kControlPoll{1};
+
+/// One fingerprint published to another process: the communicator's id and what it published.
+struct FingerprintMessage {
+  int32_t communicator_id = 0;
+  PublishedFingerprint published;
+};
+static_assert(std::is_trivially_copyable_v<FingerprintMessage>);
+constexpr int kFingerprintBytes = static_cast<int>(sizeof(FingerprintMessage));
 
 MPI_Comm dup_world(const char* name) {
   MPI_Comm c = MPI_COMM_NULL;
@@ -116,40 +127,119 @@ void MpiContext::remove_failure_callback(int id) {
   callbacks_.erase(id);
 }
 
+void MpiContext::add_fingerprint_channel(int id, std::vector<int> processes,
+                                         FingerprintListener listener) {
+  std::lock_guard lock(channel_mu_);
+  channels_[id] = FingerprintChannel{std::move(processes), std::move(listener)};
+}
+
+void MpiContext::remove_fingerprint_channel(int id) {
+  {
+    std::lock_guard lock(channel_mu_);
+    channels_.erase(id);
+  }
+  std::lock_guard lock(outbox_mu_);
+  outbox_.erase(id);
+}
+
+void MpiContext::publish_fingerprint(int id, const PublishedFingerprint& published) {
+  std::lock_guard lock(outbox_mu_);
+  outbox_[id] = published;
+}
+
+void MpiContext::send_fingerprints() {
+  std::map<int, PublishedFingerprint> out;
+  {
+    std::lock_guard lock(outbox_mu_);
+    if (outbox_.empty()) return;
+    out.swap(outbox_);
+  }
+  std::lock_guard lock(channel_mu_);
+  for (const auto& [id, published] : out) {
+    const auto it = channels_.find(id);
+    if (it == channels_.end()) continue;
+    const FingerprintMessage m{id, published};
+    for (int p : it->second.processes) {
+      // Under every transport's eager limit, as a failure notice: the send does not wait for p.
+      MPI_Send(&m, kFingerprintBytes, MPI_BYTE, p, kFingerprintTag, control_);
+    }
+  }
+}
+
+void MpiContext::deliver_fingerprint(const char* data, int len) {
+  if (len != kFingerprintBytes) return;
+  FingerprintMessage m;
+  std::memcpy(&m, data, sizeof m);
+  // Under the lock, so that a removed channel (its communicator being destroyed) never runs late.
+  std::lock_guard lock(channel_mu_);
+  const auto it = channels_.find(m.communicator_id);
+  if (it != channels_.end()) it->second.listener(m.published);
+}
+
 void MpiContext::stop() {
   if (stopping_.exchange(true)) return;
   if (control_thread_.joinable()) control_thread_.join();
 }
 
 void MpiContext::control_loop() {
-  std::vector<char> buf(kMaxNotice);
-  MPI_Request req = MPI_REQUEST_NULL;
-  MPI_Irecv(buf.data(), kMaxNotice, MPI_CHAR, MPI_ANY_SOURCE, kControlTag, control_, &req);
+  // Two receives stay posted: failure notices and fingerprints.
+  std::vector<char> notice(kMaxNotice);
+  std::vector<char> fingerprint(static_cast<size_t>(kFingerprintBytes));
+  std::array<MPI_Request, 2> req{MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  const auto post = [&](int i) {
+    if (i == 0) {
+      MPI_Irecv(notice.data(), kMaxNotice, MPI_CHAR, MPI_ANY_SOURCE, kControlTag, control_,
+                &req[0]);
+    } else {
+      MPI_Irecv(fingerprint.data(), kFingerprintBytes, MPI_BYTE, MPI_ANY_SOURCE, kFingerprintTag,
+                control_, &req[1]);
+    }
+  };
+  post(0);
+  post(1);
+  auto next_send = std::chrono::steady_clock::now();
   while (!stopping_.load(std::memory_order_acquire)) {
+    // At most one fingerprint per communicator per poll, however fast collectives go.
+    if (std::chrono::steady_clock::now() >= next_send) {
+      send_fingerprints();
+      next_send = std::chrono::steady_clock::now() + kControlPoll;
+    }
+    int index = MPI_UNDEFINED;
     int done = 0;
     MPI_Status status;
-    MPI_Test(&req, &done, &status);
-    if (!done) {
+    MPI_Testany(2, req.data(), &index, &done, &status);
+    if (!done || index == MPI_UNDEFINED) {
       std::this_thread::sleep_for(kControlPoll);
       continue;
     }
     int len = 0;
-    MPI_Get_count(&status, MPI_CHAR, &len);
-    const std::string notice(buf.data(), static_cast<size_t>(std::max(len, 0)));
-    MPI_Irecv(buf.data(), kMaxNotice, MPI_CHAR, MPI_ANY_SOURCE, kControlTag, control_, &req);
-    // "runtime id\ncore\nmessage". Called under the lock, so that a removed callback (its Runtime
-    // being destroyed) never runs late.
-    const size_t nl1 = notice.find('\n');
-    const size_t nl2 = nl1 == std::string::npos ? nl1 : notice.find('\n', nl1 + 1);
-    if (nl2 == std::string::npos) continue;
-    const int runtime_id = std::atoi(notice.c_str());
-    const int core = std::atoi(notice.c_str() + nl1 + 1);
-    std::lock_guard lock(callback_mu_);
-    const auto it = callbacks_.find(runtime_id);
-    if (it != callbacks_.end()) it->second(core, notice.substr(nl2 + 1));
+    MPI_Get_count(&status, index == 0 ? MPI_CHAR : MPI_BYTE, &len);
+    if (index == 1) {
+      deliver_fingerprint(fingerprint.data(), len);
+      post(1);
+      continue;
+    }
+    const std::string text(notice.data(), static_cast<size_t>(std::max(len, 0)));
+    post(0);
+    handle_notice(text);
   }
-  MPI_Cancel(&req);
-  MPI_Wait(&req, MPI_STATUS_IGNORE);
+  for (MPI_Request& r : req) {
+    MPI_Cancel(&r);
+    MPI_Wait(&r, MPI_STATUS_IGNORE);
+  }
+}
+
+void MpiContext::handle_notice(const std::string& notice) {
+  // "runtime id\ncore\nmessage". Called under the lock, so that a removed callback (its Runtime
+  // being destroyed) never runs late.
+  const size_t nl1 = notice.find('\n');
+  const size_t nl2 = nl1 == std::string::npos ? nl1 : notice.find('\n', nl1 + 1);
+  if (nl2 == std::string::npos) return;
+  const int runtime_id = std::atoi(notice.c_str());
+  const int core = std::atoi(notice.c_str() + nl1 + 1);
+  std::lock_guard lock(callback_mu_);
+  const auto it = callbacks_.find(runtime_id);
+  if (it != callbacks_.end()) it->second(core, notice.substr(nl2 + 1));
 }
 
 }  // namespace vtpu::distributed

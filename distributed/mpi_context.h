@@ -1,5 +1,6 @@
 // What every MPI object of a process shares (internal to distributed/): the MPI communicators,
-// the tag range of links, and the control thread that receives other processes' failure notices.
+// the tag range of links, and the control thread that receives other processes' failure notices
+// and exchanges the communicators' fingerprints (the desync check of cores no link joins).
 #pragma once
 
 #include <mpi.h>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "vtpu/collectives/link.h"
+#include "vtpu/collectives/transport.h"
 #include "vtpu/runtime/process_group.h"
 
 namespace vtpu::distributed {
@@ -62,6 +64,17 @@ class MpiContext {
   /// a later one when it arrives late, nor another one alive beside it.
   int add_failure_callback(ProcessGroup::FailureCallback callback);
   void remove_failure_callback(int id);
+
+  /// Registers communicator `id` (next_communicator_id) for the fingerprint exchange: what it
+  /// publishes goes to `processes`, and `listener` receives what those publish (on the control
+  /// thread). remove_fingerprint_channel: once it returns, the listener no longer runs.
+  void add_fingerprint_channel(int id, std::vector<int> processes, FingerprintListener listener);
+  void remove_fingerprint_channel(int id);
+  /// Queues `published` for communicator `id` without waiting for MPI: the control thread sends
+  /// the latest queued fingerprint of each communicator at its next poll (within ~1 ms), and an
+  /// earlier one still queued is dropped, since its collective went on. A desync that stops the
+  /// cores is therefore always sent; one whose cores went on may be left to the links' compare.
+  void publish_fingerprint(int id, const PublishedFingerprint& published);
   /// Stops the control thread (before MPI_Finalize or MPI_Abort). Idempotent.
   void stop();
   /// stop(), then frees the MPI communicators: before MPI_Finalize. Idempotent.
@@ -69,6 +82,12 @@ class MpiContext {
 
  private:
   void control_loop();
+  /// Sends the queued fingerprints (control thread).
+  void send_fingerprints();
+  /// Runs the failure callback a notice names (control thread).
+  void handle_notice(const std::string& notice);
+  /// Runs the listener of a received fingerprint message (control thread).
+  void deliver_fingerprint(const char* data, int len);
 
   int rank_ = 0;
   int size_ = 1;
@@ -77,10 +96,18 @@ class MpiContext {
   MPI_Comm host_ = MPI_COMM_NULL;
   MPI_Comm control_ = MPI_COMM_NULL;
   std::mutex mu_;
-  std::map<std::vector<int>, int> made_;     // GUARDED_BY(mu_): communicators made per group
+  std::map<std::vector<int>, int> made_;  // GUARDED_BY(mu_): communicators made per group
   std::mutex callback_mu_;
   std::map<int, ProcessGroup::FailureCallback> callbacks_;  // GUARDED_BY(callback_mu_)
   int next_callback_id_ = 1;                                // GUARDED_BY(callback_mu_)
+  struct FingerprintChannel {
+    std::vector<int> processes;
+    FingerprintListener listener;
+  };
+  std::mutex channel_mu_;
+  std::map<int, FingerprintChannel> channels_;  // GUARDED_BY(channel_mu_)
+  std::mutex outbox_mu_;
+  std::map<int, PublishedFingerprint> outbox_;  // GUARDED_BY(outbox_mu_)
   std::atomic<bool> stopping_{false};
   std::thread control_thread_;
 };

@@ -43,4 +43,23 @@ std::unique_ptr<Link> MpiTransport::connect(int src_core, int dst_core,
                                    options);
 }
 
+void MpiTransport::publish_fingerprint(const PublishedFingerprint& published) {
+  context_->publish_fingerprint(id_, published);
+}
+
+void MpiTransport::set_fingerprint_listener(FingerprintListener listener) {
+  if (!listener) {
+    context_->remove_fingerprint_channel(id_);
+    return;
+  }
+  std::vector<int> processes;
+  for (int core : group_) {
+    const int p = core / cores_per_process_;
+    if (p != context_->rank() &&
+        std::find(processes.begin(), processes.end(), p) == processes.end())
+      processes.push_back(p);
+  }
+  context_->add_fingerprint_channel(id_, std::move(processes), std::move(listener));
+}
+
 }  // namespace vtpu::distributed

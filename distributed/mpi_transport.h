@@ -10,7 +10,8 @@
 // (MPI_Isend; acquire_send_slot waits for the oldest to complete, which is the back-pressure); the
 // receiver keeps num_slots MPI_Irecv posted. Waits poll MPI_Test with bounded spinning, then
 // yield and sleep with growing pauses (never an unbounded spin), up to the caller's deadline;
-// abort() wakes them at once.
+// abort() wakes them at once. Fingerprints published for the desync check travel as small
+// control messages through the process's control thread (mpi_context.h).
 #pragma once
 
 #include <memory>
@@ -32,6 +33,8 @@ class MpiTransport final : public Transport {
                int cores_per_process);
   std::string_view name() const override { return "mpi"; }
   std::unique_ptr<Link> connect(int src_core, int dst_core, const LinkOptions& options) override;
+  void publish_fingerprint(const PublishedFingerprint& published) override;
+  void set_fingerprint_listener(FingerprintListener listener) override;
 
  private:
   std::shared_ptr<MpiContext> context_;

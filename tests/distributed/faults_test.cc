@@ -38,18 +38,6 @@ Outcome run(Runtime& rt, const Runtime::Program& program) {
   return o;
 }
 
-// Every process's value of `mine` (host all_gather), indexed by process.
-std::vector<int64_t> gather(Runtime& rt, int64_t mine) {
-  const auto all = rt.process_group().all_gather(std::as_bytes(std::span<const int64_t>(&mine, 1)));
-  std::vector<int64_t> out;
-  for (const auto& b : all) {
-    int64_t v = 0;
-    std::memcpy(&v, b.data(), sizeof v);
-    out.push_back(v);
-  }
-  return out;
-}
-
 // The core lists "{a,b,...}" in an error's text.
 std::vector<std::vector<int>> core_lists(const std::string& text) {
   std::vector<std::vector<int>> lists;

@@ -157,4 +157,16 @@ inline std::string case_name(std::string_view what, DataType dtype, int64_t coun
          std::to_string(count) + "]";
 }
 
+/// Every process's value of `mine` (host all_gather), indexed by process.
+inline std::vector<int64_t> gather(Runtime& rt, int64_t mine) {
+  const auto all = rt.process_group().all_gather(std::as_bytes(std::span<const int64_t>(&mine, 1)));
+  std::vector<int64_t> out;
+  for (const auto& b : all) {
+    int64_t v = 0;
+    std::memcpy(&v, b.data(), sizeof v);
+    out.push_back(v);
+  }
+  return out;
+}
+
 }  // namespace vtpu::distributed_test
