@@ -10,7 +10,8 @@
 // (MPI_Isend; acquire_send_slot waits for the oldest to complete, which is the back-pressure); the
 // receiver keeps num_slots MPI_Irecv posted. Waits poll MPI_Test with bounded spinning, then
 // yield and sleep with growing pauses (never an unbounded spin), up to the caller's deadline;
-// abort() wakes them at once.
+// abort() wakes them at once. Buffer transfers (Link::start_buffer_send) go on a communicator of
+// their own with the link's tag, straight from and into the callers' memory.
 #pragma once
 
 #include <memory>
