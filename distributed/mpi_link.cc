@@ -214,8 +214,9 @@ void MpiLink::start_buffer_send(const std::byte* data, uint64_t bytes) {
 
 void MpiLink::wait_buffer_send(Deadline deadline) {
   BufferTransfer& b = oldest_buffer(End::kSender, "wait_buffer_send");
-  wait(b.request, MPI_STATUS_IGNORE, deadline, "waiting for a buffer send");
+  const int rc = wait_rc(b.request, MPI_STATUS_IGNORE, deadline, "waiting for a buffer send");
   buffers_.pop_front();
+  check_mpi(rc, "waiting for a buffer send");
 }
 
 void MpiLink::start_buffer_recv(std::byte* data, uint64_t bytes) {
@@ -249,7 +250,9 @@ void MpiLink::wait_buffer_recv(Deadline deadline) {
 void MpiLink::cancel_buffer_transfers(Deadline deadline) noexcept {
   if (buffers_.empty()) return;
   if (end_ == End::kReceiver) {
-    for (BufferTransfer& b : buffers_) MPI_Cancel(&b.request);
+    for (BufferTransfer& b : buffers_) {
+      if (b.request != MPI_REQUEST_NULL) MPI_Cancel(&b.request);
+    }
   }
   // A cancelled receive completes at once unless it matched a message already; a send completes
   // when the peer has taken its data.
