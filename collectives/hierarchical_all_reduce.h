@@ -152,7 +152,7 @@ void two_rank_halves(const AlgorithmContext& ac, const T* send, T* recv, uint64_
 
 /// Below this many bytes per call two_rank_halves' slot copies cost less than the buffer path's
 /// handshake; above it two_rank_buffers moves the bytes (when both links have buffer transfers).
-inline constexpr uint64_t kBufferTransferMinBytes = uint64_t{64} << 10;
+inline constexpr uint64_t kBufferTransferMinBytes = uint64_t{128} << 10;
 /// Buffer messages of two_rank_buffers: small enough that a received piece is folded while it is
 /// still in the cache it was copied through, large enough that MPI's cost per message is small.
 inline constexpr uint64_t kBufferPieceBytes = uint64_t{256} << 10;
