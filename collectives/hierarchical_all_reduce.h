@@ -150,6 +150,109 @@ void two_rank_halves(const AlgorithmContext& ac, const T* send, T* recv, uint64_
   }
 }
 
+/// Below this many bytes per call two_rank_halves' slot copies cost less than the buffer path's
+/// handshake; above it two_rank_buffers moves the bytes (when both links have buffer transfers).
+inline constexpr uint64_t kBufferTransferMinBytes = uint64_t{128} << 10;
+/// Buffer messages of two_rank_buffers: small enough that a received piece is folded while it is
+/// still in the cache it was copied through, large enough that MPI's cost per message is small.
+inline constexpr uint64_t kBufferPieceBytes = uint64_t{256} << 10;
+
+/// Ends a failing collective's buffer transfers on both links before its buffers go back to
+/// the caller (Link::cancel_buffer_transfers); a grace of at most kCancelGrace lets the peer
+/// take data it already asked for.
+class BufferTransferGuard {
+ public:
+  BufferTransferGuard(Link& to, Link& from, std::chrono::milliseconds timeout)
+      : to_(to), from_(from), grace_(std::min(timeout, kCancelGrace)) {}
+  ~BufferTransferGuard() {
+    if (done_) return;
+    const Deadline deadline = std::chrono::steady_clock::now() + grace_;
+    from_.cancel_buffer_transfers(deadline);
+    to_.cancel_buffer_transfers(deadline);
+  }
+  BufferTransferGuard(const BufferTransferGuard&) = delete;
+  BufferTransferGuard& operator=(const BufferTransferGuard&) = delete;
+  void done() { done_ = true; }
+
+ private:
+  static constexpr std::chrono::milliseconds kCancelGrace{100};
+  Link& to_;
+  Link& from_;
+  std::chrono::milliseconds grace_;
+  bool done_ = false;
+};
+
+/// two_rank_halves over buffer transfers (Link::start_buffer_send), as MPI_Allreduce moves its
+/// halves: each piece goes straight from the caller's buffer into the peer's (out of place: the
+/// output; in place: a staging buffer the fold reads), with no slot copies. One slot message
+/// each way first carries the fingerprints (and the bytes each side sends, checked against what
+/// the other expects), so a desync fails as on the slots before any buffer moves. Then half
+/// `theirs` leaves in pieces, and each received piece of half `mine` is folded, rank 0's operand
+/// first, and sent back from the output at once.
+template <typename T>
+void two_rank_buffers(const AlgorithmContext& ac, const T* send, T* recv, uint64_t count) {
+  constexpr uint64_t kMagic = 0x7674707562756631;  // "vtpubuf1": a handshake, not slot data
+  const int peer = 1 - ac.rank;
+  const BlockRange mine = block_range(count, 2, static_cast<uint64_t>(ac.rank));
+  const BlockRange theirs = block_range(count, 2, static_cast<uint64_t>(peer));
+  {
+    Primitives<uint64_t> handshake = ac.prims<uint64_t>(peer, peer);
+    const uint64_t plan[2] = {kMagic, theirs.length * sizeof(T)};
+    uint64_t got[2] = {};
+    handshake.send(plan, 2);
+    handshake.recv(got, 2);
+    if (got[0] != kMagic || got[1] != mine.length * sizeof(T)) {
+      throw InternalError("all_reduce buffer handshake from core " +
+                          std::to_string(ac.link(peer, ac.rank).src_core()) + " announced " +
+                          std::to_string(got[1]) + " bytes (expected " +
+                          std::to_string(mine.length * sizeof(T)) + ", " + ac.fp.to_string() + ")");
+    }
+  }
+  Link& to = ac.link(ac.rank, peer);
+  Link& from = ac.link(peer, ac.rank);
+  auto deadline = [&] { return std::chrono::steady_clock::now() + ac.timeout; };
+  auto bytes = [](const T* p) { return reinterpret_cast<const std::byte*>(p); };
+  const bool in_place = send == recv;
+  // In place the output's half `mine` still holds this rank's operand while the peer's arrives.
+  static thread_local std::vector<T> staging;
+  if (in_place && staging.size() < mine.length) staging.resize(mine.length);
+  T* landing = in_place ? staging.data() : recv + mine.offset;
+  const uint64_t piece = std::max<uint64_t>(1, kBufferPieceBytes / sizeof(T));
+  const Pieces sent{piece, theirs.length}, got{piece, mine.length};
+  auto start_results_recv = [&] {
+    for (uint64_t t = 0; t < sent.size(); ++t) {
+      from.start_buffer_recv(reinterpret_cast<std::byte*>(recv + theirs.offset + sent[t].offset),
+                             sent[t].length * sizeof(T));
+    }
+  };
+  BufferTransferGuard guard(to, from, ac.timeout);
+  for (uint64_t t = 0; t < got.size(); ++t) {
+    from.start_buffer_recv(reinterpret_cast<std::byte*>(landing + got[t].offset),
+                           got[t].length * sizeof(T));
+  }
+  // Out of place the peer's results land in the output's half `theirs`, which nothing reads.
+  if (!in_place) start_results_recv();
+  for (uint64_t t = 0; t < sent.size(); ++t) {
+    to.start_buffer_send(bytes(send + theirs.offset + sent[t].offset), sent[t].length * sizeof(T));
+  }
+  const ReduceOp op = ac.fp.reduce_op;
+  for (uint64_t t = 0; t < got.size(); ++t) {
+    from.wait_buffer_recv(deadline());
+    const BlockRange g = got[t];
+    const T* own = send + mine.offset + g.offset;
+    const T* received = landing + g.offset;
+    T* dst = recv + mine.offset + g.offset;
+    reduce_into(dst, ac.rank == 0 ? own : received, ac.rank == 0 ? received : own, g.length, op);
+    to.start_buffer_send(bytes(dst), g.length * sizeof(T));
+  }
+  for (uint64_t t = 0; t < sent.size(); ++t) to.wait_buffer_send(deadline());
+  // In place the results overwrite what was sent: only after every send of it is done.
+  if (in_place) start_results_recv();
+  for (uint64_t t = 0; t < sent.size(); ++t) from.wait_buffer_recv(deadline());
+  for (uint64_t t = 0; t < got.size(); ++t) to.wait_buffer_send(deadline());
+  guard.done();
+}
+
 }  // namespace detail
 
 /// Hierarchical all-reduce (see the model above) over the placement ac.rank_process, which must
@@ -162,7 +265,14 @@ void hierarchical_all_reduce(const AlgorithmContext& ac, const T* send, T* recv,
   if (!runs.fits()) throw InvalidArgumentError(runs.error);
   const int nl = runs.ranks_per_process;
   if (runs.num_processes == 2 && nl == 1) {
-    detail::two_rank_halves(ac, send, recv, count);
+    const int peer = 1 - ac.rank;
+    if (count * sizeof(T) >= detail::kBufferTransferMinBytes &&
+        ac.link(ac.rank, peer).supports_buffer_transfer() &&
+        ac.link(peer, ac.rank).supports_buffer_transfer()) {
+      detail::two_rank_buffers(ac, send, recv, count);
+    } else {
+      detail::two_rank_halves(ac, send, recv, count);
+    }
     return;
   }
   const AlgorithmContext local = ac.subgroup(ac.rank / nl * nl, nl);

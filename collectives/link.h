@@ -12,6 +12,7 @@
 #include <string>
 
 #include "vtpu/collectives/types.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 
@@ -64,6 +65,32 @@ class Link {
   /// Receiver: hands the slot back to the sender.
   virtual void release_recv() = 0;
 
+  /// Buffer transfers (MPI_Allreduce's path between processes: the sender's buffer read once,
+  /// by the kernel's single copy, straight into the receiver's): whole messages beside the slots,
+  /// matched in the order started, with no fingerprint (the caller checks fingerprints through
+  /// the slots first) but a length check on every message. True only where they beat slot
+  /// copies; the default is false and the calls below throw UnimplementedError.
+  virtual bool supports_buffer_transfer() const { return false; }
+  /// Sender: starts sending the `bytes` at `data`, which must stay alive and unchanged until
+  /// wait_buffer_send() or cancel_buffer_transfers() returned for it.
+  virtual void start_buffer_send(const std::byte* /*data*/, uint64_t /*bytes*/) {
+    unsupported_buffer_transfer();
+  }
+  /// Sender: waits until the oldest unfinished buffer send is done with its data. Throws as
+  /// acquire_send_slot.
+  virtual void wait_buffer_send(Deadline /*deadline*/) { unsupported_buffer_transfer(); }
+  /// Receiver: starts receiving the next buffer message into `data`, which must stay alive
+  /// until wait_buffer_recv() or cancel_buffer_transfers() returned for it.
+  virtual void start_buffer_recv(std::byte* /*data*/, uint64_t /*bytes*/) {
+    unsupported_buffer_transfer();
+  }
+  /// Receiver: waits for the oldest unfinished buffer receive. Throws as acquire_recv_slot, and
+  /// InternalError naming both lengths when the message was not exactly the `bytes` started.
+  virtual void wait_buffer_recv(Deadline /*deadline*/) { unsupported_buffer_transfer(); }
+  /// Either end, when a collective fails: ends its unfinished buffer transfers, so that none
+  /// touches their memory after the collective returns (waiting up to `deadline`). Never throws.
+  virtual void cancel_buffer_transfers(Deadline /*deadline*/) noexcept {}
+
   /// Wakes every waiter, which then throws AbortedError carrying `reason`. Later waits also throw
   /// until reset(), except that acquire_recv_slot still returns a message already delivered
   /// (data first): what a sender committed before the abort is never lost to it, and only a wait
@@ -71,6 +98,13 @@ class Link {
   virtual void abort(const std::string& reason) = 0;
   /// Empties the buffer and clears the abort. Only when no thread is using the link.
   virtual void reset() = 0;
+
+ private:
+  [[noreturn]] void unsupported_buffer_transfer() const {
+    throw UnimplementedError("link " + std::to_string(src_core()) + "->" +
+                             std::to_string(dst_core()) +
+                             " has no buffer transfers (expected supports_buffer_transfer())");
+  }
 };
 
 }  // namespace vtpu

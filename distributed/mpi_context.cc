@@ -50,6 +50,7 @@ MpiContext::MpiContext() {
   check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
   links_ = dup_world("vtpu links");
+  buffers_ = dup_world("vtpu buffers");
   host_ = dup_world("vtpu host");
   control_ = dup_world("vtpu control");
   int* ub = nullptr;
@@ -72,7 +73,7 @@ MpiContext::~MpiContext() {
 
 void MpiContext::close() {
   stop();
-  for (MPI_Comm* c : {&links_, &host_, &control_}) {
+  for (MPI_Comm* c : {&links_, &buffers_, &host_, &control_}) {
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
   }
 }

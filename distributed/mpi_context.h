@@ -47,6 +47,9 @@ class MpiContext {
   int size() const { return size_; }
   /// Carries link messages (tags from link_tag); errors return codes (MPI_ERRORS_RETURN).
   MPI_Comm links() const { return links_; }
+  /// Carries links' buffer transfers (Link::start_buffer_send), with the links' tags: apart from
+  /// the slot messages, whose receives are posted ahead.
+  MPI_Comm buffers() const { return buffers_; }
   /// Carries ProcessGroup's host collectives (all_gather, barrier).
   MPI_Comm host() const { return host_; }
   /// The MPI tag of the link src_rank -> dst_rank of communicator `id` in a group of n ranks.
@@ -93,6 +96,7 @@ class MpiContext {
   int size_ = 1;
   int tag_ub_ = 32767;
   MPI_Comm links_ = MPI_COMM_NULL;
+  MPI_Comm buffers_ = MPI_COMM_NULL;
   MPI_Comm host_ = MPI_COMM_NULL;
   MPI_Comm control_ = MPI_COMM_NULL;
   std::mutex mu_;

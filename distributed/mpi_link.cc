@@ -1,6 +1,8 @@
 #include "vtpu/distributed/mpi_link.h"
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "vtpu/common/error.h"
@@ -50,6 +52,7 @@ MpiLink::~MpiLink() {
   MPI_Finalized(&finalized);
   if (finalized) return;  // MPI freed every request at MPI_Finalize
   const Deadline drain = std::chrono::steady_clock::now() + kDrainTimeout;
+  cancel_buffer_transfers(drain);
   for (MPI_Request& r : requests_) {
     if (r == MPI_REQUEST_NULL) continue;
     int done = 0;
@@ -86,8 +89,8 @@ void MpiLink::throw_aborted() {
   throw AbortedError(link_name(src_, dst_) + " aborted: " + abort_reason_);
 }
 
-void MpiLink::wait(MPI_Request& request, MPI_Status* status, Deadline deadline,
-                   const char* what) {
+int MpiLink::wait_rc(MPI_Request& request, MPI_Status* status, Deadline deadline,
+                    const char* what) {
   int rc = MPI_SUCCESS;
   const bool done = poll_until(
       [&] {
@@ -103,7 +106,12 @@ void MpiLink::wait(MPI_Request& request, MPI_Status* status, Deadline deadline,
     throw DeadlineExceededError(std::string(what) + " on " + link_name(src_, dst_) +
                                 " (to or from process " + std::to_string(peer_) + ") timed out");
   }
-  check_mpi(rc, what);
+  return rc;
+}
+
+void MpiLink::wait(MPI_Request& request, MPI_Status* status, Deadline deadline,
+                   const char* what) {
+  check_mpi(wait_rc(request, status, deadline, what), what);
 }
 
 std::byte* MpiLink::acquire_send_slot(Deadline deadline) {
@@ -172,6 +180,96 @@ void MpiLink::release_recv() {
   check_end(End::kReceiver, "release_recv");
   post_receive(static_cast<int>(count_ % static_cast<uint64_t>(num_slots_)));
   ++count_;
+}
+
+MpiLink::BufferTransfer& MpiLink::start_buffer(End end, const char* call, uint64_t bytes) {
+  check_end(end, call);
+  if (aborted_.load(std::memory_order_acquire)) throw_aborted();
+  if (bytes > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
+    throw InvalidArgumentError(link_name(src_, dst_) + " buffer transfer of " +
+                               std::to_string(bytes) +
+                               " bytes (expected at most 2^31 - 1: an MPI message count is an int)");
+  }
+  BufferTransfer& b = buffers_.emplace_back();
+  b.bytes = bytes;
+  return b;
+}
+
+MpiLink::BufferTransfer& MpiLink::oldest_buffer(End end, const char* call) {
+  check_end(end, call);
+  if (buffers_.empty()) {
+    throw InternalError(std::string(call) + " on " + link_name(src_, dst_) +
+                        " with no buffer transfer started");
+  }
+  return buffers_.front();
+}
+
+void MpiLink::start_buffer_send(const std::byte* data, uint64_t bytes) {
+  BufferTransfer& b = start_buffer(End::kSender, "start_buffer_send", bytes);
+  const int rc = MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer_, tag_,
+                           context_->buffers(), &b.request);
+  if (rc != MPI_SUCCESS) buffers_.pop_back();
+  check_mpi(rc, "MPI_Isend");
+}
+
+void MpiLink::wait_buffer_send(Deadline deadline) {
+  BufferTransfer& b = oldest_buffer(End::kSender, "wait_buffer_send");
+  const int rc = wait_rc(b.request, MPI_STATUS_IGNORE, deadline, "waiting for a buffer send");
+  buffers_.pop_front();
+  check_mpi(rc, "waiting for a buffer send");
+}
+
+void MpiLink::start_buffer_recv(std::byte* data, uint64_t bytes) {
+  BufferTransfer& b = start_buffer(End::kReceiver, "start_buffer_recv", bytes);
+  const int rc = MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer_, tag_,
+                           context_->buffers(), &b.request);
+  if (rc != MPI_SUCCESS) buffers_.pop_back();
+  check_mpi(rc, "MPI_Irecv");
+}
+
+void MpiLink::wait_buffer_recv(Deadline deadline) {
+  BufferTransfer& b = oldest_buffer(End::kReceiver, "wait_buffer_recv");
+  MPI_Status status;
+  const int rc = wait_rc(b.request, &status, deadline, "waiting for a buffer");
+  const uint64_t expected = b.bytes;
+  buffers_.pop_front();
+  if (rc == MPI_ERR_TRUNCATE || (rc == MPI_SUCCESS && status.MPI_ERROR == MPI_ERR_TRUNCATE)) {
+    throw InternalError(link_name(src_, dst_) + " received a buffer message longer than the " +
+                        std::to_string(expected) + " bytes expected");
+  }
+  check_mpi(rc, "waiting for a buffer");
+  int bytes = 0;
+  MPI_Get_count(&status, MPI_BYTE, &bytes);
+  if (static_cast<uint64_t>(bytes) != expected) {
+    throw InternalError(link_name(src_, dst_) + " received a buffer message of " +
+                        std::to_string(bytes) + " bytes (expected " + std::to_string(expected) +
+                        ")");
+  }
+}
+
+void MpiLink::cancel_buffer_transfers(Deadline deadline) noexcept {
+  if (buffers_.empty()) return;
+  if (end_ == End::kReceiver) {
+    for (BufferTransfer& b : buffers_) {
+      if (b.request != MPI_REQUEST_NULL) MPI_Cancel(&b.request);
+    }
+  }
+  // A cancelled receive completes at once unless it matched a message already; a send completes
+  // when the peer has taken its data.
+  poll_until(
+      [&] {
+        for (BufferTransfer& b : buffers_) {
+          int done = 0;
+          if (b.request != MPI_REQUEST_NULL) MPI_Test(&b.request, &done, MPI_STATUS_IGNORE);
+        }
+        return std::all_of(buffers_.begin(), buffers_.end(),
+                           [](const BufferTransfer& b) { return b.request == MPI_REQUEST_NULL; });
+      },
+      [] {}, deadline);
+  for (BufferTransfer& b : buffers_) {
+    if (b.request != MPI_REQUEST_NULL) MPI_Request_free(&b.request);
+  }
+  buffers_.clear();
 }
 
 void MpiLink::abort(const std::string& reason) {

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -34,6 +35,16 @@ class MpiLink final : public Link {
   void commit_send(const Fingerprint& fingerprint, uint64_t payload_bytes) override;
   ReceivedSlot acquire_recv_slot(Deadline deadline) override;
   void release_recv() override;
+  /// Buffer transfers go on the context's buffers() communicator with this link's tag, so they
+  /// match in order among themselves and never meet the slot receives posted ahead.
+  bool supports_buffer_transfer() const override { return true; }
+  void start_buffer_send(const std::byte* data, uint64_t bytes) override;
+  void wait_buffer_send(Deadline deadline) override;
+  void start_buffer_recv(std::byte* data, uint64_t bytes) override;
+  void wait_buffer_recv(Deadline deadline) override;
+  /// Cancels the receives, waits for the sends (OpenMPI cannot cancel a send), both up to
+  /// `deadline`; frees what is left, which MPI may still complete later.
+  void cancel_buffer_transfers(Deadline deadline) noexcept override;
   void abort(const std::string& reason) override;
   /// Clears a link with nothing in flight. FailedPreconditionError after an abort: messages of the
   /// abandoned collective may still be on their way, so a communicator across processes is not
@@ -48,7 +59,15 @@ class MpiLink final : public Link {
   };
   std::byte* slot(int i);
   void check_end(End expected, const char* call) const;
+  // One buffer transfer started and not yet waited for.
+  struct BufferTransfer {
+    MPI_Request request = MPI_REQUEST_NULL;
+    uint64_t bytes = 0;
+  };
+  int wait_rc(MPI_Request& request, MPI_Status* status, Deadline deadline, const char* what);
   void wait(MPI_Request& request, MPI_Status* status, Deadline deadline, const char* what);
+  BufferTransfer& start_buffer(End end, const char* call, uint64_t bytes);
+  BufferTransfer& oldest_buffer(End end, const char* call);
   void post_receive(int i);
   [[noreturn]] void throw_aborted();
 
@@ -61,6 +80,7 @@ class MpiLink final : public Link {
   std::vector<MPI_Request> requests_;                // per slot: its Isend or Irecv
   uint64_t count_ = 0;        // messages committed (sender) or released (receiver)
   bool receives_posted_ = false;
+  std::deque<BufferTransfer> buffers_;  // unfinished buffer transfers, oldest first
   std::atomic<bool> aborted_{false};
   std::mutex mu_;
   std::string abort_reason_;  // GUARDED_BY(mu_)

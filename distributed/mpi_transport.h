@@ -10,8 +10,10 @@
 // (MPI_Isend; acquire_send_slot waits for the oldest to complete, which is the back-pressure); the
 // receiver keeps num_slots MPI_Irecv posted. Waits poll MPI_Test with bounded spinning, then
 // yield and sleep with growing pauses (never an unbounded spin), up to the caller's deadline;
-// abort() wakes them at once. Fingerprints published for the desync check travel as small
-// control messages through the process's control thread (mpi_context.h).
+// abort() wakes them at once. Buffer transfers (Link::start_buffer_send) go on a communicator of
+// their own with the link's tag, straight from and into the callers' memory. Fingerprints
+// published for the desync check travel as small control messages through the process's control
+// thread (mpi_context.h).
 #pragma once
 
 #include <memory>

@@ -11,6 +11,7 @@
 # Usage: bench/mpi/compare.sh [BUILD_DIR]       (default: build)
 # Environment: ROUNDS=3 MIN_BYTES=64K MAX_BYTES=32M ITERS=20 WARMUP=5 ALGORITHM=auto
 #              VTPU_ARGS="" (more distributed_allreduce_bench options, e.g. --slot-bytes 256K)
+#              PAIRS="2x4 2x1" (which comparisons: processes x cores per process)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -50,7 +51,14 @@ run_mpi() {  # ranks output
 }
 
 # The pairs: "processes cores_per_process mpi_ranks target min_bytes_of_target".
-pairs=("2 4 8 1.0 0" "2 1 2 0.8 1048576")
+pairs=()
+for p in ${PAIRS:-2x4 2x1}; do
+  case $p in
+    2x4) pairs+=("2 4 8 1.0 0") ;;
+    2x1) pairs+=("2 1 2 0.8 1048576") ;;
+    *) echo "compare.sh: PAIRS has '$p' (expected 2x4 or 2x1)" >&2; exit 2 ;;
+  esac
+done
 for ((r = 1; r <= ROUNDS; ++r)); do
   for pair in "${pairs[@]}"; do
     read -r np k ranks _ _ <<<"$pair"

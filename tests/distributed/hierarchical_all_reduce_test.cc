@@ -18,6 +18,7 @@
 #include "tests/collectives/test_util.h"
 #include "tests/expect_error.h"
 #include "vtpu/collectives/communicator.h"
+#include "vtpu/collectives/hierarchical_all_reduce.h"
 #include "vtpu/common/error.h"
 #include "vtpu/distributed/distributed.h"
 
@@ -52,6 +53,7 @@ std::vector<std::vector<T>> run(Runtime& rt, const std::vector<int>& group, uint
   std::vector<int> cores;
   for (int c : group)
     if (rt.is_local(c)) cores.push_back(c);
+  if (cores.empty()) return out;  // a process outside the group
   rt.run_spmd(cores, [&](CoreContext& ctx) {
     const int rank = comm.rank_of(ctx.core_id());
     std::vector<T> send(count), recv(count);
@@ -143,6 +145,68 @@ TEST(HierarchicalMpiTest, PlacementThatDoesNotFitIsRejectedAndAutoFallsBack) {
   });
   expect_same_bits(run<float>(*dist, group, 3000, ReduceOp::kSum, Algorithm::kAuto, false),
                    run<float>(one, group, 3000, ReduceOp::kSum, Algorithm::kRing, false), "auto");
+}
+
+// The first core of processes 0 and 1: two processes of one rank (the buffer path).
+std::vector<int> first_two_processes(const Runtime& rt) { return {0, rt.local_num_cores()}; }
+
+// Two processes of one rank move a call of at least kBufferTransferMinBytes by buffer transfers:
+// at the threshold, at odd lengths of several MiB (pieces of unequal halves, a short last
+// piece), in and out of place, every element type: the bits of the ring in one process.
+TYPED_TEST(HierarchicalMpiTyped, TwoProcessesMoveLargeBuffersBitForBit) {
+  using T = TypeParam;
+  auto dist = distributed::make_runtime(options());
+  Runtime one(options());
+  const std::vector<int> group = first_two_processes(*dist);
+  const uint64_t at_threshold = detail::kBufferTransferMinBytes / sizeof(T);
+  int call = 0;
+  for (uint64_t count : {at_threshold, at_threshold + 1, uint64_t{1000003}, uint64_t{2500001}}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd}) {
+      const bool in_place = ++call % 2 == 0;
+      const std::string what = std::to_string(count) + " elements " +
+                               std::string(reduce_op_name(op)) +
+                               (in_place ? " in place" : " out of place");
+      expect_same_bits(run<T>(*dist, group, count, op, Algorithm::kAuto, in_place),
+                       run<T>(one, group, count, op, Algorithm::kRing, false), what);
+    }
+  }
+}
+
+// On the buffer path a shape that differs fails both ranks at the handshake, before any buffer
+// moves: InvalidArgumentError naming the other shape with the fingerprint check, InternalError
+// naming the bytes the other rank sends without it (or AbortedError, when the other rank's
+// failure notice comes first). A runtime per case: a late notice reaches only its own.
+TEST(HierarchicalMpiTest, TwoProcessesDesyncOnTheBufferPathFailsBoth) {
+  const uint64_t count = detail::kBufferTransferMinBytes;  // floats: 4x the threshold
+  for (bool check : {true, false}) {
+    auto dist = distributed::make_runtime(options());
+    const std::vector<int> group = first_two_processes(*dist);
+    CommunicatorOptions co = CommunicatorOptions::from_runtime(options());
+    co.desync_check = check;
+    Communicator comm(*dist, group, co);
+    dist->process_group().barrier();
+    if (dist->process_index() < 2) {
+      dist->run_spmd({group[static_cast<size_t>(dist->process_index())]}, [&](CoreContext& ctx) {
+        const bool first = ctx.core_id() == 0;
+        std::vector<float> v(first ? count : count + 2, 1.0f);
+        // Rank 0 sends half 1 of its count, rank 1 half 0 of its own.
+        const std::string other_shape = std::to_string(first ? count + 2 : count);
+        const std::string other_bytes = std::to_string((first ? count / 2 + 1 : count / 2) * 4);
+        try {
+          comm.all_reduce<float>(ctx, std::span<float>(v), ReduceOp::kSum,
+                                 {Algorithm::kHierarchical});
+          ADD_FAILURE() << "core " << ctx.core_id() << " did not fail";
+        } catch (const Error& e) {
+          if (e.code() == ErrorCode::kAborted) return;
+          EXPECT_EQ(e.code(), check ? ErrorCode::kInvalidArgument : ErrorCode::kInternal)
+              << e.what();
+          EXPECT_NE(e.message().find(check ? other_shape : other_bytes), std::string::npos)
+              << e.what();
+        }
+      });
+    }
+    dist->process_group().barrier();
+  }
 }
 
 // Timing across processes (run with --gtest_also_run_disabled_tests): median microseconds of

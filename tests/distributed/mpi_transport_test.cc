@@ -3,13 +3,17 @@
 // in this process, and compares.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <numeric>
+#include <thread>
 #include <vector>
 
-#include "vtpu/collectives/communicator.h"
-#include "vtpu/distributed/distributed.h"
 #include "tests/distributed/test_util.h"
+#include "tests/expect_error.h"
+#include "vtpu/collectives/communicator.h"
+#include "vtpu/collectives/transport.h"
+#include "vtpu/distributed/distributed.h"
 
 namespace vtpu {
 namespace {
@@ -51,6 +55,67 @@ TEST(MpiTransportTest, AllReduceMatchesOneProcessBitForBit) {
       }
     }
   }
+}
+
+// Bytes that differ per message and position.
+std::vector<std::byte> pattern(uint64_t bytes, uint64_t message) {
+  std::vector<std::byte> v(bytes);
+  for (uint64_t i = 0; i < bytes; ++i) v[i] = static_cast<std::byte>((i * 131 + message * 7) >> 3);
+  return v;
+}
+
+// Buffer transfers on the link from process 0's first core to process 1's: messages of every
+// size arrive whole, in the order started, in the receiver's memory; a message shorter or longer
+// than the receive fails it with InternalError naming the lengths; abort wakes a waiting receive,
+// and cancelling ends it.
+TEST(MpiTransportTest, BufferTransfersArriveInOrderAndCheckTheirLength) {
+  auto dist = distributed::make_runtime(default_link_options(8));
+  const int peer_core = dist->local_num_cores();
+  auto& provider = dynamic_cast<TransportProvider&>(dist->process_group());
+  const std::shared_ptr<Transport> transport = provider.make_transport(*dist, {0, peer_core});
+  const int p = dist->process_index();
+  if (p < 2) {
+    std::unique_ptr<Link> link = transport->connect(0, peer_core, LinkOptions{});
+    ASSERT_TRUE(link->supports_buffer_transfer());
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    const std::vector<uint64_t> sizes = {0, 1, 4096, uint64_t{1} << 20, 3000001};
+    std::vector<std::vector<std::byte>> data;
+    for (size_t m = 0; m < sizes.size(); ++m) data.push_back(pattern(sizes[m], m));
+    if (p == 0) {
+      for (const auto& d : data) link->start_buffer_send(d.data(), d.size());
+      std::vector<std::byte> short_one(99), long_one(101);
+      link->start_buffer_send(short_one.data(), short_one.size());
+      link->start_buffer_send(long_one.data(), long_one.size());
+      for (size_t m = 0; m < data.size() + 2; ++m) link->wait_buffer_send(deadline);
+    } else {
+      std::vector<std::vector<std::byte>> got;
+      for (uint64_t n : sizes) got.emplace_back(n, std::byte{0});
+      for (auto& g : got) link->start_buffer_recv(g.data(), g.size());
+      std::vector<std::byte> room(100);
+      link->start_buffer_recv(room.data(), 100);
+      link->start_buffer_recv(room.data(), 100);
+      for (size_t m = 0; m < got.size(); ++m) {
+        link->wait_buffer_recv(deadline);
+        EXPECT_EQ(got[m], data[m]) << "message " << m << " of " << sizes[m] << " bytes";
+      }
+      testing::expect_error(ErrorCode::kInternal, [&] { link->wait_buffer_recv(deadline); },
+                            {"99", "100"});
+      testing::expect_error(ErrorCode::kInternal, [&] { link->wait_buffer_recv(deadline); },
+                            {"100"});
+      // Nothing more comes: abort wakes the wait, and cancelling ends the receive.
+      link->start_buffer_recv(room.data(), 100);
+      std::thread aborter([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        link->abort("stop");
+      });
+      testing::expect_error(ErrorCode::kAborted, [&] { link->wait_buffer_recv(deadline); },
+                            {"stop"});
+      aborter.join();
+      link->cancel_buffer_transfers(deadline);
+      testing::expect_error(ErrorCode::kInternal, [&] { link->wait_buffer_recv(deadline); }, {});
+    }
+  }
+  dist->process_group().barrier();
 }
 
 }  // namespace
