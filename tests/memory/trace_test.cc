@@ -398,7 +398,7 @@ TEST(TraceTest, WriterToFileRoundTrip) {
   {
     TraceWriter w(path);
     for (const TraceEvent& e : sample_events()) w.write(e);
-    w.flush();
+    w.close();
   }
   EXPECT_EQ(read_trace(path).events, sample_events());
   EXPECT_THROW(TraceWriter("/nonexistent/dir/x.jsonl"), NotFoundError);
