@@ -17,7 +17,8 @@
 //
 // Exit codes: 0 success (and --help, --version); 1 a vtpu error while running (the message names
 // the value and what was expected: a bad data or config file, out of HBM, ...); 2 bad
-// command-line usage.
+// command-line usage or a bad VTPU_* environment variable (cli/environment_check.h). Nothing ends
+// in std::terminate: whatever reaches main is one line and exit 1 (docs/CLI.md).
 //
 // Under an MPI launcher (`mpirun -np H vtpu train mlp ...`, cli/run_processes.h) every process
 // runs the command; only process 0 prints, an error names the process it happened in, and a
