@@ -100,7 +100,14 @@ std::shared_ptr<BenchKernelCommand> add_bench_kernel_command(CLI::App& bench) {
       ->capture_default_str();
   m->add_option("--vmem-limit", cmd->vmem_limit,
                 "Scoped VMEM per core, e.g. 16M (0: the profile's)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(parse_validator(
+          [](const std::string& s) {
+            // RuntimeOptions' bounds, checked before the run: a usage error, exit 2.
+            if (const uint64_t v = parse_bytes(s); v != 0 && (v < 1024 || v > (uint64_t{4} << 30)))
+              throw InvalidArgumentError(s + " (expected 0 for the profile's, or 1K..4G)");
+          },
+          "SIZE"));
   m->add_option("--dma-bytes-per-second", o.dma_bytes_per_second,
                 "Throttle the DMA engine (0: as fast as memcpy)")
       ->capture_default_str()
@@ -131,8 +138,11 @@ std::shared_ptr<BenchKernelCommand> add_bench_kernel_command(CLI::App& bench) {
       "hardware",
       "Measure this machine (memcpy bandwidth, single-threaded Eigen GEMM) and print "
       "a hardware profile named this_machine");
-  cmd->hardware->add_option("--out", cmd->out_path, "Also write the profile JSON to this file");
-  cmd->hardware->add_option("--copy-bytes", cmd->copy_bytes, "memcpy size")->capture_default_str();
+  cmd->hardware->add_option("--out", cmd->out_path, "Also write the profile JSON to this file")
+      ->check(nonempty_path_validator());
+  cmd->hardware->add_option("--copy-bytes", cmd->copy_bytes, "memcpy size")
+      ->capture_default_str()
+      ->check(size_validator());
   cmd->hardware->add_option("--gemm-n", cmd->gemm_n, "GEMM size n (n x n x n)")
       ->capture_default_str()
       ->check(CLI::Range(64, 8192));

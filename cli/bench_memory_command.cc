@@ -241,7 +241,8 @@ std::shared_ptr<BenchMemoryCommand> add_bench_memory_command(CLI::App& bench) {
       ->excludes(live_opt)
       ->excludes(pairs_opt)
       ->excludes(hot_opt)
-      ->excludes(workload_opt);
+      ->excludes(workload_opt)
+      ->check(nonempty_path_validator());
   memory->add_option("--capacity", cmd->capacity, "Bytes per policy, e.g. 16GiB, 512M")
       ->capture_default_str()
       ->check(size_validator());

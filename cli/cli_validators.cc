@@ -1,6 +1,8 @@
 #include "vtpu/cli/cli_validators.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -139,14 +141,34 @@ CLI::Validator dimension_list_validator() {
       "INT>=0,...");
 }
 
+std::string learning_rate_problem(const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  const bool whole = !text.empty() && end == text.c_str() + text.size();
+  // The trainers keep the rate as a float: 1e-320 (a double's subnormal) and 1e-40 (a float's)
+  // would train with 0 or a rate that has lost its digits.
+  const auto f = static_cast<float>(v);
+  if (whole && errno != ERANGE && v > 0 && std::isnormal(f) && std::isfinite(f)) return {};
+  char range[64];
+  std::snprintf(range, sizeof range, "%g..%g", static_cast<double>(FLT_MIN),
+                static_cast<double>(FLT_MAX));
+  return "learning rate '" + text + "' (expected a normal number > 0, " + range + ")";
+}
+
 CLI::Validator learning_rate_validator() {
-  return CLI::Validator(
-      [](std::string& s) {
-        const double v = std::strtod(s.c_str(), nullptr);
-        return v > 0.0 && std::isfinite(v) ? std::string()
-                                           : "learning rate " + s + " must be a finite number > 0";
+  return CLI::Validator([](std::string& s) { return learning_rate_problem(s); }, "> 0");
+}
+
+CLI::Validator hbm_bytes_validator() {
+  return parse_validator(
+      [](const std::string& s) {
+        if (parse_bytes(s) < kMinHbmBytesFlag) {
+          throw InvalidArgumentError("--hbm-bytes " + s + " (expected at least " +
+                                     std::to_string(kMinHbmBytesFlag) + " bytes, e.g. 16G)");
+        }
       },
-      "> 0");
+      "SIZE", "--hbm-bytes");
 }
 
 }  // namespace vtpu

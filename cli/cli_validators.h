@@ -62,8 +62,20 @@ CLI::Validator dimension_list_validator();
 /// (expected one of: this_machine, v4, v5e, v5p, or a path ending in .json)").
 CLI::Validator hardware_validator();
 
-/// A learning rate: a finite number > 0 ("learning rate 0 must be a finite number > 0").
+/// The problem with the learning rate `text`, or "" when it is valid: the whole text a number
+/// whose float is normal and > 0 (FLT_MIN..FLT_MAX; the trainers keep the rate as a float, so
+/// 1e-320 would be 0 and 1e-40 a rate without its digits). "learning rate '<text>' (expected a
+/// normal number > 0, 1.17549e-38..3.40282e+38)".
+std::string learning_rate_problem(const std::string& text);
+/// learning_rate_problem as a CLI11 check (a usage error, exit 2).
 CLI::Validator learning_rate_validator();
+
+/// The least --hbm-bytes of a training command: the runtime's least HBM per core
+/// (RuntimeOptions::validate), which 0 or 100 would fail only once the run had started, exit 1.
+inline constexpr uint64_t kMinHbmBytesFlag = 256;
+/// --hbm-bytes of the training commands: a byte size (size_validator) of at least
+/// kMinHbmBytesFlag, a usage error (exit 2) otherwise.
+CLI::Validator hbm_bytes_validator();
 
 /// A seed: decimal digits only, 0 .. 2^64 - 1 (CLI11's own uint64_t parsing wraps "-1" and
 /// saturates past 2^64 - 1, which would silently use a seed the user did not type). Throws

@@ -17,7 +17,8 @@
 //
 // Exit codes: 0 success (and --help, --version); 1 a vtpu error while running (the message names
 // the value and what was expected: a bad data or config file, out of HBM, ...); 2 bad
-// command-line usage.
+// command-line usage or a bad VTPU_* environment variable (cli/environment_check.h). Nothing ends
+// in std::terminate: whatever reaches main is one line and exit 1 (docs/CLI.md).
 //
 // Under an MPI launcher (`mpirun -np H vtpu train mlp ...`, cli/run_processes.h) every process
 // runs the command; only process 0 prints, an error names the process it happened in, and a
@@ -39,6 +40,7 @@
 #include "vtpu/cli/bench_kernel_command.h"
 #include "vtpu/cli/bench_memory_command.h"
 #include "vtpu/cli/cli_validators.h"
+#include "vtpu/cli/environment_check.h"
 #include "vtpu/cli/parse_error_text.h"
 #include "vtpu/cli/plan_command.h"
 #include "vtpu/cli/reshard_command.h"
@@ -170,6 +172,8 @@ int run_selected(const Commands& c, int argc, char** argv) {
 }
 
 int run_main(int argc, char** argv) {
+  // Before the commands are set up: their runtime options read VTPU_* as defaults.
+  if (!vtpu::check_usage(vtpu::check_environment_variables)) return 2;
   CLI::App app{
       "vtpu: a virtual TPU pod on one machine (virtual cores, HBM arenas, collectives, "
       "sharding)"};
@@ -231,5 +235,22 @@ int main(int argc, char** argv) {
     return 1;
   }
   silence_other_processes();
-  return finish(run_main(argc, argv));
+  // Whatever escapes run_main (an error while the commands are set up, or one that is not a
+  // std::exception) is one line and exit 1, never std::terminate's abort.
+  int code = 1;
+  try {
+    code = run_main(argc, argv);
+  } catch (const vtpu::Error& e) {
+    report_error("error", e.what());
+  } catch (const std::exception& e) {
+    report_error("internal error", e.what());
+  } catch (...) {
+    report_error("internal error", "an exception that is not a std::exception");
+  }
+  try {
+    return finish(code);
+  } catch (const std::exception& e) {
+    report_error("error", e.what());
+    return code != 0 ? code : 1;
+  }
 }

@@ -158,7 +158,8 @@ std::shared_ptr<PlanCommand> add_plan_command(CLI::App& app) {
       "combination per mesh axis, and each layer's sharding, to minimise the estimated step time "
       "under the HBM limit; print every candidate and why it lost");
   c->app->add_option("model", c->model_path, "Model file (JSON; examples/models/*.json)")
-      ->required();
+      ->required()
+      ->check(nonempty_path_validator());
   c->app
       ->add_option("--mesh", c->mesh,
                    "Mesh shape, e.g. 2x4 or 1x8; at most " + std::to_string(kMaxPlannedAxes) +

@@ -176,8 +176,10 @@ std::shared_ptr<StressCommand> add_stress_command(CLI::App& app) {
                 "Largest capacity the search tries, the same for every policy (K, M, G, T; default "
                 "max(4 x --hbm-bytes, 64G)); a policy that needs more shows >SIZE")
       ->check(size_validator());
-  s->add_option("--json", cmd->json_path, "Write the full report (every figure) as JSON");
-  s->add_option("--html", cmd->html_path, "Write a self-contained HTML report");
+  s->add_option("--json", cmd->json_path, "Write the full report (every figure) as JSON")
+      ->check(nonempty_path_validator());
+  s->add_option("--html", cmd->html_path, "Write a self-contained HTML report")
+      ->check(nonempty_path_validator());
   return cmd;
 }
 

@@ -451,7 +451,8 @@ std::shared_ptr<TrainFsdpCommand> add_train_fsdp_command(CLI::App& train) {
       ->check(seed_validator());
   app->add_option("--plan", cmd->plan_path,
                   "A `vtpu plan` file: strategy.fsdp runs FSDP over its mesh, strategy.data alone "
-                  "runs data parallel");
+                  "runs data parallel")
+      ->check(nonempty_path_validator());
   cmd->prefetch_option =
       app->add_option("--prefetch", cmd->prefetch,
                       "on: start all-gathers early and overlap reduce-scatters (async "
@@ -460,10 +461,11 @@ std::shared_ptr<TrainFsdpCommand> add_train_fsdp_command(CLI::App& train) {
                       "then a usage error)")
           ->check(CLI::IsMember({"on", "off"}));
   app->add_option("--data", cmd->data_path, "digits.csv.gz from Debian python3-sklearn")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(nonempty_path_validator());
   app->add_option("--hbm-bytes", cmd->hbm_bytes,
                   "HBM per core, e.g. 16G, 512M (default 16G, or hbm_bytes_per_core of --config)")
-      ->check(size_validator());
+      ->check(hbm_bytes_validator());
   add_runtime_config_option(*app, cmd->config_path,
                             "num_cores is the default of --cores and must match a --plan mesh");
   add_pad_arrays_option(*app, cmd->pad_arrays);

@@ -182,22 +182,16 @@ std::optional<EstimateFrom> load_estimate_from(const TrainMlpCommand& cmd,
       !plan_cores_usage_ok(plan, cmd.cores, config)) {
     return std::nullopt;
   }
-  // The model the estimate was made for: a hidden-128 Adam plan judged against a hidden-64 SGD
-  // run would compare two different models.
-  if (const auto planned = mlp_plan_model(plan);
-      planned && !apply_plan_model(plan, *planned, cmd.hidden_option->count() > 0,
-                                   cmd.optimizer_option->count() > 0, mlp)) {
+  // The model the estimate was made for, checked as --plan checks it: a hidden-128 Adam plan
+  // judged against a hidden-64 SGD run would compare two different models.
+  std::optional<PlanEstimate> estimate;
+  if (!apply_mlp_plan(plan,
+                      {cmd.batch_option->count() > 0, cmd.hidden_option->count() > 0,
+                       cmd.optimizer_option->count() > 0},
+                      mlp, estimate)) {
     return std::nullopt;
   }
   options.num_cores = static_cast<int>(plan.num_cores());
-  // The global batch defaults to the estimate's, as with --plan.
-  if (cmd.batch_option->count() == 0 && plan.estimated_batch() > 0) {
-    mlp.global_batch = plan.estimated_batch();
-  }
-  std::optional<PlanEstimate> estimate;
-  if (!check_usage([&] { estimate = comparable_estimate(plan, mlp.global_batch); })) {
-    return std::nullopt;
-  }
   if (!estimate) {
     throw InvalidArgumentError("--estimate-from " + cmd.estimate_from +
                                ": the plan has no estimate (expected a `vtpu plan "
@@ -398,9 +392,10 @@ std::shared_ptr<TrainMlpCommand> add_train_mlp_command(CLI::App& train) {
       ->capture_default_str()
       ->check(seed_validator());
   app->add_option("--data", cmd->data_path, "digits.csv.gz from Debian python3-sklearn")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(nonempty_path_validator());
   app->add_option("--hbm-bytes", cmd->hbm_bytes, "HBM per core, e.g. 16G, 512M (default 16G)")
-      ->check(size_validator());
+      ->check(hbm_bytes_validator());
   add_runtime_config_option(
       *app, cmd->config_path,
       "num_cores is the default of --cores and must match a --plan or --estimate-from mesh; "
@@ -418,25 +413,30 @@ std::shared_ptr<TrainMlpCommand> add_train_mlp_command(CLI::App& train) {
   app->add_option("--memory-profile", cmd->memory_profile,
                   "Write a pprof device memory profile (gzipped profile.proto, as "
                   "jax.profiler.save_device_memory_profile) after the last step, before its step "
-                  "buffers are freed (not written if the run fails)");
+                  "buffers are freed (not written if the run fails)")
+      ->check(nonempty_path_validator());
   app->add_option("--memory-snapshot", cmd->memory_snapshot,
                   "Write a JSON snapshot of every core's chunks after the last step, before its "
-                  "step buffers are freed (not written if the run fails)");
+                  "step buffers are freed (not written if the run fails)")
+      ->check(nonempty_path_validator());
   app->add_option("--memory-events", cmd->memory_events,
                   "Record every core's alloc/free/oom/defragment events and write them as a "
-                  "vtpu trace (JSON Lines), also when the run fails");
+                  "vtpu trace (JSON Lines), also when the run fails")
+      ->check(nonempty_path_validator());
   app->add_option("--log-every", m.log_every, "Print the loss every K steps (0: never)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app->add_option("--estimate-from", cmd->estimate_from,
                   "A `vtpu plan --emit` file for this plain run (data parallel, its mesh's cores): "
                   "print its estimated step time and HBM per core against the measured ones "
-                  "(--plan prints the same for any plan it runs)");
+                  "(--plan prints the same for any plan it runs)")
+      ->check(nonempty_path_validator());
   app->add_flag("--json", cmd->json, "Print the result as JSON (with the per-step losses)");
   app->add_option("--plan", cmd->plan_path,
                   "Run a `vtpu plan` file for the mlp model: data parallel, FSDP or (data x) "
                   "Megatron tensor parallel as it says, checked against 1 core "
-                  "(cli/train_mlp_plan_command.h)");
+                  "(cli/train_mlp_plan_command.h)")
+      ->check(nonempty_path_validator());
   return cmd;
 }
 

@@ -97,7 +97,7 @@ std::optional<MlpPlanSetup> resolve(const TrainMlpPlanArgs& args) {
                      std::nullopt};
   const TrainPlan& plan = setup.plan;
   // First: a plan for another model is refused as such, before its strategy is looked at.
-  const std::optional<MlpPlanModel> planned = mlp_plan_model(plan);
+  (void)mlp_plan_model(plan);
   setup.mode = mlp_plan_mode(plan, /*allow_tensor=*/true);
   if (!plan_cores_usage_ok(plan, args.cores, args.config)) return std::nullopt;
   setup.options = args.config.options;
@@ -111,17 +111,13 @@ std::optional<MlpPlanSetup> resolve(const TrainMlpPlanArgs& args) {
   }
   MlpConfig& mlp = setup.mlp;
   mlp = args.mlp;
-  if (!args.batch_given && plan.estimated_batch() > 0) mlp.global_batch = plan.estimated_batch();
-  if (planned && !apply_plan_model(plan, *planned, args.hidden_given, args.optimizer_given, mlp)) {
+  // The model and the estimate (bench/estimate_report.h) the plan was made for, checked before
+  // anything runs, as --estimate-from checks them.
+  if (!apply_mlp_plan(plan, {args.batch_given, args.hidden_given, args.optimizer_given}, mlp,
+                      setup.estimate)) {
     return std::nullopt;
   }
   if (!args.lr_given) mlp.learning_rate = mlp_default_learning_rate(mlp.optimizer);
-  // The plan's estimate, compared with this run (bench/estimate_report.h); checked before
-  // anything runs. A --batch other than the estimate's is a usage error, checked before the batch
-  // is split over the cores, whose error would otherwise come first for some batches.
-  if (!check_usage([&] { setup.estimate = comparable_estimate(plan, mlp.global_batch); })) {
-    return std::nullopt;
-  }
   if (setup.mode == MlpPlanMode::kTensorParallel) {
     setup.layout = plan_data_tensor_layout(plan, "vtpu train mlp");
   }
@@ -134,8 +130,6 @@ std::optional<MlpPlanSetup> resolve(const TrainMlpPlanArgs& args) {
   } else {
     mlp.validate(setup.options.num_cores);
   }
-  // The plan's layers and parameter shapes against the model this run trains.
-  check_plan_layout(plan, mlp_model_graph(mlp.hidden), "vtpu train mlp");
   return setup;
 }
 

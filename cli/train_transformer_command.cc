@@ -455,7 +455,8 @@ std::shared_ptr<TrainTransformerCommand> add_train_transformer_command(CLI::App&
                   "Run the mesh and strategy of a `vtpu plan --emit` file (data and tensor "
                   "parallel over any mesh axes, flattened; FSDP is not implemented for "
                   "transformer)")
-      ->excludes(mesh);
+      ->excludes(mesh)
+      ->check(nonempty_path_validator());
   app->add_option("--steps", c.steps, "Adam steps")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
@@ -472,7 +473,8 @@ std::shared_ptr<TrainTransformerCommand> add_train_transformer_command(CLI::App&
       ->capture_default_str()
       ->check(learning_rate_validator());
   app->add_option("--data", cmd->data, "Text file (data/fortunes.txt from scripts/fetch-data.sh)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(nonempty_path_validator());
   app->add_option("--log-every", c.log_every,
                   "Print the loss every K steps (0: only the last, in the closing table; no "
                   "per-step lines)")
@@ -480,7 +482,7 @@ std::shared_ptr<TrainTransformerCommand> add_train_transformer_command(CLI::App&
       ->check(CLI::NonNegativeNumber);
   app->add_option("--hbm-bytes", cmd->hbm_bytes,
                   "HBM per core, e.g. 16G, 512M (default 16G, or hbm_bytes_per_core of --config)")
-      ->check(size_validator());
+      ->check(hbm_bytes_validator());
   add_runtime_config_option(*app, cmd->config_path,
                             "num_cores is the default of --cores, so alone it means --mesh 1xN, "
                             "and must match --mesh or --plan");

@@ -78,6 +78,22 @@ bool apply_plan_model(const TrainPlan& plan, const MlpPlanModel& planned, bool h
   });
 }
 
+bool apply_mlp_plan(const TrainPlan& plan, const MlpFlagsGiven& given, MlpConfig& mlp,
+                    std::optional<PlanEstimate>& estimate) {
+  if (!given.batch && plan.estimated_batch() > 0) mlp.global_batch = plan.estimated_batch();
+  if (const std::optional<MlpPlanModel> planned = mlp_plan_model(plan);
+      planned && !apply_plan_model(plan, *planned, given.hidden, given.optimizer, mlp)) {
+    return false;
+  }
+  // A --batch other than the estimate's is a usage error, checked before the batch is split over
+  // the cores, whose error would otherwise come first for some batches.
+  if (!check_usage([&] { estimate = comparable_estimate(plan, mlp.global_batch); })) return false;
+  // --estimate-from once skipped this: a renamed layer, a changed weight shape or a deleted bias
+  // was compared with the run as if it were the model trained.
+  check_plan_layout(plan, mlp_model_graph(mlp.hidden), "vtpu train mlp");
+  return true;
+}
+
 EstimateReport compare_run_with_estimate(const PlanEstimate& estimate, MeasuredRun measured,
                                          const ThreadPinning& pinning, const TrainPlan& plan,
                                          int64_t micro_batches,

@@ -63,6 +63,23 @@ bool plan_cores_usage_ok(const TrainPlan& plan, std::optional<int> cores,
 bool apply_plan_model(const TrainPlan& plan, const MlpPlanModel& planned, bool hidden_given,
                       bool optimizer_given, MlpConfig& mlp);
 
+/// Which of the digits MLP's flags were given: where one was not, the plan's value applies.
+struct MlpFlagsGiven {
+  bool batch = false;
+  bool hidden = false;
+  bool optimizer = false;
+};
+
+/// The digits MLP a plan file was made for, the one check for `train mlp --plan` and
+/// `--estimate-from` alike: the plan's estimated batch, hidden size and optimizer into `mlp`
+/// where the flag was not `given` (apply_plan_model), its estimate for that batch into
+/// `estimate` (comparable_estimate; nullopt when the file has none), then the plan's layers and
+/// parameter shapes against the model `mlp` trains (check_plan_layout). A flag that contradicts
+/// the plan is a usage error: false after printing it (exit 2); a layer or shape the model does
+/// not have throws InvalidArgumentError naming the file and the entry (exit 1).
+bool apply_mlp_plan(const TrainPlan& plan, const MlpFlagsGiven& given, MlpConfig& mlp,
+                    std::optional<PlanEstimate>& estimate);
+
 /// The plan's estimate against a finished run (compare_estimate): `measured` with the run's
 /// thread pinning; the step not judged for `step_not_judged` (a reason, when not empty) and for
 /// more than one micro-batch; then the collective probe, which must follow the run directly to

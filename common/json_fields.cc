@@ -1,6 +1,7 @@
 #include "vtpu/common/json_fields.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -58,7 +59,6 @@ class FileDescriptor {
 
 const char* special_file_kind(mode_t mode) {
   if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
   if (S_ISSOCK(mode)) return "a socket";
   return nullptr;
 }
@@ -92,21 +92,34 @@ std::string read_bounded_text_file(const std::string& path, uintmax_t max_bytes,
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) throw_file_open_error(what, path, errno);
   if (const char* kind = special_file_kind(st.st_mode)) {
-    throw InvalidArgumentError(named + " is " + kind + " (expected a JSON file)");
+    throw InvalidArgumentError(named + " is " + kind + " (expected a file)");
   }
   const auto too_big = [&](const std::string& size) {
     return InvalidArgumentError(named + " is " + size + " bytes (expected at most " +
                                 std::to_string(max_bytes) + ", " + max_text + ")");
   };
-  if (S_ISREG(st.st_mode) && static_cast<uintmax_t>(st.st_size) > max_bytes) {
+  const bool regular = S_ISREG(st.st_mode);
+  if (regular && static_cast<uintmax_t>(st.st_size) > max_bytes) {
     throw too_big(std::to_string(st.st_size));
   }
-  ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
+  // A regular file reads blocking; a FIFO or device (`--config <(...)`, /dev/stdin) stays
+  // non-blocking and is polled, so that a writer that never writes nor closes is a timeout.
+  if (regular) ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
   std::string text;
   char chunk[65536];
   for (;;) {
     const ssize_t n = ::read(fd.get(), chunk, sizeof chunk);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      pollfd p{fd.get(), POLLIN, 0};
+      const int ready = ::poll(&p, 1, static_cast<int>(kStreamIdleTimeout.count()));
+      if (ready == 0) {
+        throw DeadlineExceededError(named + " sent no data for " +
+                                    std::to_string(kStreamIdleTimeout.count() / 1000) +
+                                    " s (expected its writer to write or close it)");
+      }
+      continue;  // readable, hung up, or interrupted: the next read says which
+    }
     if (n < 0) {
       throw InvalidArgumentError("cannot read " + named + ": " + std::strerror(errno));
     }
@@ -115,7 +128,7 @@ std::string read_bounded_text_file(const std::string& path, uintmax_t max_bytes,
       const size_t offset =
           text.size() + static_cast<size_t>(static_cast<const char*>(nul) - chunk);
       throw InvalidArgumentError(named + " has a NUL byte at offset " + std::to_string(offset) +
-                                 " (expected JSON text)");
+                                 " (expected text)");
     }
     text.append(chunk, static_cast<size_t>(n));
     if (text.size() > max_bytes) throw too_big("more than " + std::to_string(max_bytes));

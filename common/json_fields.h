@@ -14,6 +14,7 @@
 // it, public headers do not.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
@@ -65,13 +66,17 @@ nlohmann::json parse_json_unique_keys(Input&& input, const std::string& where) {
 /// "<where>: not valid JSON at line L, column C: <detail>" (the column alone for one-line text).
 nlohmann::json parse_json_text(const std::string& text, const std::string& where);
 
+/// How long read_bounded_text_file waits for a FIFO or device to send more bytes.
+inline constexpr std::chrono::milliseconds kStreamIdleTimeout{60000};
+
 /// The text of the file `path`, at most `max_bytes` bytes; `what` names it in messages ("model
-/// file"), `max_text` gives the limit in words ("16 MiB"). Refuses a directory, a FIFO or
-/// socket (whose open or read could wait forever) and a NUL byte anywhere, and reads at most
-/// max_bytes + 1 bytes of anything, so an endless device (/dev/zero) is cut off. Throws
+/// file"), `max_text` gives the limit in words ("16 MiB"). Refuses a directory or socket and a
+/// NUL byte anywhere, and reads at most max_bytes + 64 KiB of anything, so an endless device
+/// (/dev/zero) or FIFO is cut off; a FIFO (`--config <(...)`) is read until its writer closes
+/// it, and one that sends nothing for kStreamIdleTimeout is DeadlineExceededError. Throws
 /// NotFoundError or PermissionDeniedError "cannot open <what> '<path>': <reason>", and
-/// InvalidArgumentError "<what> '<path>' is a directory (expected a JSON file)", "... is N bytes
-/// (expected at most M, <max_text>)", "... has a NUL byte at offset N (expected JSON text)".
+/// InvalidArgumentError "<what> '<path>' is a directory (expected a file)", "... is N bytes
+/// (expected at most M, <max_text>)", "... has a NUL byte at offset N (expected text)".
 /// Thread-safe.
 std::string read_bounded_text_file(const std::string& path, uintmax_t max_bytes,
                                    const std::string& what, const std::string& max_text);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "vtpu/common/atomic_file.h"
 #include "vtpu/common/error.h"
 
 namespace vtpu {
@@ -87,79 +88,8 @@ void check_output_path(const char* flag, const std::string& path) {
   }
 }
 
-namespace {
-
-InvalidArgumentError write_error(const char* flag, const std::string& path, int err) {
-  return InvalidArgumentError(std::string(flag) + " '" + path +
-                              "' cannot be written: " + std::strerror(err));
-}
-
-// Truncates `path` and writes `text` into it (a device, a FIFO, a new file).
-void write_in_place(const char* flag, const std::string& path, const std::string& text) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) throw write_error(flag, path, errno);
-  const size_t written = std::fwrite(text.data(), 1, text.size(), f);
-  const int write_err = errno;
-  // fclose flushes the stdio buffer: a full device reports ENOSPC here, not in fwrite.
-  if (written != text.size()) {
-    std::fclose(f);
-    throw write_error(flag, path, write_err);
-  }
-  if (std::fclose(f) != 0) throw write_error(flag, path, errno);
-}
-
-}  // namespace
-
 void write_output_file(const char* flag, const std::string& path, const std::string& text) {
-  namespace fs = std::filesystem;
-  // /dev/stdout, /proc/self/fd/N: the path is a descriptor of this process (perhaps redirected to
-  // a regular file by the shell); replacing the file it resolves to would cut it off from the
-  // descriptor. Write in place.
-  if (path.starts_with("/dev/") || path.starts_with("/proc/")) {
-    return write_in_place(flag, path, text);
-  }
-  struct stat old {};
-  if (::stat(path.c_str(), &old) != 0 || !S_ISREG(old.st_mode)) {
-    return write_in_place(flag, path, text);  // a new file (nothing to lose), a device, a FIFO
-  }
-  std::error_code ec;
-  const fs::path target = fs::canonical(path, ec);  // through symbolic links
-  if (ec) return write_in_place(flag, path, text);
-  std::string temp =
-      (target.parent_path() / ("." + target.filename().string() + ".vtpu-XXXXXX")).string();
-  const int fd = ::mkstemp(temp.data());
-  // A directory without write permission can hold a writable file: write that one in place.
-  if (fd < 0) return write_in_place(flag, path, text);
-  const auto fail = [&](int err) {
-    ::close(fd);
-    ::unlink(temp.c_str());
-    return write_error(flag, path, err);
-  };
-  // The replacement keeps the old file's permission bits (mkstemp makes 0600) and, where this
-  // process may set them (root), its owner and group.
-  if (::fchmod(fd, old.st_mode & 07777) != 0) throw fail(errno);
-  if (::fchown(fd, old.st_uid, old.st_gid) != 0 && ::fchown(fd, -1, old.st_gid) != 0) {
-    // Not permitted: the replacement belongs to this process's user and group, as a new file.
-  }
-  for (size_t done = 0; done < text.size();) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw fail(errno);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) throw fail(errno);
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(temp.c_str());
-    throw write_error(flag, path, err);
-  }
-  if (std::rename(temp.c_str(), target.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(temp.c_str());
-    throw write_error(flag, path, err);
-  }
+  write_file_atomically(path, std::string(flag) + " output", text);
 }
 
 }  // namespace vtpu

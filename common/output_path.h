@@ -46,17 +46,11 @@ struct FileOption {
 void check_outputs_not_inputs(const std::vector<FileOption>& outputs,
                               const std::vector<FileOption>& inputs);
 
-/// Writes `text` to `path` (the value of the option `flag`, e.g. "--emit"), replacing the file,
-/// and checks that every byte reached it: the open, the write, the flush to disk and the close.
-/// An existing regular file is replaced atomically: the text goes to a temporary file in the same
-/// directory (".<name>.vtpu-XXXXXX", with the old file's permission bits, and its owner where the
-/// process may set it), which is flushed to disk and renamed over the file (through a symbolic
-/// link, over the file it points to); a write that fails leaves the old file as it was and
-/// removes the temporary. A hard link to the old file keeps the old content. A new file, a
-/// device, a FIFO, a path under /dev or /proc (/dev/stdout), or a file in a directory where no
-/// temporary can be created is written in place. Throws
-/// InvalidArgumentError "<flag> '<path>' cannot be written: <the system's reason>" (a full disk,
-/// /dev/full, a read-only file system). Thread-safe for distinct paths.
+/// Writes `text` to `path` (the value of the option `flag`, e.g. "--emit"), replacing the file
+/// atomically (common/atomic_file.h): a write that fails or is killed leaves the old file as it
+/// was and no temporary behind. Throws the errors of throw_file_write_error (common/error.h),
+/// "cannot write <flag> output to '<path>': <the system's reason>": ResourceExhaustedError for a
+/// full disk or /dev/full, PermissionDeniedError, NotFoundError. Thread-safe for distinct paths.
 /// Truncating first would lose the old file on a failed write, and an unchecked flush once let
 /// `vtpu plan --emit /dev/full` print "wrote /dev/full" and exit 0.
 void write_output_file(const char* flag, const std::string& path, const std::string& text);

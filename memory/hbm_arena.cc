@@ -674,7 +674,7 @@ void HbmArena::write_event_log(const std::string& path) const {
       "vtpu HbmArena event log, core " + std::to_string(core_id()) + ", policy " + options_.policy;
   TraceWriter writer(path, header);
   for (const TraceEvent& e : events) writer.write(e);
-  writer.flush();
+  writer.close();
 }
 
 std::vector<MemoryChunkRecord> HbmArena::chunk_records() const {

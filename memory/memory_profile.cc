@@ -15,8 +15,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "vtpu/common/error.h"
 #include "memory/profile.pb.h"
+#include "vtpu/common/atomic_file.h"
+#include "vtpu/common/error.h"
 
 namespace vtpu {
 
@@ -152,21 +153,6 @@ std::string gzip(const std::string& in) {
   return out;
 }
 
-// Writes `bytes` to `path`, replacing it. Throws via throw_file_write_error().
-void write_file(const std::string& what, const std::string& path, const std::string& bytes) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) throw_file_write_error(what, path, errno);
-  errno = 0;
-  const bool written =
-      std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && std::fflush(f) == 0;
-  const int write_errno = errno;
-  errno = 0;
-  const bool closed = std::fclose(f) == 0;
-  const int close_errno = errno;
-  if (!written) throw_file_write_error(what, path, write_errno != 0 ? write_errno : EIO);
-  if (!closed) throw_file_write_error(what, path, close_errno != 0 ? close_errno : EIO);
-}
-
 }  // namespace
 
 std::string encode_pprof(std::span<const MemoryChunkRecord> chunks, const PprofOptions& options) {
@@ -242,7 +228,7 @@ std::string encode_pprof(std::span<const MemoryChunkRecord> chunks, const PprofO
 
 void write_pprof(const std::string& path, std::span<const MemoryChunkRecord> chunks,
                  const PprofOptions& options) {
-  write_file("pprof profile", path, encode_pprof(chunks, options));
+  write_file_atomically(path, "pprof profile", encode_pprof(chunks, options));
 }
 
 nlohmann::json memory_snapshot_json(std::span<const MemoryChunkRecord> chunks) {
@@ -312,8 +298,8 @@ nlohmann::json memory_snapshot_json(std::span<const MemoryChunkRecord> chunks) {
 void write_memory_snapshot(const std::string& path, std::span<const MemoryChunkRecord> chunks) {
   // Invalid UTF-8 in a label is replaced (U+FFFD), as the trace writer does, rather than thrown
   // as a nlohmann::json::type_error.
-  write_file(
-      "memory snapshot", path,
+  write_file_atomically(
+      path, "memory snapshot",
       memory_snapshot_json(chunks).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
           "\n");
 }

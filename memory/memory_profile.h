@@ -72,8 +72,9 @@ std::string encode_pprof(std::span<const MemoryChunkRecord> chunks,
 /// Writes encode_pprof(chunks, options) to `path`, replacing the file. View it with
 /// `go tool pprof -top PATH`. Throws as encode_pprof(), and for a file that cannot be written an
 /// error naming the path and the errno text: NotFoundError (ENOENT, ENOTDIR),
-/// ResourceExhaustedError (ENOSPC, EDQUOT, EFBIG), else InvalidArgumentError. On error the file
-/// may be partly written. Thread-safe, but concurrent writers to one path interleave.
+/// PermissionDeniedError (EACCES, EPERM), ResourceExhaustedError (ENOSPC, EDQUOT, EFBIG), else
+/// InvalidArgumentError. The file is replaced atomically (common/atomic_file.h): on error the old
+/// file is as it was. Thread-safe; of concurrent writers to one path the last wins.
 void write_pprof(const std::string& path, std::span<const MemoryChunkRecord> chunks,
                  const PprofOptions& options = {});
 

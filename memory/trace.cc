@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "vtpu/common/atomic_file.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/json_fields.h"
 
@@ -347,10 +348,8 @@ TraceWriter::TraceWriter(std::ostream& out, Json header)
 
 TraceWriter::TraceWriter(const std::string& path, Json header)
     : name_("'" + path + "'"), path_(path), checker_(std::make_unique<TraceChecker>()) {
-  check_header(header, "trace header");  // before truncating the file
-  owned_ = std::make_unique<std::ofstream>(path, std::ios::out | std::ios::trunc);
-  out_ = owned_.get();
-  if (!*out_) throw NotFoundError("cannot open trace file '" + path + "' for writing");
+  check_header(header, "trace header");  // before creating the temporary
+  file_ = std::make_unique<AtomicFile>(path, "the trace");
   write_header(header);
 }
 
@@ -361,11 +360,23 @@ void TraceWriter::fail(const std::string& what, int err) const {
   throw InternalError("writing " + what + " to " + name_ + " failed");
 }
 
+void TraceWriter::write_line(const std::string& line, const std::string& what) {
+  if (file_) {
+    // Batched: one write(2) per line would dominate a log of millions of events.
+    constexpr size_t kBatchBytes = size_t{1} << 20;
+    pending_ += line;
+    pending_ += '\n';
+    if (pending_.size() >= kBatchBytes) flush();
+    return;
+  }
+  errno = 0;
+  *out_ << line << '\n';
+  if (!*out_) fail(what, errno);
+}
+
 void TraceWriter::write_header(const Json& header) {
   check_header(header, "trace header");
-  errno = 0;
-  *out_ << header.dump(-1, ' ', false, Json::error_handler_t::replace) << '\n';
-  if (!*out_) fail("the trace header", errno);
+  write_line(header.dump(-1, ' ', false, Json::error_handler_t::replace), "the trace header");
 }
 
 TraceWriter::~TraceWriter() = default;
@@ -374,16 +385,24 @@ void TraceWriter::write(const TraceEvent& event) {
   if (std::string p = checker_->problem(event); !p.empty())
     throw InvalidArgumentError("cannot write event " + std::to_string(checker_->num_events()) +
                                " to " + name_ + ": " + p);
-  errno = 0;
-  *out_ << to_json_line(event) << '\n';
-  if (!*out_) fail("trace event " + std::to_string(checker_->num_events()), errno);
+  write_line(to_json_line(event), "trace event " + std::to_string(checker_->num_events()));
   checker_->apply(event);
 }
 
 void TraceWriter::flush() {
+  if (file_) {
+    file_->write(pending_);
+    pending_.clear();
+    return;
+  }
   errno = 0;
   out_->flush();
   if (!*out_) fail("the trace", errno);
+}
+
+void TraceWriter::close() {
+  flush();
+  if (file_) file_->commit();
 }
 
 uint64_t TraceWriter::num_events() const { return checker_->num_events(); }

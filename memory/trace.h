@@ -111,12 +111,17 @@ std::string to_json_line(const TraceEvent& event);
 /// validated against the events written before it, so a TraceWriter never produces a file that
 /// read_trace rejects; a rejected event throws InvalidArgumentError and writes nothing.
 /// Thread-compatible: callers serialise write().
+class AtomicFile;
+
 class TraceWriter {
  public:
   /// Writes to `out` (not owned; must outlive the writer). Throws InvalidArgumentError when
   /// `header` is not an object with "format": "vtpu-trace" and "version": 1.
   explicit TraceWriter(std::ostream& out, nlohmann::json header = default_trace_header());
-  /// Creates or truncates `path`. Throws NotFoundError when it cannot be opened for writing.
+  /// Writes `path` atomically (common/atomic_file.h): nothing replaces the file until close(),
+  /// and a writer destroyed without close() (an error on the way) leaves the old file as it was.
+  /// Throws the I/O errors of throw_file_write_error (common/error.h) naming the path:
+  /// NotFoundError for a missing directory, PermissionDeniedError, ...
   explicit TraceWriter(const std::string& path, nlohmann::json header = default_trace_header());
   ~TraceWriter();
   TraceWriter(const TraceWriter&) = delete;
@@ -126,8 +131,10 @@ class TraceWriter {
   /// forbids here. When the stream fails: for a path, the I/O error of throw_file_write_error
   /// (common/error.h; ResourceExhaustedError for a full device), for a stream InternalError.
   void write(const TraceEvent& event);
-  /// Flushes the stream. Throws as write() when the stream has failed.
+  /// Flushes the stream (to a path: into its temporary). Throws as write() when it has failed.
   void flush();
+  /// flush(), and for a path puts the file in place. Throws as write().
+  void close();
   /// Events written so far.
   uint64_t num_events() const;
 
@@ -136,8 +143,11 @@ class TraceWriter {
   /// Throws the error of a failed write of `what` with errno `err` (see write()).
   [[noreturn]] void fail(const std::string& what, int err) const;
 
-  std::unique_ptr<std::ostream> owned_;  // set when writing to a path
-  std::ostream* out_ = nullptr;
+  void write_line(const std::string& line, const std::string& what);
+
+  std::unique_ptr<AtomicFile> file_;  // set when writing to a path
+  std::string pending_;               // lines for file_ not yet written to it
+  std::ostream* out_ = nullptr;       // set when writing to a stream
   std::string name_;
   std::string path_;  // the file, when writing to a path
   std::unique_ptr<TraceChecker> checker_;

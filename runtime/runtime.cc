@@ -353,7 +353,7 @@ void Runtime::save_memory_event_log(const std::string& path) const {
                      " cores, policy " + options_.allocator;
   TraceWriter writer(path, header);
   for (const TraceEvent& e : all) writer.write(e);
-  writer.flush();
+  writer.close();
 }
 
 }  // namespace vtpu

@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -56,7 +57,12 @@ struct GzCloser {
 std::string default_digits_path() { return find_data_file(kDigitsName, kDigitsSourcePath); }
 
 DigitsDataset load_digits_csv(const std::string& path) {
+  errno = 0;
   std::unique_ptr<gzFile_s, GzCloser> file(gzopen(path.c_str(), "rb"));
+  // A file that exists but may not be read is PermissionDenied, not "run fetch-data.sh".
+  if (!file && errno != ENOENT && errno != ENOTDIR && errno != 0) {
+    throw_file_open_error("digits data file", path, errno);
+  }
   if (!file) {
     throw NotFoundError("cannot open digits data file '" + path + "'" +
                         data_file_lookup_note(path, kDigitsName, kDigitsSourcePath) +

@@ -22,9 +22,16 @@ bool TrainRuntimeConfig::sets(const std::string& key) const {
 }
 
 CLI::Option* add_runtime_config_option(CLI::App& app, std::string& path, const std::string& rules) {
-  return app.add_option(
-      "--config", path,
-      "RuntimeOptions JSON file (keys as docs/TRAINING.md, \"Runtime options\"; " + rules + ")");
+  return app
+      .add_option(
+          "--config", path,
+          "RuntimeOptions JSON file (keys as docs/TRAINING.md, \"Runtime options\"; " + rules + ")")
+      ->check(CLI::Validator(
+          [](const std::string& p) {
+            return p.empty() ? std::string("expected a file path, got an empty string")
+                             : std::string();
+          },
+          "PATH", "non-empty path"));
 }
 
 void TrainRuntimeConfig::check_mesh_cores(int64_t mesh_cores, const std::string& mesh,

@@ -84,9 +84,11 @@ inline constexpr double kMaxMappedByteFraction = 0.10;
 /// source tree's data/, the first that holds it (common/data_dir.h).
 std::string default_fortunes_path();
 /// Reads a text file as byte tokens (bytes >= vocab become '?', counted in mapped_bytes). Throws
-/// NotFoundError (with the fetch-data.sh hint) when it cannot be opened, InvalidArgumentError when
-/// it is a directory, shorter than context + 2 bytes, larger than 1 GiB, or has more than
-/// kMaxMappedByteFraction of its bytes >= vocab (naming the file, the count and the limit).
+/// NotFoundError (with the fetch-data.sh hint) when it does not exist, PermissionDeniedError when
+/// it may not be read, InvalidArgumentError when it is a directory, has a NUL byte, is shorter
+/// than context + 2 bytes or larger than 64 MiB (read_bounded_text_file: at most that much is
+/// read, also of an endless stream), or has more than kMaxMappedByteFraction of its bytes >= vocab
+/// (naming the file, the count and the limit).
 TokenText load_token_text(const std::string& path, int64_t vocab, int64_t context);
 /// The same from memory.
 TokenText make_token_text(std::span<const char> text, int64_t vocab);

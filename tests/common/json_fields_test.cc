@@ -1,14 +1,19 @@
 #include "vtpu/common/json_fields.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 
 #include "tests/temp_path.h"
 
@@ -124,16 +129,56 @@ TEST(JsonFieldsTest, FileReadsAreBounded) {
   std::filesystem::create_directories(dir);
   expect_invalid([&] { read_json_file(dir, 1024, "test file", "1 KiB"); }, {dir, "directory"});
 
-  // A FIFO with no writer: opening it must not wait forever.
+  // A FIFO with no writer: opening it must not wait forever; it reads as empty.
   const std::string fifo = test_temp_path("json_fields_fifo");
   std::filesystem::remove(fifo);
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  expect_invalid([&] { read_json_file(fifo, 1024, "test file", "1 KiB"); }, {fifo, "FIFO"});
+  expect_invalid([&] { read_json_file(fifo, 1024, "test file", "1 KiB"); }, {fifo});
   std::filesystem::remove(fifo);
 
   // An endless device is cut off, here at its first NUL byte.
   expect_invalid([] { read_bounded_text_file("/dev/zero", 1024, "test file", "1 KiB"); },
                  {"/dev/zero"});
+}
+
+// A FIFO whose writer never stops (an endless stream, as `--config <(yes)`) is cut off at the
+// limit; before, the reader grew without bound (2 GB in 11 s). One whose writer writes a
+// document and closes reads as a file.
+TEST(JsonFieldsTest, AFifoIsReadUpToTheLimit) {
+  std::signal(SIGPIPE, SIG_IGN);  // the writer sees EPIPE once the reader has stopped
+  const std::string fifo = test_temp_path("json_fields_endless_fifo");
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // O_RDWR opens without waiting for a reader; non-blocking, the writer can be told to stop.
+  const int writer_fd = ::open(fifo.c_str(), O_RDWR | O_NONBLOCK);
+  ASSERT_GE(writer_fd, 0);
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    const std::string chunk(4096, ' ');
+    while (!done.load()) {
+      if (::write(writer_fd, chunk.data(), chunk.size()) < 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  const Thrown t = thrown([&] { read_json_file(fifo, 100000, "test file", "100 KB"); });
+  done = true;
+  writer.join();
+  ::close(writer_fd);
+  EXPECT_EQ(t.code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(t.message.find(fifo), std::string::npos) << t.message;
+  EXPECT_NE(t.message.find("100000"), std::string::npos) << t.message;
+
+  // A pipe whose writer wrote a document and closed, as `--config <(echo ...)` passes
+  // /dev/fd/63: read whole.
+  int ends[2];
+  ASSERT_EQ(::pipe(ends), 0);
+  ASSERT_EQ(::write(ends[1], R"({"a": 2})", 8), 8);
+  ::close(ends[1]);
+  const nlohmann::json j =
+      read_json_file("/proc/self/fd/" + std::to_string(ends[0]), 1024, "test file", "1 KiB");
+  ::close(ends[0]);
+  EXPECT_EQ(j["a"], 2);
+  std::filesystem::remove(fifo);
 }
 
 TEST(JsonFieldsTest, MissingFileIsNotFound) {

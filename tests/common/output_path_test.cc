@@ -82,12 +82,13 @@ TEST(OutputPathTest, AFailedWriteKeepsTheOldFile) {
   std::string message;
   try {
     write_output_file("--calibrate", path, std::string(5000, 'n'));
-  } catch (const InvalidArgumentError& e) {
+  } catch (const ResourceExhaustedError& e) {
     message = e.message();
   }
   ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &saved), 0);
   std::signal(SIGXFSZ, old_handler);
-  EXPECT_EQ(message, "--calibrate '" + path + "' cannot be written: File too large");
+  EXPECT_NE(message.find("--calibrate"), std::string::npos) << message;
+  EXPECT_NE(message.find(path), std::string::npos) << message;
   EXPECT_EQ(read_file(path), old_text);
   EXPECT_EQ(count_files(dir, ".profile.json.vtpu-"), 0);
 }

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <ostream>
@@ -398,10 +399,24 @@ TEST(TraceTest, WriterToFileRoundTrip) {
   {
     TraceWriter w(path);
     for (const TraceEvent& e : sample_events()) w.write(e);
-    w.flush();
+    w.close();
   }
   EXPECT_EQ(read_trace(path).events, sample_events());
   EXPECT_THROW(TraceWriter("/nonexistent/dir/x.jsonl"), NotFoundError);
+}
+
+// The trace file is replaced at close(): a writer abandoned on the way (an error before
+// close()) leaves the old file whole. It used to truncate the file at construction.
+TEST(TraceTest, WriterWithoutCloseKeepsTheOldFile) {
+  const std::string path = test_temp_path("vtpu_trace_abandoned.jsonl");
+  std::ofstream(path) << "old\n";
+  {
+    TraceWriter w(path);
+    for (const TraceEvent& e : sample_events()) w.write(e);
+    w.flush();
+  }
+  std::ifstream in(path);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "old\n");
 }
 
 // A trace file on a full device was "Internal: writing event 116 to

@@ -192,7 +192,7 @@ TEST(ModelGraphTest, RejectsOverflowingSizesDirectoriesControlCharactersAndRepea
     ModelGraph::load_json_file(std::string(VTPU_SOURCE_DIR) + "/examples/models");
     ADD_FAILURE() << "a directory was accepted";
   } catch (const InvalidArgumentError& e) {
-    EXPECT_THAT(e.message(), HasSubstr("is a directory (expected a JSON file)"));
+    EXPECT_THAT(e.message(), HasSubstr("is a directory"));
   }
 }
 

@@ -301,7 +301,7 @@ TEST(StressHarnessTest, PlannedRunsWhenACoreHasNoEvents) {
       f.id = i;
       if (i % 2 == 1) w.write(f);
     }
-    w.flush();
+    w.close();
   }
   StressOptions o;
   o.cores = 2;
