@@ -406,7 +406,7 @@ void Communicator::run(CoreContext& ctx, Fingerprint fp, uint64_t input_bytes, c
           detail::desync_message(group_string(), core_id, fp, from.src_core(), theirs));
   };
   ac.on_disagreement = [this, core_id, fp](const std::string& what) {
-    throw DesyncError(std::string(kDesyncMarker) + group_string() + ": core " +
+    throw DesyncError(std::string(detail::kDesyncMarker) + group_string() + ": core " +
                       std::to_string(core_id) + " called " + fp.to_string() + " but " + what +
                       " (every core in the group must call the same collectives with the same "
                       "type, shape, parameters and op, in the same order)");
