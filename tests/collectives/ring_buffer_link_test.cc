@@ -200,6 +200,27 @@ TEST(RingBufferLinkTest, SleepingSenderIsWokenByRelease) {
   EXPECT_EQ(link.receiver_stats().wakes, 1u);
 }
 
+// A message committed before an abort still reaches the receiver (data first); only a wait
+// that would have to wait fails. Before, the abort took messages already delivered.
+TEST(RingBufferLinkTest, AbortStillDeliversCommittedMessages) {
+  RingBufferLink link(2, 3, LinkOptions{64, 4});
+  for (uint8_t v : {7, 9}) {
+    *link.acquire_send_slot(in(1s)) = std::byte{v};
+    link.commit_send(Fingerprint{}, 1);
+  }
+  link.abort("core 2 failed");
+  EXPECT_THROW(link.acquire_send_slot(in(1s)), AbortedError);  // a sender fails at once
+  for (uint8_t v : {7, 9}) {
+    const ReceivedSlot r = link.acquire_recv_slot(in(1s));
+    ASSERT_EQ(r.payload_bytes, 1u);
+    EXPECT_EQ(*r.data, std::byte{v});
+    link.release_recv();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(link.acquire_recv_slot(in(10s)), AbortedError);  // nothing left: fails at once
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+}
+
 TEST(RingBufferLinkTest, AbortWakesASleepingSender) {
   RingBufferLink link(4, 5, LinkOptions{64, 1});
   link.acquire_send_slot(in(1s));
