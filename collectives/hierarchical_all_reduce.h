@@ -182,6 +182,25 @@ class BufferTransferGuard {
   bool done_ = false;
 };
 
+/// The slot message each way that opens two_rank_buffers: the fingerprints meet (a desync fails
+/// as on the slots), and each side announces the bytes it will send, which must be the bytes the
+/// other expects (InternalError naming both otherwise).
+inline void buffer_handshake(const AlgorithmContext& ac, int peer, uint64_t send_bytes,
+                             uint64_t recv_bytes) {
+  constexpr uint64_t kMagic = 0x7674707562756631;  // "vtpubuf1": a handshake, not slot data
+  Primitives<uint64_t> handshake = ac.prims<uint64_t>(peer, peer);
+  const uint64_t plan[2] = {kMagic, send_bytes};
+  uint64_t got[2] = {};
+  handshake.send(plan, 2);
+  handshake.recv(got, 2);
+  if (got[0] != kMagic || got[1] != recv_bytes) {
+    throw InternalError("all_reduce buffer handshake from core " +
+                        std::to_string(ac.link(peer, ac.rank).src_core()) + " announced " +
+                        std::to_string(got[1]) + " bytes (expected " + std::to_string(recv_bytes) +
+                        ", " + ac.fp.to_string() + ")");
+  }
+}
+
 /// two_rank_halves over buffer transfers (Link::start_buffer_send), as MPI_Allreduce moves its
 /// halves: each piece goes straight from the caller's buffer into the peer's (out of place: the
 /// output; in place: a staging buffer the fold reads), with no slot copies. One slot message
@@ -191,29 +210,17 @@ class BufferTransferGuard {
 /// first, and sent back from the output at once.
 template <typename T>
 void two_rank_buffers(const AlgorithmContext& ac, const T* send, T* recv, uint64_t count) {
-  constexpr uint64_t kMagic = 0x7674707562756631;  // "vtpubuf1": a handshake, not slot data
   const int peer = 1 - ac.rank;
   const BlockRange mine = block_range(count, 2, static_cast<uint64_t>(ac.rank));
   const BlockRange theirs = block_range(count, 2, static_cast<uint64_t>(peer));
-  {
-    Primitives<uint64_t> handshake = ac.prims<uint64_t>(peer, peer);
-    const uint64_t plan[2] = {kMagic, theirs.length * sizeof(T)};
-    uint64_t got[2] = {};
-    handshake.send(plan, 2);
-    handshake.recv(got, 2);
-    if (got[0] != kMagic || got[1] != mine.length * sizeof(T)) {
-      throw InternalError("all_reduce buffer handshake from core " +
-                          std::to_string(ac.link(peer, ac.rank).src_core()) + " announced " +
-                          std::to_string(got[1]) + " bytes (expected " +
-                          std::to_string(mine.length * sizeof(T)) + ", " + ac.fp.to_string() + ")");
-    }
-  }
+  buffer_handshake(ac, peer, theirs.length * sizeof(T), mine.length * sizeof(T));
   Link& to = ac.link(ac.rank, peer);
   Link& from = ac.link(peer, ac.rank);
   auto deadline = [&] { return std::chrono::steady_clock::now() + ac.timeout; };
   auto bytes = [](const T* p) { return reinterpret_cast<const std::byte*>(p); };
   const bool in_place = send == recv;
-  // In place the output's half `mine` still holds this rank's operand while the peer's arrives.
+  // In place the output's half `mine` still holds this rank's operand while the peer's arrives;
+  // the staging is kept per thread (grown to the largest half), so no call pays its page faults.
   static thread_local std::vector<T> staging;
   if (in_place && staging.size() < mine.length) staging.resize(mine.length);
   T* landing = in_place ? staging.data() : recv + mine.offset;

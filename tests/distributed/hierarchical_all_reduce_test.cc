@@ -209,6 +209,38 @@ TEST(HierarchicalMpiTest, TwoProcessesDesyncOnTheBufferPathFailsBoth) {
   }
 }
 
+// A rank that throws between two large all-reduces of two processes of one rank: the other
+// rank, waiting in the next call, fails with AbortedError naming the core and its error, far
+// within the 20 s timeout (nothing of the buffer path outlives the abort).
+TEST(HierarchicalMpiTest, TwoProcessesThrowBetweenLargeCallsFailsThePeerFast) {
+  auto dist = distributed::make_runtime(options());
+  const std::vector<int> group = first_two_processes(*dist);
+  Communicator comm(*dist, group);
+  dist->process_group().barrier();
+  if (dist->process_index() < 2) {
+    const int core = group[static_cast<size_t>(dist->process_index())];
+    std::chrono::steady_clock::time_point entered;
+    try {
+      dist->run_spmd({core}, [&](CoreContext& ctx) {
+        std::vector<float> v(uint64_t{1} << 20, 1.0f);  // 4 MiB
+        for (int step = 0; step < 10; ++step) {
+          if (ctx.core_id() != 0 && step == 5) throw InvalidArgumentError("thrown at step 5");
+          entered = std::chrono::steady_clock::now();
+          comm.all_reduce<float>(ctx, std::span<float>(v), ReduceOp::kSum, {});
+        }
+      });
+      ADD_FAILURE() << "core " << core << " did not fail";
+    } catch (const Error& e) {
+      if (core == 0) {
+        EXPECT_EQ(e.code(), ErrorCode::kAborted) << e.what();
+        EXPECT_NE(e.message().find("thrown at step 5"), std::string::npos) << e.what();
+        EXPECT_LT(std::chrono::steady_clock::now() - entered, std::chrono::seconds(2));
+      }
+    }
+  }
+  dist->process_group().barrier();
+}
+
 // Timing across processes (run with --gtest_also_run_disabled_tests): median microseconds of
 // the slowest local core for an out-of-place f32 sum over every core, per algorithm, with the
 // runtime's default links (1 MiB x 4 slots).
