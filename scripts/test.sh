@@ -10,4 +10,11 @@ export BUILD_DIR=$build_dir
 "$repo/scripts/install-deps.sh"
 "$repo/scripts/build.sh"
 "$repo/scripts/fetch-data.sh"
-exec ctest --test-dir "$build_dir" --output-on-failure -j2 "$@"
+ctest --test-dir "$build_dir" --output-on-failure -j2 "$@"
+
+# The whole suite (no ctest arguments) also runs every fuzz target briefly under libFuzzer, in
+# its own clang build (build-fuzz/; docs/FUZZING.md): its seeds, then up to 2000 mutated inputs or
+# 10 s each. VTPU_TEST_FUZZ=0 skips it. The GCC build's fuzz.* tests above replay the seeds.
+if (($# == 0)) && [[ "${VTPU_TEST_FUZZ:-1}" != 0 ]]; then
+  "$repo/scripts/fuzz.sh" 10 -runs=2000
+fi

@@ -1,0 +1,16 @@
+// The digits CSV of vtpu train mlp / fsdp (--data): load_digits_csv, plain or gzipped, then the
+// fixed train/test split the trainers take.
+#include "fuzz/fuzz_input.h"
+#include "vtpu/train/digits_dataset.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static vtpu::fuzz::InputFile file;
+  const std::string& path = file.write(data, size);
+  vtpu::fuzz::refuse_cleanly([&] {
+    const vtpu::DigitsDataset all = vtpu::load_digits_csv(path);
+    const vtpu::DigitsSplit split = vtpu::split_digits(all);
+    vtpu::fuzz::check(split.train.num_rows() + split.test.num_rows() == all.num_rows(),
+                      "the split lost rows");
+  });
+  return 0;
+}
