@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
+#include <optional>
 #include <string>
+#include <type_traits>
 
 #include "vtpu/common/error.h"
 
@@ -51,21 +53,36 @@ class InputFile {
   std::string path_;
 };
 
-/// Runs `read`. A vtpu::Error with one of `allowed` codes is a clean refusal of bad input; one
-/// with another code aborts, so that libFuzzer reports it with the input. Any other exception
-/// escapes (std::terminate prints it and aborts): a reader must not leak a library's exception.
+/// Runs `read` and returns what it returns, or nullopt when it refused the input cleanly: threw a
+/// vtpu::Error with one of `allowed` codes. Another code aborts, so that libFuzzer reports it
+/// with the input; any other exception escapes (std::terminate prints it and aborts): a reader
+/// must not leak a library's exception. What a caller checks of an accepted input runs outside,
+/// so that an error there is never taken for a refusal.
 template <typename Read>
-void refuse_cleanly(Read&& read,
-                    std::initializer_list<ErrorCode> allowed = {ErrorCode::kInvalidArgument}) {
+auto accept_or_refuse(Read&& read,
+                      std::initializer_list<ErrorCode> allowed = {ErrorCode::kInvalidArgument})
+    -> std::optional<std::invoke_result_t<Read>> {
   try {
-    read();
+    return read();
   } catch (const Error& e) {
     for (ErrorCode code : allowed) {
-      if (e.code() == code) return;
+      if (e.code() == code) return std::nullopt;
     }
     std::fprintf(stderr, "unexpected error code: %s\n", e.what());
     std::abort();
   }
+}
+
+/// accept_or_refuse for a call whose result is not needed.
+template <typename Read>
+void refuse_cleanly(Read&& read,
+                    std::initializer_list<ErrorCode> allowed = {ErrorCode::kInvalidArgument}) {
+  accept_or_refuse(
+      [&] {
+        read();
+        return true;
+      },
+      allowed);
 }
 
 /// Aborts with `what` when `ok` is false: an invariant of a reader that held for this input broke.

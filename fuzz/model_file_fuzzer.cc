@@ -10,18 +10,17 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static vtpu::fuzz::InputFile file;
   const std::string& path = file.write(data, size);
-  vtpu::fuzz::refuse_cleanly([&] {
-    const vtpu::ModelGraph model = vtpu::ModelGraph::load_json_file(path);
-    model.num_parameters();
-    const nlohmann::json j = model.to_json();
-    vtpu::fuzz::check(vtpu::ModelGraph::parse(j.dump(), "to_json").to_json() == j,
-                      "parse(to_json().dump()) changed the model");
-    vtpu::PlanRequest request;
-    request.model_path = path;
-    request.mesh = "2x2";
-    if (const auto planned = vtpu::plan_request(request)) {
-      vtpu::plan_report_json(planned->plan, {});
-    }
-  });
+  const auto model =
+      vtpu::fuzz::accept_or_refuse([&] { return vtpu::ModelGraph::load_json_file(path); });
+  if (!model) return 0;
+  model->num_parameters();
+  const nlohmann::json j = model->to_json();
+  vtpu::fuzz::check(vtpu::ModelGraph::parse(j.dump(), "to_json").to_json() == j,
+                    "parse(to_json().dump()) changed the model");
+  vtpu::PlanRequest request;
+  request.model_path = path;
+  request.mesh = "2x2";
+  const auto planned = vtpu::fuzz::accept_or_refuse([&] { return vtpu::plan_request(request); });
+  if (planned && *planned) vtpu::plan_report_json((*planned)->plan, {});
   return 0;
 }

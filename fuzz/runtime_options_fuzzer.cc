@@ -8,12 +8,12 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static vtpu::fuzz::InputFile file;
   const std::string& path = file.write(data, size);
-  vtpu::fuzz::refuse_cleanly([&] {
-    std::vector<std::string> keys;
-    const vtpu::RuntimeOptions options = vtpu::RuntimeOptions::load_json_file(path, &keys);
-    const nlohmann::json j = options.to_json();
-    vtpu::fuzz::check(vtpu::RuntimeOptions::from_json(j).to_json() == j,
-                      "from_json(to_json()) changed the options");
-  });
+  std::vector<std::string> keys;
+  const auto options = vtpu::fuzz::accept_or_refuse(
+      [&] { return vtpu::RuntimeOptions::load_json_file(path, &keys); });
+  if (!options) return 0;
+  const nlohmann::json j = options->to_json();
+  vtpu::fuzz::check(vtpu::RuntimeOptions::from_json(j).to_json() == j,
+                    "from_json(to_json()) changed the options");
   return 0;
 }
