@@ -5,7 +5,8 @@
 # golang-go provides `go tool pprof`, which the memory profile tests run. pybind11-dev,
 # python3-dev, python3-numpy and python3-pytest build and test the Python package (python/).
 # libopenmpi-dev and openmpi-bin (Debian's OpenMPI) build the distributed runtime (distributed/)
-# and run its tests under mpirun.
+# and run its tests under mpirun. clang and libclang-rt-dev (libFuzzer, the sanitizer runtimes)
+# build the fuzz targets (fuzz/, scripts/fuzz.sh).
 #
 # Usage: scripts/install-deps.sh [--bench] [--chromium]
 #   --bench     also install python3-torch (PyTorch DDP comparison, bench/ddp/)
@@ -16,14 +17,15 @@ set -euo pipefail
 pkgs=(build-essential cmake g++ libtbb-dev libboost-dev nlohmann-json3-dev
       libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev libcli11-dev
       zlib1g-dev libprotobuf-dev protobuf-compiler golang-go jq
-      pybind11-dev python3-dev python3-numpy python3-pytest libopenmpi-dev openmpi-bin)
+      pybind11-dev python3-dev python3-numpy python3-pytest libopenmpi-dev openmpi-bin
+      clang libclang-rt-dev)
 
 for arg in "$@"; do
   case "$arg" in
     --bench) pkgs+=(python3-torch) ;;
     --mpi) ;;
     --chromium) pkgs+=(chromium) ;;
-    -h|--help) sed -n '2,13s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "install-deps: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done

@@ -10,4 +10,12 @@ export BUILD_DIR=$build_dir
 "$repo/scripts/install-deps.sh"
 "$repo/scripts/build.sh"
 "$repo/scripts/fetch-data.sh"
-exec ctest --test-dir "$build_dir" --output-on-failure -j2 "$@"
+ctest --test-dir "$build_dir" --output-on-failure -j2 "$@"
+
+# The fuzz.* tests above replay each fuzz target's seeds. VTPU_TEST_FUZZ=1 also runs every target
+# under libFuzzer (docs/FUZZING.md): its seeds, then up to 2000 mutated inputs or 10 s each. Off
+# by default: its clang ASan+UBSan build of the libraries (build-fuzz/) costs as much CPU as a
+# second build of them when ccache has none of it.
+if (($# == 0)) && [[ "${VTPU_TEST_FUZZ:-0}" == 1 ]]; then
+  "$repo/scripts/fuzz.sh" 10 -runs=2000
+fi
