@@ -151,15 +151,15 @@ class CoreSoak {
     k_.peak_live_buffers = std::max<uint64_t>(k_.peak_live_buffers, live_.size());
   }
 
-  // Frees a uniformly chosen live buffer, or hands it to the next core to free.
-  void free_one() {
+  // Frees a uniformly chosen live buffer, or (when `may_hand_off`) hands it to the next core.
+  void free_one(bool may_hand_off = true) {
     const size_t i = uniform_uint64(rng_, 0, live_.size() - 1);
     Tracked t = live_[i];
     live_[i] = live_.back();
     live_.pop_back();
     live_bytes_ -= t.bytes;
     if (t.lost) return;
-    if (next_ != core_ && uniform_uint64(rng_, 0, 999) < o_.cross_core_per_mille) {
+    if (may_hand_off && next_ != core_ && uniform_uint64(rng_, 0, 999) < o_.cross_core_per_mille) {
       s_.inboxes[next_].push(t);
       return;
     }
@@ -195,8 +195,8 @@ class CoreSoak {
     ArenaFreeSpace after;
     std::optional<ArenaPlacement> p = arena_.try_allocate(o_.bucket_bytes, "bucket", &after);
     after_allocation(after);
-    while (!p && !live_.empty()) {  // the churn filled the arena: make room
-      free_one();
+    while (!p && !live_.empty()) {  // the churn filled the arena: make room here and now
+      free_one(false);
       p = arena_.try_allocate(o_.bucket_bytes, "bucket", &after);
       after_allocation(after);
     }
