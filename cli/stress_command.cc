@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "vtpu/cli/cli_validators.h"
+#include "vtpu/cli/soak_command.h"
 #include "vtpu/common/error.h"
 #include "vtpu/common/output_path.h"
 #include "vtpu/common/strings.h"
@@ -35,6 +36,7 @@ struct StressCommand {
   std::string seed = "1";
   std::string json_path;
   std::string html_path;
+  std::shared_ptr<SoakCommand> soak;  // `vtpu stress soak`
 };
 
 namespace {
@@ -180,11 +182,24 @@ std::shared_ptr<StressCommand> add_stress_command(CLI::App& app) {
       ->check(nonempty_path_validator());
   s->add_option("--html", cmd->html_path, "Write a self-contained HTML report")
       ->check(nonempty_path_validator());
+  s->require_subcommand(0, 1);
+  cmd->soak = add_soak_command(*s);
   return cmd;
 }
 
 bool run_stress_if_selected(const StressCommand& cmd, int argc, char** argv, int* exit_code) {
   if (cmd.app == nullptr || !cmd.app->parsed()) return false;
+  if (!cmd.app->get_subcommands().empty()) {  // `vtpu stress soak`
+    // The replay's options do not apply to the soak, which takes its own after `soak`.
+    for (const CLI::Option* opt : cmd.app->get_options()) {
+      if (opt->count() > 0) {
+        *exit_code = report_usage_error(opt->get_name() +
+                                        " is a `vtpu stress` option (the soak's follow `soak`)");
+        return true;
+      }
+    }
+    return run_soak_if_selected(*cmd.soak, exit_code);
+  }
   StressOptions o = cmd.options;
   try {
     o.under_load = cmd.load == "on";

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Install deps, build, fetch the dataset and run the test suite.
+# Install deps, build, fetch the dataset and run the test suite; then, when no ctest arguments
+# were given, the collectives and runtime tests again under ThreadSanitizer.
 # Extra arguments go to ctest, e.g. scripts/test.sh -R collectives
+#   VTPU_CI_TSAN=0   skip the TSan step (its own build tree, <repo>/build-tsan or TSAN_BUILD_DIR)
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -10,12 +12,22 @@ export BUILD_DIR=$build_dir
 "$repo/scripts/install-deps.sh"
 "$repo/scripts/build.sh"
 "$repo/scripts/fetch-data.sh"
-ctest --test-dir "$build_dir" --output-on-failure -j2 "$@"
+status=0
+ctest --test-dir "$build_dir" --output-on-failure -j2 "$@" || status=$?
+
+# The concurrent core of vtpu under TSan, within the CI's time: only the two folders' tests are
+# built (vtpu_tests_<folder>), and run (label). scripts/sanitize.sh thread runs everything.
+if [[ ${VTPU_CI_TSAN:-1} != 0 && $# -eq 0 ]]; then
+  echo "test.sh: the collectives and runtime tests under TSan (VTPU_CI_TSAN=0 skips this)"
+  BUILD_DIR=${TSAN_BUILD_DIR:-$repo/build-tsan} TARGETS="vtpu_tests_collectives vtpu_tests_runtime" \
+    "$repo/scripts/sanitize.sh" thread -L '^(collectives|runtime)$' || status=$?
+fi
 
 # The fuzz.* tests above replay each fuzz target's seeds. VTPU_TEST_FUZZ=1 also runs every target
 # under libFuzzer (docs/FUZZING.md): its seeds, then up to 2000 mutated inputs or 10 s each. Off
 # by default: its clang ASan+UBSan build of the libraries (build-fuzz/) costs as much CPU as a
 # second build of them when ccache has none of it.
 if (($# == 0)) && [[ "${VTPU_TEST_FUZZ:-0}" == 1 ]]; then
-  "$repo/scripts/fuzz.sh" 10 -runs=2000
+  "$repo/scripts/fuzz.sh" 10 -runs=2000 || status=$?
 fi
+exit "$status"

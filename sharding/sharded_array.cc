@@ -1,8 +1,5 @@
 #include "vtpu/sharding/sharded_array.h"
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -10,22 +7,10 @@
 
 #include "vtpu/collectives/reduce_kernels.h"
 #include "vtpu/common/error.h"
+#include "vtpu/common/parallel_for.h"
 #include "vtpu/sharding/block_copy.h"
 
 namespace vtpu {
-
-namespace {
-
-/// Runs fn(i) for i in [0, n) on oneTBB's workers. An exception from fn is rethrown to the
-/// caller (oneTBB cancels the remaining work and rethrows the first one).
-template <typename Fn>
-void parallel_over(size_t n, const Fn& fn) {
-  tbb::parallel_for(tbb::blocked_range<size_t>(0, n), [&](const tbb::blocked_range<size_t>& r) {
-    for (size_t i = r.begin(); i != r.end(); ++i) fn(i);
-  });
-}
-
-}  // namespace
 
 bool is_sharded_array_dtype(ElementType dtype) {
   switch (dtype) {
@@ -128,7 +113,7 @@ ShardedArray ShardedArray::device_put(Runtime& runtime, ElementType dtype,
     for (const IndexRange& r : boxes[i]) local.push_back(r.size());
     buffers[i] = runtime.allocate_array(devices[i], dtype, local, label);
   }
-  parallel_over(devices.size(), [&](size_t i) {
+  parallel_for_index(devices.size(), [&](size_t i) {
     if (!buffers[i].valid()) return;  // another process's device
     // Pinned: a core's program may allocate meanwhile and compact the arena (auto-defragment).
     const BufferPin pin = buffers[i].pin();
@@ -233,7 +218,7 @@ std::vector<T> ShardedArray::gather() const {
   const ReduceOp op = sharding_.spec().reduce_op();
   const std::vector<std::vector<std::byte>> remote = exchange_replica_blocks();
   for (size_t p = 0; p < owners.size(); ++p) {  // in partial-index order: a left fold
-    parallel_over(owners[p].size(), [&](size_t k) {
+    parallel_for_index(owners[p].size(), [&](size_t k) {
       const size_t i = owners[p][k];
       // Pinned: a core's program may allocate meanwhile and compact the arena (auto-defragment),
       // which would move the block while it is copied.

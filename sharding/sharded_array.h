@@ -9,7 +9,7 @@
 // tiled layout for its dtype and local shape (Runtime::allocate_array; RuntimeOptions::pad_arrays
 // turns that off), as a TPU stores it: f32[1437,64] replicated takes 1440 x 128 x 4 = 737,280
 // bytes per core, not 367,872. Devices with the same block (replicas) each hold a
-// copy. device_put scatters from the host with one block copy per device (oneTBB, in parallel);
+// copy. device_put scatters from the host with one block copy per device (in parallel);
 // gather copies the replica-0 blocks back, which tile the global array exactly once.
 //
 // Partial arrays (a sharding whose spec has unreduced axes): device_put gives the device with
@@ -98,12 +98,12 @@ class ShardedArray {
   /// block in a buffer labelled `label` (default "device_put/shard") on that core, allocated with
   /// Runtime::allocate_array (charged its padded bytes unless RuntimeOptions::pad_arrays is off).
   /// Across processes each process places the blocks of its own cores, from the same `host`.
-  /// The host-side copies run in parallel with oneTBB. Throws InvalidArgumentError when the shape
-  /// does not fit the sharding (see NamedSharding::check_shape), an unsupported dtype, host.size()
-  /// != product(global_shape) x the element size, or a mesh device is not a core of `runtime` (id
-  /// >= runtime.num_cores()); FailedPreconditionError when a core's arena has no backing bytes
-  /// (hbm_backing=false); OutOfMemoryError (ResourceExhausted) when a block does not fit, in which
-  /// case nothing stays allocated.
+  /// The host-side copies run in parallel (common/parallel_for.h). Throws InvalidArgumentError
+  /// when the shape does not fit the sharding (see NamedSharding::check_shape), an unsupported
+  /// dtype, host.size() != product(global_shape) x the element size, or a mesh device is not a
+  /// core of `runtime` (id >= runtime.num_cores()); FailedPreconditionError when a core's arena
+  /// has no backing bytes (hbm_backing=false); OutOfMemoryError (ResourceExhausted) when a block
+  /// does not fit, in which case nothing stays allocated.
   static ShardedArray device_put(Runtime& runtime, ElementType dtype,
                                  std::span<const std::byte> host, std::vector<int64_t> global_shape,
                                  NamedSharding sharding,
@@ -149,7 +149,7 @@ class ShardedArray {
   ShardedArray(const ShardedArray&) = delete;
   ShardedArray& operator=(const ShardedArray&) = delete;
 
-  /// The global array, row-major, assembled from the replica-0 blocks (in parallel with oneTBB);
+  /// The global array, row-major, assembled from the replica-0 blocks (in parallel);
   /// for a partial array, the fold of each block's addends in partial-index order (the order in
   /// which the collectives fold ranks), with the collectives' combine() for T. T must be the
   /// dtype's C++ type: InvalidArgumentError naming both otherwise (so gather() of a bf16 array

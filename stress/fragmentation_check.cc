@@ -1,8 +1,5 @@
 #include "vtpu/stress/fragmentation_check.h"
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_reduce.h>
-
 #include <algorithm>
 #include <chrono>
 #include <random>
@@ -10,6 +7,8 @@
 #include <vector>
 
 #include "vtpu/common/error.h"
+#include "vtpu/common/parallel_for.h"
+#include "vtpu/memory/allocator_policy.h"
 #include "vtpu/memory/hbm_arena.h"
 
 namespace vtpu {
@@ -24,6 +23,10 @@ void FragmentationCheckOptions::validate() const {
   if (workloads < 1)
     bad("fragmentation check workloads is " + std::to_string(workloads) + " (expected >= 1)");
   if (ops < 1) bad("fragmentation check ops is " + std::to_string(ops) + " (expected >= 1)");
+  const auto& known = known_allocator_policies();
+  if (std::find(known.begin(), known.end(), policy) == known.end())
+    bad("fragmentation check policy '" + policy +
+        "' (expected one of bfc, tlsf, first_fit, buddy)");
   sizes.validate();
 }
 
@@ -97,16 +100,14 @@ FragmentationCheckResult run_fragmentation_check(const FragmentationCheckOptions
   options.validate();
   const SizeSampler sampler(options.sizes);
   const auto start = std::chrono::steady_clock::now();
-  FragmentationCheckResult total = tbb::parallel_reduce(
-      tbb::blocked_range<int>(0, options.workloads), FragmentationCheckResult{},
-      [&](const tbb::blocked_range<int>& range, FragmentationCheckResult acc) {
-        for (int w = range.begin(); w < range.end(); ++w) {
-          acc = combine(acc,
-                        run_one(options, options.first_seed + static_cast<uint64_t>(w), sampler));
-        }
-        return acc;
-      },
-      combine);
+  // One result per workload, summed after the join (common/parallel_for.h: plain threads, so
+  // ThreadSanitizer sees the workers' writes ordered before the sum).
+  std::vector<FragmentationCheckResult> results(static_cast<size_t>(options.workloads));
+  parallel_for_index(results.size(), [&](size_t w) {
+    results[w] = run_one(options, options.first_seed + w, sampler);
+  });
+  FragmentationCheckResult total;
+  for (const FragmentationCheckResult& r : results) total = combine(total, r);
   total.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return total;

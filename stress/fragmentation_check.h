@@ -59,8 +59,9 @@ struct FragmentationCheckResult {
   double wall_seconds = 0.0;
 };
 
-/// Runs the workloads (in parallel with oneTBB; each workload is sequential and seeded, so the
-/// counts do not depend on scheduling). Throws InvalidArgumentError for bad options. Thread-safe.
+/// Runs the workloads (in parallel, one thread per usable CPU; each workload is sequential and
+/// seeded, so the counts do not depend on scheduling). Throws InvalidArgumentError for bad
+/// options. Thread-safe.
 FragmentationCheckResult run_fragmentation_check(const FragmentationCheckOptions& options);
 
 }  // namespace vtpu
