@@ -53,7 +53,7 @@ void Communicator::on_remote_fingerprint(const PublishedFingerprint& p) {
   // (throw_if_desynced); the other process finds the same mismatch from this one's message.
   abort(
       detail::desync_message(group_string(), r.reference_core, r.reference, p.core, p.fingerprint),
-      p.fingerprint.sequence);
+      p.fingerprint.sequence, p.fingerprint.sequence);
 }
 
 std::optional<uint64_t> Communicator::remote_desync_sequence(int core,

@@ -110,24 +110,24 @@ TEST(GroupDesyncTest, BroadcastWhereNoCoreIsTheRootFailsAtOnce) {
   EXPECT_LT(time_to_fail(out, {0, 1, 2, 3}), 100ms);
 }
 
-// desync_check = false keeps the table out: the same broadcast then waits for the timeout.
+// desync_check = false keeps the table out: a reduce-op mismatch (the messages' sizes agree, so
+// the size checks, which stay on, pass) goes unnoticed, where the default check names it.
 TEST(GroupDesyncTest, DesyncCheckOffLeavesTheTableOut) {
-  RuntimeOptions ro = four_cores();
-  ro.collective_timeout = 300ms;
-  Runtime rt(ro);
-  CommunicatorOptions o = CommunicatorOptions::from_runtime(rt.options());
-  o.desync_check = false;
-  Communicator comm(rt, iota_group(4), o);
-  const std::vector<CoreOutcome> out = run_four(rt, [&](CoreContext& ctx) {
-    std::vector<float> v(16, 1.0f);
-    comm.broadcast<float>(ctx, std::span<float>(v), ctx.core_id() < 2 ? 2 : 0);
-  });
-  int timed_out = 0;
-  for (const CoreOutcome& r : out) {
-    ASSERT_TRUE(r.failed);
-    timed_out += r.code == ErrorCode::kDeadlineExceeded;
+  for (const bool check : {true, false}) {
+    Runtime rt(four_cores());
+    CommunicatorOptions o = CommunicatorOptions::from_runtime(rt.options());
+    o.desync_check = check;
+    Communicator comm(rt, iota_group(4), o);
+    const std::vector<CoreOutcome> out = run_four(rt, [&](CoreContext& ctx) {
+      std::vector<float> v(16, 1.0f);
+      comm.all_reduce<float>(ctx, std::span<float>(v),
+                             ctx.core_id() < 2 ? ReduceOp::kSum : ReduceOp::kMax);
+    });
+    for (const CoreOutcome& r : out) {
+      EXPECT_EQ(r.failed, check) << "desync_check " << check << ": " << r.message;
+      if (check) EXPECT_EQ(r.code, ErrorCode::kInvalidArgument) << r.message;
+    }
   }
-  EXPECT_GE(timed_out, 1);
 }
 
 // reset() restarts sequences at 0: the table forgets the mismatched sequence 0, so the next
