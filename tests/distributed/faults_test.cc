@@ -120,35 +120,23 @@ TEST(DistributedFaults, ThrowingCoreFailsEveryProcessWithinOneSecond) {
 // with InvalidArgument naming both fingerprints, also those whose cores received no message from
 // the odd core (it is core 5, between two cores of its own process on np 2).
 TEST(DistributedFaults, DesyncAcrossProcessesIsInvalidArgumentEverywhere) {
-  auto rt = distributed::make_runtime(options());
-  Communicator comm(*rt, testing_util::iota_group(kCores));
-  const Outcome o = run(*rt, all_reduce_loop(comm, 5, 3, 6, [&](CoreContext& ctx, auto&) {
-    std::vector<float> odd(1001, 1.0f);
-    comm.all_reduce<float>(ctx, std::span<float>(odd));
-  }));
-  ASSERT_TRUE(o.failed);
-  EXPECT_EQ(o.code, "InvalidArgument") << o.message;
-  EXPECT_NE(o.message.find("f32[1000]"), std::string::npos) << o.message;
-  EXPECT_NE(o.message.find("f32[1001]"), std::string::npos) << o.message;
-  rt->process_group().barrier();
-}
-
-// The same with the desync check off: sizes travel with every message (the MpiLink trailer's
-// fingerprint), so the mismatch is still InvalidArgument naming both sizes in every process.
-TEST(DistributedFaults, SizeMismatchAcrossProcessesIsInvalidArgumentWithTheCheckOff) {
-  auto rt = distributed::make_runtime(options());
-  CommunicatorOptions co = CommunicatorOptions::from_runtime(rt->options());
-  co.desync_check = false;
-  Communicator comm(*rt, testing_util::iota_group(kCores), co);
-  const Outcome o = run(*rt, all_reduce_loop(comm, 5, 3, 6, [&](CoreContext& ctx, auto&) {
-    std::vector<float> odd(1001, 1.0f);
-    comm.all_reduce<float>(ctx, std::span<float>(odd));
-  }));
-  ASSERT_TRUE(o.failed);
-  EXPECT_EQ(o.code, "InvalidArgument") << o.message;
-  EXPECT_NE(o.message.find("f32[1000]"), std::string::npos) << o.message;
-  EXPECT_NE(o.message.find("f32[1001]"), std::string::npos) << o.message;
-  rt->process_group().barrier();
+  // With the desync check off too: sizes travel with every message (the MpiLink trailer's
+  // fingerprint), so the mismatch is still InvalidArgument naming both sizes in every process.
+  for (const bool check : {true, false}) {
+    auto rt = distributed::make_runtime(options());
+    CommunicatorOptions co = CommunicatorOptions::from_runtime(rt->options());
+    co.desync_check = check;
+    Communicator comm(*rt, testing_util::iota_group(kCores), co);
+    const Outcome o = run(*rt, all_reduce_loop(comm, 5, 3, 6, [&](CoreContext& ctx, auto&) {
+      std::vector<float> odd(1001, 1.0f);
+      comm.all_reduce<float>(ctx, std::span<float>(odd));
+    }));
+    ASSERT_TRUE(o.failed) << "desync_check " << check;
+    EXPECT_EQ(o.code, "InvalidArgument") << o.message;
+    EXPECT_NE(o.message.find("f32[1000]"), std::string::npos) << o.message;
+    EXPECT_NE(o.message.find("f32[1001]"), std::string::npos) << o.message;
+    rt->process_group().barrier();
+  }
 }
 
 // Process 1's cores stop before step 2: the others fail at the collective timeout with
