@@ -33,9 +33,14 @@ void Communicator::init_checks() {
 void Communicator::check_group_fingerprint(int core_id, const Fingerprint& fp) {
   if (!fingerprints_) return;
   const FingerprintTable::Result r = fingerprints_->publish(core_id, fp);
-  if (r.outcome == FingerprintTable::Outcome::kFirst && spans_processes_) {
-    // One message per process and collective: a process whose cores all agree with it stays
-    // silent, and one whose cores differ finds the mismatch in its own table.
+  // One message per process and collective: the first of its cores sends it, a process whose
+  // cores all agree with it stays silent, and one whose cores differ finds the mismatch in its
+  // own table. A core that differs from another process's reference sends too: it throws before
+  // it moves any data, so that process would otherwise wait for it until the timeout.
+  const bool tell_others =
+      r.outcome == FingerprintTable::Outcome::kFirst ||
+      (r.outcome == FingerprintTable::Outcome::kDifferent && !runtime_.is_local(r.reference_core));
+  if (tell_others && spans_processes_) {
     options_.transport->publish_fingerprint(
         {reset_epoch_.load(std::memory_order_relaxed), core_id, fp});
   }

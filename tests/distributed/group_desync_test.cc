@@ -66,6 +66,38 @@ TEST(DistributedGroupDesync, CoresOfTwoProcessesNoLinkJoinsFailWithin100Ms) {
   rt->process_group().barrier();
 }
 
+// The first cores of processes 0 and 1 all-reduce f32[8] and f32[6], and each catches its error
+// and goes on, so no failure notice is sent. Process 1's core calls 300 ms later, when process 0's
+// fingerprint has reached its table: it finds the mismatch before it sends anything, and process
+// 0's core, waiting for its data, learns of it only from process 1's fingerprint. Both fail with
+// InvalidArgument naming both shapes, far within the 20 s timeout.
+TEST(DistributedGroupDesync, CoreThatFindsTheMismatchFirstTellsTheOtherProcess) {
+  auto rt = distributed::make_runtime(options());
+  const int per_process = kCores / rt->process_count();
+  const std::vector<int> group{0, per_process};
+  Communicator comm(*rt, group);
+  rt->process_group().barrier();
+  if (rt->process_index() < 2) {
+    const int core = group[static_cast<size_t>(rt->process_index())];
+    rt->run_spmd({core}, [&](CoreContext& ctx) {
+      if (core != 0) std::this_thread::sleep_for(300ms);
+      std::vector<float> v(core == 0 ? 8 : 6, 1.0f);
+      const auto called = Clock::now();
+      try {
+        comm.all_reduce<float>(ctx, std::span<float>(v), ReduceOp::kSum, {Algorithm::kRing});
+        ADD_FAILURE() << "core " << core << " did not fail";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+        for (const char* shape : {"f32[8]", "f32[6]"}) {
+          EXPECT_NE(e.message().find(shape), std::string::npos) << shape << ": " << e.what();
+        }
+        EXPECT_LT(Clock::now() - called, 5s) << e.what();
+      }
+    });
+  }
+  rt->process_group().barrier();
+}
+
 // Matching collectives across processes, many in a row: the exchanged fingerprints of collectives
 // that went on never fail a later one (the table holds each sequence apart, and stale ones pass).
 TEST(DistributedGroupDesync, ManyMatchingCollectivesStayQuiet) {
