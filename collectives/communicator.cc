@@ -210,8 +210,9 @@ Communicator::Communicator(Runtime& runtime, std::vector<int> group, Communicato
     const std::string reason = "core " + std::to_string(core) + " failed: " + what;
     if (runtime_.is_local(core)) {
       abort_after_finished(core, reason);
-    } else {
+    } else if (!options_.transport->carries_failures()) {
       // Another process's progress is not known here: from its desynced collective, else all.
+      // (A transport that carries failures brings them with the progress: on_remote_failure.)
       const std::optional<uint64_t> desync = remote_desync_sequence(core, what);
       abort(reason, desync.value_or(0), desync);
     }
@@ -242,6 +243,8 @@ void Communicator::init_placement() {
 
 Communicator::~Communicator() {
   if (fingerprints_ && spans_processes_) options_.transport->set_fingerprint_listener(nullptr);
+  if (spans_processes_ && options_.transport->carries_failures())
+    options_.transport->set_failure_listener(nullptr);
   runtime_.remove_abort_handler(abort_handler_id_);
 }
 

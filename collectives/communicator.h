@@ -386,8 +386,14 @@ class Communicator {
   /// later entries fail at once and the links of every rank that has entered one of them are
   /// aborted, which wakes its waits. A lower `from_sequence` than an earlier abort's widens it;
   /// the first reason stays. `desync_sequence`: the cause was a desync of that collective.
-  void abort(const std::string& reason, uint64_t from_sequence,
+  /// Returns true when it widened the abort (false: already aborted from that sequence or before).
+  bool abort(const std::string& reason, uint64_t from_sequence,
              std::optional<uint64_t> desync_sequence = std::nullopt);
+  /// abort(), and when that widened it and the group spans processes, the same failure sent to
+  /// the other processes (Transport::publish_failure): a failure of a core of this process.
+  void fail_from(int core_id, const std::string& reason, uint64_t from_sequence, bool desync);
+  /// A failure another process published: aborts from its sequence on.
+  void on_remote_failure(const PublishedFailure& failure);
   /// Aborts from the first collective core `core_id` (a member of this process) has not finished.
   void abort_after_finished(int core_id, const std::string& reason);
   /// Aborts every link of `rank` (once). Needs links_mu_.

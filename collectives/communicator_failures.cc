@@ -22,6 +22,10 @@ void Communicator::init_checks() {
   for (size_t i = 0; i < group_.size(); ++i) {
     if (runtime_.is_local(group_[i])) rings_[i] = recorder_->ring(group_[i]);
   }
+  if (spans_processes_ && options_.transport->carries_failures()) {
+    options_.transport->set_failure_listener(
+        [this](const PublishedFailure& f) { on_remote_failure(f); });
+  }
   if (!options_.desync_check || size() == 1) return;
   fingerprints_ = std::make_unique<FingerprintTable>();
   if (spans_processes_) {
@@ -83,10 +87,31 @@ void Communicator::abort_after_finished(int core_id, const std::string& reason) 
   // The core's program has stopped (or abandoned its started collective): what it finished, every
   // core may still finish (its messages are in the links); what it has not, no core can.
   const size_t rank = static_cast<size_t>(rank_of(core_id));
-  abort(reason, finished_[rank].load(std::memory_order_acquire));
+  fail_from(core_id, reason, finished_[rank].load(std::memory_order_acquire), false);
 }
 
-void Communicator::abort(const std::string& reason, uint64_t from_sequence,
+void Communicator::fail_from(int core_id, const std::string& reason, uint64_t from_sequence,
+                             bool desync) {
+  const bool widened =
+      abort(reason, from_sequence, desync ? std::optional(from_sequence) : std::nullopt);
+  if (!widened || !spans_processes_ || !options_.transport->carries_failures()) return;
+  // The other processes learn how far this core got, so they fail only what cannot complete.
+  PublishedFailure f;
+  f.epoch = reset_epoch_.load(std::memory_order_relaxed);
+  f.core = core_id;
+  f.from_sequence = from_sequence;
+  f.desync = desync;
+  reason.copy(f.reason, std::min(reason.size(), PublishedFailure::kMaxReason - 1));
+  options_.transport->publish_failure(f);
+}
+
+void Communicator::on_remote_failure(const PublishedFailure& f) {
+  if (f.epoch != reset_epoch_.load(std::memory_order_relaxed)) return;  // sent before a reset
+  abort("process " + std::to_string(runtime_.process_of(f.core)) + ": " + f.reason,
+        f.from_sequence, f.desync ? std::optional(f.from_sequence) : std::nullopt);
+}
+
+bool Communicator::abort(const std::string& reason, uint64_t from_sequence,
                          std::optional<uint64_t> desync_sequence) {
   std::string link_reason;
   {
@@ -95,7 +120,7 @@ void Communicator::abort(const std::string& reason, uint64_t from_sequence,
       desync_sequence_ = desync_sequence;
       desync_reason_ = reason;
     }
-    if (from_sequence >= abort_from_.load(std::memory_order_relaxed)) return;
+    if (from_sequence >= abort_from_.load(std::memory_order_relaxed)) return false;
     if (abort_reason_.empty()) abort_reason_ = reason;
     link_reason = abort_reason_;
     abort_from_.store(from_sequence, std::memory_order_seq_cst);
@@ -115,6 +140,7 @@ void Communicator::abort(const std::string& reason, uint64_t from_sequence,
       abort_links_of_locked(r, link_reason);
     }
   }
+  return true;
 }
 
 void Communicator::abort_links_of_locked(int rank, const std::string& reason) {
@@ -172,16 +198,16 @@ void Communicator::rethrow_with_context(int rank, const Fingerprint& fp) {
     throw_if_desynced(core, fp);
     throw;
   } catch (const DesyncError& e) {
-    abort("core " + std::to_string(core) + " failed in " + fp.to_string() + ": " + e.what(),
-          fp.sequence, fp.sequence);
+    fail_from(core, "core " + std::to_string(core) + " failed in " + fp.to_string() + ": " + e.what(),
+              fp.sequence, true);
     throw;
   } catch (const Error& e) {
-    abort("core " + std::to_string(core) + " failed in " + fp.to_string() + ": " + e.what(),
-          fp.sequence);
+    fail_from(core, "core " + std::to_string(core) + " failed in " + fp.to_string() + ": " + e.what(),
+              fp.sequence, false);
     throw;
   } catch (const std::exception& e) {
-    abort("core " + std::to_string(core) + " failed in " + fp.to_string() + ": " + e.what(),
-          fp.sequence);
+    fail_from(core, "core " + std::to_string(core) + " failed in " + fp.to_string() + ": " + e.what(),
+              fp.sequence, false);
     throw;
   }
 }

@@ -25,6 +25,20 @@ struct PublishedFingerprint {
 };
 using FingerprintListener = std::function<void(const PublishedFingerprint&)>;
 
+/// A core's failure one process sends to the others of a communicator: the communicator's
+/// collectives from `from_sequence` on fail, and those before it complete (the core finished
+/// them, so their messages are in the links). `desync`: the failure is a desync found in
+/// collective `from_sequence`, which then fails with InvalidArgument everywhere. Plain data.
+struct PublishedFailure {
+  static constexpr size_t kMaxReason = 1024;
+  uint32_t epoch = 0;
+  int32_t core = -1;
+  uint64_t from_sequence = 0;
+  bool desync = false;
+  char reason[kMaxReason] = {};  // NUL-terminated, cut to fit
+};
+using FailureListener = std::function<void(const PublishedFailure&)>;
+
 /// Thread-safe.
 class Transport {
  public:
@@ -41,6 +55,16 @@ class Transport {
   /// thread; it must not block); null clears it, and once that returns it no longer runs. The
   /// default does nothing.
   virtual void set_fingerprint_listener(FingerprintListener listener) { (void)listener; }
+
+  /// True when publish_failure reaches the other processes: a Communicator then learns of another
+  /// process's core failures from these messages, which carry how far the core got, rather than
+  /// from the runtime's failure notice, which cannot say (and would fail completed collectives).
+  virtual bool carries_failures() const { return false; }
+  /// Sends `failure` to every other process that hosts a core of the communicator, without
+  /// waiting for the receivers, and before it returns. The default does nothing.
+  virtual void publish_failure(const PublishedFailure& failure) { (void)failure; }
+  /// As set_fingerprint_listener, for the failures other processes publish.
+  virtual void set_failure_listener(FailureListener listener) { (void)listener; }
 };
 
 /// Implemented by a ProcessGroup (runtime/process_group.h) whose processes need their own

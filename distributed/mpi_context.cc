@@ -14,6 +14,7 @@ namespace {
 
 constexpr int kControlTag = 1;
 constexpr int kFingerprintTag = 2;
+constexpr int kFailureTag = 3;
 // Bytes of a failure notice (the runtime's epoch, the core id, the message): under every OpenMPI
 // transport's eager limit (shared memory's is 4 KiB), so that a send never waits for the receiver.
 constexpr int kMaxNotice = 2048;
@@ -26,6 +27,14 @@ struct FingerprintMessage {
 };
 static_assert(std::is_trivially_copyable_v<FingerprintMessage>);
 constexpr int kFingerprintBytes = static_cast<int>(sizeof(FingerprintMessage));
+
+/// One core failure published to another process (MpiContext::send_failure).
+struct FailureMessage {
+  int32_t communicator_id = 0;
+  PublishedFailure failure;
+};
+static_assert(std::is_trivially_copyable_v<FailureMessage>);
+constexpr int kFailureBytes = static_cast<int>(sizeof(FailureMessage));
 
 MPI_Comm dup_world(const char* name) {
   MPI_Comm c = MPI_COMM_NULL;
@@ -167,6 +176,36 @@ void MpiContext::send_fingerprints() {
   }
 }
 
+void MpiContext::send_failure(int id, const std::vector<int>& processes,
+                              const PublishedFailure& failure) {
+  FailureMessage m{id, failure};
+  m.failure.reason[PublishedFailure::kMaxReason - 1] = '\0';
+  for (int p : processes) {
+    // Best effort, as a failure notice: the receiver may be gone already.
+    MPI_Send(&m, kFailureBytes, MPI_BYTE, p, kFailureTag, control_);
+  }
+}
+
+void MpiContext::set_failure_listener(int id, FailureListener listener) {
+  std::lock_guard lock(failure_mu_);
+  if (listener) {
+    failure_listeners_[id] = std::move(listener);
+  } else {
+    failure_listeners_.erase(id);
+  }
+}
+
+void MpiContext::deliver_failure(const char* data, int len) {
+  if (len != kFailureBytes) return;
+  FailureMessage m;
+  std::memcpy(&m, data, sizeof m);
+  m.failure.reason[PublishedFailure::kMaxReason - 1] = '\0';
+  // Under the lock, so that a removed listener (its communicator being destroyed) never runs late.
+  std::lock_guard lock(failure_mu_);
+  const auto it = failure_listeners_.find(m.communicator_id);
+  if (it != failure_listeners_.end()) it->second(m.failure);
+}
+
 void MpiContext::deliver_fingerprint(const char* data, int len) {
   if (len != kFingerprintBytes) return;
   FingerprintMessage m;
@@ -183,21 +222,24 @@ void MpiContext::stop() {
 }
 
 void MpiContext::control_loop() {
-  // Two receives stay posted: failure notices and fingerprints.
+  // Three receives stay posted: failure notices, fingerprints and communicators' failures.
   std::vector<char> notice(kMaxNotice);
   std::vector<char> fingerprint(static_cast<size_t>(kFingerprintBytes));
-  std::array<MPI_Request, 2> req{MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  std::vector<char> failure(static_cast<size_t>(kFailureBytes));
+  std::array<MPI_Request, 3> req{MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   const auto post = [&](int i) {
     if (i == 0) {
       MPI_Irecv(notice.data(), kMaxNotice, MPI_CHAR, MPI_ANY_SOURCE, kControlTag, control_,
                 &req[0]);
-    } else {
+    } else if (i == 1) {
       MPI_Irecv(fingerprint.data(), kFingerprintBytes, MPI_BYTE, MPI_ANY_SOURCE, kFingerprintTag,
                 control_, &req[1]);
+    } else {
+      MPI_Irecv(failure.data(), kFailureBytes, MPI_BYTE, MPI_ANY_SOURCE, kFailureTag, control_,
+                &req[2]);
     }
   };
-  post(0);
-  post(1);
+  for (int i = 0; i < 3; ++i) post(i);
   auto next_send = std::chrono::steady_clock::now();
   while (!stopping_.load(std::memory_order_acquire)) {
     // At most one fingerprint per communicator per poll, however fast collectives go.
@@ -208,7 +250,7 @@ void MpiContext::control_loop() {
     int index = MPI_UNDEFINED;
     int done = 0;
     MPI_Status status;
-    MPI_Testany(2, req.data(), &index, &done, &status);
+    MPI_Testany(static_cast<int>(req.size()), req.data(), &index, &done, &status);
     if (!done || index == MPI_UNDEFINED) {
       std::this_thread::sleep_for(kControlPoll);
       continue;
@@ -218,6 +260,11 @@ void MpiContext::control_loop() {
     if (index == 1) {
       deliver_fingerprint(fingerprint.data(), len);
       post(1);
+      continue;
+    }
+    if (index == 2) {
+      deliver_failure(failure.data(), len);
+      post(2);
       continue;
     }
     const std::string text(notice.data(), static_cast<size_t>(std::max(len, 0)));

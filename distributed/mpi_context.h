@@ -78,6 +78,12 @@ class MpiContext {
   /// earlier one still queued is dropped, since its collective went on. A desync that stops the
   /// cores is therefore always sent; one whose cores went on may be left to the links' compare.
   void publish_fingerprint(int id, const PublishedFingerprint& published);
+  /// Sends `failure` of communicator `id` to `processes` at once, from the calling thread (small
+  /// enough for MPI's eager protocol: the sends do not wait for the receivers).
+  void send_failure(int id, const std::vector<int>& processes, const PublishedFailure& failure);
+  /// Sets (or, null, removes) the function that receives communicator `id`'s failures from other
+  /// processes (on the control thread); once a removal returns, the old one no longer runs.
+  void set_failure_listener(int id, FailureListener listener);
   /// Stops the control thread (before MPI_Finalize or MPI_Abort). Idempotent.
   void stop();
   /// stop(), then frees the MPI communicators: before MPI_Finalize. Idempotent.
@@ -91,6 +97,8 @@ class MpiContext {
   void handle_notice(const std::string& notice);
   /// Runs the listener of a received fingerprint message (control thread).
   void deliver_fingerprint(const char* data, int len);
+  /// Runs the listener of a received failure message (control thread).
+  void deliver_failure(const char* data, int len);
 
   int rank_ = 0;
   int size_ = 1;
@@ -110,6 +118,8 @@ class MpiContext {
   };
   std::mutex channel_mu_;
   std::map<int, FingerprintChannel> channels_;  // GUARDED_BY(channel_mu_)
+  std::mutex failure_mu_;
+  std::map<int, FailureListener> failure_listeners_;  // GUARDED_BY(failure_mu_)
   std::mutex outbox_mu_;
   std::map<int, PublishedFingerprint> outbox_;  // GUARDED_BY(outbox_mu_)
   std::atomic<bool> stopping_{false};

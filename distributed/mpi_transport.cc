@@ -47,11 +47,7 @@ void MpiTransport::publish_fingerprint(const PublishedFingerprint& published) {
   context_->publish_fingerprint(id_, published);
 }
 
-void MpiTransport::set_fingerprint_listener(FingerprintListener listener) {
-  if (!listener) {
-    context_->remove_fingerprint_channel(id_);
-    return;
-  }
+std::vector<int> MpiTransport::other_processes() const {
   std::vector<int> processes;
   for (int core : group_) {
     const int p = core / cores_per_process_;
@@ -59,7 +55,23 @@ void MpiTransport::set_fingerprint_listener(FingerprintListener listener) {
         std::find(processes.begin(), processes.end(), p) == processes.end())
       processes.push_back(p);
   }
-  context_->add_fingerprint_channel(id_, std::move(processes), std::move(listener));
+  return processes;
+}
+
+void MpiTransport::set_fingerprint_listener(FingerprintListener listener) {
+  if (!listener) {
+    context_->remove_fingerprint_channel(id_);
+    return;
+  }
+  context_->add_fingerprint_channel(id_, other_processes(), std::move(listener));
+}
+
+void MpiTransport::publish_failure(const PublishedFailure& failure) {
+  context_->send_failure(id_, other_processes(), failure);
+}
+
+void MpiTransport::set_failure_listener(FailureListener listener) {
+  context_->set_failure_listener(id_, std::move(listener));
 }
 
 }  // namespace vtpu::distributed

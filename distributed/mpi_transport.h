@@ -37,10 +37,16 @@ class MpiTransport final : public Transport {
   std::unique_ptr<Link> connect(int src_core, int dst_core, const LinkOptions& options) override;
   void publish_fingerprint(const PublishedFingerprint& published) override;
   void set_fingerprint_listener(FingerprintListener listener) override;
+  bool carries_failures() const override { return true; }
+  void publish_failure(const PublishedFailure& failure) override;
+  void set_failure_listener(FailureListener listener) override;
 
  private:
   std::shared_ptr<MpiContext> context_;
   int id_;
+  /// The other processes that host a core of group_.
+  std::vector<int> other_processes() const;
+
   std::vector<int> group_;
   int cores_per_process_;
 };

@@ -125,7 +125,9 @@ TEST(GroupDesyncTest, DesyncCheckOffLeavesTheTableOut) {
     });
     for (const CoreOutcome& r : out) {
       EXPECT_EQ(r.failed, check) << "desync_check " << check << ": " << r.message;
-      if (check) EXPECT_EQ(r.code, ErrorCode::kInvalidArgument) << r.message;
+      if (check) {
+        EXPECT_EQ(r.code, ErrorCode::kInvalidArgument) << r.message;
+      }
     }
   }
 }

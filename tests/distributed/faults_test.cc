@@ -116,6 +116,36 @@ TEST(DistributedFaults, ThrowingCoreFailsEveryProcessWithinOneSecond) {
   rt->process_group().barrier();
 }
 
+// A core of process 1 throws right after step 4, which every core has contributed to: every core
+// of every process still gets step 4's result (the abort fails only step 5), in each of 50 runs.
+TEST(DistributedFaults, ThrowAfterAStepLosesNoCoreItsResult) {
+  int lost_runs = 0;
+  for (int run_index = 0; run_index < 50; ++run_index) {
+    auto rt = distributed::make_runtime(options());
+    Communicator comm(*rt, testing_util::iota_group(kCores));
+    const int failing = failing_core(*rt);
+    std::vector<int> completed(static_cast<size_t>(kCores), 0);
+    const Outcome o = run(*rt, [&](CoreContext& ctx) {
+      std::vector<float> x(1000, 1.0f);
+      for (int step = 0; step < 8; ++step) {
+        if (ctx.core_id() == failing && step == 5) throw InvalidArgumentError("thrown after step 4");
+        comm.all_reduce<float>(ctx, std::span<float>(x));
+        ++completed[static_cast<size_t>(ctx.core_id())];
+      }
+    });
+    EXPECT_TRUE(o.failed);
+    bool lost = false;
+    for (int c : rt->local_core_ids()) {
+      lost |= completed[static_cast<size_t>(c)] < 5;
+      EXPECT_LE(completed[static_cast<size_t>(c)], 5) << "core " << c;  // step 5 cannot complete
+    }
+    const std::vector<int64_t> all = gather(*rt, int64_t{lost});
+    lost_runs += std::count(all.begin(), all.end(), int64_t{1}) > 0;
+    rt->process_group().barrier();
+  }
+  EXPECT_EQ(lost_runs, 0);
+}
+
 // A core of another process calls all_reduce with another shape at step 3: every process fails
 // with InvalidArgument naming both fingerprints, also those whose cores received no message from
 // the odd core (it is core 5, between two cores of its own process on np 2).
