@@ -29,8 +29,11 @@ find_package(vtpu 0.1 REQUIRED)
 add_executable(quickstart quickstart.cc)
 target_link_libraries(quickstart PRIVATE vtpu::sharding)
 CMAKE
+# VTPU_CONSUMER_FLAGS: the sanitizer of a sanitizer build's libraries (tests/package/CMakeLists.txt).
+consumer_flags=${VTPU_CONSUMER_FLAGS:-}
 cmake -S "$tmp/consumer" -B "$tmp/consumer/build" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
+  -DCMAKE_CXX_FLAGS="$consumer_flags" -DCMAKE_EXE_LINKER_FLAGS="$consumer_flags" \
   >"$tmp/configure.log" 2>&1 || { cat "$tmp/configure.log"; fail "the consumer does not configure"; }
 cmake --build "$tmp/consumer/build" -j2 >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; fail "the consumer does not build"; }
 commands=$tmp/consumer/build/compile_commands.json
@@ -54,7 +57,8 @@ data=$(grep -o '"data": *"[^"]*"' <<<"$json" | head -1 | sed 's/.*: *"//; s/"$//
 "$prefix/bin/vtpu" plan examples/models/mlp.json --mesh 2x4 --json >/dev/null \
   || fail "installed vtpu plan examples/models/mlp.json exited $?"
 if [[ -n $python ]]; then
-  found=$(PYTHONPATH="$prefix/$python_dir" "$python" -c '
+  # VTPU_PYTHON_PRELOAD: a sanitizer build's runtime for the uninstrumented interpreter.
+  found=$(LD_PRELOAD="${VTPU_PYTHON_PRELOAD:-}" PYTHONPATH="$prefix/$python_dir" "$python" -c '
 import numpy as np, vtpu
 rt = vtpu.Runtime(cores=2, hbm_bytes="8M")
 mesh = vtpu.make_mesh((2,), ("x",), devices=rt.devices())
