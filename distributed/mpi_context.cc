@@ -36,6 +36,15 @@ struct FailureMessage {
 static_assert(std::is_trivially_copyable_v<FailureMessage>);
 constexpr int kFailureBytes = static_cast<int>(sizeof(FailureMessage));
 
+// Messages for a communicator this process has not made yet are kept for it, a bounded number
+// per communicator (one that is never made, e.g. of an earlier failed run, costs no more).
+template <typename T>
+void keep_early(std::map<int, std::vector<T>>& early, int id, const T& message) {
+  constexpr size_t kMaxEarly = 64;
+  std::vector<T>& kept = early[id];
+  if (kept.size() < kMaxEarly) kept.push_back(message);
+}
+
 MPI_Comm dup_world(const char* name) {
   MPI_Comm c = MPI_COMM_NULL;
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &c), "MPI_Comm_dup");
@@ -140,13 +149,20 @@ void MpiContext::remove_failure_callback(int id) {
 void MpiContext::add_fingerprint_channel(int id, std::vector<int> processes,
                                          FingerprintListener listener) {
   std::lock_guard lock(channel_mu_);
-  channels_[id] = FingerprintChannel{std::move(processes), std::move(listener)};
+  auto& channel = channels_[id] = FingerprintChannel{std::move(processes), std::move(listener)};
+  // Fingerprints that came before this process made the communicator (processes make theirs at
+  // different times): without them a desync between two other processes' cores goes unseen here.
+  const auto early = early_fingerprints_.find(id);
+  if (early == early_fingerprints_.end()) return;
+  for (const PublishedFingerprint& p : early->second) channel.listener(p);
+  early_fingerprints_.erase(early);
 }
 
 void MpiContext::remove_fingerprint_channel(int id) {
   {
     std::lock_guard lock(channel_mu_);
     channels_.erase(id);
+    early_fingerprints_.erase(id);
   }
   std::lock_guard lock(outbox_mu_);
   outbox_.erase(id);
@@ -188,11 +204,17 @@ void MpiContext::send_failure(int id, const std::vector<int>& processes,
 
 void MpiContext::set_failure_listener(int id, FailureListener listener) {
   std::lock_guard lock(failure_mu_);
-  if (listener) {
-    failure_listeners_[id] = std::move(listener);
-  } else {
+  if (!listener) {
     failure_listeners_.erase(id);
+    early_failures_.erase(id);
+    return;
   }
+  auto& l = failure_listeners_[id] = std::move(listener);
+  // Failures sent before this process made the communicator, as for fingerprints.
+  const auto early = early_failures_.find(id);
+  if (early == early_failures_.end()) return;
+  for (const PublishedFailure& f : early->second) l(f);
+  early_failures_.erase(early);
 }
 
 void MpiContext::deliver_failure(const char* data, int len) {
@@ -203,7 +225,11 @@ void MpiContext::deliver_failure(const char* data, int len) {
   // Under the lock, so that a removed listener (its communicator being destroyed) never runs late.
   std::lock_guard lock(failure_mu_);
   const auto it = failure_listeners_.find(m.communicator_id);
-  if (it != failure_listeners_.end()) it->second(m.failure);
+  if (it != failure_listeners_.end()) {
+    it->second(m.failure);
+  } else {
+    keep_early(early_failures_, m.communicator_id, m.failure);
+  }
 }
 
 void MpiContext::deliver_fingerprint(const char* data, int len) {
@@ -213,7 +239,11 @@ void MpiContext::deliver_fingerprint(const char* data, int len) {
   // Under the lock, so that a removed channel (its communicator being destroyed) never runs late.
   std::lock_guard lock(channel_mu_);
   const auto it = channels_.find(m.communicator_id);
-  if (it != channels_.end()) it->second.listener(m.published);
+  if (it != channels_.end()) {
+    it->second.listener(m.published);
+  } else {
+    keep_early(early_fingerprints_, m.communicator_id, m.published);
+  }
 }
 
 void MpiContext::stop() {

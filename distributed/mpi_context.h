@@ -118,8 +118,11 @@ class MpiContext {
   };
   std::mutex channel_mu_;
   std::map<int, FingerprintChannel> channels_;  // GUARDED_BY(channel_mu_)
+  // Received before the communicator was made here (add_fingerprint_channel delivers them).
+  std::map<int, std::vector<PublishedFingerprint>> early_fingerprints_;  // GUARDED_BY(channel_mu_)
   std::mutex failure_mu_;
   std::map<int, FailureListener> failure_listeners_;  // GUARDED_BY(failure_mu_)
+  std::map<int, std::vector<PublishedFailure>> early_failures_;  // GUARDED_BY(failure_mu_)
   std::mutex outbox_mu_;
   std::map<int, PublishedFingerprint> outbox_;  // GUARDED_BY(outbox_mu_)
   std::atomic<bool> stopping_{false};
