@@ -178,6 +178,9 @@ std::string Communicator::missing_cores(uint64_t sequence) const {
 
 void Communicator::rethrow_with_context(int rank, const Fingerprint& fp) {
   const int core = group_[static_cast<size_t>(rank)];
+  const auto failed_in = [&](const char* what) {
+    return "core " + std::to_string(core) + " failed in " + fp.to_string() + ": " + what;
+  };
   try {
     throw;
   } catch (const DeadlineExceededError& e) {
@@ -198,16 +201,10 @@ void Communicator::rethrow_with_context(int rank, const Fingerprint& fp) {
     throw_if_desynced(core, fp);
     throw;
   } catch (const DesyncError& e) {
-    fail_from(core, "core " + std::to_string(core) + " failed in " + fp.to_string() + ": " + e.what(),
-              fp.sequence, true);
-    throw;
-  } catch (const Error& e) {
-    fail_from(core, "core " + std::to_string(core) + " failed in " + fp.to_string() + ": " + e.what(),
-              fp.sequence, false);
+    fail_from(core, failed_in(e.what()), fp.sequence, true);
     throw;
   } catch (const std::exception& e) {
-    fail_from(core, "core " + std::to_string(core) + " failed in " + fp.to_string() + ": " + e.what(),
-              fp.sequence, false);
+    fail_from(core, failed_in(e.what()), fp.sequence, false);
     throw;
   }
 }
