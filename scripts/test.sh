@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Install deps, build, fetch the dataset and run the test suite; then, when no ctest arguments
-# were given, the collectives and runtime tests again under ThreadSanitizer.
+# were given, the collectives and runtime tests again under ThreadSanitizer and every fuzz target
+# briefly under libFuzzer.
 # Extra arguments go to ctest, e.g. scripts/test.sh -R collectives
 #   VTPU_CI_TSAN=0   skip the TSan step (its own build tree, <repo>/build-tsan or TSAN_BUILD_DIR)
+#   VTPU_TEST_FUZZ=0 skip the fuzz step (its own build tree, <repo>/build-fuzz or FUZZ_BUILD_DIR)
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,11 +25,10 @@ if [[ ${VTPU_CI_TSAN:-1} != 0 && $# -eq 0 ]]; then
     "$repo/scripts/sanitize.sh" thread -L '^(collectives|runtime)$' || status=$?
 fi
 
-# The fuzz.* tests above replay each fuzz target's seeds. VTPU_TEST_FUZZ=1 also runs every target
-# under libFuzzer (docs/FUZZING.md): its seeds, then up to 2000 mutated inputs or 10 s each. Off
-# by default: its clang ASan+UBSan build of the libraries (build-fuzz/) costs as much CPU as a
-# second build of them when ccache has none of it.
-if (($# == 0)) && [[ "${VTPU_TEST_FUZZ:-0}" == 1 ]]; then
+# The fuzz.* tests above only replay each target's seeds; here every target mutates them under
+# libFuzzer with ASan+UBSan (docs/FUZZING.md), up to 2000 inputs or 10 s each.
+if [[ ${VTPU_TEST_FUZZ:-1} != 0 && $# -eq 0 ]]; then
+  echo "test.sh: every fuzz target briefly under libFuzzer (VTPU_TEST_FUZZ=0 skips this)"
   "$repo/scripts/fuzz.sh" 10 -runs=2000 || status=$?
 fi
 exit "$status"
