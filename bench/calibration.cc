@@ -218,7 +218,7 @@ std::string calibration_warning(const CalibrationQuality& q) {
   if (reasons.empty()) return "";
   return "vtpu: warning: this calibration is likely noisy: " + join(reasons, "; ") +
          ". Check the residuals, and recalibrate on a quiet machine before shipping the profile "
-         "(README, \"Planner\")";
+         "(docs/PLANNER.md, \"Calibrating this machine\")";
 }
 
 std::string calibration_quality_text(const CalibrationQuality& q) {

@@ -1,5 +1,5 @@
 // Calibration of a hardware profile from measurements on this machine, behind
-// `vtpu bench collectives --calibrate OUT.json` (README, "Planner").
+// `vtpu bench collectives --calibrate OUT.json` (docs/PLANNER.md).
 //
 // Method. For each of all_gather, reduce_scatter, all_reduce and all_to_all and each group size
 // N of the options (default 2, 4 and 8: one fit per collective and size, which the cost model

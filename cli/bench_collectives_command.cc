@@ -148,9 +148,9 @@ int run_calibrate(const BenchCollectivesCommand& cmd, const TrainRuntimeConfig& 
   if (!check_usage([&] {
         check_outputs_not_inputs({{"--calibrate", cmd.calibrate_path}},
                                  {{"--config", cmd.config_path}});
+        check_output_path("--calibrate", cmd.calibrate_path);
       }))
     return 2;
-  check_output_path("--calibrate", cmd.calibrate_path);
   CalibrationOptions c;
   c.runtime = config.options;
   if (cmd.cores_opt->count() > 0) {

@@ -131,7 +131,7 @@ std::shared_ptr<BenchKernelCommand> add_bench_kernel_command(CLI::App& bench) {
       ->check(CLI::Range(1, 3600000));
   m->add_option("--seed", o.seed, "Input seed")->capture_default_str();
   m->add_flag("--force", cmd->force,
-              "Run even when the estimated run time or memory is over the limits (see README)");
+              "Run even when the estimated run time or memory is over the limits (docs/KERNELS.md)");
   m->add_flag("--json", cmd->json, "Print the configuration and results as JSON");
 
   cmd->hardware = bench.add_subcommand(
@@ -162,7 +162,10 @@ bool run_bench_kernel_if_selected(const BenchKernelCommand& cmd, int* exit_code)
       *exit_code = 2;
       return true;
     }
-    check_output_path("--out", cmd.out_path);
+    if (!check_usage([&] { check_output_path("--out", cmd.out_path); })) {
+      *exit_code = 2;
+      return true;
+    }
     const HardwareProfile p = measure_this_machine(copy_bytes, cmd.gemm_n);
     const std::string text = p.to_json().dump(2);
     std::printf("%s\n", text.c_str());
@@ -179,14 +182,11 @@ bool run_bench_kernel_if_selected(const BenchKernelCommand& cmd, int* exit_code)
   if (cmd.kernel == nullptr || !cmd.kernel->parsed()) return false;
   if (!cmd.matmul->parsed()) {
     const std::vector<std::string> rest = cmd.kernel->remaining();
-    if (rest.empty()) {
-      std::fprintf(stderr, "vtpu bench kernel: expected a kernel name (one of: %s)\n",
-                   kKernelNames);
-    } else {
-      std::fprintf(stderr, "vtpu bench kernel: unknown kernel '%s' (expected one of: %s)\n",
-                   rest.front().c_str(), kKernelNames);
-    }
-    *exit_code = 2;
+    *exit_code = report_usage_error(
+        rest.empty() ? "bench kernel: expected a kernel name (one of: " +
+                           std::string(kKernelNames) + ")"
+                     : "bench kernel: unknown kernel '" + rest.front() +
+                           "' (expected one of: " + std::string(kKernelNames) + ")");
     return true;
   }
   if (const std::vector<std::string> rest = cmd.kernel->remaining(true); !rest.empty()) {

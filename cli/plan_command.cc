@@ -127,7 +127,7 @@ void print_text(const PlanCommand& c, const AutoShardingPlan& plan, const ModelG
 
 int run(const PlanCommand& c) {
   if (!check_flags_usage(c)) return 2;
-  check_output_path("--emit", c.emit_path);
+  if (!check_usage([&] { check_output_path("--emit", c.emit_path); })) return 2;
   std::optional<PlannedModel> planned = plan_request(request_of(c), check_usage);
   if (!planned) return 2;
   const AutoShardingPlan& plan = planned->plan;

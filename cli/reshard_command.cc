@@ -358,8 +358,16 @@ int run(const ReshardCommand& c) {
   std::vector<std::string> axes;
   if (!parse_mesh_usage(c, runtime_config, uniform, mesh_shape, axes)) return 2;
   const Mesh mesh(mesh_shape, axes);
-  const NamedSharding source(mesh, PartitionSpec::parse(c.from));
-  const NamedSharding target(mesh, PartitionSpec::parse(c.to));
+  // --from/--to/--shape are command-line values: a spec that does not parse, names an axis the
+  // mesh lacks or does not fit the shape is a usage error.
+  std::optional<NamedSharding> source_opt, target_opt;
+  if (!check_usage([&] {
+        source_opt.emplace(mesh, PartitionSpec::parse(c.from));
+        target_opt.emplace(mesh, PartitionSpec::parse(c.to));
+      }))
+    return 2;
+  const NamedSharding& source = *source_opt;
+  const NamedSharding& target = *target_opt;
   // Priced for the mesh's cores all running at once, as `vtpu plan` prices a mesh: a run keeps
   // every core of the mesh busy (each step runs all its replica groups concurrently), so on
   // this_machine a 2-core group of an 8-core mesh gets the oversubscription s(8) / s(2) of the
@@ -369,7 +377,10 @@ int run(const ReshardCommand& c) {
                                     c.cost.all_to_all_factor)
                : CostModel(HardwareProfile::get(c.hardware)))
           .for_cores(static_cast<int>(mesh.size()));
-  const ReshardPlan plan = plan_reshard(c.shape, source, target, model);
+  std::optional<ReshardPlan> plan_opt;
+  if (!check_usage([&] { plan_opt.emplace(plan_reshard(c.shape, source, target, model)); }))
+    return 2;
+  const ReshardPlan& plan = *plan_opt;
   nlohmann::json j;
   if (c.json) {
     j = plan_json(c, plan, model, uniform, source, target);

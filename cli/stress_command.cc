@@ -274,7 +274,7 @@ bool run_stress_if_selected(const StressCommand& cmd, int argc, char** argv, int
           static_cast<unsigned long long>(report["load"]["all_reduce_failures"].get<uint64_t>()));
     }
   } catch (const OutOfMemoryError& e) {
-    std::fprintf(stderr, "vtpu: error: out of memory (--stop-on-oom)\n%s\n",
+    std::fprintf(stderr, "vtpu: error: ResourceExhausted: out of memory (--stop-on-oom)\n%s\n",
                  e.report().to_string().c_str());
     *exit_code = 1;
   } catch (const Error& e) {

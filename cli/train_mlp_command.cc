@@ -104,10 +104,10 @@ void print_report(const MlpResult& r, const MlpConfig& c) {
 /// The memory output paths: writable, not one file twice (they would overwrite each other), and
 /// none of the run's inputs (an output over an input replaced it). False after a usage error.
 bool check_memory_outputs(const TrainMlpCommand& cmd) {
-  check_output_path("--memory-profile", cmd.memory_profile);
-  check_output_path("--memory-snapshot", cmd.memory_snapshot);
-  check_output_path("--memory-events", cmd.memory_events);
   return check_usage([&] {
+    check_output_path("--memory-profile", cmd.memory_profile);
+    check_output_path("--memory-snapshot", cmd.memory_snapshot);
+    check_output_path("--memory-events", cmd.memory_events);
     const std::pair<const char*, const std::string*> outputs[] = {
         {"--memory-profile", &cmd.memory_profile},
         {"--memory-snapshot", &cmd.memory_snapshot},

@@ -24,6 +24,16 @@ bool same_file(const std::string& a, const std::string& b) {
   const fs::path cb = fs::weakly_canonical(b, b_error);
   return a == b || (!a_error && !b_error && ca == cb) || fs::equivalent(a, b, link_error);
 }
+
+// A path the system refuses to write: a full device or a permission is the run's environment
+// (ResourceExhausted, PermissionDenied: exit 1), any other refusal a bad path (InvalidArgument).
+[[noreturn]] void throw_unwritable(const char* flag, const std::string& path, int err) {
+  const std::string message =
+      std::string(flag) + " '" + path + "' cannot be written: " + std::strerror(err);
+  if (err == ENOSPC || err == EDQUOT || err == EFBIG) throw ResourceExhaustedError(message);
+  if (err == EACCES || err == EPERM) throw PermissionDeniedError(message);
+  throw InvalidArgumentError(message);
+}
 }  // namespace
 
 void check_distinct_outputs(const char* flag_a, const std::string& path_a, const char* flag_b,
@@ -71,21 +81,14 @@ void check_output_path(const char* flag, const std::string& path) {
   // (not truncated); a new one is created and removed again.
   const bool existed = fs::exists(p, ec);
   std::FILE* f = std::fopen(path.c_str(), existed ? "a" : "w");
-  if (f == nullptr) {
-    const int err = errno;
-    throw InvalidArgumentError(std::string(flag) + " '" + path +
-                               "' cannot be written: " + std::strerror(err));
-  }
+  if (f == nullptr) throw_unwritable(flag, path, errno);
   // A write of zero bytes changes no file, but a device that refuses every write fails it:
   // /dev/full says ENOSPC (Linux's write_full ignores the count). Without this check
   // `vtpu bench collectives --calibrate /dev/full` failed only after the whole sweep.
   const int write_err = ::write(fileno(f), "", 0) < 0 ? errno : 0;
   std::fclose(f);
   if (!existed) fs::remove(p, ec);
-  if (write_err != 0) {
-    throw InvalidArgumentError(std::string(flag) + " '" + path +
-                               "' cannot be written: " + std::strerror(write_err));
-  }
+  if (write_err != 0) throw_unwritable(flag, path, write_err);
 }
 
 void write_output_file(const char* flag, const std::string& path, const std::string& text) {

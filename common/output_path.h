@@ -13,8 +13,9 @@ namespace vtpu {
 /// on a device that refuses every write: /dev/full), so that a typo, a permission problem or a
 /// full device fails at once rather than after a long run. An empty path is accepted (the option
 /// was not given; a caller that sees the option given with an empty value rejects it itself).
-/// Throws InvalidArgumentError naming the flag, the path and, for an open that failed, the system's
-/// reason. Thread-safe.
+/// Throws InvalidArgumentError naming the flag and the path (a usage error); a file the system
+/// refuses for a full device or a permission is ResourceExhaustedError or PermissionDeniedError
+/// "<flag> '<path>' cannot be written: <the system's reason>" (an error of the run). Thread-safe.
 void check_output_path(const char* flag, const std::string& path);
 
 /// Checks that two output options name different files: `path_a` (the value of `flag_a`) and

@@ -99,9 +99,10 @@ ElementType parse_dtype_arg(py::handle dtype, const char* what) {
 }
 
 py::array contiguous_array(py::handle obj, const char* what) {
-  static py::object* ascontiguousarray =
-      new py::object(py::module_::import("numpy").attr("ascontiguousarray"));
-  auto a = py::reinterpret_borrow<py::array>((*ascontiguousarray)(obj));
+  // asarray(order="C"), not ascontiguousarray: that one makes a 0-d array (a numpy scalar) 1-d,
+  // and JAX keeps the shape ().
+  static py::object* asarray = new py::object(py::module_::import("numpy").attr("asarray"));
+  auto a = py::reinterpret_borrow<py::array>((*asarray)(obj, py::arg("order") = "C"));
   const char kind = a.dtype().kind();
   if (kind == 'O' || kind == 'c' || kind == 'U' || kind == 'S' || kind == 'M' || kind == 'm') {
     throw InvalidArgumentError(std::string(what) + ": a " +
@@ -111,7 +112,7 @@ py::array contiguous_array(py::handle obj, const char* what) {
   }
   if (!a.dtype().attr("isnative").cast<bool>()) {
     a = py::reinterpret_borrow<py::array>(
-        (*ascontiguousarray)(a.attr("astype")(a.dtype().attr("newbyteorder")("="))));
+        (*asarray)(a.attr("astype")(a.dtype().attr("newbyteorder")("=")), py::arg("order") = "C"));
   }
   return a;
 }

@@ -406,7 +406,7 @@ TEST(VtpuCliTest, BenchKernelMatmulRejectsBadValuesClearly) {
 TEST(VtpuCliTest, BenchHardwareChecksCopyBytesAndOutFirst) {
   expect_failure("bench hardware --gemm-n 64 --copy-bytes 0", 2, {"--copy-bytes 0", "1M..4G"});
   expect_failure("bench hardware --gemm-n 64 --copy-bytes 1T", 2, {"--copy-bytes 1T", "1M..4G"});
-  expect_failure("bench hardware --gemm-n 64 --out /nonexistent/dir/x.json", 1,
+  expect_failure("bench hardware --gemm-n 64 --out /nonexistent/dir/x.json", 2,
                  {"--out", "'/nonexistent/dir/x.json'", "'/nonexistent/dir'"});
 }
 
@@ -907,9 +907,11 @@ TEST(VtpuCliTest, ReshardPlanDependsOnTheSizeWhereTheFitsCross) {
 
 TEST(VtpuCliTest, ReshardRejectsBadInput) {
   expect_failures({
-      {"reshard --mesh 2x2 --shape 8 --from \"P('x','x')\" --to \"P()\"", 1, {"'x'"}},
-      {"reshard --mesh 2x2 --shape 8 --from \"P('q')\" --to \"P()\"", 1, {"'q'"}},
-      {"reshard --mesh 2x2 --shape 8 --from \"P('x','y')\" --to \"P()\"", 1, {"rank 1"}},
+      {"reshard --mesh 2x2 --shape 8 --from \"P('x','x')\" --to \"P()\"", 2, {"'x'"}},
+      {"reshard --mesh 2x2 --shape 8 --from \"P('q')\" --to \"P()\"", 2, {"'q'"}},
+      {"reshard --mesh 2x2 --shape 8 --from \"P('x'\" --to \"P()\"", 2, {"P('x'"}},
+      {"reshard --mesh 2x2 --shape 8 --from \"P()\" --to \"P(('x',)\"", 2, {"P(('x',)"}},
+      {"reshard --mesh 2x2 --shape 8 --from \"P('x','y')\" --to \"P()\"", 2, {"rank 1"}},
       {"reshard --mesh 2xz --shape 8 --from \"P()\" --to \"P()\"", 2, {"--mesh", "'2xz'"}},
       {"reshard --mesh 2x2 --shape 8 --from \"P()\"", 2, {"--to"}},
   });
@@ -988,17 +990,18 @@ TEST(VtpuCliTest, ReshardRejectsBadShapesAndRunsTooLargeToHold) {
     EXPECT_EQ(e["comm_seconds"], 0.0);
   }
   EXPECT_EQ(json_of(empty + " --json")["check"]["result"], "ok");
-  // 2^62 elements: the error names the array's own shape, not a shard's.
+  // 2^62 elements: the error names the array's own shape, not a shard's (a usage error, as every
+  // shape the flags give that cannot be planned).
   expect_failure(
       "reshard --mesh 2 --shape 4611686018427387904 --from \"P('x')\" --to \"P()\" "
       "--explain",
-      1, {"(4611686018427387904,)", "2^60"});
+      2, {"(4611686018427387904,)", "2^60"});
   // Regression: 2^60 elements over 7 cores pad to 2^60 + 6 in the reduce-scatter's buffer; the
   // error named only that padded shape.
   expect_failure(
       "reshard --mesh 7 --shape 1152921504606846976 --from \"P(unreduced={'x'})\" --to "
       "\"P('x')\" --explain",
-      1, {"(1152921504606846976,)", "(1152921504606846982,)", "2^60"});
+      2, {"(1152921504606846976,)", "(1152921504606846982,)", "2^60"});
 }
 
 }  // namespace
@@ -1249,7 +1252,7 @@ TEST(VtpuCliTest, BenchCollectivesCalibrateChecksTheOutputBeforeTheSweep) {
                                     {"--calibrate", "'/dev/full'"});
   }
   expect_refused_before_the_sweep(
-      "--calibrate /nonexistent-dir/cal.json --cores 2", 1,
+      "--calibrate /nonexistent-dir/cal.json --cores 2", 2,
       {"--calibrate", "'/nonexistent-dir/cal.json'", "'/nonexistent-dir'"});
   // A writable file is still accepted by the check (a zero-byte write changes nothing): an
   // existing file keeps its content when a later usage error stops the command.
@@ -2310,6 +2313,21 @@ namespace {
 
 std::string model_path(const char* name) {
   return std::string(VTPU_SOURCE_DIR) + "/examples/models/" + name;
+}
+
+// Regression: an output path in a missing directory or naming a directory was exit 1 in these
+// commands (exit 2 in `stress`), although it is checked before the run as a usage error.
+TEST(VtpuCliTest, AnUnwritableOutputPathIsAUsageErrorInEveryCommand) {
+  const std::string dir = test_temp_dir().string();
+  expect_failures({
+      {"train mlp --steps 1 --memory-snapshot /nonexistent-dir/s.json", 2,
+       {"--memory-snapshot", "'/nonexistent-dir'"}},
+      {"train mlp --steps 1 --memory-profile /nonexistent-dir/p.pb.gz", 2,
+       {"--memory-profile", "'/nonexistent-dir'"}},
+      {"train mlp --steps 1 --memory-events " + dir, 2, {"--memory-events", "'" + dir + "'"}},
+      {"plan " + model_path("mlp.json") + " --emit /nonexistent-dir/p.json", 2,
+       {"--emit", "'/nonexistent-dir'"}},
+  });
 }
 
 TEST(VtpuCliPlanTest, PlanPrintsEveryCandidateAndEmitsTheWinner) {

@@ -12,6 +12,7 @@
 #include <iterator>
 #include <string>
 
+#include "tests/expect_error.h"
 #include "tests/temp_path.h"
 #include "vtpu/common/error.h"
 
@@ -121,6 +122,27 @@ TEST(OutputPathTest, AnOutputMayNotNameAnInput) {
   EXPECT_THROW(check_outputs_not_inputs({{"--emit", (dir / "." / "absent.json").string()}},
                                         {{"the model file", absent}}),
                InvalidArgumentError);
+}
+
+// A bad path is the user's (InvalidArgument: a usage error); a full device is the run's
+// environment (ResourceExhausted), as a failed write of the same file would be.
+TEST(CheckOutputPath, NamesTheFlagAndThePathWithTheCodeOfTheProblem) {
+  using testing::expect_error;
+  const std::string dir = test_temp_dir().string();
+  expect_error(ErrorCode::kInvalidArgument, [&] { check_output_path("--emit", dir); },
+               {"--emit", "'" + dir + "'"});
+  expect_error(ErrorCode::kInvalidArgument,
+               [&] { check_output_path("--emit", "/nonexistent-dir/p.json"); },
+               {"--emit", "'/nonexistent-dir'"});
+  if (std::filesystem::exists("/dev/full")) {
+    expect_error(ErrorCode::kResourceExhausted,
+                 [&] { check_output_path("--calibrate", "/dev/full"); },
+                 {"--calibrate", "'/dev/full'"});
+  }
+  const std::string fresh = test_temp_path("vtpu_check_output_fresh.json");
+  std::filesystem::remove(fresh);
+  EXPECT_NO_THROW(check_output_path("--emit", fresh));
+  EXPECT_FALSE(std::filesystem::exists(fresh));  // the probe removes the file it created
 }
 
 }  // namespace

@@ -57,6 +57,16 @@ def test_rank_1_and_rank_3_round_trip(mesh):
     assert np.array_equal(np.asarray(a), y)
 
 
+def test_a_0d_array_keeps_the_shape_of_a_scalar_as_in_jax(mesh):
+    s = vtpu.NamedSharding(mesh, vtpu.P())
+    for value in (np.float32(2.5), np.array(7, np.int32), 4):
+        x = vtpu.device_put(value, s)
+        assert x.shape == () and x.ndim == 0 and x.size == 1
+        assert np.asarray(x).shape == () and np.asarray(x) == np.asarray(value)
+    with pytest.raises(TypeError):
+        len(vtpu.device_put(np.float32(1), s))
+
+
 def test_addressable_shards_tile_the_array_as_devices_indices_map_says(mesh):
     x = np.arange(7 * 5, dtype=np.float32).reshape(7, 5)
     s = vtpu.NamedSharding(mesh, vtpu.P("x", "y"))

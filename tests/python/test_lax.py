@@ -214,6 +214,16 @@ def test_python_scalars(mesh):
     assert got[1][2].tolist() == [6.0, 4.0, 3.0, 7.0, -2.0]
 
 
+def test_a_0d_block_result_stays_0d_as_in_jax(mesh):
+    x = np.arange(16, dtype=np.float32).reshape(2, 8)
+    total = vtpu.shard_map(lambda b: lax.psum(b.sum(), ("x", "y")), mesh=mesh,
+                           in_specs=vtpu.P("x", "y"), out_specs=vtpu.P())(x)
+    assert total.shape == () and float(np.asarray(total)) == x.sum()
+    sums = vtpu.shard_map(lambda b: lax.all_gather(b.sum(), "y"), mesh=mesh,
+                          in_specs=vtpu.P("x", "y"), out_specs=vtpu.P("x"))(x)
+    assert np.asarray(sums).tolist() == x.reshape(2, 4, 2).sum(axis=2).reshape(-1).tolist()
+
+
 def test_pytrees(mesh):
     x = sample((4, 16), np.int32, seed=7).astype(np.float32)
     blocks = blocks_of(x)
