@@ -12,9 +12,10 @@
 # - MPI tests (label distributed, the mpirun CLI tests too): Debian's OpenMPI is not
 #   instrumented. Under ASan they run, with the leak check off (tests/CMakeLists.txt: OpenMPI's
 #   allocations at MPI_Init and in the components it unloads show as leaks at exit whatever the
-#   test does). Under TSan they are left out: OpenMPI's shared-memory transport and progress thread synchronise in code TSan cannot see,
-#   so every exchange would look like a race; vtpu's own cross-process code (MpiLink) is covered
-#   by these tests under ASan and by the one-process tests of the same collectives under TSan.
+#   test does). Under TSan they are left out: OpenMPI's shared-memory transport and progress
+#   thread synchronise in code TSan cannot see, so every exchange would look like a race; vtpu's
+#   own cross-process code (MpiLink) is covered by these tests under ASan and by the one-process
+#   tests of the same collectives under TSan.
 set -euo pipefail
 
 usage() {
