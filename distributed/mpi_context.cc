@@ -45,6 +45,15 @@ void keep_early(std::map<int, std::vector<T>>& early, int id, const T& message) 
   if (kept.size() < kMaxEarly) kept.push_back(message);
 }
 
+// Hands the messages kept for communicator `id` to its listener, now that it is made.
+template <typename T, typename Listener>
+void deliver_early(std::map<int, std::vector<T>>& early, int id, const Listener& listener) {
+  const auto it = early.find(id);
+  if (it == early.end()) return;
+  for (const T& message : it->second) listener(message);
+  early.erase(it);
+}
+
 MPI_Comm dup_world(const char* name) {
   MPI_Comm c = MPI_COMM_NULL;
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &c), "MPI_Comm_dup");
@@ -152,10 +161,7 @@ void MpiContext::add_fingerprint_channel(int id, std::vector<int> processes,
   auto& channel = channels_[id] = FingerprintChannel{std::move(processes), std::move(listener)};
   // Fingerprints that came before this process made the communicator (processes make theirs at
   // different times): without them a desync between two other processes' cores goes unseen here.
-  const auto early = early_fingerprints_.find(id);
-  if (early == early_fingerprints_.end()) return;
-  for (const PublishedFingerprint& p : early->second) channel.listener(p);
-  early_fingerprints_.erase(early);
+  deliver_early(early_fingerprints_, id, channel.listener);
 }
 
 void MpiContext::remove_fingerprint_channel(int id) {
@@ -211,10 +217,7 @@ void MpiContext::set_failure_listener(int id, FailureListener listener) {
   }
   auto& l = failure_listeners_[id] = std::move(listener);
   // Failures sent before this process made the communicator, as for fingerprints.
-  const auto early = early_failures_.find(id);
-  if (early == early_failures_.end()) return;
-  for (const PublishedFailure& f : early->second) l(f);
-  early_failures_.erase(early);
+  deliver_early(early_failures_, id, l);
 }
 
 void MpiContext::deliver_failure(const char* data, int len) {
